@@ -1,0 +1,9 @@
+//! # xds-gateway
+//!
+//! Envoy's REST xDS endpoints (HTTP + canonical proto3 JSON) in front of any
+//! gRPC xDS control plane.
+//!
+//! # Layout
+//! - [`xds`]: protocol vocabulary, no I/O: the endpoint table, canonical JSON, request parsing.
+
+pub mod xds;

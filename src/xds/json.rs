@@ -1,0 +1,353 @@
+//! Canonical proto3 JSON ⇄ protobuf for every type in the descriptor pool.
+//!
+//! The pool holds Envoy's whole v3 API (compiled by `build.rs` and embedded)
+//! plus any FileDescriptorSets given with `--descriptor-set`, so an `Any` at
+//! any depth renders as `{"@type": ..., ...fields}` whatever extension it
+//! carries. Output is deterministic: object keys are sorted (protobuf maps come
+//! out of prost-reflect in hash order), 64-bit integers are strings, defaults
+//! are omitted, names are lowerCamelCase.
+//!
+//! This module does no I/O but reading descriptor-set files at start-up, and
+//! it never panics on input: every failure is a [`JsonError`] naming the type.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+use prost_reflect::{
+    DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions,
+};
+
+use super::resource_type::TYPE_URL_PREFIX;
+
+/// Envoy's v3 API, compiled by build.rs.
+static EMBEDDED_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptor_set.bin"));
+
+/// Why a message could not be converted.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    #[error(
+        "type {type_url} is not known to this gateway (add its descriptors with --descriptor-set)"
+    )]
+    UnknownType { type_url: String },
+    #[error("type URL {type_url:?} does not have the form type.googleapis.com/<message name>")]
+    MalformedTypeUrl { type_url: String },
+    #[error("{type_url}: protobuf bytes do not decode: {reason}")]
+    Decode { type_url: String, reason: String },
+    #[error("{type_url}: cannot render as JSON: {reason}")]
+    Render { type_url: String, reason: String },
+    #[error("{message}: invalid JSON: {reason}")]
+    Parse { message: String, reason: String },
+    #[error("descriptor set {path}: {reason}")]
+    DescriptorSet { path: PathBuf, reason: String },
+}
+
+/// The descriptor pool and the JSON options the gateway renders with.
+/// Cheap to clone (the pool is reference counted).
+#[derive(Clone, Debug)]
+pub struct Codec {
+    pool: DescriptorPool,
+    serialize: Arc<SerializeOptions>,
+}
+
+impl Codec {
+    /// The embedded Envoy API only.
+    pub fn embedded() -> Codec {
+        let pool = DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
+            .expect("build.rs validated the embedded descriptor set");
+        Codec::from_pool(pool)
+    }
+
+    /// The embedded API plus the compiled FileDescriptorSets at `paths`
+    /// (contrib or in-house extension types), read once at start-up.
+    pub fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
+        let mut codec = Codec::embedded();
+        for path in paths {
+            let bytes = std::fs::read(path).map_err(|e| descriptor_error(path, e))?;
+            codec
+                .pool
+                .decode_file_descriptor_set(bytes.as_slice())
+                .map_err(|e| descriptor_error(path, e))?;
+        }
+        Ok(codec)
+    }
+
+    fn from_pool(pool: DescriptorPool) -> Codec {
+        let serialize = SerializeOptions::new()
+            .stringify_64_bit_integers(true)
+            .use_enum_numbers(false)
+            .use_proto_field_name(false)
+            .skip_default_fields(true);
+        Codec {
+            pool,
+            serialize: Arc::new(serialize),
+        }
+    }
+
+    /// The descriptor pool (for rewrites and reflection).
+    pub fn pool(&self) -> &DescriptorPool {
+        &self.pool
+    }
+
+    /// The descriptor of the message a type URL names.
+    pub fn descriptor_for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
+        let name = message_name_of(type_url)?;
+        self.descriptor(name).map_err(|_| JsonError::UnknownType {
+            type_url: type_url.to_owned(),
+        })
+    }
+
+    /// The descriptor of a fully qualified message name.
+    pub fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
+        self.pool
+            .get_message_by_name(name)
+            .ok_or_else(|| JsonError::UnknownType {
+                type_url: format!("{TYPE_URL_PREFIX}{name}"),
+            })
+    }
+
+    /// Decodes an `Any`'s payload into a dynamic message of its type.
+    pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
+        let desc = self.descriptor_for_type_url(type_url)?;
+        DynamicMessage::decode(desc, value).map_err(|e| JsonError::Decode {
+            type_url: type_url.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Renders an `Any` as canonical JSON: `{"@type": type_url, ...fields}`,
+    /// nested `Any`s included. Fails if any type at any depth is unknown.
+    pub fn render_any(&self, type_url: &str, value: &[u8]) -> Result<Bytes, JsonError> {
+        // Decoding first gives a precise error for the outer type; the Any
+        // wrapper then lets prost-reflect emit "@type" and the well-known forms.
+        self.decode_any(type_url, value)?;
+        let any_desc = self.descriptor("google.protobuf.Any")?;
+        let mut any = DynamicMessage::new(any_desc);
+        let any_proto = prost_types::Any {
+            type_url: type_url.to_owned(),
+            value: value.to_vec(),
+        };
+        any.merge(any_proto.encode_to_vec().as_slice())
+            .map_err(|e| JsonError::Decode {
+                type_url: type_url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        self.render_message(&any, type_url)
+    }
+
+    /// Renders a dynamic message as canonical JSON bytes.
+    pub fn render_message(&self, msg: &DynamicMessage, label: &str) -> Result<Bytes, JsonError> {
+        let render_error = |e: serde_json::Error| JsonError::Render {
+            type_url: label.to_owned(),
+            reason: e.to_string(),
+        };
+        // Through serde_json::Value: its objects are BTreeMaps, which puts
+        // protobuf map entries (hash order in prost-reflect) in a stable order.
+        let value = msg
+            .serialize_with_options(serde_json::value::Serializer, &self.serialize)
+            .map_err(render_error)?;
+        serde_json::to_vec(&value)
+            .map(Bytes::from)
+            .map_err(render_error)
+    }
+
+    /// Renders a prost message of a type the pool knows (e.g. a response
+    /// envelope from envoy-types) as canonical JSON.
+    pub fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
+        let desc = self.descriptor(name)?;
+        let dynamic =
+            DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()).map_err(|e| {
+                JsonError::Decode {
+                    type_url: name.to_owned(),
+                    reason: e.to_string(),
+                }
+            })?;
+        self.render_message(&dynamic, name)
+    }
+
+    /// Parses proto3 JSON (camelCase or snake_case names) into a message of
+    /// `name`. Unknown fields are ignored when `ignore_unknown` is set, as a
+    /// client of a newer API may send them; an `Any` whose `@type` is unknown
+    /// is always an error.
+    pub fn parse_message(
+        &self,
+        name: &str,
+        json: &[u8],
+        ignore_unknown: bool,
+    ) -> Result<DynamicMessage, JsonError> {
+        let desc = self.descriptor(name)?;
+        let options = DeserializeOptions::new().deny_unknown_fields(!ignore_unknown);
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let msg = DynamicMessage::deserialize_with_options(desc, &mut de, &options)
+            .and_then(|m| de.end().map(|()| m))
+            .map_err(|e| JsonError::Parse {
+                message: name.to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(msg)
+    }
+
+    /// Parses JSON into a prost message type that the pool also knows.
+    pub fn parse_prost<M: Message + Default>(
+        &self,
+        name: &str,
+        json: &[u8],
+        ignore_unknown: bool,
+    ) -> Result<M, JsonError> {
+        let msg = self.parse_message(name, json, ignore_unknown)?;
+        M::decode(msg.encode_to_vec().as_slice()).map_err(|e| JsonError::Decode {
+            type_url: name.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Parses a JSON `Any` (`{"@type": ..., ...}`) into its type URL and bytes.
+    pub fn parse_any(&self, json: &[u8]) -> Result<prost_types::Any, JsonError> {
+        self.parse_prost("google.protobuf.Any", json, false)
+    }
+}
+
+/// The message name of `type.googleapis.com/<name>` (any host prefix is accepted,
+/// as protobuf does: the name is what follows the last `/`).
+pub fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
+    match type_url.rsplit_once('/') {
+        Some((_, name)) if !name.is_empty() => Ok(name),
+        _ => Err(JsonError::MalformedTypeUrl {
+            type_url: type_url.to_owned(),
+        }),
+    }
+}
+
+fn descriptor_error(path: &Path, err: impl std::fmt::Display) -> JsonError {
+    JsonError::DescriptorSet {
+        path: path.to_owned(),
+        reason: err.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec() -> Codec {
+        Codec::embedded()
+    }
+
+    #[test]
+    fn nested_any_renders_with_type_and_reparses() {
+        let json = br#"{
+          "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+          "name": "l",
+          "filter_chains": [{"filters": [{"name": "hcm", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": "x",
+            "rds": {"route_config_name": "r", "config_source": {"ads": {}}},
+            "http_filters": [{"name": "router", "typed_config": {
+              "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]
+          }}]}]
+        }"#;
+        let c = codec();
+        let any = c.parse_any(json).unwrap();
+        let rendered = c.render_any(&any.type_url, &any.value).unwrap();
+        let text = std::str::from_utf8(&rendered).unwrap();
+        assert!(
+            text.starts_with(r#"{"@type":"type.googleapis.com/envoy.config.listener.v3.Listener""#)
+        );
+        assert!(text.contains(
+            r#""@type":"type.googleapis.com/envoy.extensions.filters.http.router.v3.Router""#
+        ));
+        assert!(text.contains(r#""routeConfigName":"r""#));
+        let again = c.parse_any(&rendered).unwrap();
+        assert_eq!(again, any);
+        assert_eq!(
+            c.render_any(&again.type_url, &again.value).unwrap(),
+            rendered
+        );
+    }
+
+    #[test]
+    fn unknown_type_is_named() {
+        let err = codec()
+            .render_any("type.googleapis.com/acme.Unknown", b"")
+            .unwrap_err();
+        assert!(err.to_string().contains("acme.Unknown"), "{err}");
+        let err = codec()
+            .parse_any(br#"{"@type":"type.googleapis.com/acme.Nope","x":1}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("acme.Nope"), "{err}");
+    }
+
+    #[test]
+    fn nested_unknown_any_fails_the_render() {
+        // A Listener whose filter's typed_config names a type the pool lacks.
+        let any = prost_types::Any {
+            type_url: "type.googleapis.com/acme.Filter".into(),
+            value: vec![],
+        };
+        let c = codec();
+        let desc = c.descriptor("envoy.config.listener.v3.Listener").unwrap();
+        let mut listener = DynamicMessage::new(desc);
+        listener.set_field_by_name("name", prost_reflect::Value::String("l".into()));
+        let mut bytes = listener.encode_to_vec();
+        // field 3 (filter_chains) → filters (3) → typed_config (4) holding the Any
+        let filter = {
+            let mut f = Vec::new();
+            prost::encoding::message::encode(4, &any, &mut f);
+            f
+        };
+        let chain = {
+            let mut c = Vec::new();
+            prost::encoding::bytes::encode(3, &filter, &mut c);
+            c
+        };
+        prost::encoding::bytes::encode(3, &chain, &mut bytes);
+        let err = c
+            .render_any(
+                "type.googleapis.com/envoy.config.listener.v3.Listener",
+                &bytes,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("acme.Filter"), "{err}");
+    }
+
+    #[test]
+    fn bad_bytes_are_a_decode_error() {
+        let err = codec()
+            .render_any(
+                "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                &[0xff, 0xff, 0xff],
+            )
+            .unwrap_err();
+        assert!(matches!(err, JsonError::Decode { .. }), "{err}");
+    }
+
+    #[test]
+    fn map_keys_are_stable() {
+        let json = br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
+          "metadata":{"filter_metadata":{"z":{"a":1},"b":{"c":2},"m":{"q":3}}}}"#;
+        let c = codec();
+        let any = c.parse_any(json).unwrap();
+        let first = c.render_any(&any.type_url, &any.value).unwrap();
+        for _ in 0..20 {
+            assert_eq!(c.render_any(&any.type_url, &any.value).unwrap(), first);
+        }
+        let text = std::str::from_utf8(&first).unwrap();
+        assert!(text.find(r#""b":"#) < text.find(r#""m":"#));
+        assert!(text.find(r#""m":"#) < text.find(r#""z":"#));
+    }
+
+    #[test]
+    fn sixty_four_bit_integers_are_strings() {
+        let json = br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
+          "ring_hash_lb_config":{"minimum_ring_size": 1024},
+          "circuit_breakers":{"thresholds":[{"max_connections":5}]}}"#;
+        let c = codec();
+        let any = c.parse_any(json).unwrap();
+        let text =
+            String::from_utf8(c.render_any(&any.type_url, &any.value).unwrap().to_vec()).unwrap();
+        assert!(text.contains(r#""minimumRingSize":"1024""#), "{text}");
+        assert!(text.contains(r#""maxConnections":5"#), "{text}");
+    }
+}

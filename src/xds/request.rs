@@ -1,0 +1,174 @@
+//! The parts of a JSON `DiscoveryRequest` the gateway uses, parsed without
+//! materialising the rest.
+//!
+//! A real Envoy sends its whole `node` on every poll (~77 KB, mostly ~500
+//! `extensions`). This parser keeps the node as raw JSON text (validated, not
+//! built), reads only `id`, `cluster`, `metadata`, `locality` and
+//! `user_agent_name` from it, and skips every other field without allocating.
+//! The full node is decoded into protobuf only when an upstream session is
+//! created for it (see [`NodeView::raw`]).
+//!
+//! Field names are accepted in snake_case and lowerCamelCase; unknown fields
+//! are ignored; `null` means "default", as in proto3 JSON. Wrong JSON types,
+//! trailing data, over-deep nesting (serde_json's limit of 128) are errors.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// Why a request body was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid DiscoveryRequest JSON: {0}")]
+pub struct RequestError(String);
+
+/// What the gateway reads of a `DiscoveryRequest`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct DiscoveryRequestView {
+    #[serde(alias = "versionInfo", deserialize_with = "null_as_default")]
+    pub version_info: String,
+    #[serde(alias = "resourceNames", deserialize_with = "null_as_default")]
+    pub resource_names: Vec<String>,
+    #[serde(alias = "typeUrl", deserialize_with = "null_as_default")]
+    pub type_url: String,
+    #[serde(alias = "responseNonce", deserialize_with = "null_as_default")]
+    pub response_nonce: String,
+    #[serde(deserialize_with = "node_or_null")]
+    pub node: Option<NodeView>,
+}
+
+/// The identity-bearing fields of a `Node`, plus its raw JSON.
+#[derive(Debug, Default)]
+pub struct NodeView {
+    pub id: String,
+    pub cluster: String,
+    /// Raw JSON of `metadata` (a Struct), if present.
+    pub metadata: Option<Box<RawValue>>,
+    /// Raw JSON of `locality`, if present.
+    pub locality: Option<Box<RawValue>>,
+    pub user_agent_name: String,
+    /// The whole node as sent, for decoding once per upstream session.
+    pub raw: Option<Box<RawValue>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct NodeFields {
+    #[serde(deserialize_with = "null_as_default")]
+    id: String,
+    #[serde(deserialize_with = "null_as_default")]
+    cluster: String,
+    metadata: Option<Box<RawValue>>,
+    locality: Option<Box<RawValue>>,
+    #[serde(alias = "userAgentName", deserialize_with = "null_as_default")]
+    user_agent_name: String,
+}
+
+impl DiscoveryRequestView {
+    /// Parses a JSON body. Never panics.
+    pub fn parse(body: &[u8]) -> Result<DiscoveryRequestView, RequestError> {
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(RequestError("the body must be a JSON object".into()));
+        }
+        serde_json::from_slice(body).map_err(|e| RequestError(e.to_string()))
+    }
+}
+
+fn null_as_default<'de, D, T>(de: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(de)?.unwrap_or_default())
+}
+
+fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D::Error> {
+    use serde::de::Error;
+    let Some(raw) = Option::<Box<RawValue>>::deserialize(de)? else {
+        return Ok(None);
+    };
+    if raw.get() == "null" {
+        return Ok(None);
+    }
+    let fields: NodeFields = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+    Ok(Some(NodeView {
+        id: fields.id,
+        cluster: fields.cluster,
+        metadata: fields.metadata.filter(|m| m.get() != "null"),
+        locality: fields.locality.filter(|l| l.get() != "null"),
+        user_agent_name: fields.user_agent_name,
+        raw: Some(raw),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snake_and_camel_case_are_both_read() {
+        let snake = br#"{"version_info":"3","resource_names":["a","b"],"type_url":"t",
+            "node":{"id":"n","cluster":"c","user_agent_name":"envoy","extensions":[{"name":"x"}]}}"#;
+        let camel = br#"{"versionInfo":"3","resourceNames":["a","b"],"typeUrl":"t",
+            "node":{"id":"n","cluster":"c","userAgentName":"envoy","unknownThing":{"deep":[1,2]}}}"#;
+        for body in [&snake[..], &camel[..]] {
+            let r = DiscoveryRequestView::parse(body).unwrap();
+            assert_eq!(r.version_info, "3");
+            assert_eq!(r.resource_names, ["a", "b"]);
+            assert_eq!(r.type_url, "t");
+            let node = r.node.unwrap();
+            assert_eq!((node.id.as_str(), node.cluster.as_str()), ("n", "c"));
+            assert_eq!(node.user_agent_name, "envoy");
+            assert!(node.raw.unwrap().get().starts_with('{'));
+        }
+    }
+
+    #[test]
+    fn nulls_mean_default_and_unknown_fields_are_ignored() {
+        let r = DiscoveryRequestView::parse(
+            br#"{"version_info":null,"resource_names":null,"node":null,"future_field":[{"x":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.version_info, "");
+        assert!(r.resource_names.is_empty());
+        assert!(r.node.is_none());
+    }
+
+    #[test]
+    fn bad_bodies_are_errors_not_panics() {
+        let deep = "[".repeat(10_000);
+        let deep_node = format!(r#"{{"node":{{"metadata":{}}}}}"#, "[".repeat(10_000));
+        for body in [
+            &b""[..],
+            b"[]",
+            b"\"x\"",
+            b"{",
+            br#"{"version_info": 5}"#,
+            br#"{"resource_names": "a"}"#,
+            br#"{"resource_names": [1]}"#,
+            br#"{"node": "n"}"#,
+            br#"{"node": {"id": 7}}"#,
+            br#"{} trailing"#,
+            deep.as_bytes(),
+            deep_node.as_bytes(),
+        ] {
+            assert!(
+                DiscoveryRequestView::parse(body).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = DiscoveryRequestView::parse(&body);
+        }
+
+        #[test]
+        fn arbitrary_json_shapes_never_panic(s in r#"\{("(version_info|resource_names|node|id|metadata|type_url)":(null|"[a-z]*"|\[[^\]]{0,8}\]|\{[^}]{0,12}\}|[0-9]{1,3}),?){0,5}\}"#) {
+            let _ = DiscoveryRequestView::parse(s.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The one table of xds-gateway's REST endpoints: REST path ⇄ type URL ⇄ gRPC
+//! service and method.
+//!
+//! Every protocol string the gateway knows lives here; other modules match on
+//! [`ResourceType`] / [`Endpoint`] exhaustively and never spell a type URL.
+//! VHDS and LEDS are delta-only in xDS and have no REST endpoint.
+
+use std::fmt;
+
+/// Prefix of every type URL.
+pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
+
+/// Path prefix shared by every REST discovery endpoint.
+pub const PATH_PREFIX: &str = "/v3/discovery:";
+
+/// A discoverable resource type with its own REST endpoint and type URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    Listeners,
+    Routes,
+    ScopedRoutes,
+    Clusters,
+    Endpoints,
+    Secrets,
+    Runtime,
+    ExtensionConfigs,
+}
+
+/// Every REST endpoint: the eight resource types plus HDS and CSDS, which
+/// have messages of their own instead of `DiscoveryRequest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Discovery(ResourceType),
+    HealthCheck,
+    ClientStatus,
+}
+
+/// A resource type's protocol strings.
+struct Row {
+    endpoint: Endpoint,
+    /// The part of the path after `/v3/discovery:`.
+    path_suffix: &'static str,
+    /// Fully qualified request message name (HDS and CSDS have their own).
+    request_message: &'static str,
+    /// Fully qualified name of the message served (resource or response).
+    message: &'static str,
+    service: &'static str,
+    fetch_method: &'static str,
+}
+
+const DISCOVERY_REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";
+
+const TABLE: [Row; 10] = [
+    row(
+        ResourceType::Listeners,
+        "listeners",
+        "envoy.config.listener.v3.Listener",
+        "envoy.service.listener.v3.ListenerDiscoveryService",
+        "FetchListeners",
+    ),
+    row(
+        ResourceType::Routes,
+        "routes",
+        "envoy.config.route.v3.RouteConfiguration",
+        "envoy.service.route.v3.RouteDiscoveryService",
+        "FetchRoutes",
+    ),
+    row(
+        ResourceType::ScopedRoutes,
+        "scoped-routes",
+        "envoy.config.route.v3.ScopedRouteConfiguration",
+        "envoy.service.route.v3.ScopedRoutesDiscoveryService",
+        "FetchScopedRoutes",
+    ),
+    row(
+        ResourceType::Clusters,
+        "clusters",
+        "envoy.config.cluster.v3.Cluster",
+        "envoy.service.cluster.v3.ClusterDiscoveryService",
+        "FetchClusters",
+    ),
+    row(
+        ResourceType::Endpoints,
+        "endpoints",
+        "envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "envoy.service.endpoint.v3.EndpointDiscoveryService",
+        "FetchEndpoints",
+    ),
+    row(
+        ResourceType::Secrets,
+        "secrets",
+        "envoy.extensions.transport_sockets.tls.v3.Secret",
+        "envoy.service.secret.v3.SecretDiscoveryService",
+        "FetchSecrets",
+    ),
+    row(
+        ResourceType::Runtime,
+        "runtime",
+        "envoy.service.runtime.v3.Runtime",
+        "envoy.service.runtime.v3.RuntimeDiscoveryService",
+        "FetchRuntime",
+    ),
+    row(
+        ResourceType::ExtensionConfigs,
+        "extension_configs",
+        "envoy.config.core.v3.TypedExtensionConfig",
+        "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
+        "FetchExtensionConfigs",
+    ),
+    Row {
+        endpoint: Endpoint::HealthCheck,
+        path_suffix: "health_check",
+        request_message: "envoy.service.health.v3.HealthCheckRequestOrEndpointHealthResponse",
+        message: "envoy.service.health.v3.HealthCheckSpecifier",
+        service: "envoy.service.health.v3.HealthDiscoveryService",
+        fetch_method: "FetchHealthCheck",
+    },
+    Row {
+        endpoint: Endpoint::ClientStatus,
+        path_suffix: "client_status",
+        request_message: "envoy.service.status.v3.ClientStatusRequest",
+        message: "envoy.service.status.v3.ClientStatusResponse",
+        service: "envoy.service.status.v3.ClientStatusDiscoveryService",
+        fetch_method: "FetchClientStatus",
+    },
+];
+
+const fn row(
+    kind: ResourceType,
+    path_suffix: &'static str,
+    message: &'static str,
+    service: &'static str,
+    fetch_method: &'static str,
+) -> Row {
+    Row {
+        endpoint: Endpoint::Discovery(kind),
+        path_suffix,
+        request_message: DISCOVERY_REQUEST,
+        message,
+        service,
+        fetch_method,
+    }
+}
+
+impl ResourceType {
+    /// All eight, in table order.
+    pub const ALL: [ResourceType; 8] = [
+        ResourceType::Listeners,
+        ResourceType::Routes,
+        ResourceType::ScopedRoutes,
+        ResourceType::Clusters,
+        ResourceType::Endpoints,
+        ResourceType::Secrets,
+        ResourceType::Runtime,
+        ResourceType::ExtensionConfigs,
+    ];
+
+    fn row(self) -> &'static Row {
+        Endpoint::Discovery(self).row()
+    }
+
+    /// `type.googleapis.com/<message>`.
+    pub fn type_url(self) -> &'static str {
+        TYPE_URLS[self as usize]
+    }
+
+    /// Fully qualified protobuf name of the resource message.
+    pub fn message_name(self) -> &'static str {
+        self.row().message
+    }
+
+    /// The type whose type URL is `url`, if any.
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        Self::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// Short name used in logs and metric labels (the path suffix).
+    pub fn short_name(self) -> &'static str {
+        self.row().path_suffix
+    }
+
+    /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
+    pub fn wildcard_when_unnamed(self) -> bool {
+        match self {
+            ResourceType::Listeners | ResourceType::Clusters | ResourceType::ScopedRoutes => true,
+            ResourceType::Routes
+            | ResourceType::Endpoints
+            | ResourceType::Secrets
+            | ResourceType::Runtime
+            | ResourceType::ExtensionConfigs => false,
+        }
+    }
+}
+
+/// Type URLs in `ResourceType::ALL` order (const concatenation is not stable).
+const TYPE_URLS: [&str; 8] = [
+    "type.googleapis.com/envoy.config.listener.v3.Listener",
+    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+    "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+    "type.googleapis.com/envoy.service.runtime.v3.Runtime",
+    "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+];
+
+impl Endpoint {
+    /// Every endpoint, in table order.
+    pub fn all() -> impl Iterator<Item = Endpoint> {
+        TABLE.iter().map(|row| row.endpoint)
+    }
+
+    fn row(self) -> &'static Row {
+        TABLE
+            .iter()
+            .find(|row| row.endpoint == self)
+            .expect("every endpoint has a row")
+    }
+
+    /// The REST path, e.g. `/v3/discovery:clusters`.
+    pub fn path(self) -> String {
+        format!("{PATH_PREFIX}{}", self.row().path_suffix)
+    }
+
+    /// The part after `/v3/discovery:`.
+    pub fn path_suffix(self) -> &'static str {
+        self.row().path_suffix
+    }
+
+    /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`.
+    pub fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
+        TABLE
+            .iter()
+            .find(|row| row.path_suffix == suffix)
+            .map(|row| row.endpoint)
+    }
+
+    /// Fully qualified name of the request message.
+    pub fn request_message(self) -> &'static str {
+        self.row().request_message
+    }
+
+    /// Fully qualified name of the served message (resource or response).
+    pub fn message(self) -> &'static str {
+        self.row().message
+    }
+
+    /// Fully qualified gRPC service name.
+    pub fn service(self) -> &'static str {
+        self.row().service
+    }
+
+    /// The unary method of the service.
+    pub fn fetch_method(self) -> &'static str {
+        self.row().fetch_method
+    }
+
+    /// The valid path suffix closest to `suffix` (for "did you mean").
+    pub fn closest_suffix(suffix: &str) -> &'static str {
+        TABLE
+            .iter()
+            .map(|row| (edit_distance(suffix, row.path_suffix), row.path_suffix))
+            .min()
+            .map(|(_, s)| s)
+            .unwrap_or("listeners")
+    }
+}
+
+impl fmt::Display for ResourceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
+
+/// Levenshtein distance over chars (inputs are short path suffixes).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_urls_match_message_names() {
+        for t in ResourceType::ALL {
+            assert_eq!(
+                t.type_url(),
+                format!("{TYPE_URL_PREFIX}{}", t.message_name())
+            );
+            assert_eq!(ResourceType::from_type_url(t.type_url()), Some(t));
+        }
+    }
+
+    #[test]
+    fn paths_round_trip() {
+        assert_eq!(Endpoint::all().count(), 10);
+        for e in Endpoint::all() {
+            let path = e.path();
+            let suffix = path.strip_prefix(PATH_PREFIX).unwrap();
+            assert_eq!(Endpoint::from_path_suffix(suffix), Some(e));
+        }
+        assert_eq!(
+            Endpoint::Discovery(ResourceType::ScopedRoutes).path(),
+            "/v3/discovery:scoped-routes"
+        );
+    }
+
+    #[test]
+    fn closest_suffix_suggests_the_misspelled_one() {
+        assert_eq!(Endpoint::closest_suffix("cluster"), "clusters");
+        assert_eq!(Endpoint::closest_suffix("endpoint"), "endpoints");
+        assert_eq!(Endpoint::closest_suffix("scoped_routes"), "scoped-routes");
+    }
+}
