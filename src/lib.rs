@@ -6,4 +6,5 @@
 //! # Layout
 //! - [`xds`]: protocol vocabulary, no I/O: the endpoint table, canonical JSON, request parsing.
 
+pub mod config;
 pub mod xds;

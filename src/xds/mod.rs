@@ -4,6 +4,7 @@
 pub mod json;
 pub mod request;
 pub mod resource_type;
+pub mod rewrite;
 
 pub use json::{Codec, JsonError};
 pub use request::{DiscoveryRequestView, NodeView, RequestError};

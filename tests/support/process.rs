@@ -1,0 +1,243 @@
+//! Process and loopback harness helpers shared by the integration tests.
+//!
+//! Include it from a test crate with
+//! `#[path = "support/process.rs"] mod process;` (there is deliberately no
+//! `tests/support/mod.rs`). This module owns:
+//!
+//! - [`free_port`]: a currently free TCP port on 127.0.0.1;
+//! - [`ChildGuard`]: a spawned child process that is killed (by its pid,
+//!   `Child::kill` + `wait`) when the guard drops, and whose log file is
+//!   printed if the drop happens while the test panics;
+//! - [`envoy_bin`] / [`require_envoy`]: where the Envoy binary is, and the
+//!   rule for a missing one (skip locally, fail when `CI` is set);
+//! - [`envoy_base_id`]: a random `--base-id` so parallel Envoys do not share
+//!   memory regions;
+//! - [`eventually`]: a bounded poll, the only place in the tests that sleeps;
+//! - [`http_get`]: a minimal HTTP/1.1 GET (status + body) for talking to
+//!   Envoy's admin and listeners.
+//!
+//! Everything binds and connects to 127.0.0.1 only.
+
+#![allow(dead_code)] // each test crate uses its own subset of the helpers
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// The loopback address every helper uses.
+pub const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// A TCP port that was free on 127.0.0.1 a moment ago: binds port 0, reads
+/// the port the kernel chose and closes the socket. Another process may
+/// take it before the caller binds it; for tests on loopback that race is
+/// accepted.
+pub fn free_port() -> u16 {
+    let listener =
+        TcpListener::bind(SocketAddr::from((LOOPBACK, 0))).expect("bind 127.0.0.1:0 for a port");
+    listener
+        .local_addr()
+        .expect("local address of a bound listener")
+        .port()
+}
+
+/// A child process that is killed and reaped when the guard drops, on
+/// success and on panic alike. With [`ChildGuard::with_log`], the file the
+/// child logs to is printed to stderr if the guard drops during a panic.
+pub struct ChildGuard {
+    child: Child,
+    name: String,
+    log: Option<PathBuf>,
+}
+
+impl ChildGuard {
+    /// Guards `child`; `name` labels messages about it.
+    pub fn new(name: impl Into<String>, child: Child) -> ChildGuard {
+        ChildGuard {
+            child,
+            name: name.into(),
+            log: None,
+        }
+    }
+
+    /// The file the child writes its log to, printed on a failing test.
+    pub fn with_log(mut self, path: impl Into<PathBuf>) -> ChildGuard {
+        self.log = Some(path.into());
+        self
+    }
+
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status if the child has already exited (never blocks).
+    pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The child's log so far ("" without a log file).
+    pub fn log_text(&self) -> String {
+        self.log.as_deref().map(read_log).unwrap_or_default()
+    }
+
+    /// Prints the child's log to stderr (for a failure message).
+    pub fn print_log(&self) {
+        if let Some(path) = &self.log {
+            print_log_file(&self.name, path);
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // Kills this one child by pid; an already exited child makes kill
+        // fail harmlessly, and wait reaps it either way.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            self.print_log();
+        }
+    }
+}
+
+/// Reads a log file lossily ("" if it cannot be read).
+pub fn read_log(path: &Path) -> String {
+    std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Prints a child's log file to stderr between markers.
+pub fn print_log_file(name: &str, path: &Path) {
+    eprintln!(
+        "----- {name} log ({}) -----\n{}\n----- end of {name} log -----",
+        path.display(),
+        read_log(path)
+    );
+}
+
+/// Where the Envoy binary is: `$ENVOY_BIN` if set (`scripts/test` exports
+/// it), else `.venv/lib/python3*/site-packages/envoy/_bin/envoy` under the
+/// crate root (what `scripts/test` installs). `None` if neither is a file.
+pub fn envoy_bin() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("ENVOY_BIN").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/lib");
+    let mut pythons: Vec<PathBuf> = std::fs::read_dir(&lib)
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("python3"))
+        .map(|entry| entry.path().join("site-packages/envoy/_bin/envoy"))
+        .filter(|path| path.is_file())
+        .collect();
+    pythons.sort();
+    pythons.pop()
+}
+
+/// Whether the tests run under CI (`CI` set to anything but "", "0" or
+/// "false"), where a missing interop dependency is a failure, not a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// The Envoy binary for an interop test. Without one: panics under CI, else
+/// prints why the test is skipped and returns `None` (the test then returns).
+pub fn require_envoy(test: &str) -> Option<PathBuf> {
+    if let Some(path) = envoy_bin() {
+        return Some(path);
+    }
+    let why = match std::env::var_os("ENVOY_BIN") {
+        Some(p) if !p.is_empty() => format!("ENVOY_BIN={} is not a file", Path::new(&p).display()),
+        _ => format!(
+            "ENVOY_BIN is unset and there is no {}/.venv/lib/python3*/site-packages/envoy/_bin/envoy \
+             (scripts/test installs it)",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    };
+    if in_ci() {
+        panic!("{test}: no Envoy binary under CI: {why}");
+    }
+    eprintln!("SKIPPED {test}: no Envoy binary: {why}");
+    None
+}
+
+/// A random Envoy `--base-id` (1..=1_000_000), so Envoys started by tests in
+/// parallel do not clash on shared memory or domain sockets.
+pub fn envoy_base_id() -> u32 {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (random % 1_000_000) as u32 + 1
+}
+
+/// Polls `probe` every `interval` until it returns `Some`, for at most
+/// `timeout` in total (a probe still running at the deadline is cancelled).
+/// Returns the value, or `None` when time ran out.
+pub async fn eventually<T, F, Fut>(timeout: Duration, interval: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        if let Ok(Some(value)) = tokio::time::timeout(left, probe()).await {
+            return Some(value);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        tokio::time::sleep(interval.min(left)).await;
+    }
+}
+
+/// How long [`http_get`] waits for a whole exchange.
+pub const HTTP_GET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `GET path` on 127.0.0.1:`port` over a fresh HTTP/1.1 connection; returns
+/// the status code and the body (lossy UTF-8). Errors (refused, reset,
+/// timeout after [`HTTP_GET_TIMEOUT`]) are strings, for poll loops.
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    tokio::time::timeout(HTTP_GET_TIMEOUT, http_get_inner(port, path))
+        .await
+        .map_err(|_| format!("GET 127.0.0.1:{port}{path}: timed out"))?
+        .map_err(|e| format!("GET 127.0.0.1:{port}{path}: {e}"))
+}
+
+async fn http_get_inner(
+    port: u16,
+    path: &str,
+) -> Result<(u16, String), Box<dyn std::error::Error + Send + Sync>> {
+    use hyper::body::Body as _;
+
+    let stream = tokio::net::TcpStream::connect(SocketAddr::from((LOOPBACK, port))).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    let conn = tokio::spawn(conn);
+    let request = http::Request::get(path)
+        .header(http::header::HOST, format!("127.0.0.1:{port}"))
+        .body(String::new())?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        if let Ok(data) = frame?.into_data() {
+            bytes.extend_from_slice(&data);
+        }
+    }
+    drop(sender);
+    conn.abort();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
