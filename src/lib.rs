@@ -6,5 +6,7 @@
 //! # Layout
 //! - [`xds`]: protocol vocabulary, no I/O: the endpoint table, canonical JSON, request parsing.
 
+pub mod cache;
 pub mod config;
+pub mod metrics;
 pub mod xds;

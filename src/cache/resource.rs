@@ -1,0 +1,179 @@
+//! One upstream resource, decoded and rendered once per content version, and
+//! the render memo that makes "once" true across responses and sessions.
+//!
+//! A resource is identified by (type, SHA-256 of its protobuf bytes): an
+//! update in which one of N resources changed costs one decode and render; the
+//! N-1 others come from the memo. Renders for REST clients (with config
+//! sources rewritten) are memoised per (resource digest, target) the same way.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use moka::sync::Cache;
+use sha2::{Digest as _, Sha256};
+
+use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
+use crate::xds::{Codec, JsonError, ResourceType};
+
+/// SHA-256 of a resource's protobuf bytes.
+pub type Digest = [u8; 32];
+
+/// A decoded, rendered resource. Immutable; shared by every state holding it.
+#[derive(Debug)]
+pub struct Resource {
+    pub kind: ResourceType,
+    pub name: String,
+    pub digest: Digest,
+    /// The `Any` payload as the upstream sent it.
+    pub payload: Bytes,
+    /// Canonical JSON of the `Any` (`{"@type": ..., ...}`), untouched.
+    pub json: Bytes,
+}
+
+/// How many rendered resources (plain and rewritten) the memo keeps.
+const RENDER_MEMO_ENTRIES: u64 = 200_000;
+
+/// Decodes and renders resources, remembering every render by digest.
+#[derive(Clone)]
+pub struct Renderer {
+    codec: Codec,
+    plain: Cache<(ResourceType, Digest), Arc<Resource>>,
+    rewritten: Cache<(Digest, RestTarget), Bytes>,
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer").finish_non_exhaustive()
+    }
+}
+
+impl Renderer {
+    pub fn new(codec: Codec) -> Renderer {
+        Renderer {
+            codec,
+            plain: Cache::new(RENDER_MEMO_ENTRIES),
+            rewritten: Cache::new(RENDER_MEMO_ENTRIES),
+        }
+    }
+
+    pub fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    /// The rendered resource for `payload` of `kind`: from the memo, or
+    /// decoded and rendered now. Fails if the bytes do not decode or any
+    /// nested `Any` names an unknown type.
+    pub fn resource(&self, kind: ResourceType, payload: Bytes) -> Result<Arc<Resource>, JsonError> {
+        let digest: Digest = Sha256::digest(&payload).into();
+        if let Some(hit) = self.plain.get(&(kind, digest)) {
+            return Ok(hit);
+        }
+        let json = self.codec.render_any(kind.type_url(), &payload)?;
+        let name = resource_name(&payload).ok_or_else(|| JsonError::Decode {
+            type_url: kind.type_url().to_owned(),
+            reason: "resource has no name (field 1)".into(),
+        })?;
+        let resource = Arc::new(Resource {
+            kind,
+            name,
+            digest,
+            payload,
+            json,
+        });
+        self.plain.insert((kind, digest), resource.clone());
+        Ok(resource)
+    }
+
+    /// The resource's JSON with ADS/self config sources pointed at `target`.
+    pub fn rewritten(&self, resource: &Resource, target: &RestTarget) -> Result<Bytes, JsonError> {
+        let key = (resource.digest, target.clone());
+        if let Some(hit) = self.rewritten.get(&key) {
+            return Ok(hit);
+        }
+        let type_url = resource.kind.type_url();
+        let json = match rewrite_config_sources(&self.codec, type_url, &resource.payload, target)? {
+            Some(bytes) => self.codec.render_any(type_url, &bytes)?,
+            None => resource.json.clone(),
+        };
+        self.rewritten.insert(key, json.clone());
+        Ok(json)
+    }
+}
+
+/// The resource's name: field 1 (a string) in every REST-served type
+/// (`name`, or `cluster_name` for ClusterLoadAssignment), read straight from
+/// the wire format without decoding the rest.
+pub fn resource_name(mut buf: &[u8]) -> Option<String> {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+    let mut name = None;
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).ok()?;
+        match wire {
+            WireType::Varint => {
+                decode_varint(&mut buf).ok()?;
+            }
+            WireType::SixtyFourBit => buf = buf.get(8..)?,
+            WireType::ThirtyTwoBit => buf = buf.get(4..)?,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut buf).ok()?).ok()?;
+                let (field, rest) = (buf.get(..len)?, buf.get(len..)?);
+                if tag == 1 {
+                    // Last one wins, as in protobuf.
+                    name = Some(String::from_utf8(field.to_vec()).ok()?);
+                }
+                buf = rest;
+            }
+            WireType::StartGroup | WireType::EndGroup => return None,
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_reflect::Kind;
+
+    #[test]
+    fn field_one_is_the_name_of_every_served_type() {
+        let codec = Codec::embedded();
+        for kind in ResourceType::ALL {
+            let desc = codec.descriptor(kind.message_name()).unwrap();
+            let field = desc.get_field(1).unwrap();
+            assert!(matches!(field.kind(), Kind::String), "{kind}");
+            assert!(
+                ["name", "cluster_name"].contains(&field.name()),
+                "{kind}: {}",
+                field.name()
+            );
+        }
+    }
+
+    #[test]
+    fn renders_once_per_digest() {
+        let codec = Codec::embedded();
+        let any = codec
+            .parse_any(br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c1","connect_timeout":"1s"}"#)
+            .unwrap();
+        let r = Renderer::new(codec);
+        let a = r
+            .resource(ResourceType::Clusters, any.value.clone().into())
+            .unwrap();
+        let b = r
+            .resource(ResourceType::Clusters, any.value.into())
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.name, "c1");
+    }
+
+    #[test]
+    fn names_from_wire_and_garbage_is_none() {
+        assert_eq!(
+            resource_name(&[0x0a, 0x01, b'x', 0x10, 0x05]).as_deref(),
+            Some("x")
+        );
+        assert_eq!(resource_name(&[0x0a, 0x05, b'x']), None);
+        assert_eq!(resource_name(&[0xff]), None);
+        assert_eq!(resource_name(&[]), None);
+    }
+}

@@ -1,0 +1,176 @@
+//! Every metric the gateway exports, by name, in one place (Prometheus text
+//! format via `prometheus-client`). Other modules only call the recording
+//! methods here; they never spell a metric name.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::xds::ResourceType;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabel {
+    r#type: String,
+    status: u16,
+}
+
+/// The gateway's metrics. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabel, Counter>,
+    cache_hits: Family<TypeLabel, Counter>,
+    cache_misses: Family<TypeLabel, Counter>,
+    upstream_streams_open: Gauge,
+    sessions: Gauge,
+    acks: Family<TypeLabel, Counter>,
+    nacks: Family<TypeLabel, Counter>,
+    suspected_rejections: Family<TypeLabel, Counter>,
+    request_seconds: Family<TypeLabel, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("xds_gateway");
+        let requests = Family::<RequestLabel, Counter>::default();
+        let cache_hits = Family::<TypeLabel, Counter>::default();
+        let cache_misses = Family::<TypeLabel, Counter>::default();
+        let upstream_streams_open = Gauge::default();
+        let sessions = Gauge::default();
+        let acks = Family::<TypeLabel, Counter>::default();
+        let nacks = Family::<TypeLabel, Counter>::default();
+        let suspected_rejections = Family::<TypeLabel, Counter>::default();
+        let request_seconds = Family::<TypeLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.5, 14))
+        });
+        registry.register(
+            "requests",
+            "REST discovery requests by type and HTTP status",
+            requests.clone(),
+        );
+        registry.register(
+            "cache_hits",
+            "Responses served from an already assembled body",
+            cache_hits.clone(),
+        );
+        registry.register(
+            "cache_misses",
+            "Responses that had to be assembled or waited for",
+            cache_misses.clone(),
+        );
+        registry.register(
+            "upstream_streams_open",
+            "Upstream ADS streams currently open",
+            upstream_streams_open.clone(),
+        );
+        registry.register(
+            "sessions",
+            "Upstream sessions (node identities) alive",
+            sessions.clone(),
+        );
+        registry.register("upstream_acks", "ACKs sent upstream", acks.clone());
+        registry.register("upstream_nacks", "NACKs sent upstream", nacks.clone());
+        registry.register(
+            "suspected_rejections",
+            "REST clients that kept presenting an older version after a newer one was served",
+            suspected_rejections.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "REST request latency",
+            request_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            cache_hits,
+            cache_misses,
+            upstream_streams_open,
+            sessions,
+            acks,
+            nacks,
+            suspected_rejections,
+            request_seconds,
+        }
+    }
+
+    fn label(kind: ResourceType) -> TypeLabel {
+        TypeLabel {
+            r#type: kind.short_name().to_owned(),
+        }
+    }
+
+    /// One finished REST request (`kind` is `None` for unknown paths).
+    pub fn request(&self, kind: Option<ResourceType>, status: u16, seconds: f64) {
+        let name = kind.map_or("none", ResourceType::short_name).to_owned();
+        self.requests
+            .get_or_create(&RequestLabel {
+                r#type: name.clone(),
+                status,
+            })
+            .inc();
+        self.request_seconds
+            .get_or_create(&TypeLabel { r#type: name })
+            .observe(seconds);
+    }
+
+    pub fn cache_hit(&self, kind: ResourceType) {
+        self.cache_hits.get_or_create(&Self::label(kind)).inc();
+    }
+
+    pub fn cache_miss(&self, kind: ResourceType) {
+        self.cache_misses.get_or_create(&Self::label(kind)).inc();
+    }
+
+    pub fn stream_opened(&self) {
+        self.upstream_streams_open.inc();
+    }
+
+    pub fn stream_closed(&self) {
+        self.upstream_streams_open.dec();
+    }
+
+    pub fn streams_open(&self) -> i64 {
+        self.upstream_streams_open.get()
+    }
+
+    pub fn set_sessions(&self, n: usize) {
+        self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn ack(&self, kind: ResourceType) {
+        self.acks.get_or_create(&Self::label(kind)).inc();
+    }
+
+    pub fn nack(&self, kind: ResourceType) {
+        self.nacks.get_or_create(&Self::label(kind)).inc();
+    }
+
+    pub fn suspected_rejection(&self, kind: ResourceType) {
+        self.suspected_rejections
+            .get_or_create(&Self::label(kind))
+            .inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
