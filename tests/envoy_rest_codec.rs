@@ -140,7 +140,7 @@ fn resource_fixtures(backend_port: u16, listener_port: u16) -> [(&'static str, S
     let listener = format!(
         r#"{{"@type": "{LISTENER_TYPE}",
           "name": "listener_0",
-          "address": {{"socket_address": {{"address": "not-an-ip", "port_value": {listener_port}}}}},
+          "address": {{"socket_address": {{"address": "127.0.0.1", "port_value": {listener_port}}}}},
           "filter_chains": [{{"filters": [{{
             "name": "envoy.filters.network.http_connection_manager",
             "typed_config": {{
@@ -405,6 +405,10 @@ async fn run(envoy: &Path, dir: &Path) {
         responses: Arc::new(render_responses(&codec, &fixtures)),
         received: Arc::default(),
     };
+    // Shown on failure (and with --nocapture): the JSON Envoy is served.
+    for (path, body) in state.responses.iter() {
+        eprintln!("{TEST}: serving {path}: {}", String::from_utf8_lossy(body));
+    }
     let xds_port = serve(
         Router::new()
             .fallback(xds_handler)
