@@ -1,1 +1,48 @@
-fn main() {}
+//! `xds-gateway`: parse the command line, set up logging, run the app.
+//! Exit codes: 0 after a clean shutdown, 1 on a start-up or serving error,
+//! 2 on a bad command line (clap's).
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::net::TcpListener;
+use xds_gateway::config::{Cli, Config};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config::from_cli(cli)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the REST listener {}", config.listen))?;
+    let admin = TcpListener::bind(config.admin)
+        .await
+        .with_context(|| format!("binding the admin listener {}", config.admin))?;
+    xds_gateway::app::run(config, listener, admin, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,64 @@
+//! The admin listener, separate from the REST one.
+//!
+//! Endpoints:
+//! - `GET /healthz`: 200 while the process serves.
+//! - `GET /readyz`: 200 once the upstream has answered, 503 before (JSON details).
+//! - `GET /metrics`: Prometheus text format.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::metrics::Metrics;
+use crate::source::{Readiness, Registry};
+
+/// What the admin endpoints read.
+#[derive(Debug)]
+pub struct Admin {
+    pub ready: Arc<Readiness>,
+    pub metrics: Arc<Metrics>,
+    pub registry: Arc<Registry>,
+    pub upstream: String,
+}
+
+pub fn router(admin: Arc<Admin>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(admin)
+}
+
+async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
+    let ready = admin.ready.is_ready();
+    let body = serde_json::json!({
+        "ready": ready,
+        "upstream": admin.upstream,
+        "sessions": admin.registry.len(),
+        "upstream_streams_open": admin.metrics.streams_open(),
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
+    let mut response = admin.metrics.encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,83 @@
+//! Wires a [`Config`] into the cache, the upstream sessions and the two
+//! servers, and runs them until shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tracing::info;
+
+use crate::admin::{self, Admin};
+use crate::cache::Renderer;
+use crate::config::Config;
+use crate::http::{self, Gateway};
+use crate::metrics::Metrics;
+use crate::source::{Readiness, Registry, SourceError, UpstreamContext};
+use crate::xds::{Codec, JsonError};
+
+/// Why the gateway could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Descriptors(#[from] JsonError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("no --upstream given: point the gateway at a control plane's ADS endpoint (grpc://HOST:PORT)")]
+    NoUpstream,
+    #[error("server failed: {0}")]
+    Serve(#[from] std::io::Error),
+}
+
+/// Serves REST on `listener` and admin on `admin_listener` until `shutdown`
+/// resolves; then stops accepting, lets in-flight requests finish, and closes
+/// every upstream session.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    let upstream = config.upstream.clone().ok_or(AppError::NoUpstream)?;
+    let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(Readiness::default());
+    let ctx = UpstreamContext::connect_lazy(
+        &upstream,
+        Renderer::new(codec),
+        metrics.clone(),
+        ready.clone(),
+        config.max_upstream_message_bytes,
+    )?;
+    let config = Arc::new(config);
+    let registry = Arc::new(Registry::new(Arc::new(ctx), &config));
+    let sweeper = registry.spawn_sweeper();
+    let gateway = Arc::new(Gateway {
+        config: config.clone(),
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+    });
+    let admin_state = Arc::new(Admin {
+        ready,
+        metrics,
+        registry: registry.clone(),
+        upstream,
+    });
+    info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let rest = axum::serve(listener, http::router(gateway))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let admin = axum::serve(admin_listener, admin::router(admin_state))
+        .with_graceful_shutdown(stopped(stop_rx));
+    let result = tokio::try_join!(async { rest.await }, async { admin.await });
+    sweeper.abort();
+    registry.close_all();
+    result.map(|_| ()).map_err(AppError::from)
+}

@@ -1,0 +1,281 @@
+//! `POST /v3/discovery:<type>`: one REST discovery request, answered from
+//! the node's session.
+//!
+//! Order of checks: secrets gate, body (size, JSON), type_url vs path, node,
+//! session, then the answer: wait (bounded) for the upstream's first state,
+//! 200 with the assembled body or 304, holding a 304 as a long poll when the
+//! client asked to wait. Nothing here mutates a state except through its
+//! body memo, so a bad request cannot poison what others are served.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use tracing::warn;
+
+use super::error::ApiError;
+use super::Gateway;
+use crate::cache::{Answer, Names, TypeState};
+use crate::config::RewritePolicy;
+use crate::source::session::{wait_for_change, wait_for_coverage, Command};
+use crate::source::{IdentityKey, Session, SourceError};
+use crate::xds::rewrite::RestTarget;
+use crate::xds::{DiscoveryRequestView, Endpoint, ResourceType};
+
+/// Seconds a 503 asks the client to wait before retrying.
+const RETRY_AFTER_SECS: u64 = 1;
+
+/// Serves one discovery request and records its metrics.
+pub async fn handle(
+    gateway: Arc<Gateway>,
+    kind: ResourceType,
+    headers: HeaderMap,
+    query: HashMap<String, String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let response = match serve(&gateway, kind, &headers, &query, body).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    };
+    gateway.metrics.request(
+        Some(kind),
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+async fn serve(
+    gateway: &Gateway,
+    kind: ResourceType,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let config = &gateway.config;
+    if kind == ResourceType::Secrets && !config.allow_secrets {
+        return Err(ApiError::Forbidden(
+            "serving secrets over HTTP is off; start the gateway with --allow-secrets to serve them".into(),
+        ));
+    }
+    let body = body.map_err(|rejection| body_error(rejection, config.max_body_bytes))?;
+    let request =
+        DiscoveryRequestView::parse(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if !request.type_url.is_empty() && request.type_url != kind.type_url() {
+        return Err(ApiError::BadRequest(format!(
+            "type_url {:?} contradicts the path {} (which serves {})",
+            request.type_url,
+            Endpoint::Discovery(kind).path(),
+            kind.type_url()
+        )));
+    }
+    let wait = requested_wait(query, config.default_wait, config.max_wait)?;
+    let names = Names::from_request(request.resource_names);
+    let key = IdentityKey::of(request.node.as_ref(), config.session_key);
+    let session = gateway
+        .registry
+        .session(key, request.node.as_ref())
+        .map_err(source_error)?;
+    let rx = session.want(kind, &names);
+    let Some(mut state) =
+        wait_for_coverage(rx.clone(), &names, config.first_response_timeout).await
+    else {
+        return Err(ApiError::Unavailable {
+            message: format!(
+                "the upstream has not answered for {} within {:?}",
+                kind.type_url(),
+                config.first_response_timeout
+            ),
+            retry_after_secs: RETRY_AFTER_SECS,
+        });
+    };
+    let user_agent = request
+        .node
+        .as_ref()
+        .map_or("", |n| n.user_agent_name.as_str());
+    let target = rest_target(
+        config.rewrite_config_sources,
+        user_agent,
+        headers,
+        config.refresh_delay,
+    );
+    let presented = request.version_info;
+    check_rejection(gateway, &session, kind, &presented, &state);
+
+    let renderer = gateway.registry.renderer();
+    let render_error =
+        |e: crate::xds::JsonError| ApiError::Internal(format!("rendering failed: {e}"));
+    let mut answer = state
+        .answer(renderer, &names, &presented, target.as_ref())
+        .map_err(render_error)?;
+    if answer == Answer::NotModified && !wait.is_zero() {
+        let next = wait_for_change(rx, &state, wait).await;
+        if !Arc::ptr_eq(&next, &state) {
+            state = next;
+            answer = state
+                .answer(renderer, &names, &presented, target.as_ref())
+                .map_err(render_error)?;
+        }
+    }
+    Ok(match answer {
+        Answer::NotModified => {
+            gateway.metrics.cache_hit(kind);
+            StatusCode::NOT_MODIFIED.into_response()
+        }
+        Answer::Body { json, cached } => {
+            if cached {
+                gateway.metrics.cache_hit(kind);
+            } else {
+                gateway.metrics.cache_miss(kind);
+            }
+            session.with_rejections(kind, |t| t.served(&state.version));
+            json_response(json)
+        }
+    })
+}
+
+fn json_response(json: Bytes) -> Response {
+    let mut response = (StatusCode::OK, json).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Counts polls that present an older version than one already served, and
+/// reports (and optionally NACKs upstream) a suspected rejection.
+fn check_rejection(
+    gateway: &Gateway,
+    session: &Session,
+    kind: ResourceType,
+    presented: &str,
+    state: &TypeState,
+) {
+    if presented.is_empty() {
+        return;
+    }
+    let threshold = gateway.config.rejection_threshold;
+    let Some(suspicion) =
+        session.with_rejections(kind, |t| t.observe(presented, &state.version, threshold))
+    else {
+        return;
+    };
+    warn!(
+        node = %session.node.id, %kind, presented = %suspicion.presented, current = %suspicion.current,
+        polls = suspicion.polls, "suspected rejection: a REST client keeps presenting an older version"
+    );
+    gateway.metrics.suspected_rejection(kind);
+    if gateway.config.forward_rejections {
+        session.send(Command::Nack {
+            kind,
+            presented: suspicion.presented.clone(),
+            message: format!(
+                "xds-gateway: a REST client of node {:?} kept presenting version {:?} for {} polls after version {:?} was served; it probably rejected it",
+                session.node.id, suspicion.presented, suspicion.polls, suspicion.current
+            ),
+        });
+    }
+}
+
+/// Where rewritten config sources point, if this client gets them rewritten.
+/// Envoy sets `Host` to its xDS cluster name.
+fn rest_target(
+    policy: RewritePolicy,
+    user_agent: &str,
+    headers: &HeaderMap,
+    refresh_delay: Duration,
+) -> Option<RestTarget> {
+    let rewrite = match policy {
+        RewritePolicy::Always => true,
+        RewritePolicy::Never => false,
+        RewritePolicy::Auto => user_agent == "envoy",
+    };
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    (rewrite && !host.is_empty()).then(|| RestTarget {
+        cluster_name: host.to_owned(),
+        refresh_delay,
+    })
+}
+
+/// `?wait=25s` (or the configured default), capped by `max_wait`.
+fn requested_wait(
+    query: &HashMap<String, String>,
+    default: Duration,
+    max: Duration,
+) -> Result<Duration, ApiError> {
+    let wait = match query.get("wait") {
+        None => default,
+        Some(text) => humantime::parse_duration(text).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "wait={text:?} is not a duration like 25s or 500ms: {e}"
+            ))
+        })?,
+    };
+    Ok(wait.min(max))
+}
+
+fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::BodyTooLarge { limit }
+    } else {
+        ApiError::BadRequest(format!(
+            "could not read the request body: {}",
+            rejection.body_text()
+        ))
+    }
+}
+
+fn source_error(err: SourceError) -> ApiError {
+    match err {
+        SourceError::InvalidNode(_) => ApiError::BadRequest(err.to_string()),
+        SourceError::TooManySessions { .. } => ApiError::Unavailable {
+            message: err.to_string(),
+            retry_after_secs: RETRY_AFTER_SECS,
+        },
+        SourceError::BadUpstream { .. } => ApiError::Internal(err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_is_parsed_and_capped() {
+        let q = |v: &str| HashMap::from([("wait".to_string(), v.to_string())]);
+        let max = Duration::from_secs(30);
+        assert_eq!(
+            requested_wait(&HashMap::new(), Duration::ZERO, max).unwrap(),
+            Duration::ZERO
+        );
+        assert_eq!(
+            requested_wait(&q("5s"), Duration::ZERO, max).unwrap(),
+            Duration::from_secs(5)
+        );
+        assert_eq!(requested_wait(&q("5m"), Duration::ZERO, max).unwrap(), max);
+        assert!(requested_wait(&q("soon"), Duration::ZERO, max).is_err());
+    }
+
+    #[test]
+    fn rewrite_policy_and_host() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("xds_cluster"));
+        let d = Duration::from_secs(1);
+        assert_eq!(
+            rest_target(RewritePolicy::Auto, "envoy", &h, d)
+                .unwrap()
+                .cluster_name,
+            "xds_cluster"
+        );
+        assert!(rest_target(RewritePolicy::Auto, "curl", &h, d).is_none());
+        assert!(rest_target(RewritePolicy::Always, "curl", &h, d).is_some());
+        assert!(rest_target(RewritePolicy::Never, "envoy", &h, d).is_none());
+        assert!(rest_target(RewritePolicy::Always, "envoy", &HeaderMap::new(), d).is_none());
+    }
+}

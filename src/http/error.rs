@@ -1,0 +1,106 @@
+//! The one error → HTTP status table of the REST face.
+//!
+//! Every error body is a `google.rpc.Status`-shaped JSON object,
+//! `{"code": <google.rpc.Code number>, "message": "<what was wrong>"}`, so a
+//! client can always tell what happened. Client mistakes are 4xx; only the
+//! gateway's own failures are 5xx.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// google.rpc.Code numbers used here.
+mod code {
+    pub const INVALID_ARGUMENT: i32 = 3;
+    pub const NOT_FOUND: i32 = 5;
+    pub const PERMISSION_DENIED: i32 = 7;
+    pub const UNIMPLEMENTED: i32 = 12;
+    pub const INTERNAL: i32 = 13;
+    pub const UNAVAILABLE: i32 = 14;
+}
+
+/// Everything a REST request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after_secs: u64,
+    },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn rpc_code(&self) -> i32 {
+        match self {
+            ApiError::NotFound(_) => code::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => code::UNIMPLEMENTED,
+            ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => code::INVALID_ARGUMENT,
+            ApiError::Forbidden(_) => code::PERMISSION_DENIED,
+            ApiError::Unavailable { .. } => code::UNAVAILABLE,
+            ApiError::Internal(_) => code::INTERNAL,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"code": self.rpc_code(), "message": self.to_string()});
+        let mut response = (self.status(), body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let ApiError::Unavailable {
+            retry_after_secs, ..
+        } = self
+        {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bodies_are_rpc_status_shaped() {
+        let response = ApiError::Unavailable {
+            message: "upstream has not answered".into(),
+            retry_after_secs: 2,
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["code"], 14);
+        assert_eq!(v["message"], "upstream has not answered");
+    }
+}

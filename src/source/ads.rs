@@ -1,0 +1,341 @@
+//! The upstream side of one session: a SotW `StreamAggregatedResources`
+//! stream to the control plane.
+//!
+//! The task sends the session's subscriptions (node on the first request of
+//! each stream), decodes and renders every response off the async threads,
+//! publishes what decoded into the session and ACKs it, NACKs with an
+//! `error_detail` what did not (keeping the last good state), and forwards
+//! suspected REST rejections as NACKs. When the stream breaks it reconnects
+//! with jittered exponential backoff and resubscribes, presenting the versions
+//! it holds; the session keeps serving its last state meanwhile.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::rpc::Status;
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{debug, info, warn, Instrument};
+
+use super::session::{Command, Session};
+use super::UpstreamContext;
+use crate::cache::{Resource, TypeState};
+use crate::xds::ResourceType;
+
+/// First reconnect delay; doubles per failure up to [`BACKOFF_MAX`].
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Each delay is scaled by a random factor in [1 - JITTER, 1 + JITTER].
+const BACKOFF_JITTER: f64 = 0.5;
+/// Requests queued toward one stream before the sender waits.
+const OUTBOUND_QUEUE: usize = 64;
+/// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
+const INVALID_ARGUMENT: i32 = 3;
+const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+
+/// Why one stream ended.
+#[derive(Debug, thiserror::Error)]
+enum StreamError {
+    #[error("upstream stream failed: {0}")]
+    Status(#[from] tonic::Status),
+    #[error("upstream closed the stream")]
+    Closed,
+}
+
+/// Last response seen per type: what ACKs and reconnects present.
+#[derive(Debug, Default, Clone)]
+struct Acked {
+    version: String,
+    nonce: String,
+}
+
+/// Runs the session's upstream stream until the session closes.
+pub async fn run(
+    ctx: Arc<UpstreamContext>,
+    session: Arc<Session>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let span =
+        tracing::info_span!("upstream", node = %session.node.id, cluster = %session.node.cluster);
+    async move {
+        let mut acked: BTreeMap<ResourceType, Acked> = BTreeMap::new();
+        let mut failures = 0u32;
+        loop {
+            let mut stream = Stream::new(&ctx, &session, &mut acked);
+            let result = stream.run(&mut commands).await;
+            let answered = stream.answered;
+            match result {
+                Ok(()) => return,
+                Err(err) => {
+                    failures = if answered {
+                        1
+                    } else {
+                        failures.saturating_add(1)
+                    };
+                    let delay = backoff(failures);
+                    warn!(error = %err, retry_in = ?delay, "upstream stream ended");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Jittered exponential backoff for the `failures`-th consecutive failure.
+fn backoff(failures: u32) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    let capped = exp.min(BACKOFF_MAX);
+    let factor = rand::rng().random_range((1.0 - BACKOFF_JITTER)..=(1.0 + BACKOFF_JITTER));
+    capped.mul_f64(factor)
+}
+
+/// One stream's worth of state.
+struct Stream<'a> {
+    ctx: &'a UpstreamContext,
+    session: &'a Session,
+    acked: &'a mut BTreeMap<ResourceType, Acked>,
+    /// Subscription sent last per type (what the next response answers).
+    sent: BTreeMap<ResourceType, crate::cache::Coverage>,
+    node_sent: bool,
+    answered: bool,
+}
+
+impl<'a> Stream<'a> {
+    fn new(
+        ctx: &'a UpstreamContext,
+        session: &'a Session,
+        acked: &'a mut BTreeMap<ResourceType, Acked>,
+    ) -> Self {
+        Stream {
+            ctx,
+            session,
+            acked,
+            sent: BTreeMap::new(),
+            node_sent: false,
+            answered: false,
+        }
+    }
+
+    /// Ok when the session closed (commands channel gone); Err when the stream broke.
+    async fn run(
+        &mut self,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Result<(), StreamError> {
+        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+        for kind in ResourceType::ALL {
+            self.subscribe(kind, &tx).await;
+        }
+        let mut client = AggregatedDiscoveryServiceClient::new(self.ctx.channel.clone())
+            .max_decoding_message_size(self.ctx.max_message_bytes)
+            .max_encoding_message_size(self.ctx.max_message_bytes);
+        let call = client.stream_aggregated_resources(ReceiverStream::new(rx));
+        tokio::pin!(call);
+        // Commands may arrive before the response headers do.
+        let mut inbound = loop {
+            tokio::select! {
+                response = &mut call => break response?.into_inner(),
+                command = commands.recv() => match command {
+                    Some(command) => self.command(command, &tx).await,
+                    None => return Ok(()),
+                },
+            }
+        };
+        self.ctx.metrics.stream_opened();
+        let _open = StreamGuard(self.ctx);
+        info!("upstream stream open");
+        loop {
+            tokio::select! {
+                message = inbound.message() => match message? {
+                    Some(response) => self.response(response, &tx).await,
+                    None => return Err(StreamError::Closed),
+                },
+                command = commands.recv() => match command {
+                    Some(command) => self.command(command, &tx).await,
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+
+    async fn command(&mut self, command: Command, tx: &mpsc::Sender<DiscoveryRequest>) {
+        match command {
+            Command::Resubscribe(kind) => self.subscribe(kind, tx).await,
+            Command::Nack {
+                kind,
+                presented,
+                message,
+            } => {
+                let nonce = self
+                    .acked
+                    .get(&kind)
+                    .map(|a| a.nonce.clone())
+                    .unwrap_or_default();
+                let request = self.request(kind, presented, nonce, Some(message));
+                self.ctx.metrics.nack(kind);
+                let _ = tx.send(request).await;
+            }
+        }
+    }
+
+    /// Sends the session's current subscription for `kind`, if it has one.
+    async fn subscribe(&mut self, kind: ResourceType, tx: &mpsc::Sender<DiscoveryRequest>) {
+        let Some(coverage) = self.session.subscription(kind) else {
+            if self.sent.remove(&kind).is_some() {
+                // Nobody wants this type any more: an explicit empty, non-wildcard
+                // subscription is not expressible in SotW, so say nothing and
+                // ignore what still arrives for it.
+                debug!(%kind, "interest dropped");
+            }
+            return;
+        };
+        if self.sent.get(&kind) == Some(&coverage) {
+            return;
+        }
+        self.sent.insert(kind, coverage);
+        let acked = self.acked.get(&kind).cloned().unwrap_or_default();
+        let request = self.request(kind, acked.version, acked.nonce, None);
+        let _ = tx.send(request).await;
+    }
+
+    fn request(
+        &mut self,
+        kind: ResourceType,
+        version: String,
+        nonce: String,
+        error: Option<String>,
+    ) -> DiscoveryRequest {
+        let names = self
+            .sent
+            .get(&kind)
+            .map(Session::request_names)
+            .unwrap_or_default();
+        let node = (!self.node_sent).then(|| self.session.node.clone());
+        self.node_sent = true;
+        DiscoveryRequest {
+            version_info: version,
+            node,
+            resource_names: names,
+            type_url: kind.type_url().to_owned(),
+            response_nonce: nonce,
+            error_detail: error.map(|message| Status {
+                code: INVALID_ARGUMENT,
+                message,
+                details: Vec::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn response(&mut self, response: DiscoveryResponse, tx: &mpsc::Sender<DiscoveryRequest>) {
+        self.answered = true;
+        self.ctx.ready.mark_ready();
+        let Some(kind) = ResourceType::from_type_url(&response.type_url) else {
+            warn!(type_url = %response.type_url, "response for a type the gateway does not serve");
+            return;
+        };
+        let coverage = self.sent.get(&kind).cloned().unwrap_or_default();
+        let renderer = self.ctx.renderer.clone();
+        let version = response.version_info.clone();
+        let nonce = response.nonce.clone();
+        let decoded =
+            tokio::task::spawn_blocking(move || decode_all(&renderer, kind, response.resources))
+                .await
+                .unwrap_or_else(|e| Err(format!("decoder task failed: {e}")));
+        match decoded {
+            Ok(resources) => {
+                debug!(%kind, %version, count = resources.len(), "accepted");
+                self.session.publish(TypeState::new(
+                    kind,
+                    version.clone(),
+                    nonce.clone(),
+                    resources,
+                    coverage,
+                ));
+                self.acked.insert(kind, Acked { version, nonce });
+                let acked = self.acked[&kind].clone();
+                let request = self.request(kind, acked.version, acked.nonce, None);
+                self.ctx.metrics.ack(kind);
+                let _ = tx.send(request).await;
+            }
+            Err(reason) => {
+                warn!(%kind, %version, %reason, "rejected upstream response (NACK)");
+                let previous = self
+                    .acked
+                    .get(&kind)
+                    .map(|a| a.version.clone())
+                    .unwrap_or_default();
+                let request = self.request(kind, previous, nonce, Some(reason));
+                self.ctx.metrics.nack(kind);
+                let _ = tx.send(request).await;
+            }
+        }
+    }
+}
+
+/// Decodes and renders every resource; the first failure fails them all
+/// (a response is accepted or rejected as a whole, as Envoy does).
+fn decode_all(
+    renderer: &crate::cache::Renderer,
+    kind: ResourceType,
+    anys: Vec<envoy_types::pb::google::protobuf::Any>,
+) -> Result<BTreeMap<String, Arc<Resource>>, String> {
+    use prost::Message;
+    let mut out = BTreeMap::new();
+    for any in anys {
+        let any = if any.type_url == RESOURCE_WRAPPER {
+            let wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource::decode(
+                any.value.as_slice(),
+            )
+            .map_err(|e| format!("bad Resource wrapper: {e}"))?;
+            wrapper
+                .resource
+                .ok_or("Resource wrapper without a resource")?
+        } else {
+            any
+        };
+        if any.type_url != kind.type_url() {
+            return Err(format!(
+                "resource of type {} in a {} response",
+                any.type_url,
+                kind.type_url()
+            ));
+        }
+        let resource = renderer
+            .resource(kind, any.value.into())
+            .map_err(|e| e.to_string())?;
+        if out.insert(resource.name.clone(), resource).is_some() {
+            return Err("duplicate resource name in one response".into());
+        }
+    }
+    Ok(out)
+}
+
+/// Keeps the open-streams gauge right however the stream ends.
+struct StreamGuard<'a>(&'a UpstreamContext);
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.stream_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        for failures in 1..40 {
+            let d = backoff(failures);
+            assert!(d <= BACKOFF_MAX.mul_f64(1.0 + BACKOFF_JITTER), "{d:?}");
+            assert!(d >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{d:?}");
+        }
+        assert!(backoff(30) > backoff(1));
+    }
+}

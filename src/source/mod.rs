@@ -1,0 +1,213 @@
+//! Where config comes from: upstream sessions, one per node identity, each
+//! holding one SotW ADS stream to the control plane ([`ads`]).
+//!
+//! The [`Registry`] creates sessions on first use (bounded in number), shares
+//! them between every client of the same identity (fan-in), prunes names no
+//! client asks for any more, and closes sessions idle past the configured
+//! timeout. It never serves HTTP; `tonic::Status` is classified here only.
+
+pub mod ads;
+pub mod identity;
+pub mod session;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint};
+use tracing::info;
+
+pub use identity::IdentityKey;
+pub use session::Session;
+
+use crate::cache::Renderer;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::xds::NodeView;
+
+/// Why a session could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("too many upstream sessions ({max}); try again later")]
+    TooManySessions { max: usize },
+    #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
+    InvalidNode(String),
+    #[error("invalid upstream address {uri}: {reason}")]
+    BadUpstream { uri: String, reason: String },
+}
+
+/// "Ready once the upstream has answered": never unready again once set.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    pub fn mark_ready(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// What every session's upstream task shares.
+#[derive(Debug)]
+pub struct UpstreamContext {
+    pub channel: Channel,
+    pub renderer: Renderer,
+    pub metrics: Arc<Metrics>,
+    pub ready: Arc<Readiness>,
+    pub max_message_bytes: usize,
+}
+
+/// How often idle sessions and stale names are swept.
+const SWEEP_EVERY_MAX: Duration = Duration::from_secs(5);
+/// Upstream connection establishment limit.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 keepalive toward the control plane.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+impl UpstreamContext {
+    /// A lazily connecting channel to `uri` (the first stream connects).
+    pub fn connect_lazy(
+        uri: &str,
+        renderer: Renderer,
+        metrics: Arc<Metrics>,
+        ready: Arc<Readiness>,
+        max_message_bytes: usize,
+    ) -> Result<UpstreamContext, SourceError> {
+        let endpoint = Endpoint::from_shared(uri.to_owned())
+            .map_err(|e| SourceError::BadUpstream {
+                uri: uri.to_owned(),
+                reason: e.to_string(),
+            })?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        Ok(UpstreamContext {
+            channel: endpoint.connect_lazy(),
+            renderer,
+            metrics,
+            ready,
+            max_message_bytes,
+        })
+    }
+}
+
+/// Every live session, by identity.
+#[derive(Debug)]
+pub struct Registry {
+    sessions: Mutex<HashMap<IdentityKey, Arc<Session>>>,
+    ctx: Arc<UpstreamContext>,
+    max_sessions: usize,
+    idle_timeout: Duration,
+}
+
+impl Registry {
+    pub fn new(ctx: Arc<UpstreamContext>, config: &Config) -> Registry {
+        Registry {
+            sessions: Mutex::default(),
+            ctx,
+            max_sessions: config.max_sessions,
+            idle_timeout: config.idle_timeout,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IdentityKey, Arc<Session>>> {
+        // Map operations are single inserts/removes: never half-done.
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn renderer(&self) -> &Renderer {
+        &self.ctx.renderer
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The session of `key`, created (and its upstream stream started) for
+    /// the first client of that identity.
+    pub fn session(
+        &self,
+        key: IdentityKey,
+        node: Option<&NodeView>,
+    ) -> Result<Arc<Session>, SourceError> {
+        let mut sessions = self.lock();
+        if let Some(session) = sessions.get(&key) {
+            session.touch();
+            return Ok(session.clone());
+        }
+        if sessions.len() >= self.max_sessions {
+            return Err(SourceError::TooManySessions {
+                max: self.max_sessions,
+            });
+        }
+        let node = self.decode_node(node)?;
+        let (session, commands) = Session::new(key.clone(), node);
+        let task = tokio::spawn(ads::run(self.ctx.clone(), session.clone(), commands));
+        session.attach_task(task);
+        info!(node = %session.node.id, cluster = %session.node.cluster, "session opened");
+        sessions.insert(key, session.clone());
+        self.ctx.metrics.set_sessions(sessions.len());
+        Ok(session)
+    }
+
+    fn decode_node(&self, node: Option<&NodeView>) -> Result<Node, SourceError> {
+        let Some(raw) = node.and_then(|n| n.raw.as_deref()) else {
+            return Ok(Node::default());
+        };
+        self.ctx
+            .renderer
+            .codec()
+            .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
+            .map_err(|e| SourceError::InvalidNode(e.to_string()))
+    }
+
+    /// Closes idle sessions and prunes names nobody asked for recently.
+    pub fn sweep(&self, now: Instant) {
+        let mut sessions = self.lock();
+        sessions.retain(|_, session| {
+            if session.idle_for(now) >= self.idle_timeout {
+                info!(node = %session.node.id, "session idle: closed");
+                session.close();
+                false
+            } else {
+                session.prune(now, self.idle_timeout);
+                true
+            }
+        });
+        self.ctx.metrics.set_sessions(sessions.len());
+    }
+
+    /// Sweeps periodically until the returned task is aborted.
+    pub fn spawn_sweeper(self: &Arc<Self>) -> JoinHandle<()> {
+        let registry = Arc::downgrade(self);
+        let every = (self.idle_timeout / 4).clamp(Duration::from_millis(50), SWEEP_EVERY_MAX);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(registry) = registry.upgrade() else {
+                    return;
+                };
+                registry.sweep(Instant::now());
+            }
+        })
+    }
+
+    /// Closes every session (at shutdown).
+    pub fn close_all(&self) {
+        for (_, session) in self.lock().drain() {
+            session.close();
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! One upstream session: the state shared by every REST client of one node
+//! identity (fan-in), what they subscribed to, and the channel that tells the
+//! session's upstream stream task what to send.
+//!
+//! The session never talks to the network itself; `ads` does, and publishes
+//! each accepted state here through a `watch` channel per type, which is what
+//! waiting and long-polling requests wait on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::identity::IdentityKey;
+use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
+use crate::xds::ResourceType;
+
+/// What a session asks of its upstream stream task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// The subscription for this type changed: send it.
+    Resubscribe(ResourceType),
+    /// A REST client seems to have rejected `current`: NACK upstream.
+    Nack {
+        kind: ResourceType,
+        presented: String,
+        message: String,
+    },
+}
+
+/// What the node's clients want of one type.
+#[derive(Debug, Default)]
+struct Subscription {
+    wildcard_seen: Option<Instant>,
+    /// Name → when a client last asked for it.
+    names: BTreeMap<String, Instant>,
+}
+
+impl Subscription {
+    fn coverage(&self) -> Coverage {
+        Coverage {
+            wildcard: self.wildcard_seen.is_some(),
+            names: self.names.keys().cloned().collect(),
+        }
+    }
+}
+
+/// Per-type slot of a session.
+#[derive(Debug)]
+struct TypeSlot {
+    state: watch::Sender<Option<Arc<TypeState>>>,
+    subscription: Mutex<Subscription>,
+    rejections: Mutex<RejectionTracker>,
+}
+
+/// The shared upstream session of one node identity.
+#[derive(Debug)]
+pub struct Session {
+    pub key: IdentityKey,
+    /// The node sent upstream: the first client's, as it sent it.
+    pub node: Node,
+    slots: Vec<TypeSlot>,
+    commands: mpsc::UnboundedSender<Command>,
+    last_poll: Mutex<Instant>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here is a few field updates; a panic inside one
+    // cannot leave the data half-updated in a way later readers would trip on.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Session {
+    /// A new session and the receiving end of its command channel (for `ads`).
+    pub fn new(key: IdentityKey, node: Node) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let slots = ResourceType::ALL
+            .iter()
+            .map(|_| TypeSlot {
+                state: watch::Sender::new(None),
+                subscription: Mutex::default(),
+                rejections: Mutex::default(),
+            })
+            .collect();
+        let session = Arc::new(Session {
+            key,
+            node,
+            slots,
+            commands,
+            last_poll: Mutex::new(Instant::now()),
+            task: Mutex::new(None),
+        });
+        (session, rx)
+    }
+
+    fn slot(&self, kind: ResourceType) -> &TypeSlot {
+        // `slots` has one entry per ResourceType::ALL, in order.
+        &self.slots[kind as usize]
+    }
+
+    /// Attaches the upstream task, aborted when the session closes.
+    pub fn attach_task(&self, task: JoinHandle<()>) {
+        *lock(&self.task) = Some(task);
+    }
+
+    /// Stops the upstream task. Waiting requests see their channels close.
+    pub fn close(&self) {
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
+    }
+
+    /// Marks a poll now (keeps the session from idling out).
+    pub fn touch(&self) {
+        *lock(&self.last_poll) = Instant::now();
+    }
+
+    pub fn idle_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(*lock(&self.last_poll))
+    }
+
+    /// Records that a client wants `names` of `kind`; asks the upstream task
+    /// to resubscribe if that widens the subscription.
+    pub fn want(
+        &self,
+        kind: ResourceType,
+        names: &Names,
+    ) -> watch::Receiver<Option<Arc<TypeState>>> {
+        let now = Instant::now();
+        let widened = {
+            let mut sub = lock(&self.slot(kind).subscription);
+            match names {
+                Names::Wildcard => sub.wildcard_seen.replace(now).is_none(),
+                Names::Named(set) => {
+                    let mut widened = false;
+                    for name in set {
+                        widened |= sub.names.insert(name.clone(), now).is_none();
+                    }
+                    widened
+                }
+            }
+        };
+        if widened {
+            self.send(Command::Resubscribe(kind));
+        }
+        self.slot(kind).state.subscribe()
+    }
+
+    /// Drops names (and wildcard interest) no client asked for within `ttl`,
+    /// resubscribing the types that narrowed.
+    pub fn prune(&self, now: Instant, ttl: Duration) {
+        for kind in ResourceType::ALL {
+            let narrowed = {
+                let mut sub = lock(&self.slot(kind).subscription);
+                let before = (sub.wildcard_seen.is_some(), sub.names.len());
+                let fresh = |seen: &Instant| now.saturating_duration_since(*seen) < ttl;
+                sub.names.retain(|_, seen| fresh(seen));
+                if sub.wildcard_seen.is_some_and(|seen| !fresh(&seen)) {
+                    sub.wildcard_seen = None;
+                }
+                before != (sub.wildcard_seen.is_some(), sub.names.len())
+            };
+            if narrowed {
+                self.send(Command::Resubscribe(kind));
+            }
+        }
+    }
+
+    /// The subscription to send upstream for `kind`, or `None` if no client
+    /// has asked for it.
+    pub fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+        let sub = lock(&self.slot(kind).subscription);
+        (sub.wildcard_seen.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
+    }
+
+    /// Names to put in a SotW request: empty for a plain wildcard, `*` plus
+    /// the names when a wildcard and names are both wanted.
+    pub fn request_names(coverage: &Coverage) -> Vec<String> {
+        let names: Vec<String> = coverage.names.iter().cloned().collect();
+        if coverage.wildcard && !names.is_empty() {
+            std::iter::once("*".to_owned()).chain(names).collect()
+        } else {
+            names
+        }
+    }
+
+    /// Publishes an accepted state of `kind` to every waiting request.
+    pub fn publish(&self, state: TypeState) {
+        self.slot(state.kind)
+            .state
+            .send_replace(Some(Arc::new(state)));
+    }
+
+    /// The current state of `kind`, if any arrived.
+    pub fn current(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+        self.slot(kind).state.borrow().clone()
+    }
+
+    /// Runs `f` on the rejection tracker of `kind`.
+    pub fn with_rejections<T>(
+        &self,
+        kind: ResourceType,
+        f: impl FnOnce(&mut RejectionTracker) -> T,
+    ) -> T {
+        f(&mut lock(&self.slot(kind).rejections))
+    }
+
+    /// Queues a command for the upstream task (dropped if it has stopped).
+    pub fn send(&self, command: Command) {
+        let _ = self.commands.send(command);
+    }
+}
+
+/// Waits up to `timeout` for a state of `rx` that covers `names`. Returns the
+/// covering state, else the latest state (the names may simply not exist
+/// upstream), else `None` when the upstream has not answered at all.
+pub async fn wait_for_coverage(
+    mut rx: watch::Receiver<Option<Arc<TypeState>>>,
+    names: &Names,
+    timeout: Duration,
+) -> Option<Arc<TypeState>> {
+    let covered = |s: &Option<Arc<TypeState>>| s.as_ref().is_some_and(|s| s.coverage.covers(names));
+    let waited = match tokio::time::timeout(timeout, rx.wait_for(covered)).await {
+        Ok(Ok(state)) => Some(state.clone()),
+        _ => None,
+    };
+    waited.unwrap_or_else(|| rx.borrow().clone())
+}
+
+/// Waits up to `wait` for a state other than `seen` (a long poll).
+pub async fn wait_for_change(
+    mut rx: watch::Receiver<Option<Arc<TypeState>>>,
+    seen: &Arc<TypeState>,
+    wait: Duration,
+) -> Arc<TypeState> {
+    let changed = |s: &Option<Arc<TypeState>>| s.as_ref().is_some_and(|s| !Arc::ptr_eq(s, seen));
+    match tokio::time::timeout(wait, rx.wait_for(changed)).await {
+        Ok(Ok(state)) => state.clone().unwrap_or_else(|| seen.clone()),
+        _ => seen.clone(),
+    }
+}
+
+/// Names wanted in a set, for tests and logs.
+pub fn names_of(coverage: &Coverage) -> BTreeSet<String> {
+    coverage.names.clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Names {
+        Names::from_request(n.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[tokio::test]
+    async fn want_resubscribes_only_when_widened_and_prune_narrows() {
+        let (s, mut rx) = Session::new(
+            IdentityKey::of(None, crate::config::SessionKey::Node),
+            Node::default(),
+        );
+        s.want(ResourceType::Endpoints, &names(&["a"]));
+        s.want(ResourceType::Endpoints, &names(&["a"]));
+        s.want(ResourceType::Endpoints, &names(&["a", "b"]));
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Command::Resubscribe(ResourceType::Endpoints)
+        );
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Command::Resubscribe(ResourceType::Endpoints)
+        );
+        assert!(rx.try_recv().is_err());
+        let cov = s.subscription(ResourceType::Endpoints).unwrap();
+        assert_eq!(Session::request_names(&cov), ["a", "b"]);
+        assert!(s.subscription(ResourceType::Clusters).is_none());
+
+        s.prune(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Command::Resubscribe(ResourceType::Endpoints)
+        );
+        assert!(s.subscription(ResourceType::Endpoints).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_are_bounded() {
+        let (s, _rx) = Session::new(
+            IdentityKey::of(None, crate::config::SessionKey::Node),
+            Node::default(),
+        );
+        let rx = s.want(ResourceType::Clusters, &Names::Wildcard);
+        assert!(
+            wait_for_coverage(rx, &Names::Wildcard, Duration::from_secs(5))
+                .await
+                .is_none()
+        );
+    }
+}
