@@ -83,3 +83,6 @@ async fn not_found(uri: Uri) -> ApiError {
     };
     ApiError::NotFound(message)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! Router tests with `oneshot`: routing, the error table, and that the
+//! OpenAPI document lists exactly the routes served. Requests here fail
+//! before any upstream session is opened, so no control plane is needed.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use tower::ServiceExt;
+
+use super::{router, served_paths, Gateway};
+use crate::cache::Renderer;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::source::{Readiness, Registry, UpstreamContext};
+use crate::xds::Codec;
+
+fn gateway(config: Config) -> Arc<Gateway> {
+    let metrics = Arc::new(Metrics::new());
+    let ctx = UpstreamContext::connect_lazy(
+        "http://127.0.0.1:9",
+        Renderer::new(Codec::embedded()),
+        metrics.clone(),
+        Arc::new(Readiness::default()),
+        1 << 20,
+    )
+    .unwrap();
+    Arc::new(Gateway {
+        registry: Arc::new(Registry::new(Arc::new(ctx), &config)),
+        config: Arc::new(config),
+        metrics,
+    })
+}
+
+async fn call(
+    config: Config,
+    method: &str,
+    path: &str,
+    body: &'static [u8],
+) -> (StatusCode, serde_json::Value) {
+    let response = router(gateway(config))
+        .oneshot(
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::from(body))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn misspelled_path_is_404_naming_the_closest() {
+    let (status, body) = call(Config::default(), "POST", "/v3/discovery:cluster", b"{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["code"], 5);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v3/discovery:clusters"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn wrong_method_is_405_json() {
+    let (status, body) = call(Config::default(), "DELETE", "/v3/discovery:clusters", b"").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["code"], 12);
+}
+
+#[tokio::test]
+async fn bad_bodies_are_400_json() {
+    for body in [&b"not json"[..], b"[]", br#"{"resource_names": 3}"#] {
+        let body: &'static [u8] = body;
+        let (status, json) = call(Config::default(), "POST", "/v3/discovery:clusters", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+        assert_eq!(json["code"], 3);
+    }
+    let (status, json) = call(
+        Config::default(),
+        "POST",
+        "/v3/discovery:clusters",
+        br#"{"type_url":"type.googleapis.com/envoy.config.listener.v3.Listener"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        json["message"].as_str().unwrap().contains("contradicts"),
+        "{json}"
+    );
+}
+
+#[tokio::test]
+async fn body_over_limit_is_400() {
+    let config = Config {
+        max_body_bytes: 1024,
+        ..Config::default()
+    };
+    let big: &'static [u8] = Box::leak(vec![b' '; 4096].into_boxed_slice());
+    let (status, json) = call(config, "POST", "/v3/discovery:clusters", big).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert!(json["message"].as_str().unwrap().contains("1024"), "{json}");
+}
+
+#[tokio::test]
+async fn secrets_need_allow_secrets() {
+    let (status, json) = call(Config::default(), "POST", "/v3/discovery:secrets", b"{}").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(json["message"]
+        .as_str()
+        .unwrap()
+        .contains("--allow-secrets"));
+}
+
+#[test]
+fn openapi_lists_exactly_the_served_paths() {
+    let text = include_str!("../../openapi/xds-gateway.yaml");
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).unwrap();
+    let mut documented: Vec<String> = doc["paths"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap().to_owned())
+        .collect();
+    let mut served = served_paths();
+    documented.sort();
+    served.sort();
+    assert_eq!(documented, served);
+}
