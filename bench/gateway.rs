@@ -71,7 +71,8 @@ fn endpoints(codec: &Codec, version: usize) -> Vec<PbAny> {
 /// The captured Envoy request, re-targeted: empty version (a 200 every time),
 /// the given type and names, the real 77 KB node.
 fn request_body(type_url: &str, names: &[&str]) -> Bytes {
-    let raw = std::fs::read("bench/fixtures/envoy-1.40-cds-request.json").expect("captured Envoy request");
+    let raw = std::fs::read("bench/fixtures/envoy-1.40-cds-request.json")
+        .expect("captured Envoy request");
     let mut v: serde_json::Value = serde_json::from_slice(&raw).expect("captured request is JSON");
     v["version_info"] = "".into();
     v["type_url"] = type_url.into();
@@ -81,16 +82,21 @@ fn request_body(type_url: &str, names: &[&str]) -> Bytes {
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
+/// One POST; a transport error is status 0 (counted, never a panic).
 async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) -> (u16, Bytes) {
     let req = Request::post(format!("http://{addr}{path}"))
         .header("host", "xds_cluster")
         .header("content-type", "application/json")
         .body(Full::new(body))
         .expect("request");
-    let resp = client.request(req).await.expect("response");
+    let Ok(resp) = client.request(req).await else {
+        return (0, Bytes::new());
+    };
     let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, body)
+    match resp.into_body().collect().await {
+        Ok(body) => (status, body.to_bytes()),
+        Err(_) => (0, Bytes::new()),
+    }
 }
 
 struct Figures {
@@ -136,7 +142,9 @@ async fn baseline_server(answer: Bytes) -> SocketAddr {
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let answer = answer.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -163,14 +171,22 @@ async fn baseline_server(answer: Bytes) -> SocketAddr {
 async fn start_gateway(upstream: String) -> (SocketAddr, SocketAddr) {
     let rest = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addrs = (rest.local_addr().expect("addr"), admin.local_addr().expect("addr"));
+    let addrs = (
+        rest.local_addr().expect("addr"),
+        admin.local_addr().expect("addr"),
+    );
     let config = Config {
         upstream: Some(upstream),
         ..Config::default()
     }
     .validate()
     .expect("config");
-    tokio::spawn(xds_gateway::app::run(config, rest, admin, std::future::pending()));
+    tokio::spawn(xds_gateway::app::run(
+        config,
+        rest,
+        admin,
+        std::future::pending(),
+    ));
     addrs
 }
 
@@ -199,17 +215,38 @@ async fn main() {
     let cds_body = request_body(CDS, &[]);
     let eds_body = request_body(EDS, &["cluster-0"]);
     println!("request body: {} bytes (Envoy 1.40 node)", cds_body.len());
-    let (status, cds_answer) = post(&client, gateway, "/v3/discovery:clusters", cds_body.clone()).await;
+    let (status, cds_answer) =
+        post(&client, gateway, "/v3/discovery:clusters", cds_body.clone()).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&cds_answer));
-    let (status, eds_answer) = post(&client, gateway, "/v3/discovery:endpoints", eds_body.clone()).await;
+    let (status, eds_answer) = post(
+        &client,
+        gateway,
+        "/v3/discovery:endpoints",
+        eds_body.clone(),
+    )
+    .await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&eds_answer));
-    println!("CDS response: {} bytes; EDS response: {} bytes", cds_answer.len(), eds_answer.len());
+    println!(
+        "CDS response: {} bytes; EDS response: {} bytes",
+        cds_answer.len(),
+        eds_answer.len()
+    );
 
     println!("\n| case | gateway req/s | p50 ms | p99 ms | baseline req/s | p50 ms | p99 ms | gateway/baseline |");
     println!("|---|---|---|---|---|---|---|---|");
     for (case, path, body, answer) in [
-        ("CDS 1,000 clusters", "/v3/discovery:clusters", cds_body.clone(), cds_answer),
-        ("EDS 1 cluster", "/v3/discovery:endpoints", eds_body.clone(), eds_answer),
+        (
+            "CDS 1,000 clusters",
+            "/v3/discovery:clusters",
+            cds_body.clone(),
+            cds_answer,
+        ),
+        (
+            "EDS 1 cluster",
+            "/v3/discovery:endpoints",
+            eds_body.clone(),
+            eds_answer,
+        ),
     ] {
         let base_addr = baseline_server(answer).await;
         let base = load(base_addr, path, body.clone()).await;
@@ -242,26 +279,35 @@ async fn main() {
     for _ in 0..1000 {
         let (client, body) = (client.clone(), eds_body.clone());
         pollers.push(tokio::spawn(async move {
-            let mut polls = 0u64;
+            let (mut polls, mut failed) = (0u64, 0u64);
             while Instant::now() < deadline {
-                post(&client, gateway, "/v3/discovery:endpoints", body.clone()).await;
+                let (status, _) =
+                    post(&client, gateway, "/v3/discovery:endpoints", body.clone()).await;
                 polls += 1;
+                failed += u64::from(status != 200);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            polls
+            (polls, failed)
         }));
     }
-    let mut polls = 0;
+    let (mut polls, mut failed) = (0, 0);
     for p in pollers {
-        polls += p.await.expect("poller");
+        let (n, f) = p.await.expect("poller");
+        polls += n;
+        failed += f;
     }
     let _ = changer.0.await;
     let upstream = changer.1;
     let upstream_msgs = upstream.requests().len() - before;
     let (_, metrics) = {
-        let req = Request::get(format!("http://{admin}/metrics")).body(Full::new(Bytes::new())).expect("req");
+        let req = Request::get(format!("http://{admin}/metrics"))
+            .body(Full::new(Bytes::new()))
+            .expect("req");
         let resp = client.request(req).await.expect("metrics");
-        (0, resp.into_body().collect().await.expect("body").to_bytes())
+        (
+            0,
+            resp.into_body().collect().await.expect("body").to_bytes(),
+        )
     };
     let hits: f64 = String::from_utf8_lossy(&metrics)
         .lines()
@@ -269,7 +315,7 @@ async fn main() {
         .filter_map(|l| l.rsplit(" ").next()?.parse::<f64>().ok())
         .sum();
     println!(
-        "\nfan-in, 1,000 pollers of one identity for {:?}: {} polls ({:.0}/s); upstream streams opened {}; gateway→upstream requests (ACKs) {} ({:.1}/s); cache hits (endpoints, whole run) {hits}",
+        "\nfan-in, 1,000 pollers of one identity for {:?}: {} polls ({:.0}/s, {failed} not 200); upstream streams opened {}; gateway→upstream requests (ACKs) {} ({:.1}/s); cache hits (endpoints, whole run) {hits}",
         RUN,
         polls,
         polls as f64 / RUN.as_secs_f64(),

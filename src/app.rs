@@ -55,6 +55,7 @@ pub async fn run(
         config: config.clone(),
         registry: registry.clone(),
         metrics: metrics.clone(),
+        parsed: http::parsed::ParsedRequests::new(config.session_key),
     });
     let admin_state = Arc::new(Admin {
         ready,

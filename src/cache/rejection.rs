@@ -22,8 +22,9 @@ pub struct Suspicion {
 #[derive(Debug, Default)]
 pub struct RejectionTracker {
     served: VecDeque<String>,
-    stale_polls: HashMap<String, u32>,
-    reported: HashSet<(String, String)>,
+    /// (subscription, presented version) → polls counted.
+    stale_polls: HashMap<(String, String), u32>,
+    reported: HashSet<(String, String, String)>,
 }
 
 impl RejectionTracker {
@@ -38,11 +39,23 @@ impl RejectionTracker {
         }
     }
 
-    /// Records a poll presenting `presented` while `current` is the state;
-    /// returns a suspicion the first time the threshold is reached.
-    pub fn observe(&mut self, presented: &str, current: &str, threshold: u32) -> Option<Suspicion> {
+    /// Records a poll of `subscription` presenting `presented` while `current`
+    /// is the state; `served_current` says whether this subscription was
+    /// already served `current`. Returns a suspicion the first time the
+    /// threshold is reached.
+    pub fn observe(
+        &mut self,
+        subscription: &str,
+        presented: &str,
+        current: &str,
+        served_current: bool,
+        threshold: u32,
+    ) -> Option<Suspicion> {
         if presented == current {
-            self.stale_polls.clear();
+            self.stale_polls.retain(|(sub, _), _| sub != subscription);
+            return None;
+        }
+        if !served_current {
             return None;
         }
         let position = |v: &str| self.served.iter().position(|s| s == v);
@@ -50,21 +63,28 @@ impl RejectionTracker {
             (Some(old), Some(new)) if old < new => {}
             _ => return None,
         }
-        let polls = self.stale_polls.entry(presented.to_owned()).or_insert(0);
+        let polls = self
+            .stale_polls
+            .entry((subscription.to_owned(), presented.to_owned()))
+            .or_insert(0);
         *polls += 1;
         let polls = *polls;
-        if polls >= threshold
-            && self
-                .reported
-                .insert((presented.to_owned(), current.to_owned()))
-        {
-            return Some(Suspicion {
-                presented: presented.to_owned(),
-                current: current.to_owned(),
-                polls,
-            });
+        if polls < threshold {
+            return None;
         }
-        None
+        let key = (
+            subscription.to_owned(),
+            presented.to_owned(),
+            current.to_owned(),
+        );
+        if !self.reported.insert(key) {
+            return None;
+        }
+        Some(Suspicion {
+            presented: presented.to_owned(),
+            current: current.to_owned(),
+            polls,
+        })
     }
 }
 
@@ -77,14 +97,14 @@ mod tests {
         let mut t = RejectionTracker::default();
         t.served("1");
         t.served("2");
-        assert_eq!(t.observe("1", "2", 3), None);
-        assert_eq!(t.observe("1", "2", 3), None);
-        let s = t.observe("1", "2", 3).unwrap();
+        assert_eq!(t.observe("a", "1", "2", true, 3), None);
+        assert_eq!(t.observe("a", "1", "2", true, 3), None);
+        let s = t.observe("a", "1", "2", true, 3).unwrap();
         assert_eq!(
             (s.presented.as_str(), s.current.as_str(), s.polls),
             ("1", "2", 3)
         );
-        assert_eq!(t.observe("1", "2", 3), None);
+        assert_eq!(t.observe("a", "1", "2", true, 3), None);
     }
 
     #[test]
@@ -93,11 +113,26 @@ mod tests {
         t.served("1");
         t.served("2");
         for _ in 0..5 {
-            assert_eq!(t.observe("", "2", 1), None);
-            assert_eq!(t.observe("0", "2", 1), None);
+            assert_eq!(t.observe("a", "", "2", true, 1), None);
+            assert_eq!(t.observe("a", "0", "2", true, 1), None);
+            // not yet served the current state: catching up
+            assert_eq!(t.observe("a", "1", "2", false, 1), None);
         }
-        assert_eq!(t.observe("2", "2", 1), None);
-        // never served "3": a newer client presenting it is not a rejection
-        assert_eq!(t.observe("3", "2", 1), None);
+        assert_eq!(t.observe("a", "2", "2", true, 1), None);
+        assert_eq!(t.observe("a", "3", "2", true, 1), None);
+    }
+
+    #[test]
+    fn subscriptions_are_counted_apart() {
+        let mut t = RejectionTracker::default();
+        t.served("1");
+        t.served("2");
+        // many EDS clusters each catching up once: no suspicion
+        for sub in ["c1", "c2", "c3", "c4", "c5"] {
+            assert_eq!(t.observe(sub, "1", "2", true, 2), None);
+        }
+        // a sibling at the current version does not hide c1's rejection
+        assert_eq!(t.observe("c2", "2", "2", true, 2), None);
+        assert!(t.observe("c1", "1", "2", true, 2).is_some());
     }
 }

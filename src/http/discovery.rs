@@ -18,13 +18,14 @@ use bytes::Bytes;
 use tracing::warn;
 
 use super::error::ApiError;
+use super::parsed::ParsedRequest;
 use super::Gateway;
-use crate::cache::{Answer, Names, TypeState};
+use crate::cache::{Answer, TypeState};
 use crate::config::RewritePolicy;
 use crate::source::session::{wait_for_change, wait_for_coverage, Command};
-use crate::source::{IdentityKey, Session, SourceError};
+use crate::source::{Session, SourceError};
 use crate::xds::rewrite::RestTarget;
-use crate::xds::{DiscoveryRequestView, Endpoint, ResourceType};
+use crate::xds::{Endpoint, ResourceType};
 
 /// Seconds a 503 asks the client to wait before retrying.
 const RETRY_AFTER_SECS: u64 = 1;
@@ -64,8 +65,10 @@ async fn serve(
         ));
     }
     let body = body.map_err(|rejection| body_error(rejection, config.max_body_bytes))?;
-    let request =
-        DiscoveryRequestView::parse(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let request = gateway
+        .parsed
+        .parse(body)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     if !request.type_url.is_empty() && request.type_url != kind.type_url() {
         return Err(ApiError::BadRequest(format!(
             "type_url {:?} contradicts the path {} (which serves {})",
@@ -75,15 +78,13 @@ async fn serve(
         )));
     }
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
-    let names = Names::from_request(request.resource_names);
-    let key = IdentityKey::of(request.node.as_ref(), config.session_key);
+    let names = &request.names;
     let session = gateway
         .registry
-        .session(key, request.node.as_ref())
+        .session(request.identity.clone(), request.body())
         .map_err(source_error)?;
-    let rx = session.want(kind, &names);
-    let Some(mut state) =
-        wait_for_coverage(rx.clone(), &names, config.first_response_timeout).await
+    let rx = session.want(kind, names);
+    let Some(mut state) = wait_for_coverage(rx.clone(), names, config.first_response_timeout).await
     else {
         return Err(ApiError::Unavailable {
             message: format!(
@@ -94,31 +95,27 @@ async fn serve(
             retry_after_secs: RETRY_AFTER_SECS,
         });
     };
-    let user_agent = request
-        .node
-        .as_ref()
-        .map_or("", |n| n.user_agent_name.as_str());
     let target = rest_target(
         config.rewrite_config_sources,
-        user_agent,
+        &request.user_agent_name,
         headers,
         config.refresh_delay,
     );
-    let presented = request.version_info;
-    check_rejection(gateway, &session, kind, &presented, &state);
+    let presented = request.version_info.as_str();
+    check_rejection(gateway, &session, kind, &request, &state, target.as_ref());
 
     let renderer = gateway.registry.renderer();
     let render_error =
         |e: crate::xds::JsonError| ApiError::Internal(format!("rendering failed: {e}"));
     let mut answer = state
-        .answer(renderer, &names, &presented, target.as_ref())
+        .answer(renderer, names, presented, target.as_ref())
         .map_err(render_error)?;
     if answer == Answer::NotModified && !wait.is_zero() {
         let next = wait_for_change(rx, &state, wait).await;
         if !Arc::ptr_eq(&next, &state) {
             state = next;
             answer = state
-                .answer(renderer, &names, &presented, target.as_ref())
+                .answer(renderer, names, presented, target.as_ref())
                 .map_err(render_error)?;
         }
     }
@@ -148,22 +145,33 @@ fn json_response(json: Bytes) -> Response {
     response
 }
 
-/// Counts polls that present an older version than one already served, and
-/// reports (and optionally NACKs upstream) a suspected rejection.
+/// Counts polls that present an older version than one already served to
+/// the same subscription, and reports (and optionally NACKs upstream) a
+/// suspected rejection.
 fn check_rejection(
     gateway: &Gateway,
     session: &Session,
     kind: ResourceType,
-    presented: &str,
+    request: &ParsedRequest,
     state: &TypeState,
+    target: Option<&RestTarget>,
 ) {
+    let presented = request.version_info.as_str();
     if presented.is_empty() {
         return;
     }
     let threshold = gateway.config.rejection_threshold;
-    let Some(suspicion) =
-        session.with_rejections(kind, |t| t.observe(presented, &state.version, threshold))
-    else {
+    let subscription = format!("{}\u{0}{:?}", request.node_id, request.names);
+    let served_current = state.has_served(&request.names, target);
+    let Some(suspicion) = session.with_rejections(kind, |t| {
+        t.observe(
+            &subscription,
+            presented,
+            &state.version,
+            served_current,
+            threshold,
+        )
+    }) else {
         return;
     };
     warn!(

@@ -10,6 +10,7 @@
 
 pub mod discovery;
 pub mod error;
+pub mod parsed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub struct Gateway {
     pub config: Arc<Config>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
+    /// Memo of request bodies already parsed (Envoy repeats its body).
+    pub parsed: parsed::ParsedRequests,
 }
 
 /// The REST router over `gateway`.

@@ -27,6 +27,7 @@ fn gateway(config: Config) -> Arc<Gateway> {
     .unwrap();
     Arc::new(Gateway {
         registry: Arc::new(Registry::new(Arc::new(ctx), &config)),
+        parsed: super::parsed::ParsedRequests::new(config.session_key),
         config: Arc::new(config),
         metrics,
     })

@@ -9,7 +9,7 @@
 //! with jittered exponential backoff and resubscribes, presenting the versions
 //! it holds; the session keeps serving its last state meanwhile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::session::{Command, Session};
 use super::UpstreamContext;
-use crate::cache::{Resource, TypeState};
+use crate::cache::{Coverage, Resource, TypeState};
 use crate::xds::ResourceType;
 
 /// First reconnect delay; doubles per failure up to [`BACKOFF_MAX`].
@@ -35,6 +35,8 @@ const BACKOFF_JITTER: f64 = 0.5;
 const OUTBOUND_QUEUE: usize = 64;
 /// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
 const INVALID_ARGUMENT: i32 = 3;
+/// Subscriptions remembered per type and stream (see [`SentLog`]).
+const SENT_LOG_MAX: usize = 64;
 const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 /// Why one stream ended.
@@ -95,13 +97,81 @@ fn backoff(failures: u32) -> Duration {
     capped.mul_f64(factor)
 }
 
+/// The subscriptions sent for one type on one stream, for telling which of
+/// them a response answers.
+///
+/// SotW does not link a response to the request it answers: a response can
+/// answer an older subscription than the one sent last (two clients of one
+/// node adding names in quick succession), so labelling it with the latest
+/// would let a waiting request take a response that never had its names.
+/// A response proves the server saw subscription `i` when it holds a name
+/// that `i` added, or when it is the first response of the type on the
+/// stream or repeats the last version (a server sends only on a version or
+/// subscription change), which then answers the oldest unconfirmed one.
+#[derive(Debug, Default)]
+struct SentLog {
+    /// Subscriptions sent, oldest first; `[0]` is the newest known to have
+    /// been seen by the server once `answered`, the rest are unconfirmed.
+    subs: Vec<Coverage>,
+    answered: bool,
+    last_version: Option<String>,
+}
+
+impl SentLog {
+    fn push(&mut self, coverage: Coverage) {
+        self.subs.push(coverage);
+        // Bounded even if the server never proves anything seen: forget the
+        // oldest unconfirmed subscription.
+        if self.subs.len() > SENT_LOG_MAX {
+            self.subs.remove(usize::from(self.answered));
+        }
+    }
+
+    /// What a response of `version` holding `names` surely answers, and
+    /// records it: the names (and wildcard) wanted in every subscription from
+    /// the newest one it proves seen to the latest.
+    fn answer(&mut self, version: &str, names: &BTreeSet<&str>) -> Coverage {
+        let first_unconfirmed = usize::from(self.answered);
+        let mut seen = self.answered.then_some(0);
+        let repeat = self.last_version.as_deref().is_none_or(|v| v == version);
+        if repeat && first_unconfirmed < self.subs.len() {
+            seen = Some(first_unconfirmed);
+        }
+        let wants = |c: &Coverage, name: &str| c.wildcard || c.names.contains(name);
+        for i in first_unconfirmed..self.subs.len() {
+            let added = |name: &&str| {
+                wants(&self.subs[i], name) && !(i > 0 && wants(&self.subs[i - 1], name))
+            };
+            if names.iter().any(added) {
+                seen = Some(i);
+            }
+        }
+        self.last_version = Some(version.to_owned());
+        let Some(seen) = seen else {
+            return Coverage::default();
+        };
+        self.subs.drain(..seen);
+        self.answered = true;
+        let mut covered = self.subs[0].clone();
+        for later in &self.subs[1..] {
+            covered.wildcard &= later.wildcard;
+            if !later.wildcard {
+                covered.names.retain(|n| later.names.contains(n));
+            }
+        }
+        covered
+    }
+}
+
 /// One stream's worth of state.
 struct Stream<'a> {
     ctx: &'a UpstreamContext,
     session: &'a Session,
     acked: &'a mut BTreeMap<ResourceType, Acked>,
-    /// Subscription sent last per type (what the next response answers).
-    sent: BTreeMap<ResourceType, crate::cache::Coverage>,
+    /// Subscription sent last per type.
+    sent: BTreeMap<ResourceType, Coverage>,
+    /// Every subscription sent per type, to label responses with.
+    sent_log: BTreeMap<ResourceType, SentLog>,
     node_sent: bool,
     answered: bool,
 }
@@ -117,6 +187,7 @@ impl<'a> Stream<'a> {
             session,
             acked,
             sent: BTreeMap::new(),
+            sent_log: BTreeMap::new(),
             node_sent: false,
             answered: false,
         }
@@ -197,7 +268,8 @@ impl<'a> Stream<'a> {
         if self.sent.get(&kind) == Some(&coverage) {
             return;
         }
-        self.sent.insert(kind, coverage);
+        self.sent.insert(kind, coverage.clone());
+        self.sent_log.entry(kind).or_default().push(coverage);
         let acked = self.acked.get(&kind).cloned().unwrap_or_default();
         let request = self.request(kind, acked.version, acked.nonce, None);
         let _ = tx.send(request).await;
@@ -239,7 +311,6 @@ impl<'a> Stream<'a> {
             warn!(type_url = %response.type_url, "response for a type the gateway does not serve");
             return;
         };
-        let coverage = self.sent.get(&kind).cloned().unwrap_or_default();
         let renderer = self.ctx.renderer.clone();
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
@@ -250,6 +321,16 @@ impl<'a> Stream<'a> {
         match decoded {
             Ok(resources) => {
                 debug!(%kind, %version, count = resources.len(), "accepted");
+                let names: BTreeSet<&str> = resources.keys().map(String::as_str).collect();
+                let coverage = match self.sent.get(&kind) {
+                    Some(_) => self
+                        .sent_log
+                        .entry(kind)
+                        .or_default()
+                        .answer(&version, &names),
+                    // Nobody wants the type any more: it answers nobody.
+                    None => Coverage::default(),
+                };
                 self.session.publish(TypeState::new(
                     kind,
                     version.clone(),
@@ -328,6 +409,50 @@ impl Drop for StreamGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cov(wildcard: bool, names: &[&str]) -> Coverage {
+        Coverage {
+            wildcard,
+            names: names.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    fn set<'a>(names: &[&'a str]) -> BTreeSet<&'a str> {
+        names.iter().copied().collect()
+    }
+
+    #[test]
+    fn responses_cover_only_subscriptions_they_prove_seen() {
+        let mut log = SentLog::default();
+        log.push(cov(false, &["a"]));
+        log.push(cov(false, &["a", "b"]));
+        // The first response answers the first subscription, not the second.
+        assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
+        // Holding "b" proves the second was seen.
+        assert_eq!(log.answer("1", &set(&["a", "b"])), cov(false, &["a", "b"]));
+        // A name that does not exist upstream: the same version answers it.
+        log.push(cov(false, &["a", "b", "zz"]));
+        assert_eq!(
+            log.answer("1", &set(&["a", "b"])),
+            cov(false, &["a", "b", "zz"])
+        );
+        // A new version without new names may be a push: proves nothing new.
+        log.push(cov(false, &["a", "b", "c", "zz"]));
+        assert_eq!(
+            log.answer("2", &set(&["a", "b"])),
+            cov(false, &["a", "b", "zz"])
+        );
+        assert_eq!(
+            log.answer("2", &set(&["a", "b"])),
+            cov(false, &["a", "b", "c", "zz"])
+        );
+        // Wildcard.
+        let mut log = SentLog::default();
+        log.push(cov(false, &["a"]));
+        log.push(cov(true, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
+        assert_eq!(log.answer("2", &set(&["a", "x"])), cov(true, &["a"]));
+    }
 
     #[test]
     fn backoff_grows_is_capped_and_jittered() {

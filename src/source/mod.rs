@@ -26,7 +26,7 @@ pub use session::Session;
 use crate::cache::Renderer;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::xds::NodeView;
+use crate::xds::request::raw_node;
 
 /// Why a session could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -135,12 +135,9 @@ impl Registry {
     }
 
     /// The session of `key`, created (and its upstream stream started) for
-    /// the first client of that identity.
-    pub fn session(
-        &self,
-        key: IdentityKey,
-        node: Option<&NodeView>,
-    ) -> Result<Arc<Session>, SourceError> {
+    /// the first client of that identity. `body` is the request's JSON; its
+    /// `node` is decoded only here, once per session.
+    pub fn session(&self, key: IdentityKey, body: &[u8]) -> Result<Arc<Session>, SourceError> {
         let mut sessions = self.lock();
         if let Some(session) = sessions.get(&key) {
             session.touch();
@@ -151,7 +148,7 @@ impl Registry {
                 max: self.max_sessions,
             });
         }
-        let node = self.decode_node(node)?;
+        let node = self.decode_node(body)?;
         let (session, commands) = Session::new(key.clone(), node);
         let task = tokio::spawn(ads::run(self.ctx.clone(), session.clone(), commands));
         session.attach_task(task);
@@ -161,8 +158,9 @@ impl Registry {
         Ok(session)
     }
 
-    fn decode_node(&self, node: Option<&NodeView>) -> Result<Node, SourceError> {
-        let Some(raw) = node.and_then(|n| n.raw.as_deref()) else {
+    fn decode_node(&self, body: &[u8]) -> Result<Node, SourceError> {
+        let raw = raw_node(body).map_err(|e| SourceError::InvalidNode(e.to_string()))?;
+        let Some(raw) = raw else {
             return Ok(Node::default());
         };
         self.ctx

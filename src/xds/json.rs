@@ -143,14 +143,19 @@ impl Codec {
             type_url: label.to_owned(),
             reason: e.to_string(),
         };
-        // Through serde_json::Value: its objects are BTreeMaps, which puts
-        // protobuf map entries (hash order in prost-reflect) in a stable order.
-        let value = msg
-            .serialize_with_options(serde_json::value::Serializer, &self.serialize)
+        // Text first: serde_json's text serializer prints a 32-bit float in its
+        // shortest form ("0.1"), where serde_json::Value would widen it to f64
+        // ("0.10000000149011612"). Then through Value, whose objects are
+        // BTreeMaps, to put protobuf map entries (hash order in prost-reflect)
+        // in a stable order; `float_roundtrip` keeps the re-parse exact.
+        let mut text = Vec::with_capacity(256);
+        msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), &self.serialize)
             .map_err(render_error)?;
-        serde_json::to_vec(&value)
-            .map(Bytes::from)
-            .map_err(render_error)
+        let mut value: serde_json::Value = serde_json::from_slice(&text).map_err(render_error)?;
+        drop_empty_any_value(&mut value);
+        text.clear();
+        serde_json::to_writer(&mut text, &value).map_err(render_error)?;
+        Ok(Bytes::from(text))
     }
 
     /// Renders a prost message of a type the pool knows (e.g. a response
@@ -179,13 +184,23 @@ impl Codec {
     ) -> Result<DynamicMessage, JsonError> {
         let desc = self.descriptor(name)?;
         let options = DeserializeOptions::new().deny_unknown_fields(!ignore_unknown);
+        let parse_error = |e: serde_json::Error| JsonError::Parse {
+            message: name.to_owned(),
+            reason: e.to_string(),
+        };
+        // The reference form of an Any holding Empty has no "value" field,
+        // which prost-reflect requires: add it before parsing (rare: only
+        // when the text mentions the type at all).
+        if std::str::from_utf8(json).is_ok_and(|t| t.contains(EMPTY_TYPE)) {
+            let mut value: serde_json::Value = serde_json::from_slice(json).map_err(parse_error)?;
+            add_empty_any_value(&mut value);
+            return DynamicMessage::deserialize_with_options(desc, value, &options)
+                .map_err(parse_error);
+        }
         let mut de = serde_json::Deserializer::from_slice(json);
         let msg = DynamicMessage::deserialize_with_options(desc, &mut de, &options)
             .and_then(|m| de.end().map(|()| m))
-            .map_err(|e| JsonError::Parse {
-                message: name.to_owned(),
-                reason: e.to_string(),
-            })?;
+            .map_err(parse_error)?;
         Ok(msg)
     }
 
@@ -206,6 +221,52 @@ impl Codec {
     /// Parses a JSON `Any` (`{"@type": ..., ...}`) into its type URL and bytes.
     pub fn parse_any(&self, json: &[u8]) -> Result<prost_types::Any, JsonError> {
         self.parse_prost("google.protobuf.Any", json, false)
+    }
+}
+
+const EMPTY_TYPE: &str = "/google.protobuf.Empty";
+
+fn is_empty_any(map: &serde_json::Map<String, serde_json::Value>) -> bool {
+    map.get("@type")
+        .and_then(|t| t.as_str())
+        .is_some_and(|t| t.ends_with(EMPTY_TYPE))
+}
+
+/// The inverse of [`drop_empty_any_value`], for parsing the reference form.
+fn add_empty_any_value(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if is_empty_any(map) && !map.contains_key("value") {
+                map.insert(
+                    "value".into(),
+                    serde_json::Value::Object(Default::default()),
+                );
+            }
+            map.values_mut().for_each(add_empty_any_value);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(add_empty_any_value),
+        _ => {}
+    }
+}
+
+/// prost-reflect writes an `Any` holding `google.protobuf.Empty` as
+/// `{"@type": ".../google.protobuf.Empty", "value": {}}`; protobuf's C++ and
+/// Python mappings (and so Envoy) write and expect `{"@type": ...}` alone, and
+/// Envoy rejects the `value` field. Rewrite to the reference form, at any depth.
+fn drop_empty_any_value(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if is_empty_any(map)
+                && map
+                    .get("value")
+                    .is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+            {
+                map.remove("value");
+            }
+            map.values_mut().for_each(drop_empty_any_value);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_empty_any_value),
+        _ => {}
     }
 }
 
@@ -336,6 +397,24 @@ mod tests {
         let text = std::str::from_utf8(&first).unwrap();
         assert!(text.find(r#""b":"#) < text.find(r#""m":"#));
         assert!(text.find(r#""m":"#) < text.find(r#""z":"#));
+    }
+
+    #[test]
+    fn float32_is_shortest_and_empty_any_has_no_value() {
+        let c = codec();
+        let json = br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
+          "load_balancing_policy":{"policies":[{"typed_extension_config":{"name":"cswrr","typed_config":{
+            "@type":"type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin",
+            "error_utilization_penalty":0.1}}}]},
+          "metadata":{"typed_filter_metadata":{"e":{"@type":"type.googleapis.com/google.protobuf.Empty"}}}}"#;
+        let any = c.parse_any(json).unwrap();
+        let text =
+            String::from_utf8(c.render_any(&any.type_url, &any.value).unwrap().to_vec()).unwrap();
+        assert!(text.contains(r#""errorUtilizationPenalty":0.1}"#), "{text}");
+        assert!(
+            text.contains(r#"{"@type":"type.googleapis.com/google.protobuf.Empty"}"#),
+            "{text}"
+        );
     }
 
     #[test]

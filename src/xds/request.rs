@@ -2,11 +2,11 @@
 //! materialising the rest.
 //!
 //! A real Envoy sends its whole `node` on every poll (~77 KB, mostly ~500
-//! `extensions`). This parser keeps the node as raw JSON text (validated, not
-//! built), reads only `id`, `cluster`, `metadata`, `locality` and
-//! `user_agent_name` from it, and skips every other field without allocating.
-//! The full node is decoded into protobuf only when an upstream session is
-//! created for it (see [`NodeView::raw`]).
+//! `extensions`). This parser reads only `id`, `cluster`, `metadata`,
+//! `locality` and `user_agent_name` from it, in one pass that skips every
+//! other field without allocating. The full node is extracted (as raw JSON,
+//! by [`raw_node`]) and decoded into protobuf only when an upstream session
+//! is created for it.
 //!
 //! Field names are accepted in snake_case and lowerCamelCase; unknown fields
 //! are ignored; `null` means "default", as in proto3 JSON. Wrong JSON types,
@@ -36,7 +36,7 @@ pub struct DiscoveryRequestView {
     pub node: Option<NodeView>,
 }
 
-/// The identity-bearing fields of a `Node`, plus its raw JSON.
+/// The identity-bearing fields of a `Node`.
 #[derive(Debug, Default)]
 pub struct NodeView {
     pub id: String,
@@ -46,8 +46,6 @@ pub struct NodeView {
     /// Raw JSON of `locality`, if present.
     pub locality: Option<Box<RawValue>>,
     pub user_agent_name: String,
-    /// The whole node as sent, for decoding once per upstream session.
-    pub raw: Option<Box<RawValue>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -83,22 +81,28 @@ where
 }
 
 fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D::Error> {
-    use serde::de::Error;
-    let Some(raw) = Option::<Box<RawValue>>::deserialize(de)? else {
+    let Some(fields) = Option::<NodeFields>::deserialize(de)? else {
         return Ok(None);
     };
-    if raw.get() == "null" {
-        return Ok(None);
-    }
-    let fields: NodeFields = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
     Ok(Some(NodeView {
         id: fields.id,
         cluster: fields.cluster,
         metadata: fields.metadata.filter(|m| m.get() != "null"),
         locality: fields.locality.filter(|l| l.get() != "null"),
         user_agent_name: fields.user_agent_name,
-        raw: Some(raw),
     }))
+}
+
+/// The request's whole `node` as raw JSON (for decoding once per upstream
+/// session), or `None` if absent or null.
+pub fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestError> {
+    #[derive(Deserialize)]
+    struct OnlyNode {
+        #[serde(default)]
+        node: Option<Box<RawValue>>,
+    }
+    let only: OnlyNode = serde_json::from_slice(body).map_err(|e| RequestError(e.to_string()))?;
+    Ok(only.node.filter(|n| n.get() != "null"))
 }
 
 #[cfg(test)]
@@ -119,7 +123,7 @@ mod tests {
             let node = r.node.unwrap();
             assert_eq!((node.id.as_str(), node.cluster.as_str()), ("n", "c"));
             assert_eq!(node.user_agent_name, "envoy");
-            assert!(node.raw.unwrap().get().starts_with('{'));
+            assert!(raw_node(body).unwrap().unwrap().get().starts_with('{'));
         }
     }
 

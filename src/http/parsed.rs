@@ -1,0 +1,109 @@
+//! Memo of parsed request bodies.
+//!
+//! A polling Envoy sends a byte-identical body (~77 KB, mostly its node's
+//! extension list) on every poll until its version changes, and parsing it is
+//! the biggest per-request cost. Bodies are looked up by a fast hash (xxh3)
+//! and confirmed by comparing the bytes, so a collision can only cost a parse,
+//! never answer one request with another's parse. The memo is bounded by the
+//! total size of the bodies it holds.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use moka::sync::Cache;
+
+use crate::cache::Names;
+use crate::config::SessionKey;
+use crate::source::IdentityKey;
+use crate::xds::{DiscoveryRequestView, RequestError};
+
+/// Total body bytes the memo may hold.
+const MEMO_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What the handler needs of a request body.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    body: Bytes,
+    pub version_info: String,
+    pub type_url: String,
+    pub names: Names,
+    pub node_id: String,
+    pub user_agent_name: String,
+    pub identity: IdentityKey,
+}
+
+impl ParsedRequest {
+    fn parse(body: Bytes, session_key: SessionKey) -> Result<ParsedRequest, RequestError> {
+        let view = DiscoveryRequestView::parse(&body)?;
+        let identity = IdentityKey::of(view.node.as_ref(), session_key);
+        let (node_id, user_agent_name) = view
+            .node
+            .map(|n| (n.id, n.user_agent_name))
+            .unwrap_or_default();
+        Ok(ParsedRequest {
+            body,
+            version_info: view.version_info,
+            type_url: view.type_url,
+            names: Names::from_request(view.resource_names),
+            node_id,
+            user_agent_name,
+            identity,
+        })
+    }
+
+    /// The request body as received.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+}
+
+/// Bodies seen recently and what they parsed to.
+#[derive(Debug, Clone)]
+pub struct ParsedRequests {
+    memo: Cache<u64, Arc<ParsedRequest>>,
+    session_key: SessionKey,
+}
+
+impl ParsedRequests {
+    pub fn new(session_key: SessionKey) -> ParsedRequests {
+        let memo = Cache::builder()
+            .max_capacity(MEMO_BYTES)
+            .weigher(|_, parsed: &Arc<ParsedRequest>| {
+                u32::try_from(parsed.body.len()).unwrap_or(u32::MAX)
+            })
+            .build();
+        ParsedRequests { memo, session_key }
+    }
+
+    /// The parse of `body`, from the memo when the same bytes were seen.
+    /// Bad bodies are not remembered.
+    pub fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
+        let hash = xxhash_rust::xxh3::xxh3_64(&body);
+        if let Some(hit) = self.memo.get(&hash) {
+            if hit.body == body {
+                return Ok(hit);
+            }
+        }
+        let parsed = Arc::new(ParsedRequest::parse(body, self.session_key)?);
+        self.memo.insert(hash, parsed.clone());
+        Ok(parsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_bytes_share_a_parse_and_different_bytes_do_not() {
+        let memo = ParsedRequests::new(SessionKey::Node);
+        let a = Bytes::from_static(br#"{"version_info":"1","node":{"id":"n"}}"#);
+        let b = Bytes::from_static(br#"{"version_info":"2","node":{"id":"n"}}"#);
+        let first = memo.parse(a.clone()).unwrap();
+        assert!(Arc::ptr_eq(&first, &memo.parse(a).unwrap()));
+        let other = memo.parse(b).unwrap();
+        assert_eq!(other.version_info, "2");
+        assert_eq!(first.identity, other.identity);
+        assert!(memo.parse(Bytes::from_static(b"[]")).is_err());
+    }
+}

@@ -1,0 +1,797 @@
+//! End to end: a real Envoy 1.40 polling the gateway over REST xDS, the
+//! gateway streaming ADS from a scripted control plane that emits ADS-style
+//! config (`ads: {}` config sources everywhere, as Istio does).
+//!
+//! All on 127.0.0.1: a backend HTTP server; the fake ADS control plane
+//! (`support/fake_ads.rs`) serving a Cluster `backend` (EDS over `ads`), its
+//! ClusterLoadAssignment, a Listener whose HttpConnectionManager takes
+//! `local_route` over RDS from `ads`, and that RouteConfiguration; the
+//! gateway binary; and Envoy, whose bootstrap polls LDS and CDS from the
+//! gateway (static cluster `xds_cluster`). The gateway must rewrite every
+//! `ads: {}` into a REST source pointing at `xds_cluster`, or Envoy rejects
+//! the Cluster and the Listener.
+//!
+//! Phases, each bounded:
+//! 1. Envoy applies CDS, EDS, LDS and RDS (admin `/stats`: every
+//!    update_success at least 1, every update_rejected 0), holds only the
+//!    rewritten REST config sources, and a GET through the dynamic listener
+//!    reaches the backend.
+//! 2. The control plane changes the route (version "2": a direct_response
+//!    for `/changed`); Envoy serves it through the listener.
+//! 3. The control plane adds an invalid Listener (address "not-an-ip":
+//!    valid protobuf, rejected by Envoy) at version "2". Envoy rejects it
+//!    (lds update_rejected at least 1) and keeps polling with version "1";
+//!    the gateway reports it (`xds_gateway_suspected_rejections_total` for
+//!    listeners at least 1 on its admin `/metrics`, and none for the other
+//!    types), and the old listener still routes.
+//!
+//! A second test checks that EDS
+//! clusters catching up after a version bump are not taken for a rejection.
+//!
+//! Finally the requests the control plane received are checked: one stream,
+//! the node, the names Envoy asked for, ACKs of every version, no NACK.
+
+#[path = "support/fake_ads.rs"]
+mod fake_ads;
+#[path = "support/process.rs"]
+mod process;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use envoy_types::pb::google::protobuf::Any;
+use serde_json::Value;
+use xds_gateway::xds::Codec;
+
+use fake_ads::FakeAds;
+use process::{eventually, free_port, http_get, ChildGuard};
+
+const TEST: &str = "envoy_gateway";
+const NODE_ID: &str = "envoy-gateway-test";
+const NODE_CLUSTER: &str = "xds-gateway-tests";
+const BACKEND_BODY: &str = "hello from backend";
+const CHANGED_BODY: &str = "changed upstream";
+const STAT_PREFIX: &str = "ingress_http";
+/// The whole test, process start-up included.
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Envoy's first full configuration (start-up included).
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An upstream change reaching Envoy, and a rejection being spotted.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const CLA_TYPE: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+/// What an ADS control plane writes for every dynamic resource.
+const ADS_SOURCE: &str = r#"{"ads": {}, "resource_api_version": "V3"}"#;
+const SUSPECTED: &str = "xds_gateway_suspected_rejections_total";
+
+/// JSON → the `Any` the control plane sends.
+fn any(codec: &Codec, json: &str) -> Any {
+    let parsed = codec
+        .parse_any(json.as_bytes())
+        .unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{json}"));
+    Any {
+        type_url: parsed.type_url,
+        value: parsed.value,
+    }
+}
+
+fn cluster(codec: &Codec, name: &str) -> Any {
+    any(
+        codec,
+        &format!(
+            r#"{{"@type": "{CLUSTER_TYPE}", "name": "{name}", "type": "EDS",
+              "connect_timeout": "1s", "eds_cluster_config": {{"eds_config": {ADS_SOURCE}}}}}"#
+        ),
+    )
+}
+
+fn cla(codec: &Codec, name: &str, backend_port: u16) -> Any {
+    any(
+        codec,
+        &format!(
+            r#"{{"@type": "{CLA_TYPE}", "cluster_name": "{name}",
+              "endpoints": [{{"lb_endpoints": [{{"endpoint": {{"address": {{"socket_address":
+                {{"address": "127.0.0.1", "port_value": {backend_port}}}}}}}}}]}}]}}"#
+        ),
+    )
+}
+
+/// A listener on `address:port` whose HCM takes `local_route` over ADS.
+fn listener(codec: &Codec, name: &str, address: &str, port: u16) -> Any {
+    any(
+        codec,
+        &format!(
+            r#"{{"@type": "{LISTENER_TYPE}", "name": "{name}",
+              "address": {{"socket_address": {{"address": "{address}", "port_value": {port}}}}},
+              "filter_chains": [{{"filters": [{{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {{
+                  "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                  "stat_prefix": "{STAT_PREFIX}",
+                  "rds": {{"route_config_name": "local_route", "config_source": {ADS_SOURCE}}},
+                  "http_filters": [{{"name": "envoy.filters.http.router", "typed_config": {{
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}}]
+                }}}}]}}]}}"#
+        ),
+    )
+}
+
+/// `local_route`: "/" to `backend`; with `changed`, also a direct response
+/// for the path "/changed".
+fn route(codec: &Codec, changed: bool) -> Any {
+    let direct = if changed {
+        format!(
+            r#"{{"match": {{"path": "/changed"}},
+                "direct_response": {{"status": 200, "body": {{"inline_string": "{CHANGED_BODY}"}}}}}},"#
+        )
+    } else {
+        String::new()
+    };
+    any(
+        codec,
+        &format!(
+            r#"{{"@type": "{ROUTE_TYPE}", "name": "local_route",
+              "virtual_hosts": [{{"name": "backend", "domains": ["*"], "routes": [{direct}
+                {{"match": {{"prefix": "/"}}, "route": {{"cluster": "backend"}}}}]}}]}}"#
+        ),
+    )
+}
+
+fn bootstrap_yaml(admin_port: u16, gateway_port: u16) -> String {
+    let source = "{api_type: REST, transport_api_version: V3, cluster_names: [xds_cluster], \
+                  refresh_delay: 0.2s}";
+    format!(
+        r#"node:
+  id: {NODE_ID}
+  cluster: {NODE_CLUSTER}
+admin:
+  address:
+    socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}
+dynamic_resources:
+  lds_config:
+    resource_api_version: V3
+    api_config_source: {source}
+  cds_config:
+    resource_api_version: V3
+    api_config_source: {source}
+static_resources:
+  clusters:
+  - name: xds_cluster
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: xds_cluster
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {gateway_port}}}
+"#
+    )
+}
+
+/// Serves `router` on 127.0.0.1:0; returns the port.
+async fn serve(router: Router) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        axum::serve(listener, router).await.expect("axum server");
+    });
+    port
+}
+
+/// Admin `/stats` text → name → counter value.
+fn parse_stats(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(": ")?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// (label, update_success stat, update_rejected stat) per xDS type.
+fn watched_stats() -> [(&'static str, String, String); 4] {
+    let pair = |label, prefix: &str| {
+        (
+            label,
+            format!("{prefix}.update_success"),
+            format!("{prefix}.update_rejected"),
+        )
+    };
+    [
+        pair("cds", "cluster_manager.cds"),
+        pair("eds", "cluster.backend"),
+        pair("lds", "listener_manager.lds"),
+        pair("rds", &format!("http.{STAT_PREFIX}.rds.local_route")),
+    ]
+}
+
+/// The value of a Prometheus/OpenMetrics sample `name{...labels...} value`
+/// whose labels contain `label`.
+fn metric_value(text: &str, name: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(label))
+        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+/// Every process and port of one run.
+struct Harness {
+    envoy: ChildGuard,
+    gateway: ChildGuard,
+    ads: FakeAds,
+    envoy_admin: u16,
+    gateway_admin: u16,
+    listener_port: u16,
+}
+
+impl Harness {
+    /// Starts the gateway (upstream: `ads`) and then Envoy (polling the
+    /// gateway), logging to `dir`; `listener_port` is only reported.
+    async fn start(envoy_bin: &Path, dir: &Path, ads: FakeAds, listener_port: u16) -> Harness {
+        // The gateway.
+        let gateway_port = free_port();
+        let gateway_admin = free_port();
+        let gateway_log = dir.join("gateway.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
+            .args(["--upstream", &ads.url()])
+            .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
+            .args(["--admin", &format!("127.0.0.1:{gateway_admin}")])
+            .args(["--refresh-delay", "200ms", "--rejection-threshold", "2"])
+            .env("RUST_LOG", "info,xds_gateway=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&gateway_log).expect("create gateway.log"))
+            .spawn()
+            .expect("spawn xds-gateway");
+        let gateway = ChildGuard::new("xds-gateway", child).with_log(&gateway_log);
+        eventually(Duration::from_secs(10), POLL_INTERVAL, || async move {
+            matches!(http_get(gateway_admin, "/healthz").await, Ok((200, _))).then_some(())
+        })
+        .await
+        .unwrap_or_else(|| {
+            gateway.print_log();
+            panic!("the gateway's /healthz did not answer within 10s")
+        });
+
+        // Envoy.
+        let envoy_admin = free_port();
+        let config = dir.join("envoy.yaml");
+        std::fs::write(&config, bootstrap_yaml(envoy_admin, gateway_port))
+            .expect("write bootstrap");
+        let envoy_log = dir.join("envoy.log");
+        let base_id = process::envoy_base_id();
+        let child = Command::new(envoy_bin)
+            .arg("--config-path")
+            .arg(&config)
+            .args(["--base-id", &base_id.to_string()])
+            .args([
+                "-l",
+                "warning",
+                "--concurrency",
+                "1",
+                "--disable-hot-restart",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&envoy_log).expect("create envoy.log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", envoy_bin.display()));
+        let envoy = ChildGuard::new("envoy", child).with_log(&envoy_log);
+        eprintln!(
+            "{TEST}: envoy pid {} base-id {base_id} admin :{envoy_admin} listener \
+             :{listener_port}; gateway pid {} :{gateway_port} admin :{gateway_admin}; ads {}",
+            envoy.id(),
+            gateway.id(),
+            ads.addr()
+        );
+        Harness {
+            envoy,
+            gateway,
+            ads,
+            envoy_admin,
+            gateway_admin,
+            listener_port,
+        }
+    }
+
+    /// Panics (logs printed by the guards) if a child has exited.
+    fn check_alive(&mut self) {
+        if let Some(status) = self.envoy.try_exit_status() {
+            panic!("envoy exited early: {status}");
+        }
+        if let Some(status) = self.gateway.try_exit_status() {
+            panic!("xds-gateway exited early: {status}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_follows_ads_config_through_the_gateway() {
+    let Some(envoy) = process::require_envoy(TEST) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    match tokio::time::timeout(TEST_TIMEOUT, run(&envoy, dir.path())).await {
+        Ok(()) => eprintln!("{TEST}: passed in {:.1?}", started.elapsed()),
+        Err(_) => {
+            process::print_log_file("envoy", &dir.path().join("envoy.log"));
+            process::print_log_file("xds-gateway", &dir.path().join("gateway.log"));
+            panic!("{TEST}: did not finish within {TEST_TIMEOUT:?}");
+        }
+    }
+}
+
+async fn run(envoy_bin: &Path, dir: &Path) {
+    let started = Instant::now();
+    let codec = Codec::embedded();
+    let backend_port = serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
+    let listener_port = free_port();
+
+    let ads = FakeAds::start().await;
+    ads.set(CLUSTER_TYPE, "1", vec![cluster(&codec, "backend")]);
+    ads.set(CLA_TYPE, "1", vec![cla(&codec, "backend", backend_port)]);
+    let good_listener = listener(&codec, "listener_0", "127.0.0.1", listener_port);
+    ads.set(LISTENER_TYPE, "1", vec![good_listener.clone()]);
+    ads.set(ROUTE_TYPE, "1", vec![route(&codec, false)]);
+
+    let mut h = Harness::start(envoy_bin, dir, ads, listener_port).await;
+    eprintln!("{TEST}: backend :{backend_port}");
+
+    // 1. Everything applied, nothing rejected, traffic reaches the backend.
+    let phase = Instant::now();
+    let stats = converge(&mut h).await;
+    for line in &stats {
+        eprintln!("{TEST}: {line}");
+    }
+    let body = get_200(&mut h, "/anything", CONVERGE_TIMEOUT, |b| b == BACKEND_BODY).await;
+    assert_eq!(body, BACKEND_BODY);
+    check_rewritten_sources(&mut h).await;
+    eprintln!(
+        "{TEST}: phase 1 (initial config applied, backend reached) took {:.1?} ({:.1?} since start)",
+        phase.elapsed(),
+        started.elapsed()
+    );
+
+    // 2. A route change upstream reaches Envoy.
+    let phase = Instant::now();
+    h.ads.set(ROUTE_TYPE, "2", vec![route(&codec, true)]);
+    let body = get_200(&mut h, "/changed", CHANGE_TIMEOUT, |b| b == CHANGED_BODY).await;
+    assert_eq!(body, CHANGED_BODY);
+    let rds = stat_values(&mut h, &[&format!("http.{STAT_PREFIX}.rds.local_route.")]).await;
+    eprintln!(
+        "{TEST}: phase 2 (route version 2 served through the listener) took {:.1?}; {rds:?}",
+        phase.elapsed()
+    );
+    assert!(
+        rds.get(&format!(
+            "http.{STAT_PREFIX}.rds.local_route.update_success"
+        ))
+        .is_some_and(|n| *n >= 2),
+        "{rds:?}"
+    );
+    assert_eq!(
+        rds.get(&format!(
+            "http.{STAT_PREFIX}.rds.local_route.update_rejected"
+        ))
+        .copied()
+        .unwrap_or(0),
+        0,
+        "{rds:?}"
+    );
+
+    // 3. An invalid listener upstream: Envoy rejects, the gateway notices.
+    let phase = Instant::now();
+    let bad_port = free_port();
+    h.ads.set(
+        LISTENER_TYPE,
+        "2",
+        vec![
+            good_listener,
+            listener(&codec, "listener_bad", "not-an-ip", bad_port),
+        ],
+    );
+    let (lds_rejected, suspected) = rejection_seen(&mut h).await;
+    eprintln!(
+        "{TEST}: phase 3 (rejection) took {:.1?}: envoy listener_manager.lds.update_rejected: \
+         {lds_rejected}; gateway {SUSPECTED}{{type=\"listeners\"}}: {suspected}",
+        phase.elapsed()
+    );
+    // Envoy kept its last good listener.
+    let body = get_200(&mut h, "/anything", CHANGE_TIMEOUT, |b| b == BACKEND_BODY).await;
+    assert_eq!(body, BACKEND_BODY);
+    let after = stat_values(&mut h, &["listener_manager.lds.", "cluster_manager.cds."]).await;
+    eprintln!("{TEST}: final lds/cds stats: {after:?}");
+
+    // 4. What the control plane saw.
+    check_upstream_requests(&h.ads);
+    let metrics = http_get(h.gateway_admin, "/metrics")
+        .await
+        .map(|(_, text)| text)
+        .unwrap_or_default();
+    for kind in ["clusters", "endpoints", "routes"] {
+        let label = format!("type=\"{kind}\"");
+        assert_eq!(
+            metric_value(&metrics, SUSPECTED, &label),
+            None,
+            "Envoy applied every {kind} update, yet the gateway suspected a rejection:\n{metrics}"
+        );
+    }
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("xds_gateway_suspected")
+            || l.starts_with("xds_gateway_upstream_")
+            || l.starts_with("xds_gateway_requests_total")
+    }) {
+        eprintln!("{TEST}: gateway metric {line}");
+    }
+    let warnings = h.envoy.log_text();
+    if !warnings.trim().is_empty() {
+        eprintln!("{TEST}: envoy stderr:\n{warnings}");
+    }
+    eprintln!("{TEST}: total {:.1?}", started.elapsed());
+}
+
+/// Waits for update_success >= 1 and update_rejected == 0 on CDS, EDS, LDS
+/// and RDS; returns the observed lines.
+async fn converge(h: &mut Harness) -> Vec<String> {
+    let admin = h.envoy_admin;
+    let last = Mutex::new(String::from("(admin never answered)"));
+    let last = &last;
+    let found = eventually(CONVERGE_TIMEOUT, POLL_INTERVAL, || {
+        h.check_alive();
+        async move {
+            let (status, text) = http_get(admin, "/stats?filter=update_").await.ok()?;
+            *last.lock().unwrap() = format!("status {status}:\n{text}");
+            if status != 200 {
+                return None;
+            }
+            let stats = parse_stats(&text);
+            let mut seen = Vec::new();
+            for (label, success, rejected) in watched_stats() {
+                let rejected_n = stats.get(&rejected).copied().unwrap_or(0);
+                assert_eq!(
+                    rejected_n, 0,
+                    "Envoy rejected a {label} update ({rejected}); stats:\n{text}"
+                );
+                let success_n = *stats.get(&success)?;
+                if success_n < 1 {
+                    return None;
+                }
+                seen.push(format!("{success}: {success_n}, {rejected}: {rejected_n}"));
+            }
+            Some(seen)
+        }
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "Envoy did not apply CDS/EDS/LDS/RDS within {CONVERGE_TIMEOUT:?}; last /stats:\n{}\n\
+             upstream requests: {:#?}",
+            last.lock().unwrap(),
+            h.ads.requests()
+        )
+    })
+}
+
+/// GETs `path` through Envoy's listener until a 200 whose body passes `ok`.
+async fn get_200(h: &mut Harness, path: &str, timeout: Duration, ok: fn(&str) -> bool) -> String {
+    let port = h.listener_port;
+    let last = Mutex::new(String::from("(listener never answered)"));
+    let last = &last;
+    let found = eventually(timeout, POLL_INTERVAL, || {
+        h.check_alive();
+        async move {
+            let result = http_get(port, path).await;
+            *last.lock().unwrap() = format!("{result:?}");
+            match result {
+                Ok((200, body)) if ok(&body) => Some(body),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    if let Some(body) = found {
+        return body;
+    }
+    let stats = http_get(h.envoy_admin, "/stats?filter=update_").await;
+    panic!(
+        "GET {path} through Envoy's listener did not give the expected 200 within {timeout:?}; \
+         last: {}\nenvoy stats: {stats:?}",
+        last.lock().unwrap()
+    )
+}
+
+/// Envoy's counters whose names start with one of `prefixes`.
+async fn stat_values(h: &mut Harness, prefixes: &[&str]) -> BTreeMap<String, u64> {
+    h.check_alive();
+    let (status, text) = http_get(h.envoy_admin, "/stats")
+        .await
+        .unwrap_or_else(|e| panic!("envoy /stats: {e}"));
+    assert_eq!(status, 200, "envoy /stats: {text}");
+    parse_stats(&text)
+        .into_iter()
+        .filter(|(name, _)| prefixes.iter().any(|p| name.starts_with(p)))
+        .collect()
+}
+
+/// Every `eds_config` and `config_source` in Envoy's dynamic clusters and
+/// listeners (its `/config_dump`) is the REST source the gateway writes:
+/// back to `xds_cluster` (the Host Envoy sent), every 200ms.
+async fn check_rewritten_sources(h: &mut Harness) {
+    fn collect<'a>(value: &'a Value, out: &mut Vec<(&'a str, &'a Value)>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if key == "eds_config" || key == "config_source" {
+                        out.push((key, child));
+                    }
+                    collect(child, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| collect(item, out)),
+            _ => {}
+        }
+    }
+    h.check_alive();
+    let (status, text) = http_get(h.envoy_admin, "/config_dump")
+        .await
+        .unwrap_or_else(|e| panic!("envoy /config_dump: {e}"));
+    assert_eq!(status, 200, "envoy /config_dump: {text}");
+    let dump: Value = serde_json::from_str(&text).expect("config_dump is JSON");
+    let configs = dump["configs"].as_array().expect("config_dump configs");
+    let dynamic: Vec<&Value> = configs
+        .iter()
+        .flat_map(|c| [&c["dynamic_active_clusters"], &c["dynamic_listeners"]])
+        .filter(|v| !v.is_null())
+        .collect();
+    let mut sources = Vec::new();
+    for section in &dynamic {
+        collect(section, &mut sources);
+    }
+    let kinds: Vec<&str> = sources.iter().map(|(k, _)| *k).collect();
+    assert!(
+        kinds.contains(&"eds_config") && kinds.contains(&"config_source"),
+        "config sources of the dynamic cluster and listener not found: {kinds:?}\n{text}"
+    );
+    let want = serde_json::json!({
+        "api_type": "REST",
+        "transport_api_version": "V3",
+        "cluster_names": ["xds_cluster"],
+        "refresh_delay": "0.200s",
+    });
+    for (key, source) in &sources {
+        assert!(source.get("ads").is_none(), "{key} still ADS: {source}");
+        assert_eq!(source["api_config_source"], want, "{key}: {source}");
+        assert_eq!(source["resource_api_version"], "V3", "{key}: {source}");
+    }
+    eprintln!(
+        "{TEST}: envoy holds {} rewritten config sources ({kinds:?}), each {want}",
+        sources.len()
+    );
+}
+
+/// Waits for Envoy's lds update_rejected >= 1 and the gateway's suspected
+/// rejections for listeners >= 1; returns both.
+async fn rejection_seen(h: &mut Harness) -> (u64, f64) {
+    let (envoy_admin, gateway_admin) = (h.envoy_admin, h.gateway_admin);
+    let last = Mutex::new(String::from("(nothing observed)"));
+    let last = &last;
+    let found = eventually(CHANGE_TIMEOUT, POLL_INTERVAL, || {
+        h.check_alive();
+        async move {
+            let (_, stats) = http_get(envoy_admin, "/stats?filter=listener_manager.lds")
+                .await
+                .ok()?;
+            let rejected = parse_stats(&stats)
+                .get("listener_manager.lds.update_rejected")
+                .copied()
+                .unwrap_or(0);
+            let (_, metrics) = http_get(gateway_admin, "/metrics").await.ok()?;
+            let suspected = metric_value(&metrics, SUSPECTED, r#"type="listeners""#);
+            *last.lock().unwrap() = format!(
+                "envoy:\n{stats}\ngateway {SUSPECTED} lines:\n{}",
+                metrics
+                    .lines()
+                    .filter(|l| l.contains("suspected"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            let suspected = suspected?;
+            (rejected >= 1 && suspected >= 1.0).then_some((rejected, suspected))
+        }
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "the rejected listener was not seen within {CHANGE_TIMEOUT:?} (wanted envoy \
+             lds update_rejected >= 1 and gateway {SUSPECTED}{{type=\"listeners\"}} >= 1); \
+             last:\n{}",
+            last.lock().unwrap()
+        )
+    })
+}
+
+/// The gateway's conversation with the control plane: one stream carrying
+/// Envoy's node, the names Envoy asked for, ACKs of every served version, no
+/// NACK (every resource was valid protobuf; the gateway does not forward
+/// suspected rejections unless told to).
+fn check_upstream_requests(ads: &FakeAds) {
+    let requests = ads.requests();
+    assert_eq!(
+        ads.streams_opened(),
+        1,
+        "one Envoy node should make one upstream stream; requests: {requests:#?}"
+    );
+    let first = requests.first().expect("no upstream request");
+    assert_eq!(first.node_id.as_deref(), Some(NODE_ID), "{first:?}");
+    for r in &requests {
+        assert!(r.error_detail.is_none(), "unexpected NACK upstream: {r:?}");
+    }
+    let expect = [
+        (CLUSTER_TYPE, &[][..], &["1"][..]),
+        (CLA_TYPE, &["backend"][..], &["1"][..]),
+        (LISTENER_TYPE, &[][..], &["1", "2"][..]),
+        (ROUTE_TYPE, &["local_route"][..], &["1", "2"][..]),
+    ];
+    for (type_url, names, versions) in expect {
+        let of_type: Vec<_> = requests.iter().filter(|r| r.type_url == type_url).collect();
+        assert!(!of_type.is_empty(), "no upstream request for {type_url}");
+        for r in &of_type {
+            assert_eq!(r.names, names, "{type_url}: subscribed names: {r:?}");
+        }
+        for version in versions {
+            assert!(
+                of_type
+                    .iter()
+                    .any(|r| r.version_info == *version && !r.nonce.is_empty()),
+                "{type_url}: version {version} never ACKed: {of_type:#?}"
+            );
+        }
+    }
+    let summary: BTreeMap<&str, usize> = requests.iter().fold(BTreeMap::new(), |mut m, r| {
+        *m.entry(r.type_url.rsplit('.').next().unwrap_or(""))
+            .or_default() += 1;
+        m
+    });
+    eprintln!(
+        "{TEST}: upstream: {} stream(s), {} requests {summary:?}",
+        ads.streams_opened(),
+        requests.len()
+    );
+}
+
+/// EDS clusters in [`eds_catch_up_is_not_a_suspected_rejection`].
+const EDS_CLUSTERS: usize = 5;
+/// Version bumps of the ClusterLoadAssignments there.
+const EDS_BUMPS: u32 = 3;
+
+/// Envoy polls EDS once per cluster (one REST subscription per cluster, each
+/// naming its own cluster), and all of them share one upstream subscription
+/// and version in the gateway. After a version bump that every cluster
+/// applies, the clusters that poll before catching up present the old
+/// version once each: that is catching up, not rejecting, and must not be
+/// reported as a suspected rejection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eds_catch_up_is_not_a_suspected_rejection() {
+    const NAME: &str = "eds_catch_up_is_not_a_suspected_rejection";
+    let Some(envoy) = process::require_envoy(NAME) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    match tokio::time::timeout(TEST_TIMEOUT, run_eds_catch_up(&envoy, dir.path())).await {
+        Ok(()) => eprintln!("{NAME}: passed in {:.1?}", started.elapsed()),
+        Err(_) => {
+            process::print_log_file("envoy", &dir.path().join("envoy.log"));
+            process::print_log_file("xds-gateway", &dir.path().join("gateway.log"));
+            panic!("{NAME}: did not finish within {TEST_TIMEOUT:?}");
+        }
+    }
+}
+
+async fn run_eds_catch_up(envoy_bin: &Path, dir: &Path) {
+    let codec = Codec::embedded();
+    let backend_port = serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
+    let names: Vec<String> = (0..EDS_CLUSTERS).map(|i| format!("backend_{i}")).collect();
+    let clas =
+        |codec: &Codec| -> Vec<Any> { names.iter().map(|n| cla(codec, n, backend_port)).collect() };
+    let ads = FakeAds::start().await;
+    ads.set(
+        CLUSTER_TYPE,
+        "1",
+        names.iter().map(|n| cluster(&codec, n)).collect(),
+    );
+    ads.set(CLA_TYPE, "1", clas(&codec));
+    ads.set(LISTENER_TYPE, "1", Vec::new());
+    let mut h = Harness::start(envoy_bin, dir, ads, 0).await;
+    eds_applied(&mut h, &names, 1).await;
+    for bump in 1..=EDS_BUMPS {
+        let phase = Instant::now();
+        let version = (bump + 1).to_string();
+        h.ads.set(CLA_TYPE, &version, clas(&codec));
+        eds_applied(&mut h, &names, u64::from(bump) + 1).await;
+        eprintln!(
+            "{TEST}: EDS version {version} applied by all {EDS_CLUSTERS} clusters in {:.1?}",
+            phase.elapsed()
+        );
+    }
+    // A few more poll rounds, all presenting the current version.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, metrics) = http_get(h.gateway_admin, "/metrics")
+        .await
+        .unwrap_or_else(|e| panic!("gateway /metrics: {e}"));
+    let suspected = metric_value(&metrics, SUSPECTED, r#"type="endpoints""#).unwrap_or(0.0);
+    let stats = stat_values(&mut h, &["cluster.backend_"]).await;
+    let rejected: u64 = stats
+        .iter()
+        .filter(|(k, _)| k.ends_with(".update_rejected"))
+        .map(|(_, v)| v)
+        .sum();
+    eprintln!(
+        "{TEST}: envoy EDS update_rejected over {EDS_CLUSTERS} clusters: {rejected}; gateway \
+         {SUSPECTED}{{type=\"endpoints\"}}: {suspected}"
+    );
+    assert_eq!(
+        rejected, 0,
+        "Envoy really rejected an EDS update: {stats:?}"
+    );
+    assert_eq!(
+        suspected,
+        0.0,
+        "the gateway suspected a rejection although Envoy applied every EDS version \
+         (update_rejected 0 on all {EDS_CLUSTERS} clusters); gateway log:\n{}",
+        h.gateway
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("suspected rejection"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Waits until every cluster in `names` has update_success >= `updates` and
+/// update_rejected == 0.
+async fn eds_applied(h: &mut Harness, names: &[String], updates: u64) {
+    let admin = h.envoy_admin;
+    let last = Mutex::new(String::new());
+    let last = &last;
+    let found = eventually(CONVERGE_TIMEOUT, POLL_INTERVAL, || {
+        h.check_alive();
+        async move {
+            let (_, text) = http_get(admin, "/stats?filter=update_").await.ok()?;
+            *last.lock().unwrap() = text.clone();
+            let stats = parse_stats(&text);
+            names
+                .iter()
+                .all(|n| {
+                    let rejected = stats.get(&format!("cluster.{n}.update_rejected"));
+                    assert_eq!(rejected.copied().unwrap_or(0), 0, "{n}: {text}");
+                    stats
+                        .get(&format!("cluster.{n}.update_success"))
+                        .is_some_and(|s| *s >= updates)
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    if found.is_none() {
+        panic!(
+            "not every EDS cluster applied {updates} updates within {CONVERGE_TIMEOUT:?}; \
+             last stats:\n{}",
+            last.lock().unwrap()
+        );
+    }
+}

@@ -1,0 +1,989 @@
+//! The gateway binary against a real SotW ADS control plane.
+//!
+//! Every test starts its own reference control plane
+//! (`tests/support/ads_server.py`, grpcio + xds-protos, independent of the
+//! gateway's code) and its own `xds-gateway` process on free loopback
+//! ports, so the tests run in parallel; both processes are killed when the
+//! test ends, pass or fail. Every test is bounded by [`TEST_TIMEOUT`].
+//!
+//! Python comes from `XDS_GATEWAY_PYTHON` (set by `scripts/test`) or the
+//! crate's `.venv/bin/python`; without either the tests are skipped, unless
+//! `CI` is set.
+
+#[path = "support/process.rs"]
+mod process;
+
+#[path = "support/gateway.rs"]
+mod gateway;
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use gateway::{metric_sum, ControlPlane, Gateway, Reply};
+use process::eventually;
+
+/// No test may take longer than this in total.
+const TEST_TIMEOUT: Duration = Duration::from_secs(45);
+
+const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+const SRDS: &str = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration";
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const SDS: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+const RTDS: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
+const ECDS: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
+
+/// Runs a test body under [`TEST_TIMEOUT`].
+async fn bounded(test: impl Future<Output = ()>) {
+    tokio::time::timeout(TEST_TIMEOUT, test)
+        .await
+        .unwrap_or_else(|_| panic!("test did not finish within {TEST_TIMEOUT:?}"));
+}
+
+/// A corpus resource (a JSON `Any`, snake_case).
+fn corpus(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A minimal resource of `type_url` named `name`.
+fn named(type_url: &str, name: &str) -> Value {
+    if type_url == EDS {
+        json!({"@type": type_url, "cluster_name": name})
+    } else {
+        json!({"@type": type_url, "name": name})
+    }
+}
+
+fn cluster(name: &str) -> Value {
+    json!({
+        "@type": CDS,
+        "name": name,
+        "type": "STRICT_DNS",
+        "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": name}
+    })
+}
+
+fn node(id: &str) -> Value {
+    json!({"id": id, "cluster": "test-cluster"})
+}
+
+/// A snake_case `DiscoveryRequest`, as Envoy sends it.
+fn request(node: &Value, version: &str, names: &[&str]) -> Value {
+    json!({"version_info": version, "node": node, "resource_names": names})
+}
+
+fn version_of(reply: &Reply) -> String {
+    reply.json()["versionInfo"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no versionInfo: {}", reply.text()))
+        .to_owned()
+}
+
+fn names_of(reply: &Reply) -> Vec<String> {
+    reply.json()["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no resources: {}", reply.text()))
+        .iter()
+        .map(|r| {
+            r.get("name")
+                .or_else(|| r.get("clusterName"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn assert_ok(reply: &Reply, what: &str) {
+    assert_eq!(reply.status, 200, "{what}: {}", reply.text());
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/json"),
+        "{what}"
+    );
+}
+
+/// An error reply: `status`, JSON content type, `{code, message}` body.
+fn assert_error(reply: &Reply, status: u16, what: &str) -> String {
+    assert_eq!(reply.status, status, "{what}: {}", reply.text());
+    assert!(
+        reply
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("application/json")),
+        "{what}: content-type {:?}",
+        reply.header("content-type")
+    );
+    let body = reply.json();
+    assert!(body["code"].is_i64(), "{what}: no numeric code: {body}");
+    let message = body["message"].as_str().unwrap_or_default().to_owned();
+    assert!(!message.is_empty(), "{what}: no message: {body}");
+    message
+}
+
+/// Every object with `"@type"` counted, at any depth.
+fn type_markers(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => {
+            usize::from(map.contains_key("@type")) + map.values().map(type_markers).sum::<usize>()
+        }
+        Value::Array(items) => items.iter().map(type_markers).sum(),
+        _ => 0,
+    }
+}
+
+/// Polls the control plane's stats until `check` holds (bounded).
+async fn stats_until(cp: &ControlPlane, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let last = std::sync::Mutex::new(Value::Null);
+    let (last_ref, check) = (&last, &check);
+    let found = eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async move {
+            let stats = cp.stats().await;
+            let ok = check(&stats);
+            *last_ref.lock().unwrap() = stats.clone();
+            ok.then_some(stats)
+        },
+    )
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "control plane never showed {what}; last stats: {}",
+            last.lock().unwrap()
+        )
+    })
+}
+
+/// The requests the control plane recorded for `type_url`.
+fn requests_of<'a>(stats: &'a Value, type_url: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    stats["requests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |r| r["type_url"] == type_url)
+}
+
+/// One resource type's round trip through the gateway.
+struct Case {
+    endpoint: &'static str,
+    type_url: &'static str,
+    /// The snapshot upstream.
+    upstream: Vec<Value>,
+    /// The names a client asks for (none: wildcard).
+    asked: Vec<&'static str>,
+    /// The names it must get back.
+    expected: Vec<&'static str>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_type_is_served_as_canonical_json() {
+    let Some(cp) = ControlPlane::start("every_type_is_served_as_canonical_json") else {
+        return;
+    };
+    bounded(async {
+        let gw = Gateway::start(&cp.upstream(), &["--allow-secrets"]).await;
+        let n = node("every-type");
+        let mut other_eds = corpus("cluster_load_assignment");
+        other_eds["cluster_name"] = json!("other");
+        let mut other_route = corpus("route_configuration");
+        other_route["name"] = json!("other_route");
+        let cases = vec![
+            Case {
+                endpoint: "listeners",
+                type_url: LDS,
+                upstream: vec![corpus("listener"), named(LDS, "l2")],
+                asked: vec![],
+                expected: vec!["listener_https", "l2"],
+            },
+            Case {
+                endpoint: "routes",
+                type_url: RDS,
+                upstream: vec![corpus("route_configuration"), other_route],
+                asked: vec!["local_route", "missing"],
+                expected: vec!["local_route"],
+            },
+            Case {
+                endpoint: "scoped-routes",
+                type_url: SRDS,
+                upstream: vec![corpus("scoped_route_configuration")],
+                asked: vec![],
+                expected: vec!["scope_tenant_a"],
+            },
+            Case {
+                endpoint: "clusters",
+                type_url: CDS,
+                upstream: vec![corpus("cluster"), cluster("c2")],
+                asked: vec![],
+                expected: vec!["backend", "c2"],
+            },
+            Case {
+                endpoint: "endpoints",
+                type_url: EDS,
+                upstream: vec![corpus("cluster_load_assignment"), other_eds],
+                asked: vec!["backend", "nope"],
+                expected: vec!["backend"],
+            },
+            Case {
+                endpoint: "secrets",
+                type_url: SDS,
+                upstream: vec![corpus("secret"), corpus("secret_validation_context")],
+                asked: vec!["client_cert"],
+                expected: vec!["client_cert"],
+            },
+            Case {
+                endpoint: "runtime",
+                type_url: RTDS,
+                upstream: vec![corpus("runtime")],
+                asked: vec!["rtds_layer"],
+                expected: vec!["rtds_layer"],
+            },
+            Case {
+                endpoint: "extension_configs",
+                type_url: ECDS,
+                upstream: vec![corpus("typed_extension_config")],
+                asked: vec!["envoy.filters.http.buffer"],
+                expected: vec!["envoy.filters.http.buffer"],
+            },
+        ];
+        for Case {
+            endpoint,
+            type_url,
+            upstream: resources,
+            asked,
+            expected,
+        } in cases
+        {
+            let version = format!("{endpoint}-7");
+            let canonical = cp.set(type_url, &version, &resources).await;
+            let reply = gw.discover(endpoint, &request(&n, "", &asked)).await;
+            assert_ok(&reply, endpoint);
+            let body = reply.json();
+            assert_eq!(body["versionInfo"], json!(version), "{endpoint}");
+            assert_eq!(body["typeUrl"], json!(type_url), "{endpoint}");
+            assert!(
+                body.get("version_info").is_none(),
+                "{endpoint}: snake_case field: {body}"
+            );
+            let mut got_names = names_of(&reply);
+            let mut want_names: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+            got_names.sort();
+            want_names.sort();
+            assert_eq!(got_names, want_names, "{endpoint}: resource names");
+            // Each resource is exactly protobuf's canonical JSON of it
+            // (camelCase, every nested Any with "@type").
+            for got in body["resources"].as_array().unwrap() {
+                assert_eq!(got["@type"], json!(type_url), "{endpoint}: {got}");
+                let want = canonical
+                    .iter()
+                    .find(|c| {
+                        c.get("name").or_else(|| c.get("clusterName"))
+                            == got.get("name").or_else(|| got.get("clusterName"))
+                    })
+                    .unwrap_or_else(|| panic!("{endpoint}: unexpected resource {got}"));
+                assert_eq!(got, want, "{endpoint}: not protobuf's canonical JSON");
+                let source = resources
+                    .iter()
+                    .find(|r| {
+                        r.get("name").or_else(|| r.get("cluster_name"))
+                            == got.get("name").or_else(|| got.get("clusterName"))
+                    })
+                    .unwrap();
+                assert_eq!(
+                    type_markers(got),
+                    type_markers(source),
+                    "{endpoint}: an Any lost its @type"
+                );
+            }
+        }
+        // camelCase, spot-checked on a nested field.
+        let reply = gw.discover("clusters", &request(&n, "", &[])).await;
+        let text = reply.text();
+        assert!(text.contains("\"edsClusterConfig\""), "{text}");
+        assert!(!text.contains("\"eds_cluster_config\""), "{text}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn secrets_are_forbidden_without_allow_secrets() {
+    let Some(cp) = ControlPlane::start("secrets_are_forbidden_without_allow_secrets") else {
+        return;
+    };
+    bounded(async {
+        cp.set(SDS, "1", &[corpus("secret")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let reply = gw
+            .discover("secrets", &request(&node("n"), "", &["client_cert"]))
+            .await;
+        let message = assert_error(&reply, 403, "secrets without --allow-secrets");
+        assert!(message.contains("--allow-secrets"), "{message}");
+        // Nothing was asked upstream for it.
+        let stats = cp.stats().await;
+        assert_eq!(requests_of(&stats, SDS).count(), 0, "{stats}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn not_modified_rules() {
+    let Some(cp) = ControlPlane::start("not_modified_rules") else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "v1", &[cluster("a"), cluster("b")]).await;
+        cp.set(EDS, "e1", &[named(EDS, "a"), named(EDS, "b")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let n = node("not-modified");
+
+        let first = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&first, "first poll");
+        assert_eq!(version_of(&first), "v1");
+        let same = gw.discover("clusters", &request(&n, "v1", &[])).await;
+        assert_eq!(same.status, 304, "same version and names: {}", same.text());
+        assert!(same.body.is_empty(), "304 with a body: {}", same.text());
+        // An empty version_info never gets a 304.
+        for _ in 0..2 {
+            let again = gw.discover("clusters", &request(&n, "", &[])).await;
+            assert_ok(&again, "empty version_info");
+            assert_eq!(again.body, first.body);
+        }
+
+        let a = gw.discover("endpoints", &request(&n, "", &["a"])).await;
+        assert_ok(&a, "EDS a");
+        assert_eq!(names_of(&a), ["a"]);
+        let a_again = gw.discover("endpoints", &request(&n, "e1", &["a"])).await;
+        assert_eq!(a_again.status, 304, "{}", a_again.text());
+        // A client adding a name at the same version gets a 200 with it.
+        let ab = gw
+            .discover("endpoints", &request(&n, "e1", &["a", "b"]))
+            .await;
+        assert_ok(&ab, "EDS a+b at the same version");
+        assert_eq!(version_of(&ab), "e1");
+        assert_eq!(names_of(&ab), ["a", "b"]);
+        let ab_again = gw
+            .discover("endpoints", &request(&n, "e1", &["b", "a"]))
+            .await;
+        assert_eq!(ab_again.status, 304, "{}", ab_again.text());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_is_answered_on_change_and_times_out_with_304() {
+    let Some(cp) = ControlPlane::start("long_poll_is_answered_on_change_and_times_out_with_304")
+    else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "v1", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let n = node("long-poll");
+        let first = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&first, "first poll");
+        assert_eq!(version_of(&first), "v1");
+
+        let held = {
+            let body = request(&n, "v1", &[]).to_string();
+            let port = gw.port;
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = gateway::http_request(
+                    port,
+                    http::Method::POST,
+                    "/v3/discovery:clusters?wait=10s",
+                    &[("content-type", "application/json")],
+                    body,
+                    Duration::from_secs(15),
+                )
+                .await
+                .unwrap();
+                (reply, started.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!held.is_finished(), "the long poll was not held");
+        cp.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
+        let (reply, elapsed) = held.await.unwrap();
+        assert_ok(&reply, "held poll");
+        assert_eq!(version_of(&reply), "v2");
+        assert_eq!(names_of(&reply), ["a", "b"]);
+        assert!(
+            elapsed >= Duration::from_millis(400),
+            "answered too early: {elapsed:?}"
+        );
+        assert!(
+            elapsed < Duration::from_secs(5),
+            "answered too late: {elapsed:?}"
+        );
+
+        // Nothing changes: a short wait ends in a 304.
+        let started = Instant::now();
+        let reply = gw
+            .post_raw(
+                "/v3/discovery:clusters?wait=300ms",
+                &[],
+                request(&n, "v2", &[]).to_string(),
+            )
+            .await;
+        let elapsed = started.elapsed();
+        assert_eq!(reply.status, 304, "{}", reply.text());
+        assert!(reply.body.is_empty());
+        assert!(
+            elapsed >= Duration::from_millis(250),
+            "not held: {elapsed:?}"
+        );
+        assert!(
+            elapsed < Duration::from_secs(5),
+            "held too long: {elapsed:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn upstream_change_is_visible_on_the_next_poll() {
+    let Some(cp) = ControlPlane::start("upstream_change_is_visible_on_the_next_poll") else {
+        return;
+    };
+    bounded(async {
+        cp.set(LDS, "1", &[named(LDS, "l1")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let n = node("next-poll");
+        let first = gw.discover("listeners", &request(&n, "", &[])).await;
+        assert_ok(&first, "first poll");
+        assert_eq!(version_of(&first), "1");
+        cp.set(LDS, "2", &[named(LDS, "l1"), named(LDS, "l2")])
+            .await;
+        // The push travels upstream → gateway asynchronously: poll as Envoy
+        // would, presenting what it has.
+        let reply = eventually(Duration::from_secs(5), Duration::from_millis(50), || {
+            let gw = &gw;
+            let n = &n;
+            async move {
+                let reply = gw.discover("listeners", &request(n, "1", &[])).await;
+                (reply.status == 200 && version_of(&reply) == "2").then_some(reply)
+            }
+        })
+        .await
+        .expect("version 2 never served");
+        assert_eq!(names_of(&reply), ["l1", "l2"]);
+        let stats = cp.stats().await;
+        assert_eq!(stats["streams_total"], 1, "{stats}");
+        assert!(
+            requests_of(&stats, LDS)
+                .any(|r| r["version_info"] == "2" && r["error_detail"].is_null()),
+            "version 2 was never ACKed: {stats}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn undecodable_update_is_nacked_and_the_last_good_version_served() {
+    let Some(cp) =
+        ControlPlane::start("undecodable_update_is_nacked_and_the_last_good_version_served")
+    else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "good", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let n = node("nack");
+        let good = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&good, "first poll");
+        assert_eq!(version_of(&good), "good");
+
+        // Field 1 (name), length-delimited, with a truncated length varint.
+        cp.set_raw(CDS, "bad", &[("a", CDS, b"\x0a\xff\xff\xff")])
+            .await;
+        let stats = stats_until(&cp, "a NACK of version bad", |s| {
+            s["nacks"].as_u64().unwrap_or(0) >= 1
+        })
+        .await;
+        let nack = requests_of(&stats, CDS)
+            .find(|r| !r["error_detail"].is_null())
+            .unwrap_or_else(|| panic!("no request with error_detail: {stats}"));
+        assert_eq!(
+            nack["version_info"], "good",
+            "a NACK presents the last good version: {nack}"
+        );
+        assert!(
+            !nack["error_detail"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{nack}"
+        );
+        assert_ne!(nack["error_detail"]["code"], 0, "{nack}");
+
+        for version in ["", "good"] {
+            let reply = gw.discover("clusters", &request(&n, version, &[])).await;
+            if version.is_empty() {
+                assert_ok(&reply, "after the NACK");
+                assert_eq!(reply.body, good.body, "the last good body is served");
+            } else {
+                assert_eq!(reply.status, 304, "{}", reply.text());
+            }
+        }
+        // A good update after the bad one is taken again.
+        cp.set(CDS, "good2", &[cluster("a"), cluster("b")]).await;
+        let reply = eventually(Duration::from_secs(5), Duration::from_millis(50), || {
+            let (gw, n) = (&gw, &n);
+            async move {
+                let reply = gw.discover("clusters", &request(n, "good", &[])).await;
+                (reply.status == 200 && version_of(&reply) == "good2").then_some(reply)
+            }
+        })
+        .await
+        .expect("good2 never served");
+        assert_eq!(names_of(&reply), ["a", "b"]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_of_one_node_share_one_upstream_stream() {
+    let Some(cp) = ControlPlane::start("clients_of_one_node_share_one_upstream_stream") else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "1", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let port = gw.port;
+        let clients: Vec<_> = (0..20)
+            .map(|_| {
+                let body = request(&node("shared"), "", &[]).to_string();
+                tokio::spawn(async move {
+                    gateway::http_request(
+                        port,
+                        http::Method::POST,
+                        "/v3/discovery:clusters",
+                        &[("content-type", "application/json")],
+                        body,
+                        Duration::from_secs(15),
+                    )
+                    .await
+                    .unwrap()
+                })
+            })
+            .collect();
+        let mut bodies = Vec::new();
+        for client in clients {
+            let reply = client.await.unwrap();
+            assert_ok(&reply, "concurrent client");
+            bodies.push(reply.body);
+        }
+        assert!(
+            bodies.windows(2).all(|w| w[0] == w[1]),
+            "clients got different bodies"
+        );
+        let stats = cp.stats().await;
+        assert_eq!(stats["streams_total"], 1, "20 clients of one node: {stats}");
+        let with_node: Vec<_> = stats["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["has_node"] == true)
+            .collect();
+        assert_eq!(
+            with_node.len(),
+            1,
+            "the node goes on the first request only: {stats}"
+        );
+        assert_eq!(with_node[0]["node_id"], "shared");
+
+        let other = gw
+            .discover("clusters", &request(&node("other"), "", &[]))
+            .await;
+        assert_ok(&other, "another node");
+        let stats = cp.stats().await;
+        assert_eq!(stats["streams_total"], 2, "a second node: {stats}");
+        assert_eq!(stats["streams_open"], 2, "{stats}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn idle_session_closes_its_upstream_stream() {
+    let Some(cp) = ControlPlane::start("idle_session_closes_its_upstream_stream") else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "1", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &["--idle-timeout", "1s"]).await;
+        let reply = gw
+            .discover("clusters", &request(&node("idle"), "", &[]))
+            .await;
+        assert_ok(&reply, "poll");
+        let started = Instant::now();
+        stats_until(&cp, "the stream closed after the idle timeout", |s| {
+            s["streams_total"] == 1 && s["streams_open"] == 0
+        })
+        .await;
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(500),
+            "closed too early: {elapsed:?}"
+        );
+        // Polling again opens a fresh session and stream.
+        let reply = gw
+            .discover("clusters", &request(&node("idle"), "", &[]))
+            .await;
+        assert_ok(&reply, "poll after idling out");
+        let stats = cp.stats().await;
+        assert_eq!(stats["streams_total"], 2, "{stats}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_errors_and_do_not_disturb_others() {
+    let Some(cp) = ControlPlane::start("bad_requests_get_json_errors_and_do_not_disturb_others")
+    else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "1", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &["--max-body-bytes", "2048"]).await;
+        let n = node("bad-input");
+        let good = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&good, "good poll");
+
+        // Unknown path: 404 naming the closest endpoint.
+        let reply = gw
+            .post_raw(
+                "/v3/discovery:cluster",
+                &[],
+                request(&n, "", &[]).to_string(),
+            )
+            .await;
+        let message = assert_error(&reply, 404, "unknown path");
+        assert!(message.contains("/v3/discovery:clusters"), "{message}");
+
+        // Bodies that are not a JSON object, or too big.
+        let too_big = json!({"node": node("x"), "version_info": "x".repeat(4096)}).to_string();
+        for (what, body) in [
+            ("not JSON", "this is not json".to_owned()),
+            ("truncated JSON", "{\"node\":".to_owned()),
+            ("array body", "[1,2,3]".to_owned()),
+            ("over --max-body-bytes", too_big),
+        ] {
+            let reply = gw.post_raw("/v3/discovery:clusters", &[], body).await;
+            assert_error(&reply, 400, what);
+            // A good request in between is answered as before.
+            let again = gw.discover("clusters", &request(&n, "", &[])).await;
+            assert_ok(&again, "good poll after a bad one");
+            assert_eq!(again.body, good.body, "after {what}");
+        }
+
+        // type_url contradicting the path.
+        let mut contradicting = request(&n, "", &[]);
+        contradicting["type_url"] = json!(LDS);
+        let reply = gw.discover("clusters", &contradicting).await;
+        let message = assert_error(&reply, 400, "type_url contradicting the path");
+        assert!(message.contains("type_url"), "{message}");
+        // A matching type_url is fine.
+        let mut matching = request(&n, "", &[]);
+        matching["type_url"] = json!(CDS);
+        assert_ok(
+            &gw.discover("clusters", &matching).await,
+            "matching type_url",
+        );
+
+        // A bad ?wait.
+        let reply = gw
+            .post_raw(
+                "/v3/discovery:clusters?wait=soon",
+                &[],
+                request(&n, "", &[]).to_string(),
+            )
+            .await;
+        assert_error(&reply, 400, "bad wait");
+
+        let last = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&last, "final good poll");
+        assert_eq!(last.body, good.body);
+        let still_304 = gw.discover("clusters", &request(&n, "1", &[])).await;
+        assert_eq!(still_304.status, 304, "{}", still_304.text());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_upstream_is_a_503_and_others_are_unaffected() {
+    let Some(cp) = ControlPlane::start("unreachable_upstream_is_a_503_and_others_are_unaffected")
+    else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "1", &[cluster("a")]).await;
+        let closed = process::free_port();
+        let (dead_upstream, good_upstream) = (format!("grpc://127.0.0.1:{closed}"), cp.upstream());
+        let flags = ["--first-response-timeout", "500ms"];
+        let (dead, working) = tokio::join!(
+            Gateway::start(&dead_upstream, &flags),
+            Gateway::start(&good_upstream, &flags),
+        );
+        let n = node("unreachable");
+        let started = Instant::now();
+        let reply = dead.discover("clusters", &request(&n, "", &[])).await;
+        let message = assert_error(&reply, 503, "unreachable upstream");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let retry_after = reply
+            .header("retry-after")
+            .unwrap_or_else(|| panic!("no Retry-After"));
+        assert!(
+            retry_after.parse::<u64>().is_ok_and(|s| s >= 1),
+            "Retry-After {retry_after:?}"
+        );
+        assert!(message.contains(CDS), "{message}");
+
+        let good = working.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&good, "working gateway");
+        assert_eq!(version_of(&good), "1");
+        // The dead one stays answering (and failing) without harm.
+        let again = dead.discover("clusters", &request(&n, "", &[])).await;
+        assert_error(&again, 503, "unreachable upstream, again");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn suspected_rejection_is_counted_and_nacked_upstream() {
+    let Some(cp) = ControlPlane::start("suspected_rejection_is_counted_and_nacked_upstream") else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "v1", &[cluster("a")]).await;
+        let gw = Gateway::start(
+            &cp.upstream(),
+            &["--rejection-threshold", "2", "--forward-rejections"],
+        )
+        .await;
+        let n = node("rejecting");
+        let first = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_eq!(version_of(&first), "v1");
+        cp.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
+        eventually(Duration::from_secs(5), Duration::from_millis(50), || {
+            let (gw, n) = (&gw, &n);
+            async move {
+                let reply = gw.discover("clusters", &request(n, "v1", &[])).await;
+                (reply.status == 200 && version_of(&reply) == "v2").then_some(())
+            }
+        })
+        .await
+        .expect("v2 never served");
+        // The client keeps presenting v1: it rejected v2.
+        for _ in 0..3 {
+            let reply = gw.discover("clusters", &request(&n, "v1", &[])).await;
+            assert_ok(&reply, "stale poll");
+            assert_eq!(version_of(&reply), "v2");
+        }
+        let metrics = gw.metrics().await;
+        let suspected = metric_sum(&metrics, "xds_gateway_suspected_rejections_total");
+        assert!(
+            suspected >= 1.0,
+            "no suspected rejection counted:\n{metrics}"
+        );
+
+        let stats = stats_until(&cp, "a forwarded NACK", |s| {
+            s["nacks"].as_u64().unwrap_or(0) >= 1
+        })
+        .await;
+        let nack = requests_of(&stats, CDS)
+            .find(|r| !r["error_detail"].is_null())
+            .unwrap_or_else(|| panic!("no NACK: {stats}"));
+        let message = nack["error_detail"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("v1") && message.contains("v2"), "{nack}");
+        assert_eq!(
+            nack["kind"], "nack",
+            "the NACK carries the latest nonce: {nack}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ads_config_sources_are_rewritten_for_envoy_clients_only() {
+    let Some(cp) = ControlPlane::start("ads_config_sources_are_rewritten_for_envoy_clients_only")
+    else {
+        return;
+    };
+    bounded(async {
+        let eds_cluster = json!({
+            "@type": CDS,
+            "name": "backend",
+            "type": "EDS",
+            "connect_timeout": "1s",
+            "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}
+        });
+        cp.set(CDS, "1", &[eds_cluster]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let ask = |agent: &str| {
+            json!({
+                "version_info": "",
+                "node": {"id": "rewrite", "cluster": "c", "user_agent_name": agent},
+                "resource_names": []
+            })
+            .to_string()
+        };
+        let envoy = gw
+            .post_raw(
+                "/v3/discovery:clusters",
+                &[("host", "xds_cluster")],
+                ask("envoy"),
+            )
+            .await;
+        assert_ok(&envoy, "envoy client");
+        let eds_config = &envoy.json()["resources"][0]["edsClusterConfig"]["edsConfig"];
+        assert!(eds_config.get("ads").is_none(), "{eds_config}");
+        let api = &eds_config["apiConfigSource"];
+        assert_eq!(api["apiType"], "REST", "{eds_config}");
+        assert_eq!(api["clusterNames"], json!(["xds_cluster"]), "{eds_config}");
+        assert_eq!(api["transportApiVersion"], "V3", "{eds_config}");
+
+        let curl = gw
+            .post_raw(
+                "/v3/discovery:clusters",
+                &[("host", "xds_cluster")],
+                ask("curl"),
+            )
+            .await;
+        assert_ok(&curl, "curl client");
+        let eds_config = &curl.json()["resources"][0]["edsClusterConfig"]["edsConfig"];
+        assert_eq!(eds_config["ads"], json!({}), "{eds_config}");
+        assert!(eds_config.get("apiConfigSource").is_none(), "{eds_config}");
+        assert_eq!(version_of(&curl), version_of(&envoy));
+    })
+    .await;
+}
+
+/// Clients of one node asking for different names at once: each gets its
+/// own names, never a response that answered an older subscription.
+async fn concurrent_names(test: &str, flags: &[&str]) {
+    let Some(cp) = ControlPlane::start_with(test, flags) else {
+        return;
+    };
+    bounded(async {
+        let names: Vec<String> = (0..12).map(|i| format!("svc{i}")).collect();
+        let resources: Vec<Value> = names.iter().map(|n| named(EDS, n)).collect();
+        cp.set(EDS, "e1", &resources).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let port = gw.port;
+        let clients: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let body = request(&node("many-names"), "", &[name]).to_string();
+                let name = name.clone();
+                tokio::spawn(async move {
+                    let reply = gateway::http_request(
+                        port,
+                        http::Method::POST,
+                        "/v3/discovery:endpoints",
+                        &[("content-type", "application/json")],
+                        body,
+                        Duration::from_secs(15),
+                    )
+                    .await
+                    .unwrap();
+                    (name, reply)
+                })
+            })
+            .collect();
+        for client in clients {
+            let (name, reply) = client.await.unwrap();
+            assert_ok(&reply, &name);
+            assert_eq!(
+                names_of(&reply),
+                std::slice::from_ref(&name),
+                "{name}: {}",
+                reply.text()
+            );
+        }
+        let stats = cp.stats().await;
+        assert_eq!(stats["streams_total"], 1, "{stats}");
+        // The upstream ends up asked for every name.
+        let last = requests_of(&stats, EDS).last().cloned().unwrap_or_default();
+        assert_eq!(
+            last["resource_names"].as_array().map(Vec::len),
+            Some(12),
+            "{stats}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_of_one_node_get_their_own_names() {
+    concurrent_names("concurrent_clients_of_one_node_get_their_own_names", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_names_with_a_strict_nonce_control_plane() {
+    concurrent_names(
+        "concurrent_names_with_a_strict_nonce_control_plane",
+        &["--strict-nonce"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_restart_keeps_serving_and_resubscribes() {
+    let test = "upstream_restart_keeps_serving_and_resubscribes";
+    let Some(cp) = ControlPlane::start(test) else {
+        return;
+    };
+    bounded(async {
+        cp.set(CDS, "v1", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let n = node("restart");
+        let first = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&first, "first poll");
+        let port = cp.ads_port;
+        drop(cp);
+
+        // The control plane is gone: the last state is still served.
+        let cached = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&cached, "poll while the control plane is down");
+        assert_eq!(cached.body, first.body);
+        let same = gw.discover("clusters", &request(&n, "v1", &[])).await;
+        assert_eq!(same.status, 304, "{}", same.text());
+
+        // A new control plane where the old one was: the session reconnects,
+        // presents the version it holds, and takes the new snapshot.
+        let cp = ControlPlane::start_on(test, port, &[]).expect("python was there a moment ago");
+        cp.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
+        let reply = eventually(Duration::from_secs(15), Duration::from_millis(100), || {
+            let (gw, n) = (&gw, &n);
+            async move {
+                let reply = gw.discover("clusters", &request(n, "v1", &[])).await;
+                (reply.status == 200 && version_of(&reply) == "v2").then_some(reply)
+            }
+        })
+        .await
+        .expect("v2 never served after the control plane came back");
+        assert_eq!(names_of(&reply), ["a", "b"]);
+        let stats = cp.stats().await;
+        let first_request = &stats["requests"][0];
+        assert_eq!(first_request["has_node"], true, "{stats}");
+        assert_eq!(first_request["node_id"], "restart", "{stats}");
+        assert_eq!(
+            first_request["version_info"], "v1",
+            "resubscribes presenting v1: {stats}"
+        );
+    })
+    .await;
+}

@@ -1,0 +1,345 @@
+//! A scripted state-of-the-world ADS control plane for the integration tests.
+//!
+//! Include it from a test crate with
+//! `#[path = "support/fake_ads.rs"] mod fake_ads;`. [`FakeAds::start`]
+//! serves `AggregatedDiscoveryService.StreamAggregatedResources` (tonic) on
+//! 127.0.0.1:0 from a shared snapshot `type_url -> (version, resources)`:
+//!
+//! - the first request of each type on a stream, and every request that
+//!   changes the stream's subscribed names for that type, is answered with
+//!   the snapshot's current version of that type (an ACK or NACK with
+//!   unchanged names is not answered, as SotW servers do);
+//! - [`FakeAds::set`] replaces one type's entry at any time and pushes a new
+//!   response on every open stream subscribed to that type;
+//! - requested names are honoured: no names (or `*`) means every resource of
+//!   the type, else only the named ones (a resource's name is its proto field
+//!   1, which is `name` or `cluster_name` in every xDS resource type);
+//! - a type missing from the snapshot is not answered until it is set;
+//! - every request is recorded ([`Recorded`]), every stream counted.
+//!
+//! Nonces are per stream and increasing ("1", "2", ...). The delta ADS
+//! method answers UNIMPLEMENTED. The server task stops when the `FakeAds`
+//! drops.
+
+#![allow(dead_code)] // each test crate uses its own subset of the helpers
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::Any;
+use futures::Stream;
+use prost::Message;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Which stream (1-based, in opening order) carried it.
+    pub stream: usize,
+    pub type_url: String,
+    pub version_info: String,
+    pub nonce: String,
+    pub names: Vec<String>,
+    /// `error_detail.message` when the request is a NACK.
+    pub error_detail: Option<String>,
+    /// `node.id` when the request carried a node (the first of a stream).
+    pub node_id: Option<String>,
+}
+
+/// One type's entry in the snapshot.
+#[derive(Debug, Clone)]
+struct Entry {
+    version: String,
+    resources: Vec<(String, Any)>,
+    /// Bumped by every [`FakeAds::set`]: what streams compare to decide a push.
+    generation: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    snapshot: Mutex<HashMap<String, Entry>>,
+    requests: Mutex<Vec<Recorded>>,
+    streams: AtomicUsize,
+    open: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The running fake control plane.
+pub struct FakeAds {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    /// Ticks on every snapshot change; streams watch it.
+    changed: watch::Sender<u64>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl FakeAds {
+    /// Starts serving on 127.0.0.1:0 with an empty snapshot.
+    pub async fn start() -> FakeAds {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0 for the fake ADS server");
+        let addr = listener.local_addr().expect("fake ADS local address");
+        let shared = Arc::new(Shared::default());
+        let (changed, _) = watch::channel(0u64);
+        let service = Service {
+            shared: shared.clone(),
+            changed: changed.clone(),
+        };
+        let server = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(AggregatedDiscoveryServiceServer::new(service))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+                .expect("fake ADS server");
+        });
+        FakeAds {
+            addr,
+            shared,
+            changed,
+            server,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `grpc://127.0.0.1:PORT`, for the gateway's `--upstream`.
+    pub fn url(&self) -> String {
+        format!("grpc://{}", self.addr)
+    }
+
+    /// Replaces `type_url`'s version and resources and pushes them to every
+    /// open stream subscribed to that type.
+    pub fn set(&self, type_url: &str, version: &str, resources: Vec<Any>) {
+        let resources = resources
+            .into_iter()
+            .map(|any| (resource_name(&any), any))
+            .collect();
+        {
+            let mut snapshot = lock(&self.shared.snapshot);
+            let generation = snapshot.get(type_url).map_or(0, |e| e.generation) + 1;
+            snapshot.insert(
+                type_url.to_owned(),
+                Entry {
+                    version: version.to_owned(),
+                    resources,
+                    generation,
+                },
+            );
+        }
+        self.changed
+            .send_modify(|tick| *tick = tick.wrapping_add(1));
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Streams opened so far.
+    pub fn streams_opened(&self) -> usize {
+        self.shared.streams.load(Ordering::SeqCst)
+    }
+
+    /// Streams open now.
+    pub fn streams_open(&self) -> usize {
+        self.shared.open.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeAds {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// Field 1 of an xDS resource: `name` (Listener, Cluster, RouteConfiguration,
+/// Secret, ...) or `cluster_name` (ClusterLoadAssignment).
+fn resource_name(any: &Any) -> String {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Named {
+        #[prost(string, tag = "1")]
+        name: String,
+    }
+    Named::decode(any.value.as_slice())
+        .unwrap_or_else(|e| panic!("fake ADS: no name in a {} resource: {e}", any.type_url))
+        .name
+}
+
+#[derive(Clone)]
+struct Service {
+    shared: Arc<Shared>,
+    changed: watch::Sender<u64>,
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
+type DeltaStream = Pin<Box<dyn Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Service {
+    type StreamAggregatedResourcesStream = ResponseStream;
+    type DeltaAggregatedResourcesStream = DeltaStream;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<ResponseStream>, Status> {
+        let id = self.shared.streams.fetch_add(1, Ordering::SeqCst) + 1;
+        let (tx, rx) = mpsc::channel(16);
+        let stream = StreamTask {
+            id,
+            shared: self.shared.clone(),
+            tx,
+            subscribed: BTreeMap::new(),
+            nonce: 0,
+        };
+        tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        _request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<DeltaStream>, Status> {
+        Err(Status::unimplemented(
+            "the fake ADS server speaks SotW only",
+        ))
+    }
+}
+
+/// One stream's subscription to one type.
+struct Subscribed {
+    names: Vec<String>,
+    /// Generation of the snapshot entry last sent (0: nothing sent yet).
+    sent: u64,
+}
+
+struct StreamTask {
+    id: usize,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    subscribed: BTreeMap<String, Subscribed>,
+    nonce: u64,
+}
+
+impl StreamTask {
+    async fn run(
+        mut self,
+        mut inbound: Streaming<DiscoveryRequest>,
+        mut changed: watch::Receiver<u64>,
+    ) {
+        self.shared.open.fetch_add(1, Ordering::SeqCst);
+        loop {
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(request)) => self.request(request).await,
+                    _ => break,
+                },
+                tick = changed.changed() => {
+                    if tick.is_err() {
+                        break;
+                    }
+                    self.push_changed().await;
+                }
+            }
+            if self.tx.is_closed() {
+                break;
+            }
+        }
+        self.shared.open.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    async fn request(&mut self, request: DiscoveryRequest) {
+        lock(&self.shared.requests).push(Recorded {
+            stream: self.id,
+            type_url: request.type_url.clone(),
+            version_info: request.version_info.clone(),
+            nonce: request.response_nonce.clone(),
+            names: request.resource_names.clone(),
+            error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
+            node_id: request.node.as_ref().map(|n| n.id.clone()),
+        });
+        let mut names = request.resource_names;
+        names.sort();
+        names.dedup();
+        let type_url = request.type_url;
+        let answer = match self.subscribed.get_mut(&type_url) {
+            // An ACK or NACK of what was sent: nothing new to say.
+            Some(sub) if sub.names == names => false,
+            Some(sub) => {
+                sub.names = names;
+                true
+            }
+            None => {
+                self.subscribed
+                    .insert(type_url.clone(), Subscribed { names, sent: 0 });
+                true
+            }
+        };
+        if answer {
+            self.send(&type_url).await;
+        }
+    }
+
+    /// Sends every subscribed type whose snapshot entry changed since it was sent.
+    async fn push_changed(&mut self) {
+        let stale: Vec<String> = {
+            let snapshot = lock(&self.shared.snapshot);
+            self.subscribed
+                .iter()
+                .filter(|(type_url, sub)| {
+                    snapshot
+                        .get(*type_url)
+                        .is_some_and(|e| e.generation != sub.sent)
+                })
+                .map(|(type_url, _)| type_url.clone())
+                .collect()
+        };
+        for type_url in stale {
+            self.send(&type_url).await;
+        }
+    }
+
+    /// Sends the current entry of `type_url`, filtered by the subscribed names.
+    async fn send(&mut self, type_url: &str) {
+        let Some(sub) = self.subscribed.get_mut(type_url) else {
+            return;
+        };
+        let Some(entry) = lock(&self.shared.snapshot).get(type_url).cloned() else {
+            return;
+        };
+        let wildcard = sub.names.is_empty() || sub.names.iter().any(|n| n == "*");
+        let resources = entry
+            .resources
+            .into_iter()
+            .filter(|(name, _)| wildcard || sub.names.contains(name))
+            .map(|(_, any)| any)
+            .collect();
+        sub.sent = entry.generation;
+        self.nonce += 1;
+        let response = DiscoveryResponse {
+            version_info: entry.version,
+            resources,
+            type_url: type_url.to_owned(),
+            nonce: self.nonce.to_string(),
+            ..Default::default()
+        };
+        let _ = self.tx.send(Ok(response)).await;
+    }
+}
