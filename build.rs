@@ -58,6 +58,7 @@ const EXTRA_XDS_ROOTS: &[&str] = &[
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    embed_demo_snapshot();
     println!("cargo:rerun-if-env-changed=XDS_GATEWAY_PROTO_ROOTS");
 
     let (envoy_types, data_plane_api) = package_roots();
@@ -239,4 +240,51 @@ fn package_roots() -> (PathBuf, Option<PathBuf>) {
     };
     let envoy_types = find("envoy-types").expect("envoy-types is a locked dependency");
     (envoy_types, find("data-plane-api"))
+}
+
+/// Embeds `examples/demo/` (the default snapshot) as `(relative path, text)`
+/// pairs, so the binary serves it from anywhere.
+fn embed_demo_snapshot() {
+    let root =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR set by cargo"))
+            .join("examples/demo");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let mut files = Vec::new();
+    collect_files(&root, &mut files);
+    files.sort();
+    let mut out = String::from("/// The demo snapshot: (path relative to examples/demo, contents).\npub static DEMO_FILES: &[(&str, &str)] = &[\n");
+    for path in files {
+        println!("cargo:rerun-if-changed={}", path.display());
+        let rel = path
+            .strip_prefix(&root)
+            .expect("under root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        out.push_str(&format!(
+            "    ({rel:?}, include_str!({:?})),\n",
+            path.display().to_string()
+        ));
+    }
+    out.push_str("];\n");
+    let dest =
+        PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR set by cargo")).join("demo_snapshot.rs");
+    fs::write(dest, out).expect("write demo_snapshot.rs");
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            println!("cargo:rerun-if-changed={}", path.display());
+            collect_files(&path, out);
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            out.push(path);
+        }
+    }
 }

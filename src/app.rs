@@ -12,7 +12,8 @@ use crate::cache::Renderer;
 use crate::config::Config;
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
-use crate::source::{Readiness, Registry, SourceError, UpstreamContext};
+use crate::source::file::{FileSource, Origin};
+use crate::source::{Readiness, Registry, SourceError, Upstream, UpstreamContext};
 use crate::xds::{Codec, JsonError};
 
 /// Why the gateway could not start or stopped.
@@ -22,8 +23,6 @@ pub enum AppError {
     Descriptors(#[from] JsonError),
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("no --upstream given: point the gateway at a control plane's ADS endpoint (grpc://HOST:PORT)")]
-    NoUpstream,
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -37,19 +36,33 @@ pub async fn run(
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    let upstream = config.upstream.clone().ok_or(AppError::NoUpstream)?;
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
+    let renderer = Renderer::new(codec);
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(Readiness::default());
-    let ctx = UpstreamContext::connect_lazy(
-        &upstream,
-        Renderer::new(codec),
-        metrics.clone(),
-        ready.clone(),
-        config.max_upstream_message_bytes,
-    )?;
+    let upstream = match &config.upstream {
+        Some(uri) => Upstream::Ads(Arc::new(UpstreamContext::connect_lazy(
+            uri,
+            renderer.clone(),
+            metrics.clone(),
+            ready.clone(),
+            config.max_upstream_message_bytes,
+        )?)),
+        None => {
+            let origin = match &config.snapshot {
+                Some(dir) => Origin::Dir(dir.clone()),
+                None => Origin::EmbeddedDemo,
+            };
+            Upstream::Snapshot(FileSource::start(origin, renderer.clone(), ready.clone()))
+        }
+    };
     let config = Arc::new(config);
-    let registry = Arc::new(Registry::new(Arc::new(ctx), &config));
+    let registry = Arc::new(Registry::new(
+        upstream.clone(),
+        renderer,
+        metrics.clone(),
+        &config,
+    ));
     let sweeper = registry.spawn_sweeper();
     let gateway = Arc::new(Gateway {
         config: config.clone(),

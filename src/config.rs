@@ -56,6 +56,10 @@ pub struct Cli {
     /// Control plane serving ADS, as grpc://HOST:PORT (or http://).
     #[arg(long, env = "XDS_GATEWAY_UPSTREAM")]
     pub upstream: Option<String>,
+    /// Snapshot directory served when no --upstream is given (YAML/JSON
+    /// resources; watched) [default: the embedded examples/demo snapshot].
+    #[arg(long, env = "XDS_GATEWAY_SNAPSHOT")]
+    pub snapshot: Option<PathBuf>,
     /// REST listener address [default: 127.0.0.1:8080].
     #[arg(long, env = "XDS_GATEWAY_LISTEN")]
     pub listen: Option<SocketAddr>,
@@ -115,6 +119,7 @@ pub struct Cli {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct FileConfig {
     upstream: Option<String>,
+    snapshot: Option<PathBuf>,
     listen: Option<SocketAddr>,
     admin: Option<SocketAddr>,
     session_key: Option<SessionKey>,
@@ -143,6 +148,8 @@ struct FileConfig {
 pub struct Config {
     /// The control plane's gRPC endpoint as an `http(s)://` URI.
     pub upstream: Option<String>,
+    /// Snapshot directory (None with no upstream: the embedded demo).
+    pub snapshot: Option<PathBuf>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub session_key: SessionKey,
@@ -165,6 +172,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             upstream: None,
+            snapshot: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
             session_key: SessionKey::Node,
@@ -195,6 +203,7 @@ impl Config {
         let d = Config::default();
         let config = Config {
             upstream: cli.upstream.or(file.upstream),
+            snapshot: cli.snapshot.or(file.snapshot),
             listen: cli.listen.or(file.listen).unwrap_or(d.listen),
             admin: cli.admin.or(file.admin).unwrap_or(d.admin),
             session_key: cli
@@ -253,6 +262,12 @@ impl Config {
     pub fn validate(mut self) -> Result<Config, ConfigError> {
         if let Some(upstream) = self.upstream.take() {
             self.upstream = Some(normalise_upstream(&upstream)?);
+        }
+        if self.upstream.is_some() && self.snapshot.is_some() {
+            return Err(invalid(
+                "snapshot",
+                "give either --upstream or --snapshot, not both",
+            ));
         }
         if self.max_sessions == 0 {
             return Err(invalid("max-sessions", "must be at least 1"));

@@ -2,7 +2,9 @@
 //!
 //! Endpoints:
 //! - `GET /healthz`: 200 while the process serves.
-//! - `GET /readyz`: 200 once the upstream has answered, 503 before (JSON details).
+//! - `GET /readyz`: 200 once the upstream has answered (or the snapshot first
+//!   loaded), 503 before; JSON details, including the problems of the latest
+//!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
 
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::metrics::Metrics;
-use crate::source::{Readiness, Registry};
+use crate::source::{Readiness, Registry, Upstream};
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -22,7 +24,7 @@ pub struct Admin {
     pub ready: Arc<Readiness>,
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
-    pub upstream: String,
+    pub upstream: Upstream,
 }
 
 pub fn router(admin: Arc<Admin>) -> Router {
@@ -35,9 +37,14 @@ pub fn router(admin: Arc<Admin>) -> Router {
 
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let ready = admin.ready.is_ready();
+    let (source, problems) = match &admin.upstream {
+        Upstream::Ads(ctx) => (format!("ADS upstream {}", ctx.uri), Vec::new()),
+        Upstream::Snapshot(file) => (file.origin().to_string(), file.problems()),
+    };
     let body = serde_json::json!({
         "ready": ready,
-        "upstream": admin.upstream,
+        "source": source,
+        "problems": problems,
         "sessions": admin.registry.len(),
         "upstream_streams_open": admin.metrics.streams_open(),
     });

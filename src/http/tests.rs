@@ -12,21 +12,23 @@ use super::{router, served_paths, Gateway};
 use crate::cache::Renderer;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::source::{Readiness, Registry, UpstreamContext};
+use crate::source::{Readiness, Registry, Upstream, UpstreamContext};
 use crate::xds::Codec;
 
 fn gateway(config: Config) -> Arc<Gateway> {
     let metrics = Arc::new(Metrics::new());
+    let renderer = Renderer::new(Codec::embedded());
     let ctx = UpstreamContext::connect_lazy(
         "http://127.0.0.1:9",
-        Renderer::new(Codec::embedded()),
+        renderer.clone(),
         metrics.clone(),
         Arc::new(Readiness::default()),
         1 << 20,
     )
     .unwrap();
+    let upstream = Upstream::Ads(Arc::new(ctx));
     Arc::new(Gateway {
-        registry: Arc::new(Registry::new(Arc::new(ctx), &config)),
+        registry: Arc::new(Registry::new(upstream, renderer, metrics.clone(), &config)),
         parsed: super::parsed::ParsedRequests::new(config.session_key),
         config: Arc::new(config),
         metrics,

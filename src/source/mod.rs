@@ -1,5 +1,6 @@
-//! Where config comes from: upstream sessions, one per node identity, each
-//! holding one SotW ADS stream to the control plane ([`ads`]).
+//! Where config comes from: sessions, one per node identity, each fed by one
+//! SotW ADS stream to the control plane ([`ads`]) or by the watched snapshot
+//! directory ([`file`], the default when no upstream is configured).
 //!
 //! The [`Registry`] creates sessions on first use (bounded in number), shares
 //! them between every client of the same identity (fan-in), prunes names no
@@ -7,8 +8,10 @@
 //! timeout. It never serves HTTP; `tonic::Status` is classified here only.
 
 pub mod ads;
+pub mod file;
 pub mod identity;
 pub mod session;
+pub mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +59,8 @@ impl Readiness {
 /// What every session's upstream task shares.
 #[derive(Debug)]
 pub struct UpstreamContext {
+    /// The control plane's URI, for logs and /readyz.
+    pub uri: String,
     pub channel: Channel,
     pub renderer: Renderer,
     pub metrics: Arc<Metrics>,
@@ -89,6 +94,7 @@ impl UpstreamContext {
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         Ok(UpstreamContext {
+            uri: uri.to_owned(),
             channel: endpoint.connect_lazy(),
             renderer,
             metrics,
@@ -98,23 +104,45 @@ impl UpstreamContext {
     }
 }
 
+/// What feeds the sessions.
+#[derive(Debug, Clone)]
+pub enum Upstream {
+    /// A control plane's ADS endpoint.
+    Ads(Arc<UpstreamContext>),
+    /// A watched snapshot directory.
+    Snapshot(Arc<file::FileSource>),
+}
+
 /// Every live session, by identity.
 #[derive(Debug)]
 pub struct Registry {
     sessions: Mutex<HashMap<IdentityKey, Arc<Session>>>,
-    ctx: Arc<UpstreamContext>,
+    upstream: Upstream,
+    renderer: Renderer,
+    metrics: Arc<Metrics>,
     max_sessions: usize,
     idle_timeout: Duration,
 }
 
 impl Registry {
-    pub fn new(ctx: Arc<UpstreamContext>, config: &Config) -> Registry {
+    pub fn new(
+        upstream: Upstream,
+        renderer: Renderer,
+        metrics: Arc<Metrics>,
+        config: &Config,
+    ) -> Registry {
         Registry {
             sessions: Mutex::default(),
-            ctx,
+            upstream,
+            renderer,
+            metrics,
             max_sessions: config.max_sessions,
             idle_timeout: config.idle_timeout,
         }
+    }
+
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<IdentityKey, Arc<Session>>> {
@@ -123,7 +151,7 @@ impl Registry {
     }
 
     pub fn renderer(&self) -> &Renderer {
-        &self.ctx.renderer
+        &self.renderer
     }
 
     pub fn len(&self) -> usize {
@@ -150,11 +178,16 @@ impl Registry {
         }
         let node = self.decode_node(body)?;
         let (session, commands) = Session::new(key.clone(), node);
-        let task = tokio::spawn(ads::run(self.ctx.clone(), session.clone(), commands));
+        let task = match &self.upstream {
+            Upstream::Ads(ctx) => tokio::spawn(ads::run(ctx.clone(), session.clone(), commands)),
+            Upstream::Snapshot(source) => {
+                tokio::spawn(file::run(source.clone(), session.clone(), commands))
+            }
+        };
         session.attach_task(task);
         info!(node = %session.node.id, cluster = %session.node.cluster, "session opened");
         sessions.insert(key, session.clone());
-        self.ctx.metrics.set_sessions(sessions.len());
+        self.metrics.set_sessions(sessions.len());
         Ok(session)
     }
 
@@ -163,8 +196,7 @@ impl Registry {
         let Some(raw) = raw else {
             return Ok(Node::default());
         };
-        self.ctx
-            .renderer
+        self.renderer
             .codec()
             .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
             .map_err(|e| SourceError::InvalidNode(e.to_string()))
@@ -183,7 +215,7 @@ impl Registry {
                 true
             }
         });
-        self.ctx.metrics.set_sessions(sessions.len());
+        self.metrics.set_sessions(sessions.len());
     }
 
     /// Sweeps periodically until the returned task is aborted.

@@ -1,0 +1,198 @@
+//! The snapshot-directory source (the default when no `--upstream` is
+//! given): loads the directory, watches it, and feeds sessions from it.
+//!
+//! The directory is re-read when any file's size or modification time
+//! changes (checked every [`WATCH_INTERVAL`]). A reload that fails keeps the
+//! last good snapshot in service and records the problems (path, line,
+//! reason) for the log and `/readyz`; nothing is half-applied. Each session
+//! publishes the layered view of its node whenever a type's version changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+use super::session::{Command, Session};
+use super::snapshot::{embedded_demo, snapshot_paths, Snapshot};
+use super::Readiness;
+use crate::cache::{Coverage, Renderer, TypeState};
+use crate::xds::ResourceType;
+
+/// How often the directory is checked for changes.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Where the snapshot comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A directory, watched for changes.
+    Dir(PathBuf),
+    /// The demo compiled into the binary (`examples/demo/`); never changes.
+    EmbeddedDemo,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Dir(dir) => write!(f, "snapshot directory {}", dir.display()),
+            Origin::EmbeddedDemo => f.write_str("embedded demo snapshot (examples/demo)"),
+        }
+    }
+}
+
+/// A snapshot source: a watched directory or the embedded demo.
+#[derive(Debug)]
+pub struct FileSource {
+    origin: Origin,
+    renderer: Renderer,
+    snapshot: watch::Sender<Option<Arc<Snapshot>>>,
+    problems: Mutex<Vec<String>>,
+    ready: Arc<Readiness>,
+}
+
+/// Size and modification time of every snapshot file, in path order.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+impl FileSource {
+    /// Loads the snapshot now (a failed first load leaves the source empty
+    /// and not ready, with its problems recorded) and, for a directory,
+    /// watches it until every handle to the source is dropped.
+    pub fn start(origin: Origin, renderer: Renderer, ready: Arc<Readiness>) -> Arc<FileSource> {
+        let source = Arc::new(FileSource {
+            origin,
+            renderer,
+            snapshot: watch::Sender::new(None),
+            problems: Mutex::default(),
+            ready,
+        });
+        let Origin::Dir(dir) = source.origin.clone() else {
+            source.reload();
+            return source;
+        };
+        let mut seen = fingerprint(&dir);
+        source.reload();
+        let weak = Arc::downgrade(&source);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(WATCH_INTERVAL);
+            loop {
+                tick.tick().await;
+                let Some(source) = weak.upgrade() else { return };
+                let now = fingerprint(&dir);
+                if now != seen {
+                    seen = now;
+                    source.reload();
+                }
+            }
+        });
+        source
+    }
+
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Problems of the latest load (empty when it succeeded).
+    pub fn problems(&self) -> Vec<String> {
+        self.problems.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    fn set_problems(&self, problems: Vec<String>) {
+        if let Ok(mut current) = self.problems.lock() {
+            *current = problems;
+        }
+    }
+
+    fn reload(&self) {
+        let loaded = match &self.origin {
+            Origin::Dir(dir) => Snapshot::load(dir, &self.renderer),
+            Origin::EmbeddedDemo => Snapshot::build(embedded_demo(), &self.renderer),
+        };
+        match loaded {
+            Ok(snapshot) => {
+                info!(origin = %self.origin, resources = snapshot.len(), "snapshot loaded");
+                self.set_problems(Vec::new());
+                self.snapshot.send_replace(Some(Arc::new(snapshot)));
+                self.ready.mark_ready();
+            }
+            Err(errors) => {
+                let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                for problem in &problems {
+                    warn!(%problem, "snapshot not loaded; the last good one stays in service");
+                }
+                self.set_problems(problems);
+            }
+        }
+    }
+}
+
+fn fingerprint(dir: &Path) -> Fingerprint {
+    snapshot_paths(dir)
+        .into_iter()
+        .map(|path| {
+            let meta = std::fs::metadata(&path).ok();
+            let len = meta.as_ref().map_or(0, |m| m.len());
+            let modified = meta.and_then(|m| m.modified().ok());
+            (path, len, modified)
+        })
+        .collect()
+}
+
+/// Feeds `session` from `source` until the session closes.
+pub async fn run(
+    source: Arc<FileSource>,
+    session: Arc<Session>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut snapshots = source.snapshot.subscribe();
+    let mut published: BTreeMap<ResourceType, String> = BTreeMap::new();
+    loop {
+        let snapshot = snapshots.borrow_and_update().clone();
+        if let Some(snapshot) = snapshot {
+            publish_changed(&session, &snapshot, &mut published);
+        }
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { return },
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Resubscribe(_)) => {}
+                Some(Command::Nack { kind, message, .. }) => {
+                    warn!(%kind, %message, "suspected rejection (no upstream to NACK: snapshot source)");
+                }
+            },
+        }
+    }
+}
+
+/// Publishes, for every type the session's clients want, the node's view
+/// when its version differs from the one published last.
+fn publish_changed(
+    session: &Session,
+    snapshot: &Snapshot,
+    published: &mut BTreeMap<ResourceType, String>,
+) {
+    for kind in ResourceType::ALL {
+        if session.subscription(kind).is_none() {
+            continue;
+        }
+        let view = snapshot.view(kind, &session.node.id, &session.node.cluster);
+        if published.get(&kind) == Some(&view.version) {
+            continue;
+        }
+        published.insert(kind, view.version.clone());
+        // The snapshot holds every resource: any name set is fully answered.
+        let coverage = Coverage {
+            wildcard: true,
+            names: Default::default(),
+        };
+        session.publish(TypeState::new(
+            kind,
+            view.version,
+            String::new(),
+            view.resources,
+            coverage,
+        ));
+    }
+}

@@ -1,0 +1,391 @@
+//! Snapshot directories: Envoy resources in YAML or JSON files, loaded and
+//! validated as a whole.
+//!
+//! Layout: files at the top of the directory are the shared base;
+//! `clusters/<node cluster>/` and `nodes/<node id>/` hold per-cluster and
+//! per-node files layered over it (node over cluster over base, by type and
+//! name). A file holds one resource (`{"@type": ..., ...}`), a list of them,
+//! an object with a `resources` list, or several YAML documents.
+//!
+//! The files come from a directory or, for the bundled demo, from the
+//! binary itself ([`embedded_demo`]).
+//!
+//! A resource's type comes from its `@type`, its name from its name field;
+//! a type's version is a digest of its (name, content digest) pairs, so the
+//! same files give the same versions on every replica and every restart.
+//! Loading is all or nothing: one bad file fails the load with its path and
+//! reason (and line, where the parser knows it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::cache::{Renderer, Resource};
+use crate::xds::ResourceType;
+
+/// One problem with one file.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}{}: {reason}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct SnapshotError {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub reason: String,
+}
+
+type Layer = BTreeMap<(ResourceType, String), Arc<Resource>>;
+
+/// A loaded, validated snapshot directory.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    base: Layer,
+    clusters: HashMap<String, Layer>,
+    nodes: HashMap<String, Layer>,
+}
+
+/// What one node sees of one type.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub version: String,
+    pub resources: BTreeMap<String, Arc<Resource>>,
+}
+
+/// Which layer a file belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LayerId {
+    Base,
+    Cluster(String),
+    Node(String),
+}
+
+/// One snapshot file's text, from a directory or embedded in the binary.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    pub layer: LayerId,
+    /// For messages: the file's path (or its embedded name).
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl SourceFile {
+    /// The layer of a path relative to the snapshot root:
+    /// `x.yaml`, `clusters/C/x.yaml`, `nodes/N/x.yaml`; anything deeper or
+    /// elsewhere is not a snapshot file.
+    pub fn layer_of(relative: &Path) -> Option<LayerId> {
+        let parts: Vec<&str> = relative.iter().filter_map(|p| p.to_str()).collect();
+        match parts.as_slice() {
+            [_file] => Some(LayerId::Base),
+            ["clusters", cluster, _file] => Some(LayerId::Cluster((*cluster).to_owned())),
+            ["nodes", node, _file] => Some(LayerId::Node((*node).to_owned())),
+            _ => None,
+        }
+    }
+}
+
+/// Paths of every snapshot file under `dir` (base, `clusters/*/`,
+/// `nodes/*/`), in path order.
+pub fn snapshot_paths(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = sorted_entries(dir);
+    for sub in ["clusters", "nodes"] {
+        for d in sorted_entries(&dir.join(sub))
+            .into_iter()
+            .filter(|p| p.is_dir())
+        {
+            paths.extend(sorted_entries(&d));
+        }
+    }
+    paths.retain(|p| p.is_file() && is_snapshot_file(p));
+    paths
+}
+
+/// Every snapshot file under `dir`, in path order.
+pub fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>> {
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for path in snapshot_paths(dir) {
+        let Some(layer) = path.strip_prefix(dir).ok().and_then(SourceFile::layer_of) else {
+            continue;
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => files.push(SourceFile { layer, path, text }),
+            Err(e) => errors.push(SnapshotError {
+                path,
+                line: None,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(files)
+    } else {
+        Err(errors)
+    }
+}
+
+impl Snapshot {
+    /// Loads every snapshot file under `dir`.
+    pub fn load(dir: &Path, renderer: &Renderer) -> Result<Snapshot, Vec<SnapshotError>> {
+        Snapshot::build(read_dir(dir)?, renderer)
+    }
+
+    /// Validates and layers `files`; every bad file is reported.
+    pub fn build(
+        files: Vec<SourceFile>,
+        renderer: &Renderer,
+    ) -> Result<Snapshot, Vec<SnapshotError>> {
+        let mut snapshot = Snapshot::default();
+        let mut errors = Vec::new();
+        for file in files {
+            let layer = match &file.layer {
+                LayerId::Base => &mut snapshot.base,
+                LayerId::Cluster(c) => snapshot.clusters.entry(c.clone()).or_default(),
+                LayerId::Node(n) => snapshot.nodes.entry(n.clone()).or_default(),
+            };
+            if let Err(err) = load_file(&file, renderer, layer) {
+                errors.push(err);
+            }
+        }
+        if errors.is_empty() {
+            Ok(snapshot)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The resources of `kind` node `node_id` of `cluster` sees, and their version.
+    pub fn view(&self, kind: ResourceType, node_id: &str, cluster: &str) -> View {
+        let mut resources = BTreeMap::new();
+        let layers = [
+            Some(&self.base),
+            self.clusters.get(cluster),
+            self.nodes.get(node_id),
+        ];
+        for layer in layers.into_iter().flatten() {
+            let start = (kind, String::new());
+            for ((k, name), resource) in layer.range(start..) {
+                if *k != kind {
+                    break;
+                }
+                resources.insert(name.clone(), resource.clone());
+            }
+        }
+        let mut hasher = Sha256::new();
+        for (name, resource) in &resources {
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(resource.digest);
+        }
+        let version = hex::encode(&hasher.finalize()[..8]);
+        View { version, resources }
+    }
+
+    /// How many resources the snapshot holds, all layers together.
+    pub fn len(&self) -> usize {
+        self.base.len()
+            + self.clusters.values().map(BTreeMap::len).sum::<usize>()
+            + self.nodes.values().map(BTreeMap::len).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Files the loader reads: `.yaml`, `.yml`, `.json`.
+fn is_snapshot_file(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// Directory entries in name order (missing directory: none).
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    paths.sort();
+    paths
+}
+
+fn load_file(
+    file: &SourceFile,
+    renderer: &Renderer,
+    layer: &mut Layer,
+) -> Result<(), SnapshotError> {
+    let error = |line: Option<usize>, reason: String| SnapshotError {
+        path: file.path.clone(),
+        line,
+        reason,
+    };
+    let mut documents = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&file.text) {
+        use serde::Deserialize;
+        let value = serde_json::Value::deserialize(document)
+            .map_err(|e| error(e.location().map(|l| l.line()), e.to_string()))?;
+        documents.push(value);
+    }
+    let mut index = 0;
+    for document in documents {
+        for resource in resources_of(document) {
+            index += 1;
+            let (kind, resource) = decode(renderer, &resource)
+                .map_err(|reason| error(None, format!("resource #{index}: {reason}")))?;
+            let key = (kind, resource.name.clone());
+            if layer.insert(key, resource).is_some() {
+                return Err(error(
+                    None,
+                    format!("resource #{index}: a {kind} resource of this name is defined twice in this layer"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A document's resources: one, a list, or a `resources` list; null is none.
+fn resources_of(document: serde_json::Value) -> Vec<serde_json::Value> {
+    match document {
+        serde_json::Value::Null => Vec::new(),
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(mut map)
+            if !map.contains_key("@type") && map.contains_key("resources") =>
+        {
+            match map.remove("resources") {
+                Some(serde_json::Value::Array(items)) => items,
+                Some(other) => vec![other],
+                None => Vec::new(),
+            }
+        }
+        other => vec![other],
+    }
+}
+
+fn decode(
+    renderer: &Renderer,
+    value: &serde_json::Value,
+) -> Result<(ResourceType, Arc<Resource>), String> {
+    let type_url = value
+        .get("@type")
+        .and_then(|t| t.as_str())
+        .ok_or("has no \"@type\" (e.g. \"type.googleapis.com/envoy.config.cluster.v3.Cluster\")")?;
+    let kind = ResourceType::from_type_url(type_url).ok_or_else(|| {
+        format!("{type_url} is not a type served over REST (listeners, routes, scoped routes, clusters, endpoints, secrets, runtime, extension configs)")
+    })?;
+    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    let any = renderer
+        .codec()
+        .parse_any(&json)
+        .map_err(|e| e.to_string())?;
+    let resource = renderer
+        .resource(kind, any.value.into())
+        .map_err(|e| e.to_string())?;
+    if resource.name.is_empty() {
+        return Err(format!("{type_url} resource has no name"));
+    }
+    Ok((kind, resource))
+}
+
+mod demo {
+    include!(concat!(env!("OUT_DIR"), "/demo_snapshot.rs"));
+}
+
+/// The bundled `examples/demo/` snapshot, compiled into the binary.
+pub fn embedded_demo() -> Vec<SourceFile> {
+    demo::DEMO_FILES
+        .iter()
+        .filter_map(|(rel, text)| {
+            let path = PathBuf::from("examples/demo").join(rel);
+            let layer = SourceFile::layer_of(Path::new(rel))?;
+            Some(SourceFile {
+                layer,
+                path,
+                text: (*text).to_owned(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::Codec;
+
+    fn write(dir: &Path, rel: &str, text: &str) {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    const CLUSTER_A: &str = "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: a\nconnect_timeout: 1s\n";
+
+    #[test]
+    fn layers_and_deterministic_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "base.yaml", CLUSTER_A);
+        write(
+            dir.path(),
+            "more.json",
+            r#"[{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"b"}]"#,
+        );
+        write(
+            dir.path(),
+            "nodes/n1/override.yaml",
+            "resources:\n- '@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: a\n  connect_timeout: 9s\n",
+        );
+        let r = Renderer::new(Codec::embedded());
+        let s = Snapshot::load(dir.path(), &r).unwrap();
+        let plain = s.view(ResourceType::Clusters, "other", "");
+        let n1 = s.view(ResourceType::Clusters, "n1", "");
+        assert_eq!(plain.resources.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_ne!(plain.version, n1.version);
+        assert!(std::str::from_utf8(&n1.resources["a"].json)
+            .unwrap()
+            .contains("9s"));
+        let again = Snapshot::load(dir.path(), &r).unwrap();
+        assert_eq!(
+            again.view(ResourceType::Clusters, "n1", "").version,
+            n1.version
+        );
+        assert!(s
+            .view(ResourceType::Listeners, "n1", "")
+            .resources
+            .is_empty());
+    }
+
+    #[test]
+    fn embedded_demo_loads() {
+        let files = embedded_demo();
+        assert!(!files.is_empty());
+        let s = Snapshot::build(files, &Renderer::new(Codec::embedded())).unwrap();
+        for kind in [
+            ResourceType::Listeners,
+            ResourceType::Routes,
+            ResourceType::Clusters,
+            ResourceType::Endpoints,
+        ] {
+            assert!(!s.view(kind, "any", "any").resources.is_empty(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn bad_files_are_reported_with_path_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "ok.yaml", CLUSTER_A);
+        write(dir.path(), "broken.yaml", "name: [unclosed\n");
+        write(
+            dir.path(),
+            "unknown.yaml",
+            "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nno_such_field: 1\n",
+        );
+        let errors = Snapshot::load(dir.path(), &Renderer::new(Codec::embedded())).unwrap_err();
+        let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 2, "{text:?}");
+        assert!(text[0].contains("broken.yaml:"), "{text:?}");
+        assert!(
+            text[1].contains("unknown.yaml") && text[1].contains("no_such_field"),
+            "{text:?}"
+        );
+    }
+}
