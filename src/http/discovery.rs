@@ -1,5 +1,7 @@
-//! `POST /v3/discovery:<type>`: one REST discovery request, answered from
-//! the node's session.
+//! `POST` and `GET /v3/discovery:<type>`: one REST discovery request,
+//! answered from the node's session. A GET is turned into the equivalent
+//! POST body (`?node=&cluster=&names=a,b&version=`, `If-None-Match` as the
+//! version) and served by the same code.
 //!
 //! Order of checks: secrets gate, body (size, JSON), type_url vs path, node,
 //! session, then the answer: wait (bounded) for the upstream's first state,
@@ -12,13 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::BytesRejection;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tracing::warn;
 
 use super::error::ApiError;
 use super::parsed::ParsedRequest;
+use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
 use crate::cache::{Answer, TypeState};
 use crate::config::RewritePolicy;
@@ -30,6 +33,13 @@ use crate::xds::{Endpoint, ResourceType};
 /// Seconds a 503 asks the client to wait before retrying.
 const RETRY_AFTER_SECS: u64 = 1;
 
+/// Query parameters a POST accepts.
+const POST_PARAMS: &[&str] = &["wait", "pretty", "format"];
+/// Query parameters a GET accepts.
+const GET_PARAMS: &[&str] = &[
+    "wait", "pretty", "format", "node", "cluster", "names", "version",
+];
+
 /// Serves one discovery request and records its metrics.
 pub async fn handle(
     gateway: Arc<Gateway>,
@@ -39,7 +49,75 @@ pub async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
-    let response = match serve(&gateway, kind, &headers, &query, body).await {
+    let served = match check_params(&query, POST_PARAMS) {
+        Ok(()) => serve(&gateway, kind, &headers, &query, body).await,
+        Err(err) => Err(err),
+    };
+    finish(&gateway, kind, started, served)
+}
+
+/// Serves `GET /v3/discovery:<type>?node=ID&cluster=C&names=a,b&version=V`.
+pub async fn handle_get(
+    gateway: Arc<Gateway>,
+    kind: ResourceType,
+    headers: HeaderMap,
+    query: HashMap<String, String>,
+) -> Response {
+    let started = Instant::now();
+    let served = match check_params(&query, GET_PARAMS) {
+        Ok(()) => {
+            let body = get_body(&query, &headers);
+            serve(&gateway, kind, &headers, &query, Ok(body)).await
+        }
+        Err(err) => Err(err),
+    };
+    finish(&gateway, kind, started, served)
+}
+
+fn check_params(query: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
+    match query.keys().find(|k| !allowed.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(key) => Err(ApiError::BadRequest(format!(
+            "unknown query parameter {key:?}; this method accepts {}",
+            allowed.join(", ")
+        ))),
+    }
+}
+
+/// The DiscoveryRequest JSON a GET stands for.
+fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
+    let names: Vec<&str> = query
+        .get("names")
+        .map(|n| {
+            n.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let version = query
+        .get("version")
+        .cloned()
+        .or_else(|| version_from_if_none_match(headers))
+        .unwrap_or_default();
+    let body = serde_json::json!({
+        "version_info": version,
+        "resource_names": names,
+        "node": {
+            "id": query.get("node").map_or("", String::as_str),
+            "cluster": query.get("cluster").map_or("", String::as_str),
+        },
+    });
+    Bytes::from(body.to_string())
+}
+
+fn finish(
+    gateway: &Gateway,
+    kind: ResourceType,
+    started: Instant,
+    served: Result<Response, ApiError>,
+) -> Response {
+    let response = match served {
         Ok(response) => response,
         Err(err) => err.into_response(),
     };
@@ -78,6 +156,7 @@ async fn serve(
         )));
     }
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
+    let presentation = Presentation::from_request(query, headers)?;
     let names = &request.names;
     let session = gateway
         .registry
@@ -119,10 +198,10 @@ async fn serve(
                 .map_err(render_error)?;
         }
     }
-    Ok(match answer {
+    match answer {
         Answer::NotModified => {
             gateway.metrics.cache_hit(kind);
-            StatusCode::NOT_MODIFIED.into_response()
+            Ok(Presentation::not_modified(&state.version))
         }
         Answer::Body { json, cached } => {
             if cached {
@@ -131,18 +210,9 @@ async fn serve(
                 gateway.metrics.cache_miss(kind);
             }
             session.with_rejections(kind, |t| t.served(&state.version));
-            json_response(json)
+            presentation.ok(json, &state.version)
         }
-    })
-}
-
-fn json_response(json: Bytes) -> Response {
-    let mut response = (StatusCode::OK, json).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    }
 }
 
 /// Counts polls that present an older version than one already served to
@@ -253,6 +323,7 @@ fn source_error(err: SourceError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     #[test]
     fn wait_is_parsed_and_capped() {

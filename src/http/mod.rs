@@ -2,7 +2,9 @@
 //!
 //! Endpoints:
 //! - `POST /v3/discovery:{listeners,routes,scoped-routes,clusters,endpoints,secrets,runtime,extension_configs}`
-//!   (`?wait=DURATION` long-polls a current version)
+//!   (`?wait=DURATION` long-polls a current version; `?pretty`, `?format=yaml`)
+//! - `GET` on the same paths with `?node=&cluster=&names=a,b&version=` (and `If-None-Match`)
+//! - `GET /`: the endpoint list, one example each
 //!
 //! Anything else is a JSON 404 that names the closest valid path, or a JSON
 //! 405 for a known path with the wrong method. Only this module and `admin`
@@ -11,13 +13,14 @@
 pub mod discovery;
 pub mod error;
 pub mod parsed;
+pub mod present;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, Method, Uri};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 
 use crate::config::Config;
@@ -51,21 +54,56 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                       Query(query): Query<HashMap<String, String>>,
                       body| { discovery::handle(gw, kind, headers, query, body) },
             )
+            .get(
+                move |State(gw): State<Arc<Gateway>>,
+                      headers: HeaderMap,
+                      Query(query): Query<HashMap<String, String>>| {
+                    discovery::handle_get(gw, kind, headers, query)
+                },
+            )
             .fallback(method_not_allowed),
         );
     }
     router
+        .route("/", get(index))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gateway)
 }
 
-/// Every path the router serves (kept in step with openapi/ by a test).
-pub fn served_paths() -> Vec<String> {
-    ResourceType::ALL
-        .iter()
-        .map(|k| Endpoint::Discovery(*k).path())
-        .collect()
+/// Every (path, method) the router serves (kept in step with openapi/ by a test).
+pub fn served_routes() -> Vec<(String, &'static str)> {
+    let mut routes = vec![("/".to_owned(), "get")];
+    for kind in ResourceType::ALL {
+        let path = Endpoint::Discovery(kind).path();
+        routes.push((path.clone(), "post"));
+        routes.push((path, "get"));
+    }
+    routes
+}
+
+/// `GET /`: what this server serves, with a curl line per endpoint.
+async fn index(headers: HeaderMap) -> String {
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:8080");
+    let mut out = String::from(
+        "xds-gateway: Envoy REST xDS (JSON). POST a DiscoveryRequest, or GET with ?node=&cluster=&names=a,b&version=;\n\
+         add ?pretty or ?format=yaml to read, ?wait=25s to long-poll.\n\n",
+    );
+    for kind in ResourceType::ALL {
+        let path = Endpoint::Discovery(kind).path();
+        let names = if kind.wildcard_when_unnamed() {
+            ""
+        } else {
+            "&names=NAME"
+        };
+        out.push_str(&format!(
+            "{path:<36} curl 'http://{host}{path}?node=ID&cluster=C{names}&pretty'\n"
+        ));
+    }
+    out
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
-use super::{router, served_paths, Gateway};
+use super::{router, served_routes, Gateway};
 use crate::cache::Renderer;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -127,17 +127,55 @@ async fn secrets_need_allow_secrets() {
 }
 
 #[test]
-fn openapi_lists_exactly_the_served_paths() {
+fn openapi_lists_exactly_the_served_routes() {
     let text = include_str!("../../openapi/xds-gateway.yaml");
     let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).unwrap();
-    let mut documented: Vec<String> = doc["paths"]
-        .as_mapping()
-        .unwrap()
-        .keys()
-        .map(|k| k.as_str().unwrap().to_owned())
+    let mut documented = Vec::new();
+    for (path, item) in doc["paths"].as_mapping().unwrap() {
+        for method in item.as_mapping().unwrap().keys() {
+            documented.push((
+                path.as_str().unwrap().to_owned(),
+                method.as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    let mut served: Vec<(String, String)> = served_routes()
+        .into_iter()
+        .map(|(p, m)| (p, m.to_owned()))
         .collect();
-    let mut served = served_paths();
     documented.sort();
     served.sort();
     assert_eq!(documented, served);
+}
+
+#[tokio::test]
+async fn index_lists_every_endpoint() {
+    let response = router(gateway(Config::default()))
+        .oneshot(Request::builder().uri("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = String::from_utf8(
+        axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    for (path, _) in served_routes().into_iter().skip(1) {
+        assert!(text.contains(&path), "{path} missing from\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn unknown_query_parameters_are_400() {
+    let (status, json) = call(
+        Config::default(),
+        "POST",
+        "/v3/discovery:clusters?wiat=5s",
+        b"{}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(json["message"].as_str().unwrap().contains("wiat"), "{json}");
 }

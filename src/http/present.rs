@@ -1,0 +1,178 @@
+//! Presentation of a discovery answer: canonical compact JSON (what Envoy
+//! gets), indented JSON (`?pretty`), or YAML (`?format=yaml` or
+//! `Accept: application/yaml`), each with an `ETag` of the version so HTTP
+//! caches and `If-None-Match` work. Errors are always JSON.
+
+use std::collections::HashMap;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::error::ApiError;
+
+/// How the client wants the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Presentation {
+    pub pretty: bool,
+    pub yaml: bool,
+}
+
+impl Presentation {
+    /// From `?pretty`, `?format=json|yaml` and the `Accept` header.
+    pub fn from_request(
+        query: &HashMap<String, String>,
+        headers: &HeaderMap,
+    ) -> Result<Presentation, ApiError> {
+        let pretty = match query.get("pretty").map(String::as_str) {
+            None | Some("false") | Some("0") => false,
+            Some("" | "true" | "1") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "pretty={other:?}: use ?pretty or ?pretty=true"
+                )))
+            }
+        };
+        let accept_yaml = headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.contains("application/yaml")
+                    || v.contains("application/x-yaml")
+                    || v.contains("text/yaml")
+            });
+        let yaml = match query.get("format").map(String::as_str) {
+            None => accept_yaml,
+            Some("json") => false,
+            Some("yaml") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "format={other:?}: use json or yaml"
+                )))
+            }
+        };
+        Ok(Presentation { pretty, yaml })
+    }
+
+    /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
+    pub fn ok(self, json: Bytes, version: &str) -> Result<Response, ApiError> {
+        let (body, content_type) = if self.yaml {
+            let value: serde_json::Value = parse(&json)?;
+            let text = serde_yaml_ng::to_string(&value)
+                .map_err(|e| ApiError::Internal(format!("YAML rendering failed: {e}")))?;
+            (Bytes::from(text), "application/yaml")
+        } else if self.pretty {
+            let value: serde_json::Value = parse(&json)?;
+            let mut text =
+                serde_json::to_vec_pretty(&value).map_err(|e| ApiError::Internal(e.to_string()))?;
+            text.push(b'\n');
+            (Bytes::from(text), "application/json")
+        } else {
+            (json, "application/json")
+        };
+        let mut response = (StatusCode::OK, body).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        set_etag(&mut response, version);
+        Ok(response)
+    }
+
+    /// A 304 with an empty body.
+    pub fn not_modified(version: &str) -> Response {
+        let mut response = StatusCode::NOT_MODIFIED.into_response();
+        set_etag(&mut response, version);
+        response
+    }
+}
+
+fn parse(json: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(json)
+        .map_err(|e| ApiError::Internal(format!("response is not JSON: {e}")))
+}
+
+/// `ETag: "<version>"` (a strong validator: the same version is the same bytes
+/// for the same request).
+fn set_etag(response: &mut Response, version: &str) {
+    if let Ok(value) = HeaderValue::from_str(&format!("\"{}\"", version.replace('"', ""))) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+}
+
+/// The version inside an `If-None-Match` value (`"v"`, `W/"v"` or `v`).
+pub fn version_from_if_none_match(headers: &HeaderMap) -> Option<String> {
+    let raw = headers.get(header::IF_NONE_MATCH)?.to_str().ok()?.trim();
+    let raw = raw.strip_prefix("W/").unwrap_or(raw);
+    Some(raw.trim_matches('"').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn choices() {
+        let h = HeaderMap::new();
+        assert_eq!(
+            Presentation::from_request(&q(&[]), &h).unwrap(),
+            Presentation::default()
+        );
+        assert!(
+            Presentation::from_request(&q(&[("pretty", "")]), &h)
+                .unwrap()
+                .pretty
+        );
+        assert!(
+            Presentation::from_request(&q(&[("format", "yaml")]), &h)
+                .unwrap()
+                .yaml
+        );
+        assert!(Presentation::from_request(&q(&[("format", "xml")]), &h).is_err());
+        let mut accept = HeaderMap::new();
+        accept.insert(header::ACCEPT, HeaderValue::from_static("application/yaml"));
+        assert!(Presentation::from_request(&q(&[]), &accept).unwrap().yaml);
+    }
+
+    #[test]
+    fn if_none_match_forms() {
+        for v in ["\"abc\"", "W/\"abc\"", "abc"] {
+            let mut h = HeaderMap::new();
+            h.insert(header::IF_NONE_MATCH, HeaderValue::from_str(v).unwrap());
+            assert_eq!(version_from_if_none_match(&h).as_deref(), Some("abc"));
+        }
+    }
+
+    #[tokio::test]
+    async fn yaml_and_pretty_bodies() {
+        let json =
+            Bytes::from_static(br#"{"versionInfo":"1","resources":[{"@type":"t","name":"a"}]}"#);
+        let r = Presentation {
+            pretty: false,
+            yaml: true,
+        }
+        .ok(json.clone(), "1")
+        .unwrap();
+        assert_eq!(r.headers()[header::ETAG], "\"1\"");
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            text.contains("versionInfo: '1'") && text.contains("'@type': t"),
+            "{text}"
+        );
+        let r = Presentation {
+            pretty: true,
+            yaml: false,
+        }
+        .ok(json, "1")
+        .unwrap();
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        assert!(body.starts_with(b"{\n  \""));
+    }
+}
