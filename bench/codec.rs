@@ -1,1 +1,756 @@
-fn main() {}
+//! Codec benchmarks, measured against Python's reference
+//! `google.protobuf.json_format` in the same run.
+//!
+//! `cargo bench --bench codec` measures:
+//! - (a) parsing a real Envoy 1.40 CDS request body (~77 KB, mostly the node's
+//!   `extensions`) with [`DiscoveryRequestView::parse`] and, for comparison,
+//!   with a full `Codec::parse_message` into a `DiscoveryRequest`;
+//! - (b) rendering 1,000 Listeners (HttpConnectionManager with RDS, a local
+//!   rate limit filter and the router, all nested `Any`s) with `render_any`;
+//! - (c) rendering 10,000 EDS Clusters with a TLS transport socket;
+//! - (d) the response after 1 of 10,000 Clusters changed: a per-resource
+//!   render cache (name -> SHA-256 of the bytes, rendered JSON) re-renders
+//!   only the changed one and concatenates the body, against rendering all
+//!   10,000 again.
+//!
+//! The fixtures are generated as snake_case JSON and turned into `Any` bytes
+//! with `Codec::parse_any`, outside the timed sections. The same bytes are
+//! written to a temporary directory for `bench/reference.py`, which does the
+//! same work with `json_format` (Python from `XDS_GATEWAY_PYTHON`, else
+//! `.venv/bin/python`, else `python3`) and checks that both sides produce the
+//! same bytes.
+//!
+//! Machines are noisy, so the run is split into rounds, each a Rust pass and
+//! a Python pass (alternating which goes first): both sides are sampled over
+//! the same stretch of time. Every pass sizes its samples with one call, runs
+//! one warm-up sample, then several samples, each repeating the work until it
+//! lasts at least `min_sample`. Figures are medians over all rounds' samples.
+//!
+//! Without `--bench` (that is, under `cargo test --all-targets`) this runs as
+//! a smoke test: small fixtures, one sample, every correctness check, and the
+//! Python side only if `XDS_GATEWAY_PYTHON` is set (it must then succeed and
+//! agree byte for byte).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost_types::Any;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use xds_gateway::xds::{Codec, DiscoveryRequestView};
+
+const LISTENER_URL: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const CLUSTER_URL: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const HCM_URL: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const LOCAL_RATELIMIT_URL: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
+const ROUTER_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+const UPSTREAM_TLS_URL: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+const DISCOVERY_REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";
+const DISCOVERY_RESPONSE: &str = "envoy.service.discovery.v3.DiscoveryResponse";
+
+/// The captured request body, relative to the crate root.
+const REQUEST_FIXTURE: &str = "bench/fixtures/envoy-1.40-cds-request.json";
+
+/// Sizes and sampling of one run.
+struct Config {
+    full: bool,
+    listeners: usize,
+    clusters: usize,
+    /// Rust pass + Python pass, this many times.
+    rounds: usize,
+    /// Samples per case and pass, after the warm-up sample.
+    runs: usize,
+    /// Shortest sample; fast cases repeat their work to reach it.
+    min_sample: Duration,
+    /// Index of the Cluster that changes in (d).
+    changed: usize,
+}
+
+impl Config {
+    fn from_args() -> Config {
+        // `cargo bench` passes --bench; `cargo test` does not.
+        if std::env::args().any(|a| a == "--bench") {
+            Config {
+                full: true,
+                listeners: 1_000,
+                clusters: 10_000,
+                rounds: 3,
+                runs: 3,
+                min_sample: Duration::from_millis(200),
+                changed: 5_000,
+            }
+        } else {
+            Config {
+                full: false,
+                listeners: 10,
+                clusters: 100,
+                rounds: 1,
+                runs: 1,
+                min_sample: Duration::ZERO,
+                changed: 50,
+            }
+        }
+    }
+}
+
+/// Samples of `f`, in seconds per call: one call sizes the samples, one
+/// warm-up sample is dropped, then `runs` samples of enough calls to last
+/// `min_sample`.
+fn sample<T>(config: &Config, mut f: impl FnMut() -> T) -> Vec<f64> {
+    let start = Instant::now();
+    black_box(f());
+    let once = start.elapsed().as_secs_f64().max(1e-9);
+    let iters = ((config.min_sample.as_secs_f64() / once).ceil() as usize).max(1);
+    let mut one = || {
+        let start = Instant::now();
+        for _ in 0..iters {
+            black_box(f());
+        }
+        start.elapsed().as_secs_f64() / iters as f64
+    };
+    one();
+    (0..config.runs).map(|_| one()).collect()
+}
+
+/// Median and quartiles of a case's samples, in seconds per call.
+#[derive(Clone, Copy, Debug)]
+struct Stats {
+    median: f64,
+    q1: f64,
+    q3: f64,
+}
+
+fn stats(samples: &[f64]) -> Option<Stats> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    // Linear interpolation between closest ranks.
+    let at = |q: f64| {
+        let pos = q * (s.len() - 1) as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+    };
+    Some(Stats {
+        median: at(0.5),
+        q1: at(0.25),
+        q3: at(0.75),
+    })
+}
+
+fn listener_json(i: usize) -> Value {
+    let ads = json!({"ads": {}, "resource_api_version": "V3"});
+    json!({
+        "@type": LISTENER_URL,
+        "name": format!("listener-{i}"),
+        "address": {"socket_address": {"address": "0.0.0.0", "port_value": 10_000 + i}},
+        "filter_chains": [{
+            "filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": HCM_URL,
+                    "stat_prefix": format!("ingress_http_{i}"),
+                    "codec_type": "AUTO",
+                    "use_remote_address": true,
+                    "common_http_protocol_options": {"idle_timeout": format!("{}s", 60 + i % 240)},
+                    "rds": {"route_config_name": format!("route-{i}"), "config_source": ads},
+                    "http_filters": [
+                        {
+                            "name": "envoy.filters.http.local_ratelimit",
+                            "typed_config": {
+                                "@type": LOCAL_RATELIMIT_URL,
+                                "stat_prefix": format!("local_rate_limit_{i}"),
+                                "token_bucket": {
+                                    "max_tokens": 100 + i % 900,
+                                    "tokens_per_fill": 10 + i % 90,
+                                    "fill_interval": "1s"
+                                },
+                                "filter_enabled": {
+                                    "runtime_key": "local_rate_limit_enabled",
+                                    "default_value": {"numerator": 100, "denominator": "HUNDRED"}
+                                },
+                                "filter_enforced": {
+                                    "runtime_key": "local_rate_limit_enforced",
+                                    "default_value": {"numerator": 50, "denominator": "HUNDRED"}
+                                }
+                            }
+                        },
+                        {"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER_URL}}
+                    ]
+                }
+            }]
+        }]
+    })
+}
+
+fn cluster_json(i: usize, generation: usize) -> Value {
+    let ads = json!({"ads": {}, "resource_api_version": "V3"});
+    json!({
+        "@type": CLUSTER_URL,
+        "name": format!("cluster-{i}"),
+        "type": "EDS",
+        "eds_cluster_config": {"eds_config": ads, "service_name": format!("svc-{i}.ns-{}", i % 50)},
+        "connect_timeout": format!("{}.{:03}s", 1 + (i + generation) % 5, (i * 37) % 1000),
+        "lb_policy": "LEAST_REQUEST",
+        "circuit_breakers": {"thresholds": [{
+            "max_connections": 1024 + (i + generation) % 1000,
+            "max_pending_requests": 512,
+            "max_requests": 2048
+        }]},
+        "transport_socket": {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": UPSTREAM_TLS_URL,
+                "sni": format!("svc-{i}.example.internal"),
+                "common_tls_context": {
+                    "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
+                    "alpn_protocols": ["h2", "http/1.1"],
+                    "tls_certificate_sds_secret_configs": [{"name": "client-cert", "sds_config": ads}],
+                    "validation_context_sds_secret_config": {"name": "ca-bundle", "sds_config": ads}
+                }
+            }
+        }
+    })
+}
+
+fn to_any(codec: &Codec, json: &Value) -> Any {
+    codec
+        .parse_any(json.to_string().as_bytes())
+        .expect("fixture parses")
+}
+
+/// A snapshot as the gateway holds it: resource name and `Any`.
+type Snapshot = Vec<(String, Any)>;
+
+/// The gateway's per-resource render cache: name -> (content hash, JSON).
+type RenderCache = HashMap<String, ([u8; 32], Bytes)>;
+
+/// SHA-256 of the resource's protobuf bytes (the type is fixed per response).
+fn content_hash(any: &Any) -> [u8; 32] {
+    Sha256::digest(&any.value).into()
+}
+
+/// The canonical DiscoveryResponse body around already rendered resources
+/// (keys in sorted order, as `Codec::render_message` emits them).
+fn assemble(resources: &[Bytes], type_url: &str, version: &str, nonce: &str) -> Bytes {
+    let len: usize = resources.iter().map(|r| r.len() + 1).sum();
+    let mut body = BytesMut::with_capacity(len + 128);
+    body.put_slice(b"{\"nonce\":\"");
+    body.put_slice(nonce.as_bytes());
+    body.put_slice(b"\",\"resources\":[");
+    for (i, r) in resources.iter().enumerate() {
+        if i > 0 {
+            body.put_u8(b',');
+        }
+        body.put_slice(r);
+    }
+    body.put_slice(b"],\"typeUrl\":\"");
+    body.put_slice(type_url.as_bytes());
+    body.put_slice(b"\",\"versionInfo\":\"");
+    body.put_slice(version.as_bytes());
+    body.put_slice(b"\"}");
+    body.freeze()
+}
+
+/// The response for `snapshot` through the cache: renders only resources
+/// whose content hash changed. Returns the body and how many were rendered.
+fn render_cached(codec: &Codec, cache: &mut RenderCache, snapshot: &Snapshot) -> (Bytes, usize) {
+    let mut parts = Vec::with_capacity(snapshot.len());
+    let mut rendered = 0;
+    for (name, any) in snapshot {
+        let hash = content_hash(any);
+        match cache.get(name) {
+            Some((cached, json)) if *cached == hash => parts.push(json.clone()),
+            _ => {
+                let json = codec
+                    .render_any(&any.type_url, &any.value)
+                    .expect("renders");
+                cache.insert(name.clone(), (hash, json.clone()));
+                parts.push(json);
+                rendered += 1;
+            }
+        }
+    }
+    (assemble(&parts, CLUSTER_URL, "v", "n"), rendered)
+}
+
+/// The response for `snapshot`, rendering every resource.
+fn render_all(codec: &Codec, snapshot: &Snapshot) -> Bytes {
+    let parts: Vec<Bytes> = snapshot
+        .iter()
+        .map(|(_, any)| {
+            codec
+                .render_any(&any.type_url, &any.value)
+                .expect("renders")
+        })
+        .collect();
+    assemble(&parts, CLUSTER_URL, "v", "n")
+}
+
+fn render_each(codec: &Codec, anys: &[Any]) -> usize {
+    anys.iter()
+        .map(|a| {
+            codec
+                .render_any(&a.type_url, &a.value)
+                .expect("renders")
+                .len()
+        })
+        .sum()
+}
+
+fn write_hex_lines(path: &Path, anys: &[Any]) {
+    let mut text = String::new();
+    for a in anys {
+        let _ = writeln!(text, "{} {}", a.type_url, hex::encode(&a.value));
+    }
+    std::fs::write(path, text).expect("write fixture for Python");
+}
+
+/// Samples by case key.
+type Samples = HashMap<String, Vec<f64>>;
+
+/// Everything the Rust cases work on.
+struct Work<'a> {
+    config: &'a Config,
+    codec: &'a Codec,
+    request: Option<&'a [u8]>,
+    listeners: &'a [Any],
+    clusters: &'a [Any],
+    v1: &'a Snapshot,
+    v2: &'a Snapshot,
+    /// Holds v1 or v2 rendered; each (d) call flips to the other snapshot.
+    cache: RenderCache,
+    on_v2: bool,
+}
+
+/// One Rust pass over every case.
+fn rust_pass(w: &mut Work<'_>, out: &mut Samples) {
+    let config = w.config;
+    let codec = w.codec;
+    let mut add = |key: &str, samples: Vec<f64>| {
+        out.entry(key.to_owned()).or_default().extend(samples);
+    };
+    if let Some(body) = w.request {
+        add(
+            "view",
+            sample(config, || DiscoveryRequestView::parse(body).unwrap()),
+        );
+        add(
+            "full",
+            sample(config, || {
+                codec.parse_message(DISCOVERY_REQUEST, body, true).unwrap()
+            }),
+        );
+    }
+    add(
+        "listeners",
+        sample(config, || render_each(codec, w.listeners)),
+    );
+    add(
+        "clusters",
+        sample(config, || render_each(codec, w.clusters)),
+    );
+    // Every call finds exactly one cluster changed against the cache left by
+    // the previous call: v1 -> v2 -> v1 ...
+    let (v1, v2) = (w.v1, w.v2);
+    let (cache, on_v2) = (&mut w.cache, &mut w.on_v2);
+    add(
+        "cached",
+        sample(config, || {
+            *on_v2 = !*on_v2;
+            let next = if *on_v2 { v2 } else { v1 };
+            let (body, rendered) = render_cached(codec, cache, next);
+            assert_eq!(rendered, 1);
+            body
+        }),
+    );
+    add("all", sample(config, || render_all(codec, v2)));
+    add(
+        "decode",
+        sample(config, || {
+            for a in w.clusters {
+                black_box(codec.decode_any(&a.type_url, &a.value).expect("decodes"));
+            }
+        }),
+    );
+    add(
+        "hash",
+        sample(config, || {
+            v2.iter()
+                .map(|(_, a)| content_hash(a)[0])
+                .fold(0u8, u8::wrapping_add)
+        }),
+    );
+}
+
+fn python_interpreter() -> PathBuf {
+    if let Some(p) = std::env::var_os("XDS_GATEWAY_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// One Python pass: its samples by case and what it reported.
+fn python_pass(
+    config: &Config,
+    dir: &Path,
+    request: Option<&Path>,
+    check: bool,
+) -> Result<(Samples, Value), String> {
+    let python = python_interpreter();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/reference.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--runs")
+        .arg(config.runs.to_string())
+        .arg("--min-sample")
+        .arg(config.min_sample.as_secs_f64().to_string())
+        .arg("--changed")
+        .arg(config.changed.to_string());
+    if let Some(r) = request {
+        cmd.arg("--request").arg(r);
+    }
+    if check {
+        cmd.arg("--check");
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        return Err(format!(
+            "{} {} failed ({}): {}",
+            python.display(),
+            script.display(),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    let info: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("unreadable output from reference.py: {e}"))?;
+    let samples: Samples = serde_json::from_value(info["samples"].clone())
+        .map_err(|e| format!("unreadable samples from reference.py: {e}"))?;
+    Ok((samples, info))
+}
+
+fn fmt_time(secs: f64) -> String {
+    if !secs.is_finite() {
+        "-".into()
+    } else if secs >= 1.0 {
+        format!("{secs:.2} s")
+    } else if secs >= 1e-3 {
+        format!("{:.2} ms", secs * 1e3)
+    } else {
+        format!("{:.1} µs", secs * 1e6)
+    }
+}
+
+/// Median with the half interquartile range relative to it.
+fn fmt_stats(s: &Stats) -> String {
+    format!(
+        "{} ±{:.0}%",
+        fmt_time(s.median),
+        (s.q3 - s.q1) / s.median * 50.0
+    )
+}
+
+/// `n` with thousands separators.
+fn count(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn main() {
+    let config = Config::from_args();
+    let (nl, nc) = (count(config.listeners), count(config.clusters));
+    let codec = Codec::embedded();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    println!(
+        "xds-gateway codec benchmark ({} mode), {} CPU(s) available",
+        if config.full { "bench" } else { "smoke test" },
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{nl} Listeners, {nc} Clusters; {} rounds x {} samples per case and side, \
+         each >= {:?}, after a warm-up",
+        config.rounds, config.runs, config.min_sample
+    );
+
+    // ---- fixtures (untimed) ----
+    let request_path = root.join(REQUEST_FIXTURE);
+    let request = match std::fs::read(&request_path) {
+        Ok(body) => Some(body),
+        Err(e) if config.full => panic!("{}: {e}", request_path.display()),
+        Err(e) => {
+            println!("skipping (a): {}: {e}", request_path.display());
+            None
+        }
+    };
+    let listeners: Vec<Any> = (0..config.listeners)
+        .map(|i| to_any(&codec, &listener_json(i)))
+        .collect();
+    let clusters: Vec<Any> = (0..config.clusters)
+        .map(|i| to_any(&codec, &cluster_json(i, 0)))
+        .collect();
+    let changed = to_any(&codec, &cluster_json(config.changed, 1));
+    assert_ne!(changed, clusters[config.changed]);
+    let v1: Snapshot = (0..config.clusters)
+        .map(|i| format!("cluster-{i}"))
+        .zip(clusters.iter().cloned())
+        .collect();
+    let mut v2 = v1.clone();
+    v2[config.changed].1 = changed.clone();
+
+    // ---- correctness checks (untimed) ----
+    if let Some(body) = &request {
+        let view = DiscoveryRequestView::parse(body).expect("view parses the fixture");
+        let full = codec
+            .parse_message(DISCOVERY_REQUEST, body, true)
+            .expect("codec parses the fixture");
+        let node = view.node.as_ref().expect("fixture has a node");
+        let full_node = full.get_field_by_name("node").expect("node field");
+        let full_node = full_node.as_message().expect("node is a message");
+        let full_id = full_node.get_field_by_name("id").expect("id field");
+        assert_eq!(Some(node.id.as_str()), full_id.as_str());
+        let full_type = full.get_field_by_name("type_url").expect("type_url");
+        assert_eq!(full_type.as_str(), Some(view.type_url.as_str()));
+        println!(
+            "(a) request: {} bytes, {}, node {:?}",
+            count(body.len()),
+            view.type_url,
+            node.id
+        );
+    }
+    let mut cache = RenderCache::new();
+    let (body_v1, n) = render_cached(&codec, &mut cache, &v1);
+    assert_eq!(n, config.clusters);
+    assert_eq!(body_v1, render_all(&codec, &v1));
+    let (body_v2, n) = render_cached(&codec, &mut cache, &v2);
+    assert_eq!(n, 1, "exactly the changed cluster is re-rendered");
+    assert_eq!(body_v2, render_all(&codec, &v2));
+    // The concatenated body is exactly what rendering the whole response gives.
+    let whole = codec
+        .parse_message(DISCOVERY_RESPONSE, &body_v2, false)
+        .expect("assembled body is a DiscoveryResponse");
+    assert_eq!(
+        codec.render_message(&whole, DISCOVERY_RESPONSE).unwrap(),
+        body_v2,
+        "assembled body is canonical"
+    );
+    let proto_len = |anys: &[Any]| count(anys.iter().map(|a| a.value.len()).sum());
+    println!(
+        "(b) {nl} Listeners: {} protobuf bytes -> {} JSON bytes",
+        proto_len(&listeners),
+        count(render_each(&codec, &listeners))
+    );
+    println!(
+        "(c) {nc} Clusters: {} protobuf bytes -> {} JSON bytes; (d) response body {} bytes",
+        proto_len(&clusters),
+        count(render_each(&codec, &clusters)),
+        count(body_v2.len())
+    );
+
+    // ---- inputs for Python: the very same Any bytes ----
+    let dir = std::env::temp_dir().join(format!("xds-gateway-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    write_hex_lines(&dir.join("listeners.hex"), &listeners);
+    write_hex_lines(&dir.join("clusters.hex"), &clusters);
+    write_hex_lines(&dir.join("changed.hex"), std::slice::from_ref(&changed));
+    let render = |a: &Any| codec.render_any(&a.type_url, &a.value).unwrap();
+    std::fs::write(dir.join("rust-listener-0.json"), render(&listeners[0])).unwrap();
+    std::fs::write(dir.join("rust-cluster-0.json"), render(&clusters[0])).unwrap();
+    std::fs::write(dir.join("rust-response-v2.json"), &body_v2).unwrap();
+
+    // ---- rounds: a Rust pass and a Python pass each ----
+    let use_python = config.full || std::env::var_os("XDS_GATEWAY_PYTHON").is_some();
+    if use_python {
+        println!(
+            "Python reference: {} {}",
+            python_interpreter().display(),
+            root.join("bench/reference.py").display()
+        );
+    }
+    let mut work = Work {
+        config: &config,
+        codec: &codec,
+        request: request.as_deref(),
+        listeners: &listeners,
+        clusters: &clusters,
+        v1: &v1,
+        v2: &v2,
+        cache,
+        on_v2: true,
+    };
+    let mut rust = Samples::new();
+    let mut python = Samples::new();
+    let mut python_info = None;
+    let mut python_error =
+        (!use_python).then(|| "not run in smoke mode without XDS_GATEWAY_PYTHON".to_owned());
+    let started = Instant::now();
+    for round in 0..config.rounds {
+        for side in 0..2 {
+            if (round + side) % 2 == 0 {
+                rust_pass(&mut work, &mut rust);
+            } else if python_error.is_none() {
+                let check = python_info.is_none();
+                match python_pass(
+                    &config,
+                    &dir,
+                    request.as_ref().map(|_| &*request_path),
+                    check,
+                ) {
+                    Ok((samples, info)) => {
+                        for (k, v) in samples {
+                            python.entry(k).or_default().extend(v);
+                        }
+                        python_info.get_or_insert(info);
+                    }
+                    Err(e) => python_error = Some(e),
+                }
+            }
+        }
+        println!(
+            "round {}/{} done ({:.0} s)",
+            round + 1,
+            config.rounds,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // ---- report ----
+    let rows: [(&str, String, &str); 6] = [
+        (
+            "view",
+            "(a) parse request: DiscoveryRequestView::parse".into(),
+            "parse",
+        ),
+        (
+            "full",
+            "(a) parse request: full Codec::parse_message".into(),
+            "parse",
+        ),
+        (
+            "listeners",
+            format!("(b) render {nl} Listeners"),
+            "listeners",
+        ),
+        ("clusters", format!("(c) render {nc} Clusters"), "clusters"),
+        (
+            "cached",
+            format!("(d) 1 of {nc} changed: cache + concatenate"),
+            "rerender_all",
+        ),
+        (
+            "all",
+            format!("(d) 1 of {nc} changed: re-render all"),
+            "rerender_all",
+        ),
+    ];
+    let rust_stats = |key: &str| rust.get(key).and_then(|s| stats(s));
+    let python_stats = |key: &str| python.get(key).and_then(|s| stats(s));
+    println!();
+    println!(
+        "{:<46} {:>17} {:>17} {:>12}",
+        "case", "Rust median", "Python median", "Python/Rust"
+    );
+    for (key, label, python_key) in &rows {
+        let Some(r) = rust_stats(key) else { continue };
+        let (py, ratio) = match python_stats(python_key) {
+            Some(p) => (fmt_stats(&p), format!("{:.1}x", p.median / r.median)),
+            None => ("-".into(), "-".into()),
+        };
+        println!("{label:<46} {:>17} {py:>17} {ratio:>12}", fmt_stats(&r));
+    }
+    for (key, label) in [
+        (
+            "decode",
+            format!("  (c) decode only: Codec::decode_any x {nc}"),
+        ),
+        ("hash", format!("  (d) of which SHA-256 of the {nc} Anys")),
+    ] {
+        if let Some(r) = rust_stats(key) {
+            println!("{label:<46} {:>17}", fmt_stats(&r));
+        }
+    }
+    println!("Python column: json_format.Parse (full) for both (a) rows, re-render all for both (d) rows.");
+    println!("± is half the interquartile range of all samples, relative to the median.");
+    let median = |key: &str| rust_stats(key).map(|s| s.median);
+    if let (Some(view), Some(full)) = (median("view"), median("full")) {
+        println!(
+            "(a) DiscoveryRequestView::parse is {:.1}x faster than the full parse",
+            full / view
+        );
+    }
+    if let (Some(cached), Some(all)) = (median("cached"), median("all")) {
+        println!(
+            "(d) the render cache is {:.1}x faster than re-rendering all",
+            all / cached
+        );
+    }
+    if let (Some(l), Some(c)) = (median("listeners"), median("clusters")) {
+        println!(
+            "(b)/(c) Rust: {} per Listener, {} per Cluster",
+            fmt_time(l / config.listeners as f64),
+            fmt_time(c / config.clusters as f64)
+        );
+    }
+    match (&python_info, &python_error) {
+        (Some(info), None) => {
+            if let (Some(l), Some(c)) = (python_stats("listeners"), python_stats("clusters")) {
+                println!(
+                    "(b)/(c) Python: {} per Listener, {} per Cluster",
+                    fmt_time(l.median / config.listeners as f64),
+                    fmt_time(c.median / config.clusters as f64)
+                );
+            }
+            if let Some(s) = python_stats("json_loads") {
+                println!(
+                    "(a) Python json.loads alone of the request body: {}",
+                    fmt_stats(&s)
+                );
+            }
+            println!("Python: {}", info["runtime"].as_str().unwrap_or("?"));
+            let agree = &info["agreement"];
+            println!("Python output vs ours: {agree}");
+            if !config.full {
+                for key in ["listener", "cluster", "response"] {
+                    assert_eq!(agree[key], "identical bytes", "{key}: {agree}");
+                }
+            }
+        }
+        (_, Some(e)) => {
+            if config.full {
+                println!("Python reference unavailable, Rust figures only: {e}");
+            } else if std::env::var_os("XDS_GATEWAY_PYTHON").is_some() {
+                panic!("XDS_GATEWAY_PYTHON is set but the Python reference failed: {e}");
+            } else {
+                println!("Python reference skipped: {e}");
+            }
+        }
+        (None, None) => unreachable!("a Python pass either reports or fails"),
+    }
+}

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message;
 use prost_reflect::{
-    DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions,
+    DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, ReflectMessage,
+    SerializeOptions,
 };
 
 use super::resource_type::TYPE_URL_PREFIX;
@@ -120,25 +121,37 @@ impl Codec {
     /// Renders an `Any` as canonical JSON: `{"@type": type_url, ...fields}`,
     /// nested `Any`s included. Fails if any type at any depth is unknown.
     pub fn render_any(&self, type_url: &str, value: &[u8]) -> Result<Bytes, JsonError> {
-        // Decoding first gives a precise error for the outer type; the Any
-        // wrapper then lets prost-reflect emit "@type" and the well-known forms.
-        self.decode_any(type_url, value)?;
-        let any_desc = self.descriptor("google.protobuf.Any")?;
-        let mut any = DynamicMessage::new(any_desc);
-        let any_proto = prost_types::Any {
-            type_url: type_url.to_owned(),
-            value: value.to_vec(),
-        };
-        any.merge(any_proto.encode_to_vec().as_slice())
-            .map_err(|e| JsonError::Decode {
+        let msg = self.decode_any(type_url, value)?;
+        if msg.descriptor().full_name().starts_with("google.protobuf.") {
+            // Well-known types have special Any forms ({"@type", "value"}):
+            // let prost-reflect's Any serializer handle them.
+            let mut any = DynamicMessage::new(self.descriptor("google.protobuf.Any")?);
+            let any_proto = prost_types::Any {
                 type_url: type_url.to_owned(),
-                reason: e.to_string(),
-            })?;
-        self.render_message(&any, type_url)
+                value: value.to_vec(),
+            };
+            any.merge(any_proto.encode_to_vec().as_slice())
+                .map_err(|e| JsonError::Decode {
+                    type_url: type_url.to_owned(),
+                    reason: e.to_string(),
+                })?;
+            return self.render_with(&any, type_url, None);
+        }
+        // One decode: render the message and add "@type" (which sorts first).
+        self.render_with(&msg, type_url, Some(type_url))
     }
 
     /// Renders a dynamic message as canonical JSON bytes.
     pub fn render_message(&self, msg: &DynamicMessage, label: &str) -> Result<Bytes, JsonError> {
+        self.render_with(msg, label, None)
+    }
+
+    fn render_with(
+        &self,
+        msg: &DynamicMessage,
+        label: &str,
+        at_type: Option<&str>,
+    ) -> Result<Bytes, JsonError> {
         let render_error = |e: serde_json::Error| JsonError::Render {
             type_url: label.to_owned(),
             reason: e.to_string(),
@@ -153,6 +166,12 @@ impl Codec {
             .map_err(render_error)?;
         let mut value: serde_json::Value = serde_json::from_slice(&text).map_err(render_error)?;
         drop_empty_any_value(&mut value);
+        if let (Some(type_url), serde_json::Value::Object(map)) = (at_type, &mut value) {
+            map.insert(
+                "@type".to_owned(),
+                serde_json::Value::String(type_url.to_owned()),
+            );
+        }
         text.clear();
         serde_json::to_writer(&mut text, &value).map_err(render_error)?;
         Ok(Bytes::from(text))
