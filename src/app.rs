@@ -41,12 +41,12 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(Readiness::default());
     let upstream = match &config.upstream {
-        Some(uri) => Upstream::Ads(Arc::new(UpstreamContext::connect_lazy(
+        Some(uri) => Upstream::Ads(Arc::new(UpstreamContext::new(
+            &config,
             uri,
             renderer.clone(),
             metrics.clone(),
             ready.clone(),
-            config.max_upstream_message_bytes,
         )?)),
         None => {
             let origin = match &config.snapshot {

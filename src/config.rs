@@ -31,6 +31,20 @@ pub enum SessionKey {
     Cluster,
 }
 
+/// How the gateway talks to the control plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamMode {
+    /// One SotW `StreamAggregatedResources` stream per node identity.
+    Sotw,
+    /// One incremental `DeltaAggregatedResources` stream per node identity.
+    Delta,
+    /// Each REST request proxied to the type's unary `Fetch*` RPC.
+    Fetch,
+    /// Delta, else SotW, else Fetch: whichever the upstream implements first.
+    Auto,
+}
+
 /// When `ads`/`self` config sources are rewritten to REST ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -56,6 +70,34 @@ pub struct Cli {
     /// Control plane serving ADS, as grpc://HOST:PORT (or http://).
     #[arg(long, env = "XDS_GATEWAY_UPSTREAM")]
     pub upstream: Option<String>,
+    /// How to talk to the upstream [default: sotw].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_UPSTREAM_MODE")]
+    pub upstream_mode: Option<UpstreamMode>,
+    /// CA bundle (PEM) to verify an https:// / grpcs:// upstream [default: system roots].
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mTLS to the upstream (with --upstream-key).
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_CERT")]
+    pub upstream_cert: Option<PathBuf>,
+    /// Client private key (PEM) for mTLS to the upstream.
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_KEY")]
+    pub upstream_key: Option<PathBuf>,
+    /// Server name to verify in the upstream's certificate [default: the upstream host].
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_TLS_SERVER_NAME")]
+    pub upstream_tls_server_name: Option<String>,
+    /// Metadata sent on every upstream call, as `name: value` (repeatable), e.g. an ACL token.
+    #[arg(
+        long = "upstream-header",
+        env = "XDS_GATEWAY_UPSTREAM_HEADERS",
+        value_delimiter = ';'
+    )]
+    pub upstream_headers: Vec<String>,
+    /// HTTP/2 keepalive ping interval toward the upstream [default: 30s].
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_KEEPALIVE", value_parser = humantime::parse_duration)]
+    pub upstream_keepalive: Option<Duration>,
+    /// Fetch mode: how long an upstream answer is reused for identical requests [default: 500ms].
+    #[arg(long, env = "XDS_GATEWAY_FETCH_CACHE_TTL", value_parser = humantime::parse_duration)]
+    pub fetch_cache_ttl: Option<Duration>,
     /// Snapshot directory served when no --upstream is given (YAML/JSON
     /// resources; watched) [default: the embedded examples/demo snapshot].
     #[arg(long, env = "XDS_GATEWAY_SNAPSHOT")]
@@ -119,6 +161,16 @@ pub struct Cli {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct FileConfig {
     upstream: Option<String>,
+    upstream_mode: Option<UpstreamMode>,
+    upstream_ca: Option<PathBuf>,
+    upstream_cert: Option<PathBuf>,
+    upstream_key: Option<PathBuf>,
+    upstream_tls_server_name: Option<String>,
+    upstream_headers: Option<Vec<String>>,
+    #[serde(default, with = "opt_duration")]
+    upstream_keepalive: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    fetch_cache_ttl: Option<Duration>,
     snapshot: Option<PathBuf>,
     listen: Option<SocketAddr>,
     admin: Option<SocketAddr>,
@@ -143,11 +195,26 @@ struct FileConfig {
     descriptor_sets: Option<Vec<PathBuf>>,
 }
 
+/// TLS toward the upstream (used for https:// upstreams).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub server_name: Option<String>,
+}
+
 /// The validated configuration every other module receives.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The control plane's gRPC endpoint as an `http(s)://` URI.
     pub upstream: Option<String>,
+    pub upstream_mode: UpstreamMode,
+    pub upstream_tls: UpstreamTls,
+    /// (name, value) metadata pairs sent on every upstream call.
+    pub upstream_headers: Vec<(String, String)>,
+    pub upstream_keepalive: Duration,
+    pub fetch_cache_ttl: Duration,
     /// Snapshot directory (None with no upstream: the embedded demo).
     pub snapshot: Option<PathBuf>,
     pub listen: SocketAddr,
@@ -172,6 +239,11 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             upstream: None,
+            upstream_mode: UpstreamMode::Sotw,
+            upstream_tls: UpstreamTls::default(),
+            upstream_headers: Vec::new(),
+            upstream_keepalive: Duration::from_secs(30),
+            fetch_cache_ttl: Duration::from_millis(500),
             snapshot: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
@@ -203,6 +275,31 @@ impl Config {
         let d = Config::default();
         let config = Config {
             upstream: cli.upstream.or(file.upstream),
+            upstream_mode: cli
+                .upstream_mode
+                .or(file.upstream_mode)
+                .unwrap_or(d.upstream_mode),
+            upstream_tls: UpstreamTls {
+                ca: cli.upstream_ca.or(file.upstream_ca),
+                cert: cli.upstream_cert.or(file.upstream_cert),
+                key: cli.upstream_key.or(file.upstream_key),
+                server_name: cli
+                    .upstream_tls_server_name
+                    .or(file.upstream_tls_server_name),
+            },
+            upstream_headers: parse_headers(if cli.upstream_headers.is_empty() {
+                file.upstream_headers.unwrap_or_default()
+            } else {
+                cli.upstream_headers
+            })?,
+            upstream_keepalive: cli
+                .upstream_keepalive
+                .or(file.upstream_keepalive)
+                .unwrap_or(d.upstream_keepalive),
+            fetch_cache_ttl: cli
+                .fetch_cache_ttl
+                .or(file.fetch_cache_ttl)
+                .unwrap_or(d.fetch_cache_ttl),
             snapshot: cli.snapshot.or(file.snapshot),
             listen: cli.listen.or(file.listen).unwrap_or(d.listen),
             admin: cli.admin.or(file.admin).unwrap_or(d.admin),
@@ -269,6 +366,24 @@ impl Config {
                 "give either --upstream or --snapshot, not both",
             ));
         }
+        if self.upstream_tls.cert.is_some() != self.upstream_tls.key.is_some() {
+            return Err(invalid(
+                "upstream-cert",
+                "--upstream-cert and --upstream-key go together",
+            ));
+        }
+        let tls_given = self.upstream_tls != UpstreamTls::default();
+        if tls_given
+            && !self
+                .upstream
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://"))
+        {
+            return Err(invalid(
+                "upstream-ca",
+                "TLS options need an https:// or grpcs:// --upstream",
+            ));
+        }
         if self.max_sessions == 0 {
             return Err(invalid("max-sessions", "must be at least 1"));
         }
@@ -289,6 +404,41 @@ impl Config {
         }
         Ok(self)
     }
+}
+
+/// `name: value` (or `name=value`) → (lowercase name, value).
+fn parse_headers(raw: Vec<String>) -> Result<Vec<(String, String)>, ConfigError> {
+    raw.into_iter()
+        .filter(|h| !h.trim().is_empty())
+        .map(|h| {
+            let (name, value) =
+                h.split_once(':')
+                    .or_else(|| h.split_once('='))
+                    .ok_or_else(|| {
+                        invalid("upstream-header", &format!("{h:?} is not `name: value`"))
+                    })?;
+            let name = name.trim().to_ascii_lowercase();
+            let value = value.trim().to_owned();
+            let valid_name = !name.is_empty()
+                && name.bytes().all(|b| {
+                    b.is_ascii_lowercase()
+                        || b.is_ascii_digit()
+                        || b == b'-'
+                        || b == b'_'
+                        || b == b'.'
+                });
+            if !valid_name
+                || name.ends_with("-bin")
+                || !value.bytes().all(|b| (0x20..0x7f).contains(&b))
+            {
+                return Err(invalid(
+                    "upstream-header",
+                    &format!("{h:?} is not a valid ASCII gRPC metadata entry"),
+                ));
+            }
+            Ok((name, value))
+        })
+        .collect()
 }
 
 fn invalid(key: &'static str, reason: &str) -> ConfigError {
@@ -398,6 +548,55 @@ mod tests {
         std::fs::write(&path, "mystery = 1\n").unwrap();
         let err = Config::from_cli(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
         assert!(err.to_string().contains("mystery"), "{err}");
+    }
+
+    #[test]
+    fn upstream_headers_and_tls_rules() {
+        let c = Config::from_cli(cli(&[
+            "--upstream",
+            "grpc://127.0.0.1:1",
+            "--upstream-header",
+            "X-Consul-Token: abc",
+            "--upstream-header",
+            "tenant=t1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.upstream_headers,
+            [
+                ("x-consul-token".to_string(), "abc".to_string()),
+                ("tenant".to_string(), "t1".to_string())
+            ]
+        );
+        assert!(Config::from_cli(cli(&[
+            "--upstream",
+            "grpc://127.0.0.1:1",
+            "--upstream-header",
+            "nocolon"
+        ]))
+        .is_err());
+        let err = Config::from_cli(cli(&[
+            "--upstream",
+            "grpc://127.0.0.1:1",
+            "--upstream-ca",
+            "ca.pem",
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("https"), "{err}");
+        assert!(Config::from_cli(cli(&[
+            "--upstream",
+            "grpcs://cp:443",
+            "--upstream-cert",
+            "c.pem"
+        ]))
+        .is_err());
+        assert!(Config::from_cli(cli(&[
+            "--upstream",
+            "grpcs://cp:443",
+            "--upstream-ca",
+            "ca.pem"
+        ]))
+        .is_ok());
     }
 
     #[test]

@@ -316,7 +316,9 @@ fn source_error(err: SourceError) -> ApiError {
             message: err.to_string(),
             retry_after_secs: RETRY_AFTER_SECS,
         },
-        SourceError::BadUpstream { .. } => ApiError::Internal(err.to_string()),
+        SourceError::BadUpstream { .. } | SourceError::Tls(_) => {
+            ApiError::Internal(err.to_string())
+        }
     }
 }
 

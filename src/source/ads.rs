@@ -205,7 +205,7 @@ impl<'a> Stream<'a> {
         let mut client = AggregatedDiscoveryServiceClient::new(self.ctx.channel.clone())
             .max_decoding_message_size(self.ctx.max_message_bytes)
             .max_encoding_message_size(self.ctx.max_message_bytes);
-        let call = client.stream_aggregated_resources(ReceiverStream::new(rx));
+        let call = client.stream_aggregated_resources(self.ctx.request(ReceiverStream::new(rx)));
         tokio::pin!(call);
         // Commands may arrive before the response headers do.
         let mut inbound = loop {

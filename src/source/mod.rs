@@ -12,6 +12,7 @@ pub mod file;
 pub mod identity;
 pub mod session;
 pub mod snapshot;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint};
 use tracing::info;
 
 pub use identity::IdentityKey;
 pub use session::Session;
+pub use upstream::UpstreamContext;
 
 use crate::cache::Renderer;
 use crate::config::Config;
@@ -40,6 +41,8 @@ pub enum SourceError {
     InvalidNode(String),
     #[error("invalid upstream address {uri}: {reason}")]
     BadUpstream { uri: String, reason: String },
+    #[error("upstream TLS: {0}")]
+    Tls(String),
 }
 
 /// "Ready once the upstream has answered": never unready again once set.
@@ -56,53 +59,8 @@ impl Readiness {
     }
 }
 
-/// What every session's upstream task shares.
-#[derive(Debug)]
-pub struct UpstreamContext {
-    /// The control plane's URI, for logs and /readyz.
-    pub uri: String,
-    pub channel: Channel,
-    pub renderer: Renderer,
-    pub metrics: Arc<Metrics>,
-    pub ready: Arc<Readiness>,
-    pub max_message_bytes: usize,
-}
-
 /// How often idle sessions and stale names are swept.
 const SWEEP_EVERY_MAX: Duration = Duration::from_secs(5);
-/// Upstream connection establishment limit.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// HTTP/2 keepalive toward the control plane.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-
-impl UpstreamContext {
-    /// A lazily connecting channel to `uri` (the first stream connects).
-    pub fn connect_lazy(
-        uri: &str,
-        renderer: Renderer,
-        metrics: Arc<Metrics>,
-        ready: Arc<Readiness>,
-        max_message_bytes: usize,
-    ) -> Result<UpstreamContext, SourceError> {
-        let endpoint = Endpoint::from_shared(uri.to_owned())
-            .map_err(|e| SourceError::BadUpstream {
-                uri: uri.to_owned(),
-                reason: e.to_string(),
-            })?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_while_idle(true)
-            .tcp_nodelay(true);
-        Ok(UpstreamContext {
-            uri: uri.to_owned(),
-            channel: endpoint.connect_lazy(),
-            renderer,
-            metrics,
-            ready,
-            max_message_bytes,
-        })
-    }
-}
 
 /// What feeds the sessions.
 #[derive(Debug, Clone)]
