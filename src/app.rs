@@ -12,6 +12,7 @@ use crate::cache::Renderer;
 use crate::config::Config;
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
+use crate::source::fetch::Fetcher;
 use crate::source::file::{FileSource, Origin};
 use crate::source::{Readiness, Registry, SourceError, Upstream, UpstreamContext};
 use crate::xds::{Codec, JsonError};
@@ -41,7 +42,7 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(Readiness::default());
     let upstream = match &config.upstream {
-        Some(uri) => Upstream::Ads(Arc::new(UpstreamContext::new(
+        Some(uri) => Upstream::Grpc(Arc::new(UpstreamContext::new(
             &config,
             uri,
             renderer.clone(),
@@ -56,6 +57,10 @@ pub async fn run(
             Upstream::Snapshot(FileSource::start(origin, renderer.clone(), ready.clone()))
         }
     };
+    let fetcher = match &upstream {
+        Upstream::Grpc(ctx) => Some(Arc::new(Fetcher::new(ctx.clone(), config.fetch_cache_ttl))),
+        Upstream::Snapshot(_) => None,
+    };
     let config = Arc::new(config);
     let registry = Arc::new(Registry::new(
         upstream.clone(),
@@ -69,6 +74,7 @@ pub async fn run(
         registry: registry.clone(),
         metrics: metrics.clone(),
         parsed: http::parsed::ParsedRequests::new(config.session_key),
+        fetcher,
     });
     let admin_state = Arc::new(Admin {
         ready,

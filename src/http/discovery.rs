@@ -24,14 +24,19 @@ use super::parsed::ParsedRequest;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
 use crate::cache::{Answer, TypeState};
-use crate::config::RewritePolicy;
+use crate::config::{RewritePolicy, UpstreamMode};
 use crate::source::session::{wait_for_change, wait_for_coverage, Command};
 use crate::source::{Session, SourceError};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// Seconds a 503 asks the client to wait before retrying.
-const RETRY_AFTER_SECS: u64 = 1;
+pub(super) const RETRY_AFTER_SECS: u64 = 1;
+
+/// A render failure is the gateway's fault (states were validated on arrival).
+pub(super) fn render_error(e: crate::xds::JsonError) -> ApiError {
+    ApiError::Internal(format!("rendering failed: {e}"))
+}
 
 /// Query parameters a POST accepts.
 const POST_PARAMS: &[&str] = &["wait", "pretty", "format"];
@@ -157,6 +162,27 @@ async fn serve(
     }
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
+    let target = rest_target(
+        config.rewrite_config_sources,
+        &request.user_agent_name,
+        headers,
+        config.refresh_delay,
+    );
+    if let Some(fetcher) = gateway
+        .fetcher
+        .as_ref()
+        .filter(|f| f.context().mode == UpstreamMode::Fetch)
+    {
+        return super::fetched::serve(
+            gateway,
+            fetcher,
+            kind,
+            &request,
+            target.as_ref(),
+            presentation,
+        )
+        .await;
+    }
     let names = &request.names;
     let session = gateway
         .registry
@@ -174,18 +200,10 @@ async fn serve(
             retry_after_secs: RETRY_AFTER_SECS,
         });
     };
-    let target = rest_target(
-        config.rewrite_config_sources,
-        &request.user_agent_name,
-        headers,
-        config.refresh_delay,
-    );
     let presented = request.version_info.as_str();
     check_rejection(gateway, &session, kind, &request, &state, target.as_ref());
 
     let renderer = gateway.registry.renderer();
-    let render_error =
-        |e: crate::xds::JsonError| ApiError::Internal(format!("rendering failed: {e}"));
     let mut answer = state
         .answer(renderer, names, presented, target.as_ref())
         .map_err(render_error)?;
@@ -198,6 +216,20 @@ async fn serve(
                 .map_err(render_error)?;
         }
     }
+    if matches!(answer, Answer::Body { .. }) {
+        session.with_rejections(kind, |t| t.served(&state.version));
+    }
+    respond(gateway, kind, &state, answer, presentation)
+}
+
+/// The HTTP answer for `answer`, counted as a cache hit or miss.
+pub(super) fn respond(
+    gateway: &Gateway,
+    kind: ResourceType,
+    state: &TypeState,
+    answer: Answer,
+    presentation: Presentation,
+) -> Result<Response, ApiError> {
     match answer {
         Answer::NotModified => {
             gateway.metrics.cache_hit(kind);
@@ -209,7 +241,6 @@ async fn serve(
             } else {
                 gateway.metrics.cache_miss(kind);
             }
-            session.with_rejections(kind, |t| t.served(&state.version));
             presentation.ok(json, &state.version)
         }
     }
@@ -298,7 +329,7 @@ fn requested_wait(
     Ok(wait.min(max))
 }
 
-fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
+pub(super) fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::BodyTooLarge { limit }
     } else {
@@ -309,7 +340,7 @@ fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
     }
 }
 
-fn source_error(err: SourceError) -> ApiError {
+pub(super) fn source_error(err: SourceError) -> ApiError {
     match err {
         SourceError::InvalidNode(_) => ApiError::BadRequest(err.to_string()),
         SourceError::TooManySessions { .. } => ApiError::Unavailable {

@@ -37,6 +37,8 @@ pub enum ApiError {
         retry_after_secs: u64,
     },
     #[error("{0}")]
+    NotImplemented(String),
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -48,6 +50,7 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -55,7 +58,7 @@ impl ApiError {
     fn rpc_code(&self) -> i32 {
         match self {
             ApiError::NotFound(_) => code::NOT_FOUND,
-            ApiError::MethodNotAllowed(_) => code::UNIMPLEMENTED,
+            ApiError::MethodNotAllowed(_) | ApiError::NotImplemented(_) => code::UNIMPLEMENTED,
             ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => code::INVALID_ARGUMENT,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,

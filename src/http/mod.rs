@@ -4,6 +4,8 @@
 //! - `POST /v3/discovery:{listeners,routes,scoped-routes,clusters,endpoints,secrets,runtime,extension_configs}`
 //!   (`?wait=DURATION` long-polls a current version; `?pretty`, `?format=yaml`)
 //! - `GET` on the same paths with `?node=&cluster=&names=a,b&version=` (and `If-None-Match`)
+//! - `POST /v3/discovery:health_check` (HDS) and `/v3/discovery:client_status`
+//!   (CSDS): passed through to the upstream's unary RPCs, JSON both ways
 //! - `GET /`: the endpoint list, one example each
 //!
 //! Anything else is a JSON 404 that names the closest valid path, or a JSON
@@ -12,7 +14,9 @@
 
 pub mod discovery;
 pub mod error;
+pub mod fetched;
 pub mod parsed;
+pub mod passthrough;
 pub mod present;
 
 use std::collections::HashMap;
@@ -38,6 +42,9 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
     pub parsed: parsed::ParsedRequests,
+    /// Unary calls to a gRPC upstream (HDS/CSDS pass-through; every
+    /// discovery request too in fetch mode). None with a snapshot source.
+    pub fetcher: Option<Arc<crate::source::fetch::Fetcher>>,
 }
 
 /// The REST router over `gateway`.
@@ -64,6 +71,15 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             .fallback(method_not_allowed),
         );
     }
+    for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
+        router = router.route(
+            &endpoint.path(),
+            post(move |State(gw): State<Arc<Gateway>>, body| {
+                passthrough::handle(gw, endpoint, body)
+            })
+            .fallback(method_not_allowed),
+        );
+    }
     router
         .route("/", get(index))
         .fallback(not_found)
@@ -79,6 +95,9 @@ pub fn served_routes() -> Vec<(String, &'static str)> {
         routes.push((path.clone(), "post"));
         routes.push((path, "get"));
     }
+    for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
+        routes.push((endpoint.path(), "post"));
+    }
     routes
 }
 
@@ -92,6 +111,12 @@ async fn index(headers: HeaderMap) -> String {
         "xds-gateway: Envoy REST xDS (JSON). POST a DiscoveryRequest, or GET with ?node=&cluster=&names=a,b&version=;\n\
          add ?pretty or ?format=yaml to read, ?wait=25s to long-poll.\n\n",
     );
+    for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
+        let path = endpoint.path();
+        out.push_str(&format!(
+            "{path:<36} curl -X POST 'http://{host}{path}' -d '{{}}'   (passed through to a gRPC upstream)\n"
+        ));
+    }
     for kind in ResourceType::ALL {
         let path = Endpoint::Discovery(kind).path();
         let names = if kind.wildcard_when_unnamed() {

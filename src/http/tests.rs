@@ -26,10 +26,11 @@ fn gateway(config: Config) -> Arc<Gateway> {
         1 << 20,
     )
     .unwrap();
-    let upstream = Upstream::Ads(Arc::new(ctx));
+    let upstream = Upstream::Grpc(Arc::new(ctx));
     Arc::new(Gateway {
         registry: Arc::new(Registry::new(upstream, renderer, metrics.clone(), &config)),
         parsed: super::parsed::ParsedRequests::new(config.session_key),
+        fetcher: None,
         config: Arc::new(config),
         metrics,
     })

@@ -21,9 +21,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{debug, info, warn, Instrument};
 
+use super::decode::decode_all_off_thread;
 use super::session::{Command, Session};
 use super::UpstreamContext;
-use crate::cache::{Coverage, Resource, TypeState};
+use crate::cache::{Coverage, TypeState};
 use crate::xds::ResourceType;
 
 /// First reconnect delay; doubles per failure up to [`BACKOFF_MAX`].
@@ -37,7 +38,6 @@ const OUTBOUND_QUEUE: usize = 64;
 const INVALID_ARGUMENT: i32 = 3;
 /// Subscriptions remembered per type and stream (see [`SentLog`]).
 const SENT_LOG_MAX: usize = 64;
-const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 /// Why one stream ended.
 #[derive(Debug, thiserror::Error)]
@@ -311,13 +311,9 @@ impl<'a> Stream<'a> {
             warn!(type_url = %response.type_url, "response for a type the gateway does not serve");
             return;
         };
-        let renderer = self.ctx.renderer.clone();
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
-        let decoded =
-            tokio::task::spawn_blocking(move || decode_all(&renderer, kind, response.resources))
-                .await
-                .unwrap_or_else(|e| Err(format!("decoder task failed: {e}")));
+        let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
         match decoded {
             Ok(resources) => {
                 debug!(%kind, %version, count = resources.len(), "accepted");
@@ -357,44 +353,6 @@ impl<'a> Stream<'a> {
             }
         }
     }
-}
-
-/// Decodes and renders every resource; the first failure fails them all
-/// (a response is accepted or rejected as a whole, as Envoy does).
-fn decode_all(
-    renderer: &crate::cache::Renderer,
-    kind: ResourceType,
-    anys: Vec<envoy_types::pb::google::protobuf::Any>,
-) -> Result<BTreeMap<String, Arc<Resource>>, String> {
-    use prost::Message;
-    let mut out = BTreeMap::new();
-    for any in anys {
-        let any = if any.type_url == RESOURCE_WRAPPER {
-            let wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource::decode(
-                any.value.as_slice(),
-            )
-            .map_err(|e| format!("bad Resource wrapper: {e}"))?;
-            wrapper
-                .resource
-                .ok_or("Resource wrapper without a resource")?
-        } else {
-            any
-        };
-        if any.type_url != kind.type_url() {
-            return Err(format!(
-                "resource of type {} in a {} response",
-                any.type_url,
-                kind.type_url()
-            ));
-        }
-        let resource = renderer
-            .resource(kind, any.value.into())
-            .map_err(|e| e.to_string())?;
-        if out.insert(resource.name.clone(), resource).is_some() {
-            return Err("duplicate resource name in one response".into());
-        }
-    }
-    Ok(out)
 }
 
 /// Keeps the open-streams gauge right however the stream ends.

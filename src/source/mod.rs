@@ -8,6 +8,8 @@
 //! timeout. It never serves HTTP; `tonic::Status` is classified here only.
 
 pub mod ads;
+pub mod decode;
+pub mod fetch;
 pub mod file;
 pub mod identity;
 pub mod session;
@@ -65,8 +67,8 @@ const SWEEP_EVERY_MAX: Duration = Duration::from_secs(5);
 /// What feeds the sessions.
 #[derive(Debug, Clone)]
 pub enum Upstream {
-    /// A control plane's ADS endpoint.
-    Ads(Arc<UpstreamContext>),
+    /// A control plane over gRPC (ADS streams, or Fetch calls in fetch mode).
+    Grpc(Arc<UpstreamContext>),
     /// A watched snapshot directory.
     Snapshot(Arc<file::FileSource>),
 }
@@ -137,7 +139,7 @@ impl Registry {
         let node = self.decode_node(body)?;
         let (session, commands) = Session::new(key.clone(), node);
         let task = match &self.upstream {
-            Upstream::Ads(ctx) => tokio::spawn(ads::run(ctx.clone(), session.clone(), commands)),
+            Upstream::Grpc(ctx) => tokio::spawn(ads::run(ctx.clone(), session.clone(), commands)),
             Upstream::Snapshot(source) => {
                 tokio::spawn(file::run(source.clone(), session.clone(), commands))
             }
@@ -150,14 +152,7 @@ impl Registry {
     }
 
     fn decode_node(&self, body: &[u8]) -> Result<Node, SourceError> {
-        let raw = raw_node(body).map_err(|e| SourceError::InvalidNode(e.to_string()))?;
-        let Some(raw) = raw else {
-            return Ok(Node::default());
-        };
-        self.renderer
-            .codec()
-            .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
-            .map_err(|e| SourceError::InvalidNode(e.to_string()))
+        decode_node(&self.renderer, body)
     }
 
     /// Closes idle sessions and prunes names nobody asked for recently.
@@ -198,4 +193,16 @@ impl Registry {
             session.close();
         }
     }
+}
+
+/// The request body's `node` as a protobuf `Node` (empty if absent).
+pub fn decode_node(renderer: &Renderer, body: &[u8]) -> Result<Node, SourceError> {
+    let raw = raw_node(body).map_err(|e| SourceError::InvalidNode(e.to_string()))?;
+    let Some(raw) = raw else {
+        return Ok(Node::default());
+    };
+    renderer
+        .codec()
+        .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
+        .map_err(|e| SourceError::InvalidNode(e.to_string()))
 }
