@@ -31,6 +31,7 @@ pub struct Metrics {
     cache_misses: Family<TypeLabel, Counter>,
     upstream_streams_open: Gauge,
     sessions: Gauge,
+    stale_sessions: Gauge,
     acks: Family<TypeLabel, Counter>,
     nacks: Family<TypeLabel, Counter>,
     suspected_rejections: Family<TypeLabel, Counter>,
@@ -51,6 +52,7 @@ impl Metrics {
         let cache_misses = Family::<TypeLabel, Counter>::default();
         let upstream_streams_open = Gauge::default();
         let sessions = Gauge::default();
+        let stale_sessions = Gauge::default();
         let acks = Family::<TypeLabel, Counter>::default();
         let nacks = Family::<TypeLabel, Counter>::default();
         let suspected_rejections = Family::<TypeLabel, Counter>::default();
@@ -82,6 +84,11 @@ impl Metrics {
             "Upstream sessions (node identities) alive",
             sessions.clone(),
         );
+        registry.register(
+            "stale_sessions",
+            "Sessions serving their last state while the upstream stream is down",
+            stale_sessions.clone(),
+        );
         registry.register("upstream_acks", "ACKs sent upstream", acks.clone());
         registry.register("upstream_nacks", "NACKs sent upstream", nacks.clone());
         registry.register(
@@ -101,6 +108,7 @@ impl Metrics {
             cache_misses,
             upstream_streams_open,
             sessions,
+            stale_sessions,
             acks,
             nacks,
             suspected_rejections,
@@ -150,6 +158,11 @@ impl Metrics {
 
     pub fn set_sessions(&self, n: usize) {
         self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_stale_sessions(&self, n: usize) {
+        self.stale_sessions
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub fn ack(&self, kind: ResourceType) {

@@ -46,6 +46,7 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
         "source": source,
         "problems": problems,
         "sessions": admin.registry.len(),
+        "stale_sessions": admin.registry.stale_count(),
         "upstream_streams_open": admin.metrics.streams_open(),
     });
     let status = if ready {
@@ -62,6 +63,9 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
+    admin
+        .metrics
+        .set_stale_sessions(admin.registry.stale_count());
     let mut response = admin.metrics.encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

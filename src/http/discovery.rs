@@ -219,8 +219,20 @@ async fn serve(
     if matches!(answer, Answer::Body { .. }) {
         session.with_rejections(kind, |t| t.served(&state.version));
     }
-    respond(gateway, kind, &state, answer, presentation)
+    let mut response = respond(gateway, kind, &state, answer, presentation)?;
+    if let Some(since) = session.stale_since() {
+        // The upstream is down: this is the last good state, kept serving.
+        let stamp = humantime::format_rfc3339_seconds(since).to_string();
+        if let Ok(value) = axum::http::HeaderValue::from_str(&stamp) {
+            response.headers_mut().insert(STALE_HEADER, value);
+        }
+    }
+    Ok(response)
 }
+
+/// Response header set while the session's upstream stream is down: the
+/// RFC 3339 time since which the state served is stale.
+pub const STALE_HEADER: &str = "x-xds-gateway-stale-since";
 
 /// The HTTP answer for `answer`, counted as a cache hit or miss.
 pub(super) fn respond(

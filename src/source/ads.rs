@@ -73,6 +73,7 @@ pub async fn run(
             match result {
                 Ok(()) => return,
                 Err(err) => {
+                    session.mark_stale();
                     failures = if answered {
                         1
                     } else {
@@ -307,6 +308,7 @@ impl<'a> Stream<'a> {
     async fn response(&mut self, response: DiscoveryResponse, tx: &mpsc::Sender<DiscoveryRequest>) {
         self.answered = true;
         self.ctx.ready.mark_ready();
+        self.session.mark_fresh();
         let Some(kind) = ResourceType::from_type_url(&response.type_url) else {
             warn!(type_url = %response.type_url, "response for a type the gateway does not serve");
             return;

@@ -122,6 +122,14 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Sessions serving a stale state (their upstream stream is down).
+    pub fn stale_count(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|s| s.stale_since().is_some())
+            .count()
+    }
+
     /// The session of `key`, created (and its upstream stream started) for
     /// the first client of that identity. `body` is the request's JSON; its
     /// `node` is decoded only here, once per session.

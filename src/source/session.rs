@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
@@ -66,6 +66,9 @@ pub struct Session {
     commands: mpsc::UnboundedSender<Command>,
     last_poll: Mutex<Instant>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Set while the upstream stream is down after having served: the state
+    /// is still served, marked stale since then.
+    stale_since: Mutex<Option<SystemTime>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -93,6 +96,7 @@ impl Session {
             commands,
             last_poll: Mutex::new(Instant::now()),
             task: Mutex::new(None),
+            stale_since: Mutex::new(None),
         });
         (session, rx)
     }
@@ -112,6 +116,22 @@ impl Session {
         if let Some(task) = lock(&self.task).take() {
             task.abort();
         }
+    }
+
+    /// The upstream stream broke: what is served from now on is stale (the
+    /// first break counts; later ones do not move the time).
+    pub fn mark_stale(&self) {
+        lock(&self.stale_since).get_or_insert_with(SystemTime::now);
+    }
+
+    /// The upstream answered again.
+    pub fn mark_fresh(&self) {
+        *lock(&self.stale_since) = None;
+    }
+
+    /// Since when the state served is stale, if it is.
+    pub fn stale_since(&self) -> Option<SystemTime> {
+        *lock(&self.stale_since)
     }
 
     /// Marks a poll now (keeps the session from idling out).
