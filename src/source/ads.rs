@@ -29,7 +29,7 @@ use crate::xds::ResourceType;
 
 /// First reconnect delay; doubles per failure up to [`BACKOFF_MAX`].
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Each delay is scaled by a random factor in [1 - JITTER, 1 + JITTER].
 const BACKOFF_JITTER: f64 = 0.5;
 /// Requests queued toward one stream before the sender waits.
