@@ -70,6 +70,8 @@ struct Entry {
 struct Shared {
     snapshot: Mutex<HashMap<String, Entry>>,
     requests: Mutex<Vec<Recorded>>,
+    /// ASCII metadata of every stream, in opening order.
+    metadata: Mutex<Vec<Vec<(String, String)>>>,
     streams: AtomicUsize,
     open: AtomicUsize,
 }
@@ -90,6 +92,16 @@ pub struct FakeAds {
 impl FakeAds {
     /// Starts serving on 127.0.0.1:0 with an empty snapshot.
     pub async fn start() -> FakeAds {
+        FakeAds::start_with(None).await
+    }
+
+    /// Like [`start`](Self::start), over TLS with `tls` (server identity,
+    /// and a client CA to require mTLS).
+    pub async fn start_tls(tls: tonic::transport::ServerTlsConfig) -> FakeAds {
+        FakeAds::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<tonic::transport::ServerTlsConfig>) -> FakeAds {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0 for the fake ADS server");
@@ -101,7 +113,11 @@ impl FakeAds {
             changed: changed.clone(),
         };
         let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder();
+            if let Some(tls) = tls {
+                builder = builder.tls_config(tls).expect("fake ADS TLS config");
+            }
+            builder
                 .add_service(AggregatedDiscoveryServiceServer::new(service))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
@@ -150,6 +166,11 @@ impl FakeAds {
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// The ASCII metadata each stream was opened with, in opening order.
+    pub fn stream_metadata(&self) -> Vec<Vec<(String, String)>> {
+        lock(&self.shared.metadata).clone()
     }
 
     /// Streams opened so far.
@@ -201,6 +222,18 @@ impl AggregatedDiscoveryService for Service {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<ResponseStream>, Status> {
         let id = self.shared.streams.fetch_add(1, Ordering::SeqCst) + 1;
+        let metadata = request
+            .metadata()
+            .iter()
+            .filter_map(|entry| match entry {
+                tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((
+                    k.as_str().to_owned(),
+                    v.to_str().unwrap_or_default().to_owned(),
+                )),
+                tonic::metadata::KeyAndValueRef::Binary(..) => None,
+            })
+            .collect();
+        lock(&self.shared.metadata).push(metadata);
         let (tx, rx) = mpsc::channel(16);
         let stream = StreamTask {
             id,

@@ -1,0 +1,115 @@
+//! A snapshot bigger than gRPC's 4 MiB default message limit: the gateway
+//! accepts it from the upstream (its own limit is --max-upstream-message-bytes,
+//! 64 MiB by default) and serves it whole over REST; with the limit set below
+//! the message size the stream fails and the client gets a 503, not a
+//! truncated answer. The control plane is the in-process scripted fake.
+
+#[path = "support/fake_ads.rs"]
+mod fake_ads;
+#[path = "support/process.rs"]
+mod process;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use prost::Message;
+
+use process::{eventually, free_port, http_get, ChildGuard};
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const CLUSTERS: usize = 6_000;
+
+fn clusters() -> Vec<envoy_types::pb::google::protobuf::Any> {
+    let codec = xds_gateway::xds::Codec::embedded();
+    let padding = "x".repeat(800);
+    (0..CLUSTERS)
+        .map(|i| {
+            let json = format!(
+                r#"{{"@type":"{CDS}","name":"cluster-{i}","connect_timeout":"1s",
+                "metadata":{{"filter_metadata":{{"pad":{{"text":"{padding}"}}}}}}}}"#
+            );
+            let any = codec.parse_any(json.as_bytes()).expect("fixture");
+            envoy_types::pb::google::protobuf::Any {
+                type_url: any.type_url,
+                value: any.value,
+            }
+        })
+        .collect()
+}
+
+fn gateway(upstream: &str, dir: &std::path::Path, extra: &[&str]) -> (ChildGuard, u16) {
+    let (port, admin) = (free_port(), free_port());
+    let log = dir.join(format!("gateway-{port}.log"));
+    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
+        .args(["--upstream", upstream])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn gateway");
+    (ChildGuard::new("xds-gateway", child).with_log(&log), port)
+}
+
+async fn get_once(port: u16) -> (u16, String) {
+    eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await
+    .expect("gateway accepts connections");
+    http_get(port, "/v3/discovery:clusters?node=big")
+        .await
+        .unwrap_or((0, String::new()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_over_four_mebibytes() {
+    let resources = clusters();
+    let size: usize = resources.iter().map(|a| a.encoded_len()).sum();
+    assert!(size > 4 * 1024 * 1024, "fixture is only {size} bytes");
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(CDS, "big-1", resources);
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    let outcome = tokio::time::timeout(Duration::from_secs(90), async {
+        let (gw, port) = gateway(
+            &upstream.url(),
+            dir.path(),
+            &["--first-response-timeout", "20s"],
+        );
+        let (status, body) = get_once(port).await;
+        assert_eq!(status, 200, "{}", gw.log_text());
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(v["resources"].as_array().map(Vec::len), Some(CLUSTERS));
+        assert_eq!(v["versionInfo"], "big-1");
+        drop(gw);
+
+        let (gw, port) = gateway(
+            &upstream.url(),
+            dir.path(),
+            &[
+                "--max-upstream-message-bytes",
+                "1048576",
+                "--first-response-timeout",
+                "3s",
+            ],
+        );
+        let (status, body) = get_once(port).await;
+        assert_eq!(status, 503, "{body}\n{}", gw.log_text());
+    })
+    .await;
+    assert!(outcome.is_ok(), "timed out");
+}
