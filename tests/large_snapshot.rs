@@ -6,15 +6,17 @@
 
 #[path = "support/fake_ads.rs"]
 mod fake_ads;
+#[path = "support/gateway.rs"]
+mod gateway;
 #[path = "support/process.rs"]
 mod process;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use prost::Message;
 
-use process::{eventually, free_port, http_get, ChildGuard};
+use gateway::Gateway;
+use process::http_get;
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const CLUSTERS: usize = 6_000;
@@ -37,42 +39,9 @@ fn clusters() -> Vec<envoy_types::pb::google::protobuf::Any> {
         .collect()
 }
 
-fn gateway(upstream: &str, dir: &std::path::Path, extra: &[&str]) -> (ChildGuard, u16) {
-    let (port, admin) = (free_port(), free_port());
-    let log = dir.join(format!("gateway-{port}.log"));
-    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-        .args(["--upstream", upstream])
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn gateway");
-    (ChildGuard::new("xds-gateway", child).with_log(&log), port)
-}
-
-async fn get_once(port: u16) -> (u16, String) {
-    eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
-    .await
-    .expect("gateway accepts connections");
-    http_get(port, "/v3/discovery:clusters?node=big")
-        .await
-        .unwrap_or((0, String::new()))
+async fn get_once(gw: &Gateway) -> (u16, String) {
+    let path = "/v3/discovery:clusters?node=big";
+    http_get(gw.port, path).await.unwrap_or((0, String::new()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,32 +51,26 @@ async fn snapshot_over_four_mebibytes() {
     assert!(size > 4 * 1024 * 1024, "fixture is only {size} bytes");
     let upstream = fake_ads::FakeAds::start().await;
     upstream.set(CDS, "big-1", resources);
-    let dir = tempfile::tempdir().expect("tempdir");
-
     let outcome = tokio::time::timeout(Duration::from_secs(90), async {
-        let (gw, port) = gateway(
-            &upstream.url(),
-            dir.path(),
-            &["--first-response-timeout", "20s"],
-        );
-        let (status, body) = get_once(port).await;
+        let gw = Gateway::start(&upstream.url(), &["--first-response-timeout", "20s"]).await;
+        let (status, body) = get_once(&gw).await;
         assert_eq!(status, 200, "{}", gw.log_text());
         let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(v["resources"].as_array().map(Vec::len), Some(CLUSTERS));
         assert_eq!(v["versionInfo"], "big-1");
         drop(gw);
 
-        let (gw, port) = gateway(
+        let gw = Gateway::start(
             &upstream.url(),
-            dir.path(),
             &[
                 "--max-upstream-message-bytes",
                 "1048576",
                 "--first-response-timeout",
                 "3s",
             ],
-        );
-        let (status, body) = get_once(port).await;
+        )
+        .await;
+        let (status, body) = get_once(&gw).await;
         assert_eq!(status, 503, "{body}\n{}", gw.log_text());
     })
     .await;

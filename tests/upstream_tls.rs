@@ -7,17 +7,16 @@
 
 #[path = "support/fake_ads.rs"]
 mod fake_ads;
+#[path = "support/gateway.rs"]
+mod gateway;
 #[path = "support/process.rs"]
 mod process;
-
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use process::{eventually, free_port, http_get, ChildGuard};
+use gateway::Gateway;
+use process::http_get;
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
@@ -71,44 +70,18 @@ fn cluster_any() -> envoy_types::pb::google::protobuf::Any {
     }
 }
 
-fn start_gateway(dir: &Path, upstream: &str, extra: &[String]) -> (ChildGuard, u16) {
-    let (port, admin) = (free_port(), free_port());
-    let log = dir.join(format!("gateway-{port}.log"));
-    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-        .args(["--upstream", upstream])
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .args(["--first-response-timeout", "2s"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn gateway");
-    (ChildGuard::new("xds-gateway", child).with_log(&log), port)
+/// GETs CDS once (a first request waits up to the gateway's
+/// first-response timeout for the upstream).
+async fn poll_clusters(gw: &Gateway) -> (u16, String) {
+    http_get(gw.port, "/v3/discovery:clusters?node=tls-node")
+        .await
+        .unwrap_or((0, String::new()))
 }
 
-/// Waits for the gateway to accept, then GETs CDS once (a first request
-/// waits up to the gateway's first-response timeout for the upstream).
-async fn poll_clusters(port: u16) -> (u16, String) {
-    let path = "/v3/discovery:clusters?node=tls-node";
-    eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
-    .await
-    .expect("gateway accepts connections");
-    http_get(port, path).await.unwrap_or((0, String::new()))
+async fn start_gateway(upstream: &str, extra: &[String]) -> Gateway {
+    let mut args: Vec<&str> = vec!["--first-response-timeout", "2s"];
+    args.extend(extra.iter().map(String::as_str));
+    Gateway::start(upstream, &args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,8 +114,8 @@ async fn mtls_upstream_with_metadata() {
         "--upstream-header".into(),
         "x-acl-token: s3cret".into(),
     ];
-    let (gw, port) = start_gateway(dir.path(), &uri, &args);
-    let (status, body) = poll_clusters(port).await;
+    let gw = start_gateway(&uri, &args).await;
+    let (status, body) = poll_clusters(&gw).await;
     assert_eq!(status, 200, "{body}\n{}", gw.log_text());
     assert!(body.contains("tls-cluster"), "{body}");
     let metadata = upstream.stream_metadata();
@@ -155,12 +128,8 @@ async fn mtls_upstream_with_metadata() {
     drop(gw);
 
     // Without the client certificate the server refuses the handshake: 503.
-    let (gw, port) = start_gateway(
-        dir.path(),
-        &uri,
-        &["--upstream-ca".to_string(), path("ca.pem")],
-    );
-    let (status, body) = poll_clusters(port).await;
+    let gw = start_gateway(&uri, &["--upstream-ca".to_string(), path("ca.pem")]).await;
+    let (status, body) = poll_clusters(&gw).await;
     assert_eq!(status, 503, "{body}\n{}", gw.log_text());
     drop(gw);
 
@@ -175,8 +144,8 @@ async fn mtls_upstream_with_metadata() {
         "--upstream-key".into(),
         path("client.key"),
     ];
-    let (gw, port) = start_gateway(dir.path(), &uri, &args);
-    let (status, body) = poll_clusters(port).await;
+    let gw = start_gateway(&uri, &args).await;
+    let (status, body) = poll_clusters(&gw).await;
     assert_eq!(status, 503, "{body}\n{}", gw.log_text());
 }
 
