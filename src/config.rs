@@ -136,11 +136,13 @@ pub struct Cli {
     #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
     pub rejection_threshold: Option<u32>,
     /// Send a NACK upstream for each suspected rejection.
-    #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS")]
-    pub forward_rejections: bool,
+    #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub forward_rejections: Option<bool>,
     /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice).
-    #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS")]
-    pub allow_secrets: bool,
+    #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_secrets: Option<bool>,
     /// Largest request body accepted, in bytes [default: 4194304].
     #[arg(long, env = "XDS_GATEWAY_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -166,6 +168,7 @@ struct FileConfig {
     upstream_cert: Option<PathBuf>,
     upstream_key: Option<PathBuf>,
     upstream_tls_server_name: Option<String>,
+    #[serde(alias = "upstream-header")]
     upstream_headers: Option<Vec<String>>,
     #[serde(default, with = "opt_duration")]
     upstream_keepalive: Option<Duration>,
@@ -192,6 +195,7 @@ struct FileConfig {
     allow_secrets: Option<bool>,
     max_body_bytes: Option<usize>,
     max_upstream_message_bytes: Option<usize>,
+    #[serde(alias = "descriptor-set")]
     descriptor_sets: Option<Vec<PathBuf>>,
 }
 
@@ -336,8 +340,14 @@ impl Config {
                 .rejection_threshold
                 .or(file.rejection_threshold)
                 .unwrap_or(d.rejection_threshold),
-            forward_rejections: cli.forward_rejections || file.forward_rejections.unwrap_or(false),
-            allow_secrets: cli.allow_secrets || file.allow_secrets.unwrap_or(false),
+            forward_rejections: cli
+                .forward_rejections
+                .or(file.forward_rejections)
+                .unwrap_or(d.forward_rejections),
+            allow_secrets: cli
+                .allow_secrets
+                .or(file.allow_secrets)
+                .unwrap_or(d.allow_secrets),
             max_body_bytes: cli
                 .max_body_bytes
                 .or(file.max_body_bytes)

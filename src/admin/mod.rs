@@ -54,7 +54,7 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut response = (status, body.to_string()).into_response();
+    let mut response = (status, format!("{body}\n")).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

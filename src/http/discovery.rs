@@ -26,7 +26,7 @@ use super::Gateway;
 use crate::cache::{Answer, TypeState};
 use crate::config::{RewritePolicy, UpstreamMode};
 use crate::source::session::{wait_for_change, wait_for_coverage, Command};
-use crate::source::{Session, SourceError};
+use crate::source::{Session, SourceError, Upstream};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -182,6 +182,21 @@ async fn serve(
             presentation,
         )
         .await;
+    }
+    if let Upstream::Snapshot(source) = gateway.registry.upstream() {
+        if !source.is_loaded() {
+            return Err(ApiError::Unavailable {
+                message: format!(
+                    "the {} did not load: {}; see the admin /readyz for every problem",
+                    source.origin(),
+                    source
+                        .problems()
+                        .first()
+                        .map_or("no files yet", String::as_str)
+                ),
+                retry_after_secs: RETRY_AFTER_SECS,
+            });
+        }
     }
     let names = &request.names;
     let session = gateway

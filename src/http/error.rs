@@ -70,7 +70,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"code": self.rpc_code(), "message": self.to_string()});
-        let mut response = (self.status(), body.to_string()).into_response();
+        let mut response = (self.status(), format!("{body}\n")).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,

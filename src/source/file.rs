@@ -94,6 +94,11 @@ impl FileSource {
         &self.origin
     }
 
+    /// Whether a snapshot has loaded (the first load may have failed).
+    pub fn is_loaded(&self) -> bool {
+        self.snapshot.borrow().is_some()
+    }
+
     /// Problems of the latest load (empty when it succeeded).
     pub fn problems(&self) -> Vec<String> {
         self.problems.lock().map(|p| p.clone()).unwrap_or_default()
@@ -119,8 +124,13 @@ impl FileSource {
             }
             Err(errors) => {
                 let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                let outcome = if self.is_loaded() {
+                    "snapshot not reloaded; the last good one stays in service"
+                } else {
+                    "snapshot not loaded; nothing is served until it is fixed"
+                };
                 for problem in &problems {
-                    warn!(%problem, "snapshot not loaded; the last good one stays in service");
+                    warn!(%problem, "{outcome}");
                 }
                 self.set_problems(problems);
             }

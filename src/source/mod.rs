@@ -9,6 +9,7 @@
 
 pub mod ads;
 pub mod decode;
+pub mod delta;
 pub mod fetch;
 pub mod file;
 pub mod identity;
@@ -147,6 +148,9 @@ impl Registry {
         let node = self.decode_node(body)?;
         let (session, commands) = Session::new(key.clone(), node);
         let task = match &self.upstream {
+            Upstream::Grpc(ctx) if ctx.mode == crate::config::UpstreamMode::Delta => {
+                tokio::spawn(delta::run(ctx.clone(), session.clone(), commands))
+            }
             Upstream::Grpc(ctx) => tokio::spawn(ads::run(ctx.clone(), session.clone(), commands)),
             Upstream::Snapshot(source) => {
                 tokio::spawn(file::run(source.clone(), session.clone(), commands))
