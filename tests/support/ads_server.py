@@ -1,13 +1,22 @@
-"""A reference SotW ADS control plane for tests/gateway_ads.rs.
+"""A reference xDS control plane for tests/gateway_ads.rs and
+tests/upstream_modes.rs.
 
 Independent of the gateway's code: grpcio + xds-protos only.
 
-Usage: python ads_server.py [PORT] [--strict-nonce]
+Usage: python ads_server.py [PORT] [--strict-nonce] [--no-sotw] [--no-delta]
+                            [--no-fetch] [--no-absent]
+                            [--up-to-date-style go|rust] [--fetch-delay-ms N]
 
-Serves envoy.service.discovery.v3.AggregatedDiscoveryService /
-StreamAggregatedResources (state of the world) on 127.0.0.1:PORT (0 or no
-argument: a free port) and a small JSON control interface over HTTP on
-another free loopback port. The first two lines on stdout are
+Serves on 127.0.0.1:PORT (0 or no argument: a free port):
+- envoy.service.discovery.v3.AggregatedDiscoveryService /
+  StreamAggregatedResources (state of the world, below) and
+  DeltaAggregatedResources (incremental, below);
+- the unary Fetch* method of the eight discovery services (Listener, Route,
+  ScopedRoutes, Cluster, Endpoint, Secret, Runtime, ExtensionConfig);
+- HealthDiscoveryService/FetchHealthCheck and
+  ClientStatusDiscoveryService/FetchClientStatus with canned answers;
+and a small JSON control interface over HTTP on another free loopback port.
+The first two lines on stdout are
 
     PORT <ads port>
     CONTROL <control port>
@@ -29,6 +38,40 @@ SotW semantics, per stream and per type:
   repeat its subscription in its next ACK;
 - a named subscription gets only the named resources that exist.
 
+Delta semantics, per stream and per type (DeltaAggregatedResources):
+- the subscription is a set of names plus a wildcard flag: "*" in
+  resource_names_subscribe turns the wildcard on, in
+  resource_names_unsubscribe off; an empty subscribe list in the first
+  request of a type is the legacy wildcard;
+- the first request of a type seeds what the client has from its
+  initial_resource_versions: those resources are not resent unless their
+  version changed (and are sent as removed if they are gone); a name
+  subscribed later is always (re)sent, as the xDS spec requires;
+- the per-resource version is the first 16 hex digits of the SHA-256 of the
+  serialised Any;
+- a response carries the added/changed resources the client wants (named,
+  or all under the wildcard), removed_resources for what it has that is
+  gone, and, once per subscription, a Resource with only the name for a
+  subscribed name that does not exist (the spec's "does not exist" signal;
+  --no-absent leaves it out, as go-control-plane does);
+  it is sent when that is not empty, on subscription changes and snapshot
+  changes, and for the first wildcard request of a type even if empty (as
+  go-control-plane does), as soon as a snapshot of the type exists;
+- every request is recorded (subscribe, unsubscribe, initial versions,
+  nonce, error_detail, kind = subscribe/ack/nack/stale/request).
+
+Fetch semantics (unary Fetch*): the snapshot of the service's type (named
+resources that exist, or all for no names); when the request's version_info
+equals the snapshot version the answer is "up to date": gRPC UNKNOWN "skip
+fetch: version up to date" with --up-to-date-style go (go-control-plane, the
+default), ALREADY_EXISTS with rust (rust-control-plane). Every call is
+counted per type. --fetch-delay-ms delays each answer (to make concurrent
+calls overlap).
+
+--no-sotw, --no-delta, --no-fetch make those methods answer UNIMPLEMENTED
+(what a server that does not register them answers); the attempts are
+counted in /stats "unimplemented".
+
 Control interface (JSON):
 - POST /set      {"type_url", "version", "resources": [<JSON Any with "@type">...]}
   replaces that type's snapshot and pushes it to open streams; answers
@@ -36,12 +79,23 @@ Control interface (JSON):
   json_format rendering, for comparisons);
 - POST /set_raw  {"type_url", "version", "resources": [{"type_url", "value_b64",
   "name"?}...]} the same with raw Any payloads (undecodable bytes, unknown types);
-- GET /stats     {"streams_total", "streams_open", "requests": [...], "acks", "nacks"}.
+- GET /stats     {"streams_total", "streams_open", "requests": [...], "acks", "nacks",
+  "delta_streams_total", "delta_streams_open", "delta_requests": [...],
+  "fetches": {type_url: calls}, "fetch_requests": [...], "hds_requests": [...],
+  "csds_requests": [...], "unimplemented": {"sotw", "delta", "fetch"}, "config"}
+  (streams_* and acks/nacks count SotW and delta streams alike; "requests"
+  holds SotW requests only);
+- POST /config   {"up_to_date_style"?, "fetch_delay_ms"?, "no_sotw"?, "no_delta"?,
+  "no_fetch"?, "no_absent"?} changes those switches at run time; answers the
+  new config;
+- GET /canned    {"health_check": <canonical JSON of the HDS answer>}.
 
 Exits on SIGTERM, SIGINT or when stdin closes.
 """
 
+import argparse
 import base64
+import hashlib
 import importlib
 import itertools
 import json
@@ -51,6 +105,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -79,9 +134,80 @@ import_all_protos()
 
 # pylint: disable=wrong-import-position
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2  # noqa: E402
+from envoy.service.health.v3 import hds_pb2, hds_pb2_grpc  # noqa: E402
+from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc  # noqa: E402
 
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description="reference xDS control plane")
+    parser.add_argument("port", nargs="?", type=int, default=0)
+    parser.add_argument("--strict-nonce", action="store_true")
+    parser.add_argument("--no-sotw", action="store_true")
+    parser.add_argument("--no-delta", action="store_true")
+    parser.add_argument("--no-fetch", action="store_true")
+    parser.add_argument("--no-absent", action="store_true")
+    parser.add_argument("--up-to-date-style", choices=("go", "rust"), default="go")
+    parser.add_argument("--fetch-delay-ms", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+ARGS = parse_args(sys.argv[1:])
 _NONCES = itertools.count(1)
-STRICT_NONCE = "--strict-nonce" in sys.argv[1:]
+STRICT_NONCE = ARGS.strict_nonce
+
+CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+# (service, method, type URL) of every unary discovery Fetch.
+FETCH_SERVICES = (
+    ("envoy.service.listener.v3.ListenerDiscoveryService", "FetchListeners",
+     "type.googleapis.com/envoy.config.listener.v3.Listener"),
+    ("envoy.service.route.v3.RouteDiscoveryService", "FetchRoutes",
+     "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"),
+    ("envoy.service.route.v3.ScopedRoutesDiscoveryService", "FetchScopedRoutes",
+     "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration"),
+    ("envoy.service.cluster.v3.ClusterDiscoveryService", "FetchClusters", CDS),
+    ("envoy.service.endpoint.v3.EndpointDiscoveryService", "FetchEndpoints",
+     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"),
+    ("envoy.service.secret.v3.SecretDiscoveryService", "FetchSecrets",
+     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"),
+    ("envoy.service.runtime.v3.RuntimeDiscoveryService", "FetchRuntime",
+     "type.googleapis.com/envoy.service.runtime.v3.Runtime"),
+    ("envoy.service.extension.v3.ExtensionConfigDiscoveryService", "FetchExtensionConfigs",
+     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"),
+)
+
+# The canned HDS answer: one cluster health check.
+HDS_ANSWER = {
+    "cluster_health_checks": [
+        {
+            "cluster_name": "hds_cluster",
+            "health_checks": [
+                {
+                    "timeout": "1s",
+                    "interval": "5s",
+                    "unhealthy_threshold": 2,
+                    "healthy_threshold": 2,
+                    "http_health_check": {"path": "/healthz"},
+                }
+            ],
+            "locality_endpoints": [
+                {
+                    "locality": {"region": "r1", "zone": "z1"},
+                    "endpoints": [
+                        {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 8000}}}
+                    ],
+                }
+            ],
+        }
+    ],
+    "interval": "10s",
+}
+
+
+def status_of(request):
+    if not request.HasField("error_detail"):
+        return None
+    return {"code": request.error_detail.code, "message": request.error_detail.message}
 
 
 class ControlPlane:
@@ -96,6 +222,22 @@ class ControlPlane:
         self.requests = []
         self.acks = 0
         self.nacks = 0
+        self.delta_streams = set()
+        self.delta_streams_total = 0
+        self.delta_requests = []
+        self.fetches = {}
+        self.fetch_requests = []
+        self.hds_requests = []
+        self.csds_requests = []
+        self.unimplemented = {"sotw": 0, "delta": 0, "fetch": 0}
+        self.config = {
+            "up_to_date_style": ARGS.up_to_date_style,
+            "fetch_delay_ms": ARGS.fetch_delay_ms,
+            "no_sotw": ARGS.no_sotw,
+            "no_delta": ARGS.no_delta,
+            "no_fetch": ARGS.no_fetch,
+            "no_absent": ARGS.no_absent,
+        }
 
     def set_snapshot(self, type_url, version, resources):
         with self.lock:
@@ -108,22 +250,82 @@ class ControlPlane:
         with self.lock:
             return self.snapshots.get(type_url)
 
-    def open_stream(self, events):
+    def open_stream(self, events, delta=False):
         with self.lock:
             self.streams.add(events)
             self.streams_total += 1
+            if delta:
+                self.delta_streams.add(events)
+                self.delta_streams_total += 1
 
     def close_stream(self, events):
         with self.lock:
             self.streams.discard(events)
+            self.delta_streams.discard(events)
+
+    def setting(self, key):
+        with self.lock:
+            return self.config[key]
+
+    def configure(self, changes):
+        allowed = {
+            "up_to_date_style": lambda v: v in ("go", "rust"),
+            "fetch_delay_ms": lambda v: isinstance(v, int) and v >= 0,
+            "no_sotw": lambda v: isinstance(v, bool),
+            "no_delta": lambda v: isinstance(v, bool),
+            "no_fetch": lambda v: isinstance(v, bool),
+            "no_absent": lambda v: isinstance(v, bool),
+        }
+        for key, value in changes.items():
+            if key not in allowed or not allowed[key](value):
+                raise ValueError(f"bad config {key}={value!r}")
+        with self.lock:
+            self.config.update(changes)
+            return dict(self.config)
+
+    def refuse(self, what):
+        """Counts a call to a disabled method (the caller then aborts)."""
+        with self.lock:
+            self.unimplemented[what] += 1
+
+    def record_delta(self, request, kind):
+        with self.lock:
+            self.delta_requests.append(
+                {
+                    "type_url": request.type_url,
+                    "subscribe": list(request.resource_names_subscribe),
+                    "unsubscribe": list(request.resource_names_unsubscribe),
+                    "initial_resource_versions": dict(request.initial_resource_versions),
+                    "response_nonce": request.response_nonce,
+                    "error_detail": status_of(request),
+                    "has_node": request.HasField("node"),
+                    "node_id": request.node.id if request.HasField("node") else None,
+                    "kind": kind,
+                }
+            )
+            if kind == "ack":
+                self.acks += 1
+            elif kind == "nack":
+                self.nacks += 1
+
+    def record_fetch(self, type_url, request):
+        with self.lock:
+            self.fetches[type_url] = self.fetches.get(type_url, 0) + 1
+            self.fetch_requests.append(
+                {
+                    "type_url": type_url,
+                    "version_info": request.version_info,
+                    "resource_names": list(request.resource_names),
+                    "node_id": request.node.id if request.HasField("node") else None,
+                }
+            )
+
+    def record_passthrough(self, what, entry):
+        with self.lock:
+            getattr(self, what).append(entry)
 
     def record(self, request, kind):
-        error = None
-        if request.HasField("error_detail"):
-            error = {
-                "code": request.error_detail.code,
-                "message": request.error_detail.message,
-            }
+        error = status_of(request)
         with self.lock:
             self.requests.append(
                 {
@@ -150,6 +352,15 @@ class ControlPlane:
                 "requests": list(self.requests),
                 "acks": self.acks,
                 "nacks": self.nacks,
+                "delta_streams_total": self.delta_streams_total,
+                "delta_streams_open": len(self.delta_streams),
+                "delta_requests": list(self.delta_requests),
+                "fetches": dict(self.fetches),
+                "fetch_requests": list(self.fetch_requests),
+                "hds_requests": list(self.hds_requests),
+                "csds_requests": list(self.csds_requests),
+                "unimplemented": dict(self.unimplemented),
+                "config": dict(self.config),
             }
 
 
@@ -173,8 +384,72 @@ def subscription(resource_names):
     return names
 
 
+def unimplemented(context, what):
+    PLANE.refuse(what)
+    context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+
+def resource_version(any_msg):
+    """A delta per-resource version: a hash of the resource's bytes."""
+    return hashlib.sha256(any_msg.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
+class DeltaWatch:
+    """One type on one delta stream."""
+
+    def __init__(self):
+        self.wildcard = False
+        self.names = set()
+        self.known = {}  # name -> version the client has
+        self.told_absent = set()  # subscribed names signalled as not existing
+        self.nonce = None
+        self.pending_first = True  # nothing sent yet for the type
+
+    def wants(self, name):
+        return self.wildcard or name in self.names
+
+
 class Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+    def DeltaAggregatedResources(self, request_iterator, context):
+        if PLANE.setting("no_delta"):
+            unimplemented(context, "delta")
+        events = queue.Queue()
+
+        def read():
+            try:
+                for request in request_iterator:
+                    events.put(("request", request))
+            except Exception:  # pylint: disable=broad-except
+                pass
+            events.put(("end", None))
+
+        context.add_callback(lambda: events.put(("end", None)))
+        PLANE.open_stream(events, delta=True)
+        threading.Thread(target=read, daemon=True).start()
+        watches = {}
+        try:
+            while True:
+                try:
+                    event, payload = events.get(timeout=0.5)
+                except queue.Empty:
+                    if not context.is_active():
+                        return
+                    continue
+                if event == "end":
+                    return
+                if event == "request":
+                    response = on_delta_request(watches, payload)
+                else:
+                    watch = watches.get(payload)
+                    response = delta_respond(payload, watch) if watch else None
+                if response is not None:
+                    yield response
+        finally:
+            PLANE.close_stream(events)
+
     def StreamAggregatedResources(self, request_iterator, context):
+        if PLANE.setting("no_sotw"):
+            unimplemented(context, "sotw")
         events = queue.Queue()
 
         def read():
@@ -271,6 +546,194 @@ def respond(type_url, watch):
     )
 
 
+def on_delta_request(watches, request):
+    type_url = request.type_url
+    watch = watches.get(type_url)
+    first = watch is None
+    if first:
+        kind = "subscribe"
+        watch = DeltaWatch()
+        watches[type_url] = watch
+        watch.known = dict(request.initial_resource_versions)
+        if not request.resource_names_subscribe:
+            watch.wildcard = True  # legacy wildcard
+    elif request.response_nonce:
+        if request.response_nonce != watch.nonce:
+            kind = "stale"
+        elif request.HasField("error_detail"):
+            kind = "nack"
+        else:
+            kind = "ack"
+    else:
+        kind = "request"
+    PLANE.record_delta(request, kind)
+    initial = request.initial_resource_versions
+    for name in request.resource_names_subscribe:
+        if name == "*":
+            watch.wildcard = True
+            continue
+        watch.names.add(name)
+        watch.told_absent.discard(name)
+        if name not in initial:
+            # A subscribed name is always (re)sent.
+            watch.known.pop(name, None)
+    for name in request.resource_names_unsubscribe:
+        if name == "*":
+            watch.wildcard = False
+        else:
+            watch.names.discard(name)
+            watch.told_absent.discard(name)
+    for name in list(watch.known):
+        if not watch.wants(name):
+            del watch.known[name]
+    if kind in ("ack", "nack", "stale") and not (
+        request.resource_names_subscribe or request.resource_names_unsubscribe
+    ):
+        return None
+    return delta_respond(type_url, watch)
+
+
+def delta_respond(type_url, watch):
+    """The delta response `watch` needs now, or None (nothing to say, or no
+    snapshot of the type yet)."""
+    snapshot = PLANE.snapshot(type_url)
+    if snapshot is None:
+        return None
+    version, resources = snapshot
+    added = []
+    for name, any_msg in resources.items():
+        if not watch.wants(name):
+            continue
+        resource_v = resource_version(any_msg)
+        if watch.known.get(name) != resource_v:
+            added.append(discovery_pb2.Resource(name=name, version=resource_v, resource=any_msg))
+    removed = sorted(n for n in watch.known if n not in resources)
+    absent = sorted(
+        n
+        for n in watch.names
+        if n not in resources and n not in watch.known and n not in watch.told_absent
+    )
+    if PLANE.setting("no_absent"):
+        absent = []
+    first_wildcard = watch.pending_first and watch.wildcard
+    if not (added or removed or absent or first_wildcard):
+        return None
+    for resource in added:
+        watch.known[resource.name] = resource.version
+        watch.told_absent.discard(resource.name)
+    for name in removed:
+        del watch.known[name]
+        watch.told_absent.add(name)
+    watch.told_absent.update(absent)
+    watch.pending_first = False
+    nonce = str(next(_NONCES))
+    watch.nonce = nonce
+    return discovery_pb2.DeltaDiscoveryResponse(
+        system_version_info=version,
+        resources=added + [discovery_pb2.Resource(name=n) for n in absent],
+        type_url=type_url,
+        removed_resources=removed,
+        nonce=nonce,
+    )
+
+
+def fetch_handler(type_url):
+    def fetch(request, context):
+        if PLANE.setting("no_fetch"):
+            unimplemented(context, "fetch")
+        PLANE.record_fetch(type_url, request)
+        delay = PLANE.setting("fetch_delay_ms")
+        if delay:
+            time.sleep(delay / 1000.0)
+        snapshot = PLANE.snapshot(type_url)
+        if snapshot is None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"no snapshot of {type_url}")
+        version, resources = snapshot
+        if request.version_info and request.version_info == version:
+            if PLANE.setting("up_to_date_style") == "rust":
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, "version up to date")
+            context.abort(grpc.StatusCode.UNKNOWN, "skip fetch: version up to date")
+        names = [n for n in request.resource_names if n != "*"]
+        if names:
+            chosen = [resources[n] for n in sorted(set(names)) if n in resources]
+        else:
+            chosen = list(resources.values())
+        return discovery_pb2.DiscoveryResponse(
+            version_info=version,
+            resources=chosen,
+            type_url=type_url,
+            nonce=str(next(_NONCES)),
+        )
+
+    return fetch
+
+
+def fetch_handlers():
+    handlers = []
+    for service, method, type_url in FETCH_SERVICES:
+        handler = grpc.unary_unary_rpc_method_handler(
+            fetch_handler(type_url),
+            request_deserializer=discovery_pb2.DiscoveryRequest.FromString,
+            response_serializer=discovery_pb2.DiscoveryResponse.SerializeToString,
+        )
+        handlers.append(grpc.method_handlers_generic_handler(service, {method: handler}))
+    return handlers
+
+
+def hds_answer():
+    return json_format.ParseDict(HDS_ANSWER, hds_pb2.HealthCheckSpecifier())
+
+
+class HealthServicer(hds_pb2_grpc.HealthDiscoveryServiceServicer):
+    def FetchHealthCheck(self, request, context):
+        message = json_format.MessageToDict(request.health_check_request)
+        PLANE.record_passthrough(
+            "hds_requests",
+            {
+                "node_id": request.health_check_request.node.id,
+                "health_check_protocols": message.get("capability", {}).get(
+                    "healthCheckProtocols", []
+                ),
+            },
+        )
+        return hds_answer()
+
+
+class ClientStatusServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):
+    def FetchClientStatus(self, request, context):
+        answer = {
+            "config": [
+                {
+                    "node": {"id": request.node.id, "cluster": request.node.cluster},
+                    "generic_xds_configs": [
+                        {
+                            "type_url": CDS,
+                            "name": "csds_cluster",
+                            "version_info": "v1",
+                            "xds_config": {
+                                "@type": CDS,
+                                "name": "csds_cluster",
+                                "connect_timeout": "1s",
+                            },
+                            "config_status": "SYNCED",
+                            "client_status": "ACKED",
+                        }
+                    ],
+                }
+            ]
+        }
+        response = json_format.ParseDict(answer, csds_pb2.ClientStatusResponse())
+        PLANE.record_passthrough(
+            "csds_requests",
+            {
+                "node_id": request.node.id,
+                "exclude_resource_contents": request.exclude_resource_contents,
+                "response": json_format.MessageToDict(response),
+            },
+        )
+        return response
+
+
 def resource_name(value, index):
     if isinstance(value, dict):
         for key in ("name", "cluster_name", "clusterName"):
@@ -294,6 +757,8 @@ class Control(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/stats":
             self.reply(200, PLANE.stats())
+        elif self.path == "/canned":
+            self.reply(200, {"health_check": json_format.MessageToDict(hds_answer())})
         else:
             self.reply(404, {"error": f"no {self.path}"})
 
@@ -301,6 +766,9 @@ class Control(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path == "/config":
+                self.reply(200, PLANE.configure(body))
+                return
             type_url = body["type_url"]
             version = body["version"]
             resources = {}
@@ -329,10 +797,14 @@ class Control(BaseHTTPRequestHandler):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    port = int(args[0]) if args else 0
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
+    port = ARGS.port
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(Servicer(), server)
+    hds_pb2_grpc.add_HealthDiscoveryServiceServicer_to_server(HealthServicer(), server)
+    csds_pb2_grpc.add_ClientStatusDiscoveryServiceServicer_to_server(
+        ClientStatusServicer(), server
+    )
+    server.add_generic_rpc_handlers(fetch_handlers())
     ads_port = server.add_insecure_port(f"127.0.0.1:{port}")
     if ads_port == 0:
         sys.stderr.write(f"cannot bind 127.0.0.1:{port}\n")

@@ -1,5 +1,6 @@
 //! Harness for the gateway-against-a-real-control-plane tests: starts the
-//! Python reference ADS server (`tests/support/ads_server.py`) and the
+//! Python reference control plane (`tests/support/ads_server.py`: SotW and
+//! delta ADS, unary Fetch*, HDS/CSDS) and the
 //! `xds-gateway` binary, talks HTTP/1.1 to both, and kills both on drop.
 //!
 //! Include it next to `process.rs`:
@@ -296,9 +297,24 @@ impl ControlPlane {
             .await;
     }
 
-    /// `GET /stats`: streams and every request the streams sent.
+    /// `GET /stats`: streams and every request the streams sent (SotW in
+    /// `requests`, delta in `delta_requests`), Fetch calls per type, HDS and
+    /// CSDS calls, refused (UNIMPLEMENTED) calls, and the current switches.
     pub async fn stats(&self) -> Value {
         self.control(http::Method::GET, "/stats", None).await
+    }
+
+    /// `POST /config`: changes switches at run time (`up_to_date_style`
+    /// "go"/"rust", `fetch_delay_ms`, `no_sotw`, `no_delta`, `no_fetch`);
+    /// returns the whole new config.
+    pub async fn configure(&self, changes: Value) -> Value {
+        self.control(http::Method::POST, "/config", Some(changes))
+            .await
+    }
+
+    /// `GET /canned`: protobuf's canonical JSON of the canned HDS answer.
+    pub async fn canned(&self) -> Value {
+        self.control(http::Method::GET, "/canned", None).await
     }
 }
 
@@ -339,8 +355,16 @@ impl Gateway {
     /// Starts the gateway against `upstream` with `extra` flags on free
     /// loopback ports, and waits until its REST port accepts connections.
     /// Retries with fresh ports if the process exits first (a port taken
-    /// between `free_port` and the bind).
+    /// between `free_port` and the bind). See [`start_with_args`](Self::start_with_args).
     pub async fn start(upstream: &str, extra: &[&str]) -> Gateway {
+        let mut args = vec!["--upstream", upstream];
+        args.extend_from_slice(extra);
+        Gateway::start_with_args(&args).await
+    }
+
+    /// Starts the gateway with exactly `args` (plus its listen and admin
+    /// addresses), e.g. without `--upstream` to serve a snapshot.
+    pub async fn start_with_args(args: &[&str]) -> Gateway {
         let mut last_log = String::new();
         for _ in 0..3 {
             let (port, admin_port) = (free_port(), free_port());
@@ -350,10 +374,9 @@ impl Gateway {
             let dir = tempfile::tempdir().expect("temp dir for the gateway log");
             let log = dir.path().join("xds-gateway.log");
             let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-                .args(["--upstream", upstream])
                 .args(["--listen", &format!("127.0.0.1:{port}")])
                 .args(["--admin", &format!("127.0.0.1:{admin_port}")])
-                .args(extra)
+                .args(args)
                 .env("RUST_LOG", "info,xds_gateway=debug")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
