@@ -53,8 +53,10 @@ pub struct FileSource {
     ready: Arc<Readiness>,
 }
 
-/// Size and modification time of every snapshot file, in path order.
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+/// Per snapshot file, in path order: size, modification time and, on Unix,
+/// inode and change time (which `cp -p`, `rsync -a` or `touch -d` cannot set
+/// back, so a same-size rewrite with an old mtime is still seen).
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>, (u64, i64, i64))>;
 
 impl FileSource {
     /// Loads the snapshot now (a failed first load leaves the source empty
@@ -144,10 +146,22 @@ fn fingerprint(dir: &Path) -> Fingerprint {
         .map(|path| {
             let meta = std::fs::metadata(&path).ok();
             let len = meta.as_ref().map_or(0, |m| m.len());
+            let changed = meta.as_ref().map_or((0, 0, 0), unix_identity);
             let modified = meta.and_then(|m| m.modified().ok());
-            (path, len, modified)
+            (path, len, modified, changed)
         })
         .collect()
+}
+
+#[cfg(unix)]
+fn unix_identity(meta: &std::fs::Metadata) -> (u64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+#[cfg(not(unix))]
+fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
+    (0, 0, 0)
 }
 
 /// Feeds `session` from `source` until the session closes.

@@ -101,6 +101,15 @@ pub fn snapshot_paths(dir: &Path) -> Vec<PathBuf> {
 
 /// Every snapshot file under `dir`, in path order.
 pub fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>> {
+    // An unreadable root is a problem, not an empty snapshot: serving nothing
+    // would make every Envoy drop its listeners and clusters.
+    if let Err(e) = std::fs::read_dir(dir) {
+        return Err(vec![SnapshotError {
+            path: dir.to_owned(),
+            line: None,
+            reason: format!("cannot read the snapshot directory: {e}"),
+        }]);
+    }
     let mut files = Vec::new();
     let mut errors = Vec::new();
     for path in snapshot_paths(dir) {
@@ -192,6 +201,15 @@ impl Snapshot {
     }
 }
 
+/// serde_json positions point into the JSON the loader builds from the
+/// file, not into the file: drop them.
+fn without_json_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) if message[i..].contains(" column ") => message[..i].to_owned(),
+        _ => message.to_owned(),
+    }
+}
+
 /// Files the loader reads: `.yaml`, `.yml`, `.json`.
 fn is_snapshot_file(path: &Path) -> bool {
     matches!(
@@ -277,7 +295,7 @@ fn decode(
     let any = renderer
         .codec()
         .parse_any(&json)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| without_json_position(&e.to_string()))?;
     let resource = renderer
         .resource(kind, any.value.into())
         .map_err(|e| e.to_string())?;
@@ -352,6 +370,19 @@ mod tests {
             .view(ResourceType::Listeners, "n1", "")
             .resources
             .is_empty());
+    }
+
+    #[test]
+    fn a_missing_directory_is_a_problem_not_an_empty_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        let errors = Snapshot::load(&missing, &Renderer::new(Codec::embedded())).unwrap_err();
+        assert!(errors[0].to_string().contains("cannot read"), "{errors:?}");
+        assert_eq!(
+            without_json_position("bad field at line 1 column 112"),
+            "bad field"
+        );
+        assert_eq!(without_json_position("fine"), "fine");
     }
 
     #[test]
