@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use gateway::{ControlPlane, Gateway, Reply};
+use gateway::{metric_sum, ControlPlane, Gateway, Reply};
 use process::eventually;
 
 /// No test may take longer than this in total.
@@ -409,6 +409,20 @@ async fn delta_mode_serves_the_main_types() {
                 "{type_url} NACKed: {stats}"
             );
         }
+        let metrics = gw.metrics().await;
+        assert!(
+            metric_sum(&metrics, "xds_gateway_upstream_acks_total") >= 4.0,
+            "{metrics}"
+        );
+        assert_eq!(
+            metric_sum(&metrics, "xds_gateway_upstream_nacks_total"),
+            0.0
+        );
+        assert_eq!(
+            metric_sum(&metrics, "xds_gateway_upstream_streams_open"),
+            1.0,
+            "{metrics}"
+        );
     })
     .await;
 }
@@ -665,6 +679,11 @@ async fn delta_undecodable_update_is_nacked_whole_and_the_last_state_kept() {
             "{nack}"
         );
         assert_ne!(nack["error_detail"]["code"], 0, "{nack}");
+        let metrics = gw.metrics().await;
+        assert!(
+            metric_sum(&metrics, "xds_gateway_upstream_nacks_total") >= 1.0,
+            "{metrics}"
+        );
 
         // Nothing of the rejected response was applied, not even the good b.
         let same = gw.discover("clusters", &request(&n, &v, &[])).await;

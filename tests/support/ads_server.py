@@ -64,7 +64,8 @@ Fetch semantics (unary Fetch*): the snapshot of the service's type (named
 resources that exist, or all for no names); when the request's version_info
 equals the snapshot version the answer is "up to date": gRPC UNKNOWN "skip
 fetch: version up to date" with --up-to-date-style go (go-control-plane, the
-default), ALREADY_EXISTS with rust (rust-control-plane). Every call is
+default), ALREADY_EXISTS with rust (rust-control-plane); without a snapshot
+of the type, UNKNOWN "missing snapshot for ..." (go-control-plane). Every call is
 counted per type. --fetch-delay-ms delays each answer (to make concurrent
 calls overlap).
 
@@ -647,7 +648,8 @@ def fetch_handler(type_url):
             time.sleep(delay / 1000.0)
         snapshot = PLANE.snapshot(type_url)
         if snapshot is None:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"no snapshot of {type_url}")
+            # go-control-plane's words (a plain error: gRPC UNKNOWN).
+            context.abort(grpc.StatusCode.UNKNOWN, f"missing snapshot for {request.node.id!r}")
         version, resources = snapshot
         if request.version_info and request.version_info == version:
             if PLANE.setting("up_to_date_style") == "rust":
