@@ -11,42 +11,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::rpc::Status;
-use rand::Rng;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{debug, info, warn, Instrument};
 
 use super::decode::decode_all_off_thread;
+use super::reconnect::{backoff, StreamError, StreamGuard, INVALID_ARGUMENT, OUTBOUND_QUEUE};
 use super::session::{Command, Session};
 use super::UpstreamContext;
 use crate::cache::{Coverage, TypeState};
 use crate::xds::ResourceType;
 
-/// First reconnect delay; doubles per failure up to [`BACKOFF_MAX`].
-const BACKOFF_BASE: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Each delay is scaled by a random factor in [1 - JITTER, 1 + JITTER].
-const BACKOFF_JITTER: f64 = 0.5;
-/// Requests queued toward one stream before the sender waits.
-const OUTBOUND_QUEUE: usize = 64;
-/// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
-const INVALID_ARGUMENT: i32 = 3;
 /// Subscriptions remembered per type and stream (see [`SentLog`]).
 const SENT_LOG_MAX: usize = 64;
-
-/// Why one stream ended.
-#[derive(Debug, thiserror::Error)]
-enum StreamError {
-    #[error("upstream stream failed: {0}")]
-    Status(#[from] tonic::Status),
-    #[error("upstream closed the stream")]
-    Closed,
-}
 
 /// Last response seen per type: what ACKs and reconnects present.
 #[derive(Debug, Default, Clone)]
@@ -88,14 +69,6 @@ pub async fn run(
     }
     .instrument(span)
     .await
-}
-
-/// Jittered exponential backoff for the `failures`-th consecutive failure.
-fn backoff(failures: u32) -> Duration {
-    let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    let capped = exp.min(BACKOFF_MAX);
-    let factor = rand::rng().random_range((1.0 - BACKOFF_JITTER)..=(1.0 + BACKOFF_JITTER));
-    capped.mul_f64(factor)
 }
 
 /// The subscriptions sent for one type on one stream, for telling which of
@@ -218,8 +191,7 @@ impl<'a> Stream<'a> {
                 },
             }
         };
-        self.ctx.metrics.stream_opened();
-        let _open = StreamGuard(self.ctx);
+        let _open = StreamGuard::open(self.ctx);
         info!("upstream stream open");
         loop {
             tokio::select! {
@@ -357,15 +329,6 @@ impl<'a> Stream<'a> {
     }
 }
 
-/// Keeps the open-streams gauge right however the stream ends.
-struct StreamGuard<'a>(&'a UpstreamContext);
-
-impl Drop for StreamGuard<'_> {
-    fn drop(&mut self) {
-        self.0.metrics.stream_closed();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,15 +375,5 @@ mod tests {
         log.push(cov(true, &["a"]));
         assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
         assert_eq!(log.answer("2", &set(&["a", "x"])), cov(true, &["a"]));
-    }
-
-    #[test]
-    fn backoff_grows_is_capped_and_jittered() {
-        for failures in 1..40 {
-            let d = backoff(failures);
-            assert!(d <= BACKOFF_MAX.mul_f64(1.0 + BACKOFF_JITTER), "{d:?}");
-            assert!(d >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{d:?}");
-        }
-        assert!(backoff(30) > backoff(1));
     }
 }

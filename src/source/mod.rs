@@ -13,6 +13,7 @@ pub mod delta;
 pub mod fetch;
 pub mod file;
 pub mod identity;
+pub mod reconnect;
 pub mod session;
 pub mod snapshot;
 pub mod upstream;

@@ -1,0 +1,299 @@
+//! Unit tests of delta mode's pure parts: digests, diffs, decoding and coverage.
+
+use super::state::*;
+use super::update::*;
+use super::*;
+use crate::cache::{Renderer, Resource};
+use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
+use envoy_types::pb::google::protobuf::Any;
+use std::sync::Arc;
+
+fn cov(wildcard: bool, names: &[&str]) -> Coverage {
+    Coverage {
+        wildcard,
+        names: names.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+fn resource(name: &str, content: u8) -> Arc<Resource> {
+    Arc::new(Resource {
+        kind: ResourceType::Endpoints,
+        name: name.to_owned(),
+        digest: [content; 32],
+        payload: Default::default(),
+        json: Default::default(),
+    })
+}
+
+fn held(name: &str, version: &str) -> (String, Held) {
+    (
+        name.to_owned(),
+        Held {
+            version: version.to_owned(),
+            resource: resource(name, 1),
+        },
+    )
+}
+
+#[test]
+fn digest_is_deterministic_and_order_free() {
+    let a: BTreeMap<String, Held> = [held("a", "1"), held("b", "2")].into_iter().collect();
+    let b: Vec<(String, Held)> = vec![held("b", "2"), held("a", "1")];
+    let d = digest(&a);
+    assert_eq!(d.len(), VERSION_HEX_DIGITS);
+    assert!(d.bytes().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(d, digest(b.iter().map(|(n, h)| (n, h))));
+    assert_eq!(d, digest(&a), "stable across calls");
+    // Any change of a version, a name, or the set changes it.
+    let changed: BTreeMap<String, Held> = [held("a", "1"), held("b", "3")].into_iter().collect();
+    assert_ne!(d, digest(&changed));
+    let fewer: BTreeMap<String, Held> = [held("a", "1")].into_iter().collect();
+    assert_ne!(d, digest(&fewer));
+    // No ambiguity from concatenation.
+    let x: BTreeMap<String, Held> = [held("ab", "c")].into_iter().collect();
+    let y: BTreeMap<String, Held> = [held("a", "bc")].into_iter().collect();
+    assert_ne!(digest(&x), digest(&y));
+    // Empty versions are digested by content.
+    let mut e1: BTreeMap<String, Held> = [held("a", "")].into_iter().collect();
+    let before = digest(&e1);
+    e1.get_mut("a").unwrap().resource = resource("a", 2);
+    assert_ne!(before, digest(&e1));
+    assert_eq!(digest(&BTreeMap::new()), digest(&BTreeMap::new()));
+}
+
+#[test]
+fn subscription_diffs() {
+    let none = Coverage::default();
+    assert_eq!(
+        diff(&none, &cov(false, &["a", "b"])),
+        Diff {
+            subscribe: strings(&["a", "b"]),
+            unsubscribe: vec![]
+        }
+    );
+    assert_eq!(
+        diff(&none, &cov(true, &["a"])),
+        Diff {
+            subscribe: strings(&["*", "a"]),
+            unsubscribe: vec![]
+        }
+    );
+    assert_eq!(
+        diff(&cov(false, &["a", "b"]), &cov(false, &["b", "c"])),
+        Diff {
+            subscribe: strings(&["c"]),
+            unsubscribe: strings(&["a"])
+        }
+    );
+    assert_eq!(
+        diff(&cov(true, &["a"]), &cov(false, &["a"])),
+        Diff {
+            subscribe: vec![],
+            unsubscribe: strings(&["*"])
+        }
+    );
+    // No interest: everything goes.
+    assert_eq!(
+        diff(&cov(true, &["a", "b"]), &none),
+        Diff {
+            subscribe: vec![],
+            unsubscribe: strings(&["*", "a", "b"])
+        }
+    );
+    assert!(diff(&cov(true, &["a"]), &cov(true, &["a"])).is_empty());
+}
+
+fn wire_after(subs: &[Coverage], now: Instant) -> Wire {
+    let mut wire = Wire::default();
+    for want in subs {
+        let sent = wire.sent.clone().unwrap_or_default();
+        wire.record(&sent, want, now);
+    }
+    wire
+}
+
+fn update(added: &[(&str, &str)], name_only: &[(&str, &str)], removed: &[&str]) -> Update {
+    Update {
+        added: added.iter().map(|(n, v)| held(n, v)).collect(),
+        name_only: name_only
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        removed: strings(removed),
+    }
+}
+
+#[test]
+fn first_response_answers_the_first_subscription() {
+    let now = Instant::now();
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(false, &["a", "missing"])], now);
+    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), now);
+    assert_eq!(t.coverage(), cov(false, &["a", "missing"]));
+    assert!(wire.pending.is_empty());
+    // A later name is answered only by data or an absence signal.
+    let sent = wire.sent.clone().unwrap();
+    wire.record(&sent, &cov(false, &["a", "b", "c", "missing"]), now);
+    t.apply(&mut wire, update(&[("a", "2")], &[], &[]), now);
+    assert_eq!(t.coverage(), cov(false, &["a", "missing"]));
+    t.apply(&mut wire, update(&[("b", "1")], &[("c", "")], &[]), now);
+    assert_eq!(t.coverage(), cov(false, &["a", "b", "c", "missing"]));
+    assert_eq!(t.held.keys().collect::<Vec<_>>(), ["a", "b"]);
+}
+
+#[test]
+fn wildcard_coverage_needs_proof() {
+    let now = Instant::now();
+    // Wildcard in the first subscription: the first response proves it.
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(true, &[])], now);
+    t.apply(&mut wire, update(&[], &[], &[]), now);
+    assert!(t.coverage().wildcard);
+
+    // Wildcard added later: a response with only known names proves nothing.
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(false, &["a"]), cov(true, &["a"])], now);
+    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), now);
+    assert!(!t.coverage().wildcard);
+    assert!(wire.pending_wildcard.is_some());
+    // A name never subscribed explicitly does.
+    t.apply(&mut wire, update(&[("x", "1")], &[], &[]), now);
+    assert!(t.coverage().wildcard);
+    assert!(wire.pending_wildcard.is_none());
+
+    // Not after the wildcard was dropped on the same stream.
+    let mut t = Tracked::default();
+    let mut wire = wire_after(
+        &[cov(false, &["a"]), cov(true, &["a"]), cov(false, &["a"])],
+        now,
+    );
+    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), now);
+    let sent = wire.sent.clone().unwrap();
+    wire.record(&sent, &cov(true, &["a"]), now);
+    t.apply(&mut wire, update(&[("y", "1")], &[], &[]), now);
+    assert!(!t.coverage().wildcard);
+}
+
+#[test]
+fn removals_heartbeats_and_absence() {
+    let now = Instant::now();
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(true, &["a"])], now);
+    t.apply(&mut wire, update(&[("a", "1"), ("b", "1")], &[], &[]), now);
+    let v1 = digest(&t.held);
+    // A heartbeat (name, same version, no payload) keeps the resource.
+    t.apply(&mut wire, update(&[], &[("a", "1")], &[]), now);
+    assert!(t.held.contains_key("a"));
+    assert_eq!(digest(&t.held), v1);
+    // Name-only at another version: it does not exist any more.
+    t.apply(&mut wire, update(&[], &[("a", "2")], &[]), now);
+    assert!(!t.held.contains_key("a"));
+    // removed_resources.
+    t.apply(&mut wire, update(&[], &[], &["b"]), now);
+    assert!(t.held.is_empty());
+    assert_ne!(digest(&t.held), v1);
+    assert_eq!(t.coverage(), cov(true, &["a"]));
+}
+
+#[test]
+fn unwanted_resources_are_not_held_and_narrowing_forgets() {
+    let now = Instant::now();
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(false, &["a", "b"])], now);
+    t.apply(&mut wire, update(&[("a", "1"), ("zz", "1")], &[], &[]), now);
+    assert_eq!(t.held.keys().collect::<Vec<_>>(), ["a"]);
+    assert!(t.narrow(&cov(false, &["b"])));
+    assert!(t.held.is_empty());
+    assert_eq!(t.coverage(), cov(false, &["b"]));
+    assert!(!t.narrow(&cov(false, &["b"])));
+    assert!(t.narrow(&Coverage::default()));
+    assert_eq!(t.coverage(), Coverage::default());
+}
+
+#[test]
+fn unanswered_subscriptions_settle_only_on_an_answering_stream() {
+    let start = Instant::now();
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(false, &["a"])], start);
+    // Nothing answered yet on the stream: never settles.
+    assert_eq!(wire.next_settle(), None);
+    assert!(!t.settle(&mut wire, start + SETTLE * 10));
+    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), start);
+    let later = start + Duration::from_millis(100);
+    let sent = wire.sent.clone().unwrap();
+    wire.record(&sent, &cov(true, &["a", "ghost"]), later);
+    assert_eq!(wire.next_settle(), Some(later + SETTLE));
+    assert!(!t.settle(&mut wire, later + SETTLE / 2));
+    assert!(t.settle(&mut wire, later + SETTLE));
+    assert_eq!(t.coverage(), cov(true, &["a", "ghost"]));
+    assert_eq!(wire.next_settle(), None);
+}
+
+fn any_cla(name: &str) -> Any {
+    // ClusterLoadAssignment { cluster_name (1) = name }.
+    let mut value = vec![0x0a, name.len() as u8];
+    value.extend_from_slice(name.as_bytes());
+    Any {
+        type_url: ResourceType::Endpoints.type_url().to_owned(),
+        value,
+    }
+}
+
+#[test]
+fn responses_are_decoded_and_checked_as_a_whole() {
+    let renderer = Renderer::new(crate::xds::Codec::embedded());
+    let kind = ResourceType::Endpoints;
+    let with = |name: &str, version: &str, any: Option<Any>| DeltaResource {
+        name: name.to_owned(),
+        version: version.to_owned(),
+        resource: any,
+        ..Default::default()
+    };
+    let ok = DeltaDiscoveryResponse {
+        resources: vec![with("a", "1", Some(any_cla("a"))), with("gone", "", None)],
+        removed_resources: vec!["b".into()],
+        removed_resource_names: vec![ResourceName {
+            name: "b".into(),
+            ..Default::default()
+        }],
+        type_url: kind.type_url().into(),
+        nonce: "n1".into(),
+        ..Default::default()
+    };
+    let update = decode_update(&renderer, kind, ok.clone()).unwrap();
+    assert_eq!(update.added.len(), 1);
+    assert_eq!(update.added[0].0, "a");
+    assert_eq!(update.added[0].1.version, "1");
+    assert_eq!(update.name_only, [("gone".to_string(), String::new())]);
+    assert_eq!(update.removed, ["b"]);
+
+    let mut bad = ok.clone();
+    bad.resources.push(with("c", "1", Some(any_cla("not-c"))));
+    assert!(decode_update(&renderer, kind, bad)
+        .unwrap_err()
+        .contains("not-c"));
+    let mut bad = ok.clone();
+    bad.resources.push(with(
+        "c",
+        "1",
+        Some(Any {
+            type_url: kind.type_url().into(),
+            value: vec![0x0a, 0xff, 0xff, 0xff],
+        }),
+    ));
+    assert!(decode_update(&renderer, kind, bad).is_err());
+    let mut bad = ok.clone();
+    bad.removed_resources.push("a".into());
+    assert!(decode_update(&renderer, kind, bad)
+        .unwrap_err()
+        .contains("both"));
+    let mut bad = ok;
+    bad.resources.push(with("a", "2", Some(any_cla("a"))));
+    assert!(decode_update(&renderer, kind, bad)
+        .unwrap_err()
+        .contains("twice"));
+}

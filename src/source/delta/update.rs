@@ -1,0 +1,189 @@
+//! Delta responses as data: what one response adds, marks absent or
+//! removes ([`Update`], validated as a whole), the published version digest,
+//! and the subscribe/unsubscribe diff between two subscriptions.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
+use sha2::{Digest as _, Sha256};
+
+use super::{NOT_FOUND, VERSION_HEX_DIGITS, WILDCARD};
+use crate::cache::{Coverage, Renderer, Resource};
+use crate::source::decode::decode_one;
+use crate::xds::ResourceType;
+
+/// One resource held: the upstream's per-resource version and the resource.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pub(super) version: String,
+    pub(super) resource: Arc<Resource>,
+}
+
+/// The published version of `held`: SHA-256 over the sorted (name,
+/// version) pairs, first [`VERSION_HEX_DIGITS`] hex digits. A resource with
+/// an empty upstream version is digested by its content instead.
+pub(super) fn digest<'a>(held: impl IntoIterator<Item = (&'a String, &'a Held)>) -> String {
+    let mut pairs: Vec<(&str, String)> = held
+        .into_iter()
+        .map(|(name, h)| {
+            let version = if h.version.is_empty() {
+                format!("sha256:{}", hex::encode(h.resource.digest))
+            } else {
+                format!("v:{}", h.version)
+            };
+            (name.as_str(), version)
+        })
+        .collect();
+    pairs.sort();
+    let mut hasher = Sha256::new();
+    for (name, version) in &pairs {
+        // Length-prefixed, so no (name, version) split is ambiguous.
+        hasher.update((name.len() as u64).to_be_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update((version.len() as u64).to_be_bytes());
+        hasher.update(version.as_bytes());
+    }
+    let mut hex = hex::encode(hasher.finalize());
+    hex.truncate(VERSION_HEX_DIGITS);
+    hex
+}
+
+/// What to send to move the upstream from subscription `sent` to `want`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Diff {
+    pub(super) subscribe: Vec<String>,
+    pub(super) unsubscribe: Vec<String>,
+}
+
+impl Diff {
+    pub(super) fn is_empty(&self) -> bool {
+        self.subscribe.is_empty() && self.unsubscribe.is_empty()
+    }
+}
+
+/// The subscribe/unsubscribe lists taking `sent` to `want` (`"*"` first,
+/// then names in order). No interest at all is an empty `want`: everything
+/// is unsubscribed.
+pub(super) fn diff(sent: &Coverage, want: &Coverage) -> Diff {
+    let mut out = Diff::default();
+    if want.wildcard && !sent.wildcard {
+        out.subscribe.push(WILDCARD.to_owned());
+    }
+    if sent.wildcard && !want.wildcard {
+        out.unsubscribe.push(WILDCARD.to_owned());
+    }
+    out.subscribe
+        .extend(want.names.difference(&sent.names).cloned());
+    out.unsubscribe
+        .extend(sent.names.difference(&want.names).cloned());
+    out
+}
+
+/// A decoded response, validated as a whole (nothing applied yet).
+#[derive(Debug, Default)]
+pub(super) struct Update {
+    /// Added or changed resources, by name.
+    pub(super) added: Vec<(String, Held)>,
+    /// Names sent without a payload, with their version: a TTL heartbeat if
+    /// the gateway holds that version, else "does not exist".
+    pub(super) name_only: Vec<(String, String)>,
+    /// Names the upstream says are gone (removed, or NOT_FOUND).
+    pub(super) removed: Vec<String>,
+}
+
+impl Update {
+    pub(super) fn names(&self) -> impl Iterator<Item = &str> {
+        self.added
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .chain(self.name_only.iter().map(|(n, _)| n.as_str()))
+    }
+}
+
+/// Decodes and checks every part of `response`; the first problem rejects
+/// it all (as Envoy does).
+pub(super) fn decode_update(
+    renderer: &Renderer,
+    kind: ResourceType,
+    response: DeltaDiscoveryResponse,
+) -> Result<Update, String> {
+    let mut update = Update::default();
+    let mut seen = BTreeSet::new();
+    for (index, resource) in response.resources.into_iter().enumerate() {
+        let wrapper_name = if resource.name.is_empty() {
+            resource
+                .resource_name
+                .as_ref()
+                .map(|n| n.name.clone())
+                .unwrap_or_default()
+        } else {
+            resource.name.clone()
+        };
+        match resource.resource {
+            Some(any) => {
+                let decoded = decode_one(renderer, kind, any)
+                    .map_err(|e| format!("resource {index} ({wrapper_name:?}): {e}"))?;
+                if !wrapper_name.is_empty() && wrapper_name != decoded.name {
+                    return Err(format!(
+                        "resource {index} is named {wrapper_name:?} but carries {:?}",
+                        decoded.name
+                    ));
+                }
+                let name = decoded.name.clone();
+                if !seen.insert(name.clone()) {
+                    return Err(format!("resource {name:?} appears twice in one response"));
+                }
+                update.added.push((
+                    name,
+                    Held {
+                        version: resource.version,
+                        resource: decoded,
+                    },
+                ));
+            }
+            None => {
+                if wrapper_name.is_empty() {
+                    return Err(format!("resource {index} has neither a name nor a payload"));
+                }
+                if !seen.insert(wrapper_name.clone()) {
+                    return Err(format!(
+                        "resource {wrapper_name:?} appears twice in one response"
+                    ));
+                }
+                update.name_only.push((wrapper_name, resource.version));
+            }
+        }
+    }
+    let not_found = response
+        .resource_errors
+        .into_iter()
+        .filter(|e| e.error_detail.as_ref().is_some_and(|s| s.code == NOT_FOUND))
+        .filter_map(|e| e.resource_name.map(|n| n.name));
+    let removed: BTreeSet<String> = response
+        .removed_resources
+        .into_iter()
+        .chain(response.removed_resource_names.into_iter().map(|n| n.name))
+        .chain(not_found)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(both) = removed.iter().find(|n| seen.contains(*n)) {
+        return Err(format!(
+            "resource {both:?} is both updated and removed in one response"
+        ));
+    }
+    update.removed = removed.into_iter().collect();
+    Ok(update)
+}
+
+/// [`decode_update`] on a blocking thread (big responses take a while).
+pub(super) async fn decode_update_off_thread(
+    renderer: &Renderer,
+    kind: ResourceType,
+    response: DeltaDiscoveryResponse,
+) -> Result<Update, String> {
+    let renderer = renderer.clone();
+    tokio::task::spawn_blocking(move || decode_update(&renderer, kind, response))
+        .await
+        .unwrap_or_else(|e| Err(format!("decoder task failed: {e}")))
+}
