@@ -61,6 +61,14 @@ pub async fn run(
         Upstream::Grpc(ctx) => Some(Arc::new(Fetcher::new(ctx.clone(), config.fetch_cache_ttl))),
         Upstream::Snapshot(_) => None,
     };
+    if let (Upstream::Grpc(ctx), Some(fetcher)) = (&upstream, &fetcher) {
+        if ctx.mode().is_none() {
+            tokio::spawn(crate::source::resolve_auto_mode(
+                ctx.clone(),
+                fetcher.clone(),
+            ));
+        }
+    }
     let config = Arc::new(config);
     let registry = Arc::new(Registry::new(
         upstream.clone(),

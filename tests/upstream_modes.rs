@@ -1106,3 +1106,74 @@ async fn disabled_services_are_unimplemented_and_fail_cleanly() {
     })
     .await;
 }
+
+/// The readyz `source` line of a gateway (it names the mode in use).
+async fn readyz_source(gw: &Gateway) -> String {
+    let reply = gateway::http_request(
+        gw.admin_port,
+        http::Method::GET,
+        "/readyz",
+        &[],
+        bytes::Bytes::new(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    reply.json()["source"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `--upstream-mode auto` picks delta, else SotW, else fetch, by what the
+/// upstream answers UNIMPLEMENTED to, and serves in the mode it picked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_mode_picks_delta_then_sotw_then_fetch() {
+    let test = "auto_mode_picks_delta_then_sotw_then_fetch";
+    for (flags, expected) in [
+        (&[][..], "delta"),
+        (&["--no-delta"][..], "sotw"),
+        (&["--no-delta", "--no-sotw"][..], "fetch"),
+    ] {
+        let Some(cp) = ControlPlane::start_with(test, flags) else {
+            return;
+        };
+        bounded(async {
+            cp.set(CDS, "v1", &[cluster("a")]).await;
+            let gw = Gateway::start(&cp.upstream(), &["--upstream-mode", "auto"]).await;
+            let n = node("auto");
+            let reply = eventually(Duration::from_secs(15), Duration::from_millis(100), || {
+                let (gw, n) = (&gw, &n);
+                async move {
+                    let reply = gw.discover("clusters", &request(n, "", &[])).await;
+                    (reply.status == 200).then_some(reply)
+                }
+            })
+            .await
+            .unwrap_or_else(|| panic!("{flags:?}: never served\n{}", gw.log_text()));
+            if expected == "delta" {
+                assert_digest_version(&version_of(&reply), "auto → delta");
+            } else {
+                assert_eq!(version_of(&reply), "v1");
+            }
+            assert_eq!(names_of(&reply), ["a"]);
+            let source = readyz_source(&gw).await;
+            assert!(
+                source.contains(&format!("({expected})")),
+                "{flags:?}: {source}"
+            );
+            let stats = cp.stats().await;
+            match expected {
+                "delta" => assert!(stats["streams_total"].as_u64() >= Some(1), "{stats}"),
+                "fetch" => assert!(fetches(&stats, CDS) >= 1, "{stats}"),
+                _ => {}
+            }
+            assert!(
+                gw.log_text().contains("upstream mode chosen by probing"),
+                "{}",
+                gw.log_text()
+            );
+        })
+        .await;
+    }
+}

@@ -38,7 +38,13 @@ pub fn router(admin: Arc<Admin>) -> Router {
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let ready = admin.ready.is_ready();
     let (source, problems) = match &admin.upstream {
-        Upstream::Grpc(ctx) => (format!("ADS upstream {}", ctx.uri), Vec::new()),
+        Upstream::Grpc(ctx) => {
+            let mode = ctx.mode().map_or_else(
+                || "auto: probing".to_owned(),
+                |m| format!("{m:?}").to_lowercase(),
+            );
+            (format!("gRPC upstream {} ({mode})", ctx.uri), Vec::new())
+        }
         Upstream::Snapshot(file) => (file.origin().to_string(), file.problems()),
     };
     let body = serde_json::json!({

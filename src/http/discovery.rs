@@ -168,20 +168,32 @@ async fn serve(
         headers,
         config.refresh_delay,
     );
-    if let Some(fetcher) = gateway
-        .fetcher
-        .as_ref()
-        .filter(|f| f.context().mode == UpstreamMode::Fetch)
-    {
-        return super::fetched::serve(
-            gateway,
-            fetcher,
-            kind,
-            &request,
-            target.as_ref(),
-            presentation,
-        )
-        .await;
+    if let Some(fetcher) = &gateway.fetcher {
+        let mode = fetcher
+            .context()
+            .wait_mode(config.first_response_timeout)
+            .await;
+        match mode {
+            Some(UpstreamMode::Fetch) => {
+                return super::fetched::serve(
+                    gateway,
+                    fetcher,
+                    kind,
+                    &request,
+                    target.as_ref(),
+                    presentation,
+                )
+                .await;
+            }
+            Some(_) => {}
+            None => {
+                return Err(ApiError::Unavailable {
+                    message: "the upstream's API is still being probed (--upstream-mode auto)"
+                        .into(),
+                    retry_after_secs: RETRY_AFTER_SECS,
+                });
+            }
+        }
     }
     if let Upstream::Snapshot(source) = gateway.registry.upstream() {
         if !source.is_loaded() {

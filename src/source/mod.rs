@@ -13,6 +13,7 @@ pub mod delta;
 pub mod fetch;
 pub mod file;
 pub mod identity;
+pub mod probe;
 pub mod reconnect;
 pub mod session;
 pub mod snapshot;
@@ -32,7 +33,7 @@ pub use session::Session;
 pub use upstream::UpstreamContext;
 
 use crate::cache::Renderer;
-use crate::config::Config;
+use crate::config::{Config, UpstreamMode};
 use crate::metrics::Metrics;
 use crate::xds::request::raw_node;
 
@@ -149,10 +150,9 @@ impl Registry {
         let node = self.decode_node(body)?;
         let (session, commands) = Session::new(key.clone(), node);
         let task = match &self.upstream {
-            Upstream::Grpc(ctx) if ctx.mode == crate::config::UpstreamMode::Delta => {
-                tokio::spawn(delta::run(ctx.clone(), session.clone(), commands))
+            Upstream::Grpc(ctx) => {
+                tokio::spawn(run_grpc_session(ctx.clone(), session.clone(), commands))
             }
-            Upstream::Grpc(ctx) => tokio::spawn(ads::run(ctx.clone(), session.clone(), commands)),
             Upstream::Snapshot(source) => {
                 tokio::spawn(file::run(source.clone(), session.clone(), commands))
             }
@@ -204,6 +204,47 @@ impl Registry {
     pub fn close_all(&self) {
         for (_, session) in self.lock().drain() {
             session.close();
+        }
+    }
+}
+
+/// Feeds a session from a gRPC upstream in the mode in use (waiting for
+/// the auto probe to decide, if it has not yet).
+async fn run_grpc_session(
+    ctx: Arc<UpstreamContext>,
+    session: Arc<Session>,
+    commands: tokio::sync::mpsc::UnboundedReceiver<session::Command>,
+) {
+    let mode = loop {
+        if let Some(mode) = ctx.wait_mode(Duration::from_secs(3600)).await {
+            break mode;
+        }
+    };
+    match mode {
+        UpstreamMode::Delta => delta::run(ctx, session, commands).await,
+        UpstreamMode::Sotw | UpstreamMode::Auto => ads::run(ctx, session, commands).await,
+        // Fetch mode answers requests without sessions.
+        UpstreamMode::Fetch => {}
+    }
+}
+
+/// Decides `--upstream-mode auto` by probing, retrying with backoff while
+/// the upstream cannot be reached; logs the choice.
+pub async fn resolve_auto_mode(ctx: Arc<UpstreamContext>, fetcher: Arc<fetch::Fetcher>) {
+    let mut failures = 0u32;
+    loop {
+        match probe::resolve(&ctx, &fetcher).await {
+            Ok(mode) => {
+                info!(?mode, upstream = %ctx.uri, "upstream mode chosen by probing");
+                ctx.set_mode(mode);
+                return;
+            }
+            Err(reason) => {
+                failures = failures.saturating_add(1);
+                let delay = reconnect::backoff(failures);
+                tracing::warn!(%reason, retry_in = ?delay, "upstream mode probe failed");
+                tokio::time::sleep(delay).await;
+            }
         }
     }
 }

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse,
+};
 use tonic::Code;
 
 use super::fetch::Fetcher;
@@ -102,7 +104,9 @@ pub async fn resolve(ctx: &UpstreamContext, fetcher: &Fetcher) -> Result<Upstrea
             .await
             .map(|_| ())
             .map_err(|e| match e {
-                super::fetch::FetchError::Upstream { code, message, .. } => tonic::Status::new(code, message),
+                super::fetch::FetchError::Upstream { code, message, .. } => {
+                    tonic::Status::new(code, message)
+                }
                 super::fetch::FetchError::BadAnswer(m) => tonic::Status::internal(m),
             })
     })
@@ -110,13 +114,19 @@ pub async fn resolve(ctx: &UpstreamContext, fetcher: &Fetcher) -> Result<Upstrea
     match classify(outcome) {
         Probe::Implemented => Ok(UpstreamMode::Fetch),
         Probe::Unreachable(why) => Err(format!("upstream unreachable: {why}")),
-        Probe::Unimplemented => Err("the upstream implements neither delta ADS, SotW ADS nor the Fetch RPCs".into()),
+        Probe::Unimplemented => {
+            Err("the upstream implements neither delta ADS, SotW ADS nor the Fetch RPCs".into())
+        }
     }
 }
 
 /// A probe that has not failed within [`PROBE_WAIT`] counts as implemented.
-async fn bounded(call: impl std::future::Future<Output = Result<(), tonic::Status>>) -> Result<(), tonic::Status> {
-    tokio::time::timeout(PROBE_WAIT, call).await.unwrap_or(Ok(()))
+async fn bounded(
+    call: impl std::future::Future<Output = Result<(), tonic::Status>>,
+) -> Result<(), tonic::Status> {
+    tokio::time::timeout(PROBE_WAIT, call)
+        .await
+        .unwrap_or(Ok(()))
 }
 
 #[cfg(test)]
@@ -126,8 +136,17 @@ mod tests {
     #[test]
     fn classification() {
         assert_eq!(classify(Ok(())), Probe::Implemented);
-        assert_eq!(classify(Err(tonic::Status::unimplemented("no"))), Probe::Unimplemented);
-        assert!(matches!(classify(Err(tonic::Status::unavailable("down"))), Probe::Unreachable(_)));
-        assert_eq!(classify(Err(tonic::Status::invalid_argument("bad node"))), Probe::Implemented);
+        assert_eq!(
+            classify(Err(tonic::Status::unimplemented("no"))),
+            Probe::Unimplemented
+        );
+        assert!(matches!(
+            classify(Err(tonic::Status::unavailable("down"))),
+            Probe::Unreachable(_)
+        ));
+        assert_eq!(
+            classify(Err(tonic::Status::invalid_argument("bad node"))),
+            Probe::Implemented
+        );
     }
 }

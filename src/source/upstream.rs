@@ -21,7 +21,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct UpstreamContext {
     /// The control plane's URI, for logs and /readyz.
     pub uri: String,
-    pub mode: UpstreamMode,
+    /// The mode in use: set at start for sotw/delta/fetch, by the probe for
+    /// auto (`None` until it has decided).
+    mode: tokio::sync::watch::Sender<Option<UpstreamMode>>,
     pub channel: Channel,
     pub renderer: Renderer,
     pub metrics: Arc<Metrics>,
@@ -70,7 +72,10 @@ impl UpstreamContext {
         }
         Ok(UpstreamContext {
             uri: uri.to_owned(),
-            mode: config.upstream_mode,
+            mode: tokio::sync::watch::Sender::new(match config.upstream_mode {
+                UpstreamMode::Auto => None,
+                mode => Some(mode),
+            }),
             channel: endpoint.connect_lazy(),
             renderer,
             metrics,
@@ -93,6 +98,29 @@ impl UpstreamContext {
             ..Config::default()
         };
         UpstreamContext::new(&config, uri, renderer, metrics, ready)
+    }
+
+    /// The mode in use, if decided.
+    pub fn mode(&self) -> Option<UpstreamMode> {
+        *self.mode.borrow()
+    }
+
+    /// Records the mode the auto probe chose.
+    pub fn set_mode(&self, mode: UpstreamMode) {
+        self.mode.send_replace(Some(mode));
+    }
+
+    /// Waits up to `within` for the mode to be decided.
+    pub async fn wait_mode(&self, within: Duration) -> Option<UpstreamMode> {
+        if let Some(mode) = self.mode() {
+            return Some(mode);
+        }
+        let mut rx = self.mode.subscribe();
+        let decided = tokio::time::timeout(within, rx.wait_for(Option::is_some)).await;
+        match decided {
+            Ok(Ok(mode)) => *mode,
+            _ => None,
+        }
     }
 
     /// A request carrying the configured metadata.
