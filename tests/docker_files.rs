@@ -16,7 +16,12 @@
 //!   non-root user, the binary in /usr/local/bin, `ENTRYPOINT
 //!   ["xds-gateway"]`, `EXPOSE` and `ENV` on the binary's default ports;
 //! - `.dockerignore` keeps every build input and drops target/ and .venv/.
+//!
+//! The gateway is started, and its `/readyz` awaited, as the Envoy tests do
+//! (`support/envoy.rs`).
 
+#[path = "support/envoy.rs"]
+mod envoy;
 #[path = "support/process.rs"]
 mod process;
 
@@ -30,7 +35,7 @@ use std::time::Duration;
 use serde_json::Value;
 use xds_gateway::config::Config;
 
-use process::{eventually, free_port, http_get, ChildGuard};
+use process::{free_port, http_get};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const COMPOSE: &str = "docker-compose.yml";
@@ -269,31 +274,11 @@ async fn compose_gateway_command_is_accepted_by_the_binary() {
         })
         .collect();
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("gateway.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-        .args(&args)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("create gateway.log"))
-        .spawn()
-        .expect("spawn xds-gateway");
-    let mut gateway = ChildGuard::new("xds-gateway", child).with_log(&log);
-    let readyz = eventually(Duration::from_secs(10), Duration::from_millis(50), || {
-        if let Some(status) = gateway.try_exit_status() {
-            panic!("xds-gateway {args:?} exited: {status}");
-        }
-        async move {
-            match http_get(admin_port, "/readyz").await {
-                Ok((200, body)) => Some(body),
-                _ => None,
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|| panic!("xds-gateway {args:?}: /readyz not 200 within 10s"));
-    let readyz: Value = serde_json::from_str(&readyz).expect("/readyz is JSON");
-    assert_eq!(readyz["problems"], serde_json::json!([]), "{readyz}");
+    let log = dir.path().join(envoy::GATEWAY_LOG);
+    let mut gateway = envoy::spawn_gateway(&args, false, &log);
+    let what = format!("xds-gateway {args:?}");
+    let interval = Duration::from_millis(50);
+    let readyz = envoy::wait_gateway_ready(&mut gateway, admin_port, interval, &what).await;
     let source = readyz["source"].as_str().unwrap_or_default();
     assert!(
         source.starts_with("snapshot directory") && source.ends_with(DEMO),

@@ -16,28 +16,26 @@
 //! 3. A route added to `routes.yaml` in the snapshot directory (a
 //!    `direct_response` for `/hello`) reaches Envoy: GET `/hello` through the
 //!    listener answers the new body.
+//!
+//! Envoy and the gateway are started, and Envoy's `/stats` read, by
+//! `support/envoy.rs`.
 
+#[path = "support/envoy.rs"]
+mod envoy;
 #[path = "support/process.rs"]
 mod process;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use process::{eventually, free_port, http_get, ChildGuard};
+use envoy::{Envoy, CHANGE_TIMEOUT, CLUSTER_TYPE, CONVERGE_TIMEOUT, GATEWAY_LOG, POLL_INTERVAL};
+use process::{free_port, get_until, http_get, ChildGuard};
 
 const TEST: &str = "envoy_demo";
-/// The whole test, process start-up included.
-const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Envoy's first full configuration (start-up included).
-const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A snapshot change reaching Envoy.
-const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 const DEMO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo");
 const BOOTSTRAP: &str = concat!(
@@ -209,16 +207,6 @@ fn check_bootstrap(original: &str, used: &str, ports: Ports) {
     assert_eq!(changed.len(), 4, "changed lines: {changed:#?}");
 }
 
-/// Admin `/stats` text → name → counter value.
-fn parse_stats(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .filter_map(|line| {
-            let (name, value) = line.split_once(": ")?;
-            Some((name.to_owned(), value.trim().parse().ok()?))
-        })
-        .collect()
-}
-
 /// (label, stat prefix) of every xDS subscription the demo makes.
 const WATCHED: [(&str, &str); 5] = [
     ("cds", "cluster_manager.cds"),
@@ -230,7 +218,7 @@ const WATCHED: [(&str, &str); 5] = [
 
 /// Every process and port of one run.
 struct Harness {
-    envoy: ChildGuard,
+    envoy: Envoy,
     gateway: ChildGuard,
     ports: Ports,
     snapshot: PathBuf,
@@ -239,55 +227,23 @@ struct Harness {
 impl Harness {
     /// Panics (logs printed by the guards) if a child has exited.
     fn check_alive(&mut self) {
-        if let Some(status) = self.envoy.try_exit_status() {
-            panic!("envoy exited early: {status}");
-        }
-        if let Some(status) = self.gateway.try_exit_status() {
-            panic!("xds-gateway exited early: {status}");
-        }
+        self.envoy.assert_running();
+        self.gateway.assert_running();
     }
 
     /// Envoy's update stats for the demo's subscriptions, once every
     /// update_success is at least `min_success` (rejections fail at once).
     async fn converged(&mut self, min_success: u64, timeout: Duration) -> BTreeMap<String, u64> {
-        let last = Mutex::new(String::from("(admin never answered)"));
-        let last = &last;
         let admin = self.ports.envoy_admin;
-        let found = eventually(timeout, POLL_INTERVAL, || {
-            self.check_alive();
-            async move {
-                let (status, text) = http_get(admin, "/stats?filter=update_").await.ok()?;
-                *last.lock().unwrap() = format!("status {status}:\n{text}");
-                if status != 200 {
-                    return None;
-                }
-                let stats = parse_stats(&text);
-                for (label, prefix) in WATCHED {
-                    let rejected = stats
-                        .get(&format!("{prefix}.update_rejected"))
-                        .copied()
-                        .unwrap_or(0);
-                    assert_eq!(
-                        rejected, 0,
-                        "Envoy rejected a {label} update; stats:\n{text}"
-                    );
-                }
-                let done = WATCHED.iter().all(|(_, prefix)| {
-                    stats
-                        .get(&format!("{prefix}.update_success"))
-                        .is_some_and(|n| *n >= min_success)
-                });
-                done.then_some(stats)
-            }
-        })
-        .await;
-        found.unwrap_or_else(|| {
-            panic!(
-                "Envoy did not reach update_success >= {min_success} for every demo \
-                 subscription within {timeout:?}; last /stats:\n{}",
-                last.lock().unwrap()
-            )
-        })
+        let before = || self.check_alive();
+        envoy::wait_for_updates(admin, &WATCHED, min_success, timeout, before, || true)
+            .await
+            .unwrap_or_else(|last| {
+                panic!(
+                    "Envoy did not reach update_success >= {min_success} for every demo \
+                     subscription within {timeout:?}; last /stats:\n{last}"
+                )
+            })
     }
 
     /// GETs `path` through Envoy's listener until it answers 200 with a body
@@ -298,29 +254,16 @@ impl Harness {
         timeout: Duration,
         accept: impl Fn(&str) -> bool,
     ) -> String {
-        let last = Mutex::new(String::from("(the listener never answered)"));
-        let last = &last;
-        let accept = &accept;
         let port = self.ports.listener;
-        let found = eventually(timeout, POLL_INTERVAL, || {
-            self.check_alive();
-            async move {
-                let result = http_get(port, path).await;
-                *last.lock().unwrap() = format!("{result:?}");
-                match result {
-                    Ok((200, body)) if accept(&body) => Some(body),
-                    _ => None,
-                }
-            }
-        })
-        .await;
-        found.unwrap_or_else(|| {
-            panic!(
-                "GET {path} through Envoy's listener :{port}: no expected 200 within \
-                 {timeout:?}; last: {}",
-                last.lock().unwrap()
-            )
-        })
+        let before = || self.check_alive();
+        get_until(port, path, timeout, POLL_INTERVAL, before, accept)
+            .await
+            .unwrap_or_else(|last| {
+                panic!(
+                    "GET {path} through Envoy's listener :{port}: no expected 200 within \
+                     {timeout:?}; last: {last}"
+                )
+            })
     }
 }
 
@@ -336,60 +279,36 @@ async fn start(envoy_bin: &Path, dir: &Path) -> Harness {
     copy_demo(&snapshot, ports);
 
     // The gateway on the demo copy.
-    let gateway_log = dir.join("gateway.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-        .arg("--snapshot")
-        .arg(&snapshot)
-        .args(["--listen", &format!("127.0.0.1:{}", ports.gateway)])
-        .args(["--admin", &format!("127.0.0.1:{}", ports.gateway_admin)])
-        .args(["--refresh-delay", "200ms"])
-        .env("RUST_LOG", "info,xds_gateway=debug")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&gateway_log).expect("create gateway.log"))
-        .spawn()
-        .expect("spawn xds-gateway");
-    let gateway = ChildGuard::new("xds-gateway", child).with_log(&gateway_log);
-    let readyz = eventually(Duration::from_secs(10), POLL_INTERVAL, || async move {
-        match http_get(ports.gateway_admin, "/readyz").await {
-            Ok((200, body)) => Some(body),
-            _ => None,
-        }
-    })
-    .await
-    .unwrap_or_else(|| panic!("the gateway's /readyz did not answer 200 within 10s"));
-    let readyz: Value = serde_json::from_str(&readyz).expect("/readyz is JSON");
-    assert_eq!(readyz["problems"], serde_json::json!([]), "{readyz}");
+    let listen = format!("127.0.0.1:{}", ports.gateway);
+    let admin = format!("127.0.0.1:{}", ports.gateway_admin);
+    let args: [&OsStr; 8] = [
+        "--snapshot".as_ref(),
+        snapshot.as_ref(),
+        "--listen".as_ref(),
+        listen.as_ref(),
+        "--admin".as_ref(),
+        admin.as_ref(),
+        "--refresh-delay".as_ref(),
+        "200ms".as_ref(),
+    ];
+    let mut gateway = envoy::spawn_gateway(args, true, &dir.join(GATEWAY_LOG));
+    envoy::wait_gateway_ready(
+        &mut gateway,
+        ports.gateway_admin,
+        POLL_INTERVAL,
+        "xds-gateway",
+    )
+    .await;
 
     // Envoy on the examples bootstrap, ports and refresh delays replaced.
     let original = std::fs::read_to_string(BOOTSTRAP).expect("read the examples bootstrap");
     let bootstrap = test_bootstrap(&original, ports);
     check_bootstrap(&original, &bootstrap, ports);
-    let config = dir.join("envoy-rest-bootstrap.yaml");
-    std::fs::write(&config, &bootstrap).expect("write the bootstrap");
-    let envoy_log = dir.join("envoy.log");
-    let base_id = process::envoy_base_id();
-    let child = Command::new(envoy_bin)
-        .arg("--config-path")
-        .arg(&config)
-        .args(["--base-id", &base_id.to_string()])
-        .args([
-            "-l",
-            "warning",
-            "--concurrency",
-            "1",
-            "--disable-hot-restart",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&envoy_log).expect("create envoy.log"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", envoy_bin.display()));
-    let envoy = ChildGuard::new("envoy", child).with_log(&envoy_log);
+    let envoy = Envoy::start(envoy_bin, dir, &bootstrap);
     eprintln!(
-        "{TEST}: envoy pid {} base-id {base_id} admin :{} listener :{}; gateway pid {} :{} admin :{}",
+        "{TEST}: envoy pid {} base-id {} admin :{} listener :{}; gateway pid {} :{} admin :{}",
         envoy.id(),
+        envoy.base_id,
         ports.envoy_admin,
         ports.listener,
         gateway.id(),
@@ -406,32 +325,17 @@ async fn start(envoy_bin: &Path, dir: &Path) -> Harness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_envoy_runs_the_demo_and_follows_snapshot_changes() {
-    let Some(envoy) = process::require_envoy(TEST) else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let started = Instant::now();
-    match tokio::time::timeout(TEST_TIMEOUT, run(&envoy, dir.path())).await {
-        Ok(()) => eprintln!("{TEST}: passed in {:.1?}", started.elapsed()),
-        Err(_) => {
-            process::print_log_file("envoy", &dir.path().join("envoy.log"));
-            process::print_log_file("xds-gateway", &dir.path().join("gateway.log"));
-            panic!("{TEST}: did not finish within {TEST_TIMEOUT:?}");
-        }
-    }
+    envoy::run_bounded(TEST, run).await;
 }
 
-async fn run(envoy_bin: &Path, dir: &Path) {
+async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     let started = Instant::now();
-    let mut h = start(envoy_bin, dir).await;
+    let mut h = start(&envoy_bin, &dir).await;
 
     // 1. Every demo subscription applied, none rejected.
     let stats = h.converged(1, CONVERGE_TIMEOUT).await;
-    for (_, prefix) in WATCHED {
-        for stat in ["update_success", "update_rejected"] {
-            let name = format!("{prefix}.{stat}");
-            eprintln!("{TEST}: {name}: {}", stats.get(&name).copied().unwrap_or(0));
-        }
+    for line in envoy::update_lines(&stats, &WATCHED) {
+        eprintln!("{TEST}: {line}");
     }
     eprintln!(
         "{TEST}: phase 1 (demo applied) after {:.1?}",
@@ -448,10 +352,7 @@ async fn run(envoy_bin: &Path, dir: &Path) {
     let through = h.get_through_envoy(path, CHANGE_TIMEOUT, |_| true).await;
     let through: Value = serde_json::from_str(&through)
         .unwrap_or_else(|e| panic!("{path} through Envoy is not JSON ({e}): {through}"));
-    assert_eq!(
-        through["typeUrl"], "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-        "{through}"
-    );
+    assert_eq!(through["typeUrl"], CLUSTER_TYPE, "{through}");
     let names: Vec<&str> = through["resources"]
         .as_array()
         .unwrap_or_else(|| panic!("no resources: {through}"))

@@ -30,15 +30,20 @@
 //!
 //! Finally the requests the control plane received are checked: one stream,
 //! the node, the names Envoy asked for, ACKs of every version, no NACK.
+//!
+//! The resources are `support/envoy.rs`'s JSON fixtures with `ads: {}`
+//! config sources; that module also starts Envoy and the gateway and reads
+//! Envoy's `/stats`.
 
+#[path = "support/envoy.rs"]
+mod envoy;
 #[path = "support/fake_ads.rs"]
 mod fake_ads;
 #[path = "support/process.rs"]
 mod process;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -47,27 +52,17 @@ use envoy_types::pb::google::protobuf::Any;
 use serde_json::Value;
 use xds_gateway::xds::Codec;
 
+use envoy::{
+    Envoy, CHANGE_TIMEOUT, CLA_TYPE, CLUSTER_TYPE, CONVERGE_TIMEOUT, FIXTURE_SUBSCRIPTIONS,
+    GATEWAY_LOG, LISTENER_TYPE, POLL_INTERVAL, RDS_STATS, ROUTE_TYPE,
+};
 use fake_ads::FakeAds;
-use process::{eventually, free_port, http_get, ChildGuard};
+use process::{eventually, free_port, get_until, http_get, ChildGuard};
 
 const TEST: &str = "envoy_gateway";
 const NODE_ID: &str = "envoy-gateway-test";
-const NODE_CLUSTER: &str = "xds-gateway-tests";
 const BACKEND_BODY: &str = "hello from backend";
 const CHANGED_BODY: &str = "changed upstream";
-const STAT_PREFIX: &str = "ingress_http";
-/// The whole test, process start-up included.
-const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Envoy's first full configuration (start-up included).
-const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
-/// An upstream change reaching Envoy, and a rejection being spotted.
-const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
-
-const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const CLA_TYPE: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 
 /// What an ADS control plane writes for every dynamic resource.
 const ADS_SOURCE: &str = r#"{"ads": {}, "resource_api_version": "V3"}"#;
@@ -85,137 +80,26 @@ fn any(codec: &Codec, json: &str) -> Any {
 }
 
 fn cluster(codec: &Codec, name: &str) -> Any {
-    any(
-        codec,
-        &format!(
-            r#"{{"@type": "{CLUSTER_TYPE}", "name": "{name}", "type": "EDS",
-              "connect_timeout": "1s", "eds_cluster_config": {{"eds_config": {ADS_SOURCE}}}}}"#
-        ),
-    )
+    any(codec, &envoy::cluster_json(name, ADS_SOURCE))
 }
 
 fn cla(codec: &Codec, name: &str, backend_port: u16) -> Any {
-    any(
-        codec,
-        &format!(
-            r#"{{"@type": "{CLA_TYPE}", "cluster_name": "{name}",
-              "endpoints": [{{"lb_endpoints": [{{"endpoint": {{"address": {{"socket_address":
-                {{"address": "127.0.0.1", "port_value": {backend_port}}}}}}}}}]}}]}}"#
-        ),
-    )
+    any(codec, &envoy::cla_json(name, backend_port))
 }
 
 /// A listener on `address:port` whose HCM takes `local_route` over ADS.
 fn listener(codec: &Codec, name: &str, address: &str, port: u16) -> Any {
     any(
         codec,
-        &format!(
-            r#"{{"@type": "{LISTENER_TYPE}", "name": "{name}",
-              "address": {{"socket_address": {{"address": "{address}", "port_value": {port}}}}},
-              "filter_chains": [{{"filters": [{{
-                "name": "envoy.filters.network.http_connection_manager",
-                "typed_config": {{
-                  "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                  "stat_prefix": "{STAT_PREFIX}",
-                  "rds": {{"route_config_name": "local_route", "config_source": {ADS_SOURCE}}},
-                  "http_filters": [{{"name": "envoy.filters.http.router", "typed_config": {{
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}}]
-                }}}}]}}]}}"#
-        ),
+        &envoy::listener_json(name, address, port, ADS_SOURCE),
     )
 }
 
 /// `local_route`: "/" to `backend`; with `changed`, also a direct response
 /// for the path "/changed".
 fn route(codec: &Codec, changed: bool) -> Any {
-    let direct = if changed {
-        format!(
-            r#"{{"match": {{"path": "/changed"}},
-                "direct_response": {{"status": 200, "body": {{"inline_string": "{CHANGED_BODY}"}}}}}},"#
-        )
-    } else {
-        String::new()
-    };
-    any(
-        codec,
-        &format!(
-            r#"{{"@type": "{ROUTE_TYPE}", "name": "local_route",
-              "virtual_hosts": [{{"name": "backend", "domains": ["*"], "routes": [{direct}
-                {{"match": {{"prefix": "/"}}, "route": {{"cluster": "backend"}}}}]}}]}}"#
-        ),
-    )
-}
-
-fn bootstrap_yaml(admin_port: u16, gateway_port: u16) -> String {
-    let source = "{api_type: REST, transport_api_version: V3, cluster_names: [xds_cluster], \
-                  refresh_delay: 0.2s}";
-    format!(
-        r#"node:
-  id: {NODE_ID}
-  cluster: {NODE_CLUSTER}
-admin:
-  address:
-    socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}
-dynamic_resources:
-  lds_config:
-    resource_api_version: V3
-    api_config_source: {source}
-  cds_config:
-    resource_api_version: V3
-    api_config_source: {source}
-static_resources:
-  clusters:
-  - name: xds_cluster
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: xds_cluster
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{address: 127.0.0.1, port_value: {gateway_port}}}
-"#
-    )
-}
-
-/// Serves `router` on 127.0.0.1:0; returns the port.
-async fn serve(router: Router) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        axum::serve(listener, router).await.expect("axum server");
-    });
-    port
-}
-
-/// Admin `/stats` text → name → counter value.
-fn parse_stats(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .filter_map(|line| {
-            let (name, value) = line.split_once(": ")?;
-            Some((name.to_owned(), value.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// (label, update_success stat, update_rejected stat) per xDS type.
-fn watched_stats() -> [(&'static str, String, String); 4] {
-    let pair = |label, prefix: &str| {
-        (
-            label,
-            format!("{prefix}.update_success"),
-            format!("{prefix}.update_rejected"),
-        )
-    };
-    [
-        pair("cds", "cluster_manager.cds"),
-        pair("eds", "cluster.backend"),
-        pair("lds", "listener_manager.lds"),
-        pair("rds", &format!("http.{STAT_PREFIX}.rds.local_route")),
-    ]
+    let direct = changed.then_some(("/changed", CHANGED_BODY));
+    any(codec, &envoy::route_json(direct))
 }
 
 /// The value of a Prometheus/OpenMetrics sample `name{...labels...} value`
@@ -228,7 +112,7 @@ fn metric_value(text: &str, name: &str, label: &str) -> Option<f64> {
 
 /// Every process and port of one run.
 struct Harness {
-    envoy: ChildGuard,
+    envoy: Envoy,
     gateway: ChildGuard,
     ads: FakeAds,
     envoy_admin: u16,
@@ -243,53 +127,42 @@ impl Harness {
         // The gateway.
         let gateway_port = free_port();
         let gateway_admin = free_port();
-        let gateway_log = dir.join("gateway.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-            .args(["--upstream", &ads.url()])
-            .args(["--listen", &format!("127.0.0.1:{gateway_port}")])
-            .args(["--admin", &format!("127.0.0.1:{gateway_admin}")])
-            .args(["--refresh-delay", "200ms", "--rejection-threshold", "2"])
-            .env("RUST_LOG", "info,xds_gateway=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&gateway_log).expect("create gateway.log"))
-            .spawn()
-            .expect("spawn xds-gateway");
-        let gateway = ChildGuard::new("xds-gateway", child).with_log(&gateway_log);
-        eventually(Duration::from_secs(10), POLL_INTERVAL, || async move {
-            matches!(http_get(gateway_admin, "/healthz").await, Ok((200, _))).then_some(())
-        })
+        let gateway_log = dir.join(GATEWAY_LOG);
+        let gateway = envoy::spawn_gateway(
+            [
+                "--upstream",
+                &ads.url(),
+                "--listen",
+                &format!("127.0.0.1:{gateway_port}"),
+                "--admin",
+                &format!("127.0.0.1:{gateway_admin}"),
+                "--refresh-delay",
+                "200ms",
+                "--rejection-threshold",
+                "2",
+            ],
+            true,
+            &gateway_log,
+        );
+        get_until(
+            gateway_admin,
+            "/healthz",
+            Duration::from_secs(10),
+            POLL_INTERVAL,
+            || {},
+            |_| true,
+        )
         .await
-        .unwrap_or_else(|| {
+        .unwrap_or_else(|_| {
             gateway.print_log();
             panic!("the gateway's /healthz did not answer within 10s")
         });
 
         // Envoy.
         let envoy_admin = free_port();
-        let config = dir.join("envoy.yaml");
-        std::fs::write(&config, bootstrap_yaml(envoy_admin, gateway_port))
-            .expect("write bootstrap");
-        let envoy_log = dir.join("envoy.log");
-        let base_id = process::envoy_base_id();
-        let child = Command::new(envoy_bin)
-            .arg("--config-path")
-            .arg(&config)
-            .args(["--base-id", &base_id.to_string()])
-            .args([
-                "-l",
-                "warning",
-                "--concurrency",
-                "1",
-                "--disable-hot-restart",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&envoy_log).expect("create envoy.log"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", envoy_bin.display()));
-        let envoy = ChildGuard::new("envoy", child).with_log(&envoy_log);
+        let bootstrap = envoy::rest_bootstrap(NODE_ID, envoy_admin, gateway_port);
+        let envoy = Envoy::start(envoy_bin, dir, &bootstrap);
+        let base_id = envoy.base_id;
         eprintln!(
             "{TEST}: envoy pid {} base-id {base_id} admin :{envoy_admin} listener \
              :{listener_port}; gateway pid {} :{gateway_port} admin :{gateway_admin}; ads {}",
@@ -309,36 +182,26 @@ impl Harness {
 
     /// Panics (logs printed by the guards) if a child has exited.
     fn check_alive(&mut self) {
-        if let Some(status) = self.envoy.try_exit_status() {
-            panic!("envoy exited early: {status}");
-        }
-        if let Some(status) = self.gateway.try_exit_status() {
-            panic!("xds-gateway exited early: {status}");
-        }
+        self.envoy.assert_running();
+        self.gateway.assert_running();
+    }
+
+    /// Envoy's counters whose names start with one of `prefixes`.
+    async fn stat_values(&mut self, prefixes: &[&str]) -> BTreeMap<String, u64> {
+        self.check_alive();
+        envoy::counters(self.envoy_admin, prefixes).await
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_follows_ads_config_through_the_gateway() {
-    let Some(envoy) = process::require_envoy(TEST) else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let started = Instant::now();
-    match tokio::time::timeout(TEST_TIMEOUT, run(&envoy, dir.path())).await {
-        Ok(()) => eprintln!("{TEST}: passed in {:.1?}", started.elapsed()),
-        Err(_) => {
-            process::print_log_file("envoy", &dir.path().join("envoy.log"));
-            process::print_log_file("xds-gateway", &dir.path().join("gateway.log"));
-            panic!("{TEST}: did not finish within {TEST_TIMEOUT:?}");
-        }
-    }
+    envoy::run_bounded(TEST, run).await;
 }
 
-async fn run(envoy_bin: &Path, dir: &Path) {
+async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     let started = Instant::now();
     let codec = Codec::embedded();
-    let backend_port = serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
+    let backend_port = envoy::serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
     let listener_port = free_port();
 
     let ads = FakeAds::start().await;
@@ -348,7 +211,7 @@ async fn run(envoy_bin: &Path, dir: &Path) {
     ads.set(LISTENER_TYPE, "1", vec![good_listener.clone()]);
     ads.set(ROUTE_TYPE, "1", vec![route(&codec, false)]);
 
-    let mut h = Harness::start(envoy_bin, dir, ads, listener_port).await;
+    let mut h = Harness::start(&envoy_bin, &dir, ads, listener_port).await;
     eprintln!("{TEST}: backend :{backend_port}");
 
     // 1. Everything applied, nothing rejected, traffic reaches the backend.
@@ -371,24 +234,20 @@ async fn run(envoy_bin: &Path, dir: &Path) {
     h.ads.set(ROUTE_TYPE, "2", vec![route(&codec, true)]);
     let body = get_200(&mut h, "/changed", CHANGE_TIMEOUT, |b| b == CHANGED_BODY).await;
     assert_eq!(body, CHANGED_BODY);
-    let rds = stat_values(&mut h, &[&format!("http.{STAT_PREFIX}.rds.local_route.")]).await;
+    let rds = h.stat_values(&[&format!("{RDS_STATS}.")]).await;
     eprintln!(
         "{TEST}: phase 2 (route version 2 served through the listener) took {:.1?}; {rds:?}",
         phase.elapsed()
     );
     assert!(
-        rds.get(&format!(
-            "http.{STAT_PREFIX}.rds.local_route.update_success"
-        ))
-        .is_some_and(|n| *n >= 2),
+        rds.get(&format!("{RDS_STATS}.update_success"))
+            .is_some_and(|n| *n >= 2),
         "{rds:?}"
     );
     assert_eq!(
-        rds.get(&format!(
-            "http.{STAT_PREFIX}.rds.local_route.update_rejected"
-        ))
-        .copied()
-        .unwrap_or(0),
+        rds.get(&format!("{RDS_STATS}.update_rejected"))
+            .copied()
+            .unwrap_or(0),
         0,
         "{rds:?}"
     );
@@ -413,7 +272,9 @@ async fn run(envoy_bin: &Path, dir: &Path) {
     // Envoy kept its last good listener.
     let body = get_200(&mut h, "/anything", CHANGE_TIMEOUT, |b| b == BACKEND_BODY).await;
     assert_eq!(body, BACKEND_BODY);
-    let after = stat_values(&mut h, &["listener_manager.lds.", "cluster_manager.cds."]).await;
+    let after = h
+        .stat_values(&["listener_manager.lds.", "cluster_manager.cds."])
+        .await;
     eprintln!("{TEST}: final lds/cds stats: {after:?}");
 
     // 4. What the control plane saw.
@@ -437,10 +298,7 @@ async fn run(envoy_bin: &Path, dir: &Path) {
     }) {
         eprintln!("{TEST}: gateway metric {line}");
     }
-    let warnings = h.envoy.log_text();
-    if !warnings.trim().is_empty() {
-        eprintln!("{TEST}: envoy stderr:\n{warnings}");
-    }
+    h.envoy.print_warnings(TEST);
     eprintln!("{TEST}: total {:.1?}", started.elapsed());
 }
 
@@ -448,83 +306,40 @@ async fn run(envoy_bin: &Path, dir: &Path) {
 /// and RDS; returns the observed lines.
 async fn converge(h: &mut Harness) -> Vec<String> {
     let admin = h.envoy_admin;
-    let last = Mutex::new(String::from("(admin never answered)"));
-    let last = &last;
-    let found = eventually(CONVERGE_TIMEOUT, POLL_INTERVAL, || {
-        h.check_alive();
-        async move {
-            let (status, text) = http_get(admin, "/stats?filter=update_").await.ok()?;
-            *last.lock().unwrap() = format!("status {status}:\n{text}");
-            if status != 200 {
-                return None;
-            }
-            let stats = parse_stats(&text);
-            let mut seen = Vec::new();
-            for (label, success, rejected) in watched_stats() {
-                let rejected_n = stats.get(&rejected).copied().unwrap_or(0);
-                assert_eq!(
-                    rejected_n, 0,
-                    "Envoy rejected a {label} update ({rejected}); stats:\n{text}"
-                );
-                let success_n = *stats.get(&success)?;
-                if success_n < 1 {
-                    return None;
-                }
-                seen.push(format!("{success}: {success_n}, {rejected}: {rejected_n}"));
-            }
-            Some(seen)
-        }
-    })
-    .await;
-    found.unwrap_or_else(|| {
+    let watched = &FIXTURE_SUBSCRIPTIONS;
+    let stats = envoy::wait_for_updates(
+        admin,
+        watched,
+        1,
+        CONVERGE_TIMEOUT,
+        || h.check_alive(),
+        || true,
+    )
+    .await
+    .unwrap_or_else(|last| {
         panic!(
-            "Envoy did not apply CDS/EDS/LDS/RDS within {CONVERGE_TIMEOUT:?}; last /stats:\n{}\n\
-             upstream requests: {:#?}",
-            last.lock().unwrap(),
+            "Envoy did not apply CDS/EDS/LDS/RDS within {CONVERGE_TIMEOUT:?}; last \
+                     /stats:\n{last}\nupstream requests: {:#?}",
             h.ads.requests()
         )
-    })
+    });
+    envoy::update_lines(&stats, watched)
 }
 
 /// GETs `path` through Envoy's listener until a 200 whose body passes `ok`.
 async fn get_200(h: &mut Harness, path: &str, timeout: Duration, ok: fn(&str) -> bool) -> String {
     let port = h.listener_port;
-    let last = Mutex::new(String::from("(listener never answered)"));
-    let last = &last;
-    let found = eventually(timeout, POLL_INTERVAL, || {
-        h.check_alive();
-        async move {
-            let result = http_get(port, path).await;
-            *last.lock().unwrap() = format!("{result:?}");
-            match result {
-                Ok((200, body)) if ok(&body) => Some(body),
-                _ => None,
-            }
+    let found = get_until(port, path, timeout, POLL_INTERVAL, || h.check_alive(), ok).await;
+    match found {
+        Ok(body) => body,
+        Err(last) => {
+            let stats = http_get(h.envoy_admin, "/stats?filter=update_").await;
+            panic!(
+                "GET {path} through Envoy's listener did not give the expected 200 within \
+                 {timeout:?}; last: {last}\nenvoy stats: {stats:?}"
+            )
         }
-    })
-    .await;
-    if let Some(body) = found {
-        return body;
     }
-    let stats = http_get(h.envoy_admin, "/stats?filter=update_").await;
-    panic!(
-        "GET {path} through Envoy's listener did not give the expected 200 within {timeout:?}; \
-         last: {}\nenvoy stats: {stats:?}",
-        last.lock().unwrap()
-    )
-}
-
-/// Envoy's counters whose names start with one of `prefixes`.
-async fn stat_values(h: &mut Harness, prefixes: &[&str]) -> BTreeMap<String, u64> {
-    h.check_alive();
-    let (status, text) = http_get(h.envoy_admin, "/stats")
-        .await
-        .unwrap_or_else(|e| panic!("envoy /stats: {e}"));
-    assert_eq!(status, 200, "envoy /stats: {text}");
-    parse_stats(&text)
-        .into_iter()
-        .filter(|(name, _)| prefixes.iter().any(|p| name.starts_with(p)))
-        .collect()
 }
 
 /// Every `eds_config` and `config_source` in Envoy's dynamic clusters and
@@ -595,7 +410,7 @@ async fn rejection_seen(h: &mut Harness) -> (u64, f64) {
             let (_, stats) = http_get(envoy_admin, "/stats?filter=listener_manager.lds")
                 .await
                 .ok()?;
-            let rejected = parse_stats(&stats)
+            let rejected = envoy::parse_stats(&stats)
                 .get("listener_manager.lds.update_rejected")
                 .copied()
                 .unwrap_or(0);
@@ -687,24 +502,12 @@ const EDS_BUMPS: u32 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eds_catch_up_is_not_a_suspected_rejection() {
     const NAME: &str = "eds_catch_up_is_not_a_suspected_rejection";
-    let Some(envoy) = process::require_envoy(NAME) else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let started = Instant::now();
-    match tokio::time::timeout(TEST_TIMEOUT, run_eds_catch_up(&envoy, dir.path())).await {
-        Ok(()) => eprintln!("{NAME}: passed in {:.1?}", started.elapsed()),
-        Err(_) => {
-            process::print_log_file("envoy", &dir.path().join("envoy.log"));
-            process::print_log_file("xds-gateway", &dir.path().join("gateway.log"));
-            panic!("{NAME}: did not finish within {TEST_TIMEOUT:?}");
-        }
-    }
+    envoy::run_bounded(NAME, run_eds_catch_up).await;
 }
 
-async fn run_eds_catch_up(envoy_bin: &Path, dir: &Path) {
+async fn run_eds_catch_up(envoy_bin: PathBuf, dir: PathBuf) {
     let codec = Codec::embedded();
-    let backend_port = serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
+    let backend_port = envoy::serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
     let names: Vec<String> = (0..EDS_CLUSTERS).map(|i| format!("backend_{i}")).collect();
     let clas =
         |codec: &Codec| -> Vec<Any> { names.iter().map(|n| cla(codec, n, backend_port)).collect() };
@@ -716,7 +519,7 @@ async fn run_eds_catch_up(envoy_bin: &Path, dir: &Path) {
     );
     ads.set(CLA_TYPE, "1", clas(&codec));
     ads.set(LISTENER_TYPE, "1", Vec::new());
-    let mut h = Harness::start(envoy_bin, dir, ads, 0).await;
+    let mut h = Harness::start(&envoy_bin, &dir, ads, 0).await;
     eds_applied(&mut h, &names, 1).await;
     for bump in 1..=EDS_BUMPS {
         let phase = Instant::now();
@@ -734,7 +537,7 @@ async fn run_eds_catch_up(envoy_bin: &Path, dir: &Path) {
         .await
         .unwrap_or_else(|e| panic!("gateway /metrics: {e}"));
     let suspected = metric_value(&metrics, SUSPECTED, r#"type="endpoints""#).unwrap_or(0.0);
-    let stats = stat_values(&mut h, &["cluster.backend_"]).await;
+    let stats = h.stat_values(&["cluster.backend_"]).await;
     let rejected: u64 = stats
         .iter()
         .filter(|(k, _)| k.ends_with(".update_rejected"))
@@ -765,33 +568,20 @@ async fn run_eds_catch_up(envoy_bin: &Path, dir: &Path) {
 /// Waits until every cluster in `names` has update_success >= `updates` and
 /// update_rejected == 0.
 async fn eds_applied(h: &mut Harness, names: &[String], updates: u64) {
+    let prefixes: Vec<String> = names.iter().map(|n| format!("cluster.{n}")).collect();
+    let watched: Vec<(&str, &str)> = names
+        .iter()
+        .zip(&prefixes)
+        .map(|(n, p)| (n.as_str(), p.as_str()))
+        .collect();
     let admin = h.envoy_admin;
-    let last = Mutex::new(String::new());
-    let last = &last;
-    let found = eventually(CONVERGE_TIMEOUT, POLL_INTERVAL, || {
-        h.check_alive();
-        async move {
-            let (_, text) = http_get(admin, "/stats?filter=update_").await.ok()?;
-            *last.lock().unwrap() = text.clone();
-            let stats = parse_stats(&text);
-            names
-                .iter()
-                .all(|n| {
-                    let rejected = stats.get(&format!("cluster.{n}.update_rejected"));
-                    assert_eq!(rejected.copied().unwrap_or(0), 0, "{n}: {text}");
-                    stats
-                        .get(&format!("cluster.{n}.update_success"))
-                        .is_some_and(|s| *s >= updates)
-                })
-                .then_some(())
-        }
-    })
-    .await;
-    if found.is_none() {
+    let before = || h.check_alive();
+    if let Err(last) =
+        envoy::wait_for_updates(admin, &watched, updates, CONVERGE_TIMEOUT, before, || true).await
+    {
         panic!(
             "not every EDS cluster applied {updates} updates within {CONVERGE_TIMEOUT:?}; \
-             last stats:\n{}",
-            last.lock().unwrap()
+             last stats:\n{last}"
         );
     }
 }

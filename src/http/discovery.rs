@@ -25,7 +25,7 @@ use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
 use crate::cache::{Answer, TypeState};
 use crate::config::{RewritePolicy, UpstreamMode};
-use crate::source::session::{wait_for_change, wait_for_coverage, Command};
+use crate::source::session::{wait_for_change, wait_for_coverage, Command, SETTLE};
 use crate::source::{Session, SourceError, Upstream};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
@@ -216,8 +216,12 @@ async fn serve(
         .session(request.identity.clone(), request.body())
         .map_err(source_error)?;
     let rx = session.want(kind, names);
-    let Some(mut state) = wait_for_coverage(rx.clone(), names, config.first_response_timeout).await
-    else {
+    let wait_first = if session.settled(kind, names, SETTLE) {
+        Duration::ZERO
+    } else {
+        config.first_response_timeout
+    };
+    let Some(mut state) = wait_for_coverage(rx.clone(), names, wait_first).await else {
         return Err(ApiError::Unavailable {
             message: format!(
                 "the upstream has not answered for {} within {:?}",

@@ -18,6 +18,10 @@ use super::identity::IdentityKey;
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
 use crate::xds::ResourceType;
 
+/// How long after a subscription a request stops waiting for the upstream
+/// to prove it answered, and takes the current state as the answer.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
 /// What a session asks of its upstream stream task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -35,6 +39,10 @@ pub enum Command {
 #[derive(Debug, Default)]
 struct Subscription {
     wildcard_seen: Option<Instant>,
+    /// When the current wildcard interest and each current name were first
+    /// asked for (cleared with them by `prune`).
+    wildcard_since: Option<Instant>,
+    names_since: BTreeMap<String, Instant>,
     /// Name → when a client last asked for it.
     names: BTreeMap<String, Instant>,
 }
@@ -154,10 +162,14 @@ impl Session {
         let widened = {
             let mut sub = lock(&self.slot(kind).subscription);
             match names {
-                Names::Wildcard => sub.wildcard_seen.replace(now).is_none(),
+                Names::Wildcard => {
+                    sub.wildcard_since.get_or_insert(now);
+                    sub.wildcard_seen.replace(now).is_none()
+                }
                 Names::Named(set) => {
                     let mut widened = false;
                     for name in set {
+                        sub.names_since.entry(name.clone()).or_insert(now);
                         widened |= sub.names.insert(name.clone(), now).is_none();
                     }
                     widened
@@ -179,14 +191,34 @@ impl Session {
                 let before = (sub.wildcard_seen.is_some(), sub.names.len());
                 let fresh = |seen: &Instant| now.saturating_duration_since(*seen) < ttl;
                 sub.names.retain(|_, seen| fresh(seen));
+                let kept: BTreeSet<String> = sub.names.keys().cloned().collect();
+                sub.names_since.retain(|name, _| kept.contains(name));
                 if sub.wildcard_seen.is_some_and(|seen| !fresh(&seen)) {
                     sub.wildcard_seen = None;
+                    sub.wildcard_since = None;
                 }
                 before != (sub.wildcard_seen.is_some(), sub.names.len())
             };
             if narrowed {
                 self.send(Command::Resubscribe(kind));
             }
+        }
+    }
+
+    /// Whether every part of `names` was first asked for at least `settle`
+    /// ago: a request for them need not wait for the upstream to prove it
+    /// answered (servers send nothing for names that do not exist; waiting
+    /// the first-response timeout on every poll would outlast Envoy's 1 s
+    /// request timeout). The first polls after a subscription still wait.
+    pub fn settled(&self, kind: ResourceType, names: &Names, settle: Duration) -> bool {
+        let now = Instant::now();
+        let old = |since: Option<&Instant>| {
+            since.is_some_and(|t| now.saturating_duration_since(*t) >= settle)
+        };
+        let sub = lock(&self.slot(kind).subscription);
+        match names {
+            Names::Wildcard => old(sub.wildcard_since.as_ref()),
+            Names::Named(set) => set.iter().all(|n| old(sub.names_since.get(n))),
         }
     }
 

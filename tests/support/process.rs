@@ -7,14 +7,16 @@
 //! - [`free_port`]: a currently free TCP port on 127.0.0.1;
 //! - [`ChildGuard`]: a spawned child process that is killed (by its pid,
 //!   `Child::kill` + `wait`) when the guard drops, and whose log file is
-//!   printed if the drop happens while the test panics;
+//!   printed if the drop happens while the test panics
+//!   ([`ChildGuard::assert_running`] fails a test whose child died);
 //! - [`envoy_bin`] / [`require_envoy`]: where the Envoy binary is, and the
 //!   rule for a missing one (skip locally, fail when `CI` is set);
 //! - [`envoy_base_id`]: a random `--base-id` so parallel Envoys do not share
 //!   memory regions;
 //! - [`eventually`]: a bounded poll, the only place in the tests that sleeps;
 //! - [`http_get`]: a minimal HTTP/1.1 GET (status + body) for talking to
-//!   Envoy's admin and listeners.
+//!   Envoy's admin and listeners, and [`get_until`], which polls one until it
+//!   answers 200.
 //!
 //! Everything binds and connects to 127.0.0.1 only.
 
@@ -76,6 +78,14 @@ impl ChildGuard {
     /// The exit status if the child has already exited (never blocks).
     pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// Panics with "<name> exited early: <status>" if the child has exited
+    /// (the guard then prints its log as it drops).
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.try_exit_status() {
+            panic!("{} exited early: {status}", self.name);
+        }
     }
 
     /// The child's log so far ("" without a log file).
@@ -211,6 +221,35 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
         .await
         .map_err(|_| format!("GET 127.0.0.1:{port}{path}: timed out"))?
         .map_err(|e| format!("GET 127.0.0.1:{port}{path}: {e}"))
+}
+
+/// Polls [`http_get`] of `path` on 127.0.0.1:`port` every `interval` until it
+/// answers 200 with a body `accept` takes, for at most `timeout`; `before`
+/// runs before every attempt (e.g. to fail when a process died). Returns the
+/// body, or `Err` describing the last outcome when time ran out.
+pub async fn get_until(
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut before: impl FnMut(),
+    accept: impl Fn(&str) -> bool,
+) -> Result<String, String> {
+    let last = std::sync::Mutex::new(String::from("(never answered)"));
+    let (last_ref, accept) = (&last, &accept);
+    let found = eventually(timeout, interval, || {
+        before();
+        async move {
+            let result = http_get(port, path).await;
+            *last_ref.lock().unwrap() = format!("{result:?}");
+            match result {
+                Ok((200, body)) if accept(&body) => Some(body),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    found.ok_or_else(|| last.into_inner().unwrap())
 }
 
 async fn http_get_inner(

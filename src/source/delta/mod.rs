@@ -58,7 +58,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -87,7 +86,7 @@ use crate::xds::ResourceType;
 const NOT_FOUND: i32 = 5;
 /// How long a subscription may stay unanswered on a stream that answers the
 /// type before it is taken as answered (see the module docs).
-pub const SETTLE: Duration = Duration::from_secs(2);
+pub use super::session::SETTLE;
 /// The wildcard subscription name.
 const WILDCARD: &str = "*";
 /// Hex digits of SHA-256 in a published version.
