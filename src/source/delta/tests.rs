@@ -7,6 +7,7 @@ use crate::cache::{Renderer, Resource};
 use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
 use envoy_types::pb::google::protobuf::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 fn cov(wildcard: bool, names: &[&str]) -> Coverage {
     Coverage {
