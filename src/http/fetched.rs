@@ -6,6 +6,7 @@
 use axum::response::Response;
 
 use super::discovery::{render_error, respond, source_error, RETRY_AFTER_SECS};
+use crate::cache::{Coverage, TypeState};
 use super::error::ApiError;
 use super::parsed::ParsedRequest;
 use super::present::Presentation;
@@ -37,10 +38,15 @@ pub async fn serve(
             gateway.metrics.cache_hit(kind);
             Ok(Presentation::not_modified(presented))
         }
-        FetchAnswer::UpToDate => Err(ApiError::Unavailable {
-            message: "the upstream answered \"up to date\" to a request with no version".into(),
-            retry_after_secs: RETRY_AFTER_SECS,
-        }),
+        FetchAnswer::UpToDate => {
+            // go-control-plane has version "" for a type missing from its
+            // snapshot, so a first poll is "up to date": there is nothing.
+            let empty = TypeState::new(kind, String::new(), String::new(), Default::default(), Coverage::default());
+            let answer = empty
+                .answer(renderer, &request.names, presented, target)
+                .map_err(render_error)?;
+            respond(gateway, kind, &empty, answer, presentation)
+        }
         FetchAnswer::State(state) => {
             let answer = state
                 .answer(renderer, &request.names, presented, target)
