@@ -6,11 +6,11 @@
 use axum::response::Response;
 
 use super::discovery::{render_error, respond, source_error, RETRY_AFTER_SECS};
-use crate::cache::{Coverage, TypeState};
 use super::error::ApiError;
 use super::parsed::ParsedRequest;
 use super::present::Presentation;
 use super::Gateway;
+use crate::cache::{Coverage, TypeState};
 use crate::source::decode_node;
 use crate::source::fetch::{FetchAnswer, FetchError, Fetcher};
 use crate::xds::rewrite::RestTarget;
@@ -41,7 +41,13 @@ pub async fn serve(
         FetchAnswer::UpToDate => {
             // go-control-plane has version "" for a type missing from its
             // snapshot, so a first poll is "up to date": there is nothing.
-            let empty = TypeState::new(kind, String::new(), String::new(), Default::default(), Coverage::default());
+            let empty = TypeState::new(
+                kind,
+                String::new(),
+                String::new(),
+                Default::default(),
+                Coverage::default(),
+            );
             let answer = empty
                 .answer(renderer, &request.names, presented, target)
                 .map_err(render_error)?;

@@ -180,3 +180,64 @@ async fn unknown_query_parameters_are_400() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(json["message"].as_str().unwrap().contains("wiat"), "{json}");
 }
+
+/// A gateway on the embedded demo snapshot.
+fn demo_gateway(config: Config) -> Arc<Gateway> {
+    let metrics = Arc::new(Metrics::new());
+    let renderer = Renderer::new(Codec::embedded());
+    let source = crate::source::file::FileSource::start(
+        crate::source::file::Origin::EmbeddedDemo,
+        renderer.clone(),
+        Arc::new(Readiness::default()),
+    );
+    Arc::new(Gateway {
+        registry: Arc::new(Registry::new(
+            Upstream::Snapshot(source),
+            renderer,
+            metrics.clone(),
+            &config,
+        )),
+        parsed: super::parsed::ParsedRequests::new(config.session_key),
+        fetcher: None,
+        config: Arc::new(config),
+        metrics,
+    })
+}
+
+#[tokio::test]
+async fn sessions_are_bounded() {
+    let gw = demo_gateway(Config {
+        max_sessions: 1,
+        ..Config::default()
+    });
+    let post = |node: &'static str| {
+        let gw = gw.clone();
+        async move {
+            let body = format!(r#"{{"node":{{"id":"{node}"}}}}"#);
+            let response = router(gw)
+                .oneshot(
+                    Request::builder()
+                        .method("POST")
+                        .uri("/v3/discovery:clusters")
+                        .body(Body::from(body))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    assert_eq!(post("first").await.0, StatusCode::OK);
+    assert_eq!(
+        post("first").await.0,
+        StatusCode::OK,
+        "the same identity reuses its session"
+    );
+    let (status, body) = post("second").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("too many upstream sessions"), "{body}");
+}

@@ -348,6 +348,59 @@ mod tests {
     }
 
     #[test]
+    fn descriptor_sets_add_types_at_start_up() {
+        use prost_types::{
+            field_descriptor_proto::Type, DescriptorProto, FieldDescriptorProto,
+            FileDescriptorProto, FileDescriptorSet,
+        };
+        let file = FileDescriptorProto {
+            name: Some("acme/filter.proto".into()),
+            package: Some("acme".into()),
+            message_type: vec![DescriptorProto {
+                name: Some("Filter".into()),
+                field: vec![FieldDescriptorProto {
+                    name: Some("greeting".into()),
+                    json_name: Some("greeting".into()),
+                    number: Some(1),
+                    r#type: Some(Type::String as i32),
+                    label: Some(1),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            syntax: Some("proto3".into()),
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("acme.pb");
+        std::fs::write(
+            &path,
+            FileDescriptorSet { file: vec![file] }.encode_to_vec(),
+        )
+        .unwrap();
+        let json = br#"{"@type":"type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig","name":"f",
+          "typed_config":{"@type":"type.googleapis.com/acme.Filter","greeting":"hi"}}"#;
+        assert!(Codec::embedded().parse_any(json).is_err());
+        let codec = Codec::with_descriptor_sets(std::slice::from_ref(&path)).unwrap();
+        let any = codec.parse_any(json).unwrap();
+        let text = String::from_utf8(
+            codec
+                .render_any(&any.type_url, &any.value)
+                .unwrap()
+                .to_vec(),
+        )
+        .unwrap();
+        assert!(
+            text.contains(r#"{"@type":"type.googleapis.com/acme.Filter","greeting":"hi"}"#),
+            "{text}"
+        );
+
+        std::fs::write(&path, b"not a descriptor set").unwrap();
+        let err = Codec::with_descriptor_sets(&[path.clone()]).unwrap_err();
+        assert!(err.to_string().contains("acme.pb"), "{err}");
+    }
+
+    #[test]
     fn unknown_type_is_named() {
         let err = codec()
             .render_any("type.googleapis.com/acme.Unknown", b"")
