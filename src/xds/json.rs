@@ -396,7 +396,7 @@ mod tests {
         );
 
         std::fs::write(&path, b"not a descriptor set").unwrap();
-        let err = Codec::with_descriptor_sets(&[path.clone()]).unwrap_err();
+        let err = Codec::with_descriptor_sets(std::slice::from_ref(&path)).unwrap_err();
         assert!(err.to_string().contains("acme.pb"), "{err}");
     }
 
