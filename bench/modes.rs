@@ -10,7 +10,6 @@
 //! (about a minute). Every loop is bounded in time.
 
 #[path = "../tests/support/gateway.rs"]
-#[allow(dead_code)]
 mod gateway;
 #[path = "../tests/support/process.rs"]
 mod process;
@@ -51,7 +50,10 @@ fn upstream_messages(stats: &Value, mode: UpstreamMode) -> u64 {
     }
 }
 
-async fn start_gateway(cp: &ControlPlane, mode: UpstreamMode) -> (u16, u16, tokio::sync::oneshot::Sender<()>) {
+async fn start_gateway(
+    cp: &ControlPlane,
+    mode: UpstreamMode,
+) -> (u16, u16, tokio::sync::oneshot::Sender<()>) {
     let rest = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let ports = (
@@ -101,7 +103,8 @@ async fn run_case(mode: UpstreamMode, identities: usize) -> Option<Figures> {
             // Spread the clients over one poll interval.
             tokio::time::sleep(POLL_EVERY.mul_f64(c as f64 / CLIENTS as f64)).await;
             while Instant::now() < deadline {
-                let body = json!({"version_info": version, "node": node, "resource_names": ["backend"]});
+                let body =
+                    json!({"version_info": version, "node": node, "resource_names": ["backend"]});
                 match post(port, &body).await {
                     Some((200, reply)) => {
                         if let Ok(v) = serde_json::from_str::<Value>(&reply) {
@@ -122,7 +125,8 @@ async fn run_case(mode: UpstreamMode, identities: usize) -> Option<Figures> {
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
         version += 1;
-        cp.set(EDS, &format!("e{version}"), &[endpoints(version)]).await;
+        cp.set(EDS, &format!("e{version}"), &[endpoints(version)])
+            .await;
     }
     for client in clients {
         let _ = client.await;
@@ -130,13 +134,20 @@ async fn run_case(mode: UpstreamMode, identities: usize) -> Option<Figures> {
     let upstream = upstream_messages(&cp.stats().await, mode) - before;
     let metrics_after = metrics(admin).await;
     let delta = |name: &str| metric_sum(&metrics_after, name) - metric_sum(&metrics_before, name);
-    let (hits, misses) = (delta("xds_gateway_cache_hits_total"), delta("xds_gateway_cache_misses_total"));
+    let (hits, misses) = (
+        delta("xds_gateway_cache_hits_total"),
+        delta("xds_gateway_cache_misses_total"),
+    );
     let _ = stop.send(());
     let secs = RUN.as_secs_f64();
     Some(Figures {
         polls_per_s: polls.load(Ordering::Relaxed) as f64 / secs,
         upstream_per_s: upstream as f64 / secs,
-        hit_ratio: if hits + misses > 0.0 { hits / (hits + misses) } else { 0.0 },
+        hit_ratio: if hits + misses > 0.0 {
+            hits / (hits + misses)
+        } else {
+            0.0
+        },
         errors: errors.load(Ordering::Relaxed),
     })
 }
@@ -157,10 +168,17 @@ async fn post(port: u16, body: &Value) -> Option<(u16, String)> {
 }
 
 async fn metrics(admin: u16) -> String {
-    gateway::http_request(admin, http::Method::GET, "/metrics", &[], bytes::Bytes::new(), Duration::from_secs(5))
-        .await
-        .map(|r| r.text())
-        .unwrap_or_default()
+    gateway::http_request(
+        admin,
+        http::Method::GET,
+        "/metrics",
+        &[],
+        bytes::Bytes::new(),
+        Duration::from_secs(5),
+    )
+    .await
+    .map(|r| r.text())
+    .unwrap_or_default()
 }
 
 #[tokio::main]
@@ -171,7 +189,9 @@ async fn main() {
     for mode in [UpstreamMode::Sotw, UpstreamMode::Delta, UpstreamMode::Fetch] {
         for identities in [1, 100] {
             let Some(f) = run_case(mode, identities).await else {
-                println!("(no Python control plane: set XDS_GATEWAY_PYTHON or run scripts/test first)");
+                println!(
+                    "(no Python control plane: set XDS_GATEWAY_PYTHON or run scripts/test first)"
+                );
                 return;
             };
             println!(
