@@ -16,17 +16,31 @@ use crate::source::{Readiness, Registry, Upstream, UpstreamContext};
 use crate::xds::Codec;
 
 fn gateway(config: Config) -> Arc<Gateway> {
-    let metrics = Arc::new(Metrics::new());
     let renderer = Renderer::new(Codec::embedded());
     let ctx = UpstreamContext::connect_lazy(
         "http://127.0.0.1:9",
         renderer.clone(),
-        metrics.clone(),
+        Arc::new(Metrics::new()),
         Arc::new(Readiness::default()),
         1 << 20,
     )
     .unwrap();
-    let upstream = Upstream::Grpc(Arc::new(ctx));
+    assemble(Upstream::Grpc(Arc::new(ctx)), renderer, config)
+}
+
+/// A gateway on the embedded demo snapshot.
+fn demo_gateway(config: Config) -> Arc<Gateway> {
+    let renderer = Renderer::new(Codec::embedded());
+    let source = crate::source::file::FileSource::start(
+        crate::source::file::Origin::EmbeddedDemo,
+        renderer.clone(),
+        Arc::new(Readiness::default()),
+    );
+    assemble(Upstream::Snapshot(source), renderer, config)
+}
+
+fn assemble(upstream: Upstream, renderer: Renderer, config: Config) -> Arc<Gateway> {
+    let metrics = Arc::new(Metrics::new());
     Arc::new(Gateway {
         registry: Arc::new(Registry::new(upstream, renderer, metrics.clone(), &config)),
         parsed: super::parsed::ParsedRequests::new(config.session_key),
@@ -36,26 +50,35 @@ fn gateway(config: Config) -> Arc<Gateway> {
     })
 }
 
+/// One request through the router: status and body.
+async fn send(
+    gw: Arc<Gateway>,
+    method: &str,
+    path: &str,
+    body: impl Into<Body>,
+) -> (StatusCode, bytes::Bytes) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(body.into())
+        .unwrap();
+    let response = router(gw).oneshot(request).await.unwrap();
+    let status = response.status();
+    (
+        status,
+        axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap(),
+    )
+}
+
 async fn call(
     config: Config,
     method: &str,
     path: &str,
     body: &'static [u8],
 ) -> (StatusCode, serde_json::Value) {
-    let response = router(gateway(config))
-        .oneshot(
-            Request::builder()
-                .method(method)
-                .uri(path)
-                .body(Body::from(body))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
+    let (status, bytes) = send(gateway(config), method, path, body).await;
     (
         status,
         serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
@@ -181,29 +204,6 @@ async fn unknown_query_parameters_are_400() {
     assert!(json["message"].as_str().unwrap().contains("wiat"), "{json}");
 }
 
-/// A gateway on the embedded demo snapshot.
-fn demo_gateway(config: Config) -> Arc<Gateway> {
-    let metrics = Arc::new(Metrics::new());
-    let renderer = Renderer::new(Codec::embedded());
-    let source = crate::source::file::FileSource::start(
-        crate::source::file::Origin::EmbeddedDemo,
-        renderer.clone(),
-        Arc::new(Readiness::default()),
-    );
-    Arc::new(Gateway {
-        registry: Arc::new(Registry::new(
-            Upstream::Snapshot(source),
-            renderer,
-            metrics.clone(),
-            &config,
-        )),
-        parsed: super::parsed::ParsedRequests::new(config.session_key),
-        fetcher: None,
-        config: Arc::new(config),
-        metrics,
-    })
-}
-
 #[tokio::test]
 async fn sessions_are_bounded() {
     let gw = demo_gateway(Config {
@@ -214,20 +214,7 @@ async fn sessions_are_bounded() {
         let gw = gw.clone();
         async move {
             let body = format!(r#"{{"node":{{"id":"{node}"}}}}"#);
-            let response = router(gw)
-                .oneshot(
-                    Request::builder()
-                        .method("POST")
-                        .uri("/v3/discovery:clusters")
-                        .body(Body::from(body))
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
-            let status = response.status();
-            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-                .await
-                .unwrap();
+            let (status, bytes) = send(gw, "POST", "/v3/discovery:clusters", body).await;
             (status, String::from_utf8_lossy(&bytes).into_owned())
         }
     };
