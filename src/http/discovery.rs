@@ -215,6 +215,7 @@ async fn serve(
         .registry
         .session(request.identity.clone(), request.body())
         .map_err(source_error)?;
+    let _serving = session.serving();
     let rx = session.want(kind, names);
     let wait_first = if session.settled(kind, names, SETTLE) {
         Duration::ZERO

@@ -77,6 +77,8 @@ pub struct Session {
     /// Set while the upstream stream is down after having served: the state
     /// is still served, marked stale since then.
     stale_since: Mutex<Option<SystemTime>>,
+    /// Requests being served now (a held long poll keeps the session alive).
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -105,6 +107,7 @@ impl Session {
             last_poll: Mutex::new(Instant::now()),
             task: Mutex::new(None),
             stale_since: Mutex::new(None),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         (session, rx)
     }
@@ -147,8 +150,19 @@ impl Session {
         *lock(&self.last_poll) = Instant::now();
     }
 
+    /// How long no request has been served: zero while one is in flight.
     pub fn idle_for(&self, now: Instant) -> Duration {
+        if self.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
         now.saturating_duration_since(*lock(&self.last_poll))
+    }
+
+    /// Marks a request in flight until the guard drops (then counts as a poll).
+    pub fn serving(self: &Arc<Self>) -> InFlight {
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        InFlight(self.clone())
     }
 
     /// Records that a client wants `names` of `kind`; asks the upstream task
@@ -267,6 +281,19 @@ impl Session {
     }
 }
 
+/// A request in flight on a session; see [`Session::serving`].
+#[derive(Debug)]
+pub struct InFlight(Arc<Session>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Waits up to `timeout` for a state of `rx` that covers `names`. Returns the
 /// covering state, else the latest state (the names may simply not exist
 /// upstream), else `None` when the upstream has not answered at all.
@@ -340,6 +367,23 @@ mod tests {
             Command::Resubscribe(ResourceType::Endpoints)
         );
         assert!(s.subscription(ResourceType::Endpoints).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_keeps_the_session_from_idling() {
+        let (s, _rx) = Session::new(
+            IdentityKey::of(None, crate::config::SessionKey::Node),
+            Node::default(),
+        );
+        let later = Instant::now() + Duration::from_secs(600);
+        assert!(s.idle_for(later) >= Duration::from_secs(599));
+        let held = s.serving();
+        assert_eq!(s.idle_for(later), Duration::ZERO);
+        drop(held);
+        assert!(
+            s.idle_for(Instant::now()) < Duration::from_secs(1),
+            "the end of a request counts as a poll"
+        );
     }
 
     #[tokio::test(start_paused = true)]
