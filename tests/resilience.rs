@@ -83,16 +83,7 @@ async fn clients_with_state_never_see_errors_while_the_upstream_blinks() {
         let port = cp.ads_port;
         drop(cp);
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let readyz = gateway::http_request(
-            gw.admin_port,
-            http::Method::GET,
-            "/readyz",
-            &[],
-            bytes::Bytes::new(),
-            Duration::from_secs(5),
-        )
-        .await
-        .expect("readyz");
+        let readyz = gw.readyz().await.expect("readyz");
         assert!(readyz.json()["stale_sessions"].as_u64() >= Some(1), "{}", readyz.text());
 
         let cp = ControlPlane::start_on(test, port, &[]).expect("python was there a moment ago");

@@ -15,120 +15,26 @@ mod process;
 #[path = "support/gateway.rs"]
 mod gateway;
 
-use std::future::Future;
-use std::path::Path;
+#[path = "support/rest.rs"]
+mod rest;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use gateway::{metric_sum, ControlPlane, Gateway, Reply};
 use process::eventually;
+use rest::{
+    assert_error, assert_nack_detail, assert_ok, bounded, cluster, main_cases, nacks_above, named,
+    names_of, node, other_cases, request, stats_until, version_of, Case, CDS, EDS, LDS, RDS,
+};
 
 /// No test may take longer than this in total.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-const SRDS: &str = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration";
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-const SDS: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
-const RTDS: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
-const ECDS: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
+/// How long [`stats_until`] waits for the control plane to show something.
+const STATS_WAIT: Duration = Duration::from_secs(15);
 
 const DELTA: &[&str] = &["--upstream-mode", "delta"];
-
-/// Runs a test body under [`TEST_TIMEOUT`].
-async fn bounded(test: impl Future<Output = ()>) {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .unwrap_or_else(|_| panic!("test did not finish within {TEST_TIMEOUT:?}"));
-}
-
-/// A corpus resource (a JSON `Any`, snake_case).
-fn corpus(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-/// A minimal resource of `type_url` named `name`.
-fn named(type_url: &str, name: &str) -> Value {
-    if type_url == EDS {
-        json!({"@type": type_url, "cluster_name": name})
-    } else {
-        json!({"@type": type_url, "name": name})
-    }
-}
-
-fn cluster(name: &str) -> Value {
-    json!({
-        "@type": CDS,
-        "name": name,
-        "type": "STRICT_DNS",
-        "connect_timeout": "1s",
-        "load_assignment": {"cluster_name": name}
-    })
-}
-
-fn node(id: &str) -> Value {
-    json!({"id": id, "cluster": "test-cluster"})
-}
-
-/// A snake_case `DiscoveryRequest`, as Envoy sends it.
-fn request(node: &Value, version: &str, names: &[&str]) -> Value {
-    json!({"version_info": version, "node": node, "resource_names": names})
-}
-
-fn version_of(reply: &Reply) -> String {
-    reply.json()["versionInfo"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no versionInfo: {}", reply.text()))
-        .to_owned()
-}
-
-fn names_of(reply: &Reply) -> Vec<String> {
-    reply.json()["resources"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no resources: {}", reply.text()))
-        .iter()
-        .map(|r| {
-            r.get("name")
-                .or_else(|| r.get("clusterName"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
-}
-
-fn assert_ok(reply: &Reply, what: &str) {
-    assert_eq!(reply.status, 200, "{what}: {}", reply.text());
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/json"),
-        "{what}"
-    );
-}
-
-/// An error reply: `status`, JSON content type, `{code, message}` body.
-fn assert_error(reply: &Reply, status: u16, what: &str) -> String {
-    assert_eq!(reply.status, status, "{what}: {}", reply.text());
-    assert!(
-        reply
-            .header("content-type")
-            .is_some_and(|c| c.starts_with("application/json")),
-        "{what}: content-type {:?}",
-        reply.header("content-type")
-    );
-    let body = reply.json();
-    assert!(body["code"].is_i64(), "{what}: no numeric code: {body}");
-    let message = body["message"].as_str().unwrap_or_default().to_owned();
-    assert!(!message.is_empty(), "{what}: no message: {body}");
-    message
-}
 
 /// A delta version: 16 lowercase hex digits.
 fn assert_digest_version(version: &str, what: &str) {
@@ -139,29 +45,6 @@ fn assert_digest_version(version: &str, what: &str) {
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
         "{what}: {version:?} is not a 16-hex-digit digest"
     );
-}
-
-/// Polls the control plane's stats until `check` holds (bounded).
-async fn stats_until(cp: &ControlPlane, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let last = std::sync::Mutex::new(Value::Null);
-    let (last_ref, check) = (&last, &check);
-    let found = eventually(
-        Duration::from_secs(15),
-        Duration::from_millis(50),
-        || async move {
-            let stats = cp.stats().await;
-            let ok = check(&stats);
-            *last_ref.lock().unwrap() = stats.clone();
-            ok.then_some(stats)
-        },
-    )
-    .await;
-    found.unwrap_or_else(|| {
-        panic!(
-            "control plane never showed {what}; last stats: {}",
-            last.lock().unwrap()
-        )
-    })
 }
 
 /// The delta requests the control plane recorded for `type_url`.
@@ -237,85 +120,6 @@ fn by_name(canonical: &[Value]) -> std::collections::BTreeMap<String, Value> {
         .collect()
 }
 
-/// One resource type's round trip through the gateway.
-struct Case {
-    endpoint: &'static str,
-    type_url: &'static str,
-    upstream: Vec<Value>,
-    asked: Vec<&'static str>,
-    expected: Vec<&'static str>,
-}
-
-fn main_cases() -> Vec<Case> {
-    let mut other_eds = corpus("cluster_load_assignment");
-    other_eds["cluster_name"] = json!("other");
-    let mut other_route = corpus("route_configuration");
-    other_route["name"] = json!("other_route");
-    vec![
-        Case {
-            endpoint: "listeners",
-            type_url: LDS,
-            upstream: vec![corpus("listener"), named(LDS, "l2")],
-            asked: vec![],
-            expected: vec!["l2", "listener_https"],
-        },
-        Case {
-            endpoint: "routes",
-            type_url: RDS,
-            upstream: vec![corpus("route_configuration"), other_route],
-            asked: vec!["local_route", "missing"],
-            expected: vec!["local_route"],
-        },
-        Case {
-            endpoint: "clusters",
-            type_url: CDS,
-            upstream: vec![corpus("cluster"), cluster("c2")],
-            asked: vec![],
-            expected: vec!["backend", "c2"],
-        },
-        Case {
-            endpoint: "endpoints",
-            type_url: EDS,
-            upstream: vec![corpus("cluster_load_assignment"), other_eds],
-            asked: vec!["backend", "nope"],
-            expected: vec!["backend"],
-        },
-    ]
-}
-
-fn other_cases() -> Vec<Case> {
-    vec![
-        Case {
-            endpoint: "scoped-routes",
-            type_url: SRDS,
-            upstream: vec![corpus("scoped_route_configuration")],
-            asked: vec![],
-            expected: vec!["scope_tenant_a"],
-        },
-        Case {
-            endpoint: "secrets",
-            type_url: SDS,
-            upstream: vec![corpus("secret"), corpus("secret_validation_context")],
-            asked: vec!["client_cert"],
-            expected: vec!["client_cert"],
-        },
-        Case {
-            endpoint: "runtime",
-            type_url: RTDS,
-            upstream: vec![corpus("runtime")],
-            asked: vec!["rtds_layer"],
-            expected: vec!["rtds_layer"],
-        },
-        Case {
-            endpoint: "extension_configs",
-            type_url: ECDS,
-            upstream: vec![corpus("typed_extension_config")],
-            asked: vec!["envoy.filters.http.buffer"],
-            expected: vec!["envoy.filters.http.buffer"],
-        },
-    ]
-}
-
 /// Sets every case's snapshot, then checks each is served with exactly
 /// protobuf's canonical JSON of the expected resources, and that presenting
 /// the served version gets a 304. Returns the served versions.
@@ -370,7 +174,7 @@ async fn delta_mode_serves_the_main_types() {
     let Some(cp) = ControlPlane::start("delta_mode_serves_the_main_types") else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let gw = Gateway::start(&cp.upstream(), DELTA).await;
         let n = node("delta-types");
         let versions = check_cases(&cp, &gw, &n, &main_cases()).await;
@@ -433,7 +237,7 @@ async fn delta_removal_upstream_disappears_and_changes_the_version() {
     else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(CDS, "v1", &[cluster("a"), cluster("b")]).await;
         cp.set(EDS, "e1", &[named(EDS, "a"), named(EDS, "b")]).await;
         let gw = Gateway::start(&cp.upstream(), DELTA).await;
@@ -480,7 +284,7 @@ async fn delta_subscriptions_follow_the_rest_names() {
     let Some(cp) = ControlPlane::start("delta_subscriptions_follow_the_rest_names") else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(
             EDS,
             "e1",
@@ -556,7 +360,7 @@ async fn delta_reconnect_presents_initial_resource_versions() {
     let Some(cp) = ControlPlane::start(test) else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(CDS, "v1", &[cluster("a")]).await;
         cp.set(EDS, "e1", &[named(EDS, "x")]).await;
         let gw = Gateway::start(&cp.upstream(), DELTA).await;
@@ -597,16 +401,21 @@ async fn delta_reconnect_presents_initial_resource_versions() {
         let cp = ControlPlane::start_on(test, port, &[]).expect("python was there a moment ago");
         cp.set(CDS, "v1", &[cluster("a")]).await;
         cp.set(EDS, "e1", &[named(EDS, "x")]).await;
-        let stats = stats_until(&cp, "a resubscription with initial versions", |s| {
-            let has = |type_url: &str, name: &str| {
-                delta_requests_of(s, type_url).any(|r| {
-                    r["initial_resource_versions"][name]
-                        .as_str()
-                        .is_some_and(|v| !v.is_empty())
-                })
-            };
-            has(CDS, "a") && has(EDS, "x")
-        })
+        let stats = stats_until(
+            &cp,
+            STATS_WAIT,
+            "a resubscription with initial versions",
+            |s| {
+                let has = |type_url: &str, name: &str| {
+                    delta_requests_of(s, type_url).any(|r| {
+                        r["initial_resource_versions"][name]
+                            .as_str()
+                            .is_some_and(|v| !v.is_empty())
+                    })
+                };
+                has(CDS, "a") && has(EDS, "x")
+            },
+        )
         .await;
         let first = &stats["delta_requests"][0];
         assert_eq!(first["has_node"], true, "{stats}");
@@ -647,7 +456,7 @@ async fn delta_undecodable_update_is_nacked_whole_and_the_last_state_kept() {
     else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(CDS, "good", &[cluster("a")]).await;
         let gw = Gateway::start(&cp.upstream(), DELTA).await;
         let n = node("delta-nack");
@@ -664,21 +473,11 @@ async fn delta_undecodable_update_is_nacked_whole_and_the_last_state_kept() {
             &[("a", CDS, b"\x0a\xff\xff\xff"), ("b", CDS, b"\x0a\x01b")],
         )
         .await;
-        let stats = stats_until(&cp, "a delta NACK", |s| {
-            s["nacks"].as_u64().unwrap_or(0) > before
-        })
-        .await;
+        let stats = nacks_above(&cp, STATS_WAIT, "a delta NACK", before).await;
         let nack = delta_requests_of(&stats, CDS)
             .find(|r| r["kind"] == "nack")
             .unwrap_or_else(|| panic!("no NACK: {stats}"));
-        assert!(
-            !nack["error_detail"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .is_empty(),
-            "{nack}"
-        );
-        assert_ne!(nack["error_detail"]["code"], 0, "{nack}");
+        assert_nack_detail(nack);
         let metrics = gw.metrics().await;
         assert!(
             metric_sum(&metrics, "xds_gateway_upstream_nacks_total") >= 1.0,
@@ -705,7 +504,7 @@ async fn delta_forwards_a_suspected_rejection_as_a_nack() {
     let Some(cp) = ControlPlane::start("delta_forwards_a_suspected_rejection_as_a_nack") else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(CDS, "v1", &[cluster("a")]).await;
         let gw = Gateway::start(
             &cp.upstream(),
@@ -731,10 +530,7 @@ async fn delta_forwards_a_suspected_rejection_as_a_nack() {
             assert_ok(&reply, "stale poll");
             assert_eq!(version_of(&reply), v2);
         }
-        let stats = stats_until(&cp, "a forwarded NACK", |s| {
-            s["nacks"].as_u64().unwrap_or(0) >= 1
-        })
-        .await;
+        let stats = nacks_above(&cp, STATS_WAIT, "a forwarded NACK", 0).await;
         let nack = delta_requests_of(&stats, CDS)
             .find(|r| !r["error_detail"].is_null())
             .unwrap_or_else(|| panic!("no NACK: {stats}"));
@@ -757,7 +553,7 @@ async fn delta_without_absence_signals_settles_and_proves_wildcards() {
     ) else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(EDS, "e1", &[named(EDS, "a")]).await;
         cp.set(CDS, "v1", &[cluster("a"), cluster("b")]).await;
         let gw = Gateway::start(&cp.upstream(), DELTA).await;
@@ -810,15 +606,14 @@ async fn fetch_mode_serves_every_type() {
     let Some(cp) = ControlPlane::start("fetch_mode_serves_every_type") else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let gw = Gateway::start(
             &cp.upstream(),
             &["--upstream-mode", "fetch", "--allow-secrets"],
         )
         .await;
         let n = node("fetch-types");
-        let mut cases = main_cases();
-        cases.extend(other_cases());
+        let cases: Vec<Case> = main_cases().into_iter().chain(other_cases()).collect();
         let versions = check_cases(&cp, &gw, &n, &cases).await;
         for (case, version) in cases.iter().zip(&versions) {
             assert_eq!(
@@ -850,7 +645,7 @@ async fn fetch_up_to_date_is_a_304_in_both_styles() {
     ) else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(CDS, "v1", &[cluster("a")]).await;
         let gw = Gateway::start(&cp.upstream(), &["--upstream-mode", "fetch"]).await;
         for style in ["rust", "go"] {
@@ -896,7 +691,7 @@ async fn fetch_mode_coalesces_identical_polls() {
     ) else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(EDS, "e1", &[named(EDS, "a"), named(EDS, "b")]).await;
         let gw = Gateway::start(
             &cp.upstream(),
@@ -910,16 +705,7 @@ async fn fetch_mode_coalesces_identical_polls() {
                     .map(|_| {
                         let body = request(&node("coalesce"), version, names).to_string();
                         tokio::spawn(async move {
-                            gateway::http_request(
-                                port,
-                                http::Method::POST,
-                                "/v3/discovery:endpoints",
-                                &[("content-type", "application/json")],
-                                body,
-                                Duration::from_secs(15),
-                            )
-                            .await
-                            .unwrap()
+                            gateway::discover_on(port, "endpoints", body).await.unwrap()
                         })
                     })
                     .collect();
@@ -971,7 +757,7 @@ async fn hds_and_csds_pass_through_as_json_both_ways() {
     let Some(cp) = ControlPlane::start("hds_and_csds_pass_through_as_json_both_ways") else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         // SotW mode (the default): the pass-through does not need a session.
         let gw = Gateway::start(&cp.upstream(), &[]).await;
         let hds_request = json!({
@@ -1041,7 +827,7 @@ async fn hds_and_csds_pass_through_as_json_both_ways() {
 
 #[tokio::test]
 async fn pass_through_is_501_with_a_snapshot_source() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         // No --upstream: the embedded demo snapshot.
         let gw = Gateway::start_with_args(&[]).await;
         for (path, body) in [
@@ -1067,7 +853,7 @@ async fn disabled_services_are_unimplemented_and_fail_cleanly() {
     ) else {
         return;
     };
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         cp.set(CDS, "v1", &[cluster("a")]).await;
         let flags =
             |mode: &'static str| ["--upstream-mode", mode, "--first-response-timeout", "500ms"];
@@ -1109,16 +895,7 @@ async fn disabled_services_are_unimplemented_and_fail_cleanly() {
 
 /// The readyz `source` line of a gateway (it names the mode in use).
 async fn readyz_source(gw: &Gateway) -> String {
-    let reply = gateway::http_request(
-        gw.admin_port,
-        http::Method::GET,
-        "/readyz",
-        &[],
-        bytes::Bytes::new(),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let reply = gw.readyz().await.unwrap_or_else(|e| panic!("{e}"));
     reply.json()["source"]
         .as_str()
         .unwrap_or_default()
@@ -1138,7 +915,7 @@ async fn auto_mode_picks_delta_then_sotw_then_fetch() {
         let Some(cp) = ControlPlane::start_with(test, flags) else {
             return;
         };
-        bounded(async {
+        bounded(TEST_TIMEOUT, async {
             cp.set(CDS, "v1", &[cluster("a")]).await;
             let gw = Gateway::start(&cp.upstream(), &["--upstream-mode", "auto"]).await;
             let n = node("auto");

@@ -459,19 +459,47 @@ impl Gateway {
 
     /// The Prometheus text of the admin `/metrics`.
     pub async fn metrics(&self) -> String {
-        let reply = http_request(
-            self.admin_port,
-            http::Method::GET,
-            "/metrics",
-            &[],
-            Bytes::new(),
-            HTTP_TIMEOUT,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let reply = self
+            .admin_get("/metrics", HTTP_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(reply.status, 200, "/metrics: {}", reply.text());
         reply.text()
     }
+
+    /// The admin `/readyz`, whatever its status (503 while not ready),
+    /// bounded by 5 s.
+    pub async fn readyz(&self) -> Result<Reply, String> {
+        self.admin_get("/readyz", Duration::from_secs(5)).await
+    }
+
+    /// `GET path` on the admin port, bounded by `timeout`.
+    async fn admin_get(&self, path: &str, timeout: Duration) -> Result<Reply, String> {
+        http_request(
+            self.admin_port,
+            http::Method::GET,
+            path,
+            &[],
+            Bytes::new(),
+            timeout,
+        )
+        .await
+    }
+}
+
+/// `POST /v3/discovery:<endpoint>` with a JSON body to the REST port
+/// 127.0.0.1:`port`, bounded by [`HTTP_TIMEOUT`]: what [`Gateway::discover`]
+/// sends, for spawned clients that cannot borrow the [`Gateway`].
+pub async fn discover_on(port: u16, endpoint: &str, body: String) -> Result<Reply, String> {
+    http_request(
+        port,
+        http::Method::POST,
+        &format!("/v3/discovery:{endpoint}"),
+        &[("content-type", "application/json")],
+        body,
+        HTTP_TIMEOUT,
+    )
+    .await
 }
 
 /// The sum of every sample of `metric` (any labels) in Prometheus text.
