@@ -1,0 +1,114 @@
+//! The command line: every flag, with its `XDS_GATEWAY_*` variable. Values
+//! left unset here fall back to the config file, then to the defaults
+//! (`Config::from_cli`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::{RewritePolicy, SessionKey, UpstreamMode};
+
+/// Command line. Every flag has an `XDS_GATEWAY_*` variable and a key of the
+/// same name in the `--config` file.
+#[derive(Debug, Default, Parser)]
+#[command(
+    name = "xds-gateway",
+    version,
+    about = "Envoy REST xDS (HTTP + JSON) in front of a gRPC xDS control plane"
+)]
+pub struct Cli {
+    /// TOML file whose keys mirror the long flags (e.g. `upstream = "grpc://127.0.0.1:18000"`).
+    #[arg(long, env = "XDS_GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Control plane serving ADS, as grpc://HOST:PORT (or http://).
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// How to talk to the upstream [default: sotw].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_UPSTREAM_MODE")]
+    pub upstream_mode: Option<UpstreamMode>,
+    /// CA bundle (PEM) to verify an https:// / grpcs:// upstream [default: system roots].
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mTLS to the upstream (with --upstream-key).
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_CERT")]
+    pub upstream_cert: Option<PathBuf>,
+    /// Client private key (PEM) for mTLS to the upstream.
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_KEY")]
+    pub upstream_key: Option<PathBuf>,
+    /// Server name to verify in the upstream's certificate [default: the upstream host].
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_TLS_SERVER_NAME")]
+    pub upstream_tls_server_name: Option<String>,
+    /// Metadata sent on every upstream call, as `name: value` (repeatable), e.g. an ACL token.
+    #[arg(
+        long = "upstream-header",
+        env = "XDS_GATEWAY_UPSTREAM_HEADERS",
+        value_delimiter = ';'
+    )]
+    pub upstream_headers: Vec<String>,
+    /// HTTP/2 keepalive ping interval toward the upstream [default: 30s].
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM_KEEPALIVE", value_parser = humantime::parse_duration)]
+    pub upstream_keepalive: Option<Duration>,
+    /// Fetch mode: how long an upstream answer is reused for identical requests [default: 500ms].
+    #[arg(long, env = "XDS_GATEWAY_FETCH_CACHE_TTL", value_parser = humantime::parse_duration)]
+    pub fetch_cache_ttl: Option<Duration>,
+    /// Snapshot directory served when no --upstream is given (YAML/JSON
+    /// resources; watched) [default: the embedded examples/demo snapshot].
+    #[arg(long, env = "XDS_GATEWAY_SNAPSHOT")]
+    pub snapshot: Option<PathBuf>,
+    /// REST listener address [default: 127.0.0.1:8080].
+    #[arg(long, env = "XDS_GATEWAY_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Admin listener (/healthz, /readyz, /metrics) [default: 127.0.0.1:9901].
+    #[arg(long, env = "XDS_GATEWAY_ADMIN")]
+    pub admin: Option<SocketAddr>,
+    /// Which clients share one upstream stream [default: node].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_SESSION_KEY")]
+    pub session_key: Option<SessionKey>,
+    /// Close an upstream session after this long without polls [default: 5m].
+    #[arg(long, env = "XDS_GATEWAY_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// At most this many upstream sessions at once [default: 10000].
+    #[arg(long, env = "XDS_GATEWAY_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+    /// How long a first request waits for the upstream's first answer [default: 5s].
+    #[arg(long, env = "XDS_GATEWAY_FIRST_RESPONSE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub first_response_timeout: Option<Duration>,
+    /// Long-poll wait applied when a request does not say `?wait=` [default: 0s].
+    #[arg(long, env = "XDS_GATEWAY_DEFAULT_WAIT", value_parser = humantime::parse_duration)]
+    pub default_wait: Option<Duration>,
+    /// Cap on any long-poll wait [default: 60s].
+    #[arg(long, env = "XDS_GATEWAY_MAX_WAIT", value_parser = humantime::parse_duration)]
+    pub max_wait: Option<Duration>,
+    /// Rewrite `ads`/`self` config sources to REST ones [default: auto].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_REWRITE_CONFIG_SOURCES")]
+    pub rewrite_config_sources: Option<RewritePolicy>,
+    /// refresh_delay written into rewritten config sources [default: 1s].
+    #[arg(long, env = "XDS_GATEWAY_REFRESH_DELAY", value_parser = humantime::parse_duration)]
+    pub refresh_delay: Option<Duration>,
+    /// Polls presenting an older version, after a newer one was served, before a rejection is suspected [default: 3].
+    #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
+    pub rejection_threshold: Option<u32>,
+    /// Send a NACK upstream for each suspected rejection.
+    #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub forward_rejections: Option<bool>,
+    /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice).
+    #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_secrets: Option<bool>,
+    /// Largest request body accepted, in bytes [default: 4194304].
+    #[arg(long, env = "XDS_GATEWAY_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Largest upstream gRPC message accepted, in bytes [default: 67108864].
+    #[arg(long, env = "XDS_GATEWAY_MAX_UPSTREAM_MESSAGE_BYTES")]
+    pub max_upstream_message_bytes: Option<usize>,
+    /// Extra compiled FileDescriptorSet (repeatable) for contrib or in-house types.
+    #[arg(
+        long = "descriptor-set",
+        env = "XDS_GATEWAY_DESCRIPTOR_SETS",
+        value_delimiter = ','
+    )]
+    pub descriptor_sets: Vec<PathBuf>,
+}

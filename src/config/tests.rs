@@ -1,0 +1,113 @@
+//! Merging, precedence and validation of the configuration.
+
+use clap::Parser;
+
+use super::*;
+
+fn cli(args: &[&str]) -> Cli {
+    Cli::try_parse_from(std::iter::once("xds-gateway").chain(args.iter().copied())).unwrap()
+}
+
+#[test]
+fn defaults_are_loopback() {
+    let c = Config::from_cli(Cli::default()).unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.admin.to_string(), "127.0.0.1:9901");
+    assert_eq!(c.idle_timeout, Duration::from_secs(300));
+}
+
+#[test]
+fn flags_override_file_which_overrides_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"grpc://127.0.0.1:1\"\nmax-wait = \"10s\"\nidle-timeout = \"1m\"\n",
+    )
+    .unwrap();
+    let c = Config::from_cli(cli(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--max-wait",
+        "20s",
+    ]))
+    .unwrap();
+    assert_eq!(c.upstream.as_deref(), Some("http://127.0.0.1:1"));
+    assert_eq!(c.max_wait, Duration::from_secs(20));
+    assert_eq!(c.idle_timeout, Duration::from_secs(60));
+}
+
+#[test]
+fn bad_file_values_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, "max-wait = \"soon\"\n").unwrap();
+    let err = Config::from_cli(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
+    assert!(err.to_string().contains("max-wait"), "{err}");
+    std::fs::write(&path, "mystery = 1\n").unwrap();
+    let err = Config::from_cli(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
+    assert!(err.to_string().contains("mystery"), "{err}");
+}
+
+#[test]
+fn upstream_headers_and_tls_rules() {
+    let c = Config::from_cli(cli(&[
+        "--upstream",
+        "grpc://127.0.0.1:1",
+        "--upstream-header",
+        "X-Consul-Token: abc",
+        "--upstream-header",
+        "tenant=t1",
+    ]))
+    .unwrap();
+    assert_eq!(
+        c.upstream_headers,
+        [
+            ("x-consul-token".to_string(), "abc".to_string()),
+            ("tenant".to_string(), "t1".to_string())
+        ]
+    );
+    assert!(Config::from_cli(cli(&[
+        "--upstream",
+        "grpc://127.0.0.1:1",
+        "--upstream-header",
+        "nocolon"
+    ]))
+    .is_err());
+    let err = Config::from_cli(cli(&[
+        "--upstream",
+        "grpc://127.0.0.1:1",
+        "--upstream-ca",
+        "ca.pem",
+    ]))
+    .unwrap_err();
+    assert!(err.to_string().contains("https"), "{err}");
+    assert!(Config::from_cli(cli(&[
+        "--upstream",
+        "grpcs://cp:443",
+        "--upstream-cert",
+        "c.pem"
+    ]))
+    .is_err());
+    assert!(Config::from_cli(cli(&[
+        "--upstream",
+        "grpcs://cp:443",
+        "--upstream-ca",
+        "ca.pem"
+    ]))
+    .is_ok());
+}
+
+#[test]
+fn upstream_forms() {
+    assert_eq!(
+        normalise_upstream("grpcs://cp:443").unwrap(),
+        "https://cp:443"
+    );
+    assert_eq!(
+        normalise_upstream("127.0.0.1:18000").unwrap(),
+        "http://127.0.0.1:18000"
+    );
+    assert!(normalise_upstream("ftp://x:1").is_err());
+    assert!(normalise_upstream("grpc://nohost").is_err());
+}
