@@ -97,11 +97,9 @@ Exits on SIGTERM, SIGINT or when stdin closes.
 import argparse
 import base64
 import hashlib
-import importlib
 import itertools
 import json
 import os
-import pkgutil
 import queue
 import signal
 import sys
@@ -113,22 +111,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from google.protobuf import any_pb2, json_format
 
-PACKAGES = ("envoy", "xds", "udpa", "validate")
-
-
-def import_all_protos():
-    """Registers every xds-protos message type in the default pool."""
-    for top in PACKAGES:
-        try:
-            package = importlib.import_module(top)
-        except ImportError:
-            continue
-        for info in pkgutil.walk_packages(package.__path__, top + "."):
-            if info.name.endswith("_pb2"):
-                try:
-                    importlib.import_module(info.name)
-                except Exception:  # pylint: disable=broad-except
-                    pass
+from xds_types import import_all_protos  # tests/support/, the script's directory
 
 
 import_all_protos()
@@ -410,79 +393,59 @@ class DeltaWatch:
         return self.wildcard or name in self.names
 
 
+def serve_stream(request_iterator, context, on_request, on_change, delta=False):
+    """Drives one ADS stream, SotW or delta: requests (read on a thread) and
+    snapshot changes arrive as events; on_request(watches, request) and
+    on_change(watches, type_url) return a response to send, or None."""
+    events = queue.Queue()
+
+    def read():
+        try:
+            for request in request_iterator:
+                events.put(("request", request))
+        except Exception:  # pylint: disable=broad-except
+            pass
+        events.put(("end", None))
+
+    context.add_callback(lambda: events.put(("end", None)))
+    PLANE.open_stream(events, delta=delta)
+    threading.Thread(target=read, daemon=True).start()
+    watches = {}
+    try:
+        while True:
+            try:
+                event, payload = events.get(timeout=0.5)
+            except queue.Empty:
+                if not context.is_active():
+                    return
+                continue
+            if event == "end":
+                return
+            if event == "request":
+                response = on_request(watches, payload)
+            else:
+                response = on_change(watches, payload)
+            if response is not None:
+                yield response
+    finally:
+        PLANE.close_stream(events)
+
+
+def on_delta_change(watches, type_url):
+    watch = watches.get(type_url)
+    return delta_respond(type_url, watch) if watch else None
+
+
 class Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def DeltaAggregatedResources(self, request_iterator, context):
         if PLANE.setting("no_delta"):
             unimplemented(context, "delta")
-        events = queue.Queue()
-
-        def read():
-            try:
-                for request in request_iterator:
-                    events.put(("request", request))
-            except Exception:  # pylint: disable=broad-except
-                pass
-            events.put(("end", None))
-
-        context.add_callback(lambda: events.put(("end", None)))
-        PLANE.open_stream(events, delta=True)
-        threading.Thread(target=read, daemon=True).start()
-        watches = {}
-        try:
-            while True:
-                try:
-                    event, payload = events.get(timeout=0.5)
-                except queue.Empty:
-                    if not context.is_active():
-                        return
-                    continue
-                if event == "end":
-                    return
-                if event == "request":
-                    response = on_delta_request(watches, payload)
-                else:
-                    watch = watches.get(payload)
-                    response = delta_respond(payload, watch) if watch else None
-                if response is not None:
-                    yield response
-        finally:
-            PLANE.close_stream(events)
+        yield from serve_stream(request_iterator, context, on_delta_request, on_delta_change, delta=True)
 
     def StreamAggregatedResources(self, request_iterator, context):
         if PLANE.setting("no_sotw"):
             unimplemented(context, "sotw")
-        events = queue.Queue()
-
-        def read():
-            try:
-                for request in request_iterator:
-                    events.put(("request", request))
-            except Exception:  # pylint: disable=broad-except
-                pass
-            events.put(("end", None))
-
-        context.add_callback(lambda: events.put(("end", None)))
-        PLANE.open_stream(events)
-        threading.Thread(target=read, daemon=True).start()
-        watches = {}
-        try:
-            while True:
-                try:
-                    event, payload = events.get(timeout=0.5)
-                except queue.Empty:
-                    if not context.is_active():
-                        return
-                    continue
-                if event == "end":
-                    return
-                if event == "request":
-                    response = self.on_request(watches, payload)
-                else:
-                    response = self.on_snapshot(watches, payload)
-                if response is not None:
-                    yield response
-        finally:
-            PLANE.close_stream(events)
+        yield from serve_stream(request_iterator, context, self.on_request, self.on_snapshot)
 
     @staticmethod
     def on_request(watches, request):

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::process::{eventually, free_port, in_ci, ChildGuard, LOOPBACK};
+use crate::process::{eventually, free_port, http_exchange, in_ci, ChildGuard, LOOPBACK};
 
 /// How long a started process may take to announce itself / accept connections.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -106,75 +106,12 @@ async fn exchange(
     headers: &[(&str, &str)],
     body: Bytes,
 ) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
-    use http_body_util_lite::Full;
-    use hyper::body::Body as _;
-
-    let stream = tokio::net::TcpStream::connect(SocketAddr::from((LOOPBACK, port))).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    let conn = tokio::spawn(conn);
-    let mut request = http::Request::builder().method(method).uri(path);
-    if !headers
-        .iter()
-        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
-    {
-        request = request.header(http::header::HOST, format!("127.0.0.1:{port}"));
-    }
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = sender.send_request(request.body(Full(Some(body)))?).await?;
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let mut body = response.into_body();
-    let mut bytes = Vec::new();
-    while let Some(frame) =
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
-    {
-        if let Ok(data) = frame?.into_data() {
-            bytes.extend_from_slice(&data);
-        }
-    }
-    drop(sender);
-    conn.abort();
+    let (status, headers, body) = http_exchange(port, method, path, headers, body).await?;
     Ok(Reply {
         status,
         headers,
-        body: bytes.into(),
+        body,
     })
-}
-
-/// A one-shot request body (http-body-util is not a dependency).
-mod http_body_util_lite {
-    use std::convert::Infallible;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    use bytes::Bytes;
-    use hyper::body::{Body, Frame, SizeHint};
-
-    pub struct Full(pub Option<Bytes>);
-
-    impl Body for Full {
-        type Data = Bytes;
-        type Error = Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            Poll::Ready(self.0.take().map(|b| Ok(Frame::data(b))))
-        }
-
-        fn is_end_stream(&self) -> bool {
-            self.0.is_none()
-        }
-
-        fn size_hint(&self) -> SizeHint {
-            SizeHint::with_exact(self.0.as_ref().map_or(0, |b| b.len() as u64))
-        }
-    }
 }
 
 /// The Python reference control plane, killed on drop.

@@ -15,29 +15,12 @@ item that fails gives {"error": "..."} instead. Items may also be JSON objects,
 which are re-encoded as text first.
 """
 
-import importlib
 import json
-import pkgutil
 import sys
 
 from google.protobuf import any_pb2, json_format
 
-PACKAGES = ("envoy", "xds", "udpa", "validate")
-
-
-def import_all_protos():
-    """Registers every xds-protos message type in the default pool."""
-    for top in PACKAGES:
-        try:
-            package = importlib.import_module(top)
-        except ImportError:
-            continue
-        for info in pkgutil.walk_packages(package.__path__, top + "."):
-            if info.name.endswith("_pb2"):
-                try:
-                    importlib.import_module(info.name)
-                except Exception:  # pylint: disable=broad-except
-                    pass
+from xds_types import import_all_protos  # tests/support/, the script's directory
 
 
 def convert(op, item):

@@ -217,10 +217,12 @@ pub const HTTP_GET_TIMEOUT: Duration = Duration::from_secs(5);
 /// the status code and the body (lossy UTF-8). Errors (refused, reset,
 /// timeout after [`HTTP_GET_TIMEOUT`]) are strings, for poll loops.
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
-    tokio::time::timeout(HTTP_GET_TIMEOUT, http_get_inner(port, path))
+    let exchange = http_exchange(port, http::Method::GET, path, &[], bytes::Bytes::new());
+    let (status, _, body) = tokio::time::timeout(HTTP_GET_TIMEOUT, exchange)
         .await
         .map_err(|_| format!("GET 127.0.0.1:{port}{path}: timed out"))?
-        .map_err(|e| format!("GET 127.0.0.1:{port}{path}: {e}"))
+        .map_err(|e| format!("GET 127.0.0.1:{port}{path}: {e}"))?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// Polls [`http_get`] of `path` on 127.0.0.1:`port` every `interval` until it
@@ -252,31 +254,38 @@ pub async fn get_until(
     found.ok_or_else(|| last.into_inner().unwrap())
 }
 
-async fn http_get_inner(
+/// One HTTP/1.1 exchange with 127.0.0.1:`port` over a fresh connection:
+/// status, headers and the whole body. `Host` defaults to `127.0.0.1:PORT`
+/// unless `headers` set it. Unbounded: callers add their own timeout.
+pub async fn http_exchange(
     port: u16,
+    method: http::Method,
     path: &str,
-) -> Result<(u16, String), Box<dyn std::error::Error + Send + Sync>> {
-    use hyper::body::Body as _;
+    headers: &[(&str, &str)],
+    body: bytes::Bytes,
+) -> Result<(u16, http::HeaderMap, bytes::Bytes), Box<dyn std::error::Error + Send + Sync>> {
+    use http_body_util::{BodyExt, Full};
 
     let stream = tokio::net::TcpStream::connect(SocketAddr::from((LOOPBACK, port))).await?;
+    stream.set_nodelay(true)?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     let conn = tokio::spawn(conn);
-    let request = http::Request::get(path)
-        .header(http::header::HOST, format!("127.0.0.1:{port}"))
-        .body(String::new())?;
-    let response = sender.send_request(request).await?;
-    let status = response.status().as_u16();
-    let mut body = response.into_body();
-    let mut bytes = Vec::new();
-    while let Some(frame) =
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    let mut request = http::Request::builder().method(method).uri(path);
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
     {
-        if let Ok(data) = frame?.into_data() {
-            bytes.extend_from_slice(&data);
-        }
+        request = request.header(http::header::HOST, format!("127.0.0.1:{port}"));
     }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = sender.send_request(request.body(Full::new(body))?).await?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await?.to_bytes();
     drop(sender);
     conn.abort();
-    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    Ok((status, headers, body))
 }
