@@ -13,12 +13,12 @@ use crate::xds::ResourceType;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TypeLabel {
-    r#type: String,
+    r#type: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabel {
-    r#type: String,
+    r#type: &'static str,
     status: u16,
 }
 
@@ -118,16 +118,16 @@ impl Metrics {
 
     fn label(kind: ResourceType) -> TypeLabel {
         TypeLabel {
-            r#type: kind.short_name().to_owned(),
+            r#type: kind.short_name(),
         }
     }
 
     /// One finished REST request (`kind` is `None` for unknown paths).
     pub fn request(&self, kind: Option<ResourceType>, status: u16, seconds: f64) {
-        let name = kind.map_or("none", ResourceType::short_name).to_owned();
+        let name = kind.map_or("none", ResourceType::short_name);
         self.requests
             .get_or_create(&RequestLabel {
-                r#type: name.clone(),
+                r#type: name,
                 status,
             })
             .inc();

@@ -39,6 +39,16 @@ impl RejectionTracker {
         }
     }
 
+    /// Records that a subscription presented the current version: its stale
+    /// polls are forgotten. The key is only built when there are any (the
+    /// usual poll of an up-to-date client costs nothing here).
+    pub fn caught_up(&mut self, subscription: impl FnOnce() -> String) {
+        if !self.stale_polls.is_empty() {
+            let subscription = subscription();
+            self.stale_polls.retain(|(sub, _), _| *sub != subscription);
+        }
+    }
+
     /// Records a poll of `subscription` presenting `presented` while `current`
     /// is the state; `served_current` says whether this subscription was
     /// already served `current`. Returns a suspicion the first time the
@@ -52,7 +62,7 @@ impl RejectionTracker {
         threshold: u32,
     ) -> Option<Suspicion> {
         if presented == current {
-            self.stale_polls.retain(|(sub, _), _| sub != subscription);
+            self.caught_up(|| subscription.to_owned());
             return None;
         }
         if !served_current {

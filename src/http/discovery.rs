@@ -213,11 +213,11 @@ async fn serve(
     let names = &request.names;
     let session = gateway
         .registry
-        .session(request.identity.clone(), request.body())
+        .session(&request.identity, request.body())
         .map_err(source_error)?;
     let _serving = session.serving();
-    let rx = session.want(kind, names);
-    let wait_first = if session.settled(kind, names, SETTLE) {
+    let (rx, settled) = session.want(kind, names, SETTLE);
+    let wait_first = if settled {
         Duration::ZERO
     } else {
         config.first_response_timeout
@@ -305,8 +305,13 @@ fn check_rejection(
     if presented.is_empty() {
         return;
     }
+    let subscription = || format!("{}\u{0}{:?}", request.node_id, request.names);
+    if presented == state.version {
+        session.with_rejections(kind, |t| t.caught_up(subscription));
+        return;
+    }
     let threshold = gateway.config.rejection_threshold;
-    let subscription = format!("{}\u{0}{:?}", request.node_id, request.names);
+    let subscription = subscription();
     let served_current = state.has_served(&request.names, target);
     let Some(suspicion) = session.with_rejections(kind, |t| {
         t.observe(

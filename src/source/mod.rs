@@ -136,9 +136,9 @@ impl Registry {
     /// The session of `key`, created (and its upstream stream started) for
     /// the first client of that identity. `body` is the request's JSON; its
     /// `node` is decoded only here, once per session.
-    pub fn session(&self, key: IdentityKey, body: &[u8]) -> Result<Arc<Session>, SourceError> {
+    pub fn session(&self, key: &IdentityKey, body: &[u8]) -> Result<Arc<Session>, SourceError> {
         let mut sessions = self.lock();
-        if let Some(session) = sessions.get(&key) {
+        if let Some(session) = sessions.get(key) {
             session.touch();
             return Ok(session.clone());
         }
@@ -159,7 +159,7 @@ impl Registry {
         };
         session.attach_task(task);
         info!(node = %session.node.id, cluster = %session.node.cluster, "session opened");
-        sessions.insert(key, session.clone());
+        sessions.insert(key.clone(), session.clone());
         self.metrics.set_sessions(sessions.len());
         Ok(session)
     }

@@ -35,23 +35,69 @@ pub enum Command {
     },
 }
 
+/// When clients first and last asked for one name (or the wildcard).
+#[derive(Debug, Clone, Copy)]
+struct Interest {
+    first: Instant,
+    last: Instant,
+}
+
+impl Interest {
+    fn new(now: Instant) -> Interest {
+        Interest {
+            first: now,
+            last: now,
+        }
+    }
+}
+
 /// What the node's clients want of one type.
 #[derive(Debug, Default)]
 struct Subscription {
-    wildcard_seen: Option<Instant>,
-    /// When the current wildcard interest and each current name were first
-    /// asked for (cleared with them by `prune`).
-    wildcard_since: Option<Instant>,
-    names_since: BTreeMap<String, Instant>,
-    /// Name → when a client last asked for it.
-    names: BTreeMap<String, Instant>,
+    wildcard: Option<Interest>,
+    names: BTreeMap<String, Interest>,
 }
 
 impl Subscription {
     fn coverage(&self) -> Coverage {
         Coverage {
-            wildcard: self.wildcard_seen.is_some(),
+            wildcard: self.wildcard.is_some(),
             names: self.names.keys().cloned().collect(),
+        }
+    }
+
+    /// Records interest in `names` at `now`. Returns whether that widened
+    /// the subscription, and when the newest part of `names` was first asked for.
+    fn ask(&mut self, names: &Names, now: Instant) -> (bool, Instant) {
+        match names {
+            Names::Wildcard => match &mut self.wildcard {
+                Some(interest) => {
+                    interest.last = now;
+                    (false, interest.first)
+                }
+                None => {
+                    self.wildcard = Some(Interest::new(now));
+                    (true, now)
+                }
+            },
+            Names::Named(set) => {
+                let (mut widened, mut newest) = (false, None::<Instant>);
+                for name in set {
+                    let first = match self.names.get_mut(name) {
+                        Some(interest) => {
+                            interest.last = now;
+                            interest.first
+                        }
+                        None => {
+                            self.names.insert(name.clone(), Interest::new(now));
+                            widened = true;
+                            now
+                        }
+                    };
+                    newest = Some(newest.map_or(first, |n| n.max(first)));
+                }
+                (widened, newest.unwrap_or(now))
+            }
         }
     }
 }
@@ -166,34 +212,25 @@ impl Session {
     }
 
     /// Records that a client wants `names` of `kind`; asks the upstream task
-    /// to resubscribe if that widens the subscription.
+    /// to resubscribe if that widens the subscription. Also says whether every
+    /// part of `names` was first asked for at least `settle` ago: such a
+    /// request need not wait for the upstream to prove it answered (servers
+    /// send nothing for names that do not exist; waiting the first-response
+    /// timeout on every poll would outlast Envoy's 1 s request timeout). The
+    /// first polls after a subscription still wait.
     pub fn want(
         &self,
         kind: ResourceType,
         names: &Names,
-    ) -> watch::Receiver<Option<Arc<TypeState>>> {
+        settle: Duration,
+    ) -> (watch::Receiver<Option<Arc<TypeState>>>, bool) {
         let now = Instant::now();
-        let widened = {
-            let mut sub = lock(&self.slot(kind).subscription);
-            match names {
-                Names::Wildcard => {
-                    sub.wildcard_since.get_or_insert(now);
-                    sub.wildcard_seen.replace(now).is_none()
-                }
-                Names::Named(set) => {
-                    let mut widened = false;
-                    for name in set {
-                        sub.names_since.entry(name.clone()).or_insert(now);
-                        widened |= sub.names.insert(name.clone(), now).is_none();
-                    }
-                    widened
-                }
-            }
-        };
+        let (widened, newest) = lock(&self.slot(kind).subscription).ask(names, now);
         if widened {
             self.send(Command::Resubscribe(kind));
         }
-        self.slot(kind).state.subscribe()
+        let settled = now.saturating_duration_since(newest) >= settle;
+        (self.slot(kind).state.subscribe(), settled)
     }
 
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
@@ -202,16 +239,13 @@ impl Session {
         for kind in ResourceType::ALL {
             let narrowed = {
                 let mut sub = lock(&self.slot(kind).subscription);
-                let before = (sub.wildcard_seen.is_some(), sub.names.len());
-                let fresh = |seen: &Instant| now.saturating_duration_since(*seen) < ttl;
-                sub.names.retain(|_, seen| fresh(seen));
-                let kept: BTreeSet<String> = sub.names.keys().cloned().collect();
-                sub.names_since.retain(|name, _| kept.contains(name));
-                if sub.wildcard_seen.is_some_and(|seen| !fresh(&seen)) {
-                    sub.wildcard_seen = None;
-                    sub.wildcard_since = None;
+                let before = (sub.wildcard.is_some(), sub.names.len());
+                let fresh = |i: &Interest| now.saturating_duration_since(i.last) < ttl;
+                sub.names.retain(|_, interest| fresh(interest));
+                if sub.wildcard.as_ref().is_some_and(|i| !fresh(i)) {
+                    sub.wildcard = None;
                 }
-                before != (sub.wildcard_seen.is_some(), sub.names.len())
+                before != (sub.wildcard.is_some(), sub.names.len())
             };
             if narrowed {
                 self.send(Command::Resubscribe(kind));
@@ -219,28 +253,11 @@ impl Session {
         }
     }
 
-    /// Whether every part of `names` was first asked for at least `settle`
-    /// ago: a request for them need not wait for the upstream to prove it
-    /// answered (servers send nothing for names that do not exist; waiting
-    /// the first-response timeout on every poll would outlast Envoy's 1 s
-    /// request timeout). The first polls after a subscription still wait.
-    pub fn settled(&self, kind: ResourceType, names: &Names, settle: Duration) -> bool {
-        let now = Instant::now();
-        let old = |since: Option<&Instant>| {
-            since.is_some_and(|t| now.saturating_duration_since(*t) >= settle)
-        };
-        let sub = lock(&self.slot(kind).subscription);
-        match names {
-            Names::Wildcard => old(sub.wildcard_since.as_ref()),
-            Names::Named(set) => set.iter().all(|n| old(sub.names_since.get(n))),
-        }
-    }
-
     /// The subscription to send upstream for `kind`, or `None` if no client
     /// has asked for it.
     pub fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
         let sub = lock(&self.slot(kind).subscription);
-        (sub.wildcard_seen.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
+        (sub.wildcard.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
     }
 
     /// Names to put in a SotW request: empty for a plain wildcard, `*` plus
@@ -342,9 +359,9 @@ mod tests {
             IdentityKey::of(None, crate::config::SessionKey::Node),
             Node::default(),
         );
-        s.want(ResourceType::Endpoints, &names(&["a"]));
-        s.want(ResourceType::Endpoints, &names(&["a"]));
-        s.want(ResourceType::Endpoints, &names(&["a", "b"]));
+        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE);
+        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE);
+        s.want(ResourceType::Endpoints, &names(&["a", "b"]), SETTLE);
         assert_eq!(
             rx.try_recv().unwrap(),
             Command::Resubscribe(ResourceType::Endpoints)
@@ -367,6 +384,44 @@ mod tests {
             Command::Resubscribe(ResourceType::Endpoints)
         );
         assert!(s.subscription(ResourceType::Endpoints).is_none());
+    }
+
+    #[test]
+    fn ask_reports_widening_and_the_newest_first_ask() {
+        let mut sub = Subscription::default();
+        let t0 = Instant::now();
+        let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        assert_eq!(sub.ask(&names(&["a"]), t0), (true, t0));
+        assert_eq!(
+            sub.ask(&names(&["a"]), t1),
+            (false, t0),
+            "first ask is kept"
+        );
+        // a new name is as young as it gets, whatever its companions
+        assert_eq!(sub.ask(&names(&["a", "b"]), t2), (true, t2));
+        assert_eq!(sub.ask(&Names::Wildcard, t1), (true, t1));
+        assert_eq!(sub.ask(&Names::Wildcard, t2), (false, t1));
+        assert_eq!(sub.names["a"].last, t2, "last ask is updated");
+    }
+
+    #[tokio::test]
+    async fn want_says_whether_the_names_are_settled() {
+        let (s, _rx) = Session::new(
+            IdentityKey::of(None, crate::config::SessionKey::Node),
+            Node::default(),
+        );
+        assert!(
+            !s.want(
+                ResourceType::Endpoints,
+                &names(&["a"]),
+                Duration::from_secs(3600)
+            )
+            .1
+        );
+        assert!(
+            s.want(ResourceType::Endpoints, &names(&["a"]), Duration::ZERO)
+                .1
+        );
     }
 
     #[tokio::test]
@@ -392,7 +447,7 @@ mod tests {
             IdentityKey::of(None, crate::config::SessionKey::Node),
             Node::default(),
         );
-        let rx = s.want(ResourceType::Clusters, &Names::Wildcard);
+        let (rx, _) = s.want(ResourceType::Clusters, &Names::Wildcard, SETTLE);
         assert!(
             wait_for_coverage(rx, &Names::Wildcard, Duration::from_secs(5))
                 .await
