@@ -122,18 +122,23 @@ impl Fetcher {
             names: names.clone(),
             version: version.to_owned(),
         };
-        let request = DiscoveryRequest {
-            version_info: version.to_owned(),
-            node: Some((*node).clone()),
-            resource_names: match names {
-                Names::Wildcard => Vec::new(),
-                Names::Named(set) => set.iter().cloned().collect(),
-            },
-            type_url: kind.type_url().to_owned(),
-            ..Default::default()
+        // Built only on a memo miss: the node (hundreds of extensions) is
+        // not copied for the polls a memoised answer serves.
+        let call = async {
+            let request = DiscoveryRequest {
+                version_info: version.to_owned(),
+                node: Some((*node).clone()),
+                resource_names: match names {
+                    Names::Wildcard => Vec::new(),
+                    Names::Named(set) => set.iter().cloned().collect(),
+                },
+                type_url: kind.type_url().to_owned(),
+                ..Default::default()
+            };
+            self.call(kind, request).await
         };
         self.answers
-            .try_get_with(key, self.call(kind, request))
+            .try_get_with(key, call)
             .await
             .map_err(|e| (*e).clone())
     }
