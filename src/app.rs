@@ -1,5 +1,6 @@
-//! Wires a [`Config`] into the cache, the upstream sessions and the two
-//! servers, and runs them until shutdown.
+//! Wires a [`Config`] into the cache, the source and the two servers, and
+//! runs them until shutdown. The one place that chooses what kind of
+//! [`Source`] feeds the gateway ([`build_source`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,13 +10,16 @@ use tracing::info;
 
 use crate::admin::{self, Admin};
 use crate::cache::Renderer;
-use crate::config::Config;
+use crate::config::{Config, UpstreamMode};
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
-use crate::source::fetch::Fetcher;
-use crate::source::file::{FileSource, Origin};
-use crate::source::{Readiness, Registry, SourceError, Upstream, UpstreamContext};
+use crate::source::{
+    AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Sessions, SotwFeeder, Source,
+    UpstreamContext,
+};
 use crate::xds::{Codec, JsonError};
+
+pub use crate::source::StartError;
 
 /// Why the gateway could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -23,14 +27,14 @@ pub enum AppError {
     #[error(transparent)]
     Descriptors(#[from] JsonError),
     #[error(transparent)]
-    Source(#[from] SourceError),
+    Upstream(#[from] StartError),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
 
 /// Serves REST on `listener` and admin on `admin_listener` until `shutdown`
 /// resolves; then stops accepting, lets in-flight requests finish, and closes
-/// every upstream session.
+/// the source (every upstream session).
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -40,56 +44,14 @@ pub async fn run(
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
     let renderer = Renderer::new(codec);
     let metrics = Arc::new(Metrics::new());
-    let ready = Arc::new(Readiness::default());
-    let upstream = match &config.upstream {
-        Some(uri) => Upstream::Grpc(Arc::new(UpstreamContext::new(
-            &config,
-            uri,
-            renderer.clone(),
-            metrics.clone(),
-            ready.clone(),
-        )?)),
-        None => {
-            let origin = match &config.snapshot {
-                Some(dir) => Origin::Dir(dir.clone()),
-                None => Origin::EmbeddedDemo,
-            };
-            Upstream::Snapshot(FileSource::start(origin, renderer.clone(), ready.clone()))
-        }
-    };
-    let fetcher = match &upstream {
-        Upstream::Grpc(ctx) => Some(Arc::new(Fetcher::new(ctx.clone(), config.fetch_cache_ttl))),
-        Upstream::Snapshot(_) => None,
-    };
-    if let (Upstream::Grpc(ctx), Some(fetcher)) = (&upstream, &fetcher) {
-        if ctx.mode().is_none() {
-            tokio::spawn(crate::source::resolve_auto_mode(
-                ctx.clone(),
-                fetcher.clone(),
-            ));
-        }
-    }
-    let config = Arc::new(config);
-    let registry = Arc::new(Registry::new(
-        upstream.clone(),
+    let source = build_source(&config, &renderer, &metrics)?;
+    let gateway = Arc::new(Gateway::new(
+        Arc::new(config),
+        source.clone(),
         renderer,
         metrics.clone(),
-        &config,
     ));
-    let sweeper = registry.spawn_sweeper();
-    let gateway = Arc::new(Gateway {
-        config: config.clone(),
-        registry: registry.clone(),
-        metrics: metrics.clone(),
-        parsed: http::parsed::ParsedRequests::new(config.session_key),
-        fetcher,
-    });
-    let admin_state = Arc::new(Admin {
-        ready,
-        metrics,
-        registry: registry.clone(),
-        upstream,
-    });
+    let admin_state = Arc::new(Admin::new(source.clone(), metrics));
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -105,7 +67,65 @@ pub async fn run(
     let admin = axum::serve(admin_listener, admin::router(admin_state))
         .with_graceful_shutdown(stopped(stop_rx));
     let result = tokio::try_join!(async { rest.await }, async { admin.await });
-    sweeper.abort();
-    registry.close_all();
+    source.close();
     result.map(|_| ()).map_err(AppError::from)
+}
+
+/// What feeds the gateway: the snapshot without `--upstream`, else the
+/// upstream in the configured mode (`auto` probes, then builds the source
+/// of the mode it finds with [`grpc_source`]).
+fn build_source(
+    config: &Config,
+    renderer: &Renderer,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<dyn Source>, StartError> {
+    let Some(uri) = &config.upstream else {
+        let origin = match &config.snapshot {
+            Some(dir) => Origin::Dir(dir.clone()),
+            None => Origin::EmbeddedDemo,
+        };
+        let feeder = FileFeeder::start(origin, renderer.clone());
+        return Ok(Sessions::start(
+            feeder,
+            renderer.clone(),
+            metrics.clone(),
+            config,
+        ));
+    };
+    let ctx = UpstreamContext::new(config, uri, renderer.clone(), metrics.clone())?;
+    if config.upstream_mode != UpstreamMode::Auto {
+        return Ok(grpc_source(
+            config.upstream_mode,
+            ctx,
+            config,
+            renderer,
+            metrics,
+        ));
+    }
+    let (config, renderer, metrics) = (config.clone(), renderer.clone(), metrics.clone());
+    let first_wait = config.first_response_timeout;
+    let choose = {
+        let ctx = ctx.clone();
+        Box::new(move |mode| grpc_source(mode, ctx, &config, &renderer, &metrics))
+    };
+    Ok(AutoSource::start(ctx, first_wait, choose))
+}
+
+/// The source for an upstream spoken to in `mode`.
+fn grpc_source(
+    mode: UpstreamMode,
+    ctx: Arc<UpstreamContext>,
+    config: &Config,
+    renderer: &Renderer,
+    metrics: &Arc<Metrics>,
+) -> Arc<dyn Source> {
+    let (renderer, metrics) = (renderer.clone(), metrics.clone());
+    match mode {
+        // The probe never answers auto; SotW is the mode every ADS server has.
+        UpstreamMode::Sotw | UpstreamMode::Auto => {
+            Sessions::start(SotwFeeder::new(ctx), renderer, metrics, config)
+        }
+        UpstreamMode::Delta => Sessions::start(DeltaFeeder::new(ctx), renderer, metrics, config),
+        UpstreamMode::Fetch => Arc::new(FetchSource::new(ctx, config)),
+    }
 }

@@ -4,22 +4,43 @@
 //! gRPC xDS control plane.
 //!
 //! # Layout
-//! - [`app`]: wires config into cache, sources and servers; `run(listeners, shutdown)`.
+//! - [`app`]: wires config into cache, source and servers; `run(listeners, shutdown)`;
+//!   the only place that chooses the kind of source.
 //! - [`config`]: typed configuration from flags, environment and file.
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing, rewrites.
-//! - [`cache`]: versioned states per (node identity, type), rendered resources, assembled bodies.
-//! - [`source`]: upstream sessions, one ADS stream per node identity (fan-in).
-//! - [`http`]: the REST face (`POST /v3/discovery:<type>`) and the error table.
-//! - [`admin`]: `/healthz`, `/readyz`, `/metrics` on a separate listener.
-//! - [`metrics`]: every metric name.
+//! - `cache`: versioned states per (node identity, type), rendered resources, assembled
+//!   bodies, parsed requests, rejection bookkeeping. No I/O.
+//! - `source`: where config comes from, behind one trait (`Source`): sessions fed by a
+//!   SotW or delta ADS stream or by the snapshot, unary fetch, or auto (probe, then one of those).
+//! - `http`: the REST face (`/v3/discovery:<type>`) and the one error table.
+//! - `admin`: `/healthz`, `/readyz`, `/metrics` on a separate listener.
+//! - `metrics`: every metric name.
 //!
-//! Dependencies point one way: `http`, `admin` → `cache` ← `source`; all may use `xds`.
+//! Dependencies point one way: `http`, `admin` → `source` (the `Source` seam
+//! only) → `cache`; `http` and `admin` also read `cache`; all may use `xds`.
+//! Only `app`, `config` and `xds` are public (for the binary, tests and
+//! benchmarks); everything else is crate-private.
+//!
+//! # One poll
+//! ```text
+//! POST /v3/discovery:endpoints ─▶ http::discovery   params, secrets gate, body (size)
+//!   cache::ParsedRequests::parse                    memoised by body bytes: version, names, node identity
+//!   source.poll(kind, request) ─▶ Polled            Sessions: find/create the identity's session, record
+//!                                                   the names (resubscribe upstream), wait bounded for a
+//!                                                   covering state | Fetch: unary Fetch* | Auto: delegate
+//!   polled.answer(renderer, request, target)        rejection bookkeeping, then cache::TypeState::answer:
+//!                                                   304, or the body assembled from pre-rendered resources
+//!   polled.next_change(wait)                        long poll: hold a 304 until the state changes
+//!   http::present                                   JSON / pretty / YAML, ETag, stale header; errors via
+//!                                                   http::error (the one status table)
+//! ```
 
-pub mod admin;
 pub mod app;
-pub mod cache;
 pub mod config;
-pub mod http;
-pub mod metrics;
-pub mod source;
 pub mod xds;
+
+mod admin;
+mod cache;
+mod http;
+mod metrics;
+mod source;

@@ -16,18 +16,22 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::metrics::Metrics;
-use crate::source::{Readiness, Registry, Upstream};
+use crate::source::Source;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
-pub struct Admin {
-    pub ready: Arc<Readiness>,
-    pub metrics: Arc<Metrics>,
-    pub registry: Arc<Registry>,
-    pub upstream: Upstream,
+pub(crate) struct Admin {
+    source: Arc<dyn Source>,
+    metrics: Arc<Metrics>,
 }
 
-pub fn router(admin: Arc<Admin>) -> Router {
+impl Admin {
+    pub(crate) fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Admin {
+        Admin { source, metrics }
+    }
+}
+
+pub(crate) fn router(admin: Arc<Admin>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -36,23 +40,14 @@ pub fn router(admin: Arc<Admin>) -> Router {
 }
 
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
-    let ready = admin.ready.is_ready();
-    let (source, problems) = match &admin.upstream {
-        Upstream::Grpc(ctx) => {
-            let mode = ctx.mode().map_or_else(
-                || "auto: probing".to_owned(),
-                |m| format!("{m:?}").to_lowercase(),
-            );
-            (format!("gRPC upstream {} ({mode})", ctx.uri), Vec::new())
-        }
-        Upstream::Snapshot(file) => (file.origin().to_string(), file.problems()),
-    };
+    let status = admin.source.status();
+    let ready = status.ready;
     let body = serde_json::json!({
         "ready": ready,
-        "source": source,
-        "problems": problems,
-        "sessions": admin.registry.len(),
-        "stale_sessions": admin.registry.stale_count(),
+        "source": status.description,
+        "problems": status.problems,
+        "sessions": status.sessions,
+        "stale_sessions": status.stale_sessions,
         "upstream_streams_open": admin.metrics.streams_open(),
     });
     let status = if ready {
@@ -71,7 +66,7 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     admin
         .metrics
-        .set_stale_sessions(admin.registry.stale_count());
+        .set_stale_sessions(admin.source.status().stale_sessions);
     let mut response = admin.metrics.encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -1,11 +1,16 @@
 //! What the gateway knows now: per (node identity, type) versioned states,
 //! resources rendered once per content version, assembled response bodies,
-//! and the bookkeeping that spots rejections. No network I/O.
+//! parsed request bodies, and the bookkeeping that spots rejections. No
+//! network I/O, no HTTP.
 
-pub mod rejection;
-pub mod resource;
-pub mod state;
+mod identity;
+mod rejection;
+mod request;
+mod resource;
+mod state;
 
-pub use rejection::{RejectionTracker, Suspicion};
-pub use resource::{Renderer, Resource};
-pub use state::{Answer, Coverage, Names, TypeState};
+pub(crate) use identity::IdentityKey;
+pub(crate) use rejection::{RejectionTracker, Suspicion};
+pub(crate) use request::{ParsedRequest, ParsedRequests};
+pub(crate) use resource::{Renderer, Resource};
+pub(crate) use state::{Answer, Coverage, Names, TypeState};

@@ -1,4 +1,7 @@
-//! The one error → HTTP status table of the REST face.
+//! The one error → HTTP status table of the REST face: [`ApiError`], and the
+//! `From` impls that bring every other error into it (the request body, the
+//! request's JSON, the source, a render). Nothing else in `http` decides a
+//! status for an error.
 //!
 //! Every error body is a `google.rpc.Status`-shaped JSON object,
 //! `{"code": <google.rpc.Code number>, "message": "<what was wrong>"}`, so a
@@ -7,6 +10,13 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+
+use super::body::BodyError;
+use crate::source::SourceError;
+use crate::xds::{JsonError, RequestError};
+
+/// Seconds a 503 asks the client to wait before retrying.
+const RETRY_AFTER_SECS: u64 = 1;
 
 /// google.rpc.Code numbers used here.
 mod code {
@@ -20,7 +30,7 @@ mod code {
 
 /// Everything a REST request can fail with.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -43,7 +53,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -64,6 +74,55 @@ impl ApiError {
             ApiError::Unavailable { .. } => code::UNAVAILABLE,
             ApiError::Internal(_) => code::INTERNAL,
         }
+    }
+}
+
+impl ApiError {
+    /// A 503 for a condition expected to pass.
+    fn unavailable(message: String) -> ApiError {
+        ApiError::Unavailable {
+            message,
+            retry_after_secs: RETRY_AFTER_SECS,
+        }
+    }
+}
+
+impl From<SourceError> for ApiError {
+    fn from(err: SourceError) -> ApiError {
+        match err {
+            SourceError::InvalidNode(_) => ApiError::BadRequest(err.to_string()),
+            SourceError::NoUpstream { .. } => ApiError::NotImplemented(err.to_string()),
+            SourceError::TooManySessions { .. }
+            | SourceError::NotLoaded { .. }
+            | SourceError::Probing
+            | SourceError::NoAnswer { .. }
+            | SourceError::Upstream(_) => ApiError::unavailable(err.to_string()),
+        }
+    }
+}
+
+impl From<BodyError> for ApiError {
+    fn from(err: BodyError) -> ApiError {
+        match err {
+            BodyError::TooLarge { limit } => ApiError::BodyTooLarge { limit },
+            BodyError::Unreadable(_) | BodyError::Invalid(_) => {
+                ApiError::BadRequest(err.to_string())
+            }
+        }
+    }
+}
+
+/// A discovery request body that is not a `DiscoveryRequest`.
+impl From<RequestError> for ApiError {
+    fn from(err: RequestError) -> ApiError {
+        ApiError::BadRequest(err.to_string())
+    }
+}
+
+/// A render failure is the gateway's own: states were validated on arrival.
+impl From<JsonError> for ApiError {
+    fn from(err: JsonError) -> ApiError {
+        ApiError::Internal(format!("rendering failed: {err}"))
     }
 }
 

@@ -10,46 +10,61 @@
 //!
 //! Anything else is a JSON 404 that names the closest valid path, or a JSON
 //! 405 for a known path with the wrong method. Only this module and `admin`
-//! know axum and status codes.
+//! know axum and status codes; what answers a poll is the [`Source`]'s
+//! business, whichever kind it is.
 
-pub mod discovery;
-pub mod error;
-pub mod fetched;
-pub mod parsed;
-pub mod passthrough;
-pub mod present;
+mod body;
+mod discovery;
+mod error;
+mod passthrough;
+mod present;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::cache::{ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::source::Registry;
-use crate::xds::resource_type::PATH_PREFIX;
+use crate::source::Source;
+use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
-pub use error::ApiError;
+use error::ApiError;
 
 /// What every handler shares.
 #[derive(Debug)]
-pub struct Gateway {
-    pub config: Arc<Config>,
-    pub registry: Arc<Registry>,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct Gateway {
+    config: Arc<Config>,
+    source: Arc<dyn Source>,
+    renderer: Renderer,
+    metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
-    pub parsed: parsed::ParsedRequests,
-    /// Unary calls to a gRPC upstream (HDS/CSDS pass-through; every
-    /// discovery request too in fetch mode). None with a snapshot source.
-    pub fetcher: Option<Arc<crate::source::fetch::Fetcher>>,
+    parsed: ParsedRequests,
+}
+
+impl Gateway {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        source: Arc<dyn Source>,
+        renderer: Renderer,
+        metrics: Arc<Metrics>,
+    ) -> Gateway {
+        Gateway {
+            parsed: ParsedRequests::new(config.session_key),
+            config,
+            source,
+            renderer,
+            metrics,
+        }
+    }
 }
 
 /// The REST router over `gateway`.
-pub fn router(gateway: Arc<Gateway>) -> Router {
-    let limit = gateway.config.max_body_bytes;
+pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     let mut router = Router::new();
     for kind in ResourceType::ALL {
         let path = Endpoint::Discovery(kind).path();
@@ -59,7 +74,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                 move |State(gw): State<Arc<Gateway>>,
                       headers: HeaderMap,
                       Query(query): Query<HashMap<String, String>>,
-                      body| { discovery::handle(gw, kind, headers, query, body) },
+                      body| {
+                    discovery::handle_post(gw, kind, headers, query, body)
+                },
             )
             .get(
                 move |State(gw): State<Arc<Gateway>>,
@@ -83,12 +100,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     router
         .route("/", get(index))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(gateway)
 }
 
 /// Every (path, method) the router serves (kept in step with openapi/ by a test).
-pub fn served_routes() -> Vec<(String, &'static str)> {
+#[cfg(test)]
+fn served_routes() -> Vec<(String, &'static str)> {
     let mut routes = vec![("/".to_owned(), "get")];
     for kind in ResourceType::ALL {
         let path = Endpoint::Discovery(kind).path();

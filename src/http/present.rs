@@ -13,14 +13,14 @@ use super::error::ApiError;
 
 /// How the client wants the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Presentation {
-    pub pretty: bool,
-    pub yaml: bool,
+pub(super) struct Presentation {
+    pretty: bool,
+    yaml: bool,
 }
 
 impl Presentation {
     /// From `?pretty`, `?format=json|yaml` and the `Accept` header.
-    pub fn from_request(
+    pub(super) fn from_request(
         query: &HashMap<String, String>,
         headers: &HeaderMap,
     ) -> Result<Presentation, ApiError> {
@@ -55,7 +55,7 @@ impl Presentation {
     }
 
     /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
-    pub fn ok(self, json: Bytes, version: &str) -> Result<Response, ApiError> {
+    pub(super) fn ok(self, json: Bytes, version: &str) -> Result<Response, ApiError> {
         let (body, content_type) = if self.yaml {
             let value: serde_json::Value = parse(&json)?;
             let text = serde_yaml_ng::to_string(&value)
@@ -79,7 +79,7 @@ impl Presentation {
     }
 
     /// A 304 with an empty body.
-    pub fn not_modified(version: &str) -> Response {
+    pub(super) fn not_modified(version: &str) -> Response {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
         set_etag(&mut response, version);
         response
@@ -100,7 +100,7 @@ fn set_etag(response: &mut Response, version: &str) {
 }
 
 /// The version inside an `If-None-Match` value (`"v"`, `W/"v"` or `v`).
-pub fn version_from_if_none_match(headers: &HeaderMap) -> Option<String> {
+pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Option<String> {
     let raw = headers.get(header::IF_NONE_MATCH)?.to_str().ok()?.trim();
     let raw = raw.strip_prefix("W/").unwrap_or(raw);
     Some(raw.trim_matches('"').to_owned())

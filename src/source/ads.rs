@@ -1,27 +1,27 @@
-//! The upstream side of one session: a SotW `StreamAggregatedResources`
-//! stream to the control plane.
+//! The SotW feeder: one `StreamAggregatedResources` stream per session,
+//! driven by [`super::stream`].
 //!
-//! The task sends the session's subscriptions (node on the first request of
-//! each stream), decodes and renders every response off the async threads,
+//! The protocol sends the session's subscriptions (node on the first request
+//! of each stream), decodes and renders every response off the async threads,
 //! publishes what decoded into the session and ACKs it, NACKs with an
 //! `error_detail` what did not (keeping the last good state), and forwards
-//! suspected REST rejections as NACKs. When the stream breaks it reconnects
-//! with jittered exponential backoff and resubscribes, presenting the versions
-//! it holds; the session keeps serving its last state meanwhile.
+//! suspected REST rejections as NACKs. On a new stream it resubscribes,
+//! presenting the versions it holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::rpc::Status;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::{debug, info, warn, Instrument};
+use tonic::Streaming;
+use tracing::{debug, warn};
 
 use super::decode::decode_all_off_thread;
-use super::reconnect::{backoff, StreamError, StreamGuard, INVALID_ARGUMENT, OUTBOUND_QUEUE};
+use super::registry::Feeder;
 use super::session::{Command, Session};
+use super::stream::{self, nack_detail, AdsClient, Protocol};
 use super::UpstreamContext;
 use crate::cache::{Coverage, TypeState};
 use crate::xds::ResourceType;
@@ -29,46 +29,51 @@ use crate::xds::ResourceType;
 /// Subscriptions remembered per type and stream (see [`SentLog`]).
 const SENT_LOG_MAX: usize = 64;
 
+/// Feeds each session from its own SotW ADS stream.
+#[derive(Debug)]
+pub(crate) struct SotwFeeder {
+    ctx: Arc<UpstreamContext>,
+}
+
+impl SotwFeeder {
+    pub(crate) fn new(ctx: Arc<UpstreamContext>) -> SotwFeeder {
+        SotwFeeder { ctx }
+    }
+}
+
+impl Feeder for SotwFeeder {
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()> {
+        let protocol = Sotw {
+            ctx: self.ctx.clone(),
+            session: session.clone(),
+            acked: BTreeMap::new(),
+            stream: StreamState::default(),
+        };
+        tokio::spawn(stream::run(self.ctx.clone(), session, commands, protocol))
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ctx.has_answered()
+    }
+
+    fn describe(&self) -> String {
+        format!("gRPC upstream {} (sotw)", self.ctx.uri)
+    }
+
+    fn upstream(&self) -> Option<&UpstreamContext> {
+        Some(&self.ctx)
+    }
+}
+
 /// Last response seen per type: what ACKs and reconnects present.
 #[derive(Debug, Default, Clone)]
 struct Acked {
     version: String,
     nonce: String,
-}
-
-/// Runs the session's upstream stream until the session closes.
-pub async fn run(
-    ctx: Arc<UpstreamContext>,
-    session: Arc<Session>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let span =
-        tracing::info_span!("upstream", node = %session.node.id, cluster = %session.node.cluster);
-    async move {
-        let mut acked: BTreeMap<ResourceType, Acked> = BTreeMap::new();
-        let mut failures = 0u32;
-        loop {
-            let mut stream = Stream::new(&ctx, &session, &mut acked);
-            let result = stream.run(&mut commands).await;
-            let answered = stream.answered;
-            match result {
-                Ok(()) => return,
-                Err(err) => {
-                    session.mark_stale();
-                    failures = if answered {
-                        1
-                    } else {
-                        failures.saturating_add(1)
-                    };
-                    let delay = backoff(failures);
-                    warn!(error = %err, retry_in = ?delay, "upstream stream ended");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
-    }
-    .instrument(span)
-    .await
 }
 
 /// The subscriptions sent for one type on one stream, for telling which of
@@ -137,79 +142,59 @@ impl SentLog {
     }
 }
 
-/// One stream's worth of state.
-struct Stream<'a> {
-    ctx: &'a UpstreamContext,
-    session: &'a Session,
-    acked: &'a mut BTreeMap<ResourceType, Acked>,
+/// What belongs to one stream.
+#[derive(Debug, Default)]
+struct StreamState {
     /// Subscription sent last per type.
     sent: BTreeMap<ResourceType, Coverage>,
     /// Every subscription sent per type, to label responses with.
     sent_log: BTreeMap<ResourceType, SentLog>,
     node_sent: bool,
-    answered: bool,
 }
 
-impl<'a> Stream<'a> {
-    fn new(
-        ctx: &'a UpstreamContext,
-        session: &'a Session,
-        acked: &'a mut BTreeMap<ResourceType, Acked>,
-    ) -> Self {
-        Stream {
-            ctx,
-            session,
-            acked,
-            sent: BTreeMap::new(),
-            sent_log: BTreeMap::new(),
-            node_sent: false,
-            answered: false,
-        }
+/// The SotW protocol of one session.
+struct Sotw {
+    ctx: Arc<UpstreamContext>,
+    session: Arc<Session>,
+    acked: BTreeMap<ResourceType, Acked>,
+    stream: StreamState,
+}
+
+impl Protocol for Sotw {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    const MODE: &'static str = "sotw";
+
+    fn start_stream(&mut self) -> Vec<DiscoveryRequest> {
+        self.stream = StreamState::default();
+        ResourceType::ALL
+            .into_iter()
+            .filter_map(|kind| self.subscribe(kind))
+            .collect()
     }
 
-    /// Ok when the session closed (commands channel gone); Err when the stream broke.
-    async fn run(
+    async fn open(
+        mut client: AdsClient,
+        request: tonic::Request<ReceiverStream<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Streaming<DiscoveryResponse>>, tonic::Status> {
+        client.stream_aggregated_resources(request).await
+    }
+
+    fn type_url(response: &DiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    async fn response(
         &mut self,
-        commands: &mut mpsc::UnboundedReceiver<Command>,
-    ) -> Result<(), StreamError> {
-        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-        for kind in ResourceType::ALL {
-            self.subscribe(kind, &tx).await;
-        }
-        let mut client = AggregatedDiscoveryServiceClient::new(self.ctx.channel.clone())
-            .max_decoding_message_size(self.ctx.max_message_bytes)
-            .max_encoding_message_size(self.ctx.max_message_bytes);
-        let call = client.stream_aggregated_resources(self.ctx.request(ReceiverStream::new(rx)));
-        tokio::pin!(call);
-        // Commands may arrive before the response headers do.
-        let mut inbound = loop {
-            tokio::select! {
-                response = &mut call => break response?.into_inner(),
-                command = commands.recv() => match command {
-                    Some(command) => self.command(command, &tx).await,
-                    None => return Ok(()),
-                },
-            }
-        };
-        let _open = StreamGuard::open(self.ctx);
-        info!("upstream stream open");
-        loop {
-            tokio::select! {
-                message = inbound.message() => match message? {
-                    Some(response) => self.response(response, &tx).await,
-                    None => return Err(StreamError::Closed),
-                },
-                command = commands.recv() => match command {
-                    Some(command) => self.command(command, &tx).await,
-                    None => return Ok(()),
-                },
-            }
-        }
+        kind: ResourceType,
+        response: DiscoveryResponse,
+    ) -> Vec<DiscoveryRequest> {
+        self.take(kind, response).await
     }
 
-    async fn command(&mut self, command: Command, tx: &mpsc::Sender<DiscoveryRequest>) {
+    fn command(&mut self, command: Command) -> Vec<DiscoveryRequest> {
         match command {
-            Command::Resubscribe(kind) => self.subscribe(kind, tx).await,
+            Command::Resubscribe(kind) => self.subscribe(kind).into_iter().collect(),
             Command::Nack {
                 kind,
                 presented,
@@ -220,32 +205,33 @@ impl<'a> Stream<'a> {
                     .get(&kind)
                     .map(|a| a.nonce.clone())
                     .unwrap_or_default();
-                let request = self.request(kind, presented, nonce, Some(message));
                 self.ctx.metrics.nack(kind);
-                let _ = tx.send(request).await;
+                vec![self.request(kind, presented, nonce, Some(message))]
             }
         }
     }
+}
 
-    /// Sends the session's current subscription for `kind`, if it has one.
-    async fn subscribe(&mut self, kind: ResourceType, tx: &mpsc::Sender<DiscoveryRequest>) {
+impl Sotw {
+    /// The request sending the session's current subscription for `kind`,
+    /// if it has one that this stream was not sent yet.
+    fn subscribe(&mut self, kind: ResourceType) -> Option<DiscoveryRequest> {
         let Some(coverage) = self.session.subscription(kind) else {
-            if self.sent.remove(&kind).is_some() {
+            if self.stream.sent.remove(&kind).is_some() {
                 // Nobody wants this type any more: an explicit empty, non-wildcard
                 // subscription is not expressible in SotW, so say nothing and
                 // ignore what still arrives for it.
                 debug!(%kind, "interest dropped");
             }
-            return;
+            return None;
         };
-        if self.sent.get(&kind) == Some(&coverage) {
-            return;
+        if self.stream.sent.get(&kind) == Some(&coverage) {
+            return None;
         }
-        self.sent.insert(kind, coverage.clone());
-        self.sent_log.entry(kind).or_default().push(coverage);
+        self.stream.sent.insert(kind, coverage.clone());
+        self.stream.sent_log.entry(kind).or_default().push(coverage);
         let acked = self.acked.get(&kind).cloned().unwrap_or_default();
-        let request = self.request(kind, acked.version, acked.nonce, None);
-        let _ = tx.send(request).await;
+        Some(self.request(kind, acked.version, acked.nonce, None))
     }
 
     fn request(
@@ -256,35 +242,30 @@ impl<'a> Stream<'a> {
         error: Option<String>,
     ) -> DiscoveryRequest {
         let names = self
+            .stream
             .sent
             .get(&kind)
             .map(Session::request_names)
             .unwrap_or_default();
-        let node = (!self.node_sent).then(|| self.session.node.clone());
-        self.node_sent = true;
+        let node = (!self.stream.node_sent).then(|| self.session.node.clone());
+        self.stream.node_sent = true;
         DiscoveryRequest {
             version_info: version,
             node,
             resource_names: names,
             type_url: kind.type_url().to_owned(),
             response_nonce: nonce,
-            error_detail: error.map(|message| Status {
-                code: INVALID_ARGUMENT,
-                message,
-                details: Vec::new(),
-            }),
+            error_detail: error.map(nack_detail),
             ..Default::default()
         }
     }
 
-    async fn response(&mut self, response: DiscoveryResponse, tx: &mpsc::Sender<DiscoveryRequest>) {
-        self.answered = true;
-        self.ctx.ready.mark_ready();
-        self.session.mark_fresh();
-        let Some(kind) = ResourceType::from_type_url(&response.type_url) else {
-            warn!(type_url = %response.type_url, "response for a type the gateway does not serve");
-            return;
-        };
+    /// Decodes a response; publishes and ACKs it, or NACKs it whole.
+    async fn take(
+        &mut self,
+        kind: ResourceType,
+        response: DiscoveryResponse,
+    ) -> Vec<DiscoveryRequest> {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
@@ -292,8 +273,9 @@ impl<'a> Stream<'a> {
             Ok(resources) => {
                 debug!(%kind, %version, count = resources.len(), "accepted");
                 let names: BTreeSet<&str> = resources.keys().map(String::as_str).collect();
-                let coverage = match self.sent.get(&kind) {
+                let coverage = match self.stream.sent.get(&kind) {
                     Some(_) => self
+                        .stream
                         .sent_log
                         .entry(kind)
                         .or_default()
@@ -308,11 +290,15 @@ impl<'a> Stream<'a> {
                     resources,
                     coverage,
                 ));
-                self.acked.insert(kind, Acked { version, nonce });
-                let acked = self.acked[&kind].clone();
-                let request = self.request(kind, acked.version, acked.nonce, None);
+                self.acked.insert(
+                    kind,
+                    Acked {
+                        version: version.clone(),
+                        nonce: nonce.clone(),
+                    },
+                );
                 self.ctx.metrics.ack(kind);
-                let _ = tx.send(request).await;
+                vec![self.request(kind, version, nonce, None)]
             }
             Err(reason) => {
                 warn!(%kind, %version, %reason, "rejected upstream response (NACK)");
@@ -321,9 +307,8 @@ impl<'a> Stream<'a> {
                     .get(&kind)
                     .map(|a| a.version.clone())
                     .unwrap_or_default();
-                let request = self.request(kind, previous, nonce, Some(reason));
                 self.ctx.metrics.nack(kind);
-                let _ = tx.send(request).await;
+                vec![self.request(kind, previous, nonce, Some(reason))]
             }
         }
     }

@@ -1,21 +1,25 @@
-//! Turning the resources of an upstream response into rendered
-//! [`Resource`]s: unwraps `envoy.service.discovery.v3.Resource` (TTL)
-//! wrappers, checks every type URL, and renders (memoised by digest). A
-//! response is accepted or rejected as a whole, as Envoy does.
+//! Decoding what arrives: the resources of an upstream response into
+//! rendered [`Resource`]s (unwrapping `envoy.service.discovery.v3.Resource`
+//! TTL wrappers, checking every type URL, rendering memoised by digest; a
+//! response is accepted or rejected as a whole, as Envoy does), and a REST
+//! request's `node` into the protobuf `Node` sent upstream.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
+use super::SourceError;
 use crate::cache::{Renderer, Resource};
+use crate::xds::raw_node;
 use crate::xds::ResourceType;
 
 const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 /// Decodes one resource of `kind`; the error says why not.
-pub fn decode_one(
+pub(super) fn decode_one(
     renderer: &Renderer,
     kind: ResourceType,
     any: Any,
@@ -43,7 +47,7 @@ pub fn decode_one(
 }
 
 /// Decodes every resource; the first failure fails them all.
-pub fn decode_all(
+pub(super) fn decode_all(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
@@ -60,7 +64,7 @@ pub fn decode_all(
 }
 
 /// [`decode_all`] on a blocking thread (big responses take a while to render).
-pub async fn decode_all_off_thread(
+pub(super) async fn decode_all_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
@@ -69,4 +73,16 @@ pub async fn decode_all_off_thread(
     tokio::task::spawn_blocking(move || decode_all(&renderer, kind, anys))
         .await
         .unwrap_or_else(|e| Err(format!("decoder task failed: {e}")))
+}
+
+/// The request body's `node` as a protobuf `Node` (empty if absent).
+pub(super) fn decode_node(renderer: &Renderer, body: &[u8]) -> Result<Node, SourceError> {
+    let raw = raw_node(body).map_err(|e| SourceError::InvalidNode(e.to_string()))?;
+    let Some(raw) = raw else {
+        return Ok(Node::default());
+    };
+    renderer
+        .codec()
+        .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
+        .map_err(|e| SourceError::InvalidNode(e.to_string()))
 }

@@ -1,35 +1,56 @@
-//! Fetch mode: each REST request proxied to the type's unary `Fetch*` RPC
-//! (go-control-plane, rust-control-plane), and the unary pass-through of
-//! HDS (`FetchHealthCheck`) and CSDS (`FetchClientStatus`).
+//! Fetch mode as a [`Source`]: each poll answered by the type's unary
+//! `Fetch*` RPC (go-control-plane, rust-control-plane), without sessions.
 //!
-//! "Already up to date" answers become [`FetchAnswer::UpToDate`] (a 304):
-//! go-control-plane sends gRPC UNKNOWN with a message starting "skip fetch",
-//! rust-control-plane ALREADY_EXISTS. Concurrent identical requests share
-//! one upstream call, and answers are kept for `--fetch-cache-ttl` so a burst
-//! of identical polls costs one call. Errors are never cached.
+//! - "Already up to date" is a 304: go-control-plane answers gRPC UNKNOWN
+//!   with a message starting "skip fetch", rust-control-plane ALREADY_EXISTS.
+//! - Concurrent identical polls share one call, and answers are kept for
+//!   `--fetch-cache-ttl`, so a burst of identical polls costs one call.
+//!   Errors are never kept.
+//! - The latest state per (node identity, type, names) is kept while it is
+//!   polled: an answer with the same version and content is answered *from*
+//!   it, so what it served carries over from call to call. That is what
+//!   makes a client presenting the version it was served get a 304 even from
+//!   an upstream that always answers in full, and what rejection tracking
+//!   needs.
+//! - Long polls: nothing pushes in this mode, so a held poll re-fetches
+//!   every TTL (at least [`REFETCH_MIN`]) until the version changes or the
+//!   wait ends.
+//! - Suspected rejections are logged and counted; there is no stream to
+//!   NACK them on.
+//! - Nothing is served stale: an upstream failure is the poll's error.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use http::uri::PathAndQuery;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use moka::future::Cache;
 use tonic::Code;
+use tracing::warn;
 
-use super::decode::decode_all_off_thread;
-use super::{IdentityKey, UpstreamContext};
-use crate::cache::{Coverage, Names, TypeState};
+use super::decode::{decode_all_off_thread, decode_node};
+use super::polled::{record_served, suspect, Current, Feed, Polled};
+use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
+use crate::config::Config;
+use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// How many decoded nodes (one per identity) are kept.
 const NODE_MEMO_ENTRIES: u64 = 10_000;
 /// How many distinct fetch answers are kept (each only for the TTL).
 const ANSWER_MEMO_ENTRIES: u64 = 100_000;
+/// How many latest states (per identity, type and names) are kept.
+const LATEST_ENTRIES: u64 = 100_000;
+/// A held long poll re-fetches at most this often.
+pub(super) const REFETCH_MIN: Duration = Duration::from_millis(250);
 
-/// Why a fetch failed.
+/// Why a unary call failed.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     #[error("upstream {method} failed: {code:?}: {message}")]
     Upstream {
         method: String,
@@ -40,64 +61,150 @@ pub enum FetchError {
     BadAnswer(String),
 }
 
-impl FetchError {
-    /// Whether the upstream answered "unimplemented" (for mode probing).
-    pub fn is_unimplemented(&self) -> bool {
-        matches!(
-            self,
-            FetchError::Upstream {
-                code: Code::Unimplemented,
-                ..
-            }
-        )
-    }
-}
-
 /// The upstream's answer to one discovery fetch.
 #[derive(Debug)]
-pub enum FetchAnswer {
+enum FetchAnswer {
     UpToDate,
     State(Arc<TypeState>),
 }
 
+/// What a state is kept under between calls.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct FetchKey {
+struct StateKey {
     identity: IdentityKey,
     kind: ResourceType,
     names: Names,
+}
+
+/// What an answer is kept under for the TTL (and coalesced by).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct AnswerKey {
+    state: StateKey,
     version: String,
+}
+
+/// Rejection bookkeeping of one identity, per type.
+#[derive(Debug, Default)]
+struct Trackers(BTreeMap<ResourceType, Mutex<RejectionTracker>>);
+
+impl Trackers {
+    fn new() -> Trackers {
+        Trackers(
+            ResourceType::ALL
+                .into_iter()
+                .map(|kind| (kind, Mutex::default()))
+                .collect(),
+        )
+    }
+
+    fn of(&self, kind: ResourceType) -> &Mutex<RejectionTracker> {
+        // Built with every ResourceType.
+        &self.0[&kind]
+    }
 }
 
 /// The fetch proxy.
 #[derive(Debug)]
-pub struct Fetcher {
-    ctx: Arc<UpstreamContext>,
-    answers: Cache<FetchKey, Arc<FetchAnswer>>,
-    nodes: moka::sync::Cache<IdentityKey, Arc<Node>>,
+pub(crate) struct FetchSource {
+    inner: Arc<Fetcher>,
 }
 
-impl Fetcher {
-    pub fn new(ctx: Arc<UpstreamContext>, ttl: Duration) -> Fetcher {
-        Fetcher {
-            ctx,
-            answers: Cache::builder()
-                .max_capacity(ANSWER_MEMO_ENTRIES)
-                .time_to_live(ttl.max(Duration::from_millis(1)))
-                .build(),
-            nodes: moka::sync::Cache::new(NODE_MEMO_ENTRIES),
+#[derive(Debug)]
+struct Fetcher {
+    ctx: Arc<UpstreamContext>,
+    answers: Cache<AnswerKey, Arc<FetchAnswer>>,
+    latest: moka::sync::Cache<StateKey, Arc<TypeState>>,
+    nodes: moka::sync::Cache<IdentityKey, Arc<Node>>,
+    trackers: moka::sync::Cache<IdentityKey, Arc<Trackers>>,
+    refetch_every: Duration,
+    call_timeout: Duration,
+    rejection_threshold: u32,
+}
+
+impl FetchSource {
+    pub(crate) fn new(ctx: Arc<UpstreamContext>, config: &Config) -> FetchSource {
+        let ttl = config.fetch_cache_ttl.max(Duration::from_millis(1));
+        let idle = config.idle_timeout.max(Duration::from_secs(1));
+        FetchSource {
+            inner: Arc::new(Fetcher {
+                ctx,
+                answers: Cache::builder()
+                    .max_capacity(ANSWER_MEMO_ENTRIES)
+                    .time_to_live(ttl)
+                    .build(),
+                latest: moka::sync::Cache::builder()
+                    .max_capacity(LATEST_ENTRIES)
+                    .time_to_idle(idle)
+                    .build(),
+                nodes: moka::sync::Cache::new(NODE_MEMO_ENTRIES),
+                trackers: moka::sync::Cache::builder()
+                    .max_capacity(NODE_MEMO_ENTRIES)
+                    .time_to_idle(idle)
+                    .build(),
+                refetch_every: ttl.max(REFETCH_MIN),
+                call_timeout: config.first_response_timeout,
+                rejection_threshold: config.rejection_threshold,
+            }),
+        }
+    }
+}
+
+impl Source for FetchSource {
+    fn poll<'a>(
+        &'a self,
+        kind: ResourceType,
+        request: &'a ParsedRequest,
+    ) -> BoxFuture<'a, Result<Polled, SourceError>> {
+        let fetcher = &self.inner;
+        async move {
+            let identity = request.identity();
+            let node = fetcher.node(identity, || {
+                decode_node(&fetcher.ctx.renderer, request.body())
+            })?;
+            let key = StateKey {
+                identity: identity.clone(),
+                kind,
+                names: request.names().clone(),
+            };
+            let presented = request.version_info().to_owned();
+            let current = fetcher.current(&key, &node, &presented).await?;
+            let trackers = fetcher
+                .trackers
+                .get_with_by_ref(identity, || Arc::new(Trackers::new()));
+            let feed = FetchFeed {
+                fetcher: fetcher.clone(),
+                key,
+                node,
+                presented,
+                trackers,
+            };
+            Ok(Polled::new(current, Box::new(feed)))
+        }
+        .boxed()
+    }
+
+    fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
+        self.inner.ctx.pass_through(call).boxed()
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            ready: self.inner.ctx.has_answered(),
+            description: format!("gRPC upstream {} (fetch)", self.inner.ctx.uri),
+            ..Status::default()
         }
     }
 
-    pub fn context(&self) -> &UpstreamContext {
-        &self.ctx
-    }
+    fn close(&self) {}
+}
 
+impl Fetcher {
     /// The node of `identity`, decoded from `node()` the first time.
-    pub fn node<E>(
+    fn node(
         &self,
         identity: &IdentityKey,
-        node: impl FnOnce() -> Result<Node, E>,
-    ) -> Result<Arc<Node>, E> {
+        node: impl FnOnce() -> Result<Node, SourceError>,
+    ) -> Result<Arc<Node>, SourceError> {
         if let Some(hit) = self.nodes.get(identity) {
             return Ok(hit);
         }
@@ -106,20 +213,46 @@ impl Fetcher {
         Ok(node)
     }
 
-    /// Fetches `names` of `kind` for `node`, presenting `version`; coalesced
-    /// with identical concurrent requests and memoised for the TTL.
-    pub async fn fetch(
+    /// What answers a poll of `key` presenting `presented`.
+    async fn current(
         &self,
-        identity: &IdentityKey,
-        node: Arc<Node>,
-        kind: ResourceType,
-        names: &Names,
+        key: &StateKey,
+        node: &Arc<Node>,
+        presented: &str,
+    ) -> Result<Current, SourceError> {
+        let answer = tokio::time::timeout(self.call_timeout, self.fetch(key, node, presented))
+            .await
+            .map_err(|_| SourceError::NoAnswer {
+                kind: key.kind,
+                within: self.call_timeout,
+            })??;
+        Ok(match &*answer {
+            FetchAnswer::UpToDate if !presented.is_empty() => {
+                Current::UpToDate(presented.to_owned())
+            }
+            // go-control-plane has version "" for a type missing from its
+            // snapshot, so a first poll is "up to date": there is nothing.
+            FetchAnswer::UpToDate => Current::State(Arc::new(TypeState::new(
+                key.kind,
+                String::new(),
+                String::new(),
+                BTreeMap::new(),
+                Coverage::default(),
+            ))),
+            FetchAnswer::State(state) => Current::State(state.clone()),
+        })
+    }
+
+    /// Fetches `key` presenting `version`; coalesced with identical
+    /// concurrent requests and memoised for the TTL.
+    async fn fetch(
+        &self,
+        key: &StateKey,
+        node: &Arc<Node>,
         version: &str,
     ) -> Result<Arc<FetchAnswer>, FetchError> {
-        let key = FetchKey {
-            identity: identity.clone(),
-            kind,
-            names: names.clone(),
+        let answer_key = AnswerKey {
+            state: key.clone(),
             version: version.to_owned(),
         };
         // Built only on a memo miss: the node (hundreds of extensions) is
@@ -127,82 +260,136 @@ impl Fetcher {
         let call = async {
             let request = DiscoveryRequest {
                 version_info: version.to_owned(),
-                node: Some((*node).clone()),
-                resource_names: match names {
+                node: Some((**node).clone()),
+                resource_names: match &key.names {
                     Names::Wildcard => Vec::new(),
                     Names::Named(set) => set.iter().cloned().collect(),
                 },
-                type_url: kind.type_url().to_owned(),
+                type_url: key.kind.type_url().to_owned(),
                 ..Default::default()
             };
-            self.call(kind, request).await
+            self.call(key, request).await
         };
         self.answers
-            .try_get_with(key, call)
+            .try_get_with(answer_key, call)
             .await
             .map_err(|e| (*e).clone())
     }
 
     async fn call(
         &self,
-        kind: ResourceType,
+        key: &StateKey,
         request: DiscoveryRequest,
     ) -> Result<Arc<FetchAnswer>, FetchError> {
-        let response: DiscoveryResponse = match self.unary(Endpoint::Discovery(kind), request).await
-        {
-            Ok(response) => response,
-            Err(FetchError::Upstream { code, message, .. }) if is_up_to_date(code, &message) => {
-                return Ok(Arc::new(FetchAnswer::UpToDate));
-            }
-            Err(err) => return Err(err),
-        };
-        self.ctx.ready.mark_ready();
+        let kind = key.kind;
+        let response: DiscoveryResponse =
+            match self.ctx.unary(Endpoint::Discovery(kind), request).await {
+                Ok(response) => response,
+                Err(FetchError::Upstream { code, message, .. })
+                    if is_up_to_date(code, &message) =>
+                {
+                    self.ctx.mark_answered();
+                    return Ok(Arc::new(FetchAnswer::UpToDate));
+                }
+                Err(err) => return Err(err),
+            };
+        self.ctx.mark_answered();
         let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources)
             .await
             .map_err(FetchError::BadAnswer)?;
+        if let Some(latest) = self.latest.get(key) {
+            let same = latest.version == response.version_info
+                && latest.resources.len() == resources.len()
+                && latest
+                    .resources
+                    .iter()
+                    .zip(&resources)
+                    .all(|((n1, r1), (n2, r2))| n1 == n2 && r1.digest == r2.digest);
+            if same {
+                return Ok(Arc::new(FetchAnswer::State(latest)));
+            }
+        }
         let coverage = Coverage {
             wildcard: true,
             names: Default::default(),
         };
-        let state = TypeState::new(
+        let state = Arc::new(TypeState::new(
             kind,
             response.version_info,
             response.nonce,
             resources,
             coverage,
-        );
-        Ok(Arc::new(FetchAnswer::State(Arc::new(state))))
+        ));
+        self.latest.insert(key.clone(), state.clone());
+        Ok(Arc::new(FetchAnswer::State(state)))
+    }
+}
+
+/// A poll answered by a fetch: long polls re-fetch, rejections are counted.
+struct FetchFeed {
+    fetcher: Arc<Fetcher>,
+    key: StateKey,
+    node: Arc<Node>,
+    presented: String,
+    trackers: Arc<Trackers>,
+}
+
+impl Feed for FetchFeed {
+    fn next_change<'a>(
+        &'a mut self,
+        seen: &'a Current,
+        wait: Duration,
+    ) -> BoxFuture<'a, Option<Current>> {
+        async move {
+            let seen_version = match seen {
+                Current::State(state) => state.version.as_str(),
+                Current::UpToDate(version) => version.as_str(),
+            };
+            let deadline = tokio::time::Instant::now() + wait;
+            let fetcher = &self.fetcher;
+            loop {
+                let next = (tokio::time::Instant::now() + fetcher.refetch_every).min(deadline);
+                tokio::time::sleep_until(next).await;
+                if next >= deadline {
+                    return None;
+                }
+                match fetcher.fetch(&self.key, &self.node, &self.presented).await {
+                    Ok(answer) => match &*answer {
+                        FetchAnswer::State(state) if state.version != seen_version => {
+                            return Some(Current::State(state.clone()))
+                        }
+                        _ => {}
+                    },
+                    // Answer the poll with what it has; the next poll will
+                    // see the failure.
+                    Err(_) => return None,
+                }
+            }
+        }
+        .boxed()
     }
 
-    /// One unary call to `endpoint`'s Fetch method with prost messages.
-    pub async fn unary<Req, Resp>(
-        &self,
-        endpoint: Endpoint,
-        request: Req,
-    ) -> Result<Resp, FetchError>
-    where
-        Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
-    {
-        let method = format!("/{}/{}", endpoint.service(), endpoint.fetch_method());
-        let fail = |code: Code, message: String| FetchError::Upstream {
-            method: method.clone(),
-            code,
-            message,
+    fn observe(&self, request: &ParsedRequest, state: &TypeState, target: Option<&RestTarget>) {
+        let kind = self.key.kind;
+        let tracker = self.trackers.of(kind);
+        let threshold = self.fetcher.rejection_threshold;
+        let Some(suspicion) = suspect(tracker, request, state, target, threshold) else {
+            return;
         };
-        let path = PathAndQuery::try_from(method.as_str())
-            .map_err(|e| fail(Code::Internal, e.to_string()))?;
-        let mut grpc = tonic::client::Grpc::new(self.ctx.channel.clone())
-            .max_decoding_message_size(self.ctx.max_message_bytes)
-            .max_encoding_message_size(self.ctx.max_message_bytes);
-        grpc.ready()
-            .await
-            .map_err(|e| fail(Code::Unavailable, e.to_string()))?;
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        grpc.unary(self.ctx.request(request), path, codec)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| fail(status.code(), status.message().to_owned()))
+        warn!(
+            node = %request.node_id(), %kind, presented = %suspicion.presented, current = %suspicion.current,
+            polls = suspicion.polls,
+            "suspected rejection: a REST client keeps presenting an older version (fetch mode: no stream to NACK it on)"
+        );
+        self.fetcher.ctx.metrics.suspected_rejection(kind);
+    }
+
+    fn served(&self, state: &TypeState) {
+        record_served(self.trackers.of(self.key.kind), state);
+    }
+
+    fn stale_since(&self) -> Option<SystemTime> {
+        None
     }
 }
 

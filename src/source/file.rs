@@ -1,5 +1,6 @@
-//! The snapshot-directory source (the default when no `--upstream` is
-//! given): loads the directory, watches it, and feeds sessions from it.
+//! The snapshot feeder (the default when no `--upstream` is given): loads
+//! the snapshot directory (or the embedded demo), watches it, and feeds
+//! sessions from it.
 //!
 //! The directory is re-read when any file's size or modification time
 //! changes (checked every [`WATCH_INTERVAL`]). A reload that fails keeps the
@@ -13,21 +14,26 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::polled::lock;
+use super::registry::Feeder;
 use super::session::{Command, Session};
 use super::snapshot::{embedded_demo, snapshot_paths, Snapshot};
-use super::Readiness;
+use super::SourceError;
 use crate::cache::{Coverage, Renderer, TypeState};
 use crate::xds::ResourceType;
 
 /// How often the directory is checked for changes.
-pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Where the snapshot comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// A directory, watched for changes.
     Dir(PathBuf),
     /// The demo compiled into the binary (`examples/demo/`); never changes.
@@ -43,14 +49,21 @@ impl std::fmt::Display for Origin {
     }
 }
 
-/// A snapshot source: a watched directory or the embedded demo.
+/// Feeds sessions from a snapshot: a watched directory or the embedded demo.
 #[derive(Debug)]
-pub struct FileSource {
+pub(crate) struct FileFeeder {
+    source: Arc<FileSource>,
+}
+
+/// The loaded snapshot and the problems of the latest load.
+#[derive(Debug)]
+struct FileSource {
     origin: Origin,
     renderer: Renderer,
     snapshot: watch::Sender<Option<Arc<Snapshot>>>,
     problems: Mutex<Vec<String>>,
-    ready: Arc<Readiness>,
+    /// Set once a snapshot loaded; never unset.
+    loaded_once: AtomicBool,
 }
 
 /// Per snapshot file, in path order: size, modification time and, on Unix,
@@ -58,21 +71,21 @@ pub struct FileSource {
 /// back, so a same-size rewrite with an old mtime is still seen).
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>, (u64, i64, i64))>;
 
-impl FileSource {
-    /// Loads the snapshot now (a failed first load leaves the source empty
+impl FileFeeder {
+    /// Loads the snapshot now (a failed first load leaves the feeder empty
     /// and not ready, with its problems recorded) and, for a directory,
-    /// watches it until every handle to the source is dropped.
-    pub fn start(origin: Origin, renderer: Renderer, ready: Arc<Readiness>) -> Arc<FileSource> {
+    /// watches it until the feeder is dropped.
+    pub(crate) fn start(origin: Origin, renderer: Renderer) -> FileFeeder {
         let source = Arc::new(FileSource {
             origin,
             renderer,
             snapshot: watch::Sender::new(None),
             problems: Mutex::default(),
-            ready,
+            loaded_once: AtomicBool::new(false),
         });
         let Origin::Dir(dir) = source.origin.clone() else {
             source.reload();
-            return source;
+            return FileFeeder { source };
         };
         let mut seen = fingerprint(&dir);
         source.reload();
@@ -89,27 +102,59 @@ impl FileSource {
                 }
             }
         });
-        source
+        FileFeeder { source }
+    }
+}
+
+impl Feeder for FileFeeder {
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()> {
+        tokio::spawn(run(self.source.clone(), session, commands))
     }
 
-    pub fn origin(&self) -> &Origin {
-        &self.origin
+    fn unavailable(&self) -> Option<SourceError> {
+        if self.source.is_loaded() {
+            return None;
+        }
+        let problems = self.source.problems();
+        Some(SourceError::NotLoaded {
+            origin: self.source.origin.to_string(),
+            problem: problems
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "no files yet".to_owned()),
+        })
     }
 
+    fn is_ready(&self) -> bool {
+        self.source.loaded_once.load(Ordering::Acquire)
+    }
+
+    fn describe(&self) -> String {
+        self.source.origin.to_string()
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.source.problems()
+    }
+}
+
+impl FileSource {
     /// Whether a snapshot has loaded (the first load may have failed).
-    pub fn is_loaded(&self) -> bool {
+    fn is_loaded(&self) -> bool {
         self.snapshot.borrow().is_some()
     }
 
     /// Problems of the latest load (empty when it succeeded).
-    pub fn problems(&self) -> Vec<String> {
-        self.problems.lock().map(|p| p.clone()).unwrap_or_default()
+    fn problems(&self) -> Vec<String> {
+        lock(&self.problems).clone()
     }
 
     fn set_problems(&self, problems: Vec<String>) {
-        if let Ok(mut current) = self.problems.lock() {
-            *current = problems;
-        }
+        *lock(&self.problems) = problems;
     }
 
     fn reload(&self) {
@@ -122,7 +167,7 @@ impl FileSource {
                 info!(origin = %self.origin, resources = snapshot.len(), "snapshot loaded");
                 self.set_problems(Vec::new());
                 self.snapshot.send_replace(Some(Arc::new(snapshot)));
-                self.ready.mark_ready();
+                self.loaded_once.store(true, Ordering::Release);
             }
             Err(errors) => {
                 let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -165,7 +210,7 @@ fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
 }
 
 /// Feeds `session` from `source` until the session closes.
-pub async fn run(
+async fn run(
     source: Arc<FileSource>,
     session: Arc<Session>,
     mut commands: mpsc::UnboundedReceiver<Command>,

@@ -17,19 +17,19 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use tonic::Code;
 
-use super::fetch::Fetcher;
+use super::fetch::FetchError;
 use super::UpstreamContext;
 use crate::config::UpstreamMode;
 use crate::xds::{Endpoint, ResourceType};
 
 /// How long one probe waits for an answer.
-pub const PROBE_WAIT: Duration = Duration::from_secs(2);
+const PROBE_WAIT: Duration = Duration::from_secs(2);
 /// Node id the probes present.
 const PROBE_NODE: &str = "xds-gateway-probe";
 
 /// What one probe found out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
+enum Probe {
     Implemented,
     Unimplemented,
     /// The upstream could not be reached (or answered UNAVAILABLE).
@@ -56,7 +56,7 @@ fn node() -> Node {
 
 /// The first mode of delta, SotW, fetch that the upstream implements.
 /// `Err` when it cannot be reached or implements none (a reason to log).
-pub async fn resolve(ctx: &UpstreamContext, fetcher: &Fetcher) -> Result<UpstreamMode, String> {
+pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, String> {
     let lds = ResourceType::Listeners.type_url().to_owned();
     let mut client = AggregatedDiscoveryServiceClient::new(ctx.channel.clone());
     let delta = DeltaDiscoveryRequest {
@@ -99,15 +99,12 @@ pub async fn resolve(ctx: &UpstreamContext, fetcher: &Fetcher) -> Result<Upstrea
         ..Default::default()
     };
     let outcome = bounded(async {
-        fetcher
-            .unary::<_, DiscoveryResponse>(Endpoint::Discovery(ResourceType::Listeners), fetch)
+        ctx.unary::<_, DiscoveryResponse>(Endpoint::Discovery(ResourceType::Listeners), fetch)
             .await
             .map(|_| ())
             .map_err(|e| match e {
-                super::fetch::FetchError::Upstream { code, message, .. } => {
-                    tonic::Status::new(code, message)
-                }
-                super::fetch::FetchError::BadAnswer(m) => tonic::Status::internal(m),
+                FetchError::Upstream { code, message, .. } => tonic::Status::new(code, message),
+                FetchError::BadAnswer(m) => tonic::Status::internal(m),
             })
     })
     .await;

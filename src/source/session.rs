@@ -1,30 +1,32 @@
-//! One upstream session: the state shared by every REST client of one node
-//! identity (fan-in), what they subscribed to, and the channel that tells the
-//! session's upstream stream task what to send.
+//! One session: the state shared by every REST client of one node identity
+//! (fan-in), what they subscribed to, and the channel that tells the task
+//! feeding the session (an upstream stream, or the snapshot) what changed.
 //!
-//! The session never talks to the network itself; `ads` does, and publishes
-//! each accepted state here through a `watch` channel per type, which is what
-//! waiting and long-polling requests wait on.
+//! The session never talks to the network itself; its feeder does, and
+//! publishes each accepted state here through a `watch` channel per type,
+//! which is what waiting and long-polling requests wait on.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::identity::IdentityKey;
+use super::polled::lock;
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
 use crate::xds::ResourceType;
 
 /// How long after a subscription a request stops waiting for the upstream
 /// to prove it answered, and takes the current state as the answer.
-pub const SETTLE: Duration = Duration::from_secs(2);
+pub(super) const SETTLE: Duration = Duration::from_secs(2);
 
 /// What a session asks of its upstream stream task.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// The subscription for this type changed: send it.
     Resubscribe(ResourceType),
     /// A REST client seems to have rejected `current`: NACK upstream.
@@ -112,10 +114,9 @@ struct TypeSlot {
 
 /// The shared upstream session of one node identity.
 #[derive(Debug)]
-pub struct Session {
-    pub key: IdentityKey,
+pub(crate) struct Session {
     /// The node sent upstream: the first client's, as it sent it.
-    pub node: Node,
+    pub(super) node: Node,
     slots: Vec<TypeSlot>,
     commands: mpsc::UnboundedSender<Command>,
     last_poll: Mutex<Instant>,
@@ -127,15 +128,9 @@ pub struct Session {
     in_flight: std::sync::atomic::AtomicUsize,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here is a few field updates; a panic inside one
-    // cannot leave the data half-updated in a way later readers would trip on.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Session {
     /// A new session and the receiving end of its command channel (for `ads`).
-    pub fn new(key: IdentityKey, node: Node) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+    pub(super) fn new(node: Node) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
         let (commands, rx) = mpsc::unbounded_channel();
         let slots = ResourceType::ALL
             .iter()
@@ -146,7 +141,6 @@ impl Session {
             })
             .collect();
         let session = Arc::new(Session {
-            key,
             node,
             slots,
             commands,
@@ -164,12 +158,12 @@ impl Session {
     }
 
     /// Attaches the upstream task, aborted when the session closes.
-    pub fn attach_task(&self, task: JoinHandle<()>) {
+    pub(super) fn attach_task(&self, task: JoinHandle<()>) {
         *lock(&self.task) = Some(task);
     }
 
     /// Stops the upstream task. Waiting requests see their channels close.
-    pub fn close(&self) {
+    pub(super) fn close(&self) {
         if let Some(task) = lock(&self.task).take() {
             task.abort();
         }
@@ -177,27 +171,27 @@ impl Session {
 
     /// The upstream stream broke: what is served from now on is stale (the
     /// first break counts; later ones do not move the time).
-    pub fn mark_stale(&self) {
+    pub(super) fn mark_stale(&self) {
         lock(&self.stale_since).get_or_insert_with(SystemTime::now);
     }
 
     /// The upstream answered again.
-    pub fn mark_fresh(&self) {
+    pub(super) fn mark_fresh(&self) {
         *lock(&self.stale_since) = None;
     }
 
     /// Since when the state served is stale, if it is.
-    pub fn stale_since(&self) -> Option<SystemTime> {
+    pub(super) fn stale_since(&self) -> Option<SystemTime> {
         *lock(&self.stale_since)
     }
 
     /// Marks a poll now (keeps the session from idling out).
-    pub fn touch(&self) {
+    pub(super) fn touch(&self) {
         *lock(&self.last_poll) = Instant::now();
     }
 
     /// How long no request has been served: zero while one is in flight.
-    pub fn idle_for(&self, now: Instant) -> Duration {
+    pub(super) fn idle_for(&self, now: Instant) -> Duration {
         if self.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0 {
             return Duration::ZERO;
         }
@@ -205,7 +199,7 @@ impl Session {
     }
 
     /// Marks a request in flight until the guard drops (then counts as a poll).
-    pub fn serving(self: &Arc<Self>) -> InFlight {
+    pub(super) fn serving(self: &Arc<Self>) -> InFlight {
         self.in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         InFlight(self.clone())
@@ -218,7 +212,7 @@ impl Session {
     /// send nothing for names that do not exist; waiting the first-response
     /// timeout on every poll would outlast Envoy's 1 s request timeout). The
     /// first polls after a subscription still wait.
-    pub fn want(
+    pub(super) fn want(
         &self,
         kind: ResourceType,
         names: &Names,
@@ -235,7 +229,7 @@ impl Session {
 
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
     /// resubscribing the types that narrowed.
-    pub fn prune(&self, now: Instant, ttl: Duration) {
+    pub(super) fn prune(&self, now: Instant, ttl: Duration) {
         for kind in ResourceType::ALL {
             let narrowed = {
                 let mut sub = lock(&self.slot(kind).subscription);
@@ -255,14 +249,14 @@ impl Session {
 
     /// The subscription to send upstream for `kind`, or `None` if no client
     /// has asked for it.
-    pub fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+    pub(super) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
         let sub = lock(&self.slot(kind).subscription);
         (sub.wildcard.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
     }
 
     /// Names to put in a SotW request: empty for a plain wildcard, `*` plus
     /// the names when a wildcard and names are both wanted.
-    pub fn request_names(coverage: &Coverage) -> Vec<String> {
+    pub(super) fn request_names(coverage: &Coverage) -> Vec<String> {
         let names: Vec<String> = coverage.names.iter().cloned().collect();
         if coverage.wildcard && !names.is_empty() {
             std::iter::once("*".to_owned()).chain(names).collect()
@@ -272,35 +266,26 @@ impl Session {
     }
 
     /// Publishes an accepted state of `kind` to every waiting request.
-    pub fn publish(&self, state: TypeState) {
+    pub(super) fn publish(&self, state: TypeState) {
         self.slot(state.kind)
             .state
             .send_replace(Some(Arc::new(state)));
     }
 
-    /// The current state of `kind`, if any arrived.
-    pub fn current(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
-        self.slot(kind).state.borrow().clone()
-    }
-
-    /// Runs `f` on the rejection tracker of `kind`.
-    pub fn with_rejections<T>(
-        &self,
-        kind: ResourceType,
-        f: impl FnOnce(&mut RejectionTracker) -> T,
-    ) -> T {
-        f(&mut lock(&self.slot(kind).rejections))
+    /// The rejection bookkeeping of `kind` (see `polled::suspect`).
+    pub(super) fn rejections(&self, kind: ResourceType) -> &Mutex<RejectionTracker> {
+        &self.slot(kind).rejections
     }
 
     /// Queues a command for the upstream task (dropped if it has stopped).
-    pub fn send(&self, command: Command) {
+    pub(super) fn send(&self, command: Command) {
         let _ = self.commands.send(command);
     }
 }
 
 /// A request in flight on a session; see [`Session::serving`].
 #[derive(Debug)]
-pub struct InFlight(Arc<Session>);
+pub(super) struct InFlight(Arc<Session>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -314,7 +299,7 @@ impl Drop for InFlight {
 /// Waits up to `timeout` for a state of `rx` that covers `names`. Returns the
 /// covering state, else the latest state (the names may simply not exist
 /// upstream), else `None` when the upstream has not answered at all.
-pub async fn wait_for_coverage(
+pub(super) async fn wait_for_coverage(
     mut rx: watch::Receiver<Option<Arc<TypeState>>>,
     names: &Names,
     timeout: Duration,
@@ -328,7 +313,7 @@ pub async fn wait_for_coverage(
 }
 
 /// Waits up to `wait` for a state other than `seen` (a long poll).
-pub async fn wait_for_change(
+pub(super) async fn wait_for_change(
     mut rx: watch::Receiver<Option<Arc<TypeState>>>,
     seen: &Arc<TypeState>,
     wait: Duration,
@@ -338,11 +323,6 @@ pub async fn wait_for_change(
         Ok(Ok(state)) => state.clone().unwrap_or_else(|| seen.clone()),
         _ => seen.clone(),
     }
-}
-
-/// Names wanted in a set, for tests and logs.
-pub fn names_of(coverage: &Coverage) -> BTreeSet<String> {
-    coverage.names.clone()
 }
 
 #[cfg(test)]
@@ -355,10 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn want_resubscribes_only_when_widened_and_prune_narrows() {
-        let (s, mut rx) = Session::new(
-            IdentityKey::of(None, crate::config::SessionKey::Node),
-            Node::default(),
-        );
+        let (s, mut rx) = Session::new(Node::default());
         s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE);
         s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE);
         s.want(ResourceType::Endpoints, &names(&["a", "b"]), SETTLE);
@@ -406,10 +383,7 @@ mod tests {
 
     #[tokio::test]
     async fn want_says_whether_the_names_are_settled() {
-        let (s, _rx) = Session::new(
-            IdentityKey::of(None, crate::config::SessionKey::Node),
-            Node::default(),
-        );
+        let (s, _rx) = Session::new(Node::default());
         assert!(
             !s.want(
                 ResourceType::Endpoints,
@@ -426,10 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_in_flight_keeps_the_session_from_idling() {
-        let (s, _rx) = Session::new(
-            IdentityKey::of(None, crate::config::SessionKey::Node),
-            Node::default(),
-        );
+        let (s, _rx) = Session::new(Node::default());
         let later = Instant::now() + Duration::from_secs(600);
         assert!(s.idle_for(later) >= Duration::from_secs(599));
         let held = s.serving();
@@ -443,10 +414,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waits_are_bounded() {
-        let (s, _rx) = Session::new(
-            IdentityKey::of(None, crate::config::SessionKey::Node),
-            Node::default(),
-        );
+        let (s, _rx) = Session::new(Node::default());
         let (rx, _) = s.want(ResourceType::Clusters, &Names::Wildcard, SETTLE);
         assert!(
             wait_for_coverage(rx, &Names::Wildcard, Duration::from_secs(5))

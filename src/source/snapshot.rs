@@ -28,17 +28,17 @@ use crate::xds::ResourceType;
 /// One problem with one file.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{}{}: {reason}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
-pub struct SnapshotError {
-    pub path: PathBuf,
-    pub line: Option<usize>,
-    pub reason: String,
+pub(super) struct SnapshotError {
+    pub(super) path: PathBuf,
+    pub(super) line: Option<usize>,
+    pub(super) reason: String,
 }
 
 type Layer = BTreeMap<(ResourceType, String), Arc<Resource>>;
 
 /// A loaded, validated snapshot directory.
 #[derive(Debug, Default)]
-pub struct Snapshot {
+pub(super) struct Snapshot {
     base: Layer,
     clusters: HashMap<String, Layer>,
     nodes: HashMap<String, Layer>,
@@ -46,14 +46,14 @@ pub struct Snapshot {
 
 /// What one node sees of one type.
 #[derive(Debug, Clone)]
-pub struct View {
-    pub version: String,
-    pub resources: BTreeMap<String, Arc<Resource>>,
+pub(super) struct View {
+    pub(super) version: String,
+    pub(super) resources: BTreeMap<String, Arc<Resource>>,
 }
 
 /// Which layer a file belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LayerId {
+pub(super) enum LayerId {
     Base,
     Cluster(String),
     Node(String),
@@ -61,18 +61,18 @@ pub enum LayerId {
 
 /// One snapshot file's text, from a directory or embedded in the binary.
 #[derive(Debug, Clone)]
-pub struct SourceFile {
-    pub layer: LayerId,
+pub(super) struct SourceFile {
+    pub(super) layer: LayerId,
     /// For messages: the file's path (or its embedded name).
-    pub path: PathBuf,
-    pub text: String,
+    pub(super) path: PathBuf,
+    pub(super) text: String,
 }
 
 impl SourceFile {
     /// The layer of a path relative to the snapshot root:
     /// `x.yaml`, `clusters/C/x.yaml`, `nodes/N/x.yaml`; anything deeper or
     /// elsewhere is not a snapshot file.
-    pub fn layer_of(relative: &Path) -> Option<LayerId> {
+    pub(super) fn layer_of(relative: &Path) -> Option<LayerId> {
         let parts: Vec<&str> = relative.iter().filter_map(|p| p.to_str()).collect();
         match parts.as_slice() {
             [_file] => Some(LayerId::Base),
@@ -85,7 +85,7 @@ impl SourceFile {
 
 /// Paths of every snapshot file under `dir` (base, `clusters/*/`,
 /// `nodes/*/`), in path order.
-pub fn snapshot_paths(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn snapshot_paths(dir: &Path) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = sorted_entries(dir);
     for sub in ["clusters", "nodes"] {
         for d in sorted_entries(&dir.join(sub))
@@ -100,7 +100,7 @@ pub fn snapshot_paths(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Every snapshot file under `dir`, in path order.
-pub fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>> {
+pub(super) fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>> {
     // An unreadable root is a problem, not an empty snapshot: serving nothing
     // would make every Envoy drop its listeners and clusters.
     if let Err(e) = std::fs::read_dir(dir) {
@@ -134,12 +134,12 @@ pub fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>> {
 
 impl Snapshot {
     /// Loads every snapshot file under `dir`.
-    pub fn load(dir: &Path, renderer: &Renderer) -> Result<Snapshot, Vec<SnapshotError>> {
+    pub(super) fn load(dir: &Path, renderer: &Renderer) -> Result<Snapshot, Vec<SnapshotError>> {
         Snapshot::build(read_dir(dir)?, renderer)
     }
 
     /// Validates and layers `files`; every bad file is reported.
-    pub fn build(
+    pub(super) fn build(
         files: Vec<SourceFile>,
         renderer: &Renderer,
     ) -> Result<Snapshot, Vec<SnapshotError>> {
@@ -163,7 +163,7 @@ impl Snapshot {
     }
 
     /// The resources of `kind` node `node_id` of `cluster` sees, and their version.
-    pub fn view(&self, kind: ResourceType, node_id: &str, cluster: &str) -> View {
+    pub(super) fn view(&self, kind: ResourceType, node_id: &str, cluster: &str) -> View {
         let mut resources = BTreeMap::new();
         let layers = [
             Some(&self.base),
@@ -190,14 +190,10 @@ impl Snapshot {
     }
 
     /// How many resources the snapshot holds, all layers together.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.base.len()
             + self.clusters.values().map(BTreeMap::len).sum::<usize>()
             + self.nodes.values().map(BTreeMap::len).sum::<usize>()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -310,7 +306,7 @@ mod demo {
 }
 
 /// The bundled `examples/demo/` snapshot, compiled into the binary.
-pub fn embedded_demo() -> Vec<SourceFile> {
+pub(super) fn embedded_demo() -> Vec<SourceFile> {
     demo::DEMO_FILES
         .iter()
         .filter_map(|(rel, text)| {

@@ -1,51 +1,67 @@
-//! The connection to the control plane, shared by every session: one
-//! lazily connecting HTTP/2 channel (plaintext or TLS / mTLS), keepalive,
-//! message size limits, and the metadata sent on every call.
+//! The connection to the control plane, shared by every session and call:
+//! one lazily connecting HTTP/2 channel (plaintext or TLS / mTLS),
+//! keepalive, message size limits, the metadata sent on every call, the
+//! "has answered" readiness mark, and unary calls (the `Fetch*` RPCs and the
+//! HDS/CSDS pass-through).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::uri::PathAndQuery;
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint as TonicEndpoint, Identity,
+};
+use tonic::Code;
 
-use super::{Readiness, SourceError};
+use super::fetch::FetchError;
+use super::{PassThrough, PassedThrough, SourceError};
 use crate::cache::Renderer;
-use crate::config::{Config, UpstreamMode, UpstreamTls};
+use crate::config::{Config, UpstreamTls};
 use crate::metrics::Metrics;
+use crate::xds::Endpoint;
 
 /// Upstream connection establishment limit.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What every session's upstream task (and the fetch proxy) shares.
+/// Why the upstream connection could not be set up at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid upstream address {uri}: {reason}")]
+    BadUpstream { uri: String, reason: String },
+    #[error("upstream TLS: {0}")]
+    Tls(String),
+}
+
+/// What every session's upstream task and every unary call share.
 #[derive(Debug)]
-pub struct UpstreamContext {
+pub(crate) struct UpstreamContext {
     /// The control plane's URI, for logs and /readyz.
-    pub uri: String,
-    /// The mode in use: set at start for sotw/delta/fetch, by the probe for
-    /// auto (`None` until it has decided).
-    mode: tokio::sync::watch::Sender<Option<UpstreamMode>>,
-    pub channel: Channel,
-    pub renderer: Renderer,
-    pub metrics: Arc<Metrics>,
-    pub ready: Arc<Readiness>,
-    pub max_message_bytes: usize,
+    pub(super) uri: String,
+    pub(super) channel: Channel,
+    pub(super) renderer: Renderer,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) max_message_bytes: usize,
     metadata: MetadataMap,
+    /// Set once the upstream answered anything; never unset.
+    answered: AtomicBool,
 }
 
 impl UpstreamContext {
-    /// A lazily connecting channel to the configured upstream (the first call connects).
-    pub fn new(
+    /// A lazily connecting channel to `uri` (the first call connects).
+    pub(crate) fn new(
         config: &Config,
         uri: &str,
         renderer: Renderer,
         metrics: Arc<Metrics>,
-        ready: Arc<Readiness>,
-    ) -> Result<UpstreamContext, SourceError> {
-        let mut endpoint = Endpoint::from_shared(uri.to_owned())
-            .map_err(|e| SourceError::BadUpstream {
-                uri: uri.to_owned(),
-                reason: e.to_string(),
-            })?
+    ) -> Result<Arc<UpstreamContext>, StartError> {
+        let bad = |reason: String| StartError::BadUpstream {
+            uri: uri.to_owned(),
+            reason,
+        };
+        let mut endpoint = TonicEndpoint::from_shared(uri.to_owned())
+            .map_err(|e| bad(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
             .http2_keep_alive_interval(config.upstream_keepalive)
             .keep_alive_timeout(config.upstream_keepalive.max(Duration::from_secs(1)))
@@ -54,86 +70,97 @@ impl UpstreamContext {
         if uri.starts_with("https://") {
             endpoint = endpoint
                 .tls_config(tls_config(&config.upstream_tls)?)
-                .map_err(|e| SourceError::Tls(e.to_string()))?;
+                .map_err(|e| StartError::Tls(e.to_string()))?;
         }
         let mut metadata = MetadataMap::new();
         for (name, value) in &config.upstream_headers {
             let key = name
                 .parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>()
-                .map_err(|e| SourceError::BadUpstream {
-                    uri: uri.to_owned(),
-                    reason: format!("header {name:?}: {e}"),
-                })?;
-            let value: MetadataValue<_> = value.parse().map_err(|e| SourceError::BadUpstream {
-                uri: uri.to_owned(),
-                reason: format!("header {name:?}: {e}"),
-            })?;
+                .map_err(|e| bad(format!("header {name:?}: {e}")))?;
+            let value: MetadataValue<_> = value
+                .parse()
+                .map_err(|e| bad(format!("header {name:?}: {e}")))?;
             metadata.append(key, value);
         }
-        Ok(UpstreamContext {
+        Ok(Arc::new(UpstreamContext {
             uri: uri.to_owned(),
-            mode: tokio::sync::watch::Sender::new(match config.upstream_mode {
-                UpstreamMode::Auto => None,
-                mode => Some(mode),
-            }),
             channel: endpoint.connect_lazy(),
             renderer,
             metrics,
-            ready,
             max_message_bytes: config.max_upstream_message_bytes,
             metadata,
-        })
+            answered: AtomicBool::new(false),
+        }))
     }
 
-    /// A plaintext context for `uri` with defaults (tests and benches).
-    pub fn connect_lazy(
-        uri: &str,
-        renderer: Renderer,
-        metrics: Arc<Metrics>,
-        ready: Arc<Readiness>,
-        max_message_bytes: usize,
-    ) -> Result<UpstreamContext, SourceError> {
-        let config = Config {
-            max_upstream_message_bytes: max_message_bytes,
-            ..Config::default()
-        };
-        UpstreamContext::new(&config, uri, renderer, metrics, ready)
+    /// Records that the upstream answered (readiness).
+    pub(super) fn mark_answered(&self) {
+        self.answered.store(true, Ordering::Release);
     }
 
-    /// The mode in use, if decided.
-    pub fn mode(&self) -> Option<UpstreamMode> {
-        *self.mode.borrow()
-    }
-
-    /// Records the mode the auto probe chose.
-    pub fn set_mode(&self, mode: UpstreamMode) {
-        self.mode.send_replace(Some(mode));
-    }
-
-    /// Waits up to `within` for the mode to be decided.
-    pub async fn wait_mode(&self, within: Duration) -> Option<UpstreamMode> {
-        if let Some(mode) = self.mode() {
-            return Some(mode);
-        }
-        let mut rx = self.mode.subscribe();
-        let decided = tokio::time::timeout(within, rx.wait_for(Option::is_some)).await;
-        match decided {
-            Ok(Ok(mode)) => *mode,
-            _ => None,
-        }
+    /// Whether the upstream has answered anything yet.
+    pub(super) fn has_answered(&self) -> bool {
+        self.answered.load(Ordering::Acquire)
     }
 
     /// A request carrying the configured metadata.
-    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+    pub(super) fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         *request.metadata_mut() = self.metadata.clone();
         request
     }
+
+    /// One unary call to `endpoint`'s Fetch method with prost messages.
+    pub(super) async fn unary<Req, Resp>(
+        &self,
+        endpoint: Endpoint,
+        request: Req,
+    ) -> Result<Resp, FetchError>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let method = format!("/{}/{}", endpoint.service(), endpoint.fetch_method());
+        let fail = |code: Code, message: String| FetchError::Upstream {
+            method: method.clone(),
+            code,
+            message,
+        };
+        let path = PathAndQuery::try_from(method.as_str())
+            .map_err(|e| fail(Code::Internal, e.to_string()))?;
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        grpc.ready()
+            .await
+            .map_err(|e| fail(Code::Unavailable, e.to_string()))?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        grpc.unary(self.request(request), path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| fail(status.code(), status.message().to_owned()))
+    }
+
+    /// Asks the upstream an HDS or CSDS question as it is.
+    pub(super) async fn pass_through(
+        &self,
+        call: PassThrough,
+    ) -> Result<PassedThrough, SourceError> {
+        let endpoint = call.endpoint();
+        Ok(match call {
+            PassThrough::HealthCheck(request) => {
+                PassedThrough::HealthCheck(self.unary(endpoint, request).await?)
+            }
+            PassThrough::ClientStatus(request) => {
+                PassedThrough::ClientStatus(self.unary(endpoint, request).await?)
+            }
+        })
+    }
 }
 
-fn tls_config(tls: &UpstreamTls) -> Result<ClientTlsConfig, SourceError> {
+fn tls_config(tls: &UpstreamTls) -> Result<ClientTlsConfig, StartError> {
     let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| SourceError::Tls(format!("{}: {e}", path.display())))
+        std::fs::read(path).map_err(|e| StartError::Tls(format!("{}: {e}", path.display())))
     };
     let mut config = ClientTlsConfig::new().with_enabled_roots();
     if let Some(ca) = &tls.ca {

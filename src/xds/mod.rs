@@ -1,11 +1,13 @@
 //! Protocol vocabulary: resource types, canonical JSON, request parsing and
 //! resource rewrites. No I/O.
 
-pub mod json;
-pub mod request;
-pub mod resource_type;
-pub mod rewrite;
+mod json;
+mod request;
+mod resource_type;
+pub(crate) mod rewrite;
 
 pub use json::{Codec, JsonError};
+pub(crate) use request::raw_node;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
+pub(crate) use resource_type::PATH_PREFIX;
 pub use resource_type::{Endpoint, ResourceType};

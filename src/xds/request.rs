@@ -95,7 +95,7 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
 
 /// The request's whole `node` as raw JSON (for decoding once per upstream
 /// session), or `None` if absent or null.
-pub fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestError> {
+pub(crate) fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestError> {
     #[derive(Deserialize)]
     struct OnlyNode {
         #[serde(default)]

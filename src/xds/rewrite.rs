@@ -23,15 +23,15 @@ const DURATION: &str = "google.protobuf.Duration";
 
 /// Where rewritten config sources point: the REST client's own xDS cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RestTarget {
+pub(crate) struct RestTarget {
     /// The xDS cluster name in the client's bootstrap (Envoy sends it as `Host`).
-    pub cluster_name: String,
-    pub refresh_delay: Duration,
+    pub(crate) cluster_name: String,
+    pub(crate) refresh_delay: Duration,
 }
 
 /// Rewrites the ADS/self config sources in an `Any` payload of `type_url`.
 /// Returns `None` when nothing needed rewriting (the original bytes stand).
-pub fn rewrite_config_sources(
+pub(crate) fn rewrite_config_sources(
     codec: &Codec,
     type_url: &str,
     value: &[u8],

@@ -1,5 +1,5 @@
-//! The upstream side of one session in delta mode: an incremental
-//! `DeltaAggregatedResources` stream to the control plane.
+//! The delta feeder: one incremental `DeltaAggregatedResources` stream per
+//! session, driven by [`super::stream`].
 //!
 //! The task keeps, per type, every resource it was sent by name with the
 //! upstream's per-resource version, subscribes and unsubscribes by diffing
@@ -8,10 +8,9 @@
 //! `removed_resource_names`, NOT_FOUND `resource_errors`, and the name-only
 //! "does not exist" resources of the xDS spec) as a whole or NACKs it as a
 //! whole, ACKs with the response nonce, and publishes to the session a
-//! state-of-the-world [`TypeState`] of everything held. When the stream breaks
-//! it reconnects with jittered exponential backoff and resubscribes with
-//! `initial_resource_versions` = the versions held, so the upstream sends only
-//! what changed; the session keeps serving its last state meanwhile.
+//! state-of-the-world [`TypeState`](crate::cache::TypeState) of everything
+//! held. On a new stream it resubscribes with `initial_resource_versions` =
+//! the versions held, so the upstream sends only what changed.
 //!
 //! # Versions
 //!
@@ -59,15 +58,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use envoy_types::pb::google::rpc::Status;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::{debug, info, warn, Instrument};
+use tonic::Streaming;
+use tracing::{debug, warn};
 
 mod state;
 #[cfg(test)]
@@ -76,132 +75,111 @@ mod update;
 
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
-use super::reconnect::{backoff, StreamError, StreamGuard, INVALID_ARGUMENT, OUTBOUND_QUEUE};
+use super::registry::Feeder;
 use super::session::{Command, Session};
+use super::stream::{self, nack_detail, AdsClient, Protocol};
 use super::UpstreamContext;
 use crate::cache::Coverage;
 use crate::xds::ResourceType;
 
 /// gRPC code NOT_FOUND in a `resource_errors` entry: the resource is gone.
 const NOT_FOUND: i32 = 5;
-/// How long a subscription may stay unanswered on a stream that answers the
-/// type before it is taken as answered (see the module docs).
-pub use super::session::SETTLE;
+// How long a subscription may stay unanswered on a stream that answers the
+// type before it is taken as answered (see the module docs).
+use super::session::SETTLE;
 /// The wildcard subscription name.
 const WILDCARD: &str = "*";
 /// Hex digits of SHA-256 in a published version.
 const VERSION_HEX_DIGITS: usize = 16;
 
-/// Runs the session's upstream delta stream until the session closes.
-pub async fn run(
+/// Feeds each session from its own delta ADS stream.
+#[derive(Debug)]
+pub(crate) struct DeltaFeeder {
     ctx: Arc<UpstreamContext>,
-    session: Arc<Session>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let span = tracing::info_span!(
-        "upstream",
-        mode = "delta",
-        node = %session.node.id,
-        cluster = %session.node.cluster
-    );
-    async move {
-        let mut tracked: BTreeMap<ResourceType, Tracked> = BTreeMap::new();
-        let mut failures = 0u32;
-        loop {
-            let mut stream = Stream::new(&ctx, &session, &mut tracked);
-            let result = stream.run(&mut commands).await;
-            let answered = stream.answered;
-            match result {
-                Ok(()) => return,
-                Err(err) => {
-                    session.mark_stale();
-                    failures = if answered {
-                        1
-                    } else {
-                        failures.saturating_add(1)
-                    };
-                    let delay = backoff(failures);
-                    warn!(error = %err, retry_in = ?delay, "upstream delta stream ended");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
+}
+
+impl DeltaFeeder {
+    pub(crate) fn new(ctx: Arc<UpstreamContext>) -> DeltaFeeder {
+        DeltaFeeder { ctx }
     }
-    .instrument(span)
-    .await
 }
 
-/// One stream's worth of state.
-struct Stream<'a> {
-    ctx: &'a UpstreamContext,
-    session: &'a Session,
-    tracked: &'a mut BTreeMap<ResourceType, Tracked>,
-    wires: BTreeMap<ResourceType, Wire>,
-    node_sent: bool,
-    answered: bool,
-}
-
-impl<'a> Stream<'a> {
-    fn new(
-        ctx: &'a UpstreamContext,
-        session: &'a Session,
-        tracked: &'a mut BTreeMap<ResourceType, Tracked>,
-    ) -> Self {
-        Stream {
-            ctx,
-            session,
-            tracked,
+impl Feeder for DeltaFeeder {
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()> {
+        let protocol = Delta {
+            ctx: self.ctx.clone(),
+            session: session.clone(),
+            tracked: BTreeMap::new(),
             wires: BTreeMap::new(),
             node_sent: false,
-            answered: false,
-        }
-    }
-
-    /// Ok when the session closed (commands channel gone); Err when the stream broke.
-    async fn run(
-        &mut self,
-        commands: &mut mpsc::UnboundedReceiver<Command>,
-    ) -> Result<(), StreamError> {
-        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-        for kind in ResourceType::ALL {
-            self.subscribe(kind, &tx).await;
-        }
-        let mut client = AggregatedDiscoveryServiceClient::new(self.ctx.channel.clone())
-            .max_decoding_message_size(self.ctx.max_message_bytes)
-            .max_encoding_message_size(self.ctx.max_message_bytes);
-        let call = client.delta_aggregated_resources(self.ctx.request(ReceiverStream::new(rx)));
-        tokio::pin!(call);
-        // Commands may arrive before the response headers do.
-        let mut inbound = loop {
-            tokio::select! {
-                response = &mut call => break response?.into_inner(),
-                command = commands.recv() => match command {
-                    Some(command) => self.command(command, &tx).await,
-                    None => return Ok(()),
-                },
-            }
         };
-        let _open = StreamGuard::open(self.ctx);
-        info!("upstream delta stream open");
-        loop {
-            let settle = self.wires.values().filter_map(Wire::next_settle).min();
-            tokio::select! {
-                message = inbound.message() => match message? {
-                    Some(response) => self.response(response, &tx).await,
-                    None => return Err(StreamError::Closed),
-                },
-                command = commands.recv() => match command {
-                    Some(command) => self.command(command, &tx).await,
-                    None => return Ok(()),
-                },
-                () = sleep_until(settle) => self.settle(Instant::now()),
-            }
-        }
+        tokio::spawn(stream::run(self.ctx.clone(), session, commands, protocol))
     }
 
-    async fn command(&mut self, command: Command, tx: &mpsc::Sender<DeltaDiscoveryRequest>) {
+    fn is_ready(&self) -> bool {
+        self.ctx.has_answered()
+    }
+
+    fn describe(&self) -> String {
+        format!("gRPC upstream {} (delta)", self.ctx.uri)
+    }
+
+    fn upstream(&self) -> Option<&UpstreamContext> {
+        Some(&self.ctx)
+    }
+}
+
+/// The delta protocol of one session.
+struct Delta {
+    ctx: Arc<UpstreamContext>,
+    session: Arc<Session>,
+    /// What is known per type, across streams.
+    tracked: BTreeMap<ResourceType, Tracked>,
+    /// Per type, what this stream was told and is pending.
+    wires: BTreeMap<ResourceType, Wire>,
+    node_sent: bool,
+}
+
+impl Protocol for Delta {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+    const MODE: &'static str = "delta";
+
+    fn start_stream(&mut self) -> Vec<DeltaDiscoveryRequest> {
+        self.wires.clear();
+        self.node_sent = false;
+        ResourceType::ALL
+            .into_iter()
+            .filter_map(|kind| self.subscribe(kind))
+            .collect()
+    }
+
+    async fn open(
+        mut client: AdsClient,
+        request: tonic::Request<ReceiverStream<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Streaming<DeltaDiscoveryResponse>>, tonic::Status> {
+        client.delta_aggregated_resources(request).await
+    }
+
+    fn type_url(response: &DeltaDiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    async fn response(
+        &mut self,
+        kind: ResourceType,
+        response: DeltaDiscoveryResponse,
+    ) -> Vec<DeltaDiscoveryRequest> {
+        self.take(kind, response).await
+    }
+
+    fn command(&mut self, command: Command) -> Vec<DeltaDiscoveryRequest> {
         match command {
-            Command::Resubscribe(kind) => self.subscribe(kind, tx).await,
+            Command::Resubscribe(kind) => self.subscribe(kind).into_iter().collect(),
             Command::Nack { kind, message, .. } => {
                 let nonce = self
                     .wires
@@ -213,18 +191,38 @@ impl<'a> Stream<'a> {
                     // no response to NACK (and a first request without
                     // names would be a legacy wildcard subscription).
                     debug!(%kind, "no response to NACK on this stream");
-                    return;
+                    return Vec::new();
                 }
-                let request = self.request(kind, Diff::default(), nonce, Some(message));
                 self.ctx.metrics.nack(kind);
-                let _ = tx.send(request).await;
+                vec![self.request(kind, Diff::default(), nonce, Some(message))]
             }
         }
     }
 
-    /// Sends what moves the stream's subscription of `kind` to the
-    /// session's, forgetting what nobody wants any more.
-    async fn subscribe(&mut self, kind: ResourceType, tx: &mpsc::Sender<DeltaDiscoveryRequest>) {
+    fn next_timer(&self) -> Option<Instant> {
+        self.wires.values().filter_map(Wire::next_settle).min()
+    }
+
+    /// Settles due subscriptions (see [`SETTLE`]) and publishes what changed.
+    fn timer(&mut self, now: Instant) {
+        let mut changed = Vec::new();
+        for (kind, wire) in &mut self.wires {
+            if self.tracked.entry(*kind).or_default().settle(wire, now) {
+                changed.push(*kind);
+            }
+        }
+        for kind in changed {
+            debug!(%kind, "unanswered subscription settled");
+            self.publish(kind);
+        }
+    }
+}
+
+impl Delta {
+    /// The request that moves the stream's subscription of `kind` to the
+    /// session's, forgetting what nobody wants any more; `None` if nothing
+    /// needs saying.
+    fn subscribe(&mut self, kind: ResourceType) -> Option<DeltaDiscoveryRequest> {
         let want = self.session.subscription(kind).unwrap_or_default();
         let narrowed = self.tracked.entry(kind).or_default().narrow(&want);
         if narrowed {
@@ -234,12 +232,12 @@ impl<'a> Stream<'a> {
         let first = wire.sent.is_none();
         if first && want == Coverage::default() {
             // Nothing wanted and nothing said yet on this stream.
-            return;
+            return None;
         }
         let sent = wire.sent.clone().unwrap_or_default();
         let diff = diff(&sent, &want);
         if diff.is_empty() {
-            return;
+            return None;
         }
         wire.record(&sent, &want, Instant::now());
         let mut request = self.request(kind, diff, String::new(), None);
@@ -257,7 +255,7 @@ impl<'a> Stream<'a> {
             initial = request.initial_resource_versions.len(),
             "subscription"
         );
-        let _ = tx.send(request).await;
+        Some(request)
     }
 
     fn request(
@@ -275,32 +273,22 @@ impl<'a> Stream<'a> {
             resource_names_subscribe: diff.subscribe,
             resource_names_unsubscribe: diff.unsubscribe,
             response_nonce: nonce,
-            error_detail: error.map(|message| Status {
-                code: INVALID_ARGUMENT,
-                message,
-                details: Vec::new(),
-            }),
+            error_detail: error.map(nack_detail),
             ..Default::default()
         }
     }
 
-    async fn response(
+    /// Decodes a response; applies, publishes and ACKs it, or NACKs it whole.
+    async fn take(
         &mut self,
+        kind: ResourceType,
         response: DeltaDiscoveryResponse,
-        tx: &mpsc::Sender<DeltaDiscoveryRequest>,
-    ) {
-        self.answered = true;
-        self.ctx.ready.mark_ready();
-        self.session.mark_fresh();
-        let Some(kind) = ResourceType::from_type_url(&response.type_url) else {
-            warn!(type_url = %response.type_url, "response for a type the gateway does not serve");
-            return;
-        };
+    ) -> Vec<DeltaDiscoveryRequest> {
         if self.wires.get(&kind).is_none_or(|w| w.sent.is_none()) {
             // Never subscribed on this stream: nothing to ACK (a first
             // request without names would subscribe to the wildcard).
             warn!(%kind, "unsolicited response ignored");
-            return;
+            return Vec::new();
         }
         let nonce = response.nonce.clone();
         let system_version = response.system_version_info.clone();
@@ -322,30 +310,14 @@ impl<'a> Stream<'a> {
                     .or_default()
                     .apply(wire, update, Instant::now());
                 self.publish(kind);
-                let request = self.request(kind, Diff::default(), nonce, None);
                 self.ctx.metrics.ack(kind);
-                let _ = tx.send(request).await;
+                vec![self.request(kind, Diff::default(), nonce, None)]
             }
             Err(reason) => {
                 warn!(%kind, %system_version, %reason, "rejected upstream delta response (NACK)");
-                let request = self.request(kind, Diff::default(), nonce, Some(reason));
                 self.ctx.metrics.nack(kind);
-                let _ = tx.send(request).await;
+                vec![self.request(kind, Diff::default(), nonce, Some(reason))]
             }
-        }
-    }
-
-    /// Settles due subscriptions (see [`SETTLE`]) and publishes what changed.
-    fn settle(&mut self, now: Instant) {
-        let mut changed = Vec::new();
-        for (kind, wire) in &mut self.wires {
-            if self.tracked.entry(*kind).or_default().settle(wire, now) {
-                changed.push(*kind);
-            }
-        }
-        for kind in changed {
-            debug!(%kind, "unanswered subscription settled");
-            self.publish(kind);
         }
     }
 
@@ -368,13 +340,5 @@ impl<'a> Stream<'a> {
         }
         tracked.published = Some(key);
         self.session.publish(state);
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }

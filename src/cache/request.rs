@@ -1,4 +1,5 @@
-//! Memo of parsed request bodies.
+//! REST discovery requests as the gateway reads them, and the memo of
+//! parsed request bodies.
 //!
 //! A polling Envoy sends a byte-identical body (~77 KB, mostly its node's
 //! extension list) on every poll until its version changes, and parsing it is
@@ -12,24 +13,24 @@ use std::sync::Arc;
 use bytes::Bytes;
 use moka::sync::Cache;
 
-use crate::cache::Names;
+use super::identity::IdentityKey;
+use super::state::Names;
 use crate::config::SessionKey;
-use crate::source::IdentityKey;
 use crate::xds::{DiscoveryRequestView, RequestError};
 
 /// Total body bytes the memo may hold.
 const MEMO_BYTES: u64 = 64 * 1024 * 1024;
 
-/// What the handler needs of a request body.
+/// What the gateway reads of one `DiscoveryRequest` body. Immutable.
 #[derive(Debug)]
-pub struct ParsedRequest {
+pub(crate) struct ParsedRequest {
     body: Bytes,
-    pub version_info: String,
-    pub type_url: String,
-    pub names: Names,
-    pub node_id: String,
-    pub user_agent_name: String,
-    pub identity: IdentityKey,
+    version_info: String,
+    type_url: String,
+    names: Names,
+    node_id: String,
+    user_agent_name: String,
+    identity: IdentityKey,
 }
 
 impl ParsedRequest {
@@ -51,21 +52,50 @@ impl ParsedRequest {
         })
     }
 
-    /// The request body as received.
-    pub fn body(&self) -> &[u8] {
+    /// The request body as received (its `node` is decoded from it once per session).
+    pub(crate) fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The version the client presents (empty on its first poll).
+    pub(crate) fn version_info(&self) -> &str {
+        &self.version_info
+    }
+
+    /// The body's `type_url` (empty when it does not say).
+    pub(crate) fn type_url(&self) -> &str {
+        &self.type_url
+    }
+
+    /// The resource names asked for.
+    pub(crate) fn names(&self) -> &Names {
+        &self.names
+    }
+
+    pub(crate) fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// `node.user_agent_name` (`envoy` for Envoy).
+    pub(crate) fn user_agent_name(&self) -> &str {
+        &self.user_agent_name
+    }
+
+    /// Which session serves this client.
+    pub(crate) fn identity(&self) -> &IdentityKey {
+        &self.identity
     }
 }
 
 /// Bodies seen recently and what they parsed to.
 #[derive(Debug, Clone)]
-pub struct ParsedRequests {
+pub(crate) struct ParsedRequests {
     memo: Cache<u64, Arc<ParsedRequest>>,
     session_key: SessionKey,
 }
 
 impl ParsedRequests {
-    pub fn new(session_key: SessionKey) -> ParsedRequests {
+    pub(crate) fn new(session_key: SessionKey) -> ParsedRequests {
         let memo = Cache::builder()
             .max_capacity(MEMO_BYTES)
             .weigher(|_, parsed: &Arc<ParsedRequest>| {
@@ -77,7 +107,7 @@ impl ParsedRequests {
 
     /// The parse of `body`, from the memo when the same bytes were seen.
     /// Bad bodies are not remembered.
-    pub fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
+    pub(crate) fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         let hash = xxhash_rust::xxh3::xxh3_64(&body);
         if let Some(hit) = self.memo.get(&hash) {
             if hit.body == body {
@@ -102,8 +132,8 @@ mod tests {
         let first = memo.parse(a.clone()).unwrap();
         assert!(Arc::ptr_eq(&first, &memo.parse(a).unwrap()));
         let other = memo.parse(b).unwrap();
-        assert_eq!(other.version_info, "2");
-        assert_eq!(first.identity, other.identity);
+        assert_eq!(other.version_info(), "2");
+        assert_eq!(first.identity(), other.identity());
         assert!(memo.parse(Bytes::from_static(b"[]")).is_err());
     }
 }

@@ -1,6 +1,9 @@
 //! Router tests with `oneshot`: routing, the error table, and that the
-//! OpenAPI document lists exactly the routes served. Requests here fail
-//! before any upstream session is opened, so no control plane is needed.
+//! OpenAPI document lists exactly the routes served ([`poll`] has the poll
+//! path against a scripted source). Everything runs in process; no control
+//! plane is needed.
+
+mod poll;
 
 use std::sync::Arc;
 
@@ -12,42 +15,39 @@ use super::{router, served_routes, Gateway};
 use crate::cache::Renderer;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::source::{Readiness, Registry, Upstream, UpstreamContext};
+use crate::source::scripted::Script;
+use crate::source::{FileFeeder, Origin, Sessions, Source};
 use crate::xds::Codec;
 
-fn gateway(config: Config) -> Arc<Gateway> {
+/// A gateway over sessions fed by a [`Script`], and the script.
+fn scripted(config: Config) -> (Arc<Gateway>, Arc<Script>) {
     let renderer = Renderer::new(Codec::embedded());
-    let ctx = UpstreamContext::connect_lazy(
-        "http://127.0.0.1:9",
-        renderer.clone(),
-        Arc::new(Metrics::new()),
-        Arc::new(Readiness::default()),
-        1 << 20,
-    )
-    .unwrap();
-    assemble(Upstream::Grpc(Arc::new(ctx)), renderer, config)
+    let script = Script::new(renderer.clone());
+    let metrics = Arc::new(Metrics::new());
+    let source = Sessions::start(script.feeder(), renderer.clone(), metrics.clone(), &config);
+    (assemble(source, renderer, metrics, config), script)
+}
+
+fn gateway(config: Config) -> Arc<Gateway> {
+    scripted(config).0
 }
 
 /// A gateway on the embedded demo snapshot.
 fn demo_gateway(config: Config) -> Arc<Gateway> {
     let renderer = Renderer::new(Codec::embedded());
-    let source = crate::source::file::FileSource::start(
-        crate::source::file::Origin::EmbeddedDemo,
-        renderer.clone(),
-        Arc::new(Readiness::default()),
-    );
-    assemble(Upstream::Snapshot(source), renderer, config)
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone());
+    let metrics = Arc::new(Metrics::new());
+    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    assemble(source, renderer, metrics, config)
 }
 
-fn assemble(upstream: Upstream, renderer: Renderer, config: Config) -> Arc<Gateway> {
-    let metrics = Arc::new(Metrics::new());
-    Arc::new(Gateway {
-        registry: Arc::new(Registry::new(upstream, renderer, metrics.clone(), &config)),
-        parsed: super::parsed::ParsedRequests::new(config.session_key),
-        fetcher: None,
-        config: Arc::new(config),
-        metrics,
-    })
+fn assemble(
+    source: Arc<dyn Source>,
+    renderer: Renderer,
+    metrics: Arc<Metrics>,
+    config: Config,
+) -> Arc<Gateway> {
+    Arc::new(Gateway::new(Arc::new(config), source, renderer, metrics))
 }
 
 /// One request through the router: status and body.
@@ -152,7 +152,7 @@ async fn secrets_need_allow_secrets() {
 
 #[test]
 fn openapi_lists_exactly_the_served_routes() {
-    let text = include_str!("../../openapi/xds-gateway.yaml");
+    let text = include_str!("../../../openapi/xds-gateway.yaml");
     let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).unwrap();
     let mut documented = Vec::new();
     for (path, item) in doc["paths"].as_mapping().unwrap() {

@@ -13,12 +13,12 @@ use crate::xds::NodeView;
 
 /// The canonical identity of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IdentityKey(String);
+pub(crate) struct IdentityKey(String);
 
 impl IdentityKey {
     /// The key of `node` under `mode`; a request without a node has the
     /// empty identity.
-    pub fn of(node: Option<&NodeView>, mode: SessionKey) -> IdentityKey {
+    pub(crate) fn of(node: Option<&NodeView>, mode: SessionKey) -> IdentityKey {
         let Some(node) = node else {
             return IdentityKey(String::new());
         };
@@ -32,10 +32,6 @@ impl IdentityKey {
                 canonical(node.locality.as_deref()),
             )),
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 

@@ -1,0 +1,424 @@
+//! The poll path end to end, in process, against scripted sessions: 304
+//! rules, long polls, the bounded first wait, fan-in, rejection tracking,
+//! the stale mark and idle sessions. Time is paused (tokio's test clock), so
+//! waits of seconds take microseconds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use super::scripted;
+use crate::cache::Coverage;
+use crate::config::Config;
+use crate::http::discovery::STALE_HEADER;
+use crate::http::{router, Gateway};
+use crate::source::scripted::idle;
+use crate::source::Command;
+use crate::xds::{Endpoint, ResourceType};
+
+const CDS: ResourceType = ResourceType::Clusters;
+const EDS: ResourceType = ResourceType::Endpoints;
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+impl Reply {
+    fn version(&self) -> &str {
+        self.body["versionInfo"].as_str().unwrap_or_default()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.body["resources"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|r| {
+                        let name = r.get("name").or_else(|| r.get("clusterName"));
+                        name.and_then(Value::as_str).unwrap_or_default().to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+async fn send(gw: &Arc<Gateway>, request: Request<Body>) -> Reply {
+    let response = router(gw.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+        .await
+        .unwrap();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// `POST /v3/discovery:<kind>[?query]` for `node` presenting `version`.
+async fn poll(
+    gw: &Arc<Gateway>,
+    kind: ResourceType,
+    node: &str,
+    version: &str,
+    names: &[&str],
+    query: &str,
+) -> Reply {
+    let body = json!({"node": {"id": node}, "version_info": version, "resource_names": names});
+    let path = format!("{}{query}", Endpoint::Discovery(kind).path());
+    let request = Request::post(path)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    send(gw, request).await
+}
+
+fn cluster(name: &str) -> Value {
+    json!({"@type": CDS.type_url(), "name": name, "connect_timeout": "1s"})
+}
+
+fn cla(name: &str) -> Value {
+    json!({"@type": EDS.type_url(), "cluster_name": name})
+}
+
+fn covering(names: &[&str]) -> Coverage {
+    Coverage {
+        wildcard: false,
+        names: names.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+fn metric(gw: &Gateway, name: &str) -> f64 {
+    gw.metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_once_then_304_for_the_names_and_version_served() {
+    let (gw, script) = scripted(Config::default());
+    script.set(CDS, "v1", &[cluster("a"), cluster("b")]).await;
+    let first = poll(&gw, CDS, "n1", "", &[], "").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        (first.version(), first.names()),
+        ("v1", vec!["a".into(), "b".into()])
+    );
+    assert_eq!(first.headers["etag"], "\"v1\"");
+    assert_eq!(
+        poll(&gw, CDS, "n1", "v1", &[], "").await.status,
+        StatusCode::NOT_MODIFIED
+    );
+    // An empty version never gets a 304 (Envoy's initial fetch waits for a body).
+    assert_eq!(
+        poll(&gw, CDS, "n1", "", &[], "").await.status,
+        StatusCode::OK
+    );
+    // New names at the same version: a body first, then 304.
+    let named = poll(&gw, CDS, "n1", "v1", &["a"], "").await;
+    assert_eq!(
+        (named.status, named.names()),
+        (StatusCode::OK, vec!["a".into()])
+    );
+    assert_eq!(
+        poll(&gw, CDS, "n1", "v1", &["a"], "").await.status,
+        StatusCode::NOT_MODIFIED
+    );
+    // A new version is served on the next poll.
+    script.set(CDS, "v2", &[cluster("a")]).await;
+    let next = poll(&gw, CDS, "n1", "v1", &[], "").await;
+    assert_eq!((next.status, next.version()), (StatusCode::OK, "v2"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_is_held_until_a_change_or_its_wait() {
+    let (gw, script) = scripted(Config::default());
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    assert_eq!(
+        poll(&gw, CDS, "n", "", &[], "").await.status,
+        StatusCode::OK
+    );
+    let started = Instant::now();
+    let held = poll(&gw, CDS, "n", "v1", &[], "?wait=5s").await;
+    assert_eq!(held.status, StatusCode::NOT_MODIFIED);
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let pusher = {
+        let script = script.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            script.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
+        })
+    };
+    let started = Instant::now();
+    let woken = poll(&gw, CDS, "n", "v1", &[], "?wait=30s").await;
+    pusher.await.unwrap();
+    assert_eq!((woken.status, woken.version()), (StatusCode::OK, "v2"));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_poll_waits_bounded_for_the_upstream() {
+    let config = Config {
+        first_response_timeout: Duration::from_secs(3),
+        ..Config::default()
+    };
+    let (gw, script) = scripted(config);
+    let started = Instant::now();
+    let reply = poll(&gw, CDS, "n", "", &[], "").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.headers["retry-after"], "1");
+    assert_eq!(reply.body["code"], 14);
+    assert!(reply.body["message"]
+        .as_str()
+        .unwrap()
+        .contains("has not answered"));
+    assert!(started.elapsed() >= Duration::from_secs(3));
+
+    let setter = {
+        let script = script.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            script.set(CDS, "v1", &[cluster("a")]).await;
+        })
+    };
+    let reply = poll(&gw, CDS, "other", "", &[], "").await;
+    setter.await.unwrap();
+    assert_eq!((reply.status, reply.version()), (StatusCode::OK, "v1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn names_wait_for_a_state_that_covers_them_until_they_settle() {
+    let (gw, script) = scripted(Config::default());
+    script
+        .set_covering(EDS, "v1", &[cla("a")], covering(&["a"]))
+        .await;
+    assert_eq!(poll(&gw, EDS, "n", "", &["a"], "").await.names(), ["a"]);
+    // "b" is not covered yet: the poll waits until a state covers it.
+    let setter = {
+        let script = script.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            script
+                .set_covering(EDS, "v2", &[cla("a"), cla("b")], covering(&["a", "b"]))
+                .await;
+        })
+    };
+    let reply = poll(&gw, EDS, "n", "", &["a", "b"], "").await;
+    setter.await.unwrap();
+    assert_eq!(
+        (reply.version(), reply.names()),
+        ("v2", vec!["a".into(), "b".into()])
+    );
+
+    // A name the upstream never answers: the first poll waits the whole
+    // first-response bound, then takes what there is; once the name has
+    // been asked for longer than the settle time, polls answer at once.
+    let started = Instant::now();
+    let reply = poll(&gw, EDS, "n", "", &["zz"], "").await;
+    assert_eq!(
+        (reply.status, reply.names()),
+        (StatusCode::OK, Vec::<String>::new())
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    assert_eq!(
+        poll(&gw, EDS, "n", "", &["zz"], "").await.status,
+        StatusCode::OK
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn clients_of_one_identity_share_one_session_and_widen_it() {
+    let (gw, script) = scripted(Config::default());
+    script.set(EDS, "v1", &[cla("a"), cla("b")]).await;
+    for names in [&["a"][..], &["a"], &["b"], &["a", "b"]] {
+        assert_eq!(
+            poll(&gw, EDS, "shared", "", names, "").await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(script.sessions_started(), 1);
+    idle().await;
+    let resubscribes = script
+        .commands()
+        .into_iter()
+        .filter(|c| *c == Command::Resubscribe(EDS))
+        .count();
+    assert_eq!(
+        resubscribes,
+        2,
+        "first ask of a, then of b: {:?}",
+        script.commands()
+    );
+    assert_eq!(
+        poll(&gw, EDS, "another", "", &["a"], "").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(script.sessions_started(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
+    let config = Config {
+        forward_rejections: true,
+        rejection_threshold: 3,
+        ..Config::default()
+    };
+    let (gw, script) = scripted(config);
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    assert_eq!(
+        poll(&gw, CDS, "n", "", &[], "").await.status,
+        StatusCode::OK
+    );
+    script.set(CDS, "v2", &[cluster("a"), cluster("bad")]).await;
+    // Served v2 while presenting v1: catching up, not yet a rejection.
+    assert_eq!(poll(&gw, CDS, "n", "v1", &[], "").await.version(), "v2");
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 0.0);
+    for _ in 0..3 {
+        assert_eq!(
+            poll(&gw, CDS, "n", "v1", &[], "").await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+    // Reported once per (old, new) pair.
+    poll(&gw, CDS, "n", "v1", &[], "").await;
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+    idle().await;
+    let nacks: Vec<Command> = script
+        .commands()
+        .into_iter()
+        .filter(|c| matches!(c, Command::Nack { .. }))
+        .collect();
+    let [Command::Nack {
+        kind,
+        presented,
+        message,
+    }] = nacks.as_slice()
+    else {
+        panic!("one NACK expected: {nacks:?}");
+    };
+    assert_eq!((*kind, presented.as_str()), (CDS, "v1"));
+    assert!(message.contains("\"v2\""), "{message}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn eds_clusters_catching_up_one_by_one_are_not_rejections() {
+    let config = Config {
+        rejection_threshold: 1,
+        ..Config::default()
+    };
+    let (gw, script) = scripted(config);
+    let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    let resources: Vec<Value> = names.iter().map(|n| cla(n)).collect();
+    script.set(EDS, "v1", &resources).await;
+    for name in &names {
+        poll(&gw, EDS, "n", "", &[name], "").await;
+    }
+    script.set(EDS, "v2", &resources).await;
+    for name in &names {
+        let reply = poll(&gw, EDS, "n", "v1", &[name], "").await;
+        assert_eq!(reply.version(), "v2");
+        assert_eq!(
+            poll(&gw, EDS, "n", "v2", &[name], "").await.status,
+            StatusCode::NOT_MODIFIED
+        );
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_state_is_served_with_the_stale_header() {
+    let (gw, script) = scripted(Config::default());
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    assert!(poll(&gw, CDS, "n", "", &[], "")
+        .await
+        .headers
+        .get(STALE_HEADER)
+        .is_none());
+    script.set_stale(true).await;
+    let stale = poll(&gw, CDS, "n", "v1", &[], "").await;
+    assert_eq!(stale.status, StatusCode::NOT_MODIFIED);
+    let since = stale.headers[STALE_HEADER].to_str().unwrap();
+    assert!(humantime::parse_rfc3339(since).is_ok(), "{since}");
+    script.set_stale(false).await;
+    assert!(poll(&gw, CDS, "n", "v1", &[], "")
+        .await
+        .headers
+        .get(STALE_HEADER)
+        .is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_sessions_close_and_reopen_on_the_next_poll() {
+    let config = Config {
+        idle_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let (gw, script) = scripted(config);
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    poll(&gw, CDS, "n", "", &[], "").await;
+    assert_eq!(script.feeds_running(), 1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        script.feeds_running(),
+        0,
+        "the idle session's feed was stopped"
+    );
+    assert_eq!(gw.source.status().sessions, 0);
+    assert_eq!(
+        poll(&gw, CDS, "n", "", &[], "").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(script.sessions_started(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_with_if_none_match_is_a_poll() {
+    let (gw, script) = scripted(Config::default());
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    let get = |etag: Option<&str>| {
+        let mut request = Request::get("/v3/discovery:clusters?node=n");
+        if let Some(etag) = etag {
+            request = request.header("if-none-match", etag);
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    let first = send(&gw, get(None)).await;
+    assert_eq!((first.status, first.version()), (StatusCode::OK, "v1"));
+    let etag = first.headers["etag"].to_str().unwrap().to_owned();
+    assert_eq!(
+        send(&gw, get(Some(&etag))).await.status,
+        StatusCode::NOT_MODIFIED
+    );
+}

@@ -1,0 +1,125 @@
+//! `--upstream-mode auto` as a [`Source`]: probes the upstream (delta, else
+//! SotW, else the unary Fetch RPCs; see [`super::probe`]), retrying with the
+//! streams' backoff while it cannot be reached, then hands every poll to the
+//! source built for the mode it found. Polls that come before the choice
+//! wait for it, bounded by the first-response timeout; HDS/CSDS pass-through
+//! needs no choice.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::polled::{lock, Polled};
+use super::probe;
+use super::stream::Backoff;
+use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use crate::cache::ParsedRequest;
+use crate::config::UpstreamMode;
+use crate::xds::ResourceType;
+
+/// Builds the source for the mode the probe found (`app.rs` decides what
+/// each mode is).
+pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode) -> Arc<dyn Source> + Send>;
+
+/// The probing source.
+#[derive(Debug)]
+pub(crate) struct AutoSource {
+    ctx: Arc<UpstreamContext>,
+    chosen: watch::Sender<Option<Arc<dyn Source>>>,
+    first_wait: Duration,
+    probe: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl AutoSource {
+    /// Starts probing `ctx`; `choose` builds the source for the mode found.
+    pub(crate) fn start(
+        ctx: Arc<UpstreamContext>,
+        first_wait: Duration,
+        choose: Choose,
+    ) -> Arc<AutoSource> {
+        let source = Arc::new(AutoSource {
+            ctx: ctx.clone(),
+            chosen: watch::Sender::new(None),
+            first_wait,
+            probe: Mutex::default(),
+        });
+        let weak = Arc::downgrade(&source);
+        let task = tokio::spawn(async move {
+            let mode = resolve(&ctx).await;
+            let Some(source) = weak.upgrade() else { return };
+            source.chosen.send_replace(Some(choose(mode)));
+        });
+        *lock(&source.probe) = Some(task);
+        source
+    }
+
+    /// The source in use, waiting up to the first-response timeout for the
+    /// probe to decide.
+    async fn chosen(&self) -> Result<Arc<dyn Source>, SourceError> {
+        let mut rx = self.chosen.subscribe();
+        let decided = tokio::time::timeout(self.first_wait, rx.wait_for(Option::is_some)).await;
+        match decided {
+            Ok(Ok(chosen)) => chosen.clone().ok_or(SourceError::Probing),
+            _ => Err(SourceError::Probing),
+        }
+    }
+}
+
+/// Probes until a mode is found, backing off while the upstream cannot be
+/// reached; logs the choice.
+async fn resolve(ctx: &UpstreamContext) -> UpstreamMode {
+    let mut backoff = Backoff::default();
+    loop {
+        match probe::resolve(ctx).await {
+            Ok(mode) => {
+                info!(?mode, upstream = %ctx.uri, "upstream mode chosen by probing");
+                return mode;
+            }
+            Err(reason) => {
+                let delay = backoff.next_delay();
+                warn!(%reason, retry_in = ?delay, "upstream mode probe failed");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+impl Source for AutoSource {
+    fn poll<'a>(
+        &'a self,
+        kind: ResourceType,
+        request: &'a ParsedRequest,
+    ) -> BoxFuture<'a, Result<Polled, SourceError>> {
+        async move { self.chosen().await?.poll(kind, request).await }.boxed()
+    }
+
+    fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
+        self.ctx.pass_through(call).boxed()
+    }
+
+    fn status(&self) -> Status {
+        let chosen = self.chosen.borrow().clone();
+        match chosen {
+            Some(source) => source.status(),
+            None => Status {
+                ready: false,
+                description: format!("gRPC upstream {} (auto: probing)", self.ctx.uri),
+                ..Status::default()
+            },
+        }
+    }
+
+    fn close(&self) {
+        if let Some(probe) = lock(&self.probe).take() {
+            probe.abort();
+        }
+        if let Some(source) = self.chosen.borrow().clone() {
+            source.close();
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Sessions as a [`Source`]: the registry of live sessions, one per node
+//! identity, and how a poll is answered from one.
+//!
+//! A session is created for the first client of an identity (bounded in
+//! number), shared by every later one (fan-in), and closed when no client has
+//! polled it for the idle timeout; names nobody asks for any more are pruned
+//! on the same sweep. What feeds a session (an upstream stream, the snapshot)
+//! is the [`Feeder`]'s business; the registry only starts it.
+//!
+//! A poll records the client's names in the session (widening the upstream
+//! subscription if needed), then waits, bounded, for a state that covers
+//! them: at once once those names have been asked for longer than
+//! [`SETTLE`] (servers send nothing for names that do not exist), else up to
+//! the first-response timeout.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::decode::decode_node;
+use super::polled::{record_served, suspect, suspicion_message, Current, Feed, Polled};
+use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
+use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use crate::cache::{IdentityKey, ParsedRequest, Renderer, TypeState};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::xds::rewrite::RestTarget;
+use crate::xds::ResourceType;
+
+/// How often idle sessions and stale names are swept, at most.
+const SWEEP_EVERY_MAX: Duration = Duration::from_secs(5);
+
+/// What feeds sessions: starts one task per session, and says what it is.
+pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
+    /// Starts the task that feeds `session` until `commands` closes (the
+    /// session closed) or the task is aborted.
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()>;
+
+    /// Why no poll can be answered now (a snapshot that never loaded), if so.
+    fn unavailable(&self) -> Option<SourceError> {
+        None
+    }
+
+    /// Whether it has answered once (never unready again).
+    fn is_ready(&self) -> bool;
+
+    /// What it is, for `/readyz`.
+    fn describe(&self) -> String;
+
+    /// Problems standing in its way (path, line, reason), for `/readyz`.
+    fn problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The upstream connection for pass-through calls (`None`: no upstream).
+    fn upstream(&self) -> Option<&UpstreamContext> {
+        None
+    }
+}
+
+/// The limits and policies sessions are run with (from [`Config`]).
+#[derive(Debug, Clone)]
+struct Limits {
+    max_sessions: usize,
+    idle_timeout: Duration,
+    first_response_timeout: Duration,
+    rejection_threshold: u32,
+    forward_rejections: bool,
+}
+
+/// A [`Source`] of sessions fed by `F`.
+#[derive(Debug)]
+pub(crate) struct Sessions<F> {
+    feeder: F,
+    sessions: Mutex<HashMap<IdentityKey, Arc<Session>>>,
+    renderer: Renderer,
+    metrics: Arc<Metrics>,
+    limits: Limits,
+    sweeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<F: Feeder> Sessions<F> {
+    /// Sessions fed by `feeder`, swept for idleness in the background until
+    /// [`Source::close`] or the last handle drops.
+    pub(crate) fn start(
+        feeder: F,
+        renderer: Renderer,
+        metrics: Arc<Metrics>,
+        config: &Config,
+    ) -> Arc<Sessions<F>> {
+        let sessions = Arc::new(Sessions {
+            feeder,
+            sessions: Mutex::default(),
+            renderer,
+            metrics,
+            limits: Limits {
+                max_sessions: config.max_sessions,
+                idle_timeout: config.idle_timeout,
+                first_response_timeout: config.first_response_timeout,
+                rejection_threshold: config.rejection_threshold,
+                forward_rejections: config.forward_rejections,
+            },
+            sweeper: Mutex::default(),
+        });
+        let sweeper = spawn_sweeper(Arc::downgrade(&sessions), sessions.sweep_every());
+        *sessions.sweeper_lock() = Some(sweeper);
+        sessions
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IdentityKey, Arc<Session>>> {
+        // Map operations are single inserts/removes: never half-done.
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sweeper_lock(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
+        self.sweeper.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sweep_every(&self) -> Duration {
+        (self.limits.idle_timeout / 4).clamp(Duration::from_millis(50), SWEEP_EVERY_MAX)
+    }
+
+    /// The session of `key`, created (and its feeder started) for the first
+    /// client of that identity. The `node` of `body` is decoded only then.
+    fn session(&self, key: &IdentityKey, body: &[u8]) -> Result<Arc<Session>, SourceError> {
+        let mut sessions = self.lock();
+        if let Some(session) = sessions.get(key) {
+            session.touch();
+            return Ok(session.clone());
+        }
+        if sessions.len() >= self.limits.max_sessions {
+            return Err(SourceError::TooManySessions {
+                max: self.limits.max_sessions,
+            });
+        }
+        let node = decode_node(&self.renderer, body)?;
+        let (session, commands) = Session::new(node);
+        session.attach_task(self.feeder.start(session.clone(), commands));
+        info!(node = %session.node.id, cluster = %session.node.cluster, "session opened");
+        sessions.insert(key.clone(), session.clone());
+        self.metrics.set_sessions(sessions.len());
+        Ok(session)
+    }
+
+    /// Closes idle sessions and prunes names nobody asked for recently.
+    fn sweep(&self, now: Instant) {
+        let idle_timeout = self.limits.idle_timeout;
+        let mut sessions = self.lock();
+        sessions.retain(|_, session| {
+            if session.idle_for(now) >= idle_timeout {
+                info!(node = %session.node.id, "session idle: closed");
+                session.close();
+                false
+            } else {
+                session.prune(now, idle_timeout);
+                true
+            }
+        });
+        self.metrics.set_sessions(sessions.len());
+    }
+
+    async fn poll_session(
+        &self,
+        kind: ResourceType,
+        request: &ParsedRequest,
+    ) -> Result<Polled, SourceError> {
+        if let Some(unavailable) = self.feeder.unavailable() {
+            return Err(unavailable);
+        }
+        let session = self.session(request.identity(), request.body())?;
+        let serving = session.serving();
+        let names = request.names();
+        let (rx, settled) = session.want(kind, names, SETTLE);
+        let within = self.limits.first_response_timeout;
+        let first_wait = if settled { Duration::ZERO } else { within };
+        let state = wait_for_coverage(rx.clone(), names, first_wait)
+            .await
+            .ok_or(SourceError::NoAnswer { kind, within })?;
+        let feed = SessionFeed {
+            kind,
+            session,
+            rx,
+            _serving: serving,
+            metrics: self.metrics.clone(),
+            threshold: self.limits.rejection_threshold,
+            forward: self.limits.forward_rejections,
+        };
+        Ok(Polled::new(Current::State(state), Box::new(feed)))
+    }
+}
+
+fn spawn_sweeper<F: Feeder>(sessions: Weak<Sessions<F>>, every: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let Some(sessions) = sessions.upgrade() else {
+                return;
+            };
+            sessions.sweep(Instant::now());
+        }
+    })
+}
+
+impl<F: Feeder> Source for Sessions<F> {
+    fn poll<'a>(
+        &'a self,
+        kind: ResourceType,
+        request: &'a ParsedRequest,
+    ) -> BoxFuture<'a, Result<Polled, SourceError>> {
+        self.poll_session(kind, request).boxed()
+    }
+
+    fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
+        async move {
+            match self.feeder.upstream() {
+                Some(upstream) => upstream.pass_through(call).await,
+                None => Err(SourceError::NoUpstream { what: call.path() }),
+            }
+        }
+        .boxed()
+    }
+
+    fn status(&self) -> Status {
+        let (sessions, stale_sessions) = {
+            let sessions = self.lock();
+            let stale = sessions
+                .values()
+                .filter(|s| s.stale_since().is_some())
+                .count();
+            (sessions.len(), stale)
+        };
+        Status {
+            ready: self.feeder.is_ready(),
+            description: self.feeder.describe(),
+            problems: self.feeder.problems(),
+            sessions,
+            stale_sessions,
+        }
+    }
+
+    fn close(&self) {
+        if let Some(sweeper) = self.sweeper_lock().take() {
+            sweeper.abort();
+        }
+        for (_, session) in self.lock().drain() {
+            session.close();
+        }
+        self.metrics.set_sessions(0);
+    }
+}
+
+/// A poll answered from a session: its state channel for long polls, its
+/// rejection bookkeeping (NACKed upstream through the feeder when
+/// `--forward-rejections` is on), its stale mark. Holding it keeps the
+/// session from idling out.
+struct SessionFeed {
+    kind: ResourceType,
+    session: Arc<Session>,
+    rx: watch::Receiver<Option<Arc<TypeState>>>,
+    _serving: InFlight,
+    metrics: Arc<Metrics>,
+    threshold: u32,
+    forward: bool,
+}
+
+impl Feed for SessionFeed {
+    fn next_change<'a>(
+        &'a mut self,
+        seen: &'a Current,
+        wait: Duration,
+    ) -> BoxFuture<'a, Option<Current>> {
+        async move {
+            let Current::State(seen) = seen else {
+                return None;
+            };
+            let next = wait_for_change(self.rx.clone(), seen, wait).await;
+            (!Arc::ptr_eq(&next, seen)).then_some(Current::State(next))
+        }
+        .boxed()
+    }
+
+    fn observe(&self, request: &ParsedRequest, state: &TypeState, target: Option<&RestTarget>) {
+        let kind = self.kind;
+        let tracker = self.session.rejections(kind);
+        let Some(suspicion) = suspect(tracker, request, state, target, self.threshold) else {
+            return;
+        };
+        warn!(
+            node = %request.node_id(), %kind, presented = %suspicion.presented, current = %suspicion.current,
+            polls = suspicion.polls, "suspected rejection: a REST client keeps presenting an older version"
+        );
+        self.metrics.suspected_rejection(kind);
+        if self.forward {
+            let message = suspicion_message(&self.session.node.id, &suspicion);
+            self.session.send(Command::Nack {
+                kind,
+                presented: suspicion.presented,
+                message,
+            });
+        }
+    }
+
+    fn served(&self, state: &TypeState) {
+        record_served(self.session.rejections(self.kind), state);
+    }
+
+    fn stale_since(&self) -> Option<SystemTime> {
+        self.session.stale_since()
+    }
+}

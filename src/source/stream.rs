@@ -1,0 +1,261 @@
+//! The one driver of upstream ADS streams, shared by SotW ([`super::ads`])
+//! and delta ([`super::delta`]).
+//!
+//! Per stream: send what opens it, open the call while still taking the
+//! session's commands (they may come before the response headers), then
+//! select on responses, commands and the protocol's timer. Every response
+//! marks the upstream answered and the session fresh before the protocol
+//! takes it. When the stream breaks, the session is marked stale (it keeps
+//! serving its last state) and the driver reconnects after a jittered,
+//! capped [`Backoff`]; it ends when the session's command channel closes.
+//! A [`Protocol`] says what to send and how to take what arrives.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::google::rpc::Status;
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::Streaming;
+use tracing::{info, warn, Instrument};
+
+use super::session::{Command, Session};
+use super::UpstreamContext;
+use crate::xds::ResourceType;
+
+/// First reconnect delay; doubles per consecutive failure up to [`BACKOFF_MAX`].
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+/// Longest reconnect delay: also how stale a state can get after the upstream
+/// returns, so it is short.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Each delay is scaled by a random factor in [1 - JITTER, 1 + JITTER].
+const BACKOFF_JITTER: f64 = 0.5;
+/// Requests queued toward one stream before the sender waits.
+const OUTBOUND_QUEUE: usize = 64;
+/// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
+const INVALID_ARGUMENT: i32 = 3;
+
+/// The ADS client a protocol opens its call on.
+pub(super) type AdsClient = AggregatedDiscoveryServiceClient<Channel>;
+
+/// One xDS protocol variant over an ADS stream: what to send, how to take
+/// what arrives. One value per session, living across its streams.
+pub(super) trait Protocol: Send + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    /// For logs: `sotw` or `delta`.
+    const MODE: &'static str;
+
+    /// A new stream begins: forget what belonged to the last one; the
+    /// requests that open it.
+    fn start_stream(&mut self) -> Vec<Self::Request>;
+
+    /// Opens the call with `request` carrying the outbound stream.
+    fn open(
+        client: AdsClient,
+        request: tonic::Request<ReceiverStream<Self::Request>>,
+    ) -> impl Future<Output = Result<tonic::Response<Streaming<Self::Response>>, tonic::Status>> + Send;
+
+    /// The type URL a response is for.
+    fn type_url(response: &Self::Response) -> &str;
+
+    /// Takes a response of `kind`; the requests it calls for (ACK or NACK).
+    fn response(
+        &mut self,
+        kind: ResourceType,
+        response: Self::Response,
+    ) -> impl Future<Output = Vec<Self::Request>> + Send;
+
+    /// Takes a session command; the requests it calls for.
+    fn command(&mut self, command: Command) -> Vec<Self::Request>;
+
+    /// When [`timer`](Self::timer) is next due, if ever.
+    fn next_timer(&self) -> Option<Instant> {
+        None
+    }
+
+    /// The timer fired at `now`.
+    fn timer(&mut self, _now: Instant) {}
+}
+
+/// Why one stream ended.
+#[derive(Debug, thiserror::Error)]
+enum StreamError {
+    #[error("upstream stream failed: {0}")]
+    Status(#[from] tonic::Status),
+    #[error("upstream closed the stream")]
+    Closed,
+}
+
+/// Feeds `session` through `protocol` until the session closes.
+pub(super) async fn run<P: Protocol>(
+    ctx: Arc<UpstreamContext>,
+    session: Arc<Session>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut protocol: P,
+) {
+    let span = tracing::info_span!(
+        "upstream",
+        mode = P::MODE,
+        node = %session.node.id,
+        cluster = %session.node.cluster
+    );
+    async move {
+        let mut backoff = Backoff::default();
+        loop {
+            let mut answered = false;
+            let result =
+                one_stream(&ctx, &session, &mut commands, &mut protocol, &mut answered).await;
+            let Err(err) = result else { return };
+            session.mark_stale();
+            if answered {
+                backoff.reset();
+            }
+            let delay = backoff.next_delay();
+            warn!(error = %err, retry_in = ?delay, "upstream stream ended");
+            tokio::time::sleep(delay).await;
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Ok when the session closed (its command channel is gone); Err when the
+/// stream broke. Sets `answered` once a response arrived.
+async fn one_stream<P: Protocol>(
+    ctx: &UpstreamContext,
+    session: &Session,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    protocol: &mut P,
+    answered: &mut bool,
+) -> Result<(), StreamError> {
+    let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+    send_all(&tx, protocol.start_stream()).await;
+    let client = AdsClient::new(ctx.channel.clone())
+        .max_decoding_message_size(ctx.max_message_bytes)
+        .max_encoding_message_size(ctx.max_message_bytes);
+    let call = P::open(client, ctx.request(ReceiverStream::new(rx)));
+    tokio::pin!(call);
+    // Commands may arrive before the response headers do.
+    let mut inbound = loop {
+        tokio::select! {
+            response = &mut call => break response?.into_inner(),
+            command = commands.recv() => match command {
+                Some(command) => send_all(&tx, protocol.command(command)).await,
+                None => return Ok(()),
+            },
+        }
+    };
+    let _open = StreamGuard::open(ctx);
+    info!("upstream stream open");
+    loop {
+        let timer = protocol.next_timer();
+        tokio::select! {
+            message = inbound.message() => match message? {
+                Some(response) => {
+                    *answered = true;
+                    ctx.mark_answered();
+                    session.mark_fresh();
+                    let type_url = P::type_url(&response);
+                    let Some(kind) = ResourceType::from_type_url(type_url) else {
+                        warn!(%type_url, "response for a type the gateway does not serve");
+                        continue;
+                    };
+                    send_all(&tx, protocol.response(kind, response).await).await;
+                }
+                None => return Err(StreamError::Closed),
+            },
+            command = commands.recv() => match command {
+                Some(command) => send_all(&tx, protocol.command(command)).await,
+                None => return Ok(()),
+            },
+            () = sleep_until(timer) => protocol.timer(Instant::now()),
+        }
+    }
+}
+
+async fn send_all<T>(tx: &mpsc::Sender<T>, requests: Vec<T>) {
+    for request in requests {
+        // A closed channel means the call ended; the stream loop sees why.
+        let _ = tx.send(request).await;
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The `error_detail` of a NACK.
+pub(super) fn nack_detail(message: String) -> Status {
+    Status {
+        code: INVALID_ARGUMENT,
+        message,
+        details: Vec::new(),
+    }
+}
+
+/// Jittered exponential backoff over consecutive failures, capped at
+/// [`BACKOFF_MAX`]: stream reconnects and the auto-mode probe.
+#[derive(Debug, Default)]
+pub(super) struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// Counts a failure; the delay before the next attempt.
+    pub(super) fn next_delay(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let exp = BACKOFF_BASE.saturating_mul(1u32 << (self.failures - 1).min(16));
+        let factor = rand::rng().random_range((1.0 - BACKOFF_JITTER)..=(1.0 + BACKOFF_JITTER));
+        exp.min(BACKOFF_MAX).mul_f64(factor)
+    }
+
+    /// An attempt succeeded: the next failure starts over.
+    pub(super) fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// Keeps the open-streams gauge right however the stream ends.
+struct StreamGuard<'a>(&'a UpstreamContext);
+
+impl<'a> StreamGuard<'a> {
+    /// Counts a stream as open until the guard drops.
+    fn open(ctx: &'a UpstreamContext) -> StreamGuard<'a> {
+        ctx.metrics.stream_opened();
+        StreamGuard(ctx)
+    }
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.stream_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_jittered_and_resets() {
+        let mut backoff = Backoff::default();
+        let delays: Vec<Duration> = (0..40).map(|_| backoff.next_delay()).collect();
+        for d in &delays {
+            assert!(*d <= BACKOFF_MAX.mul_f64(1.0 + BACKOFF_JITTER), "{d:?}");
+            assert!(*d >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{d:?}");
+        }
+        assert!(delays[30] > delays[0]);
+        backoff.reset();
+        assert!(backoff.next_delay() <= BACKOFF_BASE.mul_f64(1.0 + BACKOFF_JITTER));
+    }
+}
