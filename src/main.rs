@@ -5,7 +5,7 @@
 use anyhow::Context;
 use clap::Parser;
 use tokio::net::TcpListener;
-use xds_gateway::config::{Cli, Config};
+use xds_gateway::config::{Config, Settings};
 
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
@@ -26,7 +26,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Settings::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -35,7 +35,7 @@ async fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let config = Config::from_cli(cli)?;
+    let config = Config::from_settings(cli)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding the REST listener {}", config.listen))?;

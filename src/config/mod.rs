@@ -11,13 +11,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-mod cli;
-mod file;
+mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use cli::Cli;
-use file::{read_file, FileConfig};
+pub use settings::Settings;
 
 /// Why the configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -133,99 +131,70 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Merges flags/environment (already in `cli`) over the file over defaults.
-    pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
-        let file = match &cli.config {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
-        };
-        let d = Config::default();
-        let config = Config {
-            upstream: cli.upstream.or(file.upstream),
-            upstream_mode: cli
-                .upstream_mode
-                .or(file.upstream_mode)
-                .unwrap_or(d.upstream_mode),
-            upstream_tls: UpstreamTls {
-                ca: cli.upstream_ca.or(file.upstream_ca),
-                cert: cli.upstream_cert.or(file.upstream_cert),
-                key: cli.upstream_key.or(file.upstream_key),
-                server_name: cli
-                    .upstream_tls_server_name
-                    .or(file.upstream_tls_server_name),
-            },
-            upstream_headers: parse_headers(if cli.upstream_headers.is_empty() {
-                file.upstream_headers.unwrap_or_default()
-            } else {
-                cli.upstream_headers
-            })?,
-            upstream_keepalive: cli
-                .upstream_keepalive
-                .or(file.upstream_keepalive)
-                .unwrap_or(d.upstream_keepalive),
-            fetch_cache_ttl: cli
-                .fetch_cache_ttl
-                .or(file.fetch_cache_ttl)
-                .unwrap_or(d.fetch_cache_ttl),
-            snapshot: cli.snapshot.or(file.snapshot),
-            listen: cli.listen.or(file.listen).unwrap_or(d.listen),
-            admin: cli.admin.or(file.admin).unwrap_or(d.admin),
-            session_key: cli
-                .session_key
-                .or(file.session_key)
-                .unwrap_or(d.session_key),
-            idle_timeout: cli
-                .idle_timeout
-                .or(file.idle_timeout)
-                .unwrap_or(d.idle_timeout),
-            max_sessions: cli
-                .max_sessions
-                .or(file.max_sessions)
-                .unwrap_or(d.max_sessions),
-            first_response_timeout: cli
-                .first_response_timeout
-                .or(file.first_response_timeout)
-                .unwrap_or(d.first_response_timeout),
-            default_wait: cli
-                .default_wait
-                .or(file.default_wait)
-                .unwrap_or(d.default_wait),
-            max_wait: cli.max_wait.or(file.max_wait).unwrap_or(d.max_wait),
-            rewrite_config_sources: cli
-                .rewrite_config_sources
-                .or(file.rewrite_config_sources)
-                .unwrap_or(d.rewrite_config_sources),
-            refresh_delay: cli
-                .refresh_delay
-                .or(file.refresh_delay)
-                .unwrap_or(d.refresh_delay),
-            rejection_threshold: cli
-                .rejection_threshold
-                .or(file.rejection_threshold)
-                .unwrap_or(d.rejection_threshold),
-            forward_rejections: cli
-                .forward_rejections
-                .or(file.forward_rejections)
-                .unwrap_or(d.forward_rejections),
-            allow_secrets: cli
-                .allow_secrets
-                .or(file.allow_secrets)
-                .unwrap_or(d.allow_secrets),
-            max_body_bytes: cli
-                .max_body_bytes
-                .or(file.max_body_bytes)
-                .unwrap_or(d.max_body_bytes),
-            max_upstream_message_bytes: cli
-                .max_upstream_message_bytes
-                .or(file.max_upstream_message_bytes)
-                .unwrap_or(d.max_upstream_message_bytes),
-            descriptor_sets: if cli.descriptor_sets.is_empty() {
-                file.descriptor_sets.unwrap_or_default()
-            } else {
-                cli.descriptor_sets
-            },
-        };
+    /// Lays `cli` (flags over environment, as clap read them) over the
+    /// `--config` file it names, over the defaults; then validates.
+    pub fn from_settings(cli: Settings) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        if let Some(path) = &cli.config {
+            config.apply(Settings::read_file(path)?)?;
+        }
+        config.apply(cli)?;
         config.validate()
+    }
+
+    /// Overwrites what `layer` sets.
+    fn apply(&mut self, layer: Settings) -> Result<(), ConfigError> {
+        /// `self.field = value` for each field `layer` sets.
+        macro_rules! overwrite {
+            ($($field:ident),* $(,)?) => {
+                $(if let Some(value) = layer.$field {
+                    self.$field = value;
+                })*
+            };
+        }
+        overwrite!(
+            upstream_mode,
+            upstream_keepalive,
+            fetch_cache_ttl,
+            listen,
+            admin,
+            session_key,
+            idle_timeout,
+            max_sessions,
+            first_response_timeout,
+            default_wait,
+            max_wait,
+            rewrite_config_sources,
+            refresh_delay,
+            rejection_threshold,
+            forward_rejections,
+            allow_secrets,
+            max_body_bytes,
+            max_upstream_message_bytes,
+            descriptor_sets,
+        );
+        // Settings that stay optional, or land in a nested or parsed form.
+        let tls = &mut self.upstream_tls;
+        for (value, slot) in [
+            (layer.upstream_ca, &mut tls.ca),
+            (layer.upstream_cert, &mut tls.cert),
+            (layer.upstream_key, &mut tls.key),
+            (layer.snapshot, &mut self.snapshot),
+        ] {
+            if value.is_some() {
+                *slot = value;
+            }
+        }
+        if layer.upstream_tls_server_name.is_some() {
+            tls.server_name = layer.upstream_tls_server_name;
+        }
+        if layer.upstream.is_some() {
+            self.upstream = layer.upstream;
+        }
+        if let Some(headers) = layer.upstream_headers {
+            self.upstream_headers = parse_headers(headers)?;
+        }
+        Ok(())
     }
 
     /// Checks cross-field rules and normalises the upstream URI.

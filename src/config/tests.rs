@@ -4,13 +4,13 @@ use clap::Parser;
 
 use super::*;
 
-fn cli(args: &[&str]) -> Cli {
-    Cli::try_parse_from(std::iter::once("xds-gateway").chain(args.iter().copied())).unwrap()
+fn cli(args: &[&str]) -> Settings {
+    Settings::try_parse_from(std::iter::once("xds-gateway").chain(args.iter().copied())).unwrap()
 }
 
 #[test]
 fn defaults_are_loopback() {
-    let c = Config::from_cli(Cli::default()).unwrap();
+    let c = Config::from_settings(Settings::default()).unwrap();
     assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(c.admin.to_string(), "127.0.0.1:9901");
     assert_eq!(c.idle_timeout, Duration::from_secs(300));
@@ -25,7 +25,7 @@ fn flags_override_file_which_overrides_defaults() {
         "upstream = \"grpc://127.0.0.1:1\"\nmax-wait = \"10s\"\nidle-timeout = \"1m\"\n",
     )
     .unwrap();
-    let c = Config::from_cli(cli(&[
+    let c = Config::from_settings(cli(&[
         "--config",
         path.to_str().unwrap(),
         "--max-wait",
@@ -42,16 +42,16 @@ fn bad_file_values_name_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, "max-wait = \"soon\"\n").unwrap();
-    let err = Config::from_cli(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
+    let err = Config::from_settings(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
     assert!(err.to_string().contains("max-wait"), "{err}");
     std::fs::write(&path, "mystery = 1\n").unwrap();
-    let err = Config::from_cli(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
+    let err = Config::from_settings(cli(&["--config", path.to_str().unwrap()])).unwrap_err();
     assert!(err.to_string().contains("mystery"), "{err}");
 }
 
 #[test]
 fn upstream_headers_and_tls_rules() {
-    let c = Config::from_cli(cli(&[
+    let c = Config::from_settings(cli(&[
         "--upstream",
         "grpc://127.0.0.1:1",
         "--upstream-header",
@@ -67,14 +67,14 @@ fn upstream_headers_and_tls_rules() {
             ("tenant".to_string(), "t1".to_string())
         ]
     );
-    assert!(Config::from_cli(cli(&[
+    assert!(Config::from_settings(cli(&[
         "--upstream",
         "grpc://127.0.0.1:1",
         "--upstream-header",
         "nocolon"
     ]))
     .is_err());
-    let err = Config::from_cli(cli(&[
+    let err = Config::from_settings(cli(&[
         "--upstream",
         "grpc://127.0.0.1:1",
         "--upstream-ca",
@@ -82,14 +82,14 @@ fn upstream_headers_and_tls_rules() {
     ]))
     .unwrap_err();
     assert!(err.to_string().contains("https"), "{err}");
-    assert!(Config::from_cli(cli(&[
+    assert!(Config::from_settings(cli(&[
         "--upstream",
         "grpcs://cp:443",
         "--upstream-cert",
         "c.pem"
     ]))
     .is_err());
-    assert!(Config::from_cli(cli(&[
+    assert!(Config::from_settings(cli(&[
         "--upstream",
         "grpcs://cp:443",
         "--upstream-ca",

@@ -1,26 +1,32 @@
-//! The command line: every flag, with its `XDS_GATEWAY_*` variable. Values
-//! left unset here fall back to the config file, then to the defaults
-//! (`Config::from_cli`).
+//! One layer of settings, every one optional: what the command line says
+//! (flags and `XDS_GATEWAY_*` variables, read by clap) or what the `--config`
+//! TOML file says (read by serde: the same keys as the long flags, unknown
+//! keys refused, durations written like `5s` or `250ms`). One struct for
+//! both, so a setting is declared once; `Config::from_settings` lays the
+//! command line over the file over the defaults.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
+use serde::Deserialize;
 
-use super::{RewritePolicy, SessionKey, UpstreamMode};
+use super::{ConfigError, RewritePolicy, SessionKey, UpstreamMode};
 
-/// Command line. Every flag has an `XDS_GATEWAY_*` variable and a key of the
-/// same name in the `--config` file.
-#[derive(Debug, Default, Parser)]
+/// The settings of one layer. Every flag has an `XDS_GATEWAY_*` variable and
+/// a key of the same name in the `--config` file.
+#[derive(Debug, Default, Parser, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
 #[command(
     name = "xds-gateway",
     version,
     about = "Envoy REST xDS (HTTP + JSON) in front of a gRPC xDS control plane"
 )]
-pub struct Cli {
+pub struct Settings {
     /// TOML file whose keys mirror the long flags (e.g. `upstream = "grpc://127.0.0.1:18000"`).
     #[arg(long, env = "XDS_GATEWAY_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Control plane serving ADS, as grpc://HOST:PORT (or http://).
     #[arg(long, env = "XDS_GATEWAY_UPSTREAM")]
@@ -46,12 +52,15 @@ pub struct Cli {
         env = "XDS_GATEWAY_UPSTREAM_HEADERS",
         value_delimiter = ';'
     )]
-    pub upstream_headers: Vec<String>,
+    #[serde(alias = "upstream-header")]
+    pub upstream_headers: Option<Vec<String>>,
     /// HTTP/2 keepalive ping interval toward the upstream [default: 30s].
     #[arg(long, env = "XDS_GATEWAY_UPSTREAM_KEEPALIVE", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub upstream_keepalive: Option<Duration>,
     /// Fetch mode: how long an upstream answer is reused for identical requests [default: 500ms].
     #[arg(long, env = "XDS_GATEWAY_FETCH_CACHE_TTL", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub fetch_cache_ttl: Option<Duration>,
     /// Snapshot directory served when no --upstream is given (YAML/JSON
     /// resources; watched) [default: the embedded examples/demo snapshot].
@@ -68,24 +77,29 @@ pub struct Cli {
     pub session_key: Option<SessionKey>,
     /// Close an upstream session after this long without polls [default: 5m].
     #[arg(long, env = "XDS_GATEWAY_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub idle_timeout: Option<Duration>,
     /// At most this many upstream sessions at once [default: 10000].
     #[arg(long, env = "XDS_GATEWAY_MAX_SESSIONS")]
     pub max_sessions: Option<usize>,
     /// How long a first request waits for the upstream's first answer [default: 5s].
     #[arg(long, env = "XDS_GATEWAY_FIRST_RESPONSE_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub first_response_timeout: Option<Duration>,
     /// Long-poll wait applied when a request does not say `?wait=` [default: 0s].
     #[arg(long, env = "XDS_GATEWAY_DEFAULT_WAIT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub default_wait: Option<Duration>,
     /// Cap on any long-poll wait [default: 60s].
     #[arg(long, env = "XDS_GATEWAY_MAX_WAIT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub max_wait: Option<Duration>,
     /// Rewrite `ads`/`self` config sources to REST ones [default: auto].
     #[arg(long, value_enum, env = "XDS_GATEWAY_REWRITE_CONFIG_SOURCES")]
     pub rewrite_config_sources: Option<RewritePolicy>,
     /// refresh_delay written into rewritten config sources [default: 1s].
     #[arg(long, env = "XDS_GATEWAY_REFRESH_DELAY", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
     pub refresh_delay: Option<Duration>,
     /// Polls presenting an older version, after a newer one was served, before a rejection is suspected [default: 3].
     #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
@@ -110,5 +124,32 @@ pub struct Cli {
         env = "XDS_GATEWAY_DESCRIPTOR_SETS",
         value_delimiter = ','
     )]
-    pub descriptor_sets: Vec<PathBuf>,
+    #[serde(alias = "descriptor-set")]
+    pub descriptor_sets: Option<Vec<PathBuf>>,
+}
+
+impl Settings {
+    /// The settings of the TOML file at `path`.
+    pub(super) fn read_file(path: &Path) -> Result<Settings, ConfigError> {
+        let fail = |reason: String| ConfigError::File {
+            path: path.to_owned(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| fail(e.to_string()))
+    }
+}
+
+mod opt_duration {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Duration>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(de)? else {
+            return Ok(None);
+        };
+        humantime::parse_duration(&text).map(Some).map_err(|e| {
+            serde::de::Error::custom(format!("{text:?} is not a duration like 5s or 250ms: {e}"))
+        })
+    }
 }
