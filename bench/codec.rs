@@ -44,8 +44,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use xds_gateway::xds::{Codec, DiscoveryRequestView};
 
-const LISTENER_URL: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const CLUSTER_URL: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const LISTENER_URL: &str = xds_gateway::xds::ResourceType::Listeners.type_url();
+const CLUSTER_URL: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
 const HCM_URL: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const LOCAL_RATELIMIT_URL: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";

@@ -31,8 +31,8 @@ use xds_gateway::xds::Codec;
 
 const CONCURRENCY: usize = 16;
 const RUN: Duration = Duration::from_secs(6);
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const CDS: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
+const EDS: &str = xds_gateway::xds::ResourceType::Endpoints.type_url();
 
 fn any(codec: &Codec, json: &str) -> PbAny {
     let a = codec.parse_any(json.as_bytes()).expect("fixture parses");

@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use gateway::{metric_sum, ControlPlane};
 use xds_gateway::config::{Config, UpstreamMode};
 
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const EDS: &str = xds_gateway::xds::ResourceType::Endpoints.type_url();
 const CLIENTS: usize = 1_000;
 const POLL_EVERY: Duration = Duration::from_millis(200);
 const RUN: Duration = Duration::from_secs(6);

@@ -22,6 +22,16 @@ struct RequestLabel {
     status: u16,
 }
 
+/// Keeps a gauge raised while it lives (see [`Metrics::long_poll_held`]).
+#[derive(Debug)]
+pub struct HeldGuard<'a>(&'a Gauge);
+
+impl Drop for HeldGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// The gateway's metrics. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -30,6 +40,7 @@ pub struct Metrics {
     cache_hits: Family<TypeLabel, Counter>,
     cache_misses: Family<TypeLabel, Counter>,
     upstream_streams_open: Gauge,
+    long_polls_held: Gauge,
     sessions: Gauge,
     stale_sessions: Gauge,
     acks: Family<TypeLabel, Counter>,
@@ -51,6 +62,7 @@ impl Metrics {
         let cache_hits = Family::<TypeLabel, Counter>::default();
         let cache_misses = Family::<TypeLabel, Counter>::default();
         let upstream_streams_open = Gauge::default();
+        let long_polls_held = Gauge::default();
         let sessions = Gauge::default();
         let stale_sessions = Gauge::default();
         let acks = Family::<TypeLabel, Counter>::default();
@@ -80,6 +92,11 @@ impl Metrics {
             upstream_streams_open.clone(),
         );
         registry.register(
+            "long_polls_held",
+            "REST requests held now, waiting for a change (long polls)",
+            long_polls_held.clone(),
+        );
+        registry.register(
             "sessions",
             "Upstream sessions (node identities) alive",
             sessions.clone(),
@@ -107,6 +124,7 @@ impl Metrics {
             cache_hits,
             cache_misses,
             upstream_streams_open,
+            long_polls_held,
             sessions,
             stale_sessions,
             acks,
@@ -154,6 +172,12 @@ impl Metrics {
 
     pub fn streams_open(&self) -> i64 {
         self.upstream_streams_open.get()
+    }
+
+    /// Counts a long poll as held until the guard drops.
+    pub fn long_poll_held(&self) -> HeldGuard<'_> {
+        self.long_polls_held.inc();
+        HeldGuard(&self.long_polls_held)
     }
 
     pub fn set_sessions(&self, n: usize) {

@@ -531,11 +531,30 @@ async fn run_eds_catch_up(envoy_bin: PathBuf, dir: PathBuf) {
             phase.elapsed()
         );
     }
-    // A few more poll rounds, all presenting the current version.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (_, metrics) = http_get(h.gateway_admin, "/metrics")
-        .await
-        .unwrap_or_else(|e| panic!("gateway /metrics: {e}"));
+    // Two more poll rounds of every cluster, all presenting the current version.
+    let eds_polls = |metrics: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("xds_gateway_requests_total{") && l.contains(r#"type="endpoints""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let admin = h.gateway_admin;
+    let gateway_metrics = || async move {
+        http_get(admin, "/metrics")
+            .await
+            .unwrap_or_else(|e| panic!("gateway /metrics: {e}"))
+            .1
+    };
+    let rounds = eds_polls(&gateway_metrics().await) + 2.0 * EDS_CLUSTERS as f64;
+    let metrics = eventually(CHANGE_TIMEOUT, POLL_INTERVAL, || async {
+        let metrics = gateway_metrics().await;
+        (eds_polls(&metrics) >= rounds).then_some(metrics)
+    })
+    .await
+    .unwrap_or_else(|| panic!("Envoy did not poll EDS twice more within {CHANGE_TIMEOUT:?}"));
     let suspected = metric_value(&metrics, SUSPECTED, r#"type="endpoints""#).unwrap_or(0.0);
     let stats = h.stat_values(&["cluster.backend_"]).await;
     let rejected: u64 = stats

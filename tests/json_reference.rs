@@ -11,16 +11,19 @@
 //! Messages are compared field by field with nested `Any`s decoded, never as
 //! raw bytes: map entries serialize in hash order. Python comes from
 //! `XDS_GATEWAY_PYTHON` (set by `scripts/test`) or `.venv/bin/python`; without
-//! either the reference test is skipped, unless `CI` is set.
+//! either the reference tests fail, saying how to install it.
 //!
 //! `known_discrepancies` (ignored) pins the one case where the codec still
 //! differs from the reference (non-finite float wrappers); un-ignore it once fixed.
+
+#[path = "support/process.rs"]
+mod process;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 use serde_json::json;
@@ -52,23 +55,6 @@ fn corpus() -> Vec<Case> {
         .collect()
 }
 
-/// The Python interpreter with protobuf and xds-protos, or None (skip).
-fn python() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("XDS_GATEWAY_PYTHON").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    if venv.exists() {
-        return Some(venv);
-    }
-    let why = "no Python with protobuf + xds-protos: set XDS_GATEWAY_PYTHON or run scripts/test";
-    if std::env::var_os("CI").is_some() {
-        panic!("{why} (CI is set, so this test may not skip)");
-    }
-    eprintln!("skipping the protobuf reference JSON test: {why}");
-    None
-}
-
 /// Sends `requests` (one JSON line each) to json_reference.py and returns
 /// its response lines, in order.
 fn reference(python: &Path, requests: &[serde_json::Value]) -> Vec<serde_json::Value> {
@@ -84,28 +70,25 @@ fn reference(python: &Path, requests: &[serde_json::Value]) -> Vec<serde_json::V
     let mut stdin = child.stdin.take().unwrap();
     let writer = thread::spawn(move || stdin.write_all(input.as_bytes()));
     let read_all = |mut pipe: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         thread::spawn(move || {
             let mut text = String::new();
-            pipe.read_to_string(&mut text).map(|_| text)
-        })
+            let _ = tx.send(pipe.read_to_string(&mut text).map(|_| text));
+        });
+        rx
     };
     let stdout = read_all(Box::new(child.stdout.take().unwrap()));
     let stderr = read_all(Box::new(child.stderr.take().unwrap()));
 
-    let deadline = Instant::now() + PYTHON_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("json_reference.py ran past {PYTHON_TIMEOUT:?}; killed");
-        }
-        thread::sleep(Duration::from_millis(10));
+    // Its stdout closes when it exits (or is killed past the deadline).
+    let Ok(stdout) = stdout.recv_timeout(PYTHON_TIMEOUT) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("json_reference.py ran past {PYTHON_TIMEOUT:?}; killed");
     };
-    let stdout = stdout.join().unwrap().unwrap();
-    let stderr = stderr.join().unwrap().unwrap();
+    let stdout = stdout.unwrap();
+    let status = child.wait().unwrap();
+    let stderr = stderr.recv().unwrap().unwrap();
     writer
         .join()
         .unwrap()
@@ -315,7 +298,7 @@ fn check_case(
 
 #[test]
 fn codec_agrees_with_protobuf_reference_json() {
-    let Some(python) = python() else { return };
+    let python = process::require_python("json_reference");
     let codec = Codec::embedded();
     let cases = corpus();
     for case in &cases {
@@ -337,7 +320,7 @@ fn codec_agrees_with_protobuf_reference_json() {
 /// written (and read) without `"value"`, as C++ (Envoy) and Python do.
 #[test]
 fn fixed_discrepancies_stay_fixed() {
-    let Some(python) = python() else { return };
+    let python = process::require_python("json_reference");
     let any = |name: &str, body: &str| Case {
         name: name.to_owned(),
         text: format!(r#"{{"@type":"type.googleapis.com/{body}}}"#),
@@ -367,7 +350,7 @@ fn fixed_discrepancies_stay_fixed() {
 #[test]
 #[ignore = "known codec discrepancy: non-finite float wrappers render as null (prost-reflect)"]
 fn known_discrepancies() {
-    let Some(python) = python() else { return };
+    let python = process::require_python("json_reference");
     let cases = [Case {
         name: "nan_wrapper".to_owned(),
         text: r#"{"@type":"type.googleapis.com/envoy.config.core.v3.Metadata","typed_filter_metadata":{"x":{"@type":"type.googleapis.com/google.protobuf.DoubleValue","value":"NaN"}}}"#.to_owned(),

@@ -18,7 +18,7 @@ use prost::Message;
 use gateway::Gateway;
 use process::http_get;
 
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const CDS: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
 const CLUSTERS: usize = 6_000;
 
 fn clusters() -> Vec<envoy_types::pb::google::protobuf::Any> {

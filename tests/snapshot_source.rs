@@ -34,7 +34,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const CLUSTER_TYPE: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
 const DEMO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo");
 
 /// A Cluster resource `name` with `connect_timeout`, as a YAML document.

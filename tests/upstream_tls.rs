@@ -18,7 +18,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use gateway::Gateway;
 use process::http_get;
 
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const CDS: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
 
 struct Pki {
     ca: String,

@@ -99,8 +99,11 @@ async fn serve(
 
     let mut polled = gateway.source.poll(kind, &request).await?;
     let mut answer = polled.answer(renderer, &request, target)?;
-    if answer == Answer::NotModified && !wait.is_zero() && polled.next_change(wait).await {
-        answer = polled.answer(renderer, &request, target)?;
+    if answer == Answer::NotModified && !wait.is_zero() {
+        let _held = gateway.metrics.long_poll_held();
+        if polled.next_change(wait).await {
+            answer = polled.answer(renderer, &request, target)?;
+        }
     }
     let mut response = respond(gateway, kind, polled.version(), answer, presentation)?;
     if let Some(since) = polled.stale_since() {

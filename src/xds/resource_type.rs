@@ -160,7 +160,7 @@ impl ResourceType {
     }
 
     /// `type.googleapis.com/<message>`.
-    pub fn type_url(self) -> &'static str {
+    pub const fn type_url(self) -> &'static str {
         TYPE_URLS[self as usize]
     }
 

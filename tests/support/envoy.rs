@@ -12,7 +12,7 @@
 //! This module owns:
 //!
 //! - [`run_bounded`]: one Envoy test in a fresh temp dir within
-//!   [`TEST_TIMEOUT`], skipped (failed under CI) without an Envoy binary, the
+//!   [`TEST_TIMEOUT`], failing (with how to install it) without Envoy, the
 //!   Envoy and gateway logs ([`ENVOY_LOG`], [`GATEWAY_LOG`]) printed when
 //!   time runs out; the bounds of its phases ([`CONVERGE_TIMEOUT`],
 //!   [`CHANGE_TIMEOUT`]);
@@ -72,17 +72,15 @@ pub const ENVOY_CONFIG: &str = "envoy.yaml";
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `run(envoy binary, directory)` within [`TEST_TIMEOUT`], in a temp
-/// dir that outlives it. Without an Envoy binary the test is skipped (a
-/// failure under CI, see [`require_envoy`]). When time runs out, the Envoy
+/// dir that outlives it. Without an Envoy binary the test fails, saying how
+/// to install one (see [`require_envoy`]). When time runs out, the Envoy
 /// and gateway logs in the directory are printed and the test fails.
 pub async fn run_bounded<F, Fut>(test: &str, run: F)
 where
     F: FnOnce(PathBuf, PathBuf) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let Some(envoy) = require_envoy(test) else {
-        return;
-    };
+    let envoy = require_envoy(test);
     let dir = tempfile::tempdir().expect("tempdir");
     let started = Instant::now();
     match tokio::time::timeout(TEST_TIMEOUT, run(envoy, dir.path().to_path_buf())).await {
@@ -356,10 +354,10 @@ pub async fn serve(router: axum::Router) -> u16 {
     port
 }
 
-pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-pub const CLA_TYPE: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-pub const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub const CLUSTER_TYPE: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
+pub const CLA_TYPE: &str = xds_gateway::xds::ResourceType::Endpoints.type_url();
+pub const LISTENER_TYPE: &str = xds_gateway::xds::ResourceType::Listeners.type_url();
+pub const ROUTE_TYPE: &str = xds_gateway::xds::ResourceType::Routes.type_url();
 
 /// The HTTP connection manager's stat prefix in [`listener_json`].
 pub const STAT_PREFIX: &str = "ingress_http";

@@ -16,7 +16,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -24,34 +24,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::process::{eventually, free_port, http_exchange, in_ci, ChildGuard, LOOPBACK};
+use crate::process::{eventually, free_port, http_exchange, require_python, ChildGuard, LOOPBACK};
 
 /// How long a started process may take to announce itself / accept connections.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default bound on one HTTP exchange.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// The Python with grpcio + xds-protos: `$XDS_GATEWAY_PYTHON`, else the
-/// crate's `.venv/bin/python`. Without one: panics under CI, else prints why
-/// `test` is skipped and returns `None`.
-pub fn require_python(test: &str) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("XDS_GATEWAY_PYTHON").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        if path.exists() {
-            return Some(path);
-        }
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    if venv.exists() {
-        return Some(venv);
-    }
-    let why = "no Python with grpcio + xds-protos: set XDS_GATEWAY_PYTHON or run scripts/test";
-    if in_ci() {
-        panic!("{test}: {why} (CI is set, so this test may not skip)");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    None
-}
 
 /// A reply to one HTTP request.
 #[derive(Debug, Clone)]
@@ -125,22 +103,22 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Starts `ads_server.py` on a kernel-chosen port; `None` when the test
-    /// is skipped for want of Python (see [`require_python`]).
-    pub fn start(test: &str) -> Option<ControlPlane> {
+    /// Starts `ads_server.py` on a kernel-chosen port (panics, saying how
+    /// to install it, without the Python it needs).
+    pub fn start(test: &str) -> ControlPlane {
         ControlPlane::start_with(test, &[])
     }
 
     /// [`start`](Self::start) with extra `ads_server.py` flags
     /// (`--strict-nonce`: go-control-plane's handling of stale nonces).
-    pub fn start_with(test: &str, flags: &[&str]) -> Option<ControlPlane> {
+    pub fn start_with(test: &str, flags: &[&str]) -> ControlPlane {
         ControlPlane::start_on(test, 0, flags)
     }
 
     /// [`start_with`](Self::start_with) on a given ADS port (0: any free one),
     /// e.g. to restart a control plane where a gateway expects it.
-    pub fn start_on(test: &str, port: u16, flags: &[&str]) -> Option<ControlPlane> {
-        let python = require_python(test)?;
+    pub fn start_on(test: &str, port: u16, flags: &[&str]) -> ControlPlane {
+        let python = require_python(test);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/ads_server.py");
         let dir = tempfile::tempdir().expect("temp dir for the control plane log");
         let log = dir.path().join("ads_server.log");
@@ -179,13 +157,13 @@ impl ControlPlane {
         };
         let ads_port = port("PORT ");
         let control_port = port("CONTROL ");
-        Some(ControlPlane {
+        ControlPlane {
             guard,
             _stdin: stdin,
             ads_port,
             control_port,
             _dir: dir,
-        })
+        }
     }
 
     /// The `--upstream` value pointing at this control plane.

