@@ -82,7 +82,7 @@ struct Figures {
 }
 
 async fn run_case(mode: UpstreamMode, identities: usize) -> Option<Figures> {
-    let cp = ControlPlane::start("bench modes")?;
+    let cp = ControlPlane::start("bench modes");
     cp.set(EDS, "e1", &[endpoints(1)]).await;
     let (port, admin, stop) = start_gateway(&cp, mode).await;
     // Warm: one poll per identity creates the sessions.

@@ -175,7 +175,7 @@ async fn delta_mode_serves_the_main_types() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {
         let gw = Gateway::start(&cp.upstream(), DELTA).await;
         let n = node("delta-types");
-        let versions = check_cases(&cp, &gw, &n, &main_cases()).await;
+        let versions = check_cases(cp, &gw, &n, &main_cases()).await;
         for version in &versions {
             assert_digest_version(version, "delta version");
         }
@@ -455,7 +455,7 @@ async fn delta_undecodable_update_is_nacked_whole_and_the_last_state_kept() {
             &[("a", CDS, b"\x0a\xff\xff\xff"), ("b", CDS, b"\x0a\x01b")],
         )
         .await;
-        let stats = nacks_above(&cp, STATS_WAIT, "a delta NACK", before).await;
+        let stats = nacks_above(cp, STATS_WAIT, "a delta NACK", before).await;
         let nack = delta_requests_of(&stats, CDS)
             .find(|r| r["kind"] == "nack")
             .unwrap_or_else(|| panic!("no NACK: {stats}"));
@@ -509,7 +509,7 @@ async fn delta_forwards_a_suspected_rejection_as_a_nack() {
             assert_ok(&reply, "stale poll");
             assert_eq!(version_of(&reply), v2);
         }
-        let stats = nacks_above(&cp, STATS_WAIT, "a forwarded NACK", 0).await;
+        let stats = nacks_above(cp, STATS_WAIT, "a forwarded NACK", 0).await;
         let nack = delta_requests_of(&stats, CDS)
             .find(|r| !r["error_detail"].is_null())
             .unwrap_or_else(|| panic!("no NACK: {stats}"));
@@ -584,7 +584,7 @@ async fn fetch_mode_serves_every_type() {
         .await;
         let n = node("fetch-types");
         let cases: Vec<Case> = main_cases().into_iter().chain(other_cases()).collect();
-        let versions = check_cases(&cp, &gw, &n, &cases).await;
+        let versions = check_cases(cp, &gw, &n, &cases).await;
         for (case, version) in cases.iter().zip(&versions) {
             assert_eq!(
                 version,
