@@ -308,7 +308,7 @@ impl Sotw {
                     .map(|a| a.version.clone())
                     .unwrap_or_default();
                 self.ctx.metrics.nack(kind);
-                vec![self.request(kind, previous, nonce, Some(reason))]
+                vec![self.request(kind, previous, nonce, Some(reason.to_string()))]
             }
         }
     }

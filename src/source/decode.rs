@@ -18,32 +18,64 @@ use crate::xds::ResourceType;
 
 const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
+/// Why an upstream response was rejected: the message of the NACK's
+/// `error_detail` (and of the log line).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Rejection {
+    #[error("bad Resource wrapper: {0}")]
+    BadWrapper(prost::DecodeError),
+    #[error("Resource wrapper without a resource")]
+    EmptyWrapper,
+    #[error("resource of type {found} in a {expected} response")]
+    WrongType {
+        found: String,
+        expected: &'static str,
+    },
+    #[error(transparent)]
+    Undecodable(#[from] crate::xds::JsonError),
+    #[error("resource {0:?} appears twice in one response")]
+    Duplicate(String),
+    #[error("resource {index} ({name:?}): {reason}")]
+    At {
+        index: usize,
+        name: String,
+        reason: Box<Rejection>,
+    },
+    #[error("resource {index} is named {wrapper:?} but carries {inner:?}")]
+    NameMismatch {
+        index: usize,
+        wrapper: String,
+        inner: String,
+    },
+    #[error("resource {0} has neither a name nor a payload")]
+    Nameless(usize),
+    #[error("resource {0:?} is both updated and removed in one response")]
+    UpdatedAndRemoved(String),
+    #[error("decoder task failed: {0}")]
+    Task(String),
+}
+
 /// Decodes one resource of `kind`; the error says why not.
 pub(super) fn decode_one(
     renderer: &Renderer,
     kind: ResourceType,
     any: Any,
-) -> Result<Arc<Resource>, String> {
+) -> Result<Arc<Resource>, Rejection> {
     let any = if any.type_url == RESOURCE_WRAPPER {
         let wrapper =
             envoy_types::pb::envoy::service::discovery::v3::Resource::decode(any.value.as_slice())
-                .map_err(|e| format!("bad Resource wrapper: {e}"))?;
-        wrapper
-            .resource
-            .ok_or("Resource wrapper without a resource")?
+                .map_err(Rejection::BadWrapper)?;
+        wrapper.resource.ok_or(Rejection::EmptyWrapper)?
     } else {
         any
     };
     if any.type_url != kind.type_url() {
-        return Err(format!(
-            "resource of type {} in a {} response",
-            any.type_url,
-            kind.type_url()
-        ));
+        return Err(Rejection::WrongType {
+            found: any.type_url,
+            expected: kind.type_url(),
+        });
     }
-    renderer
-        .resource(kind, any.value.into())
-        .map_err(|e| e.to_string())
+    Ok(renderer.resource(kind, any.value.into())?)
 }
 
 /// Decodes every resource; the first failure fails them all.
@@ -51,13 +83,13 @@ pub(super) fn decode_all(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
-) -> Result<BTreeMap<String, Arc<Resource>>, String> {
+) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
     let mut out = BTreeMap::new();
     for any in anys {
         let resource = decode_one(renderer, kind, any)?;
         let name = resource.name.clone();
         if out.insert(name.clone(), resource).is_some() {
-            return Err(format!("resource {name:?} appears twice in one response"));
+            return Err(Rejection::Duplicate(name));
         }
     }
     Ok(out)
@@ -68,11 +100,11 @@ pub(super) async fn decode_all_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
-) -> Result<BTreeMap<String, Arc<Resource>>, String> {
+) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
     let renderer = renderer.clone();
     tokio::task::spawn_blocking(move || decode_all(&renderer, kind, anys))
         .await
-        .unwrap_or_else(|e| Err(format!("decoder task failed: {e}")))
+        .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
 
 /// The request body's `node` as a protobuf `Node` (empty if absent).

@@ -296,7 +296,7 @@ impl Fetcher {
         self.ctx.mark_answered();
         let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources)
             .await
-            .map_err(FetchError::BadAnswer)?;
+            .map_err(|e| FetchError::BadAnswer(e.to_string()))?;
         if let Some(latest) = self.latest.get(key) {
             let same = latest.version == response.version_info
                 && latest.resources.len() == resources.len()

@@ -54,9 +54,17 @@ fn node() -> Node {
     }
 }
 
+/// Why no mode was found (this time).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ProbeError {
+    #[error("upstream unreachable: {0}")]
+    Unreachable(String),
+    #[error("the upstream implements neither delta ADS, SotW ADS nor the Fetch RPCs")]
+    NothingImplemented,
+}
+
 /// The first mode of delta, SotW, fetch that the upstream implements.
-/// `Err` when it cannot be reached or implements none (a reason to log).
-pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, String> {
+pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, ProbeError> {
     let lds = ResourceType::Listeners.type_url().to_owned();
     let mut client = AggregatedDiscoveryServiceClient::new(ctx.channel.clone());
     let delta = DeltaDiscoveryRequest {
@@ -73,7 +81,7 @@ pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, Strin
     .await;
     match classify(outcome) {
         Probe::Implemented => return Ok(UpstreamMode::Delta),
-        Probe::Unreachable(why) => return Err(format!("upstream unreachable: {why}")),
+        Probe::Unreachable(why) => return Err(ProbeError::Unreachable(why)),
         Probe::Unimplemented => {}
     }
     let sotw = DiscoveryRequest {
@@ -90,7 +98,7 @@ pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, Strin
     .await;
     match classify(outcome) {
         Probe::Implemented => return Ok(UpstreamMode::Sotw),
-        Probe::Unreachable(why) => return Err(format!("upstream unreachable: {why}")),
+        Probe::Unreachable(why) => return Err(ProbeError::Unreachable(why)),
         Probe::Unimplemented => {}
     }
     let fetch = DiscoveryRequest {
@@ -110,10 +118,8 @@ pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, Strin
     .await;
     match classify(outcome) {
         Probe::Implemented => Ok(UpstreamMode::Fetch),
-        Probe::Unreachable(why) => Err(format!("upstream unreachable: {why}")),
-        Probe::Unimplemented => {
-            Err("the upstream implements neither delta ADS, SotW ADS nor the Fetch RPCs".into())
-        }
+        Probe::Unreachable(why) => Err(ProbeError::Unreachable(why)),
+        Probe::Unimplemented => Err(ProbeError::NothingImplemented),
     }
 }
 

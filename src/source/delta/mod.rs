@@ -316,7 +316,7 @@ impl Delta {
             Err(reason) => {
                 warn!(%kind, %system_version, %reason, "rejected upstream delta response (NACK)");
                 self.ctx.metrics.nack(kind);
-                vec![self.request(kind, Diff::default(), nonce, Some(reason))]
+                vec![self.request(kind, Diff::default(), nonce, Some(reason.to_string()))]
             }
         }
     }

@@ -276,6 +276,7 @@ fn responses_are_decoded_and_checked_as_a_whole() {
     bad.resources.push(with("c", "1", Some(any_cla("not-c"))));
     assert!(decode_update(&renderer, kind, bad)
         .unwrap_err()
+        .to_string()
         .contains("not-c"));
     let mut bad = ok.clone();
     bad.resources.push(with(
@@ -291,10 +292,12 @@ fn responses_are_decoded_and_checked_as_a_whole() {
     bad.removed_resources.push("a".into());
     assert!(decode_update(&renderer, kind, bad)
         .unwrap_err()
+        .to_string()
         .contains("both"));
     let mut bad = ok;
     bad.resources.push(with("a", "2", Some(any_cla("a"))));
     assert!(decode_update(&renderer, kind, bad)
         .unwrap_err()
+        .to_string()
         .contains("twice"));
 }

@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{NOT_FOUND, VERSION_HEX_DIGITS, WILDCARD};
 use crate::cache::{Coverage, Renderer, Resource};
-use crate::source::decode::decode_one;
+use crate::source::decode::{decode_one, Rejection};
 use crate::xds::ResourceType;
 
 /// One resource held: the upstream's per-resource version and the resource.
@@ -107,7 +107,7 @@ pub(super) fn decode_update(
     renderer: &Renderer,
     kind: ResourceType,
     response: DeltaDiscoveryResponse,
-) -> Result<Update, String> {
+) -> Result<Update, Rejection> {
     let mut update = Update::default();
     let mut seen = BTreeSet::new();
     for (index, resource) in response.resources.into_iter().enumerate() {
@@ -122,17 +122,21 @@ pub(super) fn decode_update(
         };
         match resource.resource {
             Some(any) => {
-                let decoded = decode_one(renderer, kind, any)
-                    .map_err(|e| format!("resource {index} ({wrapper_name:?}): {e}"))?;
+                let decoded = decode_one(renderer, kind, any).map_err(|e| Rejection::At {
+                    index,
+                    name: wrapper_name.clone(),
+                    reason: Box::new(e),
+                })?;
                 if !wrapper_name.is_empty() && wrapper_name != decoded.name {
-                    return Err(format!(
-                        "resource {index} is named {wrapper_name:?} but carries {:?}",
-                        decoded.name
-                    ));
+                    return Err(Rejection::NameMismatch {
+                        index,
+                        wrapper: wrapper_name,
+                        inner: decoded.name.clone(),
+                    });
                 }
                 let name = decoded.name.clone();
                 if !seen.insert(name.clone()) {
-                    return Err(format!("resource {name:?} appears twice in one response"));
+                    return Err(Rejection::Duplicate(name));
                 }
                 update.added.push((
                     name,
@@ -144,12 +148,10 @@ pub(super) fn decode_update(
             }
             None => {
                 if wrapper_name.is_empty() {
-                    return Err(format!("resource {index} has neither a name nor a payload"));
+                    return Err(Rejection::Nameless(index));
                 }
                 if !seen.insert(wrapper_name.clone()) {
-                    return Err(format!(
-                        "resource {wrapper_name:?} appears twice in one response"
-                    ));
+                    return Err(Rejection::Duplicate(wrapper_name));
                 }
                 update.name_only.push((wrapper_name, resource.version));
             }
@@ -168,9 +170,7 @@ pub(super) fn decode_update(
         .filter(|n| !n.is_empty())
         .collect();
     if let Some(both) = removed.iter().find(|n| seen.contains(*n)) {
-        return Err(format!(
-            "resource {both:?} is both updated and removed in one response"
-        ));
+        return Err(Rejection::UpdatedAndRemoved(both.clone()));
     }
     update.removed = removed.into_iter().collect();
     Ok(update)
@@ -181,9 +181,9 @@ pub(super) async fn decode_update_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
     response: DeltaDiscoveryResponse,
-) -> Result<Update, String> {
+) -> Result<Update, Rejection> {
     let renderer = renderer.clone();
     tokio::task::spawn_blocking(move || decode_update(&renderer, kind, response))
         .await
-        .unwrap_or_else(|e| Err(format!("decoder task failed: {e}")))
+        .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
