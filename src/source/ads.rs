@@ -12,62 +12,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tracing::{debug, warn};
 
 use super::decode::decode_all_off_thread;
-use super::registry::Feeder;
-use super::session::{Command, Session};
-use super::stream::{self, nack_detail, AdsClient, Protocol};
+use super::session::Session;
+use super::stream::{nack_detail, AdsClient, Protocol};
 use super::UpstreamContext;
 use crate::cache::{Coverage, TypeState};
 use crate::xds::ResourceType;
 
 /// Subscriptions remembered per type and stream (see [`SentLog`]).
 const SENT_LOG_MAX: usize = 64;
-
-/// Feeds each session from its own SotW ADS stream.
-#[derive(Debug)]
-pub(crate) struct SotwFeeder {
-    ctx: Arc<UpstreamContext>,
-}
-
-impl SotwFeeder {
-    pub(crate) fn new(ctx: Arc<UpstreamContext>) -> SotwFeeder {
-        SotwFeeder { ctx }
-    }
-}
-
-impl Feeder for SotwFeeder {
-    fn start(
-        &self,
-        session: Arc<Session>,
-        commands: mpsc::UnboundedReceiver<Command>,
-    ) -> JoinHandle<()> {
-        let protocol = Sotw {
-            ctx: self.ctx.clone(),
-            session: session.clone(),
-            acked: BTreeMap::new(),
-            stream: StreamState::default(),
-        };
-        tokio::spawn(stream::run(self.ctx.clone(), session, commands, protocol))
-    }
-
-    fn is_ready(&self) -> bool {
-        self.ctx.has_answered()
-    }
-
-    fn describe(&self) -> String {
-        format!("gRPC upstream {} (sotw)", self.ctx.uri)
-    }
-
-    fn upstream(&self) -> Option<&UpstreamContext> {
-        Some(&self.ctx)
-    }
-}
 
 /// Last response seen per type: what ACKs and reconnects present.
 #[derive(Debug, Default, Clone)]
@@ -153,7 +110,7 @@ struct StreamState {
 }
 
 /// The SotW protocol of one session.
-struct Sotw {
+pub(crate) struct Sotw {
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
     acked: BTreeMap<ResourceType, Acked>,
@@ -165,56 +122,21 @@ impl Protocol for Sotw {
     type Response = DiscoveryResponse;
     const MODE: &'static str = "sotw";
 
-    fn start_stream(&mut self) -> Vec<DiscoveryRequest> {
-        self.stream = StreamState::default();
-        ResourceType::ALL
-            .into_iter()
-            .filter_map(|kind| self.subscribe(kind))
-            .collect()
-    }
-
-    async fn open(
-        mut client: AdsClient,
-        request: tonic::Request<ReceiverStream<DiscoveryRequest>>,
-    ) -> Result<tonic::Response<Streaming<DiscoveryResponse>>, tonic::Status> {
-        client.stream_aggregated_resources(request).await
-    }
-
-    fn type_url(response: &DiscoveryResponse) -> &str {
-        &response.type_url
-    }
-
-    async fn response(
-        &mut self,
-        kind: ResourceType,
-        response: DiscoveryResponse,
-    ) -> Vec<DiscoveryRequest> {
-        self.take(kind, response).await
-    }
-
-    fn command(&mut self, command: Command) -> Vec<DiscoveryRequest> {
-        match command {
-            Command::Resubscribe(kind) => self.subscribe(kind).into_iter().collect(),
-            Command::Nack {
-                kind,
-                presented,
-                message,
-            } => {
-                let nonce = self
-                    .acked
-                    .get(&kind)
-                    .map(|a| a.nonce.clone())
-                    .unwrap_or_default();
-                self.ctx.metrics.nack(kind);
-                vec![self.request(kind, presented, nonce, Some(message))]
-            }
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Sotw {
+        Sotw {
+            ctx,
+            session,
+            acked: BTreeMap::new(),
+            stream: StreamState::default(),
         }
     }
-}
 
-impl Sotw {
-    /// The request sending the session's current subscription for `kind`,
-    /// if it has one that this stream was not sent yet.
+    fn reset_stream(&mut self) {
+        self.stream = StreamState::default();
+    }
+
+    /// Sends the session's current subscription for `kind`, if it has one
+    /// that this stream was not sent yet.
     fn subscribe(&mut self, kind: ResourceType) -> Option<DiscoveryRequest> {
         let Some(coverage) = self.session.subscription(kind) else {
             if self.stream.sent.remove(&kind).is_some() {
@@ -234,6 +156,42 @@ impl Sotw {
         Some(self.request(kind, acked.version, acked.nonce, None))
     }
 
+    fn nack(
+        &mut self,
+        kind: ResourceType,
+        presented: String,
+        message: String,
+    ) -> Option<DiscoveryRequest> {
+        let nonce = self
+            .acked
+            .get(&kind)
+            .map(|a| a.nonce.clone())
+            .unwrap_or_default();
+        self.ctx.metrics.nack(kind);
+        Some(self.request(kind, presented, nonce, Some(message)))
+    }
+
+    async fn open(
+        mut client: AdsClient,
+        request: tonic::Request<ReceiverStream<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Streaming<DiscoveryResponse>>, tonic::Status> {
+        client.stream_aggregated_resources(request).await
+    }
+
+    fn type_url(response: &DiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    async fn response(
+        &mut self,
+        kind: ResourceType,
+        response: DiscoveryResponse,
+    ) -> Option<DiscoveryRequest> {
+        Some(self.take(kind, response).await)
+    }
+}
+
+impl Sotw {
     fn request(
         &mut self,
         kind: ResourceType,
@@ -261,11 +219,7 @@ impl Sotw {
     }
 
     /// Decodes a response; publishes and ACKs it, or NACKs it whole.
-    async fn take(
-        &mut self,
-        kind: ResourceType,
-        response: DiscoveryResponse,
-    ) -> Vec<DiscoveryRequest> {
+    async fn take(&mut self, kind: ResourceType, response: DiscoveryResponse) -> DiscoveryRequest {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
@@ -298,7 +252,7 @@ impl Sotw {
                     },
                 );
                 self.ctx.metrics.ack(kind);
-                vec![self.request(kind, version, nonce, None)]
+                self.request(kind, version, nonce, None)
             }
             Err(reason) => {
                 warn!(%kind, %version, %reason, "rejected upstream response (NACK)");
@@ -308,7 +262,7 @@ impl Sotw {
                     .map(|a| a.version.clone())
                     .unwrap_or_default();
                 self.ctx.metrics.nack(kind);
-                vec![self.request(kind, previous, nonce, Some(reason.to_string()))]
+                self.request(kind, previous, nonce, Some(reason.to_string()))
             }
         }
     }

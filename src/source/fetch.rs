@@ -29,10 +29,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use moka::future::Cache;
 use tonic::Code;
-use tracing::warn;
 
 use super::decode::{decode_all_off_thread, decode_node};
-use super::polled::{record_served, suspect, Current, Feed, Polled};
+use super::polled::{record_served, report_suspicion, suspect, Current, Feed, Polled};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
 use crate::config::Config;
@@ -376,12 +375,14 @@ impl Feed for FetchFeed {
         let Some(suspicion) = suspect(tracker, request, state, target, threshold) else {
             return;
         };
-        warn!(
-            node = %request.node_id(), %kind, presented = %suspicion.presented, current = %suspicion.current,
-            polls = suspicion.polls,
-            "suspected rejection: a REST client keeps presenting an older version (fetch mode: no stream to NACK it on)"
+        // Fetch mode has no stream to NACK it on.
+        report_suspicion(
+            &self.fetcher.ctx.metrics,
+            kind,
+            request.node_id(),
+            &suspicion,
+            false,
         );
-        self.fetcher.ctx.metrics.suspected_rejection(kind);
     }
 
     fn served(&self, state: &TypeState) {

@@ -44,13 +44,16 @@ use envoy_types::pb::envoy::service::health::v3::{
 use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatusResponse};
 use futures::future::BoxFuture;
 
-pub(crate) use ads::SotwFeeder;
 pub(crate) use auto::AutoSource;
-pub(crate) use delta::DeltaFeeder;
 pub(crate) use fetch::{FetchError, FetchSource};
 pub(crate) use file::{FileFeeder, Origin};
 pub(crate) use polled::Polled;
 pub(crate) use registry::Sessions;
+
+/// Sessions fed by a SotW `StreamAggregatedResources` stream each.
+pub(crate) type SotwFeeder = stream::StreamFeeder<ads::Sotw>;
+/// Sessions fed by a `DeltaAggregatedResources` stream each.
+pub(crate) type DeltaFeeder = stream::StreamFeeder<delta::Delta>;
 #[cfg(test)]
 pub(crate) use session::Command;
 pub use upstream::StartError;

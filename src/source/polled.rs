@@ -11,10 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
+use tracing::warn;
 
 use crate::cache::{Answer, ParsedRequest, RejectionTracker, Renderer, Suspicion, TypeState};
+use crate::metrics::Metrics;
 use crate::xds::rewrite::RestTarget;
-use crate::xds::JsonError;
+use crate::xds::{JsonError, ResourceType};
 
 /// What answers a poll.
 #[derive(Debug, Clone)]
@@ -145,7 +147,24 @@ pub(super) fn record_served(tracker: &Mutex<RejectionTracker>, state: &TypeState
     lock(tracker).served(&state.version);
 }
 
-/// The message a NACK (or a log line) carries for a suspicion.
+/// Logs and counts a suspected rejection of `kind` by a client of `node_id`;
+/// `nacked` says whether it goes upstream as a NACK too.
+pub(super) fn report_suspicion(
+    metrics: &Metrics,
+    kind: ResourceType,
+    node_id: &str,
+    suspicion: &Suspicion,
+    nacked: bool,
+) {
+    warn!(
+        node = %node_id, %kind, presented = %suspicion.presented, current = %suspicion.current,
+        polls = suspicion.polls, nacked,
+        "suspected rejection: a REST client keeps presenting an older version"
+    );
+    metrics.suspected_rejection(kind);
+}
+
+/// The message a NACK carries for a suspicion.
 pub(super) fn suspicion_message(node_id: &str, suspicion: &Suspicion) -> String {
     format!(
         "xds-gateway: a REST client of node {node_id:?} kept presenting version {:?} for {} polls after version {:?} was served; it probably rejected it",

@@ -24,10 +24,12 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::decode::decode_node;
-use super::polled::{record_served, suspect, suspicion_message, Current, Feed, Polled};
+use super::polled::{
+    record_served, report_suspicion, suspect, suspicion_message, Current, Feed, Polled,
+};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::{IdentityKey, ParsedRequest, Renderer, TypeState};
@@ -299,11 +301,13 @@ impl Feed for SessionFeed {
         let Some(suspicion) = suspect(tracker, request, state, target, self.threshold) else {
             return;
         };
-        warn!(
-            node = %request.node_id(), %kind, presented = %suspicion.presented, current = %suspicion.current,
-            polls = suspicion.polls, "suspected rejection: a REST client keeps presenting an older version"
+        report_suspicion(
+            &self.metrics,
+            kind,
+            request.node_id(),
+            &suspicion,
+            self.forward,
         );
-        self.metrics.suspected_rejection(kind);
         if self.forward {
             let message = suspicion_message(&self.session.node.id, &suspicion);
             self.session.send(Command::Nack {

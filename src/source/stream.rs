@@ -24,6 +24,11 @@ use tonic::transport::Channel;
 use tonic::Streaming;
 use tracing::{info, warn, Instrument};
 
+use std::marker::PhantomData;
+
+use tokio::task::JoinHandle;
+
+use super::registry::Feeder;
 use super::session::{Command, Session};
 use super::UpstreamContext;
 use crate::xds::ResourceType;
@@ -45,15 +50,30 @@ pub(super) type AdsClient = AggregatedDiscoveryServiceClient<Channel>;
 
 /// One xDS protocol variant over an ADS stream: what to send, how to take
 /// what arrives. One value per session, living across its streams.
-pub(super) trait Protocol: Send + 'static {
+pub(crate) trait Protocol: Send + 'static {
     type Request: Send + 'static;
     type Response: Send + 'static;
-    /// For logs: `sotw` or `delta`.
+    /// For logs and `/readyz`: `sotw` or `delta`.
     const MODE: &'static str;
 
-    /// A new stream begins: forget what belonged to the last one; the
-    /// requests that open it.
-    fn start_stream(&mut self) -> Vec<Self::Request>;
+    /// The protocol of a new session.
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Self;
+
+    /// A new stream begins: forget what belonged to the last one.
+    fn reset_stream(&mut self);
+
+    /// The request that tells the stream the session's subscription of
+    /// `kind`, if it has not been told it yet.
+    fn subscribe(&mut self, kind: ResourceType) -> Option<Self::Request>;
+
+    /// The request NACKing the current response of `kind` on behalf of a
+    /// REST client stuck on `presented`, if there is a response to NACK.
+    fn nack(
+        &mut self,
+        kind: ResourceType,
+        presented: String,
+        message: String,
+    ) -> Option<Self::Request>;
 
     /// Opens the call with `request` carrying the outbound stream.
     fn open(
@@ -64,15 +84,12 @@ pub(super) trait Protocol: Send + 'static {
     /// The type URL a response is for.
     fn type_url(response: &Self::Response) -> &str;
 
-    /// Takes a response of `kind`; the requests it calls for (ACK or NACK).
+    /// Takes a response of `kind`; the request it calls for (ACK or NACK).
     fn response(
         &mut self,
         kind: ResourceType,
         response: Self::Response,
-    ) -> impl Future<Output = Vec<Self::Request>> + Send;
-
-    /// Takes a session command; the requests it calls for.
-    fn command(&mut self, command: Command) -> Vec<Self::Request>;
+    ) -> impl Future<Output = Option<Self::Request>> + Send;
 
     /// When [`timer`](Self::timer) is next due, if ever.
     fn next_timer(&self) -> Option<Instant> {
@@ -81,6 +98,52 @@ pub(super) trait Protocol: Send + 'static {
 
     /// The timer fired at `now`.
     fn timer(&mut self, _now: Instant) {}
+}
+
+/// Feeds each session from its own ADS stream speaking `P`.
+pub(crate) struct StreamFeeder<P> {
+    ctx: Arc<UpstreamContext>,
+    protocol: PhantomData<fn() -> P>,
+}
+
+impl<P> StreamFeeder<P> {
+    pub(crate) fn new(ctx: Arc<UpstreamContext>) -> StreamFeeder<P> {
+        StreamFeeder {
+            ctx,
+            protocol: PhantomData,
+        }
+    }
+}
+
+impl<P> std::fmt::Debug for StreamFeeder<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamFeeder")
+            .field("upstream", &self.ctx.uri)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Protocol> Feeder for StreamFeeder<P> {
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()> {
+        let protocol = P::new(self.ctx.clone(), session.clone());
+        tokio::spawn(run(self.ctx.clone(), session, commands, protocol))
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ctx.has_answered()
+    }
+
+    fn describe(&self) -> String {
+        format!("gRPC upstream {} ({})", self.ctx.uri, P::MODE)
+    }
+
+    fn upstream(&self) -> Option<&UpstreamContext> {
+        Some(&self.ctx)
+    }
 }
 
 /// Why one stream ended.
@@ -93,7 +156,7 @@ enum StreamError {
 }
 
 /// Feeds `session` through `protocol` until the session closes.
-pub(super) async fn run<P: Protocol>(
+async fn run<P: Protocol>(
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
     mut commands: mpsc::UnboundedReceiver<Command>,
@@ -135,7 +198,10 @@ async fn one_stream<P: Protocol>(
     answered: &mut bool,
 ) -> Result<(), StreamError> {
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-    send_all(&tx, protocol.start_stream()).await;
+    protocol.reset_stream();
+    for kind in ResourceType::ALL {
+        send(&tx, protocol.subscribe(kind)).await;
+    }
     let client = AdsClient::new(ctx.channel.clone())
         .max_decoding_message_size(ctx.max_message_bytes)
         .max_encoding_message_size(ctx.max_message_bytes);
@@ -146,7 +212,7 @@ async fn one_stream<P: Protocol>(
         tokio::select! {
             response = &mut call => break response?.into_inner(),
             command = commands.recv() => match command {
-                Some(command) => send_all(&tx, protocol.command(command)).await,
+                Some(command) => send(&tx, take_command(protocol, command)).await,
                 None => return Ok(()),
             },
         }
@@ -166,12 +232,12 @@ async fn one_stream<P: Protocol>(
                         warn!(%type_url, "response for a type the gateway does not serve");
                         continue;
                     };
-                    send_all(&tx, protocol.response(kind, response).await).await;
+                    send(&tx, protocol.response(kind, response).await).await;
                 }
                 None => return Err(StreamError::Closed),
             },
             command = commands.recv() => match command {
-                Some(command) => send_all(&tx, protocol.command(command)).await,
+                Some(command) => send(&tx, take_command(protocol, command)).await,
                 None => return Ok(()),
             },
             () = sleep_until(timer) => protocol.timer(Instant::now()),
@@ -179,8 +245,20 @@ async fn one_stream<P: Protocol>(
     }
 }
 
-async fn send_all<T>(tx: &mpsc::Sender<T>, requests: Vec<T>) {
-    for request in requests {
+/// The request a session command calls for.
+fn take_command<P: Protocol>(protocol: &mut P, command: Command) -> Option<P::Request> {
+    match command {
+        Command::Resubscribe(kind) => protocol.subscribe(kind),
+        Command::Nack {
+            kind,
+            presented,
+            message,
+        } => protocol.nack(kind, presented, message),
+    }
+}
+
+async fn send<T>(tx: &mpsc::Sender<T>, request: Option<T>) {
+    if let Some(request) = request {
         // A closed channel means the call ended; the stream loop sees why.
         let _ = tx.send(request).await;
     }

@@ -61,8 +61,6 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -75,9 +73,8 @@ mod update;
 
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
-use super::registry::Feeder;
-use super::session::{Command, Session};
-use super::stream::{self, nack_detail, AdsClient, Protocol};
+use super::session::Session;
+use super::stream::{nack_detail, AdsClient, Protocol};
 use super::UpstreamContext;
 use crate::cache::Coverage;
 use crate::xds::ResourceType;
@@ -92,49 +89,8 @@ const WILDCARD: &str = "*";
 /// Hex digits of SHA-256 in a published version.
 const VERSION_HEX_DIGITS: usize = 16;
 
-/// Feeds each session from its own delta ADS stream.
-#[derive(Debug)]
-pub(crate) struct DeltaFeeder {
-    ctx: Arc<UpstreamContext>,
-}
-
-impl DeltaFeeder {
-    pub(crate) fn new(ctx: Arc<UpstreamContext>) -> DeltaFeeder {
-        DeltaFeeder { ctx }
-    }
-}
-
-impl Feeder for DeltaFeeder {
-    fn start(
-        &self,
-        session: Arc<Session>,
-        commands: mpsc::UnboundedReceiver<Command>,
-    ) -> JoinHandle<()> {
-        let protocol = Delta {
-            ctx: self.ctx.clone(),
-            session: session.clone(),
-            tracked: BTreeMap::new(),
-            wires: BTreeMap::new(),
-            node_sent: false,
-        };
-        tokio::spawn(stream::run(self.ctx.clone(), session, commands, protocol))
-    }
-
-    fn is_ready(&self) -> bool {
-        self.ctx.has_answered()
-    }
-
-    fn describe(&self) -> String {
-        format!("gRPC upstream {} (delta)", self.ctx.uri)
-    }
-
-    fn upstream(&self) -> Option<&UpstreamContext> {
-        Some(&self.ctx)
-    }
-}
-
 /// The delta protocol of one session.
-struct Delta {
+pub(crate) struct Delta {
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
     /// What is known per type, across streams.
@@ -149,76 +105,21 @@ impl Protocol for Delta {
     type Response = DeltaDiscoveryResponse;
     const MODE: &'static str = "delta";
 
-    fn start_stream(&mut self) -> Vec<DeltaDiscoveryRequest> {
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Delta {
+        Delta {
+            ctx,
+            session,
+            tracked: BTreeMap::new(),
+            wires: BTreeMap::new(),
+            node_sent: false,
+        }
+    }
+
+    fn reset_stream(&mut self) {
         self.wires.clear();
         self.node_sent = false;
-        ResourceType::ALL
-            .into_iter()
-            .filter_map(|kind| self.subscribe(kind))
-            .collect()
     }
 
-    async fn open(
-        mut client: AdsClient,
-        request: tonic::Request<ReceiverStream<DeltaDiscoveryRequest>>,
-    ) -> Result<tonic::Response<Streaming<DeltaDiscoveryResponse>>, tonic::Status> {
-        client.delta_aggregated_resources(request).await
-    }
-
-    fn type_url(response: &DeltaDiscoveryResponse) -> &str {
-        &response.type_url
-    }
-
-    async fn response(
-        &mut self,
-        kind: ResourceType,
-        response: DeltaDiscoveryResponse,
-    ) -> Vec<DeltaDiscoveryRequest> {
-        self.take(kind, response).await
-    }
-
-    fn command(&mut self, command: Command) -> Vec<DeltaDiscoveryRequest> {
-        match command {
-            Command::Resubscribe(kind) => self.subscribe(kind).into_iter().collect(),
-            Command::Nack { kind, message, .. } => {
-                let nonce = self
-                    .wires
-                    .get(&kind)
-                    .map(|w| w.nonce.clone())
-                    .unwrap_or_default();
-                if nonce.is_empty() {
-                    // Nothing of the type arrived on this stream: there is
-                    // no response to NACK (and a first request without
-                    // names would be a legacy wildcard subscription).
-                    debug!(%kind, "no response to NACK on this stream");
-                    return Vec::new();
-                }
-                self.ctx.metrics.nack(kind);
-                vec![self.request(kind, Diff::default(), nonce, Some(message))]
-            }
-        }
-    }
-
-    fn next_timer(&self) -> Option<Instant> {
-        self.wires.values().filter_map(Wire::next_settle).min()
-    }
-
-    /// Settles due subscriptions (see [`SETTLE`]) and publishes what changed.
-    fn timer(&mut self, now: Instant) {
-        let mut changed = Vec::new();
-        for (kind, wire) in &mut self.wires {
-            if self.tracked.entry(*kind).or_default().settle(wire, now) {
-                changed.push(*kind);
-            }
-        }
-        for kind in changed {
-            debug!(%kind, "unanswered subscription settled");
-            self.publish(kind);
-        }
-    }
-}
-
-impl Delta {
     /// The request that moves the stream's subscription of `kind` to the
     /// session's, forgetting what nobody wants any more; `None` if nothing
     /// needs saying.
@@ -258,6 +159,67 @@ impl Delta {
         Some(request)
     }
 
+    fn nack(
+        &mut self,
+        kind: ResourceType,
+        _presented: String,
+        message: String,
+    ) -> Option<DeltaDiscoveryRequest> {
+        let nonce = self
+            .wires
+            .get(&kind)
+            .map(|w| w.nonce.clone())
+            .unwrap_or_default();
+        if nonce.is_empty() {
+            // Nothing of the type arrived on this stream: there is no
+            // response to NACK (and a first request without names would be
+            // a legacy wildcard subscription).
+            debug!(%kind, "no response to NACK on this stream");
+            return None;
+        }
+        self.ctx.metrics.nack(kind);
+        Some(self.request(kind, Diff::default(), nonce, Some(message)))
+    }
+
+    async fn open(
+        mut client: AdsClient,
+        request: tonic::Request<ReceiverStream<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Streaming<DeltaDiscoveryResponse>>, tonic::Status> {
+        client.delta_aggregated_resources(request).await
+    }
+
+    fn type_url(response: &DeltaDiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    async fn response(
+        &mut self,
+        kind: ResourceType,
+        response: DeltaDiscoveryResponse,
+    ) -> Option<DeltaDiscoveryRequest> {
+        self.take(kind, response).await
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.wires.values().filter_map(Wire::next_settle).min()
+    }
+
+    /// Settles due subscriptions (see [`SETTLE`]) and publishes what changed.
+    fn timer(&mut self, now: Instant) {
+        let mut changed = Vec::new();
+        for (kind, wire) in &mut self.wires {
+            if self.tracked.entry(*kind).or_default().settle(wire, now) {
+                changed.push(*kind);
+            }
+        }
+        for kind in changed {
+            debug!(%kind, "unanswered subscription settled");
+            self.publish(kind);
+        }
+    }
+}
+
+impl Delta {
     fn request(
         &mut self,
         kind: ResourceType,
@@ -283,12 +245,12 @@ impl Delta {
         &mut self,
         kind: ResourceType,
         response: DeltaDiscoveryResponse,
-    ) -> Vec<DeltaDiscoveryRequest> {
+    ) -> Option<DeltaDiscoveryRequest> {
         if self.wires.get(&kind).is_none_or(|w| w.sent.is_none()) {
             // Never subscribed on this stream: nothing to ACK (a first
             // request without names would subscribe to the wildcard).
             warn!(%kind, "unsolicited response ignored");
-            return Vec::new();
+            return None;
         }
         let nonce = response.nonce.clone();
         let system_version = response.system_version_info.clone();
@@ -311,12 +273,12 @@ impl Delta {
                     .apply(wire, update, Instant::now());
                 self.publish(kind);
                 self.ctx.metrics.ack(kind);
-                vec![self.request(kind, Diff::default(), nonce, None)]
+                Some(self.request(kind, Diff::default(), nonce, None))
             }
             Err(reason) => {
                 warn!(%kind, %system_version, %reason, "rejected upstream delta response (NACK)");
                 self.ctx.metrics.nack(kind);
-                vec![self.request(kind, Diff::default(), nonce, Some(reason.to_string()))]
+                Some(self.request(kind, Diff::default(), nonce, Some(reason.to_string())))
             }
         }
     }
