@@ -113,6 +113,11 @@ const SETTINGS: &[Setting] = &[
         "refresh-delay",
     ),
     setting(
+        "--request-timeout",
+        "XDS_GATEWAY_REQUEST_TIMEOUT",
+        "request-timeout",
+    ),
+    setting(
         "--rejection-threshold",
         "XDS_GATEWAY_REJECTION_THRESHOLD",
         "rejection-threshold",
@@ -744,6 +749,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
                 value.clone().try_into::<RewritePolicy>().ok() == Some(d.rewrite_config_sources)
             }
             "refresh-delay" => duration() == d.refresh_delay,
+            "request-timeout" => duration() == d.request_timeout,
             "rejection-threshold" => integer() == i64::from(d.rejection_threshold),
             "forward-rejections" => value.as_bool() == Some(d.forward_rejections),
             "allow-secrets" => value.as_bool() == Some(d.allow_secrets),

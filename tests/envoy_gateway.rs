@@ -386,6 +386,7 @@ async fn check_rewritten_sources(h: &mut Harness) {
         "transport_api_version": "V3",
         "cluster_names": ["xds_cluster"],
         "refresh_delay": "0.200s",
+        "request_timeout": "10s",
     });
     for (key, source) in &sources {
         assert!(source.get("ads").is_none(), "{key} still ADS: {source}");
@@ -509,22 +510,33 @@ async fn run_eds_catch_up(envoy_bin: PathBuf, dir: PathBuf) {
     let codec = Codec::embedded();
     let backend_port = envoy::serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
     let names: Vec<String> = (0..EDS_CLUSTERS).map(|i| format!("backend_{i}")).collect();
-    let clas =
-        |codec: &Codec| -> Vec<Any> { names.iter().map(|n| cla(codec, n, backend_port)).collect() };
+    // Each version changes every assignment (its overprovisioning factor):
+    // an unchanged one would be a 304 to every cluster, not an update.
+    let clas = |codec: &Codec, version: u32| -> Vec<Any> {
+        names
+            .iter()
+            .map(|n| {
+                let mut json: Value =
+                    serde_json::from_str(&envoy::cla_json(n, backend_port)).expect("CLA JSON");
+                json["policy"] = serde_json::json!({"overprovisioning_factor": 140 + version});
+                any(codec, &json.to_string())
+            })
+            .collect()
+    };
     let ads = FakeAds::start().await;
     ads.set(
         CLUSTER_TYPE,
         "1",
         names.iter().map(|n| cluster(&codec, n)).collect(),
     );
-    ads.set(CLA_TYPE, "1", clas(&codec));
+    ads.set(CLA_TYPE, "1", clas(&codec, 1));
     ads.set(LISTENER_TYPE, "1", Vec::new());
     let mut h = Harness::start(&envoy_bin, &dir, ads, 0).await;
     eds_applied(&mut h, &names, 1).await;
     for bump in 1..=EDS_BUMPS {
         let phase = Instant::now();
         let version = (bump + 1).to_string();
-        h.ads.set(CLA_TYPE, &version, clas(&codec));
+        h.ads.set(CLA_TYPE, &version, clas(&codec, bump + 1));
         eds_applied(&mut h, &names, u64::from(bump) + 1).await;
         eprintln!(
             "{TEST}: EDS version {version} applied by all {EDS_CLUSTERS} clusters in {:.1?}",

@@ -27,8 +27,8 @@ use gateway::{metric_sum, ControlPlane, Gateway};
 use process::eventually;
 use rest::{
     assert_error, assert_nack_detail, assert_ok, bounded, cluster, corpus, main_cases, nacks_above,
-    named, names_of, node, other_cases, request, stats_until, version_of, with_control_plane, Case,
-    CDS, EDS, LDS, SDS,
+    named, names_of, node, other_cases, request, stats_until, upstream_of, version_of,
+    with_control_plane, Case, CDS, EDS, LDS, SDS,
 };
 
 /// No test may take longer than this in total.
@@ -77,7 +77,7 @@ async fn every_type_is_served_as_canonical_json() {
             let reply = gw.discover(endpoint, &request(&n, "", &asked)).await;
             assert_ok(&reply, endpoint);
             let body = reply.json();
-            assert_eq!(body["versionInfo"], json!(version), "{endpoint}");
+            assert_eq!(upstream_of(&reply), version, "{endpoint}");
             assert_eq!(body["typeUrl"], json!(type_url), "{endpoint}");
             assert!(
                 body.get("version_info").is_none(),
@@ -150,9 +150,15 @@ async fn not_modified_rules() {
 
         let first = gw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&first, "first poll");
-        assert_eq!(version_of(&first), "v1");
-        let same = gw.discover("clusters", &request(&n, "v1", &[])).await;
+        assert_eq!(upstream_of(&first), "v1");
+        let v1 = version_of(&first);
+        let same = gw.discover("clusters", &request(&n, &v1, &[])).await;
         assert_eq!(same.status, 304, "same version and names: {}", same.text());
+        let upstream_only = gw.discover("clusters", &request(&n, "v1", &[])).await;
+        assert_ok(
+            &upstream_only,
+            "the upstream's version is not what was served",
+        );
         assert!(same.body.is_empty(), "304 with a body: {}", same.text());
         // An empty version_info never gets a 304.
         for _ in 0..2 {
@@ -164,17 +170,19 @@ async fn not_modified_rules() {
         let a = gw.discover("endpoints", &request(&n, "", &["a"])).await;
         assert_ok(&a, "EDS a");
         assert_eq!(names_of(&a), ["a"]);
-        let a_again = gw.discover("endpoints", &request(&n, "e1", &["a"])).await;
+        let va = version_of(&a);
+        let a_again = gw.discover("endpoints", &request(&n, &va, &["a"])).await;
         assert_eq!(a_again.status, 304, "{}", a_again.text());
         // A client adding a name at the same version gets a 200 with it.
         let ab = gw
-            .discover("endpoints", &request(&n, "e1", &["a", "b"]))
+            .discover("endpoints", &request(&n, &va, &["a", "b"]))
             .await;
         assert_ok(&ab, "EDS a+b at the same version");
-        assert_eq!(version_of(&ab), "e1");
+        assert_eq!(upstream_of(&ab), "e1");
         assert_eq!(names_of(&ab), ["a", "b"]);
+        let vab = version_of(&ab);
         let ab_again = gw
-            .discover("endpoints", &request(&n, "e1", &["b", "a"]))
+            .discover("endpoints", &request(&n, &vab, &["b", "a"]))
             .await;
         assert_eq!(ab_again.status, 304, "{}", ab_again.text());
     })
@@ -189,10 +197,10 @@ async fn long_poll_is_answered_on_change_and_times_out_with_304() {
         let n = node("long-poll");
         let first = gw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&first, "first poll");
-        assert_eq!(version_of(&first), "v1");
+        assert_eq!(upstream_of(&first), "v1");
 
         let held = {
-            let body = request(&n, "v1", &[]).to_string();
+            let body = request(&n, &version_of(&first), &[]).to_string();
             let port = gw.port;
             tokio::spawn(async move {
                 let started = Instant::now();
@@ -217,7 +225,8 @@ async fn long_poll_is_answered_on_change_and_times_out_with_304() {
         cp.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
         let (reply, elapsed) = held.await.unwrap();
         assert_ok(&reply, "held poll");
-        assert_eq!(version_of(&reply), "v2");
+        assert_eq!(upstream_of(&reply), "v2");
+        let v2 = version_of(&reply);
         assert_eq!(names_of(&reply), ["a", "b"]);
         assert!(
             pushed.elapsed() < Duration::from_secs(5),
@@ -230,7 +239,7 @@ async fn long_poll_is_answered_on_change_and_times_out_with_304() {
             .post_raw(
                 "/v3/discovery:clusters?wait=300ms",
                 &[],
-                request(&n, "v2", &[]).to_string(),
+                request(&n, &v2, &[]).to_string(),
             )
             .await;
         let elapsed = started.elapsed();
@@ -256,17 +265,17 @@ async fn upstream_change_is_visible_on_the_next_poll() {
         let n = node("next-poll");
         let first = gw.discover("listeners", &request(&n, "", &[])).await;
         assert_ok(&first, "first poll");
-        assert_eq!(version_of(&first), "1");
+        assert_eq!(upstream_of(&first), "1");
+        let v1 = version_of(&first);
         cp.set(LDS, "2", &[named(LDS, "l1"), named(LDS, "l2")])
             .await;
         // The push travels upstream → gateway asynchronously: poll as Envoy
         // would, presenting what it has.
         let reply = eventually(Duration::from_secs(5), Duration::from_millis(50), || {
-            let gw = &gw;
-            let n = &n;
+            let (gw, n, v1) = (&gw, &n, &v1);
             async move {
-                let reply = gw.discover("listeners", &request(n, "1", &[])).await;
-                (reply.status == 200 && version_of(&reply) == "2").then_some(reply)
+                let reply = gw.discover("listeners", &request(n, v1, &[])).await;
+                (reply.status == 200 && upstream_of(&reply) == "2").then_some(reply)
             }
         })
         .await
@@ -290,7 +299,8 @@ async fn undecodable_update_is_nacked_and_the_last_good_version_served() {
         let n = node("nack");
         let good = gw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&good, "first poll");
-        assert_eq!(version_of(&good), "good");
+        assert_eq!(upstream_of(&good), "good");
+        let vgood = version_of(&good);
 
         // Field 1 (name), length-delimited, with a truncated length varint.
         cp.set_raw(CDS, "bad", &[("a", CDS, b"\x0a\xff\xff\xff")])
@@ -305,7 +315,7 @@ async fn undecodable_update_is_nacked_and_the_last_good_version_served() {
         );
         assert_nack_detail(nack);
 
-        for version in ["", "good"] {
+        for version in ["", vgood.as_str()] {
             let reply = gw.discover("clusters", &request(&n, version, &[])).await;
             if version.is_empty() {
                 assert_ok(&reply, "after the NACK");
@@ -317,10 +327,10 @@ async fn undecodable_update_is_nacked_and_the_last_good_version_served() {
         // A good update after the bad one is taken again.
         cp.set(CDS, "good2", &[cluster("a"), cluster("b")]).await;
         let reply = eventually(Duration::from_secs(5), Duration::from_millis(50), || {
-            let (gw, n) = (&gw, &n);
+            let (gw, n, vgood) = (&gw, &n, &vgood);
             async move {
-                let reply = gw.discover("clusters", &request(n, "good", &[])).await;
-                (reply.status == 200 && version_of(&reply) == "good2").then_some(reply)
+                let reply = gw.discover("clusters", &request(n, vgood, &[])).await;
+                (reply.status == 200 && upstream_of(&reply) == "good2").then_some(reply)
             }
         })
         .await
@@ -476,7 +486,9 @@ async fn bad_requests_get_json_errors_and_do_not_disturb_others() {
         let last = gw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&last, "final good poll");
         assert_eq!(last.body, good.body);
-        let still_304 = gw.discover("clusters", &request(&n, "1", &[])).await;
+        let still_304 = gw
+            .discover("clusters", &request(&n, &version_of(&good), &[]))
+            .await;
         assert_eq!(still_304.status, 304, "{}", still_304.text());
     })
     .await;
@@ -513,7 +525,7 @@ async fn unreachable_upstream_is_a_503_and_others_are_unaffected() {
 
         let good = working.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&good, "working gateway");
-        assert_eq!(version_of(&good), "1");
+        assert_eq!(upstream_of(&good), "1");
         // The dead one stays answering (and failing) without harm.
         let again = dead.discover("clusters", &request(&n, "", &[])).await;
         assert_error(&again, 503, "unreachable upstream, again");
@@ -532,22 +544,23 @@ async fn suspected_rejection_is_counted_and_nacked_upstream() {
         .await;
         let n = node("rejecting");
         let first = gw.discover("clusters", &request(&n, "", &[])).await;
-        assert_eq!(version_of(&first), "v1");
+        assert_eq!(upstream_of(&first), "v1");
+        let v1 = version_of(&first);
         cp.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
         eventually(Duration::from_secs(5), Duration::from_millis(50), || {
-            let (gw, n) = (&gw, &n);
+            let (gw, n, v1) = (&gw, &n, &v1);
             async move {
-                let reply = gw.discover("clusters", &request(n, "v1", &[])).await;
-                (reply.status == 200 && version_of(&reply) == "v2").then_some(())
+                let reply = gw.discover("clusters", &request(n, v1, &[])).await;
+                (reply.status == 200 && upstream_of(&reply) == "v2").then_some(())
             }
         })
         .await
         .expect("v2 never served");
         // The client keeps presenting v1: it rejected v2.
         for _ in 0..3 {
-            let reply = gw.discover("clusters", &request(&n, "v1", &[])).await;
+            let reply = gw.discover("clusters", &request(&n, &v1, &[])).await;
             assert_ok(&reply, "stale poll");
-            assert_eq!(version_of(&reply), "v2");
+            assert_eq!(upstream_of(&reply), "v2");
         }
         let metrics = gw.metrics().await;
         let suspected = metric_sum(&metrics, "xds_gateway_suspected_rejections_total");
@@ -616,7 +629,10 @@ async fn ads_config_sources_are_rewritten_for_envoy_clients_only() {
         let eds_config = &curl.json()["resources"][0]["edsClusterConfig"]["edsConfig"];
         assert_eq!(eds_config["ads"], json!({}), "{eds_config}");
         assert!(eds_config.get("apiConfigSource").is_none(), "{eds_config}");
-        assert_eq!(version_of(&curl), version_of(&envoy));
+        // Rewritten or not, the same upstream version; the served versions
+        // differ (each names what that client got).
+        assert_eq!(upstream_of(&curl), upstream_of(&envoy));
+        assert_ne!(version_of(&curl), version_of(&envoy));
     })
     .await;
 }
@@ -684,6 +700,7 @@ async fn upstream_restart_keeps_serving_and_resubscribes() {
         let n = node("restart");
         let first = gw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&first, "first poll");
+        let v1 = version_of(&first);
         let port = cp.ads_port;
         drop(cp);
 
@@ -691,7 +708,7 @@ async fn upstream_restart_keeps_serving_and_resubscribes() {
         let cached = gw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&cached, "poll while the control plane is down");
         assert_eq!(cached.body, first.body);
-        let same = gw.discover("clusters", &request(&n, "v1", &[])).await;
+        let same = gw.discover("clusters", &request(&n, &v1, &[])).await;
         assert_eq!(same.status, 304, "{}", same.text());
 
         // A new control plane where the old one was: the session reconnects,
@@ -699,10 +716,10 @@ async fn upstream_restart_keeps_serving_and_resubscribes() {
         let cp = ControlPlane::start_on(test, port, &[]);
         cp.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
         let reply = eventually(Duration::from_secs(15), Duration::from_millis(100), || {
-            let (gw, n) = (&gw, &n);
+            let (gw, n, v1) = (&gw, &n, &v1);
             async move {
-                let reply = gw.discover("clusters", &request(n, "v1", &[])).await;
-                (reply.status == 200 && version_of(&reply) == "v2").then_some(reply)
+                let reply = gw.discover("clusters", &request(n, v1, &[])).await;
+                (reply.status == 200 && upstream_of(&reply) == "v2").then_some(reply)
             }
         })
         .await

@@ -26,8 +26,8 @@ use gateway::{metric_sum, ControlPlane, Gateway, Reply};
 use process::eventually;
 use rest::{
     assert_error, assert_nack_detail, assert_ok, bounded, cluster, main_cases, nacks_above, named,
-    names_of, node, other_cases, request, stats_until, version_of, with_control_plane, Case, CDS,
-    EDS, LDS, RDS,
+    names_of, node, other_cases, request, stats_until, upstream_of, upstream_part, version_of,
+    with_control_plane, Case, CDS, EDS, LDS, RDS,
 };
 
 /// No test may take longer than this in total.
@@ -37,8 +37,10 @@ const STATS_WAIT: Duration = Duration::from_secs(15);
 
 const DELTA: &[&str] = &["--upstream-mode", "delta"];
 
-/// A delta version: 16 lowercase hex digits.
+/// A served version whose upstream part is a delta digest: 16 lowercase
+/// hex digits.
 fn assert_digest_version(version: &str, what: &str) {
+    let version = upstream_part(version);
     assert!(
         version.len() == 16
             && version
@@ -587,8 +589,8 @@ async fn fetch_mode_serves_every_type() {
         let versions = check_cases(cp, &gw, &n, &cases).await;
         for (case, version) in cases.iter().zip(&versions) {
             assert_eq!(
-                version,
-                &format!("{}-7", case.endpoint),
+                upstream_part(version),
+                format!("{}-7", case.endpoint),
                 "fetch mode serves the upstream's version"
             );
         }
@@ -619,14 +621,16 @@ async fn fetch_up_to_date_is_a_304_in_both_styles() {
             let n = node(&format!("fetch-{style}"));
             let first = gw.discover("clusters", &request(&n, "", &[])).await;
             assert_ok(&first, style);
-            assert_eq!(version_of(&first), "v1");
-            let same = gw.discover("clusters", &request(&n, "v1", &[])).await;
+            assert_eq!(upstream_of(&first), "v1");
+            let same = gw
+                .discover("clusters", &request(&n, &version_of(&first), &[]))
+                .await;
             assert_eq!(same.status, 304, "{style}: {}", same.text());
             assert!(same.body.is_empty(), "{style}");
             // An older version gets the snapshot.
             let old = gw.discover("clusters", &request(&n, "v0", &[])).await;
             assert_ok(&old, style);
-            assert_eq!(version_of(&old), "v1");
+            assert_eq!(upstream_of(&old), "v1");
         }
         let stats = cp.stats().await;
         assert_eq!(fetches(&stats, CDS), 6, "{stats}");
@@ -656,12 +660,12 @@ async fn fetch_mode_coalesces_identical_polls() {
             &["--upstream-mode", "fetch", "--fetch-cache-ttl", "10s"],
         )
         .await;
-        let burst = |n: usize, version: &'static str, names: &'static [&'static str]| {
+        let burst = |n: usize, version: String, names: &'static [&'static str]| {
             let port = gw.port;
             async move {
                 let polls: Vec<_> = (0..n)
                     .map(|_| {
-                        let body = request(&node("coalesce"), version, names).to_string();
+                        let body = request(&node("coalesce"), &version, names).to_string();
                         tokio::spawn(async move {
                             gateway::discover_on(port, "endpoints", body).await.unwrap()
                         })
@@ -674,7 +678,7 @@ async fn fetch_mode_coalesces_identical_polls() {
                 replies
             }
         };
-        let replies = burst(50, "", &["a"]).await;
+        let replies = burst(50, String::new(), &["a"]).await;
         for reply in &replies {
             assert_ok(reply, "coalesced poll");
             assert_eq!(reply.body, replies[0].body);
@@ -683,18 +687,18 @@ async fn fetch_mode_coalesces_identical_polls() {
         let stats = cp.stats().await;
         assert_eq!(fetches(&stats, EDS), 1, "50 polls, one fetch: {stats}");
         // Within the TTL the answer is reused.
-        for reply in burst(10, "", &["a"]).await {
+        for reply in burst(10, String::new(), &["a"]).await {
             assert_eq!(reply.body, replies[0].body);
         }
         assert_eq!(fetches(&cp.stats().await, EDS), 1);
 
         // A different version is a separate fetch (here: up to date).
-        for reply in burst(10, "e1", &["a"]).await {
+        for reply in burst(10, version_of(&replies[0]), &["a"]).await {
             assert_eq!(reply.status, 304, "{}", reply.text());
         }
         assert_eq!(fetches(&cp.stats().await, EDS), 2);
         // Different names too.
-        let ab = burst(10, "", &["a", "b"]).await;
+        let ab = burst(10, String::new(), &["a", "b"]).await;
         for reply in &ab {
             assert_ok(reply, "a+b");
             assert_eq!(names_of(reply), ["a", "b"]);
@@ -822,7 +826,7 @@ async fn disabled_services_are_unimplemented_and_fail_cleanly() {
         assert!(message.contains("Unimplemented"), "{message}");
         let reply = sotw.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&reply, "SotW still served");
-        assert_eq!(version_of(&reply), "v1");
+        assert_eq!(upstream_of(&reply), "v1");
         let stats = cp.stats().await;
         assert!(
             stats["unimplemented"]["delta"].as_u64() >= Some(1),
@@ -878,7 +882,7 @@ async fn auto_mode_picks_delta_then_sotw_then_fetch() {
             if expected == "delta" {
                 assert_digest_version(&version_of(&reply), "auto → delta");
             } else {
-                assert_eq!(version_of(&reply), "v1");
+                assert_eq!(upstream_of(&reply), "v1");
             }
             assert_eq!(names_of(&reply), ["a"]);
             let source = readyz_source(&gw).await;

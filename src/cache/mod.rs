@@ -10,7 +10,7 @@ mod resource;
 mod state;
 
 pub(crate) use identity::IdentityKey;
-pub(crate) use rejection::{RejectionTracker, Suspicion};
+pub(crate) use rejection::{Observation, RejectionTracker, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
 pub(crate) use resource::{Renderer, Resource};
-pub(crate) use state::{Answer, Coverage, Names, TypeState};
+pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

@@ -1,100 +1,139 @@
 //! Spotting REST clients that rejected an update.
 //!
-//! REST has no NACK: an Envoy that rejects version N+1 keeps polling with
-//! version N. To the gateway that looks like a client that has not caught up,
-//! so one such poll proves nothing; `threshold` polls presenting a version
-//! older than one already served (for the same node identity and type) make a
-//! suspected rejection, reported once per (old, new) pair.
+//! REST has no NACK: an Envoy that rejects an update keeps polling with the
+//! version it had, which is the empty version when it rejected its very
+//! first one. To the gateway that looks like a client that has not caught up,
+//! so one such poll proves nothing. Per subscription (one client's node id
+//! and names), the tracker remembers the versions served to it; a client that
+//! keeps presenting a version older than one it was already served (or, for
+//! an Envoy, an empty version after a body was served to it) `threshold`
+//! polls in a row is a suspected rejection, reported once per (old, new)
+//! pair. A subscription never served the current version is catching up.
+//!
+//! Versions are compared by their selection digest (see `state`), so a
+//! client is in step exactly when it would get a 304.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
-/// How many served versions are remembered per (identity, type).
-const HISTORY: usize = 16;
+use tokio::time::Instant;
 
-/// A client kept presenting `presented` although `current` was served.
+use super::state::same_selection;
+
+/// How many served versions are remembered per subscription.
+const HISTORY: usize = 4;
+
+/// A client kept presenting `presented` although `current` was served to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Suspicion {
-    pub presented: String,
-    pub current: String,
-    pub polls: u32,
+pub(crate) struct Suspicion {
+    pub(crate) presented: String,
+    pub(crate) current: String,
+    pub(crate) polls: u32,
 }
 
-#[derive(Debug, Default)]
-pub struct RejectionTracker {
+/// One poll as the tracker sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Observation<'a> {
+    /// Who asks: a hash of node id and names (see `ParsedRequest::subscription`).
+    pub(crate) subscription: u64,
+    pub(crate) presented: &'a str,
+    /// The version this poll is served at.
+    pub(crate) current: &'a str,
+    /// Whether the client is an Envoy: only an Envoy's empty version says
+    /// "I rejected what you sent" (curl and scripts always present none).
+    pub(crate) envoy: bool,
+}
+
+#[derive(Debug)]
+struct Log {
     served: VecDeque<String>,
-    /// (subscription, presented version) → polls counted.
-    stale_polls: HashMap<(String, String), u32>,
-    reported: HashSet<(String, String, String)>,
+    /// (presented, polls) of the current run of polls presenting an older version.
+    behind: Option<(String, u32)>,
+    /// (presented, current) last reported.
+    reported: Option<(String, String)>,
+    seen: Instant,
+}
+
+/// The rejection bookkeeping of one (session, type).
+#[derive(Debug, Default)]
+pub(crate) struct RejectionTracker {
+    logs: HashMap<u64, Log>,
 }
 
 impl RejectionTracker {
-    /// Records that a body of `version` was served.
-    pub fn served(&mut self, version: &str) {
-        if self.served.back().map(String::as_str) != Some(version) {
-            self.served.retain(|v| v != version);
-            self.served.push_back(version.to_owned());
-            if self.served.len() > HISTORY {
-                self.served.pop_front();
+    /// Records that `version` was served to `subscription`.
+    pub(crate) fn served(&mut self, subscription: u64, version: &str) {
+        let log = self.logs.entry(subscription).or_insert_with(|| Log {
+            served: VecDeque::new(),
+            behind: None,
+            reported: None,
+            seen: Instant::now(),
+        });
+        log.seen = Instant::now();
+        if log.served.back().is_some_and(|v| v == version) {
+            return;
+        }
+        log.served.retain(|v| v != version);
+        log.served.push_back(version.to_owned());
+        if log.served.len() > HISTORY {
+            log.served.pop_front();
+        }
+    }
+
+    /// Records `poll`; a suspicion the first time its client has presented
+    /// the same older version `threshold` times after being served the
+    /// current one. Costs nothing for a subscription that was never behind.
+    pub(crate) fn observe(&mut self, poll: Observation<'_>, threshold: u32) -> Option<Suspicion> {
+        let log = self.logs.get_mut(&poll.subscription)?;
+        log.seen = Instant::now();
+        if same_selection(poll.presented, poll.current) {
+            log.behind = None;
+            return None;
+        }
+        let served = |v: &str| log.served.iter().position(|s| same_selection(s, v));
+        let Some(current) = served(poll.current) else {
+            // Not yet served the current version: catching up.
+            log.behind = None;
+            return None;
+        };
+        let older = if poll.presented.is_empty() {
+            poll.envoy
+        } else {
+            served(poll.presented).is_some_and(|old| old < current)
+        };
+        if !older {
+            log.behind = None;
+            return None;
+        }
+        let polls = match &mut log.behind {
+            Some((presented, polls)) if presented == poll.presented => {
+                *polls += 1;
+                *polls
             }
-        }
-    }
-
-    /// Records that a subscription presented the current version: its stale
-    /// polls are forgotten. The key is only built when there are any (the
-    /// usual poll of an up-to-date client costs nothing here).
-    pub fn caught_up(&mut self, subscription: impl FnOnce() -> String) {
-        if !self.stale_polls.is_empty() {
-            let subscription = subscription();
-            self.stale_polls.retain(|(sub, _), _| *sub != subscription);
-        }
-    }
-
-    /// Records a poll of `subscription` presenting `presented` while `current`
-    /// is the state; `served_current` says whether this subscription was
-    /// already served `current`. Returns a suspicion the first time the
-    /// threshold is reached.
-    pub fn observe(
-        &mut self,
-        subscription: &str,
-        presented: &str,
-        current: &str,
-        served_current: bool,
-        threshold: u32,
-    ) -> Option<Suspicion> {
-        if presented == current {
-            self.caught_up(|| subscription.to_owned());
-            return None;
-        }
-        if !served_current {
-            return None;
-        }
-        let position = |v: &str| self.served.iter().position(|s| s == v);
-        match (position(presented), position(current)) {
-            (Some(old), Some(new)) if old < new => {}
-            _ => return None,
-        }
-        let polls = self
-            .stale_polls
-            .entry((subscription.to_owned(), presented.to_owned()))
-            .or_insert(0);
-        *polls += 1;
-        let polls = *polls;
+            _ => {
+                log.behind = Some((poll.presented.to_owned(), 1));
+                1
+            }
+        };
         if polls < threshold {
             return None;
         }
-        let key = (
-            subscription.to_owned(),
-            presented.to_owned(),
-            current.to_owned(),
-        );
-        if !self.reported.insert(key) {
+        let pair = (poll.presented.to_owned(), poll.current.to_owned());
+        if log.reported.as_ref() == Some(&pair) {
             return None;
         }
+        log.reported = Some(pair);
         Some(Suspicion {
-            presented: presented.to_owned(),
-            current: current.to_owned(),
+            presented: poll.presented.to_owned(),
+            current: poll.current.to_owned(),
             polls,
         })
+    }
+
+    /// Forgets subscriptions not polled within `ttl`.
+    pub(crate) fn prune(&mut self, now: Instant, ttl: Duration) {
+        self.logs
+            .retain(|_, log| now.saturating_duration_since(log.seen) < ttl);
     }
 }
 
@@ -102,47 +141,83 @@ impl RejectionTracker {
 mod tests {
     use super::*;
 
+    const V1: &str = "1~aaaaaaaaaaaa";
+    const V2: &str = "2~bbbbbbbbbbbb";
+
+    fn poll<'a>(sub: u64, presented: &'a str, current: &'a str) -> Observation<'a> {
+        Observation {
+            subscription: sub,
+            presented,
+            current,
+            envoy: true,
+        }
+    }
+
     #[test]
     fn reports_once_after_threshold() {
         let mut t = RejectionTracker::default();
-        t.served("1");
-        t.served("2");
-        assert_eq!(t.observe("a", "1", "2", true, 3), None);
-        assert_eq!(t.observe("a", "1", "2", true, 3), None);
-        let s = t.observe("a", "1", "2", true, 3).unwrap();
+        t.served(1, V1);
+        t.served(1, V2);
+        assert_eq!(t.observe(poll(1, V1, V2), 3), None);
+        assert_eq!(t.observe(poll(1, V1, V2), 3), None);
+        let s = t.observe(poll(1, V1, V2), 3).unwrap();
         assert_eq!(
             (s.presented.as_str(), s.current.as_str(), s.polls),
-            ("1", "2", 3)
+            (V1, V2, 3)
         );
-        assert_eq!(t.observe("a", "1", "2", true, 3), None);
+        assert_eq!(t.observe(poll(1, V1, V2), 3), None);
+    }
+
+    #[test]
+    fn a_rejected_first_version_is_seen_for_envoys_only() {
+        let mut t = RejectionTracker::default();
+        t.served(1, V1);
+        assert_eq!(t.observe(poll(1, "", V1), 2), None);
+        assert!(t.observe(poll(1, "", V1), 2).is_some());
+        // curl and scripts present no version by design.
+        let mut t = RejectionTracker::default();
+        t.served(1, V1);
+        for _ in 0..5 {
+            let curl = Observation {
+                envoy: false,
+                ..poll(1, "", V1)
+            };
+            assert_eq!(t.observe(curl, 1), None);
+        }
     }
 
     #[test]
     fn catching_up_or_unknown_versions_are_not_rejections() {
         let mut t = RejectionTracker::default();
-        t.served("1");
-        t.served("2");
+        t.served(1, V1);
         for _ in 0..5 {
-            assert_eq!(t.observe("a", "", "2", true, 1), None);
-            assert_eq!(t.observe("a", "0", "2", true, 1), None);
-            // not yet served the current state: catching up
-            assert_eq!(t.observe("a", "1", "2", false, 1), None);
+            // never served V2: catching up
+            assert_eq!(t.observe(poll(1, V1, V2), 1), None);
+            // a version this process never served (another replica's)
+            assert_eq!(t.observe(poll(1, "9~cccccccccccc", V1), 1), None);
+            // never seen at all
+            assert_eq!(t.observe(poll(99, V1, V2), 1), None);
         }
-        assert_eq!(t.observe("a", "2", "2", true, 1), None);
-        assert_eq!(t.observe("a", "3", "2", true, 1), None);
+        // the same selection under another upstream version is in step
+        t.served(1, V2);
+        assert_eq!(t.observe(poll(1, "7~bbbbbbbbbbbb", V2), 1), None);
     }
 
     #[test]
-    fn subscriptions_are_counted_apart() {
+    fn subscriptions_are_counted_apart_and_pruned() {
         let mut t = RejectionTracker::default();
-        t.served("1");
-        t.served("2");
-        // many EDS clusters each catching up once: no suspicion
-        for sub in ["c1", "c2", "c3", "c4", "c5"] {
-            assert_eq!(t.observe(sub, "1", "2", true, 2), None);
+        for sub in [11, 12] {
+            t.served(sub, V1);
+            t.served(sub, V2);
         }
-        // a sibling at the current version does not hide c1's rejection
-        assert_eq!(t.observe("c2", "2", "2", true, 2), None);
-        assert!(t.observe("c1", "1", "2", true, 2).is_some());
+        // a sibling in step does not hide c1's rejection
+        assert_eq!(t.observe(poll(12, V2, V2), 2), None);
+        assert_eq!(t.observe(poll(11, V1, V2), 2), None);
+        assert!(t.observe(poll(11, V1, V2), 2).is_some());
+        t.prune(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(t.observe(poll(11, V1, V2), 1), None, "forgotten");
     }
 }

@@ -31,6 +31,7 @@ pub(crate) struct ParsedRequest {
     node_id: String,
     user_agent_name: String,
     identity: IdentityKey,
+    subscription: u64,
 }
 
 impl ParsedRequest {
@@ -41,14 +42,23 @@ impl ParsedRequest {
             .node
             .map(|n| (n.id, n.user_agent_name))
             .unwrap_or_default();
+        let names = Names::from_request(view.resource_names);
+        let subscription = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = xxhash_rust::xxh3::Xxh3::default();
+            node_id.hash(&mut hasher);
+            names.hash(&mut hasher);
+            hasher.finish()
+        };
         Ok(ParsedRequest {
             body,
             version_info: view.version_info,
             type_url: view.type_url,
-            names: Names::from_request(view.resource_names),
+            names,
             node_id,
             user_agent_name,
             identity,
+            subscription,
         })
     }
 
@@ -79,6 +89,12 @@ impl ParsedRequest {
     /// `node.user_agent_name` (`envoy` for Envoy).
     pub(crate) fn user_agent_name(&self) -> &str {
         &self.user_agent_name
+    }
+
+    /// One REST subscription of one client (its node id and names), hashed:
+    /// what rejection bookkeeping counts polls under.
+    pub(crate) fn subscription(&self) -> u64 {
+        self.subscription
     }
 
     /// Which session serves this client.

@@ -12,33 +12,36 @@ use bytes::Bytes;
 use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
 
+use super::state::Bodies;
 use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 use crate::xds::{Codec, JsonError, ResourceType};
 
 /// SHA-256 of a resource's protobuf bytes.
-pub type Digest = [u8; 32];
+pub(crate) type Digest = [u8; 32];
 
 /// A decoded, rendered resource. Immutable; shared by every state holding it.
 #[derive(Debug)]
-pub struct Resource {
-    pub kind: ResourceType,
-    pub name: String,
-    pub digest: Digest,
+pub(crate) struct Resource {
+    pub(crate) kind: ResourceType,
+    pub(crate) name: String,
+    pub(crate) digest: Digest,
     /// The `Any` payload as the upstream sent it.
-    pub payload: Bytes,
+    pub(crate) payload: Bytes,
     /// Canonical JSON of the `Any` (`{"@type": ..., ...}`), untouched.
-    pub json: Bytes,
+    pub(crate) json: Bytes,
 }
 
 /// How many rendered resources (plain and rewritten) the memo keeps.
 const RENDER_MEMO_ENTRIES: u64 = 200_000;
 
-/// Decodes and renders resources, remembering every render by digest.
+/// Decodes and renders resources, remembering every render by digest, and
+/// holds the memo of assembled response bodies.
 #[derive(Clone)]
-pub struct Renderer {
+pub(crate) struct Renderer {
     codec: Codec,
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
     rewritten: Cache<(Digest, RestTarget), Bytes>,
+    bodies: Bodies,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -48,22 +51,42 @@ impl std::fmt::Debug for Renderer {
 }
 
 impl Renderer {
-    pub fn new(codec: Codec) -> Renderer {
+    pub(crate) fn new(codec: Codec) -> Renderer {
+        Renderer::with_bodies(codec, Bodies::default())
+    }
+
+    /// A renderer whose body memo holds at most `bytes` (tests of eviction).
+    #[cfg(test)]
+    pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Renderer {
+        Renderer::with_bodies(codec, Bodies::with_capacity(bytes))
+    }
+
+    fn with_bodies(codec: Codec, bodies: Bodies) -> Renderer {
         Renderer {
             codec,
             plain: Cache::new(RENDER_MEMO_ENTRIES),
             rewritten: Cache::new(RENDER_MEMO_ENTRIES),
+            bodies,
         }
     }
 
-    pub fn codec(&self) -> &Codec {
+    pub(crate) fn codec(&self) -> &Codec {
         &self.codec
+    }
+
+    /// The memo of assembled bodies.
+    pub(crate) fn bodies(&self) -> &Bodies {
+        &self.bodies
     }
 
     /// The rendered resource for `payload` of `kind`: from the memo, or
     /// decoded and rendered now. Fails if the bytes do not decode or any
     /// nested `Any` names an unknown type.
-    pub fn resource(&self, kind: ResourceType, payload: Bytes) -> Result<Arc<Resource>, JsonError> {
+    pub(crate) fn resource(
+        &self,
+        kind: ResourceType,
+        payload: Bytes,
+    ) -> Result<Arc<Resource>, JsonError> {
         let digest: Digest = Sha256::digest(&payload).into();
         if let Some(hit) = self.plain.get(&(kind, digest)) {
             return Ok(hit);
@@ -85,7 +108,11 @@ impl Renderer {
     }
 
     /// The resource's JSON with ADS/self config sources pointed at `target`.
-    pub fn rewritten(&self, resource: &Resource, target: &RestTarget) -> Result<Bytes, JsonError> {
+    pub(crate) fn rewritten(
+        &self,
+        resource: &Resource,
+        target: &RestTarget,
+    ) -> Result<Bytes, JsonError> {
         let key = (resource.digest, target.clone());
         if let Some(hit) = self.rewritten.get(&key) {
             return Ok(hit);
@@ -103,7 +130,7 @@ impl Renderer {
 /// The resource's name: field 1 (a string) in every REST-served type
 /// (`name`, or `cluster_name` for ClusterLoadAssignment), read straight from
 /// the wire format without decoding the rest.
-pub fn resource_name(mut buf: &[u8]) -> Option<String> {
+pub(crate) fn resource_name(mut buf: &[u8]) -> Option<String> {
     use prost::encoding::{decode_key, decode_varint, WireType};
     let mut name = None;
     while !buf.is_empty() {

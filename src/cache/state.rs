@@ -1,25 +1,51 @@
 //! What the gateway knows of one (node identity, type): the upstream's latest
-//! accepted state, and the response bodies assembled from it.
+//! accepted state, and the versions and bodies it serves to REST clients.
 //!
-//! A [`TypeState`] is immutable once built except for its memo of assembled
-//! bodies, which doubles as the record of what was served at this version: a
-//! request is answered 304 only if its version is this state's version *and*
-//! a body for exactly its names (and presentation) was already served from
-//! this state. So a client that adds a name at an unchanged version gets a
-//! 200, and an empty `version_info` never gets a 304.
+//! # Served versions
+//!
+//! A client is not served the upstream's version as is, but
+//! `<upstream version>~<selection digest>`: the digest covers what that
+//! client was answered (the names it asked for, where config sources were
+//! rewritten to, and the name and content digest of every resource in the
+//! answer). So:
+//!
+//! - 304 means "what you hold is what you would get": the version presented
+//!   carries the same digest. It depends on nothing this process remembers,
+//!   so any replica answers the same way, and a memo evicted under memory
+//!   pressure costs a digest, never a 304.
+//! - A client whose names changed gets a body (its digest changes).
+//! - An EDS cluster whose endpoints did not change gets 304 even when another
+//!   cluster's did (the upstream's version moved, its digest did not).
+//! - An empty `version_info` never gets a 304.
+//!
+//! The upstream's part stays readable (logs, debugging, NACKs); the digest
+//! is what decides. Assembled bodies are memoised (with their version) in a
+//! byte-bounded LRU shared by all states ([`Bodies`]); nothing else here
+//! mutates, so a bad request cannot poison what others are served.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use moka::sync::Cache;
+use sha2::{Digest as _, Sha256};
 
 use super::resource::{Renderer, Resource};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
 
+/// Separates the upstream's version from the selection digest.
+pub(crate) const DIGEST_SEPARATOR: char = '~';
+/// Hex digits of the selection digest (48 bits: enough to tell one client's
+/// versions apart, short enough to read).
+const DIGEST_HEX: usize = 12;
+/// Total bytes of assembled bodies kept, all states together.
+const BODIES_BYTES: u64 = 256 * 1024 * 1024;
+
 /// The names a request asks for: everything, or a sorted, de-duplicated set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Names {
+pub(crate) enum Names {
     Wildcard,
     Named(BTreeSet<String>),
 }
@@ -27,7 +53,7 @@ pub enum Names {
 impl Names {
     /// An empty list means wildcard (what LDS/CDS mean by it; for other
     /// types the upstream decides what "all" is).
-    pub fn from_request(names: Vec<String>) -> Names {
+    pub(crate) fn from_request(names: Vec<String>) -> Names {
         let set: BTreeSet<String> = names.into_iter().filter(|n| n != "*").collect();
         if set.is_empty() {
             Names::Wildcard
@@ -40,14 +66,14 @@ impl Names {
 /// What upstream subscription a state answers: a snapshot of the session's
 /// subscription when the state arrived.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Coverage {
-    pub wildcard: bool,
-    pub names: BTreeSet<String>,
+pub(crate) struct Coverage {
+    pub(crate) wildcard: bool,
+    pub(crate) names: BTreeSet<String>,
 }
 
 impl Coverage {
     /// Whether a state with this coverage can answer `names` completely.
-    pub fn covers(&self, names: &Names) -> bool {
+    pub(crate) fn covers(&self, names: &Names) -> bool {
         match names {
             Names::Wildcard => self.wildcard,
             Names::Named(set) => self.wildcard || set.is_subset(&self.names),
@@ -55,41 +81,131 @@ impl Coverage {
     }
 }
 
-/// Key of an assembled body within one state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct BodyKey {
-    names: Names,
-    target: Option<RestTarget>,
+/// The digest part of a served version (`None` when it has none).
+pub(crate) fn selection_digest(version: &str) -> Option<&str> {
+    let (_, digest) = version.rsplit_once(DIGEST_SEPARATOR)?;
+    (digest.len() == DIGEST_HEX && digest.bytes().all(|b| b.is_ascii_hexdigit())).then_some(digest)
 }
 
-/// At most this many distinct bodies are remembered per state; beyond it,
-/// bodies are still served but not memoised (so never answered 304).
-const MAX_BODIES_PER_STATE: usize = 256;
+/// The upstream's part of a served version (all of it when it has no digest).
+pub(crate) fn upstream_version(version: &str) -> &str {
+    match selection_digest(version) {
+        Some(digest) => &version[..version.len() - digest.len() - 1],
+        None => version,
+    }
+}
 
-/// The upstream's state of one type for one node identity.
-#[derive(Debug)]
-pub struct TypeState {
-    pub kind: ResourceType,
-    pub version: String,
-    pub nonce: String,
-    pub resources: BTreeMap<String, Arc<Resource>>,
-    pub coverage: Coverage,
-    bodies: Mutex<HashMap<BodyKey, Bytes>>,
+/// Whether two served versions hold the same selection (equal digests).
+pub(crate) fn same_selection(a: &str, b: &str) -> bool {
+    matches!((selection_digest(a), selection_digest(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    NotModified,
-    /// A complete `DiscoveryResponse` JSON body; `cached` if it was assembled before.
+pub(crate) enum Answer {
+    /// The client holds what it would get; `version` is what it is served at.
+    NotModified { version: String },
+    /// A complete `DiscoveryResponse` JSON body at `version`; `cached` if it
+    /// was assembled before.
     Body {
         json: Bytes,
+        version: String,
         cached: bool,
     },
 }
 
+impl Answer {
+    /// The served version (the ETag).
+    pub(crate) fn version(&self) -> &str {
+        match self {
+            Answer::NotModified { version } | Answer::Body { version, .. } => version,
+        }
+    }
+}
+
+/// Unique per state: what the body memo is keyed by.
+static NEXT_STATE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The upstream's state of one type for one node identity. Immutable.
+#[derive(Debug)]
+pub(crate) struct TypeState {
+    pub(crate) kind: ResourceType,
+    /// The upstream's version.
+    pub(crate) version: String,
+    pub(crate) nonce: String,
+    pub(crate) resources: BTreeMap<String, Arc<Resource>>,
+    pub(crate) coverage: Coverage,
+    id: u64,
+}
+
+/// One assembled body and its version, as memoised.
+#[derive(Debug)]
+struct Assembled {
+    state: u64,
+    names: Names,
+    target: Option<RestTarget>,
+    version: String,
+    json: Bytes,
+}
+
+/// The memo of assembled bodies: a byte-bounded LRU keyed by a hash of
+/// (state, names, target), confirmed on every hit (a collision costs an
+/// assembly, never a wrong body).
+#[derive(Clone)]
+pub(crate) struct Bodies(Cache<u64, Arc<Assembled>>);
+
+impl std::fmt::Debug for Bodies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bodies")
+            .field("entries", &self.0.entry_count())
+            .finish()
+    }
+}
+
+impl Default for Bodies {
+    fn default() -> Bodies {
+        Bodies::with_capacity(BODIES_BYTES)
+    }
+}
+
+impl Bodies {
+    /// A memo holding at most `bytes` of bodies.
+    pub(super) fn with_capacity(bytes: u64) -> Bodies {
+        Bodies(
+            Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|_, a: &Arc<Assembled>| {
+                    let size = a.json.len() + a.version.len() + 64;
+                    u32::try_from(size).unwrap_or(u32::MAX)
+                })
+                .build(),
+        )
+    }
+
+    fn key(state: u64, names: &Names, target: Option<&RestTarget>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = xxhash_rust::xxh3::Xxh3::default();
+        state.hash(&mut hasher);
+        names.hash(&mut hasher);
+        target.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn get(
+        &self,
+        key: u64,
+        state: u64,
+        names: &Names,
+        target: Option<&RestTarget>,
+    ) -> Option<Arc<Assembled>> {
+        self.0
+            .get(&key)
+            .filter(|a| a.state == state && a.names == *names && a.target.as_ref() == target)
+    }
+}
+
 impl TypeState {
-    pub fn new(
+    pub(crate) fn new(
         kind: ResourceType,
         version: String,
         nonce: String,
@@ -102,56 +218,94 @@ impl TypeState {
             nonce,
             resources,
             coverage,
-            bodies: Mutex::new(HashMap::new()),
+            id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
-    /// Answers a request that presented `client_version` for `names`.
-    pub fn answer(
+    /// Answers a request that presented `presented` for `names`: 304 when
+    /// it carries the digest of what it would get (and is not empty), else
+    /// the body, from `bodies` when it was assembled before.
+    pub(crate) fn answer(
         &self,
         renderer: &Renderer,
         names: &Names,
-        client_version: &str,
+        presented: &str,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
-        let key = BodyKey {
-            names: names.clone(),
-            target: target.cloned(),
-        };
-        if let Some(json) = self.bodies_lock().get(&key).cloned() {
-            if !client_version.is_empty() && client_version == self.version {
-                return Ok(Answer::NotModified);
+        let bodies = renderer.bodies();
+        let key = Bodies::key(self.id, names, target);
+        if let Some(hit) = bodies.get(key, self.id, names, target) {
+            if same_selection(presented, &hit.version) {
+                return Ok(Answer::NotModified {
+                    version: hit.version.clone(),
+                });
             }
-            return Ok(Answer::Body { json, cached: true });
+            return Ok(Answer::Body {
+                json: hit.json.clone(),
+                version: hit.version.clone(),
+                cached: true,
+            });
         }
-        let json = self.assemble(renderer, names, target)?;
-        let mut bodies = self.bodies_lock();
-        if bodies.len() < MAX_BODIES_PER_STATE {
-            bodies.insert(key, json.clone());
+        let version = self.served_version(names, target);
+        if same_selection(presented, &version) {
+            // Not memoised (another replica, or evicted): still a 304.
+            return Ok(Answer::NotModified { version });
         }
+        let json = self.assemble(renderer, names, target, &version)?;
+        bodies.0.insert(
+            key,
+            Arc::new(Assembled {
+                state: self.id,
+                names: names.clone(),
+                target: target.cloned(),
+                version: version.clone(),
+                json: json.clone(),
+            }),
+        );
         Ok(Answer::Body {
             json,
+            version,
             cached: false,
         })
     }
 
-    /// Whether a body for `names` has been served from this state.
-    pub fn has_served(&self, names: &Names, target: Option<&RestTarget>) -> bool {
-        let key = BodyKey {
-            names: names.clone(),
-            target: target.cloned(),
+    /// `<upstream version>~<digest>` of what a client asking `names` with
+    /// `target` is answered (see the module docs).
+    pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
+        let mut hasher = Sha256::new();
+        let mut put = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_be_bytes());
+            hasher.update(bytes);
         };
-        self.bodies_lock().contains_key(&key)
-    }
-
-    fn bodies_lock(&self) -> std::sync::MutexGuard<'_, HashMap<BodyKey, Bytes>> {
-        // A panic while holding this lock cannot leave the map inconsistent
-        // (single inserts), so a poisoned lock is still usable.
-        self.bodies.lock().unwrap_or_else(|p| p.into_inner())
+        match names {
+            Names::Wildcard => put(b"*"),
+            Names::Named(set) => {
+                put(b"names");
+                for name in set {
+                    put(name.as_bytes());
+                }
+            }
+        }
+        match target {
+            None => put(b"untouched"),
+            Some(t) => {
+                put(b"rest");
+                put(t.cluster_name.as_bytes());
+                put(&t.refresh_delay.as_nanos().to_be_bytes());
+                put(&t.request_timeout.as_nanos().to_be_bytes());
+            }
+        }
+        for resource in self.select(names) {
+            put(resource.name.as_bytes());
+            put(&resource.digest);
+        }
+        let mut digest = hex::encode(hasher.finalize());
+        digest.truncate(DIGEST_HEX);
+        format!("{}{DIGEST_SEPARATOR}{digest}", self.version)
     }
 
     /// The resources a request for `names` gets, in name order.
-    pub fn select<'a>(
+    pub(crate) fn select<'a>(
         &'a self,
         names: &'a Names,
     ) -> Box<dyn Iterator<Item = &'a Arc<Resource>> + 'a> {
@@ -167,6 +321,7 @@ impl TypeState {
         renderer: &Renderer,
         names: &Names,
         target: Option<&RestTarget>,
+        version: &str,
     ) -> Result<Bytes, JsonError> {
         let mut pieces = Vec::new();
         for resource in self.select(names) {
@@ -175,7 +330,7 @@ impl TypeState {
                 None => resource.json.clone(),
             });
         }
-        let version = json_string(&self.version);
+        let version = json_string(version);
         let nonce = json_string(&self.nonce);
         let size: usize = pieces.iter().map(|p| p.len() + 1).sum::<usize>() + version.len() + 160;
         let mut out = BytesMut::with_capacity(size);
@@ -206,103 +361,4 @@ fn json_string(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::xds::Codec;
-
-    fn state(version: &str, names: &[&str]) -> (Renderer, TypeState) {
-        let codec = Codec::embedded();
-        let renderer = Renderer::new(codec.clone());
-        let mut resources = BTreeMap::new();
-        for name in names {
-            let json = format!(
-                r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"{name}"}}"#
-            );
-            let any = codec.parse_any(json.as_bytes()).unwrap();
-            let r = renderer
-                .resource(ResourceType::Clusters, any.value.into())
-                .unwrap();
-            resources.insert(r.name.clone(), r);
-        }
-        let coverage = Coverage {
-            wildcard: true,
-            names: BTreeSet::new(),
-        };
-        let s = TypeState::new(
-            ResourceType::Clusters,
-            version.into(),
-            "n1".into(),
-            resources,
-            coverage,
-        );
-        (renderer, s)
-    }
-
-    fn named(names: &[&str]) -> Names {
-        Names::from_request(names.iter().map(|s| s.to_string()).collect())
-    }
-
-    #[test]
-    fn not_modified_only_after_serving_the_same_names_at_the_same_version() {
-        let (r, s) = state("v1", &["a", "b"]);
-        let wild = Names::Wildcard;
-        // a client claiming v1 before anything was served gets the body
-        assert!(matches!(
-            s.answer(&r, &wild, "v1", None).unwrap(),
-            Answer::Body { cached: false, .. }
-        ));
-        assert_eq!(
-            s.answer(&r, &wild, "v1", None).unwrap(),
-            Answer::NotModified
-        );
-        // an empty version never gets 304
-        assert!(matches!(
-            s.answer(&r, &wild, "", None).unwrap(),
-            Answer::Body { cached: true, .. }
-        ));
-        // a new name at the same version is a 200
-        assert!(matches!(
-            s.answer(&r, &named(&["a"]), "v1", None).unwrap(),
-            Answer::Body { .. }
-        ));
-        // an older version gets the body
-        assert!(matches!(
-            s.answer(&r, &wild, "v0", None).unwrap(),
-            Answer::Body { .. }
-        ));
-    }
-
-    #[test]
-    fn body_is_a_discovery_response_with_requested_names_in_order() {
-        let (r, s) = state("7", &["b", "a", "c"]);
-        let Answer::Body { json, .. } = s
-            .answer(&r, &named(&["c", "a", "missing"]), "", None)
-            .unwrap()
-        else {
-            panic!("expected a body")
-        };
-        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
-        assert_eq!(v["versionInfo"], "7");
-        assert_eq!(v["typeUrl"], ResourceType::Clusters.type_url());
-        let names: Vec<_> = v["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["a", "c"]);
-    }
-
-    #[test]
-    fn coverage_rules() {
-        let c = Coverage {
-            wildcard: false,
-            names: ["a".to_string(), "b".to_string()].into(),
-        };
-        assert!(c.covers(&named(&["a"])));
-        assert!(!c.covers(&named(&["a", "z"])));
-        assert!(!c.covers(&Names::Wildcard));
-        assert_eq!(named(&[]), Names::Wildcard);
-        assert_eq!(named(&["*"]), Names::Wildcard);
-    }
-}
+mod tests;

@@ -92,6 +92,8 @@ pub struct Config {
     pub max_wait: Duration,
     pub rewrite_config_sources: RewritePolicy,
     pub refresh_delay: Duration,
+    /// `request_timeout` written into rewritten config sources.
+    pub request_timeout: Duration,
     pub rejection_threshold: u32,
     pub forward_rejections: bool,
     pub allow_secrets: bool,
@@ -120,6 +122,7 @@ impl Default for Config {
             max_wait: Duration::from_secs(60),
             rewrite_config_sources: RewritePolicy::Auto,
             refresh_delay: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(10),
             rejection_threshold: 3,
             forward_rejections: false,
             allow_secrets: false,
@@ -166,6 +169,7 @@ impl Config {
             max_wait,
             rewrite_config_sources,
             refresh_delay,
+            request_timeout,
             rejection_threshold,
             forward_rejections,
             allow_secrets,
@@ -234,6 +238,17 @@ impl Config {
         }
         if self.default_wait > self.max_wait {
             return Err(invalid("default-wait", "must not exceed max-wait"));
+        }
+        if self.request_timeout < self.first_response_timeout {
+            return Err(invalid(
+                "request-timeout",
+                &format!(
+                    "{} is below --first-response-timeout ({}): an Envoy would give up on a \
+                     cold first poll before the gateway answers it; raise --request-timeout",
+                    humantime::format_duration(self.request_timeout),
+                    humantime::format_duration(self.first_response_timeout)
+                ),
+            ));
         }
         if self.refresh_delay.is_zero() {
             return Err(invalid("refresh-delay", "must be more than 0s"));

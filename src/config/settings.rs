@@ -101,6 +101,11 @@ pub struct Settings {
     #[arg(long, env = "XDS_GATEWAY_REFRESH_DELAY", value_parser = humantime::parse_duration)]
     #[serde(default, with = "opt_duration")]
     pub refresh_delay: Option<Duration>,
+    /// request_timeout written into rewritten config sources: how long an Envoy waits for each
+    /// REST poll; at least --first-response-timeout [default: 10s].
+    #[arg(long, env = "XDS_GATEWAY_REQUEST_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub request_timeout: Option<Duration>,
     /// Polls presenting an older version, after a newer one was served, before a rejection is suspected [default: 3].
     #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
     pub rejection_threshold: Option<u32>,

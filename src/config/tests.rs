@@ -111,3 +111,21 @@ fn upstream_forms() {
     assert!(normalise_upstream("ftp://x:1").is_err());
     assert!(normalise_upstream("grpc://nohost").is_err());
 }
+
+#[test]
+fn request_timeout_covers_the_first_response_bound() {
+    let err = Config::from_settings(cli(&["--first-response-timeout", "20s"])).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("request-timeout") && message.contains("20s"),
+        "{message}"
+    );
+    let c = Config::from_settings(cli(&[
+        "--first-response-timeout",
+        "20s",
+        "--request-timeout",
+        "25s",
+    ]))
+    .unwrap();
+    assert_eq!(c.request_timeout, Duration::from_secs(25));
+}

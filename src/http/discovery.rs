@@ -24,7 +24,7 @@ use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
 use crate::cache::{Answer, ParsedRequest};
-use crate::config::RewritePolicy;
+use crate::config::{Config, RewritePolicy};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -88,24 +88,19 @@ async fn serve(
     check_type_url(kind, &request)?;
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
-    let target = rest_target(
-        config.rewrite_config_sources,
-        request.user_agent_name(),
-        headers,
-        config.refresh_delay,
-    );
+    let target = rest_target(config, request.user_agent_name(), headers);
     let target = target.as_ref();
     let renderer = &gateway.renderer;
 
     let mut polled = gateway.source.poll(kind, &request).await?;
     let mut answer = polled.answer(renderer, &request, target)?;
-    if answer == Answer::NotModified && !wait.is_zero() {
+    if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
         let _held = gateway.metrics.long_poll_held();
         if polled.next_change(wait).await {
             answer = polled.answer(renderer, &request, target)?;
         }
     }
-    let mut response = respond(gateway, kind, polled.version(), answer, presentation)?;
+    let mut response = respond(gateway, kind, answer, presentation)?;
     if let Some(since) = polled.stale_since() {
         // The upstream is down: this is the last good state, kept serving.
         let stamp = humantime::format_rfc3339_seconds(since).to_string();
@@ -194,35 +189,33 @@ fn finish(
 fn respond(
     gateway: &Gateway,
     kind: ResourceType,
-    version: &str,
     answer: Answer,
     presentation: Presentation,
 ) -> Result<Response, ApiError> {
     match answer {
-        Answer::NotModified => {
+        Answer::NotModified { version } => {
             gateway.metrics.cache_hit(kind);
-            Ok(Presentation::not_modified(version))
+            Ok(Presentation::not_modified(&version))
         }
-        Answer::Body { json, cached } => {
+        Answer::Body {
+            json,
+            version,
+            cached,
+        } => {
             if cached {
                 gateway.metrics.cache_hit(kind);
             } else {
                 gateway.metrics.cache_miss(kind);
             }
-            presentation.ok(json, version)
+            presentation.ok(json, &version)
         }
     }
 }
 
 /// Where rewritten config sources point, if this client gets them rewritten.
 /// Envoy sets `Host` to its xDS cluster name.
-fn rest_target(
-    policy: RewritePolicy,
-    user_agent: &str,
-    headers: &HeaderMap,
-    refresh_delay: Duration,
-) -> Option<RestTarget> {
-    let rewrite = match policy {
+fn rest_target(config: &Config, user_agent: &str, headers: &HeaderMap) -> Option<RestTarget> {
+    let rewrite = match config.rewrite_config_sources {
         RewritePolicy::Always => true,
         RewritePolicy::Never => false,
         RewritePolicy::Auto => user_agent == "envoy",
@@ -230,7 +223,8 @@ fn rest_target(
     let host = headers.get(header::HOST)?.to_str().ok()?;
     (rewrite && !host.is_empty()).then(|| RestTarget {
         cluster_name: host.to_owned(),
-        refresh_delay,
+        refresh_delay: config.refresh_delay,
+        request_timeout: config.request_timeout,
     })
 }
 
@@ -275,16 +269,17 @@ mod tests {
     fn rewrite_policy_and_host() {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("xds_cluster"));
-        let d = Duration::from_secs(1);
-        assert_eq!(
-            rest_target(RewritePolicy::Auto, "envoy", &h, d)
-                .unwrap()
-                .cluster_name,
-            "xds_cluster"
-        );
-        assert!(rest_target(RewritePolicy::Auto, "curl", &h, d).is_none());
-        assert!(rest_target(RewritePolicy::Always, "curl", &h, d).is_some());
-        assert!(rest_target(RewritePolicy::Never, "envoy", &h, d).is_none());
-        assert!(rest_target(RewritePolicy::Always, "envoy", &HeaderMap::new(), d).is_none());
+        let policy = |rewrite_config_sources| Config {
+            rewrite_config_sources,
+            ..Config::default()
+        };
+        let auto = policy(RewritePolicy::Auto);
+        let target = rest_target(&auto, "envoy", &h).unwrap();
+        assert_eq!(target.cluster_name, "xds_cluster");
+        assert_eq!(target.request_timeout, auto.request_timeout);
+        assert!(rest_target(&auto, "curl", &h).is_none());
+        assert!(rest_target(&policy(RewritePolicy::Always), "curl", &h).is_some());
+        assert!(rest_target(&policy(RewritePolicy::Never), "envoy", &h).is_none());
+        assert!(rest_target(&policy(RewritePolicy::Always), "envoy", &HeaderMap::new()).is_none());
     }
 }

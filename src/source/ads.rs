@@ -26,13 +26,6 @@ use crate::xds::ResourceType;
 /// Subscriptions remembered per type and stream (see [`SentLog`]).
 const SENT_LOG_MAX: usize = 64;
 
-/// Last response seen per type: what ACKs and reconnects present.
-#[derive(Debug, Default, Clone)]
-struct Acked {
-    version: String,
-    nonce: String,
-}
-
 /// The subscriptions sent for one type on one stream, for telling which of
 /// them a response answers.
 ///
@@ -106,6 +99,10 @@ struct StreamState {
     sent: BTreeMap<ResourceType, Coverage>,
     /// Every subscription sent per type, to label responses with.
     sent_log: BTreeMap<ResourceType, SentLog>,
+    /// Nonce of the latest response per type on this stream. Nonces are per
+    /// stream: a new stream starts with none, as Envoy's own client does (a
+    /// strict server ignores a request carrying a nonce it never sent).
+    nonces: BTreeMap<ResourceType, String>,
     node_sent: bool,
 }
 
@@ -113,7 +110,9 @@ struct StreamState {
 pub(crate) struct Sotw {
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
-    acked: BTreeMap<ResourceType, Acked>,
+    /// Version accepted last per type, across streams: what ACKs and a new
+    /// stream present.
+    acked: BTreeMap<ResourceType, String>,
     stream: StreamState,
 }
 
@@ -152,8 +151,9 @@ impl Protocol for Sotw {
         }
         self.stream.sent.insert(kind, coverage.clone());
         self.stream.sent_log.entry(kind).or_default().push(coverage);
-        let acked = self.acked.get(&kind).cloned().unwrap_or_default();
-        Some(self.request(kind, acked.version, acked.nonce, None))
+        let version = self.acked.get(&kind).cloned().unwrap_or_default();
+        let nonce = self.stream.nonces.get(&kind).cloned().unwrap_or_default();
+        Some(self.request(kind, version, nonce, None))
     }
 
     fn nack(
@@ -162,11 +162,11 @@ impl Protocol for Sotw {
         presented: String,
         message: String,
     ) -> Option<DiscoveryRequest> {
-        let nonce = self
-            .acked
-            .get(&kind)
-            .map(|a| a.nonce.clone())
-            .unwrap_or_default();
+        let Some(nonce) = self.stream.nonces.get(&kind).cloned() else {
+            // Nothing of the type arrived on this stream: no response to NACK.
+            debug!(%kind, "no response to NACK on this stream");
+            return None;
+        };
         self.ctx.metrics.nack(kind);
         Some(self.request(kind, presented, nonce, Some(message)))
     }
@@ -222,6 +222,7 @@ impl Sotw {
     async fn take(&mut self, kind: ResourceType, response: DiscoveryResponse) -> DiscoveryRequest {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
+        self.stream.nonces.insert(kind, nonce.clone());
         let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
         match decoded {
             Ok(resources) => {
@@ -244,23 +245,13 @@ impl Sotw {
                     resources,
                     coverage,
                 ));
-                self.acked.insert(
-                    kind,
-                    Acked {
-                        version: version.clone(),
-                        nonce: nonce.clone(),
-                    },
-                );
+                self.acked.insert(kind, version.clone());
                 self.ctx.metrics.ack(kind);
                 self.request(kind, version, nonce, None)
             }
             Err(reason) => {
                 warn!(%kind, %version, %reason, "rejected upstream response (NACK)");
-                let previous = self
-                    .acked
-                    .get(&kind)
-                    .map(|a| a.version.clone())
-                    .unwrap_or_default();
+                let previous = self.acked.get(&kind).cloned().unwrap_or_default();
                 self.ctx.metrics.nack(kind);
                 self.request(kind, previous, nonce, Some(reason.to_string()))
             }

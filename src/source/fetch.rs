@@ -1,8 +1,13 @@
 //! Fetch mode as a [`Source`]: each poll answered by the type's unary
 //! `Fetch*` RPC (go-control-plane, rust-control-plane), without sessions.
 //!
-//! - "Already up to date" is a 304: go-control-plane answers gRPC UNKNOWN
-//!   with a message starting "skip fetch", rust-control-plane ALREADY_EXISTS.
+//! - The upstream is asked with the upstream's part of the version the client
+//!   presents. "Already up to date" (go-control-plane: gRPC UNKNOWN "skip
+//!   fetch ...", rust-control-plane: ALREADY_EXISTS) answers from the state
+//!   kept for that version; with none kept (a restart, another replica), the
+//!   state is fetched in full once. Either way the cache's rule decides the
+//!   304, so go-control-plane's "up to date" for a client whose names changed
+//!   still gets it a body.
 //! - Concurrent identical polls share one call, and answers are kept for
 //!   `--fetch-cache-ttl`, so a burst of identical polls costs one call.
 //!   Errors are never kept.
@@ -31,11 +36,12 @@ use moka::future::Cache;
 use tonic::Code;
 
 use super::decode::{decode_all_off_thread, decode_node};
-use super::polled::{record_served, report_suspicion, suspect, Current, Feed, Polled};
+use super::polled::{record_served, report_suspicion, suspect, Feed, Polled};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
-use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
+use crate::cache::{
+    upstream_version, Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState,
+};
 use crate::config::Config;
-use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// How many decoded nodes (one per identity) are kept.
@@ -165,8 +171,16 @@ impl Source for FetchSource {
                 kind,
                 names: request.names().clone(),
             };
-            let presented = request.version_info().to_owned();
-            let current = fetcher.current(&key, &node, &presented).await?;
+            let presented = upstream_version(request.version_info()).to_owned();
+            let current = tokio::time::timeout(
+                fetcher.call_timeout,
+                fetcher.current(&key, &node, &presented),
+            )
+            .await
+            .map_err(|_| SourceError::NoAnswer {
+                kind,
+                within: fetcher.call_timeout,
+            })??;
             let trackers = fetcher
                 .trackers
                 .get_with_by_ref(identity, || Arc::new(Trackers::new()));
@@ -174,7 +188,6 @@ impl Source for FetchSource {
                 fetcher: fetcher.clone(),
                 key,
                 node,
-                presented,
                 trackers,
             };
             Ok(Polled::new(current, Box::new(feed)))
@@ -212,34 +225,38 @@ impl Fetcher {
         Ok(node)
     }
 
-    /// What answers a poll of `key` presenting `presented`.
+    /// The state that answers a poll of `key` whose client holds upstream
+    /// version `presented`.
     async fn current(
         &self,
         key: &StateKey,
         node: &Arc<Node>,
         presented: &str,
-    ) -> Result<Current, SourceError> {
-        let answer = tokio::time::timeout(self.call_timeout, self.fetch(key, node, presented))
-            .await
-            .map_err(|_| SourceError::NoAnswer {
-                kind: key.kind,
-                within: self.call_timeout,
-            })??;
-        Ok(match &*answer {
-            FetchAnswer::UpToDate if !presented.is_empty() => {
-                Current::UpToDate(presented.to_owned())
+    ) -> Result<Arc<TypeState>, FetchError> {
+        if let FetchAnswer::State(state) = &*self.fetch(key, node, presented).await? {
+            return Ok(state.clone());
+        }
+        if let Some(latest) = self.latest.get(key).filter(|l| l.version == presented) {
+            return Ok(latest);
+        }
+        if !presented.is_empty() {
+            // Up to date, but nothing kept to show for it: ask in full.
+            if let FetchAnswer::State(state) = &*self.fetch(key, node, "").await? {
+                return Ok(state.clone());
             }
-            // go-control-plane has version "" for a type missing from its
-            // snapshot, so a first poll is "up to date": there is nothing.
-            FetchAnswer::UpToDate => Current::State(Arc::new(TypeState::new(
-                key.kind,
-                String::new(),
-                String::new(),
-                BTreeMap::new(),
-                Coverage::default(),
-            ))),
-            FetchAnswer::State(state) => Current::State(state.clone()),
-        })
+        }
+        // go-control-plane has version "" for a type missing from its
+        // snapshot, so a poll presenting nothing is "up to date": there is
+        // nothing.
+        let empty = Arc::new(TypeState::new(
+            key.kind,
+            String::new(),
+            String::new(),
+            BTreeMap::new(),
+            Coverage::default(),
+        ));
+        self.latest.insert(key.clone(), empty.clone());
+        Ok(empty)
     }
 
     /// Fetches `key` presenting `version`; coalesced with identical
@@ -329,21 +346,16 @@ struct FetchFeed {
     fetcher: Arc<Fetcher>,
     key: StateKey,
     node: Arc<Node>,
-    presented: String,
     trackers: Arc<Trackers>,
 }
 
 impl Feed for FetchFeed {
     fn next_change<'a>(
         &'a mut self,
-        seen: &'a Current,
+        seen: &'a Arc<TypeState>,
         wait: Duration,
-    ) -> BoxFuture<'a, Option<Current>> {
+    ) -> BoxFuture<'a, Option<Arc<TypeState>>> {
         async move {
-            let seen_version = match seen {
-                Current::State(state) => state.version.as_str(),
-                Current::UpToDate(version) => version.as_str(),
-            };
             let deadline = tokio::time::Instant::now() + wait;
             let fetcher = &self.fetcher;
             loop {
@@ -352,10 +364,10 @@ impl Feed for FetchFeed {
                 if next >= deadline {
                     return None;
                 }
-                match fetcher.fetch(&self.key, &self.node, &self.presented).await {
+                match fetcher.fetch(&self.key, &self.node, &seen.version).await {
                     Ok(answer) => match &*answer {
-                        FetchAnswer::State(state) if state.version != seen_version => {
-                            return Some(Current::State(state.clone()))
+                        FetchAnswer::State(state) if state.version != seen.version => {
+                            return Some(state.clone())
                         }
                         _ => {}
                     },
@@ -368,11 +380,11 @@ impl Feed for FetchFeed {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, state: &TypeState, target: Option<&RestTarget>) {
+    fn observe(&self, request: &ParsedRequest, current: &str) {
         let kind = self.key.kind;
         let tracker = self.trackers.of(kind);
         let threshold = self.fetcher.rejection_threshold;
-        let Some(suspicion) = suspect(tracker, request, state, target, threshold) else {
+        let Some(suspicion) = suspect(tracker, request, current, threshold) else {
             return;
         };
         // Fetch mode has no stream to NACK it on.
@@ -385,8 +397,8 @@ impl Feed for FetchFeed {
         );
     }
 
-    fn served(&self, state: &TypeState) {
-        record_served(self.trackers.of(self.key.kind), state);
+    fn served(&self, request: &ParsedRequest, version: &str) {
+        record_served(self.trackers.of(self.key.kind), request, version);
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

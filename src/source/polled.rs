@@ -13,35 +13,28 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use tracing::warn;
 
-use crate::cache::{Answer, ParsedRequest, RejectionTracker, Renderer, Suspicion, TypeState};
+use crate::cache::{
+    Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Suspicion, TypeState,
+};
 use crate::metrics::Metrics;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
-
-/// What answers a poll.
-#[derive(Debug, Clone)]
-pub(super) enum Current {
-    /// A state of the type: the cache's rules decide between a body and 304.
-    State(Arc<TypeState>),
-    /// The upstream said the (non-empty) version the client presented is
-    /// current (fetch mode's "up to date"): 304, with no state to show.
-    UpToDate(String),
-}
 
 /// The per-source part of a [`Polled`].
 pub(super) trait Feed: Send + Sync {
     /// Waits up to `wait` for a state newer than `seen`; `None` if none came.
     fn next_change<'a>(
         &'a mut self,
-        seen: &'a Current,
+        seen: &'a Arc<TypeState>,
         wait: Duration,
-    ) -> BoxFuture<'a, Option<Current>>;
+    ) -> BoxFuture<'a, Option<Arc<TypeState>>>;
 
-    /// Called before `request` is answered from `state`: rejection bookkeeping.
-    fn observe(&self, request: &ParsedRequest, state: &TypeState, target: Option<&RestTarget>);
+    /// `request` is about to be answered at `current` (before a body at
+    /// `current` is recorded as served): rejection bookkeeping.
+    fn observe(&self, request: &ParsedRequest, current: &str);
 
-    /// A body of `state` was served.
-    fn served(&self, state: &TypeState);
+    /// A body at `version` was served to `request`'s client.
+    fn served(&self, request: &ParsedRequest, version: &str);
 
     /// Since when the state served is stale (its upstream is down), if it is.
     fn stale_since(&self) -> Option<SystemTime>;
@@ -49,48 +42,38 @@ pub(super) trait Feed: Send + Sync {
 
 /// The state that answers one poll, and what the source does around it.
 pub(crate) struct Polled {
-    current: Current,
+    state: Arc<TypeState>,
     feed: Box<dyn Feed>,
 }
 
 impl std::fmt::Debug for Polled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Polled")
-            .field("current", &self.current)
+            .field("kind", &self.state.kind)
+            .field("version", &self.state.version)
             .finish_non_exhaustive()
     }
 }
 
 impl Polled {
-    pub(super) fn new(current: Current, feed: Box<dyn Feed>) -> Polled {
-        Polled { current, feed }
+    pub(super) fn new(state: Arc<TypeState>, feed: Box<dyn Feed>) -> Polled {
+        Polled { state, feed }
     }
 
-    /// The version of what answers (the ETag).
-    pub(crate) fn version(&self) -> &str {
-        match &self.current {
-            Current::State(state) => &state.version,
-            Current::UpToDate(version) => version,
-        }
-    }
-
-    /// Answers `request`: rejection bookkeeping first, then the cache's rule
-    /// (a body, or 304 when this state already served these names); a body
-    /// is recorded as served.
+    /// Answers `request` by the cache's rule (a body, or 304 when it holds
+    /// what it would get), with the rejection bookkeeping around it.
     pub(crate) fn answer(
         &self,
         renderer: &Renderer,
         request: &ParsedRequest,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
-        let state = match &self.current {
-            Current::State(state) => state,
-            Current::UpToDate(_) => return Ok(Answer::NotModified),
-        };
-        self.feed.observe(request, state, target);
-        let answer = state.answer(renderer, request.names(), request.version_info(), target)?;
-        if matches!(answer, Answer::Body { .. }) {
-            self.feed.served(state);
+        let answer =
+            self.state
+                .answer(renderer, request.names(), request.version_info(), target)?;
+        self.feed.observe(request, answer.version());
+        if let Answer::Body { version, .. } = &answer {
+            self.feed.served(request, version);
         }
         Ok(answer)
     }
@@ -98,9 +81,9 @@ impl Polled {
     /// Long poll: waits up to `wait` for the state to change; true if it did
     /// (answer again), false if the wait ran out.
     pub(crate) async fn next_change(&mut self, wait: Duration) -> bool {
-        match self.feed.next_change(&self.current, wait).await {
+        match self.feed.next_change(&self.state, wait).await {
             Some(next) => {
-                self.current = next;
+                self.state = next;
                 true
             }
             None => false,
@@ -113,38 +96,31 @@ impl Polled {
     }
 }
 
-/// Counts a poll of `request` presenting a version older than the current
-/// state's, once this subscription (node id + names) was served the current
-/// state; a suspicion the first time `threshold` such polls are seen.
+/// Records a poll of `request` answered at `current`; a suspicion the first
+/// time its client has presented the same older version `threshold` times
+/// after being served `current` (see `cache::rejection`).
 pub(super) fn suspect(
     tracker: &Mutex<RejectionTracker>,
     request: &ParsedRequest,
-    state: &TypeState,
-    target: Option<&RestTarget>,
+    current: &str,
     threshold: u32,
 ) -> Option<Suspicion> {
-    let presented = request.version_info();
-    if presented.is_empty() {
-        return None;
-    }
-    let subscription = || format!("{}\u{0}{:?}", request.node_id(), request.names());
-    if presented == state.version {
-        lock(tracker).caught_up(subscription);
-        return None;
-    }
-    let served_current = state.has_served(request.names(), target);
-    lock(tracker).observe(
-        &subscription(),
-        presented,
-        &state.version,
-        served_current,
-        threshold,
-    )
+    let observation = Observation {
+        subscription: request.subscription(),
+        presented: request.version_info(),
+        current,
+        envoy: request.user_agent_name() == "envoy",
+    };
+    lock(tracker).observe(observation, threshold)
 }
 
-/// Records that a body of `state` went out (for [`suspect`]).
-pub(super) fn record_served(tracker: &Mutex<RejectionTracker>, state: &TypeState) {
-    lock(tracker).served(&state.version);
+/// Records that a body at `version` went out to `request`'s client.
+pub(super) fn record_served(
+    tracker: &Mutex<RejectionTracker>,
+    request: &ParsedRequest,
+    version: &str,
+) {
+    lock(tracker).served(request.subscription(), version);
 }
 
 /// Logs and counts a suspected rejection of `kind` by a client of `node_id`;

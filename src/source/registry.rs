@@ -27,15 +27,12 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use super::decode::decode_node;
-use super::polled::{
-    record_served, report_suspicion, suspect, suspicion_message, Current, Feed, Polled,
-};
+use super::polled::{record_served, report_suspicion, suspect, suspicion_message, Feed, Polled};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
-use crate::cache::{IdentityKey, ParsedRequest, Renderer, TypeState};
+use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 
 /// How often idle sessions and stale names are swept, at most.
@@ -200,7 +197,7 @@ impl<F: Feeder> Sessions<F> {
             threshold: self.limits.rejection_threshold,
             forward: self.limits.forward_rejections,
         };
-        Ok(Polled::new(Current::State(state), Box::new(feed)))
+        Ok(Polled::new(state, Box::new(feed)))
     }
 }
 
@@ -282,23 +279,20 @@ struct SessionFeed {
 impl Feed for SessionFeed {
     fn next_change<'a>(
         &'a mut self,
-        seen: &'a Current,
+        seen: &'a Arc<TypeState>,
         wait: Duration,
-    ) -> BoxFuture<'a, Option<Current>> {
+    ) -> BoxFuture<'a, Option<Arc<TypeState>>> {
         async move {
-            let Current::State(seen) = seen else {
-                return None;
-            };
             let next = wait_for_change(self.rx.clone(), seen, wait).await;
-            (!Arc::ptr_eq(&next, seen)).then_some(Current::State(next))
+            (!Arc::ptr_eq(&next, seen)).then_some(next)
         }
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, state: &TypeState, target: Option<&RestTarget>) {
+    fn observe(&self, request: &ParsedRequest, current: &str) {
         let kind = self.kind;
         let tracker = self.session.rejections(kind);
-        let Some(suspicion) = suspect(tracker, request, state, target, self.threshold) else {
+        let Some(suspicion) = suspect(tracker, request, current, self.threshold) else {
             return;
         };
         report_suspicion(
@@ -309,17 +303,17 @@ impl Feed for SessionFeed {
             self.forward,
         );
         if self.forward {
-            let message = suspicion_message(&self.session.node.id, &suspicion);
+            let message = suspicion_message(request.node_id(), &suspicion);
             self.session.send(Command::Nack {
                 kind,
-                presented: suspicion.presented,
+                presented: upstream_version(&suspicion.presented).to_owned(),
                 message,
             });
         }
     }
 
-    fn served(&self, state: &TypeState) {
-        record_served(self.session.rejections(self.kind), state);
+    fn served(&self, request: &ParsedRequest, version: &str) {
+        record_served(self.session.rejections(self.kind), request, version);
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

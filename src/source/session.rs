@@ -228,7 +228,8 @@ impl Session {
     }
 
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
-    /// resubscribing the types that narrowed.
+    /// resubscribing the types that narrowed, and the rejection bookkeeping
+    /// of clients not seen within it.
     pub(super) fn prune(&self, now: Instant, ttl: Duration) {
         for kind in ResourceType::ALL {
             let narrowed = {
@@ -244,6 +245,7 @@ impl Session {
             if narrowed {
                 self.send(Command::Resubscribe(kind));
             }
+            lock(&self.slot(kind).rejections).prune(now, ttl);
         }
     }
 

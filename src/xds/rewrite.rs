@@ -27,6 +27,9 @@ pub(crate) struct RestTarget {
     /// The xDS cluster name in the client's bootstrap (Envoy sends it as `Host`).
     pub(crate) cluster_name: String,
     pub(crate) refresh_delay: Duration,
+    /// How long the client waits for an answer before its poll fails
+    /// (Envoy's default, 1 s, is shorter than a cold upstream's first answer).
+    pub(crate) request_timeout: Duration,
 }
 
 /// Rewrites the ADS/self config sources in an `Any` payload of `type_url`.
@@ -147,19 +150,31 @@ fn rest_api_config_source(codec: &Codec, target: &RestTarget) -> Result<DynamicM
         "cluster_names",
         Value::List(vec![Value::String(target.cluster_name.clone())]),
     );
-    let duration = prost_types::Duration {
-        seconds: i64::try_from(target.refresh_delay.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(target.refresh_delay.subsec_nanos()).unwrap_or(0),
+    api.set_field_by_name(
+        "refresh_delay",
+        Value::Message(duration(codec, target.refresh_delay)?),
+    );
+    api.set_field_by_name(
+        "request_timeout",
+        Value::Message(duration(codec, target.request_timeout)?),
+    );
+    Ok(api)
+}
+
+/// A `google.protobuf.Duration` of `value`.
+fn duration(codec: &Codec, value: Duration) -> Result<DynamicMessage, JsonError> {
+    let proto = prost_types::Duration {
+        seconds: i64::try_from(value.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(value.subsec_nanos()).unwrap_or(0),
     };
-    let mut delay = DynamicMessage::new(codec.descriptor(DURATION)?);
-    delay
-        .transcode_from(&duration)
+    let mut message = DynamicMessage::new(codec.descriptor(DURATION)?);
+    message
+        .transcode_from(&proto)
         .map_err(|e| JsonError::Decode {
             type_url: DURATION.to_owned(),
             reason: e.to_string(),
         })?;
-    api.set_field_by_name("refresh_delay", Value::Message(delay));
-    Ok(api)
+    Ok(message)
 }
 
 /// The number of enum value `value` of field `field` (both exist in every
@@ -181,6 +196,7 @@ mod tests {
         RestTarget {
             cluster_name: "xds_cluster".into(),
             refresh_delay: Duration::from_millis(1500),
+            request_timeout: Duration::from_secs(10),
         }
     }
 
@@ -205,7 +221,7 @@ mod tests {
             .expect("changed");
         let text = render(&codec, &listener.type_url, &out);
         assert!(!text.contains(r#""ads""#), "{text}");
-        assert!(text.contains(r#""apiConfigSource":{"apiType":"REST","clusterNames":["xds_cluster"],"refreshDelay":"1.500s","transportApiVersion":"V3"}"#), "{text}");
+        assert!(text.contains(r#""apiConfigSource":{"apiType":"REST","clusterNames":["xds_cluster"],"refreshDelay":"1.500s","requestTimeout":"10s","transportApiVersion":"V3"}"#), "{text}");
         assert!(text.contains(r#""resourceApiVersion":"V3""#), "{text}");
 
         let cluster = codec

@@ -28,6 +28,10 @@ SotW semantics, per stream and per type:
   a snapshot of the type exists), when the snapshot version of a subscribed
   type changes, and when the subscription changes;
 - every response carries a fresh nonce (increasing, unique across streams);
+- nonces are per stream: a request whose response_nonce this stream never
+  sent (a client presenting a dead stream's nonce after a reconnect) is
+  ignored entirely, as the strictest real servers do; it is recorded with
+  kind "foreign". This applies to delta streams too;
 - a request whose response_nonce is the latest nonce sent for its type is an
   ACK (no error_detail) or a NACK (error_detail set); both are recorded. A
   request with a stale nonce is not an ACK/NACK, but a subscription change in
@@ -58,7 +62,7 @@ Delta semantics, per stream and per type (DeltaAggregatedResources):
   changes, and for the first wildcard request of a type even if empty (as
   go-control-plane does), as soon as a snapshot of the type exists;
 - every request is recorded (subscribe, unsubscribe, initial versions,
-  nonce, error_detail, kind = subscribe/ack/nack/stale/request).
+  nonce, error_detail, kind = subscribe/ack/nack/stale/request/foreign).
 
 Fetch semantics (unary Fetch*): the snapshot of the service's type (named
 resources that exist, or all for no names); when the request's version_info
@@ -308,6 +312,12 @@ class ControlPlane:
         with self.lock:
             getattr(self, what).append(entry)
 
+    def record_any(self, request, kind, delta):
+        if delta:
+            self.record_delta(request, kind)
+        else:
+            self.record(request, kind)
+
     def record(self, request, kind):
         error = status_of(request)
         with self.lock:
@@ -393,6 +403,14 @@ class DeltaWatch:
         return self.wildcard or name in self.names
 
 
+class StreamWatches(dict):
+    """The watches of one stream by type URL, and every nonce it sent."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent = set()
+
+
 def serve_stream(request_iterator, context, on_request, on_change, delta=False):
     """Drives one ADS stream, SotW or delta: requests (read on a thread) and
     snapshot changes arrive as events; on_request(watches, request) and
@@ -410,7 +428,7 @@ def serve_stream(request_iterator, context, on_request, on_change, delta=False):
     context.add_callback(lambda: events.put(("end", None)))
     PLANE.open_stream(events, delta=delta)
     threading.Thread(target=read, daemon=True).start()
-    watches = {}
+    watches = StreamWatches()
     try:
         while True:
             try:
@@ -422,10 +440,14 @@ def serve_stream(request_iterator, context, on_request, on_change, delta=False):
             if event == "end":
                 return
             if event == "request":
+                if payload.response_nonce and payload.response_nonce not in watches.sent:
+                    PLANE.record_any(payload, "foreign", delta)
+                    continue
                 response = on_request(watches, payload)
             else:
                 response = on_change(watches, payload)
             if response is not None:
+                watches.sent.add(response.nonce)
                 yield response
     finally:
         PLANE.close_stream(events)

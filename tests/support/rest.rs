@@ -103,12 +103,30 @@ pub fn request(node: &Value, version: &str, names: &[&str]) -> Value {
     json!({"version_info": version, "node": node, "resource_names": names})
 }
 
-/// The reply's `versionInfo` (panics with the body if there is none).
+/// The reply's `versionInfo`: the version served, to present on the next
+/// poll (panics with the body if there is none).
 pub fn version_of(reply: &Reply) -> String {
     reply.json()["versionInfo"]
         .as_str()
         .unwrap_or_else(|| panic!("no versionInfo: {}", reply.text()))
         .to_owned()
+}
+
+/// The upstream's version inside a served version (`<upstream>~<digest>`).
+pub fn upstream_part(version: &str) -> &str {
+    match version.rsplit_once('~') {
+        Some((upstream, digest))
+            if digest.len() == 12 && digest.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            upstream
+        }
+        _ => panic!("not a served version (<upstream>~<12 hex digits>): {version:?}"),
+    }
+}
+
+/// The upstream's version the reply carries.
+pub fn upstream_of(reply: &Reply) -> String {
+    upstream_part(&version_of(reply)).to_owned()
 }
 
 /// The `name` (EDS: `clusterName`) of each resource in the reply, in order.

@@ -17,7 +17,7 @@ use crate::cache::Coverage;
 use crate::config::Config;
 use crate::http::discovery::STALE_HEADER;
 use crate::http::{router, Gateway};
-use crate::source::scripted::idle;
+use crate::source::scripted::{idle, Script};
 use crate::source::Command;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -31,8 +31,17 @@ struct Reply {
 }
 
 impl Reply {
+    /// The served version (`<upstream>~<digest>`).
     fn version(&self) -> &str {
         self.body["versionInfo"].as_str().unwrap_or_default()
+    }
+
+    /// The upstream's part of the served version.
+    fn upstream(&self) -> &str {
+        let version = self.version();
+        version
+            .rsplit_once('~')
+            .map_or(version, |(upstream, _)| upstream)
     }
 
     fn names(&self) -> Vec<String> {
@@ -74,7 +83,19 @@ async fn poll(
     names: &[&str],
     query: &str,
 ) -> Reply {
-    let body = json!({"node": {"id": node}, "version_info": version, "resource_names": names});
+    poll_as(gw, kind, json!({"id": node}), version, names, query).await
+}
+
+/// [`poll`] with a whole node (e.g. with `user_agent_name: envoy`).
+async fn poll_as(
+    gw: &Arc<Gateway>,
+    kind: ResourceType,
+    node: Value,
+    version: &str,
+    names: &[&str],
+    query: &str,
+) -> Reply {
+    let body = json!({"node": node, "version_info": version, "resource_names": names});
     let path = format!("{}{query}", Endpoint::Discovery(kind).path());
     let request = Request::post(path)
         .body(Body::from(body.to_string()))
@@ -113,45 +134,48 @@ async fn a_body_once_then_304_for_the_names_and_version_served() {
     let first = poll(&gw, CDS, "n1", "", &[], "").await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(
-        (first.version(), first.names()),
+        (first.upstream(), first.names()),
         ("v1", vec!["a".into(), "b".into()])
     );
-    assert_eq!(first.headers["etag"], "\"v1\"");
+    let v1 = first.version().to_owned();
+    assert_eq!(first.headers["etag"], format!("\"{v1}\"").as_str());
+    let same = poll(&gw, CDS, "n1", &v1, &[], "").await;
+    assert_eq!(same.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(same.headers["etag"], format!("\"{v1}\"").as_str());
+    // The upstream's version alone is not what was served.
     assert_eq!(
         poll(&gw, CDS, "n1", "v1", &[], "").await.status,
-        StatusCode::NOT_MODIFIED
+        StatusCode::OK
     );
     // An empty version never gets a 304 (Envoy's initial fetch waits for a body).
     assert_eq!(
         poll(&gw, CDS, "n1", "", &[], "").await.status,
         StatusCode::OK
     );
-    // New names at the same version: a body first, then 304.
-    let named = poll(&gw, CDS, "n1", "v1", &["a"], "").await;
+    // New names at the same upstream version: a body first, then 304.
+    let named = poll(&gw, CDS, "n1", &v1, &["a"], "").await;
     assert_eq!(
         (named.status, named.names()),
         (StatusCode::OK, vec!["a".into()])
     );
+    let va = named.version().to_owned();
     assert_eq!(
-        poll(&gw, CDS, "n1", "v1", &["a"], "").await.status,
+        poll(&gw, CDS, "n1", &va, &["a"], "").await.status,
         StatusCode::NOT_MODIFIED
     );
     // A new version is served on the next poll.
     script.set(CDS, "v2", &[cluster("a")]).await;
-    let next = poll(&gw, CDS, "n1", "v1", &[], "").await;
-    assert_eq!((next.status, next.version()), (StatusCode::OK, "v2"));
+    let next = poll(&gw, CDS, "n1", &v1, &[], "").await;
+    assert_eq!((next.status, next.upstream()), (StatusCode::OK, "v2"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_long_poll_is_held_until_a_change_or_its_wait() {
     let (gw, script) = scripted(Config::default());
     script.set(CDS, "v1", &[cluster("a")]).await;
-    assert_eq!(
-        poll(&gw, CDS, "n", "", &[], "").await.status,
-        StatusCode::OK
-    );
+    let v1 = poll(&gw, CDS, "n", "", &[], "").await.version().to_owned();
     let started = Instant::now();
-    let held = poll(&gw, CDS, "n", "v1", &[], "?wait=5s").await;
+    let held = poll(&gw, CDS, "n", &v1, &[], "?wait=5s").await;
     assert_eq!(held.status, StatusCode::NOT_MODIFIED);
     assert!(
         started.elapsed() >= Duration::from_secs(5),
@@ -167,9 +191,9 @@ async fn a_long_poll_is_held_until_a_change_or_its_wait() {
         })
     };
     let started = Instant::now();
-    let woken = poll(&gw, CDS, "n", "v1", &[], "?wait=30s").await;
+    let woken = poll(&gw, CDS, "n", &v1, &[], "?wait=30s").await;
     pusher.await.unwrap();
-    assert_eq!((woken.status, woken.version()), (StatusCode::OK, "v2"));
+    assert_eq!((woken.status, woken.upstream()), (StatusCode::OK, "v2"));
     let took = started.elapsed();
     assert!(
         took >= Duration::from_secs(1) && took < Duration::from_secs(2),
@@ -204,7 +228,7 @@ async fn the_first_poll_waits_bounded_for_the_upstream() {
     };
     let reply = poll(&gw, CDS, "other", "", &[], "").await;
     setter.await.unwrap();
-    assert_eq!((reply.status, reply.version()), (StatusCode::OK, "v1"));
+    assert_eq!((reply.status, reply.upstream()), (StatusCode::OK, "v1"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -227,7 +251,7 @@ async fn names_wait_for_a_state_that_covers_them_until_they_settle() {
     let reply = poll(&gw, EDS, "n", "", &["a", "b"], "").await;
     setter.await.unwrap();
     assert_eq!(
-        (reply.version(), reply.names()),
+        (reply.upstream(), reply.names()),
         ("v2", vec!["a".into(), "b".into()])
     );
 
@@ -287,6 +311,16 @@ async fn clients_of_one_identity_share_one_session_and_widen_it() {
     assert_eq!(script.sessions_started(), 2);
 }
 
+/// The NACKs the sessions sent their feeder.
+async fn nacks(script: &Script) -> Vec<Command> {
+    idle().await;
+    script
+        .commands()
+        .into_iter()
+        .filter(|c| matches!(c, Command::Nack { .. }))
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
     let config = Config {
@@ -296,30 +330,22 @@ async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
     };
     let (gw, script) = scripted(config);
     script.set(CDS, "v1", &[cluster("a")]).await;
-    assert_eq!(
-        poll(&gw, CDS, "n", "", &[], "").await.status,
-        StatusCode::OK
-    );
+    let v1 = poll(&gw, CDS, "n", "", &[], "").await.version().to_owned();
     script.set(CDS, "v2", &[cluster("a"), cluster("bad")]).await;
     // Served v2 while presenting v1: catching up, not yet a rejection.
-    assert_eq!(poll(&gw, CDS, "n", "v1", &[], "").await.version(), "v2");
+    assert_eq!(poll(&gw, CDS, "n", &v1, &[], "").await.upstream(), "v2");
     assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 0.0);
     for _ in 0..3 {
         assert_eq!(
-            poll(&gw, CDS, "n", "v1", &[], "").await.status,
+            poll(&gw, CDS, "n", &v1, &[], "").await.status,
             StatusCode::OK
         );
     }
     assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
     // Reported once per (old, new) pair.
-    poll(&gw, CDS, "n", "v1", &[], "").await;
+    poll(&gw, CDS, "n", &v1, &[], "").await;
     assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
-    idle().await;
-    let nacks: Vec<Command> = script
-        .commands()
-        .into_iter()
-        .filter(|c| matches!(c, Command::Nack { .. }))
-        .collect();
+    let nacks = nacks(&script).await;
     let [Command::Nack {
         kind,
         presented,
@@ -328,8 +354,42 @@ async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
     else {
         panic!("one NACK expected: {nacks:?}");
     };
+    // The NACK presents the upstream's version the client holds.
     assert_eq!((*kind, presented.as_str()), (CDS, "v1"));
-    assert!(message.contains("\"v2\""), "{message}");
+    assert!(message.contains("v2~"), "{message}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_envoy_that_rejects_its_first_version_is_a_suspected_rejection() {
+    let config = Config {
+        forward_rejections: true,
+        rejection_threshold: 3,
+        ..Config::default()
+    };
+    let (gw, script) = scripted(config);
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    let envoy = json!({"id": "n", "user_agent_name": "envoy"});
+    for _ in 0..3 {
+        let reply = poll_as(&gw, CDS, envoy.clone(), "", &[], "").await;
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+    assert_eq!(
+        metric(&gw, "xds_gateway_suspected_rejections_total"),
+        0.0,
+        "two polls after the first body"
+    );
+    poll_as(&gw, CDS, envoy.clone(), "", &[], "").await;
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+    let nacks = nacks(&script).await;
+    let [Command::Nack { presented, .. }] = nacks.as_slice() else {
+        panic!("one NACK expected: {nacks:?}");
+    };
+    assert_eq!(presented, "");
+    // curl and scripts present no version by design: never a suspicion.
+    for _ in 0..5 {
+        poll(&gw, CDS, "curl-user", "", &[], "").await;
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -342,15 +402,26 @@ async fn eds_clusters_catching_up_one_by_one_are_not_rejections() {
     let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     let resources: Vec<Value> = names.iter().map(|n| cla(n)).collect();
     script.set(EDS, "v1", &resources).await;
+    let mut versions = Vec::new();
     for name in &names {
-        poll(&gw, EDS, "n", "", &[name], "").await;
+        versions.push(
+            poll(&gw, EDS, "n", "", &[name], "")
+                .await
+                .version()
+                .to_owned(),
+        );
     }
-    script.set(EDS, "v2", &resources).await;
-    for name in &names {
-        let reply = poll(&gw, EDS, "n", "v1", &[name], "").await;
-        assert_eq!(reply.version(), "v2");
+    let changed: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"@type": EDS.type_url(), "cluster_name": n, "policy": {"overprovisioning_factor": 150}}))
+        .collect();
+    script.set(EDS, "v2", &changed).await;
+    for (name, v1) in names.iter().zip(&versions) {
+        let reply = poll(&gw, EDS, "n", v1, &[name], "").await;
+        assert_eq!(reply.upstream(), "v2");
+        let v2 = reply.version().to_owned();
         assert_eq!(
-            poll(&gw, EDS, "n", "v2", &[name], "").await.status,
+            poll(&gw, EDS, "n", &v2, &[name], "").await.status,
             StatusCode::NOT_MODIFIED
         );
     }
@@ -358,21 +429,53 @@ async fn eds_clusters_catching_up_one_by_one_are_not_rejections() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn every_eds_cluster_gets_its_304_however_many_a_node_polls() {
+    let (gw, script) = scripted(Config::default());
+    let names: Vec<String> = (0..600).map(|i| format!("c{i}")).collect();
+    let resources: Vec<Value> = names.iter().map(|n| cla(n)).collect();
+    script.set(EDS, "v1", &resources).await;
+    let mut versions = Vec::new();
+    for name in &names {
+        versions.push(
+            poll(&gw, EDS, "n", "", &[name], "")
+                .await
+                .version()
+                .to_owned(),
+        );
+    }
+    for (name, version) in names.iter().zip(&versions) {
+        let reply = poll(&gw, EDS, "n", version, &[name], "").await;
+        assert_eq!(reply.status, StatusCode::NOT_MODIFIED, "{name}");
+    }
+    // One cluster's endpoints change: only that cluster gets a body.
+    let mut changed = resources.clone();
+    changed[7] = json!({"@type": EDS.type_url(), "cluster_name": "c7", "policy": {"overprovisioning_factor": 150}});
+    script.set(EDS, "v2", &changed).await;
+    for (i, (name, version)) in names.iter().zip(&versions).enumerate() {
+        let reply = poll(&gw, EDS, "n", version, &[name], "").await;
+        let expected = if i == 7 {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_MODIFIED
+        };
+        assert_eq!(reply.status, expected, "{name}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stale_state_is_served_with_the_stale_header() {
     let (gw, script) = scripted(Config::default());
     script.set(CDS, "v1", &[cluster("a")]).await;
-    assert!(poll(&gw, CDS, "n", "", &[], "")
-        .await
-        .headers
-        .get(STALE_HEADER)
-        .is_none());
+    let first = poll(&gw, CDS, "n", "", &[], "").await;
+    assert!(first.headers.get(STALE_HEADER).is_none());
+    let v1 = first.version().to_owned();
     script.set_stale(true).await;
-    let stale = poll(&gw, CDS, "n", "v1", &[], "").await;
+    let stale = poll(&gw, CDS, "n", &v1, &[], "").await;
     assert_eq!(stale.status, StatusCode::NOT_MODIFIED);
     let since = stale.headers[STALE_HEADER].to_str().unwrap();
     assert!(humantime::parse_rfc3339(since).is_ok(), "{since}");
     script.set_stale(false).await;
-    assert!(poll(&gw, CDS, "n", "v1", &[], "")
+    assert!(poll(&gw, CDS, "n", &v1, &[], "")
         .await
         .headers
         .get(STALE_HEADER)
@@ -415,7 +518,7 @@ async fn get_with_if_none_match_is_a_poll() {
         request.body(Body::empty()).unwrap()
     };
     let first = send(&gw, get(None)).await;
-    assert_eq!((first.status, first.version()), (StatusCode::OK, "v1"));
+    assert_eq!((first.status, first.upstream()), (StatusCode::OK, "v1"));
     let etag = first.headers["etag"].to_str().unwrap().to_owned();
     assert_eq!(
         send(&gw, get(Some(&etag))).await.status,

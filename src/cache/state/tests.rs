@@ -1,0 +1,194 @@
+//! The 304 rule, served versions and body assembly.
+
+use std::time::Duration;
+
+use super::*;
+use crate::xds::Codec;
+
+fn renderer() -> Renderer {
+    Renderer::new(Codec::embedded())
+}
+
+fn state(r: &Renderer, version: &str, clusters: &[(&str, &str)]) -> TypeState {
+    let codec = r.codec();
+    let mut resources = BTreeMap::new();
+    for (name, timeout) in clusters {
+        let json = format!(
+            r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"{name}","connect_timeout":"{timeout}"}}"#
+        );
+        let any = codec.parse_any(json.as_bytes()).unwrap();
+        let resource = r
+            .resource(ResourceType::Clusters, any.value.into())
+            .unwrap();
+        resources.insert(resource.name.clone(), resource);
+    }
+    let coverage = Coverage {
+        wildcard: true,
+        names: BTreeSet::new(),
+    };
+    TypeState::new(
+        ResourceType::Clusters,
+        version.into(),
+        "n1".into(),
+        resources,
+        coverage,
+    )
+}
+
+fn named(names: &[&str]) -> Names {
+    Names::from_request(names.iter().map(|s| s.to_string()).collect())
+}
+
+fn body_version(answer: &Answer) -> String {
+    match answer {
+        Answer::Body { version, .. } => version.clone(),
+        other => panic!("expected a body, got {other:?}"),
+    }
+}
+
+#[test]
+fn not_modified_only_for_the_digest_of_what_the_client_would_get() {
+    let r = renderer();
+    let s = state(&r, "v1", &[("a", "1s"), ("b", "1s")]);
+    let wild = Names::Wildcard;
+    let v = body_version(&s.answer(&r, &wild, "", None).unwrap());
+    assert_eq!(upstream_version(&v), "v1");
+    assert!(selection_digest(&v).is_some(), "{v}");
+    assert_eq!(
+        s.answer(&r, &wild, &v, None).unwrap(),
+        Answer::NotModified { version: v.clone() }
+    );
+    // The upstream's version alone is not the served version.
+    assert!(matches!(
+        s.answer(&r, &wild, "v1", None).unwrap(),
+        Answer::Body { cached: true, .. }
+    ));
+    // An empty version never gets 304.
+    assert!(matches!(
+        s.answer(&r, &wild, "", None).unwrap(),
+        Answer::Body { .. }
+    ));
+    // The same version presented for other names is a body.
+    let a = s.answer(&r, &named(&["a"]), &v, None).unwrap();
+    assert_ne!(body_version(&a), v);
+    // A client adding a name that does not exist still gets a body.
+    let va = body_version(&a);
+    assert!(matches!(
+        s.answer(&r, &named(&["a", "zz"]), &va, None).unwrap(),
+        Answer::Body { .. }
+    ));
+    // Rewritten config sources are another selection.
+    let target = RestTarget {
+        cluster_name: "xds".into(),
+        refresh_delay: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(10),
+    };
+    assert!(matches!(
+        s.answer(&r, &wild, &v, Some(&target)).unwrap(),
+        Answer::Body { .. }
+    ));
+}
+
+#[test]
+fn the_decision_needs_no_memory_of_what_was_served() {
+    let r = renderer();
+    let here = state(&r, "v1", &[("a", "1s"), ("b", "2s")]);
+    let v = body_version(&here.answer(&r, &Names::Wildcard, "", None).unwrap());
+    // Another process (another replica) with the same content, even under
+    // another upstream version, and with an empty memo: 304.
+    let there = state(&r, "v9", &[("b", "2s"), ("a", "1s")]);
+    let fresh = Renderer::with_body_capacity(Codec::embedded(), 0);
+    assert!(matches!(
+        there.answer(&fresh, &Names::Wildcard, &v, None).unwrap(),
+        Answer::NotModified { .. }
+    ));
+    // Different content: a body.
+    let changed = state(&r, "v1", &[("a", "1s"), ("b", "3s")]);
+    assert!(matches!(
+        changed.answer(&fresh, &Names::Wildcard, &v, None).unwrap(),
+        Answer::Body { .. }
+    ));
+}
+
+#[test]
+fn every_name_set_gets_its_304_however_many_there_are() {
+    let clusters: Vec<(String, &str)> = (0..600).map(|i| (format!("c{i}"), "1s")).collect();
+    let refs: Vec<(&str, &str)> = clusters.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+    // A memo far too small for 600 bodies: eviction must not cost a 304.
+    let r = Renderer::with_body_capacity(Codec::embedded(), 16 * 1024);
+    let s = state(&r, "v1", &refs);
+    let versions: Vec<String> = clusters
+        .iter()
+        .map(|(n, _)| body_version(&s.answer(&r, &named(&[n]), "", None).unwrap()))
+        .collect();
+    for ((name, _), version) in clusters.iter().zip(&versions) {
+        let answer = s.answer(&r, &named(&[name]), version, None).unwrap();
+        assert!(matches!(answer, Answer::NotModified { .. }), "{name}");
+    }
+}
+
+#[test]
+fn one_cluster_changing_leaves_the_others_at_304() {
+    let r = renderer();
+    let before = state(&r, "v1", &[("a", "1s"), ("b", "1s")]);
+    let after = state(&r, "v2", &[("a", "1s"), ("b", "5s")]);
+    let va = body_version(&before.answer(&r, &named(&["a"]), "", None).unwrap());
+    let vb = body_version(&before.answer(&r, &named(&["b"]), "", None).unwrap());
+    assert!(matches!(
+        after.answer(&r, &named(&["a"]), &va, None).unwrap(),
+        Answer::NotModified { .. }
+    ));
+    assert!(matches!(
+        after.answer(&r, &named(&["b"]), &vb, None).unwrap(),
+        Answer::Body { .. }
+    ));
+}
+
+#[test]
+fn body_is_a_discovery_response_with_requested_names_in_order() {
+    let r = renderer();
+    let s = state(&r, "7", &[("b", "1s"), ("a", "1s"), ("c", "1s")]);
+    let Answer::Body { json, version, .. } = s
+        .answer(&r, &named(&["c", "a", "missing"]), "", None)
+        .unwrap()
+    else {
+        panic!("expected a body")
+    };
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["versionInfo"], version.as_str());
+    assert_eq!(v["typeUrl"], ResourceType::Clusters.type_url());
+    let names: Vec<_> = v["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "c"]);
+}
+
+#[test]
+fn version_parts() {
+    assert_eq!(
+        upstream_version("2024-01-01T00:00:00Z/4~0123456789ab"),
+        "2024-01-01T00:00:00Z/4"
+    );
+    assert_eq!(selection_digest("v~0123456789ab"), Some("0123456789ab"));
+    assert_eq!(upstream_version("plain"), "plain");
+    assert_eq!(selection_digest("v~short"), None);
+    assert_eq!(selection_digest("v~0123456789ax"), None);
+    assert!(same_selection("a~0123456789ab", "b~0123456789ab"));
+    assert!(!same_selection("", ""));
+}
+
+#[test]
+fn coverage_rules() {
+    let c = Coverage {
+        wildcard: false,
+        names: ["a".to_string(), "b".to_string()].into(),
+    };
+    assert!(c.covers(&named(&["a"])));
+    assert!(!c.covers(&named(&["a", "z"])));
+    assert!(!c.covers(&Names::Wildcard));
+    assert_eq!(named(&[]), Names::Wildcard);
+    assert_eq!(named(&["*"]), Names::Wildcard);
+}
