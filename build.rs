@@ -17,7 +17,10 @@
 //!
 //! protox needs no system `protoc`. Each root file is compiled on its own and
 //! the results merged, so one file protox cannot compile is reported by name
-//! instead of failing the whole set.
+//! instead of failing the whole set. Files are merged as protox encoded them,
+//! byte for byte: `prost_types` would drop the custom options (the
+//! protoc-gen-validate `validate.rules` annotations the gateway checks
+//! resources against).
 
 use std::collections::BTreeMap;
 use std::env;
@@ -25,8 +28,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use prost_reflect::prost::bytes::Buf;
+use prost_reflect::prost::encoding::{
+    decode_key, decode_varint, encode_key, encode_varint, WireType,
+};
 use prost_reflect::prost::Message;
-use prost_reflect::prost_types::{FileDescriptorProto, FileDescriptorSet};
+use prost_reflect::prost_types::FileDescriptorProto;
 
 /// Include directories inside envoy-types' package, in lookup order.
 const ENVOY_TYPES_INCLUDES: &[&str] = &[
@@ -89,13 +96,13 @@ fn main() {
         println!("cargo:warning=data-plane-api sources not found: TypedStruct and some xds matcher types will be unknown");
     }
 
-    let mut merged: BTreeMap<String, FileDescriptorProto> = BTreeMap::new();
+    let mut merged: BTreeMap<String, RawFile> = BTreeMap::new();
     let mut failures = Vec::new();
     for root in &roots {
         match compile_one(&includes, root) {
-            Ok(set) => {
-                for file in set.file {
-                    merged.entry(file.name().to_owned()).or_insert(file);
+            Ok(files) => {
+                for file in files {
+                    merged.entry(file.name.clone()).or_insert(file);
                 }
             }
             Err(err) => failures.push(format!("{root}: {err}")),
@@ -116,11 +123,15 @@ fn main() {
         );
     }
 
-    // Order files so that every file comes after its dependencies.
-    let ordered = topological(merged);
-    let set = FileDescriptorSet { file: ordered };
+    // Order files so that every file comes after its dependencies, and
+    // write them as a FileDescriptorSet (field 1, repeated).
+    let mut bytes = Vec::new();
+    for file in topological(merged) {
+        encode_key(1, WireType::LengthDelimited, &mut bytes);
+        encode_varint(file.bytes.len() as u64, &mut bytes);
+        bytes.extend_from_slice(&file.bytes);
+    }
     // Validate the merged set as a pool before embedding it.
-    let bytes = set.encode_to_vec();
     if let Err(err) = prost_reflect::DescriptorPool::decode(bytes.as_slice()) {
         panic!("merged descriptor set is not a valid pool: {err}");
     }
@@ -153,7 +164,40 @@ impl protox::file::FileResolver for PatchingResolver {
     }
 }
 
-fn compile_one(includes: &[PathBuf], root: &str) -> Result<FileDescriptorSet, String> {
+/// One compiled file: its name, its dependencies, and its encoding as
+/// protox wrote it (custom options included).
+#[derive(Clone)]
+struct RawFile {
+    name: String,
+    dependencies: Vec<String>,
+    bytes: Vec<u8>,
+}
+
+/// The files of an encoded `FileDescriptorSet`, each kept as raw bytes.
+fn split_set(mut set: &[u8]) -> Result<Vec<RawFile>, String> {
+    let mut files = Vec::new();
+    while set.has_remaining() {
+        let (tag, wire) = decode_key(&mut set).map_err(|e| e.to_string())?;
+        if tag != 1 || wire != WireType::LengthDelimited {
+            return Err(format!("unexpected field {tag} in a FileDescriptorSet"));
+        }
+        let len = decode_varint(&mut set).map_err(|e| e.to_string())? as usize;
+        let bytes = set
+            .get(..len)
+            .ok_or("truncated FileDescriptorSet")?
+            .to_vec();
+        set.advance(len);
+        let proto = FileDescriptorProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+        files.push(RawFile {
+            name: proto.name().to_owned(),
+            dependencies: proto.dependency,
+            bytes,
+        });
+    }
+    Ok(files)
+}
+
+fn compile_one(includes: &[PathBuf], root: &str) -> Result<Vec<RawFile>, String> {
     let mut chain = protox::file::ChainFileResolver::new();
     for include in includes {
         chain.add(protox::file::IncludeFileResolver::new(include.clone()));
@@ -162,21 +206,21 @@ fn compile_one(includes: &[PathBuf], root: &str) -> Result<FileDescriptorSet, St
     let mut compiler = protox::Compiler::with_file_resolver(PatchingResolver(chain));
     compiler.include_imports(true);
     compiler.open_file(root).map_err(|e| e.to_string())?;
-    Ok(compiler.file_descriptor_set())
+    split_set(&compiler.encode_file_descriptor_set())
 }
 
-fn topological(files: BTreeMap<String, FileDescriptorProto>) -> Vec<FileDescriptorProto> {
+fn topological(files: BTreeMap<String, RawFile>) -> Vec<RawFile> {
     fn visit(
         name: &str,
-        files: &BTreeMap<String, FileDescriptorProto>,
+        files: &BTreeMap<String, RawFile>,
         done: &mut std::collections::HashSet<String>,
-        out: &mut Vec<FileDescriptorProto>,
+        out: &mut Vec<RawFile>,
     ) {
         if !done.insert(name.to_owned()) {
             return;
         }
         if let Some(file) = files.get(name) {
-            for dep in &file.dependency {
+            for dep in &file.dependencies {
                 visit(dep, files, done, out);
             }
             out.push(file.clone());

@@ -10,7 +10,7 @@ use tracing::info;
 
 use crate::admin::{self, Admin};
 use crate::cache::Renderer;
-use crate::config::{Config, UpstreamMode};
+use crate::config::{Config, UpstreamMode, Validation};
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
 use crate::source::{
@@ -42,7 +42,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
-    let renderer = Renderer::new(codec);
+    let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
     let metrics = Arc::new(Metrics::new());
     let source = build_source(&config, &renderer, &metrics)?;
     let gateway = Arc::new(Gateway::new(

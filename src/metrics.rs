@@ -46,6 +46,7 @@ pub struct Metrics {
     acks: Family<TypeLabel, Counter>,
     nacks: Family<TypeLabel, Counter>,
     suspected_rejections: Family<TypeLabel, Counter>,
+    invalid_resources: Family<TypeLabel, Counter>,
     request_seconds: Family<TypeLabel, Histogram>,
 }
 
@@ -68,6 +69,7 @@ impl Metrics {
         let acks = Family::<TypeLabel, Counter>::default();
         let nacks = Family::<TypeLabel, Counter>::default();
         let suspected_rejections = Family::<TypeLabel, Counter>::default();
+        let invalid_resources = Family::<TypeLabel, Counter>::default();
         let request_seconds = Family::<TypeLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.5, 14))
         });
@@ -114,6 +116,11 @@ impl Metrics {
             suspected_rejections.clone(),
         );
         registry.register(
+            "invalid_resources",
+            "Upstream updates rejected (NACKed) because a resource breaks Envoy's own field rules",
+            invalid_resources.clone(),
+        );
+        registry.register(
             "request_duration_seconds",
             "REST request latency",
             request_seconds.clone(),
@@ -130,6 +137,7 @@ impl Metrics {
             acks,
             nacks,
             suspected_rejections,
+            invalid_resources,
             request_seconds,
         }
     }
@@ -199,6 +207,13 @@ impl Metrics {
 
     pub fn suspected_rejection(&self, kind: ResourceType) {
         self.suspected_rejections
+            .get_or_create(&Self::label(kind))
+            .inc();
+    }
+
+    /// An upstream update rejected because a resource breaks Envoy's rules.
+    pub fn invalid_resource(&self, kind: ResourceType) {
+        self.invalid_resources
             .get_or_create(&Self::label(kind))
             .inc();
     }

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use process::{eventually, free_port, http_get, ChildGuard};
-use xds_gateway::config::{Config, RewritePolicy, SessionKey, UpstreamMode};
+use xds_gateway::config::{Config, RewritePolicy, SessionKey, UpstreamMode, Validation};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xds-gateway");
 /// Bound on a run that should exit by itself (`--help`, a rejected config).
@@ -142,6 +142,7 @@ const SETTINGS: &[Setting] = &[
         "XDS_GATEWAY_MAX_UPSTREAM_MESSAGE_BYTES",
         "max-upstream-message-bytes",
     ),
+    setting("--validate", "XDS_GATEWAY_VALIDATE", "validate"),
     // The one setting whose names differ: repeatable flag, plural key/env.
     setting(
         "--descriptor-set",
@@ -750,6 +751,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             }
             "refresh-delay" => duration() == d.refresh_delay,
             "request-timeout" => duration() == d.request_timeout,
+            "validate" => value.clone().try_into::<Validation>().ok() == Some(d.validate),
             "rejection-threshold" => integer() == i64::from(d.rejection_threshold),
             "forward-rejections" => value.as_bool() == Some(d.forward_rejections),
             "allow-secrets" => value.as_bool() == Some(d.allow_secrets),

@@ -494,6 +494,66 @@ async fn bad_requests_get_json_errors_and_do_not_disturb_others() {
     .await;
 }
 
+/// A resource that decodes but breaks one of Envoy's own field rules
+/// (`connect_timeout` must be positive): Envoy would reject the whole
+/// update, so the gateway NACKs it with the resource, field and rule, keeps
+/// serving the last good state and counts it; `--validate off` serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_envoy_would_reject_is_nacked_and_not_served() {
+    with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        cp.set(CDS, "good", &[cluster("a")]).await;
+        let upstream = cp.upstream();
+        let (checking, trusting) = tokio::join!(
+            Gateway::start(&upstream, &[]),
+            Gateway::start(&upstream, &["--validate", "off"]),
+        );
+        let n = node("validate");
+        let good = checking.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&good, "first poll");
+        assert_ok(
+            &trusting
+                .discover("clusters", &request(&node("trusting"), "", &[]))
+                .await,
+            "first poll",
+        );
+
+        let mut bad = cluster("b");
+        bad["connect_timeout"] = json!("-1s");
+        cp.set(CDS, "bad", &[cluster("a"), bad]).await;
+        let stats = nacks_above(cp, STATS_WAIT, "a NACK of version bad", 0).await;
+        let nack = requests_of(&stats, CDS)
+            .find(|r| !r["error_detail"].is_null())
+            .unwrap_or_else(|| panic!("no NACK: {stats}"));
+        let detail = nack["error_detail"]["message"].as_str().unwrap_or_default();
+        for part in ["\"b\"", "connect_timeout", "duration.gt", "greater than 0s"] {
+            assert!(detail.contains(part), "NACK detail lacks {part}: {detail}");
+        }
+        assert_eq!(nack["version_info"], "good", "{nack}");
+        let again = checking.discover("clusters", &request(&n, "", &[])).await;
+        assert_eq!(again.body, good.body, "the last good state is served");
+        let metrics = checking.metrics().await;
+        assert!(
+            metric_sum(&metrics, "xds_gateway_invalid_resources_total") >= 1.0,
+            "{metrics}"
+        );
+        // Without validation the update is taken (and Envoy would reject it).
+        let served = eventually(
+            Duration::from_secs(5),
+            Duration::from_millis(50),
+            || async {
+                let reply = trusting
+                    .discover("clusters", &request(&node("trusting"), "", &[]))
+                    .await;
+                (upstream_of(&reply) == "bad").then_some(reply)
+            },
+        )
+        .await
+        .expect("--validate off serves the update");
+        assert_eq!(names_of(&served), ["a", "b"]);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_upstream_is_a_503_and_others_are_unaffected() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {

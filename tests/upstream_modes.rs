@@ -651,6 +651,42 @@ async fn fetch_up_to_date_is_a_304_in_both_styles() {
     .await;
 }
 
+/// An upstream that answers every `Fetch*` in full (no "up to date"
+/// answer): the gateway still answers 304 to a client presenting what it
+/// was served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_from_an_upstream_without_up_to_date_answers_is_still_304() {
+    with_control_plane(&["--up-to-date-style", "never"], TEST_TIMEOUT, async |cp| {
+        cp.set(CDS, "v1", &[cluster("a")]).await;
+        cp.set(EDS, "e1", &[named(EDS, "a")]).await;
+        let gw = Gateway::start(
+            &cp.upstream(),
+            &["--upstream-mode", "fetch", "--fetch-cache-ttl", "1ms"],
+        )
+        .await;
+        let n = node("fetch-always-full");
+        let all_fetches = |stats: &Value| fetches(stats, CDS) + fetches(stats, EDS);
+        for (endpoint, names) in [("clusters", &[][..]), ("endpoints", &["a"][..])] {
+            let first = gw.discover(endpoint, &request(&n, "", names)).await;
+            assert_ok(&first, endpoint);
+            let before = all_fetches(&cp.stats().await);
+            for _ in 0..3 {
+                let again = gw
+                    .discover(endpoint, &request(&n, &version_of(&first), names))
+                    .await;
+                assert_eq!(again.status, 304, "{endpoint}: {}", again.text());
+            }
+            let after = all_fetches(&cp.stats().await);
+            // The upstream was asked (and answered in full): the 304 is the gateway's.
+            assert!(
+                after > before,
+                "the upstream was not asked: {before} → {after}"
+            );
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fetch_mode_coalesces_identical_polls() {
     with_control_plane(&["--fetch-delay-ms", "300"], TEST_TIMEOUT, async |cp| {

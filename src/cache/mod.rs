@@ -12,5 +12,5 @@ mod state;
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
-pub(crate) use resource::{Renderer, Resource};
+pub(crate) use resource::{Renderer, Resource, ResourceError};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

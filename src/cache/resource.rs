@@ -14,7 +14,21 @@ use sha2::{Digest as _, Sha256};
 
 use super::state::Bodies;
 use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
-use crate::xds::{Codec, JsonError, ResourceType};
+use crate::xds::{Codec, JsonError, ResourceType, Validator, Violation};
+
+/// Why a resource could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResourceError {
+    #[error(transparent)]
+    Json(#[from] JsonError),
+    /// It decodes, but breaks a rule Envoy checks (so Envoy would reject it).
+    #[error("{type_name} {name:?} breaks Envoy's rule at {violation}")]
+    Invalid {
+        type_name: &'static str,
+        name: String,
+        violation: Violation,
+    },
+}
 
 /// SHA-256 of a resource's protobuf bytes.
 pub(crate) type Digest = [u8; 32];
@@ -42,6 +56,8 @@ pub(crate) struct Renderer {
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
     rewritten: Cache<(Digest, RestTarget), Bytes>,
     bodies: Bodies,
+    /// Envoy's field rules, checked on every new resource (`--validate`).
+    validator: Option<Arc<Validator>>,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -51,14 +67,21 @@ impl std::fmt::Debug for Renderer {
 }
 
 impl Renderer {
+    /// A renderer that checks every resource against Envoy's field rules.
     pub(crate) fn new(codec: Codec) -> Renderer {
-        Renderer::with_bodies(codec, Bodies::default())
+        Renderer::with_bodies(codec, Bodies::default()).validating(true)
+    }
+
+    /// Whether resources are checked against Envoy's field rules.
+    pub(crate) fn validating(mut self, on: bool) -> Renderer {
+        self.validator = on.then(|| Arc::new(Validator::new(self.codec.pool().clone())));
+        self
     }
 
     /// A renderer whose body memo holds at most `bytes` (tests of eviction).
     #[cfg(test)]
     pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Renderer {
-        Renderer::with_bodies(codec, Bodies::with_capacity(bytes))
+        Renderer::with_bodies(codec, Bodies::with_capacity(bytes)).validating(true)
     }
 
     fn with_bodies(codec: Codec, bodies: Bodies) -> Renderer {
@@ -67,6 +90,7 @@ impl Renderer {
             plain: Cache::new(RENDER_MEMO_ENTRIES),
             rewritten: Cache::new(RENDER_MEMO_ENTRIES),
             bodies,
+            validator: None,
         }
     }
 
@@ -80,22 +104,34 @@ impl Renderer {
     }
 
     /// The rendered resource for `payload` of `kind`: from the memo, or
-    /// decoded and rendered now. Fails if the bytes do not decode or any
-    /// nested `Any` names an unknown type.
+    /// decoded, checked against Envoy's rules and rendered now. Fails if the
+    /// bytes do not decode, any nested `Any` names an unknown type, or a rule
+    /// is broken. Only good resources are remembered.
     pub(crate) fn resource(
         &self,
         kind: ResourceType,
         payload: Bytes,
-    ) -> Result<Arc<Resource>, JsonError> {
+    ) -> Result<Arc<Resource>, ResourceError> {
         let digest: Digest = Sha256::digest(&payload).into();
         if let Some(hit) = self.plain.get(&(kind, digest)) {
             return Ok(hit);
         }
-        let json = self.codec.render_any(kind.type_url(), &payload)?;
+        let type_url = kind.type_url();
         let name = resource_name(&payload).ok_or_else(|| JsonError::Decode {
-            type_url: kind.type_url().to_owned(),
+            type_url: type_url.to_owned(),
             reason: "resource has no name (field 1)".into(),
         })?;
+        let message = self.codec.decode_any(type_url, &payload)?;
+        if let Some(validator) = &self.validator {
+            validator
+                .validate(&message)
+                .map_err(|violation| ResourceError::Invalid {
+                    type_name: kind.message_name(),
+                    name: name.clone(),
+                    violation,
+                })?;
+        }
+        let json = self.codec.render_resource(type_url, &message)?;
         let resource = Arc::new(Resource {
             kind,
             name,

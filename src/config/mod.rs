@@ -50,6 +50,16 @@ pub enum UpstreamMode {
     Auto,
 }
 
+/// Whether resources are checked against Envoy's field rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Validation {
+    /// Check every resource; NACK an update that breaks a rule.
+    On,
+    /// Serve what decodes.
+    Off,
+}
+
 /// When `ads`/`self` config sources are rewritten to REST ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -100,6 +110,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     pub max_upstream_message_bytes: usize,
     pub descriptor_sets: Vec<PathBuf>,
+    /// Check resources against Envoy's protoc-gen-validate rules.
+    pub validate: Validation,
 }
 
 impl Default for Config {
@@ -129,6 +141,7 @@ impl Default for Config {
             max_body_bytes: 4 * 1024 * 1024,
             max_upstream_message_bytes: 64 * 1024 * 1024,
             descriptor_sets: Vec::new(),
+            validate: Validation::On,
         }
     }
 }
@@ -176,6 +189,7 @@ impl Config {
             max_body_bytes,
             max_upstream_message_bytes,
             descriptor_sets,
+            validate,
         );
         // Settings that stay optional, or land in a nested or parsed form.
         let tls = &mut self.upstream_tls;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
-use super::{ConfigError, RewritePolicy, SessionKey, UpstreamMode};
+use super::{ConfigError, RewritePolicy, SessionKey, UpstreamMode, Validation};
 
 /// The settings of one layer. Every flag has an `XDS_GATEWAY_*` variable and
 /// a key of the same name in the `--config` file.
@@ -131,6 +131,10 @@ pub struct Settings {
     )]
     #[serde(alias = "descriptor-set")]
     pub descriptor_sets: Option<Vec<PathBuf>>,
+    /// Check every resource against Envoy's own field rules (its protos'
+    /// protoc-gen-validate annotations) and NACK what Envoy would reject [default: on].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_VALIDATE")]
+    pub validate: Option<Validation>,
 }
 
 impl Settings {

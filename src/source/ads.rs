@@ -251,6 +251,9 @@ impl Sotw {
             }
             Err(reason) => {
                 warn!(%kind, %version, %reason, "rejected upstream response (NACK)");
+                if reason.breaks_rules() {
+                    self.ctx.metrics.invalid_resource(kind);
+                }
                 let previous = self.acked.get(&kind).cloned().unwrap_or_default();
                 self.ctx.metrics.nack(kind);
                 self.request(kind, previous, nonce, Some(reason.to_string()))

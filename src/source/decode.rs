@@ -12,7 +12,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::SourceError;
-use crate::cache::{Renderer, Resource};
+use crate::cache::{Renderer, Resource, ResourceError};
 use crate::xds::raw_node;
 use crate::xds::ResourceType;
 
@@ -32,7 +32,7 @@ pub(super) enum Rejection {
         expected: &'static str,
     },
     #[error(transparent)]
-    Undecodable(#[from] crate::xds::JsonError),
+    Undecodable(#[from] ResourceError),
     #[error("resource {0:?} appears twice in one response")]
     Duplicate(String),
     #[error("resource {index} ({name:?}): {reason}")]
@@ -53,6 +53,17 @@ pub(super) enum Rejection {
     UpdatedAndRemoved(String),
     #[error("decoder task failed: {0}")]
     Task(String),
+}
+
+impl Rejection {
+    /// Whether a resource decoded but breaks one of Envoy's field rules.
+    pub(super) fn breaks_rules(&self) -> bool {
+        match self {
+            Rejection::Undecodable(ResourceError::Invalid { .. }) => true,
+            Rejection::At { reason, .. } => reason.breaks_rules(),
+            _ => false,
+        }
+    }
 }
 
 /// Decodes one resource of `kind`; the error says why not.

@@ -312,7 +312,12 @@ impl Fetcher {
         self.ctx.mark_answered();
         let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources)
             .await
-            .map_err(|e| FetchError::BadAnswer(e.to_string()))?;
+            .map_err(|e| {
+                if e.breaks_rules() {
+                    self.ctx.metrics.invalid_resource(kind);
+                }
+                FetchError::BadAnswer(e.to_string())
+            })?;
         if let Some(latest) = self.latest.get(key) {
             let same = latest.version == response.version_info
                 && latest.resources.len() == resources.len()

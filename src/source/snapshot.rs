@@ -415,4 +415,25 @@ mod tests {
             "{text:?}"
         );
     }
+
+    #[test]
+    fn a_resource_envoy_would_reject_is_a_problem_naming_the_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "bad.yaml",
+            "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nconnect_timeout: -1s\n",
+        );
+        let errors = Snapshot::load(dir.path(), &Renderer::new(Codec::embedded())).unwrap_err();
+        let text = errors[0].to_string();
+        assert!(
+            text.contains("bad.yaml")
+                && text.contains("connect_timeout")
+                && text.contains("duration.gt"),
+            "{text}"
+        );
+        // Not checked when validation is off.
+        let renderer = Renderer::new(Codec::embedded()).validating(false);
+        assert!(Snapshot::load(dir.path(), &renderer).is_ok());
+    }
 }

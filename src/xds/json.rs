@@ -141,6 +141,16 @@ impl Codec {
         self.render_with(&msg, type_url, Some(type_url))
     }
 
+    /// Renders an already decoded resource (not a well-known type) as the
+    /// canonical JSON of its `Any`: `{"@type": type_url, ...fields}`.
+    pub fn render_resource(
+        &self,
+        type_url: &str,
+        msg: &DynamicMessage,
+    ) -> Result<Bytes, JsonError> {
+        self.render_with(msg, type_url, Some(type_url))
+    }
+
     /// Renders a dynamic message as canonical JSON bytes.
     pub fn render_message(&self, msg: &DynamicMessage, label: &str) -> Result<Bytes, JsonError> {
         self.render_with(msg, label, None)

@@ -5,9 +5,11 @@ mod json;
 mod request;
 mod resource_type;
 pub(crate) mod rewrite;
+mod validate;
 
 pub use json::{Codec, JsonError};
 pub(crate) use request::raw_node;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
 pub use resource_type::{Endpoint, ResourceType};
+pub use validate::{Validator, Violation};

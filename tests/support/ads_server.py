@@ -5,7 +5,7 @@ Independent of the gateway's code: grpcio + xds-protos only.
 
 Usage: python ads_server.py [PORT] [--strict-nonce] [--no-sotw] [--no-delta]
                             [--no-fetch] [--no-absent]
-                            [--up-to-date-style go|rust] [--fetch-delay-ms N]
+                            [--up-to-date-style go|rust|never] [--fetch-delay-ms N]
 
 Serves on 127.0.0.1:PORT (0 or no argument: a free port):
 - envoy.service.discovery.v3.AggregatedDiscoveryService /
@@ -68,7 +68,9 @@ Fetch semantics (unary Fetch*): the snapshot of the service's type (named
 resources that exist, or all for no names); when the request's version_info
 equals the snapshot version the answer is "up to date": gRPC UNKNOWN "skip
 fetch: version up to date" with --up-to-date-style go (go-control-plane, the
-default), ALREADY_EXISTS with rust (rust-control-plane); without a snapshot
+default), ALREADY_EXISTS with rust (rust-control-plane); with never, every
+Fetch is answered in full (a control plane that has no "up to date"
+answer); without a snapshot
 of the type, UNKNOWN "missing snapshot for ..." (go-control-plane). Every call is
 counted per type. --fetch-delay-ms delays each answer (to make concurrent
 calls overlap).
@@ -134,7 +136,7 @@ def parse_args(argv):
     parser.add_argument("--no-delta", action="store_true")
     parser.add_argument("--no-fetch", action="store_true")
     parser.add_argument("--no-absent", action="store_true")
-    parser.add_argument("--up-to-date-style", choices=("go", "rust"), default="go")
+    parser.add_argument("--up-to-date-style", choices=("go", "rust", "never"), default="go")
     parser.add_argument("--fetch-delay-ms", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -257,7 +259,7 @@ class ControlPlane:
 
     def configure(self, changes):
         allowed = {
-            "up_to_date_style": lambda v: v in ("go", "rust"),
+            "up_to_date_style": lambda v: v in ("go", "rust", "never"),
             "fetch_delay_ms": lambda v: isinstance(v, int) and v >= 0,
             "no_sotw": lambda v: isinstance(v, bool),
             "no_delta": lambda v: isinstance(v, bool),
@@ -636,8 +638,9 @@ def fetch_handler(type_url):
             # go-control-plane's words (a plain error: gRPC UNKNOWN).
             context.abort(grpc.StatusCode.UNKNOWN, f"missing snapshot for {request.node.id!r}")
         version, resources = snapshot
-        if request.version_info and request.version_info == version:
-            if PLANE.setting("up_to_date_style") == "rust":
+        style = PLANE.setting("up_to_date_style")
+        if request.version_info and request.version_info == version and style != "never":
+            if style == "rust":
                 context.abort(grpc.StatusCode.ALREADY_EXISTS, "version up to date")
             context.abort(grpc.StatusCode.UNKNOWN, "skip fetch: version up to date")
         names = [n for n in request.resource_names if n != "*"]

@@ -277,6 +277,9 @@ impl Delta {
             }
             Err(reason) => {
                 warn!(%kind, %system_version, %reason, "rejected upstream delta response (NACK)");
+                if reason.breaks_rules() {
+                    self.ctx.metrics.invalid_resource(kind);
+                }
                 self.ctx.metrics.nack(kind);
                 Some(self.request(kind, Diff::default(), nonce, Some(reason.to_string())))
             }

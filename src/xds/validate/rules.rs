@@ -1,0 +1,314 @@
+//! One field's protoc-gen-validate rules (`validate.FieldRules`), read once
+//! from the field's options into plain values ([`Rules::read`]), and checked
+//! against one value ([`Rules::check`]). Messages say what was expected the
+//! way protoc-gen-validate's do ("value must be greater than 0s").
+
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+
+use super::bounds::{Bounds, Num};
+use super::text::TextRules;
+
+/// A rule broken by a value: which (`string.min_len`) and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Broken {
+    pub(crate) rule: String,
+    pub(crate) message: String,
+}
+
+pub(super) fn broken(rule: &str, message: impl Into<String>) -> Result<(), Broken> {
+    Err(Broken {
+        rule: rule.to_owned(),
+        message: message.into(),
+    })
+}
+
+/// Every rule of one field.
+#[derive(Debug, Clone)]
+pub(crate) enum Rules {
+    Number {
+        kind: &'static str,
+        bounds: Bounds<Num>,
+        ignore_empty: bool,
+    },
+    Bool(Option<bool>),
+    Text {
+        kind: &'static str,
+        rules: Box<TextRules>,
+    },
+    Enum {
+        constant: Option<i32>,
+        defined_only: bool,
+        within: Vec<i32>,
+        not_in: Vec<i32>,
+    },
+    Repeated {
+        min: Option<u64>,
+        max: Option<u64>,
+        unique: bool,
+        items: Option<Box<FieldRules>>,
+        ignore_empty: bool,
+    },
+    Map {
+        min: Option<u64>,
+        max: Option<u64>,
+        keys: Option<Box<FieldRules>>,
+        values: Option<Box<FieldRules>>,
+        ignore_empty: bool,
+    },
+    Any {
+        required: bool,
+        within: Vec<String>,
+        not_in: Vec<String>,
+    },
+    Time {
+        kind: &'static str,
+        required: bool,
+        bounds: Bounds<i128>,
+    },
+    None,
+}
+
+/// A field's rules and its message rules (`required`, `skip`).
+#[derive(Debug, Clone)]
+pub(crate) struct FieldRules {
+    pub(crate) rules: Rules,
+    pub(crate) required: bool,
+    pub(crate) skip: bool,
+}
+
+pub(super) fn field(message: &DynamicMessage, name: &str) -> Option<Value> {
+    let desc = message.descriptor().get_field_by_name(name)?;
+    message
+        .has_field(&desc)
+        .then(|| message.get_field(&desc).into_owned())
+}
+
+pub(super) fn list(message: &DynamicMessage, name: &str) -> Vec<Value> {
+    match field(message, name) {
+        Some(Value::List(values)) => values,
+        _ => Vec::new(),
+    }
+}
+
+pub(super) fn flag(message: &DynamicMessage, name: &str) -> bool {
+    matches!(field(message, name), Some(Value::Bool(true)))
+}
+
+pub(super) fn uint(message: &DynamicMessage, name: &str) -> Option<u64> {
+    match field(message, name)? {
+        Value::U64(v) => Some(v),
+        _ => None,
+    }
+}
+
+pub(super) fn bytes_of(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Bytes(b) => Some(b.to_vec()),
+        _ => None,
+    }
+}
+
+/// Nanoseconds of a `google.protobuf.Duration` or `Timestamp` message.
+pub(super) fn nanos(value: &Value) -> Option<i128> {
+    let message = value.as_message()?;
+    let seconds = match field(message, "seconds") {
+        Some(Value::I64(s)) => s,
+        _ => 0,
+    };
+    let nanos = match field(message, "nanos") {
+        Some(Value::I32(n)) => n,
+        _ => 0,
+    };
+    Some(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
+}
+
+pub(super) fn show_nanos(nanos: i128) -> String {
+    let seconds = nanos as f64 / 1e9;
+    format!("{seconds}s")
+}
+
+impl FieldRules {
+    /// The rules in a `validate.FieldRules` message.
+    pub(crate) fn read(rules: &DynamicMessage) -> FieldRules {
+        let message = field(rules, "message");
+        let message = message.as_ref().and_then(Value::as_message);
+        let (mut required, skip) =
+            message.map_or((false, false), |m| (flag(m, "required"), flag(m, "skip")));
+        let kind = rules
+            .descriptor()
+            .oneofs()
+            .find(|o| o.name() == "type")
+            .and_then(|o| o.fields().find(|f| rules.has_field(f)));
+        let rules = match kind {
+            None => Rules::None,
+            Some(desc) => {
+                let value = rules.get_field(&desc);
+                let Some(inner) = value.as_message() else {
+                    return FieldRules {
+                        rules: Rules::None,
+                        required,
+                        skip,
+                    };
+                };
+                let read = Rules::read(desc.name(), inner);
+                if let Rules::Any { required: true, .. } | Rules::Time { required: true, .. } = read
+                {
+                    required = true;
+                }
+                read
+            }
+        };
+        FieldRules {
+            rules,
+            required,
+            skip,
+        }
+    }
+}
+
+impl Rules {
+    fn read(kind: &str, r: &DynamicMessage) -> Rules {
+        let numeric = |kind: &'static str| Rules::Number {
+            kind,
+            bounds: Bounds::read(r, Num::of),
+            ignore_empty: flag(r, "ignore_empty"),
+        };
+        match kind {
+            "float" => numeric("float"),
+            "double" => numeric("double"),
+            "int32" => numeric("int32"),
+            "int64" => numeric("int64"),
+            "uint32" => numeric("uint32"),
+            "uint64" => numeric("uint64"),
+            "sint32" => numeric("sint32"),
+            "sint64" => numeric("sint64"),
+            "fixed32" => numeric("fixed32"),
+            "fixed64" => numeric("fixed64"),
+            "sfixed32" => numeric("sfixed32"),
+            "sfixed64" => numeric("sfixed64"),
+            "bool" => Rules::Bool(field(r, "const").and_then(|v| v.as_bool())),
+            "string" => Rules::Text {
+                kind: "string",
+                rules: Box::new(TextRules::read(r)),
+            },
+            "bytes" => Rules::Text {
+                kind: "bytes",
+                rules: Box::new(TextRules::read(r)),
+            },
+            "enum" => Rules::Enum {
+                constant: field(r, "const").and_then(|v| v.as_i32()),
+                defined_only: flag(r, "defined_only"),
+                within: list(r, "in").iter().filter_map(Value::as_i32).collect(),
+                not_in: list(r, "not_in").iter().filter_map(Value::as_i32).collect(),
+            },
+            "repeated" => Rules::Repeated {
+                min: uint(r, "min_items"),
+                max: uint(r, "max_items"),
+                unique: flag(r, "unique"),
+                items: nested(r, "items"),
+                ignore_empty: flag(r, "ignore_empty"),
+            },
+            "map" => Rules::Map {
+                min: uint(r, "min_pairs"),
+                max: uint(r, "max_pairs"),
+                keys: nested(r, "keys"),
+                values: nested(r, "values"),
+                ignore_empty: flag(r, "ignore_empty"),
+            },
+            "any" => Rules::Any {
+                required: flag(r, "required"),
+                within: list(r, "in")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect(),
+                not_in: list(r, "not_in")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect(),
+            },
+            "duration" | "timestamp" => Rules::Time {
+                kind: if kind == "duration" {
+                    "duration"
+                } else {
+                    "timestamp"
+                },
+                required: flag(r, "required"),
+                bounds: Bounds::read(r, nanos),
+            },
+            _ => Rules::None,
+        }
+    }
+
+    /// Checks a scalar, string, bytes, enum, duration or timestamp value
+    /// (lists, maps and messages are walked by the caller). `enum_defined`
+    /// says whether an enum number is a defined value of its enum.
+    pub(crate) fn check(
+        &self,
+        value: &Value,
+        enum_defined: impl Fn(i32) -> bool,
+    ) -> Result<(), Broken> {
+        match self {
+            Rules::Number {
+                kind,
+                bounds,
+                ignore_empty,
+            } => {
+                let Some(n) = Num::of(value) else {
+                    return Ok(());
+                };
+                if *ignore_empty && n.is_zero() {
+                    return Ok(());
+                }
+                bounds.check(kind, n, |n| n.to_string())
+            }
+            Rules::Bool(Some(c)) if value.as_bool() != Some(*c) => {
+                broken("bool.const", format!("value must equal {c}"))
+            }
+            Rules::Text { kind, rules } => match bytes_of(value) {
+                Some(bytes) => rules.check(kind, &bytes, matches!(value, Value::String(_))),
+                None => Ok(()),
+            },
+            Rules::Enum {
+                constant,
+                defined_only,
+                within,
+                not_in,
+            } => {
+                let Some(n) = value.as_enum_number() else {
+                    return Ok(());
+                };
+                if constant.is_some_and(|c| c != n) {
+                    return broken("enum.const", "value must equal the required enum value");
+                }
+                if *defined_only && !enum_defined(n) {
+                    return broken(
+                        "enum.defined_only",
+                        format!("value must be one of the defined enum values (got {n})"),
+                    );
+                }
+                if !within.is_empty() && !within.contains(&n) {
+                    return broken("enum.in", "value must be in the allowed list");
+                }
+                if not_in.contains(&n) {
+                    return broken("enum.not_in", format!("value must not be {n}"));
+                }
+                Ok(())
+            }
+            Rules::Time { kind, bounds, .. } => match nanos(value) {
+                Some(n) => bounds.check(kind, n, show_nanos),
+                None => Ok(()),
+            },
+            Rules::Bool(_)
+            | Rules::Repeated { .. }
+            | Rules::Map { .. }
+            | Rules::Any { .. }
+            | Rules::None => Ok(()),
+        }
+    }
+}
+
+fn nested(rules: &DynamicMessage, name: &str) -> Option<Box<FieldRules>> {
+    let value = field(rules, name)?;
+    Some(Box::new(FieldRules::read(value.as_message()?)))
+}
