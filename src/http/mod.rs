@@ -100,7 +100,22 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     router
         .route("/", get(index))
         .fallback(not_found)
+        .layer(axum::middleware::map_request(authority_as_host))
         .with_state(gateway)
+}
+
+/// HTTP/2 carries the host in the `:authority` pseudo-header, which hyper
+/// keeps in the URI, not in `Host`: copy it there, so that every handler
+/// reads the client's host one way (Envoy's REST client sets it to its xDS
+/// cluster's name, which is where rewritten config sources point).
+async fn authority_as_host(mut request: axum::extract::Request) -> axum::extract::Request {
+    if !request.headers().contains_key(axum::http::header::HOST) {
+        let authority = request.uri().authority().map(|a| a.as_str().to_owned());
+        if let Some(value) = authority.and_then(|a| axum::http::HeaderValue::from_str(&a).ok()) {
+            request.headers_mut().insert(axum::http::header::HOST, value);
+        }
+    }
+    request
 }
 
 /// Every (path, method) the router serves (kept in step with openapi/ by a test).

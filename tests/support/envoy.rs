@@ -161,6 +161,21 @@ pub const NODE_CLUSTER: &str = "xds-gateway-tests";
 /// admin on 127.0.0.1:`admin_port`, polling LDS and CDS over REST every 0.2s
 /// from the static cluster `xds_cluster` at 127.0.0.1:`xds_port`.
 pub fn rest_bootstrap(node_id: &str, admin_port: u16, xds_port: u16) -> String {
+    rest_bootstrap_with(node_id, admin_port, xds_port, "")
+}
+
+/// How an Envoy's `xds_cluster` speaks HTTP/2 (one connection multiplexing
+/// every REST poll) instead of HTTP/1.1 (one connection per poll in flight).
+pub const XDS_CLUSTER_HTTP2: &str = r#"    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+"#;
+
+/// [`rest_bootstrap`] with `xds_cluster_extra` (YAML lines indented for the
+/// cluster's fields, e.g. [`XDS_CLUSTER_HTTP2`]) added to `xds_cluster`.
+pub fn rest_bootstrap_with(node_id: &str, admin_port: u16, xds_port: u16, xds_cluster_extra: &str) -> String {
     let source = "{api_type: REST, transport_api_version: V3, cluster_names: [xds_cluster], \
                   refresh_delay: 0.2s}";
     format!(
@@ -189,7 +204,7 @@ static_resources:
         - endpoint:
             address:
               socket_address: {{address: 127.0.0.1, port_value: {xds_port}}}
-"#
+{xds_cluster_extra}"#
     )
 }
 

@@ -1,0 +1,271 @@
+//! A fleet-sized scenario: one real Envoy polling N EDS clusters over REST
+//! through the gateway, in front of the scripted ADS server
+//! (`fake_ads.rs`), whose clusters carry `ads: {}` EDS config sources as an
+//! ADS control plane's do (the gateway rewrites them into REST sources).
+//! Shared by `tests/envoy_fleet.rs` (1,000 clusters, bounded, in the test
+//! command) and `bench/fleet.rs` (the same, longer, for the figures in
+//! bench/RESULTS.md).
+//!
+//! Include it after `process.rs`, `envoy.rs` and `fake_ads.rs`.
+
+#![allow(dead_code)] // the test and the bench use different parts
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::google::protobuf::Any;
+use serde_json::{json, Value};
+use xds_gateway::xds::{Codec, ResourceType};
+
+use crate::envoy::{self, Envoy, NODE_CLUSTER, POLL_INTERVAL};
+use crate::fake_ads::FakeAds;
+use crate::process::{free_port, get_until, http_get, ChildGuard};
+
+const CDS: &str = ResourceType::Clusters.type_url();
+const EDS: &str = ResourceType::Endpoints.type_url();
+const LDS: &str = ResourceType::Listeners.type_url();
+
+/// The name of cluster `i`.
+pub fn cluster_name(i: usize) -> String {
+    format!("svc_{i:04}")
+}
+
+/// One fleet: the processes, their ports, and the upstream's state.
+pub struct Fleet {
+    pub envoy: Envoy,
+    pub gateway: ChildGuard,
+    pub ads: FakeAds,
+    pub envoy_admin: u16,
+    pub gateway_admin: u16,
+    pub clusters: usize,
+    /// When Envoy was started.
+    pub started: Instant,
+    codec: Codec,
+    /// Per cluster, the generation of its endpoints (bumped by [`change`](Self::change)).
+    generations: Vec<u32>,
+    eds_version: u64,
+}
+
+fn any(codec: &Codec, json: &Value) -> Any {
+    let any = codec
+        .parse_any(json.to_string().as_bytes())
+        .unwrap_or_else(|e| panic!("fixture {json}: {e}"));
+    Any {
+        type_url: any.type_url,
+        value: any.value,
+    }
+}
+
+fn cluster(codec: &Codec, i: usize) -> Any {
+    any(
+        codec,
+        &json!({"@type": CDS, "name": cluster_name(i), "type": "EDS", "connect_timeout": "1s",
+                "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}}),
+    )
+}
+
+/// Cluster `i`'s endpoints at `generation`: 127.0.0.1 on a port that
+/// changes with it (nothing listens: only the config matters).
+fn assignment(codec: &Codec, i: usize, generation: u32) -> Any {
+    let port = 20_000 + (i as u32 * 7 + generation) % 40_000;
+    any(
+        codec,
+        &json!({"@type": EDS, "cluster_name": cluster_name(i), "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]}),
+    )
+}
+
+impl Fleet {
+    /// Starts the upstream with `clusters` EDS clusters, the gateway (its
+    /// EDS sources rewritten to poll every `refresh`), then Envoy.
+    pub async fn start(
+        envoy_bin: &Path,
+        dir: &Path,
+        clusters: usize,
+        refresh: Duration,
+        debug_log: bool,
+    ) -> Fleet {
+        let codec = Codec::embedded();
+        let ads = FakeAds::start().await;
+        ads.set(LDS, "1", Vec::new());
+        ads.set(
+            CDS,
+            "1",
+            (0..clusters).map(|i| cluster(&codec, i)).collect(),
+        );
+        ads.set(
+            EDS,
+            "1",
+            (0..clusters).map(|i| assignment(&codec, i, 0)).collect(),
+        );
+
+        let (gateway_port, gateway_admin) = (free_port(), free_port());
+        let refresh = format!("{}ms", refresh.as_millis());
+        let gateway = envoy::spawn_gateway(
+            [
+                "--upstream",
+                &ads.url(),
+                "--listen",
+                &format!("127.0.0.1:{gateway_port}"),
+                "--admin",
+                &format!("127.0.0.1:{gateway_admin}"),
+                "--refresh-delay",
+                &refresh,
+            ],
+            debug_log,
+            &dir.join(envoy::GATEWAY_LOG),
+        );
+        get_until(
+            gateway_admin,
+            "/healthz",
+            Duration::from_secs(10),
+            POLL_INTERVAL,
+            || {},
+            |_| true,
+        )
+        .await
+        .unwrap_or_else(|_| {
+            gateway.print_log();
+            panic!("the gateway's /healthz did not answer within 10s")
+        });
+        let envoy_admin = free_port();
+        let bootstrap = envoy::rest_bootstrap_with("fleet", envoy_admin, gateway_port, envoy::XDS_CLUSTER_HTTP2);
+        let envoy = Envoy::start(envoy_bin, dir, &bootstrap);
+        let started = Instant::now();
+        get_until(
+            envoy_admin,
+            "/stats?filter=server.live",
+            Duration::from_secs(20),
+            POLL_INTERVAL,
+            || {},
+            |_| true,
+        )
+        .await
+        .unwrap_or_else(|_| panic!("Envoy's admin did not answer within 20s"));
+        Fleet {
+            envoy,
+            gateway,
+            ads,
+            envoy_admin,
+            gateway_admin,
+            clusters,
+            started,
+            codec,
+            generations: vec![0; clusters],
+            eds_version: 1,
+        }
+    }
+
+    /// Panics (logs printed by the guards) if a child has exited.
+    pub fn check_alive(&mut self) {
+        self.envoy.assert_running();
+        self.gateway.assert_running();
+    }
+
+    /// Envoy's counters starting with one of `prefixes`.
+    pub async fn envoy_counters(&mut self, prefixes: &[&str]) -> BTreeMap<String, u64> {
+        self.check_alive();
+        envoy::counters(self.envoy_admin, prefixes).await
+    }
+
+    /// Per EDS cluster: `update_success`; and the sums of `update_failure`
+    /// and `update_rejected` over all of them.
+    pub async fn eds_counters(&mut self) -> (BTreeMap<String, u64>, u64, u64) {
+        let stats = self.envoy_counters(&["cluster.svc_"]).await;
+        let mut success = BTreeMap::new();
+        let (mut failures, mut rejected) = (0, 0);
+        for (name, value) in stats {
+            let Some(cluster) = name.strip_prefix("cluster.") else {
+                continue;
+            };
+            if let Some(cluster) = cluster.strip_suffix(".update_success") {
+                success.insert(cluster.to_owned(), value);
+            } else if cluster.ends_with(".update_failure") {
+                failures += value;
+            } else if cluster.ends_with(".update_rejected") {
+                rejected += value;
+            }
+        }
+        (success, failures, rejected)
+    }
+
+    /// Waits until every EDS cluster has taken its first update; how long
+    /// that took since Envoy started.
+    pub async fn wait_warm(&mut self, timeout: Duration) -> Duration {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (success, _, _) = self.eds_counters().await;
+            let warm = success.len() == self.clusters && success.values().all(|v| *v >= 1);
+            if warm {
+                return self.started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} EDS clusters warm after {timeout:?}",
+                success.values().filter(|v| **v >= 1).count(),
+                self.clusters
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// The gateway's EDS answers so far: (200s, 304s, others).
+    pub async fn gateway_eds_answers(&mut self) -> (f64, f64, f64) {
+        self.check_alive();
+        let (_, text) = http_get(self.gateway_admin, "/metrics")
+            .await
+            .unwrap_or_else(|e| panic!("gateway /metrics: {e}"));
+        let (mut ok, mut not_modified, mut other) = (0.0, 0.0, 0.0);
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("xds_gateway_requests_total{") else {
+                continue;
+            };
+            if !rest.contains(r#"type="endpoints""#) {
+                continue;
+            }
+            let value: f64 = rest
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if rest.contains(r#"status="200""#) {
+                ok += value;
+            } else if rest.contains(r#"status="304""#) {
+                not_modified += value;
+            } else {
+                other += value;
+            }
+        }
+        (ok, not_modified, other)
+    }
+
+    /// The gateway process's CPU time so far (user + system, from /proc).
+    pub fn gateway_cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.gateway.id()))
+            .unwrap_or_default();
+        // Fields after the parenthesised command name: utime is 14th, stime 15th overall.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields
+            .get(11..13)
+            .map_or(0, |f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum());
+        // The kernel's USER_HZ is 100 on every Linux the tests run on.
+        Duration::from_millis(ticks * 10)
+    }
+
+    /// Gives cluster `i` new endpoints (a new upstream EDS version).
+    pub fn change(&mut self, i: usize) {
+        self.generations[i] += 1;
+        self.eds_version += 1;
+        let resources = (0..self.clusters)
+            .map(|c| assignment(&self.codec, c, self.generations[c]))
+            .collect();
+        self.ads.set(EDS, &self.eds_version.to_string(), resources);
+    }
+
+    /// The node cluster Envoy presents.
+    pub fn node_cluster(&self) -> &'static str {
+        NODE_CLUSTER
+    }
+}
