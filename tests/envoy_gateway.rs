@@ -124,26 +124,40 @@ impl Harness {
     /// Starts the gateway (upstream: `ads`) and then Envoy (polling the
     /// gateway), logging to `dir`; `listener_port` is only reported.
     async fn start(envoy_bin: &Path, dir: &Path, ads: FakeAds, listener_port: u16) -> Harness {
+        Harness::start_with(envoy_bin, dir, ads, listener_port, &[]).await
+    }
+
+    /// [`start`](Self::start) with `extra` gateway flags.
+    async fn start_with(
+        envoy_bin: &Path,
+        dir: &Path,
+        ads: FakeAds,
+        listener_port: u16,
+        extra: &[&str],
+    ) -> Harness {
         // The gateway.
         let gateway_port = free_port();
         let gateway_admin = free_port();
         let gateway_log = dir.join(GATEWAY_LOG);
-        let gateway = envoy::spawn_gateway(
-            [
-                "--upstream",
-                &ads.url(),
-                "--listen",
-                &format!("127.0.0.1:{gateway_port}"),
-                "--admin",
-                &format!("127.0.0.1:{gateway_admin}"),
-                "--refresh-delay",
-                "200ms",
-                "--rejection-threshold",
-                "2",
-            ],
-            true,
-            &gateway_log,
+        let (upstream, listen, admin) = (
+            ads.url(),
+            format!("127.0.0.1:{gateway_port}"),
+            format!("127.0.0.1:{gateway_admin}"),
         );
+        let mut args = vec![
+            "--upstream",
+            &upstream,
+            "--listen",
+            &listen,
+            "--admin",
+            &admin,
+            "--refresh-delay",
+            "200ms",
+            "--rejection-threshold",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let gateway = envoy::spawn_gateway(args, true, &gateway_log);
         get_until(
             gateway_admin,
             "/healthz",
@@ -487,6 +501,49 @@ fn check_upstream_requests(ads: &FakeAds) {
         ads.streams_opened(),
         requests.len()
     );
+}
+
+/// The control plane's very first listeners hold one Envoy rejects (an
+/// address that is not an IP: no protoc-gen-validate rule catches it, Envoy
+/// refuses it when it builds the listener). Envoy keeps presenting the
+/// empty version; the gateway sees that as the rejection it is and, with
+/// `--forward-rejections`, NACKs it upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_first_version_is_seen_and_nacked() {
+    envoy::run_bounded("a_rejected_first_version_is_seen_and_nacked", run_first_rejection).await;
+}
+
+async fn run_first_rejection(envoy_bin: PathBuf, dir: PathBuf) {
+    let codec = Codec::embedded();
+    let ads = FakeAds::start().await;
+    ads.set(CLUSTER_TYPE, "1", Vec::new());
+    let bad_port = free_port();
+    ads.set(
+        LISTENER_TYPE,
+        "1",
+        vec![listener(&codec, "listener_bad", "not-an-ip", bad_port)],
+    );
+    let mut h = Harness::start_with(&envoy_bin, &dir, ads, bad_port, &["--forward-rejections"]).await;
+    let (lds_rejected, suspected) = rejection_seen(&mut h).await;
+    eprintln!(
+        "a_rejected_first_version_is_seen_and_nacked: envoy lds update_rejected {lds_rejected}, \
+         gateway suspected {suspected}"
+    );
+    let stats = h.stat_values(&["listener_manager.lds.update_success"]).await;
+    assert_eq!(stats.values().sum::<u64>(), 0, "Envoy never applied a listener update: {stats:?}");
+    let nacked = eventually(CHANGE_TIMEOUT, POLL_INTERVAL, || {
+        let requests = h.ads.requests();
+        async move {
+            requests
+                .into_iter()
+                .find(|r| r.type_url == LISTENER_TYPE && r.error_detail.is_some())
+        }
+    })
+    .await
+    .expect("no NACK of the rejected first listeners upstream");
+    assert_eq!(nacked.version_info, "", "{nacked:?}");
+    let detail = nacked.error_detail.unwrap_or_default();
+    assert!(detail.contains("probably rejected"), "{detail}");
 }
 
 /// EDS clusters in [`eds_catch_up_is_not_a_suspected_rejection`].

@@ -1,0 +1,80 @@
+//! Fleet benchmark: the setup of `tests/envoy_fleet.rs` (a real Envoy 1.40
+//! polling N EDS clusters over REST through the gateway, in front of an ADS
+//! control plane), run longer, with the release gateway. Prints, per size:
+//! the time to warm every cluster from a cold start and the update failures
+//! on the way, then for a steady-state window: EDS polls per second, the
+//! share answered 304, `update_success` increments (none: nothing changed)
+//! and the gateway's CPU per 1,000 polls/s.
+//!
+//! `cargo bench --bench fleet` (needs the Envoy of `scripts/test`'s .venv,
+//! or ENVOY_BIN). Sizes and the window: FLEET_CLUSTERS (default "500,1000"),
+//! FLEET_SECONDS (default 60), FLEET_REFRESH_MS (default 1000).
+
+#[path = "../tests/support/process.rs"]
+mod process;
+
+#[path = "../tests/support/envoy.rs"]
+mod envoy;
+
+#[path = "../tests/support/fake_ads.rs"]
+mod fake_ads;
+
+#[path = "../tests/support/fleet.rs"]
+mod fleet;
+
+use std::time::{Duration, Instant};
+
+use fleet::Fleet;
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let envoy_bin = process::require_envoy("bench fleet");
+    let sizes: Vec<usize> = env_or("FLEET_CLUSTERS", "500,1000")
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let seconds: u64 = env_or("FLEET_SECONDS", "60").parse().unwrap_or(60);
+    let refresh = Duration::from_millis(env_or("FLEET_REFRESH_MS", "1000").parse().unwrap_or(1000));
+    println!(
+        "Envoy 1.40 polling N EDS clusters over REST (HTTP/2 to the gateway), refresh_delay {refresh:?}; \
+         steady state measured over {seconds}s\n"
+    );
+    println!("| EDS clusters | warm | cold-start update failures | EDS polls/s | 304 share | update_success rises | gateway CPU per 1,000 polls/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for clusters in sizes {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut fleet = Fleet::start(&envoy_bin, dir.path(), clusters, refresh, false).await;
+        let warm = fleet.wait_warm(Duration::from_secs(120)).await;
+        let (before, failures, _) = fleet.eds_counters().await;
+        // Let the first poll round after warming settle.
+        tokio::time::sleep(refresh * 3).await;
+        let (ok0, nm0, _) = fleet.gateway_eds_answers().await;
+        let cpu0 = fleet.gateway_cpu();
+        let (before_window, _, _) = fleet.eds_counters().await;
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let (ok1, nm1, _) = fleet.gateway_eds_answers().await;
+        let cpu = fleet.gateway_cpu().saturating_sub(cpu0).as_secs_f64();
+        let (after, _, _) = fleet.eds_counters().await;
+        let polls = (ok1 - ok0) + (nm1 - nm0);
+        let rate = polls / elapsed;
+        let rises: u64 = after
+            .iter()
+            .map(|(k, v)| v.saturating_sub(*before_window.get(k).unwrap_or(v)))
+            .sum();
+        let cpu_share = cpu / elapsed;
+        println!(
+            "| {clusters} | {:.2} s | {failures} | {rate:.0} | {:.2} % | {rises} | {:.3} cores ({:.1} % of one) |",
+            warm.as_secs_f64(),
+            100.0 * (nm1 - nm0) / polls.max(1.0),
+            cpu_share * 1000.0 / rate.max(1.0),
+            100.0 * cpu_share * 1000.0 / rate.max(1.0),
+        );
+        drop(before);
+    }
+}
