@@ -42,7 +42,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost_types::Any;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use xds_gateway::xds::{Codec, DiscoveryRequestView};
+use xds_gateway::xds::{Codec, DiscoveryRequestView, Validator};
 
 const LISTENER_URL: &str = xds_gateway::xds::ResourceType::Listeners.type_url();
 const CLUSTER_URL: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
@@ -321,6 +321,7 @@ type Samples = HashMap<String, Vec<f64>>;
 struct Work<'a> {
     config: &'a Config,
     codec: &'a Codec,
+    validator: &'a Validator,
     request: Option<&'a [u8]>,
     listeners: &'a [Any],
     clusters: &'a [Any],
@@ -378,6 +379,15 @@ fn rust_pass(w: &mut Work<'_>, out: &mut Samples) {
         sample(config, || {
             for a in w.clusters {
                 black_box(codec.decode_any(&a.type_url, &a.value).expect("decodes"));
+            }
+        }),
+    );
+    add(
+        "validate",
+        sample(config, || {
+            for a in w.clusters {
+                let message = codec.decode_any(&a.type_url, &a.value).expect("decodes");
+                black_box(w.validator.validate(&message).expect("valid"));
             }
         }),
     );
@@ -593,9 +603,11 @@ fn main() {
             root.join("bench/reference.py").display()
         );
     }
+    let validator = Validator::new(codec.pool().clone());
     let mut work = Work {
         config: &config,
         codec: &codec,
+        validator: &validator,
         request: request.as_deref(),
         listeners: &listeners,
         clusters: &clusters,
@@ -689,6 +701,10 @@ fn main() {
         (
             "decode",
             format!("  (c) decode only: Codec::decode_any x {nc}"),
+        ),
+        (
+            "validate",
+            format!("  (c) decode + Envoy's field rules x {nc}"),
         ),
         ("hash", format!("  (d) of which SHA-256 of the {nc} Anys")),
     ] {

@@ -510,7 +510,11 @@ fn check_upstream_requests(ads: &FakeAds) {
 /// `--forward-rejections`, NACKs it upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_first_version_is_seen_and_nacked() {
-    envoy::run_bounded("a_rejected_first_version_is_seen_and_nacked", run_first_rejection).await;
+    envoy::run_bounded(
+        "a_rejected_first_version_is_seen_and_nacked",
+        run_first_rejection,
+    )
+    .await;
 }
 
 async fn run_first_rejection(envoy_bin: PathBuf, dir: PathBuf) {
@@ -523,14 +527,21 @@ async fn run_first_rejection(envoy_bin: PathBuf, dir: PathBuf) {
         "1",
         vec![listener(&codec, "listener_bad", "not-an-ip", bad_port)],
     );
-    let mut h = Harness::start_with(&envoy_bin, &dir, ads, bad_port, &["--forward-rejections"]).await;
+    let mut h =
+        Harness::start_with(&envoy_bin, &dir, ads, bad_port, &["--forward-rejections"]).await;
     let (lds_rejected, suspected) = rejection_seen(&mut h).await;
     eprintln!(
         "a_rejected_first_version_is_seen_and_nacked: envoy lds update_rejected {lds_rejected}, \
          gateway suspected {suspected}"
     );
-    let stats = h.stat_values(&["listener_manager.lds.update_success"]).await;
-    assert_eq!(stats.values().sum::<u64>(), 0, "Envoy never applied a listener update: {stats:?}");
+    let stats = h
+        .stat_values(&["listener_manager.lds.update_success"])
+        .await;
+    assert_eq!(
+        stats.values().sum::<u64>(),
+        0,
+        "Envoy never applied a listener update: {stats:?}"
+    );
     let nacked = eventually(CHANGE_TIMEOUT, POLL_INTERVAL, || {
         let requests = h.ads.requests();
         async move {

@@ -112,7 +112,9 @@ async fn authority_as_host(mut request: axum::extract::Request) -> axum::extract
     if !request.headers().contains_key(axum::http::header::HOST) {
         let authority = request.uri().authority().map(|a| a.as_str().to_owned());
         if let Some(value) = authority.and_then(|a| axum::http::HeaderValue::from_str(&a).ok()) {
-            request.headers_mut().insert(axum::http::header::HOST, value);
+            request
+                .headers_mut()
+                .insert(axum::http::header::HOST, value);
         }
     }
     request

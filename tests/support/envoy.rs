@@ -175,7 +175,12 @@ pub const XDS_CLUSTER_HTTP2: &str = r#"    typed_extension_protocol_options:
 
 /// [`rest_bootstrap`] with `xds_cluster_extra` (YAML lines indented for the
 /// cluster's fields, e.g. [`XDS_CLUSTER_HTTP2`]) added to `xds_cluster`.
-pub fn rest_bootstrap_with(node_id: &str, admin_port: u16, xds_port: u16, xds_cluster_extra: &str) -> String {
+pub fn rest_bootstrap_with(
+    node_id: &str,
+    admin_port: u16,
+    xds_port: u16,
+    xds_cluster_extra: &str,
+) -> String {
     let source = "{api_type: REST, transport_api_version: V3, cluster_names: [xds_cluster], \
                   refresh_delay: 0.2s}";
     format!(

@@ -130,7 +130,12 @@ impl Fleet {
             panic!("the gateway's /healthz did not answer within 10s")
         });
         let envoy_admin = free_port();
-        let bootstrap = envoy::rest_bootstrap_with("fleet", envoy_admin, gateway_port, envoy::XDS_CLUSTER_HTTP2);
+        let bootstrap = envoy::rest_bootstrap_with(
+            "fleet",
+            envoy_admin,
+            gateway_port,
+            envoy::XDS_CLUSTER_HTTP2,
+        );
         let envoy = Envoy::start(envoy_bin, dir, &bootstrap);
         let started = Instant::now();
         get_until(
