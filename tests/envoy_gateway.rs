@@ -54,7 +54,7 @@ use xds_gateway::xds::Codec;
 
 use envoy::{
     Envoy, CHANGE_TIMEOUT, CLA_TYPE, CLUSTER_TYPE, CONVERGE_TIMEOUT, FIXTURE_SUBSCRIPTIONS,
-    GATEWAY_LOG, LISTENER_TYPE, POLL_INTERVAL, RDS_STATS, ROUTE_TYPE,
+    LISTENER_TYPE, POLL_INTERVAL, RDS_STATS, ROUTE_TYPE,
 };
 use fake_ads::FakeAds;
 use process::{eventually, free_port, get_until, http_get, ChildGuard};
@@ -136,41 +136,11 @@ impl Harness {
         extra: &[&str],
     ) -> Harness {
         // The gateway.
-        let gateway_port = free_port();
-        let gateway_admin = free_port();
-        let gateway_log = dir.join(GATEWAY_LOG);
-        let (upstream, listen, admin) = (
-            ads.url(),
-            format!("127.0.0.1:{gateway_port}"),
-            format!("127.0.0.1:{gateway_admin}"),
-        );
-        let mut args = vec![
-            "--upstream",
-            &upstream,
-            "--listen",
-            &listen,
-            "--admin",
-            &admin,
-            "--refresh-delay",
-            "200ms",
-            "--rejection-threshold",
-            "2",
-        ];
-        args.extend_from_slice(extra);
-        let gateway = envoy::spawn_gateway(args, true, &gateway_log);
-        get_until(
-            gateway_admin,
-            "/healthz",
-            Duration::from_secs(10),
-            POLL_INTERVAL,
-            || {},
-            |_| true,
-        )
-        .await
-        .unwrap_or_else(|_| {
-            gateway.print_log();
-            panic!("the gateway's /healthz did not answer within 10s")
-        });
+        let mut flags = vec!["--rejection-threshold", "2"];
+        flags.extend_from_slice(extra);
+        let refresh = Duration::from_millis(200);
+        let spawned = envoy::start_gateway(&ads.url(), refresh, &flags, true, dir).await;
+        let (gateway, gateway_port, gateway_admin) = (spawned.guard, spawned.port, spawned.admin);
 
         // Envoy.
         let envoy_admin = free_port();

@@ -50,7 +50,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::process::{
-    envoy_base_id, eventually, get_until, http_get, print_log_file, require_envoy, ChildGuard,
+    envoy_base_id, eventually, free_port, get_until, http_get, print_log_file, require_envoy,
+    ChildGuard,
 };
 
 /// A whole Envoy test, process start-up included ([`run_bounded`]).
@@ -120,6 +121,54 @@ where
         .spawn()
         .expect("spawn xds-gateway");
     ChildGuard::new("xds-gateway", child).with_log(log)
+}
+
+/// A gateway spawned for an Envoy test: its guard and ports.
+pub struct SpawnedGateway {
+    pub guard: ChildGuard,
+    pub port: u16,
+    pub admin: u16,
+}
+
+/// Spawns the gateway in front of `upstream` on free loopback ports, its
+/// rewritten EDS/RDS sources polling every `refresh`, with `extra` flags,
+/// logging to [`GATEWAY_LOG`] in `dir`; returns once its `/healthz` answers.
+pub async fn start_gateway(
+    upstream: &str,
+    refresh: Duration,
+    extra: &[&str],
+    debug: bool,
+    dir: &Path,
+) -> SpawnedGateway {
+    let (port, admin) = (free_port(), free_port());
+    let (listen, admin_addr) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{admin}"));
+    let refresh = format!("{}ms", refresh.as_millis());
+    let mut args = vec![
+        "--upstream",
+        upstream,
+        "--listen",
+        &listen,
+        "--admin",
+        &admin_addr,
+        "--refresh-delay",
+        &refresh,
+    ];
+    args.extend_from_slice(extra);
+    let guard = spawn_gateway(args, debug, &dir.join(GATEWAY_LOG));
+    get_until(
+        admin,
+        "/healthz",
+        READY_TIMEOUT,
+        POLL_INTERVAL,
+        || {},
+        |_| true,
+    )
+    .await
+    .unwrap_or_else(|_| {
+        guard.print_log();
+        panic!("the gateway's /healthz did not answer within {READY_TIMEOUT:?}")
+    });
+    SpawnedGateway { guard, port, admin }
 }
 
 /// Waits up to [`READY_TIMEOUT`] (polling every `interval`) for the

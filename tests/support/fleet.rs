@@ -100,35 +100,9 @@ impl Fleet {
             (0..clusters).map(|i| assignment(&codec, i, 0)).collect(),
         );
 
-        let (gateway_port, gateway_admin) = (free_port(), free_port());
-        let refresh = format!("{}ms", refresh.as_millis());
-        let gateway = envoy::spawn_gateway(
-            [
-                "--upstream",
-                &ads.url(),
-                "--listen",
-                &format!("127.0.0.1:{gateway_port}"),
-                "--admin",
-                &format!("127.0.0.1:{gateway_admin}"),
-                "--refresh-delay",
-                &refresh,
-            ],
-            debug_log,
-            &dir.join(envoy::GATEWAY_LOG),
-        );
-        get_until(
-            gateway_admin,
-            "/healthz",
-            Duration::from_secs(10),
-            POLL_INTERVAL,
-            || {},
-            |_| true,
-        )
-        .await
-        .unwrap_or_else(|_| {
-            gateway.print_log();
-            panic!("the gateway's /healthz did not answer within 10s")
-        });
+        let gateway = envoy::start_gateway(&ads.url(), refresh, &[], debug_log, dir).await;
+        let (gateway_port, gateway_admin) = (gateway.port, gateway.admin);
+        let gateway = gateway.guard;
         let envoy_admin = free_port();
         let bootstrap = envoy::rest_bootstrap_with(
             "fleet",

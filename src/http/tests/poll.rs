@@ -311,6 +311,16 @@ async fn clients_of_one_identity_share_one_session_and_widen_it() {
     assert_eq!(script.sessions_started(), 2);
 }
 
+/// The version each of `names` (one EDS cluster per poll) is first served at.
+async fn first_versions(gw: &Arc<Gateway>, names: &[String]) -> Vec<String> {
+    let mut versions = Vec::new();
+    for name in names {
+        let reply = poll(gw, EDS, "n", "", &[name], "").await;
+        versions.push(reply.version().to_owned());
+    }
+    versions
+}
+
 /// The NACKs the sessions sent their feeder.
 async fn nacks(script: &Script) -> Vec<Command> {
     idle().await;
@@ -402,15 +412,7 @@ async fn eds_clusters_catching_up_one_by_one_are_not_rejections() {
     let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     let resources: Vec<Value> = names.iter().map(|n| cla(n)).collect();
     script.set(EDS, "v1", &resources).await;
-    let mut versions = Vec::new();
-    for name in &names {
-        versions.push(
-            poll(&gw, EDS, "n", "", &[name], "")
-                .await
-                .version()
-                .to_owned(),
-        );
-    }
+    let versions = first_versions(&gw, &names).await;
     let changed: Vec<Value> = names
         .iter()
         .map(|n| json!({"@type": EDS.type_url(), "cluster_name": n, "policy": {"overprovisioning_factor": 150}}))
@@ -434,15 +436,7 @@ async fn every_eds_cluster_gets_its_304_however_many_a_node_polls() {
     let names: Vec<String> = (0..600).map(|i| format!("c{i}")).collect();
     let resources: Vec<Value> = names.iter().map(|n| cla(n)).collect();
     script.set(EDS, "v1", &resources).await;
-    let mut versions = Vec::new();
-    for name in &names {
-        versions.push(
-            poll(&gw, EDS, "n", "", &[name], "")
-                .await
-                .version()
-                .to_owned(),
-        );
-    }
+    let versions = first_versions(&gw, &names).await;
     for (name, version) in names.iter().zip(&versions) {
         let reply = poll(&gw, EDS, "n", version, &[name], "").await;
         assert_eq!(reply.status, StatusCode::NOT_MODIFIED, "{name}");

@@ -28,23 +28,14 @@ impl Validator {
                 },
                 Value::List(list),
             ) => {
-                let n = list.len() as u64;
-                if *ignore_empty && n == 0 {
+                let counted = Counted {
+                    kind: "repeated",
+                    least: "min_items",
+                    most: "max_items",
+                    unit: "item",
+                };
+                if !counted.check(list.len(), *min, *max, *ignore_empty, path)? {
                     return Ok(());
-                }
-                if let Some(min) = min.filter(|m| n < *m) {
-                    return Err(violation(
-                        path,
-                        "repeated.min_items",
-                        &format!("value must contain at least {min} item(s)"),
-                    ));
-                }
-                if let Some(max) = max.filter(|m| n > *m) {
-                    return Err(violation(
-                        path,
-                        "repeated.max_items",
-                        &format!("value must contain no more than {max} item(s)"),
-                    ));
                 }
                 if *unique && list.iter().enumerate().any(|(i, v)| list[..i].contains(v)) {
                     return Err(violation(
@@ -72,23 +63,14 @@ impl Validator {
                 },
                 Value::Map(map),
             ) => {
-                let n = map.len() as u64;
-                if *ignore_empty && n == 0 {
+                let counted = Counted {
+                    kind: "map",
+                    least: "min_pairs",
+                    most: "max_pairs",
+                    unit: "pair",
+                };
+                if !counted.check(map.len(), *min, *max, *ignore_empty, path)? {
                     return Ok(());
-                }
-                if let Some(min) = min.filter(|m| n < *m) {
-                    return Err(violation(
-                        path,
-                        "map.min_pairs",
-                        &format!("value must contain at least {min} pair(s)"),
-                    ));
-                }
-                if let Some(max) = max.filter(|m| n > *m) {
-                    return Err(violation(
-                        path,
-                        "map.max_pairs",
-                        &format!("value must contain no more than {max} pair(s)"),
-                    ));
                 }
                 let entry = map_entry(field);
                 for (key, item) in map {
@@ -128,6 +110,49 @@ impl Validator {
             },
             _ => Ok(()),
         }
+    }
+}
+
+/// The count rules of a list (items) or a map (pairs).
+struct Counted {
+    kind: &'static str,
+    least: &'static str,
+    most: &'static str,
+    unit: &'static str,
+}
+
+impl Counted {
+    /// Checks `n` against `min`/`max`; false when the rest of the rules are
+    /// skipped (`ignore_empty` and nothing there).
+    fn check(
+        &self,
+        n: usize,
+        min: Option<u64>,
+        max: Option<u64>,
+        ignore_empty: bool,
+        path: &[String],
+    ) -> Result<bool, Violation> {
+        let n = n as u64;
+        if ignore_empty && n == 0 {
+            return Ok(false);
+        }
+        if let Some(min) = min.filter(|m| n < *m) {
+            let message = format!("value must contain at least {min} {}(s)", self.unit);
+            return Err(violation(
+                path,
+                &format!("{}.{}", self.kind, self.least),
+                &message,
+            ));
+        }
+        if let Some(max) = max.filter(|m| n > *m) {
+            let message = format!("value must contain no more than {max} {}(s)", self.unit);
+            return Err(violation(
+                path,
+                &format!("{}.{}", self.kind, self.most),
+                &message,
+            ));
+        }
+        Ok(true)
     }
 }
 
