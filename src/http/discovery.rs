@@ -19,7 +19,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::body::read_body;
+use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
@@ -51,6 +51,7 @@ pub(super) async fn handle_post(
     let served = async {
         check_params(&query, POST_PARAMS)?;
         check_secrets(&gateway, kind)?;
+        check_json(&headers)?;
         let body = read_body(body, gateway.config.max_body_bytes).await?;
         serve(&gateway, kind, &headers, &query, body).await
     };
@@ -68,7 +69,7 @@ pub(super) async fn handle_get(
     let served = async {
         check_params(&query, GET_PARAMS)?;
         check_secrets(&gateway, kind)?;
-        let body = get_body(&query, &headers);
+        let body = get_body(&query, &headers)?;
         serve(&gateway, kind, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
@@ -149,7 +150,7 @@ fn check_type_url(kind: ResourceType, request: &ParsedRequest) -> Result<(), Api
 }
 
 /// The DiscoveryRequest JSON a GET stands for.
-fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
+fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Bytes, ApiError> {
     let names: Vec<&str> = query
         .get("names")
         .map(|n| {
@@ -159,11 +160,10 @@ fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
                 .collect()
         })
         .unwrap_or_default();
-    let version = query
-        .get("version")
-        .cloned()
-        .or_else(|| version_from_if_none_match(headers))
-        .unwrap_or_default();
+    let version = match query.get("version") {
+        Some(version) => version.clone(),
+        None => version_from_if_none_match(headers)?.unwrap_or_default(),
+    };
     let body = serde_json::json!({
         "version_info": version,
         "resource_names": names,
@@ -172,7 +172,7 @@ fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
             "cluster": query.get("cluster").map_or("", String::as_str),
         },
     });
-    Bytes::from(body.to_string())
+    Ok(Bytes::from(body.to_string()))
 }
 
 fn finish(

@@ -40,6 +40,8 @@ pub(crate) enum ApiError {
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
     Forbidden(String),
     #[error("{message}")]
     Unavailable {
@@ -58,6 +60,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
@@ -69,7 +72,9 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => code::NOT_FOUND,
             ApiError::MethodNotAllowed(_) | ApiError::NotImplemented(_) => code::UNIMPLEMENTED,
-            ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => code::INVALID_ARGUMENT,
+            ApiError::BadRequest(_)
+            | ApiError::BodyTooLarge { .. }
+            | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,
             ApiError::Internal(_) => code::INTERNAL,
@@ -108,6 +113,7 @@ impl From<BodyError> for ApiError {
             BodyError::Unreadable(_) | BodyError::Invalid(_) => {
                 ApiError::BadRequest(err.to_string())
             }
+            BodyError::NotJson(_) => ApiError::UnsupportedMediaType(err.to_string()),
         }
     }
 }

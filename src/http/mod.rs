@@ -18,11 +18,11 @@ mod discovery;
 mod error;
 mod passthrough;
 mod present;
+mod query;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::routing::{get, post};
 use axum::Router;
@@ -34,6 +34,7 @@ use crate::source::Source;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 use error::ApiError;
+use query::Params;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -73,7 +74,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             post(
                 move |State(gw): State<Arc<Gateway>>,
                       headers: HeaderMap,
-                      Query(query): Query<HashMap<String, String>>,
+                      Params(query): Params,
                       body| {
                     discovery::handle_post(gw, kind, headers, query, body)
                 },
@@ -81,7 +82,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             .get(
                 move |State(gw): State<Arc<Gateway>>,
                       headers: HeaderMap,
-                      Query(query): Query<HashMap<String, String>>| {
+                      Params(query): Params| {
                     discovery::handle_get(gw, kind, headers, query)
                 },
             )
@@ -91,9 +92,11 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         router = router.route(
             &endpoint.path(),
-            post(move |State(gw): State<Arc<Gateway>>, body| {
-                passthrough::handle(gw, endpoint, body)
-            })
+            post(
+                move |State(gw): State<Arc<Gateway>>, headers: HeaderMap, body| {
+                    passthrough::handle(gw, endpoint, headers, body)
+                },
+            )
             .fallback(method_not_allowed),
         );
     }
@@ -131,7 +134,7 @@ async fn index(headers: HeaderMap) -> String {
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         let path = endpoint.path();
         out.push_str(&format!(
-            "{path:<36} curl -X POST 'http://{host}{path}' -d '{{}}'   (passed through to a gRPC upstream)\n"
+            "{path:<36} curl -H 'Content-Type: application/json' 'http://{host}{path}' -d '{{}}'   (passed through to a gRPC upstream)\n"
         ));
     }
     for kind in ResourceType::ALL {

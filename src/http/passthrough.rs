@@ -11,19 +11,24 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::body::{read_body, BodyError};
+use super::body::{check_json, read_body, BodyError};
 use super::error::ApiError;
 use super::Gateway;
 use crate::source::{PassThrough, PassedThrough};
 use crate::xds::Endpoint;
 
 /// Serves one pass-through request of `endpoint` (HealthCheck or ClientStatus).
-pub(super) async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, body: Body) -> Response {
+pub(super) async fn handle(
+    gateway: Arc<Gateway>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let started = std::time::Instant::now();
-    let response = serve(&gateway, endpoint, body)
+    let response = serve(&gateway, endpoint, &headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     gateway.metrics.request(
@@ -34,7 +39,13 @@ pub(super) async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, body: Body
     response
 }
 
-async fn serve(gateway: &Gateway, endpoint: Endpoint, body: Body) -> Result<Response, ApiError> {
+async fn serve(
+    gateway: &Gateway,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_json(headers)?;
     let body = read_body(body, gateway.config.max_body_bytes).await?;
     let codec = gateway.renderer.codec();
     let invalid = |e: crate::xds::JsonError| BodyError::Invalid(e.to_string());

@@ -222,6 +222,7 @@ impl Fetcher {
         let answer = tokio::time::timeout(self.call_timeout, self.fetch(key, node, presented))
             .await
             .map_err(|_| SourceError::NoAnswer {
+                from: "the upstream",
                 kind: key.kind,
                 within: self.call_timeout,
             })??;

@@ -129,6 +129,10 @@ impl Feeder for FileFeeder {
         })
     }
 
+    fn answers_from(&self) -> &'static str {
+        "the snapshot"
+    }
+
     fn is_ready(&self) -> bool {
         self.source.loaded_once.load(Ordering::Acquire)
     }
@@ -263,5 +267,25 @@ fn publish_changed(
             view.resources,
             coverage,
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::Codec;
+
+    /// A 503 of a snapshot gateway never blames an upstream it does not have.
+    #[tokio::test]
+    async fn no_answer_names_the_snapshot() {
+        let feeder = FileFeeder::start(Origin::EmbeddedDemo, Renderer::new(Codec::embedded()));
+        let err = SourceError::NoAnswer {
+            from: feeder.answers_from(),
+            kind: ResourceType::Clusters,
+            within: Duration::from_secs(5),
+        };
+        let message = err.to_string();
+        assert!(message.starts_with("the snapshot has not answered"), "{message}");
+        assert!(!message.contains("upstream"), "{message}");
     }
 }

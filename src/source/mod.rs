@@ -132,7 +132,7 @@ pub(crate) struct Status {
 /// is one failure the REST face maps to one status (`http/error.rs`).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SourceError {
-    #[error("too many upstream sessions ({max}); try again later")]
+    #[error("too many sessions ({max}); try again later")]
     TooManySessions { max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
     InvalidNode(String),
@@ -140,8 +140,10 @@ pub(crate) enum SourceError {
     NotLoaded { origin: String, problem: String },
     #[error("the upstream's API is still being probed (--upstream-mode auto)")]
     Probing,
-    #[error("the upstream has not answered for {} within {within:?}", kind.type_url())]
+    /// `from` says what should have answered: "the upstream", "the snapshot".
+    #[error("{from} has not answered for {} within {within:?}", kind.type_url())]
     NoAnswer {
+        from: &'static str,
         kind: ResourceType,
         within: Duration,
     },

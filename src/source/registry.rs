@@ -56,6 +56,11 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// What answers, for error messages: "the upstream", "the snapshot".
+    fn answers_from(&self) -> &'static str {
+        "the upstream"
+    }
+
     /// Whether it has answered once (never unready again).
     fn is_ready(&self) -> bool;
 
@@ -190,7 +195,11 @@ impl<F: Feeder> Sessions<F> {
         let first_wait = if settled { Duration::ZERO } else { within };
         let state = wait_for_coverage(rx.clone(), names, first_wait)
             .await
-            .ok_or(SourceError::NoAnswer { kind, within })?;
+            .ok_or(SourceError::NoAnswer {
+                from: self.feeder.answers_from(),
+                kind,
+                within,
+            })?;
         let feed = SessionFeed {
             kind,
             session,

@@ -60,6 +60,7 @@ async fn send(
     let request = Request::builder()
         .method(method)
         .uri(path)
+        .header("content-type", "application/json")
         .body(body.into())
         .unwrap();
     let response = router(gw).oneshot(request).await.unwrap();
@@ -226,5 +227,81 @@ async fn sessions_are_bounded() {
     );
     let (status, body) = post("second").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert!(body.contains("too many upstream sessions"), "{body}");
+    assert!(body.contains("too many sessions"), "{body}");
+    assert!(!body.contains("upstream"), "a snapshot has no upstream: {body}");
+}
+
+#[tokio::test]
+async fn post_bodies_must_say_they_are_json() {
+    for content_type in [
+        Some("application/x-www-form-urlencoded"),
+        Some("text/plain"),
+        None,
+    ] {
+        let mut request = Request::post("/v3/discovery:clusters");
+        if let Some(value) = content_type {
+            request = request.header("content-type", value);
+        }
+        let request = request.body(Body::from(r#"{"node":{"id":"n"}}"#)).unwrap();
+        let response = router(demo_gateway(Config::default()))
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{content_type:?}");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["code"], 3);
+        assert!(json["message"].as_str().unwrap().contains("application/json"), "{json}");
+    }
+    let request = Request::post("/v3/discovery:clusters")
+        .header("content-type", "application/json; charset=utf-8")
+        .body(Body::from(r#"{"node":{"id":"n"}}"#))
+        .unwrap();
+    let response = router(demo_gateway(Config::default()))
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+/// What axum's extractors would answer with an empty or bare-text 400 is a
+/// JSON 400 that names the problem.
+#[tokio::test]
+async fn malformed_query_strings_and_if_none_match_are_json_400s() {
+    let gw = demo_gateway(Config::default());
+    let get = |path: &'static str, inm: Option<&'static [u8]>| {
+        let gw = gw.clone();
+        async move {
+            let mut request = Request::get(path);
+            if let Some(value) = inm {
+                request = request.header(
+                    "if-none-match",
+                    axum::http::HeaderValue::from_bytes(value).unwrap(),
+                );
+            }
+            let response = router(gw)
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+            (status, serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default())
+        }
+    };
+    for (path, inm, needle) in [
+        ("/v3/discovery:clusters?node=a&node=b", None, "twice"),
+        ("/v3/discovery:clusters?node=%80", None, "UTF-8"),
+        ("/v3/discovery:clusters?node=demo", Some(&b"\x80v1"[..]), "If-None-Match"),
+        ("/v3/discovery:clusters?node=demo", Some(&b"\"a\", \"b\""[..]), "If-None-Match"),
+        ("/v3/discovery:clusters?node=demo", Some(&b"*"[..]), "If-None-Match"),
+        ("/v3/discovery:clusters?node=demo", Some(&b"\"v1"[..]), "If-None-Match"),
+    ] {
+        let (status, json) = get(path, inm).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {inm:?}: {json}");
+        assert_eq!(json["code"], 3, "{path} {inm:?}: {json}");
+        assert!(
+            json["message"].as_str().unwrap_or_default().contains(needle),
+            "{path} {inm:?}: {json}"
+        );
+    }
 }
