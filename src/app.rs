@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tracing::info;
@@ -13,13 +14,21 @@ use crate::cache::Renderer;
 use crate::config::{Config, UpstreamMode};
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
+use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{
     AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Sessions, SotwFeeder, Source,
     UpstreamContext,
 };
+use crate::tls::ServerTls;
 use crate::xds::{Codec, JsonError};
 
 pub use crate::source::StartError;
+pub use crate::tls::TlsError;
+
+/// Connections the admin listener takes at once (probes, scrapers, people).
+const ADMIN_MAX_CONNECTIONS: usize = 128;
+/// How long admin requests may take to finish at shutdown.
+const ADMIN_DRAIN: Duration = Duration::from_secs(5);
 
 /// Why the gateway could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +37,8 @@ pub enum AppError {
     Descriptors(#[from] JsonError),
     #[error(transparent)]
     Upstream(#[from] StartError),
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -42,6 +53,29 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
+    let tls = config.tls.clone().map(ServerTls::start).transpose()?;
+    let rest_spec = ListenerSpec {
+        name: "rest",
+        limits: ServeLimits {
+            max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),
+            header_read_timeout: config.header_read_timeout,
+            keep_alive_timeout: config.keep_alive_timeout,
+            // The longest a request may legitimately take: a first wait,
+            // then a long poll.
+            drain_timeout: config.first_response_timeout + config.max_wait,
+        },
+        tls,
+    };
+    let admin_spec = ListenerSpec {
+        name: "admin",
+        limits: ServeLimits {
+            max_connections: ADMIN_MAX_CONNECTIONS,
+            header_read_timeout: config.header_read_timeout,
+            keep_alive_timeout: config.keep_alive_timeout,
+            drain_timeout: ADMIN_DRAIN,
+        },
+        tls: None,
+    };
     let renderer = Renderer::new(codec);
     let metrics = Arc::new(Metrics::new());
     let source = build_source(&config, &renderer, &metrics)?;
@@ -51,7 +85,7 @@ pub async fn run(
         renderer,
         metrics.clone(),
     ));
-    let admin_state = Arc::new(Admin::new(source.clone(), metrics));
+    let admin_state = Arc::new(Admin::new(source.clone(), metrics.clone()));
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -62,13 +96,23 @@ pub async fn run(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let rest = axum::serve(listener, http::router(gateway))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let admin = axum::serve(admin_listener, admin::router(admin_state))
-        .with_graceful_shutdown(stopped(stop_rx));
-    let result = tokio::try_join!(async { rest.await }, async { admin.await });
+    let rest = serve::serve(
+        listener,
+        http::router(gateway),
+        rest_spec,
+        metrics.clone(),
+        stopped(stop_rx.clone()),
+    );
+    let admin = serve::serve(
+        admin_listener,
+        admin::router(admin_state),
+        admin_spec,
+        metrics,
+        stopped(stop_rx),
+    );
+    tokio::join!(rest, admin);
     source.close();
-    result.map(|_| ()).map_err(AppError::from)
+    Ok(())
 }
 
 /// What feeds the gateway: the snapshot without `--upstream`, else the

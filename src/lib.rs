@@ -15,6 +15,9 @@
 //! - `http`: the REST face (`/v3/discovery:<type>`) and the one error table.
 //! - `admin`: `/healthz`, `/readyz`, `/metrics` on a separate listener.
 //! - `metrics`: every metric name.
+//! - `serve`: one listener's accept loop and connection limits (both listeners use it).
+//! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
+//! - `reload`: files watched for changes (certificates, the auth policy).
 //!
 //! Dependencies point one way: `http`, `admin` → `source` (the `Source` seam
 //! only) → `cache`; `http` and `admin` also read `cache`; all may use `xds`.
@@ -43,4 +46,7 @@ mod admin;
 mod cache;
 mod http;
 mod metrics;
+mod reload;
+mod serve;
 mod source;
+mod tls;

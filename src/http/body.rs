@@ -19,6 +19,8 @@ pub(super) enum BodyError {
     TooLarge { limit: usize },
     #[error("could not read the request body: {0}")]
     Unreadable(String),
+    #[error("the request body did not arrive within {0:?} (--body-read-timeout)")]
+    TimedOut(std::time::Duration),
     /// It was read, but is not the message the endpoint takes.
     #[error("{0}")]
     Invalid(String),
@@ -41,9 +43,18 @@ pub(super) fn check_json(headers: &HeaderMap) -> Result<(), BodyError> {
     }
 }
 
-/// The whole body, or why not.
-pub(super) async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
+/// The whole body within `timeout` (a slow sender cannot hold a request
+/// open for longer), or why not.
+pub(super) async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, BodyError> {
+    let read = axum::body::to_bytes(body, limit);
+    let read = tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| BodyError::TimedOut(timeout))?;
+    read.map_err(|err| {
         let too_large =
             std::iter::successors(Some(&err as &(dyn std::error::Error + 'static)), |e| {
                 e.source()

@@ -23,8 +23,8 @@ use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
-use crate::cache::{Answer, ParsedRequest};
-use crate::config::RewritePolicy;
+use crate::cache::{Answer, Names, ParsedRequest};
+use crate::config::{Config, RewritePolicy};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -52,7 +52,12 @@ pub(super) async fn handle_post(
         check_params(&query, POST_PARAMS)?;
         check_secrets(&gateway, kind)?;
         check_json(&headers)?;
-        let body = read_body(body, gateway.config.max_body_bytes).await?;
+        let body = read_body(
+            body,
+            gateway.config.max_body_bytes,
+            gateway.config.body_read_timeout,
+        )
+        .await?;
         serve(&gateway, kind, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
@@ -87,6 +92,7 @@ async fn serve(
     let config = &gateway.config;
     let request = gateway.parsed.parse(body)?;
     check_type_url(kind, &request)?;
+    check_size(config, &request)?;
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
     let target = rest_target(
@@ -101,6 +107,15 @@ async fn serve(
     let mut polled = gateway.source.poll(kind, &request).await?;
     let mut answer = polled.answer(renderer, &request, target)?;
     if answer == Answer::NotModified && !wait.is_zero() {
+        let Ok(_slot) = gateway.long_polls.try_acquire() else {
+            return Err(ApiError::Unavailable {
+                message: format!(
+                    "too many long polls held now (at most {}, --max-long-polls); poll again later or without ?wait=",
+                    config.max_long_polls
+                ),
+                retry_after_secs: 1,
+            });
+        };
         let _held = gateway.metrics.long_poll_held();
         if polled.next_change(wait).await {
             answer = polled.answer(renderer, &request, target)?;
@@ -132,6 +147,27 @@ fn check_secrets(gateway: &Gateway, kind: ResourceType) -> Result<(), ApiError> 
         return Err(ApiError::Forbidden(
             "serving secrets over HTTP is off; start the gateway with --allow-secrets to serve them".into(),
         ));
+    }
+    Ok(())
+}
+
+/// What one request may make the gateway hold: its names and its node.
+fn check_size(config: &Config, request: &ParsedRequest) -> Result<(), ApiError> {
+    if let Names::Named(names) = request.names() {
+        if names.len() > config.max_names_per_request {
+            return Err(ApiError::BadRequest(format!(
+                "the request names {} resources; at most {} per request (--max-names-per-request)",
+                names.len(),
+                config.max_names_per_request
+            )));
+        }
+    }
+    if request.node_bytes() > config.max_node_bytes {
+        return Err(ApiError::BadRequest(format!(
+            "the request's node is {} bytes of JSON; at most {} (--max-node-bytes)",
+            request.node_bytes(),
+            config.max_node_bytes
+        )));
     }
     Ok(())
 }

@@ -21,6 +21,7 @@ const RETRY_AFTER_SECS: u64 = 1;
 /// google.rpc.Code numbers used here.
 mod code {
     pub const INVALID_ARGUMENT: i32 = 3;
+    pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const NOT_FOUND: i32 = 5;
     pub const PERMISSION_DENIED: i32 = 7;
     pub const UNIMPLEMENTED: i32 = 12;
@@ -39,6 +40,9 @@ pub(crate) enum ApiError {
     BadRequest(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
+    /// The body did not arrive in time; the connection is closed after this.
+    #[error("{0}")]
+    RequestTimeout(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -59,6 +63,7 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -77,6 +82,7 @@ impl ApiError {
             | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,
+            ApiError::RequestTimeout(_) => code::DEADLINE_EXCEEDED,
             ApiError::Internal(_) => code::INTERNAL,
         }
     }
@@ -98,6 +104,8 @@ impl From<SourceError> for ApiError {
             SourceError::InvalidNode(_) => ApiError::BadRequest(err.to_string()),
             SourceError::NoUpstream { .. } => ApiError::NotImplemented(err.to_string()),
             SourceError::TooManySessions { .. }
+            | SourceError::SessionBytes { .. }
+            | SourceError::TooManyNames { .. }
             | SourceError::NotLoaded { .. }
             | SourceError::Probing
             | SourceError::NoAnswer { .. }
@@ -114,6 +122,7 @@ impl From<BodyError> for ApiError {
                 ApiError::BadRequest(err.to_string())
             }
             BodyError::NotJson(_) => ApiError::UnsupportedMediaType(err.to_string()),
+            BodyError::TimedOut(_) => ApiError::RequestTimeout(err.to_string()),
         }
     }
 }
@@ -141,11 +150,18 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let ApiError::Unavailable {
-            retry_after_secs, ..
-        } = self
-        {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        match self {
+            ApiError::Unavailable {
+                retry_after_secs, ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            // The rest of the body is still on the wire: this connection
+            // cannot carry another request.
+            ApiError::RequestTimeout(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
         }
         response
     }

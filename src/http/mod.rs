@@ -45,6 +45,8 @@ pub(crate) struct Gateway {
     metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
     parsed: ParsedRequests,
+    /// One permit per long poll that may be held at once.
+    long_polls: tokio::sync::Semaphore,
 }
 
 impl Gateway {
@@ -56,6 +58,7 @@ impl Gateway {
     ) -> Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
+            long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
             config,
             source,
             renderer,
@@ -80,9 +83,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                 },
             )
             .get(
-                move |State(gw): State<Arc<Gateway>>,
-                      headers: HeaderMap,
-                      Params(query): Params| {
+                move |State(gw): State<Arc<Gateway>>, headers: HeaderMap, Params(query): Params| {
                     discovery::handle_get(gw, kind, headers, query)
                 },
             )

@@ -46,7 +46,12 @@ async fn serve(
     body: Body,
 ) -> Result<Response, ApiError> {
     check_json(headers)?;
-    let body = read_body(body, gateway.config.max_body_bytes).await?;
+    let body = read_body(
+        body,
+        gateway.config.max_body_bytes,
+        gateway.config.body_read_timeout,
+    )
+    .await?;
     let codec = gateway.renderer.codec();
     let invalid = |e: crate::xds::JsonError| BodyError::Invalid(e.to_string());
     let call = match endpoint {

@@ -131,7 +131,10 @@ pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Result<Option<S
     if opaque.contains('"') {
         return Err(malformed("several ETags or a stray quote; send one"));
     }
-    if opaque.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+    if opaque
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    {
         return Err(malformed("spaces or control characters in the tag"));
     }
     Ok(Some(opaque.to_owned()))

@@ -285,7 +285,10 @@ mod tests {
             within: Duration::from_secs(5),
         };
         let message = err.to_string();
-        assert!(message.starts_with("the snapshot has not answered"), "{message}");
+        assert!(
+            message.starts_with("the snapshot has not answered"),
+            "{message}"
+        );
         assert!(!message.contains("upstream"), "{message}");
     }
 }

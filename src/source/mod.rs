@@ -134,6 +134,14 @@ pub(crate) struct Status {
 pub(crate) enum SourceError {
     #[error("too many sessions ({max}); try again later")]
     TooManySessions { max: usize },
+    #[error("sessions hold {held} bytes of nodes; a new one of {wanted} bytes would pass the limit of {max} (--max-session-bytes); try again later")]
+    SessionBytes {
+        held: usize,
+        wanted: usize,
+        max: usize,
+    },
+    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session); names nobody asks for are dropped after --idle-timeout", kind.type_url())]
+    TooManyNames { kind: ResourceType, max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
     InvalidNode(String),
     #[error("the {origin} did not load: {problem}; see the admin /readyz for every problem")]

@@ -228,7 +228,10 @@ async fn sessions_are_bounded() {
     let (status, body) = post("second").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(body.contains("too many sessions"), "{body}");
-    assert!(!body.contains("upstream"), "a snapshot has no upstream: {body}");
+    assert!(
+        !body.contains("upstream"),
+        "a snapshot has no upstream: {body}"
+    );
 }
 
 #[tokio::test]
@@ -247,11 +250,23 @@ async fn post_bodies_must_say_they_are_json() {
             .oneshot(request)
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{content_type:?}");
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{content_type:?}"
+        );
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(json["code"], 3);
-        assert!(json["message"].as_str().unwrap().contains("application/json"), "{json}");
+        assert!(
+            json["message"]
+                .as_str()
+                .unwrap()
+                .contains("application/json"),
+            "{json}"
+        );
     }
     let request = Request::post("/v3/discovery:clusters")
         .header("content-type", "application/json; charset=utf-8")
@@ -284,24 +299,150 @@ async fn malformed_query_strings_and_if_none_match_are_json_400s() {
                 .await
                 .unwrap();
             let status = response.status();
-            let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
-            (status, serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default())
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default(),
+            )
         }
     };
     for (path, inm, needle) in [
         ("/v3/discovery:clusters?node=a&node=b", None, "twice"),
         ("/v3/discovery:clusters?node=%80", None, "UTF-8"),
-        ("/v3/discovery:clusters?node=demo", Some(&b"\x80v1"[..]), "If-None-Match"),
-        ("/v3/discovery:clusters?node=demo", Some(&b"\"a\", \"b\""[..]), "If-None-Match"),
-        ("/v3/discovery:clusters?node=demo", Some(&b"*"[..]), "If-None-Match"),
-        ("/v3/discovery:clusters?node=demo", Some(&b"\"v1"[..]), "If-None-Match"),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"\x80v1"[..]),
+            "If-None-Match",
+        ),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"\"a\", \"b\""[..]),
+            "If-None-Match",
+        ),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"*"[..]),
+            "If-None-Match",
+        ),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"\"v1"[..]),
+            "If-None-Match",
+        ),
     ] {
         let (status, json) = get(path, inm).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {inm:?}: {json}");
         assert_eq!(json["code"], 3, "{path} {inm:?}: {json}");
         assert!(
-            json["message"].as_str().unwrap_or_default().contains(needle),
+            json["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle),
             "{path} {inm:?}: {json}"
         );
     }
+}
+
+/// POSTs `body` to CDS on `gw`: status and JSON body.
+async fn post_json(gw: &Arc<Gateway>, body: String) -> (StatusCode, serde_json::Value) {
+    let (status, bytes) = send(gw.clone(), "POST", "/v3/discovery:clusters", body).await;
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn request_naming(node: &str, names: impl Iterator<Item = String>) -> String {
+    let names: Vec<String> = names.collect();
+    serde_json::json!({"node": {"id": node}, "resource_names": names}).to_string()
+}
+
+/// Issue 10, finding 4: names per request and per session are bounded.
+#[tokio::test]
+async fn names_are_bounded_per_request_and_per_session() {
+    let gw = demo_gateway(Config {
+        max_names_per_request: 10,
+        max_names_per_session: 15,
+        ..Config::default()
+    });
+    let (status, json) =
+        post_json(&gw, request_naming("n", (0..11).map(|i| format!("c{i}")))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-names-per-request"),
+        "{json}"
+    );
+
+    let (status, json) =
+        post_json(&gw, request_naming("n", (0..10).map(|i| format!("a{i}")))).await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    let (status, json) =
+        post_json(&gw, request_naming("n", (0..10).map(|i| format!("b{i}")))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
+    assert_eq!(json["code"], 14);
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-names-per-session"),
+        "{json}"
+    );
+    // What the session already holds is still served; another node has its own.
+    let (status, _) = post_json(&gw, request_naming("n", (0..10).map(|i| format!("a{i}")))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = post_json(&gw, request_naming("m", (0..10).map(|i| format!("b{i}")))).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// A node of `keys` metadata entries.
+fn big_node_request(id: &str, keys: usize) -> String {
+    let metadata: serde_json::Map<String, serde_json::Value> = (0..keys)
+        .map(|i| (format!("k{i}"), serde_json::Value::from(format!("v{i}"))))
+        .collect();
+    serde_json::json!({"node": {"id": id, "metadata": metadata}}).to_string()
+}
+
+/// Issue 10, finding 3: a node is bounded in size, and so are the bytes of
+/// nodes all sessions hold (not only their number).
+#[tokio::test]
+async fn node_bytes_are_bounded_per_request_and_across_sessions() {
+    let gw = demo_gateway(Config {
+        max_node_bytes: 20_000,
+        max_session_bytes: 50_000,
+        ..Config::default()
+    });
+    let (status, json) = post_json(&gw, big_node_request("huge", 2_000)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-node-bytes"),
+        "{json}"
+    );
+
+    // ~15 KB each: three fit in 50 KB, the fourth does not.
+    for id in ["a", "b", "c"] {
+        let (status, json) = post_json(&gw, big_node_request(id, 1_000)).await;
+        assert_eq!(status, StatusCode::OK, "{id}: {json}");
+    }
+    let (status, json) = post_json(&gw, big_node_request("d", 1_000)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-session-bytes"),
+        "{json}"
+    );
+    // Existing sessions still answer, and small nodes that fit still get in.
+    let (status, _) = post_json(&gw, big_node_request("a", 1_000)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = post_json(&gw, big_node_request("small", 1)).await;
+    assert_eq!(status, StatusCode::OK);
 }
