@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tracing::info;
 
 use crate::admin::{self, Admin};
+use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::Renderer;
 use crate::config::{Config, UpstreamMode};
 use crate::http::{self, Gateway};
@@ -39,6 +40,8 @@ pub enum AppError {
     Upstream(#[from] StartError),
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -53,7 +56,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
-    let tls = config.tls.clone().map(ServerTls::start).transpose()?;
+    let metrics = Arc::new(Metrics::new());
+    let tls = config
+        .tls
+        .clone()
+        .map(|files| ServerTls::start(files, metrics.clone()))
+        .transpose()?;
+    let auth = config
+        .auth_policy
+        .as_deref()
+        .map(|path| AuthPolicy::start(path, metrics.clone()))
+        .transpose()?;
     let rest_spec = ListenerSpec {
         name: "rest",
         limits: ServeLimits {
@@ -77,15 +90,12 @@ pub async fn run(
         tls: None,
     };
     let renderer = Renderer::new(codec);
-    let metrics = Arc::new(Metrics::new());
     let source = build_source(&config, &renderer, &metrics)?;
-    let gateway = Arc::new(Gateway::new(
-        Arc::new(config),
-        source.clone(),
-        renderer,
-        metrics.clone(),
-    ));
-    let admin_state = Arc::new(Admin::new(source.clone(), metrics.clone()));
+    let gateway = Arc::new(
+        Gateway::new(Arc::new(config), source.clone(), renderer, metrics.clone())
+            .with_auth(auth.clone()),
+    );
+    let admin_state = Arc::new(Admin::new(source.clone(), metrics.clone()).with_auth(auth));
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -27,6 +27,12 @@ struct ListenerLabel {
     listener: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabel {
+    file: &'static str,
+    result: &'static str,
+}
+
 /// Keeps a connection counted as open while it lives.
 #[derive(Debug)]
 pub struct OpenConnection(Gauge);
@@ -65,6 +71,7 @@ pub struct Metrics {
     connections_open: Family<ListenerLabel, Gauge>,
     connections_refused: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
+    reloads: Family<ReloadLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -154,8 +161,15 @@ impl Metrics {
             "Failed accepts (e.g. out of file descriptors), by listener",
             accept_errors.clone(),
         );
+        let reloads = Family::<ReloadLabel, Counter>::default();
+        registry.register(
+            "reloads",
+            "Reloads of a changed file (tls, auth-policy), by result (ok, error: the previous one stays)",
+            reloads.clone(),
+        );
         Metrics {
             registry,
+            reloads,
             connections_open,
             connections_refused,
             accept_errors,
@@ -261,6 +275,14 @@ impl Metrics {
     pub fn accept_error(&self, listener: &'static str) {
         self.accept_errors
             .get_or_create(&ListenerLabel { listener })
+            .inc();
+    }
+
+    /// A changed `file` (tls, auth-policy) was reloaded, or failed to.
+    pub fn reloaded(&self, file: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.reloads
+            .get_or_create(&ReloadLabel { file, result })
             .inc();
     }
 

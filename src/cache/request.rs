@@ -85,7 +85,6 @@ impl ParsedRequest {
         &self.node_id
     }
 
-    #[allow(dead_code)] // read by the auth policy (next commit)
     pub(crate) fn node_cluster(&self) -> &str {
         &self.node_cluster
     }

@@ -3,8 +3,10 @@
 //! (`?node=&cluster=&names=a,b&version=`, `If-None-Match` as the version)
 //! and served by the same code.
 //!
-//! Order of checks: query parameters, secrets gate, body (size, JSON),
-//! type_url vs path, wait and presentation; then the source is polled (it
+//! Order of checks: query parameters, secrets gate, who is asking (401),
+//! content type, body (time, size, JSON), type_url vs path, names and node
+//! size, whether the caller may fetch this node (403), wait and
+//! presentation; then the source is polled (it
 //! waits, bounded, for the upstream's first state) and answers 200 with the
 //! assembled body or 304, holding a 304 as a long poll when the client asked
 //! to wait. Nothing here mutates a state except through its body memo, so a
@@ -19,12 +21,14 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
 use crate::cache::{Answer, Names, ParsedRequest};
 use crate::config::{Config, RewritePolicy};
+use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -44,6 +48,7 @@ pub(super) async fn handle_post(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
+    peer: Option<Arc<PeerIdentity>>,
     query: HashMap<String, String>,
     body: Body,
 ) -> Response {
@@ -51,6 +56,7 @@ pub(super) async fn handle_post(
     let served = async {
         check_params(&query, POST_PARAMS)?;
         check_secrets(&gateway, kind)?;
+        let caller = authenticate(&gateway, &headers, peer.as_deref())?;
         check_json(&headers)?;
         let body = read_body(
             body,
@@ -58,7 +64,7 @@ pub(super) async fn handle_post(
             gateway.config.body_read_timeout,
         )
         .await?;
-        serve(&gateway, kind, &headers, &query, body).await
+        serve(&gateway, kind, &caller, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
 }
@@ -68,23 +74,26 @@ pub(super) async fn handle_get(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
+    peer: Option<Arc<PeerIdentity>>,
     query: HashMap<String, String>,
 ) -> Response {
     let started = Instant::now();
     let served = async {
         check_params(&query, GET_PARAMS)?;
         check_secrets(&gateway, kind)?;
+        let caller = authenticate(&gateway, &headers, peer.as_deref())?;
         let body = get_body(&query, &headers)?;
-        serve(&gateway, kind, &headers, &query, body).await
+        serve(&gateway, kind, &caller, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
 }
 
-/// The poll itself: parse, ask the source, answer (holding a 304 as a long
-/// poll when asked to wait).
+/// The poll itself: parse, authorize the node, ask the source, answer
+/// (holding a 304 as a long poll when asked to wait).
 async fn serve(
     gateway: &Gateway,
     kind: ResourceType,
+    caller: &Caller,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
     body: Bytes,
@@ -93,6 +102,8 @@ async fn serve(
     let request = gateway.parsed.parse(body)?;
     check_type_url(kind, &request)?;
     check_size(config, &request)?;
+    // Before the source: a refused node never gets an upstream session.
+    caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
     let target = rest_target(

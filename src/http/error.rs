@@ -11,6 +11,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::authorize::AuthError;
 use super::body::BodyError;
 use crate::source::SourceError;
 use crate::xds::{JsonError, RequestError};
@@ -24,6 +25,7 @@ mod code {
     pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const NOT_FOUND: i32 = 5;
     pub const PERMISSION_DENIED: i32 = 7;
+    pub const UNAUTHENTICATED: i32 = 16;
     pub const UNIMPLEMENTED: i32 = 12;
     pub const INTERNAL: i32 = 13;
     pub const UNAVAILABLE: i32 = 14;
@@ -46,6 +48,8 @@ pub(crate) enum ApiError {
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
     Forbidden(String),
     #[error("{message}")]
     Unavailable {
@@ -66,6 +70,7 @@ impl ApiError {
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
@@ -80,6 +85,7 @@ impl ApiError {
             ApiError::BadRequest(_)
             | ApiError::BodyTooLarge { .. }
             | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
+            ApiError::Unauthenticated(_) => code::UNAUTHENTICATED,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,
             ApiError::RequestTimeout(_) => code::DEADLINE_EXCEEDED,
@@ -127,6 +133,15 @@ impl From<BodyError> for ApiError {
     }
 }
 
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> ApiError {
+        match err {
+            AuthError::Unauthenticated(m) => ApiError::Unauthenticated(m),
+            AuthError::Forbidden(m) => ApiError::Forbidden(m),
+        }
+    }
+}
+
 /// A discovery request body that is not a `DiscoveryRequest`.
 impl From<RequestError> for ApiError {
     fn from(err: RequestError) -> ApiError {
@@ -160,6 +175,12 @@ impl IntoResponse for ApiError {
             // cannot carry another request.
             ApiError::RequestTimeout(_) => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            ApiError::Unauthenticated(_) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"xds-gateway\""),
+                );
             }
             _ => {}
         }

@@ -13,6 +13,7 @@
 //! know axum and status codes; what answers a poll is the [`Source`]'s
 //! business, whichever kind it is.
 
+mod authorize;
 mod body;
 mod discovery;
 mod error;
@@ -25,12 +26,15 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 
+use crate::auth::AuthPolicy;
 use crate::cache::{ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::Source;
+use crate::tls::PeerIdentity;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 use error::ApiError;
@@ -47,6 +51,8 @@ pub(crate) struct Gateway {
     parsed: ParsedRequests,
     /// One permit per long poll that may be held at once.
     long_polls: tokio::sync::Semaphore,
+    /// Who may fetch what; `None`: everyone everything.
+    auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Gateway {
@@ -59,6 +65,7 @@ impl Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
+            auth: None,
             config,
             source,
             renderer,
@@ -66,6 +73,17 @@ impl Gateway {
         }
     }
 }
+
+impl Gateway {
+    /// The same gateway, authorizing every request with `auth`.
+    pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Gateway {
+        self.auth = auth;
+        self
+    }
+}
+
+/// The TLS client's identity `serve` put on the request, if any.
+type Peer = Option<Extension<Arc<PeerIdentity>>>;
 
 /// The REST router over `gateway`.
 pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
@@ -76,15 +94,21 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             &path,
             post(
                 move |State(gw): State<Arc<Gateway>>,
+                      peer: Peer,
                       headers: HeaderMap,
                       Params(query): Params,
                       body| {
-                    discovery::handle_post(gw, kind, headers, query, body)
+                    let peer = peer.map(|Extension(p)| p);
+                    discovery::handle_post(gw, kind, headers, peer, query, body)
                 },
             )
             .get(
-                move |State(gw): State<Arc<Gateway>>, headers: HeaderMap, Params(query): Params| {
-                    discovery::handle_get(gw, kind, headers, query)
+                move |State(gw): State<Arc<Gateway>>,
+                      peer: Peer,
+                      headers: HeaderMap,
+                      Params(query): Params| {
+                    let peer = peer.map(|Extension(p)| p);
+                    discovery::handle_get(gw, kind, headers, peer, query)
                 },
             )
             .fallback(method_not_allowed),
@@ -94,8 +118,9 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
         router = router.route(
             &endpoint.path(),
             post(
-                move |State(gw): State<Arc<Gateway>>, headers: HeaderMap, body| {
-                    passthrough::handle(gw, endpoint, headers, body)
+                move |State(gw): State<Arc<Gateway>>, peer: Peer, headers: HeaderMap, body| {
+                    let peer = peer.map(|Extension(p)| p);
+                    passthrough::handle(gw, endpoint, headers, peer, body)
                 },
             )
             .fallback(method_not_allowed),

@@ -14,10 +14,12 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::authorize::authenticate;
 use super::body::{check_json, read_body, BodyError};
 use super::error::ApiError;
 use super::Gateway;
 use crate::source::{PassThrough, PassedThrough};
+use crate::tls::PeerIdentity;
 use crate::xds::Endpoint;
 
 /// Serves one pass-through request of `endpoint` (HealthCheck or ClientStatus).
@@ -25,10 +27,11 @@ pub(super) async fn handle(
     gateway: Arc<Gateway>,
     endpoint: Endpoint,
     headers: HeaderMap,
+    peer: Option<Arc<PeerIdentity>>,
     body: Body,
 ) -> Response {
     let started = std::time::Instant::now();
-    let response = serve(&gateway, endpoint, &headers, body)
+    let response = serve(&gateway, endpoint, &headers, peer.as_deref(), body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     gateway.metrics.request(
@@ -43,8 +46,10 @@ async fn serve(
     gateway: &Gateway,
     endpoint: Endpoint,
     headers: &HeaderMap,
+    peer: Option<&PeerIdentity>,
     body: Body,
 ) -> Result<Response, ApiError> {
+    authenticate(gateway, headers, peer)?.may_pass_through(&endpoint.path())?;
     check_json(headers)?;
     let body = read_body(
         body,

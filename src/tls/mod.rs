@@ -25,6 +25,7 @@ use tracing::{info, warn};
 pub(crate) use peer::PeerIdentity;
 
 use crate::config::{ClientAuth, ServerTlsFiles};
+use crate::metrics::Metrics;
 
 /// Why a TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -42,15 +43,20 @@ pub enum TlsError {
 pub(crate) struct ServerTls {
     files: ServerTlsFiles,
     current: RwLock<Arc<ServerConfig>>,
+    metrics: Arc<Metrics>,
     watcher: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl ServerTls {
     /// Loads `files` (an error names the file) and starts watching them.
-    pub(crate) fn start(files: ServerTlsFiles) -> Result<Arc<ServerTls>, TlsError> {
+    pub(crate) fn start(
+        files: ServerTlsFiles,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<ServerTls>, TlsError> {
         let config = build(&files)?;
         let tls = Arc::new(ServerTls {
             current: RwLock::new(Arc::new(config)),
+            metrics,
             watcher: std::sync::Mutex::default(),
             files,
         });
@@ -75,9 +81,11 @@ impl ServerTls {
             Ok(config) => {
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
                 info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                self.metrics.reloaded("tls", true);
             }
             Err(e) => {
-                warn!(error = %e, "TLS files changed but do not load; the previous certificate stays in service")
+                warn!(error = %e, "TLS files changed but do not load; the previous certificate stays in service");
+                self.metrics.reloaded("tls", false);
             }
         }
     }
