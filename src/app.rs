@@ -138,7 +138,7 @@ fn build_source(
             Some(dir) => Origin::Dir(dir.clone()),
             None => Origin::EmbeddedDemo,
         };
-        let feeder = FileFeeder::start(origin, renderer.clone());
+        let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
         return Ok(Sessions::start(
             feeder,
             renderer.clone(),

@@ -35,7 +35,7 @@ fn gateway(config: Config) -> Arc<Gateway> {
 /// A gateway on the embedded demo snapshot.
 fn demo_gateway(config: Config) -> Arc<Gateway> {
     let renderer = Renderer::new(Codec::embedded());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone());
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
     assemble(source, renderer, metrics, config)
@@ -445,4 +445,69 @@ async fn node_bytes_are_bounded_per_request_and_across_sessions() {
     assert_eq!(status, StatusCode::OK);
     let (status, _) = post_json(&gw, big_node_request("small", 1)).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// A gateway on the snapshot directory `dir`.
+fn snapshot_gateway(dir: &std::path::Path, config: Config) -> Arc<Gateway> {
+    let renderer = Renderer::new(Codec::embedded());
+    let origin = Origin::Dir(dir.to_owned());
+    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
+    let metrics = Arc::new(Metrics::new());
+    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    assemble(source, renderer, metrics, config)
+}
+
+/// Issue 10, finding 5: with `--session-key cluster`, a snapshot with a
+/// per-node layer is refused (a node of the cluster would get another's
+/// per-node resources); with the default key each node gets its own.
+#[tokio::test]
+async fn per_node_layers_are_refused_when_sessions_are_keyed_by_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("base.yaml"),
+        "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: shared\nconnect_timeout: 1s\n",
+    )
+    .unwrap();
+    let node_a = dir.path().join("nodes/nodeA");
+    std::fs::create_dir_all(&node_a).unwrap();
+    std::fs::write(
+        node_a.join("private.yaml"),
+        "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: only_for_a\nconnect_timeout: 1s\n",
+    )
+    .unwrap();
+    let poll = |gw: Arc<Gateway>, node: &'static str| async move {
+        let body = format!(r#"{{"node":{{"id":"{node}","cluster":"c1"}}}}"#);
+        let (status, bytes) = send(gw, "POST", "/v3/discovery:clusters", body).await;
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    };
+
+    let by_cluster = snapshot_gateway(
+        dir.path(),
+        Config {
+            session_key: crate::config::SessionKey::Cluster,
+            ..Config::default()
+        },
+    );
+    for node in ["nodeA", "nodeB"] {
+        let (status, body) = poll(by_cluster.clone(), node).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{node}: {body}");
+        assert!(body.contains("--session-key cluster"), "{body}");
+        assert!(!body.contains("only_for_a\""), "{body}");
+    }
+    let problems = by_cluster.source.status().problems;
+    assert!(
+        problems.iter().any(|p| p.contains("nodes/nodeA")),
+        "{problems:?}"
+    );
+
+    let by_node = snapshot_gateway(dir.path(), Config::default());
+    let (status, body) = poll(by_node.clone(), "nodeA").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("only_for_a"), "{body}");
+    let (status, body) = poll(by_node, "nodeB").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        !body.contains("only_for_a"),
+        "nodeB got nodeA's layer: {body}"
+    );
 }
