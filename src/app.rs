@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
@@ -67,6 +67,16 @@ pub async fn run(
         .as_deref()
         .map(|path| AuthPolicy::start(path, metrics.clone()))
         .transpose()?;
+    let admin_guarded = auth
+        .as_ref()
+        .is_some_and(|a| a.current().admin_needs_token());
+    if !config.admin.ip().is_loopback() && !admin_guarded {
+        warn!(
+            admin = %config.admin,
+            "the admin listener is off loopback without an admin token in the auth policy: \
+             anyone who reaches it can read /metrics and /readyz details"
+        );
+    }
     let rest_spec = ListenerSpec {
         name: "rest",
         limits: ServeLimits {
