@@ -207,9 +207,11 @@ fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Byte
                 .collect()
         })
         .unwrap_or_default();
+    // A malformed If-None-Match is a 400 even when `version` wins over it.
+    let tagged = version_from_if_none_match(headers)?;
     let version = match query.get("version") {
         Some(version) => version.clone(),
-        None => version_from_if_none_match(headers)?.unwrap_or_default(),
+        None => tagged.unwrap_or_default(),
     };
     let body = serde_json::json!({
         "version_info": version,
