@@ -3,13 +3,18 @@
 # xds-gateway image: build with cargo, run as a non-root user on Debian slim.
 #
 #   docker build -t xds-gateway .
-#   docker run --rm -p 127.0.0.1:8080:8080 -p 127.0.0.1:9901:9901 xds-gateway
+#   docker run --rm -p 127.0.0.1:8080:8080 -p 127.0.0.1:9901:9901 xds-gateway --allow-insecure-listen
 #
 # Inside a container the gateway must listen on 0.0.0.0 to be reachable from
 # outside it: the image sets XDS_GATEWAY_LISTEN / XDS_GATEWAY_ADMIN to the
 # binary's default ports on 0.0.0.0 (docker-compose.yml also passes them as
-# flags). Without arguments it serves the demo snapshot compiled into the
-# binary; `--snapshot DIR` (mounted) or `--upstream grpc://HOST:PORT` as usual.
+# flags). A REST listener off loopback refuses to start without TLS
+# (--tls-cert/--tls-key, mounted) or an auth policy (--auth-policy), unless
+# --allow-insecure-listen says the network in front is trusted (the demo
+# line above: published on the host's loopback only). The image does not set
+# that flag: an unprotected deployment must be a visible choice. Without
+# arguments it serves the demo snapshot compiled into the binary;
+# `--snapshot DIR` (mounted) or `--upstream grpc://HOST:PORT` as usual.
 # tests/docker_files.rs checks this file against the binary's defaults.
 
 FROM rust:1-bookworm AS builder

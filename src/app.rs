@@ -4,22 +4,34 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::admin::{self, Admin};
+use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::Renderer;
 use crate::config::{Config, UpstreamMode, Validation};
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
+use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{
     AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Sessions, SotwFeeder, Source,
     UpstreamContext,
 };
+use crate::tls::ServerTls;
 use crate::xds::{Codec, JsonError};
 
 pub use crate::source::StartError;
+pub use crate::tls::TlsError;
+
+/// Connections the admin listener takes at once (probes, scrapers, people).
+const ADMIN_MAX_CONNECTIONS: usize = 128;
+/// How long admin requests may take to finish at shutdown.
+const ADMIN_DRAIN: Duration = Duration::from_secs(5);
+/// HTTP/2 requests in flight on one admin connection at most.
+const ADMIN_MAX_STREAMS: u32 = 100;
 
 /// Why the gateway could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +40,10 @@ pub enum AppError {
     Descriptors(#[from] JsonError),
     #[error(transparent)]
     Upstream(#[from] StartError),
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -42,16 +58,58 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
-    let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
     let metrics = Arc::new(Metrics::new());
+    let tls = config
+        .tls
+        .clone()
+        .map(|files| ServerTls::start(files, metrics.clone()))
+        .transpose()?;
+    let auth = config
+        .auth_policy
+        .as_deref()
+        .map(|path| AuthPolicy::start(path, metrics.clone()))
+        .transpose()?;
+    let admin_guarded = auth
+        .as_ref()
+        .is_some_and(|a| a.current().admin_needs_token());
+    if !config.admin.ip().is_loopback() && !admin_guarded {
+        warn!(
+            admin = %config.admin,
+            "the admin listener is off loopback without an admin token in the auth policy: \
+             anyone who reaches it can read /metrics and /readyz details"
+        );
+    }
+    let rest_spec = ListenerSpec {
+        name: "rest",
+        limits: ServeLimits {
+            max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),
+            header_read_timeout: config.header_read_timeout,
+            keep_alive_timeout: config.keep_alive_timeout,
+            // The longest a request may legitimately take: a first wait,
+            // then a long poll.
+            drain_timeout: config.first_response_timeout + config.max_wait,
+            max_streams_per_connection: config.max_streams_per_connection,
+        },
+        tls,
+    };
+    let admin_spec = ListenerSpec {
+        name: "admin",
+        limits: ServeLimits {
+            max_connections: ADMIN_MAX_CONNECTIONS,
+            header_read_timeout: config.header_read_timeout,
+            keep_alive_timeout: config.keep_alive_timeout,
+            drain_timeout: ADMIN_DRAIN,
+            max_streams_per_connection: ADMIN_MAX_STREAMS,
+        },
+        tls: None,
+    };
+    let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
     let source = build_source(&config, &renderer, &metrics)?;
-    let gateway = Arc::new(Gateway::new(
-        Arc::new(config),
-        source.clone(),
-        renderer,
-        metrics.clone(),
-    ));
-    let admin_state = Arc::new(Admin::new(source.clone(), metrics));
+    let gateway = Arc::new(
+        Gateway::new(Arc::new(config), source.clone(), renderer, metrics.clone())
+            .with_auth(auth.clone()),
+    );
+    let admin_state = Arc::new(Admin::new(source.clone(), metrics.clone()).with_auth(auth));
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -62,13 +120,23 @@ pub async fn run(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let rest = axum::serve(listener, http::router(gateway))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let admin = axum::serve(admin_listener, admin::router(admin_state))
-        .with_graceful_shutdown(stopped(stop_rx));
-    let result = tokio::try_join!(async { rest.await }, async { admin.await });
+    let rest = serve::serve(
+        listener,
+        http::router(gateway),
+        rest_spec,
+        metrics.clone(),
+        stopped(stop_rx.clone()),
+    );
+    let admin = serve::serve(
+        admin_listener,
+        admin::router(admin_state),
+        admin_spec,
+        metrics,
+        stopped(stop_rx),
+    );
+    tokio::join!(rest, admin);
     source.close();
-    result.map(|_| ()).map_err(AppError::from)
+    Ok(())
 }
 
 /// What feeds the gateway: the snapshot without `--upstream`, else the
@@ -84,7 +152,7 @@ fn build_source(
             Some(dir) => Origin::Dir(dir.clone()),
             None => Origin::EmbeddedDemo,
         };
-        let feeder = FileFeeder::start(origin, renderer.clone());
+        let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
         return Ok(Sessions::start(
             feeder,
             renderer.clone(),

@@ -14,7 +14,12 @@
 //!   SotW or delta ADS stream or by the snapshot, unary fetch, or auto (probe, then one of those).
 //! - `http`: the REST face (`/v3/discovery:<type>`) and the one error table.
 //! - `admin`: `/healthz`, `/readyz`, `/metrics` on a separate listener.
+//! - `auth`: the authorization policy (principals, their credentials, the
+//!   nodes and types they may fetch); decisions only, no HTTP.
 //! - `metrics`: every metric name.
+//! - `serve`: one listener's accept loop and connection limits (both listeners use it).
+//! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
+//! - `reload`: files watched for changes (certificates, the auth policy).
 //!
 //! Dependencies point one way: `http`, `admin` → `source` (the `Source` seam
 //! only) → `cache`; `http` and `admin` also read `cache`; all may use `xds`.
@@ -40,7 +45,11 @@ pub mod config;
 pub mod xds;
 
 mod admin;
+mod auth;
 mod cache;
 mod http;
 mod metrics;
+mod reload;
+mod serve;
 mod source;
+mod tls;

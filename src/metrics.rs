@@ -22,6 +22,27 @@ struct RequestLabel {
     status: u16,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabel {
+    listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabel {
+    file: &'static str,
+    result: &'static str,
+}
+
+/// Keeps a connection counted as open while it lives.
+#[derive(Debug)]
+pub struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Keeps a gauge raised while it lives (see [`Metrics::long_poll_held`]).
 #[derive(Debug)]
 pub struct HeldGuard<'a>(&'a Gauge);
@@ -48,6 +69,10 @@ pub struct Metrics {
     suspected_rejections: Family<TypeLabel, Counter>,
     invalid_resources: Family<TypeLabel, Counter>,
     request_seconds: Family<TypeLabel, Histogram>,
+    connections_open: Family<ListenerLabel, Gauge>,
+    connections_refused: Family<ListenerLabel, Counter>,
+    accept_errors: Family<ListenerLabel, Counter>,
+    reloads: Family<ReloadLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -125,8 +150,36 @@ impl Metrics {
             "REST request latency",
             request_seconds.clone(),
         );
+        let connections_open = Family::<ListenerLabel, Gauge>::default();
+        let connections_refused = Family::<ListenerLabel, Counter>::default();
+        let accept_errors = Family::<ListenerLabel, Counter>::default();
+        registry.register(
+            "connections_open",
+            "Connections open now, by listener (rest, admin)",
+            connections_open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections refused because the listener was at --max-connections",
+            connections_refused.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "Failed accepts (e.g. out of file descriptors), by listener",
+            accept_errors.clone(),
+        );
+        let reloads = Family::<ReloadLabel, Counter>::default();
+        registry.register(
+            "reloads",
+            "Reloads of a changed file (tls, auth-policy), by result (ok, error: the previous one stays)",
+            reloads.clone(),
+        );
         Metrics {
             registry,
+            reloads,
+            connections_open,
+            connections_refused,
+            accept_errors,
             requests,
             cache_hits,
             cache_misses,
@@ -215,6 +268,36 @@ impl Metrics {
     pub fn invalid_resource(&self, kind: ResourceType) {
         self.invalid_resources
             .get_or_create(&Self::label(kind))
+            .inc();
+    }
+
+    /// Counts a connection of `listener` as open until the guard drops.
+    pub fn connection_opened(&self, listener: &'static str) -> OpenConnection {
+        let gauge = self
+            .connections_open
+            .get_or_create(&ListenerLabel { listener })
+            .clone();
+        gauge.inc();
+        OpenConnection(gauge)
+    }
+
+    pub fn connection_refused(&self, listener: &'static str) {
+        self.connections_refused
+            .get_or_create(&ListenerLabel { listener })
+            .inc();
+    }
+
+    pub fn accept_error(&self, listener: &'static str) {
+        self.accept_errors
+            .get_or_create(&ListenerLabel { listener })
+            .inc();
+    }
+
+    /// A changed `file` (tls, auth-policy) was reloaded, or failed to.
+    pub fn reloaded(&self, file: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.reloads
+            .get_or_create(&ReloadLabel { file, result })
             .inc();
     }
 

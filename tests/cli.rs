@@ -143,6 +143,66 @@ const SETTINGS: &[Setting] = &[
         "max-upstream-message-bytes",
     ),
     setting("--validate", "XDS_GATEWAY_VALIDATE", "validate"),
+    setting("--tls-cert", "XDS_GATEWAY_TLS_CERT", "tls-cert"),
+    setting("--tls-key", "XDS_GATEWAY_TLS_KEY", "tls-key"),
+    setting("--client-ca", "XDS_GATEWAY_CLIENT_CA", "client-ca"),
+    setting("--client-auth", "XDS_GATEWAY_CLIENT_AUTH", "client-auth"),
+    setting("--auth-policy", "XDS_GATEWAY_AUTH_POLICY", "auth-policy"),
+    setting(
+        "--allow-insecure-listen",
+        "XDS_GATEWAY_ALLOW_INSECURE_LISTEN",
+        "allow-insecure-listen",
+    ),
+    setting(
+        "--max-connections",
+        "XDS_GATEWAY_MAX_CONNECTIONS",
+        "max-connections",
+    ),
+    setting(
+        "--max-long-polls",
+        "XDS_GATEWAY_MAX_LONG_POLLS",
+        "max-long-polls",
+    ),
+    setting(
+        "--max-streams-per-connection",
+        "XDS_GATEWAY_MAX_STREAMS_PER_CONNECTION",
+        "max-streams-per-connection",
+    ),
+    setting(
+        "--header-read-timeout",
+        "XDS_GATEWAY_HEADER_READ_TIMEOUT",
+        "header-read-timeout",
+    ),
+    setting(
+        "--body-read-timeout",
+        "XDS_GATEWAY_BODY_READ_TIMEOUT",
+        "body-read-timeout",
+    ),
+    setting(
+        "--keep-alive-timeout",
+        "XDS_GATEWAY_KEEP_ALIVE_TIMEOUT",
+        "keep-alive-timeout",
+    ),
+    setting(
+        "--max-node-bytes",
+        "XDS_GATEWAY_MAX_NODE_BYTES",
+        "max-node-bytes",
+    ),
+    setting(
+        "--max-session-bytes",
+        "XDS_GATEWAY_MAX_SESSION_BYTES",
+        "max-session-bytes",
+    ),
+    setting(
+        "--max-names-per-request",
+        "XDS_GATEWAY_MAX_NAMES_PER_REQUEST",
+        "max-names-per-request",
+    ),
+    setting(
+        "--max-names-per-session",
+        "XDS_GATEWAY_MAX_NAMES_PER_SESSION",
+        "max-names-per-session",
+    ),
     // The one setting whose names differ: repeatable flag, plural key/env.
     setting(
         "--descriptor-set",
@@ -528,6 +588,40 @@ async fn unknown_keys_are_answered_with_the_valid_ones() {
     assert_eq!(valid, expected, "keys the config file accepts");
 }
 
+/// A REST listener off loopback without TLS and without an auth policy is
+/// refused at start-up, before anything binds (so this test binds nothing
+/// but loopback), unless --allow-insecure-listen says the network is trusted.
+#[tokio::test]
+async fn an_unprotected_non_loopback_listener_is_refused() {
+    let [port] = free_ports::<1>();
+    let wildcard = format!("0.0.0.0:{port}");
+    let [admin] = free_ports::<1>();
+    let admin = addr(admin);
+    for (args, env) in [
+        (
+            vec!["--listen", wildcard.as_str(), "--admin", admin.as_str()],
+            vec![],
+        ),
+        (
+            vec!["--admin", admin.as_str()],
+            vec![("XDS_GATEWAY_LISTEN", wildcard.as_str())],
+        ),
+    ] {
+        expect_rejected(
+            gateway(&args, &env),
+            "a non-loopback --listen without TLS or a policy",
+            &[
+                "listen",
+                &wildcard,
+                "--allow-insecure-listen",
+                "--tls-cert",
+                "--auth-policy",
+            ],
+        )
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn upstream_and_snapshot_together_are_refused() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -679,6 +773,11 @@ const SAMPLE: &str = "examples/xds-gateway.toml";
 const NO_DEFAULT: &[&str] = &[
     "upstream",
     "snapshot",
+    "tls-cert",
+    "tls-key",
+    "client-ca",
+    "client-auth",
+    "auth-policy",
     "upstream-ca",
     "upstream-cert",
     "upstream-key",
@@ -756,6 +855,17 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "forward-rejections" => value.as_bool() == Some(d.forward_rejections),
             "allow-secrets" => value.as_bool() == Some(d.allow_secrets),
             "max-body-bytes" => integer() == d.max_body_bytes as i64,
+            "allow-insecure-listen" => value.as_bool() == Some(d.allow_insecure_listen),
+            "max-connections" => integer() == d.max_connections as i64,
+            "max-long-polls" => integer() == d.max_long_polls as i64,
+            "max-streams-per-connection" => integer() == i64::from(d.max_streams_per_connection),
+            "header-read-timeout" => duration() == d.header_read_timeout,
+            "body-read-timeout" => duration() == d.body_read_timeout,
+            "keep-alive-timeout" => duration() == d.keep_alive_timeout,
+            "max-node-bytes" => integer() == d.max_node_bytes as i64,
+            "max-session-bytes" => integer() == d.max_session_bytes as i64,
+            "max-names-per-request" => integer() == d.max_names_per_request as i64,
+            "max-names-per-session" => integer() == d.max_names_per_session as i64,
             "max-upstream-message-bytes" => integer() == d.max_upstream_message_bytes as i64,
             "descriptor-sets" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.descriptor_sets.is_empty()

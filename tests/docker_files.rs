@@ -687,3 +687,56 @@ fn readme_docker_section_names_what_was_validated() {
         );
     }
 }
+
+/// The image listens on 0.0.0.0 without TLS or a policy: the binary refuses
+/// that unless told the network is trusted. The image does not tell it (an
+/// unprotected deployment must be a visible choice); compose does, and says
+/// why. Checked with the configuration layer, so nothing binds 0.0.0.0.
+#[test]
+fn an_unprotected_container_listener_is_an_explicit_choice() {
+    use clap::Parser;
+    let env: BTreeMap<String, String> = dockerfile()
+        .iter()
+        .filter(|(op, _)| op == "ENV")
+        .flat_map(|(_, a)| a.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect();
+    assert!(
+        !env.contains_key("XDS_GATEWAY_ALLOW_INSECURE_LISTEN"),
+        "{env:?}"
+    );
+    let image = xds_gateway::config::Settings::try_parse_from([
+        "xds-gateway",
+        "--listen",
+        &env["XDS_GATEWAY_LISTEN"],
+        "--admin",
+        &env["XDS_GATEWAY_ADMIN"],
+    ])
+    .expect("the image's settings parse");
+    let err = Config::from_settings(image).expect_err("the bare image must not serve on 0.0.0.0");
+    assert!(err.to_string().contains("--allow-insecure-listen"), "{err}");
+
+    let compose = Compose::load();
+    let command = compose.command("gateway");
+    assert!(
+        command.iter().any(|a| a == "--allow-insecure-listen"),
+        "{command:?}"
+    );
+    let args = std::iter::once("xds-gateway".to_owned()).chain(
+        command
+            .iter()
+            .filter(|a| a.as_str() != "/demo" && a.as_str() != "--snapshot")
+            .cloned(),
+    );
+    let settings =
+        xds_gateway::config::Settings::try_parse_from(args).expect("compose's command parses");
+    Config::from_settings(settings).expect("compose's command is accepted");
+    let text = read(COMPOSE);
+    assert!(
+        text.contains("published on the host's loopback"),
+        "compose says why"
+    );
+}

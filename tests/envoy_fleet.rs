@@ -47,37 +47,6 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     let warm = fleet.wait_warm(WARM_TIMEOUT).await;
     let (before, failures, rejected) = fleet.eds_counters().await;
     eprintln!("{TEST}: {CLUSTERS} EDS clusters warm {warm:.2?} after Envoy started");
-    if std::env::var_os("FLEET_DEBUG").is_some() {
-        let (_, m) = process::http_get(fleet.gateway_admin, "/metrics")
-            .await
-            .unwrap();
-        eprintln!(
-            "{}",
-            m.lines()
-                .filter(|l| l.contains("requests_total") || l.contains("upstream_"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        let (_, st) = process::http_get(fleet.envoy_admin, "/stats?filter=cluster.xds_cluster")
-            .await
-            .unwrap();
-        eprintln!(
-            "{}",
-            st.lines()
-                .filter(|l| !l.ends_with(": 0"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        eprintln!(
-            "{}",
-            std::fs::read_to_string(dir.join(envoy::ENVOY_LOG))
-                .unwrap_or_default()
-                .lines()
-                .take(20)
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
     assert_eq!(failures, 0, "EDS update failures on a cold start");
     assert_eq!(rejected, 0, "EDS updates rejected");
 

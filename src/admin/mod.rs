@@ -6,15 +6,21 @@
 //!   loaded), 503 before; JSON details, including the problems of the latest
 //!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
+//!
+//! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`
+//! needs `Authorization: Bearer <token>` (else a JSON 401), and `/readyz`
+//! without it says only whether the gateway is ready (its details name
+//! files and the upstream). `/healthz` is always open, for probes.
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use crate::auth::AuthPolicy;
 use crate::metrics::Metrics;
 use crate::source::Source;
 
@@ -23,11 +29,40 @@ use crate::source::Source;
 pub(crate) struct Admin {
     source: Arc<dyn Source>,
     metrics: Arc<Metrics>,
+    auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Admin {
     pub(crate) fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Admin {
-        Admin { source, metrics }
+        Admin {
+            source,
+            metrics,
+            auth: None,
+        }
+    }
+
+    /// The same admin state, with the policy's admin tokens guarding details.
+    pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Admin {
+        self.auth = auth;
+        self
+    }
+
+    /// Whether the request may see details (metrics, readiness problems).
+    fn may_see_details(&self, headers: &HeaderMap) -> bool {
+        let Some(auth) = &self.auth else {
+            return true;
+        };
+        let policy = auth.current();
+        if !policy.admin_needs_token() {
+            return true;
+        }
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
+        policy.admin_token_ok(token)
     }
 }
 
@@ -39,17 +74,21 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .with_state(admin)
 }
 
-async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
+async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
     let status = admin.source.status();
     let ready = status.ready;
-    let body = serde_json::json!({
+    let body = if !admin.may_see_details(&headers) {
+        serde_json::json!({ "ready": ready })
+    } else {
+        serde_json::json!({
         "ready": ready,
         "source": status.description,
         "problems": status.problems,
         "sessions": status.sessions,
         "stale_sessions": status.stale_sessions,
         "upstream_streams_open": admin.metrics.streams_open(),
-    });
+        })
+    };
     let status = if ready {
         StatusCode::OK
     } else {
@@ -63,7 +102,24 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     response
 }
 
-async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
+async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if !admin.may_see_details(&headers) {
+        let body = serde_json::json!({
+            "code": 16,
+            "message": "/metrics needs `Authorization: Bearer <token>` with an admin token of the auth policy",
+        });
+        let mut response = (StatusCode::UNAUTHORIZED, format!("{body}\n")).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"xds-gateway-admin\""),
+        );
+        return response;
+    }
     admin
         .metrics
         .set_stale_sessions(admin.source.status().stale_sessions);

@@ -3,8 +3,10 @@
 //! By default two clients share a session when their node id, cluster,
 //! metadata and locality are equal: those are what control planes compute
 //! config from. With `--session-key cluster`, all nodes of a cluster share
-//! one. The key is an exact canonical string (not a hash), so two different
-//! identities can never be mixed up.
+//! one. The key is an exact canonical encoding (not a hash) in which every
+//! field is length-prefixed, so it is injective: two different identities
+//! get two different keys whatever bytes their fields hold (a field holding
+//! a separator cannot pose as the next field).
 
 use serde_json::value::RawValue;
 
@@ -17,22 +19,33 @@ pub(crate) struct IdentityKey(String);
 
 impl IdentityKey {
     /// The key of `node` under `mode`; a request without a node has the
-    /// empty identity.
+    /// identity of an empty node.
     pub(crate) fn of(node: Option<&NodeView>, mode: SessionKey) -> IdentityKey {
-        let Some(node) = node else {
-            return IdentityKey(String::new());
-        };
+        let empty = NodeView::default();
+        let node = node.unwrap_or(&empty);
+        let mut key = String::new();
         match mode {
-            SessionKey::Cluster => IdentityKey(format!("cluster={}", node.cluster)),
-            SessionKey::Node => IdentityKey(format!(
-                "id={}\u{0}cluster={}\u{0}metadata={}\u{0}locality={}",
-                node.id,
-                node.cluster,
-                canonical(node.metadata.as_deref()),
-                canonical(node.locality.as_deref()),
-            )),
+            SessionKey::Cluster => {
+                key.push_str("cluster;");
+                push_field(&mut key, &node.cluster);
+            }
+            SessionKey::Node => {
+                key.push_str("node;");
+                push_field(&mut key, &node.id);
+                push_field(&mut key, &node.cluster);
+                push_field(&mut key, &canonical(node.metadata.as_deref()));
+                push_field(&mut key, &canonical(node.locality.as_deref()));
+            }
         }
+        IdentityKey(key)
     }
+}
+
+/// `<byte length>:<bytes>`: a reader always knows where a field ends.
+fn push_field(key: &mut String, field: &str) {
+    key.push_str(&field.len().to_string());
+    key.push(':');
+    key.push_str(field);
 }
 
 /// JSON with object keys sorted (serde_json's map is ordered), so the same
@@ -69,5 +82,40 @@ mod tests {
             IdentityKey::of(Some(&a), SessionKey::Cluster),
             IdentityKey::of(Some(&c), SessionKey::Cluster)
         );
+    }
+
+    /// The collision of issue 10: a separator inside one field posed as the
+    /// boundary of the next.
+    #[test]
+    fn a_separator_inside_a_field_cannot_pose_as_the_next_field() {
+        let a = node(r#"{"id":"nodeA","cluster":"c1\u0000cluster="}"#);
+        let b = node(r#"{"id":"nodeA\u0000cluster=c1"}"#);
+        assert_ne!(
+            IdentityKey::of(Some(&a), SessionKey::Node),
+            IdentityKey::of(Some(&b), SessionKey::Node)
+        );
+        // Lengths as text cannot pose as boundaries either.
+        let c = node(r#"{"id":"1:a","cluster":"b"}"#);
+        let d = node(r#"{"id":"1","cluster":"a1:b"}"#);
+        assert_ne!(
+            IdentityKey::of(Some(&c), SessionKey::Node),
+            IdentityKey::of(Some(&d), SessionKey::Node)
+        );
+    }
+
+    proptest::proptest! {
+        /// Different (id, cluster) pairs never share a key, whatever they hold.
+        #[test]
+        fn keys_are_injective(
+            a in proptest::collection::vec("[a-c:;0-9\u{0}=]{0,4}", 2),
+            b in proptest::collection::vec("[a-c:;0-9\u{0}=]{0,4}", 2),
+        ) {
+            let view = |f: &[String]| NodeView { id: f[0].clone(), cluster: f[1].clone(), ..NodeView::default() };
+            let (ka, kb) = (
+                IdentityKey::of(Some(&view(&a)), SessionKey::Node),
+                IdentityKey::of(Some(&view(&b)), SessionKey::Node),
+            );
+            proptest::prop_assert_eq!(a == b, ka == kb);
+        }
     }
 }

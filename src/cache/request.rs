@@ -29,7 +29,9 @@ pub(crate) struct ParsedRequest {
     type_url: String,
     names: Names,
     node_id: String,
+    node_cluster: String,
     user_agent_name: String,
+    node_bytes: usize,
     identity: IdentityKey,
     subscription: u64,
 }
@@ -38,9 +40,9 @@ impl ParsedRequest {
     fn parse(body: Bytes, session_key: SessionKey) -> Result<ParsedRequest, RequestError> {
         let view = DiscoveryRequestView::parse(&body)?;
         let identity = IdentityKey::of(view.node.as_ref(), session_key);
-        let (node_id, user_agent_name) = view
+        let (node_id, node_cluster, user_agent_name, node_bytes) = view
             .node
-            .map(|n| (n.id, n.user_agent_name))
+            .map(|n| (n.id, n.cluster, n.user_agent_name, n.json_bytes))
             .unwrap_or_default();
         let names = Names::from_request(view.resource_names);
         let subscription = {
@@ -56,7 +58,9 @@ impl ParsedRequest {
             type_url: view.type_url,
             names,
             node_id,
+            node_cluster,
             user_agent_name,
+            node_bytes,
             identity,
             subscription,
         })
@@ -65,6 +69,11 @@ impl ParsedRequest {
     /// The request body as received (its `node` is decoded from it once per session).
     pub(crate) fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The body, shared (for decoding on another thread).
+    pub(crate) fn body_bytes(&self) -> Bytes {
+        self.body.clone()
     }
 
     /// The version the client presents (empty on its first poll).
@@ -84,6 +93,15 @@ impl ParsedRequest {
 
     pub(crate) fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    pub(crate) fn node_cluster(&self) -> &str {
+        &self.node_cluster
+    }
+
+    /// Bytes of the request's `node` JSON (0 without a node).
+    pub(crate) fn node_bytes(&self) -> usize {
+        self.node_bytes
     }
 
     /// `node.user_agent_name` (`envoy` for Envoy).

@@ -70,6 +70,27 @@ pub enum RewritePolicy {
     Never,
 }
 
+/// Whether a client of the mTLS REST listener must present a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientAuth {
+    /// The TLS handshake fails without a certificate the client CA signed.
+    Required,
+    /// A client without a certificate is let in (and must then present a
+    /// bearer token to an auth policy); one with a bad certificate is not.
+    Optional,
+}
+
+/// TLS on the REST listener: PEM files, reloaded when they change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// mTLS: the CA that signs client certificates.
+    pub client_ca: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+}
+
 /// TLS toward the upstream (used for https:// upstreams).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamTls {
@@ -94,6 +115,18 @@ pub struct Config {
     pub snapshot: Option<PathBuf>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
+    /// TLS (and mTLS) on the REST listener; `None`: plaintext.
+    pub tls: Option<ServerTlsFiles>,
+    /// The authorization policy file; `None`: every client may fetch every node.
+    pub auth_policy: Option<PathBuf>,
+    pub allow_insecure_listen: bool,
+    pub max_connections: usize,
+    pub max_long_polls: usize,
+    /// HTTP/2 streams (requests) in flight on one REST connection at most.
+    pub max_streams_per_connection: u32,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub keep_alive_timeout: Duration,
     pub session_key: SessionKey,
     pub idle_timeout: Duration,
     pub max_sessions: usize,
@@ -108,6 +141,10 @@ pub struct Config {
     pub forward_rejections: bool,
     pub allow_secrets: bool,
     pub max_body_bytes: usize,
+    pub max_node_bytes: usize,
+    pub max_session_bytes: usize,
+    pub max_names_per_request: usize,
+    pub max_names_per_session: usize,
     pub max_upstream_message_bytes: usize,
     pub descriptor_sets: Vec<PathBuf>,
     /// Check resources against Envoy's protoc-gen-validate rules.
@@ -126,6 +163,15 @@ impl Default for Config {
             snapshot: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
+            tls: None,
+            auth_policy: None,
+            allow_insecure_listen: false,
+            max_connections: 10_000,
+            max_long_polls: 5_000,
+            max_streams_per_connection: 4_096,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(60),
             session_key: SessionKey::Node,
             idle_timeout: Duration::from_secs(300),
             max_sessions: 10_000,
@@ -139,6 +185,10 @@ impl Default for Config {
             forward_rejections: false,
             allow_secrets: false,
             max_body_bytes: 4 * 1024 * 1024,
+            max_node_bytes: 1024 * 1024,
+            max_session_bytes: 1024 * 1024 * 1024,
+            max_names_per_request: 20_000,
+            max_names_per_session: 50_000,
             max_upstream_message_bytes: 64 * 1024 * 1024,
             descriptor_sets: Vec::new(),
             validate: Validation::On,
@@ -151,15 +201,17 @@ impl Config {
     /// `--config` file it names, over the defaults; then validates.
     pub fn from_settings(cli: Settings) -> Result<Config, ConfigError> {
         let mut config = Config::default();
+        let mut tls = TlsLayers::default();
         if let Some(path) = &cli.config {
-            config.apply(Settings::read_file(path)?)?;
+            config.apply(Settings::read_file(path)?, &mut tls)?;
         }
-        config.apply(cli)?;
+        config.apply(cli, &mut tls)?;
+        config.tls = tls.files()?;
         config.validate()
     }
 
-    /// Overwrites what `layer` sets.
-    fn apply(&mut self, layer: Settings) -> Result<(), ConfigError> {
+    /// Overwrites what `layer` sets (the REST TLS files into `tls`).
+    fn apply(&mut self, layer: Settings, tls_layers: &mut TlsLayers) -> Result<(), ConfigError> {
         /// `self.field = value` for each field `layer` sets.
         macro_rules! overwrite {
             ($($field:ident),* $(,)?) => {
@@ -187,9 +239,20 @@ impl Config {
             forward_rejections,
             allow_secrets,
             max_body_bytes,
+            max_node_bytes,
+            max_session_bytes,
+            max_names_per_request,
+            max_names_per_session,
             max_upstream_message_bytes,
             descriptor_sets,
             validate,
+            allow_insecure_listen,
+            max_connections,
+            max_long_polls,
+            max_streams_per_connection,
+            header_read_timeout,
+            body_read_timeout,
+            keep_alive_timeout,
         );
         // Settings that stay optional, or land in a nested or parsed form.
         let tls = &mut self.upstream_tls;
@@ -202,6 +265,19 @@ impl Config {
             if value.is_some() {
                 *slot = value;
             }
+        }
+        for (value, slot) in [
+            (layer.tls_cert, &mut tls_layers.cert),
+            (layer.tls_key, &mut tls_layers.key),
+            (layer.client_ca, &mut tls_layers.client_ca),
+            (layer.auth_policy, &mut self.auth_policy),
+        ] {
+            if value.is_some() {
+                *slot = value;
+            }
+        }
+        if layer.client_auth.is_some() {
+            tls_layers.client_auth = layer.client_auth;
         }
         if layer.upstream_tls_server_name.is_some() {
             tls.server_name = layer.upstream_tls_server_name;
@@ -273,7 +349,103 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return Err(invalid("max-body-bytes", "must be at least 1024"));
         }
+        self.validate_limits()?;
+        self.validate_exposure()?;
         Ok(self)
+    }
+}
+
+/// The REST TLS settings as the layers set them, before they are known to
+/// form a whole.
+#[derive(Debug, Default)]
+struct TlsLayers {
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    client_auth: Option<ClientAuth>,
+}
+
+impl TlsLayers {
+    fn files(self) -> Result<Option<ServerTlsFiles>, ConfigError> {
+        match (self.cert, self.key) {
+            (Some(cert), Some(key)) => {
+                if self.client_auth.is_some() && self.client_ca.is_none() {
+                    return Err(invalid("client-auth", "needs --client-ca"));
+                }
+                Ok(Some(ServerTlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.client_ca,
+                    client_auth: self.client_auth.unwrap_or(ClientAuth::Required),
+                }))
+            }
+            (None, None) if self.client_ca.is_none() && self.client_auth.is_none() => Ok(None),
+            (None, None) => Err(invalid("client-ca", "mTLS needs --tls-cert and --tls-key")),
+            _ => Err(invalid("tls-cert", "--tls-cert and --tls-key go together")),
+        }
+    }
+}
+
+impl Config {
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("max-connections", self.max_connections),
+            ("max-long-polls", self.max_long_polls),
+            (
+                "max-streams-per-connection",
+                self.max_streams_per_connection as usize,
+            ),
+            ("max-names-per-request", self.max_names_per_request),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        for (key, value) in [
+            ("header-read-timeout", self.header_read_timeout),
+            ("body-read-timeout", self.body_read_timeout),
+            ("keep-alive-timeout", self.keep_alive_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key, "must be more than 0s"));
+            }
+        }
+        if self.max_names_per_session < self.max_names_per_request {
+            return Err(invalid(
+                "max-names-per-session",
+                "must be at least max-names-per-request",
+            ));
+        }
+        if self.max_node_bytes < 1024 {
+            return Err(invalid("max-node-bytes", "must be at least 1024"));
+        }
+        if self.max_session_bytes < self.max_node_bytes {
+            return Err(invalid(
+                "max-session-bytes",
+                "must be at least max-node-bytes",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A REST listener off loopback must be protected (TLS or an auth
+    /// policy) unless the operator says otherwise: anyone who reaches an
+    /// unprotected one can name any node and get its config.
+    fn validate_exposure(&self) -> Result<(), ConfigError> {
+        let protected = self.tls.is_some() || self.auth_policy.is_some();
+        if self.listen.ip().is_loopback() || protected || self.allow_insecure_listen {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            key: "listen",
+            reason: format!(
+                "{} is not a loopback address, and the REST listener has neither TLS (--tls-cert/--tls-key) \
+                 nor an authorization policy (--auth-policy): anyone who reaches it could take any node's \
+                 identity and read its config. Add one, or say --allow-insecure-listen if the network \
+                 in front of it is trusted (a container whose port is published on loopback only)",
+                self.listen
+            ),
+        })
     }
 }
 

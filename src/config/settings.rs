@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
-use super::{ConfigError, RewritePolicy, SessionKey, UpstreamMode, Validation};
+use super::{ClientAuth, ConfigError, RewritePolicy, SessionKey, UpstreamMode, Validation};
 
 /// The settings of one layer. Every flag has an `XDS_GATEWAY_*` variable and
 /// a key of the same name in the `--config` file.
@@ -72,6 +72,46 @@ pub struct Settings {
     /// Admin listener (/healthz, /readyz, /metrics) [default: 127.0.0.1:9901].
     #[arg(long, env = "XDS_GATEWAY_ADMIN")]
     pub admin: Option<SocketAddr>,
+    /// Serve REST over TLS with this certificate chain (PEM; reloaded when it changes).
+    #[arg(long, env = "XDS_GATEWAY_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert (reloaded when it changes).
+    #[arg(long, env = "XDS_GATEWAY_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) that signs client certificates: mTLS on the REST listener.
+    #[arg(long, env = "XDS_GATEWAY_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+    /// With --client-ca: whether a client certificate is required [default: required].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_CLIENT_AUTH")]
+    pub client_auth: Option<ClientAuth>,
+    /// Policy file (TOML) binding principals (client certificates, bearer tokens) to the nodes they may fetch.
+    #[arg(long, env = "XDS_GATEWAY_AUTH_POLICY")]
+    pub auth_policy: Option<PathBuf>,
+    /// Allow a non-loopback --listen without TLS and without --auth-policy (anyone who reaches it can take any node's identity).
+    #[arg(long, env = "XDS_GATEWAY_ALLOW_INSECURE_LISTEN", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_insecure_listen: Option<bool>,
+    /// At most this many open REST connections; more are answered 503 and closed [default: 10000].
+    #[arg(long, env = "XDS_GATEWAY_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// At most this many long polls held at once; more are answered 503 [default: 5000].
+    #[arg(long, env = "XDS_GATEWAY_MAX_LONG_POLLS")]
+    pub max_long_polls: Option<usize>,
+    /// HTTP/2 requests in flight on one REST connection at most. An Envoy polling over HTTP/2 opens one per REST subscription at once (one per EDS cluster) before it has read this limit, and fails every request refused beyond it [default: 4096].
+    #[arg(long, env = "XDS_GATEWAY_MAX_STREAMS_PER_CONNECTION")]
+    pub max_streams_per_connection: Option<u32>,
+    /// A request's headers (and the TLS handshake) must arrive within this [default: 10s].
+    #[arg(long, env = "XDS_GATEWAY_HEADER_READ_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub header_read_timeout: Option<Duration>,
+    /// A request's body must arrive within this, whole [default: 30s].
+    #[arg(long, env = "XDS_GATEWAY_BODY_READ_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub body_read_timeout: Option<Duration>,
+    /// Close a connection with no request in flight for this long [default: 60s].
+    #[arg(long, env = "XDS_GATEWAY_KEEP_ALIVE_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub keep_alive_timeout: Option<Duration>,
     /// Which clients share one upstream stream [default: node].
     #[arg(long, value_enum, env = "XDS_GATEWAY_SESSION_KEY")]
     pub session_key: Option<SessionKey>,
@@ -120,6 +160,18 @@ pub struct Settings {
     /// Largest request body accepted, in bytes [default: 4194304].
     #[arg(long, env = "XDS_GATEWAY_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Largest `node` a request may carry, in JSON bytes [default: 1048576].
+    #[arg(long, env = "XDS_GATEWAY_MAX_NODE_BYTES")]
+    pub max_node_bytes: Option<usize>,
+    /// Total `node` JSON bytes all sessions may hold; a new session beyond it is a 503 [default: 1073741824].
+    #[arg(long, env = "XDS_GATEWAY_MAX_SESSION_BYTES")]
+    pub max_session_bytes: Option<usize>,
+    /// Most resource names one request may ask for [default: 20000].
+    #[arg(long, env = "XDS_GATEWAY_MAX_NAMES_PER_REQUEST")]
+    pub max_names_per_request: Option<usize>,
+    /// Most resource names one session subscribes to, per type [default: 50000].
+    #[arg(long, env = "XDS_GATEWAY_MAX_NAMES_PER_SESSION")]
+    pub max_names_per_session: Option<usize>,
     /// Largest upstream gRPC message accepted, in bytes [default: 67108864].
     #[arg(long, env = "XDS_GATEWAY_MAX_UPSTREAM_MESSAGE_BYTES")]
     pub max_upstream_message_bytes: Option<usize>,

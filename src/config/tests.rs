@@ -129,3 +129,81 @@ fn request_timeout_covers_the_first_response_bound() {
     .unwrap();
     assert_eq!(c.request_timeout, Duration::from_secs(25));
 }
+
+#[test]
+fn rest_tls_files_go_together() {
+    let c = Config::from_settings(cli(&[
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--client-ca",
+        "ca.pem",
+    ]))
+    .unwrap();
+    let tls = c.tls.unwrap();
+    assert_eq!(
+        tls.client_auth,
+        ClientAuth::Required,
+        "mTLS requires by default"
+    );
+    assert_eq!(tls.client_ca.unwrap().to_str(), Some("ca.pem"));
+    for (args, key) in [
+        (&["--tls-cert", "c.pem"][..], "tls-cert"),
+        (&["--tls-key", "k.pem"][..], "tls-cert"),
+        (&["--client-ca", "ca.pem"][..], "client-ca"),
+        (
+            &[
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "--client-auth",
+                "optional",
+            ][..],
+            "client-auth",
+        ),
+    ] {
+        let err = Config::from_settings(cli(args)).unwrap_err();
+        assert!(err.to_string().starts_with(key), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_listener_off_loopback_needs_tls_a_policy_or_a_flag() {
+    let off = ["--listen", "0.0.0.0:8080"];
+    let err = Config::from_settings(cli(&off)).unwrap_err();
+    assert!(err.to_string().contains("--allow-insecure-listen"), "{err}");
+    let with = |extra: &[&'static str]| {
+        let args: Vec<&str> = off.iter().chain(extra).copied().collect();
+        Config::from_settings(cli(&args))
+    };
+    assert!(with(&["--allow-insecure-listen"]).is_ok());
+    assert!(with(&["--auth-policy", "policy.toml"]).is_ok());
+    assert!(with(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_ok());
+    assert!(Config::from_settings(cli(&["--listen", "[::1]:8080"])).is_ok());
+}
+
+#[test]
+fn limits_are_validated() {
+    for (args, key) in [
+        (&["--max-connections", "0"][..], "max-connections"),
+        (&["--header-read-timeout", "0s"][..], "header-read-timeout"),
+        (
+            &[
+                "--max-names-per-request",
+                "10",
+                "--max-names-per-session",
+                "5",
+            ][..],
+            "max-names-per-session",
+        ),
+        (
+            &["--max-node-bytes", "4096", "--max-session-bytes", "1024"][..],
+            "max-session-bytes",
+        ),
+    ] {
+        let err = Config::from_settings(cli(args)).unwrap_err();
+        assert!(err.to_string().starts_with(key), "{args:?}: {err}");
+    }
+}

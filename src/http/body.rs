@@ -1,7 +1,15 @@
-//! Reading a request body: whole, up to `--max-body-bytes`, into `Bytes`.
-//! What goes wrong is a [`BodyError`], mapped to a status in `error.rs`.
+//! Reading a request body: its content type checked (JSON only), then the
+//! whole body, up to `--max-body-bytes`, into `Bytes`. What goes wrong is a
+//! [`BodyError`], mapped to a status in `error.rs`.
+//!
+//! Why JSON only: Envoy sends `Content-Type: application/json`, and a
+//! browser cannot send it cross-origin without a CORS preflight (which this
+//! server never grants), so a web page cannot make a visitor's browser poll
+//! on its behalf. curl's `-d` sends `application/x-www-form-urlencoded`:
+//! curl users add `-H 'Content-Type: application/json'` (or use `--json`).
 
 use axum::body::Body;
+use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 
 /// Why a request body could not be had.
@@ -11,14 +19,42 @@ pub(super) enum BodyError {
     TooLarge { limit: usize },
     #[error("could not read the request body: {0}")]
     Unreadable(String),
+    #[error("the request body did not arrive within {0:?} (--body-read-timeout)")]
+    TimedOut(std::time::Duration),
     /// It was read, but is not the message the endpoint takes.
     #[error("{0}")]
     Invalid(String),
+    #[error("Content-Type must be application/json (Envoy sends it; with curl add -H 'Content-Type: application/json'); got {0}")]
+    NotJson(String),
 }
 
-/// The whole body, or why not.
-pub(super) async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
+/// Refuses a body that does not say it is JSON (parameters such as
+/// `charset=utf-8` are fine).
+pub(super) fn check_json(headers: &HeaderMap) -> Result<(), BodyError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Err(BodyError::NotJson("no Content-Type".into()));
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(BodyError::NotJson(format!("{text:?}")))
+    }
+}
+
+/// The whole body within `timeout` (a slow sender cannot hold a request
+/// open for longer), or why not.
+pub(super) async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, BodyError> {
+    let read = axum::body::to_bytes(body, limit);
+    let read = tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| BodyError::TimedOut(timeout))?;
+    read.map_err(|err| {
         let too_large =
             std::iter::successors(Some(&err as &(dyn std::error::Error + 'static)), |e| {
                 e.source()
@@ -30,4 +66,25 @@ pub(super) async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyErr
             BodyError::Unreadable(err.to_string())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn only_json_is_taken() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(v));
+            check_json(&h)
+        };
+        assert!(with("application/json").is_ok());
+        assert!(with("Application/JSON; charset=utf-8").is_ok());
+        assert!(with("application/x-www-form-urlencoded").is_err());
+        assert!(with("text/plain").is_err());
+        assert!(with("application/jsonx").is_err());
+        assert!(check_json(&HeaderMap::new()).is_err());
+    }
 }

@@ -3,8 +3,10 @@
 //! (`?node=&cluster=&names=a,b&version=`, `If-None-Match` as the version)
 //! and served by the same code.
 //!
-//! Order of checks: query parameters, secrets gate, body (size, JSON),
-//! type_url vs path, wait and presentation; then the source is polled (it
+//! Order of checks: query parameters, secrets gate, who is asking (401),
+//! content type, body (time, size, JSON), type_url vs path, names and node
+//! size, whether the caller may fetch this node (403), wait and
+//! presentation; then the source is polled (it
 //! waits, bounded, for the upstream's first state) and answers 200 with the
 //! assembled body or 304, holding a 304 as a long poll when the client asked
 //! to wait. Nothing here mutates a state except through its body memo, so a
@@ -19,12 +21,14 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::body::read_body;
+use super::authorize::{authenticate, Caller};
+use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
-use crate::cache::{Answer, ParsedRequest};
+use crate::cache::{Answer, Names, ParsedRequest};
 use crate::config::{Config, RewritePolicy};
+use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -44,6 +48,7 @@ pub(super) async fn handle_post(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
+    peer: Option<Arc<PeerIdentity>>,
     query: HashMap<String, String>,
     body: Body,
 ) -> Response {
@@ -51,8 +56,15 @@ pub(super) async fn handle_post(
     let served = async {
         check_params(&query, POST_PARAMS)?;
         check_secrets(&gateway, kind)?;
-        let body = read_body(body, gateway.config.max_body_bytes).await?;
-        serve(&gateway, kind, &headers, &query, body).await
+        let caller = authenticate(&gateway, &headers, peer.as_deref())?;
+        check_json(&headers)?;
+        let body = read_body(
+            body,
+            gateway.config.max_body_bytes,
+            gateway.config.body_read_timeout,
+        )
+        .await?;
+        serve(&gateway, kind, &caller, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
 }
@@ -62,23 +74,26 @@ pub(super) async fn handle_get(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
+    peer: Option<Arc<PeerIdentity>>,
     query: HashMap<String, String>,
 ) -> Response {
     let started = Instant::now();
     let served = async {
         check_params(&query, GET_PARAMS)?;
         check_secrets(&gateway, kind)?;
-        let body = get_body(&query, &headers);
-        serve(&gateway, kind, &headers, &query, body).await
+        let caller = authenticate(&gateway, &headers, peer.as_deref())?;
+        let body = get_body(&query, &headers)?;
+        serve(&gateway, kind, &caller, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
 }
 
-/// The poll itself: parse, ask the source, answer (holding a 304 as a long
-/// poll when asked to wait).
+/// The poll itself: parse, authorize the node, ask the source, answer
+/// (holding a 304 as a long poll when asked to wait).
 async fn serve(
     gateway: &Gateway,
     kind: ResourceType,
+    caller: &Caller,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
     body: Bytes,
@@ -86,6 +101,9 @@ async fn serve(
     let config = &gateway.config;
     let request = gateway.parsed.parse(body)?;
     check_type_url(kind, &request)?;
+    check_size(config, &request)?;
+    // Before the source: a refused node never gets an upstream session.
+    caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
     let target = rest_target(config, request.user_agent_name(), headers);
@@ -95,6 +113,15 @@ async fn serve(
     let mut polled = gateway.source.poll(kind, &request).await?;
     let mut answer = polled.answer(renderer, &request, target)?;
     if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
+        let Ok(_slot) = gateway.long_polls.try_acquire() else {
+            return Err(ApiError::Unavailable {
+                message: format!(
+                    "too many long polls held now (at most {}, --max-long-polls); poll again later or without ?wait=",
+                    config.max_long_polls
+                ),
+                retry_after_secs: 1,
+            });
+        };
         let _held = gateway.metrics.long_poll_held();
         if polled.next_change(wait).await {
             answer = polled.answer(renderer, &request, target)?;
@@ -130,6 +157,27 @@ fn check_secrets(gateway: &Gateway, kind: ResourceType) -> Result<(), ApiError> 
     Ok(())
 }
 
+/// What one request may make the gateway hold: its names and its node.
+fn check_size(config: &Config, request: &ParsedRequest) -> Result<(), ApiError> {
+    if let Names::Named(names) = request.names() {
+        if names.len() > config.max_names_per_request {
+            return Err(ApiError::BadRequest(format!(
+                "the request names {} resources; at most {} per request (--max-names-per-request)",
+                names.len(),
+                config.max_names_per_request
+            )));
+        }
+    }
+    if request.node_bytes() > config.max_node_bytes {
+        return Err(ApiError::BadRequest(format!(
+            "the request's node is {} bytes of JSON; at most {} (--max-node-bytes)",
+            request.node_bytes(),
+            config.max_node_bytes
+        )));
+    }
+    Ok(())
+}
+
 /// The type comes from the path; a body that names another is a mistake.
 fn check_type_url(kind: ResourceType, request: &ParsedRequest) -> Result<(), ApiError> {
     let type_url = request.type_url();
@@ -144,7 +192,7 @@ fn check_type_url(kind: ResourceType, request: &ParsedRequest) -> Result<(), Api
 }
 
 /// The DiscoveryRequest JSON a GET stands for.
-fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
+fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Bytes, ApiError> {
     let names: Vec<&str> = query
         .get("names")
         .map(|n| {
@@ -154,11 +202,12 @@ fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
                 .collect()
         })
         .unwrap_or_default();
-    let version = query
-        .get("version")
-        .cloned()
-        .or_else(|| version_from_if_none_match(headers))
-        .unwrap_or_default();
+    // A malformed If-None-Match is a 400 even when `version` wins over it.
+    let tagged = version_from_if_none_match(headers)?;
+    let version = match query.get("version") {
+        Some(version) => version.clone(),
+        None => tagged.unwrap_or_default(),
+    };
     let body = serde_json::json!({
         "version_info": version,
         "resource_names": names,
@@ -167,7 +216,7 @@ fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Bytes {
             "cluster": query.get("cluster").map_or("", String::as_str),
         },
     });
-    Bytes::from(body.to_string())
+    Ok(Bytes::from(body.to_string()))
 }
 
 fn finish(

@@ -11,6 +11,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::authorize::AuthError;
 use super::body::BodyError;
 use crate::source::SourceError;
 use crate::xds::{JsonError, RequestError};
@@ -21,8 +22,10 @@ const RETRY_AFTER_SECS: u64 = 1;
 /// google.rpc.Code numbers used here.
 mod code {
     pub const INVALID_ARGUMENT: i32 = 3;
+    pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const NOT_FOUND: i32 = 5;
     pub const PERMISSION_DENIED: i32 = 7;
+    pub const UNAUTHENTICATED: i32 = 16;
     pub const UNIMPLEMENTED: i32 = 12;
     pub const INTERNAL: i32 = 13;
     pub const UNAVAILABLE: i32 = 14;
@@ -39,6 +42,13 @@ pub(crate) enum ApiError {
     BadRequest(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
+    /// The body did not arrive in time; the connection is closed after this.
+    #[error("{0}")]
+    RequestTimeout(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Unauthenticated(String),
     #[error("{0}")]
     Forbidden(String),
     #[error("{message}")]
@@ -57,7 +67,10 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
@@ -69,9 +82,13 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => code::NOT_FOUND,
             ApiError::MethodNotAllowed(_) | ApiError::NotImplemented(_) => code::UNIMPLEMENTED,
-            ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => code::INVALID_ARGUMENT,
+            ApiError::BadRequest(_)
+            | ApiError::BodyTooLarge { .. }
+            | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
+            ApiError::Unauthenticated(_) => code::UNAUTHENTICATED,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,
+            ApiError::RequestTimeout(_) => code::DEADLINE_EXCEEDED,
             ApiError::Internal(_) => code::INTERNAL,
         }
     }
@@ -93,6 +110,8 @@ impl From<SourceError> for ApiError {
             SourceError::InvalidNode(_) => ApiError::BadRequest(err.to_string()),
             SourceError::NoUpstream { .. } => ApiError::NotImplemented(err.to_string()),
             SourceError::TooManySessions { .. }
+            | SourceError::SessionBytes { .. }
+            | SourceError::TooManyNames { .. }
             | SourceError::NotLoaded { .. }
             | SourceError::Probing
             | SourceError::NoAnswer { .. }
@@ -108,6 +127,17 @@ impl From<BodyError> for ApiError {
             BodyError::Unreadable(_) | BodyError::Invalid(_) => {
                 ApiError::BadRequest(err.to_string())
             }
+            BodyError::NotJson(_) => ApiError::UnsupportedMediaType(err.to_string()),
+            BodyError::TimedOut(_) => ApiError::RequestTimeout(err.to_string()),
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> ApiError {
+        match err {
+            AuthError::Unauthenticated(m) => ApiError::Unauthenticated(m),
+            AuthError::Forbidden(m) => ApiError::Forbidden(m),
         }
     }
 }
@@ -135,11 +165,24 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let ApiError::Unavailable {
-            retry_after_secs, ..
-        } = self
-        {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        match self {
+            ApiError::Unavailable {
+                retry_after_secs, ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            // The rest of the body is still on the wire: this connection
+            // cannot carry another request.
+            ApiError::RequestTimeout(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            ApiError::Unauthenticated(_) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"xds-gateway\""),
+                );
+            }
+            _ => {}
         }
         response
     }

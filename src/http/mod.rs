@@ -13,27 +13,32 @@
 //! know axum and status codes; what answers a poll is the [`Source`]'s
 //! business, whichever kind it is.
 
+mod authorize;
 mod body;
 mod discovery;
 mod error;
 mod passthrough;
 mod present;
+mod query;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 
+use crate::auth::AuthPolicy;
 use crate::cache::{ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::Source;
+use crate::tls::PeerIdentity;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 use error::ApiError;
+use query::Params;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -44,6 +49,10 @@ pub(crate) struct Gateway {
     metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
     parsed: ParsedRequests,
+    /// One permit per long poll that may be held at once.
+    long_polls: tokio::sync::Semaphore,
+    /// Who may fetch what; `None`: everyone everything.
+    auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Gateway {
@@ -55,6 +64,8 @@ impl Gateway {
     ) -> Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
+            long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
+            auth: None,
             config,
             source,
             renderer,
@@ -62,6 +73,17 @@ impl Gateway {
         }
     }
 }
+
+impl Gateway {
+    /// The same gateway, authorizing every request with `auth`.
+    pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Gateway {
+        self.auth = auth;
+        self
+    }
+}
+
+/// The TLS client's identity `serve` put on the request, if any.
+type Peer = Option<Extension<Arc<PeerIdentity>>>;
 
 /// The REST router over `gateway`.
 pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
@@ -72,17 +94,21 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             &path,
             post(
                 move |State(gw): State<Arc<Gateway>>,
+                      peer: Peer,
                       headers: HeaderMap,
-                      Query(query): Query<HashMap<String, String>>,
+                      Params(query): Params,
                       body| {
-                    discovery::handle_post(gw, kind, headers, query, body)
+                    let peer = peer.map(|Extension(p)| p);
+                    discovery::handle_post(gw, kind, headers, peer, query, body)
                 },
             )
             .get(
                 move |State(gw): State<Arc<Gateway>>,
+                      peer: Peer,
                       headers: HeaderMap,
-                      Query(query): Query<HashMap<String, String>>| {
-                    discovery::handle_get(gw, kind, headers, query)
+                      Params(query): Params| {
+                    let peer = peer.map(|Extension(p)| p);
+                    discovery::handle_get(gw, kind, headers, peer, query)
                 },
             )
             .fallback(method_not_allowed),
@@ -91,9 +117,12 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         router = router.route(
             &endpoint.path(),
-            post(move |State(gw): State<Arc<Gateway>>, body| {
-                passthrough::handle(gw, endpoint, body)
-            })
+            post(
+                move |State(gw): State<Arc<Gateway>>, peer: Peer, headers: HeaderMap, body| {
+                    let peer = peer.map(|Extension(p)| p);
+                    passthrough::handle(gw, endpoint, headers, peer, body)
+                },
+            )
             .fallback(method_not_allowed),
         );
     }
@@ -148,7 +177,7 @@ async fn index(headers: HeaderMap) -> String {
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         let path = endpoint.path();
         out.push_str(&format!(
-            "{path:<36} curl -X POST 'http://{host}{path}' -d '{{}}'   (passed through to a gRPC upstream)\n"
+            "{path:<36} curl -H 'Content-Type: application/json' 'http://{host}{path}' -d '{{}}'   (passed through to a gRPC upstream)\n"
         ));
     }
     for kind in ResourceType::ALL {

@@ -11,19 +11,27 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::body::{read_body, BodyError};
+use super::authorize::authenticate;
+use super::body::{check_json, read_body, BodyError};
 use super::error::ApiError;
 use super::Gateway;
 use crate::source::{PassThrough, PassedThrough};
+use crate::tls::PeerIdentity;
 use crate::xds::Endpoint;
 
 /// Serves one pass-through request of `endpoint` (HealthCheck or ClientStatus).
-pub(super) async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, body: Body) -> Response {
+pub(super) async fn handle(
+    gateway: Arc<Gateway>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    peer: Option<Arc<PeerIdentity>>,
+    body: Body,
+) -> Response {
     let started = std::time::Instant::now();
-    let response = serve(&gateway, endpoint, body)
+    let response = serve(&gateway, endpoint, &headers, peer.as_deref(), body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     gateway.metrics.request(
@@ -34,8 +42,21 @@ pub(super) async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, body: Body
     response
 }
 
-async fn serve(gateway: &Gateway, endpoint: Endpoint, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(body, gateway.config.max_body_bytes).await?;
+async fn serve(
+    gateway: &Gateway,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    peer: Option<&PeerIdentity>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    authenticate(gateway, headers, peer)?.may_pass_through(&endpoint.path())?;
+    check_json(headers)?;
+    let body = read_body(
+        body,
+        gateway.config.max_body_bytes,
+        gateway.config.body_read_timeout,
+    )
+    .await?;
     let codec = gateway.renderer.codec();
     let invalid = |e: crate::xds::JsonError| BodyError::Invalid(e.to_string());
     let call = match endpoint {

@@ -99,11 +99,45 @@ fn set_etag(response: &mut Response, version: &str) {
     }
 }
 
-/// The version inside an `If-None-Match` value (`"v"`, `W/"v"` or `v`).
-pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Option<String> {
-    let raw = headers.get(header::IF_NONE_MATCH)?.to_str().ok()?.trim();
-    let raw = raw.strip_prefix("W/").unwrap_or(raw);
-    Some(raw.trim_matches('"').to_owned())
+/// The version inside an `If-None-Match` value: one entity tag, `"v"` or
+/// `W/"v"` (RFC 9110), or a bare `v` for people typing it. A list of tags,
+/// `*`, unbalanced quotes or a value that is not ASCII are a 400 that says
+/// so (never silently ignored: that would answer a full body to a client
+/// that thinks it asked for a 304).
+pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(header::IF_NONE_MATCH) else {
+        return Ok(None);
+    };
+    let malformed = |why: &str| {
+        ApiError::BadRequest(format!(
+            "malformed If-None-Match ({why}): send the ETag of the version you have, like \"v1\""
+        ))
+    };
+    let raw = value
+        .to_str()
+        .map_err(|_| malformed("not ASCII text"))?
+        .trim();
+    if raw == "*" {
+        return Err(malformed("* is not supported"));
+    }
+    let tag = raw.strip_prefix("W/").unwrap_or(raw);
+    let opaque = match tag.strip_prefix('"') {
+        Some(rest) => rest
+            .strip_suffix('"')
+            .ok_or_else(|| malformed("an opening quote without a closing one"))?,
+        None if tag.contains(',') => return Err(malformed("several ETags; send one")),
+        None => tag,
+    };
+    if opaque.contains('"') {
+        return Err(malformed("several ETags or a stray quote; send one"));
+    }
+    if opaque
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    {
+        return Err(malformed("spaces or control characters in the tag"));
+    }
+    Ok(Some(opaque.to_owned()))
 }
 
 #[cfg(test)]
@@ -140,12 +174,38 @@ mod tests {
         assert!(Presentation::from_request(&q(&[]), &accept).unwrap().yaml);
     }
 
+    fn if_none_match(v: &[u8]) -> Result<Option<String>, ApiError> {
+        let mut h = HeaderMap::new();
+        h.insert(header::IF_NONE_MATCH, HeaderValue::from_bytes(v).unwrap());
+        version_from_if_none_match(&h)
+    }
+
     #[test]
     fn if_none_match_forms() {
-        for v in ["\"abc\"", "W/\"abc\"", "abc"] {
-            let mut h = HeaderMap::new();
-            h.insert(header::IF_NONE_MATCH, HeaderValue::from_str(v).unwrap());
-            assert_eq!(version_from_if_none_match(&h).as_deref(), Some("abc"));
+        for v in ["\"abc\"", "W/\"abc\"", "abc", " \"abc\" "] {
+            assert_eq!(if_none_match(v.as_bytes()).unwrap().as_deref(), Some("abc"));
+        }
+        assert_eq!(if_none_match(b"\"a,b\"").unwrap().as_deref(), Some("a,b"));
+        assert_eq!(if_none_match(b"\"\"").unwrap().as_deref(), Some(""));
+        assert_eq!(version_from_if_none_match(&HeaderMap::new()).unwrap(), None);
+    }
+
+    #[test]
+    fn malformed_if_none_match_is_a_400() {
+        for v in [
+            &b"\x80abc"[..],
+            b"*",
+            b"\"a\", \"b\"",
+            b"a, b",
+            b"\"abc",
+            b"\"a\"b\"",
+            b"W/abc def",
+        ] {
+            let err = if_none_match(v).unwrap_err();
+            assert!(
+                matches!(&err, ApiError::BadRequest(m) if m.contains("If-None-Match")),
+                "{v:?}: {err}"
+            );
         }
     }
 

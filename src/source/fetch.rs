@@ -178,6 +178,7 @@ impl Source for FetchSource {
             )
             .await
             .map_err(|_| SourceError::NoAnswer {
+                from: "the upstream",
                 kind,
                 within: fetcher.call_timeout,
             })??;

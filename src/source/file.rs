@@ -23,9 +23,10 @@ use tracing::{info, warn};
 use super::polled::lock;
 use super::registry::Feeder;
 use super::session::{Command, Session};
-use super::snapshot::{embedded_demo, snapshot_paths, Snapshot};
+use super::snapshot::{embedded_demo, snapshot_paths, Snapshot, SnapshotError};
 use super::SourceError;
 use crate::cache::{Coverage, Renderer, TypeState};
+use crate::config::SessionKey;
 use crate::xds::ResourceType;
 
 /// How often the directory is checked for changes.
@@ -60,6 +61,9 @@ pub(crate) struct FileFeeder {
 struct FileSource {
     origin: Origin,
     renderer: Renderer,
+    /// Whether `nodes/<id>/` layers can be served: not when sessions are
+    /// keyed by cluster (see [`FileSource::check_layers`]).
+    per_node_layers: bool,
     snapshot: watch::Sender<Option<Arc<Snapshot>>>,
     problems: Mutex<Vec<String>>,
     /// Set once a snapshot loaded; never unset.
@@ -75,10 +79,11 @@ impl FileFeeder {
     /// Loads the snapshot now (a failed first load leaves the feeder empty
     /// and not ready, with its problems recorded) and, for a directory,
     /// watches it until the feeder is dropped.
-    pub(crate) fn start(origin: Origin, renderer: Renderer) -> FileFeeder {
+    pub(crate) fn start(origin: Origin, renderer: Renderer, session_key: SessionKey) -> FileFeeder {
         let source = Arc::new(FileSource {
             origin,
             renderer,
+            per_node_layers: session_key == SessionKey::Node,
             snapshot: watch::Sender::new(None),
             problems: Mutex::default(),
             loaded_once: AtomicBool::new(false),
@@ -129,6 +134,10 @@ impl Feeder for FileFeeder {
         })
     }
 
+    fn answers_from(&self) -> &'static str {
+        "the snapshot"
+    }
+
     fn is_ready(&self) -> bool {
         self.source.loaded_once.load(Ordering::Acquire)
     }
@@ -162,6 +171,7 @@ impl FileSource {
             Origin::Dir(dir) => Snapshot::load(dir, &self.renderer),
             Origin::EmbeddedDemo => Snapshot::build(embedded_demo(), &self.renderer),
         };
+        let loaded = loaded.and_then(|snapshot| self.check_layers(snapshot));
         match loaded {
             Ok(snapshot) => {
                 info!(origin = %self.origin, resources = snapshot.len(), "snapshot loaded");
@@ -182,6 +192,36 @@ impl FileSource {
                 self.set_problems(problems);
             }
         }
+    }
+}
+
+impl FileSource {
+    /// With `--session-key cluster`, every node of a cluster shares one
+    /// session, which publishes the view of the node that opened it: a
+    /// per-node layer would then be served to the cluster's other nodes
+    /// (their secrets included). Such a snapshot is refused, like any
+    /// snapshot that does not load: the last good one stays in service.
+    /// (Per-cluster layers are fine: a session's cluster is its key.)
+    fn check_layers(&self, snapshot: Snapshot) -> Result<Snapshot, Vec<SnapshotError>> {
+        let nodes = snapshot.node_layers();
+        if self.per_node_layers || nodes.is_empty() {
+            return Ok(snapshot);
+        }
+        let root = match &self.origin {
+            Origin::Dir(dir) => dir.clone(),
+            Origin::EmbeddedDemo => PathBuf::new(),
+        };
+        Err(nodes
+            .into_iter()
+            .map(|node| SnapshotError {
+                path: root.join("nodes").join(node),
+                line: None,
+                reason: "a per-node layer cannot be served with --session-key cluster (every node \
+                         of a cluster shares one session, so the cluster's other nodes would get \
+                         this node's resources); use --session-key node, or move it to clusters/"
+                    .into(),
+            })
+            .collect())
     }
 }
 
@@ -263,5 +303,32 @@ fn publish_changed(
             view.resources,
             coverage,
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::Codec;
+
+    /// A 503 of a snapshot gateway never blames an upstream it does not have.
+    #[tokio::test]
+    async fn no_answer_names_the_snapshot() {
+        let feeder = FileFeeder::start(
+            Origin::EmbeddedDemo,
+            Renderer::new(Codec::embedded()),
+            SessionKey::Node,
+        );
+        let err = SourceError::NoAnswer {
+            from: feeder.answers_from(),
+            kind: ResourceType::Clusters,
+            within: Duration::from_secs(5),
+        };
+        let message = err.to_string();
+        assert!(
+            message.starts_with("the snapshot has not answered"),
+            "{message}"
+        );
+        assert!(!message.contains("upstream"), "{message}");
     }
 }

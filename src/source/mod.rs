@@ -132,16 +132,26 @@ pub(crate) struct Status {
 /// is one failure the REST face maps to one status (`http/error.rs`).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SourceError {
-    #[error("too many upstream sessions ({max}); try again later")]
+    #[error("too many sessions ({max}); try again later")]
     TooManySessions { max: usize },
+    #[error("sessions hold {held} bytes of nodes; a new one of {wanted} bytes would pass the limit of {max} (--max-session-bytes); try again later")]
+    SessionBytes {
+        held: usize,
+        wanted: usize,
+        max: usize,
+    },
+    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session); names nobody asks for are dropped after --idle-timeout", kind.type_url())]
+    TooManyNames { kind: ResourceType, max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
     InvalidNode(String),
     #[error("the {origin} did not load: {problem}; see the admin /readyz for every problem")]
     NotLoaded { origin: String, problem: String },
     #[error("the upstream's API is still being probed (--upstream-mode auto)")]
     Probing,
-    #[error("the upstream has not answered for {} within {within:?}", kind.type_url())]
+    /// `from` says what should have answered: "the upstream", "the snapshot".
+    #[error("{from} has not answered for {} within {within:?}", kind.type_url())]
     NoAnswer {
+        from: &'static str,
         kind: ResourceType,
         within: Duration,
     },

@@ -2,10 +2,16 @@
 //! identity, and how a poll is answered from one.
 //!
 //! A session is created for the first client of an identity (bounded in
-//! number), shared by every later one (fan-in), and closed when no client has
-//! polled it for the idle timeout; names nobody asks for any more are pruned
-//! on the same sweep. What feeds a session (an upstream stream, the snapshot)
-//! is the [`Feeder`]'s business; the registry only starts it.
+//! number and in the bytes of the nodes sessions hold), shared by every later
+//! one (fan-in), and closed when no client has polled it for the idle
+//! timeout; names nobody asks for any more are pruned on the same sweep.
+//! What feeds a session (an upstream stream, the snapshot) is the
+//! [`Feeder`]'s business; the registry only starts it.
+//!
+//! The global map is locked only to look up, insert and remove: a new
+//! identity's node is decoded outside it (a few at a time, big ones on a
+//! blocking thread), so a client sending a huge node never stalls the polls
+//! of existing sessions.
 //!
 //! A poll records the client's names in the session (widening the upstream
 //! subscription if needed), then waits, bounded, for a state that covers
@@ -22,7 +28,7 @@ use tokio::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::info;
 
@@ -37,6 +43,11 @@ use crate::xds::ResourceType;
 
 /// How often idle sessions and stale names are swept, at most.
 const SWEEP_EVERY_MAX: Duration = Duration::from_secs(5);
+/// New nodes decoded at once, at most (each costs CPU and transient memory
+/// in proportion to its size).
+const DECODES_AT_ONCE: usize = 4;
+/// Nodes larger than this (JSON bytes) are decoded on a blocking thread.
+const DECODE_OFF_THREAD_BYTES: usize = 64 * 1024;
 
 /// What feeds sessions: starts one task per session, and says what it is.
 pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
@@ -51,6 +62,11 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
     /// Why no poll can be answered now (a snapshot that never loaded), if so.
     fn unavailable(&self) -> Option<SourceError> {
         None
+    }
+
+    /// What answers, for error messages: "the upstream", "the snapshot".
+    fn answers_from(&self) -> &'static str {
+        "the upstream"
     }
 
     /// Whether it has answered once (never unready again).
@@ -74,6 +90,8 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
 #[derive(Debug, Clone)]
 struct Limits {
     max_sessions: usize,
+    max_session_bytes: usize,
+    max_names_per_session: usize,
     idle_timeout: Duration,
     first_response_timeout: Duration,
     rejection_threshold: u32,
@@ -84,11 +102,51 @@ struct Limits {
 #[derive(Debug)]
 pub(crate) struct Sessions<F> {
     feeder: F,
-    sessions: Mutex<HashMap<IdentityKey, Arc<Session>>>,
+    sessions: Mutex<Registry>,
+    decoding: Semaphore,
     renderer: Renderer,
     metrics: Arc<Metrics>,
     limits: Limits,
     sweeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The live sessions and the node bytes they hold.
+#[derive(Debug, Default)]
+struct Registry {
+    sessions: HashMap<IdentityKey, Entry>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    session: Arc<Session>,
+    /// What it counts in [`Registry::bytes`].
+    bytes: usize,
+}
+
+impl Registry {
+    /// Why a session of `bytes` cannot be added now, if so.
+    fn room_for(&self, bytes: usize, limits: &Limits) -> Result<(), SourceError> {
+        if self.sessions.len() >= limits.max_sessions {
+            return Err(SourceError::TooManySessions {
+                max: limits.max_sessions,
+            });
+        }
+        if self.bytes.saturating_add(bytes) > limits.max_session_bytes {
+            return Err(SourceError::SessionBytes {
+                held: self.bytes,
+                wanted: bytes,
+                max: limits.max_session_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn existing(&self, key: &IdentityKey) -> Option<Arc<Session>> {
+        let session = &self.sessions.get(key)?.session;
+        session.touch();
+        Some(session.clone())
+    }
 }
 
 impl<F: Feeder> Sessions<F> {
@@ -103,10 +161,13 @@ impl<F: Feeder> Sessions<F> {
         let sessions = Arc::new(Sessions {
             feeder,
             sessions: Mutex::default(),
+            decoding: Semaphore::new(DECODES_AT_ONCE),
             renderer,
             metrics,
             limits: Limits {
                 max_sessions: config.max_sessions,
+                max_session_bytes: config.max_session_bytes,
+                max_names_per_session: config.max_names_per_session,
                 idle_timeout: config.idle_timeout,
                 first_response_timeout: config.first_response_timeout,
                 rejection_threshold: config.rejection_threshold,
@@ -119,7 +180,7 @@ impl<F: Feeder> Sessions<F> {
         sessions
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<IdentityKey, Arc<Session>>> {
+    fn lock(&self) -> MutexGuard<'_, Registry> {
         // Map operations are single inserts/removes: never half-done.
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -132,43 +193,71 @@ impl<F: Feeder> Sessions<F> {
         (self.limits.idle_timeout / 4).clamp(Duration::from_millis(50), SWEEP_EVERY_MAX)
     }
 
-    /// The session of `key`, created (and its feeder started) for the first
-    /// client of that identity. The `node` of `body` is decoded only then.
-    fn session(&self, key: &IdentityKey, body: &[u8]) -> Result<Arc<Session>, SourceError> {
-        let mut sessions = self.lock();
-        if let Some(session) = sessions.get(key) {
-            session.touch();
-            return Ok(session.clone());
+    /// The session of the request's identity, created (and its feeder
+    /// started) for the first client of that identity. The request's `node`
+    /// is decoded only then, outside the registry's lock.
+    async fn session(&self, request: &ParsedRequest) -> Result<Arc<Session>, SourceError> {
+        let key = request.identity();
+        let bytes = request.node_bytes();
+        {
+            let registry = self.lock();
+            if let Some(session) = registry.existing(key) {
+                return Ok(session);
+            }
+            registry.room_for(bytes, &self.limits)?;
         }
-        if sessions.len() >= self.limits.max_sessions {
-            return Err(SourceError::TooManySessions {
-                max: self.limits.max_sessions,
-            });
+        // The semaphore is never closed.
+        let _decoding = self.decoding.acquire().await;
+        if let Some(session) = self.lock().existing(key) {
+            return Ok(session);
         }
-        let node = decode_node(&self.renderer, body)?;
+        let node = if bytes > DECODE_OFF_THREAD_BYTES {
+            let (renderer, body) = (self.renderer.clone(), request.body_bytes());
+            tokio::task::spawn_blocking(move || decode_node(&renderer, &body))
+                .await
+                .map_err(|e| SourceError::InvalidNode(format!("decoder task failed: {e}")))??
+        } else {
+            decode_node(&self.renderer, request.body())?
+        };
+        let mut registry = self.lock();
+        if let Some(session) = registry.existing(key) {
+            return Ok(session);
+        }
+        registry.room_for(bytes, &self.limits)?;
         let (session, commands) = Session::new(node);
         session.attach_task(self.feeder.start(session.clone(), commands));
-        info!(node = %session.node.id, cluster = %session.node.cluster, "session opened");
-        sessions.insert(key.clone(), session.clone());
-        self.metrics.set_sessions(sessions.len());
+        info!(node = %session.node.id, cluster = %session.node.cluster, node_bytes = bytes, "session opened");
+        registry.sessions.insert(
+            key.clone(),
+            Entry {
+                session: session.clone(),
+                bytes,
+            },
+        );
+        registry.bytes += bytes;
+        self.metrics.set_sessions(registry.sessions.len());
         Ok(session)
     }
 
     /// Closes idle sessions and prunes names nobody asked for recently.
     fn sweep(&self, now: Instant) {
         let idle_timeout = self.limits.idle_timeout;
-        let mut sessions = self.lock();
-        sessions.retain(|_, session| {
+        let mut registry = self.lock();
+        let mut freed = 0;
+        registry.sessions.retain(|_, entry| {
+            let session = &entry.session;
             if session.idle_for(now) >= idle_timeout {
                 info!(node = %session.node.id, "session idle: closed");
                 session.close();
+                freed += entry.bytes;
                 false
             } else {
                 session.prune(now, idle_timeout);
                 true
             }
         });
-        self.metrics.set_sessions(sessions.len());
+        registry.bytes -= freed;
+        self.metrics.set_sessions(registry.sessions.len());
     }
 
     async fn poll_session(
@@ -179,15 +268,22 @@ impl<F: Feeder> Sessions<F> {
         if let Some(unavailable) = self.feeder.unavailable() {
             return Err(unavailable);
         }
-        let session = self.session(request.identity(), request.body())?;
+        let session = self.session(request).await?;
         let serving = session.serving();
         let names = request.names();
-        let (rx, settled) = session.want(kind, names, SETTLE);
+        let max = self.limits.max_names_per_session;
+        let (rx, settled) = session
+            .want(kind, names, SETTLE, max)
+            .map_err(|e| SourceError::TooManyNames { kind, max: e.max })?;
         let within = self.limits.first_response_timeout;
         let first_wait = if settled { Duration::ZERO } else { within };
         let state = wait_for_coverage(rx.clone(), names, first_wait)
             .await
-            .ok_or(SourceError::NoAnswer { kind, within })?;
+            .ok_or(SourceError::NoAnswer {
+                from: self.feeder.answers_from(),
+                kind,
+                within,
+            })?;
         let feed = SessionFeed {
             kind,
             session,
@@ -235,12 +331,13 @@ impl<F: Feeder> Source for Sessions<F> {
 
     fn status(&self) -> Status {
         let (sessions, stale_sessions) = {
-            let sessions = self.lock();
-            let stale = sessions
+            let registry = self.lock();
+            let stale = registry
+                .sessions
                 .values()
-                .filter(|s| s.stale_since().is_some())
+                .filter(|e| e.session.stale_since().is_some())
                 .count();
-            (sessions.len(), stale)
+            (registry.sessions.len(), stale)
         };
         Status {
             ready: self.feeder.is_ready(),
@@ -255,9 +352,11 @@ impl<F: Feeder> Source for Sessions<F> {
         if let Some(sweeper) = self.sweeper_lock().take() {
             sweeper.abort();
         }
-        for (_, session) in self.lock().drain() {
-            session.close();
+        let mut registry = self.lock();
+        for (_, entry) in registry.sessions.drain() {
+            entry.session.close();
         }
+        registry.bytes = 0;
         self.metrics.set_sessions(0);
     }
 }
@@ -318,5 +417,64 @@ impl Feed for SessionFeed {
 
     fn stale_since(&self) -> Option<SystemTime> {
         self.session.stale_since()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::ParsedRequests;
+    use crate::config::SessionKey;
+    use crate::source::scripted::Script;
+    use crate::xds::Codec;
+
+    fn node_request(id: &str, keys: usize) -> bytes::Bytes {
+        let metadata: serde_json::Map<String, serde_json::Value> = (0..keys)
+            .map(|i| {
+                (
+                    format!("key{i}"),
+                    serde_json::Value::from(format!("value{i}")),
+                )
+            })
+            .collect();
+        serde_json::json!({"node": {"id": id, "metadata": metadata}})
+            .to_string()
+            .into()
+    }
+
+    /// Issue 10, finding 3: while a new, huge node is decoded, existing
+    /// sessions keep answering (the registry's lock is not held meanwhile).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_huge_new_node_does_not_stall_existing_sessions() {
+        let config = Config {
+            max_node_bytes: 16 << 20,
+            ..Config::default()
+        };
+        let renderer = Renderer::new(Codec::embedded());
+        let script = Script::new(renderer.clone());
+        let sessions =
+            Sessions::start(script.feeder(), renderer, Arc::new(Metrics::new()), &config);
+        script.set(ResourceType::Clusters, "1", &[]).await;
+        let parsed = ParsedRequests::new(SessionKey::Node);
+        let small = parsed.parse(node_request("small", 1)).unwrap();
+        sessions.poll(ResourceType::Clusters, &small).await.unwrap();
+
+        let huge = parsed.parse(node_request("huge", 100_000)).unwrap();
+        assert!(huge.node_bytes() > 2_000_000);
+        let opening = {
+            let sessions = sessions.clone();
+            tokio::spawn(async move { sessions.session(&huge).await.map(|_| ()) })
+        };
+        let decoding = || sessions.decoding.available_permits() < DECODES_AT_ONCE;
+        while !decoding() {
+            tokio::task::yield_now().await;
+        }
+        sessions.poll(ResourceType::Clusters, &small).await.unwrap();
+        assert!(
+            decoding(),
+            "the huge node was decoded before an existing session could answer"
+        );
+        opening.await.unwrap().unwrap();
+        assert_eq!(sessions.status().sessions, 2);
     }
 }

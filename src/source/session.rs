@@ -69,9 +69,22 @@ impl Subscription {
     }
 
     /// Records interest in `names` at `now`. Returns whether that widened
-    /// the subscription, and when the newest part of `names` was first asked for.
-    fn ask(&mut self, names: &Names, now: Instant) -> (bool, Instant) {
-        match names {
+    /// the subscription, and when the newest part of `names` was first asked
+    /// for; or, recording nothing, `Err` when that would subscribe more than
+    /// `max` names.
+    fn ask(
+        &mut self,
+        names: &Names,
+        now: Instant,
+        max: usize,
+    ) -> Result<(bool, Instant), TooManyNames> {
+        if let Names::Named(set) = names {
+            let new = set.iter().filter(|n| !self.names.contains_key(*n)).count();
+            if new > 0 && self.names.len() + new > max {
+                return Err(TooManyNames { max });
+            }
+        }
+        Ok(match names {
             Names::Wildcard => match &mut self.wildcard {
                 Some(interest) => {
                     interest.last = now;
@@ -100,8 +113,17 @@ impl Subscription {
                 }
                 (widened, newest.unwrap_or(now))
             }
-        }
+        })
     }
+}
+
+/// Where a type's states arrive, for requests to wait on.
+pub(super) type StateRx = watch::Receiver<Option<Arc<TypeState>>>;
+
+/// A subscription would grow past the per-session limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TooManyNames {
+    pub(super) max: usize,
 }
 
 /// Per-type slot of a session.
@@ -211,20 +233,23 @@ impl Session {
     /// request need not wait for the upstream to prove it answered (servers
     /// send nothing for names that do not exist; waiting the first-response
     /// timeout on every poll would outlast Envoy's 1 s request timeout). The
-    /// first polls after a subscription still wait.
+    /// first polls after a subscription still wait. A request that would
+    /// subscribe the type to more than `max_names` names records nothing
+    /// and is refused.
     pub(super) fn want(
         &self,
         kind: ResourceType,
         names: &Names,
         settle: Duration,
-    ) -> (watch::Receiver<Option<Arc<TypeState>>>, bool) {
+        max_names: usize,
+    ) -> Result<(StateRx, bool), TooManyNames> {
         let now = Instant::now();
-        let (widened, newest) = lock(&self.slot(kind).subscription).ask(names, now);
+        let (widened, newest) = lock(&self.slot(kind).subscription).ask(names, now, max_names)?;
         if widened {
             self.send(Command::Resubscribe(kind));
         }
         let settled = now.saturating_duration_since(newest) >= settle;
-        (self.slot(kind).state.subscribe(), settled)
+        Ok((self.slot(kind).state.subscribe(), settled))
     }
 
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
@@ -331,16 +356,38 @@ pub(super) async fn wait_for_change(
 mod tests {
     use super::*;
 
+    const MAX: usize = usize::MAX;
+
     fn names(n: &[&str]) -> Names {
         Names::from_request(n.iter().map(|s| s.to_string()).collect())
     }
 
     #[tokio::test]
+    async fn a_subscription_cannot_grow_past_its_limit() {
+        let (s, _rx) = Session::new(Node::default());
+        let eds = ResourceType::Endpoints;
+        s.want(eds, &names(&["a", "b"]), SETTLE, 3).unwrap();
+        assert_eq!(
+            s.want(eds, &names(&["c", "d"]), SETTLE, 3).unwrap_err(),
+            TooManyNames { max: 3 }
+        );
+        // Nothing of the refused request was recorded; names already held
+        // and the wildcard are always fine.
+        assert_eq!(s.subscription(eds).unwrap().names.len(), 2);
+        s.want(eds, &names(&["a", "b"]), SETTLE, 2).unwrap();
+        s.want(eds, &Names::Wildcard, SETTLE, 2).unwrap();
+        s.want(eds, &names(&["c"]), SETTLE, 3).unwrap();
+    }
+
+    #[tokio::test]
     async fn want_resubscribes_only_when_widened_and_prune_narrows() {
         let (s, mut rx) = Session::new(Node::default());
-        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE);
-        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE);
-        s.want(ResourceType::Endpoints, &names(&["a", "b"]), SETTLE);
+        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE, MAX)
+            .unwrap();
+        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE, MAX)
+            .unwrap();
+        s.want(ResourceType::Endpoints, &names(&["a", "b"]), SETTLE, MAX)
+            .unwrap();
         assert_eq!(
             rx.try_recv().unwrap(),
             Command::Resubscribe(ResourceType::Endpoints)
@@ -370,16 +417,16 @@ mod tests {
         let mut sub = Subscription::default();
         let t0 = Instant::now();
         let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
-        assert_eq!(sub.ask(&names(&["a"]), t0), (true, t0));
+        assert_eq!(sub.ask(&names(&["a"]), t0, MAX), Ok((true, t0)));
         assert_eq!(
-            sub.ask(&names(&["a"]), t1),
-            (false, t0),
+            sub.ask(&names(&["a"]), t1, MAX),
+            Ok((false, t0)),
             "first ask is kept"
         );
         // a new name is as young as it gets, whatever its companions
-        assert_eq!(sub.ask(&names(&["a", "b"]), t2), (true, t2));
-        assert_eq!(sub.ask(&Names::Wildcard, t1), (true, t1));
-        assert_eq!(sub.ask(&Names::Wildcard, t2), (false, t1));
+        assert_eq!(sub.ask(&names(&["a", "b"]), t2, MAX), Ok((true, t2)));
+        assert_eq!(sub.ask(&Names::Wildcard, t1, MAX), Ok((true, t1)));
+        assert_eq!(sub.ask(&Names::Wildcard, t2, MAX), Ok((false, t1)));
         assert_eq!(sub.names["a"].last, t2, "last ask is updated");
     }
 
@@ -390,12 +437,15 @@ mod tests {
             !s.want(
                 ResourceType::Endpoints,
                 &names(&["a"]),
-                Duration::from_secs(3600)
+                Duration::from_secs(3600),
+                MAX
             )
+            .unwrap()
             .1
         );
         assert!(
-            s.want(ResourceType::Endpoints, &names(&["a"]), Duration::ZERO)
+            s.want(ResourceType::Endpoints, &names(&["a"]), Duration::ZERO, MAX)
+                .unwrap()
                 .1
         );
     }
@@ -417,7 +467,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waits_are_bounded() {
         let (s, _rx) = Session::new(Node::default());
-        let (rx, _) = s.want(ResourceType::Clusters, &Names::Wildcard, SETTLE);
+        let (rx, _) = s
+            .want(ResourceType::Clusters, &Names::Wildcard, SETTLE, MAX)
+            .unwrap();
         assert!(
             wait_for_coverage(rx, &Names::Wildcard, Duration::from_secs(5))
                 .await

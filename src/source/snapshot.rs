@@ -190,6 +190,13 @@ impl Snapshot {
     }
 
     /// How many resources the snapshot holds, all layers together.
+    /// The node ids with a per-node layer (`nodes/<id>/`), sorted.
+    pub(super) fn node_layers(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self.nodes.keys().map(String::as_str).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     pub(super) fn len(&self) -> usize {
         self.base.len()
             + self.clusters.values().map(BTreeMap::len).sum::<usize>()

@@ -46,6 +46,8 @@ pub struct NodeView {
     /// Raw JSON of `locality`, if present.
     pub locality: Option<Box<RawValue>>,
     pub user_agent_name: String,
+    /// Bytes of the node's JSON as sent (what a session holding it costs).
+    pub json_bytes: usize,
 }
 
 #[derive(Default, Deserialize)]
@@ -81,10 +83,17 @@ where
 }
 
 fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D::Error> {
-    let Some(fields) = Option::<NodeFields>::deserialize(de)? else {
+    // Borrowed from the body (no copy): its length is the node's size.
+    let Some(raw) = Option::<&'de RawValue>::deserialize(de)? else {
+        return Ok(None);
+    };
+    let Some(fields) =
+        serde_json::from_str::<Option<NodeFields>>(raw.get()).map_err(serde::de::Error::custom)?
+    else {
         return Ok(None);
     };
     Ok(Some(NodeView {
+        json_bytes: raw.get().len(),
         id: fields.id,
         cluster: fields.cluster,
         metadata: fields.metadata.filter(|m| m.get() != "null"),
@@ -122,6 +131,10 @@ mod tests {
             assert_eq!(r.type_url, "t");
             let node = r.node.unwrap();
             assert_eq!((node.id.as_str(), node.cluster.as_str()), ("n", "c"));
+            assert_eq!(
+                node.json_bytes,
+                raw_node(body).unwrap().unwrap().get().len()
+            );
             assert_eq!(node.user_agent_name, "envoy");
             assert!(raw_node(body).unwrap().unwrap().get().starts_with('{'));
         }

@@ -35,7 +35,7 @@ fn gateway(config: Config) -> Arc<Gateway> {
 /// A gateway on the embedded demo snapshot.
 fn demo_gateway(config: Config) -> Arc<Gateway> {
     let renderer = Renderer::new(Codec::embedded());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone());
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
     assemble(source, renderer, metrics, config)
@@ -60,6 +60,7 @@ async fn send(
     let request = Request::builder()
         .method(method)
         .uri(path)
+        .header("content-type", "application/json")
         .body(body.into())
         .unwrap();
     let response = router(gw).oneshot(request).await.unwrap();
@@ -226,5 +227,287 @@ async fn sessions_are_bounded() {
     );
     let (status, body) = post("second").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert!(body.contains("too many upstream sessions"), "{body}");
+    assert!(body.contains("too many sessions"), "{body}");
+    assert!(
+        !body.contains("upstream"),
+        "a snapshot has no upstream: {body}"
+    );
+}
+
+#[tokio::test]
+async fn post_bodies_must_say_they_are_json() {
+    for content_type in [
+        Some("application/x-www-form-urlencoded"),
+        Some("text/plain"),
+        None,
+    ] {
+        let mut request = Request::post("/v3/discovery:clusters");
+        if let Some(value) = content_type {
+            request = request.header("content-type", value);
+        }
+        let request = request.body(Body::from(r#"{"node":{"id":"n"}}"#)).unwrap();
+        let response = router(demo_gateway(Config::default()))
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{content_type:?}"
+        );
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["code"], 3);
+        assert!(
+            json["message"]
+                .as_str()
+                .unwrap()
+                .contains("application/json"),
+            "{json}"
+        );
+    }
+    let request = Request::post("/v3/discovery:clusters")
+        .header("content-type", "application/json; charset=utf-8")
+        .body(Body::from(r#"{"node":{"id":"n"}}"#))
+        .unwrap();
+    let response = router(demo_gateway(Config::default()))
+        .oneshot(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+/// What axum's extractors would answer with an empty or bare-text 400 is a
+/// JSON 400 that names the problem.
+#[tokio::test]
+async fn malformed_query_strings_and_if_none_match_are_json_400s() {
+    let gw = demo_gateway(Config::default());
+    let get = |path: &'static str, inm: Option<&'static [u8]>| {
+        let gw = gw.clone();
+        async move {
+            let mut request = Request::get(path);
+            if let Some(value) = inm {
+                request = request.header(
+                    "if-none-match",
+                    axum::http::HeaderValue::from_bytes(value).unwrap(),
+                );
+            }
+            let response = router(gw)
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default(),
+            )
+        }
+    };
+    for (path, inm, needle) in [
+        ("/v3/discovery:clusters?node=a&node=b", None, "twice"),
+        ("/v3/discovery:clusters?node=%80", None, "UTF-8"),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"\x80v1"[..]),
+            "If-None-Match",
+        ),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"\"a\", \"b\""[..]),
+            "If-None-Match",
+        ),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"*"[..]),
+            "If-None-Match",
+        ),
+        (
+            "/v3/discovery:clusters?node=demo",
+            Some(&b"\"v1"[..]),
+            "If-None-Match",
+        ),
+    ] {
+        let (status, json) = get(path, inm).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {inm:?}: {json}");
+        assert_eq!(json["code"], 3, "{path} {inm:?}: {json}");
+        assert!(
+            json["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle),
+            "{path} {inm:?}: {json}"
+        );
+    }
+}
+
+/// POSTs `body` to CDS on `gw`: status and JSON body.
+async fn post_json(gw: &Arc<Gateway>, body: String) -> (StatusCode, serde_json::Value) {
+    let (status, bytes) = send(gw.clone(), "POST", "/v3/discovery:clusters", body).await;
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn request_naming(node: &str, names: impl Iterator<Item = String>) -> String {
+    let names: Vec<String> = names.collect();
+    serde_json::json!({"node": {"id": node}, "resource_names": names}).to_string()
+}
+
+/// Issue 10, finding 4: names per request and per session are bounded.
+#[tokio::test]
+async fn names_are_bounded_per_request_and_per_session() {
+    let gw = demo_gateway(Config {
+        max_names_per_request: 10,
+        max_names_per_session: 15,
+        ..Config::default()
+    });
+    let (status, json) =
+        post_json(&gw, request_naming("n", (0..11).map(|i| format!("c{i}")))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-names-per-request"),
+        "{json}"
+    );
+
+    let (status, json) =
+        post_json(&gw, request_naming("n", (0..10).map(|i| format!("a{i}")))).await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    let (status, json) =
+        post_json(&gw, request_naming("n", (0..10).map(|i| format!("b{i}")))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
+    assert_eq!(json["code"], 14);
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-names-per-session"),
+        "{json}"
+    );
+    // What the session already holds is still served; another node has its own.
+    let (status, _) = post_json(&gw, request_naming("n", (0..10).map(|i| format!("a{i}")))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = post_json(&gw, request_naming("m", (0..10).map(|i| format!("b{i}")))).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// A node of `keys` metadata entries.
+fn big_node_request(id: &str, keys: usize) -> String {
+    let metadata: serde_json::Map<String, serde_json::Value> = (0..keys)
+        .map(|i| (format!("k{i}"), serde_json::Value::from(format!("v{i}"))))
+        .collect();
+    serde_json::json!({"node": {"id": id, "metadata": metadata}}).to_string()
+}
+
+/// Issue 10, finding 3: a node is bounded in size, and so are the bytes of
+/// nodes all sessions hold (not only their number).
+#[tokio::test]
+async fn node_bytes_are_bounded_per_request_and_across_sessions() {
+    let gw = demo_gateway(Config {
+        max_node_bytes: 20_000,
+        max_session_bytes: 50_000,
+        ..Config::default()
+    });
+    let (status, json) = post_json(&gw, big_node_request("huge", 2_000)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-node-bytes"),
+        "{json}"
+    );
+
+    // ~15 KB each: three fit in 50 KB, the fourth does not.
+    for id in ["a", "b", "c"] {
+        let (status, json) = post_json(&gw, big_node_request(id, 1_000)).await;
+        assert_eq!(status, StatusCode::OK, "{id}: {json}");
+    }
+    let (status, json) = post_json(&gw, big_node_request("d", 1_000)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-session-bytes"),
+        "{json}"
+    );
+    // Existing sessions still answer, and small nodes that fit still get in.
+    let (status, _) = post_json(&gw, big_node_request("a", 1_000)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = post_json(&gw, big_node_request("small", 1)).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// A gateway on the snapshot directory `dir`.
+fn snapshot_gateway(dir: &std::path::Path, config: Config) -> Arc<Gateway> {
+    let renderer = Renderer::new(Codec::embedded());
+    let origin = Origin::Dir(dir.to_owned());
+    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
+    let metrics = Arc::new(Metrics::new());
+    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    assemble(source, renderer, metrics, config)
+}
+
+/// Issue 10, finding 5: with `--session-key cluster`, a snapshot with a
+/// per-node layer is refused (a node of the cluster would get another's
+/// per-node resources); with the default key each node gets its own.
+#[tokio::test]
+async fn per_node_layers_are_refused_when_sessions_are_keyed_by_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("base.yaml"),
+        "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: shared\nconnect_timeout: 1s\n",
+    )
+    .unwrap();
+    let node_a = dir.path().join("nodes/nodeA");
+    std::fs::create_dir_all(&node_a).unwrap();
+    std::fs::write(
+        node_a.join("private.yaml"),
+        "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: only_for_a\nconnect_timeout: 1s\n",
+    )
+    .unwrap();
+    let poll = |gw: Arc<Gateway>, node: &'static str| async move {
+        let body = format!(r#"{{"node":{{"id":"{node}","cluster":"c1"}}}}"#);
+        let (status, bytes) = send(gw, "POST", "/v3/discovery:clusters", body).await;
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    };
+
+    let by_cluster = snapshot_gateway(
+        dir.path(),
+        Config {
+            session_key: crate::config::SessionKey::Cluster,
+            ..Config::default()
+        },
+    );
+    for node in ["nodeA", "nodeB"] {
+        let (status, body) = poll(by_cluster.clone(), node).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{node}: {body}");
+        assert!(body.contains("--session-key cluster"), "{body}");
+        assert!(!body.contains("only_for_a\""), "{body}");
+    }
+    let problems = by_cluster.source.status().problems;
+    assert!(
+        problems.iter().any(|p| p.contains("nodes/nodeA")),
+        "{problems:?}"
+    );
+
+    let by_node = snapshot_gateway(dir.path(), Config::default());
+    let (status, body) = poll(by_node.clone(), "nodeA").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("only_for_a"), "{body}");
+    let (status, body) = poll(by_node, "nodeB").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        !body.contains("only_for_a"),
+        "nodeB got nodeA's layer: {body}"
+    );
 }

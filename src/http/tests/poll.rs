@@ -98,6 +98,7 @@ async fn poll_as(
     let body = json!({"node": node, "version_info": version, "resource_names": names});
     let path = format!("{}{query}", Endpoint::Discovery(kind).path());
     let request = Request::post(path)
+        .header("content-type", "application/json")
         .body(Body::from(body.to_string()))
         .unwrap();
     send(gw, request).await

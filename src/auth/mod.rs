@@ -1,0 +1,108 @@
+//! The authorization policy (`--auth-policy FILE`): which principals exist,
+//! how a request proves it is one (an mTLS client certificate's URI or DNS
+//! SAN, or a bearer token stored in the file only as its SHA-256), and
+//! which nodes, clusters and types each may fetch. Reloaded when the file
+//! changes; a reload that fails keeps the policy in service.
+//!
+//! This module decides; it knows nothing of HTTP (`http::authorize` asks it
+//! and maps its answers to 401/403). Tokens are never logged or kept: only
+//! their digests are compared.
+//!
+//! File format (TOML, kebab-case keys, unknown keys refused):
+//! ```toml
+//! [admin]
+//! token-sha256 = ["<hex>"]            # may read /metrics and /readyz details
+//!
+//! [[principal]]
+//! name = "edge"                       # named in logs and 403s
+//! uri-san = ["spiffe://mesh.example/ns/edge/*"]   # exact or glob
+//! dns-san = ["edge-*.mesh.example"]
+//! token-sha256 = ["<hex>"]            # Authorization: Bearer <token>
+//! pass-through = false                # HDS/CSDS pass-through
+//! [[principal.allow]]
+//! nodes = ["edge-*"]                  # node ids, exact or glob
+//! clusters = ["edge"]                 # node clusters, exact or glob
+//! types = ["listeners", "clusters"]   # default: every type but secrets
+//! ```
+
+mod policy;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+
+pub use policy::PolicyError;
+pub(crate) use policy::{Identity, Policy};
+
+/// The policy in service, reloaded when its file changes.
+#[derive(Debug)]
+pub(crate) struct AuthPolicy {
+    path: PathBuf,
+    current: RwLock<Arc<Policy>>,
+    metrics: Arc<Metrics>,
+    watcher: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl AuthPolicy {
+    /// Loads the policy at `path` (an error says where and why) and
+    /// watches it.
+    pub(crate) fn start(
+        path: &Path,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<AuthPolicy>, PolicyError> {
+        let policy = Policy::load(path)?;
+        info!(path = %path.display(), principals = policy.principal_count(), "auth policy loaded");
+        let auth = Arc::new(AuthPolicy {
+            path: path.to_owned(),
+            current: RwLock::new(Arc::new(policy)),
+            metrics,
+            watcher: std::sync::Mutex::default(),
+        });
+        let watcher = crate::reload::watch(
+            vec![path.to_owned()],
+            Arc::downgrade(&auth),
+            AuthPolicy::reload,
+        );
+        *auth.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(watcher);
+        Ok(auth)
+    }
+
+    /// The policy in service now.
+    pub(crate) fn current(&self) -> Arc<Policy> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn reload(&self) {
+        match Policy::load(&self.path) {
+            Ok(policy) => {
+                info!(path = %self.path.display(), principals = policy.principal_count(), "auth policy reloaded");
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+                self.metrics.reloaded("auth-policy", true);
+            }
+            Err(e) => {
+                warn!(error = %e, "auth policy changed but does not load; the previous one stays in service");
+                self.metrics.reloaded("auth-policy", false);
+            }
+        }
+    }
+}
+
+impl Drop for AuthPolicy {
+    fn drop(&mut self) {
+        if let Some(watcher) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            watcher.abort();
+        }
+    }
+}

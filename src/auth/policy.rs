@@ -1,0 +1,325 @@
+//! The policy file's model, its loading and validation, and the decisions:
+//! who a request is ([`Policy::identify`]) and whether that principal may
+//! fetch a type for a node ([`Policy::allows`]).
+//!
+//! Patterns are globs (`*` any run of characters, `/` included; `?` one
+//! character; `[...]` a class); a pattern without those is an exact name.
+//! A token's digest is SHA-256 of the token's bytes, in hex.
+
+use std::path::{Path, PathBuf};
+
+use glob::Pattern;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::tls::PeerIdentity;
+use crate::xds::ResourceType;
+
+/// Why a policy file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("auth policy {path}: {reason}")]
+pub struct PolicyError {
+    path: PathBuf,
+    reason: String,
+}
+
+/// A loaded, validated policy.
+#[derive(Debug, Default)]
+pub(crate) struct Policy {
+    principals: Vec<Principal>,
+    admin_tokens: Vec<[u8; 32]>,
+}
+
+#[derive(Debug)]
+struct Principal {
+    name: String,
+    uri_sans: Vec<Pattern>,
+    dns_sans: Vec<Pattern>,
+    tokens: Vec<[u8; 32]>,
+    pass_through: bool,
+    grants: Vec<Grant>,
+}
+
+#[derive(Debug)]
+struct Grant {
+    nodes: Vec<Pattern>,
+    clusters: Vec<Pattern>,
+    types: Vec<ResourceType>,
+}
+
+/// Who a request is, as the policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// A principal of the policy (its index), and how it was recognised.
+    Principal {
+        index: usize,
+        name: String,
+        by: String,
+    },
+    /// A verified client certificate that no principal names.
+    UnknownCertificate(String),
+    /// A bearer token no principal holds.
+    UnknownToken,
+    /// Neither a certificate nor a token.
+    Anonymous,
+}
+
+// --- the file ---------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    admin: AdminFile,
+    #[serde(default)]
+    principal: Vec<PrincipalFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct AdminFile {
+    #[serde(default)]
+    token_sha256: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct PrincipalFile {
+    name: String,
+    #[serde(default)]
+    uri_san: Vec<String>,
+    #[serde(default)]
+    dns_san: Vec<String>,
+    #[serde(default)]
+    token_sha256: Vec<String>,
+    #[serde(default)]
+    pass_through: bool,
+    #[serde(default)]
+    allow: Vec<GrantFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct GrantFile {
+    #[serde(default)]
+    nodes: Vec<String>,
+    #[serde(default)]
+    clusters: Vec<String>,
+    types: Option<Vec<String>>,
+}
+
+impl Policy {
+    /// Reads and validates the policy at `path`.
+    pub(crate) fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let fail = |reason: String| PolicyError {
+            path: path.to_owned(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        Policy::parse(&text).map_err(fail)
+    }
+
+    /// Parses and validates a policy's TOML text.
+    pub(crate) fn parse(text: &str) -> Result<Policy, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let admin_tokens = digests(&file.admin.token_sha256, "[admin] token-sha256")?;
+        let mut principals = Vec::new();
+        for p in file.principal {
+            let what = format!("principal {:?}", p.name);
+            if p.name.is_empty() {
+                return Err("a principal without a name".into());
+            }
+            if principals.iter().any(|q: &Principal| q.name == p.name) {
+                return Err(format!("{what} is defined twice"));
+            }
+            if p.uri_san.is_empty() && p.dns_san.is_empty() && p.token_sha256.is_empty() {
+                return Err(format!(
+                    "{what} has no uri-san, dns-san or token-sha256: nothing could ever be it"
+                ));
+            }
+            let grants = p
+                .allow
+                .iter()
+                .map(|g| grant(g, &what))
+                .collect::<Result<Vec<_>, _>>()?;
+            principals.push(Principal {
+                uri_sans: patterns(&p.uri_san, &format!("{what} uri-san"))?,
+                dns_sans: patterns(&p.dns_san, &format!("{what} dns-san"))?,
+                tokens: digests(&p.token_sha256, &format!("{what} token-sha256"))?,
+                pass_through: p.pass_through,
+                grants,
+                name: p.name,
+            });
+        }
+        let policy = Policy {
+            principals,
+            admin_tokens,
+        };
+        policy.check_tokens_are_unique()?;
+        Ok(policy)
+    }
+
+    fn check_tokens_are_unique(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.principals {
+            for t in &p.tokens {
+                if !seen.insert(t) {
+                    return Err(format!(
+                        "a token-sha256 of principal {:?} belongs to another principal too",
+                        p.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn principal_count(&self) -> usize {
+        self.principals.len()
+    }
+
+    /// Who presents `token` (a bearer token, if any) over a connection whose
+    /// client certificate says `peer`. A token decides when there is one
+    /// (a wrong token is refused even with a good certificate); otherwise
+    /// the first principal, in file order, one of whose SAN patterns
+    /// matches one of the certificate's SANs.
+    pub(crate) fn identify(&self, token: Option<&str>, peer: Option<&PeerIdentity>) -> Identity {
+        if let Some(token) = token {
+            let digest = sha256(token);
+            return self
+                .principals
+                .iter()
+                .position(|p| p.tokens.contains(&digest))
+                .map_or(Identity::UnknownToken, |index| Identity::Principal {
+                    index,
+                    name: self.principals[index].name.clone(),
+                    by: "bearer token".into(),
+                });
+        }
+        let Some(peer) = peer else {
+            return Identity::Anonymous;
+        };
+        for (index, p) in self.principals.iter().enumerate() {
+            let uri = peer
+                .uris
+                .iter()
+                .find(|u| p.uri_sans.iter().any(|pat| pat.matches(u)));
+            let dns = peer
+                .dns
+                .iter()
+                .find(|d| p.dns_sans.iter().any(|pat| pat.matches(d)));
+            let by = match (uri, dns) {
+                (Some(uri), _) => format!("client certificate URI SAN {uri}"),
+                (None, Some(dns)) => format!("client certificate DNS SAN {dns}"),
+                (None, None) => continue,
+            };
+            return Identity::Principal {
+                index,
+                name: p.name.clone(),
+                by,
+            };
+        }
+        let names: Vec<&str> = peer
+            .uris
+            .iter()
+            .chain(&peer.dns)
+            .map(String::as_str)
+            .collect();
+        Identity::UnknownCertificate(if names.is_empty() {
+            "a client certificate without URI or DNS SANs".into()
+        } else {
+            format!("a client certificate naming {}", names.join(", "))
+        })
+    }
+
+    /// Whether principal `index` may fetch `kind` for the node `id` of
+    /// `cluster`.
+    pub(crate) fn allows(&self, index: usize, kind: ResourceType, id: &str, cluster: &str) -> bool {
+        let Some(p) = self.principals.get(index) else {
+            return false;
+        };
+        p.grants.iter().any(|g| {
+            let node_ok = g.nodes.is_empty() || g.nodes.iter().any(|pat| pat.matches(id));
+            let cluster_ok =
+                g.clusters.is_empty() || g.clusters.iter().any(|pat| pat.matches(cluster));
+            node_ok && cluster_ok && g.types.contains(&kind)
+        })
+    }
+
+    /// Whether principal `index` may use the HDS/CSDS pass-through.
+    pub(crate) fn allows_pass_through(&self, index: usize) -> bool {
+        self.principals.get(index).is_some_and(|p| p.pass_through)
+    }
+
+    /// Whether the admin listener's details need a token.
+    pub(crate) fn admin_needs_token(&self) -> bool {
+        !self.admin_tokens.is_empty()
+    }
+
+    /// Whether `token` opens the admin listener's details.
+    pub(crate) fn admin_token_ok(&self, token: Option<&str>) -> bool {
+        token.is_some_and(|t| self.admin_tokens.contains(&sha256(t)))
+    }
+}
+
+fn grant(g: &GrantFile, what: &str) -> Result<Grant, String> {
+    if g.nodes.is_empty() && g.clusters.is_empty() {
+        return Err(format!(
+            "{what}: an allow rule names no nodes and no clusters (write nodes = [\"*\"] to allow every node)"
+        ));
+    }
+    let types = match &g.types {
+        None => ResourceType::ALL
+            .into_iter()
+            .filter(|t| *t != ResourceType::Secrets)
+            .collect(),
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                ResourceType::ALL
+                    .into_iter()
+                    .find(|t| t.short_name() == name)
+                    .ok_or_else(|| {
+                        let known: Vec<&str> =
+                            ResourceType::ALL.iter().map(|t| t.short_name()).collect();
+                        format!(
+                            "{what}: unknown type {name:?} (known: {})",
+                            known.join(", ")
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    Ok(Grant {
+        nodes: patterns(&g.nodes, &format!("{what} nodes"))?,
+        clusters: patterns(&g.clusters, &format!("{what} clusters"))?,
+        types,
+    })
+}
+
+fn patterns(raw: &[String], what: &str) -> Result<Vec<Pattern>, String> {
+    raw.iter()
+        .map(|p| Pattern::new(p).map_err(|e| format!("{what}: bad pattern {p:?}: {e}")))
+        .collect()
+}
+
+fn digests(raw: &[String], what: &str) -> Result<Vec<[u8; 32]>, String> {
+    // The value is never echoed: it might be a token pasted by mistake.
+    raw.iter()
+        .enumerate()
+        .map(|(i, hex_digest)| {
+            let mut digest = [0u8; 32];
+            hex::decode_to_slice(hex_digest.trim(), &mut digest).map_err(|_| {
+                format!("{what}: entry {} is not a SHA-256 in hex (64 hex digits); store the output of `printf %s \"$TOKEN\" | sha256sum`, never the token", i + 1)
+            })?;
+            Ok(digest)
+        })
+        .collect()
+}
+
+fn sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests;

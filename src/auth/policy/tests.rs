@@ -1,0 +1,169 @@
+//! The policy's file format, validation and decisions.
+
+use super::*;
+
+const EDGE_TOKEN: &str = "edge-token-0123456789";
+const CI_TOKEN: &str = "ci-token-abcdef";
+
+fn hex_sha256(token: &str) -> String {
+    hex::encode(sha256(token))
+}
+
+fn example() -> Policy {
+    Policy::parse(&format!(
+        r#"
+[admin]
+token-sha256 = ["{admin}"]
+
+[[principal]]
+name = "edge"
+uri-san = ["spiffe://mesh.example/ns/edge/*"]
+token-sha256 = ["{edge}"]
+[[principal.allow]]
+nodes = ["edge-*"]
+clusters = ["edge"]
+[[principal.allow]]
+nodes = ["edge-1"]
+types = ["secrets"]
+
+[[principal.allow]]
+clusters = ["shared"]
+types = ["clusters"]
+
+[[principal]]
+name = "ci"
+dns-san = ["ci-*.example"]
+token-sha256 = ["{ci}"]
+pass-through = true
+[[principal.allow]]
+nodes = ["*"]
+types = ["listeners"]
+"#,
+        admin = hex_sha256("admin-token"),
+        edge = hex_sha256(EDGE_TOKEN),
+        ci = hex_sha256(CI_TOKEN),
+    ))
+    .unwrap()
+}
+
+fn peer(uris: &[&str], dns: &[&str]) -> PeerIdentity {
+    PeerIdentity {
+        uris: uris.iter().map(|s| s.to_string()).collect(),
+        dns: dns.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn index(identity: &Identity) -> usize {
+    match identity {
+        Identity::Principal { index, .. } => *index,
+        other => panic!("not a principal: {other:?}"),
+    }
+}
+
+#[test]
+fn identities_come_from_tokens_then_certificates() {
+    let p = example();
+    let edge_cert = peer(&["spiffe://mesh.example/ns/edge/sa/envoy"], &[]);
+    let id = p.identify(None, Some(&edge_cert));
+    assert_eq!(
+        id,
+        Identity::Principal {
+            index: 0,
+            name: "edge".into(),
+            by: "client certificate URI SAN spiffe://mesh.example/ns/edge/sa/envoy".into()
+        }
+    );
+    assert_eq!(
+        index(&p.identify(None, Some(&peer(&[], &["ci-7.example"])))),
+        1
+    );
+    assert_eq!(index(&p.identify(Some(CI_TOKEN), None)), 1);
+    // A token decides, even over a certificate of another principal.
+    assert_eq!(index(&p.identify(Some(CI_TOKEN), Some(&edge_cert))), 1);
+    assert_eq!(
+        p.identify(Some("wrong"), Some(&edge_cert)),
+        Identity::UnknownToken
+    );
+    assert_eq!(p.identify(None, None), Identity::Anonymous);
+    assert!(matches!(
+        p.identify(None, Some(&peer(&["spiffe://other/x"], &[]))),
+        Identity::UnknownCertificate(m) if m.contains("spiffe://other/x")
+    ));
+}
+
+#[test]
+fn grants_bind_nodes_clusters_and_types() {
+    let p = example();
+    let eds = ResourceType::Endpoints;
+    assert!(p.allows(0, eds, "edge-1", "edge"));
+    assert!(
+        !p.allows(0, eds, "edge-1", "other"),
+        "both node and cluster must match"
+    );
+    assert!(!p.allows(0, eds, "core-1", "edge"));
+    assert!(p.allows(0, ResourceType::Clusters, "anyone", "shared"));
+    assert!(
+        !p.allows(0, eds, "anyone", "shared"),
+        "only the types named"
+    );
+    // Secrets only where a rule names them.
+    assert!(p.allows(0, ResourceType::Secrets, "edge-1", "whatever"));
+    assert!(!p.allows(0, ResourceType::Secrets, "edge-2", "edge"));
+    assert!(p.allows(1, ResourceType::Listeners, "x", "y"));
+    assert!(!p.allows(1, ResourceType::Secrets, "x", "y"));
+    assert!(!p.allows(7, ResourceType::Listeners, "x", "y"));
+    assert!(p.allows_pass_through(1) && !p.allows_pass_through(0));
+}
+
+#[test]
+fn admin_tokens() {
+    let p = example();
+    assert!(p.admin_needs_token());
+    assert!(p.admin_token_ok(Some("admin-token")));
+    assert!(!p.admin_token_ok(Some(EDGE_TOKEN)));
+    assert!(!p.admin_token_ok(None));
+    assert!(!Policy::default().admin_needs_token());
+}
+
+#[test]
+fn bad_policies_say_what_is_wrong_without_echoing_tokens() {
+    let principal = |body: &str| format!("[[principal]]\nname = \"p\"\n{body}");
+    for (text, needle) in [
+        (
+            principal("uri-san = [\"x\"]\n[[principal.allow]]\ntypes = [\"clusters\"]"),
+            "names no nodes",
+        ),
+        (
+            principal(
+                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"*\"]\ntypes = [\"cluster\"]",
+            ),
+            "unknown type",
+        ),
+        (principal("uri-san = [\"[\"]"), "bad pattern"),
+        (principal(""), "nothing could ever be it"),
+        (
+            principal("token-sha256 = [\"my-secret-token\"]"),
+            "not a SHA-256",
+        ),
+        (principal("uri-san = [\"x\"]\nsurprise = 1"), "surprise"),
+        (
+            format!(
+                "{}\n{}",
+                principal("uri-san = [\"x\"]"),
+                principal("uri-san = [\"y\"]")
+            ),
+            "defined twice",
+        ),
+    ] {
+        let err = Policy::parse(&text).unwrap_err();
+        assert!(err.contains(needle), "{text}\n=> {err}");
+        assert!(!err.contains("my-secret-token"), "{err}");
+    }
+    let token = hex_sha256("t");
+    let twice = format!(
+        "[[principal]]\nname = \"a\"\ntoken-sha256 = [\"{token}\"]\n[[principal]]\nname = \"b\"\ntoken-sha256 = [\"{token}\"]\n"
+    );
+    assert!(Policy::parse(&twice)
+        .unwrap_err()
+        .contains("another principal"));
+}

@@ -1,0 +1,91 @@
+//! Files watched for changes: a fingerprint of a set of paths (size,
+//! modification time and, on Unix, inode and change time, through
+//! symlinks, so a Kubernetes secret's `..data` swap or a `cp -p` is seen),
+//! and a task that calls a reload function whenever it changes.
+//!
+//! A reload that fails is the caller's to report; the watcher simply tries
+//! again on the next change. Nothing here parses the files.
+
+use std::path::PathBuf;
+use std::sync::Weak;
+use std::time::{Duration, SystemTime};
+
+use tokio::task::JoinHandle;
+
+/// How often watched files are checked.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+type Stamp = Option<(u64, Option<SystemTime>, (u64, i64, i64))>;
+
+/// What the files looked like at one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fingerprint(Vec<Stamp>);
+
+impl Fingerprint {
+    pub(crate) fn of(paths: &[PathBuf]) -> Fingerprint {
+        Fingerprint(
+            paths
+                .iter()
+                .map(|path| {
+                    let meta = std::fs::metadata(path).ok()?;
+                    Some((meta.len(), meta.modified().ok(), unix_identity(&meta)))
+                })
+                .collect(),
+        )
+    }
+}
+
+#[cfg(unix)]
+fn unix_identity(meta: &std::fs::Metadata) -> (u64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+#[cfg(not(unix))]
+fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
+    (0, 0, 0)
+}
+
+/// Calls `reload(target)` whenever `paths` change (checked every
+/// [`CHECK_EVERY`]), until `target` is dropped.
+pub(crate) fn watch<T: Send + Sync + 'static>(
+    paths: Vec<PathBuf>,
+    target: Weak<T>,
+    reload: fn(&T),
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut seen = Fingerprint::of(&paths);
+        let mut tick = tokio::time::interval(CHECK_EVERY);
+        loop {
+            tick.tick().await;
+            let Some(target) = target.upgrade() else {
+                return;
+            };
+            let now = Fingerprint::of(&paths);
+            if now != seen {
+                seen = now;
+                reload(&target);
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewrite_changes_the_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cert.pem");
+        std::fs::write(&path, "one").unwrap();
+        let paths = vec![path.clone(), dir.path().join("missing.pem")];
+        let before = Fingerprint::of(&paths);
+        assert_eq!(before, Fingerprint::of(&paths));
+        // Same size, replaced by a new file (a new inode).
+        let next = dir.path().join("next.pem");
+        std::fs::write(&next, "two").unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        assert_ne!(before, Fingerprint::of(&paths));
+    }
+}

@@ -1,0 +1,176 @@
+//! TLS on the gateway's own listeners (rustls, ring): the server
+//! certificate and key, and for mTLS the client CA, loaded from PEM files
+//! and reloaded when they change on disk (no restart). A reload that fails
+//! (a key that does not match its certificate, a half-written file) keeps
+//! the configuration in service and is logged; the next change is tried
+//! again. Every new connection takes the configuration current at its
+//! handshake; established ones keep theirs.
+//!
+//! What a client certificate says about its owner is [`PeerIdentity`];
+//! whether that owner may fetch a node's config is `auth`'s business.
+
+mod peer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tracing::{info, warn};
+
+pub(crate) use peer::PeerIdentity;
+
+use crate::config::{ClientAuth, ServerTlsFiles};
+use crate::metrics::Metrics;
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("client CA {path}: {reason}")]
+    ClientCa { path: PathBuf, reason: String },
+}
+
+/// A listener's TLS configuration, reloaded when its files change.
+#[derive(Debug)]
+pub(crate) struct ServerTls {
+    files: ServerTlsFiles,
+    current: RwLock<Arc<ServerConfig>>,
+    metrics: Arc<Metrics>,
+    watcher: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ServerTls {
+    /// Loads `files` (an error names the file) and starts watching them.
+    pub(crate) fn start(
+        files: ServerTlsFiles,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<ServerTls>, TlsError> {
+        let config = build(&files)?;
+        let tls = Arc::new(ServerTls {
+            current: RwLock::new(Arc::new(config)),
+            metrics,
+            watcher: std::sync::Mutex::default(),
+            files,
+        });
+        let watcher =
+            crate::reload::watch(tls.files.paths(), Arc::downgrade(&tls), ServerTls::reload);
+        *tls.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(watcher);
+        Ok(tls)
+    }
+
+    /// An acceptor with the configuration current now.
+    pub(crate) fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(
+            self.current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
+    }
+
+    fn reload(&self) {
+        match build(&self.files) {
+            Ok(config) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+                info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                self.metrics.reloaded("tls", true);
+            }
+            Err(e) => {
+                warn!(error = %e, "TLS files changed but do not load; the previous certificate stays in service");
+                self.metrics.reloaded("tls", false);
+            }
+        }
+    }
+}
+
+impl Drop for ServerTls {
+    fn drop(&mut self) {
+        if let Some(watcher) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            watcher.abort();
+        }
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The rustls server configuration `files` describe.
+fn build(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
+    let certs = certificates(&files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| file_error(&files.key, e))?;
+    let builder =
+        ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates(ca)? {
+                roots.add(cert).map_err(|e| TlsError::ClientCa {
+                    path: ca.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = match files.client_auth {
+                ClientAuth::Required => verifier,
+                ClientAuth::Optional => verifier.allow_unauthenticated(),
+            };
+            let verifier = verifier.build().map_err(|e| TlsError::ClientCa {
+                path: ca.clone(),
+                reason: e.to_string(),
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::File {
+            path: files.key.clone(),
+            reason: format!("does not go with {}: {e}", files.cert.display()),
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_error(path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, e))?;
+    if certs.is_empty() {
+        return Err(TlsError::File {
+            path: path.to_owned(),
+            reason: "holds no PEM certificate".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn file_error(path: &Path, e: rustls::pki_types::pem::Error) -> TlsError {
+    TlsError::File {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+impl ServerTlsFiles {
+    fn paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.cert.clone(), self.key.clone()];
+        paths.extend(self.client_ca.clone());
+        paths
+    }
+}

@@ -1,0 +1,318 @@
+//! Authorization bound to node identities (issue 10, finding 1), with bearer
+//! tokens, against the gateway run in process with a policy file: who may
+//! fetch which node's config over POST, GET and long polls; 401 without or
+//! with a wrong credential, 403 naming the principal and the node (and
+//! nothing configured); a refused node never gets a session; secrets only
+//! where a rule names them; the pass-through; admin tokens; and the policy
+//! reloaded when its file changes. Client certificates are in `tls.rs`.
+
+#[path = "support/gateway.rs"]
+mod gateway;
+#[path = "support/inproc.rs"]
+mod inproc;
+#[path = "support/process.rs"]
+mod process;
+
+use std::path::Path;
+use std::time::Duration;
+
+use gateway::{http_request, Reply};
+use inproc::InProcess;
+use process::eventually;
+use sha2::{Digest, Sha256};
+use xds_gateway::config::Config;
+
+const TIMEOUT: Duration = Duration::from_secs(15);
+const EDGE: &str = "edge-token-7f3a9c";
+const CI: &str = "ci-token-0b1e44";
+const ADMIN: &str = "admin-token-d41d8c";
+
+fn sha(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+fn policy(edge_token: &str) -> String {
+    format!(
+        r#"[admin]
+token-sha256 = ["{admin}"]
+
+[[principal]]
+name = "edge"
+token-sha256 = ["{edge}"]
+[[principal.allow]]
+nodes = ["edge-*"]
+[[principal.allow]]
+nodes = ["edge-1"]
+types = ["secrets"]
+
+[[principal]]
+name = "ci"
+token-sha256 = ["{ci}"]
+pass-through = true
+[[principal.allow]]
+clusters = ["ci"]
+types = ["clusters"]
+"#,
+        admin = sha(ADMIN),
+        edge = sha(edge_token),
+        ci = sha(CI),
+    )
+}
+
+async fn start(dir: &Path, allow_secrets: bool) -> InProcess {
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, policy(EDGE)).unwrap();
+    InProcess::start(Config {
+        auth_policy: Some(path),
+        allow_secrets,
+        ..Config::default()
+    })
+    .await
+}
+
+async fn get(port: u16, path: &str, token: Option<&str>) -> Reply {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    http_request(
+        port,
+        http::Method::GET,
+        path,
+        &headers,
+        bytes::Bytes::new(),
+        TIMEOUT,
+    )
+    .await
+    .unwrap()
+}
+
+async fn post(port: u16, kind: &str, node: &str, cluster: &str, token: Option<&str>) -> Reply {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("content-type", "application/json")];
+    headers.extend(auth.iter().map(|a| ("authorization", a.as_str())));
+    let body = serde_json::json!({"node": {"id": node, "cluster": cluster}}).to_string();
+    http_request(
+        port,
+        http::Method::POST,
+        &format!("/v3/discovery:{kind}"),
+        &headers,
+        body,
+        TIMEOUT,
+    )
+    .await
+    .unwrap()
+}
+
+fn message(reply: &Reply) -> String {
+    reply.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn tokens_bind_clients_to_their_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), false).await;
+    let port = gw.rest_port;
+
+    // No credential, a wrong one, another scheme: 401 with a JSON body.
+    for token in [None, Some("not-a-token")] {
+        let reply = post(port, "clusters", "edge-1", "any", token).await;
+        assert_eq!(reply.status, 401, "{}", reply.text());
+        assert_eq!(reply.json()["code"], 16);
+        assert_eq!(
+            reply.header("www-authenticate"),
+            Some("Bearer realm=\"xds-gateway\"")
+        );
+        assert!(
+            !reply.text().contains("not-a-token"),
+            "the token is echoed: {}",
+            reply.text()
+        );
+    }
+    let basic = http_request(
+        port,
+        http::Method::GET,
+        "/v3/discovery:clusters?node=edge-1",
+        &[("authorization", "Basic ZWRnZTp4")],
+        bytes::Bytes::new(),
+        TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(basic.status, 401, "{}", basic.text());
+
+    // Its own nodes: served, by POST and GET alike.
+    assert_eq!(
+        post(port, "clusters", "edge-1", "any", Some(EDGE))
+            .await
+            .status,
+        200
+    );
+    let reply = get(port, "/v3/discovery:listeners?node=edge-2", Some(EDGE)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+
+    // Another node: 403 naming principal and node, nothing configured.
+    for reply in [
+        post(port, "clusters", "core-1", "core", Some(EDGE)).await,
+        get(
+            port,
+            "/v3/discovery:clusters?node=core-1&cluster=core",
+            Some(EDGE),
+        )
+        .await,
+        get(
+            port,
+            "/v3/discovery:clusters?node=core-1&cluster=core&version=x&wait=5s",
+            Some(EDGE),
+        )
+        .await,
+    ] {
+        assert_eq!(reply.status, 403, "{}", reply.text());
+        assert_eq!(reply.json()["code"], 7);
+        let m = message(&reply);
+        assert!(m.contains("\"edge\"") && m.contains("bearer token"), "{m}");
+        assert!(m.contains("\"core-1\"") && m.contains("\"core\""), "{m}");
+        assert!(
+            !m.contains("edge-*") && !m.contains(EDGE),
+            "reveals the policy: {m}"
+        );
+    }
+    // Rules can be per type and per cluster.
+    assert_eq!(
+        post(port, "clusters", "anything", "ci", Some(CI))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post(port, "listeners", "anything", "ci", Some(CI))
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        post(port, "clusters", "anything", "prod", Some(CI))
+            .await
+            .status,
+        403
+    );
+
+    // A refused node never got a session: only edge-1, edge-2 and ci's.
+    let readyz = get(gw.admin_port, "/readyz", Some(ADMIN)).await;
+    assert_eq!(readyz.json()["sessions"], 3, "{}", readyz.text());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn secrets_only_to_principals_whose_rule_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), true).await;
+    let port = gw.rest_port;
+    let path = "/v3/discovery:secrets?names=server_cert";
+    let named = get(port, &format!("{path}&node=edge-1"), Some(EDGE)).await;
+    assert_eq!(named.status, 200, "{}", named.text());
+    let unnamed = get(port, &format!("{path}&node=edge-2"), Some(EDGE)).await;
+    assert_eq!(unnamed.status, 403, "{}", unnamed.text());
+    assert!(message(&unnamed).contains("secrets"), "{}", unnamed.text());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_pass_through_needs_a_principal_allowed_to_use_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), false).await;
+    let csds = |token: &'static str| {
+        let auth = format!("Bearer {token}");
+        async move {
+            http_request(
+                gw.rest_port,
+                http::Method::POST,
+                "/v3/discovery:client_status",
+                &[
+                    ("content-type", "application/json"),
+                    ("authorization", &auth),
+                ],
+                "{}",
+                TIMEOUT,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let edge = csds(EDGE).await;
+    assert_eq!(edge.status, 403, "{}", edge.text());
+    // ci may: the snapshot has no upstream to pass it to (501).
+    let ci = csds(CI).await;
+    assert_eq!(ci.status, 501, "{}", ci.text());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn admin_details_need_an_admin_token_but_health_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), false).await;
+    let admin = gw.admin_port;
+    assert_eq!(get(admin, "/healthz", None).await.status, 200);
+    let metrics = get(admin, "/metrics", None).await;
+    assert_eq!(metrics.status, 401, "{}", metrics.text());
+    assert_eq!(get(admin, "/metrics", Some(EDGE)).await.status, 401);
+    assert_eq!(get(admin, "/metrics", Some(ADMIN)).await.status, 200);
+    let bare = get(admin, "/readyz", None).await;
+    assert_eq!(bare.json(), serde_json::json!({"ready": true}));
+    let full = get(admin, "/readyz", Some(ADMIN)).await;
+    assert!(full.json()["source"].is_string(), "{}", full.text());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_policy_file_is_reloaded_and_a_broken_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), false).await;
+    let port = gw.rest_port;
+    let path = dir.path().join("policy.toml");
+    assert_eq!(
+        post(port, "clusters", "edge-1", "e", Some(EDGE))
+            .await
+            .status,
+        200
+    );
+
+    // Rotate the edge token.
+    let rotated = "edge-token-rotated-55aa";
+    std::fs::write(&path, policy(rotated)).unwrap();
+    let reloaded = eventually(TIMEOUT, Duration::from_millis(100), || async {
+        (post(port, "clusters", "edge-1", "e", Some(rotated))
+            .await
+            .status
+            == 200)
+            .then_some(())
+    })
+    .await;
+    assert!(reloaded.is_some(), "the rotated token was never accepted");
+    assert_eq!(
+        post(port, "clusters", "edge-1", "e", Some(EDGE))
+            .await
+            .status,
+        401
+    );
+
+    // A broken file keeps the policy in service.
+    std::fs::write(&path, "[[principal]]\nname = \"broken\"\n").unwrap();
+    let admin = gw.admin_port;
+    let refused = eventually(TIMEOUT, Duration::from_millis(100), || async move {
+        let metrics = get(admin, "/metrics", Some(ADMIN)).await.text();
+        metrics
+            .contains("xds_gateway_reloads_total{file=\"auth-policy\",result=\"error\"} 1")
+            .then_some(())
+    })
+    .await;
+    assert!(refused.is_some(), "the broken policy was never tried");
+    assert_eq!(
+        post(port, "clusters", "edge-1", "e", Some(rotated))
+            .await
+            .status,
+        200
+    );
+    gw.stop().await;
+}

@@ -1,0 +1,95 @@
+//! Certificates made for a test (rcgen): a CA, server certificates it signs
+//! (for `localhost` and `127.0.0.1`), client certificates with URI and DNS
+//! SANs, written as PEM files into a directory.
+//!
+//! Include it with `#[path = "support/pki.rs"] mod pki;`.
+
+#![allow(dead_code)] // each test crate uses its own subset of the helpers
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+
+/// A certificate authority.
+pub struct Ca {
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A leaf certificate and its key, as PEM.
+pub struct Leaf {
+    pub cert: String,
+    pub key: String,
+    pub der: Vec<u8>,
+}
+
+impl Ca {
+    pub fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().expect("CA key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("CA certificate");
+        Ca {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A server certificate for `localhost` and `127.0.0.1`; `tag` goes in
+    /// its common name, so two of them differ.
+    pub fn server(&self, tag: &str) -> Leaf {
+        let mut params = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+            .expect("server params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("xds-gateway test server {tag}"));
+        self.sign(params)
+    }
+
+    /// A client certificate with these URI SANs (e.g. SPIFFE ids) and DNS SANs.
+    pub fn client(&self, uris: &[&str], dns: &[&str]) -> Leaf {
+        let mut params =
+            CertificateParams::new(dns.iter().map(|d| d.to_string()).collect::<Vec<_>>())
+                .expect("client params");
+        for uri in uris {
+            params
+                .subject_alt_names
+                .push(SanType::URI((*uri).try_into().expect("a URI SAN")));
+        }
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "xds-gateway test client");
+        self.sign(params)
+    }
+
+    fn sign(&self, params: CertificateParams) -> Leaf {
+        let key = KeyPair::generate().expect("leaf key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("leaf certificate");
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+}
+
+impl Leaf {
+    /// Writes `<name>.pem` and `<name>-key.pem` into `dir`; returns their paths.
+    pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let cert = dir.join(format!("{name}.pem"));
+        let key = dir.join(format!("{name}-key.pem"));
+        write_atomically(&cert, &self.cert);
+        write_atomically(&key, &self.key);
+        (cert, key)
+    }
+}
+
+/// Writes `text` to `path` through a rename, as a rotating tool would.
+pub fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write a PEM file");
+    std::fs::rename(&tmp, path).expect("rename a PEM file into place");
+}
