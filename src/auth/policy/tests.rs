@@ -167,3 +167,30 @@ fn bad_policies_say_what_is_wrong_without_echoing_tokens() {
         .unwrap_err()
         .contains("another principal"));
 }
+
+#[test]
+fn the_example_policy_loads_and_means_what_its_comments_say() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/auth-policy.toml");
+    let policy = Policy::load(&path).unwrap();
+    assert!(policy.admin_needs_token());
+    assert!(policy.admin_token_ok(Some("example-admin-token")));
+
+    let edge = index(&policy.identify(
+        None,
+        Some(&peer(&["spiffe://mesh.example/ns/edge/sa/envoy"], &[])),
+    ));
+    assert!(policy.allows(edge, ResourceType::Clusters, "edge-1", "edge"));
+    assert!(policy.allows(edge, ResourceType::Secrets, "edge-1", "edge"));
+    assert!(!policy.allows(edge, ResourceType::Clusters, "edge-1", "core"));
+    assert!(!policy.allows(edge, ResourceType::Clusters, "core-1", "edge"));
+
+    let ci = index(&policy.identify(Some("example-ci-token"), None));
+    assert!(policy.allows(ci, ResourceType::Listeners, "any-node", "any"));
+    assert!(!policy.allows(ci, ResourceType::Endpoints, "any-node", "any"));
+    assert!(!policy.allows(ci, ResourceType::Secrets, "any-node", "any"));
+    assert!(!policy.allows_pass_through(ci));
+    assert!(matches!(
+        policy.identify(Some("example-admin-token"), None),
+        Identity::UnknownToken
+    ));
+}
