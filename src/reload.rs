@@ -46,14 +46,24 @@ fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
     (0, 0, 0)
 }
 
+/// The watching task; dropping it stops the watch.
+#[derive(Debug)]
+pub(crate) struct Watcher(JoinHandle<()>);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Calls `reload(target)` whenever `paths` change (checked every
-/// [`CHECK_EVERY`]), until `target` is dropped.
+/// [`CHECK_EVERY`]), until `target` or the returned [`Watcher`] is dropped.
 pub(crate) fn watch<T: Send + Sync + 'static>(
     paths: Vec<PathBuf>,
     target: Weak<T>,
     reload: fn(&T),
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
+) -> Watcher {
+    Watcher(tokio::spawn(async move {
         let mut seen = Fingerprint::of(&paths);
         let mut tick = tokio::time::interval(CHECK_EVERY);
         loop {
@@ -67,7 +77,7 @@ pub(crate) fn watch<T: Send + Sync + 'static>(
                 reload(&target);
             }
         }
-    })
+    }))
 }
 
 #[cfg(test)]

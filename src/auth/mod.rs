@@ -30,7 +30,6 @@ mod policy;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
@@ -44,7 +43,7 @@ pub(crate) struct AuthPolicy {
     path: PathBuf,
     current: RwLock<Arc<Policy>>,
     metrics: Arc<Metrics>,
-    watcher: std::sync::Mutex<Option<JoinHandle<()>>>,
+    watcher: std::sync::Mutex<Option<crate::reload::Watcher>>,
 }
 
 impl AuthPolicy {
@@ -90,19 +89,6 @@ impl AuthPolicy {
                 warn!(error = %e, "auth policy changed but does not load; the previous one stays in service");
                 self.metrics.reloaded("auth-policy", false);
             }
-        }
-    }
-}
-
-impl Drop for AuthPolicy {
-    fn drop(&mut self) {
-        if let Some(watcher) = self
-            .watcher
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            watcher.abort();
         }
     }
 }

@@ -18,7 +18,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
@@ -44,7 +43,7 @@ pub(crate) struct ServerTls {
     files: ServerTlsFiles,
     current: RwLock<Arc<ServerConfig>>,
     metrics: Arc<Metrics>,
-    watcher: std::sync::Mutex<Option<JoinHandle<()>>>,
+    watcher: std::sync::Mutex<Option<crate::reload::Watcher>>,
 }
 
 impl ServerTls {
@@ -87,19 +86,6 @@ impl ServerTls {
                 warn!(error = %e, "TLS files changed but do not load; the previous certificate stays in service");
                 self.metrics.reloaded("tls", false);
             }
-        }
-    }
-}
-
-impl Drop for ServerTls {
-    fn drop(&mut self) {
-        if let Some(watcher) = self
-            .watcher
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            watcher.abort();
         }
     }
 }
