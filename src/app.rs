@@ -107,7 +107,8 @@ pub async fn run(
     let source = build_source(&config, &renderer, &metrics)?;
     let gateway = Arc::new(
         Gateway::new(Arc::new(config), source.clone(), renderer, metrics.clone())
-            .with_auth(auth.clone()),
+            .with_auth(auth.clone())
+            .with_admin_address(admin_listener.local_addr()?),
     );
     let admin_state = Arc::new(Admin::new(source.clone(), metrics.clone()).with_auth(auth));
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");

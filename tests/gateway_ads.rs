@@ -473,6 +473,15 @@ async fn bad_requests_get_json_errors_and_do_not_disturb_others() {
             "matching type_url",
         );
 
+        // No node id: the upstream keys config on it, so no session for nobody.
+        for body in [json!({}), json!({"node": {"cluster": "c"}})] {
+            let reply = gw.discover("clusters", &body).await;
+            let message = assert_error(&reply, 400, "no node id");
+            assert!(message.contains("node id"), "{message}");
+        }
+        let reply = gw.get("/v3/discovery:clusters?cluster=c").await;
+        assert_error(&reply, 400, "GET without ?node");
+
         // A bad ?wait.
         let reply = gw
             .post_raw(

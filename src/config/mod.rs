@@ -294,6 +294,26 @@ impl Config {
     /// Checks cross-field rules and normalises the upstream URI.
     pub fn validate(mut self) -> Result<Config, ConfigError> {
         if let Some(upstream) = self.upstream.take() {
+            if !upstream.contains("://") {
+                let tls = &self.upstream_tls;
+                if tls.ca.is_some()
+                    || tls.cert.is_some()
+                    || tls.key.is_some()
+                    || tls.server_name.is_some()
+                {
+                    return Err(invalid(
+                        "upstream",
+                        &format!(
+                            "{upstream:?} has no scheme, but upstream TLS settings are given: \
+                             write grpcs://{upstream} for TLS (a bare HOST:PORT means plaintext)"
+                        ),
+                    ));
+                }
+                tracing::warn!(
+                    upstream = %upstream,
+                    "--upstream has no scheme: read as grpc:// (plaintext); write grpcs:// for TLS"
+                );
+            }
             self.upstream = Some(normalise_upstream(&upstream)?);
         }
         if self.upstream.is_some() && self.snapshot.is_some() {

@@ -113,6 +113,20 @@ fn upstream_forms() {
 }
 
 #[test]
+fn a_bare_upstream_with_tls_settings_is_refused() {
+    let err = Config::from_settings(cli(&[
+        "--upstream",
+        "cp.example:443",
+        "--upstream-ca",
+        "ca.pem",
+    ]))
+    .unwrap_err();
+    assert!(err.to_string().contains("grpcs://cp.example:443"), "{err}");
+    let plain = Config::from_settings(cli(&["--upstream", "127.0.0.1:7999"])).unwrap();
+    assert_eq!(plain.upstream.as_deref(), Some("http://127.0.0.1:7999"));
+}
+
+#[test]
 fn request_timeout_covers_the_first_response_bound() {
     let err = Config::from_settings(cli(&["--first-response-timeout", "20s"])).unwrap_err();
     let message = err.to_string();

@@ -107,7 +107,9 @@ impl ApiError {
 impl From<SourceError> for ApiError {
     fn from(err: SourceError) -> ApiError {
         match err {
-            SourceError::InvalidNode(_) => ApiError::BadRequest(err.to_string()),
+            SourceError::InvalidNode(_) | SourceError::NoNodeId => {
+                ApiError::BadRequest(err.to_string())
+            }
             SourceError::NoUpstream { .. } => ApiError::NotImplemented(err.to_string()),
             SourceError::TooManySessions { .. }
             | SourceError::SessionBytes { .. }

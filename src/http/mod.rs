@@ -53,6 +53,8 @@ pub(crate) struct Gateway {
     long_polls: tokio::sync::Semaphore,
     /// Who may fetch what; `None`: everyone everything.
     auth: Option<Arc<AuthPolicy>>,
+    /// Where the admin listener is bound (named by 404s of admin paths).
+    admin_address: Option<std::net::SocketAddr>,
 }
 
 impl Gateway {
@@ -66,6 +68,7 @@ impl Gateway {
             parsed: ParsedRequests::new(config.session_key),
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
             auth: None,
+            admin_address: None,
             config,
             source,
             renderer,
@@ -78,6 +81,12 @@ impl Gateway {
     /// The same gateway, authorizing every request with `auth`.
     pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Gateway {
         self.auth = auth;
+        self
+    }
+
+    /// The same gateway, knowing where the admin listener is bound.
+    pub(crate) fn with_admin_address(mut self, address: std::net::SocketAddr) -> Gateway {
+        self.admin_address = Some(address);
         self
     }
 }
@@ -201,8 +210,22 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ))
 }
 
-async fn not_found(uri: Uri) -> ApiError {
+/// Paths the admin listener serves, which people try on this one first.
+const ADMIN_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/debug"];
+
+async fn not_found(State(gateway): State<Arc<Gateway>>, uri: Uri) -> ApiError {
     let path = uri.path();
+    let admin_path = ADMIN_PATHS
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")));
+    if admin_path {
+        let at = gateway
+            .admin_address
+            .map_or_else(|| "--admin".to_owned(), |a| format!("http://{a}"));
+        return ApiError::NotFound(format!(
+            "{path} is served on the admin listener ({at}{path}), not on the REST listener"
+        ));
+    }
     let message = match path.strip_prefix(PATH_PREFIX) {
         Some(suffix) => format!(
             "no endpoint {path}; did you mean {PATH_PREFIX}{}?",

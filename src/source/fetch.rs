@@ -162,6 +162,9 @@ impl Source for FetchSource {
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
         let fetcher = &self.inner;
         async move {
+            if request.node_id().is_empty() {
+                return Err(SourceError::NoNodeId);
+            }
             let identity = request.identity();
             let node = fetcher.node(identity, || {
                 decode_node(&fetcher.ctx.renderer, request.body())

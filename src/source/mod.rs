@@ -144,6 +144,10 @@ pub(crate) enum SourceError {
     TooManyNames { kind: ResourceType, max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
     InvalidNode(String),
+    /// A gRPC control plane keys config on the node id; an empty one would
+    /// open an upstream session for nobody.
+    #[error("the request names no node id; the upstream control plane serves config per node, so send one (\"node\": {{\"id\": \"...\"}} in a POST body, ?node=ID in a GET)")]
+    NoNodeId,
     #[error("the {origin} did not load: {problem}; see the admin /readyz for every problem")]
     NotLoaded { origin: String, problem: String },
     #[error("the upstream's API is still being probed (--upstream-mode auto)")]

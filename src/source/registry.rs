@@ -268,6 +268,9 @@ impl<F: Feeder> Sessions<F> {
         if let Some(unavailable) = self.feeder.unavailable() {
             return Err(unavailable);
         }
+        if request.node_id().is_empty() && self.feeder.upstream().is_some() {
+            return Err(SourceError::NoNodeId);
+        }
         let session = self.session(request).await?;
         let serving = session.serving();
         let names = request.names();

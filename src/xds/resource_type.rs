@@ -255,8 +255,14 @@ impl Endpoint {
         self.row().fetch_method
     }
 
-    /// The valid path suffix closest to `suffix` (for "did you mean").
+    /// The valid path suffix closest to `suffix` (for "did you mean"):
+    /// the one an Envoy short name (`cds`, `eds`, ...) stands for, else the
+    /// nearest by edit distance.
     pub fn closest_suffix(suffix: &str) -> &'static str {
+        let short = suffix.trim_start_matches("v3/").to_ascii_lowercase();
+        if let Some((_, meant)) = SHORT_NAMES.iter().find(|(name, _)| *name == short) {
+            return meant;
+        }
         TABLE
             .iter()
             .map(|row| (edit_distance(suffix, row.path_suffix), row.path_suffix))
@@ -271,6 +277,22 @@ impl fmt::Display for ResourceType {
         f.write_str(self.short_name())
     }
 }
+
+/// Envoy's short names for its discovery services, and the endpoint each
+/// means (`lds` is four edits from every suffix, so edit distance alone
+/// suggested `routes` for all of them).
+const SHORT_NAMES: [(&str, &str); 10] = [
+    ("lds", "listeners"),
+    ("rds", "routes"),
+    ("srds", "scoped-routes"),
+    ("cds", "clusters"),
+    ("eds", "endpoints"),
+    ("sds", "secrets"),
+    ("rtds", "runtime"),
+    ("ecds", "extension_configs"),
+    ("hds", "health_check"),
+    ("csds", "client_status"),
+];
 
 /// Levenshtein distance over chars (inputs are short path suffixes).
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -321,5 +343,15 @@ mod tests {
         assert_eq!(Endpoint::closest_suffix("cluster"), "clusters");
         assert_eq!(Endpoint::closest_suffix("endpoint"), "endpoints");
         assert_eq!(Endpoint::closest_suffix("scoped_routes"), "scoped-routes");
+    }
+
+    #[test]
+    fn envoy_short_names_suggest_what_they_stand_for() {
+        for (short, meant) in SHORT_NAMES {
+            assert_eq!(Endpoint::closest_suffix(short), meant);
+            assert_eq!(Endpoint::closest_suffix(&short.to_ascii_uppercase()), meant);
+            let suffix = Endpoint::from_path_suffix(meant).map(|e| e.path());
+            assert!(suffix.is_some(), "{meant} is not an endpoint");
+        }
     }
 }

@@ -362,6 +362,20 @@ impl Gateway {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// `GET path` on the REST port.
+    pub async fn get(&self, path: &str) -> Reply {
+        http_request(
+            self.port,
+            http::Method::GET,
+            path,
+            &[],
+            Bytes::new(),
+            HTTP_TIMEOUT,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// `POST /v3/discovery:<endpoint>` with a JSON `DiscoveryRequest`.
     pub async fn discover(&self, endpoint: &str, request: &Value) -> Reply {
         self.post_raw(

@@ -87,6 +87,31 @@ async fn call(
 }
 
 #[tokio::test]
+async fn envoy_short_names_and_admin_paths_get_pointed_to_the_right_place() {
+    let (status, body) = call(Config::default(), "POST", "/v3/discovery:cds", b"{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("/v3/discovery:clusters"), "{body}");
+
+    let admin: std::net::SocketAddr = "127.0.0.1:9911".parse().unwrap();
+    let gw = Arc::new(
+        Arc::try_unwrap(gateway(Config::default()))
+            .unwrap()
+            .with_admin_address(admin),
+    );
+    for path in ["/healthz", "/readyz", "/metrics", "/debug/sessions"] {
+        let (status, bytes) = send(gw.clone(), "GET", path, Body::empty()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("http://127.0.0.1:9911{path}")),
+            "{path}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn misspelled_path_is_404_naming_the_closest() {
     let (status, body) = call(Config::default(), "POST", "/v3/discovery:cluster", b"{}").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
