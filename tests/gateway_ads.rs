@@ -598,6 +598,19 @@ async fn unreachable_upstream_is_a_503_and_others_are_unaffected() {
         // The dead one stays answering (and failing) without harm.
         let again = dead.discover("clusters", &request(&n, "", &[])).await;
         assert_error(&again, 503, "unreachable upstream, again");
+        // /readyz says why: the session is waiting (it never had state, so
+        // it is not stale), with the upstream's last error.
+        let readyz = dead.readyz().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(readyz.status, 503, "{}", readyz.text());
+        let body = readyz.json();
+        assert_eq!(body["waiting_sessions"], 1, "{body}");
+        assert_eq!(body["stale_sessions"], 0, "{body}");
+        let errors = body["session_errors"].to_string();
+        assert!(
+            errors.contains("\\\"unreachable\\\"") && errors.contains("waiting"),
+            "{body}"
+        );
+        assert!(errors.to_lowercase().contains("connect"), "{body}");
     })
     .await;
 }

@@ -86,6 +86,8 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response
         "problems": status.problems,
         "sessions": status.sessions,
         "stale_sessions": status.stale_sessions,
+        "waiting_sessions": status.waiting_sessions,
+        "session_errors": status.session_errors,
         "upstream_streams_open": admin.metrics.streams_open(),
         })
     };

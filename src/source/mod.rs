@@ -126,7 +126,15 @@ pub(crate) struct Status {
     pub(crate) sessions: usize,
     /// Sessions serving their last state while the upstream stream is down.
     pub(crate) stale_sessions: usize,
+    /// Sessions whose upstream has not answered yet.
+    pub(crate) waiting_sessions: usize,
+    /// Per stale or waiting session whose stream failed: the node and the
+    /// upstream's last error (at most [`SESSION_ERRORS_SHOWN`]).
+    pub(crate) session_errors: Vec<String>,
 }
+
+/// How many session errors `/readyz` lists at most.
+pub(crate) const SESSION_ERRORS_SHOWN: usize = 20;
 
 /// Why a poll (or a pass-through call) could not be answered. Each variant
 /// is one failure the REST face maps to one status (`http/error.rs`).

@@ -35,7 +35,9 @@ use tracing::info;
 use super::decode::decode_node;
 use super::polled::{record_served, report_suspicion, suspect, suspicion_message, Feed, Polled};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
-use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use super::{
+    PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext, SESSION_ERRORS_SHOWN,
+};
 use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -333,22 +335,36 @@ impl<F: Feeder> Source for Sessions<F> {
     }
 
     fn status(&self) -> Status {
-        let (sessions, stale_sessions) = {
-            let registry = self.lock();
-            let stale = registry
-                .sessions
-                .values()
-                .filter(|e| e.session.stale_since().is_some())
-                .count();
-            (registry.sessions.len(), stale)
-        };
-        Status {
+        let mut status = Status {
             ready: self.feeder.is_ready(),
             description: self.feeder.describe(),
             problems: self.feeder.problems(),
-            sessions,
-            stale_sessions,
+            ..Status::default()
+        };
+        let registry = self.lock();
+        status.sessions = registry.sessions.len();
+        for entry in registry.sessions.values() {
+            let session = &entry.session;
+            let state = if session.stale_since().is_some() {
+                status.stale_sessions += 1;
+                "stale"
+            } else if !session.has_state() {
+                status.waiting_sessions += 1;
+                "waiting for the upstream's first answer"
+            } else {
+                continue;
+            };
+            let Some((_, error)) = session.last_error() else {
+                continue;
+            };
+            if status.session_errors.len() < SESSION_ERRORS_SHOWN {
+                status.session_errors.push(format!(
+                    "node {:?} (cluster {:?}): {state}; last upstream error: {error}",
+                    session.node.id, session.node.cluster
+                ));
+            }
         }
+        status
     }
 
     fn close(&self) {

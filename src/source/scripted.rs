@@ -184,7 +184,7 @@ async fn run(
     loop {
         let now = scene.borrow_and_update().clone();
         if now.stale {
-            session.mark_stale();
+            session.stream_failed("the script says the stream is down".into());
         } else {
             session.mark_fresh();
         }

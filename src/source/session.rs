@@ -146,6 +146,8 @@ pub(crate) struct Session {
     /// Set while the upstream stream is down after having served: the state
     /// is still served, marked stale since then.
     stale_since: Mutex<Option<SystemTime>>,
+    /// Why the upstream stream last ended, and when; cleared when it answers.
+    last_error: Mutex<Option<(SystemTime, String)>>,
     /// Requests being served now (a held long poll keeps the session alive).
     in_flight: std::sync::atomic::AtomicUsize,
 }
@@ -169,6 +171,7 @@ impl Session {
             last_poll: Mutex::new(Instant::now()),
             task: Mutex::new(None),
             stale_since: Mutex::new(None),
+            last_error: Mutex::new(None),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         (session, rx)
@@ -191,15 +194,30 @@ impl Session {
         }
     }
 
-    /// The upstream stream broke: what is served from now on is stale (the
-    /// first break counts; later ones do not move the time).
-    pub(super) fn mark_stale(&self) {
-        lock(&self.stale_since).get_or_insert_with(SystemTime::now);
+    /// The upstream stream broke for `reason`. A session that has served
+    /// state serves it stale from now on (the first break counts; later ones
+    /// do not move the time); one that never had state is still waiting.
+    pub(super) fn stream_failed(&self, reason: String) {
+        *lock(&self.last_error) = Some((SystemTime::now(), reason));
+        if self.has_state() {
+            lock(&self.stale_since).get_or_insert_with(SystemTime::now);
+        }
     }
 
     /// The upstream answered again.
     pub(super) fn mark_fresh(&self) {
         *lock(&self.stale_since) = None;
+        *lock(&self.last_error) = None;
+    }
+
+    /// Whether the upstream has answered this session for any type.
+    pub(super) fn has_state(&self) -> bool {
+        self.slots.iter().any(|slot| slot.state.borrow().is_some())
+    }
+
+    /// Why the upstream stream last ended, and when, unless it answered since.
+    pub(super) fn last_error(&self) -> Option<(SystemTime, String)> {
+        lock(&self.last_error).clone()
     }
 
     /// Since when the state served is stale, if it is.

@@ -175,7 +175,7 @@ async fn run<P: Protocol>(
             let result =
                 one_stream(&ctx, &session, &mut commands, &mut protocol, &mut answered).await;
             let Err(err) = result else { return };
-            session.mark_stale();
+            session.stream_failed(err.to_string());
             if answered {
                 backoff.reset();
             }
