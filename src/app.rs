@@ -162,6 +162,7 @@ fn build_source(
         ));
     };
     let ctx = UpstreamContext::new(config, uri, renderer.clone(), metrics.clone())?;
+    tokio::spawn(ctx.clone().log_reachability());
     if config.upstream_mode != UpstreamMode::Auto {
         return Ok(grpc_source(
             config.upstream_mode,

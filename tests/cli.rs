@@ -981,3 +981,42 @@ async fn broken_snapshot_starts_unready_and_says_where() {
     }
     panic!("no free ports in {START_ATTEMPTS} attempts");
 }
+
+/// A wrong upstream shows at start-up, before any client polls: the
+/// gateway connects once and logs why it cannot; a bare HOST:PORT is said
+/// to mean plaintext.
+#[tokio::test]
+async fn an_unreachable_upstream_is_logged_at_start_up() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let closed = free_port();
+    let upstream = format!("127.0.0.1:{closed}");
+    for _ in 0..START_ATTEMPTS {
+        let [rest, admin] = free_ports::<2>();
+        let (rest_flag, admin_flag) = (addr(rest), addr(admin));
+        let args = [
+            "--upstream",
+            &upstream,
+            "--listen",
+            &rest_flag,
+            "--admin",
+            &admin_flag,
+        ];
+        let Ok(guard) = start(gateway(&args, &[]), dir.path(), admin, "dead upstream").await else {
+            continue;
+        };
+        let logged = eventually(START_TIMEOUT, POLL_INTERVAL, || {
+            let log = guard.log_text();
+            async move { log.contains("cannot reach the upstream").then_some(log) }
+        })
+        .await;
+        let Some(log) = logged else {
+            guard.print_log();
+            panic!("no start-up line about the unreachable upstream");
+        };
+        assert!(log.contains("Connection refused"), "{log}");
+        assert!(log.contains("has no scheme"), "{log}");
+        drop(guard);
+        return;
+    }
+    panic!("no free ports in {START_ATTEMPTS} attempts");
+}

@@ -40,6 +40,8 @@ pub(crate) struct UpstreamContext {
     /// The control plane's URI, for logs and /readyz.
     pub(super) uri: String,
     pub(super) channel: Channel,
+    /// How to connect (for the start-up reachability check).
+    endpoint: TonicEndpoint,
     pub(super) renderer: Renderer,
     pub(super) metrics: Arc<Metrics>,
     pub(super) max_message_bytes: usize,
@@ -85,12 +87,27 @@ impl UpstreamContext {
         Ok(Arc::new(UpstreamContext {
             uri: uri.to_owned(),
             channel: endpoint.connect_lazy(),
+            endpoint,
             renderer,
             metrics,
             max_message_bytes: config.max_upstream_message_bytes,
             metadata,
             answered: AtomicBool::new(false),
         }))
+    }
+
+    /// Connects once (TCP, TLS, HTTP/2) and logs the outcome, so a wrong
+    /// address or certificate shows at start-up, before any client polls.
+    /// The serving channel is not touched: it connects on first use.
+    pub(crate) async fn log_reachability(self: Arc<Self>) {
+        match self.endpoint.connect().await {
+            Ok(_) => tracing::info!(upstream = %self.uri, "upstream reachable"),
+            Err(e) => tracing::warn!(
+                upstream = %self.uri,
+                error = %error_chain(&e),
+                "cannot reach the upstream; clients get 503s until it answers (retried per session)"
+            ),
+        }
     }
 
     /// Records that the upstream answered (readiness).
@@ -173,4 +190,20 @@ fn tls_config(tls: &UpstreamTls) -> Result<ClientTlsConfig, StartError> {
         config = config.domain_name(name.clone());
     }
     Ok(config)
+}
+
+/// `err` and every cause under it, on one line ("transport error: tcp
+/// connect error: Connection refused").
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cause = err.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = next.source();
+    }
+    out
 }
