@@ -57,6 +57,9 @@ pub async fn run(
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
+    for warning in &config.warnings {
+        warn!("{warning}");
+    }
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
     let metrics = Arc::new(Metrics::new());
     let tls = config

@@ -5,7 +5,7 @@
 use anyhow::Context;
 use clap::Parser;
 use tokio::net::TcpListener;
-use xds_gateway::config::{Config, Settings};
+use xds_gateway::config::{Config, LogFormat, Settings};
 
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
@@ -26,16 +26,18 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let cli = Settings::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let config = Config::from_settings(cli)?;
+    let config = Config::from_settings(Settings::parse())?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding the REST listener {}", config.listen))?;

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use process::{eventually, free_port, http_get, ChildGuard};
-use xds_gateway::config::{Config, RewritePolicy, SessionKey, UpstreamMode, Validation};
+use xds_gateway::config::{Config, LogFormat, RewritePolicy, SessionKey, UpstreamMode, Validation};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xds-gateway");
 /// Bound on a run that should exit by itself (`--help`, a rejected config).
@@ -143,6 +143,7 @@ const SETTINGS: &[Setting] = &[
         "max-upstream-message-bytes",
     ),
     setting("--validate", "XDS_GATEWAY_VALIDATE", "validate"),
+    setting("--log-format", "XDS_GATEWAY_LOG_FORMAT", "log-format"),
     setting("--tls-cert", "XDS_GATEWAY_TLS_CERT", "tls-cert"),
     setting("--tls-key", "XDS_GATEWAY_TLS_KEY", "tls-key"),
     setting("--client-ca", "XDS_GATEWAY_CLIENT_CA", "client-ca"),
@@ -851,6 +852,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "refresh-delay" => duration() == d.refresh_delay,
             "request-timeout" => duration() == d.request_timeout,
             "validate" => value.clone().try_into::<Validation>().ok() == Some(d.validate),
+            "log-format" => value.clone().try_into::<LogFormat>().ok() == Some(d.log_format),
             "rejection-threshold" => integer() == i64::from(d.rejection_threshold),
             "forward-rejections" => value.as_bool() == Some(d.forward_rejections),
             "allow-secrets" => value.as_bool() == Some(d.allow_secrets),
@@ -984,7 +986,7 @@ async fn broken_snapshot_starts_unready_and_says_where() {
 
 /// A wrong upstream shows at start-up, before any client polls: the
 /// gateway connects once and logs why it cannot; a bare HOST:PORT is said
-/// to mean plaintext.
+/// to mean plaintext. With `--log-format json` every line is a JSON object.
 #[tokio::test]
 async fn an_unreachable_upstream_is_logged_at_start_up() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -1001,7 +1003,9 @@ async fn an_unreachable_upstream_is_logged_at_start_up() {
             "--admin",
             &admin_flag,
         ];
-        let Ok(guard) = start(gateway(&args, &[]), dir.path(), admin, "dead upstream").await else {
+        let env = [("XDS_GATEWAY_LOG_FORMAT", "json")];
+        let Ok(guard) = start(gateway(&args, &env), dir.path(), admin, "dead upstream").await
+        else {
             continue;
         };
         let logged = eventually(START_TIMEOUT, POLL_INTERVAL, || {
@@ -1015,6 +1019,13 @@ async fn an_unreachable_upstream_is_logged_at_start_up() {
         };
         assert!(log.contains("Connection refused"), "{log}");
         assert!(log.contains("has no scheme"), "{log}");
+        for line in log.lines().filter(|l| !l.trim().is_empty()) {
+            let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
+            assert!(
+                parsed.is_ok_and(|v| v["level"].is_string() && v["fields"].is_object()),
+                "not a JSON log line: {line}"
+            );
+        }
         drop(guard);
         return;
     }

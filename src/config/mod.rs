@@ -60,6 +60,16 @@ pub enum Validation {
     Off,
 }
 
+/// How log lines are written (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
 /// When `ads`/`self` config sources are rewritten to REST ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -149,6 +159,10 @@ pub struct Config {
     pub descriptor_sets: Vec<PathBuf>,
     /// Check resources against Envoy's protoc-gen-validate rules.
     pub validate: Validation,
+    pub log_format: LogFormat,
+    /// What validation let through but a person should hear of at start-up
+    /// (logged by `app::run`).
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -192,6 +206,8 @@ impl Default for Config {
             max_upstream_message_bytes: 64 * 1024 * 1024,
             descriptor_sets: Vec::new(),
             validate: Validation::On,
+            log_format: LogFormat::Text,
+            warnings: Vec::new(),
         }
     }
 }
@@ -246,6 +262,7 @@ impl Config {
             max_upstream_message_bytes,
             descriptor_sets,
             validate,
+            log_format,
             allow_insecure_listen,
             max_connections,
             max_long_polls,
@@ -309,10 +326,9 @@ impl Config {
                         ),
                     ));
                 }
-                tracing::warn!(
-                    upstream = %upstream,
-                    "--upstream has no scheme: read as grpc:// (plaintext); write grpcs:// for TLS"
-                );
+                self.warnings.push(format!(
+                    "--upstream {upstream} has no scheme: read as grpc:// (plaintext); write grpcs:// for TLS"
+                ));
             }
             self.upstream = Some(normalise_upstream(&upstream)?);
         }

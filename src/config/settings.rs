@@ -12,7 +12,9 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
-use super::{ClientAuth, ConfigError, RewritePolicy, SessionKey, UpstreamMode, Validation};
+use super::{
+    ClientAuth, ConfigError, LogFormat, RewritePolicy, SessionKey, UpstreamMode, Validation,
+};
 
 /// The settings of one layer. Every flag has an `XDS_GATEWAY_*` variable and
 /// a key of the same name in the `--config` file.
@@ -187,6 +189,9 @@ pub struct Settings {
     /// protoc-gen-validate annotations) and NACK what Envoy would reject [default: on].
     #[arg(long, value_enum, env = "XDS_GATEWAY_VALIDATE")]
     pub validate: Option<Validation>,
+    /// Log lines as text or as one JSON object per line, on stderr; which lines is set by RUST_LOG (e.g. `info`, `xds_gateway=debug`) [default: text].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
 }
 
 impl Settings {

@@ -124,6 +124,9 @@ fn a_bare_upstream_with_tls_settings_is_refused() {
     assert!(err.to_string().contains("grpcs://cp.example:443"), "{err}");
     let plain = Config::from_settings(cli(&["--upstream", "127.0.0.1:7999"])).unwrap();
     assert_eq!(plain.upstream.as_deref(), Some("http://127.0.0.1:7999"));
+    assert!(plain.warnings.iter().any(|w| w.contains("plaintext")));
+    let schemed = Config::from_settings(cli(&["--upstream", "grpc://127.0.0.1:7999"])).unwrap();
+    assert!(schemed.warnings.is_empty(), "{:?}", schemed.warnings);
 }
 
 #[test]
