@@ -113,7 +113,8 @@ pub async fn run(
             .with_auth(auth.clone())
             .with_admin_address(admin_listener.local_addr()?),
     );
-    let admin_state = Arc::new(Admin::new(source.clone(), metrics.clone()).with_auth(auth));
+    let admin_state =
+        Arc::new(Admin::new(source.clone(), metrics.clone(), gateway.clients()).with_auth(auth));
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

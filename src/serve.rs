@@ -236,6 +236,7 @@ impl Connection {
             router: self.router.clone(),
             activity: activity.clone(),
             identity,
+            remote: RemoteAddr(self.peer),
         };
         let conn = self
             .builder
@@ -341,7 +342,12 @@ struct Tracked {
     router: Router,
     activity: Arc<Activity>,
     identity: Option<Arc<PeerIdentity>>,
+    remote: RemoteAddr,
 }
+
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RemoteAddr(pub(crate) SocketAddr);
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
     type Response = axum::response::Response;
@@ -354,6 +360,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
         if let Some(identity) = &self.identity {
             request.extensions_mut().insert(identity.clone());
         }
+        request.extensions_mut().insert(self.remote);
         let router = self.router.clone();
         Box::pin(async move {
             let response = router.oneshot(request).await;

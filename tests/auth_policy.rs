@@ -258,6 +258,12 @@ async fn admin_details_need_an_admin_token_but_health_does_not() {
     assert_eq!(metrics.status, 401, "{}", metrics.text());
     assert_eq!(get(admin, "/metrics", Some(EDGE)).await.status, 401);
     assert_eq!(get(admin, "/metrics", Some(ADMIN)).await.status, 200);
+    let clients = get(admin, "/debug/clients", None).await;
+    assert_eq!(clients.status, 401, "{}", clients.text());
+    assert!(clients.json()["message"].is_string(), "{}", clients.text());
+    let clients = get(admin, "/debug/clients", Some(ADMIN)).await;
+    assert_eq!(clients.status, 200, "{}", clients.text());
+    assert!(clients.json()["clients"].is_array(), "{}", clients.text());
     let bare = get(admin, "/readyz", None).await;
     assert_eq!(bare.json(), serde_json::json!({"ready": true}));
     let full = get(admin, "/readyz", Some(ADMIN)).await;

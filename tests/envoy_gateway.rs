@@ -256,6 +256,24 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     // Envoy kept its last good listener.
     let body = get_200(&mut h, "/anything", CHANGE_TIMEOUT, |b| b == BACKEND_BODY).await;
     assert_eq!(body, BACKEND_BODY);
+    // The admin's client view shows this Envoy: its listeners a suspected
+    // rejection of version 2, its clusters in step.
+    let client = envoy_in_client_view(h.gateway_admin).await;
+    let lds = &client["types"]["listeners"];
+    assert_eq!(lds["suspected_rejections"], 1, "{client}");
+    let detail = &lds["detail"][0];
+    assert_eq!(detail["state"], "suspected rejection", "{client}");
+    assert_eq!(detail["upstream_version"], "2", "{client}");
+    assert!(
+        detail["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("rejected the newer one")),
+        "{client}"
+    );
+    let cds = &client["types"]["clusters"];
+    assert_eq!(cds["in_step"], cds["subscriptions"], "{client}");
+    assert_eq!(client["user_agent"], "envoy", "{client}");
+    assert_eq!(client["remote"], "127.0.0.1", "{client}");
     let after = h
         .stat_values(&["listener_manager.lds.", "cluster_manager.cds."])
         .await;
@@ -385,6 +403,20 @@ async fn check_rewritten_sources(h: &mut Harness) {
 
 /// Waits for Envoy's lds update_rejected >= 1 and the gateway's suspected
 /// rejections for listeners >= 1; returns both.
+/// This test's Envoy as the gateway's `/debug/clients` shows it.
+async fn envoy_in_client_view(gateway_admin: u16) -> Value {
+    let (status, body) = http_get(gateway_admin, "/debug/clients?pretty")
+        .await
+        .unwrap_or_else(|e| panic!("/debug/clients: {e}"));
+    assert_eq!(status, 200, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let clients = view["clients"].as_array().cloned().unwrap_or_default();
+    clients
+        .into_iter()
+        .find(|c| c["node_id"] == NODE_ID)
+        .unwrap_or_else(|| panic!("no client of node {NODE_ID}: {body}"))
+}
+
 async fn rejection_seen(h: &mut Harness) -> (u64, f64) {
     let (envoy_admin, gateway_admin) = (h.envoy_admin, h.gateway_admin);
     let last = Mutex::new(String::from("(nothing observed)"));
@@ -525,6 +557,16 @@ async fn run_first_rejection(envoy_bin: PathBuf, dir: PathBuf) {
     assert_eq!(nacked.version_info, "", "{nacked:?}");
     let detail = nacked.error_detail.unwrap_or_default();
     assert!(detail.contains("probably rejected"), "{detail}");
+    let client = envoy_in_client_view(h.gateway_admin).await;
+    let detail = &client["types"]["listeners"]["detail"][0];
+    assert_eq!(detail["state"], "suspected rejection", "{client}");
+    assert_eq!(detail["presented"], "", "{client}");
+    assert!(
+        detail["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("rejected its first config")),
+        "{client}"
+    );
 }
 
 /// EDS clusters in [`eds_catch_up_is_not_a_suspected_rejection`].

@@ -6,9 +6,11 @@
 //!   loaded), 503 before; JSON details, including the problems of the latest
 //!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
+//! - `GET /debug/clients`: every REST client seen recently and where each
+//!   subscription stands (`debug.rs`).
 //!
 //! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`
-//! needs `Authorization: Bearer <token>` (else a JSON 401), and `/readyz`
+//! and the debug views need `Authorization: Bearer <token>` (else a JSON 401), and `/readyz`
 //! without it says only whether the gateway is ready (its details name
 //! files and the upstream). `/healthz` is always open, for probes.
 
@@ -20,7 +22,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+mod debug;
+
 use crate::auth::AuthPolicy;
+use crate::cache::ClientBook;
 use crate::metrics::Metrics;
 use crate::source::Source;
 
@@ -30,14 +35,20 @@ pub(crate) struct Admin {
     source: Arc<dyn Source>,
     metrics: Arc<Metrics>,
     auth: Option<Arc<AuthPolicy>>,
+    clients: Arc<ClientBook>,
 }
 
 impl Admin {
-    pub(crate) fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Admin {
+    pub(crate) fn new(
+        source: Arc<dyn Source>,
+        metrics: Arc<Metrics>,
+        clients: Arc<ClientBook>,
+    ) -> Admin {
         Admin {
             source,
             metrics,
             auth: None,
+            clients,
         }
     }
 
@@ -71,6 +82,7 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/debug/clients", get(debug::clients))
         .with_state(admin)
 }
 
@@ -104,23 +116,28 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response
     response
 }
 
+/// The 401 of a detail `path` asked for without an admin token.
+fn needs_token(path: &str) -> Response {
+    let body = serde_json::json!({
+        "code": 16,
+        "message": format!("{path} needs `Authorization: Bearer <token>` with an admin token of the auth policy"),
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, format!("{body}\n")).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"xds-gateway-admin\""),
+    );
+    response
+}
+
 async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
     if !admin.may_see_details(&headers) {
-        let body = serde_json::json!({
-            "code": 16,
-            "message": "/metrics needs `Authorization: Bearer <token>` with an admin token of the auth policy",
-        });
-        let mut response = (StatusCode::UNAUTHORIZED, format!("{body}\n")).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"xds-gateway-admin\""),
-        );
-        return response;
+        return needs_token("/metrics");
     }
     admin
         .metrics

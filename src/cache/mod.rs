@@ -3,14 +3,16 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
+mod clients;
 mod identity;
 mod rejection;
 mod request;
 mod resource;
 mod state;
 
+pub(crate) use clients::{ClientBook, Poll};
 pub(crate) use identity::IdentityKey;
-pub(crate) use rejection::{Observation, RejectionTracker, Suspicion};
+pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
 pub(crate) use resource::{Renderer, Resource, ResourceError};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

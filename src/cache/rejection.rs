@@ -31,6 +31,21 @@ pub(crate) struct Suspicion {
     pub(crate) polls: u32,
 }
 
+/// Where one client stands for one type, as of its latest poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Standing {
+    /// It presents the version it would be served: a 304.
+    #[default]
+    InStep,
+    /// It was not served the current version yet (a body goes out now).
+    CatchingUp,
+    /// It was served the current version but presents an older one,
+    /// `polls` polls in a row.
+    Behind { polls: u32 },
+    /// Behind for the threshold or longer: a suspected rejection.
+    Suspected { polls: u32 },
+}
+
 /// One poll as the tracker sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observation<'a> {
@@ -130,6 +145,28 @@ impl RejectionTracker {
         })
     }
 
+    /// Where `poll`'s client stands after [`RejectionTracker::observe`]
+    /// recorded it.
+    pub(crate) fn sync(&self, poll: Observation<'_>, threshold: u32) -> Standing {
+        if same_selection(poll.presented, poll.current) {
+            return Standing::InStep;
+        }
+        let behind = self
+            .logs
+            .get(&poll.subscription)
+            .and_then(|log| log.behind.as_ref());
+        match behind {
+            Some((presented, polls)) if presented == poll.presented => {
+                if *polls >= threshold {
+                    Standing::Suspected { polls: *polls }
+                } else {
+                    Standing::Behind { polls: *polls }
+                }
+            }
+            _ => Standing::CatchingUp,
+        }
+    }
+
     /// Forgets subscriptions not polled within `ttl`.
     pub(crate) fn prune(&mut self, now: Instant, ttl: Duration) {
         self.logs
@@ -166,6 +203,30 @@ mod tests {
             (V1, V2, 3)
         );
         assert_eq!(t.observe(poll(1, V1, V2), 3), None);
+    }
+
+    #[test]
+    fn sync_says_where_a_client_stands() {
+        let mut t = RejectionTracker::default();
+        let look = |t: &mut RejectionTracker, p| {
+            t.observe(p, 2);
+            t.sync(p, 2)
+        };
+        assert_eq!(look(&mut t, poll(1, "", V1)), Standing::CatchingUp);
+        t.served(1, V1);
+        assert_eq!(look(&mut t, poll(1, V1, V1)), Standing::InStep);
+        assert_eq!(look(&mut t, poll(1, V1, V2)), Standing::CatchingUp);
+        t.served(1, V2);
+        assert_eq!(look(&mut t, poll(1, V1, V2)), Standing::Behind { polls: 1 });
+        assert_eq!(
+            look(&mut t, poll(1, V1, V2)),
+            Standing::Suspected { polls: 2 }
+        );
+        assert_eq!(
+            look(&mut t, poll(1, V1, V2)),
+            Standing::Suspected { polls: 3 }
+        );
+        assert_eq!(look(&mut t, poll(1, V2, V2)), Standing::InStep);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! bad request cannot poison what others are served.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::Gateway;
-use crate::cache::{Answer, Names, ParsedRequest};
+use crate::cache::{Answer, Names, ParsedRequest, Poll};
 use crate::config::{Config, RewritePolicy};
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
@@ -43,12 +44,15 @@ const GET_PARAMS: &[&str] = &[
 /// RFC 3339 time since which the state served is stale.
 pub(super) const STALE_HEADER: &str = "x-xds-gateway-stale-since";
 
+/// Who sent a request: the TLS client's identity, the connection's address.
+pub(super) type Sender = (Option<Arc<PeerIdentity>>, Option<IpAddr>);
+
 /// Serves one `POST` discovery request and records its metrics.
 pub(super) async fn handle_post(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
-    peer: Option<Arc<PeerIdentity>>,
+    (peer, remote): Sender,
     query: HashMap<String, String>,
     body: Body,
 ) -> Response {
@@ -64,7 +68,7 @@ pub(super) async fn handle_post(
             gateway.config.body_read_timeout,
         )
         .await?;
-        serve(&gateway, kind, &caller, &headers, &query, body).await
+        serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
 }
@@ -74,7 +78,7 @@ pub(super) async fn handle_get(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
-    peer: Option<Arc<PeerIdentity>>,
+    (peer, remote): Sender,
     query: HashMap<String, String>,
 ) -> Response {
     let started = Instant::now();
@@ -83,7 +87,7 @@ pub(super) async fn handle_get(
         check_secrets(&gateway, kind)?;
         let caller = authenticate(&gateway, &headers, peer.as_deref())?;
         let body = get_body(&query, &headers)?;
-        serve(&gateway, kind, &caller, &headers, &query, body).await
+        serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
 }
@@ -94,6 +98,7 @@ async fn serve(
     gateway: &Gateway,
     kind: ResourceType,
     caller: &Caller,
+    remote: Option<IpAddr>,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
     body: Bytes,
@@ -127,6 +132,14 @@ async fn serve(
             answer = polled.answer(renderer, &request, target)?;
         }
     }
+    gateway.clients.record(Poll {
+        request: &request,
+        kind,
+        remote,
+        current: answer.version(),
+        body: matches!(answer, Answer::Body { .. }),
+        standing: polled.standing(),
+    });
     let mut response = respond(gateway, kind, answer, presentation)?;
     if let Some(since) = polled.stale_since() {
         // The upstream is down: this is the last good state, kept serving.

@@ -30,9 +30,10 @@ use axum::Extension;
 use axum::Router;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{ParsedRequests, Renderer};
+use crate::cache::{ClientBook, ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::serve::RemoteAddr;
 use crate::source::Source;
 use crate::tls::PeerIdentity;
 use crate::xds::PATH_PREFIX;
@@ -55,6 +56,8 @@ pub(crate) struct Gateway {
     auth: Option<Arc<AuthPolicy>>,
     /// Where the admin listener is bound (named by 404s of admin paths).
     admin_address: Option<std::net::SocketAddr>,
+    /// The REST clients seen recently and where each stands.
+    clients: Arc<ClientBook>,
 }
 
 impl Gateway {
@@ -69,6 +72,7 @@ impl Gateway {
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
             auth: None,
             admin_address: None,
+            clients: Arc::new(ClientBook::new(config.idle_timeout)),
             config,
             source,
             renderer,
@@ -84,6 +88,11 @@ impl Gateway {
         self
     }
 
+    /// The REST clients this gateway has seen (for the admin views).
+    pub(crate) fn clients(&self) -> Arc<ClientBook> {
+        self.clients.clone()
+    }
+
     /// The same gateway, knowing where the admin listener is bound.
     pub(crate) fn with_admin_address(mut self, address: std::net::SocketAddr) -> Gateway {
         self.admin_address = Some(address);
@@ -93,6 +102,8 @@ impl Gateway {
 
 /// The TLS client's identity `serve` put on the request, if any.
 type Peer = Option<Extension<Arc<PeerIdentity>>>;
+/// The address the connection came from, as `serve` put it on the request.
+type Remote = Option<Extension<RemoteAddr>>;
 
 /// The REST router over `gateway`.
 pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
@@ -104,20 +115,24 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             post(
                 move |State(gw): State<Arc<Gateway>>,
                       peer: Peer,
+                      remote: Remote,
                       headers: HeaderMap,
                       Params(query): Params,
                       body| {
                     let peer = peer.map(|Extension(p)| p);
-                    discovery::handle_post(gw, kind, headers, peer, query, body)
+                    let remote = remote.map(|Extension(RemoteAddr(a))| a.ip());
+                    discovery::handle_post(gw, kind, headers, (peer, remote), query, body)
                 },
             )
             .get(
                 move |State(gw): State<Arc<Gateway>>,
                       peer: Peer,
+                      remote: Remote,
                       headers: HeaderMap,
                       Params(query): Params| {
                     let peer = peer.map(|Extension(p)| p);
-                    discovery::handle_get(gw, kind, headers, peer, query)
+                    let remote = remote.map(|Extension(RemoteAddr(a))| a.ip());
+                    discovery::handle_get(gw, kind, headers, (peer, remote), query)
                 },
             )
             .fallback(method_not_allowed),

@@ -38,6 +38,7 @@ use tonic::Code;
 use super::decode::{decode_all_off_thread, decode_node};
 use super::polled::{record_served, report_suspicion, suspect, Feed, Polled};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use crate::cache::Standing;
 use crate::cache::{
     upstream_version, Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState,
 };
@@ -389,12 +390,13 @@ impl Feed for FetchFeed {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, current: &str) {
+    fn observe(&self, request: &ParsedRequest, current: &str) -> Standing {
         let kind = self.key.kind;
         let tracker = self.trackers.of(kind);
         let threshold = self.fetcher.rejection_threshold;
-        let Some(suspicion) = suspect(tracker, request, current, threshold) else {
-            return;
+        let (sync, suspicion) = suspect(tracker, request, current, threshold);
+        let Some(suspicion) = suspicion else {
+            return sync;
         };
         // Fetch mode has no stream to NACK it on.
         report_suspicion(
@@ -404,6 +406,7 @@ impl Feed for FetchFeed {
             &suspicion,
             false,
         );
+        sync
     }
 
     fn served(&self, request: &ParsedRequest, version: &str) {

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use tracing::warn;
 
 use crate::cache::{
-    Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Suspicion, TypeState,
+    Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Standing, Suspicion, TypeState,
 };
 use crate::metrics::Metrics;
 use crate::xds::rewrite::RestTarget;
@@ -30,8 +30,9 @@ pub(super) trait Feed: Send + Sync {
     ) -> BoxFuture<'a, Option<Arc<TypeState>>>;
 
     /// `request` is about to be answered at `current` (before a body at
-    /// `current` is recorded as served): rejection bookkeeping.
-    fn observe(&self, request: &ParsedRequest, current: &str);
+    /// `current` is recorded as served): rejection bookkeeping; where the
+    /// client stands.
+    fn observe(&self, request: &ParsedRequest, current: &str) -> Standing;
 
     /// A body at `version` was served to `request`'s client.
     fn served(&self, request: &ParsedRequest, version: &str);
@@ -44,6 +45,8 @@ pub(super) trait Feed: Send + Sync {
 pub(crate) struct Polled {
     state: Arc<TypeState>,
     feed: Box<dyn Feed>,
+    /// Where the client stood at the last answer.
+    sync: Standing,
 }
 
 impl std::fmt::Debug for Polled {
@@ -57,13 +60,17 @@ impl std::fmt::Debug for Polled {
 
 impl Polled {
     pub(super) fn new(state: Arc<TypeState>, feed: Box<dyn Feed>) -> Polled {
-        Polled { state, feed }
+        Polled {
+            state,
+            feed,
+            sync: Standing::default(),
+        }
     }
 
     /// Answers `request` by the cache's rule (a body, or 304 when it holds
     /// what it would get), with the rejection bookkeeping around it.
     pub(crate) fn answer(
-        &self,
+        &mut self,
         renderer: &Renderer,
         request: &ParsedRequest,
         target: Option<&RestTarget>,
@@ -71,7 +78,7 @@ impl Polled {
         let answer =
             self.state
                 .answer(renderer, request.names(), request.version_info(), target)?;
-        self.feed.observe(request, answer.version());
+        self.sync = self.feed.observe(request, answer.version());
         if let Answer::Body { version, .. } = &answer {
             self.feed.served(request, version);
         }
@@ -94,24 +101,32 @@ impl Polled {
     pub(crate) fn stale_since(&self) -> Option<SystemTime> {
         self.feed.stale_since()
     }
+
+    /// Where the client stood when it was last answered.
+    pub(crate) fn standing(&self) -> Standing {
+        self.sync
+    }
 }
 
-/// Records a poll of `request` answered at `current`; a suspicion the first
-/// time its client has presented the same older version `threshold` times
-/// after being served `current` (see `cache::rejection`).
+/// Records a poll of `request` answered at `current`: where its client
+/// stands, and a suspicion the first time it has presented the same older
+/// version `threshold` times after being served `current` (see
+/// `cache::rejection`).
 pub(super) fn suspect(
     tracker: &Mutex<RejectionTracker>,
     request: &ParsedRequest,
     current: &str,
     threshold: u32,
-) -> Option<Suspicion> {
+) -> (Standing, Option<Suspicion>) {
     let observation = Observation {
         subscription: request.subscription(),
         presented: request.version_info(),
         current,
         envoy: request.user_agent_name() == "envoy",
     };
-    lock(tracker).observe(observation, threshold)
+    let mut tracker = lock(tracker);
+    let suspicion = tracker.observe(observation, threshold);
+    (tracker.sync(observation, threshold), suspicion)
 }
 
 /// Records that a body at `version` went out to `request`'s client.

@@ -38,6 +38,7 @@ use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Sess
 use super::{
     PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext, SESSION_ERRORS_SHOWN,
 };
+use crate::cache::Standing;
 use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -407,11 +408,12 @@ impl Feed for SessionFeed {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, current: &str) {
+    fn observe(&self, request: &ParsedRequest, current: &str) -> Standing {
         let kind = self.kind;
         let tracker = self.session.rejections(kind);
-        let Some(suspicion) = suspect(tracker, request, current, self.threshold) else {
-            return;
+        let (sync, suspicion) = suspect(tracker, request, current, self.threshold);
+        let Some(suspicion) = suspicion else {
+            return sync;
         };
         report_suspicion(
             &self.metrics,
@@ -428,6 +430,7 @@ impl Feed for SessionFeed {
                 message,
             });
         }
+        sync
     }
 
     fn served(&self, request: &ParsedRequest, version: &str) {
