@@ -314,6 +314,22 @@ async fn undecodable_update_is_nacked_and_the_last_good_version_served() {
             "a NACK presents the last good version: {nack}"
         );
         assert_nack_detail(nack);
+        // /debug/sessions shows the session: stream open, version good
+        // served, the NACK of bad sent with its detail.
+        let view = gw.admin_json("/debug/sessions").await;
+        let session = view["sessions"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["node_id"] == "nack"))
+            .unwrap_or_else(|| panic!("no session of node nack: {view}"))
+            .clone();
+        assert_eq!(session["stream"], "open", "{session}");
+        assert_eq!(session["clients"], 1, "{session}");
+        let cds = &session["types"]["clusters"];
+        assert_eq!(cds["version"], "good", "{session}");
+        assert_eq!(cds["wildcard"], true, "{session}");
+        assert_eq!(cds["last_reply"]["kind"], "NACK", "{session}");
+        assert_eq!(cds["last_reply"]["version"], "good", "{session}");
+        assert!(cds["last_reply"]["error_detail"].is_string(), "{session}");
 
         for version in ["", vgood.as_str()] {
             let reply = gw.discover("clusters", &request(&n, version, &[])).await;

@@ -2,6 +2,10 @@
 //! - `GET /debug/clients`: every REST client seen within `--idle-timeout`,
 //!   per type its subscriptions, how many are in step, and each one that is
 //!   not (catching up, behind, a suspected rejection and why).
+//! - `GET /debug/sessions`: every session (one per node identity): the
+//!   source, the upstream stream (connecting or open since, stale since, last
+//!   error), per type the version served, the names subscribed and the last
+//!   ACK/NACK sent, and how many REST clients poll through it.
 //!
 //! Guarded like `/metrics` by the policy's admin tokens. Views read; they
 //! never change what is served.
@@ -24,6 +28,33 @@ pub(super) async fn clients(
         return needs_token("/debug/clients");
     }
     json_response(&admin.clients.view(), wants_pretty(query.as_deref()))
+}
+
+/// `GET /debug/sessions`.
+pub(super) async fn sessions(
+    State(admin): State<Arc<Admin>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if !admin.may_see_details(&headers) {
+        return needs_token("/debug/sessions");
+    }
+    let clients = admin.clients.per_node();
+    let mut sessions = admin.source.sessions();
+    for session in &mut sessions {
+        let node = (
+            session["node_id"].as_str().unwrap_or_default().to_owned(),
+            session["cluster"].as_str().unwrap_or_default().to_owned(),
+        );
+        session["clients"] = clients.get(&node).copied().unwrap_or(0).into();
+    }
+    let status = admin.source.status();
+    let view = serde_json::json!({
+        "source": status.description,
+        "ready": status.ready,
+        "sessions": sessions,
+    });
+    json_response(&view, wants_pretty(query.as_deref()))
 }
 
 /// Whether the query has `pretty` (with any value but `false`).

@@ -6,8 +6,9 @@
 //!   loaded), 503 before; JSON details, including the problems of the latest
 //!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
-//! - `GET /debug/clients`: every REST client seen recently and where each
-//!   subscription stands (`debug.rs`).
+//! - `GET /debug/clients`, `GET /debug/sessions`: the REST clients seen
+//!   recently and where each stands; the sessions and their upstream
+//!   streams (`debug.rs`).
 //!
 //! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`
 //! and the debug views need `Authorization: Bearer <token>` (else a JSON 401), and `/readyz`
@@ -83,6 +84,7 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/debug/clients", get(debug::clients))
+        .route("/debug/sessions", get(debug::sessions))
         .with_state(admin)
 }
 

@@ -146,6 +146,18 @@ impl ClientBook {
         }
     }
 
+    /// How many clients were seen per (node id, cluster).
+    pub(crate) fn per_node(&self) -> HashMap<(String, String), usize> {
+        let mut counts = HashMap::new();
+        for (_, client) in self.clients.iter() {
+            let client = client.lock().unwrap_or_else(|p| p.into_inner());
+            *counts
+                .entry((client.node_id.clone(), client.cluster.clone()))
+                .or_default() += 1;
+        }
+        counts
+    }
+
     /// Every client, as JSON, sorted by node id then address.
     pub(crate) fn view(&self) -> Value {
         let now = SystemTime::now();

@@ -168,6 +168,7 @@ impl Protocol for Sotw {
             return None;
         };
         self.ctx.metrics.nack(kind);
+        self.session.upstream.nacked(kind, &presented, &message);
         Some(self.request(kind, presented, nonce, Some(message)))
     }
 
@@ -247,6 +248,7 @@ impl Sotw {
                 ));
                 self.acked.insert(kind, version.clone());
                 self.ctx.metrics.ack(kind);
+                self.session.upstream.acked(kind, &version);
                 self.request(kind, version, nonce, None)
             }
             Err(reason) => {
@@ -256,7 +258,9 @@ impl Sotw {
                 }
                 let previous = self.acked.get(&kind).cloned().unwrap_or_default();
                 self.ctx.metrics.nack(kind);
-                self.request(kind, previous, nonce, Some(reason.to_string()))
+                let detail = reason.to_string();
+                self.session.upstream.nacked(kind, &previous, &detail);
+                self.request(kind, previous, nonce, Some(detail))
             }
         }
     }

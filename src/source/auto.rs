@@ -114,6 +114,11 @@ impl Source for AutoSource {
         }
     }
 
+    fn sessions(&self) -> Vec<serde_json::Value> {
+        let chosen = self.chosen.borrow().clone();
+        chosen.map(|source| source.sessions()).unwrap_or_default()
+    }
+
     fn close(&self) {
         if let Some(probe) = lock(&self.probe).take() {
             probe.abort();

@@ -31,6 +31,7 @@ mod session;
 mod snapshot;
 mod stream;
 mod upstream;
+mod upstream_log;
 
 #[cfg(test)]
 pub(crate) mod scripted;
@@ -78,6 +79,11 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
 
     /// Readiness and what stands in its way, for `/readyz` and `/metrics`.
     fn status(&self) -> Status;
+
+    /// Every session, for `/debug/sessions` (none for sessionless sources).
+    fn sessions(&self) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
 
     /// Stops every task the source runs (at shutdown).
     fn close(&self);

@@ -368,6 +368,31 @@ impl<F: Feeder> Source for Sessions<F> {
         status
     }
 
+    fn sessions(&self) -> Vec<serde_json::Value> {
+        let description = self.feeder.describe();
+        let upstream = self.feeder.upstream().is_some();
+        let registry = self.lock();
+        let mut views: Vec<serde_json::Value> = registry
+            .sessions
+            .values()
+            .map(|entry| {
+                let mut view = entry.session.view();
+                view["source"] = description.clone().into();
+                if !upstream {
+                    // A snapshot has no stream to describe.
+                    if let Some(fields) = view.as_object_mut() {
+                        for key in ["stream", "stream_since", "stale_since", "last_error"] {
+                            fields.remove(key);
+                        }
+                    }
+                }
+                view
+            })
+            .collect();
+        views.sort_by(|a, b| a["node_id"].to_string().cmp(&b["node_id"].to_string()));
+        views
+    }
+
     fn close(&self) {
         if let Some(sweeper) = self.sweeper_lock().take() {
             sweeper.abort();

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -17,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::polled::lock;
+use super::upstream_log::{stamp, UpstreamLog};
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
 use crate::xds::ResourceType;
 
@@ -148,6 +150,8 @@ pub(crate) struct Session {
     stale_since: Mutex<Option<SystemTime>>,
     /// Why the upstream stream last ended, and when; cleared when it answers.
     last_error: Mutex<Option<(SystemTime, String)>>,
+    /// What the upstream stream did last (for `/debug/sessions`).
+    pub(super) upstream: UpstreamLog,
     /// Requests being served now (a held long poll keeps the session alive).
     in_flight: std::sync::atomic::AtomicUsize,
 }
@@ -172,6 +176,7 @@ impl Session {
             task: Mutex::new(None),
             stale_since: Mutex::new(None),
             last_error: Mutex::new(None),
+            upstream: UpstreamLog::default(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         (session, rx)
@@ -326,7 +331,50 @@ impl Session {
     pub(super) fn send(&self, command: Command) {
         let _ = self.commands.send(command);
     }
+
+    /// This session as `/debug/sessions` shows it: the node, the upstream
+    /// stream, and per type wanted or served the version, the names
+    /// subscribed and the last ACK/NACK sent.
+    pub(super) fn view(&self) -> Value {
+        let (stream, stream_since) = self.upstream.stream();
+        let types: serde_json::Map<String, Value> = ResourceType::ALL
+            .iter()
+            .filter_map(|kind| {
+                let slot = self.slot(*kind);
+                let state = slot.state.borrow().clone();
+                let subscription = lock(&slot.subscription);
+                if state.is_none()
+                    && subscription.wildcard.is_none()
+                    && subscription.names.is_empty()
+                {
+                    return None;
+                }
+                let view = json!({
+                    "version": state.as_ref().map(|s| s.version.clone()),
+                    "resources": state.as_ref().map(|s| s.resources.len()),
+                    "wildcard": subscription.wildcard.is_some(),
+                    "names": subscription.names.keys().take(NAMES_SHOWN).collect::<Vec<_>>(),
+                    "name_count": subscription.names.len(),
+                    "last_reply": self.upstream.last_reply(*kind),
+                });
+                Some((kind.short_name().to_owned(), view))
+            })
+            .collect();
+        json!({
+            "node_id": self.node.id,
+            "cluster": self.node.cluster,
+            "stream": stream,
+            "stream_since": stream_since,
+            "stale_since": self.stale_since().map(stamp),
+            "last_error": self.last_error().map(|(at, error)| json!({"at": stamp(at), "error": error})),
+            "requests_in_flight": self.in_flight.load(std::sync::atomic::Ordering::Acquire),
+            "types": types,
+        })
+    }
 }
+
+/// Names listed per type in a session's view (the count is always given).
+const NAMES_SHOWN: usize = 20;
 
 /// A request in flight on a session; see [`Session::serving`].
 #[derive(Debug)]

@@ -30,6 +30,7 @@ use tokio::task::JoinHandle;
 
 use super::registry::Feeder;
 use super::session::{Command, Session};
+use super::upstream_log::Phase;
 use super::UpstreamContext;
 use crate::xds::ResourceType;
 
@@ -175,6 +176,7 @@ async fn run<P: Protocol>(
             let result =
                 one_stream(&ctx, &session, &mut commands, &mut protocol, &mut answered).await;
             let Err(err) = result else { return };
+            session.upstream.phase(Phase::Connecting);
             session.stream_failed(err.to_string());
             if answered {
                 backoff.reset();
@@ -198,6 +200,7 @@ async fn one_stream<P: Protocol>(
     answered: &mut bool,
 ) -> Result<(), StreamError> {
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+    session.upstream.phase(Phase::Connecting);
     protocol.reset_stream();
     for kind in ResourceType::ALL {
         send(&tx, protocol.subscribe(kind)).await;
@@ -218,6 +221,7 @@ async fn one_stream<P: Protocol>(
         }
     };
     let _open = StreamGuard::open(ctx);
+    session.upstream.phase(Phase::Open);
     info!("upstream stream open");
     loop {
         let timer = protocol.next_timer();

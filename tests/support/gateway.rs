@@ -396,6 +396,16 @@ impl Gateway {
         reply.text()
     }
 
+    /// A JSON view of the admin listener (e.g. `/debug/sessions`), expecting 200.
+    pub async fn admin_json(&self, path: &str) -> Value {
+        let reply = self
+            .admin_get(path, HTTP_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        reply.json()
+    }
+
     /// The admin `/readyz`, whatever its status (503 while not ready),
     /// bounded by 5 s.
     pub async fn readyz(&self) -> Result<Reply, String> {

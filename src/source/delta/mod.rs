@@ -162,7 +162,7 @@ impl Protocol for Delta {
     fn nack(
         &mut self,
         kind: ResourceType,
-        _presented: String,
+        presented: String,
         message: String,
     ) -> Option<DeltaDiscoveryRequest> {
         let nonce = self
@@ -178,6 +178,7 @@ impl Protocol for Delta {
             return None;
         }
         self.ctx.metrics.nack(kind);
+        self.session.upstream.nacked(kind, &presented, &message);
         Some(self.request(kind, Diff::default(), nonce, Some(message)))
     }
 
@@ -273,6 +274,7 @@ impl Delta {
                     .apply(wire, update, Instant::now());
                 self.publish(kind);
                 self.ctx.metrics.ack(kind);
+                self.session.upstream.acked(kind, &system_version);
                 Some(self.request(kind, Diff::default(), nonce, None))
             }
             Err(reason) => {
@@ -281,7 +283,9 @@ impl Delta {
                     self.ctx.metrics.invalid_resource(kind);
                 }
                 self.ctx.metrics.nack(kind);
-                Some(self.request(kind, Diff::default(), nonce, Some(reason.to_string())))
+                let detail = reason.to_string();
+                self.session.upstream.nacked(kind, &system_version, &detail);
+                Some(self.request(kind, Diff::default(), nonce, Some(detail)))
             }
         }
     }
