@@ -108,13 +108,27 @@ pub async fn run(
     };
     let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
     let source = build_source(&config, &renderer, &metrics)?;
+    let config = Arc::new(config);
     let gateway = Arc::new(
-        Gateway::new(Arc::new(config), source.clone(), renderer, metrics.clone())
-            .with_auth(auth.clone())
-            .with_admin_address(admin_listener.local_addr()?),
+        Gateway::new(
+            config.clone(),
+            source.clone(),
+            renderer.clone(),
+            metrics.clone(),
+        )
+        .with_auth(auth.clone())
+        .with_admin_address(admin_listener.local_addr()?),
     );
-    let admin_state =
-        Arc::new(Admin::new(source.clone(), metrics.clone(), gateway.clients()).with_auth(auth));
+    let admin_state = Arc::new(
+        Admin::new(
+            source.clone(),
+            metrics.clone(),
+            gateway.clients(),
+            renderer,
+            config,
+        )
+        .with_auth(auth),
+    );
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

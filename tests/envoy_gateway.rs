@@ -274,6 +274,49 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     assert_eq!(cds["in_step"], cds["subscriptions"], "{client}");
     assert_eq!(client["user_agent"], "envoy", "{client}");
     assert_eq!(client["remote"], "127.0.0.1", "{client}");
+    // /debug/config: what this node is served, as its Envoy gets it (EDS
+    // sources rewritten to the Host it sends).
+    let (status, body) = http_get(h.gateway_admin, &format!("/debug/config?node={NODE_ID}"))
+        .await
+        .unwrap_or_else(|e| panic!("/debug/config: {e}"));
+    assert_eq!(status, 200, "{body}");
+    let dump: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let host = dump["config_sources_rewritten_for"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!host.is_empty(), "{body}");
+    let of = |kind: &str| {
+        dump["configs"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind))
+            .map(|c| c["response"].clone())
+            .unwrap_or_else(|| panic!("no {kind} in /debug/config: {body}"))
+    };
+    let cds = of("clusters");
+    assert_eq!(
+        cds["versionInfo"], client["types"]["clusters"]["detail"][0]["current"],
+        "{body}"
+    );
+    let cds_text = cds.to_string();
+    assert!(
+        cds_text.contains("apiConfigSource") && cds_text.contains(host),
+        "EDS sources not rewritten for {host}: {cds_text}"
+    );
+    assert!(of("listeners")["resources"]
+        .as_array()
+        .is_some_and(|r| !r.is_empty()));
+    for (path, status) in [
+        ("/debug/config".to_owned(), 400),
+        ("/debug/config?node=nobody".to_owned(), 404),
+        (format!("/debug/config?node={NODE_ID}&type=nope"), 400),
+    ] {
+        let (got, body) = http_get(h.gateway_admin, &path)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got, status, "{path}: {body}");
+        let error: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert!(error["message"].is_string(), "{path}: {body}");
+    }
     let after = h
         .stat_values(&["listener_manager.lds.", "cluster_manager.cds."])
         .await;

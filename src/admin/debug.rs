@@ -6,6 +6,12 @@
 //!   source, the upstream stream (connecting or open since, stale since, last
 //!   error), per type the version served, the names subscribed and the last
 //!   ACK/NACK sent, and how many REST clients poll through it.
+//! - `GET /debug/config?node=ID[&type=clusters,listeners][&rewrite=HOST|none]`:
+//!   what that node is served now, every type its session holds, as one
+//!   document (like Envoy's `/config_dump`), each type the
+//!   `DiscoveryResponse` a client of the node asking for the session's names
+//!   would get. ADS config sources are rewritten as the node's most recent
+//!   client had them rewritten (`rewrite=` overrides: a host, or `none`).
 //!
 //! Guarded like `/metrics` by the policy's admin tokens. Views read; they
 //! never change what is served.
@@ -17,6 +23,10 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use super::{needs_token, Admin};
+use crate::cache::{Answer, Names};
+use crate::http::{ApiError, Params};
+use crate::xds::rewrite::RestTarget;
+use crate::xds::ResourceType;
 
 /// `GET /debug/clients`.
 pub(super) async fn clients(
@@ -55,6 +65,105 @@ pub(super) async fn sessions(
         "sessions": sessions,
     });
     json_response(&view, wants_pretty(query.as_deref()))
+}
+
+/// `GET /debug/config?node=ID`.
+pub(super) async fn config(
+    State(admin): State<Arc<Admin>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if !admin.may_see_details(&headers) {
+        return needs_token("/debug/config");
+    }
+    match config_dump(&admin, query.as_deref().unwrap_or_default()) {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
+    let Params(params) = Params::parse(query)?;
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !["node", "type", "rewrite", "pretty"].contains(&k.as_str()))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "unknown query parameter {unknown:?}; /debug/config takes node, type, rewrite, pretty"
+        )));
+    }
+    let node = params
+        .get("node")
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::BadRequest("/debug/config needs ?node=ID (the node id a client sends)".into())
+        })?;
+    let kinds = match params.get("type") {
+        None => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|name| {
+                    ResourceType::ALL
+                        .into_iter()
+                        .find(|t| t.short_name() == name.trim())
+                        .ok_or_else(|| {
+                            ApiError::BadRequest(format!(
+                                "type={name:?} is not one of {}",
+                                ResourceType::ALL.map(|t| t.short_name()).join(", ")
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let host = match params.get("rewrite").map(String::as_str) {
+        Some("none") => None,
+        Some(host) => Some(host.to_owned()),
+        None => admin.clients.rewritten_for(node),
+    };
+    let target = host.map(|cluster_name| RestTarget {
+        cluster_name,
+        refresh_delay: admin.config.refresh_delay,
+        request_timeout: admin.config.request_timeout,
+    });
+    let states = admin.source.states_of(node);
+    if states.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "no session holds node {node:?} (see /debug/sessions; a node's config is there once one of its clients polled)"
+        )));
+    }
+    let mut configs = Vec::new();
+    for state in states {
+        if kinds.as_ref().is_some_and(|k| !k.contains(&state.kind)) {
+            continue;
+        }
+        if state.kind == ResourceType::Secrets && !admin.config.allow_secrets {
+            continue;
+        }
+        let names = if state.coverage.wildcard {
+            Names::Wildcard
+        } else {
+            Names::Named(state.coverage.names.clone())
+        };
+        let answer = state
+            .answer(&admin.renderer, &names, "", target.as_ref())
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let Answer::Body { json, .. } = answer else {
+            continue;
+        };
+        let response: serde_json::Value =
+            serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
+        configs.push(serde_json::json!({
+            "type": state.kind.short_name(),
+            "response": response,
+        }));
+    }
+    let view = serde_json::json!({
+        "node_id": node,
+        "config_sources_rewritten_for": target.map(|t| t.cluster_name),
+        "configs": configs,
+    });
+    Ok(json_response(&view, params.contains_key("pretty")))
 }
 
 /// Whether the query has `pretty` (with any value but `false`).

@@ -26,7 +26,8 @@ use axum::Router;
 mod debug;
 
 use crate::auth::AuthPolicy;
-use crate::cache::ClientBook;
+use crate::cache::{ClientBook, Renderer};
+use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::Source;
 
@@ -37,6 +38,9 @@ pub(crate) struct Admin {
     metrics: Arc<Metrics>,
     auth: Option<Arc<AuthPolicy>>,
     clients: Arc<ClientBook>,
+    /// Renders `/debug/config` as the REST side would.
+    renderer: Renderer,
+    config: Arc<Config>,
 }
 
 impl Admin {
@@ -44,12 +48,16 @@ impl Admin {
         source: Arc<dyn Source>,
         metrics: Arc<Metrics>,
         clients: Arc<ClientBook>,
+        renderer: Renderer,
+        config: Arc<Config>,
     ) -> Admin {
         Admin {
             source,
             metrics,
             auth: None,
             clients,
+            renderer,
+            config,
         }
     }
 
@@ -85,6 +93,7 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/metrics", get(metrics))
         .route("/debug/clients", get(debug::clients))
         .route("/debug/sessions", get(debug::sessions))
+        .route("/debug/config", get(debug::config))
         .with_state(admin)
 }
 

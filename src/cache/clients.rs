@@ -44,6 +44,9 @@ pub(crate) struct Poll<'a> {
     /// Whether a body went out (else a 304).
     pub(crate) body: bool,
     pub(crate) standing: Standing,
+    /// Where its ADS config sources were pointed (the `Host` it sent), if
+    /// they were rewritten for it.
+    pub(crate) rewritten_for: Option<&'a str>,
 }
 
 /// Every REST client seen within the time-to-idle.
@@ -59,6 +62,7 @@ struct Client {
     cluster: String,
     user_agent: String,
     remote: Option<IpAddr>,
+    rewritten_for: Option<String>,
     first_seen: SystemTime,
     last_poll: SystemTime,
     subscriptions: HashMap<(ResourceType, u64), Subscription>,
@@ -101,6 +105,7 @@ impl ClientBook {
                 cluster: request.node_cluster().to_owned(),
                 user_agent: request.user_agent_name().to_owned(),
                 remote: poll.remote,
+                rewritten_for: None,
                 first_seen: now,
                 last_poll: now,
                 subscriptions: HashMap::new(),
@@ -108,6 +113,9 @@ impl ClientBook {
         });
         let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
         client.last_poll = now;
+        if client.rewritten_for.as_deref() != poll.rewritten_for {
+            client.rewritten_for = poll.rewritten_for.map(str::to_owned);
+        }
         let entry = client
             .subscriptions
             .entry((poll.kind, request.subscription()))
@@ -144,6 +152,20 @@ impl ClientBook {
                 .subscriptions
                 .retain(|_, s| now.duration_since(s.last_poll).unwrap_or_default() < ttl);
         }
+    }
+
+    /// Where the config sources of `node_id`'s most recent client were
+    /// rewritten to, if they were (what `/debug/config` shows it as).
+    pub(crate) fn rewritten_for(&self, node_id: &str) -> Option<String> {
+        self.clients
+            .iter()
+            .filter_map(|(_, client)| {
+                let client = client.lock().unwrap_or_else(|p| p.into_inner());
+                (client.node_id == node_id)
+                    .then(|| (client.last_poll, client.rewritten_for.clone()))
+            })
+            .max_by_key(|(last, _)| *last)
+            .and_then(|(_, host)| host)
     }
 
     /// How many clients were seen per (node id, cluster).
@@ -194,6 +216,7 @@ impl Client {
             "cluster": self.cluster,
             "user_agent": self.user_agent,
             "remote": self.remote.map(|ip| ip.to_string()),
+            "config_sources_rewritten_for": self.rewritten_for,
             "first_seen": stamp(self.first_seen),
             "last_poll": stamp(self.last_poll),
             "types": types,
@@ -313,6 +336,7 @@ mod tests {
             current,
             body: request.version_info() != current,
             standing,
+            rewritten_for: Some("xds_cluster"),
         });
     }
 
@@ -334,6 +358,8 @@ mod tests {
         let client = &clients[0];
         assert_eq!(client["node_id"], "edge-1");
         assert_eq!(client["remote"], "127.0.0.1");
+        assert_eq!(book.rewritten_for("edge-1").as_deref(), Some("xds_cluster"));
+        assert_eq!(book.rewritten_for("nobody"), None);
         let eds = &client["types"]["endpoints"];
         assert_eq!(eds["subscriptions"], 2, "{eds}");
         assert_eq!(eds["in_step"], 1);
@@ -370,6 +396,7 @@ mod tests {
                 current: "1~aaaaaaaaaaaa",
                 body: true,
                 standing: Standing::CatchingUp,
+                rewritten_for: None,
             });
         }
         let view = book.view();

@@ -139,6 +139,7 @@ async fn serve(
         current: answer.version(),
         body: matches!(answer, Answer::Body { .. }),
         standing: polled.standing(),
+        rewritten_for: target.map(|t| t.cluster_name.as_str()),
     });
     let mut response = respond(gateway, kind, answer, presentation)?;
     if let Some(since) = polled.stale_since() {

@@ -38,8 +38,8 @@ use crate::source::Source;
 use crate::tls::PeerIdentity;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
-use error::ApiError;
-use query::Params;
+pub(crate) use error::ApiError;
+pub(crate) use query::Params;
 
 /// What every handler shares.
 #[derive(Debug)]

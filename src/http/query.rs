@@ -17,11 +17,11 @@ use super::error::ApiError;
 
 /// The decoded query parameters of a request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(super) struct Params(pub(super) HashMap<String, String>);
+pub(crate) struct Params(pub(crate) HashMap<String, String>);
 
 impl Params {
     /// Parses a raw query string (without the `?`).
-    pub(super) fn parse(raw: &str) -> Result<Params, ApiError> {
+    pub(crate) fn parse(raw: &str) -> Result<Params, ApiError> {
         let mut params = HashMap::new();
         for pair in raw.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));

@@ -114,6 +114,13 @@ impl Source for AutoSource {
         }
     }
 
+    fn states_of(&self, node_id: &str) -> Vec<Arc<crate::cache::TypeState>> {
+        let chosen = self.chosen.borrow().clone();
+        chosen
+            .map(|source| source.states_of(node_id))
+            .unwrap_or_default()
+    }
+
     fn sessions(&self) -> Vec<serde_json::Value> {
         let chosen = self.chosen.borrow().clone();
         chosen.map(|source| source.sessions()).unwrap_or_default()

@@ -80,6 +80,12 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
     /// Readiness and what stands in its way, for `/readyz` and `/metrics`.
     fn status(&self) -> Status;
 
+    /// What the session of node `node_id` holds now, every type it has
+    /// (for `/debug/config`); empty when no session has that node.
+    fn states_of(&self, _node_id: &str) -> Vec<std::sync::Arc<crate::cache::TypeState>> {
+        Vec::new()
+    }
+
     /// Every session, for `/debug/sessions` (none for sessionless sources).
     fn sessions(&self) -> Vec<serde_json::Value> {
         Vec::new()

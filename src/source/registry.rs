@@ -368,6 +368,15 @@ impl<F: Feeder> Source for Sessions<F> {
         status
     }
 
+    fn states_of(&self, node_id: &str) -> Vec<Arc<crate::cache::TypeState>> {
+        let registry = self.lock();
+        let session = registry
+            .sessions
+            .values()
+            .find(|entry| entry.session.node.id == node_id);
+        session.map(|e| e.session.states()).unwrap_or_default()
+    }
+
     fn sessions(&self) -> Vec<serde_json::Value> {
         let description = self.feeder.describe();
         let upstream = self.feeder.upstream().is_some();

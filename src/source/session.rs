@@ -332,6 +332,14 @@ impl Session {
         let _ = self.commands.send(command);
     }
 
+    /// The state of every type the upstream has answered.
+    pub(super) fn states(&self) -> Vec<Arc<TypeState>> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.state.borrow().clone())
+            .collect()
+    }
+
     /// This session as `/debug/sessions` shows it: the node, the upstream
     /// stream, and per type wanted or served the version, the names
     /// subscribed and the last ACK/NACK sent.
