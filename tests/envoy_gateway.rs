@@ -305,6 +305,7 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     assert!(of("listeners")["resources"]
         .as_array()
         .is_some_and(|r| !r.is_empty()));
+    check_csds(h.gateway_admin).await;
     for (path, status) in [
         ("/debug/config".to_owned(), 400),
         ("/debug/config?node=nobody".to_owned(), 404),
@@ -446,6 +447,73 @@ async fn check_rewritten_sources(h: &mut Harness) {
 
 /// Waits for Envoy's lds update_rejected >= 1 and the gateway's suspected
 /// rejections for listeners >= 1; returns both.
+/// CSDS for the REST Envoy, asked by grpcio with the xds-protos stubs
+/// (FetchClientStatus and one StreamClientStatus round trip) and as JSON at
+/// `/debug/client_status`: its listeners NACKED (it rejected version 2) with
+/// the inferred reason, its cluster ACKED with the resource attached.
+async fn check_csds(gateway_admin: u16) {
+    let python = process::require_python(TEST);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/csds_client.py");
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(&python)
+            .arg(&script)
+            .arg(gateway_admin.to_string())
+            .args(["--node", NODE_ID, "--stream"])
+            .env("PYTHONPATH", script.parent().unwrap_or(Path::new(".")))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("csds_client.py did not finish within 30 s"))
+    .unwrap_or_else(|e| panic!("csds_client.py: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "csds_client.py: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answers: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(answers.len(), 2, "fetch and one stream answer: {stdout}");
+    let (_, json) = http_get(
+        gateway_admin,
+        &format!("/debug/client_status?node={NODE_ID}"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("/debug/client_status: {e}"));
+    let json: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    for answer in answers.iter().chain([&json]) {
+        let configs = &answer["config"];
+        assert_eq!(configs.as_array().map(Vec::len), Some(1), "{answer}");
+        assert_eq!(configs[0]["node"]["id"], NODE_ID, "{answer}");
+        let find = |type_url: &str, name: &str| {
+            configs[0]["genericXdsConfigs"]
+                .as_array()
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c["typeUrl"] == type_url && c["name"] == name)
+                })
+                .cloned()
+                .unwrap_or_else(|| panic!("no {name} of {type_url}: {answer}"))
+        };
+        let bad = find(LISTENER_TYPE, "listener_bad");
+        assert_eq!(bad["clientStatus"], "NACKED", "{bad}");
+        assert_eq!(bad["configStatus"], "ERROR", "{bad}");
+        assert!(
+            bad["errorState"]["details"]
+                .as_str()
+                .is_some_and(|d| d.contains("rejected")),
+            "{bad}"
+        );
+        let backend = find(CLUSTER_TYPE, "backend");
+        assert_eq!(backend["clientStatus"], "ACKED", "{backend}");
+        assert_eq!(backend["xdsConfig"]["@type"], CLUSTER_TYPE, "{backend}");
+    }
+}
+
 /// This test's Envoy as the gateway's `/debug/clients` shows it.
 async fn envoy_in_client_view(gateway_admin: u16) -> Value {
     let (status, body) = http_get(gateway_admin, "/debug/clients?pretty")

@@ -13,6 +13,9 @@
 //!   would get. ADS config sources are rewritten as the node's most recent
 //!   client had them rewritten (`rewrite=` overrides: a host, or `none`).
 //!
+//! - `GET /debug/client_status[?node=ID]`: CSDS for the REST clients, as
+//!   canonical JSON (see `csds.rs`).
+//!
 //! Guarded like `/metrics` by the policy's admin tokens. Views read; they
 //! never change what is served.
 
@@ -22,7 +25,11 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
-use super::{needs_token, Admin};
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
+use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
+
+use super::{csds, needs_token, Admin};
 use crate::cache::{Answer, Names};
 use crate::http::{ApiError, Params};
 use crate::xds::rewrite::RestTarget;
@@ -164,6 +171,54 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         "configs": configs,
     });
     Ok(json_response(&view, params.contains_key("pretty")))
+}
+
+/// `GET /debug/client_status[?node=ID]`: the CSDS `ClientStatusResponse`
+/// for the REST clients, as canonical JSON.
+pub(super) async fn client_status(
+    State(admin): State<Arc<Admin>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if !admin.may_see_details(&headers) {
+        return needs_token("/debug/client_status");
+    }
+    match client_status_json(&admin, query.as_deref().unwrap_or_default()) {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> {
+    let Params(params) = Params::parse(query)?;
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !["node", "pretty"].contains(&k.as_str()))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "unknown query parameter {unknown:?}; /debug/client_status takes node, pretty"
+        )));
+    }
+    let mut request = ClientStatusRequest::default();
+    if let Some(node) = params.get("node") {
+        request.node_matchers.push(NodeMatcher {
+            node_id: Some(StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(node.clone())),
+                ..StringMatcher::default()
+            }),
+            ..NodeMatcher::default()
+        });
+    }
+    let answer =
+        csds::client_status(admin, &request).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let json = admin
+        .renderer
+        .codec()
+        .render_prost("envoy.service.status.v3.ClientStatusResponse", &answer)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(json_response(&value, params.contains_key("pretty")))
 }
 
 /// Whether the query has `pretty` (with any value but `false`).

@@ -6,9 +6,11 @@
 //!   loaded), 503 before; JSON details, including the problems of the latest
 //!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
-//! - `GET /debug/clients`, `GET /debug/sessions`: the REST clients seen
-//!   recently and where each stands; the sessions and their upstream
-//!   streams (`debug.rs`).
+//! - `GET /debug/clients`, `GET /debug/sessions`, `GET /debug/config`: the
+//!   REST clients seen recently and where each stands; the sessions and
+//!   their upstream streams; what a node is served (`debug.rs`).
+//! - CSDS for the REST clients: gRPC `ClientStatusDiscoveryService` and
+//!   `GET /debug/client_status` (`csds.rs`).
 //!
 //! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`
 //! and the debug views need `Authorization: Bearer <token>` (else a JSON 401), and `/readyz`
@@ -23,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+mod csds;
 mod debug;
 
 use crate::auth::AuthPolicy;
@@ -87,6 +90,7 @@ impl Admin {
 }
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
+    let csds = tonic::service::Routes::new(csds::Csds::server(admin.clone())).into_axum_router();
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -94,7 +98,9 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/debug/clients", get(debug::clients))
         .route("/debug/sessions", get(debug::sessions))
         .route("/debug/config", get(debug::config))
+        .route("/debug/client_status", get(debug::client_status))
         .with_state(admin)
+        .merge(csds)
 }
 
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {

@@ -49,6 +49,29 @@ pub(crate) struct Poll<'a> {
     pub(crate) rewritten_for: Option<&'a str>,
 }
 
+/// One subscription of a node's clients, for CSDS.
+#[derive(Debug, Clone)]
+pub(crate) struct SubscriptionStatus {
+    pub(crate) kind: ResourceType,
+    /// `None`: wildcard.
+    pub(crate) names: Option<Vec<String>>,
+    /// The version it was last answered at.
+    pub(crate) current: String,
+    pub(crate) standing: Standing,
+    pub(crate) last_poll: SystemTime,
+    /// When a body last went out to it.
+    pub(crate) last_body: Option<SystemTime>,
+}
+
+/// The clients of one node id, for CSDS.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeClients {
+    pub(crate) node_id: String,
+    pub(crate) cluster: String,
+    pub(crate) user_agent: String,
+    pub(crate) subscriptions: Vec<SubscriptionStatus>,
+}
+
 /// Every REST client seen within the time-to-idle.
 #[derive(Debug)]
 pub(crate) struct ClientBook {
@@ -76,6 +99,7 @@ struct Subscription {
     current: String,
     standing: Standing,
     body: bool,
+    last_body: Option<SystemTime>,
     polls: u64,
     last_poll: SystemTime,
     /// Since when it has not been in step (none while in step).
@@ -129,6 +153,7 @@ impl ClientBook {
                 current: String::new(),
                 standing: Standing::InStep,
                 body: false,
+                last_body: None,
                 polls: 0,
                 last_poll: now,
                 out_of_step_since: None,
@@ -138,6 +163,9 @@ impl ClientBook {
         entry.current.clear();
         entry.current.push_str(poll.current);
         entry.body = poll.body;
+        if poll.body {
+            entry.last_body = Some(now);
+        }
         entry.polls += 1;
         entry.last_poll = now;
         entry.standing = poll.standing;
@@ -166,6 +194,38 @@ impl ClientBook {
             })
             .max_by_key(|(last, _)| *last)
             .and_then(|(_, host)| host)
+    }
+
+    /// The clients of each node id (clients of one node merged), sorted by
+    /// node id, with the subscriptions polled within the time-to-idle.
+    pub(crate) fn nodes(&self) -> Vec<NodeClients> {
+        let now = SystemTime::now();
+        let mut nodes: BTreeMap<String, NodeClients> = BTreeMap::new();
+        for (_, client) in self.clients.iter() {
+            let client = client.lock().unwrap_or_else(|p| p.into_inner());
+            let node = nodes
+                .entry(client.node_id.clone())
+                .or_insert_with(|| NodeClients {
+                    node_id: client.node_id.clone(),
+                    cluster: client.cluster.clone(),
+                    user_agent: client.user_agent.clone(),
+                    subscriptions: Vec::new(),
+                });
+            let live = client
+                .subscriptions
+                .iter()
+                .filter(|(_, s)| now.duration_since(s.last_poll).unwrap_or_default() < self.ttl);
+            node.subscriptions
+                .extend(live.map(|((kind, _), s)| SubscriptionStatus {
+                    kind: *kind,
+                    names: (!s.wildcard).then(|| s.names.clone()),
+                    current: s.current.clone(),
+                    standing: s.standing,
+                    last_poll: s.last_poll,
+                    last_body: s.last_body,
+                }));
+        }
+        nodes.into_values().collect()
     }
 
     /// How many clients were seen per (node id, cluster).

@@ -10,7 +10,7 @@ mod request;
 mod resource;
 mod state;
 
-pub(crate) use clients::{ClientBook, Poll};
+pub(crate) use clients::{ClientBook, NodeClients, Poll, SubscriptionStatus};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
