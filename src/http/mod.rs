@@ -20,6 +20,7 @@ mod error;
 mod passthrough;
 mod present;
 mod query;
+mod wait;
 
 use std::sync::Arc;
 
