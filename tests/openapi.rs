@@ -156,7 +156,8 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
     );
     assert!(
         report.contains("No issues found"),
-        "schemathesis exited 0 without saying it found no issues:\n{report}"
+        "schemathesis exited 0 but did not report a clean run (a warning counts: it means \
+         an operation was not really exercised, e.g. it answered only 401/403):\n{report}"
     );
     eprintln!(
         "schemathesis: {examples} examples per operation in {:.1?}",
