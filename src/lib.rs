@@ -47,6 +47,8 @@ pub mod xds;
 mod admin;
 mod auth;
 mod cache;
+#[cfg(test)]
+mod fuzz;
 mod http;
 mod metrics;
 mod reload;

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -26,6 +26,7 @@ use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
+use super::wait::requested_wait;
 use super::Gateway;
 use crate::cache::{Answer, Names, ParsedRequest, Poll};
 use crate::config::{Config, RewritePolicy};
@@ -291,42 +292,9 @@ fn rest_target(config: &Config, user_agent: &str, headers: &HeaderMap) -> Option
     })
 }
 
-/// `?wait=25s` (or the configured default), capped by `max_wait`.
-fn requested_wait(
-    query: &HashMap<String, String>,
-    default: Duration,
-    max: Duration,
-) -> Result<Duration, ApiError> {
-    let wait = match query.get("wait") {
-        None => default,
-        Some(text) => humantime::parse_duration(text).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "wait={text:?} is not a duration like 25s or 500ms: {e}"
-            ))
-        })?,
-    };
-    Ok(wait.min(max))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wait_is_parsed_and_capped() {
-        let q = |v: &str| HashMap::from([("wait".to_string(), v.to_string())]);
-        let max = Duration::from_secs(30);
-        assert_eq!(
-            requested_wait(&HashMap::new(), Duration::ZERO, max).unwrap(),
-            Duration::ZERO
-        );
-        assert_eq!(
-            requested_wait(&q("5s"), Duration::ZERO, max).unwrap(),
-            Duration::from_secs(5)
-        );
-        assert_eq!(requested_wait(&q("5m"), Duration::ZERO, max).unwrap(), max);
-        assert!(requested_wait(&q("soon"), Duration::ZERO, max).is_err());
-    }
 
     #[test]
     fn rewrite_policy_and_host() {

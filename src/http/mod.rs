@@ -20,6 +20,7 @@ mod error;
 mod passthrough;
 mod present;
 mod query;
+mod wait;
 
 use std::sync::Arc;
 
@@ -135,7 +136,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                     discovery::handle_get(gw, kind, headers, (peer, remote), query)
                 },
             )
-            .fallback(method_not_allowed),
+            .fallback(|method, uri| method_not_allowed(method, uri, "POST or GET")),
         );
     }
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
@@ -147,11 +148,14 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                     passthrough::handle(gw, endpoint, headers, peer, body)
                 },
             )
-            .fallback(method_not_allowed),
+            .fallback(|method, uri| method_not_allowed(method, uri, "POST")),
         );
     }
     router
-        .route("/", get(index))
+        .route(
+            "/",
+            get(index).fallback(|method, uri| method_not_allowed(method, uri, "GET")),
+        )
         .fallback(not_found)
         .layer(axum::middleware::map_request(authority_as_host))
         .with_state(gateway)
@@ -218,9 +222,9 @@ async fn index(headers: HeaderMap) -> String {
     out
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+async fn method_not_allowed(method: Method, uri: Uri, allowed: &str) -> ApiError {
     ApiError::MethodNotAllowed(format!(
-        "{method} is not allowed on {}; use POST",
+        "{method} is not allowed on {}; use {allowed}",
         uri.path()
     ))
 }

@@ -117,10 +117,12 @@ pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Result<Option<S
         .to_str()
         .map_err(|_| malformed("not ASCII text"))?
         .trim();
-    if raw == "*" {
+    let tag = raw.strip_prefix("W/").unwrap_or(raw);
+    if tag == "*" {
+        // `*` (and `W/*`, which is not an entity tag at all) would match
+        // any version: never a 304 this client could mean.
         return Err(malformed("* is not supported"));
     }
-    let tag = raw.strip_prefix("W/").unwrap_or(raw);
     let opaque = match tag.strip_prefix('"') {
         Some(rest) => rest
             .strip_suffix('"')
@@ -195,6 +197,7 @@ mod tests {
         for v in [
             &b"\x80abc"[..],
             b"*",
+            b"W/*",
             b"\"a\", \"b\"",
             b"a, b",
             b"\"abc",

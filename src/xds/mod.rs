@@ -1,6 +1,8 @@
 //! Protocol vocabulary: resource types, canonical JSON, request parsing and
 //! resource rewrites. No I/O.
 
+#[cfg(test)]
+mod fuzz;
 mod json;
 mod request;
 mod resource_type;

@@ -63,6 +63,17 @@ struct NodeFields {
     user_agent_name: String,
 }
 
+/// `envoy.config.core.v3.Locality`, read only to check its field types.
+#[derive(Deserialize)]
+struct LocalityFields {
+    #[serde(default, rename = "region")]
+    _region: Option<String>,
+    #[serde(default, rename = "zone")]
+    _zone: Option<String>,
+    #[serde(default, rename = "sub_zone", alias = "subZone")]
+    _sub_zone: Option<String>,
+}
+
 impl DiscoveryRequestView {
     /// Parses a JSON body. Never panics.
     pub fn parse(body: &[u8]) -> Result<DiscoveryRequestView, RequestError> {
@@ -87,11 +98,32 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
     let Some(raw) = Option::<&'de RawValue>::deserialize(de)? else {
         return Ok(None);
     };
-    let Some(fields) =
-        serde_json::from_str::<Option<NodeFields>>(raw.get()).map_err(serde::de::Error::custom)?
-    else {
-        return Ok(None);
-    };
+    // serde would also take a struct from a JSON array (`[id, cluster]`);
+    // proto3 JSON has only the object form.
+    if !raw.get().starts_with('{') {
+        return Err(serde::de::Error::custom(format!(
+            "node must be a JSON object, not {}",
+            json_kind(raw.get())
+        )));
+    }
+    let fields = serde_json::from_str::<NodeFields>(raw.get()).map_err(serde::de::Error::custom)?;
+    for (name, value) in [
+        ("metadata", &fields.metadata),
+        ("locality", &fields.locality),
+    ] {
+        let text = value.as_deref().map_or("null", RawValue::get);
+        if text != "null" && !text.starts_with('{') {
+            return Err(serde::de::Error::custom(format!(
+                "node.{name} must be a JSON object, not {}",
+                json_kind(text)
+            )));
+        }
+    }
+    if let Some(locality) = &fields.locality {
+        // Its fields are part of the identity: the proto3 JSON types hold.
+        serde_json::from_str::<Option<LocalityFields>>(locality.get())
+            .map_err(|e| serde::de::Error::custom(format!("node.locality: {e}")))?;
+    }
     Ok(Some(NodeView {
         json_bytes: raw.get().len(),
         id: fields.id,
@@ -100,6 +132,17 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
         locality: fields.locality.filter(|l| l.get() != "null"),
         user_agent_name: fields.user_agent_name,
     }))
+}
+
+/// What kind of JSON value `raw` (a valid value, no leading space) is.
+fn json_kind(raw: &str) -> &'static str {
+    match raw.as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
 }
 
 /// The request's whole `node` as raw JSON (for decoding once per upstream
@@ -165,6 +208,13 @@ mod tests {
             br#"{"resource_names": [1]}"#,
             br#"{"node": "n"}"#,
             br#"{"node": {"id": 7}}"#,
+            br#"{"node": [null, null]}"#,
+            br#"{"node": ["id", "cluster"]}"#,
+            br#"{"node": {"metadata": 5}}"#,
+            br#"{"node": {"metadata": [{"a": 1}]}}"#,
+            br#"{"node": {"locality": "eu"}}"#,
+            br#"{"node": {"locality": {"region": 5}}}"#,
+            br#"{"node": {"locality": {"subZone": ["a"]}}}"#,
             br#"{} trailing"#,
             deep.as_bytes(),
             deep_node.as_bytes(),

@@ -3,6 +3,7 @@
 //! path against a scripted source). Everything runs in process; no control
 //! plane is needed.
 
+mod fuzz;
 mod poll;
 
 use std::sync::Arc;
@@ -127,9 +128,18 @@ async fn misspelled_path_is_404_naming_the_closest() {
 
 #[tokio::test]
 async fn wrong_method_is_405_json() {
-    let (status, body) = call(Config::default(), "DELETE", "/v3/discovery:clusters", b"").await;
-    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
-    assert_eq!(body["code"], 12);
+    for (method, path, allowed) in [
+        ("DELETE", "/v3/discovery:clusters", "use POST or GET"),
+        ("GET", "/v3/discovery:health_check", "use POST"),
+        ("POST", "/", "use GET"),
+        ("PUT", "/", "use GET"),
+    ] {
+        let (status, body) = call(Config::default(), method, path, b"").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        assert_eq!(body["code"], 12, "{method} {path}: {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.ends_with(allowed), "{method} {path}: {body}");
+    }
 }
 
 #[tokio::test]

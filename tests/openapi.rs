@@ -1,0 +1,166 @@
+//! The OpenAPI document (`openapi/xds-gateway.yaml`) checked by real tools:
+//!
+//! - `openapi-spec-validator` must find it valid OpenAPI 3 (and must refuse
+//!   a broken copy, so a validator that checks nothing cannot pass);
+//! - `schemathesis` runs its positive and negative cases, every check, with
+//!   a fixed seed and a bounded number of examples per operation, against
+//!   the gateway run in process on a loopback port (the embedded snapshot,
+//!   secrets allowed), and must report zero failures. Its per-operation
+//!   settings are in `tests/support/schemathesis.toml`, each with its reason.
+//!
+//! Both tools come from the Python of `XDS_GATEWAY_PYTHON` (set by
+//! `scripts/test`) or `.venv/bin/python`, pinned in
+//! `tests/support/requirements.txt`; without them the tests fail saying how
+//! to install them. Whatever schemathesis writes goes to a temp dir.
+//!
+//! `XDS_SCHEMATHESIS_EXAMPLES` raises the number of examples per operation
+//! for a longer run (default [`EXAMPLES`]).
+
+#[path = "support/inproc.rs"]
+mod inproc;
+#[path = "support/process.rs"]
+mod process;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use inproc::InProcess;
+use xds_gateway::config::Config;
+
+/// Examples per API operation in the test command (about 40 s on 2 cores).
+const EXAMPLES: u32 = 30;
+/// The seed, so a failure reproduces.
+const SEED: u32 = 1;
+/// The whole schemathesis run is killed (and the test fails) past this.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn document() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/xds-gateway.yaml")
+}
+
+/// The test Python, after checking that it has `module`.
+fn python_with(test: &str, module: &str) -> PathBuf {
+    let python = process::require_python(test);
+    let probe = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .unwrap_or_else(|e| panic!("{test}: run {}: {e}", python.display()));
+    assert!(
+        probe.status.success(),
+        "{test}: {} has no Python module {module}: install the pinned test tools with \
+         `{} -m pip install -r tests/support/requirements.txt` (./scripts/test does it)\n{}",
+        python.display(),
+        python.display(),
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    python
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn validate(python: &Path, file: &Path) -> Output {
+    Command::new(python)
+        .args(["-m", "openapi_spec_validator"])
+        .arg(file)
+        .output()
+        .expect("run openapi-spec-validator")
+}
+
+#[test]
+fn the_document_is_valid_openapi_3() {
+    let test = "the_document_is_valid_openapi_3";
+    let python = python_with(test, "openapi_spec_validator");
+    let output = validate(&python, &document());
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator refuses {}:\n{}",
+        document().display(),
+        text(&output)
+    );
+
+    // The same document with a response that has no description (required
+    // by OpenAPI 3) must be refused: the validator really validates.
+    let good = std::fs::read_to_string(document()).expect("read the document");
+    let broken = good.replacen("description: Plain text.\n", "", 1);
+    assert_ne!(broken, good, "the broken copy must differ");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("broken.yaml");
+    std::fs::write(&copy, broken).expect("write the broken copy");
+    let output = validate(&python, &copy);
+    assert!(
+        !output.status.success(),
+        "openapi-spec-validator accepted a response without a description:\n{}",
+        text(&output)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_failure_against_the_running_gateway() {
+    let test = "schemathesis_finds_no_failure_against_the_running_gateway";
+    let python = python_with(test, "schemathesis");
+    let examples = std::env::var("XDS_SCHEMATHESIS_EXAMPLES")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(EXAMPLES);
+    let gateway = InProcess::start(Config {
+        allow_secrets: true,
+        // A generated `wait` on a current version holds at most this long.
+        max_wait: Duration::from_secs(1),
+        ..Config::default()
+    })
+    .await;
+    let workdir = tempfile::tempdir().expect("temp dir");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/schemathesis.toml");
+    let mut command = tokio::process::Command::new(&python);
+    command
+        .args(["-m", "schemathesis.cli", "--config-file"])
+        .arg(&config)
+        .arg("run")
+        .arg(document())
+        .args([
+            "--url",
+            &format!("http://127.0.0.1:{}", gateway.rest_port),
+            "--checks",
+            "all",
+            "--max-examples",
+            &examples.to_string(),
+            "--seed",
+            &SEED.to_string(),
+            "--generation-database",
+            "none",
+            "--request-timeout",
+            "10",
+            "--no-color",
+        ])
+        .current_dir(workdir.path())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("schemathesis did not finish within {RUN_TIMEOUT:?}"))
+        .expect("run schemathesis");
+    gateway.stop().await;
+    let report = text(&output);
+    assert!(
+        output.status.success(),
+        "schemathesis found failures (seed {SEED}, {examples} examples per operation; each \
+         failure has a curl line to reproduce it):\n{report}"
+    );
+    assert!(
+        report.contains("No issues found"),
+        "schemathesis exited 0 but did not report a clean run (a warning counts: it means \
+         an operation was not really exercised, e.g. it answered only 401/403):\n{report}"
+    );
+    eprintln!(
+        "schemathesis: {examples} examples per operation in {:.1?}",
+        started.elapsed()
+    );
+}
