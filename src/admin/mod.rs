@@ -3,7 +3,8 @@
 //! Endpoints:
 //! - `GET /healthz`: 200 while the process serves.
 //! - `GET /readyz`: 200 once the upstream has answered (or the snapshot first
-//!   loaded), 503 before; JSON details, including the problems of the latest
+//!   loaded), 503 before, and 503 again from the moment the gateway starts
+//!   shutting down (`"draining": true`); JSON details, including the problems of the latest
 //!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
 //!
@@ -21,6 +22,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::auth::AuthPolicy;
+use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::source::Source;
 
@@ -30,6 +32,7 @@ pub(crate) struct Admin {
     source: Arc<dyn Source>,
     metrics: Arc<Metrics>,
     auth: Option<Arc<AuthPolicy>>,
+    drain: Drain,
 }
 
 impl Admin {
@@ -38,7 +41,14 @@ impl Admin {
             source,
             metrics,
             auth: None,
+            drain: Drain::default(),
         }
+    }
+
+    /// The same admin state, reporting not ready once `drain` begins.
+    pub(crate) fn with_drain(mut self, drain: Drain) -> Admin {
+        self.drain = drain;
+        self
     }
 
     /// The same admin state, with the policy's admin tokens guarding details.
@@ -76,12 +86,14 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
 
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
     let status = admin.source.status();
-    let ready = status.ready;
+    let draining = admin.drain.is_draining();
+    let ready = status.ready && !draining;
     let body = if !admin.may_see_details(&headers) {
         serde_json::json!({ "ready": ready })
     } else {
         serde_json::json!({
         "ready": ready,
+        "draining": draining,
         "source": status.description,
         "problems": status.problems,
         "sessions": status.sessions,

@@ -32,6 +32,7 @@ use axum::Router;
 use crate::auth::AuthPolicy;
 use crate::cache::{ParsedRequests, Renderer};
 use crate::config::Config;
+use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::source::Source;
 use crate::tls::PeerIdentity;
@@ -53,6 +54,8 @@ pub(crate) struct Gateway {
     long_polls: tokio::sync::Semaphore,
     /// Who may fetch what; `None`: everyone everything.
     auth: Option<Arc<AuthPolicy>>,
+    /// Set at shutdown: no new long polls, held ones answered.
+    drain: Drain,
 }
 
 impl Gateway {
@@ -66,6 +69,7 @@ impl Gateway {
             parsed: ParsedRequests::new(config.session_key),
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
             auth: None,
+            drain: Drain::default(),
             config,
             source,
             renderer,
@@ -78,6 +82,12 @@ impl Gateway {
     /// The same gateway, authorizing every request with `auth`.
     pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Gateway {
         self.auth = auth;
+        self
+    }
+
+    /// The same gateway, refusing and ending long polls once `drain` begins.
+    pub(crate) fn with_drain(mut self, drain: Drain) -> Gateway {
+        self.drain = drain;
         self
     }
 }
