@@ -184,6 +184,7 @@ fn build_source(
         ));
     };
     let ctx = UpstreamContext::new(config, uri, renderer.clone(), metrics.clone())?;
+    ctx.check_readiness();
     if config.upstream_mode != UpstreamMode::Auto {
         return Ok(grpc_source(
             config.upstream_mode,
