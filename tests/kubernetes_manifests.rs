@@ -164,7 +164,7 @@ fn dockerfile(instruction: &str) -> String {
     let text = std::fs::read_to_string(path("Dockerfile")).expect("Dockerfile");
     text.lines()
         .filter_map(|l| l.trim().strip_prefix(&format!("{instruction} ")))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no {instruction} in the Dockerfile"))
         .trim()
         .to_owned()
