@@ -13,6 +13,7 @@ use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::Renderer;
 use crate::config::{Config, UpstreamMode, Validation};
+use crate::drain::Drain;
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
 use crate::serve::{self, ListenerSpec, ServeLimits};
@@ -49,8 +50,10 @@ pub enum AppError {
 }
 
 /// Serves REST on `listener` and admin on `admin_listener` until `shutdown`
-/// resolves; then stops accepting, lets in-flight requests finish, and closes
-/// the source (every upstream session).
+/// resolves; then drains: `/readyz` turns 503 at once, new long polls are
+/// refused (503) and held ones answered, the REST listener stops accepting
+/// and gives requests in flight `drain_timeout` to finish; then the source
+/// closes (every upstream stream), then the admin listener.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -88,9 +91,9 @@ pub async fn run(
             max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),
             header_read_timeout: config.header_read_timeout,
             keep_alive_timeout: config.keep_alive_timeout,
-            // The longest a request may legitimately take: a first wait,
-            // then a long poll.
-            drain_timeout: config.first_response_timeout + config.max_wait,
+            // Held long polls are answered when draining begins; what
+            // remains is a first wait or a body being written.
+            drain_timeout: config.drain_timeout,
             max_streams_per_connection: config.max_streams_per_connection,
         },
         tls,
@@ -109,6 +112,8 @@ pub async fn run(
     let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
     let source = build_source(&config, &renderer, &metrics)?;
     let config = Arc::new(config);
+    let drain = Drain::default();
+    let drain_timeout = config.drain_timeout;
     let gateway = Arc::new(
         Gateway::new(
             config.clone(),
@@ -117,7 +122,8 @@ pub async fn run(
             metrics.clone(),
         )
         .with_auth(auth.clone())
-        .with_admin_address(admin_listener.local_addr()?),
+        .with_admin_address(admin_listener.local_addr()?)
+        .with_drain(drain.clone()),
     );
     let admin_state = Arc::new(
         Admin::new(
@@ -127,34 +133,48 @@ pub async fn run(
             renderer,
             config,
         )
-        .with_auth(auth),
+        .with_auth(auth)
+        .with_drain(drain.clone()),
     );
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
+    tokio::spawn({
+        let drain = drain.clone();
+        async move {
+            shutdown.await;
+            info!(
+                ?drain_timeout,
+                "shutting down: not ready, draining REST requests"
+            );
+            drain.begin();
+        }
     });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
+    // REST drains first; the admin listener answers (/readyz: 503) until
+    // then, and stops once the upstream streams are closed.
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let rest = async {
+        serve::serve(
+            listener,
+            http::router(gateway),
+            rest_spec,
+            metrics.clone(),
+            drain.started(),
+        )
+        .await;
+        source.close();
+        info!("REST drained, upstream closed");
+        let _ = admin_stop.send(());
     };
-    let rest = serve::serve(
-        listener,
-        http::router(gateway),
-        rest_spec,
-        metrics.clone(),
-        stopped(stop_rx.clone()),
-    );
     let admin = serve::serve(
         admin_listener,
         admin::router(admin_state),
         admin_spec,
-        metrics,
-        stopped(stop_rx),
+        metrics.clone(),
+        async {
+            let _ = admin_stopped.await;
+        },
     );
     tokio::join!(rest, admin);
-    source.close();
     Ok(())
 }
 
@@ -181,6 +201,7 @@ fn build_source(
     };
     let ctx = UpstreamContext::new(config, uri, renderer.clone(), metrics.clone())?;
     tokio::spawn(ctx.clone().log_reachability());
+    ctx.check_readiness();
     if config.upstream_mode != UpstreamMode::Auto {
         return Ok(grpc_source(
             config.upstream_mode,

@@ -17,6 +17,7 @@
 //! - `auth`: the authorization policy (principals, their credentials, the
 //!   nodes and types they may fetch); decisions only, no HTTP.
 //! - `metrics`: every metric name.
+//! - `drain`: the shutdown flag handlers read (readiness, long polls refused and answered).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
 //! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).
@@ -47,6 +48,7 @@ pub mod xds;
 mod admin;
 mod auth;
 mod cache;
+mod drain;
 #[cfg(test)]
 mod fuzz;
 mod http;

@@ -156,8 +156,9 @@ pub(crate) async fn serve(
     let _ = stop_tx.send(true);
     // Every connection holds a permit until it ends.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    // A connection past its deadline notices within one idle check.
     let _ = tokio::time::timeout(
-        limits.drain_timeout + limits.header_read_timeout,
+        limits.drain_timeout + IDLE_CHECK_MAX,
         open.acquire_many(all),
     )
     .await;

@@ -185,6 +185,11 @@ const SETTINGS: &[Setting] = &[
         "keep-alive-timeout",
     ),
     setting(
+        "--drain-timeout",
+        "XDS_GATEWAY_DRAIN_TIMEOUT",
+        "drain-timeout",
+    ),
+    setting(
         "--max-node-bytes",
         "XDS_GATEWAY_MAX_NODE_BYTES",
         "max-node-bytes",
@@ -864,6 +869,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "header-read-timeout" => duration() == d.header_read_timeout,
             "body-read-timeout" => duration() == d.body_read_timeout,
             "keep-alive-timeout" => duration() == d.keep_alive_timeout,
+            "drain-timeout" => duration() == d.drain_timeout,
             "max-node-bytes" => integer() == d.max_node_bytes as i64,
             "max-session-bytes" => integer() == d.max_session_bytes as i64,
             "max-names-per-request" => integer() == d.max_names_per_request as i64,

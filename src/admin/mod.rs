@@ -3,7 +3,8 @@
 //! Endpoints:
 //! - `GET /healthz`: 200 while the process serves.
 //! - `GET /readyz`: 200 once the upstream has answered (or the snapshot first
-//!   loaded), 503 before; JSON details, including the problems of the latest
+//!   loaded), 503 before, and 503 again from the moment the gateway starts
+//!   shutting down (`"draining": true`); JSON details, including the problems of the latest
 //!   snapshot reload (path, line, reason) while the last good one is served.
 //! - `GET /metrics`: Prometheus text format.
 //! - `GET /debug/clients`, `GET /debug/sessions`, `GET /debug/config`: the
@@ -31,6 +32,7 @@ mod debug;
 use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, Renderer};
 use crate::config::Config;
+use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::source::Source;
 
@@ -44,6 +46,7 @@ pub(crate) struct Admin {
     /// Renders `/debug/config` as the REST side would.
     renderer: Renderer,
     config: Arc<Config>,
+    drain: Drain,
 }
 
 impl Admin {
@@ -61,7 +64,14 @@ impl Admin {
             clients,
             renderer,
             config,
+            drain: Drain::default(),
         }
+    }
+
+    /// The same admin state, reporting not ready once `drain` begins.
+    pub(crate) fn with_drain(mut self, drain: Drain) -> Admin {
+        self.drain = drain;
+        self
     }
 
     /// The same admin state, with the policy's admin tokens guarding details.
@@ -105,12 +115,14 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
 
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
     let status = admin.source.status();
-    let ready = status.ready;
+    let draining = admin.drain.is_draining();
+    let ready = status.ready && !draining;
     let body = if !admin.may_see_details(&headers) {
         serde_json::json!({ "ready": ready })
     } else {
         serde_json::json!({
         "ready": ready,
+        "draining": draining,
         "source": status.description,
         "problems": status.problems,
         "sessions": status.sessions,

@@ -137,6 +137,8 @@ pub struct Config {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub keep_alive_timeout: Duration,
+    /// At shutdown, how long in-flight requests may take to finish.
+    pub drain_timeout: Duration,
     pub session_key: SessionKey,
     pub idle_timeout: Duration,
     pub max_sessions: usize,
@@ -186,6 +188,7 @@ impl Default for Config {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             keep_alive_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(10),
             session_key: SessionKey::Node,
             idle_timeout: Duration::from_secs(300),
             max_sessions: 10_000,
@@ -270,6 +273,7 @@ impl Config {
             header_read_timeout,
             body_read_timeout,
             keep_alive_timeout,
+            drain_timeout,
         );
         // Settings that stay optional, or land in a nested or parsed form.
         let tls = &mut self.upstream_tls;
@@ -441,6 +445,7 @@ impl Config {
             ("header-read-timeout", self.header_read_timeout),
             ("body-read-timeout", self.body_read_timeout),
             ("keep-alive-timeout", self.keep_alive_timeout),
+            ("drain-timeout", self.drain_timeout),
         ] {
             if value.is_zero() {
                 return Err(invalid(key, "must be more than 0s"));

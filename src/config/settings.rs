@@ -114,6 +114,10 @@ pub struct Settings {
     #[arg(long, env = "XDS_GATEWAY_KEEP_ALIVE_TIMEOUT", value_parser = humantime::parse_duration)]
     #[serde(default, with = "opt_duration")]
     pub keep_alive_timeout: Option<Duration>,
+    /// At shutdown (SIGTERM), how long requests in flight may take to finish before the process exits; held long polls are answered at once [default: 10s].
+    #[arg(long, env = "XDS_GATEWAY_DRAIN_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub drain_timeout: Option<Duration>,
     /// Which clients share one upstream stream [default: node].
     #[arg(long, value_enum, env = "XDS_GATEWAY_SESSION_KEY")]
     pub session_key: Option<SessionKey>,

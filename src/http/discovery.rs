@@ -9,7 +9,8 @@
 //! presentation; then the source is polled (it
 //! waits, bounded, for the upstream's first state) and answers 200 with the
 //! assembled body or 304, holding a 304 as a long poll when the client asked
-//! to wait. Nothing here mutates a state except through its body memo, so a
+//! to wait (not while the gateway drains: then a new long poll is a 503 and
+//! a held one is answered at once). Nothing here mutates a state except through its body memo, so a
 //! bad request cannot poison what others are served.
 
 use std::collections::HashMap;
@@ -119,6 +120,12 @@ async fn serve(
     let mut polled = gateway.source.poll(kind, &request).await?;
     let mut answer = polled.answer(renderer, &request, target)?;
     if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
+        if gateway.drain.is_draining() {
+            return Err(ApiError::Unavailable {
+                message: "this gateway is shutting down and holds no new long polls; poll again (another replica answers)".into(),
+                retry_after_secs: 1,
+            });
+        }
         let Ok(_slot) = gateway.long_polls.try_acquire() else {
             return Err(ApiError::Unavailable {
                 message: format!(
@@ -129,7 +136,13 @@ async fn serve(
             });
         };
         let _held = gateway.metrics.long_poll_held();
-        if polled.next_change(wait).await {
+        // At shutdown a held poll is answered now (304 unless the state
+        // moved meanwhile), so the connection can close.
+        let changed = tokio::select! {
+            changed = polled.next_change(wait) => changed,
+            () = gateway.drain.started() => true,
+        };
+        if changed {
             answer = polled.answer(renderer, &request, target)?;
         }
     }

@@ -33,6 +33,7 @@ use axum::Router;
 use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, ParsedRequests, Renderer};
 use crate::config::Config;
+use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::serve::RemoteAddr;
 use crate::source::Source;
@@ -59,6 +60,8 @@ pub(crate) struct Gateway {
     admin_address: Option<std::net::SocketAddr>,
     /// The REST clients seen recently and where each stands.
     clients: Arc<ClientBook>,
+    /// Set at shutdown: no new long polls, held ones answered.
+    drain: Drain,
 }
 
 impl Gateway {
@@ -74,6 +77,7 @@ impl Gateway {
             auth: None,
             admin_address: None,
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
+            drain: Drain::default(),
             config,
             source,
             renderer,
@@ -97,6 +101,12 @@ impl Gateway {
     /// The same gateway, knowing where the admin listener is bound.
     pub(crate) fn with_admin_address(mut self, address: std::net::SocketAddr) -> Gateway {
         self.admin_address = Some(address);
+        self
+    }
+
+    /// The same gateway, refusing and ending long polls once `drain` begins.
+    pub(crate) fn with_drain(mut self, drain: Drain) -> Gateway {
+        self.drain = drain;
         self
     }
 }

@@ -61,6 +61,37 @@ pub(super) enum ProbeError {
     Unreachable(String),
     #[error("the upstream implements neither delta ADS, SotW ADS nor the Fetch RPCs")]
     NothingImplemented,
+    #[error("the upstream's gRPC health service says {0}")]
+    NotServing(String),
+}
+
+/// Whether the upstream answers gRPC now: its `grpc.health.v1.Health/Check`
+/// (overall service, `""`) says SERVING, or it has no health service
+/// (UNIMPLEMENTED: it still answered). NOT_SERVING, UNAVAILABLE, a transport
+/// failure or no answer within [`PROBE_WAIT`] are errors. Any other status
+/// (an auth failure, say) is an answer too: the sessions will report it.
+pub(super) async fn answers_health_check(ctx: &UpstreamContext) -> Result<(), ProbeError> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let mut client = HealthClient::new(ctx.channel.clone());
+    let request = ctx.request(HealthCheckRequest {
+        service: String::new(),
+    });
+    let answer = tokio::time::timeout(PROBE_WAIT, client.check(request))
+        .await
+        .map_err(|_| ProbeError::Unreachable(format!("no answer within {PROBE_WAIT:?}")))?;
+    match answer {
+        Ok(response) => match response.into_inner().status() {
+            ServingStatus::Serving => Ok(()),
+            other => Err(ProbeError::NotServing(other.as_str_name().to_owned())),
+        },
+        Err(status) => match classify(Err(status)) {
+            Probe::Unreachable(why) => Err(ProbeError::Unreachable(why)),
+            Probe::Implemented | Probe::Unimplemented => Ok(()),
+        },
+    }
 }
 
 /// The first mode of delta, SotW, fetch that the upstream implements.

@@ -15,7 +15,11 @@ use tonic::transport::{
 };
 use tonic::Code;
 
+use tracing::{debug, info};
+
 use super::fetch::FetchError;
+use super::probe;
+use super::stream::Backoff;
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::cache::Renderer;
 use crate::config::{Config, UpstreamTls};
@@ -118,6 +122,38 @@ impl UpstreamContext {
     /// Whether the upstream has answered anything yet.
     pub(super) fn has_answered(&self) -> bool {
         self.answered.load(Ordering::Acquire)
+    }
+
+    /// Checks in the background, with backoff, until the upstream answers a
+    /// gRPC health check ([`probe::answers_health_check`]), then marks it
+    /// answered. Without it readiness would wait for a first poll, and a
+    /// balancer sends no poll to a replica that is not ready. Ends once
+    /// answered (a session's stream may answer first) or when the context
+    /// is dropped.
+    pub(crate) fn check_readiness(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut backoff = Backoff::default();
+            loop {
+                let Some(ctx) = weak.upgrade() else { return };
+                if ctx.has_answered() {
+                    return;
+                }
+                match probe::answers_health_check(&ctx).await {
+                    Ok(()) => {
+                        info!(upstream = %ctx.uri, "upstream answers: ready");
+                        ctx.mark_answered();
+                        return;
+                    }
+                    Err(reason) => {
+                        let delay = backoff.next_delay();
+                        debug!(upstream = %ctx.uri, %reason, retry_in = ?delay, "upstream not ready yet");
+                        drop(ctx);
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            }
+        });
     }
 
     /// A request carrying the configured metadata.

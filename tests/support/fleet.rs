@@ -57,7 +57,7 @@ fn any(codec: &Codec, json: &Value) -> Any {
     }
 }
 
-fn cluster(codec: &Codec, i: usize) -> Any {
+pub fn cluster(codec: &Codec, i: usize) -> Any {
     any(
         codec,
         &json!({"@type": CDS, "name": cluster_name(i), "type": "EDS", "connect_timeout": "1s",
@@ -67,7 +67,7 @@ fn cluster(codec: &Codec, i: usize) -> Any {
 
 /// Cluster `i`'s endpoints at `generation`: 127.0.0.1 on a port that
 /// changes with it (nothing listens: only the config matters).
-fn assignment(codec: &Codec, i: usize, generation: u32) -> Any {
+pub fn assignment(codec: &Codec, i: usize, generation: u32) -> Any {
     let port = 20_000 + (i as u32 * 7 + generation) % 40_000;
     any(
         codec,

@@ -520,3 +520,44 @@ async fn get_with_if_none_match_is_a_poll() {
         StatusCode::NOT_MODIFIED
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn draining_answers_held_long_polls_and_refuses_new_ones() {
+    let (gw, script) = scripted(Config::default());
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    let v1 = poll(&gw, CDS, "n", "", &[], "").await.version().to_owned();
+    let held = {
+        let (gw, v1) = (gw.clone(), v1.clone());
+        tokio::spawn(async move { poll(&gw, CDS, "n", &v1, &[], "?wait=30s").await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!held.is_finished(), "the long poll is held");
+    let started = Instant::now();
+    gw.drain.begin();
+    let held = held.await.unwrap();
+    assert_eq!(held.status, StatusCode::NOT_MODIFIED, "{:?}", held.body);
+    assert!(started.elapsed() < Duration::from_millis(10));
+
+    // A new long poll is refused, with a JSON error and Retry-After ...
+    let refused = poll(&gw, CDS, "n", &v1, &[], "?wait=30s").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(refused.body["code"], 14, "{}", refused.body);
+    assert!(
+        refused.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shutting down")),
+        "{}",
+        refused.body
+    );
+    // ... while a poll that is answered at once still is: a 304 without a
+    // wait, a body when the version moved.
+    assert_eq!(
+        poll(&gw, CDS, "n", &v1, &[], "").await.status,
+        StatusCode::NOT_MODIFIED
+    );
+    assert_eq!(
+        poll(&gw, CDS, "n", "", &[], "?wait=30s").await.status,
+        StatusCode::OK
+    );
+}
