@@ -9,10 +9,9 @@
 //! process id when its guard drops.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -21,20 +20,12 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::gateway_process::Guard;
+
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
 const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
 /// wrk's connections; its thread count is 1.
 const CONNECTIONS: usize = 16;
-
-/// A child process, killed and reaped by pid when dropped.
-pub struct Guard(pub Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// If this process is the baseline child, serves until killed and returns
 /// true; the bench's `main` calls it first.
@@ -104,15 +95,6 @@ pub fn start_raw_server(dir: &Path, port: u16, status: u16, answer: &[u8]) -> Gu
         .spawn()
         .expect("start the baseline server");
     Guard(child)
-}
-
-/// Waits until something accepts connections on `port`.
-pub fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// What one wrk run measured.
@@ -197,30 +179,4 @@ fn duration(text: &str) -> Duration {
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-/// Starts the gateway binary on `port`/`admin` in front of `upstream`, on 2
-/// worker threads, logging to `log`.
-pub fn start_gateway(upstream: &str, port: u16, admin: u16, log: &Path) -> Guard {
-    let log = std::fs::File::create(log).expect("gateway log");
-    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
-        .args(["--upstream", upstream])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--admin", &format!("127.0.0.1:{admin}")])
-        .env("TOKIO_WORKER_THREADS", "2")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start the gateway binary");
-    Guard(child)
-}
-
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a: SocketAddr| a.port())
-        .expect("a free port")
 }

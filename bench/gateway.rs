@@ -24,6 +24,7 @@
 mod fake_ads;
 
 mod external;
+mod gateway_process;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -271,9 +272,9 @@ fn external_part(gateway: u16, cases: &[Case]) {
     println!("| case | gateway req/s | p50 / p99 ms | baseline req/s | p50 / p99 ms | gateway/baseline |");
     println!("|---|---|---|---|---|---|");
     for (i, case) in cases.iter().enumerate() {
-        let port = external::free_port();
+        let port = gateway_process::free_port();
         let _baseline = external::start_raw_server(dir.path(), port, case.status, &case.answer);
-        external::wait_listening(port);
+        gateway_process::wait_listening(port);
         let script = external::script(dir.path(), &format!("case-{i}"), &case.body);
         let gateway_url = format!("http://127.0.0.1:{gateway}{}", case.path);
         let baseline_url = format!("http://127.0.0.1:{port}{}", case.path);
@@ -325,10 +326,10 @@ async fn bench() {
     println!("request body: {} bytes (Envoy 1.40 node)", cds_body.len());
 
     if part("external") {
-        let (port, admin) = (external::free_port(), external::free_port());
+        let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
-        let _gateway = external::start_gateway(&upstream.url(), port, admin, log.path());
-        external::wait_listening(port);
+        let _gateway = gateway_process::start_gateway(&upstream.url(), port, admin, log.path());
+        gateway_process::wait_listening(port);
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let (status, cds) = post(&client, addr, "/v3/discovery:clusters", cds_body.clone()).await;
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&cds));
