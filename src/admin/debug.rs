@@ -56,6 +56,11 @@ pub(super) async fn sessions(
     if !admin.may_see_details(&headers) {
         return needs_token("/debug/sessions");
     }
+    json_response(&sessions_view(&admin), wants_pretty(query.as_deref()))
+}
+
+/// What `/debug/sessions` shows (the page shows the same).
+pub(super) fn sessions_view(admin: &Admin) -> serde_json::Value {
     let clients = admin.clients.per_node();
     let mut sessions = admin.source.sessions();
     for session in &mut sessions {
@@ -66,12 +71,11 @@ pub(super) async fn sessions(
         session["clients"] = clients.get(&node).copied().unwrap_or(0).into();
     }
     let status = admin.source.status();
-    let view = serde_json::json!({
+    serde_json::json!({
         "source": status.description,
         "ready": status.ready,
         "sessions": sessions,
-    });
-    json_response(&view, wants_pretty(query.as_deref()))
+    })
 }
 
 /// `GET /debug/config?node=ID`.
