@@ -25,10 +25,12 @@ use std::time::SystemTime;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::Value;
 
 use super::{debug, Admin};
+
+mod html;
+use html::{config_href, entries, escape, items, plain, text};
 
 /// Seconds between reloads unless `?refresh=` says otherwise.
 const REFRESH: u64 = 5;
@@ -101,7 +103,7 @@ h1{margin:0 0 .3em}h2{margin-top:1.5em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;width:100%}th,td{border:1px solid #ddd;padding:.3em .5em;\
 text-align:left;vertical-align:top}th{background:#f4f4f4}code{font-size:90%}\
 .ok{color:#176d17}.bad{color:#b00020;font-weight:600}.warn{color:#9a5b00;font-weight:600}\
-.muted{color:#777}nav a{margin-right:1em}ul{margin:.2em 0;padding-left:1.2em}";
+#readiness{font-size:120%}.muted{color:#777}nav a{margin-right:1em}ul{margin:.2em 0;padding-left:1.2em}";
 
 /// The whole page.
 fn render(views: &Views<'_>) -> String {
@@ -115,7 +117,7 @@ fn render(views: &Views<'_>) -> String {
             views.refresh
         );
     }
-    let _ = write!(out, "<style>{STYLE}</style></head><body>\n");
+    let _ = writeln!(out, "<style>{STYLE}</style></head><body>");
     header_section(&mut out, views);
     problems_section(&mut out, views);
     sessions_section(&mut out, views.sessions);
@@ -318,7 +320,7 @@ fn clients_section(out: &mut String, clients: &Value) {
     }
     out.push_str(
         "<table><tr><th>Node</th><th>Client</th><th>Type</th><th>In step</th>\
-         <th>Not in step: names, state, versions, why</th></tr>",
+         <th>Subscriptions not in step (every one when it has one): names, state, versions, why</th></tr>",
     );
     for client in list {
         let node = plain(&client["node_id"]);
@@ -356,7 +358,13 @@ fn subscription(out: &mut String, sub: &Value) {
         "(wildcard)".to_owned()
     } else {
         let shown: Vec<String> = items(&sub["names"]).map(text).collect();
-        format!("{} ({} names)", shown.join(", "), text(&sub["name_count"]))
+        let count = sub["name_count"].as_u64().unwrap_or_default();
+        let more = count.saturating_sub(shown.len() as u64);
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
     };
     let state = plain(&sub["state"]);
     let class = match state.as_str() {
@@ -381,66 +389,6 @@ fn subscription(out: &mut String, sub: &Value) {
         let _ = write!(out, "<br>{}", text(&sub["why"]));
     }
     out.push_str("</li>");
-}
-
-/// `/debug/config` of `node` (one type, or all), pretty, for an `href`.
-fn config_href(node: &str, kind: Option<&str>) -> String {
-    let mut href = format!(
-        "/debug/config?node={}",
-        utf8_percent_encode(node, NON_ALPHANUMERIC)
-    );
-    if let Some(kind) = kind {
-        let _ = write!(
-            href,
-            "&type={}",
-            utf8_percent_encode(kind, NON_ALPHANUMERIC)
-        );
-    }
-    href.push_str("&pretty");
-    escape(&href)
-}
-
-/// A JSON value's text, unquoted (`""` for null).
-fn plain(value: &Value) -> String {
-    match value {
-        Value::Null => String::new(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// A JSON value's text, escaped for HTML.
-fn text(value: &Value) -> String {
-    escape(&plain(value))
-}
-
-fn items(value: &Value) -> impl Iterator<Item = &Value> {
-    value.as_array().into_iter().flatten()
-}
-
-/// The entries of a JSON object.
-fn entries(value: &Value) -> impl Iterator<Item = (&str, &Value)> {
-    value
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(key, value)| (key.as_str(), value))
-}
-
-/// `s` safe in HTML text and in a quoted attribute.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
