@@ -271,6 +271,72 @@ async fn admin_details_need_an_admin_token_but_health_does_not() {
     gw.stop().await;
 }
 
+/// A browser cannot send a bearer header: the status page answers a Basic
+/// challenge, and the admin token typed as the password (any user name)
+/// opens it and the JSON views it links to. A wrong password does not.
+#[tokio::test]
+async fn the_status_page_takes_the_admin_token_as_a_basic_password() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), false).await;
+    let admin = gw.admin_port;
+    let basic = |user: &str, password: &str| {
+        let pair = format!("{user}:{password}");
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    };
+    let with = |authorization: Option<String>, path: &'static str| async move {
+        let headers: Vec<(&str, &str)> = authorization
+            .iter()
+            .map(|a| ("authorization", a.as_str()))
+            .collect();
+        http_request(
+            admin,
+            http::Method::GET,
+            path,
+            &headers,
+            bytes::Bytes::new(),
+            TIMEOUT,
+        )
+        .await
+        .unwrap()
+    };
+    let page = with(None, "/").await;
+    assert_eq!(page.status, 401, "{}", page.text());
+    assert_eq!(
+        page.header("www-authenticate"),
+        Some("Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\""),
+    );
+    assert!(page.text().contains("admin token"), "{}", page.text());
+    for wrong in [
+        basic("admin", EDGE),
+        basic(ADMIN, "x"),
+        format!("Bearer {EDGE}"),
+    ] {
+        assert_eq!(with(Some(wrong.clone()), "/").await.status, 401, "{wrong}");
+    }
+    for authorization in [
+        basic("anyone", ADMIN),
+        basic("", ADMIN),
+        format!("Bearer {ADMIN}"),
+    ] {
+        let page = with(Some(authorization.clone()), "/").await;
+        assert_eq!(page.status, 200, "{authorization}: {}", page.text());
+        assert!(
+            page.header("content-type")
+                .is_some_and(|t| t.starts_with("text/html")),
+            "{:?}",
+            page.header("content-type")
+        );
+        assert!(page.text().contains("<title>xds-gateway status</title>"));
+    }
+    let clients = with(Some(basic("me", ADMIN)), "/debug/clients").await;
+    assert_eq!(clients.status, 200, "{}", clients.text());
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_changed_policy_file_is_reloaded_and_a_broken_one_is_not() {
     let dir = tempfile::tempdir().unwrap();
