@@ -3,9 +3,13 @@
 //! fetch which node's config over POST, GET and long polls; 401 without or
 //! with a wrong credential, 403 naming the principal and the node (and
 //! nothing configured); a refused node never gets a session; secrets only
-//! where a rule names them; the pass-through; admin tokens; and the policy
+//! where a rule names them; the pass-through; admin tokens (as a bearer
+//! token, or as the Basic password a browser signing into the status page
+//! sends: checked with headless chromium); and the policy
 //! reloaded when its file changes. Client certificates are in `tls.rs`.
 
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/gateway.rs"]
 mod gateway;
 #[path = "support/inproc.rs"]
@@ -334,6 +338,26 @@ async fn the_status_page_takes_the_admin_token_as_a_basic_password() {
     }
     let clients = with(Some(basic("me", ADMIN)), "/debug/clients").await;
     assert_eq!(clients.status, 200, "{}", clients.text());
+
+    // A real browser signing in (the credentials in the URL stand for what
+    // a person types at its prompt): the page, not the 401.
+    let test = "the_status_page_takes_the_admin_token_as_a_basic_password";
+    let shot = dir.path().join("page.png");
+    let profile = dir.path().join("chromium-profile");
+    let url = format!("http://anyone:{ADMIN}@127.0.0.1:{admin}/?refresh=0");
+    let dom = browser::load(test, &url, &shot, &profile).await;
+    assert!(
+        dom.contains("id=\"readiness\" class=\"ok\">ready<"),
+        "{test}: chromium signed in with the admin token did not get the page:\n{dom}"
+    );
+    // A wrong one (a fresh profile: nothing remembered) gets no page; a
+    // headless browser, with no one to type at the prompt, shows nothing.
+    let url = format!("http://anyone:wrong@127.0.0.1:{admin}/");
+    let dom = browser::load(test, &url, &shot, &dir.path().join("profile-2")).await;
+    assert!(
+        !dom.contains("readiness"),
+        "{test}: a wrong password got past the page's guard:\n{dom}"
+    );
     gw.stop().await;
 }
 
