@@ -76,7 +76,15 @@ async fn start(dir: &Path, allow_secrets: bool) -> InProcess {
 
 async fn get(port: u16, path: &str, token: Option<&str>) -> Reply {
     let auth = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    get_authorized(port, path, auth.as_deref()).await
+}
+
+/// `GET path` with this `Authorization` value, if any.
+async fn get_authorized(port: u16, path: &str, authorization: Option<&str>) -> Reply {
+    let headers: Vec<(&str, &str)> = authorization
+        .iter()
+        .map(|a| ("authorization", *a))
+        .collect();
     http_request(
         port,
         http::Method::GET,
@@ -292,20 +300,7 @@ async fn the_status_page_takes_the_admin_token_as_a_basic_password() {
         )
     };
     let with = |authorization: Option<String>, path: &'static str| async move {
-        let headers: Vec<(&str, &str)> = authorization
-            .iter()
-            .map(|a| ("authorization", a.as_str()))
-            .collect();
-        http_request(
-            admin,
-            http::Method::GET,
-            path,
-            &headers,
-            bytes::Bytes::new(),
-            TIMEOUT,
-        )
-        .await
-        .unwrap()
+        get_authorized(admin, path, authorization.as_deref()).await
     };
     let page = with(None, "/").await;
     assert_eq!(page.status, 401, "{}", page.text());
