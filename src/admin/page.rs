@@ -293,11 +293,17 @@ fn sessions_section(out: &mut String, sessions: &Value) {
             };
             let _ = write!(
                 out,
-                "<li><a href=\"{}\">{}</a>: version <code>{}</code>, {} resources{}{}</li>",
+                "<li><a href=\"{}\">{}</a>: {}{}{}</li>",
                 config_href(&node, Some(kind)),
                 escape(kind),
-                text(&view["version"]),
-                text(&view["resources"]),
+                match view["version"].as_str() {
+                    Some(version) => format!(
+                        "version <code>{}</code>, {} resources",
+                        escape(version),
+                        text(&view["resources"])
+                    ),
+                    None => "<span class=\"warn\">waiting for the upstream</span>".to_owned(),
+                },
                 if reply.is_empty() { "" } else { ", " },
                 reply,
             );

@@ -42,7 +42,9 @@ fn session(node: &str) -> Value {
         "types": {"listeners": {"version": "2", "resources": 2, "wildcard": true,
             "names": [], "name_count": 0,
             "last_reply": {"kind": "NACK", "version": "2", "at": "2026-01-01T00:00:00Z",
-                "error_detail": "<i>bad</i>"}}}
+                "error_detail": "<i>bad</i>"}},
+            "clusters": {"version": null, "resources": null, "wildcard": true,
+            "names": [], "name_count": 0, "last_reply": null}}
     }]})
 }
 
@@ -117,6 +119,10 @@ fn the_page_shows_the_node_its_versions_and_what_is_wrong() {
         "{html}"
     );
     assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+    assert!(
+        html.contains(">clusters</a>: <span class=\"warn\">waiting for the upstream</span>"),
+        "{html}"
+    );
     assert!(
         !html.contains("http://") && !html.contains("https://"),
         "no external assets"
