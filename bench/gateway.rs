@@ -262,15 +262,15 @@ struct Case {
 
 /// Runs every case against the gateway process at `gateway` and against a
 /// baseline process of its own, alternating, and prints medians.
-fn external_part(gateway: u16, cases: &[Case]) {
+fn external_part(gateway: u16, gateway_pid: u32, cases: &[Case]) {
     let rounds = env_number("GATEWAY_ROUNDS", 5).max(1);
     let seconds = env_number("GATEWAY_SECONDS", 5).max(1);
     let dir = tempfile::tempdir().expect("temp dir");
     println!(
         "\n## External: wrk -t1 -c16, {rounds} rounds of {seconds}s per server, medians (min-max)\n"
     );
-    println!("| case | gateway req/s | p50 / p99 ms | baseline req/s | p50 / p99 ms | gateway/baseline |");
-    println!("|---|---|---|---|---|---|");
+    println!("| case | gateway req/s | p50 / p99 ms | gateway CPU per request | baseline req/s | p50 / p99 ms | gateway/baseline |");
+    println!("|---|---|---|---|---|---|---|");
     for (i, case) in cases.iter().enumerate() {
         let port = gateway_process::free_port();
         let _baseline = external::start_raw_server(dir.path(), port, case.status, &case.answer);
@@ -278,15 +278,22 @@ fn external_part(gateway: u16, cases: &[Case]) {
         let script = external::script(dir.path(), &format!("case-{i}"), &case.body);
         let gateway_url = format!("http://127.0.0.1:{gateway}{}", case.path);
         let baseline_url = format!("http://127.0.0.1:{port}{}", case.path);
-        let (mut gw, mut base) = (Vec::new(), Vec::new());
+        let (mut gw, mut base, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+        let mut gateway_run = || {
+            let before = gateway_process::cpu_time(gateway_pid);
+            let run = external::wrk(&script, &gateway_url, seconds);
+            let used = gateway_process::cpu_time(gateway_pid).saturating_sub(before);
+            cpu.push(used.as_secs_f64() * 1e6 / (run.rps * seconds as f64).max(1.0));
+            run
+        };
         for round in 0..rounds {
             // Alternate who goes first, so drift in the machine's load
             // does not favour one side.
             if round % 2 == 0 {
                 base.push(external::wrk(&script, &baseline_url, seconds));
-                gw.push(external::wrk(&script, &gateway_url, seconds));
+                gw.push(gateway_run());
             } else {
-                gw.push(external::wrk(&script, &gateway_url, seconds));
+                gw.push(gateway_run());
                 base.push(external::wrk(&script, &baseline_url, seconds));
             }
         }
@@ -308,8 +315,9 @@ fn external_part(gateway: u16, cases: &[Case]) {
         let (gw_median, gw_rps, gw_lat) = summary(&gw);
         let (base_median, base_rps, base_lat) = summary(&base);
         println!(
-            "| {} | {gw_rps} | {gw_lat} | {base_rps} | {base_lat} | {:.2} |",
+            "| {} | {gw_rps} | {gw_lat} | {:.0} µs | {base_rps} | {base_lat} | {:.2} |",
             case.name,
+            external::median(&mut cpu),
             gw_median / base_median
         );
     }
@@ -328,7 +336,8 @@ async fn bench() {
     if part("external") {
         let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
-        let _gateway = gateway_process::start_gateway(&upstream.url(), port, admin, log.path());
+        let gateway_child =
+            gateway_process::start_gateway(&upstream.url(), port, admin, log.path());
         gateway_process::wait_listening(port);
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let (status, cds) = post(&client, addr, "/v3/discovery:clusters", cds_body.clone()).await;
@@ -375,7 +384,9 @@ async fn bench() {
             let (status, _) = post(&client, addr, case.path, case.body.clone()).await;
             assert_eq!(status, 304, "{}", case.name);
         }
-        tokio::task::block_in_place(|| external_part(port, &cases));
+        let pid = gateway_child.0.id();
+        tokio::task::block_in_place(|| external_part(port, pid, &cases));
+        drop(gateway_child);
     }
 
     let (gateway, admin) = start_gateway(upstream.url()).await;

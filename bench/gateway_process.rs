@@ -51,6 +51,24 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// CPU time (user + system) process `pid` has used so far (Linux `/proc`,
+/// clock ticks of 10 ms).
+#[allow(dead_code)] // used by some benches only
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ")".
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 /// The resident set size of process `pid`, in bytes (Linux `/proc`).
 #[allow(dead_code)] // used by some benches only
 pub fn rss_bytes(pid: u32) -> u64 {
