@@ -66,7 +66,7 @@ impl SentLog {
         if repeat && first_unconfirmed < self.subs.len() {
             seen = Some(first_unconfirmed);
         }
-        let wants = |c: &Coverage, name: &str| c.wildcard || c.names.contains(name);
+        let wants = |c: &Coverage, name: &str| c.wants(name);
         for i in first_unconfirmed..self.subs.len() {
             let added = |name: &&str| {
                 wants(&self.subs[i], name) && !(i > 0 && wants(&self.subs[i - 1], name))

@@ -40,7 +40,14 @@ SotW semantics, per stream and per type:
   go-control-plane's SotW server does (pkg/server/sotw/v3/ads.go: "If these
   requirements aren't satisfied, leave an open watch"), so a client must
   repeat its subscription in its next ACK;
-- a named subscription gets only the named resources that exist.
+- a named subscription gets only the named resources that exist;
+- a name in the xdstp form whose id is "*" or ends in "/*" is a glob
+  collection (xDS TP1): it stands for every resource whose name is in the
+  xdstp form with the same authority, type and context parameters (compared
+  %-decoded, as a set) and whose id is an immediate child of the glob's
+  directory; the response carries those resources under their own names.
+  This holds for delta subscriptions too, where a glob is never signalled as
+  absent.
 
 Delta semantics, per stream and per type (DeltaAggregatedResources):
 - the subscription is a set of names plus a wildcard flag: "*" in
@@ -111,6 +118,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -380,6 +388,43 @@ def subscription(resource_names):
     return names
 
 
+def xdstp_parts(name):
+    """(authority, type, id, params) of an xdstp name, or None."""
+    parsed = urllib.parse.urlsplit(name)
+    if parsed.scheme != "xdstp" or not parsed.netloc:
+        return None
+    resource_type, _, resource_id = parsed.path.lstrip("/").partition("/")
+    if not resource_type or not resource_id:
+        return None
+    params = frozenset(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+    return parsed.netloc, resource_type, urllib.parse.unquote(resource_id), params
+
+
+def is_glob(name):
+    parts = xdstp_parts(name)
+    return parts is not None and (parts[2] == "*" or parts[2].endswith("/*"))
+
+
+def in_collection(name, glob):
+    """Whether the resource `name` belongs to the glob collection `glob`."""
+    member, collection = xdstp_parts(name), xdstp_parts(glob)
+    if member is None or collection is None or not is_glob(glob) or is_glob(name):
+        return False
+    parent = member[2].rpartition("/")[0]
+    directory = collection[2][:-1]
+    return (
+        (parent + "/" if parent else "") == directory
+        and member[0] == collection[0]
+        and member[1] == collection[1]
+        and member[3] == collection[3]
+    )
+
+
+def subscribed(names, resource_name):
+    """Whether a named subscription asks for `resource_name`."""
+    return resource_name in names or any(in_collection(resource_name, n) for n in names)
+
+
 def unimplemented(context, what):
     PLANE.refuse(what)
     context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
@@ -402,7 +447,7 @@ class DeltaWatch:
         self.pending_first = True  # nothing sent yet for the type
 
     def wants(self, name):
-        return self.wildcard or name in self.names
+        return self.wildcard or subscribed(self.names, name)
 
 
 class StreamWatches(dict):
@@ -521,7 +566,7 @@ def respond(type_url, watch):
     if watch.names is None:
         chosen = list(resources.values())
     else:
-        chosen = [resources[n] for n in sorted(watch.names) if n in resources]
+        chosen = [resources[n] for n in sorted(resources) if subscribed(watch.names, n)]
     nonce = str(next(_NONCES))
     watch.sent_version = version
     watch.sent_names = watch.names
@@ -599,7 +644,10 @@ def delta_respond(type_url, watch):
     absent = sorted(
         n
         for n in watch.names
-        if n not in resources and n not in watch.known and n not in watch.told_absent
+        if n not in resources
+        and n not in watch.known
+        and n not in watch.told_absent
+        and not is_glob(n)
     )
     if PLANE.setting("no_absent"):
         absent = []
