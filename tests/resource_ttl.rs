@@ -118,3 +118,43 @@ async fn sotw_wrapped_resources_ttls_and_heartbeats() {
 async fn delta_resources_ttls_and_heartbeats() {
     wrapped_resources_ttls_and_heartbeats(&["--upstream-mode", "delta"]).await;
 }
+
+/// A TTL is what keeps config from outliving an unreachable control plane:
+/// it runs out while the gateway has no stream.
+async fn ttl_runs_out_while_the_upstream_is_down(flags: &[&str]) {
+    let test = std::thread::current().name().unwrap_or("ttl").to_owned();
+    rest::bounded(TEST_TIMEOUT, async {
+        let cp = ControlPlane::start(&test);
+        cp.set_wrapped(
+            CDS,
+            "1",
+            &[cluster("plain"), cluster("expiring")],
+            json!({"expiring": TTL_MS}),
+        )
+        .await;
+        let gw = Gateway::start(&cp.upstream(), flags).await;
+        let n = node("ttl-down");
+        let first = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&first, "before the upstream goes");
+        assert_eq!(names_of(&first), ["expiring", "plain"]);
+        drop(cp);
+        let (gw, n) = (&gw, &n);
+        let left = process::eventually(WAIT, Duration::from_millis(100), || async move {
+            let reply = gw.discover("clusters", &request(n, "", &[])).await;
+            (reply.status == 200 && names_of(&reply) == ["plain"]).then_some(reply)
+        })
+        .await;
+        assert!(left.is_some(), "the expiring resource outlived its TTL");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_ttl_runs_out_while_the_upstream_is_down() {
+    ttl_runs_out_while_the_upstream_is_down(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_ttl_runs_out_while_the_upstream_is_down() {
+    ttl_runs_out_while_the_upstream_is_down(&["--upstream-mode", "delta"]).await;
+}
