@@ -98,6 +98,12 @@ async fn wrapped_resources_ttls_and_heartbeats(flags: &[&str]) {
         if flags.is_empty() {
             assert_eq!(upstream_of(&expired), "1", "the upstream's version stays");
         }
+        let metrics = gw.metrics().await;
+        assert_eq!(
+            metric_sum(&metrics, "xds_gateway_ttl_expired_resources_total"),
+            1.0,
+            "{metrics}"
+        );
         let gone = gw.discover("clusters", &request(n, &version, &[])).await;
         assert_eq!(
             gone.status,

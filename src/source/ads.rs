@@ -207,6 +207,7 @@ impl Protocol for Sotw {
                 continue;
             };
             info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
+            self.ctx.metrics.ttl_expired(kind, names.len());
             let resources = state
                 .resources
                 .iter()

@@ -234,6 +234,7 @@ impl Protocol for Delta {
     fn expire(&mut self, now: Instant) {
         for (kind, names) in self.expiries.expire(now) {
             info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
+            self.ctx.metrics.ttl_expired(kind, names.len());
             let tracked = self.tracked.entry(kind).or_default();
             for name in &names {
                 tracked.held.remove(name);
