@@ -110,6 +110,16 @@ pub(crate) trait Protocol: Send + 'static {
 
     /// The timer fired at `now`.
     fn timer(&mut self, _now: Instant) {}
+
+    /// When a held resource's TTL next runs out, if any has one. Expiry
+    /// runs whether a stream is open or not: a TTL is what keeps config
+    /// from outliving an unreachable control plane.
+    fn next_expiry(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Drops the resources whose TTL ran out by `now` from what is served.
+    fn expire(&mut self, _now: Instant) {}
 }
 
 /// Feeds each session from its own ADS stream speaking `P`.
@@ -194,7 +204,16 @@ async fn run<P: Protocol>(
             }
             let delay = backoff.next_delay();
             warn!(error = %err, retry_in = ?delay, "upstream stream ended");
-            tokio::time::sleep(delay).await;
+            let retry_at = Instant::now() + delay;
+            loop {
+                match protocol.next_expiry().filter(|due| *due < retry_at) {
+                    Some(due) => {
+                        tokio::time::sleep_until(due).await;
+                        protocol.expire(Instant::now());
+                    }
+                    None => break tokio::time::sleep_until(retry_at).await,
+                }
+            }
         }
     }
     .instrument(span)
@@ -231,13 +250,18 @@ async fn one_stream<P: Protocol>(
                 None => return Ok(()),
             },
             () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
+            () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
         }
     };
     let _open = StreamGuard::open(ctx);
     session.upstream.phase(Phase::Open);
     info!("upstream stream open");
     loop {
-        let timer = protocol.next_timer();
+        let timer = protocol
+            .next_timer()
+            .into_iter()
+            .chain(protocol.next_expiry())
+            .min();
         tokio::select! {
             message = inbound.message() => match message? {
                 Some(response) => {
@@ -258,7 +282,11 @@ async fn one_stream<P: Protocol>(
                 None => return Ok(()),
             },
             () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
-            () = sleep_until(timer) => protocol.timer(Instant::now()),
+            () = sleep_until(timer) => {
+                let now = Instant::now();
+                protocol.timer(now);
+                protocol.expire(now);
+            }
         }
     }
 }
