@@ -22,7 +22,7 @@ STAGES = [
     ("kernel: receive", r"copy_to_iter|recv|tcp_rcv|tcp_data_queue|skb_release|sock_rfree|skb_copy|__inet_lookup|tcp_v4_rcv|ip_rcv|net_rx|process_backlog|__netif"),
     ("kernel: send", r"copy_from_iter|tcp_sendmsg|tcp_write_xmit|tcp_transmit|ip_output|ip_finish|dev_queue|loopback_xmit|__tcp_push|tcp_ack"),
     ("kernel: scheduling and wakeups", r"spin_unlock|spin_lock|finish_task_switch|schedule|futex|try_to_wake|epoll|ep_poll|__wake_up|irqentry|exc_page_fault|syscall|entry_SYSCALL|do_syscall"),
-    ("allocator", r"^(malloc|_int_malloc|_int_free|cfree|free|realloc|malloc_consolidate|unlink_chunk|__libc_malloc|__libc_free)"),
+    ("allocator", r"^(malloc|_int_malloc|_int_free|cfree|free|realloc|malloc_consolidate|unlink_chunk|__libc_malloc|__libc_free|mi_|_mi_)"),
     ("copies and buffers (memmove, bytes)", r"memmove|memcpy|^bytes::"),
     ("sessions, answer, clients, metrics (xds_gateway)", r"xds_gateway::(source|cache|metrics|http)|prometheus"),
     ("caches and channels (moka, hashbrown, crossbeam)", r"moka|hashbrown|crossbeam|BuildHasher|quanta"),
