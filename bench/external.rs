@@ -51,6 +51,12 @@ pub fn raw_server_main() -> bool {
 
 async fn raw_server(port: u16, status: StatusCode, answer: Bytes) {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    serve_fixed(listener, status, answer).await;
+}
+
+/// The baseline: accepts on `listener` forever; every request's whole body
+/// is read, then answered `status` with `answer` (no body for a 304).
+pub async fn serve_fixed(listener: TcpListener, status: StatusCode, answer: Bytes) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;

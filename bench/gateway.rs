@@ -26,17 +26,15 @@ mod fake_ads;
 mod external;
 mod gateway_process;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::Request;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 
 use envoy_types::pb::google::protobuf::Any as PbAny;
@@ -150,35 +148,15 @@ async fn load(addr: SocketAddr, path: &'static str, body: Bytes) -> Figures {
     }
 }
 
-/// Minimal hyper server: reads the whole body, answers `answer`.
+/// The baseline server of [`external::serve_fixed`], in this process.
 async fn baseline_server(answer: Bytes) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let answer = answer.clone();
-                    async move {
-                        let _ = req.into_body().collect().await;
-                        Ok::<_, Infallible>(
-                            Response::builder()
-                                .header("content-type", "application/json")
-                                .body(Full::new(answer))
-                                .expect("response"),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    tokio::spawn(external::serve_fixed(
+        listener,
+        hyper::StatusCode::OK,
+        answer,
+    ));
     addr
 }
 
