@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fake_ads::FakeAds;
-use fleet::{assignment, cluster, cluster_name};
+use fleet::{assignment, cluster_name};
 use process::{eventually, free_port, http_exchange, ChildGuard};
 use xds_gateway::xds::{Codec, ResourceType};
 
@@ -48,9 +48,7 @@ const REPLICAS: usize = 3;
 /// The EDS refresh_delay the replicas write into rewritten sources.
 const REFRESH: Duration = Duration::from_millis(200);
 const NODE: &str = "scale-out";
-const CDS: &str = ResourceType::Clusters.type_url();
 const EDS: &str = ResourceType::Endpoints.type_url();
-const LDS: &str = ResourceType::Listeners.type_url();
 /// The balancer's HTTP connection manager stat prefix.
 const BALANCER: &str = "balancer";
 
@@ -142,18 +140,7 @@ static_resources:
 impl Scale {
     async fn start(envoy_bin: &Path, dir: &Path) -> Scale {
         let codec = Codec::embedded();
-        let ads = FakeAds::start().await;
-        ads.set(LDS, "1", Vec::new());
-        ads.set(
-            CDS,
-            "1",
-            (0..CLUSTERS).map(|i| cluster(&codec, i)).collect(),
-        );
-        ads.set(
-            EDS,
-            "1",
-            (0..CLUSTERS).map(|i| assignment(&codec, i, 0)).collect(),
-        );
+        let ads = fleet::control_plane(&codec, CLUSTERS).await;
         let mut replicas = Vec::new();
         for i in 0..REPLICAS {
             let sub = dir.join(format!("replica-{i}"));

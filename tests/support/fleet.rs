@@ -31,6 +31,20 @@ pub fn cluster_name(i: usize) -> String {
     format!("svc_{i:04}")
 }
 
+/// The scripted control plane of a fleet: no listeners, `clusters` EDS
+/// clusters with `ads: {}` sources and one endpoint each, all at version 1.
+pub async fn control_plane(codec: &Codec, clusters: usize) -> FakeAds {
+    let ads = FakeAds::start().await;
+    ads.set(LDS, "1", Vec::new());
+    ads.set(CDS, "1", (0..clusters).map(|i| cluster(codec, i)).collect());
+    ads.set(
+        EDS,
+        "1",
+        (0..clusters).map(|i| assignment(codec, i, 0)).collect(),
+    );
+    ads
+}
+
 /// One fleet: the processes, their ports, and the upstream's state.
 pub struct Fleet {
     pub envoy: Envoy,
@@ -87,18 +101,7 @@ impl Fleet {
         debug_log: bool,
     ) -> Fleet {
         let codec = Codec::embedded();
-        let ads = FakeAds::start().await;
-        ads.set(LDS, "1", Vec::new());
-        ads.set(
-            CDS,
-            "1",
-            (0..clusters).map(|i| cluster(&codec, i)).collect(),
-        );
-        ads.set(
-            EDS,
-            "1",
-            (0..clusters).map(|i| assignment(&codec, i, 0)).collect(),
-        );
+        let ads = control_plane(&codec, clusters).await;
 
         let gateway = envoy::start_gateway(&ads.url(), refresh, &[], debug_log, dir).await;
         let (gateway_port, gateway_admin) = (gateway.port, gateway.admin);
