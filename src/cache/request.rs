@@ -22,7 +22,7 @@ use crate::xds::{DiscoveryRequestView, RequestError};
 const MEMO_BYTES: u64 = 64 * 1024 * 1024;
 
 /// What the gateway reads of one `DiscoveryRequest` body. Immutable.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ParsedRequest {
     body: Bytes,
     version_info: String,
@@ -64,6 +64,15 @@ impl ParsedRequest {
             identity,
             subscription,
         })
+    }
+
+    /// The same request presenting `version` instead (a watch, after each
+    /// body it was sent, or resuming from `Last-Event-ID`).
+    pub(crate) fn presenting(&self, version: &str) -> ParsedRequest {
+        ParsedRequest {
+            version_info: version.to_owned(),
+            ..self.clone()
+        }
     }
 
     /// The request body as received (its `node` is decoded from it once per session).

@@ -5,7 +5,8 @@
 //!
 //! Order of checks: query parameters, secrets gate, who is asking (401),
 //! content type, body (time, size, JSON), type_url vs path, names and node
-//! size, whether the caller may fetch this node (403), wait and
+//! size, whether the caller may fetch this node (403); a `?watch` is handed
+//! to `watch` from here (the same checks, then a stream); else wait and
 //! presentation; then the source is polled (it
 //! waits, bounded, for the upstream's first state) and answers 200 with the
 //! assembled body or 304, holding a 304 as a long poll when the client asked
@@ -28,6 +29,7 @@ use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::wait::requested_wait;
+use super::watch::{self, Watched};
 use super::Gateway;
 use crate::cache::{Answer, Names, ParsedRequest, Poll};
 use crate::config::{Config, RewritePolicy};
@@ -36,10 +38,10 @@ use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// Query parameters a POST accepts.
-const POST_PARAMS: &[&str] = &["wait", "pretty", "format"];
+const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch"];
 /// Query parameters a GET accepts.
 const GET_PARAMS: &[&str] = &[
-    "wait", "pretty", "format", "node", "cluster", "names", "version",
+    "wait", "pretty", "format", "node", "cluster", "names", "version", "watch",
 ];
 
 /// Response header set while the session's upstream stream is down: the
@@ -95,9 +97,9 @@ pub(super) async fn handle_get(
 }
 
 /// The poll itself: parse, authorize the node, ask the source, answer
-/// (holding a 304 as a long poll when asked to wait).
+/// (holding a 304 as a long poll when asked to wait), or open a watch.
 async fn serve(
-    gateway: &Gateway,
+    gateway: &Arc<Gateway>,
     kind: ResourceType,
     caller: &Caller,
     remote: Option<IpAddr>,
@@ -111,6 +113,16 @@ async fn serve(
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
+    if watch::requested(query)? {
+        let target = rest_target(config, request.user_agent_name(), headers);
+        let watched = Watched {
+            kind,
+            request: &request,
+            target,
+            remote,
+        };
+        return watch::open(gateway, watched, headers, query).await;
+    }
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
     let target = rest_target(config, request.user_agent_name(), headers);

@@ -47,7 +47,7 @@ impl Presentation {
             Some("yaml") => true,
             Some(other) => {
                 return Err(ApiError::BadRequest(format!(
-                    "format={other:?}: use json or yaml"
+                    "format={other:?}: use json or yaml (sse and ndjson go with ?watch)"
                 )))
             }
         };

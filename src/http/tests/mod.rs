@@ -5,6 +5,7 @@
 
 mod fuzz;
 mod poll;
+mod watch;
 
 use std::sync::Arc;
 
