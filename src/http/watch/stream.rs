@@ -189,6 +189,15 @@ impl Watch {
             }
             Answer::Body { json, version, .. } => {
                 self.request = self.request.presenting(version);
+                // A watcher holds what it is sent (there is no next poll to
+                // say so): observed as presenting it, it stands in step.
+                if let Some(polled) = self.polled.as_mut() {
+                    let again =
+                        polled.answer(&self.gateway.renderer, &self.request, self.target.as_ref());
+                    if again.is_ok() {
+                        self.standing = polled.standing();
+                    }
+                }
                 self.record(version, true);
                 self.gateway.metrics.watch_event(self.kind);
                 self.next_heartbeat = Instant::now() + self.heartbeat;
