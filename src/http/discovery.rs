@@ -28,6 +28,7 @@ use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
+use super::query::switch;
 use super::wait::requested_wait;
 use super::watch::{self, Watched};
 use super::Gateway;
@@ -38,10 +39,10 @@ use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// Query parameters a POST accepts.
-const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch"];
+const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch", "changes"];
 /// Query parameters a GET accepts.
 const GET_PARAMS: &[&str] = &[
-    "wait", "pretty", "format", "node", "cluster", "names", "version", "watch",
+    "wait", "pretty", "format", "node", "cluster", "names", "version", "watch", "changes",
 ];
 
 /// Response header set while the session's upstream stream is down: the
@@ -113,6 +114,7 @@ async fn serve(
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
+    let changes = switch(query, "changes")?;
     if watch::requested(query)? {
         let target = rest_target(config, request.user_agent_name(), headers);
         let watched = Watched {
@@ -120,6 +122,7 @@ async fn serve(
             request: &request,
             target,
             remote,
+            changes,
         };
         return watch::open(gateway, watched, headers, query).await;
     }
@@ -167,6 +170,28 @@ async fn serve(
         standing: polled.standing(),
         rewritten_for: target.map(|t| t.cluster_name.as_str()),
     });
+    if let Answer::Body {
+        json,
+        version,
+        cached,
+    } = answer
+    {
+        // Recalled before it is remembered: what the client held, not this.
+        let since = changes
+            .then(|| gateway.history.recall(request.version_info()))
+            .flatten();
+        let served = Arc::new(polled.served(&request, target));
+        let json = match changes {
+            true => served.changes(renderer, &version, since.as_deref())?,
+            false => json,
+        };
+        gateway.history.remember(&version, served);
+        answer = Answer::Body {
+            json,
+            version,
+            cached,
+        };
+    }
     let mut response = respond(gateway, kind, answer, presentation)?;
     if let Some(since) = polled.stale_since() {
         // The upstream is down: this is the last good state, kept serving.

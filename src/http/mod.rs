@@ -33,7 +33,7 @@ use axum::Extension;
 use axum::Router;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{ClientBook, ParsedRequests, Renderer};
+use crate::cache::{ClientBook, History, ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
@@ -65,6 +65,8 @@ pub(crate) struct Gateway {
     admin_address: Option<std::net::SocketAddr>,
     /// The REST clients seen recently and where each stands.
     clients: Arc<ClientBook>,
+    /// The answers served recently, for `?changes`.
+    history: History,
     /// Set at shutdown: no new long polls or watches, held ones answered,
     /// open watches ended.
     drain: Drain,
@@ -85,6 +87,7 @@ impl Gateway {
             admin_address: None,
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
+            history: History::default(),
             config,
             source,
             renderer,

@@ -23,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::discovery::STALE_HEADER;
 use super::error::ApiError;
+use super::query::switch;
 use super::Gateway;
 use crate::cache::ParsedRequest;
 use crate::xds::rewrite::RestTarget;
@@ -33,13 +34,7 @@ use stream::{Opening, Watch};
 /// Whether the query asks for a watch: `watch`, `watch=true` or `watch=1`
 /// (`watch=false` or `watch=0`: a plain poll).
 pub(super) fn requested(query: &HashMap<String, String>) -> Result<bool, ApiError> {
-    match query.get("watch").map(String::as_str) {
-        None | Some("false" | "0") => Ok(false),
-        Some("" | "true" | "1") => Ok(true),
-        Some(other) => Err(ApiError::BadRequest(format!(
-            "watch={other:?}: use ?watch (or watch=true) to open a stream"
-        ))),
-    }
+    switch(query, "watch")
 }
 
 /// A watch's request, checked and authorized, and where its answers point.
@@ -48,6 +43,8 @@ pub(super) struct Watched<'a> {
     pub(super) request: &'a ParsedRequest,
     pub(super) target: Option<RestTarget>,
     pub(super) remote: Option<IpAddr>,
+    /// `?changes`: events in changes form.
+    pub(super) changes: bool,
 }
 
 /// Opens a watch: the stream's response (its first event is the current
@@ -100,6 +97,7 @@ pub(super) async fn open(
         format,
         polled,
         slot,
+        changes: watched.changes,
     };
     let body = Watch::open(gateway.clone(), opening, &first).into_body();
     let mut response = (StatusCode::OK, body).into_response();

@@ -28,15 +28,17 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, ParsedRequest, Poll, Standing};
+use crate::cache::{Answer, ParsedRequest, Poll, Served, Standing};
 use crate::http::Gateway;
 use crate::metrics::OpenConnection;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
-use crate::xds::ResourceType;
+use crate::xds::{JsonError, ResourceType};
 
 /// SSE event name of a full state (a `DiscoveryResponse`).
 pub(super) const RESPONSE_EVENT: &str = "discovery_response";
+/// SSE event name of an answer in changes form (`?changes`).
+pub(super) const CHANGES_EVENT: &str = "changes";
 /// How long one wait for a change lasts before it is simply started again.
 const CHANGE_WAIT: Duration = Duration::from_secs(300);
 /// After a wait that ended early without a change (the source could not
@@ -65,6 +67,10 @@ pub(super) struct Watch {
     heartbeat: Duration,
     next_heartbeat: Instant,
     ended: bool,
+    /// `?changes`: events say what changed since the last one.
+    changes: bool,
+    /// The answer last sent (what the next changes are relative to).
+    last: Option<Arc<Served>>,
     _open: OpenConnection,
     _slot: OwnedSemaphorePermit,
 }
@@ -78,6 +84,7 @@ pub(super) struct Opening {
     pub(super) format: Format,
     pub(super) polled: Polled,
     pub(super) slot: OwnedSemaphorePermit,
+    pub(super) changes: bool,
 }
 
 impl Watch {
@@ -98,6 +105,8 @@ impl Watch {
             heartbeat,
             next_heartbeat: Instant::now() + heartbeat,
             ended: false,
+            changes: opening.changes,
+            last: None,
             _open: gateway.metrics.watch_opened(),
             _slot: opening.slot,
             gateway,
@@ -188,6 +197,14 @@ impl Watch {
                 None
             }
             Answer::Body { json, version, .. } => {
+                let frame = match self.body_frame(json, version) {
+                    Ok(frame) => frame,
+                    Err(err) => {
+                        warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering changes failed; stream ended");
+                        self.ended = true;
+                        return None;
+                    }
+                };
                 self.request = self.request.presenting(version);
                 // A watcher holds what it is sent (there is no next poll to
                 // say so): observed as presenting it, it stands in step.
@@ -201,9 +218,34 @@ impl Watch {
                 self.record(version, true);
                 self.gateway.metrics.watch_event(self.kind);
                 self.next_heartbeat = Instant::now() + self.heartbeat;
-                Some(self.format.event(RESPONSE_EVENT, version, json))
+                Some(frame)
             }
         }
+    }
+
+    /// The event for a body at `version` (in changes form with `?changes`:
+    /// relative to the last event, or for the first one to the version the
+    /// client presented, if the history still holds it), remembering what
+    /// was served.
+    fn body_frame(&mut self, json: &Bytes, version: &str) -> Result<Bytes, JsonError> {
+        let history = &self.gateway.history;
+        let Some(polled) = &self.polled else {
+            return Ok(self.format.event(RESPONSE_EVENT, version, json));
+        };
+        let served = Arc::new(polled.served(&self.request, self.target.as_ref()));
+        let frame = if self.changes {
+            let since = match &self.last {
+                Some(last) => Some(last.clone()),
+                None => history.recall(self.request.version_info()),
+            };
+            let changes = served.changes(&self.gateway.renderer, version, since.as_deref())?;
+            self.format.event(CHANGES_EVENT, version, &changes)
+        } else {
+            self.format.event(RESPONSE_EVENT, version, json)
+        };
+        history.remember(version, served.clone());
+        self.last = Some(served);
+        Ok(frame)
     }
 
     /// Shows the watcher in the client book (a heartbeat counts as a 304:
