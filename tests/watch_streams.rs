@@ -85,6 +85,7 @@ impl Frame {
         };
         data["versionInfo"]
             .as_str()
+            .or_else(|| data["systemVersionInfo"].as_str())
             .map(|v| upstream_part(v).to_owned())
     }
 }
@@ -202,7 +203,9 @@ fn parse(block: &str, sse: bool) -> Frame {
     for line in block.lines() {
         match line.split_once(": ") {
             Some(("id", value)) => id = Some(value.to_owned()),
-            Some(("event", name)) => assert_eq!(name, "discovery_response"),
+            Some(("event", name)) => {
+                assert!(name == "discovery_response" || name == "changes", "{name}")
+            }
             Some(("data", value)) => data = serde_json::from_str(value).expect("data is JSON"),
             _ => panic!("unexpected SSE line {line:?}"),
         }
@@ -476,6 +479,91 @@ async fn shutdown_ends_open_watches() {
         );
     })
     .await;
+}
+
+/// `?changes` against the control plane's own resources: each event lists
+/// exactly the resources added or modified (as protobuf's canonical JSON of
+/// what was pushed) and the names removed; a poll presenting an older
+/// version gets the changes since it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_list_exactly_what_the_upstream_added_modified_and_removed() {
+    with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        let c = |name: &str, seconds: u32| {
+            json!({"@type": CDS, "name": name, "type": "STATIC", "connect_timeout": format!("{seconds}s")})
+        };
+        let pushes = [
+            vec![c("a", 1), c("b", 1), c("c", 1)],
+            vec![c("a", 1), c("b", 2), c("d", 1)],
+            vec![c("b", 2), c("d", 3), c("e", 1)],
+            vec![c("b", 2), c("d", 3), c("e", 1)],
+            vec![c("f", 1)],
+        ];
+        let mut canonical = Vec::new();
+        canonical.push(cp.set(CDS, "v0", &pushes[0]).await);
+        let gw = gateway_of(cp, Config::default()).await;
+        let mut watch = Watcher::open(gw.rest_port, &format!("{WATCH}&changes"), &[SSE]).await;
+        let changes = |frame: Frame| match frame {
+            Frame::Event { data, .. } => data,
+            other => panic!("not an event: {other:?}"),
+        };
+        let first = changes(watch.event().await);
+        assert_eq!(first["fullState"], true);
+        assert_eq!(first["resources"].as_array().unwrap().len(), 3);
+        let v0 = first["systemVersionInfo"].as_str().unwrap().to_owned();
+        for (i, push) in pushes.iter().enumerate().skip(1) {
+            canonical.push(cp.set(CDS, &format!("v{i}"), push).await);
+            if pushes[i] == pushes[i - 1] {
+                continue; // the same resources: a 304 for a poll, no event for a watch
+            }
+            let got = changes(watch.event().await);
+            assert_eq!(got["fullState"], false, "{got}");
+            assert_eq!(upstream_part(got["systemVersionInfo"].as_str().unwrap()), format!("v{i}"));
+            let (changed, removed) = expected_changes(&canonical[i - 1], &canonical[i]);
+            let got_changed: Vec<(String, Value)> = got["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r["name"].as_str().unwrap().to_owned(), r["resource"].clone()))
+                .collect();
+            assert_eq!(got_changed, changed, "v{i}: added or modified");
+            assert_eq!(got["removedResources"], json!(removed), "v{i}: removed");
+        }
+        // A poll presenting v0 gets everything that changed since v0.
+        let (_, body) = http_get(
+            gw.rest_port,
+            &format!("/v3/discovery:clusters?node=watcher&changes&version={v0}"),
+        )
+        .await
+        .unwrap();
+        let since_v0: Value = serde_json::from_str(&body).unwrap();
+        let (changed, removed) = expected_changes(&canonical[0], canonical.last().unwrap());
+        assert_eq!(since_v0["resources"].as_array().unwrap().len(), changed.len(), "{since_v0}");
+        assert_eq!(since_v0["removedResources"], json!(removed));
+    })
+    .await;
+}
+
+/// What changed from `old` to `new` (protobuf's canonical JSON of each
+/// resource, as the control plane returned it): the (name, resource)
+/// added or modified, and the names removed, both in name order.
+fn expected_changes(old: &[Value], new: &[Value]) -> (Vec<(String, Value)>, Vec<String>) {
+    let by_name = |list: &[Value]| -> std::collections::BTreeMap<String, Value> {
+        list.iter()
+            .map(|r| (r["name"].as_str().unwrap().to_owned(), r.clone()))
+            .collect()
+    };
+    let (old, new) = (by_name(old), by_name(new));
+    let changed = new
+        .iter()
+        .filter(|(name, r)| old.get(*name) != Some(r))
+        .map(|(name, r)| (name.clone(), r.clone()))
+        .collect();
+    let removed = old
+        .keys()
+        .filter(|n| !new.contains_key(*n))
+        .cloned()
+        .collect();
+    (changed, removed)
 }
 
 /// sseclient-py (over requests) reads the stream: ids, event names and data
