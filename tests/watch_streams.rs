@@ -328,6 +328,37 @@ async fn heartbeats_arrive_while_nothing_changes() {
     .await;
 }
 
+/// A watch is a request in flight for as long as it streams: the idle
+/// connection bound (--keep-alive-timeout, then --header-read-timeout to
+/// finish) does not close it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_outlives_the_keep_alive_timeout() {
+    with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        push(cp, 0).await;
+        let config = Config {
+            keep_alive_timeout: Duration::from_millis(500),
+            header_read_timeout: Duration::from_millis(500),
+            watch_heartbeat: Duration::from_millis(200),
+            ..Config::default()
+        };
+        let gw = gateway_of(cp, config).await;
+        let mut watch = Watcher::open(gw.rest_port, WATCH, &[SSE]).await;
+        watch.event().await;
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(3) {
+            let frame = watch.frame_within(EVENT_WAIT).await;
+            assert!(
+                matches!(&frame, Some(Frame::Comment(c)) if c == "heartbeat"),
+                "after {:?}: {frame:?} (the connection was closed as idle)",
+                started.elapsed()
+            );
+        }
+        push(cp, 1).await;
+        assert_eq!(watch.event().await.version().as_deref(), Some("v1"));
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watch_limit_answers_a_json_503() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {

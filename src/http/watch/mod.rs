@@ -26,6 +26,7 @@ use super::error::ApiError;
 use super::query::switch;
 use super::Gateway;
 use crate::cache::ParsedRequest;
+use crate::serve::Streaming;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 pub(crate) use frame::Format;
@@ -101,6 +102,8 @@ pub(super) async fn open(
     };
     let body = Watch::open(gateway.clone(), opening, &first).into_body();
     let mut response = (StatusCode::OK, body).into_response();
+    // The connection must not be closed as idle while the stream is open.
+    response.extensions_mut().insert(Streaming);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
