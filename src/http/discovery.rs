@@ -11,7 +11,9 @@
 //! waits, bounded, for the upstream's first state) and answers 200 with the
 //! assembled body or 304, holding a 304 as a long poll when the client asked
 //! to wait (not while the gateway drains: then a new long poll is a 503 and
-//! a held one is answered at once). Nothing here mutates a state except through its body memo, so a
+//! a held one is answered at once). With `?changes` a body is given in
+//! changes form (`cache::Served::changes`, against the history of answers
+//! served); every body served is remembered there. Nothing here mutates a state except through its body memo, so a
 //! bad request cannot poison what others are served.
 
 use std::collections::HashMap;

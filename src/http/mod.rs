@@ -3,7 +3,8 @@
 //! Endpoints:
 //! - `POST /v3/discovery:{listeners,routes,scoped-routes,clusters,endpoints,secrets,runtime,extension_configs}`
 //!   (`?wait=DURATION` long-polls a current version; `?pretty`, `?format=yaml`;
-//!   `?watch` streams every new version as Server-Sent Events or NDJSON)
+//!   `?watch` streams every new version as Server-Sent Events or NDJSON;
+//!   `?changes` answers what changed since the version presented)
 //! - `GET` on the same paths with `?node=&cluster=&names=a,b&version=` (and `If-None-Match`)
 //! - `POST /v3/discovery:health_check` (HDS) and `/v3/discovery:client_status`
 //!   (CSDS): passed through to the upstream's unary RPCs, JSON both ways
@@ -221,7 +222,7 @@ async fn index(headers: HeaderMap) -> String {
     let mut out = String::from(
         "xds-gateway: Envoy REST xDS (JSON). POST a DiscoveryRequest, or GET with ?node=&cluster=&names=a,b&version=;\n\
          add ?pretty or ?format=yaml to read, ?wait=25s to long-poll, ?watch to stream every new version\n\
-         (NDJSON, or Server-Sent Events with Accept: text/event-stream).\n\n",
+         (NDJSON, or Server-Sent Events with Accept: text/event-stream), ?changes for what changed since ?version=.\n\n",
     );
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         let path = endpoint.path();
