@@ -11,11 +11,12 @@
 //! ```
 //!
 //! What a presented version stood for is looked up in [`History`]: the
-//! answers served recently (every body served records one), bounded by
-//! count. A version it no longer holds (or never served, or served to other
-//! names or another rewrite target) cannot be diffed against: the answer is
-//! then the whole state with `"fullState": true` (drop what you hold that is
-//! not listed), which is also what an empty version gets.
+//! answers served recently (every body served records one), bounded by the
+//! resources they hold (an old answer keeps its state's resources alive).
+//! A version it no longer holds (or never served, or served to other names
+//! or another rewrite target) cannot be diffed against: the answer is then
+//! the whole state with `"fullState": true` (drop what you hold that is not
+//! listed), which is also what an empty version gets.
 
 use std::sync::Arc;
 
@@ -27,8 +28,9 @@ use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
 
-/// Answers remembered at most (each holds an `Arc` of its state and its names).
-const HISTORY_ENTRIES: u64 = 4_096;
+/// Resources (summed over the states) the remembered answers may hold: a
+/// remembered answer keeps its state, and so its resources, alive.
+const HISTORY_RESOURCES: u64 = 250_000;
 /// Hex digits of a resource's content digest given as its `version`.
 const RESOURCE_VERSION_HEX: usize = 16;
 
@@ -125,15 +127,24 @@ pub(crate) struct History(Cache<String, Arc<Served>>);
 
 impl Default for History {
     fn default() -> History {
-        History(Cache::builder().max_capacity(HISTORY_ENTRIES).build())
+        History(
+            Cache::builder()
+                .max_capacity(HISTORY_RESOURCES)
+                .weigher(|_, served: &Arc<Served>| {
+                    let held = served.state.resources.len().saturating_add(1);
+                    u32::try_from(held).unwrap_or(u32::MAX)
+                })
+                .build(),
+        )
     }
 }
 
 impl History {
-    /// Remembers that `version` was served as `served`.
-    pub(crate) fn remember(&self, version: &str, served: Arc<Served>) {
+    /// Remembers that `version` was served as `served()` (made only when
+    /// `version` is not remembered yet: a body served again costs a lookup).
+    pub(crate) fn remember(&self, version: &str, served: impl FnOnce() -> Arc<Served>) {
         if !self.0.contains_key(version) {
-            self.0.insert(version.to_owned(), served);
+            self.0.insert(version.to_owned(), served());
         }
     }
 
@@ -235,7 +246,7 @@ mod tests {
         let renderer = Renderer::new(Codec::embedded());
         let history = History::default();
         let s = state(&renderer, "1", &[("a", "1s")]);
-        history.remember("1~x", Arc::new(Served::new(s, &Names::Wildcard, None)));
+        history.remember("1~x", || Arc::new(Served::new(s, &Names::Wildcard, None)));
         assert!(history.recall("1~x").is_some());
         assert!(history.recall("").is_none());
         assert!(history.recall("0~y").is_none());

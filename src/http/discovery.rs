@@ -182,9 +182,9 @@ async fn serve(
         let since = changes
             .then(|| gateway.history.recall(request.version_info()))
             .flatten();
-        let served = Arc::new(polled.served(&request, target));
+        let served = || Arc::new(polled.served(&request, target));
         let json = match changes {
-            true => served.changes(renderer, &version, since.as_deref())?,
+            true => served().changes(renderer, &version, since.as_deref())?,
             false => json,
         };
         gateway.history.remember(&version, served);

@@ -243,7 +243,7 @@ impl Watch {
         } else {
             self.format.event(RESPONSE_EVENT, version, json)
         };
-        history.remember(version, served.clone());
+        history.remember(version, || served.clone());
         self.last = Some(served);
         Ok(frame)
     }
