@@ -163,12 +163,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 mod tests {
     use super::*;
 
-    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::http::query::query_of as q;
 
     #[test]
     fn watch_is_asked_for_explicitly() {
