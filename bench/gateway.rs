@@ -2,15 +2,29 @@
 //! Envoy 1.40 request body, against a minimal hyper server that reads the same
 //! body and returns the same bytes, measured in the same run.
 //!
-//! Cases: CDS of 1,000 clusters (wildcard) and EDS of one cluster (named).
-//! Then fan-in: many pollers of one node identity while the upstream changes
-//! once a second: client polls per second against upstream messages.
+//! 1. **External** (the result): `wrk` (one thread, 16 keep-alive
+//!    connections) against the gateway binary and against the baseline
+//!    server, each its own process on 2 worker threads, alternating, for
+//!    several rounds; medians and spread. Cases: CDS of 1,000 clusters
+//!    (wildcard) and EDS of one cluster (named), each answered 200 (empty
+//!    version presented) and 304 (the current version presented).
+//! 2. **In process** (quick iterations): the same two 200 cases with a hyper
+//!    client in this process; it reads higher than the external figure,
+//!    because client and server share the allocator and scheduler.
+//! 3. **Fan-in**: many pollers of one node identity while the upstream
+//!    changes once a second: client polls per second against upstream
+//!    messages.
 //!
-//! Run: `cargo bench --bench gateway` (about a minute). Loopback only; every
-//! loop is bounded in time.
+//! Run: `cargo bench --bench gateway` (about 4 minutes; needs `wrk`:
+//! `apt-get install wrk`). `GATEWAY_BENCH=external|inprocess|fanin` runs one
+//! part; `GATEWAY_ROUNDS` (5) and `GATEWAY_SECONDS` (5) shape the external
+//! part. Loopback only; every loop is bounded in time.
 
 #[path = "../tests/support/fake_ads.rs"]
 mod fake_ads;
+
+mod external;
+mod gateway_process;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -203,55 +217,216 @@ fn row(case: &str, gw: &Figures, base: &Figures) {
     );
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    if external::raw_server_main() {
+        return;
+    }
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(bench());
+}
+
+/// Which parts run (`GATEWAY_BENCH`; all by default).
+fn part(name: &str) -> bool {
+    std::env::var("GATEWAY_BENCH").map_or(true, |p| p == name)
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `versionInfo` of a JSON answer.
+fn version_of(answer: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(answer).expect("JSON answer");
+    v["versionInfo"].as_str().expect("versionInfo").to_owned()
+}
+
+/// `body` presenting `version`.
+fn presenting(body: &Bytes, version: &str) -> Bytes {
+    let mut v: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
+    v["version_info"] = version.into();
+    Bytes::from(serde_json::to_vec(&v).expect("serialise"))
+}
+
+/// One external case: what is posted where, and what the baseline answers.
+struct Case {
+    name: &'static str,
+    path: &'static str,
+    body: Bytes,
+    status: u16,
+    answer: Bytes,
+}
+
+/// Runs every case against the gateway process at `gateway` and against a
+/// baseline process of its own, alternating, and prints medians.
+fn external_part(gateway: u16, gateway_pid: u32, cases: &[Case]) {
+    let rounds = env_number("GATEWAY_ROUNDS", 5).max(1);
+    let seconds = env_number("GATEWAY_SECONDS", 5).max(1);
+    let dir = tempfile::tempdir().expect("temp dir");
+    println!(
+        "\n## External: wrk -t1 -c16, {rounds} rounds of {seconds}s per server, medians (min-max)\n"
+    );
+    println!("| case | gateway req/s | p50 / p99 ms | gateway CPU per request | baseline req/s | p50 / p99 ms | gateway/baseline |");
+    println!("|---|---|---|---|---|---|---|");
+    for (i, case) in cases.iter().enumerate() {
+        let port = gateway_process::free_port();
+        let _baseline = external::start_raw_server(dir.path(), port, case.status, &case.answer);
+        gateway_process::wait_listening(port);
+        let script = external::script(dir.path(), &format!("case-{i}"), &case.body);
+        let gateway_url = format!("http://127.0.0.1:{gateway}{}", case.path);
+        let baseline_url = format!("http://127.0.0.1:{port}{}", case.path);
+        let (mut gw, mut base, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+        let mut gateway_run = || {
+            let before = gateway_process::cpu_time(gateway_pid);
+            let run = external::wrk(&script, &gateway_url, seconds);
+            let used = gateway_process::cpu_time(gateway_pid).saturating_sub(before);
+            cpu.push(used.as_secs_f64() * 1e6 / (run.rps * seconds as f64).max(1.0));
+            run
+        };
+        for round in 0..rounds {
+            // Alternate who goes first, so drift in the machine's load
+            // does not favour one side.
+            if round % 2 == 0 {
+                base.push(external::wrk(&script, &baseline_url, seconds));
+                gw.push(gateway_run());
+            } else {
+                gw.push(gateway_run());
+                base.push(external::wrk(&script, &baseline_url, seconds));
+            }
+        }
+        let summary = |runs: &[external::Run]| {
+            let mut rps: Vec<f64> = runs.iter().map(|r| r.rps).collect();
+            let mut p50: Vec<f64> = runs.iter().map(|r| r.p50.as_secs_f64() * 1e3).collect();
+            let mut p99: Vec<f64> = runs.iter().map(|r| r.p99.as_secs_f64() * 1e3).collect();
+            let median = external::median(&mut rps);
+            (
+                median,
+                format!("{median:.0} ({:.0}-{:.0})", rps[0], rps[rps.len() - 1]),
+                format!(
+                    "{:.2} / {:.2}",
+                    external::median(&mut p50),
+                    external::median(&mut p99)
+                ),
+            )
+        };
+        let (gw_median, gw_rps, gw_lat) = summary(&gw);
+        let (base_median, base_rps, base_lat) = summary(&base);
+        println!(
+            "| {} | {gw_rps} | {gw_lat} | {:.0} µs | {base_rps} | {base_lat} | {:.2} |",
+            case.name,
+            external::median(&mut cpu),
+            gw_median / base_median
+        );
+    }
+}
+
+async fn bench() {
     let codec = Codec::embedded();
     let upstream = fake_ads::FakeAds::start().await;
     upstream.set(CDS, "c1", clusters(&codec, 1000));
     upstream.set(EDS, "e1", endpoints(&codec, 1));
-    let (gateway, admin) = start_gateway(upstream.url()).await;
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
-
     let cds_body = request_body(CDS, &[]);
     let eds_body = request_body(EDS, &["cluster-0"]);
     println!("request body: {} bytes (Envoy 1.40 node)", cds_body.len());
-    let (status, cds_answer) =
-        post(&client, gateway, "/v3/discovery:clusters", cds_body.clone()).await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&cds_answer));
-    let (status, eds_answer) = post(
-        &client,
-        gateway,
-        "/v3/discovery:endpoints",
-        eds_body.clone(),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&eds_answer));
-    println!(
-        "CDS response: {} bytes; EDS response: {} bytes",
-        cds_answer.len(),
-        eds_answer.len()
-    );
 
-    println!("\n| case | gateway req/s | p50 ms | p99 ms | baseline req/s | p50 ms | p99 ms | gateway/baseline |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for (case, path, body, answer) in [
-        (
-            "CDS 1,000 clusters",
-            "/v3/discovery:clusters",
-            cds_body.clone(),
-            cds_answer,
-        ),
-        (
-            "EDS 1 cluster",
+    if part("external") {
+        let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let gateway_child =
+            gateway_process::start_gateway(&upstream.url(), port, admin, log.path());
+        gateway_process::wait_listening(port);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let (status, cds) = post(&client, addr, "/v3/discovery:clusters", cds_body.clone()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&cds));
+        let (status, eds) = post(&client, addr, "/v3/discovery:endpoints", eds_body.clone()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&eds));
+        println!(
+            "CDS response: {} bytes; EDS response: {} bytes",
+            cds.len(),
+            eds.len()
+        );
+        let cases = [
+            Case {
+                name: "CDS 1,000 clusters, 200",
+                path: "/v3/discovery:clusters",
+                body: cds_body.clone(),
+                status: 200,
+                answer: cds.clone(),
+            },
+            Case {
+                name: "CDS 1,000 clusters, 304",
+                path: "/v3/discovery:clusters",
+                body: presenting(&cds_body, &version_of(&cds)),
+                status: 304,
+                answer: Bytes::new(),
+            },
+            Case {
+                name: "EDS 1 cluster, 200",
+                path: "/v3/discovery:endpoints",
+                body: eds_body.clone(),
+                status: 200,
+                answer: eds.clone(),
+            },
+            Case {
+                name: "EDS 1 cluster, 304",
+                path: "/v3/discovery:endpoints",
+                body: presenting(&eds_body, &version_of(&eds)),
+                status: 304,
+                answer: Bytes::new(),
+            },
+        ];
+        // The 304 cases must really be 304s.
+        for case in cases.iter().filter(|c| c.status == 304) {
+            let (status, _) = post(&client, addr, case.path, case.body.clone()).await;
+            assert_eq!(status, 304, "{}", case.name);
+        }
+        let pid = gateway_child.0.id();
+        tokio::task::block_in_place(|| external_part(port, pid, &cases));
+        drop(gateway_child);
+    }
+
+    let (gateway, admin) = start_gateway(upstream.url()).await;
+    if part("inprocess") {
+        let (status, cds_answer) =
+            post(&client, gateway, "/v3/discovery:clusters", cds_body.clone()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&cds_answer));
+        let (status, eds_answer) = post(
+            &client,
+            gateway,
             "/v3/discovery:endpoints",
             eds_body.clone(),
-            eds_answer,
-        ),
-    ] {
-        let base_addr = baseline_server(answer).await;
-        let base = load(base_addr, path, body.clone()).await;
-        let gw = load(gateway, path, body).await;
-        row(case, &gw, &base);
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&eds_answer));
+        println!("\n## In process (hyper client in the bench process), {RUN:?} each\n");
+        println!("| case | gateway req/s | p50 ms | p99 ms | baseline req/s | p50 ms | p99 ms | gateway/baseline |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for (case, path, body, answer) in [
+            (
+                "CDS 1,000 clusters",
+                "/v3/discovery:clusters",
+                cds_body.clone(),
+                cds_answer,
+            ),
+            (
+                "EDS 1 cluster",
+                "/v3/discovery:endpoints",
+                eds_body.clone(),
+                eds_answer,
+            ),
+        ] {
+            let base_addr = baseline_server(answer).await;
+            let base = load(base_addr, path, body.clone()).await;
+            let gw = load(gateway, path, body).await;
+            row(case, &gw, &base);
+        }
+    }
+    if !part("fanin") {
+        return;
     }
 
     // Fan-in: 1,000 pollers of one identity (the same node), EDS, while the

@@ -68,7 +68,12 @@ pub async fn run(
     let tls = config
         .tls
         .clone()
-        .map(|files| ServerTls::start(files, metrics.clone()))
+        .map(|files| ServerTls::start("tls", files, metrics.clone()))
+        .transpose()?;
+    let admin_tls = config
+        .admin_tls
+        .clone()
+        .map(|files| ServerTls::start("admin-tls", files, metrics.clone()))
         .transpose()?;
     let auth = config
         .auth_policy
@@ -107,7 +112,7 @@ pub async fn run(
             drain_timeout: ADMIN_DRAIN,
             max_streams_per_connection: ADMIN_MAX_STREAMS,
         },
-        tls: None,
+        tls: admin_tls,
     };
     let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
     let source = build_source(&config, &renderer, &metrics)?;

@@ -14,7 +14,8 @@
 //!   SotW or delta ADS stream or by the snapshot, unary fetch, or auto (probe, then one of those).
 //! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams) and
 //!   the one error table.
-//! - `admin`: `/healthz`, `/readyz`, `/metrics` on a separate listener.
+//! - `admin`: `/healthz`, `/readyz`, `/metrics`, the debug views, CSDS and the status page
+//!   on a separate listener.
 //! - `auth`: the authorization policy (principals, their credentials, the
 //!   nodes and types they may fetch); decisions only, no HTTP.
 //! - `metrics`: every metric name.

@@ -7,6 +7,13 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use xds_gateway::config::{Config, LogFormat, Settings};
 
+/// mimalloc, not glibc's malloc: a SotW update allocates and frees every
+/// resource of every session it reaches, and glibc's malloc spent about a
+/// third of the gateway's CPU on it (`malloc_consolidate`, `unlink_chunk`;
+/// bench/RESULTS.md, "Issue 13").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -70,6 +70,7 @@ pub struct Metrics {
     nacks: Family<TypeLabel, Counter>,
     suspected_rejections: Family<TypeLabel, Counter>,
     invalid_resources: Family<TypeLabel, Counter>,
+    ttl_expired: Family<TypeLabel, Counter>,
     request_seconds: Family<TypeLabel, Histogram>,
     connections_open: Family<ListenerLabel, Gauge>,
     connections_refused: Family<ListenerLabel, Counter>,
@@ -99,6 +100,7 @@ impl Metrics {
         let nacks = Family::<TypeLabel, Counter>::default();
         let suspected_rejections = Family::<TypeLabel, Counter>::default();
         let invalid_resources = Family::<TypeLabel, Counter>::default();
+        let ttl_expired = Family::<TypeLabel, Counter>::default();
         let request_seconds = Family::<TypeLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.5, 14))
         });
@@ -160,6 +162,11 @@ impl Metrics {
             invalid_resources.clone(),
         );
         registry.register(
+            "ttl_expired_resources",
+            "Resources no longer served because their upstream TTL ran out without a refresh",
+            ttl_expired.clone(),
+        );
+        registry.register(
             "request_duration_seconds",
             "REST request latency",
             request_seconds.clone(),
@@ -207,6 +214,7 @@ impl Metrics {
             nacks,
             suspected_rejections,
             invalid_resources,
+            ttl_expired,
             request_seconds,
         }
     }
@@ -298,6 +306,13 @@ impl Metrics {
         self.invalid_resources
             .get_or_create(&Self::label(kind))
             .inc();
+    }
+
+    /// `count` resources of `kind` expired (their TTL ran out).
+    pub fn ttl_expired(&self, kind: ResourceType, count: usize) {
+        self.ttl_expired
+            .get_or_create(&Self::label(kind))
+            .inc_by(count as u64);
     }
 
     /// Counts a connection of `listener` as open until the guard drops.

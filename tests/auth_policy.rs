@@ -3,9 +3,13 @@
 //! fetch which node's config over POST, GET, long polls and watches; 401 without or
 //! with a wrong credential, 403 naming the principal and the node (and
 //! nothing configured); a refused node never gets a session; secrets only
-//! where a rule names them; the pass-through; admin tokens; and the policy
+//! where a rule names them; the pass-through; admin tokens (as a bearer
+//! token, or as the Basic password a browser signing into the status page
+//! sends: checked with headless chromium); and the policy
 //! reloaded when its file changes. Client certificates are in `tls.rs`.
 
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/gateway.rs"]
 mod gateway;
 #[path = "support/inproc.rs"]
@@ -72,7 +76,15 @@ async fn start(dir: &Path, allow_secrets: bool) -> InProcess {
 
 async fn get(port: u16, path: &str, token: Option<&str>) -> Reply {
     let auth = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    get_authorized(port, path, auth.as_deref()).await
+}
+
+/// `GET path` with this `Authorization` value, if any.
+async fn get_authorized(port: u16, path: &str, authorization: Option<&str>) -> Reply {
+    let headers: Vec<(&str, &str)> = authorization
+        .iter()
+        .map(|a| ("authorization", *a))
+        .collect();
     http_request(
         port,
         http::Method::GET,
@@ -277,6 +289,79 @@ async fn admin_details_need_an_admin_token_but_health_does_not() {
     assert_eq!(bare.json(), serde_json::json!({"ready": true}));
     let full = get(admin, "/readyz", Some(ADMIN)).await;
     assert!(full.json()["source"].is_string(), "{}", full.text());
+    gw.stop().await;
+}
+
+/// A browser cannot send a bearer header: the status page answers a Basic
+/// challenge, and the admin token typed as the password (any user name)
+/// opens it and the JSON views it links to. A wrong password does not.
+#[tokio::test]
+async fn the_status_page_takes_the_admin_token_as_a_basic_password() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path(), false).await;
+    let admin = gw.admin_port;
+    let basic = |user: &str, password: &str| {
+        let pair = format!("{user}:{password}");
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    };
+    let with = |authorization: Option<String>, path: &'static str| async move {
+        get_authorized(admin, path, authorization.as_deref()).await
+    };
+    let page = with(None, "/").await;
+    assert_eq!(page.status, 401, "{}", page.text());
+    assert_eq!(
+        page.header("www-authenticate"),
+        Some("Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\""),
+    );
+    assert!(page.text().contains("admin token"), "{}", page.text());
+    for wrong in [
+        basic("admin", EDGE),
+        basic(ADMIN, "x"),
+        format!("Bearer {EDGE}"),
+    ] {
+        assert_eq!(with(Some(wrong.clone()), "/").await.status, 401, "{wrong}");
+    }
+    for authorization in [
+        basic("anyone", ADMIN),
+        basic("", ADMIN),
+        format!("Bearer {ADMIN}"),
+    ] {
+        let page = with(Some(authorization.clone()), "/").await;
+        assert_eq!(page.status, 200, "{authorization}: {}", page.text());
+        assert!(
+            page.header("content-type")
+                .is_some_and(|t| t.starts_with("text/html")),
+            "{:?}",
+            page.header("content-type")
+        );
+        assert!(page.text().contains("<title>xds-gateway status</title>"));
+    }
+    let clients = with(Some(basic("me", ADMIN)), "/debug/clients").await;
+    assert_eq!(clients.status, 200, "{}", clients.text());
+
+    // A real browser signing in (the credentials in the URL stand for what
+    // a person types at its prompt): the page, not the 401.
+    let test = "the_status_page_takes_the_admin_token_as_a_basic_password";
+    let shot = dir.path().join("page.png");
+    let profile = dir.path().join("chromium-profile");
+    let url = format!("http://anyone:{ADMIN}@127.0.0.1:{admin}/?refresh=0");
+    let dom = browser::load(test, &url, &shot, &profile).await;
+    assert!(
+        dom.contains("id=\"readiness\" class=\"ok\">ready<"),
+        "{test}: chromium signed in with the admin token did not get the page:\n{dom}"
+    );
+    // A wrong one (a fresh profile: nothing remembered) gets no page; a
+    // headless browser, with no one to type at the prompt, shows nothing.
+    let url = format!("http://anyone:wrong@127.0.0.1:{admin}/");
+    let dom = browser::load(test, &url, &shot, &dir.path().join("profile-2")).await;
+    assert!(
+        !dom.contains("readiness"),
+        "{test}: a wrong password got past the page's guard:\n{dom}"
+    );
     gw.stop().await;
 }
 

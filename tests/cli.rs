@@ -148,6 +148,16 @@ const SETTINGS: &[Setting] = &[
     setting("--tls-key", "XDS_GATEWAY_TLS_KEY", "tls-key"),
     setting("--client-ca", "XDS_GATEWAY_CLIENT_CA", "client-ca"),
     setting("--client-auth", "XDS_GATEWAY_CLIENT_AUTH", "client-auth"),
+    setting(
+        "--admin-tls-cert",
+        "XDS_GATEWAY_ADMIN_TLS_CERT",
+        "admin-tls-cert",
+    ),
+    setting(
+        "--admin-tls-key",
+        "XDS_GATEWAY_ADMIN_TLS_KEY",
+        "admin-tls-key",
+    ),
     setting("--auth-policy", "XDS_GATEWAY_AUTH_POLICY", "auth-policy"),
     setting(
         "--allow-insecure-listen",
@@ -789,6 +799,8 @@ const NO_DEFAULT: &[&str] = &[
     "tls-key",
     "client-ca",
     "client-auth",
+    "admin-tls-cert",
+    "admin-tls-key",
     "auth-policy",
     "upstream-ca",
     "upstream-cert",

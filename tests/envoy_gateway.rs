@@ -25,6 +25,11 @@
 //!    listeners at least 1 on its admin `/metrics`, and none for the other
 //!    types), and the old listener still routes.
 //!
+//!    The admin listener's answers then match `openapi/admin.yaml`, and its
+//!    status page, loaded in headless chromium, shows the node, its
+//!    versions and the suspected rejection (screenshot kept in
+//!    `target/tmp/artifacts/`).
+//!
 //! A second test checks that EDS
 //! clusters catching up after a version bump are not taken for a rejection.
 //!
@@ -35,6 +40,10 @@
 //! config sources; that module also starts Envoy and the gateway and reads
 //! Envoy's `/stats`.
 
+#[path = "support/admin_views.rs"]
+mod admin_views;
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/envoy.rs"]
 mod envoy;
 #[path = "support/fake_ads.rs"]
@@ -306,6 +315,8 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
         .as_array()
         .is_some_and(|r| !r.is_empty()));
     check_csds(h.gateway_admin).await;
+    check_admin_answers(h.gateway_admin).await;
+    check_status_page(h.gateway_admin, &dir, &client).await;
     for (path, status) in [
         ("/debug/config".to_owned(), 400),
         ("/debug/config?node=nobody".to_owned(), 404),
@@ -514,6 +525,93 @@ async fn check_csds(gateway_admin: u16) {
     }
 }
 
+/// Every admin view, answered while this test's Envoy polls (one update
+/// rejected), matches `openapi/admin.yaml`: the page and the JSON views, and
+/// the documented errors.
+async fn check_admin_answers(gateway_admin: u16) {
+    let answers = admin_views::check_against_openapi(
+        TEST,
+        gateway_admin,
+        &[
+            "/",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/debug/sessions",
+            "/debug/clients?pretty",
+            &format!("/debug/config?node={NODE_ID}"),
+            &format!("/debug/config?node={NODE_ID}&type=listeners&pretty"),
+            "/debug/config",
+            "/debug/config?node=nobody",
+            "/debug/client_status",
+            &format!("/debug/client_status?node={NODE_ID}&pretty"),
+            "/debug/client_status?nope=1",
+        ],
+        &[],
+    )
+    .await;
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 200, 200, 200, 400, 404, 200, 200, 400],
+        "{answers:?}"
+    );
+}
+
+/// The admin status page in a real browser (headless chromium): the
+/// gateway ready, this Envoy's session and its listeners a suspected
+/// rejection with the versions `client` (its `/debug/clients` entry) has,
+/// and a config link that works. The screenshot stays in
+/// `target/tmp/artifacts/`.
+async fn check_status_page(gateway_admin: u16, dir: &Path, client: &Value) {
+    let screenshot = browser::artifact("envoy_gateway-status-page.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let url = format!("http://127.0.0.1:{gateway_admin}/");
+    let dom = browser::load(TEST, &url, &screenshot, &dir.join("chromium-profile")).await;
+    let detail = &client["types"]["listeners"]["detail"][0];
+    let (presented, current) = (
+        detail["presented"].as_str().unwrap_or_default(),
+        detail["current"].as_str().unwrap_or_default(),
+    );
+    assert!(
+        presented.starts_with("1~") && current.starts_with("2~"),
+        "{client}"
+    );
+    for expected in [
+        "<title>xds-gateway status</title>".to_owned(),
+        "id=\"readiness\" class=\"ok\">ready<".to_owned(),
+        format!("<tr class=\"session\" data-node=\"{NODE_ID}\">"),
+        format!("<tr class=\"client\" data-node=\"{NODE_ID}\" data-type=\"listeners\">"),
+        "data-state=\"suspected rejection\"".to_owned(),
+        format!("presents <code>{presented}</code>, served <code>{current}</code>"),
+        "it rejected the newer one".to_owned(),
+        format!("Node <code>{NODE_ID}</code> (127.0.0.1): suspected rejection of listeners"),
+        "<meta http-equiv=\"refresh\" content=\"5\">".to_owned(),
+    ] {
+        assert!(
+            dom.contains(&expected),
+            "{TEST}: the status page lacks {expected:?}; chromium's DOM:\n{dom}"
+        );
+    }
+    // Its clusters are in step: no suspected rejection of them.
+    assert!(!dom.contains("suspected rejection of clusters"), "{dom}");
+    // The page's link to this node's listeners answers that config.
+    let href = format!("/debug/config?node={NODE_ID}&amp;type=listeners&amp;pretty");
+    assert!(dom.contains(&format!("href=\"{href}\"")), "{dom}");
+    let (status, body) = http_get(gateway_admin, &href.replace("&amp;", "&"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("listener_bad"), "{body}");
+    let png = std::fs::read(&screenshot)
+        .unwrap_or_else(|e| panic!("{TEST}: no screenshot {}: {e}", screenshot.display()));
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{TEST}: not a screenshot of a page"
+    );
+    eprintln!("{TEST}: status page screenshot: {}", screenshot.display());
+}
+
 /// This test's Envoy as the gateway's `/debug/clients` shows it.
 async fn envoy_in_client_view(gateway_admin: u16) -> Value {
     let (status, body) = http_get(gateway_admin, "/debug/clients?pretty")
@@ -677,6 +775,30 @@ async fn run_first_rejection(envoy_bin: PathBuf, dir: PathBuf) {
             .as_str()
             .is_some_and(|w| w.contains("rejected its first config")),
         "{client}"
+    );
+    // The views with a NACK sent upstream still match their schemas, and
+    // the session shows it.
+    let answers = admin_views::check_against_openapi(
+        "a_rejected_first_version_is_seen_and_nacked",
+        h.gateway_admin,
+        &[
+            "/debug/sessions",
+            "/debug/clients",
+            "/debug/client_status",
+            "/",
+        ],
+        &[],
+    )
+    .await;
+    let sessions: Value = serde_json::from_str(&answers[0].1).unwrap_or_default();
+    assert_eq!(
+        sessions["sessions"][0]["types"]["listeners"]["last_reply"]["kind"], "NACK",
+        "{sessions}"
+    );
+    assert!(
+        answers[3].1.contains("NACK of listeners"),
+        "{}",
+        answers[3].1
     );
 }
 

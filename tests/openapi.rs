@@ -1,7 +1,12 @@
-//! The OpenAPI document (`openapi/xds-gateway.yaml`) checked by real tools:
+//! The OpenAPI documents (`openapi/xds-gateway.yaml` for the REST listener,
+//! `openapi/admin.yaml` for the admin listener) checked by real tools:
 //!
-//! - `openapi-spec-validator` must find it valid OpenAPI 3 (and must refuse
+//! - `openapi-spec-validator` must find both valid OpenAPI 3 (and must refuse
 //!   a broken copy, so a validator that checks nothing cannot pass);
+//! - the admin listener's answers (the gateway in process on the embedded
+//!   snapshot, after clients in step and not polled it) must match the
+//!   admin document's schemas (`support/admin_schema.py`); with a real
+//!   Envoy and an upstream they are checked again in `envoy_gateway.rs`;
 //! - `schemathesis` runs its positive and negative cases, every check, with
 //!   a fixed seed and a bounded number of examples per operation, against
 //!   the gateway run in process on a loopback port (the embedded snapshot,
@@ -16,6 +21,8 @@
 //! `XDS_SCHEMATHESIS_EXAMPLES` raises the number of examples per operation
 //! for a longer run (default [`EXAMPLES`]).
 
+#[path = "support/admin_views.rs"]
+mod admin_views;
 #[path = "support/inproc.rs"]
 mod inproc;
 #[path = "support/process.rs"]
@@ -99,6 +106,112 @@ fn the_document_is_valid_openapi_3() {
         "openapi-spec-validator accepted a response without a description:\n{}",
         text(&output)
     );
+}
+
+#[test]
+fn the_admin_document_is_valid_openapi_3() {
+    let test = "the_admin_document_is_valid_openapi_3";
+    let python = python_with(test, "openapi_spec_validator");
+    let document = admin_views::document();
+    let output = validate(&python, &document);
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator refuses {}:\n{}",
+        document.display(),
+        text(&output)
+    );
+    // A parameter without its `in` must be refused.
+    let good = std::fs::read_to_string(&document).expect("read the admin document");
+    let broken = good.replacen("        in: query\n", "", 1);
+    assert_ne!(broken, good, "the broken copy must differ");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("broken-admin.yaml");
+    std::fs::write(&copy, broken).expect("write the broken copy");
+    let output = validate(&python, &copy);
+    assert!(
+        !output.status.success(),
+        "openapi-spec-validator accepted a parameter without `in`:\n{}",
+        text(&output)
+    );
+}
+
+/// One REST poll of `kind` for `node`, presenting `version`: the answer's
+/// `versionInfo`.
+async fn poll(port: u16, kind: &str, node: &str, version: &str) -> String {
+    let body = serde_json::json!({"node": {"id": node, "cluster": "edge", "user_agent_name": "envoy"}, "version_info": version});
+    let (status, _, body) = process::http_exchange(
+        port,
+        http::Method::POST,
+        &format!("/v3/discovery:{kind}"),
+        &[("content-type", "application/json")],
+        body.to_string().into(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("poll {kind}: {e}"));
+    let body = String::from_utf8_lossy(&body);
+    if status == 304 {
+        return version.to_owned();
+    }
+    assert_eq!(status, 200, "poll {kind}: {body}");
+    let json: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    json["versionInfo"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_views_match_the_admin_document() {
+    let test = "the_admin_views_match_the_admin_document";
+    let gateway = InProcess::start(Config::default()).await;
+    let port = gateway.rest_port;
+    // `edge-1` in step; `edge-<2>` (a node id that needs escaping) keeps
+    // presenting a version it was never served.
+    let version = poll(port, "clusters", "edge-1", "").await;
+    poll(port, "clusters", "edge-1", &version).await;
+    for _ in 0..4 {
+        poll(port, "listeners", "edge-<2>", "0~000000000000").await;
+    }
+    let answers = admin_views::check_against_openapi(
+        test,
+        gateway.admin_port,
+        &[
+            "/",
+            "/?refresh=0",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/debug/sessions?pretty",
+            "/debug/clients",
+            "/debug/config?node=edge-1",
+            "/debug/config?node=edge-%3C2%3E&type=listeners&rewrite=none",
+            "/debug/config?node=edge-1&type=nope",
+            "/debug/config?node=nobody",
+            "/debug/client_status",
+            "/debug/client_status?node=edge-1",
+        ],
+        &[],
+    )
+    .await;
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 200, 200, 200, 200, 400, 404, 200, 200],
+        "{answers:?}"
+    );
+    let clients: serde_json::Value = serde_json::from_str(&answers[6].1).expect("clients JSON");
+    let states: Vec<&str> = clients["clients"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["types"].as_object().into_iter().flatten())
+        .flat_map(|(_, t)| t["detail"].as_array().into_iter().flatten())
+        .filter_map(|d| d["state"].as_str())
+        .collect();
+    assert!(
+        states.contains(&"in step") && states.iter().any(|s| *s != "in step"),
+        "{clients}"
+    );
+    assert!(answers[0].1.contains("edge-&lt;2&gt;"), "{}", answers[0].1);
+    gateway.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
-//! README.md's "## Try it with curl" section, run as written.
+//! README.md's "## Try it with curl" and "## Three questions" sections, run
+//! as written, in that order against one gateway.
 //!
-//! The section's fenced ```sh blocks are extracted, `localhost:8080` and
+//! The sections' fenced ```sh blocks are extracted, `localhost:8080` and
 //! `localhost:9901` are rewritten to a gateway started on free loopback ports
 //! (serving the embedded demo snapshot, the README's default), and each block
 //! runs with `bash -euo pipefail -c` (killed with its process group after
@@ -12,7 +13,11 @@
 //! - the YAML lines (`format=yaml`, `Accept: application/yaml`) print YAML
 //!   with `'@type'` lines; the other discovery lines print JSON responses;
 //! - `GET /` lists the endpoints with curl lines naming the Host it was sent;
-//! - `/readyz` says `"ready":true`; the `/metrics | grep` line matches.
+//! - `/readyz` says `"ready":true`; the `/metrics | grep` line matches;
+//! - the admin debug views answer the three questions: `/debug/config`
+//!   gives the node's config per type (only the `type=` asked for),
+//!   `/debug/clients`, `/debug/client_status` and `/debug/sessions` list
+//!   the node that polled in the examples before them.
 //!
 //! The ```console examples (`$ command` followed by its output) are run too
 //! and their output must equal the lines shown (after the same rewrite).
@@ -35,6 +40,9 @@ use process::{eventually, free_port, http_get, ChildGuard};
 
 const TEST: &str = "readme_examples";
 const SECTION: &str = "## Try it with curl";
+/// The sections whose examples run, in order (the second reads what the
+/// first one's polls left in the gateway).
+const SECTIONS: [&str; 2] = [SECTION, "## Three questions"];
 /// Bound on one example block (the long poll alone holds 2 s).
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on the gateway starting to answer.
@@ -424,6 +432,10 @@ enum Check {
     LongPoll,
     Ready,
     Metrics,
+    DebugConfig,
+    DebugClients,
+    ClientStatus,
+    DebugSessions,
 }
 
 fn classify(text: &str) -> Option<Check> {
@@ -441,6 +453,14 @@ fn classify(text: &str) -> Option<Check> {
     };
     if t.contains("/readyz") {
         Some(Check::Ready)
+    } else if t.contains("/debug/config") {
+        Some(Check::DebugConfig)
+    } else if t.contains("/debug/clients") {
+        Some(Check::DebugClients)
+    } else if t.contains("/debug/client_status") {
+        Some(Check::ClientStatus)
+    } else if t.contains("/debug/sessions") {
+        Some(Check::DebugSessions)
     } else if t.contains("/metrics") {
         Some(Check::Metrics)
     } else if t.contains("%{http_code}") && t.contains("wait=") {
@@ -458,6 +478,19 @@ fn classify(text: &str) -> Option<Check> {
     } else {
         None
     }
+}
+
+/// The value of query parameter `name` in a command's URL (up to `&`, a
+/// quote or a space).
+fn query_value<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let start = [format!("?{name}="), format!("&{name}=")]
+        .iter()
+        .find_map(|key| text.find(key.as_str()).map(|i| i + key.len()))?;
+    let rest = &text[start..];
+    let end = rest
+        .find(|c: char| c == '&' || c == '\'' || c == '"' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 /// The `wait=` of a long-poll command, in seconds (`wait=2s` → 2).
@@ -479,7 +512,62 @@ fn check_output(check: Check, command: &ShCommand, ran: &Ran, rest: u16) {
         command.readme_line,
         command.text.trim()
     );
+    let json = || -> serde_json::Value {
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{at}\n(expected JSON: {e})"))
+    };
+    let non_empty = |value: &serde_json::Value, what: &str| -> Vec<serde_json::Value> {
+        let items = value.as_array().cloned().unwrap_or_default();
+        assert!(!items.is_empty(), "{at}\n(expected {what})");
+        items
+    };
     match check {
+        Check::DebugConfig => {
+            let dump = json();
+            let configs = non_empty(&dump["configs"], "a config per type");
+            let mut types: Vec<String> = Vec::new();
+            for config in &configs {
+                let response = &config["response"];
+                assert!(
+                    config["type"].is_string() && response["versionInfo"].is_string(),
+                    "{at}\n(expected a type and a DiscoveryResponse per config)"
+                );
+                types.push(config["type"].as_str().unwrap_or_default().to_owned());
+            }
+            if let Some(asked) = query_value(&command.text, "type") {
+                let mut asked: Vec<&str> = asked.split(',').collect();
+                asked.sort_unstable();
+                types.sort();
+                assert_eq!(types, asked, "{at}\n(expected exactly the types asked for)");
+            }
+        }
+        Check::DebugClients => {
+            for client in non_empty(&json()["clients"], "the clients that polled") {
+                assert!(
+                    client["node_id"].is_string() && client["types"].is_object(),
+                    "{at}\n(expected a node id and per type where each client stands)"
+                );
+            }
+        }
+        Check::ClientStatus => {
+            for config in non_empty(&json()["config"], "a ClientConfig per node") {
+                assert!(
+                    config["node"]["id"].is_string(),
+                    "{at}\n(a ClientConfig without its node)"
+                );
+                non_empty(
+                    &config["genericXdsConfigs"],
+                    "a status per type and resource",
+                );
+            }
+        }
+        Check::DebugSessions => {
+            for session in non_empty(&json()["sessions"], "the sessions") {
+                assert!(
+                    session["node_id"].is_string() && session["types"].is_object(),
+                    "{at}\n(expected a node id and per type what the session holds)"
+                );
+            }
+        }
         Check::Index => {
             assert!(
                 out.contains(&format!(
@@ -556,6 +644,15 @@ fn check_output(check: Check, command: &ShCommand, ran: &Ran, rest: u16) {
 // The test
 // ---------------------------------------------------------------------------
 
+/// The lines of every section of [`SECTIONS`], in order.
+fn sections(readme: &str) -> Result<Vec<(usize, &str)>, String> {
+    let mut lines = Vec::new();
+    for heading in SECTIONS {
+        lines.extend(section(readme, heading)?);
+    }
+    Ok(lines)
+}
+
 fn readme() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -564,7 +661,7 @@ fn readme() -> String {
 #[tokio::test]
 async fn readme_curl_examples_work_as_written() {
     let readme = readme();
-    let lines = section(&readme, SECTION).unwrap_or_else(|e| panic!("{e}"));
+    let lines = sections(&readme).unwrap_or_else(|e| panic!("{e}"));
     let blocks = fenced_blocks(&lines).unwrap_or_else(|e| panic!("{e}"));
     let sh: Vec<&Fenced> = blocks.iter().filter(|b| b.info == "sh").collect();
     let console: Vec<ConsoleExample> = blocks
@@ -581,11 +678,16 @@ async fn readme_curl_examples_work_as_written() {
     for block in &sh {
         let text = block.lines.join("\n");
         assert!(
-            text.contains("localhost:8080") && text.contains("localhost:9901"),
-            "README.md line {}: the sh block no longer uses localhost:8080 and localhost:9901",
+            text.contains("localhost:8080") || text.contains("localhost:9901"),
+            "README.md line {}: the sh block no longer uses localhost:8080 or localhost:9901",
             block.first_line
         );
     }
+    let all = sh.iter().map(|b| b.lines.join("\n")).collect::<String>();
+    assert!(
+        all.contains("localhost:8080") && all.contains("localhost:9901"),
+        "the README examples no longer use both localhost:8080 and localhost:9901"
+    );
     require_tool("bash").await;
     require_tool("curl").await;
 
@@ -643,10 +745,14 @@ async fn readme_curl_examples_work_as_written() {
         Check::LongPoll,
         Check::Ready,
         Check::Metrics,
+        Check::DebugConfig,
+        Check::DebugClients,
+        Check::ClientStatus,
+        Check::DebugSessions,
     ] {
         assert!(
             seen.contains_key(&check),
-            "{SECTION:?} no longer has a {check:?} example (checked: {seen:?}); \
+            "{SECTIONS:?} no longer have a {check:?} example (checked: {seen:?}); \
              update tests/readme_examples.rs if it was removed on purpose"
         );
     }
@@ -716,7 +822,7 @@ fn extraction_fails_without_the_section_or_with_an_open_fence() {
 #[test]
 fn the_readme_commands_are_classified() {
     let readme = readme();
-    let lines = section(&readme, SECTION).unwrap();
+    let lines = sections(&readme).unwrap();
     let blocks = fenced_blocks(&lines).unwrap();
     let classified: Vec<(String, Option<Check>)> = blocks
         .iter()

@@ -209,6 +209,30 @@ async fn required_client_certificates_without_a_policy() {
     gw.stop().await;
 }
 
+#[tokio::test]
+async fn the_admin_listener_serves_tls_of_its_own() {
+    let files = Files::new();
+    let gw = InProcess::start(Config {
+        admin_tls: Some(ServerTlsFiles {
+            client_ca: None,
+            ..files.tls(ClientAuth::Required)
+        }),
+        ..Config::default()
+    })
+    .await;
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let got = run(https(&files, gw.admin_port, path)).await;
+        assert_eq!(got.status, 200, "{path} over TLS: {got:?}");
+    }
+    // No client certificate is asked for, and plaintext gets no answer.
+    let plain = curl(&[&format!("http://127.0.0.1:{}/healthz", gw.admin_port)]).await;
+    assert_ne!(plain.status, 200, "{plain:?}");
+    // The REST listener keeps its own setting: plaintext here.
+    let rest = http_get(gw.rest_port, "/v3/discovery:clusters?node=n").await;
+    assert_eq!(rest.expect("REST answers").0, 200);
+    gw.stop().await;
+}
+
 /// The server's end-entity certificate, as a TLS client sees it.
 async fn served_certificate(files: &Files, port: u16) -> Option<Vec<u8>> {
     let mut roots = rustls::RootCertStore::empty();

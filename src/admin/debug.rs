@@ -1,4 +1,5 @@
-//! The admin listener's debug views, in JSON (`?pretty` indents):
+//! The admin listener's debug views, in JSON (`?pretty` indents; `pretty=false`
+//! or `pretty=0` do not, as on the REST listener):
 //! - `GET /debug/clients`: every REST client seen within `--idle-timeout`,
 //!   per type its subscriptions, how many are in step, and each one that is
 //!   not (catching up, behind, a suspected rejection and why).
@@ -56,6 +57,11 @@ pub(super) async fn sessions(
     if !admin.may_see_details(&headers) {
         return needs_token("/debug/sessions");
     }
+    json_response(&sessions_view(&admin), wants_pretty(query.as_deref()))
+}
+
+/// What `/debug/sessions` shows (the page shows the same).
+pub(super) fn sessions_view(admin: &Admin) -> serde_json::Value {
     let clients = admin.clients.per_node();
     let mut sessions = admin.source.sessions();
     for session in &mut sessions {
@@ -66,12 +72,11 @@ pub(super) async fn sessions(
         session["clients"] = clients.get(&node).copied().unwrap_or(0).into();
     }
     let status = admin.source.status();
-    let view = serde_json::json!({
+    serde_json::json!({
         "source": status.description,
         "ready": status.ready,
         "sessions": sessions,
-    });
-    json_response(&view, wants_pretty(query.as_deref()))
+    })
 }
 
 /// `GET /debug/config?node=ID`.
@@ -170,7 +175,10 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         "config_sources_rewritten_for": target.map(|t| t.cluster_name),
         "configs": configs,
     });
-    Ok(json_response(&view, params.contains_key("pretty")))
+    Ok(json_response(
+        &view,
+        pretty_value(params.get("pretty").map(String::as_str)),
+    ))
 }
 
 /// `GET /debug/client_status[?node=ID]`: the CSDS `ClientStatusResponse`
@@ -218,15 +226,26 @@ fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> 
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let value: serde_json::Value =
         serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(json_response(&value, params.contains_key("pretty")))
+    Ok(json_response(
+        &value,
+        pretty_value(params.get("pretty").map(String::as_str)),
+    ))
 }
 
-/// Whether the query has `pretty` (with any value but `false`).
+/// Whether the query has `pretty` (with any value but `false` or `0`, as
+/// on the REST listener).
 fn wants_pretty(query: Option<&str>) -> bool {
-    query
-        .unwrap_or_default()
-        .split('&')
-        .any(|pair| pair == "pretty" || (pair.starts_with("pretty=") && pair != "pretty=false"))
+    query.unwrap_or_default().split('&').any(|pair| match pair {
+        "pretty" => true,
+        _ => pair
+            .strip_prefix("pretty=")
+            .is_some_and(|value| pretty_value(Some(value))),
+    })
+}
+
+/// Whether a `pretty` parameter (absent: `None`) asks for indented JSON.
+fn pretty_value(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v != "false" && v != "0")
 }
 
 /// `value` as a JSON response, indented when `pretty`.
@@ -243,4 +262,21 @@ fn json_response(value: &serde_json::Value, pretty: bool) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pretty_value, wants_pretty};
+
+    #[test]
+    fn pretty_means_the_same_as_on_the_rest_listener() {
+        for query in ["pretty", "a=1&pretty", "pretty=", "pretty=true", "pretty=1"] {
+            assert!(wants_pretty(Some(query)), "{query}");
+        }
+        for query in ["", "pretty=false", "pretty=0", "prettyx"] {
+            assert!(!wants_pretty(Some(query)), "{query}");
+        }
+        assert!(!wants_pretty(None));
+        assert!(pretty_value(Some("")) && !pretty_value(Some("0")) && !pretty_value(None));
+    }
 }

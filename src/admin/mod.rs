@@ -12,11 +12,18 @@
 //!   their upstream streams; what a node is served (`debug.rs`).
 //! - CSDS for the REST clients: gRPC `ClientStatusDiscoveryService` and
 //!   `GET /debug/client_status` (`csds.rs`).
+//! - `GET /`: the same views as one HTML page for a person (`page.rs`).
 //!
-//! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`
-//! and the debug views need `Authorization: Bearer <token>` (else a JSON 401), and `/readyz`
-//! without it says only whether the gateway is ready (its details name
-//! files and the upstream). `/healthz` is always open, for probes.
+//! The JSON views are described by `openapi/admin.yaml`; [`ROUTES`] lists
+//! what this router serves, and a test holds the two in step.
+//!
+//! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`,
+//! the debug views and the page need the token, as `Authorization: Bearer
+//! <token>` or, for a browser, HTTP Basic with the token as the password
+//! (any user name); else a 401 (JSON for the views, HTML with a Basic
+//! challenge for the page). `/readyz` without it says only whether the
+//! gateway is ready (its details name files and the upstream). `/healthz`
+//! is always open, for probes.
 
 use std::sync::Arc;
 
@@ -28,6 +35,7 @@ use axum::Router;
 
 mod csds;
 mod debug;
+mod page;
 
 use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, Renderer};
@@ -92,16 +100,70 @@ impl Admin {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim());
-        policy.admin_token_ok(token)
+            .and_then(admin_token);
+        policy.admin_token_ok(token.as_deref())
+    }
+
+    /// What `/readyz` says with details: whether the gateway is ready, and
+    /// the view (the page shows the same).
+    fn readiness(&self) -> (bool, serde_json::Value) {
+        let status = self.source.status();
+        let draining = self.drain.is_draining();
+        let ready = status.ready && !draining;
+        let view = serde_json::json!({
+            "ready": ready,
+            "draining": draining,
+            "source": status.description,
+            "problems": status.problems,
+            "sessions": status.sessions,
+            "stale_sessions": status.stale_sessions,
+            "waiting_sessions": status.waiting_sessions,
+            "session_errors": status.session_errors,
+            "upstream_streams_open": self.metrics.streams_open(),
+        });
+        (ready, view)
     }
 }
+
+/// The admin token of an `Authorization` value: `Bearer <token>`, or
+/// `Basic base64(user:token)` (what a browser sends once a person typed the
+/// token as the password; the user name is ignored).
+fn admin_token(value: &str) -> Option<String> {
+    use base64::Engine;
+    let (scheme, credentials) = value.trim().split_once(' ')?;
+    let credentials = credentials.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(credentials.to_owned());
+    }
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(credentials)
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_user, password) = text.split_once(':')?;
+    Some(password.to_owned())
+}
+
+#[cfg(test)]
+/// Every (path, method) the admin router answers besides the CSDS gRPC
+/// service: what `openapi/admin.yaml` documents.
+pub(crate) const ROUTES: [(&str, &str); 8] = [
+    ("/", "get"),
+    ("/healthz", "get"),
+    ("/readyz", "get"),
+    ("/metrics", "get"),
+    ("/debug/clients", "get"),
+    ("/debug/sessions", "get"),
+    ("/debug/config", "get"),
+    ("/debug/client_status", "get"),
+];
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
     let csds = tonic::service::Routes::new(csds::Csds::server(admin.clone())).into_axum_router();
     Router::new()
+        .route("/", get(page::status))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -111,26 +173,36 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/debug/client_status", get(debug::client_status))
         .with_state(admin)
         .merge(csds)
+        // tonic's router answers any other path with a 200 carrying
+        // grpc-status UNIMPLEMENTED; a person's browser or curl needs a 404
+        // (gRPC clients read an HTTP 404 as UNIMPLEMENTED too).
+        .fallback(not_found)
+}
+
+/// Any other path: a JSON 404 naming what the admin listener serves.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let body = serde_json::json!({
+        "code": 5,
+        "message": format!(
+            "no admin endpoint {}; the admin listener serves / (status page), /healthz, /readyz, /metrics, \
+             /debug/sessions, /debug/clients, /debug/config?node=ID, /debug/client_status and gRPC CSDS",
+            uri.path()
+        ),
+    });
+    let mut response = (StatusCode::NOT_FOUND, format!("{body}\n")).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    let status = admin.source.status();
-    let draining = admin.drain.is_draining();
-    let ready = status.ready && !draining;
+    let (ready, details) = admin.readiness();
     let body = if !admin.may_see_details(&headers) {
         serde_json::json!({ "ready": ready })
     } else {
-        serde_json::json!({
-        "ready": ready,
-        "draining": draining,
-        "source": status.description,
-        "problems": status.problems,
-        "sessions": status.sessions,
-        "stale_sessions": status.stale_sessions,
-        "waiting_sessions": status.waiting_sessions,
-        "session_errors": status.session_errors,
-        "upstream_streams_open": admin.metrics.streams_open(),
-        })
+        details
     };
     let status = if ready {
         StatusCode::OK
@@ -178,3 +250,6 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
     );
     response
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,7 +33,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::resource::{Renderer, Resource};
 use crate::xds::rewrite::RestTarget;
-use crate::xds::{JsonError, ResourceType};
+use crate::xds::{xdstp, JsonError, ResourceType};
 
 /// Separates the upstream's version from the selection digest.
 pub(crate) const DIGEST_SEPARATOR: char = '~';
@@ -79,6 +79,18 @@ impl Coverage {
             Names::Named(set) => self.wildcard || set.is_subset(&self.names),
         }
     }
+
+    /// Whether this subscription asks for the resource `name`: under the
+    /// wildcard, by name, or as a member of a subscribed xdstp glob
+    /// collection.
+    pub(crate) fn wants(&self, name: &str) -> bool {
+        self.wildcard || self.names.contains(name) || in_any_collection(name, &self.names)
+    }
+}
+
+/// Whether `name` belongs to one of the xdstp glob collections in `names`.
+pub(crate) fn in_any_collection(name: &str, names: &BTreeSet<String>) -> bool {
+    xdstp::is_xdstp(name) && names.iter().any(|glob| xdstp::in_collection(name, glob))
 }
 
 /// The digest part of a served version (`None` when it has none).
@@ -304,14 +316,25 @@ impl TypeState {
         format!("{}{DIGEST_SEPARATOR}{digest}", self.version)
     }
 
-    /// The resources a request for `names` gets, in name order.
+    /// The resources a request for `names` gets, in name order: the named
+    /// ones that exist and the members of every xdstp glob collection named.
     pub(crate) fn select<'a>(
         &'a self,
         names: &'a Names,
     ) -> Box<dyn Iterator<Item = &'a Arc<Resource>> + 'a> {
         match names {
             Names::Wildcard => Box::new(self.resources.values()),
-            Names::Named(set) => Box::new(set.iter().filter_map(|n| self.resources.get(n))),
+            Names::Named(set) if !set.iter().any(|n| xdstp::is_glob(n)) => {
+                Box::new(set.iter().filter_map(|n| self.resources.get(n)))
+            }
+            // A glob collection names every resource in it (once, in name
+            // order, even when also named on its own).
+            Names::Named(set) => Box::new(
+                self.resources
+                    .iter()
+                    .filter(|(name, _)| set.contains(*name) || in_any_collection(name, set))
+                    .map(|(_, resource)| resource),
+            ),
         }
     }
 

@@ -91,7 +91,7 @@ pub enum ClientAuth {
     Optional,
 }
 
-/// TLS on the REST listener: PEM files, reloaded when they change.
+/// TLS on a listener: PEM files, reloaded when they change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerTlsFiles {
     pub cert: PathBuf,
@@ -127,6 +127,9 @@ pub struct Config {
     pub admin: SocketAddr,
     /// TLS (and mTLS) on the REST listener; `None`: plaintext.
     pub tls: Option<ServerTlsFiles>,
+    /// TLS on the admin listener (no client certificates: admin tokens
+    /// guard it); `None`: plaintext.
+    pub admin_tls: Option<ServerTlsFiles>,
     /// The authorization policy file; `None`: every client may fetch every node.
     pub auth_policy: Option<PathBuf>,
     pub allow_insecure_listen: bool,
@@ -184,6 +187,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
             tls: None,
+            admin_tls: None,
             auth_policy: None,
             allow_insecure_listen: false,
             max_connections: 10_000,
@@ -227,16 +231,24 @@ impl Config {
     pub fn from_settings(cli: Settings) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut tls = TlsLayers::default();
+        let mut admin_tls = TlsLayers::default();
         if let Some(path) = &cli.config {
-            config.apply(Settings::read_file(path)?, &mut tls)?;
+            config.apply(Settings::read_file(path)?, &mut tls, &mut admin_tls)?;
         }
-        config.apply(cli, &mut tls)?;
-        config.tls = tls.files()?;
+        config.apply(cli, &mut tls, &mut admin_tls)?;
+        config.tls = tls.files(TlsFlags::REST)?;
+        config.admin_tls = admin_tls.files(TlsFlags::ADMIN)?;
         config.validate()
     }
 
-    /// Overwrites what `layer` sets (the REST TLS files into `tls`).
-    fn apply(&mut self, layer: Settings, tls_layers: &mut TlsLayers) -> Result<(), ConfigError> {
+    /// Overwrites what `layer` sets (the listeners' TLS files into
+    /// `tls_layers` and `admin_tls_layers`).
+    fn apply(
+        &mut self,
+        layer: Settings,
+        tls_layers: &mut TlsLayers,
+        admin_tls_layers: &mut TlsLayers,
+    ) -> Result<(), ConfigError> {
         /// `self.field = value` for each field `layer` sets.
         macro_rules! overwrite {
             ($($field:ident),* $(,)?) => {
@@ -299,6 +311,8 @@ impl Config {
             (layer.tls_cert, &mut tls_layers.cert),
             (layer.tls_key, &mut tls_layers.key),
             (layer.client_ca, &mut tls_layers.client_ca),
+            (layer.admin_tls_cert, &mut admin_tls_layers.cert),
+            (layer.admin_tls_key, &mut admin_tls_layers.key),
             (layer.auth_policy, &mut self.auth_policy),
         ] {
             if value.is_some() {
@@ -403,8 +417,8 @@ impl Config {
     }
 }
 
-/// The REST TLS settings as the layers set them, before they are known to
-/// form a whole.
+/// A listener's TLS settings as the layers set them, before they are known
+/// to form a whole.
 #[derive(Debug, Default)]
 struct TlsLayers {
     cert: Option<PathBuf>,
@@ -413,8 +427,25 @@ struct TlsLayers {
     client_auth: Option<ClientAuth>,
 }
 
+/// The keys a listener's TLS errors name.
+struct TlsFlags {
+    cert: &'static str,
+    together: &'static str,
+}
+
+impl TlsFlags {
+    const REST: TlsFlags = TlsFlags {
+        cert: "tls-cert",
+        together: "--tls-cert and --tls-key go together",
+    };
+    const ADMIN: TlsFlags = TlsFlags {
+        cert: "admin-tls-cert",
+        together: "--admin-tls-cert and --admin-tls-key go together",
+    };
+}
+
 impl TlsLayers {
-    fn files(self) -> Result<Option<ServerTlsFiles>, ConfigError> {
+    fn files(self, flags: TlsFlags) -> Result<Option<ServerTlsFiles>, ConfigError> {
         match (self.cert, self.key) {
             (Some(cert), Some(key)) => {
                 if self.client_auth.is_some() && self.client_ca.is_none() {
@@ -429,7 +460,7 @@ impl TlsLayers {
             }
             (None, None) if self.client_ca.is_none() && self.client_auth.is_none() => Ok(None),
             (None, None) => Err(invalid("client-ca", "mTLS needs --tls-cert and --tls-key")),
-            _ => Err(invalid("tls-cert", "--tls-cert and --tls-key go together")),
+            _ => Err(invalid(flags.cert, flags.together)),
         }
     }
 }

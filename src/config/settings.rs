@@ -86,6 +86,12 @@ pub struct Settings {
     /// With --client-ca: whether a client certificate is required [default: required].
     #[arg(long, value_enum, env = "XDS_GATEWAY_CLIENT_AUTH")]
     pub client_auth: Option<ClientAuth>,
+    /// Serve the admin listener over TLS with this certificate chain (PEM; reloaded when it changes).
+    #[arg(long, env = "XDS_GATEWAY_ADMIN_TLS_CERT")]
+    pub admin_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --admin-tls-cert (reloaded when it changes).
+    #[arg(long, env = "XDS_GATEWAY_ADMIN_TLS_KEY")]
+    pub admin_tls_key: Option<PathBuf>,
     /// Policy file (TOML) binding principals (client certificates, bearer tokens) to the nodes they may fetch.
     #[arg(long, env = "XDS_GATEWAY_AUTH_POLICY")]
     pub auth_policy: Option<PathBuf>,

@@ -187,6 +187,34 @@ fn rest_tls_files_go_together() {
 }
 
 #[test]
+fn admin_tls_files_go_together_and_stand_apart_from_rest() {
+    let c = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+    ]))
+    .unwrap();
+    let admin = c.admin_tls.unwrap();
+    assert_eq!(admin.cert.to_str(), Some("a.pem"));
+    assert_eq!(
+        admin.client_ca, None,
+        "admin TLS asks for no client certificate"
+    );
+    assert!(c.tls.is_none(), "REST stays plaintext");
+    for args in [
+        &["--admin-tls-cert", "a.pem"][..],
+        &["--admin-tls-key", "ak.pem"],
+    ] {
+        let err = Config::from_settings(cli(args)).unwrap_err();
+        assert!(
+            err.to_string().starts_with("admin-tls-cert"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn a_listener_off_loopback_needs_tls_a_policy_or_a_flag() {
     let off = ["--listen", "0.0.0.0:8080"];
     let err = Config::from_settings(cli(&off)).unwrap_err();

@@ -12,15 +12,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use super::decode::decode_all_off_thread;
+use super::decode::{decode_all_off_thread, Decoded, Rejection};
 use super::session::Session;
 use super::stream::{nack_detail, AdsClient, Protocol};
+use super::ttl::Expiries;
 use super::UpstreamContext;
-use crate::cache::{Coverage, TypeState};
+use crate::cache::{Coverage, Resource, TypeState};
 use crate::xds::ResourceType;
 
 /// Subscriptions remembered per type and stream (see [`SentLog`]).
@@ -66,7 +68,7 @@ impl SentLog {
         if repeat && first_unconfirmed < self.subs.len() {
             seen = Some(first_unconfirmed);
         }
-        let wants = |c: &Coverage, name: &str| c.wildcard || c.names.contains(name);
+        let wants = |c: &Coverage, name: &str| c.wants(name);
         for i in first_unconfirmed..self.subs.len() {
             let added = |name: &&str| {
                 wants(&self.subs[i], name) && !(i > 0 && wants(&self.subs[i - 1], name))
@@ -114,6 +116,8 @@ pub(crate) struct Sotw {
     /// stream present.
     acked: BTreeMap<ResourceType, String>,
     stream: StreamState,
+    /// When resources sent with a TTL expire, across streams.
+    expiries: Expiries,
 }
 
 impl Protocol for Sotw {
@@ -127,6 +131,7 @@ impl Protocol for Sotw {
             session,
             acked: BTreeMap::new(),
             stream: StreamState::default(),
+            expiries: Expiries::default(),
         }
     }
 
@@ -190,9 +195,71 @@ impl Protocol for Sotw {
     ) -> Option<DiscoveryRequest> {
         Some(self.take(kind, response).await)
     }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.expiries.next()
+    }
+
+    /// Serves the session without the resources whose TTL ran out.
+    fn expire(&mut self, now: Instant) {
+        for (kind, names) in self.expiries.expire(now) {
+            let Some(state) = self.session.state(kind) else {
+                continue;
+            };
+            info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
+            self.ctx.metrics.ttl_expired(kind, names.len());
+            let resources = state
+                .resources
+                .iter()
+                .filter(|(name, _)| !names.contains(name))
+                .map(|(name, resource)| (name.clone(), resource.clone()))
+                .collect();
+            self.session.publish(TypeState::new(
+                kind,
+                state.version.clone(),
+                state.nonce.clone(),
+                resources,
+                state.coverage.clone(),
+            ));
+        }
+    }
 }
 
 impl Sotw {
+    /// Takes the heartbeats of a decoded response: a wrapper without a
+    /// resource repeats the version last accepted and keeps the resource
+    /// held under its name (one that expired stays gone, as in Envoy); in a
+    /// response of a new version it is an error.
+    fn heartbeats(
+        &self,
+        kind: ResourceType,
+        version: &str,
+        mut decoded: Decoded,
+    ) -> Result<Decoded, Rejection> {
+        let Some(name) = decoded.heartbeats.first() else {
+            return Ok(decoded);
+        };
+        if self.acked.get(&kind).map(String::as_str) != Some(version) {
+            return Err(Rejection::NotAHeartbeat(name.clone()));
+        }
+        let held = self.session.state(kind);
+        for name in std::mem::take(&mut decoded.heartbeats) {
+            let kept: Option<Arc<Resource>> = held
+                .as_ref()
+                .and_then(|state| state.resources.get(&name).cloned());
+            match kept {
+                Some(resource) => {
+                    decoded.resources.insert(name, resource);
+                }
+                None => {
+                    debug!(%kind, %name, "heartbeat for a resource not held: ignored");
+                    decoded.ttls.remove(&name);
+                }
+            }
+        }
+        Ok(decoded)
+    }
+
     fn request(
         &mut self,
         kind: ResourceType,
@@ -225,8 +292,17 @@ impl Sotw {
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
         let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
-        match decoded {
-            Ok(resources) => {
+        match decoded.and_then(|d| self.heartbeats(kind, &version, d)) {
+            Ok(Decoded {
+                resources, ttls, ..
+            }) => {
+                let now = Instant::now();
+                for name in resources.keys() {
+                    self.expiries
+                        .arrived(kind, name, ttls.get(name).copied(), now);
+                }
+                self.expiries
+                    .retain(kind, |name| resources.contains_key(name));
                 debug!(%kind, %version, count = resources.len(), "accepted");
                 let names: BTreeSet<&str> = resources.keys().map(String::as_str).collect();
                 let coverage = match self.stream.sent.get(&kind) {

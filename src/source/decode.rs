@@ -1,11 +1,18 @@
 //! Decoding what arrives: the resources of an upstream response into
 //! rendered [`Resource`]s (unwrapping `envoy.service.discovery.v3.Resource`
-//! TTL wrappers, checking every type URL, rendering memoised by digest; a
-//! response is accepted or rejected as a whole, as Envoy does), and a REST
-//! request's `node` into the protobuf `Node` sent upstream.
+//! wrappers and keeping their TTLs and heartbeats, checking every type URL,
+//! rendering memoised by digest; a response is accepted or rejected as a
+//! whole, as Envoy does), and a REST request's `node` into the protobuf
+//! `Node` sent upstream.
+//!
+//! Resources are kept unwrapped: REST clients are served the resource
+//! itself (canonical JSON with its own `@type`), never the wrapper, because
+//! a REST-polling Envoy ignores `ttl` and takes a heartbeat (a wrapper
+//! without a resource) for an empty resource.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::Any;
@@ -26,6 +33,15 @@ pub(super) enum Rejection {
     BadWrapper(prost::DecodeError),
     #[error("Resource wrapper without a resource")]
     EmptyWrapper,
+    #[error("Resource wrapper without a resource and without a name")]
+    NamelessHeartbeat,
+    #[error(
+        "Resource wrapper without a resource for {0:?} in a response of a new version \
+         (a heartbeat repeats the version last accepted)"
+    )]
+    NotAHeartbeat(String),
+    #[error("resource {0:?} has a negative ttl")]
+    NegativeTtl(String),
     #[error("resource of type {found} in a {expected} response")]
     WrongType {
         found: String,
@@ -66,20 +82,87 @@ impl Rejection {
     }
 }
 
-/// Decodes one resource of `kind`; the error says why not.
+/// Decodes one resource of `kind` (unwrapping a wrapper, which must carry
+/// one); the error says why not.
 pub(super) fn decode_one(
     renderer: &Renderer,
     kind: ResourceType,
     any: Any,
 ) -> Result<Arc<Resource>, Rejection> {
-    let any = if any.type_url == RESOURCE_WRAPPER {
-        let wrapper =
-            envoy_types::pb::envoy::service::discovery::v3::Resource::decode(any.value.as_slice())
-                .map_err(Rejection::BadWrapper)?;
-        wrapper.resource.ok_or(Rejection::EmptyWrapper)?
-    } else {
-        any
+    match decode_entry(renderer, kind, any)? {
+        Entry::Resource { resource, .. } => Ok(resource),
+        Entry::Heartbeat { .. } => Err(Rejection::EmptyWrapper),
+    }
+}
+
+/// One element of a SotW response's `resources`.
+#[derive(Debug)]
+pub(super) enum Entry {
+    /// A resource, with the TTL its wrapper gave it.
+    Resource {
+        resource: Arc<Resource>,
+        ttl: Option<Duration>,
+    },
+    /// A wrapper naming a resource without carrying it.
+    Heartbeat { name: String, ttl: Option<Duration> },
+}
+
+type Wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource;
+
+/// Decodes one element of `resources`: a plain resource of `kind`, or a
+/// `Resource` wrapper holding one (named as the resource is) or none.
+pub(super) fn decode_entry(
+    renderer: &Renderer,
+    kind: ResourceType,
+    any: Any,
+) -> Result<Entry, Rejection> {
+    if any.type_url != RESOURCE_WRAPPER {
+        return Ok(Entry::Resource {
+            resource: decode_plain(renderer, kind, any)?,
+            ttl: None,
+        });
+    }
+    let wrapper = Wrapper::decode(any.value.as_slice()).map_err(Rejection::BadWrapper)?;
+    let ttl = ttl_of(wrapper.ttl.as_ref(), &wrapper.name)?;
+    let Some(inner) = wrapper.resource else {
+        if wrapper.name.is_empty() {
+            return Err(Rejection::NamelessHeartbeat);
+        }
+        return Ok(Entry::Heartbeat {
+            name: wrapper.name,
+            ttl,
+        });
     };
+    let resource = decode_plain(renderer, kind, inner)?;
+    if !wrapper.name.is_empty() && wrapper.name != resource.name {
+        return Err(Rejection::NameMismatch {
+            index: 0,
+            wrapper: wrapper.name,
+            inner: resource.name.clone(),
+        });
+    }
+    Ok(Entry::Resource { resource, ttl })
+}
+
+/// A resource's TTL as a duration (`None`: no TTL).
+pub(super) fn ttl_of(
+    ttl: Option<&envoy_types::pb::google::protobuf::Duration>,
+    name: &str,
+) -> Result<Option<Duration>, Rejection> {
+    let Some(ttl) = ttl else {
+        return Ok(None);
+    };
+    let (Ok(seconds), Ok(nanos)) = (u64::try_from(ttl.seconds), u32::try_from(ttl.nanos)) else {
+        return Err(Rejection::NegativeTtl(name.to_owned()));
+    };
+    Ok(Some(Duration::new(seconds, nanos.min(999_999_999))))
+}
+
+fn decode_plain(
+    renderer: &Renderer,
+    kind: ResourceType,
+    any: Any,
+) -> Result<Arc<Resource>, Rejection> {
     if any.type_url != kind.type_url() {
         return Err(Rejection::WrongType {
             found: any.type_url,
@@ -89,18 +172,60 @@ pub(super) fn decode_one(
     Ok(renderer.resource(kind, any.value.into())?)
 }
 
-/// Decodes every resource; the first failure fails them all.
+/// What a SotW response holds, decoded.
+#[derive(Debug, Default)]
+pub(super) struct Decoded {
+    pub(super) resources: BTreeMap<String, Arc<Resource>>,
+    /// TTLs of the resources and heartbeats that have one.
+    pub(super) ttls: BTreeMap<String, Duration>,
+    /// Names that only a heartbeat (a wrapper without a resource) mentions.
+    pub(super) heartbeats: Vec<String>,
+}
+
+impl Decoded {
+    /// The resources of an answer that stands alone (a unary Fetch), where
+    /// a heartbeat has nothing to refresh: an error.
+    pub(super) fn standalone(self) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
+        match self.heartbeats.into_iter().next() {
+            Some(_) => Err(Rejection::EmptyWrapper),
+            None => Ok(self.resources),
+        }
+    }
+}
+
+/// Decodes every element; the first failure fails them all.
 pub(super) fn decode_all(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
-) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
-    let mut out = BTreeMap::new();
-    for any in anys {
-        let resource = decode_one(renderer, kind, any)?;
-        let name = resource.name.clone();
-        if out.insert(name.clone(), resource).is_some() {
+) -> Result<Decoded, Rejection> {
+    let mut out = Decoded::default();
+    let mut seen = BTreeSet::new();
+    for (index, any) in anys.into_iter().enumerate() {
+        let entry = decode_entry(renderer, kind, any).map_err(|e| match e {
+            Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
+                index,
+                wrapper,
+                inner,
+            },
+            other => other,
+        })?;
+        let (name, ttl) = match entry {
+            Entry::Resource { resource, ttl } => {
+                let name = resource.name.clone();
+                out.resources.insert(name.clone(), resource);
+                (name, ttl)
+            }
+            Entry::Heartbeat { name, ttl } => {
+                out.heartbeats.push(name.clone());
+                (name, ttl)
+            }
+        };
+        if !seen.insert(name.clone()) {
             return Err(Rejection::Duplicate(name));
+        }
+        if let Some(ttl) = ttl {
+            out.ttls.insert(name, ttl);
         }
     }
     Ok(out)
@@ -111,7 +236,7 @@ pub(super) async fn decode_all_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
-) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
+) -> Result<Decoded, Rejection> {
     let renderer = renderer.clone();
     tokio::task::spawn_blocking(move || decode_all(&renderer, kind, anys))
         .await
@@ -128,4 +253,99 @@ pub(super) fn decode_node(renderer: &Renderer, body: &[u8]) -> Result<Node, Sour
         .codec()
         .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
         .map_err(|e| SourceError::InvalidNode(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::Codec;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    fn cluster(codec: &Codec, name: &str) -> Any {
+        let json = format!(
+            r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"{name}","connect_timeout":"1s"}}"#
+        );
+        let any = codec.parse_any(json.as_bytes()).unwrap();
+        Any {
+            type_url: any.type_url,
+            value: any.value,
+        }
+    }
+
+    fn wrap(name: &str, inner: Option<Any>, ttl: Option<(i64, i32)>) -> Any {
+        let wrapper = Wrapper {
+            name: name.into(),
+            resource: inner,
+            ttl: ttl.map(|(seconds, nanos)| PbDuration { seconds, nanos }),
+            ..Default::default()
+        };
+        Any {
+            type_url: RESOURCE_WRAPPER.into(),
+            value: wrapper.encode_to_vec(),
+        }
+    }
+
+    #[test]
+    fn wrappers_give_the_resource_its_ttl_and_heartbeats_their_name() {
+        let r = Renderer::new(Codec::embedded());
+        let c = r.codec().clone();
+        let decoded = decode_all(
+            &r,
+            ResourceType::Clusters,
+            vec![
+                cluster(&c, "plain"),
+                wrap(
+                    "wrapped",
+                    Some(cluster(&c, "wrapped")),
+                    Some((2, 500_000_000)),
+                ),
+                wrap("", Some(cluster(&c, "nameless-wrapper")), None),
+                wrap("beat", None, Some((5, 0))),
+            ],
+        )
+        .unwrap();
+        let names: Vec<&str> = decoded.resources.keys().map(String::as_str).collect();
+        assert_eq!(names, ["nameless-wrapper", "plain", "wrapped"]);
+        // Rendered as the resource itself, never the wrapper.
+        let json = String::from_utf8(decoded.resources["wrapped"].json.to_vec()).unwrap();
+        assert!(
+            json.starts_with(r#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster""#),
+            "{json}"
+        );
+        assert_eq!(decoded.ttls["wrapped"], Duration::from_millis(2500));
+        assert_eq!(decoded.ttls["beat"], Duration::from_secs(5));
+        assert_eq!(decoded.heartbeats, ["beat"]);
+        assert!(matches!(decoded.standalone(), Err(Rejection::EmptyWrapper)));
+    }
+
+    #[test]
+    fn bad_wrappers_are_rejected() {
+        let r = Renderer::new(Codec::embedded());
+        let c = r.codec().clone();
+        let reject = |anys: Vec<Any>| decode_all(&r, ResourceType::Clusters, anys).unwrap_err();
+        assert!(matches!(
+            reject(vec![
+                cluster(&c, "a"),
+                wrap("alias", Some(cluster(&c, "b")), None)
+            ]),
+            Rejection::NameMismatch { index: 1, .. }
+        ));
+        assert!(matches!(
+            reject(vec![wrap("a", Some(cluster(&c, "a")), Some((-1, 0)))]),
+            Rejection::NegativeTtl(_)
+        ));
+        assert!(matches!(
+            reject(vec![wrap("", None, None)]),
+            Rejection::NamelessHeartbeat
+        ));
+        assert!(matches!(
+            reject(vec![cluster(&c, "a"), wrap("a", None, None)]),
+            Rejection::Duplicate(_)
+        ));
+        let bytes = Any {
+            type_url: RESOURCE_WRAPPER.into(),
+            value: vec![0xff],
+        };
+        assert!(matches!(reject(vec![bytes]), Rejection::BadWrapper(_)));
+    }
 }

@@ -35,7 +35,7 @@ use futures::FutureExt;
 use moka::future::Cache;
 use tonic::Code;
 
-use super::decode::{decode_all_off_thread, decode_node};
+use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::polled::{record_served, report_suspicion, suspect, Feed, Polled};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::Standing;
@@ -317,6 +317,7 @@ impl Fetcher {
         self.ctx.mark_answered();
         let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources)
             .await
+            .and_then(Decoded::standalone)
             .map_err(|e| {
                 if e.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);

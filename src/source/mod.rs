@@ -30,6 +30,7 @@ mod registry;
 mod session;
 mod snapshot;
 mod stream;
+mod ttl;
 mod upstream;
 mod upstream_log;
 

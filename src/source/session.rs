@@ -315,6 +315,11 @@ impl Session {
         }
     }
 
+    /// The state of `kind` served now, if the upstream answered it.
+    pub(super) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+        self.slot(kind).state.borrow().clone()
+    }
+
     /// Publishes an accepted state of `kind` to every waiting request.
     pub(super) fn publish(&self, state: TypeState) {
         self.slot(state.kind)

@@ -9,7 +9,14 @@
 //! serving its last state) and the driver reconnects after a jittered,
 //! capped [`Backoff`]; it ends when the session's command channel closes.
 //! A [`Protocol`] says what to send and how to take what arrives.
+//!
+//! Subscription changes are coalesced for [`COALESCE`]: REST clients ask
+//! for names one poll at a time (an Envoy with 10,000 EDS clusters sends
+//! 10,000 polls of one name each at start-up), and answering each with its
+//! own upstream request made the upstream send the growing set back
+//! thousands of times, O(names²) work on both sides.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +50,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const BACKOFF_JITTER: f64 = 0.5;
 /// Requests queued toward one stream before the sender waits.
 const OUTBOUND_QUEUE: usize = 64;
+/// How long a subscription change waits for others to join it in one
+/// upstream request. Small next to a REST client's poll interval (Envoy's
+/// default `refresh_delay` is 1 s) and its first wait.
+pub(super) const COALESCE: Duration = Duration::from_millis(20);
 /// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
 const INVALID_ARGUMENT: i32 = 3;
 
@@ -99,6 +110,16 @@ pub(crate) trait Protocol: Send + 'static {
 
     /// The timer fired at `now`.
     fn timer(&mut self, _now: Instant) {}
+
+    /// When a held resource's TTL next runs out, if any has one. Expiry
+    /// runs whether a stream is open or not: a TTL is what keeps config
+    /// from outliving an unreachable control plane.
+    fn next_expiry(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Drops the resources whose TTL ran out by `now` from what is served.
+    fn expire(&mut self, _now: Instant) {}
 }
 
 /// Feeds each session from its own ADS stream speaking `P`.
@@ -183,7 +204,16 @@ async fn run<P: Protocol>(
             }
             let delay = backoff.next_delay();
             warn!(error = %err, retry_in = ?delay, "upstream stream ended");
-            tokio::time::sleep(delay).await;
+            let retry_at = Instant::now() + delay;
+            loop {
+                match protocol.next_expiry().filter(|due| *due < retry_at) {
+                    Some(due) => {
+                        tokio::time::sleep_until(due).await;
+                        protocol.expire(Instant::now());
+                    }
+                    None => break tokio::time::sleep_until(retry_at).await,
+                }
+            }
         }
     }
     .instrument(span)
@@ -210,21 +240,28 @@ async fn one_stream<P: Protocol>(
         .max_encoding_message_size(ctx.max_message_bytes);
     let call = P::open(client, ctx.request(ReceiverStream::new(rx)));
     tokio::pin!(call);
+    let mut pending = PendingSubscriptions::default();
     // Commands may arrive before the response headers do.
     let mut inbound = loop {
         tokio::select! {
             response = &mut call => break response?.into_inner(),
             command = commands.recv() => match command {
-                Some(command) => send(&tx, take_command(protocol, command)).await,
+                Some(command) => send(&tx, pending.take(protocol, command)).await,
                 None => return Ok(()),
             },
+            () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
+            () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
         }
     };
     let _open = StreamGuard::open(ctx);
     session.upstream.phase(Phase::Open);
     info!("upstream stream open");
     loop {
-        let timer = protocol.next_timer();
+        let timer = protocol
+            .next_timer()
+            .into_iter()
+            .chain(protocol.next_expiry())
+            .min();
         tokio::select! {
             message = inbound.message() => match message? {
                 Some(response) => {
@@ -241,23 +278,53 @@ async fn one_stream<P: Protocol>(
                 None => return Err(StreamError::Closed),
             },
             command = commands.recv() => match command {
-                Some(command) => send(&tx, take_command(protocol, command)).await,
+                Some(command) => send(&tx, pending.take(protocol, command)).await,
                 None => return Ok(()),
             },
-            () = sleep_until(timer) => protocol.timer(Instant::now()),
+            () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
+            () = sleep_until(timer) => {
+                let now = Instant::now();
+                protocol.timer(now);
+                protocol.expire(now);
+            }
         }
     }
 }
 
-/// The request a session command calls for.
-fn take_command<P: Protocol>(protocol: &mut P, command: Command) -> Option<P::Request> {
-    match command {
-        Command::Resubscribe(kind) => protocol.subscribe(kind),
-        Command::Nack {
-            kind,
-            presented,
-            message,
-        } => protocol.nack(kind, presented, message),
+/// The types whose subscription changed within the current [`COALESCE`]
+/// window, sent together when it ends.
+#[derive(Debug, Default)]
+struct PendingSubscriptions {
+    kinds: BTreeSet<ResourceType>,
+    deadline: Option<Instant>,
+}
+
+impl PendingSubscriptions {
+    /// Takes a session command: a NACK's request at once; a subscription
+    /// change joins the window (opening one if none is open).
+    fn take<P: Protocol>(&mut self, protocol: &mut P, command: Command) -> Option<P::Request> {
+        match command {
+            Command::Resubscribe(kind) => {
+                self.kinds.insert(kind);
+                self.deadline
+                    .get_or_insert_with(|| Instant::now() + COALESCE);
+                None
+            }
+            Command::Nack {
+                kind,
+                presented,
+                message,
+            } => protocol.nack(kind, presented, message),
+        }
+    }
+
+    /// Sends one request per type that changed in the window (each with the
+    /// subscription as it is now) and closes the window.
+    async fn flush<P: Protocol>(&mut self, protocol: &mut P, tx: &mpsc::Sender<P::Request>) {
+        self.deadline = None;
+        for kind in std::mem::take(&mut self.kinds) {
+            send(tx, protocol.subscribe(kind)).await;
+        }
     }
 }
 

@@ -40,6 +40,8 @@ pub enum TlsError {
 /// A listener's TLS configuration, reloaded when its files change.
 #[derive(Debug)]
 pub(crate) struct ServerTls {
+    /// The `file` label of its reloads in `/metrics` (`tls`, `admin-tls`).
+    label: &'static str,
     files: ServerTlsFiles,
     current: RwLock<Arc<ServerConfig>>,
     metrics: Arc<Metrics>,
@@ -47,13 +49,16 @@ pub(crate) struct ServerTls {
 }
 
 impl ServerTls {
-    /// Loads `files` (an error names the file) and starts watching them.
+    /// Loads `files` (an error names the file) and starts watching them;
+    /// reloads are counted under `label`.
     pub(crate) fn start(
+        label: &'static str,
         files: ServerTlsFiles,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<ServerTls>, TlsError> {
         let config = build(&files)?;
         let tls = Arc::new(ServerTls {
+            label,
             current: RwLock::new(Arc::new(config)),
             metrics,
             watcher: std::sync::Mutex::default(),
@@ -80,11 +85,11 @@ impl ServerTls {
             Ok(config) => {
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
                 info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
-                self.metrics.reloaded("tls", true);
+                self.metrics.reloaded(self.label, true);
             }
             Err(e) => {
                 warn!(error = %e, "TLS files changed but do not load; the previous certificate stays in service");
-                self.metrics.reloaded("tls", false);
+                self.metrics.reloaded(self.label, false);
             }
         }
     }

@@ -8,6 +8,7 @@ mod request;
 mod resource_type;
 pub(crate) mod rewrite;
 mod validate;
+pub(crate) mod xdstp;
 
 pub use json::{Codec, JsonError};
 pub(crate) use request::raw_node;

@@ -40,7 +40,14 @@ SotW semantics, per stream and per type:
   go-control-plane's SotW server does (pkg/server/sotw/v3/ads.go: "If these
   requirements aren't satisfied, leave an open watch"), so a client must
   repeat its subscription in its next ACK;
-- a named subscription gets only the named resources that exist.
+- a named subscription gets only the named resources that exist;
+- a name in the xdstp form whose id is "*" or ends in "/*" is a glob
+  collection (xDS TP1): it stands for every resource whose name is in the
+  xdstp form with the same authority, type and context parameters (compared
+  %-decoded, as a set) and whose id is an immediate child of the glob's
+  directory; the response carries those resources under their own names.
+  This holds for delta subscriptions too, where a glob is never signalled as
+  absent.
 
 Delta semantics, per stream and per type (DeltaAggregatedResources):
 - the subscription is a set of names plus a wildcard flag: "*" in
@@ -79,8 +86,19 @@ calls overlap).
 (what a server that does not register them answers); the attempts are
 counted in /stats "unimplemented".
 
+Resource wrappers and TTLs: a resource named in the "wrap" map of /set is
+sent wrapped in an envoy.service.discovery.v3.Resource (name, resource, and
+ttl when its value is a number of milliseconds; null: no ttl) in SotW; in
+delta its Resource carries that ttl. POST /heartbeat {"type_url"} sends, on
+every stream that holds the type's current version, a heartbeat: SotW
+repeats the response at the same version with each resource that has a ttl
+as a wrapper without the resource (name and ttl only) and the others in
+full; delta sends a Resource with only the name, the version the client
+holds and the ttl, for each of them.
+
 Control interface (JSON):
-- POST /set      {"type_url", "version", "resources": [<JSON Any with "@type">...]}
+- POST /set      {"type_url", "version", "resources": [<JSON Any with "@type">...],
+  "wrap"?: {name: ttl_ms or null}}
   replaces that type's snapshot and pushes it to open streams; answers
   {"resources": [<canonical JSON of each resource>...]} (protobuf's own
   json_format rendering, for comparisons);
@@ -92,6 +110,7 @@ Control interface (JSON):
   "csds_requests": [...], "unimplemented": {"sotw", "delta", "fetch"}, "config"}
   (streams_* and acks/nacks count SotW and delta streams alike; "requests"
   holds SotW requests only);
+- POST /heartbeat {"type_url"} sends heartbeats (above); answers {"streams": N};
 - POST /config   {"up_to_date_style"?, "fetch_delay_ms"?, "no_sotw"?, "no_delta"?,
   "no_fetch"?, "no_absent"?} changes those switches at run time; answers the
   new config;
@@ -111,11 +130,12 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
-from google.protobuf import any_pb2, json_format
+from google.protobuf import any_pb2, duration_pb2, json_format
 
 from xds_types import import_all_protos  # tests/support/, the script's directory
 
@@ -207,6 +227,7 @@ class ControlPlane:
         self.lock = threading.Lock()
         # type_url -> (version, {name: Any}) in insertion order
         self.snapshots = {}
+        self.wrapped = {}  # type_url -> {name: ttl_ms or None}
         self.streams = set()  # queues of open streams
         self.streams_total = 0
         self.requests = []
@@ -229,12 +250,25 @@ class ControlPlane:
             "no_absent": ARGS.no_absent,
         }
 
-    def set_snapshot(self, type_url, version, resources):
+    def set_snapshot(self, type_url, version, resources, wrapped=None):
         with self.lock:
             self.snapshots[type_url] = (version, resources)
+            self.wrapped[type_url] = dict(wrapped or {})
             streams = list(self.streams)
         for events in streams:
             events.put(("snapshot", type_url))
+
+    def wrapping(self, type_url):
+        """{name: ttl_ms or None} of the resources sent wrapped."""
+        with self.lock:
+            return dict(self.wrapped.get(type_url, {}))
+
+    def heartbeat(self, type_url):
+        with self.lock:
+            streams = list(self.streams)
+        for events in streams:
+            events.put(("heartbeat", type_url))
+        return len(streams)
 
     def snapshot(self, type_url):
         with self.lock:
@@ -380,6 +414,43 @@ def subscription(resource_names):
     return names
 
 
+def xdstp_parts(name):
+    """(authority, type, id, params) of an xdstp name, or None."""
+    parsed = urllib.parse.urlsplit(name)
+    if parsed.scheme != "xdstp" or not parsed.netloc:
+        return None
+    resource_type, _, resource_id = parsed.path.lstrip("/").partition("/")
+    if not resource_type or not resource_id:
+        return None
+    params = frozenset(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+    return parsed.netloc, resource_type, urllib.parse.unquote(resource_id), params
+
+
+def is_glob(name):
+    parts = xdstp_parts(name)
+    return parts is not None and (parts[2] == "*" or parts[2].endswith("/*"))
+
+
+def in_collection(name, glob):
+    """Whether the resource `name` belongs to the glob collection `glob`."""
+    member, collection = xdstp_parts(name), xdstp_parts(glob)
+    if member is None or collection is None or not is_glob(glob) or is_glob(name):
+        return False
+    parent = member[2].rpartition("/")[0]
+    directory = collection[2][:-1]
+    return (
+        (parent + "/" if parent else "") == directory
+        and member[0] == collection[0]
+        and member[1] == collection[1]
+        and member[3] == collection[3]
+    )
+
+
+def subscribed(names, resource_name):
+    """Whether a named subscription asks for `resource_name`."""
+    return resource_name in names or any(in_collection(resource_name, n) for n in names)
+
+
 def unimplemented(context, what):
     PLANE.refuse(what)
     context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
@@ -402,7 +473,7 @@ class DeltaWatch:
         self.pending_first = True  # nothing sent yet for the type
 
     def wants(self, name):
-        return self.wildcard or name in self.names
+        return self.wildcard or subscribed(self.names, name)
 
 
 class StreamWatches(dict):
@@ -413,7 +484,7 @@ class StreamWatches(dict):
         self.sent = set()
 
 
-def serve_stream(request_iterator, context, on_request, on_change, delta=False):
+def serve_stream(request_iterator, context, on_request, on_change, on_beat, delta=False):
     """Drives one ADS stream, SotW or delta: requests (read on a thread) and
     snapshot changes arrive as events; on_request(watches, request) and
     on_change(watches, type_url) return a response to send, or None."""
@@ -446,6 +517,8 @@ def serve_stream(request_iterator, context, on_request, on_change, delta=False):
                     PLANE.record_any(payload, "foreign", delta)
                     continue
                 response = on_request(watches, payload)
+            elif event == "heartbeat":
+                response = on_beat(watches, payload)
             else:
                 response = on_change(watches, payload)
             if response is not None:
@@ -464,12 +537,21 @@ class Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def DeltaAggregatedResources(self, request_iterator, context):
         if PLANE.setting("no_delta"):
             unimplemented(context, "delta")
-        yield from serve_stream(request_iterator, context, on_delta_request, on_delta_change, delta=True)
+        yield from serve_stream(
+            request_iterator,
+            context,
+            on_delta_request,
+            on_delta_change,
+            on_delta_beat,
+            delta=True,
+        )
 
     def StreamAggregatedResources(self, request_iterator, context):
         if PLANE.setting("no_sotw"):
             unimplemented(context, "sotw")
-        yield from serve_stream(request_iterator, context, self.on_request, self.on_snapshot)
+        yield from serve_stream(
+            request_iterator, context, self.on_request, self.on_snapshot, self.on_beat
+        )
 
     @staticmethod
     def on_request(watches, request):
@@ -502,6 +584,14 @@ class Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         return None
 
     @staticmethod
+    def on_beat(watches, type_url):
+        watch = watches.get(type_url)
+        snapshot = PLANE.snapshot(type_url)
+        if watch is None or snapshot is None or snapshot[0] != watch.sent_version:
+            return None
+        return respond(type_url, watch, heartbeat=True)
+
+    @staticmethod
     def on_snapshot(watches, type_url):
         watch = watches.get(type_url)
         if watch is None:
@@ -512,16 +602,43 @@ class Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         return respond(type_url, watch)
 
 
-def respond(type_url, watch):
+def ttl_of(ttl_ms):
+    ttl = duration_pb2.Duration()
+    ttl.FromMilliseconds(ttl_ms)
+    return ttl
+
+
+def wrapper(name, any_msg, ttl_ms):
+    """`any_msg` (None: a heartbeat) wrapped in a Resource, as an Any."""
+    wrapped = discovery_pb2.Resource(name=name)
+    if any_msg is not None:
+        wrapped.resource.CopyFrom(any_msg)
+    if ttl_ms is not None:
+        wrapped.ttl.CopyFrom(ttl_of(ttl_ms))
+    out = any_pb2.Any()
+    out.Pack(wrapped)
+    return out
+
+
+def respond(type_url, watch, heartbeat=False):
     """The response for `watch` now, or None while there is no snapshot."""
     snapshot = PLANE.snapshot(type_url)
     if snapshot is None:
         return None
     version, resources = snapshot
     if watch.names is None:
-        chosen = list(resources.values())
+        names = list(resources)
     else:
-        chosen = [resources[n] for n in sorted(watch.names) if n in resources]
+        names = [n for n in sorted(resources) if subscribed(watch.names, n)]
+    wrapping = PLANE.wrapping(type_url)
+    chosen = []
+    for name in names:
+        if name not in wrapping:
+            chosen.append(resources[name])
+        elif heartbeat and wrapping[name] is not None:
+            chosen.append(wrapper(name, None, wrapping[name]))
+        else:
+            chosen.append(wrapper(name, resources[name], wrapping[name]))
     nonce = str(next(_NONCES))
     watch.sent_version = version
     watch.sent_names = watch.names
@@ -595,11 +712,17 @@ def delta_respond(type_url, watch):
         resource_v = resource_version(any_msg)
         if watch.known.get(name) != resource_v:
             added.append(discovery_pb2.Resource(name=name, version=resource_v, resource=any_msg))
+            ttl_ms = PLANE.wrapping(type_url).get(name)
+            if ttl_ms is not None:
+                added[-1].ttl.CopyFrom(ttl_of(ttl_ms))
     removed = sorted(n for n in watch.known if n not in resources)
     absent = sorted(
         n
         for n in watch.names
-        if n not in resources and n not in watch.known and n not in watch.told_absent
+        if n not in resources
+        and n not in watch.known
+        and n not in watch.told_absent
+        and not is_glob(n)
     )
     if PLANE.setting("no_absent"):
         absent = []
@@ -621,6 +744,28 @@ def delta_respond(type_url, watch):
         resources=added + [discovery_pb2.Resource(name=n) for n in absent],
         type_url=type_url,
         removed_resources=removed,
+        nonce=nonce,
+    )
+
+
+def on_delta_beat(watches, type_url):
+    watch = watches.get(type_url)
+    if watch is None:
+        return None
+    beats = [
+        discovery_pb2.Resource(name=name, version=watch.known[name], ttl=ttl_of(ttl_ms))
+        for name, ttl_ms in sorted(PLANE.wrapping(type_url).items())
+        if ttl_ms is not None and name in watch.known
+    ]
+    if not beats:
+        return None
+    snapshot = PLANE.snapshot(type_url)
+    nonce = str(next(_NONCES))
+    watch.nonce = nonce
+    return discovery_pb2.DeltaDiscoveryResponse(
+        system_version_info=snapshot[0] if snapshot else "",
+        resources=beats,
+        type_url=type_url,
         nonce=nonce,
     )
 
@@ -759,6 +904,9 @@ class Control(BaseHTTPRequestHandler):
             if self.path == "/config":
                 self.reply(200, PLANE.configure(body))
                 return
+            if self.path == "/heartbeat":
+                self.reply(200, {"streams": PLANE.heartbeat(body["type_url"])})
+                return
             type_url = body["type_url"]
             version = body["version"]
             resources = {}
@@ -782,7 +930,7 @@ class Control(BaseHTTPRequestHandler):
         except Exception as err:  # pylint: disable=broad-except
             self.reply(400, {"error": f"{type(err).__name__}: {err}"})
             return
-        PLANE.set_snapshot(type_url, version, resources)
+        PLANE.set_snapshot(type_url, version, resources, body.get("wrap"))
         self.reply(200, {"resources": canonical})
 
 

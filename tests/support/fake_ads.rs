@@ -361,7 +361,8 @@ impl StreamTask {
         let resources = entry
             .resources
             .into_iter()
-            .filter(|(name, _)| wildcard || sub.names.contains(name))
+            // `names` is sorted and de-duplicated (see `subscribe`).
+            .filter(|(name, _)| wildcard || sub.names.binary_search(name).is_ok())
             .map(|(_, any)| any)
             .collect();
         sub.sent = entry.generation;

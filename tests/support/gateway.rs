@@ -200,6 +200,32 @@ impl ControlPlane {
         reply["resources"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Like [`set`](Self::set), sending the resources named in `wrap` (a
+    /// JSON object: name → TTL in milliseconds, or null for none) wrapped in
+    /// `envoy.service.discovery.v3.Resource` (SotW) or with that TTL (delta).
+    pub async fn set_wrapped(
+        &self,
+        type_url: &str,
+        version: &str,
+        resources: &[Value],
+        wrap: Value,
+    ) -> Vec<Value> {
+        let body =
+            json!({"type_url": type_url, "version": version, "resources": resources, "wrap": wrap});
+        let reply = self.control(http::Method::POST, "/set", Some(body)).await;
+        reply["resources"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `POST /heartbeat`: a TTL heartbeat for `type_url` on every stream
+    /// holding its current version; returns how many streams were open.
+    pub async fn heartbeat(&self, type_url: &str) -> u64 {
+        let body = json!({"type_url": type_url});
+        let reply = self
+            .control(http::Method::POST, "/heartbeat", Some(body))
+            .await;
+        reply["streams"].as_u64().unwrap_or_default()
+    }
+
     /// Like [`set`](Self::set) with raw `(name, type_url, payload)` resources.
     pub async fn set_raw(&self, type_url: &str, version: &str, resources: &[(&str, &str, &[u8])]) {
         use base64_lite::encode;

@@ -192,3 +192,68 @@ fn coverage_rules() {
     assert_eq!(named(&[]), Names::Wildcard);
     assert_eq!(named(&["*"]), Names::Wildcard);
 }
+
+#[test]
+fn a_glob_collection_selects_its_members_and_digests_them() {
+    const T: &str = "envoy.config.cluster.v3.Cluster";
+    let r = renderer();
+    let member = format!("xdstp://cp.example/{T}/prod/c1");
+    let member2 = format!("xdstp://cp.example/{T}/prod/c2");
+    let deeper = format!("xdstp://cp.example/{T}/prod/eu/c3");
+    let glob = format!("xdstp://cp.example/{T}/prod/*");
+    let s = state(
+        &r,
+        "v1",
+        &[
+            (&member, "1s"),
+            (&member2, "1s"),
+            (&deeper, "1s"),
+            ("plain", "1s"),
+        ],
+    );
+    let names = named(&[&glob, &member]);
+    let selected: Vec<&str> = s.select(&names).map(|r| r.name.as_str()).collect();
+    assert_eq!(selected, [member.as_str(), member2.as_str()]);
+    // 304 for the same members; a body once a member changes.
+    let v = body_version(&s.answer(&r, &names, "", None).unwrap());
+    assert!(matches!(
+        s.answer(&r, &names, &v, None).unwrap(),
+        Answer::NotModified { .. }
+    ));
+    let changed = state(
+        &r,
+        "v2",
+        &[(&member, "1s"), (&member2, "2s"), ("plain", "1s")],
+    );
+    assert!(matches!(
+        changed.answer(&r, &names, &v, None).unwrap(),
+        Answer::Body { .. }
+    ));
+    // Another member's arrival changes the selection too.
+    let more = state(
+        &r,
+        "v2",
+        &[
+            (&member, "1s"),
+            (&member2, "1s"),
+            (&format!("xdstp://cp.example/{T}/prod/c9"), "1s"),
+        ],
+    );
+    let v_more = body_version(&more.answer(&r, &names, "", None).unwrap());
+    assert!(!same_selection(&v, &v_more));
+}
+
+#[test]
+fn a_subscribed_glob_wants_its_members_only() {
+    let glob = "xdstp://cp/T/prod/*";
+    let c = Coverage {
+        wildcard: false,
+        names: [glob.to_owned(), "plain".to_owned()].into(),
+    };
+    assert!(c.wants("xdstp://cp/T/prod/a"));
+    assert!(c.wants("plain"));
+    assert!(!c.wants("xdstp://cp/T/other/a"));
+    assert!(!c.wants("other"));
+    // A glob is covered once it was answered, like any name.
+    assert!(c.covers(&named(&[glob])));
+}

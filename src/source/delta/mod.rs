@@ -64,7 +64,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 mod state;
 #[cfg(test)]
@@ -75,6 +75,7 @@ use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
 use super::session::Session;
 use super::stream::{nack_detail, AdsClient, Protocol};
+use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::Coverage;
 use crate::xds::ResourceType;
@@ -98,6 +99,8 @@ pub(crate) struct Delta {
     /// Per type, what this stream was told and is pending.
     wires: BTreeMap<ResourceType, Wire>,
     node_sent: bool,
+    /// When resources sent with a TTL expire, across streams.
+    expiries: Expiries,
 }
 
 impl Protocol for Delta {
@@ -112,6 +115,7 @@ impl Protocol for Delta {
             tracked: BTreeMap::new(),
             wires: BTreeMap::new(),
             node_sent: false,
+            expiries: Expiries::default(),
         }
     }
 
@@ -125,7 +129,10 @@ impl Protocol for Delta {
     /// needs saying.
     fn subscribe(&mut self, kind: ResourceType) -> Option<DeltaDiscoveryRequest> {
         let want = self.session.subscription(kind).unwrap_or_default();
-        let narrowed = self.tracked.entry(kind).or_default().narrow(&want);
+        let tracked = self.tracked.entry(kind).or_default();
+        let narrowed = tracked.narrow(&want);
+        self.expiries
+            .retain(kind, |name| tracked.held.contains_key(name));
         if narrowed {
             self.publish(kind);
         }
@@ -218,6 +225,23 @@ impl Protocol for Delta {
             self.publish(kind);
         }
     }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.expiries.next()
+    }
+
+    /// Drops the resources whose TTL ran out and publishes what is left.
+    fn expire(&mut self, now: Instant) {
+        for (kind, names) in self.expiries.expire(now) {
+            info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
+            self.ctx.metrics.ttl_expired(kind, names.len());
+            let tracked = self.tracked.entry(kind).or_default();
+            for name in &names {
+                tracked.held.remove(name);
+            }
+            self.publish(kind);
+        }
+    }
 }
 
 impl Delta {
@@ -259,7 +283,7 @@ impl Delta {
         let wire = self.wires.entry(kind).or_default();
         wire.nonce = nonce.clone();
         match decoded {
-            Ok(update) => {
+            Ok(mut update) => {
                 debug!(
                     %kind,
                     %system_version,
@@ -268,10 +292,15 @@ impl Delta {
                     removed = update.removed.len(),
                     "accepted"
                 );
-                self.tracked
-                    .entry(kind)
-                    .or_default()
-                    .apply(wire, update, Instant::now());
+                let ttls = std::mem::take(&mut update.ttls);
+                let now = Instant::now();
+                let tracked = self.tracked.entry(kind).or_default();
+                tracked.apply(wire, update, now);
+                for (name, ttl) in ttls {
+                    self.expiries.arrived(kind, &name, ttl, now);
+                }
+                self.expiries
+                    .retain(kind, |name| tracked.held.contains_key(name));
                 self.publish(kind);
                 self.ctx.metrics.ack(kind);
                 self.session.upstream.acked(kind, &system_version);

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::update::{digest, Held, Update};
 use super::SETTLE;
-use crate::cache::{Coverage, TypeState};
-use crate::xds::ResourceType;
+use crate::cache::{in_any_collection, Coverage, TypeState};
+use crate::xds::{xdstp, ResourceType};
 
 /// What the gateway knows of one type, across streams.
 #[derive(Debug, Default)]
@@ -38,7 +38,7 @@ impl Tracked {
         let before = (self.held.len(), self.answered.len(), self.wildcard_answered);
         if !want.wildcard {
             self.wildcard_answered = false;
-            self.held.retain(|name, _| want.names.contains(name));
+            self.held.retain(|name, _| want.wants(name));
         }
         self.answered.retain(|name| want.names.contains(name));
         before != (self.held.len(), self.answered.len(), self.wildcard_answered)
@@ -57,13 +57,23 @@ impl Tracked {
     pub(super) fn apply(&mut self, wire: &mut Wire, update: Update, now: Instant) {
         let sent = wire.sent.clone().unwrap_or_default();
         let explicit = |name: &str| sent.names.contains(name);
+        // Subscribed xdstp glob collections holding `name`.
+        let collections = |name: &str| -> Vec<String> {
+            if !xdstp::is_xdstp(name) {
+                return Vec::new();
+            }
+            let globs = sent.names.iter().filter(|g| xdstp::in_collection(name, g));
+            globs.cloned().collect()
+        };
         let first = wire.answered_at.is_none();
         if first {
             wire.answered_at = Some(now);
         }
         if sent.wildcard && !wire.wildcard_dropped {
             let proves = (first && wire.first.wildcard)
-                || update.names().any(|name| !wire.ever_named.contains(name));
+                || update.names().any(|name| {
+                    !(wire.ever_named.contains(name) || in_any_collection(name, &wire.ever_named))
+                });
             if proves {
                 self.wildcard_answered = true;
                 wire.pending_wildcard = None;
@@ -74,6 +84,11 @@ impl Tracked {
                 tracked.answered.insert(name.to_owned());
                 wire.pending.remove(name);
             }
+            // A member answers its collection (an empty one settles).
+            for glob in collections(name) {
+                wire.pending.remove(&glob);
+                tracked.answered.insert(glob);
+            }
         };
         if first {
             // The first response answers the stream's first subscription.
@@ -83,7 +98,7 @@ impl Tracked {
             }
         }
         for (name, held) in update.added {
-            if !(sent.wildcard || explicit(&name)) {
+            if !sent.wants(&name) {
                 debug!(%name, "resource nobody subscribed to: ignored");
                 continue;
             }

@@ -125,6 +125,7 @@ fn update(added: &[(&str, &str)], name_only: &[(&str, &str)], removed: &[&str]) 
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect(),
         removed: strings(removed),
+        ttls: Vec::new(),
     }
 }
 
@@ -300,4 +301,26 @@ fn responses_are_decoded_and_checked_as_a_whole() {
         .unwrap_err()
         .to_string()
         .contains("twice"));
+}
+
+#[test]
+fn a_glob_collection_holds_its_members_and_is_answered_by_them() {
+    let now = Instant::now();
+    let glob = "xdstp://cp/T/prod/*";
+    let (member, stranger) = ("xdstp://cp/T/prod/a", "xdstp://cp/T/other/b");
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(false, &["x"])], now);
+    t.apply(&mut wire, update(&[("x", "1")], &[], &[]), now);
+    let sent = wire.sent.clone().unwrap();
+    wire.record(&sent, &cov(false, &["x", glob]), now);
+    t.apply(
+        &mut wire,
+        update(&[(member, "1"), (stranger, "1")], &[], &[]),
+        now,
+    );
+    assert_eq!(t.held.keys().collect::<Vec<_>>(), ["x", member]);
+    assert_eq!(t.coverage(), cov(false, &["x", glob]));
+    // Dropping "x" keeps the members of the glob still wanted.
+    assert!(t.narrow(&cov(false, &[glob])));
+    assert_eq!(t.held.keys().collect::<Vec<_>>(), [member]);
 }

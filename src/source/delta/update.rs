@@ -4,13 +4,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use sha2::{Digest as _, Sha256};
 
 use super::{NOT_FOUND, VERSION_HEX_DIGITS, WILDCARD};
 use crate::cache::{Coverage, Renderer, Resource};
-use crate::source::decode::{decode_one, Rejection};
+use crate::source::decode::{decode_one, ttl_of, Rejection};
 use crate::xds::ResourceType;
 
 /// One resource held: the upstream's per-resource version and the resource.
@@ -90,6 +91,8 @@ pub(super) struct Update {
     pub(super) name_only: Vec<(String, String)>,
     /// Names the upstream says are gone (removed, or NOT_FOUND).
     pub(super) removed: Vec<String>,
+    /// The TTL each added or name-only resource came with (`None`: none).
+    pub(super) ttls: Vec<(String, Option<Duration>)>,
 }
 
 impl Update {
@@ -120,6 +123,11 @@ pub(super) fn decode_update(
         } else {
             resource.name.clone()
         };
+        let ttl = ttl_of(resource.ttl.as_ref(), &wrapper_name).map_err(|e| Rejection::At {
+            index,
+            name: wrapper_name.clone(),
+            reason: Box::new(e),
+        })?;
         match resource.resource {
             Some(any) => {
                 let decoded = decode_one(renderer, kind, any).map_err(|e| Rejection::At {
@@ -138,6 +146,7 @@ pub(super) fn decode_update(
                 if !seen.insert(name.clone()) {
                     return Err(Rejection::Duplicate(name));
                 }
+                update.ttls.push((name.clone(), ttl));
                 update.added.push((
                     name,
                     Held {
@@ -153,6 +162,7 @@ pub(super) fn decode_update(
                 if !seen.insert(wrapper_name.clone()) {
                     return Err(Rejection::Duplicate(wrapper_name));
                 }
+                update.ttls.push((wrapper_name.clone(), ttl));
                 update.name_only.push((wrapper_name, resource.version));
             }
         }

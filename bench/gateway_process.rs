@@ -1,0 +1,82 @@
+//! The gateway binary and other children of a bench: started on loopback,
+//! ended by process id when their guard drops.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process, killed and reaped by pid when dropped.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until something accepts connections on `port`.
+pub fn wait_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts the gateway binary on `port`/`admin` in front of `upstream`, on 2
+/// worker threads, logging to `log`.
+pub fn start_gateway(upstream: &str, port: u16, admin: u16, log: &Path) -> Guard {
+    let log = std::fs::File::create(log).expect("gateway log");
+    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
+        .args(["--upstream", upstream])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin", &format!("127.0.0.1:{admin}")])
+        .env("TOKIO_WORKER_THREADS", "2")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the gateway binary");
+    Guard(child)
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a: SocketAddr| a.port())
+        .expect("a free port")
+}
+
+/// CPU time (user + system) process `pid` has used so far (Linux `/proc`,
+/// clock ticks of 10 ms).
+#[allow(dead_code)] // used by some benches only
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ")".
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// The resident set size of process `pid`, in bytes (Linux `/proc`).
+#[allow(dead_code)] // used by some benches only
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}

@@ -1,0 +1,401 @@
+//! `GET /` on the admin listener: one HTML page for a person, answering at a
+//! glance what the JSON views answer in detail: is the gateway ready (and
+//! if not, why), which sessions it holds and how their upstream streams
+//! stand, which REST clients are in step and which are behind or suspected
+//! of a rejection (since when, and why), with links to each node's config
+//! and to the JSON views.
+//!
+//! It renders the very values `/readyz`, `/debug/sessions` and
+//! `/debug/clients` answer with ([`Admin::readiness`],
+//! [`debug::sessions_view`], `ClientBook::view`): this module decides
+//! nothing and reads nothing else. Everything shown is HTML-escaped (node
+//! ids, names, user agents and errors come from clients and the upstream).
+//! Self-contained (inline CSS, no script); it reloads itself every
+//! `?refresh=` seconds (default [`REFRESH`], `0` for never).
+//!
+//! Guarded like the debug views; since a browser cannot easily send a
+//! bearer header, a token policy answers it with an HTTP Basic challenge:
+//! the person types the admin token as the password (any user name), and
+//! the browser then sends it to the linked JSON views too.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::Value;
+
+use super::{debug, Admin};
+
+mod html;
+use html::{config_href, entries, escape, items, plain, text};
+
+/// Seconds between reloads unless `?refresh=` says otherwise.
+const REFRESH: u64 = 5;
+/// Reloads more often than this are not honoured (seconds).
+const MIN_REFRESH: u64 = 1;
+
+/// `GET /`.
+pub(super) async fn status(
+    State(admin): State<Arc<Admin>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if !admin.may_see_details(&headers) {
+        return needs_login();
+    }
+    let (_, readiness) = admin.readiness();
+    let sessions = debug::sessions_view(&admin);
+    let clients = admin.clients.view();
+    let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let page = render(&Views {
+        readiness: &readiness,
+        sessions: &sessions,
+        clients: &clients,
+        now: &now,
+        refresh: refresh(query.as_deref()),
+    });
+    let mut response = Html(page).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `?refresh=N`: seconds between reloads, `0` for none.
+fn refresh(query: Option<&str>) -> u64 {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("refresh="))
+        .and_then(|n| n.parse::<u64>().ok())
+        .map_or(REFRESH, |n| if n == 0 { 0 } else { n.max(MIN_REFRESH) })
+}
+
+/// The 401 a browser turns into a login prompt.
+fn needs_login() -> Response {
+    let body = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+        <title>xds-gateway: admin token needed</title></head><body>\
+        <h1>Admin token needed</h1><p>The auth policy guards this page with admin tokens: \
+        sign in with any user name and an admin token as the password, or send \
+        <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>\n";
+    let mut response = (StatusCode::UNAUTHORIZED, Html(body)).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\""),
+    );
+    response
+}
+
+/// What one page shows.
+struct Views<'a> {
+    readiness: &'a Value,
+    sessions: &'a Value,
+    clients: &'a Value,
+    now: &'a str,
+    refresh: u64,
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
+h1{margin:0 0 .3em}h2{margin-top:1.5em;border-bottom:1px solid #ccc}\
+table{border-collapse:collapse;width:100%}th,td{border:1px solid #ddd;padding:.3em .5em;\
+text-align:left;vertical-align:top}th{background:#f4f4f4}code{font-size:90%}\
+.ok{color:#176d17}.bad{color:#b00020;font-weight:600}.warn{color:#9a5b00;font-weight:600}\
+#readiness{font-size:120%}.muted{color:#777}nav a{margin-right:1em}ul{margin:.2em 0;padding-left:1.2em}";
+
+/// The whole page.
+fn render(views: &Views<'_>) -> String {
+    let mut out = String::with_capacity(8 * 1024);
+    out.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    out.push_str("<title>xds-gateway status</title>");
+    if views.refresh > 0 {
+        let _ = write!(
+            out,
+            "<meta http-equiv=\"refresh\" content=\"{}\">",
+            views.refresh
+        );
+    }
+    let _ = writeln!(out, "<style>{STYLE}</style></head><body>");
+    header_section(&mut out, views);
+    problems_section(&mut out, views);
+    sessions_section(&mut out, views.sessions);
+    clients_section(&mut out, views.clients);
+    out.push_str("</body></html>\n");
+    out
+}
+
+fn header_section(out: &mut String, views: &Views<'_>) {
+    let readiness = views.readiness;
+    let (class, word) = match (
+        readiness["ready"].as_bool(),
+        readiness["draining"].as_bool(),
+    ) {
+        (_, Some(true)) => ("bad", "draining (shutting down)"),
+        (Some(true), _) => ("ok", "ready"),
+        _ => ("bad", "not ready"),
+    };
+    let _ = write!(
+        out,
+        "<header><h1>xds-gateway</h1><p id=\"readiness\" class=\"{class}\">{word}</p>\
+         <p>Source: <code>{}</code> · {} sessions ({} waiting, {} stale) · \
+         {} upstream streams open</p>",
+        text(&readiness["source"]),
+        text(&readiness["sessions"]),
+        text(&readiness["waiting_sessions"]),
+        text(&readiness["stale_sessions"]),
+        text(&readiness["upstream_streams_open"]),
+    );
+    let refresh = if views.refresh > 0 {
+        format!(
+            "reloads every {} s (<a href=\"/?refresh=0\">stop</a>)",
+            views.refresh
+        )
+    } else {
+        format!("does not reload (<a href=\"/?refresh={REFRESH}\">reload every {REFRESH} s</a>)")
+    };
+    let _ = write!(
+        out,
+        "<p class=\"muted\">As of {} · {refresh}</p><nav>JSON: ",
+        escape(views.now)
+    );
+    for (href, label) in [
+        ("/readyz", "/readyz"),
+        ("/debug/sessions?pretty", "/debug/sessions"),
+        ("/debug/clients?pretty", "/debug/clients"),
+        ("/debug/client_status?pretty", "/debug/client_status"),
+        ("/metrics", "/metrics"),
+    ] {
+        let _ = write!(out, "<a href=\"{href}\">{label}</a>");
+    }
+    out.push_str("</nav></header>\n");
+}
+
+/// Readiness problems, failed streams, NACKs sent, suspected rejections.
+fn problems_section(out: &mut String, views: &Views<'_>) {
+    let readiness = views.readiness;
+    let mut problems: Vec<String> = Vec::new();
+    if readiness["ready"] == false && readiness["draining"] != true {
+        problems.push(
+            "Not ready: the source has not answered yet (see the sessions below).".to_owned(),
+        );
+    }
+    for key in ["problems", "session_errors"] {
+        problems.extend(items(&readiness[key]).map(|p| escape(&plain(p))));
+    }
+    for session in items(&views.sessions["sessions"]) {
+        for (kind, view) in entries(&session["types"]) {
+            let reply = &view["last_reply"];
+            if reply["kind"] == "NACK" {
+                problems.push(format!(
+                    "Node <code>{}</code>: NACK of {} version <code>{}</code> sent upstream: {}",
+                    text(&session["node_id"]),
+                    escape(kind),
+                    text(&reply["version"]),
+                    text(&reply["error_detail"]),
+                ));
+            }
+        }
+    }
+    for client in items(&views.clients["clients"]) {
+        for (kind, view) in entries(&client["types"]) {
+            for sub in items(&view["detail"]) {
+                if sub["state"] == "suspected rejection" {
+                    problems.push(format!(
+                        "Node <code>{}</code> ({}): suspected rejection of {}: {}",
+                        text(&client["node_id"]),
+                        text(&client["remote"]),
+                        escape(kind),
+                        text(&sub["why"]),
+                    ));
+                }
+            }
+        }
+    }
+    out.push_str("<section id=\"problems\"><h2>Problems</h2>");
+    if problems.is_empty() {
+        out.push_str("<p class=\"ok\">None.</p>");
+    } else {
+        out.push_str("<ul class=\"bad\">");
+        for problem in problems {
+            let _ = write!(out, "<li>{problem}</li>");
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("</section>\n");
+}
+
+fn sessions_section(out: &mut String, sessions: &Value) {
+    let list: Vec<&Value> = items(&sessions["sessions"]).collect();
+    let _ = write!(
+        out,
+        "<section id=\"sessions\"><h2>Sessions ({})</h2>",
+        list.len()
+    );
+    if list.is_empty() {
+        out.push_str("<p class=\"muted\">None yet: a session opens when a client first polls.</p></section>\n");
+        return;
+    }
+    out.push_str(
+        "<table><tr><th>Node</th><th>Upstream stream</th><th>REST clients</th>\
+         <th>Per type: version, resources, last reply</th></tr>",
+    );
+    for session in list {
+        let node = plain(&session["node_id"]);
+        let stream = match session["stream"].as_str() {
+            None => format!("<span class=\"muted\">{}</span>", text(&session["source"])),
+            Some(state) => {
+                let class = if state == "open" { "ok" } else { "warn" };
+                let mut cell = format!(
+                    "<span class=\"{class}\">{}</span> since {}",
+                    escape(state),
+                    text(&session["stream_since"])
+                );
+                if session["stale_since"].is_string() {
+                    let _ = write!(
+                        cell,
+                        "<br><span class=\"bad\">stale since {}</span>",
+                        text(&session["stale_since"])
+                    );
+                }
+                if let Some(error) = session["last_error"].as_object() {
+                    let _ = write!(
+                        cell,
+                        "<br>last error ({}): <code>{}</code>",
+                        text(&error["at"]),
+                        text(&error["error"])
+                    );
+                }
+                cell
+            }
+        };
+        let _ = write!(
+            out,
+            "<tr class=\"session\" data-node=\"{}\"><td><b>{}</b><br>cluster {}<br>\
+             <a href=\"{}\">config</a></td><td>{stream}</td><td>{}</td><td><ul>",
+            escape(&node),
+            escape(&node),
+            text(&session["cluster"]),
+            config_href(&node, None),
+            text(&session["clients"]),
+        );
+        for (kind, view) in entries(&session["types"]) {
+            let reply = &view["last_reply"];
+            let reply = match reply["kind"].as_str() {
+                Some("NACK") => format!(
+                    "<span class=\"bad\">NACK</span> of {}: {}",
+                    text(&reply["version"]),
+                    text(&reply["error_detail"])
+                ),
+                Some(kind) => format!("{} of {}", escape(kind), text(&reply["version"])),
+                None => String::new(),
+            };
+            let _ = write!(
+                out,
+                "<li><a href=\"{}\">{}</a>: {}{}{}</li>",
+                config_href(&node, Some(kind)),
+                escape(kind),
+                match view["version"].as_str() {
+                    Some(version) => format!(
+                        "version <code>{}</code>, {} resources",
+                        escape(version),
+                        text(&view["resources"])
+                    ),
+                    None => "<span class=\"warn\">waiting for the upstream</span>".to_owned(),
+                },
+                if reply.is_empty() { "" } else { ", " },
+                reply,
+            );
+        }
+        out.push_str("</ul></td></tr>");
+    }
+    out.push_str("</table></section>\n");
+}
+
+fn clients_section(out: &mut String, clients: &Value) {
+    let list: Vec<&Value> = items(&clients["clients"]).collect();
+    let _ = write!(
+        out,
+        "<section id=\"clients\"><h2>REST clients ({})</h2>",
+        list.len()
+    );
+    if list.is_empty() {
+        out.push_str("<p class=\"muted\">None seen recently.</p></section>\n");
+        return;
+    }
+    out.push_str(
+        "<table><tr><th>Node</th><th>Client</th><th>Type</th><th>In step</th>\
+         <th>Subscriptions not in step (every one when it has one): names, state, versions, why</th></tr>",
+    );
+    for client in list {
+        let node = plain(&client["node_id"]);
+        for (kind, view) in entries(&client["types"]) {
+            let kind = escape(kind);
+            let in_step = view["in_step"] == view["subscriptions"];
+            let _ = write!(
+                out,
+                "<tr class=\"client\" data-node=\"{}\" data-type=\"{kind}\"><td><b>{}</b><br>\
+                 cluster {}</td><td>{} from {}<br>last poll {}</td><td>{kind}</td>\
+                 <td class=\"{}\">{} of {}</td><td>",
+                escape(&node),
+                escape(&node),
+                text(&client["cluster"]),
+                text(&client["user_agent"]),
+                text(&client["remote"]),
+                text(&view["last_poll"]),
+                if in_step { "ok" } else { "bad" },
+                text(&view["in_step"]),
+                text(&view["subscriptions"]),
+            );
+            out.push_str("<ul>");
+            for sub in items(&view["detail"]) {
+                subscription(out, sub);
+            }
+            out.push_str("</ul></td></tr>");
+        }
+    }
+    out.push_str("</table></section>\n");
+}
+
+/// One subscription of a client, as a list item.
+fn subscription(out: &mut String, sub: &Value) {
+    let names = if sub["wildcard"] == true {
+        "(wildcard)".to_owned()
+    } else {
+        let shown: Vec<String> = items(&sub["names"]).map(text).collect();
+        let count = sub["name_count"].as_u64().unwrap_or_default();
+        let more = count.saturating_sub(shown.len() as u64);
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    };
+    let state = plain(&sub["state"]);
+    let class = match state.as_str() {
+        "in step" => "ok",
+        "catching up" => "warn",
+        _ => "bad",
+    };
+    let _ = write!(
+        out,
+        "<li class=\"subscription\" data-state=\"{}\">{names}: <span class=\"{class}\">{}</span>, \
+         presents <code>{}</code>, served <code>{}</code> (upstream version <code>{}</code>)",
+        escape(&state),
+        escape(&state),
+        text(&sub["presented"]),
+        text(&sub["current"]),
+        text(&sub["upstream_version"]),
+    );
+    if sub["out_of_step_for"].is_string() {
+        let _ = write!(out, " for {}", text(&sub["out_of_step_for"]));
+    }
+    if sub["why"].is_string() {
+        let _ = write!(out, "<br>{}", text(&sub["why"]));
+    }
+    out.push_str("</li>");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,71 @@
+//! Small pieces of HTML for the status page: escaping, JSON values as
+//! text, links to `/debug/config`. Everything that reaches the page from a
+//! client or the upstream goes through [`escape`].
+
+use std::fmt::Write as _;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde_json::Value;
+
+/// What a query value keeps unescaped: RFC 3986's unreserved characters.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `/debug/config` of `node` (one type, or all), pretty, for an `href`.
+pub(super) fn config_href(node: &str, kind: Option<&str>) -> String {
+    let mut href = format!(
+        "/debug/config?node={}",
+        utf8_percent_encode(node, QUERY_VALUE)
+    );
+    if let Some(kind) = kind {
+        let _ = write!(href, "&type={}", utf8_percent_encode(kind, QUERY_VALUE));
+    }
+    href.push_str("&pretty");
+    escape(&href)
+}
+
+/// A JSON value's text, unquoted (`""` for null).
+pub(super) fn plain(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A JSON value's text, escaped for HTML.
+pub(super) fn text(value: &Value) -> String {
+    escape(&plain(value))
+}
+
+pub(super) fn items(value: &Value) -> impl Iterator<Item = &Value> {
+    value.as_array().into_iter().flatten()
+}
+
+/// The entries of a JSON object.
+pub(super) fn entries(value: &Value) -> impl Iterator<Item = (&str, &Value)> {
+    value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| (key.as_str(), value))
+}
+
+/// `s` safe in HTML text and in a quoted attribute.
+pub(super) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,90 @@
+//! The admin router: every route of [`ROUTES`] answers, `openapi/admin.yaml`
+//! documents exactly those, and admin tokens are read from Bearer and Basic
+//! credentials.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use tower::ServiceExt;
+
+use super::{admin_token, router, Admin, ROUTES};
+use crate::cache::{ClientBook, Renderer};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::source::{FileFeeder, Origin, Sessions};
+use crate::xds::Codec;
+
+fn admin() -> Arc<Admin> {
+    let config = Config::default();
+    let renderer = Renderer::new(Codec::embedded());
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
+    let metrics = Arc::new(Metrics::new());
+    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
+    Arc::new(Admin::new(
+        source,
+        metrics,
+        clients,
+        renderer,
+        Arc::new(config),
+    ))
+}
+
+async fn status_of(path: &str) -> StatusCode {
+    let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+    router(admin()).oneshot(request).await.unwrap().status()
+}
+
+#[tokio::test]
+async fn every_listed_route_is_served_and_nothing_else() {
+    for (path, _) in ROUTES {
+        // `/debug/config` without `?node=` is a 400 that names what is missing.
+        let status = status_of(path).await;
+        assert!(
+            status == StatusCode::OK
+                || (path == "/debug/config" && status == StatusCode::BAD_REQUEST),
+            "{path}: {status}"
+        );
+    }
+    assert_eq!(status_of("/debug/nothing").await, StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn openapi_admin_lists_exactly_the_served_routes() {
+    let text = include_str!("../../openapi/admin.yaml");
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).unwrap();
+    let mut documented = Vec::new();
+    for (path, item) in doc["paths"].as_mapping().unwrap() {
+        for method in item.as_mapping().unwrap().keys() {
+            documented.push((
+                path.as_str().unwrap().to_owned(),
+                method.as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    let mut served: Vec<(String, String)> = ROUTES
+        .iter()
+        .map(|(p, m)| ((*p).to_owned(), (*m).to_owned()))
+        .collect();
+    documented.sort();
+    served.sort();
+    assert_eq!(documented, served);
+}
+
+#[test]
+fn admin_tokens_come_as_bearer_or_as_the_basic_password() {
+    assert_eq!(admin_token("Bearer abc").as_deref(), Some("abc"));
+    assert_eq!(admin_token("bearer  abc ").as_deref(), Some("abc"));
+    // base64("anyone:s3cret:with-colon")
+    assert_eq!(
+        admin_token("Basic YW55b25lOnMzY3JldDp3aXRoLWNvbG9u").as_deref(),
+        Some("s3cret:with-colon")
+    );
+    assert_eq!(admin_token("Basic not-base64!"), None);
+    // base64("no-colon")
+    assert_eq!(admin_token("Basic bm8tY29sb24="), None);
+    assert_eq!(admin_token("Digest abc"), None);
+    assert_eq!(admin_token("abc"), None);
+}
