@@ -306,6 +306,31 @@ async fn a_change_the_client_would_get_304_for_sends_nothing() {
     assert_eq!(port, 3);
 }
 
+/// A watcher has no next poll to present what it was sent: it stands in
+/// step once sent a version (not "catching up" forever), also after a change.
+#[tokio::test(start_paused = true)]
+async fn a_watcher_stands_in_step_in_the_client_book() {
+    let (gw, script) = scripted(Config::default());
+    script.set(CDS, "v1", &[cluster("a", "1s")]).await;
+    let (_, mut stream) = open(&gw, WATCH_CDS, &[]).await.unwrap();
+    stream.next().await;
+    script.set(CDS, "v2", &[cluster("a", "2s")]).await;
+    stream.next().await;
+    let nodes = gw.clients.nodes();
+    let subscription = &nodes[0].subscriptions[0];
+    assert!(
+        subscription.current.starts_with("v2~"),
+        "{}",
+        subscription.current
+    );
+    assert_eq!(
+        subscription.standing,
+        crate::cache::Standing::InStep,
+        "{:?}",
+        subscription.standing
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_post_body_can_be_watched() {
     let (gw, script) = scripted(Config::default());
