@@ -4,7 +4,9 @@
 //! While draining, `/readyz` says not ready (so a balancer stops sending),
 //! a poll that would be held as a long poll is refused with a 503 and
 //! `Retry-After` (a balancer retries it on another replica), and the long
-//! polls already held are answered at once (304, or 200 if the state moved).
+//! polls already held are answered at once (304, or 200 if the state moved);
+//! a new watch (`?watch`) is refused the same way and open watch streams end
+//! (an SSE client reconnects, with `Last-Event-ID`, to another replica).
 //! Closing listeners and connections is `serve`'s job, closing upstream
 //! streams the source's; this module only says *that* the gateway drains.
 

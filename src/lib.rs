@@ -9,16 +9,18 @@
 //! - [`config`]: typed configuration from flags, environment and file.
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing, rewrites.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
-//!   bodies, parsed requests, rejection bookkeeping. No I/O.
+//!   bodies, parsed requests, rejection bookkeeping, the history `?changes` diffs against. No I/O.
 //! - `source`: where config comes from, behind one trait (`Source`): sessions fed by a
 //!   SotW or delta ADS stream or by the snapshot, unary fetch, or auto (probe, then one of those).
-//! - `http`: the REST face (`/v3/discovery:<type>`) and the one error table.
+//! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams) and
+//!   the one error table.
 //! - `admin`: `/healthz`, `/readyz`, `/metrics`, the debug views, CSDS and the status page
 //!   on a separate listener.
 //! - `auth`: the authorization policy (principals, their credentials, the
 //!   nodes and types they may fetch); decisions only, no HTTP.
 //! - `metrics`: every metric name.
-//! - `drain`: the shutdown flag handlers read (readiness, long polls refused and answered).
+//! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
+//!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
 //! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).

@@ -33,7 +33,7 @@ struct ReloadLabel {
     result: &'static str,
 }
 
-/// Keeps a connection counted as open while it lives.
+/// Keeps a connection (or a watch stream) counted as open while it lives.
 #[derive(Debug)]
 pub struct OpenConnection(Gauge);
 
@@ -62,6 +62,8 @@ pub struct Metrics {
     cache_misses: Family<TypeLabel, Counter>,
     upstream_streams_open: Gauge,
     long_polls_held: Gauge,
+    watches_open: Gauge,
+    watch_events: Family<TypeLabel, Counter>,
     sessions: Gauge,
     stale_sessions: Gauge,
     acks: Family<TypeLabel, Counter>,
@@ -90,6 +92,8 @@ impl Metrics {
         let cache_misses = Family::<TypeLabel, Counter>::default();
         let upstream_streams_open = Gauge::default();
         let long_polls_held = Gauge::default();
+        let watches_open = Gauge::default();
+        let watch_events = Family::<TypeLabel, Counter>::default();
         let sessions = Gauge::default();
         let stale_sessions = Gauge::default();
         let acks = Family::<TypeLabel, Counter>::default();
@@ -124,6 +128,16 @@ impl Metrics {
             "long_polls_held",
             "REST requests held now, waiting for a change (long polls)",
             long_polls_held.clone(),
+        );
+        registry.register(
+            "watches_open",
+            "Watch streams (?watch: SSE or NDJSON) open now",
+            watches_open.clone(),
+        );
+        registry.register(
+            "watch_events",
+            "Events (new versions) sent on watch streams, by type",
+            watch_events.clone(),
         );
         registry.register(
             "sessions",
@@ -192,6 +206,8 @@ impl Metrics {
             cache_misses,
             upstream_streams_open,
             long_polls_held,
+            watches_open,
+            watch_events,
             sessions,
             stale_sessions,
             acks,
@@ -247,6 +263,19 @@ impl Metrics {
     pub fn long_poll_held(&self) -> HeldGuard<'_> {
         self.long_polls_held.inc();
         HeldGuard(&self.long_polls_held)
+    }
+
+    /// Counts a watch stream as open until the guard drops (the guard
+    /// lives as long as the stream's body).
+    pub fn watch_opened(&self) -> OpenConnection {
+        let gauge = self.watches_open.clone();
+        gauge.inc();
+        OpenConnection(gauge)
+    }
+
+    /// One event (a new version) sent on a watch of `kind`.
+    pub fn watch_event(&self, kind: ResourceType) {
+        self.watch_events.get_or_create(&Self::label(kind)).inc();
     }
 
     pub fn set_sessions(&self, n: usize) {

@@ -11,7 +11,9 @@
 //!   runs from the end of the previous response too, so it is also the
 //!   HTTP/1 keep-alive idle bound), the TLS handshake and a connection's
 //!   first request within the same time;
-//! - any connection with no request in flight for `keep_alive_timeout`
+//! - any connection with no request in flight (a request is in flight until
+//!   its response head is ready; one marked [`Streaming`], a watch, until
+//!   its body ends) for `keep_alive_timeout`
 //!   (HTTP/2 included) is shut down gracefully, then closed if it still
 //!   has not finished (a client that does not read its response) one
 //!   `header_read_timeout` later;
@@ -365,9 +367,55 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
         let router = self.router.clone();
         Box::pin(async move {
             let response = router.oneshot(request).await;
-            drop(in_flight);
-            response
+            // A stream (a watch) is in flight for as long as it is open;
+            // any other request until its head is ready, so a client that
+            // does not read a response is still closed as idle.
+            response.map(|r| {
+                if r.extensions().get::<Streaming>().is_none() {
+                    drop(in_flight);
+                    return r;
+                }
+                r.map(|body| {
+                    Body::new(Written {
+                        body,
+                        _in_flight: in_flight,
+                    })
+                })
+            })
         })
+    }
+}
+
+/// Put on a response (as an extension) whose body is a long-lived stream:
+/// its request counts as in flight until the body ends, so the connection
+/// is not closed as idle meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Streaming;
+
+/// A response body that keeps its request in flight until it is dropped
+/// (written out, or the connection gone). Size and end are the body's own.
+struct Written {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Written {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 

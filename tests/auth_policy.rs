@@ -1,6 +1,6 @@
 //! Authorization bound to node identities (issue 10, finding 1), with bearer
 //! tokens, against the gateway run in process with a policy file: who may
-//! fetch which node's config over POST, GET and long polls; 401 without or
+//! fetch which node's config over POST, GET, long polls and watches; 401 without or
 //! with a wrong credential, 403 naming the principal and the node (and
 //! nothing configured); a refused node never gets a session; secrets only
 //! where a rule names them; the pass-through; admin tokens (as a bearer
@@ -153,6 +153,8 @@ async fn tokens_bind_clients_to_their_nodes() {
     .await
     .unwrap();
     assert_eq!(basic.status, 401, "{}", basic.text());
+    let watch = get(port, "/v3/discovery:clusters?node=edge-1&watch", None).await;
+    assert_eq!(watch.status, 401, "{}", watch.text());
 
     // Its own nodes: served, by POST and GET alike.
     assert_eq!(
@@ -176,6 +178,13 @@ async fn tokens_bind_clients_to_their_nodes() {
         get(
             port,
             "/v3/discovery:clusters?node=core-1&cluster=core&version=x&wait=5s",
+            Some(EDGE),
+        )
+        .await,
+        // A watch is authorized as a poll is, before any stream opens.
+        get(
+            port,
+            "/v3/discovery:clusters?node=core-1&cluster=core&watch",
             Some(EDGE),
         )
         .await,

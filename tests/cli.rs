@@ -174,6 +174,12 @@ const SETTINGS: &[Setting] = &[
         "XDS_GATEWAY_MAX_LONG_POLLS",
         "max-long-polls",
     ),
+    setting("--max-watches", "XDS_GATEWAY_MAX_WATCHES", "max-watches"),
+    setting(
+        "--watch-heartbeat",
+        "XDS_GATEWAY_WATCH_HEARTBEAT",
+        "watch-heartbeat",
+    ),
     setting(
         "--max-streams-per-connection",
         "XDS_GATEWAY_MAX_STREAMS_PER_CONNECTION",
@@ -877,6 +883,8 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "allow-insecure-listen" => value.as_bool() == Some(d.allow_insecure_listen),
             "max-connections" => integer() == d.max_connections as i64,
             "max-long-polls" => integer() == d.max_long_polls as i64,
+            "max-watches" => integer() == d.max_watches as i64,
+            "watch-heartbeat" => duration() == d.watch_heartbeat,
             "max-streams-per-connection" => integer() == i64::from(d.max_streams_per_connection),
             "header-read-timeout" => duration() == d.header_read_timeout,
             "body-read-timeout" => duration() == d.body_read_timeout,

@@ -3,6 +3,7 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
+mod changes;
 mod clients;
 mod identity;
 mod rejection;
@@ -10,6 +11,7 @@ mod request;
 mod resource;
 mod state;
 
+pub(crate) use changes::{History, Served};
 pub(crate) use clients::{ClientBook, NodeClients, Poll, SubscriptionStatus};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};

@@ -54,7 +54,7 @@ fn memo_key(body: &[u8]) -> u64 {
 }
 
 /// What the gateway reads of one `DiscoveryRequest` body. Immutable.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ParsedRequest {
     body: Bytes,
     version_info: String,
@@ -96,6 +96,15 @@ impl ParsedRequest {
             identity,
             subscription,
         })
+    }
+
+    /// The same request presenting `version` instead (a watch, after each
+    /// body it was sent, or resuming from `Last-Event-ID`).
+    pub(crate) fn presenting(&self, version: &str) -> ParsedRequest {
+        ParsedRequest {
+            version_info: version.to_owned(),
+            ..self.clone()
+        }
     }
 
     /// The request body as received (its `node` is decoded from it once per session).

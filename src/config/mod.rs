@@ -135,6 +135,10 @@ pub struct Config {
     pub allow_insecure_listen: bool,
     pub max_connections: usize,
     pub max_long_polls: usize,
+    /// Watch streams (`?watch`) open at once at most.
+    pub max_watches: usize,
+    /// A watch stream silent for this long sends a heartbeat.
+    pub watch_heartbeat: Duration,
     /// HTTP/2 streams (requests) in flight on one REST connection at most.
     pub max_streams_per_connection: u32,
     pub header_read_timeout: Duration,
@@ -188,6 +192,8 @@ impl Default for Config {
             allow_insecure_listen: false,
             max_connections: 10_000,
             max_long_polls: 5_000,
+            max_watches: 1_000,
+            watch_heartbeat: Duration::from_secs(15),
             max_streams_per_connection: 4_096,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
@@ -281,6 +287,8 @@ impl Config {
             allow_insecure_listen,
             max_connections,
             max_long_polls,
+            max_watches,
+            watch_heartbeat,
             max_streams_per_connection,
             header_read_timeout,
             body_read_timeout,
@@ -462,6 +470,7 @@ impl Config {
         for (key, value) in [
             ("max-connections", self.max_connections),
             ("max-long-polls", self.max_long_polls),
+            ("max-watches", self.max_watches),
             (
                 "max-streams-per-connection",
                 self.max_streams_per_connection as usize,
@@ -477,6 +486,7 @@ impl Config {
             ("body-read-timeout", self.body_read_timeout),
             ("keep-alive-timeout", self.keep_alive_timeout),
             ("drain-timeout", self.drain_timeout),
+            ("watch-heartbeat", self.watch_heartbeat),
         ] {
             if value.is_zero() {
                 return Err(invalid(key, "must be more than 0s"));

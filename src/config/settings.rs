@@ -105,6 +105,13 @@ pub struct Settings {
     /// At most this many long polls held at once; more are answered 503 [default: 5000].
     #[arg(long, env = "XDS_GATEWAY_MAX_LONG_POLLS")]
     pub max_long_polls: Option<usize>,
+    /// At most this many watch streams (`?watch`) open at once; more are answered 503 [default: 1000].
+    #[arg(long, env = "XDS_GATEWAY_MAX_WATCHES")]
+    pub max_watches: Option<usize>,
+    /// A watch stream with nothing to send for this long sends a heartbeat (an SSE comment, or an empty NDJSON line), so proxies keep it open [default: 15s].
+    #[arg(long, env = "XDS_GATEWAY_WATCH_HEARTBEAT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub watch_heartbeat: Option<Duration>,
     /// HTTP/2 requests in flight on one REST connection at most. An Envoy polling over HTTP/2 opens one per REST subscription at once (one per EDS cluster) before it has read this limit, and fails every request refused beyond it [default: 4096].
     #[arg(long, env = "XDS_GATEWAY_MAX_STREAMS_PER_CONNECTION")]
     pub max_streams_per_connection: Option<u32>,

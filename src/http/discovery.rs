@@ -5,12 +5,15 @@
 //!
 //! Order of checks: query parameters, secrets gate, who is asking (401),
 //! content type, body (time, size, JSON), type_url vs path, names and node
-//! size, whether the caller may fetch this node (403), wait and
+//! size, whether the caller may fetch this node (403); a `?watch` is handed
+//! to `watch` from here (the same checks, then a stream); else wait and
 //! presentation; then the source is polled (it
 //! waits, bounded, for the upstream's first state) and answers 200 with the
 //! assembled body or 304, holding a 304 as a long poll when the client asked
 //! to wait (not while the gateway drains: then a new long poll is a 503 and
-//! a held one is answered at once). Nothing here mutates a state except through its body memo, so a
+//! a held one is answered at once). With `?changes` a body is given in
+//! changes form (`cache::Served::changes`, against the history of answers
+//! served); every body served is remembered there. Nothing here mutates a state except through its body memo, so a
 //! bad request cannot poison what others are served.
 
 use std::collections::HashMap;
@@ -27,7 +30,9 @@ use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
+use super::query::switch;
 use super::wait::requested_wait;
+use super::watch::{self, Watched};
 use super::Gateway;
 use crate::cache::{Answer, Names, ParsedRequest, Poll};
 use crate::config::{Config, RewritePolicy};
@@ -36,10 +41,10 @@ use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// Query parameters a POST accepts.
-const POST_PARAMS: &[&str] = &["wait", "pretty", "format"];
+const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch", "changes"];
 /// Query parameters a GET accepts.
 const GET_PARAMS: &[&str] = &[
-    "wait", "pretty", "format", "node", "cluster", "names", "version",
+    "wait", "pretty", "format", "node", "cluster", "names", "version", "watch", "changes",
 ];
 
 /// Response header set while the session's upstream stream is down: the
@@ -95,9 +100,9 @@ pub(super) async fn handle_get(
 }
 
 /// The poll itself: parse, authorize the node, ask the source, answer
-/// (holding a 304 as a long poll when asked to wait).
+/// (holding a 304 as a long poll when asked to wait), or open a watch.
 async fn serve(
-    gateway: &Gateway,
+    gateway: &Arc<Gateway>,
     kind: ResourceType,
     caller: &Caller,
     remote: Option<IpAddr>,
@@ -111,6 +116,18 @@ async fn serve(
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
+    let changes = switch(query, "changes")?;
+    if watch::requested(query)? {
+        let target = rest_target(config, request.user_agent_name(), headers);
+        let watched = Watched {
+            kind,
+            request: &request,
+            target,
+            remote,
+            changes,
+        };
+        return watch::open(gateway, watched, headers, query).await;
+    }
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     let presentation = Presentation::from_request(query, headers)?;
     let target = rest_target(config, request.user_agent_name(), headers);
@@ -155,6 +172,28 @@ async fn serve(
         standing: polled.standing(),
         rewritten_for: target.map(|t| t.cluster_name.as_str()),
     });
+    if let Answer::Body {
+        json,
+        version,
+        cached,
+    } = answer
+    {
+        // Recalled before it is remembered: what the client held, not this.
+        let since = changes
+            .then(|| gateway.history.recall(request.version_info()))
+            .flatten();
+        let served = || Arc::new(polled.served(&request, target));
+        let json = match changes {
+            true => served().changes(renderer, &version, since.as_deref())?,
+            false => json,
+        };
+        gateway.history.remember(&version, served);
+        answer = Answer::Body {
+            json,
+            version,
+            cached,
+        };
+    }
     let mut response = respond(gateway, kind, answer, presentation)?;
     if let Some(since) = polled.stale_since() {
         // The upstream is down: this is the last good state, kept serving.

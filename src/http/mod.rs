@@ -2,7 +2,9 @@
 //!
 //! Endpoints:
 //! - `POST /v3/discovery:{listeners,routes,scoped-routes,clusters,endpoints,secrets,runtime,extension_configs}`
-//!   (`?wait=DURATION` long-polls a current version; `?pretty`, `?format=yaml`)
+//!   (`?wait=DURATION` long-polls a current version; `?pretty`, `?format=yaml`;
+//!   `?watch` streams every new version as Server-Sent Events or NDJSON;
+//!   `?changes` answers what changed since the version presented)
 //! - `GET` on the same paths with `?node=&cluster=&names=a,b&version=` (and `If-None-Match`)
 //! - `POST /v3/discovery:health_check` (HDS) and `/v3/discovery:client_status`
 //!   (CSDS): passed through to the upstream's unary RPCs, JSON both ways
@@ -21,6 +23,7 @@ mod passthrough;
 mod present;
 mod query;
 mod wait;
+mod watch;
 
 use std::sync::Arc;
 
@@ -31,7 +34,7 @@ use axum::Extension;
 use axum::Router;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{ClientBook, ParsedRequests, Renderer};
+use crate::cache::{ClientBook, History, ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
@@ -54,13 +57,19 @@ pub(crate) struct Gateway {
     parsed: ParsedRequests,
     /// One permit per long poll that may be held at once.
     long_polls: tokio::sync::Semaphore,
+    /// One permit per watch stream that may be open at once (each open
+    /// stream owns its permit).
+    watches: Arc<tokio::sync::Semaphore>,
     /// Who may fetch what; `None`: everyone everything.
     auth: Option<Arc<AuthPolicy>>,
     /// Where the admin listener is bound (named by 404s of admin paths).
     admin_address: Option<std::net::SocketAddr>,
     /// The REST clients seen recently and where each stands.
     clients: Arc<ClientBook>,
-    /// Set at shutdown: no new long polls, held ones answered.
+    /// The answers served recently, for `?changes`.
+    history: History,
+    /// Set at shutdown: no new long polls or watches, held ones answered,
+    /// open watches ended.
     drain: Drain,
 }
 
@@ -74,10 +83,12 @@ impl Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
+            watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
             auth: None,
             admin_address: None,
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
+            history: History::default(),
             config,
             source,
             renderer,
@@ -210,7 +221,8 @@ async fn index(headers: HeaderMap) -> String {
         .unwrap_or("127.0.0.1:8080");
     let mut out = String::from(
         "xds-gateway: Envoy REST xDS (JSON). POST a DiscoveryRequest, or GET with ?node=&cluster=&names=a,b&version=;\n\
-         add ?pretty or ?format=yaml to read, ?wait=25s to long-poll.\n\n",
+         add ?pretty or ?format=yaml to read, ?wait=25s to long-poll, ?watch to stream every new version\n\
+         (NDJSON, or Server-Sent Events with Accept: text/event-stream), ?changes for what changed since ?version=.\n\n",
     );
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         let path = endpoint.path();

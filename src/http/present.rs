@@ -47,7 +47,7 @@ impl Presentation {
             Some("yaml") => true,
             Some(other) => {
                 return Err(ApiError::BadRequest(format!(
-                    "format={other:?}: use json or yaml"
+                    "format={other:?}: use json or yaml (sse and ndjson go with ?watch)"
                 )))
             }
         };
@@ -146,12 +146,7 @@ pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Result<Option<S
 mod tests {
     use super::*;
 
-    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::http::query::query_of as q;
 
     #[test]
     fn choices() {

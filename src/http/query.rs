@@ -38,6 +38,27 @@ impl Params {
     }
 }
 
+/// A switch parameter: absent, `false` or `0` is off; `?name`, `true` or
+/// `1` is on; anything else is a 400 that says how to write it.
+pub(super) fn switch(query: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
+    match query.get(name).map(String::as_str) {
+        None | Some("false" | "0") => Ok(false),
+        Some("" | "true" | "1") => Ok(true),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "{name}={other:?}: use ?{name} (or {name}=true), or {name}=false"
+        ))),
+    }
+}
+
+/// A query of `pairs` (for tests of the parameter readers).
+#[cfg(test)]
+pub(super) fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 fn decode(raw: &str, what: &str) -> Result<String, ApiError> {
     let spaced = raw.replace('+', " ");
     percent_decode(spaced.as_bytes())

@@ -14,7 +14,8 @@ use futures::future::BoxFuture;
 use tracing::warn;
 
 use crate::cache::{
-    Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Standing, Suspicion, TypeState,
+    Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Served, Standing, Suspicion,
+    TypeState,
 };
 use crate::metrics::Metrics;
 use crate::xds::rewrite::RestTarget;
@@ -95,6 +96,12 @@ impl Polled {
             }
             None => false,
         }
+    }
+
+    /// The current state as answered to `request` with `target` (what
+    /// `?changes` diffs against later).
+    pub(crate) fn served(&self, request: &ParsedRequest, target: Option<&RestTarget>) -> Served {
+        Served::new(self.state.clone(), request.names(), target)
     }
 
     /// Since when the state served is stale (its upstream is down), if it is.

@@ -3,8 +3,10 @@
 //! path against a scripted source). Everything runs in process; no control
 //! plane is needed.
 
+mod changes;
 mod fuzz;
 mod poll;
+mod watch;
 
 use std::sync::Arc;
 

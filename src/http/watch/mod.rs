@@ -1,0 +1,197 @@
+//! `?watch` on a discovery route (`GET ...?node=ID&watch`, or a POST with a
+//! `DiscoveryRequest` body and `?watch`): a response that stays open and
+//! carries every new version the client would be answered, as Server-Sent
+//! Events (`Accept: text/event-stream`, or `?format=sse`) or NDJSON
+//! (`?format=ndjson`, `Accept: application/x-ndjson`, and the default).
+//!
+//! What a watch is answered is what a poll is: the request is checked,
+//! authorized and polled by `discovery` exactly as a poll; this module then
+//! takes over: the format, where the client resumes from (`Last-Event-ID`
+//! over `version`), the bound on open watches (`--max-watches`, a 503 over
+//! it), the drain (new watches refused with a 503 and `Retry-After`, open
+//! ones ended), and the stream itself ([`stream`]).
+
+mod frame;
+mod stream;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::discovery::STALE_HEADER;
+use super::error::ApiError;
+use super::query::switch;
+use super::Gateway;
+use crate::cache::ParsedRequest;
+use crate::serve::Streaming;
+use crate::xds::rewrite::RestTarget;
+use crate::xds::ResourceType;
+pub(crate) use frame::Format;
+use stream::{Opening, Watch};
+
+/// Whether the query asks for a watch: `watch`, `watch=true` or `watch=1`
+/// (`watch=false` or `watch=0`: a plain poll).
+pub(super) fn requested(query: &HashMap<String, String>) -> Result<bool, ApiError> {
+    switch(query, "watch")
+}
+
+/// A watch's request, checked and authorized, and where its answers point.
+pub(super) struct Watched<'a> {
+    pub(super) kind: ResourceType,
+    pub(super) request: &'a ParsedRequest,
+    pub(super) target: Option<RestTarget>,
+    pub(super) remote: Option<IpAddr>,
+    /// `?changes`: events in changes form.
+    pub(super) changes: bool,
+}
+
+/// Opens a watch: the stream's response (its first event is the current
+/// state unless the client presents it), or why not.
+pub(super) async fn open(
+    gateway: &Arc<Gateway>,
+    watched: Watched<'_>,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    for (param, why) in [
+        ("wait", "a watch stays open by itself"),
+        ("pretty", "each event is one line of JSON; pipe it to jq"),
+    ] {
+        if query.contains_key(param) {
+            return Err(ApiError::BadRequest(format!(
+                "?{param} does not go with ?watch: {why}"
+            )));
+        }
+    }
+    let format = format_of(query, headers)?;
+    let request = match last_event_id(headers)? {
+        Some(version) => watched.request.presenting(&version),
+        None => watched.request.clone(),
+    };
+    if gateway.drain.is_draining() {
+        return Err(ApiError::Unavailable {
+            message: "this gateway is shutting down and opens no new watches; reconnect (another replica answers)".into(),
+            retry_after_secs: 1,
+        });
+    }
+    let Ok(slot) = gateway.watches.clone().try_acquire_owned() else {
+        return Err(ApiError::Unavailable {
+            message: format!(
+                "too many watches open now (at most {}, --max-watches); reconnect later, or poll",
+                gateway.config.max_watches
+            ),
+            retry_after_secs: 1,
+        });
+    };
+    let kind = watched.kind;
+    let mut polled = gateway.source.poll(kind, &request).await?;
+    let first = polled.answer(&gateway.renderer, &request, watched.target.as_ref())?;
+    let stale_since = polled.stale_since();
+    let opening = Opening {
+        kind,
+        request,
+        target: watched.target,
+        remote: watched.remote,
+        format,
+        polled,
+        slot,
+        changes: watched.changes,
+    };
+    let body = Watch::open(gateway.clone(), opening, &first).into_body();
+    let mut response = (StatusCode::OK, body).into_response();
+    // The connection must not be closed as idle while the stream is open.
+    response.extensions_mut().insert(Streaming);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // nginx buffers responses unless told not to.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Some(since) = stale_since {
+        let stamp = humantime::format_rfc3339_seconds(since).to_string();
+        if let Ok(value) = HeaderValue::from_str(&stamp) {
+            headers.insert(STALE_HEADER, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `?format=sse|ndjson`, else `Accept: text/event-stream` for SSE, else NDJSON.
+fn format_of(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Format, ApiError> {
+    match query.get("format").map(String::as_str) {
+        Some("sse") => return Ok(Format::Sse),
+        Some("ndjson") => return Ok(Format::Ndjson),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "format={other:?} does not go with ?watch: use sse or ndjson"
+            )))
+        }
+        None => {}
+    }
+    let accepts_sse = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"));
+    Ok(if accepts_sse {
+        Format::Sse
+    } else {
+        Format::Ndjson
+    })
+}
+
+/// The version an SSE client reconnects with (`Last-Event-ID`, set by
+/// `EventSource` to the last `id:` it saw); empty means none.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| {
+        ApiError::BadRequest(
+            "Last-Event-ID is not ASCII text; send the id of the last event".into(),
+        )
+    })?;
+    Ok((!text.is_empty()).then(|| text.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::http::query::query_of as q;
+
+    #[test]
+    fn watch_is_asked_for_explicitly() {
+        assert!(!requested(&q(&[])).unwrap());
+        assert!(!requested(&q(&[("watch", "false")])).unwrap());
+        assert!(requested(&q(&[("watch", "")])).unwrap());
+        assert!(requested(&q(&[("watch", "true")])).unwrap());
+        assert!(requested(&q(&[("watch", "yes please")])).is_err());
+    }
+
+    #[test]
+    fn format_from_query_then_accept() {
+        let mut sse = HeaderMap::new();
+        sse.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let none = HeaderMap::new();
+        assert_eq!(format_of(&q(&[]), &none).unwrap(), Format::Ndjson);
+        assert_eq!(format_of(&q(&[]), &sse).unwrap(), Format::Sse);
+        assert_eq!(
+            format_of(&q(&[("format", "ndjson")]), &sse).unwrap(),
+            Format::Ndjson
+        );
+        assert_eq!(
+            format_of(&q(&[("format", "sse")]), &none).unwrap(),
+            Format::Sse
+        );
+        assert!(format_of(&q(&[("format", "yaml")]), &none).is_err());
+    }
+}

@@ -1,0 +1,278 @@
+//! One open watch: the [`Polled`] a poll got, turned into a response body
+//! that yields a frame per new version, heartbeats while nothing changes,
+//! and ends when the gateway drains.
+//!
+//! Coalescing, by construction: nothing is queued. The body is a stream
+//! that hyper polls only when it can write more; each poll asks the
+//! [`Polled`] for the state *now* (`next_change` returns at once with the
+//! latest state when it moved meanwhile). A reader that stops reading leaves
+//! the stream unpolled and holding one state (an `Arc`); when it reads again
+//! it gets the latest version, not the ones in between. At most one frame
+//! is ever held here beyond what the connection buffers.
+//!
+//! Every answer goes through `polled.answer` with the version last sent as
+//! the one presented: the same names, rewrite and 304 rules as a poll (a
+//! change the client would be answered 304 for sends nothing).
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::frame::Format;
+use crate::cache::{Answer, ParsedRequest, Poll, Served, Standing};
+use crate::http::Gateway;
+use crate::metrics::OpenConnection;
+use crate::source::Polled;
+use crate::xds::rewrite::RestTarget;
+use crate::xds::{JsonError, ResourceType};
+
+/// SSE event name of a full state (a `DiscoveryResponse`).
+pub(super) const RESPONSE_EVENT: &str = "discovery_response";
+/// SSE event name of an answer in changes form (`?changes`).
+pub(super) const CHANGES_EVENT: &str = "changes";
+/// How long one wait for a change lasts before it is simply started again.
+const CHANGE_WAIT: Duration = Duration::from_secs(300);
+/// After a wait that ended early without a change (the source could not
+/// look: e.g. a failed re-fetch), this long before looking again.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// A wait for the next change, owning the `Polled` until it is over.
+type Change = BoxFuture<'static, (Polled, bool)>;
+
+/// Everything one open watch holds.
+pub(super) struct Watch {
+    gateway: Arc<Gateway>,
+    kind: ResourceType,
+    /// The client's request, presenting the version last sent to it.
+    request: ParsedRequest,
+    target: Option<RestTarget>,
+    remote: Option<IpAddr>,
+    format: Format,
+    /// The source's answer, while no wait for a change holds it.
+    polled: Option<Polled>,
+    change: Option<Change>,
+    /// Frames due before anything else (the opening, the first event).
+    due: Vec<Bytes>,
+    /// Where the client stood at the last answer (for the client book).
+    standing: Standing,
+    heartbeat: Duration,
+    next_heartbeat: Instant,
+    ended: bool,
+    /// `?changes`: events say what changed since the last one.
+    changes: bool,
+    /// The answer last sent (what the next changes are relative to).
+    last: Option<Arc<Served>>,
+    _open: OpenConnection,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// What [`Watch::open`] needs beyond the gateway.
+pub(super) struct Opening {
+    pub(super) kind: ResourceType,
+    pub(super) request: ParsedRequest,
+    pub(super) target: Option<RestTarget>,
+    pub(super) remote: Option<IpAddr>,
+    pub(super) format: Format,
+    pub(super) polled: Polled,
+    pub(super) slot: OwnedSemaphorePermit,
+    pub(super) changes: bool,
+}
+
+impl Watch {
+    /// A watch whose first answer was `first` (a body is its first event;
+    /// a 304 sends nothing).
+    pub(super) fn open(gateway: Arc<Gateway>, opening: Opening, first: &Answer) -> Watch {
+        let heartbeat = gateway.config.watch_heartbeat;
+        let mut watch = Watch {
+            kind: opening.kind,
+            request: opening.request,
+            target: opening.target,
+            remote: opening.remote,
+            format: opening.format,
+            standing: opening.polled.standing(),
+            polled: Some(opening.polled),
+            change: None,
+            due: opening.format.opening().into_iter().collect(),
+            heartbeat,
+            next_heartbeat: Instant::now() + heartbeat,
+            ended: false,
+            changes: opening.changes,
+            last: None,
+            _open: gateway.metrics.watch_opened(),
+            _slot: opening.slot,
+            gateway,
+        };
+        if let Some(frame) = watch.frame_for(first) {
+            watch.due.push(frame);
+        }
+        watch
+    }
+
+    /// The response body: this watch's frames until it ends.
+    pub(super) fn into_body(self) -> Body {
+        Body::from_stream(futures::stream::unfold(self, |mut watch| async move {
+            let frame = watch.next_frame().await?;
+            Some((Ok::<_, Infallible>(frame), watch))
+        }))
+    }
+
+    /// The next frame to write, waiting for it; `None` once the stream ends.
+    pub(super) async fn next_frame(&mut self) -> Option<Bytes> {
+        if !self.due.is_empty() {
+            return Some(self.due.remove(0));
+        }
+        if self.ended {
+            return None;
+        }
+        loop {
+            let change = match &mut self.change {
+                Some(change) => change,
+                None => {
+                    let polled = self.polled.take()?;
+                    self.change.insert(wait_for_change(polled))
+                }
+            };
+            let drain = self.gateway.drain.clone();
+            tokio::select! {
+                biased;
+                () = drain.started() => {
+                    self.ended = true;
+                    return self.format.closing("the gateway is shutting down; reconnect (another replica answers)");
+                }
+                (polled, changed) = change => {
+                    self.change = None;
+                    self.polled = Some(polled);
+                    if !changed {
+                        continue;
+                    }
+                    if let Some(frame) = self.answer() {
+                        return Some(frame);
+                    }
+                    if self.ended {
+                        return None;
+                    }
+                }
+                () = tokio::time::sleep_until(self.next_heartbeat) => {
+                    self.next_heartbeat = Instant::now() + self.heartbeat;
+                    let current = self.request.version_info().to_owned();
+                    self.record(&current, false);
+                    return Some(self.format.heartbeat());
+                }
+            }
+        }
+    }
+
+    /// Answers the current state: a frame when the client's answer changed.
+    fn answer(&mut self) -> Option<Bytes> {
+        let polled = self.polled.as_mut()?;
+        match polled.answer(&self.gateway.renderer, &self.request, self.target.as_ref()) {
+            Ok(answer) => {
+                self.standing = polled.standing();
+                self.frame_for(&answer)
+            }
+            Err(err) => {
+                // States are validated on arrival: this is the gateway's own
+                // failure; end the stream rather than send a broken event.
+                warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering failed; stream ended");
+                self.ended = true;
+                None
+            }
+        }
+    }
+
+    /// The frame for `answer` (none for a 304), recording it.
+    fn frame_for(&mut self, answer: &Answer) -> Option<Bytes> {
+        match answer {
+            Answer::NotModified { version } => {
+                self.record(version, false);
+                None
+            }
+            Answer::Body { json, version, .. } => {
+                let frame = match self.body_frame(json, version) {
+                    Ok(frame) => frame,
+                    Err(err) => {
+                        warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering changes failed; stream ended");
+                        self.ended = true;
+                        return None;
+                    }
+                };
+                self.request = self.request.presenting(version);
+                // A watcher holds what it is sent (there is no next poll to
+                // say so): observed as presenting it, it stands in step.
+                if let Some(polled) = self.polled.as_mut() {
+                    let again =
+                        polled.answer(&self.gateway.renderer, &self.request, self.target.as_ref());
+                    if again.is_ok() {
+                        self.standing = polled.standing();
+                    }
+                }
+                self.record(version, true);
+                self.gateway.metrics.watch_event(self.kind);
+                self.next_heartbeat = Instant::now() + self.heartbeat;
+                Some(frame)
+            }
+        }
+    }
+
+    /// The event for a body at `version` (in changes form with `?changes`:
+    /// relative to the last event, or for the first one to the version the
+    /// client presented, if the history still holds it), remembering what
+    /// was served.
+    fn body_frame(&mut self, json: &Bytes, version: &str) -> Result<Bytes, JsonError> {
+        let history = &self.gateway.history;
+        let Some(polled) = &self.polled else {
+            return Ok(self.format.event(RESPONSE_EVENT, version, json));
+        };
+        let served = Arc::new(polled.served(&self.request, self.target.as_ref()));
+        let frame = if self.changes {
+            let since = match &self.last {
+                Some(last) => Some(last.clone()),
+                None => history.recall(self.request.version_info()),
+            };
+            let changes = served.changes(&self.gateway.renderer, version, since.as_deref())?;
+            self.format.event(CHANGES_EVENT, version, &changes)
+        } else {
+            self.format.event(RESPONSE_EVENT, version, json)
+        };
+        history.remember(version, || served.clone());
+        self.last = Some(served);
+        Ok(frame)
+    }
+
+    /// Shows the watcher in the client book (a heartbeat counts as a 304:
+    /// a watch quiet for longer than the book's idle time stays listed).
+    fn record(&self, current: &str, body: bool) {
+        self.gateway.clients.record(Poll {
+            request: &self.request,
+            kind: self.kind,
+            remote: self.remote,
+            current,
+            body,
+            standing: self.standing,
+            rewritten_for: self.target.as_ref().map(|t| t.cluster_name.as_str()),
+        });
+    }
+}
+
+/// Waits (bounded) for `polled`'s state to change; after a wait that ended
+/// early without one, pauses before the next look.
+fn wait_for_change(mut polled: Polled) -> Change {
+    async move {
+        let started = Instant::now();
+        let changed = polled.next_change(CHANGE_WAIT).await;
+        if !changed && started.elapsed() < CHANGE_WAIT {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        (polled, changed)
+    }
+    .boxed()
+}
