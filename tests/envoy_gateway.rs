@@ -314,6 +314,35 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     assert!(of("listeners")["resources"]
         .as_array()
         .is_some_and(|r| !r.is_empty()));
+    // ?name= narrows to one resource, in the types that have it.
+    let first = cds["resources"][0]["name"].as_str().unwrap_or_default();
+    let (status, one) = http_get(
+        h.gateway_admin,
+        &format!("/debug/config?node={NODE_ID}&name={first}"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("/debug/config&name: {e}"));
+    assert_eq!(status, 200, "{one}");
+    let one: Value = serde_json::from_str(&one).unwrap_or_else(|e| panic!("{e}: {one}"));
+    let clusters: Vec<&Value> = one["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "clusters")
+        .collect();
+    assert_eq!(clusters.len(), 1, "{one}");
+    let resources = clusters[0]["response"]["resources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(resources.len(), 1, "{one}");
+    assert_eq!(resources[0]["name"], first, "{one}");
+    assert!(
+        one["configs"]
+            .as_array()
+            .is_some_and(|c| c.iter().all(|c| c["type"] != "listeners")),
+        "a type without {first:?} is left out: {one}"
+    );
     check_csds(h.gateway_admin).await;
     check_admin_answers(h.gateway_admin).await;
     check_status_page(h.gateway_admin, &dir, &client).await;

@@ -7,12 +7,14 @@
 //!   source, the upstream stream (connecting or open since, stale since, last
 //!   error), per type the version served, the names subscribed and the last
 //!   ACK/NACK sent, and how many REST clients poll through it.
-//! - `GET /debug/config?node=ID[&type=clusters,listeners][&rewrite=HOST|none]`:
+//! - `GET /debug/config?node=ID[&type=clusters,listeners][&name=N][&rewrite=HOST|none]`:
 //!   what that node is served now, every type its session holds, as one
 //!   document (like Envoy's `/config_dump`), each type the
 //!   `DiscoveryResponse` a client of the node asking for the session's names
 //!   would get. ADS config sources are rewritten as the node's most recent
 //!   client had them rewritten (`rewrite=` overrides: a host, or `none`).
+//!   `name=` narrows every type to that one resource (types without it are
+//!   left out).
 //!
 //! - `GET /debug/client_status[?node=ID]`: CSDS for the REST clients, as
 //!   canonical JSON (see `csds.rs`).
@@ -98,12 +100,14 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
     let Params(params) = Params::parse(query)?;
     if let Some(unknown) = params
         .keys()
-        .find(|k| !["node", "type", "rewrite", "pretty"].contains(&k.as_str()))
+        .find(|k| !["node", "type", "name", "rewrite", "pretty"].contains(&k.as_str()))
     {
         return Err(ApiError::BadRequest(format!(
-            "unknown query parameter {unknown:?}; /debug/config takes node, type, rewrite, pretty"
+            "unknown query parameter {unknown:?}; /debug/config takes node, type, name, rewrite, pretty"
         )));
     }
+    // One resource by name (in every type that has it, or those of `type`).
+    let only = params.get("name").filter(|n| !n.is_empty());
     let node = params
         .get("node")
         .filter(|n| !n.is_empty())
@@ -152,11 +156,15 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         if state.kind == ResourceType::Secrets && !admin.config.allow_secrets {
             continue;
         }
-        let names = if state.coverage.wildcard {
-            Names::Wildcard
-        } else {
-            Names::Named(state.coverage.names.clone())
+        let names = match only {
+            Some(name) if state.coverage.wants(name) => Names::Named([name.clone()].into()),
+            Some(_) => continue,
+            None if state.coverage.wildcard => Names::Wildcard,
+            None => Names::Named(state.coverage.names.clone()),
         };
+        if only.is_some() && state.select(&names).next().is_none() {
+            continue;
+        }
         let answer = state
             .answer(&admin.renderer, &names, "", target.as_ref())
             .map_err(|e| ApiError::Internal(e.to_string()))?;
