@@ -282,6 +282,14 @@ async fn admin_details_need_an_admin_token_but_health_does_not() {
     let clients = get(admin, "/debug/clients", None).await;
     assert_eq!(clients.status, 401, "{}", clients.text());
     assert!(clients.json()["message"].is_string(), "{}", clients.text());
+    for path in [
+        "/debug/sessions",
+        "/debug/config?node=edge-1",
+        "/debug/client_status",
+    ] {
+        let refused = get(admin, path, None).await;
+        assert_eq!(refused.status, 401, "{path}: {}", refused.text());
+    }
     let clients = get(admin, "/debug/clients", Some(ADMIN)).await;
     assert_eq!(clients.status, 200, "{}", clients.text());
     assert!(clients.json()["clients"].is_array(), "{}", clients.text());

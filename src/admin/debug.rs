@@ -25,14 +25,14 @@
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 
-use super::{csds, needs_token, Admin};
+use super::{csds, Admin};
 use crate::cache::{Answer, Names};
 use crate::http::{ApiError, Params};
 use crate::xds::rewrite::RestTarget;
@@ -41,24 +41,16 @@ use crate::xds::ResourceType;
 /// `GET /debug/clients`.
 pub(super) async fn clients(
     State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if !admin.may_see_details(&headers) {
-        return needs_token("/debug/clients");
-    }
     json_response(&admin.clients.view(), wants_pretty(query.as_deref()))
 }
 
 /// `GET /debug/sessions`.
 pub(super) async fn sessions(
     State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if !admin.may_see_details(&headers) {
-        return needs_token("/debug/sessions");
-    }
     json_response(&sessions_view(&admin), wants_pretty(query.as_deref()))
 }
 
@@ -84,28 +76,33 @@ pub(super) fn sessions_view(admin: &Admin) -> serde_json::Value {
 /// `GET /debug/config?node=ID`.
 pub(super) async fn config(
     State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Response {
-    if !admin.may_see_details(&headers) {
-        return needs_token("/debug/config");
-    }
-    match config_dump(&admin, query.as_deref().unwrap_or_default()) {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
+) -> Result<Response, ApiError> {
+    config_dump(&admin, query.as_deref().unwrap_or_default())
+}
+
+/// The parameters of `query`, refused if it holds one `path` does not take.
+fn params_of(
+    query: &str,
+    path: &str,
+    takes: &[&str],
+) -> Result<std::collections::HashMap<String, String>, ApiError> {
+    let Params(params) = Params::parse(query)?;
+    match params.keys().find(|k| !takes.contains(&k.as_str())) {
+        Some(unknown) => Err(ApiError::BadRequest(format!(
+            "unknown query parameter {unknown:?}; {path} takes {}",
+            takes.join(", ")
+        ))),
+        None => Ok(params),
     }
 }
 
 fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
-    let Params(params) = Params::parse(query)?;
-    if let Some(unknown) = params
-        .keys()
-        .find(|k| !["node", "type", "name", "rewrite", "pretty"].contains(&k.as_str()))
-    {
-        return Err(ApiError::BadRequest(format!(
-            "unknown query parameter {unknown:?}; /debug/config takes node, type, name, rewrite, pretty"
-        )));
-    }
+    let params = params_of(
+        query,
+        "/debug/config",
+        &["node", "type", "name", "rewrite", "pretty"],
+    )?;
     // One resource by name (in every type that has it, or those of `type`).
     let only = params.get("name").filter(|n| !n.is_empty());
     let node = params
@@ -193,28 +190,13 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
 /// for the REST clients, as canonical JSON.
 pub(super) async fn client_status(
     State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Response {
-    if !admin.may_see_details(&headers) {
-        return needs_token("/debug/client_status");
-    }
-    match client_status_json(&admin, query.as_deref().unwrap_or_default()) {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    }
+) -> Result<Response, ApiError> {
+    client_status_json(&admin, query.as_deref().unwrap_or_default())
 }
 
 fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> {
-    let Params(params) = Params::parse(query)?;
-    if let Some(unknown) = params
-        .keys()
-        .find(|k| !["node", "pretty"].contains(&k.as_str()))
-    {
-        return Err(ApiError::BadRequest(format!(
-            "unknown query parameter {unknown:?}; /debug/client_status takes node, pretty"
-        )));
-    }
+    let params = params_of(query, "/debug/client_status", &["node", "pretty"])?;
     let mut request = ClientStatusRequest::default();
     if let Some(node) = params.get("node") {
         request.node_matchers.push(NodeMatcher {

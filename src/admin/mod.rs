@@ -162,15 +162,22 @@ pub(crate) const ROUTES: [(&str, &str); 8] = [
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
     let csds = tonic::service::Routes::new(csds::Csds::server(admin.clone())).into_axum_router();
-    Router::new()
-        .route("/", get(page::status))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
+    // The routes that show details: one guard for all of them.
+    let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/debug/clients", get(debug::clients))
         .route("/debug/sessions", get(debug::sessions))
         .route("/debug/config", get(debug::config))
         .route("/debug/client_status", get(debug::client_status))
+        .route_layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ));
+    Router::new()
+        .route("/", get(page::status))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .merge(guarded)
         .with_state(admin)
         .merge(csds)
         // tonic's router answers any other path with a 200 carrying
@@ -236,10 +243,21 @@ fn needs_token(path: &str) -> Response {
     response
 }
 
-async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    if !admin.may_see_details(&headers) {
-        return needs_token("/metrics");
+/// The guard of `/metrics` and the debug views: with admin tokens in the
+/// policy, a request without one of them is a JSON 401.
+async fn require_token(
+    State(admin): State<Arc<Admin>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if admin.may_see_details(request.headers()) {
+        next.run(request).await
+    } else {
+        needs_token(request.uri().path())
     }
+}
+
+async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     admin
         .metrics
         .set_stale_sessions(admin.source.status().stale_sessions);
