@@ -56,6 +56,8 @@ mod drain;
 mod fuzz;
 mod http;
 mod metrics;
+#[cfg(test)]
+mod openapi_paths;
 mod reload;
 mod serve;
 mod source;
