@@ -36,7 +36,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use process::{eventually, free_port, http_get, ChildGuard};
+use process::{eventually, free_port, http_get, run_in_group, ChildGuard};
 
 const TEST: &str = "readme_examples";
 const SECTION: &str = "## Try it with curl";
@@ -268,49 +268,6 @@ fn split_output(stdout: &str, commands: &[ShCommand]) -> BTreeMap<usize, Ran> {
         }
     }
     ran
-}
-
-/// `stdout`, `stderr` and whether it exited 0, of a bounded command.
-struct Finished {
-    success: bool,
-    status: String,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `command` in its own process group; after `timeout` the whole group
-/// (bash and its curls) is killed and the test fails.
-async fn run_bounded(command: Command, timeout: Duration, what: &str) -> Finished {
-    let mut command = tokio::process::Command::from(command);
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    let pid = child.id().expect("a just-spawned child has a pid");
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(output) => {
-            let output = output.unwrap_or_else(|e| panic!("{what}: {e}"));
-            Finished {
-                success: output.status.success(),
-                status: output.status.to_string(),
-                stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            }
-        }
-        Err(_) => {
-            // The process group this test created (its id is bash's pid):
-            // bash itself and every curl it started.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
-            panic!("{what}: still running after {timeout:?}; killed")
-        }
-    }
 }
 
 /// bash with an environment that cannot redirect curl elsewhere (proxies,
@@ -711,7 +668,7 @@ async fn readme_curl_examples_work_as_written() {
         );
         let script = format!("{PRELUDE}{body}\n");
         let what = format!("the sh block at README.md line {}", block.first_line);
-        let done = run_bounded(bash(&script, &home), SCRIPT_TIMEOUT, &what).await;
+        let done = run_in_group(bash(&script, &home), SCRIPT_TIMEOUT, &what).await;
         assert!(
             done.success,
             "{what} failed ({}):\n--- script ---\n{body}\n--- stdout ---\n{}\n--- stderr ---\n{}",
@@ -763,7 +720,7 @@ async fn readme_curl_examples_work_as_written() {
         let expected = rewrite(&example.expected.join("\n"), rest, admin);
         let what = format!("README.md line {}: `$ {}`", example.line, example.command);
         assert_only_test_ports(&command, &what);
-        let done = run_bounded(bash(&command, &home), SCRIPT_TIMEOUT, &what).await;
+        let done = run_in_group(bash(&command, &home), SCRIPT_TIMEOUT, &what).await;
         assert!(
             done.success,
             "{what} failed ({}):\n{}{}",

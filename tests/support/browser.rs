@@ -1,17 +1,20 @@
 //! A real headless browser, Debian's `chromium`, loading one page: the DOM
 //! it built, and a screenshot of it. The browser runs in its own process
-//! group with a throwaway profile, no proxy and no background networking;
-//! past [`LOAD_TIMEOUT`] the group (the browser and its helpers, the group
-//! id being the browser's pid) is killed and the test fails. Without
+//! group ([`run_in_group`]) with a throwaway profile, no proxy and no
+//! background networking; past [`LOAD_TIMEOUT`] the group (the browser and
+//! its helpers) is killed and the test fails. Without
 //! chromium the test fails saying how to install it.
 //!
-//! Include it with `#[path = "support/browser.rs"] mod browser;`.
+//! Include it with `#[path = "support/browser.rs"] mod browser;` (it needs
+//! `mod process;` beside it).
 
 #![allow(dead_code)] // each test crate uses its own subset of the helpers
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
+
+use crate::process::run_in_group;
 
 /// Bound on one page load (start, load, DOM, screenshot, exit).
 pub const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -65,37 +68,16 @@ pub async fn load(test: &str, url: &str, screenshot: &Path, profile: &Path) -> S
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", screenshot.display()))
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{test}: cannot start {}: {e}", bin.display()));
-    let pid = child.id().expect("a just-spawned child has a pid");
-    match tokio::time::timeout(LOAD_TIMEOUT, child.wait_with_output()).await {
-        Ok(output) => {
-            let output = output.unwrap_or_else(|e| panic!("{test}: chromium: {e}"));
-            let dom = String::from_utf8_lossy(&output.stdout).into_owned();
-            assert!(
-                output.status.success() && !dom.is_empty(),
-                "{test}: chromium failed to load {url} ({}):\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-            dom
-        }
-        Err(_) => {
-            // The process group this test created: the browser and every
-            // helper process it started.
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
-            panic!("{test}: chromium did not load {url} within {LOAD_TIMEOUT:?}; killed")
-        }
-    }
+        .arg(url);
+    let what = format!("{test}: chromium ({}) loading {url}", bin.display());
+    let done = run_in_group(command, LOAD_TIMEOUT, &what).await;
+    assert!(
+        done.success && !done.stdout.is_empty(),
+        "{what} failed ({}):\n{}",
+        done.status,
+        done.stderr
+    );
+    done.stdout
 }
 
 /// Where a test keeps its screenshot: `target/tmp/artifacts/<file>` (kept

@@ -305,3 +305,51 @@ pub async fn http_exchange(
     conn.abort();
     Ok((status, headers, body))
 }
+
+/// `stdout`, `stderr` and whether it exited 0, of a command run with
+/// [`run_in_group`].
+pub struct Finished {
+    pub success: bool,
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` (stdin null, stdout and stderr captured) in its own
+/// process group; after `timeout` the whole group (the command and every
+/// process it started, the group id being its pid) is killed and the test
+/// fails, `what` naming it.
+pub async fn run_in_group(
+    command: impl Into<tokio::process::Command>,
+    timeout: Duration,
+    what: &str,
+) -> Finished {
+    let mut command = command.into();
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let pid = child.id().expect("a just-spawned child has a pid");
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(output) => {
+            let output = output.unwrap_or_else(|e| panic!("{what}: {e}"));
+            Finished {
+                success: output.status.success(),
+                status: output.status.to_string(),
+                stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            }
+        }
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+            panic!("{what}: still running after {timeout:?}; killed")
+        }
+    }
+}
