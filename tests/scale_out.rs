@@ -172,16 +172,7 @@ impl Scale {
             &balancer_bootstrap(balancer_admin, balancer_port, &replicas),
         );
         // Every replica healthy in the balancer before the client starts.
-        process::get_until(
-            balancer_admin,
-            "/ready",
-            Duration::from_secs(20),
-            POLL_INTERVAL,
-            || {},
-            |_| true,
-        )
-        .await
-        .unwrap_or_else(|last| panic!("the balancer never got ready: {last}"));
+        envoy::wait_admin(balancer_admin, "/ready", "the balancer").await;
         let healthy = eventually(Duration::from_secs(20), POLL_INTERVAL, || async move {
             let stats =
                 envoy::counters(balancer_admin, &["cluster.replicas.membership_healthy"]).await;
@@ -200,16 +191,12 @@ impl Scale {
             &sub,
             &envoy::rest_bootstrap(NODE, client_admin, balancer_port),
         );
-        process::get_until(
+        envoy::wait_admin(
             client_admin,
             "/stats?filter=server.live",
-            Duration::from_secs(20),
-            POLL_INTERVAL,
-            || {},
-            |_| true,
+            "the client Envoy",
         )
-        .await
-        .unwrap_or_else(|last| panic!("the client Envoy's admin never answered: {last}"));
+        .await;
         Scale {
             ads,
             codec,

@@ -325,6 +325,22 @@ impl DerefMut for Envoy {
     }
 }
 
+/// Waits (20 s at most) until the Envoy whose admin listens on `admin`
+/// answers `path` there (`/stats?filter=server.live`: it runs; `/ready`: it
+/// is initialised); `what` names it in the failure.
+pub async fn wait_admin(admin: u16, path: &str, what: &str) {
+    get_until(
+        admin,
+        path,
+        Duration::from_secs(20),
+        POLL_INTERVAL,
+        || {},
+        |_| true,
+    )
+    .await
+    .unwrap_or_else(|last| panic!("{what}: Envoy's admin never answered {path}: {last}"));
+}
+
 /// Admin `/stats` text → name → counter value.
 pub fn parse_stats(text: &str) -> BTreeMap<String, u64> {
     text.lines()

@@ -20,7 +20,7 @@ use xds_gateway::xds::{Codec, ResourceType};
 
 use crate::envoy::{self, Envoy, NODE_CLUSTER, POLL_INTERVAL};
 use crate::fake_ads::FakeAds;
-use crate::process::{free_port, get_until, http_get, ChildGuard};
+use crate::process::{free_port, http_get, ChildGuard};
 
 const CDS: &str = ResourceType::Clusters.type_url();
 const EDS: &str = ResourceType::Endpoints.type_url();
@@ -115,16 +115,12 @@ impl Fleet {
         );
         let envoy = Envoy::start(envoy_bin, dir, &bootstrap);
         let started = Instant::now();
-        get_until(
+        envoy::wait_admin(
             envoy_admin,
             "/stats?filter=server.live",
-            Duration::from_secs(20),
-            POLL_INTERVAL,
-            || {},
-            |_| true,
+            "the fleet's Envoy",
         )
-        .await
-        .unwrap_or_else(|_| panic!("Envoy's admin did not answer within 20s"));
+        .await;
         Fleet {
             envoy,
             gateway,
