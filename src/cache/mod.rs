@@ -16,5 +16,5 @@ pub(crate) use clients::{ClientBook, NodeClients, Poll, SubscriptionStatus};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
-pub(crate) use resource::{Renderer, Resource, ResourceError};
-pub(crate) use state::{in_any_collection, upstream_version, Answer, Coverage, Names, TypeState};
+pub(crate) use resource::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
+pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

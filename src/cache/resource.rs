@@ -5,6 +5,12 @@
 //! update in which one of N resources changed costs one decode and render; the
 //! N-1 others come from the memo. Renders for REST clients (with config
 //! sources rewritten) are memoised per (resource digest, target) the same way.
+//!
+//! The delta-only types (VHDS, LEDS) are named by their delta `Resource`
+//! wrapper, not by a field of their own, so they are kept and rendered in
+//! that wrapper (name, aliases, version and the resource): the digest is of
+//! the wrapper, so two resources with the same body and different names
+//! never share a memo entry, and a REST answer keeps every name.
 
 use std::sync::Arc;
 
@@ -38,12 +44,29 @@ pub(crate) type Digest = [u8; 32];
 pub(crate) struct Resource {
     pub(crate) kind: ResourceType,
     pub(crate) name: String,
+    /// Other names the upstream delivered it for (VHDS `<route
+    /// configuration>/<domain>` aliases); empty for every other type.
+    pub(crate) aliases: Vec<String>,
     pub(crate) digest: Digest,
     /// The `Any` payload as the upstream sent it.
     pub(crate) payload: Bytes,
-    /// Canonical JSON of the `Any` (`{"@type": ..., ...}`), untouched.
+    /// Canonical JSON of the `Any` (`{"@type": ..., ...}`), untouched; for
+    /// a delta-only type, of its `envoy.service.discovery.v3.Resource`
+    /// wrapper holding it.
     pub(crate) json: Bytes,
 }
+
+/// How a delta upstream named a resource of a delta-only type.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WrapperName {
+    pub(crate) name: String,
+    pub(crate) aliases: Vec<String>,
+    /// The upstream's per-resource version.
+    pub(crate) version: String,
+}
+
+/// Type URL of the delta wrapper the delta-only types are rendered in.
+pub(crate) const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 /// How many rendered resources (plain and rewritten) the memo keeps.
 const RENDER_MEMO_ENTRIES: u64 = 200_000;
@@ -117,24 +140,23 @@ impl Renderer {
             return Ok(hit);
         }
         let type_url = kind.type_url();
+        if kind.delta_only() {
+            return Err(JsonError::Decode {
+                type_url: type_url.to_owned(),
+                reason: "a delta-only type is named by its delta Resource wrapper".into(),
+            }
+            .into());
+        }
         let name = resource_name(&payload).ok_or_else(|| JsonError::Decode {
             type_url: type_url.to_owned(),
             reason: "resource has no name (field 1)".into(),
         })?;
-        let message = self.codec.decode_any(type_url, &payload)?;
-        if let Some(validator) = &self.validator {
-            validator
-                .validate(&message)
-                .map_err(|violation| ResourceError::Invalid {
-                    type_name: kind.message_name(),
-                    name: name.clone(),
-                    violation,
-                })?;
-        }
+        let message = self.checked(kind, &payload, &name)?;
         let json = self.codec.render_resource(type_url, &message)?;
         let resource = Arc::new(Resource {
             kind,
             name,
+            aliases: Vec::new(),
             digest,
             payload,
             json,
@@ -143,12 +165,78 @@ impl Renderer {
         Ok(resource)
     }
 
+    /// The rendered resource for `payload` of a delta-only `kind`, named
+    /// (and versioned) as its delta wrapper says: decoded and checked like
+    /// any other, rendered inside an `envoy.service.discovery.v3.Resource`.
+    pub(crate) fn delta_named(
+        &self,
+        kind: ResourceType,
+        wrapper: WrapperName,
+        payload: Bytes,
+    ) -> Result<Arc<Resource>, ResourceError> {
+        use envoy_types::pb::envoy::service::discovery::v3::Resource as Wrapper;
+        use envoy_types::pb::google::protobuf::Any;
+        use prost::Message as _;
+        let encoded = Wrapper {
+            name: wrapper.name.clone(),
+            aliases: wrapper.aliases.clone(),
+            version: wrapper.version,
+            resource: Some(Any {
+                type_url: kind.type_url().to_owned(),
+                value: payload.to_vec(),
+            }),
+            ..Wrapper::default()
+        }
+        .encode_to_vec();
+        let digest: Digest = Sha256::digest(&encoded).into();
+        if let Some(hit) = self.plain.get(&(kind, digest)) {
+            return Ok(hit);
+        }
+        self.checked(kind, &payload, &wrapper.name)?;
+        let json = self.codec.render_any(RESOURCE_WRAPPER, &encoded)?;
+        let resource = Arc::new(Resource {
+            kind,
+            name: wrapper.name,
+            aliases: wrapper.aliases,
+            digest,
+            payload,
+            json,
+        });
+        self.plain.insert((kind, digest), resource.clone());
+        Ok(resource)
+    }
+
+    /// `payload` decoded as `kind`, checked against Envoy's field rules when
+    /// validating.
+    fn checked(
+        &self,
+        kind: ResourceType,
+        payload: &[u8],
+        name: &str,
+    ) -> Result<prost_reflect::DynamicMessage, ResourceError> {
+        let message = self.codec.decode_any(kind.type_url(), payload)?;
+        if let Some(validator) = &self.validator {
+            validator
+                .validate(&message)
+                .map_err(|violation| ResourceError::Invalid {
+                    type_name: kind.message_name(),
+                    name: name.to_owned(),
+                    violation,
+                })?;
+        }
+        Ok(message)
+    }
+
     /// The resource's JSON with ADS/self config sources pointed at `target`.
     pub(crate) fn rewritten(
         &self,
         resource: &Resource,
         target: &RestTarget,
     ) -> Result<Bytes, JsonError> {
+        if resource.kind.delta_only() {
+            // Tooling reads these; no REST Envoy follows their config sources.
+            return Ok(resource.json.clone());
+        }
         let key = (resource.digest, target.clone());
         if let Some(hit) = self.rewritten.get(&key) {
             return Ok(hit);
@@ -200,7 +288,7 @@ mod tests {
     #[test]
     fn field_one_is_the_name_of_every_served_type() {
         let codec = Codec::embedded();
-        for kind in ResourceType::ALL {
+        for kind in ResourceType::ALL.into_iter().filter(|k| !k.delta_only()) {
             let desc = codec.descriptor(kind.message_name()).unwrap();
             let field = desc.get_field(1).unwrap();
             assert!(matches!(field.kind(), Kind::String), "{kind}");

@@ -33,7 +33,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::resource::{Renderer, Resource};
 use crate::xds::rewrite::RestTarget;
-use crate::xds::{xdstp, JsonError, ResourceType};
+use crate::xds::{membership, xdstp, JsonError, ResourceType};
 
 /// Separates the upstream's version from the selection digest.
 pub(crate) const DIGEST_SEPARATOR: char = '~';
@@ -86,10 +86,22 @@ impl Coverage {
     pub(crate) fn wants(&self, name: &str) -> bool {
         self.wildcard || self.names.contains(name) || in_any_collection(name, &self.names)
     }
+
+    /// Whether this subscription asks for `resource`: as [`wants`](Self::wants),
+    /// or through its VHDS namespace or one of its aliases.
+    pub(crate) fn wants_resource(&self, resource: &Resource) -> bool {
+        self.wildcard
+            || membership::wanted(
+                resource.kind,
+                &resource.name,
+                &resource.aliases,
+                &self.names,
+            )
+    }
 }
 
 /// Whether `name` belongs to one of the xdstp glob collections in `names`.
-pub(crate) fn in_any_collection(name: &str, names: &BTreeSet<String>) -> bool {
+fn in_any_collection(name: &str, names: &BTreeSet<String>) -> bool {
     xdstp::is_xdstp(name) && names.iter().any(|glob| xdstp::in_collection(name, glob))
 }
 
@@ -317,23 +329,24 @@ impl TypeState {
     }
 
     /// The resources a request for `names` gets, in name order: the named
-    /// ones that exist and the members of every xdstp glob collection named.
+    /// ones that exist and the members of every set named (an xdstp glob
+    /// collection, a VHDS namespace, an alias; see [`membership`]).
     pub(crate) fn select<'a>(
         &'a self,
         names: &'a Names,
     ) -> Box<dyn Iterator<Item = &'a Arc<Resource>> + 'a> {
         match names {
             Names::Wildcard => Box::new(self.resources.values()),
-            Names::Named(set) if !set.iter().any(|n| xdstp::is_glob(n)) => {
+            Names::Named(set) if !set.iter().any(|n| membership::names_a_set(self.kind, n)) => {
                 Box::new(set.iter().filter_map(|n| self.resources.get(n)))
             }
-            // A glob collection names every resource in it (once, in name
-            // order, even when also named on its own).
+            // A glob collection (or a VHDS namespace or alias) names every
+            // resource in it (once, in name order, even when also named on
+            // its own).
             Names::Named(set) => Box::new(
                 self.resources
-                    .iter()
-                    .filter(|(name, _)| set.contains(*name) || in_any_collection(name, set))
-                    .map(|(_, resource)| resource),
+                    .values()
+                    .filter(|r| membership::wanted(self.kind, &r.name, &r.aliases, set)),
             ),
         }
     }

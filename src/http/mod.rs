@@ -237,8 +237,13 @@ async fn index(headers: HeaderMap) -> String {
         } else {
             "&names=NAME"
         };
+        let note = if kind.delta_only() {
+            "   (delta upstream only; for tooling, Envoy cannot poll it over REST)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "{path:<36} curl 'http://{host}{path}?node=ID&cluster=C{names}&pretty'\n"
+            "{path:<36} curl 'http://{host}{path}?node=ID&cluster=C{names}&pretty'{note}\n"
         ));
     }
     out

@@ -19,11 +19,9 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::SourceError;
-use crate::cache::{Renderer, Resource, ResourceError};
+use crate::cache::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
 use crate::xds::raw_node;
 use crate::xds::ResourceType;
-
-const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 /// Why an upstream response was rejected: the message of the NACK's
 /// `error_detail` (and of the log line).
@@ -163,13 +161,29 @@ fn decode_plain(
     kind: ResourceType,
     any: Any,
 ) -> Result<Arc<Resource>, Rejection> {
+    Ok(renderer.resource(kind, payload_of(kind, any)?)?)
+}
+
+/// Decodes the resource of a delta-only `kind` that a delta `Resource`
+/// wrapper delivered as `wrapper` says.
+pub(super) fn decode_delta_named(
+    renderer: &Renderer,
+    kind: ResourceType,
+    wrapper: WrapperName,
+    any: Any,
+) -> Result<Arc<Resource>, Rejection> {
+    Ok(renderer.delta_named(kind, wrapper, payload_of(kind, any)?)?)
+}
+
+/// The payload of `any`, which must be of `kind`.
+fn payload_of(kind: ResourceType, any: Any) -> Result<bytes::Bytes, Rejection> {
     if any.type_url != kind.type_url() {
         return Err(Rejection::WrongType {
             found: any.type_url,
             expected: kind.type_url(),
         });
     }
-    Ok(renderer.resource(kind, any.value.into())?)
+    Ok(any.value.into())
 }
 
 /// What a SotW response holds, decoded.

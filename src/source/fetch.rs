@@ -155,6 +155,13 @@ impl FetchSource {
     }
 }
 
+impl FetchSource {
+    /// What it is, for `/readyz` and error messages.
+    fn describe(&self) -> String {
+        format!("gRPC upstream {} (fetch)", self.inner.ctx.uri)
+    }
+}
+
 impl Source for FetchSource {
     fn poll<'a>(
         &'a self,
@@ -163,6 +170,10 @@ impl Source for FetchSource {
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
         let fetcher = &self.inner;
         async move {
+            if kind.delta_only() {
+                let from = self.describe();
+                return Err(SourceError::DeltaOnly { kind, from });
+            }
             if request.node_id().is_empty() {
                 return Err(SourceError::NoNodeId);
             }
@@ -207,7 +218,7 @@ impl Source for FetchSource {
     fn status(&self) -> Status {
         Status {
             ready: self.inner.ctx.has_answered(),
-            description: format!("gRPC upstream {} (fetch)", self.inner.ctx.uri),
+            description: self.describe(),
             ..Status::default()
         }
     }

@@ -184,4 +184,7 @@ pub(crate) enum SourceError {
     Upstream(#[from] FetchError),
     #[error("{what} is passed through to a gRPC upstream; this gateway serves a snapshot (start it with --upstream)")]
     NoUpstream { what: String },
+    /// VHDS and LEDS exist over delta xDS only.
+    #[error("{} is served over delta xDS only, for tooling (Envoy cannot poll it over REST); this gateway is fed by {from}: start it with --upstream-mode delta to read it", kind.type_url())]
+    DeltaOnly { kind: ResourceType, from: String },
 }

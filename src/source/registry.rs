@@ -72,6 +72,12 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
         "the upstream"
     }
 
+    /// Whether it carries `kind` (the delta-only types come over delta
+    /// streams only).
+    fn carries(&self, kind: ResourceType) -> bool {
+        !kind.delta_only()
+    }
+
     /// Whether it has answered once (never unready again).
     fn is_ready(&self) -> bool;
 
@@ -268,6 +274,10 @@ impl<F: Feeder> Sessions<F> {
         kind: ResourceType,
         request: &ParsedRequest,
     ) -> Result<Polled, SourceError> {
+        if !self.feeder.carries(kind) {
+            let from = self.feeder.describe();
+            return Err(SourceError::DeltaOnly { kind, from });
+        }
         if let Some(unavailable) = self.feeder.unavailable() {
             return Err(unavailable);
         }

@@ -291,9 +291,11 @@ fn decode(
         .get("@type")
         .and_then(|t| t.as_str())
         .ok_or("has no \"@type\" (e.g. \"type.googleapis.com/envoy.config.cluster.v3.Cluster\")")?;
-    let kind = ResourceType::from_type_url(type_url).ok_or_else(|| {
-        format!("{type_url} is not a type served over REST (listeners, routes, scoped routes, clusters, endpoints, secrets, runtime, extension configs)")
-    })?;
+    let kind = ResourceType::from_type_url(type_url)
+        .filter(|kind| !kind.delta_only())
+        .ok_or_else(|| {
+            format!("{type_url} is not a type a snapshot serves (listeners, routes, scoped routes, clusters, endpoints, secrets, runtime, extension configs; virtual hosts and LEDS endpoints come from a delta upstream only)")
+        })?;
     let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
     let any = renderer
         .codec()

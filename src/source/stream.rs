@@ -67,6 +67,8 @@ pub(crate) trait Protocol: Send + 'static {
     type Response: Send + 'static;
     /// For logs and `/readyz`: `sotw` or `delta`.
     const MODE: &'static str;
+    /// Whether it carries the delta-only types (VHDS, LEDS).
+    const CARRIES_DELTA_ONLY_TYPES: bool = false;
 
     /// The protocol of a new session.
     fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Self;
@@ -161,6 +163,10 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
 
     fn describe(&self) -> String {
         format!("gRPC upstream {} ({})", self.ctx.uri, P::MODE)
+    }
+
+    fn carries(&self, kind: ResourceType) -> bool {
+        P::CARRIES_DELTA_ONLY_TYPES || !kind.delta_only()
     }
 
     fn upstream(&self) -> Option<&UpstreamContext> {

@@ -173,12 +173,18 @@ impl UpstreamContext {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let method = format!("/{}/{}", endpoint.service(), endpoint.fetch_method());
-        let fail = |code: Code, message: String| FetchError::Upstream {
-            method: method.clone(),
+        let fail = |method: &str, code: Code, message: String| FetchError::Upstream {
+            method: method.to_owned(),
             code,
             message,
         };
+        let Some(fetch) = endpoint.fetch_method() else {
+            let method = format!("/{}/Fetch", endpoint.service());
+            let why = "a delta-only type has no unary method".to_owned();
+            return Err(fail(&method, Code::Unimplemented, why));
+        };
+        let method = format!("/{}/{fetch}", endpoint.service());
+        let fail = |code: Code, message: String| fail(&method, code, message);
         let path = PathAndQuery::try_from(method.as_str())
             .map_err(|e| fail(Code::Internal, e.to_string()))?;
         let mut grpc = tonic::client::Grpc::new(self.channel.clone())

@@ -4,6 +4,7 @@
 #[cfg(test)]
 mod fuzz;
 mod json;
+pub(crate) mod membership;
 mod request;
 mod resource_type;
 pub(crate) mod rewrite;

@@ -3,7 +3,11 @@
 //!
 //! Every protocol string the gateway knows lives here; other modules match on
 //! [`ResourceType`] / [`Endpoint`] exhaustively and never spell a type URL.
-//! VHDS and LEDS are delta-only in xDS and have no REST endpoint.
+//!
+//! Two types are delta-only in xDS: virtual hosts (VHDS) and LEDS's
+//! `LbEndpoint` collections. Envoy cannot consume them over REST, and no
+//! unary `Fetch*` exists for them; the gateway serves them to tooling only,
+//! from a delta upstream ([`ResourceType::delta_only`]).
 
 use std::fmt;
 
@@ -24,9 +28,13 @@ pub enum ResourceType {
     Secrets,
     Runtime,
     ExtensionConfigs,
+    /// VHDS (delta only): `envoy.config.route.v3.VirtualHost`.
+    VirtualHosts,
+    /// LEDS (delta only): `envoy.config.endpoint.v3.LbEndpoint`.
+    LbEndpoints,
 }
 
-/// Every REST endpoint: the eight resource types plus HDS and CSDS, which
+/// Every REST endpoint: the ten resource types plus HDS and CSDS, which
 /// have messages of their own instead of `DiscoveryRequest`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -45,12 +53,14 @@ struct Row {
     /// Fully qualified name of the message served (resource or response).
     message: &'static str,
     service: &'static str,
-    fetch_method: &'static str,
+    /// The unary method; `None` for the delta-only types, which have only
+    /// a `Delta*` method.
+    fetch_method: Option<&'static str>,
 }
 
 const DISCOVERY_REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";
 
-const TABLE: [Row; 10] = [
+const TABLE: [Row; 12] = [
     row(
         ResourceType::Listeners,
         "listeners",
@@ -107,13 +117,25 @@ const TABLE: [Row; 10] = [
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
         "FetchExtensionConfigs",
     ),
+    delta_only_row(
+        ResourceType::VirtualHosts,
+        "virtual_hosts",
+        "envoy.config.route.v3.VirtualHost",
+        "envoy.service.route.v3.VirtualHostDiscoveryService",
+    ),
+    delta_only_row(
+        ResourceType::LbEndpoints,
+        "lb_endpoints",
+        "envoy.config.endpoint.v3.LbEndpoint",
+        "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
+    ),
     Row {
         endpoint: Endpoint::HealthCheck,
         path_suffix: "health_check",
         request_message: "envoy.service.health.v3.HealthCheckRequestOrEndpointHealthResponse",
         message: "envoy.service.health.v3.HealthCheckSpecifier",
         service: "envoy.service.health.v3.HealthDiscoveryService",
-        fetch_method: "FetchHealthCheck",
+        fetch_method: Some("FetchHealthCheck"),
     },
     Row {
         endpoint: Endpoint::ClientStatus,
@@ -121,7 +143,7 @@ const TABLE: [Row; 10] = [
         request_message: "envoy.service.status.v3.ClientStatusRequest",
         message: "envoy.service.status.v3.ClientStatusResponse",
         service: "envoy.service.status.v3.ClientStatusDiscoveryService",
-        fetch_method: "FetchClientStatus",
+        fetch_method: Some("FetchClientStatus"),
     },
 ];
 
@@ -138,13 +160,30 @@ const fn row(
         request_message: DISCOVERY_REQUEST,
         message,
         service,
-        fetch_method,
+        fetch_method: Some(fetch_method),
+    }
+}
+
+const fn delta_only_row(
+    kind: ResourceType,
+    path_suffix: &'static str,
+    message: &'static str,
+    service: &'static str,
+) -> Row {
+    Row {
+        endpoint: Endpoint::Discovery(kind),
+        path_suffix,
+        request_message: DISCOVERY_REQUEST,
+        message,
+        service,
+        fetch_method: None,
     }
 }
 
 impl ResourceType {
-    /// All eight, in table order.
-    pub const ALL: [ResourceType; 8] = [
+    /// All ten, in table order (the eight Envoy polls over REST, then the
+    /// two delta-only ones).
+    pub const ALL: [ResourceType; 10] = [
         ResourceType::Listeners,
         ResourceType::Routes,
         ResourceType::ScopedRoutes,
@@ -153,6 +192,8 @@ impl ResourceType {
         ResourceType::Secrets,
         ResourceType::Runtime,
         ResourceType::ExtensionConfigs,
+        ResourceType::VirtualHosts,
+        ResourceType::LbEndpoints,
     ];
 
     fn row(self) -> &'static Row {
@@ -187,13 +228,31 @@ impl ResourceType {
             | ResourceType::Endpoints
             | ResourceType::Secrets
             | ResourceType::Runtime
-            | ResourceType::ExtensionConfigs => false,
+            | ResourceType::ExtensionConfigs
+            | ResourceType::VirtualHosts
+            | ResourceType::LbEndpoints => false,
         }
+    }
+
+    /// Whether xDS serves the type over delta streams only (VHDS, LEDS).
+    /// Such a resource is named by its delta `Resource` wrapper, not by a
+    /// field of its own (an `LbEndpoint` has no name; a virtual host's VHDS
+    /// name is `<route configuration>/<virtual host>`), so REST answers
+    /// carry each one in its wrapper.
+    pub const fn delta_only(self) -> bool {
+        matches!(self, ResourceType::VirtualHosts | ResourceType::LbEndpoints)
+    }
+
+    /// Whether a subscribed name also stands for every resource in its
+    /// namespace (VHDS: the route configuration name `rc` subscribes to
+    /// every `rc/<virtual host>`, as Envoy's VHDS subscription asks for it).
+    pub const fn namespaced(self) -> bool {
+        matches!(self, ResourceType::VirtualHosts)
     }
 }
 
 /// Type URLs in `ResourceType::ALL` order (const concatenation is not stable).
-const TYPE_URLS: [&str; 8] = [
+const TYPE_URLS: [&str; 10] = [
     "type.googleapis.com/envoy.config.listener.v3.Listener",
     "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
     "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
@@ -202,6 +261,8 @@ const TYPE_URLS: [&str; 8] = [
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
     "type.googleapis.com/envoy.service.runtime.v3.Runtime",
     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+    "type.googleapis.com/envoy.config.route.v3.VirtualHost",
+    "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
 ];
 
 impl Endpoint {
@@ -250,8 +311,8 @@ impl Endpoint {
         self.row().service
     }
 
-    /// The unary method of the service.
-    pub fn fetch_method(self) -> &'static str {
+    /// The unary method of the service (`None`: it has none).
+    pub fn fetch_method(self) -> Option<&'static str> {
         self.row().fetch_method
     }
 
@@ -281,7 +342,7 @@ impl fmt::Display for ResourceType {
 /// Envoy's short names for its discovery services, and the endpoint each
 /// means (`lds` is four edits from every suffix, so edit distance alone
 /// suggested `routes` for all of them).
-const SHORT_NAMES: [(&str, &str); 10] = [
+const SHORT_NAMES: [(&str, &str); 12] = [
     ("lds", "listeners"),
     ("rds", "routes"),
     ("srds", "scoped-routes"),
@@ -292,6 +353,8 @@ const SHORT_NAMES: [(&str, &str); 10] = [
     ("ecds", "extension_configs"),
     ("hds", "health_check"),
     ("csds", "client_status"),
+    ("vhds", "virtual_hosts"),
+    ("leds", "lb_endpoints"),
 ];
 
 /// Levenshtein distance over chars (inputs are short path suffixes).
@@ -326,7 +389,7 @@ mod tests {
 
     #[test]
     fn paths_round_trip() {
-        assert_eq!(Endpoint::all().count(), 10);
+        assert_eq!(Endpoint::all().count(), 12);
         for e in Endpoint::all() {
             let path = e.path();
             let suffix = path.strip_prefix(PATH_PREFIX).unwrap();

@@ -107,6 +107,7 @@ impl Protocol for Delta {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
     const MODE: &'static str = "delta";
+    const CARRIES_DELTA_ONLY_TYPES: bool = true;
 
     fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Delta {
         Delta {
@@ -295,7 +296,7 @@ impl Delta {
                 let ttls = std::mem::take(&mut update.ttls);
                 let now = Instant::now();
                 let tracked = self.tracked.entry(kind).or_default();
-                tracked.apply(wire, update, now);
+                tracked.apply(kind, wire, update, now);
                 for (name, ttl) in ttls {
                     self.expiries.arrived(kind, &name, ttl, now);
                 }

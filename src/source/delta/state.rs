@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::update::{digest, Held, Update};
 use super::SETTLE;
-use crate::cache::{in_any_collection, Coverage, TypeState};
-use crate::xds::{xdstp, ResourceType};
+use crate::cache::{Coverage, TypeState};
+use crate::xds::{membership, ResourceType};
 
 /// What the gateway knows of one type, across streams.
 #[derive(Debug, Default)]
@@ -38,7 +38,7 @@ impl Tracked {
         let before = (self.held.len(), self.answered.len(), self.wildcard_answered);
         if !want.wildcard {
             self.wildcard_answered = false;
-            self.held.retain(|name, _| want.wants(name));
+            self.held.retain(|_, h| want.wants_resource(&h.resource));
         }
         self.answered.retain(|name| want.names.contains(name));
         before != (self.held.len(), self.answered.len(), self.wildcard_answered)
@@ -52,57 +52,58 @@ impl Tracked {
             .collect()
     }
 
-    /// Applies an accepted `update` that arrived on a stream whose state for
-    /// the type is `wire`, at `now`.
-    pub(super) fn apply(&mut self, wire: &mut Wire, update: Update, now: Instant) {
+    /// Applies an accepted `update` of `kind` that arrived on a stream whose
+    /// state for the type is `wire`, at `now`.
+    pub(super) fn apply(
+        &mut self,
+        kind: ResourceType,
+        wire: &mut Wire,
+        update: Update,
+        now: Instant,
+    ) {
         let sent = wire.sent.clone().unwrap_or_default();
-        let explicit = |name: &str| sent.names.contains(name);
-        // Subscribed xdstp glob collections holding `name`.
-        let collections = |name: &str| -> Vec<String> {
-            if !xdstp::is_xdstp(name) {
-                return Vec::new();
-            }
-            let globs = sent.names.iter().filter(|g| xdstp::in_collection(name, g));
-            globs.cloned().collect()
-        };
         let first = wire.answered_at.is_none();
         if first {
             wire.answered_at = Some(now);
         }
         if sent.wildcard && !wire.wildcard_dropped {
+            // Only a wildcard brings a resource nothing named on the stream holds.
+            let unnamed = |name: &str, aliases: &[String]| {
+                !membership::wanted(kind, name, aliases, &wire.ever_named)
+            };
             let proves = (first && wire.first.wildcard)
-                || update.names().any(|name| {
-                    !(wire.ever_named.contains(name) || in_any_collection(name, &wire.ever_named))
-                });
+                || update
+                    .added
+                    .iter()
+                    .any(|(name, h)| unnamed(name, &h.resource.aliases))
+                || update.name_only.iter().any(|(name, _)| unnamed(name, &[]));
             if proves {
                 self.wildcard_answered = true;
                 wire.pending_wildcard = None;
             }
         }
-        let answered = |tracked: &mut Tracked, wire: &mut Wire, name: &str| {
-            if explicit(name) {
-                tracked.answered.insert(name.to_owned());
-                wire.pending.remove(name);
-            }
-            // A member answers its collection (an empty one settles).
-            for glob in collections(name) {
-                wire.pending.remove(&glob);
-                tracked.answered.insert(glob);
+        // A resource answers its own name if subscribed, and every set it
+        // belongs to (an empty set settles).
+        let answered = |tracked: &mut Tracked, wire: &mut Wire, name: &str, aliases: &[String]| {
+            let own = sent.names.get(name).into_iter();
+            for set in own.chain(membership::sets_holding(kind, name, aliases, &sent.names)) {
+                wire.pending.remove(set);
+                tracked.answered.insert(set.clone());
             }
         };
         if first {
             // The first response answers the stream's first subscription.
             let names: Vec<String> = wire.first.names.iter().cloned().collect();
             for name in &names {
-                answered(self, wire, name);
+                answered(self, wire, name, &[]);
             }
         }
         for (name, held) in update.added {
-            if !sent.wants(&name) {
+            if !sent.wants_resource(&held.resource) {
                 debug!(%name, "resource nobody subscribed to: ignored");
                 continue;
             }
-            answered(self, wire, &name);
+            answered(self, wire, &name, &held.resource.aliases);
             self.held.insert(name, held);
         }
         for (name, version) in update.name_only {
@@ -113,11 +114,11 @@ impl Tracked {
             if !heartbeat {
                 self.held.remove(&name);
             }
-            answered(self, wire, &name);
+            answered(self, wire, &name, &[]);
         }
         for name in update.removed {
             self.held.remove(&name);
-            answered(self, wire, &name);
+            answered(self, wire, &name, &[]);
         }
     }
 

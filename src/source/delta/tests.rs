@@ -9,6 +9,8 @@ use envoy_types::pb::google::protobuf::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+const KIND: ResourceType = ResourceType::Endpoints;
+
 fn cov(wildcard: bool, names: &[&str]) -> Coverage {
     Coverage {
         wildcard,
@@ -21,9 +23,14 @@ fn strings(names: &[&str]) -> Vec<String> {
 }
 
 fn resource(name: &str, content: u8) -> Arc<Resource> {
+    resource_of(KIND, name, &[], content)
+}
+
+fn resource_of(kind: ResourceType, name: &str, aliases: &[&str], content: u8) -> Arc<Resource> {
     Arc::new(Resource {
-        kind: ResourceType::Endpoints,
+        kind,
         name: name.to_owned(),
+        aliases: strings(aliases),
         digest: [content; 32],
         payload: Default::default(),
         json: Default::default(),
@@ -134,15 +141,20 @@ fn first_response_answers_the_first_subscription() {
     let now = Instant::now();
     let mut t = Tracked::default();
     let mut wire = wire_after(&[cov(false, &["a", "missing"])], now);
-    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("a", "1")], &[], &[]), now);
     assert_eq!(t.coverage(), cov(false, &["a", "missing"]));
     assert!(wire.pending.is_empty());
     // A later name is answered only by data or an absence signal.
     let sent = wire.sent.clone().unwrap();
     wire.record(&sent, &cov(false, &["a", "b", "c", "missing"]), now);
-    t.apply(&mut wire, update(&[("a", "2")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("a", "2")], &[], &[]), now);
     assert_eq!(t.coverage(), cov(false, &["a", "missing"]));
-    t.apply(&mut wire, update(&[("b", "1")], &[("c", "")], &[]), now);
+    t.apply(
+        KIND,
+        &mut wire,
+        update(&[("b", "1")], &[("c", "")], &[]),
+        now,
+    );
     assert_eq!(t.coverage(), cov(false, &["a", "b", "c", "missing"]));
     assert_eq!(t.held.keys().collect::<Vec<_>>(), ["a", "b"]);
 }
@@ -153,17 +165,17 @@ fn wildcard_coverage_needs_proof() {
     // Wildcard in the first subscription: the first response proves it.
     let mut t = Tracked::default();
     let mut wire = wire_after(&[cov(true, &[])], now);
-    t.apply(&mut wire, update(&[], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[], &[], &[]), now);
     assert!(t.coverage().wildcard);
 
     // Wildcard added later: a response with only known names proves nothing.
     let mut t = Tracked::default();
     let mut wire = wire_after(&[cov(false, &["a"]), cov(true, &["a"])], now);
-    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("a", "1")], &[], &[]), now);
     assert!(!t.coverage().wildcard);
     assert!(wire.pending_wildcard.is_some());
     // A name never subscribed explicitly does.
-    t.apply(&mut wire, update(&[("x", "1")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("x", "1")], &[], &[]), now);
     assert!(t.coverage().wildcard);
     assert!(wire.pending_wildcard.is_none());
 
@@ -173,10 +185,10 @@ fn wildcard_coverage_needs_proof() {
         &[cov(false, &["a"]), cov(true, &["a"]), cov(false, &["a"])],
         now,
     );
-    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("a", "1")], &[], &[]), now);
     let sent = wire.sent.clone().unwrap();
     wire.record(&sent, &cov(true, &["a"]), now);
-    t.apply(&mut wire, update(&[("y", "1")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("y", "1")], &[], &[]), now);
     assert!(!t.coverage().wildcard);
 }
 
@@ -185,17 +197,22 @@ fn removals_heartbeats_and_absence() {
     let now = Instant::now();
     let mut t = Tracked::default();
     let mut wire = wire_after(&[cov(true, &["a"])], now);
-    t.apply(&mut wire, update(&[("a", "1"), ("b", "1")], &[], &[]), now);
+    t.apply(
+        KIND,
+        &mut wire,
+        update(&[("a", "1"), ("b", "1")], &[], &[]),
+        now,
+    );
     let v1 = digest(&t.held);
     // A heartbeat (name, same version, no payload) keeps the resource.
-    t.apply(&mut wire, update(&[], &[("a", "1")], &[]), now);
+    t.apply(KIND, &mut wire, update(&[], &[("a", "1")], &[]), now);
     assert!(t.held.contains_key("a"));
     assert_eq!(digest(&t.held), v1);
     // Name-only at another version: it does not exist any more.
-    t.apply(&mut wire, update(&[], &[("a", "2")], &[]), now);
+    t.apply(KIND, &mut wire, update(&[], &[("a", "2")], &[]), now);
     assert!(!t.held.contains_key("a"));
     // removed_resources.
-    t.apply(&mut wire, update(&[], &[], &["b"]), now);
+    t.apply(KIND, &mut wire, update(&[], &[], &["b"]), now);
     assert!(t.held.is_empty());
     assert_ne!(digest(&t.held), v1);
     assert_eq!(t.coverage(), cov(true, &["a"]));
@@ -206,7 +223,12 @@ fn unwanted_resources_are_not_held_and_narrowing_forgets() {
     let now = Instant::now();
     let mut t = Tracked::default();
     let mut wire = wire_after(&[cov(false, &["a", "b"])], now);
-    t.apply(&mut wire, update(&[("a", "1"), ("zz", "1")], &[], &[]), now);
+    t.apply(
+        KIND,
+        &mut wire,
+        update(&[("a", "1"), ("zz", "1")], &[], &[]),
+        now,
+    );
     assert_eq!(t.held.keys().collect::<Vec<_>>(), ["a"]);
     assert!(t.narrow(&cov(false, &["b"])));
     assert!(t.held.is_empty());
@@ -224,7 +246,7 @@ fn unanswered_subscriptions_settle_only_on_an_answering_stream() {
     // Nothing answered yet on the stream: never settles.
     assert_eq!(wire.next_settle(), None);
     assert!(!t.settle(&mut wire, start + SETTLE * 10));
-    t.apply(&mut wire, update(&[("a", "1")], &[], &[]), start);
+    t.apply(KIND, &mut wire, update(&[("a", "1")], &[], &[]), start);
     let later = start + Duration::from_millis(100);
     let sent = wire.sent.clone().unwrap();
     wire.record(&sent, &cov(true, &["a", "ghost"]), later);
@@ -310,10 +332,11 @@ fn a_glob_collection_holds_its_members_and_is_answered_by_them() {
     let (member, stranger) = ("xdstp://cp/T/prod/a", "xdstp://cp/T/other/b");
     let mut t = Tracked::default();
     let mut wire = wire_after(&[cov(false, &["x"])], now);
-    t.apply(&mut wire, update(&[("x", "1")], &[], &[]), now);
+    t.apply(KIND, &mut wire, update(&[("x", "1")], &[], &[]), now);
     let sent = wire.sent.clone().unwrap();
     wire.record(&sent, &cov(false, &["x", glob]), now);
     t.apply(
+        KIND,
         &mut wire,
         update(&[(member, "1"), (stranger, "1")], &[], &[]),
         now,
@@ -323,4 +346,41 @@ fn a_glob_collection_holds_its_members_and_is_answered_by_them() {
     // Dropping "x" keeps the members of the glob still wanted.
     assert!(t.narrow(&cov(false, &[glob])));
     assert_eq!(t.held.keys().collect::<Vec<_>>(), [member]);
+}
+
+#[test]
+fn a_vhds_namespace_holds_its_virtual_hosts_and_an_alias_its_resolution() {
+    let now = Instant::now();
+    let vh = ResourceType::VirtualHosts;
+    let host = |name: &str, aliases: &[&str]| {
+        (
+            name.to_owned(),
+            Held {
+                version: "1".into(),
+                resource: resource_of(vh, name, aliases, 1),
+            },
+        )
+    };
+    let mut t = Tracked::default();
+    let mut wire = wire_after(&[cov(false, &["rc"])], now);
+    let first = Update {
+        added: vec![host("rc/a", &[]), host("other/b", &[])],
+        ..Update::default()
+    };
+    t.apply(vh, &mut wire, first, now);
+    assert_eq!(t.held.keys().collect::<Vec<_>>(), ["rc/a"]);
+    assert_eq!(t.coverage(), cov(false, &["rc"]));
+    // An on-demand alias is answered by the virtual host it resolves to.
+    let sent = wire.sent.clone().unwrap();
+    wire.record(&sent, &cov(false, &["rc", "rc2/foo.example"]), now);
+    let resolved = Update {
+        added: vec![host("rc2/vh", &["rc2/foo.example"])],
+        ..Update::default()
+    };
+    t.apply(vh, &mut wire, resolved, now);
+    assert_eq!(t.coverage(), cov(false, &["rc", "rc2/foo.example"]));
+    assert!(wire.pending.is_empty());
+    // Dropping the namespace keeps what the alias still holds.
+    assert!(t.narrow(&cov(false, &["rc2/foo.example"])));
+    assert_eq!(t.held.keys().collect::<Vec<_>>(), ["rc2/vh"]);
 }

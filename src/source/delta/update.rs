@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use sha2::{Digest as _, Sha256};
 
 use super::{NOT_FOUND, VERSION_HEX_DIGITS, WILDCARD};
-use crate::cache::{Coverage, Renderer, Resource};
-use crate::source::decode::{decode_one, ttl_of, Rejection};
+use crate::cache::{Coverage, Renderer, Resource, WrapperName};
+use crate::source::decode::{decode_delta_named, decode_one, ttl_of, Rejection};
 use crate::xds::ResourceType;
 
 /// One resource held: the upstream's per-resource version and the resource.
@@ -95,15 +95,6 @@ pub(super) struct Update {
     pub(super) ttls: Vec<(String, Option<Duration>)>,
 }
 
-impl Update {
-    pub(super) fn names(&self) -> impl Iterator<Item = &str> {
-        self.added
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .chain(self.name_only.iter().map(|(n, _)| n.as_str()))
-    }
-}
-
 /// Decodes and checks every part of `response`; the first problem rejects
 /// it all (as Envoy does).
 pub(super) fn decode_update(
@@ -130,11 +121,24 @@ pub(super) fn decode_update(
         })?;
         match resource.resource {
             Some(any) => {
-                let decoded = decode_one(renderer, kind, any).map_err(|e| Rejection::At {
+                let at = |e: Rejection| Rejection::At {
                     index,
                     name: wrapper_name.clone(),
                     reason: Box::new(e),
-                })?;
+                };
+                let decoded = if kind.delta_only() {
+                    if wrapper_name.is_empty() {
+                        return Err(Rejection::Nameless(index));
+                    }
+                    let named = WrapperName {
+                        name: wrapper_name.clone(),
+                        aliases: resource.aliases.clone(),
+                        version: resource.version.clone(),
+                    };
+                    decode_delta_named(renderer, kind, named, any).map_err(at)?
+                } else {
+                    decode_one(renderer, kind, any).map_err(at)?
+                };
                 if !wrapper_name.is_empty() && wrapper_name != decoded.name {
                     return Err(Rejection::NameMismatch {
                         index,
