@@ -22,7 +22,6 @@ const RETRY_AFTER_SECS: u64 = 1;
 /// google.rpc.Code numbers used here.
 mod code {
     pub const INVALID_ARGUMENT: i32 = 3;
-    pub const FAILED_PRECONDITION: i32 = 9;
     pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const NOT_FOUND: i32 = 5;
     pub const PERMISSION_DENIED: i32 = 7;
@@ -41,10 +40,6 @@ pub(crate) enum ApiError {
     MethodNotAllowed(String),
     #[error("{0}")]
     BadRequest(String),
-    /// Well formed, but this gateway cannot serve it as configured (a
-    /// delta-only type without a delta upstream).
-    #[error("{0}")]
-    FailedPrecondition(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     /// The body did not arrive in time; the connection is closed after this.
@@ -73,9 +68,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::BadRequest(_)
-            | ApiError::BodyTooLarge { .. }
-            | ApiError::FailedPrecondition(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -92,7 +85,6 @@ impl ApiError {
             ApiError::BadRequest(_)
             | ApiError::BodyTooLarge { .. }
             | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
-            ApiError::FailedPrecondition(_) => code::FAILED_PRECONDITION,
             ApiError::Unauthenticated(_) => code::UNAUTHENTICATED,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,
@@ -118,8 +110,9 @@ impl From<SourceError> for ApiError {
             SourceError::InvalidNode(_) | SourceError::NoNodeId => {
                 ApiError::BadRequest(err.to_string())
             }
-            SourceError::NoUpstream { .. } => ApiError::NotImplemented(err.to_string()),
-            SourceError::DeltaOnly { .. } => ApiError::FailedPrecondition(err.to_string()),
+            SourceError::NoUpstream { .. } | SourceError::DeltaOnly { .. } => {
+                ApiError::NotImplemented(err.to_string())
+            }
             SourceError::TooManySessions { .. }
             | SourceError::SessionBytes { .. }
             | SourceError::TooManyNames { .. }

@@ -63,6 +63,11 @@ pub(super) enum Rejection {
     },
     #[error("resource {0} has neither a name nor a payload")]
     Nameless(usize),
+    #[error("resource {index} has no name (a {type_name} is named only by its delta Resource)")]
+    Unnamed {
+        index: usize,
+        type_name: &'static str,
+    },
     #[error("resource {0:?} is both updated and removed in one response")]
     UpdatedAndRemoved(String),
     #[error("decoder task failed: {0}")]

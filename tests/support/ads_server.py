@@ -86,6 +86,21 @@ calls overlap).
 (what a server that does not register them answers); the attempts are
 counted in /stats "unimplemented".
 
+Delta-only types (as Envoy has them): virtual hosts (VHDS,
+envoy.config.route.v3.VirtualHost) and LEDS endpoints
+(envoy.config.endpoint.v3.LbEndpoint) are served on delta streams only; a
+SotW request for them is recorded (kind "delta-only") and never answered, and
+they have no Fetch method. Their resources are named by /set's "names" (an
+LbEndpoint has no name of its own). For virtual hosts, a subscribed name
+also stands for its namespace (Envoy's VHDS subscribes to a route
+configuration `rc` and gets every `rc/<virtual host>`: the part of a name
+before its last "/"), and for an alias: /set's "aliases" maps a virtual host
+to the on-demand names (`rc/<domain>`) it resolves; subscribing to an alias
+(re)sends the virtual host with the subscribed aliases in its Resource's
+`aliases`, and an alias that resolves to nothing is answered with a Resource
+carrying only that name (what Envoy's VHDS expects). A namespace is never
+signalled as absent.
+
 Resource wrappers and TTLs: a resource named in the "wrap" map of /set is
 sent wrapped in an envoy.service.discovery.v3.Resource (name, resource, and
 ttl when its value is a number of milliseconds; null: no ttl) in SotW; in
@@ -98,7 +113,8 @@ holds and the ttl, for each of them.
 
 Control interface (JSON):
 - POST /set      {"type_url", "version", "resources": [<JSON Any with "@type">...],
-  "wrap"?: {name: ttl_ms or null}}
+  "wrap"?: {name: ttl_ms or null}, "names"?: [name per resource],
+  "aliases"?: {name: [alias...]}}
   replaces that type's snapshot and pushes it to open streams; answers
   {"resources": [<canonical JSON of each resource>...]} (protobuf's own
   json_format rendering, for comparisons);
@@ -228,6 +244,7 @@ class ControlPlane:
         # type_url -> (version, {name: Any}) in insertion order
         self.snapshots = {}
         self.wrapped = {}  # type_url -> {name: ttl_ms or None}
+        self.aliases = {}  # type_url -> {name: [alias...]}
         self.streams = set()  # queues of open streams
         self.streams_total = 0
         self.requests = []
@@ -250,10 +267,11 @@ class ControlPlane:
             "no_absent": ARGS.no_absent,
         }
 
-    def set_snapshot(self, type_url, version, resources, wrapped=None):
+    def set_snapshot(self, type_url, version, resources, wrapped=None, aliases=None):
         with self.lock:
             self.snapshots[type_url] = (version, resources)
             self.wrapped[type_url] = dict(wrapped or {})
+            self.aliases[type_url] = {n: list(a) for n, a in (aliases or {}).items()}
             streams = list(self.streams)
         for events in streams:
             events.put(("snapshot", type_url))
@@ -262,6 +280,11 @@ class ControlPlane:
         """{name: ttl_ms or None} of the resources sent wrapped."""
         with self.lock:
             return dict(self.wrapped.get(type_url, {}))
+
+    def aliases_of(self, type_url):
+        """{name: [alias...]} of the type's resources."""
+        with self.lock:
+            return dict(self.aliases.get(type_url, {}))
 
     def heartbeat(self, type_url):
         with self.lock:
@@ -446,9 +469,31 @@ def in_collection(name, glob):
     )
 
 
-def subscribed(names, resource_name):
-    """Whether a named subscription asks for `resource_name`."""
-    return resource_name in names or any(in_collection(resource_name, n) for n in names)
+VIRTUAL_HOST = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
+LB_ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
+DELTA_ONLY = (VIRTUAL_HOST, LB_ENDPOINT)
+
+
+def namespace_of(name):
+    """A VHDS namespace: the part of `name` before its last "/"."""
+    return name.rpartition("/")[0] if "/" in name else None
+
+
+def subscribed(names, resource_name, type_url=None, aliases=()):
+    """Whether a named subscription asks for `resource_name` (of `type_url`,
+    resolving `aliases`): by name, glob collection, VHDS namespace or alias."""
+    return (
+        resource_name in names
+        or any(in_collection(resource_name, n) for n in names)
+        or (type_url == VIRTUAL_HOST and namespace_of(resource_name) in names)
+        or any(alias in names for alias in aliases)
+    )
+
+
+def stands_for_a_set(type_url, name):
+    """Whether a subscribed name is a set that is never signalled absent: a
+    glob collection, or a VHDS namespace (a route configuration's name)."""
+    return is_glob(name) or (type_url == VIRTUAL_HOST and "/" not in name)
 
 
 def unimplemented(context, what):
@@ -464,7 +509,8 @@ def resource_version(any_msg):
 class DeltaWatch:
     """One type on one delta stream."""
 
-    def __init__(self):
+    def __init__(self, type_url):
+        self.type_url = type_url
         self.wildcard = False
         self.names = set()
         self.known = {}  # name -> version the client has
@@ -472,8 +518,8 @@ class DeltaWatch:
         self.nonce = None
         self.pending_first = True  # nothing sent yet for the type
 
-    def wants(self, name):
-        return self.wildcard or subscribed(self.names, name)
+    def wants(self, name, aliases=()):
+        return self.wildcard or subscribed(self.names, name, self.type_url, aliases)
 
 
 class StreamWatches(dict):
@@ -556,6 +602,10 @@ class Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     @staticmethod
     def on_request(watches, request):
         type_url = request.type_url
+        if type_url in DELTA_ONLY:
+            # Envoy serves these over delta only; a SotW server does not know them.
+            PLANE.record(request, "delta-only")
+            return None
         names = subscription(request.resource_names)
         watch = watches.get(type_url)
         if watch is None:
@@ -657,7 +707,7 @@ def on_delta_request(watches, request):
     first = watch is None
     if first:
         kind = "subscribe"
-        watch = DeltaWatch()
+        watch = DeltaWatch(type_url)
         watches[type_url] = watch
         watch.known = dict(request.initial_resource_versions)
         if not request.resource_names_subscribe:
@@ -673,6 +723,7 @@ def on_delta_request(watches, request):
         kind = "request"
     PLANE.record_delta(request, kind)
     initial = request.initial_resource_versions
+    aliases = PLANE.aliases_of(type_url)
     for name in request.resource_names_subscribe:
         if name == "*":
             watch.wildcard = True
@@ -680,8 +731,12 @@ def on_delta_request(watches, request):
         watch.names.add(name)
         watch.told_absent.discard(name)
         if name not in initial:
-            # A subscribed name is always (re)sent.
+            # A subscribed name is always (re)sent; an alias by the
+            # resource it resolves to, now naming the alias.
             watch.known.pop(name, None)
+            for resolved, its_aliases in aliases.items():
+                if name in its_aliases:
+                    watch.known.pop(resolved, None)
     for name in request.resource_names_unsubscribe:
         if name == "*":
             watch.wildcard = False
@@ -689,7 +744,7 @@ def on_delta_request(watches, request):
             watch.names.discard(name)
             watch.told_absent.discard(name)
     for name in list(watch.known):
-        if not watch.wants(name):
+        if not watch.wants(name, aliases.get(name, ())):
             del watch.known[name]
     if kind in ("ack", "nack", "stale") and not (
         request.resource_names_subscribe or request.resource_names_unsubscribe
@@ -705,24 +760,33 @@ def delta_respond(type_url, watch):
     if snapshot is None:
         return None
     version, resources = snapshot
+    aliases = PLANE.aliases_of(type_url)
     added = []
     for name, any_msg in resources.items():
-        if not watch.wants(name):
+        its_aliases = aliases.get(name, [])
+        if not watch.wants(name, its_aliases):
             continue
         resource_v = resource_version(any_msg)
         if watch.known.get(name) != resource_v:
-            added.append(discovery_pb2.Resource(name=name, version=resource_v, resource=any_msg))
+            asked = [a for a in its_aliases if a in watch.names]
+            added.append(
+                discovery_pb2.Resource(
+                    name=name, version=resource_v, resource=any_msg, aliases=asked
+                )
+            )
             ttl_ms = PLANE.wrapping(type_url).get(name)
             if ttl_ms is not None:
                 added[-1].ttl.CopyFrom(ttl_of(ttl_ms))
     removed = sorted(n for n in watch.known if n not in resources)
+    resolved = {a for its_aliases in aliases.values() for a in its_aliases}
     absent = sorted(
         n
         for n in watch.names
         if n not in resources
+        and n not in resolved
         and n not in watch.known
         and n not in watch.told_absent
-        and not is_glob(n)
+        and not stands_for_a_set(type_url, n)
     )
     if PLANE.setting("no_absent"):
         absent = []
@@ -912,10 +976,12 @@ class Control(BaseHTTPRequestHandler):
             resources = {}
             canonical = []
             if self.path == "/set":
+                names = body.get("names")
                 for i, item in enumerate(body.get("resources", [])):
                     text = item if isinstance(item, str) else json.dumps(item)
                     any_msg = json_format.Parse(text, any_pb2.Any())
-                    resources[resource_name(json.loads(text), i)] = any_msg
+                    name = names[i] if names else resource_name(json.loads(text), i)
+                    resources[name] = any_msg
                     canonical.append(json_format.MessageToDict(any_msg))
             elif self.path == "/set_raw":
                 for i, item in enumerate(body.get("resources", [])):
@@ -930,7 +996,7 @@ class Control(BaseHTTPRequestHandler):
         except Exception as err:  # pylint: disable=broad-except
             self.reply(400, {"error": f"{type(err).__name__}: {err}"})
             return
-        PLANE.set_snapshot(type_url, version, resources, body.get("wrap"))
+        PLANE.set_snapshot(type_url, version, resources, body.get("wrap"), body.get("aliases"))
         self.reply(200, {"resources": canonical})
 
 

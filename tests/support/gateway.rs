@@ -210,8 +210,23 @@ impl ControlPlane {
         resources: &[Value],
         wrap: Value,
     ) -> Vec<Value> {
-        let body =
-            json!({"type_url": type_url, "version": version, "resources": resources, "wrap": wrap});
+        let extra = json!({"wrap": wrap});
+        self.set_with(type_url, version, resources, extra).await
+    }
+
+    /// Like [`set`](Self::set), with more of `/set`'s fields in `extra` (a
+    /// JSON object: `wrap`, `names`, `aliases`).
+    pub async fn set_with(
+        &self,
+        type_url: &str,
+        version: &str,
+        resources: &[Value],
+        extra: Value,
+    ) -> Vec<Value> {
+        let mut body = json!({"type_url": type_url, "version": version, "resources": resources});
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
         let reply = self.control(http::Method::POST, "/set", Some(body)).await;
         reply["resources"].as_array().cloned().unwrap_or_default()
     }

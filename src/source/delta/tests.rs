@@ -384,3 +384,57 @@ fn a_vhds_namespace_holds_its_virtual_hosts_and_an_alias_its_resolution() {
     assert!(t.narrow(&cov(false, &["rc2/foo.example"])));
     assert_eq!(t.held.keys().collect::<Vec<_>>(), ["rc2/vh"]);
 }
+
+#[test]
+fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
+    let renderer = Renderer::new(crate::xds::Codec::embedded());
+    let kind = ResourceType::LbEndpoints;
+    let endpoint = |port: u32| {
+        Any {
+        type_url: kind.type_url().into(),
+        value: renderer
+            .codec()
+            .parse_any(
+                format!(
+                    r#"{{"@type":"{}","endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{port}}}}}}}}}"#,
+                    kind.type_url()
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+            .value,
+    }
+    };
+    let with = |name: &str, any: Any| DeltaResource {
+        name: name.to_owned(),
+        version: "1".into(),
+        resource: Some(any),
+        ..Default::default()
+    };
+    let response = |resources| DeltaDiscoveryResponse {
+        resources,
+        type_url: kind.type_url().into(),
+        nonce: "n1".into(),
+        ..Default::default()
+    };
+    // The same body under two names: two resources, two digests.
+    let twins = response(vec![with("x/a", endpoint(80)), with("x/b", endpoint(80))]);
+    let update = decode_update(&renderer, kind, twins).unwrap();
+    let (a, b) = (&update.added[0].1.resource, &update.added[1].1.resource);
+    assert_eq!((a.name.as_str(), b.name.as_str()), ("x/a", "x/b"));
+    assert_ne!(a.digest, b.digest);
+    let json: serde_json::Value = serde_json::from_slice(&a.json).unwrap();
+    assert_eq!(json["@type"], crate::cache::RESOURCE_WRAPPER);
+    assert_eq!(json["name"], "x/a");
+    assert_eq!(json["resource"]["@type"], kind.type_url());
+
+    // A nameless one cannot be told apart: the response is rejected.
+    let nameless = response(vec![with("", endpoint(80))]);
+    let err = decode_update(&renderer, kind, nameless).unwrap_err();
+    assert!(err.to_string().contains("has no name"), "{err}");
+    // Envoy's rules hold for them too (port_value <= 65535).
+    let invalid = response(vec![with("x/c", endpoint(70_000))]);
+    assert!(decode_update(&renderer, kind, invalid)
+        .unwrap_err()
+        .breaks_rules());
+}

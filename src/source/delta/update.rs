@@ -128,7 +128,8 @@ pub(super) fn decode_update(
                 };
                 let decoded = if kind.delta_only() {
                     if wrapper_name.is_empty() {
-                        return Err(Rejection::Nameless(index));
+                        let type_name = kind.message_name();
+                        return Err(Rejection::Unnamed { index, type_name });
                     }
                     let named = WrapperName {
                         name: wrapper_name.clone(),
