@@ -71,8 +71,14 @@ async fn answer_is_sound(gw: &Arc<Gateway>, request: Request<Body>) -> Result<()
     Ok(())
 }
 
+/// The types the fuzzed gateway (a snapshot) serves: the delta-only ones
+/// answer it a documented 501 whatever the request, through the same parsing.
 fn kinds() -> impl Strategy<Value = ResourceType> {
-    proptest::sample::select(ResourceType::ALL.to_vec())
+    let served: Vec<ResourceType> = ResourceType::ALL
+        .into_iter()
+        .filter(|kind| !kind.delta_only())
+        .collect();
+    proptest::sample::select(served)
 }
 
 #[test]
