@@ -9,6 +9,7 @@
 //! cost a parse, never answer one request with another's parse. The memo is
 //! bounded by the total size of the bodies it holds.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -150,10 +151,25 @@ impl ParsedRequest {
         &self.user_agent_name
     }
 
-    /// One REST subscription of one client (its node id and names), hashed:
-    /// what rejection bookkeeping counts polls under.
+    /// One REST subscription (node id and names), hashed.
     pub(crate) fn subscription(&self) -> u64 {
         self.subscription
+    }
+
+    /// This subscription as polled from `remote`: what rejection
+    /// bookkeeping counts polls under. Clients sharing a node id (the pods
+    /// of one Deployment started with the same `--service-node`) are told
+    /// apart by address; otherwise each one catching up after a change
+    /// would count as one more poll of a single client stuck behind.
+    pub(crate) fn subscription_from(&self, remote: Option<IpAddr>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let Some(remote) = remote else {
+            return self.subscription;
+        };
+        let mut hasher = xxhash_rust::xxh3::Xxh3::default();
+        self.subscription.hash(&mut hasher);
+        remote.hash(&mut hasher);
+        hasher.finish()
     }
 
     /// Which session serves this client.

@@ -135,7 +135,7 @@ async fn serve(
     let renderer = &gateway.renderer;
 
     let mut polled = gateway.source.poll(kind, &request).await?;
-    let mut answer = polled.answer(renderer, &request, target)?;
+    let mut answer = polled.answer(renderer, &request, remote, target)?;
     if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
         if gateway.drain.is_draining() {
             return Err(ApiError::Unavailable {
@@ -160,7 +160,7 @@ async fn serve(
             () = gateway.drain.started() => true,
         };
         if changed {
-            answer = polled.answer(renderer, &request, target)?;
+            answer = polled.answer(renderer, &request, remote, target)?;
         }
     }
     gateway.clients.record(Poll {

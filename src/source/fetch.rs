@@ -402,11 +402,11 @@ impl Feed for FetchFeed {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, current: &str) -> Standing {
+    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
         let kind = self.key.kind;
         let tracker = self.trackers.of(kind);
         let threshold = self.fetcher.rejection_threshold;
-        let (sync, suspicion) = suspect(tracker, request, current, threshold);
+        let (sync, suspicion) = suspect(tracker, request, client, current, threshold);
         let Some(suspicion) = suspicion else {
             return sync;
         };
@@ -421,8 +421,8 @@ impl Feed for FetchFeed {
         sync
     }
 
-    fn served(&self, request: &ParsedRequest, version: &str) {
-        record_served(self.trackers.of(self.key.kind), request, version);
+    fn served(&self, client: u64, version: &str) {
+        record_served(self.trackers.of(self.key.kind), client, version);
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

@@ -7,6 +7,7 @@
 //! one was served to it has probably rejected it. What a feed does with a
 //! suspicion (NACK upstream, or only log and count) is its own business.
 
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -30,13 +31,13 @@ pub(super) trait Feed: Send + Sync {
         wait: Duration,
     ) -> BoxFuture<'a, Option<Arc<TypeState>>>;
 
-    /// `request` is about to be answered at `current` (before a body at
-    /// `current` is recorded as served): rejection bookkeeping; where the
-    /// client stands.
-    fn observe(&self, request: &ParsedRequest, current: &str) -> Standing;
+    /// `request` of `client` (see [`ParsedRequest::subscription_from`]) is
+    /// about to be answered at `current` (before a body at `current` is
+    /// recorded as served): rejection bookkeeping; where the client stands.
+    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing;
 
-    /// A body at `version` was served to `request`'s client.
-    fn served(&self, request: &ParsedRequest, version: &str);
+    /// A body at `version` was served to `client`.
+    fn served(&self, client: u64, version: &str);
 
     /// Since when the state served is stale (its upstream is down), if it is.
     fn stale_since(&self) -> Option<SystemTime>;
@@ -68,20 +69,23 @@ impl Polled {
         }
     }
 
-    /// Answers `request` by the cache's rule (a body, or 304 when it holds
-    /// what it would get), with the rejection bookkeeping around it.
+    /// Answers `request`, polled from `remote`, by the cache's rule (a
+    /// body, or 304 when it holds what it would get), with the rejection
+    /// bookkeeping around it.
     pub(crate) fn answer(
         &mut self,
         renderer: &Renderer,
         request: &ParsedRequest,
+        remote: Option<IpAddr>,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         let answer =
             self.state
                 .answer(renderer, request.names(), request.version_info(), target)?;
-        self.sync = self.feed.observe(request, answer.version());
+        let client = request.subscription_from(remote);
+        self.sync = self.feed.observe(request, client, answer.version());
         if let Answer::Body { version, .. } = &answer {
-            self.feed.served(request, version);
+            self.feed.served(client, version);
         }
         Ok(answer)
     }
@@ -115,18 +119,19 @@ impl Polled {
     }
 }
 
-/// Records a poll of `request` answered at `current`: where its client
-/// stands, and a suspicion the first time it has presented the same older
-/// version `threshold` times after being served `current` (see
+/// Records a poll of `request` by `client` answered at `current`: where
+/// the client stands, and a suspicion the first time it has presented the
+/// same older version `threshold` times after being served `current` (see
 /// `cache::rejection`).
 pub(super) fn suspect(
     tracker: &Mutex<RejectionTracker>,
     request: &ParsedRequest,
+    client: u64,
     current: &str,
     threshold: u32,
 ) -> (Standing, Option<Suspicion>) {
     let observation = Observation {
-        subscription: request.subscription(),
+        subscription: client,
         presented: request.version_info(),
         current,
         envoy: request.user_agent_name() == "envoy",
@@ -136,13 +141,9 @@ pub(super) fn suspect(
     (tracker.sync(observation, threshold), suspicion)
 }
 
-/// Records that a body at `version` went out to `request`'s client.
-pub(super) fn record_served(
-    tracker: &Mutex<RejectionTracker>,
-    request: &ParsedRequest,
-    version: &str,
-) {
-    lock(tracker).served(request.subscription(), version);
+/// Records that a body at `version` went out to `client`.
+pub(super) fn record_served(tracker: &Mutex<RejectionTracker>, client: u64, version: &str) {
+    lock(tracker).served(client, version);
 }
 
 /// Logs and counts a suspected rejection of `kind` by a client of `node_id`;

@@ -452,10 +452,10 @@ impl Feed for SessionFeed {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, current: &str) -> Standing {
+    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
         let kind = self.kind;
         let tracker = self.session.rejections(kind);
-        let (sync, suspicion) = suspect(tracker, request, current, self.threshold);
+        let (sync, suspicion) = suspect(tracker, request, client, current, self.threshold);
         let Some(suspicion) = suspicion else {
             return sync;
         };
@@ -477,8 +477,8 @@ impl Feed for SessionFeed {
         sync
     }
 
-    fn served(&self, request: &ParsedRequest, version: &str) {
-        record_served(self.session.rejections(self.kind), request, version);
+    fn served(&self, client: u64, version: &str) {
+        record_served(self.session.rejections(self.kind), client, version);
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

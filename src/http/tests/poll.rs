@@ -370,6 +370,55 @@ async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
     assert!(message.contains("v2~"), "{message}");
 }
 
+/// [`poll`] from a client at `remote` (as `serve` marks each request).
+async fn poll_from(gw: &Arc<Gateway>, remote: [u8; 4], node: &str, version: &str) -> Reply {
+    let body = json!({"node": {"id": node}, "version_info": version});
+    let mut request = Request::post(Endpoint::Discovery(CDS).path())
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let addr = std::net::SocketAddr::from((remote, 40_000));
+    request
+        .extensions_mut()
+        .insert(crate::serve::RemoteAddr(addr));
+    send(gw, request).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn clients_sharing_a_node_id_each_catching_up_are_not_a_rejection() {
+    // Several Envoys started with one node id (a Deployment's pods): after a
+    // change, each presents the old version once, and each is served the
+    // new one. Only one client presenting it again and again is suspect.
+    let config = Config {
+        forward_rejections: true,
+        rejection_threshold: 3,
+        ..Config::default()
+    };
+    let (gw, script) = scripted(config);
+    script.set(CDS, "v1", &[cluster("a")]).await;
+    let pods: Vec<[u8; 4]> = (1..=5).map(|i| [127, 0, 0, i]).collect();
+    let mut held = Vec::new();
+    for pod in &pods {
+        held.push(
+            poll_from(&gw, *pod, "shared", "")
+                .await
+                .version()
+                .to_owned(),
+        );
+    }
+    script.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
+    for (pod, v1) in pods.iter().zip(&held) {
+        assert_eq!(poll_from(&gw, *pod, "shared", v1).await.upstream(), "v2");
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 0.0);
+    assert!(nacks(&script).await.is_empty());
+    // One of them stuck on v1 is still caught.
+    for _ in 0..3 {
+        poll_from(&gw, pods[0], "shared", &held[0]).await;
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_envoy_that_rejects_its_first_version_is_a_suspected_rejection() {
     let config = Config {

@@ -88,7 +88,12 @@ pub(super) async fn open(
     };
     let kind = watched.kind;
     let mut polled = gateway.source.poll(kind, &request).await?;
-    let first = polled.answer(&gateway.renderer, &request, watched.target.as_ref())?;
+    let first = polled.answer(
+        &gateway.renderer,
+        &request,
+        watched.remote,
+        watched.target.as_ref(),
+    )?;
     let stale_since = polled.stale_since();
     let opening = Opening {
         kind,

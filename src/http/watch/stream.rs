@@ -174,7 +174,12 @@ impl Watch {
     /// Answers the current state: a frame when the client's answer changed.
     fn answer(&mut self) -> Option<Bytes> {
         let polled = self.polled.as_mut()?;
-        match polled.answer(&self.gateway.renderer, &self.request, self.target.as_ref()) {
+        match polled.answer(
+            &self.gateway.renderer,
+            &self.request,
+            self.remote,
+            self.target.as_ref(),
+        ) {
             Ok(answer) => {
                 self.standing = polled.standing();
                 self.frame_for(&answer)
@@ -209,8 +214,12 @@ impl Watch {
                 // A watcher holds what it is sent (there is no next poll to
                 // say so): observed as presenting it, it stands in step.
                 if let Some(polled) = self.polled.as_mut() {
-                    let again =
-                        polled.answer(&self.gateway.renderer, &self.request, self.target.as_ref());
+                    let again = polled.answer(
+                        &self.gateway.renderer,
+                        &self.request,
+                        self.remote,
+                        self.target.as_ref(),
+                    );
                     if again.is_ok() {
                         self.standing = polled.standing();
                     }
