@@ -25,8 +25,60 @@ use super::UpstreamContext;
 use crate::cache::{Coverage, Resource, TypeState};
 use crate::xds::ResourceType;
 
-/// Subscriptions remembered per type and stream (see [`SentLog`]).
+/// Entries kept per type and stream (see [`SentLog`]); past it the two
+/// oldest unconfirmed entries merge. At least 3.
 const SENT_LOG_MAX: usize = 64;
+
+/// One entry of a [`SentLog`]: a subscription sent, or several sent one
+/// after the other, merged to keep the log bounded.
+#[derive(Debug, Clone, Default)]
+struct Sent {
+    /// What each of them asked for (their intersection): what a response
+    /// answering any of them surely answers.
+    every: Coverage,
+    /// What any of them asked for (their union): what a response answering
+    /// any of them may hold.
+    any: Coverage,
+    /// How many subscriptions it stands for.
+    count: usize,
+}
+
+impl Sent {
+    /// The entry of one subscription.
+    fn new(coverage: Coverage) -> Sent {
+        Sent {
+            every: coverage.clone(),
+            any: coverage,
+            count: 1,
+        }
+    }
+
+    /// One entry standing for `self` and the `later` one sent after it.
+    fn merge(self, later: Sent) -> Sent {
+        Sent {
+            every: intersection(self.every, &later.every),
+            any: union(self.any, &later.any),
+            count: self.count + later.count,
+        }
+    }
+}
+
+/// What both `a` and `b` ask for (possibly less when one is a wildcard with
+/// names: those are dropped, which only under-claims).
+fn intersection(mut a: Coverage, b: &Coverage) -> Coverage {
+    a.wildcard &= b.wildcard;
+    if !b.wildcard {
+        a.names.retain(|n| b.names.contains(n));
+    }
+    a
+}
+
+/// What `a` or `b` asks for.
+fn union(mut a: Coverage, b: &Coverage) -> Coverage {
+    a.wildcard |= b.wildcard;
+    a.names.extend(b.names.iter().cloned());
+    a
+}
 
 /// The subscriptions sent for one type on one stream, for telling which of
 /// them a response answers.
@@ -35,26 +87,36 @@ const SENT_LOG_MAX: usize = 64;
 /// answer an older subscription than the one sent last (two clients of one
 /// node adding names in quick succession), so labelling it with the latest
 /// would let a waiting request take a response that never had its names.
-/// A response proves the server saw subscription `i` when it holds a name
-/// that `i` added, or when it is the first response of the type on the
-/// stream or repeats the last version (a server sends only on a version or
-/// subscription change), which then answers the oldest unconfirmed one.
+/// A response answers the newest subscription the server has seen; it
+/// proves the server saw subscription `i` when it holds a name that no
+/// entry before `i` asked for (a server sends only names asked for), or
+/// when it repeats the last version (a server sends only on a version or
+/// subscription change), which then answers the subscription after the
+/// newest one proven seen.
+/// The first response of the type answers the first entry at least:
+/// nothing was asked before it.
+///
+/// No subscription sent is ever forgotten: dropping an unconfirmed one
+/// would let the response to it prove a later one seen. When the log is
+/// full the two oldest unconfirmed entries merge instead; a merged entry
+/// proven seen is known seen only as far as its first subscription.
 #[derive(Debug, Default)]
 struct SentLog {
-    /// Subscriptions sent, oldest first; `[0]` is the newest known to have
-    /// been seen by the server once `answered`, the rest are unconfirmed.
-    subs: Vec<Coverage>,
+    /// Entries, oldest first; `[0]` is the newest known to have been seen
+    /// by the server once `answered`, the rest are unconfirmed.
+    subs: Vec<Sent>,
     answered: bool,
     last_version: Option<String>,
 }
 
 impl SentLog {
     fn push(&mut self, coverage: Coverage) {
-        self.subs.push(coverage);
-        // Bounded even if the server never proves anything seen: forget the
-        // oldest unconfirmed subscription.
+        self.subs.push(Sent::new(coverage));
         if self.subs.len() > SENT_LOG_MAX {
-            self.subs.remove(usize::from(self.answered));
+            let first = usize::from(self.answered);
+            let later = self.subs.remove(first + 1);
+            let oldest = std::mem::take(&mut self.subs[first]);
+            self.subs[first] = oldest.merge(later);
         }
     }
 
@@ -62,35 +124,51 @@ impl SentLog {
     /// records it: the names (and wildcard) wanted in every subscription from
     /// the newest one it proves seen to the latest.
     fn answer(&mut self, version: &str, names: &BTreeSet<&str>) -> Coverage {
-        let first_unconfirmed = usize::from(self.answered);
-        let mut seen = self.answered.then_some(0);
         let repeat = self.last_version.as_deref().is_none_or(|v| v == version);
-        if repeat && first_unconfirmed < self.subs.len() {
-            seen = Some(first_unconfirmed);
-        }
-        let wants = |c: &Coverage, name: &str| c.wants(name);
-        for i in first_unconfirmed..self.subs.len() {
-            let added = |name: &&str| {
-                wants(&self.subs[i], name) && !(i > 0 && wants(&self.subs[i - 1], name))
-            };
-            if names.iter().any(added) {
-                seen = Some(i);
-            }
-        }
         self.last_version = Some(version.to_owned());
-        let Some(seen) = seen else {
+        let seen = self.proven_seen(names, repeat);
+        if seen >= self.subs.len() {
             return Coverage::default();
-        };
+        }
         self.subs.drain(..seen);
         self.answered = true;
-        let mut covered = self.subs[0].clone();
-        for later in &self.subs[1..] {
-            covered.wildcard &= later.wildcard;
-            if !later.wildcard {
-                covered.names.retain(|n| later.names.contains(n));
-            }
-        }
-        covered
+        self.covered()
+    }
+
+    /// Index of the newest entry a response holding `names` proves the
+    /// server saw (`repeat`: it repeats the last version, see [`SentLog`]).
+    fn proven_seen(&self, names: &BTreeSet<&str>, repeat: bool) -> usize {
+        // The subscription after the newest proven seen: the next entry,
+        // unless that one is still inside a merged entry.
+        let next = match self.subs.first() {
+            Some(sent) if self.answered && sent.count == 1 => 1,
+            _ => 0,
+        };
+        let by_version = if repeat && next < self.subs.len() {
+            next
+        } else {
+            0
+        };
+        let by_names = names.iter().filter_map(|name| self.first_wanting(name));
+        by_names.max().unwrap_or(0).max(by_version)
+    }
+
+    /// Index of the first entry that may have asked for `name`: a response
+    /// holding it answers that entry or a later one.
+    fn first_wanting(&self, name: &str) -> Option<usize> {
+        self.subs.iter().position(|sent| sent.any.wants(name))
+    }
+
+    /// What every entry asked for: what the server surely answered, whichever
+    /// of them its response is for.
+    fn covered(&self) -> Coverage {
+        let mut entries = self.subs.iter();
+        let Some(first) = entries.next() else {
+            return Coverage::default();
+        };
+        entries.fold(first.every.clone(), |covered, later| {
+            intersection(covered, &later.every)
+        })
     }
 }
 
@@ -388,5 +466,62 @@ mod tests {
         log.push(cov(true, &["a"]));
         assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
         assert_eq!(log.answer("2", &set(&["a", "x"])), cov(true, &["a"]));
+    }
+
+    /// `cluster-0` .. `cluster-{n-1}`.
+    fn clusters(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("cluster-{i}")).collect()
+    }
+
+    fn named(names: &[String]) -> Coverage {
+        Coverage {
+            wildcard: false,
+            names: names.iter().cloned().collect(),
+        }
+    }
+
+    /// A burst of growing subscriptions (one per REST poll of a new name)
+    /// sent before the server answers any, longer than the log: a server
+    /// answering each in turn must never be labelled with names its
+    /// response was not for. (Seen in tests/subscriptions.rs without
+    /// coalescing: 66 subscriptions forgot the first two, and the response
+    /// to the first, holding only `cluster-0`, was taken to answer the
+    /// third: a poll for `cluster-1` got no resources.)
+    #[test]
+    fn a_burst_longer_than_the_log_labels_each_response_with_its_own_names() {
+        let burst = SENT_LOG_MAX + 6;
+        let names = clusters(burst);
+        let mut log = SentLog::default();
+        for n in 1..=burst {
+            log.push(named(&names[..n]));
+        }
+        let mut covered = Coverage::default();
+        for n in 1..=burst {
+            let got: BTreeSet<&str> = names[..n].iter().map(String::as_str).collect();
+            covered = log.answer("e1", &got);
+            assert!(
+                covered.names.iter().all(|c| got.contains(c.as_str())) && !covered.wildcard,
+                "response {n} (holding {n} names) taken to cover {}",
+                covered.names.len()
+            );
+        }
+        // The response to the last one covers every name.
+        assert_eq!(covered, named(&names));
+    }
+
+    /// A name asked for again (dropped by the idle prune, then polled
+    /// again) proves nothing about which subscription a response answers:
+    /// the subscription the server last saw may want it too.
+    #[test]
+    fn a_name_wanted_before_proves_no_later_subscription_seen() {
+        let mut log = SentLog::default();
+        log.push(cov(false, &["a", "b"]));
+        assert_eq!(log.answer("1", &set(&["a", "b"])), cov(false, &["a", "b"]));
+        log.push(cov(false, &["b"]));
+        log.push(cov(false, &["a", "b", "c"]));
+        // A push of a new version for the first subscription: "c" exists
+        // but the server has not seen it asked for yet.
+        let covered = log.answer("2", &set(&["a", "b"]));
+        assert!(!covered.wants("c"), "{covered:?}");
     }
 }
