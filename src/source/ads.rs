@@ -90,9 +90,9 @@ fn union(mut a: Coverage, b: &Coverage) -> Coverage {
 /// A response answers the newest subscription the server has seen; it
 /// proves the server saw subscription `i` when it holds a name that no
 /// entry before `i` asked for (a server sends only names asked for), or
-/// when it repeats the last version (a server sends only on a version or
-/// subscription change), which then answers the subscription after the
-/// newest one proven seen.
+/// when it repeats the last version and is no TTL refresh (a server sends
+/// an unchanged version only for a subscription change or a TTL refresh),
+/// which then answers the subscription after the newest one proven seen.
 /// The first response of the type answers the first entry at least:
 /// nothing was asked before it.
 ///
@@ -122,9 +122,11 @@ impl SentLog {
 
     /// What a response of `version` holding `names` surely answers, and
     /// records it: the names (and wildcard) wanted in every subscription from
-    /// the newest one it proves seen to the latest.
-    fn answer(&mut self, version: &str, names: &BTreeSet<&str>) -> Coverage {
-        let repeat = self.last_version.as_deref().is_none_or(|v| v == version);
+    /// the newest one it proves seen to the latest. `refresh` says the
+    /// response may be a TTL refresh (it carries TTLs or heartbeats), whose
+    /// version proves nothing.
+    fn answer(&mut self, version: &str, names: &BTreeSet<&str>, refresh: bool) -> Coverage {
+        let repeat = !refresh && self.last_version.as_deref().is_none_or(|v| v == version);
         self.last_version = Some(version.to_owned());
         let seen = self.proven_seen(names, repeat);
         if seen >= self.subs.len() {
@@ -370,6 +372,10 @@ impl Sotw {
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
         let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
+        // A TTL refresh may repeat the version without a subscription change.
+        let refresh = decoded
+            .as_ref()
+            .is_ok_and(|d| !d.heartbeats.is_empty() || !d.ttls.is_empty());
         match decoded.and_then(|d| self.heartbeats(kind, &version, d)) {
             Ok(Decoded {
                 resources, ttls, ..
@@ -389,7 +395,7 @@ impl Sotw {
                         .sent_log
                         .entry(kind)
                         .or_default()
-                        .answer(&version, &names),
+                        .answer(&version, &names, refresh),
                     // Nobody wants the type any more: it answers nobody.
                     None => Coverage::default(),
                 };
@@ -441,31 +447,34 @@ mod tests {
         log.push(cov(false, &["a"]));
         log.push(cov(false, &["a", "b"]));
         // The first response answers the first subscription, not the second.
-        assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
         // Holding "b" proves the second was seen.
-        assert_eq!(log.answer("1", &set(&["a", "b"])), cov(false, &["a", "b"]));
+        assert_eq!(
+            log.answer("1", &set(&["a", "b"]), false),
+            cov(false, &["a", "b"])
+        );
         // A name that does not exist upstream: the same version answers it.
         log.push(cov(false, &["a", "b", "zz"]));
         assert_eq!(
-            log.answer("1", &set(&["a", "b"])),
+            log.answer("1", &set(&["a", "b"]), false),
             cov(false, &["a", "b", "zz"])
         );
         // A new version without new names may be a push: proves nothing new.
         log.push(cov(false, &["a", "b", "c", "zz"]));
         assert_eq!(
-            log.answer("2", &set(&["a", "b"])),
+            log.answer("2", &set(&["a", "b"]), false),
             cov(false, &["a", "b", "zz"])
         );
         assert_eq!(
-            log.answer("2", &set(&["a", "b"])),
+            log.answer("2", &set(&["a", "b"]), false),
             cov(false, &["a", "b", "c", "zz"])
         );
         // Wildcard.
         let mut log = SentLog::default();
         log.push(cov(false, &["a"]));
         log.push(cov(true, &["a"]));
-        assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
-        assert_eq!(log.answer("2", &set(&["a", "x"])), cov(true, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
+        assert_eq!(log.answer("2", &set(&["a", "x"]), false), cov(true, &["a"]));
     }
 
     /// `cluster-0` .. `cluster-{n-1}`.
@@ -498,7 +507,7 @@ mod tests {
         let mut covered = Coverage::default();
         for n in 1..=burst {
             let got: BTreeSet<&str> = names[..n].iter().map(String::as_str).collect();
-            covered = log.answer("e1", &got);
+            covered = log.answer("e1", &got, false);
             assert!(
                 covered.names.iter().all(|c| got.contains(c.as_str())) && !covered.wildcard,
                 "response {n} (holding {n} names) taken to cover {}",
@@ -516,12 +525,32 @@ mod tests {
     fn a_name_wanted_before_proves_no_later_subscription_seen() {
         let mut log = SentLog::default();
         log.push(cov(false, &["a", "b"]));
-        assert_eq!(log.answer("1", &set(&["a", "b"])), cov(false, &["a", "b"]));
+        assert_eq!(
+            log.answer("1", &set(&["a", "b"]), false),
+            cov(false, &["a", "b"])
+        );
         log.push(cov(false, &["b"]));
         log.push(cov(false, &["a", "b", "c"]));
         // A push of a new version for the first subscription: "c" exists
         // but the server has not seen it asked for yet.
-        let covered = log.answer("2", &set(&["a", "b"]));
+        let covered = log.answer("2", &set(&["a", "b"]), false);
         assert!(!covered.wants("c"), "{covered:?}");
+    }
+
+    /// A TTL refresh repeats the version for the subscription the server
+    /// already answered: it proves no newer one seen.
+    #[test]
+    fn a_ttl_refresh_proves_no_new_subscription_seen() {
+        let mut log = SentLog::default();
+        log.push(cov(false, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
+        // "x" exists; the refresh of "a" was sent before the server saw it.
+        log.push(cov(false, &["a", "x"]));
+        assert_eq!(log.answer("1", &set(&["a"]), true), cov(false, &["a"]));
+        // The answer to the new subscription holds "x".
+        assert_eq!(
+            log.answer("1", &set(&["a", "x"]), false),
+            cov(false, &["a", "x"])
+        );
     }
 }
