@@ -554,3 +554,197 @@ mod tests {
         );
     }
 }
+
+/// [`SentLog`] against a model of a SotW server and the stream between
+/// them: whatever the interleaving, a response is never taken to cover a
+/// name the subscription it answered did not ask for.
+#[cfg(test)]
+mod model {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The names asked for; `e` does not exist upstream.
+    const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+    /// A burst adds `n0`, `n1`, ... one at a time (all exist).
+    const BURST_MAX: usize = 80;
+
+    /// Every name that exists upstream.
+    fn existing() -> Vec<String> {
+        let burst = (0..BURST_MAX).map(|i| format!("n{i}"));
+        NAMES
+            .iter()
+            .map(|n| (*n).to_owned())
+            .filter(|n| n != "e")
+            .chain(burst)
+            .collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The gateway sends a subscription (unless it is the one sent last).
+        Subscribe(Coverage),
+        /// Many at once, past [`SENT_LOG_MAX`]: `base` and one more burst
+        /// name each time (REST clients polling new names).
+        Burst { base: Coverage, len: usize },
+        /// The server reads up to `count` requests: ignoring them (a strict
+        /// server and a stale nonce), answering each change (`batch` off) or
+        /// only the last one (`batch`, skipping intermediate ones).
+        Serve {
+            count: usize,
+            batch: bool,
+            ignore: bool,
+        },
+        /// The server's snapshot gets a new version.
+        Push,
+        /// The server refreshes TTLs at the same version.
+        Refresh,
+        /// The gateway takes up to this many responses (and ACKs each).
+        Deliver(usize),
+    }
+
+    /// A response: version, the subscription it answers, whether a refresh.
+    type Response = (u32, Coverage, bool);
+
+    #[derive(Debug, Default)]
+    struct World {
+        log: SentLog,
+        last_sent: Option<Coverage>,
+        to_server: VecDeque<Coverage>,
+        /// The subscription the server holds, and the one it answered last.
+        view: Option<Coverage>,
+        answered: Option<Coverage>,
+        version: u32,
+        to_gateway: VecDeque<Response>,
+    }
+
+    impl World {
+        fn run(&mut self, op: Op) -> Result<(), TestCaseError> {
+            match op {
+                Op::Subscribe(coverage) => self.subscribe(coverage),
+                Op::Burst { base, len } => {
+                    for i in 0..len {
+                        let mut coverage = base.clone();
+                        coverage.names.extend((0..=i).map(|j| format!("n{j}")));
+                        self.subscribe(coverage);
+                    }
+                }
+                Op::Serve {
+                    count,
+                    batch,
+                    ignore,
+                } => self.serve(count, batch, ignore),
+                Op::Push => {
+                    self.version += 1;
+                    self.respond(false);
+                }
+                Op::Refresh => self.respond(true),
+                Op::Deliver(count) => {
+                    for _ in 0..count {
+                        self.deliver()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn subscribe(&mut self, coverage: Coverage) {
+            if self.last_sent.as_ref() == Some(&coverage) {
+                return;
+            }
+            self.log.push(coverage.clone());
+            self.last_sent = Some(coverage.clone());
+            self.to_server.push_back(coverage);
+        }
+
+        fn serve(&mut self, count: usize, batch: bool, ignore: bool) {
+            for _ in 0..count {
+                let Some(request) = self.to_server.pop_front() else {
+                    break;
+                };
+                if ignore || self.view.as_ref() == Some(&request) {
+                    continue;
+                }
+                self.view = Some(request);
+                if !batch {
+                    self.respond(false);
+                }
+            }
+            if batch && self.view != self.answered {
+                self.respond(false);
+            }
+        }
+
+        fn respond(&mut self, refresh: bool) {
+            if let Some(view) = self.view.clone() {
+                self.answered = Some(view.clone());
+                self.to_gateway.push_back((self.version, view, refresh));
+            }
+        }
+
+        /// Takes the next response; checks what it is taken to cover.
+        fn deliver(&mut self) -> Result<(), TestCaseError> {
+            let Some((version, view, refresh)) = self.to_gateway.pop_front() else {
+                return Ok(());
+            };
+            let existing = existing();
+            let names: BTreeSet<&str> = existing
+                .iter()
+                .map(String::as_str)
+                .filter(|n| view.wants(n))
+                .collect();
+            let covered = self.log.answer(&version.to_string(), &names, refresh);
+            prop_assert!(
+                !covered.wildcard || view.wildcard,
+                "{covered:?} for {view:?}"
+            );
+            for name in &covered.names {
+                prop_assert!(view.wants(name), "{covered:?} for {view:?}");
+            }
+            // The ACK carries the subscription sent last.
+            self.to_server.extend(self.last_sent.clone());
+            Ok(())
+        }
+    }
+
+    fn coverage() -> impl Strategy<Value = Coverage> {
+        (prop::bool::weighted(0.1), 1u8..32).prop_map(|(wildcard, bits)| Coverage {
+            wildcard,
+            names: NAMES
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| bits & (1 << i) != 0)
+                .map(|(_, n)| (*n).to_owned())
+                .collect(),
+        })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => coverage().prop_map(Op::Subscribe),
+            1 => (coverage(), SENT_LOG_MAX - 4..BURST_MAX)
+                .prop_map(|(base, len)| Op::Burst { base, len }),
+            4 => (1usize..4, any::<bool>(), prop::bool::weighted(0.2))
+                .prop_map(|(count, batch, ignore)| Op::Serve { count, batch, ignore }),
+            1 => Just(Op::Push),
+            1 => Just(Op::Refresh),
+            4 => (1usize..4).prop_map(Op::Deliver),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(128))]
+
+        #[test]
+        fn responses_never_cover_names_their_subscription_did_not_ask_for(
+            ops in prop::collection::vec(op(), 1..150)
+        ) {
+            let mut world = World::default();
+            for op in ops {
+                world.run(op)?;
+            }
+        }
+    }
+}
