@@ -25,8 +25,60 @@ use super::UpstreamContext;
 use crate::cache::{Coverage, Resource, TypeState};
 use crate::xds::ResourceType;
 
-/// Subscriptions remembered per type and stream (see [`SentLog`]).
+/// Entries kept per type and stream (see [`SentLog`]); past it the two
+/// oldest unconfirmed entries merge. At least 3.
 const SENT_LOG_MAX: usize = 64;
+
+/// One entry of a [`SentLog`]: a subscription sent, or several sent one
+/// after the other, merged to keep the log bounded.
+#[derive(Debug, Clone, Default)]
+struct Sent {
+    /// What each of them asked for (their intersection): what a response
+    /// answering any of them surely answers.
+    every: Coverage,
+    /// What any of them asked for (their union): what a response answering
+    /// any of them may hold.
+    any: Coverage,
+    /// How many subscriptions it stands for.
+    count: usize,
+}
+
+impl Sent {
+    /// The entry of one subscription.
+    fn new(coverage: Coverage) -> Sent {
+        Sent {
+            every: coverage.clone(),
+            any: coverage,
+            count: 1,
+        }
+    }
+
+    /// One entry standing for `self` and the `later` one sent after it.
+    fn merge(self, later: Sent) -> Sent {
+        Sent {
+            every: intersection(self.every, &later.every),
+            any: union(self.any, &later.any),
+            count: self.count + later.count,
+        }
+    }
+}
+
+/// What both `a` and `b` ask for (possibly less when one is a wildcard with
+/// names: those are dropped, which only under-claims).
+fn intersection(mut a: Coverage, b: &Coverage) -> Coverage {
+    a.wildcard &= b.wildcard;
+    if !b.wildcard {
+        a.names.retain(|n| b.names.contains(n));
+    }
+    a
+}
+
+/// What `a` or `b` asks for.
+fn union(mut a: Coverage, b: &Coverage) -> Coverage {
+    a.wildcard |= b.wildcard;
+    a.names.extend(b.names.iter().cloned());
+    a
+}
 
 /// The subscriptions sent for one type on one stream, for telling which of
 /// them a response answers.
@@ -35,62 +87,90 @@ const SENT_LOG_MAX: usize = 64;
 /// answer an older subscription than the one sent last (two clients of one
 /// node adding names in quick succession), so labelling it with the latest
 /// would let a waiting request take a response that never had its names.
-/// A response proves the server saw subscription `i` when it holds a name
-/// that `i` added, or when it is the first response of the type on the
-/// stream or repeats the last version (a server sends only on a version or
-/// subscription change), which then answers the oldest unconfirmed one.
+/// A response answers the newest subscription the server has seen; it
+/// proves the server saw subscription `i` when it holds a name that no
+/// entry before `i` asked for (a server sends only names asked for), or
+/// when it repeats the last version and is no TTL refresh (a server sends
+/// an unchanged version only for a subscription change or a TTL refresh),
+/// which then answers the subscription after the newest one proven seen.
+/// The first response of the type answers the first entry at least:
+/// nothing was asked before it.
+///
+/// No subscription sent is ever forgotten: dropping an unconfirmed one
+/// would let the response to it prove a later one seen. When the log is
+/// full the two oldest unconfirmed entries merge instead; a merged entry
+/// proven seen is known seen only as far as its first subscription.
 #[derive(Debug, Default)]
 struct SentLog {
-    /// Subscriptions sent, oldest first; `[0]` is the newest known to have
-    /// been seen by the server once `answered`, the rest are unconfirmed.
-    subs: Vec<Coverage>,
+    /// Entries, oldest first; `[0]` is the newest known to have been seen
+    /// by the server once `answered`, the rest are unconfirmed.
+    subs: Vec<Sent>,
     answered: bool,
     last_version: Option<String>,
 }
 
 impl SentLog {
     fn push(&mut self, coverage: Coverage) {
-        self.subs.push(coverage);
-        // Bounded even if the server never proves anything seen: forget the
-        // oldest unconfirmed subscription.
+        self.subs.push(Sent::new(coverage));
         if self.subs.len() > SENT_LOG_MAX {
-            self.subs.remove(usize::from(self.answered));
+            let first = usize::from(self.answered);
+            let later = self.subs.remove(first + 1);
+            let oldest = std::mem::take(&mut self.subs[first]);
+            self.subs[first] = oldest.merge(later);
         }
     }
 
     /// What a response of `version` holding `names` surely answers, and
     /// records it: the names (and wildcard) wanted in every subscription from
-    /// the newest one it proves seen to the latest.
-    fn answer(&mut self, version: &str, names: &BTreeSet<&str>) -> Coverage {
-        let first_unconfirmed = usize::from(self.answered);
-        let mut seen = self.answered.then_some(0);
-        let repeat = self.last_version.as_deref().is_none_or(|v| v == version);
-        if repeat && first_unconfirmed < self.subs.len() {
-            seen = Some(first_unconfirmed);
-        }
-        let wants = |c: &Coverage, name: &str| c.wants(name);
-        for i in first_unconfirmed..self.subs.len() {
-            let added = |name: &&str| {
-                wants(&self.subs[i], name) && !(i > 0 && wants(&self.subs[i - 1], name))
-            };
-            if names.iter().any(added) {
-                seen = Some(i);
-            }
-        }
+    /// the newest one it proves seen to the latest. `refresh` says the
+    /// response may be a TTL refresh (it carries TTLs or heartbeats), whose
+    /// version proves nothing.
+    fn answer(&mut self, version: &str, names: &BTreeSet<&str>, refresh: bool) -> Coverage {
+        let repeat = !refresh && self.last_version.as_deref().is_none_or(|v| v == version);
         self.last_version = Some(version.to_owned());
-        let Some(seen) = seen else {
+        let seen = self.proven_seen(names, repeat);
+        if seen >= self.subs.len() {
             return Coverage::default();
-        };
+        }
         self.subs.drain(..seen);
         self.answered = true;
-        let mut covered = self.subs[0].clone();
-        for later in &self.subs[1..] {
-            covered.wildcard &= later.wildcard;
-            if !later.wildcard {
-                covered.names.retain(|n| later.names.contains(n));
-            }
-        }
-        covered
+        self.covered()
+    }
+
+    /// Index of the newest entry a response holding `names` proves the
+    /// server saw (`repeat`: it repeats the last version, see [`SentLog`]).
+    fn proven_seen(&self, names: &BTreeSet<&str>, repeat: bool) -> usize {
+        // The subscription after the newest proven seen: the next entry,
+        // unless that one is still inside a merged entry.
+        let next = match self.subs.first() {
+            Some(sent) if self.answered && sent.count == 1 => 1,
+            _ => 0,
+        };
+        let by_version = if repeat && next < self.subs.len() {
+            next
+        } else {
+            0
+        };
+        let by_names = names.iter().filter_map(|name| self.first_wanting(name));
+        by_names.max().unwrap_or(0).max(by_version)
+    }
+
+    /// Index of the first entry that may have asked for `name`: a response
+    /// holding it answers that entry or a later one.
+    fn first_wanting(&self, name: &str) -> Option<usize> {
+        self.subs.iter().position(|sent| sent.any.wants(name))
+    }
+
+    /// What every entry asked for: what the server surely answered, whichever
+    /// of them its response is for.
+    fn covered(&self) -> Coverage {
+        let mut entries = self.subs.iter();
+        let Some(first) = entries.next() else {
+            return Coverage::default();
+        };
+        entries.fold(first.every.clone(), |covered, later| {
+            intersection(covered, &later.every)
+        })
     }
 }
 
@@ -292,6 +372,10 @@ impl Sotw {
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
         let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
+        // A TTL refresh may repeat the version without a subscription change.
+        let refresh = decoded
+            .as_ref()
+            .is_ok_and(|d| !d.heartbeats.is_empty() || !d.ttls.is_empty());
         match decoded.and_then(|d| self.heartbeats(kind, &version, d)) {
             Ok(Decoded {
                 resources, ttls, ..
@@ -311,7 +395,7 @@ impl Sotw {
                         .sent_log
                         .entry(kind)
                         .or_default()
-                        .answer(&version, &names),
+                        .answer(&version, &names, refresh),
                     // Nobody wants the type any more: it answers nobody.
                     None => Coverage::default(),
                 };
@@ -363,30 +447,304 @@ mod tests {
         log.push(cov(false, &["a"]));
         log.push(cov(false, &["a", "b"]));
         // The first response answers the first subscription, not the second.
-        assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
         // Holding "b" proves the second was seen.
-        assert_eq!(log.answer("1", &set(&["a", "b"])), cov(false, &["a", "b"]));
+        assert_eq!(
+            log.answer("1", &set(&["a", "b"]), false),
+            cov(false, &["a", "b"])
+        );
         // A name that does not exist upstream: the same version answers it.
         log.push(cov(false, &["a", "b", "zz"]));
         assert_eq!(
-            log.answer("1", &set(&["a", "b"])),
+            log.answer("1", &set(&["a", "b"]), false),
             cov(false, &["a", "b", "zz"])
         );
         // A new version without new names may be a push: proves nothing new.
         log.push(cov(false, &["a", "b", "c", "zz"]));
         assert_eq!(
-            log.answer("2", &set(&["a", "b"])),
+            log.answer("2", &set(&["a", "b"]), false),
             cov(false, &["a", "b", "zz"])
         );
         assert_eq!(
-            log.answer("2", &set(&["a", "b"])),
+            log.answer("2", &set(&["a", "b"]), false),
             cov(false, &["a", "b", "c", "zz"])
         );
         // Wildcard.
         let mut log = SentLog::default();
         log.push(cov(false, &["a"]));
         log.push(cov(true, &["a"]));
-        assert_eq!(log.answer("1", &set(&["a"])), cov(false, &["a"]));
-        assert_eq!(log.answer("2", &set(&["a", "x"])), cov(true, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
+        assert_eq!(log.answer("2", &set(&["a", "x"]), false), cov(true, &["a"]));
+    }
+
+    /// `cluster-0` .. `cluster-{n-1}`.
+    fn clusters(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("cluster-{i}")).collect()
+    }
+
+    fn named(names: &[String]) -> Coverage {
+        Coverage {
+            wildcard: false,
+            names: names.iter().cloned().collect(),
+        }
+    }
+
+    /// A burst of growing subscriptions (one per REST poll of a new name)
+    /// sent before the server answers any, longer than the log: a server
+    /// answering each in turn must never be labelled with names its
+    /// response was not for. (Seen in tests/subscriptions.rs without
+    /// coalescing: 66 subscriptions forgot the first two, and the response
+    /// to the first, holding only `cluster-0`, was taken to answer the
+    /// third: a poll for `cluster-1` got no resources.)
+    #[test]
+    fn a_burst_longer_than_the_log_labels_each_response_with_its_own_names() {
+        let burst = SENT_LOG_MAX + 6;
+        let names = clusters(burst);
+        let mut log = SentLog::default();
+        for n in 1..=burst {
+            log.push(named(&names[..n]));
+        }
+        let mut covered = Coverage::default();
+        for n in 1..=burst {
+            let got: BTreeSet<&str> = names[..n].iter().map(String::as_str).collect();
+            covered = log.answer("e1", &got, false);
+            assert!(
+                covered.names.iter().all(|c| got.contains(c.as_str())) && !covered.wildcard,
+                "response {n} (holding {n} names) taken to cover {}",
+                covered.names.len()
+            );
+        }
+        // The response to the last one covers every name.
+        assert_eq!(covered, named(&names));
+    }
+
+    /// A name asked for again (dropped by the idle prune, then polled
+    /// again) proves nothing about which subscription a response answers:
+    /// the subscription the server last saw may want it too.
+    #[test]
+    fn a_name_wanted_before_proves_no_later_subscription_seen() {
+        let mut log = SentLog::default();
+        log.push(cov(false, &["a", "b"]));
+        assert_eq!(
+            log.answer("1", &set(&["a", "b"]), false),
+            cov(false, &["a", "b"])
+        );
+        log.push(cov(false, &["b"]));
+        log.push(cov(false, &["a", "b", "c"]));
+        // A push of a new version for the first subscription: "c" exists
+        // but the server has not seen it asked for yet.
+        let covered = log.answer("2", &set(&["a", "b"]), false);
+        assert!(!covered.wants("c"), "{covered:?}");
+    }
+
+    /// A TTL refresh repeats the version for the subscription the server
+    /// already answered: it proves no newer one seen.
+    #[test]
+    fn a_ttl_refresh_proves_no_new_subscription_seen() {
+        let mut log = SentLog::default();
+        log.push(cov(false, &["a"]));
+        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
+        // "x" exists; the refresh of "a" was sent before the server saw it.
+        log.push(cov(false, &["a", "x"]));
+        assert_eq!(log.answer("1", &set(&["a"]), true), cov(false, &["a"]));
+        // The answer to the new subscription holds "x".
+        assert_eq!(
+            log.answer("1", &set(&["a", "x"]), false),
+            cov(false, &["a", "x"])
+        );
+    }
+}
+
+/// [`SentLog`] against a model of a SotW server and the stream between
+/// them: whatever the interleaving, a response is never taken to cover a
+/// name the subscription it answered did not ask for.
+#[cfg(test)]
+mod model {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The names asked for; `e` does not exist upstream.
+    const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+    /// A burst adds `n0`, `n1`, ... one at a time (all exist).
+    const BURST_MAX: usize = 80;
+
+    /// Every name that exists upstream.
+    fn existing() -> Vec<String> {
+        let burst = (0..BURST_MAX).map(|i| format!("n{i}"));
+        NAMES
+            .iter()
+            .map(|n| (*n).to_owned())
+            .filter(|n| n != "e")
+            .chain(burst)
+            .collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The gateway sends a subscription (unless it is the one sent last).
+        Subscribe(Coverage),
+        /// Many at once, past [`SENT_LOG_MAX`]: `base` and one more burst
+        /// name each time (REST clients polling new names).
+        Burst { base: Coverage, len: usize },
+        /// The server reads up to `count` requests: ignoring them (a strict
+        /// server and a stale nonce), answering each change (`batch` off) or
+        /// only the last one (`batch`, skipping intermediate ones).
+        Serve {
+            count: usize,
+            batch: bool,
+            ignore: bool,
+        },
+        /// The server's snapshot gets a new version.
+        Push,
+        /// The server refreshes TTLs at the same version.
+        Refresh,
+        /// The gateway takes up to this many responses (and ACKs each).
+        Deliver(usize),
+    }
+
+    /// A response: version, the subscription it answers, whether a refresh.
+    type Response = (u32, Coverage, bool);
+
+    #[derive(Debug, Default)]
+    struct World {
+        log: SentLog,
+        last_sent: Option<Coverage>,
+        to_server: VecDeque<Coverage>,
+        /// The subscription the server holds, and the one it answered last.
+        view: Option<Coverage>,
+        answered: Option<Coverage>,
+        version: u32,
+        to_gateway: VecDeque<Response>,
+    }
+
+    impl World {
+        fn run(&mut self, op: Op) -> Result<(), TestCaseError> {
+            match op {
+                Op::Subscribe(coverage) => self.subscribe(coverage),
+                Op::Burst { base, len } => {
+                    for i in 0..len {
+                        let mut coverage = base.clone();
+                        coverage.names.extend((0..=i).map(|j| format!("n{j}")));
+                        self.subscribe(coverage);
+                    }
+                }
+                Op::Serve {
+                    count,
+                    batch,
+                    ignore,
+                } => self.serve(count, batch, ignore),
+                Op::Push => {
+                    self.version += 1;
+                    self.respond(false);
+                }
+                Op::Refresh => self.respond(true),
+                Op::Deliver(count) => {
+                    for _ in 0..count {
+                        self.deliver()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn subscribe(&mut self, coverage: Coverage) {
+            if self.last_sent.as_ref() == Some(&coverage) {
+                return;
+            }
+            self.log.push(coverage.clone());
+            self.last_sent = Some(coverage.clone());
+            self.to_server.push_back(coverage);
+        }
+
+        fn serve(&mut self, count: usize, batch: bool, ignore: bool) {
+            for _ in 0..count {
+                let Some(request) = self.to_server.pop_front() else {
+                    break;
+                };
+                if ignore || self.view.as_ref() == Some(&request) {
+                    continue;
+                }
+                self.view = Some(request);
+                if !batch {
+                    self.respond(false);
+                }
+            }
+            if batch && self.view != self.answered {
+                self.respond(false);
+            }
+        }
+
+        fn respond(&mut self, refresh: bool) {
+            if let Some(view) = self.view.clone() {
+                self.answered = Some(view.clone());
+                self.to_gateway.push_back((self.version, view, refresh));
+            }
+        }
+
+        /// Takes the next response; checks what it is taken to cover.
+        fn deliver(&mut self) -> Result<(), TestCaseError> {
+            let Some((version, view, refresh)) = self.to_gateway.pop_front() else {
+                return Ok(());
+            };
+            let existing = existing();
+            let names: BTreeSet<&str> = existing
+                .iter()
+                .map(String::as_str)
+                .filter(|n| view.wants(n))
+                .collect();
+            let covered = self.log.answer(&version.to_string(), &names, refresh);
+            prop_assert!(
+                !covered.wildcard || view.wildcard,
+                "{covered:?} for {view:?}"
+            );
+            for name in &covered.names {
+                prop_assert!(view.wants(name), "{covered:?} for {view:?}");
+            }
+            // The ACK carries the subscription sent last.
+            self.to_server.extend(self.last_sent.clone());
+            Ok(())
+        }
+    }
+
+    fn coverage() -> impl Strategy<Value = Coverage> {
+        (prop::bool::weighted(0.1), 1u8..32).prop_map(|(wildcard, bits)| Coverage {
+            wildcard,
+            names: NAMES
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| bits & (1 << i) != 0)
+                .map(|(_, n)| (*n).to_owned())
+                .collect(),
+        })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => coverage().prop_map(Op::Subscribe),
+            1 => (coverage(), SENT_LOG_MAX - 4..BURST_MAX)
+                .prop_map(|(base, len)| Op::Burst { base, len }),
+            4 => (1usize..4, any::<bool>(), prop::bool::weighted(0.2))
+                .prop_map(|(count, batch, ignore)| Op::Serve { count, batch, ignore }),
+            1 => Just(Op::Push),
+            1 => Just(Op::Refresh),
+            4 => (1usize..4).prop_map(Op::Deliver),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(128))]
+
+        #[test]
+        fn responses_never_cover_names_their_subscription_did_not_ask_for(
+            ops in prop::collection::vec(op(), 1..150)
+        ) {
+            let mut world = World::default();
+            for op in ops {
+                world.run(op)?;
+            }
+        }
     }
 }
