@@ -100,6 +100,7 @@ pub async fn run(
             // remains is a first wait or a body being written.
             drain_timeout: config.drain_timeout,
             max_streams_per_connection: config.max_streams_per_connection,
+            write_stall_timeout: config.write_stall_timeout(),
         },
         tls,
     };
@@ -111,6 +112,7 @@ pub async fn run(
             keep_alive_timeout: config.keep_alive_timeout,
             drain_timeout: ADMIN_DRAIN,
             max_streams_per_connection: ADMIN_MAX_STREAMS,
+            write_stall_timeout: config.write_stall_timeout(),
         },
         tls: admin_tls,
     };

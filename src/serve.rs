@@ -17,6 +17,12 @@
 //!   (HTTP/2 included) is shut down gracefully, then closed if it still
 //!   has not finished (a client that does not read its response) one
 //!   `header_read_timeout` later;
+//! - a connection with a stream open (a watch) that has written nothing
+//!   for `write_stall_timeout` is closed: its client stopped reading (a
+//!   watch writes a heartbeat at least every `--watch-heartbeat`, so a
+//!   reading client always sees bytes within it), and its watch slot is
+//!   freed. The kernel's buffers must fill first, so a client that never
+//!   reads is closed once what it was sent no longer fits;
 //! - accept errors (out of file descriptors) are logged and retried after a
 //!   pause instead of spinning.
 //!
@@ -26,8 +32,10 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -73,6 +81,9 @@ pub(crate) struct ServeLimits {
     pub(crate) drain_timeout: Duration,
     /// HTTP/2 requests in flight on one connection at most.
     pub(crate) max_streams_per_connection: u32,
+    /// A connection with a stream open that writes nothing this long is
+    /// closed (its client stopped reading).
+    pub(crate) write_stall_timeout: Duration,
 }
 
 /// One listener: a name for logs and metrics, its limits, TLS if any.
@@ -241,6 +252,10 @@ impl Connection {
             identity,
             remote: RemoteAddr(self.peer),
         };
+        let io = Counted {
+            inner: io,
+            activity: activity.clone(),
+        };
         let conn = self
             .builder
             .serve_connection(TokioIo::new(io), service)
@@ -267,6 +282,14 @@ impl Connection {
                 }
                 _ = tick.tick() => {
                     let now = Instant::now();
+                    if activity.stalled_for(now) >= limits.write_stall_timeout {
+                        warn!(
+                            listener = self.name, peer = %self.peer,
+                            stalled_for = ?limits.write_stall_timeout,
+                            "closing a connection whose stream has not been read (the client stopped reading)"
+                        );
+                        return;
+                    }
                     match closing_by {
                         Some(deadline) if now >= deadline => {
                             debug!(listener = self.name, peer = %self.peer, "connection closed: did not finish in time");
@@ -292,21 +315,49 @@ impl Connection {
     }
 }
 
-/// Requests in flight on one connection and when the last one ended.
+/// Requests in flight on one connection and when the last one ended;
+/// streams open on it and when it last wrote.
 #[derive(Debug)]
 struct Activity {
     in_flight: AtomicUsize,
     started_any: AtomicBool,
     last: Mutex<Instant>,
+    /// Streaming bodies open.
+    streams: AtomicUsize,
+    /// When the connection was opened: what `last_write_ms` counts from.
+    opened: Instant,
+    /// Milliseconds from `opened` to the last write that moved bytes, or
+    /// to the opening of a stream, whichever is later.
+    last_write_ms: AtomicU64,
 }
 
 impl Activity {
     fn new() -> Activity {
+        let now = Instant::now();
         Activity {
             in_flight: AtomicUsize::new(0),
             started_any: AtomicBool::new(false),
-            last: Mutex::new(Instant::now()),
+            last: Mutex::new(now),
+            streams: AtomicUsize::new(0),
+            opened: now,
+            last_write_ms: AtomicU64::new(0),
         }
+    }
+
+    /// The connection moved bytes out now.
+    fn wrote(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_write_ms.store(ms, Ordering::Release);
+    }
+
+    /// How long a connection with a stream open has written nothing (zero
+    /// without one).
+    fn stalled_for(&self, now: Instant) -> Duration {
+        if self.streams.load(Ordering::Acquire) == 0 {
+            return Duration::ZERO;
+        }
+        let last = self.opened + Duration::from_millis(self.last_write_ms.load(Ordering::Acquire));
+        now.saturating_duration_since(last)
     }
 
     fn started_any(&self) -> bool {
@@ -375,10 +426,12 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
                     drop(in_flight);
                     return r;
                 }
+                let open = StreamOpen::new(in_flight.0.clone());
                 r.map(|body| {
                     Body::new(Written {
                         body,
                         _in_flight: in_flight,
+                        _open: open,
                     })
                 })
             })
@@ -397,6 +450,82 @@ pub(crate) struct Streaming;
 struct Written {
     body: Body,
     _in_flight: InFlight,
+    _open: StreamOpen,
+}
+
+/// A streaming body open on a connection (it counts toward stall checks).
+struct StreamOpen(Arc<Activity>);
+
+impl StreamOpen {
+    fn new(activity: Arc<Activity>) -> StreamOpen {
+        // A new stream has not stalled yet: it counts from now.
+        activity.wrote();
+        activity.streams.fetch_add(1, Ordering::AcqRel);
+        StreamOpen(activity)
+    }
+}
+
+impl Drop for StreamOpen {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's transport, noting every write that moves bytes.
+struct Counted<I> {
+    inner: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Counted<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> Counted<I> {
+    fn noted(&self, polled: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Counted<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.noted(polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.noted(polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 impl hyper::body::Body for Written {

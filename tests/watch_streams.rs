@@ -474,6 +474,67 @@ async fn a_reader_that_stops_reading_gets_the_latest_not_a_backlog() {
     .await;
 }
 
+/// A reader that stops reading for good is closed once nothing more can be
+/// written to it (the kernel's buffers are full and no heartbeat gets out
+/// for two heartbeats), and its watch slot is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_never_reads_again_is_closed_and_frees_its_slot() {
+    with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        let padding = "x".repeat(300_000);
+        let big = |i: u32| {
+            json!({"@type": CDS, "name": "a", "type": "STATIC",
+                   "connect_timeout": format!("{}s", i + 1),
+                   "metadata": {"filter_metadata": {"pad": {"pad": padding}}}})
+        };
+        cp.set(CDS, "v0", &[big(0)]).await;
+        let config = Config {
+            max_watches: 1,
+            watch_heartbeat: Duration::from_millis(200),
+            header_read_timeout: Duration::from_secs(1),
+            ..Config::default()
+        };
+        let gw = gateway_of(cp, config).await;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stalled = socket
+            .connect(([127, 0, 0, 1], gw.rest_port).into())
+            .await
+            .unwrap();
+        let head = format!("GET {WATCH}&format=sse HTTP/1.1\r\nHost: x\r\n\r\n");
+        stalled.write_all(head.as_bytes()).await.unwrap();
+        let open = |n: u32| {
+            let port = gw.admin_port;
+            async move {
+                let (_, metrics) = http_get(port, "/metrics").await.ok()?;
+                metrics
+                    .contains(&format!("xds_gateway_watches_open {n}\n"))
+                    .then_some(())
+            }
+        };
+        eventually(EVENT_WAIT, Duration::from_millis(20), || open(1))
+            .await
+            .expect("the watch is open");
+        for i in 1..=40 {
+            cp.set(CDS, &format!("v{i}"), &[big(i)]).await;
+        }
+        eventually(EVENT_WAIT, Duration::from_millis(50), || open(0))
+            .await
+            .expect("the stalled watch's slot is freed");
+        let next = Watcher::open(gw.rest_port, WATCH, &[]).await;
+        assert_eq!(next.status, 200, "a new watch takes the freed slot");
+        // The stalled connection was closed: what was buffered, then the end.
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match tokio::time::timeout(EVENT_WAIT, stalled.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(_)) => continue,
+                Err(_) => panic!("the stalled connection is still open"),
+            }
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_watches() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {

@@ -466,6 +466,13 @@ impl TlsLayers {
 }
 
 impl Config {
+    /// How long a connection with a watch open may write nothing before it
+    /// is closed as not read: two heartbeats (a reading client gets one
+    /// every `--watch-heartbeat`) and a header read's time to spare.
+    pub fn write_stall_timeout(&self) -> Duration {
+        self.watch_heartbeat * 2 + self.header_read_timeout
+    }
+
     fn validate_limits(&self) -> Result<(), ConfigError> {
         for (key, value) in [
             ("max-connections", self.max_connections),
