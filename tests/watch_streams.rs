@@ -410,6 +410,25 @@ async fn the_watch_limit_answers_a_json_503() {
     .await;
 }
 
+/// Cluster `a` at version `i`, ~300 KB: the kernel's socket buffers (4 MB
+/// at most for sending here) hold a dozen such events, not forty.
+fn big(i: u32) -> Value {
+    let padding = "x".repeat(300_000);
+    json!({"@type": CDS, "name": "a", "type": "STATIC",
+           "connect_timeout": format!("{}s", i + 1),
+           "metadata": {"filter_metadata": {"pad": {"pad": padding}}}})
+}
+
+/// An SSE watch on a raw socket with a small receive buffer, not read yet.
+async fn unread_watch(port: u16) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+    let head = format!("GET {WATCH}&format=sse HTTP/1.1\r\nHost: x\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
 /// A reader that stops reading is not queued for: when it reads again it
 /// gets what the connection buffered and then the latest version, far
 /// fewer events than versions pushed, in order.
@@ -417,24 +436,9 @@ async fn the_watch_limit_answers_a_json_503() {
 async fn a_reader_that_stops_reading_gets_the_latest_not_a_backlog() {
     const PUSHES: u32 = 40;
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {
-        // ~300 KB per event: the kernel's socket buffers (4 MB at most for
-        // sending here) hold a dozen, not forty.
-        let padding = "x".repeat(300_000);
-        let big = |i: u32| {
-            json!({"@type": CDS, "name": "a", "type": "STATIC",
-                   "connect_timeout": format!("{}s", i + 1),
-                   "metadata": {"filter_metadata": {"pad": {"pad": padding}}}})
-        };
         cp.set(CDS, "v0", &[big(0)]).await;
         let gw = gateway_of(cp, Config::default()).await;
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let mut stream = socket
-            .connect(([127, 0, 0, 1], gw.rest_port).into())
-            .await
-            .unwrap();
-        let head = format!("GET {WATCH}&format=sse HTTP/1.1\r\nHost: x\r\n\r\n");
-        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut stream = unread_watch(gw.rest_port).await;
         for i in 1..=PUSHES {
             cp.set(CDS, &format!("v{i}"), &[big(i)]).await;
         }
@@ -480,12 +484,6 @@ async fn a_reader_that_stops_reading_gets_the_latest_not_a_backlog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_never_reads_again_is_closed_and_frees_its_slot() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {
-        let padding = "x".repeat(300_000);
-        let big = |i: u32| {
-            json!({"@type": CDS, "name": "a", "type": "STATIC",
-                   "connect_timeout": format!("{}s", i + 1),
-                   "metadata": {"filter_metadata": {"pad": {"pad": padding}}}})
-        };
         cp.set(CDS, "v0", &[big(0)]).await;
         let config = Config {
             max_watches: 1,
@@ -494,14 +492,7 @@ async fn a_reader_that_never_reads_again_is_closed_and_frees_its_slot() {
             ..Config::default()
         };
         let gw = gateway_of(cp, config).await;
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let mut stalled = socket
-            .connect(([127, 0, 0, 1], gw.rest_port).into())
-            .await
-            .unwrap();
-        let head = format!("GET {WATCH}&format=sse HTTP/1.1\r\nHost: x\r\n\r\n");
-        stalled.write_all(head.as_bytes()).await.unwrap();
+        let mut stalled = unread_watch(gw.rest_port).await;
         let open = |n: u32| {
             let port = gw.admin_port;
             async move {

@@ -66,68 +66,70 @@ const TABLE: [Row; 12] = [
         "listeners",
         "envoy.config.listener.v3.Listener",
         "envoy.service.listener.v3.ListenerDiscoveryService",
-        "FetchListeners",
+        Some("FetchListeners"),
     ),
     row(
         ResourceType::Routes,
         "routes",
         "envoy.config.route.v3.RouteConfiguration",
         "envoy.service.route.v3.RouteDiscoveryService",
-        "FetchRoutes",
+        Some("FetchRoutes"),
     ),
     row(
         ResourceType::ScopedRoutes,
         "scoped-routes",
         "envoy.config.route.v3.ScopedRouteConfiguration",
         "envoy.service.route.v3.ScopedRoutesDiscoveryService",
-        "FetchScopedRoutes",
+        Some("FetchScopedRoutes"),
     ),
     row(
         ResourceType::Clusters,
         "clusters",
         "envoy.config.cluster.v3.Cluster",
         "envoy.service.cluster.v3.ClusterDiscoveryService",
-        "FetchClusters",
+        Some("FetchClusters"),
     ),
     row(
         ResourceType::Endpoints,
         "endpoints",
         "envoy.config.endpoint.v3.ClusterLoadAssignment",
         "envoy.service.endpoint.v3.EndpointDiscoveryService",
-        "FetchEndpoints",
+        Some("FetchEndpoints"),
     ),
     row(
         ResourceType::Secrets,
         "secrets",
         "envoy.extensions.transport_sockets.tls.v3.Secret",
         "envoy.service.secret.v3.SecretDiscoveryService",
-        "FetchSecrets",
+        Some("FetchSecrets"),
     ),
     row(
         ResourceType::Runtime,
         "runtime",
         "envoy.service.runtime.v3.Runtime",
         "envoy.service.runtime.v3.RuntimeDiscoveryService",
-        "FetchRuntime",
+        Some("FetchRuntime"),
     ),
     row(
         ResourceType::ExtensionConfigs,
         "extension_configs",
         "envoy.config.core.v3.TypedExtensionConfig",
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
-        "FetchExtensionConfigs",
+        Some("FetchExtensionConfigs"),
     ),
-    delta_only_row(
+    row(
         ResourceType::VirtualHosts,
         "virtual_hosts",
         "envoy.config.route.v3.VirtualHost",
         "envoy.service.route.v3.VirtualHostDiscoveryService",
+        None,
     ),
-    delta_only_row(
+    row(
         ResourceType::LbEndpoints,
         "lb_endpoints",
         "envoy.config.endpoint.v3.LbEndpoint",
         "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
+        None,
     ),
     Row {
         endpoint: Endpoint::HealthCheck,
@@ -152,7 +154,7 @@ const fn row(
     path_suffix: &'static str,
     message: &'static str,
     service: &'static str,
-    fetch_method: &'static str,
+    fetch_method: Option<&'static str>,
 ) -> Row {
     Row {
         endpoint: Endpoint::Discovery(kind),
@@ -160,23 +162,7 @@ const fn row(
         request_message: DISCOVERY_REQUEST,
         message,
         service,
-        fetch_method: Some(fetch_method),
-    }
-}
-
-const fn delta_only_row(
-    kind: ResourceType,
-    path_suffix: &'static str,
-    message: &'static str,
-    service: &'static str,
-) -> Row {
-    Row {
-        endpoint: Endpoint::Discovery(kind),
-        path_suffix,
-        request_message: DISCOVERY_REQUEST,
-        message,
-        service,
-        fetch_method: None,
+        fetch_method,
     }
 }
 

@@ -332,8 +332,8 @@ async fn nacks(script: &Script) -> Vec<Command> {
         .collect()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
+/// A gateway forwarding rejections (after 3 polls) over a script at CDS `v1`.
+async fn forwarding_rejections_at_v1() -> (Arc<Gateway>, Arc<Script>) {
     let config = Config {
         forward_rejections: true,
         rejection_threshold: 3,
@@ -341,6 +341,12 @@ async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
     };
     let (gw, script) = scripted(config);
     script.set(CDS, "v1", &[cluster("a")]).await;
+    (gw, script)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
+    let (gw, script) = forwarding_rejections_at_v1().await;
     let v1 = poll(&gw, CDS, "n", "", &[], "").await.version().to_owned();
     script.set(CDS, "v2", &[cluster("a"), cluster("bad")]).await;
     // Served v2 while presenting v1: catching up, not yet a rejection.
@@ -389,13 +395,7 @@ async fn clients_sharing_a_node_id_each_catching_up_are_not_a_rejection() {
     // Several Envoys started with one node id (a Deployment's pods): after a
     // change, each presents the old version once, and each is served the
     // new one. Only one client presenting it again and again is suspect.
-    let config = Config {
-        forward_rejections: true,
-        rejection_threshold: 3,
-        ..Config::default()
-    };
-    let (gw, script) = scripted(config);
-    script.set(CDS, "v1", &[cluster("a")]).await;
+    let (gw, script) = forwarding_rejections_at_v1().await;
     let pods: Vec<[u8; 4]> = (1..=5).map(|i| [127, 0, 0, i]).collect();
     let mut held = Vec::new();
     for pod in &pods {
@@ -421,13 +421,7 @@ async fn clients_sharing_a_node_id_each_catching_up_are_not_a_rejection() {
 
 #[tokio::test(start_paused = true)]
 async fn an_envoy_that_rejects_its_first_version_is_a_suspected_rejection() {
-    let config = Config {
-        forward_rejections: true,
-        rejection_threshold: 3,
-        ..Config::default()
-    };
-    let (gw, script) = scripted(config);
-    script.set(CDS, "v1", &[cluster("a")]).await;
+    let (gw, script) = forwarding_rejections_at_v1().await;
     let envoy = json!({"id": "n", "user_agent_name": "envoy"});
     for _ in 0..3 {
         let reply = poll_as(&gw, CDS, envoy.clone(), "", &[], "").await;
