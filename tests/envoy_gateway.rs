@@ -596,7 +596,7 @@ async fn check_status_page(gateway_admin: u16, dir: &Path, client: &Value) {
     let screenshot = browser::artifact("envoy_gateway-status-page.png");
     let _ = std::fs::remove_file(&screenshot);
     let url = format!("http://127.0.0.1:{gateway_admin}/");
-    let dom = browser::load(TEST, &url, &screenshot, &dir.join("chromium-profile")).await;
+    let dom = browser::render(TEST, &url, &screenshot, &dir.join("chromium-profile")).await;
     let detail = &client["types"]["listeners"]["detail"][0];
     let (presented, current) = (
         detail["presented"].as_str().unwrap_or_default(),

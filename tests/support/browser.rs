@@ -44,10 +44,48 @@ pub fn require_chromium(test: &str) -> PathBuf {
     bin
 }
 
-/// Loads `url` in headless chromium, saves a screenshot to `screenshot`,
-/// and returns the serialised DOM after load. `profile` is a directory for
-/// the browser's throwaway profile.
-pub async fn load(test: &str, url: &str, screenshot: &Path, profile: &Path) -> String {
+/// What a page load came to, read from what the browser wrote rather than
+/// from its exit code or its log format, which differ between builds
+/// (Chromium 156 exits 0 on a refused load and prints no DOM; older builds
+/// showed the error page's DOM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageLoad {
+    /// The page loaded: the serialised DOM after load.
+    Rendered(String),
+    /// The browser refused or failed the load: the `net::ERR_*` code it
+    /// named (for example `net::ERR_INVALID_AUTH_CREDENTIALS` for a 401 it
+    /// had credentials for and no one to ask for others).
+    Refused(String),
+}
+
+impl PageLoad {
+    /// Reads a finished browser run: the DOM on stdout (from its first
+    /// `<!DOCTYPE` or `<html`, so that nothing a wrapper script prints
+    /// before it counts), else the first `net::ERR_*` code on stderr.
+    /// `None` when it wrote neither: the browser did not load anything.
+    pub fn read(stdout: &str, stderr: &str) -> Option<PageLoad> {
+        let lower = stdout.to_ascii_lowercase();
+        let dom_at = ["<!doctype", "<html"]
+            .iter()
+            .filter_map(|tag| lower.find(tag))
+            .min();
+        if let Some(at) = dom_at {
+            return Some(PageLoad::Rendered(stdout[at..].to_owned()));
+        }
+        let at = stderr.find("net::ERR_")?;
+        let code: String = stderr[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        Some(PageLoad::Refused(code))
+    }
+}
+
+/// Loads `url` in headless chromium, saving a screenshot to `screenshot`
+/// when it renders. `profile` is a directory for the browser's throwaway
+/// profile. Panics if the browser neither rendered a page nor named why it
+/// did not (it crashed, or could not start), or ran past [`LOAD_TIMEOUT`].
+pub async fn load(test: &str, url: &str, screenshot: &Path, profile: &Path) -> PageLoad {
     let bin = require_chromium(test);
     let mut command = tokio::process::Command::new(&bin);
     command
@@ -71,13 +109,21 @@ pub async fn load(test: &str, url: &str, screenshot: &Path, profile: &Path) -> S
         .arg(url);
     let what = format!("{test}: chromium ({}) loading {url}", bin.display());
     let done = run_in_group(command, LOAD_TIMEOUT, &what).await;
-    assert!(
-        done.success && !done.stdout.is_empty(),
-        "{what} failed ({}):\n{}",
-        done.status,
-        done.stderr
-    );
-    done.stdout
+    PageLoad::read(&done.stdout, &done.stderr).unwrap_or_else(|| {
+        panic!(
+            "{what}: neither a page nor a load error ({}):\nstdout:\n{}\nstderr:\n{}",
+            done.status, done.stdout, done.stderr
+        )
+    })
+}
+
+/// Loads `url` as [`load`] does and returns the DOM; panics if the browser
+/// refused the load.
+pub async fn render(test: &str, url: &str, screenshot: &Path, profile: &Path) -> String {
+    match load(test, url, screenshot, profile).await {
+        PageLoad::Rendered(dom) => dom,
+        PageLoad::Refused(error) => panic!("{test}: chromium refused {url}: {error}"),
+    }
 }
 
 /// Where a test keeps its screenshot: `target/tmp/artifacts/<file>` (kept
@@ -86,4 +132,39 @@ pub fn artifact(file: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artifacts");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     dir.join(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PageLoad;
+
+    #[test]
+    fn a_dom_is_read_past_what_a_wrapper_prints_before_it() {
+        let stdout =
+            "bytes written to file /tmp/x.png\n<!DOCTYPE html><html><body>ok</body></html>\n";
+        assert_eq!(
+            PageLoad::read(stdout, "/usr/bin/chromium: 9: [: 1: unexpected operator\n"),
+            Some(PageLoad::Rendered(
+                "<!DOCTYPE html><html><body>ok</body></html>\n".to_owned()
+            ))
+        );
+        assert_eq!(
+            PageLoad::read("<html><head></head></html>", ""),
+            Some(PageLoad::Rendered("<html><head></head></html>".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_refused_load_is_read_from_the_error_code_wherever_it_is_logged() {
+        let stderr = "[1:1:1124/023003.187337:ERROR:components/headless/command_handler/\
+                      headless_command_handler.cc:403] Page load failed: net::ERR_INVALID_AUTH_CREDENTIALS\n\
+                      [1:2:ERROR:dbus/bus.cc:405] Failed to connect to the bus\n";
+        assert_eq!(
+            PageLoad::read("", stderr),
+            Some(PageLoad::Refused(
+                "net::ERR_INVALID_AUTH_CREDENTIALS".to_owned()
+            ))
+        );
+        assert_eq!(PageLoad::read("", "dbus noise only\n"), None);
+    }
 }

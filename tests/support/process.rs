@@ -337,6 +337,9 @@ pub async fn run_in_group(
     let pid = child.id().expect("a just-spawned child has a pid");
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(output) => {
+            // Helpers the command left behind (a browser's crash handler,
+            // say) go with it.
+            kill_group(pid);
             let output = output.unwrap_or_else(|e| panic!("{what}: {e}"));
             Finished {
                 success: output.status.success(),
@@ -346,10 +349,16 @@ pub async fn run_in_group(
             }
         }
         Err(_) => {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
+            kill_group(pid);
             panic!("{what}: still running after {timeout:?}; killed")
         }
     }
+}
+
+/// SIGKILL to every process left in process group `pgid` (none left is fine).
+fn kill_group(pgid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stderr(std::process::Stdio::null())
+        .status();
 }
