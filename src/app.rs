@@ -129,6 +129,7 @@ pub async fn run(
             metrics.clone(),
         )
         .with_auth(auth.clone())
+        .with_client_trust(rest_spec.tls.clone())
         .with_admin_address(admin_listener.local_addr()?)
         .with_drain(drain.clone()),
     );

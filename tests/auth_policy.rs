@@ -45,15 +45,18 @@ name = "edge"
 token-sha256 = ["{edge}"]
 [[principal.allow]]
 nodes = ["edge-*"]
+clusters = ["*"]
 [[principal.allow]]
 nodes = ["edge-1"]
+clusters = [""]
 types = ["secrets"]
 
 [[principal]]
 name = "ci"
 token-sha256 = ["{ci}"]
-pass-through = true
+csds = true
 [[principal.allow]]
+nodes = ["*"]
 clusters = ["ci"]
 types = ["clusters"]
 "#,
@@ -245,6 +248,8 @@ async fn the_pass_through_needs_a_principal_allowed_to_use_it() {
     let gw = start(dir.path(), false).await;
     let csds = |token: &'static str| {
         let auth = format!("Bearer {token}");
+        // Under a policy CSDS is asked about nodes by exact id.
+        let body = r#"{"node_matchers": [{"node_id": {"exact": "ci-1"}}]}"#;
         async move {
             http_request(
                 gw.rest_port,
@@ -254,7 +259,7 @@ async fn the_pass_through_needs_a_principal_allowed_to_use_it() {
                     ("content-type", "application/json"),
                     ("authorization", &auth),
                 ],
-                "{}",
+                body,
                 TIMEOUT,
             )
             .await

@@ -80,12 +80,14 @@ name = "edge"
 uri-san = ["spiffe://mesh.test/ns/edge/*"]
 [[principal.allow]]
 nodes = ["edge-*"]
+clusters = ["*"]
 
 [[principal]]
 name = "ci"
 token-sha256 = ["{}"]
 [[principal.allow]]
 nodes = ["ci-*"]
+clusters = ["*"]
 "#,
         hex::encode(Sha256::digest(CI_TOKEN.as_bytes()))
     )
@@ -289,6 +291,76 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     assert_eq!(
         served_certificate(&files, port).await,
         Some(next.der.clone())
+    );
+    gw.stop().await;
+}
+
+/// A client CA rotated on disk revokes what a certificate it no longer
+/// trusts holds open: curl's watch over mTLS ends, saying why, instead of
+/// streaming on (issue 20, finding 2).
+#[tokio::test]
+async fn a_rotated_client_ca_ends_watches_it_no_longer_trusts() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let files = Files::new();
+    // curl keeps verifying the server with the CA that signed it.
+    std::fs::copy(files.path("ca.pem"), files.path("server-ca.pem")).unwrap();
+    let gw = start(&files, ClientAuth::Required, false).await;
+    let mut args = with_cert(
+        &files,
+        "edge",
+        vec![
+            "--cacert".into(),
+            files.path("server-ca.pem").display().to_string(),
+            format!(
+                "https://localhost:{}/v3/discovery:clusters?node=n&watch&format=sse",
+                gw.rest_port
+            ),
+        ],
+    );
+    args.splice(0..0, ["-sN".to_owned(), "--max-time".into(), "60".into()]);
+    let mut child = tokio::process::Command::new("curl")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("curl runs (apt-get install curl)");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    let opened = tokio::time::timeout(WITHIN, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.starts_with("event:") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        opened,
+        Ok(true),
+        "the watch never sent its first event:\n{seen}"
+    );
+
+    // Another CA replaces the one that signed curl's certificate.
+    write_atomically(&files.path("ca.pem"), &Ca::new("the next CA").pem);
+    let ended = tokio::time::timeout(WITHIN, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        child.wait().await
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the watch outlived the CA that trusted it:\n{seen}"
+    );
+    assert!(
+        seen.contains("no longer authorized: the client CA was reloaded"),
+        "{seen}"
     );
     gw.stop().await;
 }

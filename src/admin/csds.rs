@@ -237,13 +237,22 @@ impl Csds {
     }
 
     fn check_token<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
-        let token = request
+        self.check(self.token_of(request).as_deref())
+    }
+
+    /// The `authorization` metadata of a call, if any.
+    fn token_of<T>(&self, request: &tonic::Request<T>) -> Option<String> {
+        request
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+            .map(str::to_owned)
+    }
+
+    /// Whether `authorization` opens the admin details now.
+    fn check(&self, authorization: Option<&str>) -> Result<(), tonic::Status> {
         let mut headers = axum::http::HeaderMap::new();
-        if let Some(value) = token.and_then(|t| axum::http::HeaderValue::from_str(&t).ok()) {
+        if let Some(value) = authorization.and_then(|t| axum::http::HeaderValue::from_str(t).ok()) {
             headers.insert(axum::http::header::AUTHORIZATION, value);
         }
         if self.0.may_see_details(&headers) {
@@ -267,10 +276,16 @@ impl ClientStatusDiscoveryService for Csds {
         request: tonic::Request<tonic::Streaming<ClientStatusRequest>>,
     ) -> Result<tonic::Response<StatusStream>, tonic::Status> {
         self.check_token(&request)?;
-        let admin = self.0.clone();
+        // Each question is authorized again with the token the stream
+        // opened with, against the policy in service then: a token removed
+        // by a reload gets no answer after it (the stream ends with the
+        // error).
+        let token = self.token_of(&request);
+        let csds = self.clone();
         let answers = request.into_inner().map(move |request| {
             let request = request?;
-            client_status(&admin, &request).map_err(tonic::Status::from)
+            csds.check(token.as_deref())?;
+            client_status(&csds.0, &request).map_err(tonic::Status::from)
         });
         Ok(tonic::Response::new(Box::pin(answers)))
     }

@@ -2,7 +2,10 @@
 //! how a request proves it is one (an mTLS client certificate's URI or DNS
 //! SAN, or a bearer token stored in the file only as its SHA-256), and
 //! which nodes, clusters and types each may fetch. Reloaded when the file
-//! changes; a reload that fails keeps the policy in service.
+//! changes; a reload that fails keeps the policy in service. A reload is
+//! announced ([`AuthPolicy::subscribe`]) so that what a request opened
+//! before it (a held long poll, a watch, a CSDS stream) is checked again
+//! and ended if the new policy no longer allows it.
 //!
 //! This module decides; it knows nothing of HTTP (`http::authorize` asks it
 //! and maps its answers to 401/403). Tokens are never logged or kept: only
@@ -18,30 +21,32 @@
 //! uri-san = ["spiffe://mesh.example/ns/edge/*"]   # exact or glob
 //! dns-san = ["edge-*.mesh.example"]
 //! token-sha256 = ["<hex>"]            # Authorization: Bearer <token>
-//! pass-through = false                # HDS/CSDS pass-through
+//! hds = false                         # HDS for the nodes its rules bind
+//! csds = false                        # upstream CSDS about the nodes its rules name
 //! [[principal.allow]]
-//! nodes = ["edge-*"]                  # node ids, exact or glob
-//! clusters = ["edge"]                 # node clusters, exact or glob
+//! nodes = ["edge-*"]                  # node ids, exact or glob (required; "*" for any)
+//! clusters = ["edge"]                 # node clusters, exact or glob (required; "*" for any)
 //! types = ["listeners", "clusters"]   # default: every type but secrets
 //! ```
 
 mod policy;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 
 pub use policy::PolicyError;
-pub(crate) use policy::{Identity, Policy};
+pub(crate) use policy::{sha256, Identity, Policy};
 
 /// The policy in service, reloaded when its file changes.
 #[derive(Debug)]
 pub(crate) struct AuthPolicy {
     path: PathBuf,
-    current: RwLock<Arc<Policy>>,
+    /// The policy in service; every reload is sent to the subscribers.
+    current: tokio::sync::watch::Sender<Arc<Policy>>,
     metrics: Arc<Metrics>,
     watcher: std::sync::Mutex<Option<crate::reload::Watcher>>,
 }
@@ -57,7 +62,7 @@ impl AuthPolicy {
         info!(path = %path.display(), principals = policy.principal_count(), "auth policy loaded");
         let auth = Arc::new(AuthPolicy {
             path: path.to_owned(),
-            current: RwLock::new(Arc::new(policy)),
+            current: tokio::sync::watch::Sender::new(Arc::new(policy)),
             metrics,
             watcher: std::sync::Mutex::default(),
         });
@@ -72,17 +77,20 @@ impl AuthPolicy {
 
     /// The policy in service now.
     pub(crate) fn current(&self) -> Arc<Policy> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current.borrow().clone()
+    }
+
+    /// Every policy put in service from now on (the current one counts as
+    /// seen): what an open request re-checks itself against.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Arc<Policy>> {
+        self.current.subscribe()
     }
 
     fn reload(&self) {
         match Policy::load(&self.path) {
             Ok(policy) => {
                 info!(path = %self.path.display(), principals = policy.principal_count(), "auth policy reloaded");
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+                self.current.send_replace(Arc::new(policy));
                 self.metrics.reloaded("auth-policy", true);
             }
             Err(e) => {

@@ -1,6 +1,16 @@
 //! The policy file's model, its loading and validation, and the decisions:
 //! who a request is ([`Policy::identify`]) and whether that principal may
-//! fetch a type for a node ([`Policy::allows`]).
+//! fetch a type for a node ([`Policy::allows`]), use HDS for a node
+//! ([`Policy::allows_hds`]) or ask the upstream's CSDS about one
+//! ([`Policy::allows_csds`]).
+//!
+//! A rule binds the whole identity that selects config: a node's config is
+//! keyed on its id *and* its cluster (the snapshot's `nodes/` and
+//! `clusters/` layers, and every control plane), so a rule names both, and
+//! `"*"` is written where any value is meant. A rule that left one out
+//! would let the client choose it, and so choose config meant for others.
+//! Secrets are stricter: a rule that grants them must bind both halves to
+//! something narrower than "anything".
 //!
 //! Patterns are globs (`*` any run of characters, `/` included; `?` one
 //! character; `[...]` a class); a pattern without those is an exact name.
@@ -36,7 +46,8 @@ struct Principal {
     uri_sans: Vec<Pattern>,
     dns_sans: Vec<Pattern>,
     tokens: Vec<[u8; 32]>,
-    pass_through: bool,
+    hds: bool,
+    csds: bool,
     grants: Vec<Grant>,
 }
 
@@ -92,8 +103,12 @@ struct PrincipalFile {
     dns_san: Vec<String>,
     #[serde(default)]
     token_sha256: Vec<String>,
+    /// The old single switch, now refused with a pointer to its successors.
+    pass_through: Option<bool>,
     #[serde(default)]
-    pass_through: bool,
+    hds: bool,
+    #[serde(default)]
+    csds: bool,
     #[serde(default)]
     allow: Vec<GrantFile>,
 }
@@ -101,10 +116,8 @@ struct PrincipalFile {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct GrantFile {
-    #[serde(default)]
-    nodes: Vec<String>,
-    #[serde(default)]
-    clusters: Vec<String>,
+    nodes: Option<Vec<String>>,
+    clusters: Option<Vec<String>>,
     types: Option<Vec<String>>,
 }
 
@@ -137,6 +150,12 @@ impl Policy {
                     "{what} has no uri-san, dns-san or token-sha256: nothing could ever be it"
                 ));
             }
+            if p.pass_through.is_some() {
+                return Err(format!(
+                    "{what}: pass-through is split in two: hds = true lets it use HDS for the nodes its rules allow, \
+                     csds = true lets it ask the control plane's CSDS about those nodes"
+                ));
+            }
             let grants = p
                 .allow
                 .iter()
@@ -146,7 +165,8 @@ impl Policy {
                 uri_sans: patterns(&p.uri_san, &format!("{what} uri-san"))?,
                 dns_sans: patterns(&p.dns_san, &format!("{what} dns-san"))?,
                 tokens: digests(&p.token_sha256, &format!("{what} token-sha256"))?,
-                pass_through: p.pass_through,
+                hds: p.hds,
+                csds: p.csds,
                 grants,
                 name: p.name,
             });
@@ -183,13 +203,23 @@ impl Policy {
     /// (a wrong token is refused even with a good certificate); otherwise
     /// the first principal, in file order, one of whose SAN patterns
     /// matches one of the certificate's SANs.
+    #[cfg(test)]
     pub(crate) fn identify(&self, token: Option<&str>, peer: Option<&PeerIdentity>) -> Identity {
-        if let Some(token) = token {
-            let digest = sha256(token);
+        self.identify_digest(token.map(sha256).as_ref(), peer)
+    }
+
+    /// [`Policy::identify`] from the token's digest, which is all a request
+    /// keeps of it (to be identified again after a reload).
+    pub(crate) fn identify_digest(
+        &self,
+        digest: Option<&[u8; 32]>,
+        peer: Option<&PeerIdentity>,
+    ) -> Identity {
+        if let Some(digest) = digest {
             return self
                 .principals
                 .iter()
-                .position(|p| p.tokens.contains(&digest))
+                .position(|p| p.tokens.contains(digest))
                 .map_or(Identity::UnknownToken, |index| Identity::Principal {
                     index,
                     name: self.principals[index].name.clone(),
@@ -235,20 +265,38 @@ impl Policy {
     /// Whether principal `index` may fetch `kind` for the node `id` of
     /// `cluster`.
     pub(crate) fn allows(&self, index: usize, kind: ResourceType, id: &str, cluster: &str) -> bool {
-        let Some(p) = self.principals.get(index) else {
-            return false;
-        };
-        p.grants.iter().any(|g| {
-            let node_ok = g.nodes.is_empty() || g.nodes.iter().any(|pat| pat.matches(id));
-            let cluster_ok =
-                g.clusters.is_empty() || g.clusters.iter().any(|pat| pat.matches(cluster));
-            node_ok && cluster_ok && g.types.contains(&kind)
-        })
+        self.grants_of(index)
+            .any(|g| g.binds(id, cluster) && g.types.contains(&kind))
     }
 
-    /// Whether principal `index` may use the HDS/CSDS pass-through.
-    pub(crate) fn allows_pass_through(&self, index: usize) -> bool {
-        self.principals.get(index).is_some_and(|p| p.pass_through)
+    /// Whether principal `index` may use HDS as the node `id` of `cluster`:
+    /// `hds = true`, and a rule of its binds that node (of any type).
+    pub(crate) fn allows_hds(&self, index: usize, id: &str, cluster: &str) -> bool {
+        self.principals.get(index).is_some_and(|p| p.hds)
+            && self.grants_of(index).any(|g| g.binds(id, cluster))
+    }
+
+    /// Whether principal `index` may ask the upstream's CSDS about the node
+    /// `id`: `csds = true`, and a rule of its names that node. CSDS selects
+    /// nodes by id alone, so the rule's clusters cannot be checked here:
+    /// a principal sees the status of the nodes its rules name.
+    pub(crate) fn allows_csds(&self, index: usize, id: &str) -> bool {
+        self.principals.get(index).is_some_and(|p| p.csds)
+            && self
+                .grants_of(index)
+                .any(|g| g.nodes.iter().any(|pat| pat.matches(id)))
+    }
+
+    /// Whether principal `index` may use CSDS at all.
+    pub(crate) fn csds_enabled(&self, index: usize) -> bool {
+        self.principals.get(index).is_some_and(|p| p.csds)
+    }
+
+    fn grants_of(&self, index: usize) -> impl Iterator<Item = &Grant> {
+        self.principals
+            .get(index)
+            .into_iter()
+            .flat_map(|p| &p.grants)
     }
 
     /// Whether the admin listener's details need a token.
@@ -262,11 +310,31 @@ impl Policy {
     }
 }
 
+impl Grant {
+    /// Whether this rule binds the node `id` of `cluster` (both must match).
+    fn binds(&self, id: &str, cluster: &str) -> bool {
+        self.nodes.iter().any(|pat| pat.matches(id))
+            && self.clusters.iter().any(|pat| pat.matches(cluster))
+    }
+}
+
 fn grant(g: &GrantFile, what: &str) -> Result<Grant, String> {
-    if g.nodes.is_empty() && g.clusters.is_empty() {
+    let (Some(nodes), Some(clusters)) = (&g.nodes, &g.clusters) else {
+        let (missing, example) = match g.nodes {
+            None => ("nodes", "nodes = [\"*\"] for any node id"),
+            Some(_) => ("clusters", "clusters = [\"*\"] for any node cluster"),
+        };
         return Err(format!(
-            "{what}: an allow rule names no nodes and no clusters (write nodes = [\"*\"] to allow every node)"
+            "{what}: an allow rule names no {missing}: a node's config is selected by its id and its cluster, \
+             so the half left out would be the client's to choose; name it ({example})"
         ));
+    };
+    for (list, half) in [(nodes, "nodes"), (clusters, "clusters")] {
+        if list.is_empty() {
+            return Err(format!(
+                "{what}: an allow rule with {half} = [] matches nothing; name some, or \"*\" for any"
+            ));
+        }
     }
     let types = match &g.types {
         None => ResourceType::ALL
@@ -290,11 +358,27 @@ fn grant(g: &GrantFile, what: &str) -> Result<Grant, String> {
             })
             .collect::<Result<Vec<_>, _>>()?,
     };
+    if types.contains(&ResourceType::Secrets) {
+        for (list, half) in [(nodes, "nodes"), (clusters, "clusters")] {
+            if let Some(open) = list.iter().find(|p| matches_anything(p)) {
+                return Err(format!(
+                    "{what}: an allow rule grants secrets with {half} = [{open:?}]: a client could claim any \
+                     value there and read the secrets it selects (a snapshot's per-node or per-cluster layer, \
+                     a control plane's per-identity secrets); name the {half} the principal is"
+                ));
+            }
+        }
+    }
     Ok(Grant {
-        nodes: patterns(&g.nodes, &format!("{what} nodes"))?,
-        clusters: patterns(&g.clusters, &format!("{what} clusters"))?,
+        nodes: patterns(nodes, &format!("{what} nodes"))?,
+        clusters: patterns(clusters, &format!("{what} clusters"))?,
         types,
     })
+}
+
+/// Whether a pattern matches every value (`*`, `**`, ...).
+fn matches_anything(pattern: &str) -> bool {
+    !pattern.is_empty() && pattern.chars().all(|c| c == '*')
 }
 
 fn patterns(raw: &[String], what: &str) -> Result<Vec<Pattern>, String> {
@@ -317,7 +401,8 @@ fn digests(raw: &[String], what: &str) -> Result<Vec<[u8; 32]>, String> {
         .collect()
 }
 
-fn sha256(token: &str) -> [u8; 32] {
+/// The SHA-256 of a bearer token, which is all that is kept of it.
+pub(crate) fn sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 

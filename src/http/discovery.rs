@@ -67,7 +67,7 @@ pub(super) async fn handle_post(
     let served = async {
         check_params(&query, POST_PARAMS)?;
         check_secrets(&gateway, kind)?;
-        let caller = authenticate(&gateway, &headers, peer.as_deref())?;
+        let caller = authenticate(&gateway, &headers, peer.as_ref())?;
         check_json(&headers)?;
         let body = read_body(
             body,
@@ -92,7 +92,7 @@ pub(super) async fn handle_get(
     let served = async {
         check_params(&query, GET_PARAMS)?;
         check_secrets(&gateway, kind)?;
-        let caller = authenticate(&gateway, &headers, peer.as_deref())?;
+        let caller = authenticate(&gateway, &headers, peer.as_ref())?;
         let body = get_body(&query, &headers)?;
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
@@ -121,6 +121,7 @@ async fn serve(
         let target = rest_target(config, request.user_agent_name(), headers);
         let watched = Watched {
             kind,
+            caller,
             request: &request,
             target,
             remote,
@@ -155,9 +156,13 @@ async fn serve(
         let _held = gateway.metrics.long_poll_held();
         // At shutdown a held poll is answered now (304 unless the state
         // moved meanwhile), so the connection can close.
+        // A reload of the auth policy that no longer allows this request
+        // ends it with the new policy's answer.
+        let revoked = caller.revoked(kind, request.node_id(), request.node_cluster());
         let changed = tokio::select! {
             changed = polled.next_change(wait) => changed,
             () = gateway.drain.started() => true,
+            err = revoked => return Err(err.into()),
         };
         if changed {
             answer = polled.answer(renderer, &request, remote, target)?;

@@ -40,7 +40,7 @@ use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::serve::RemoteAddr;
 use crate::source::Source;
-use crate::tls::PeerIdentity;
+use crate::tls::{PeerIdentity, ServerTls};
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 pub(crate) use error::ApiError;
@@ -62,6 +62,9 @@ pub(crate) struct Gateway {
     watches: Arc<tokio::sync::Semaphore>,
     /// Who may fetch what; `None`: everyone everything.
     auth: Option<Arc<AuthPolicy>>,
+    /// The REST listener's TLS, whose client CA reloads open requests are
+    /// verified against again; `None`: plaintext.
+    client_trust: Option<Arc<ServerTls>>,
     /// Where the admin listener is bound (named by 404s of admin paths).
     admin_address: Option<std::net::SocketAddr>,
     /// The REST clients seen recently and where each stands.
@@ -85,6 +88,7 @@ impl Gateway {
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
             watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
             auth: None,
+            client_trust: None,
             admin_address: None,
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
@@ -101,6 +105,13 @@ impl Gateway {
     /// The same gateway, authorizing every request with `auth`.
     pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Gateway {
         self.auth = auth;
+        self
+    }
+
+    /// The same gateway, verifying the client certificates of what stays
+    /// open again when `tls` reloads its client CA.
+    pub(crate) fn with_client_trust(mut self, tls: Option<Arc<ServerTls>>) -> Gateway {
+        self.client_trust = tls;
         self
     }
 

@@ -4,7 +4,13 @@
 //!
 //! The request body is parsed into the endpoint's own request message
 //! (snake_case or camelCase, unknown fields ignored); the upstream's answer is
-//! rendered like every other response (every `Any` with `@type`). There is
+//! rendered like every other response (every `Any` with `@type`).
+//!
+//! Under an auth policy the upstream is asked with the gateway's own
+//! credentials, so the question is authorized here first: HDS only as a
+//! node the principal's rules bind (`hds = true`), CSDS only about nodes
+//! named by exact id that its rules name (`csds = true`), and CSDS's answer
+//! keeps only those nodes. There is
 //! no caching: these are questions, not config. A source without an
 //! upstream (a snapshot) answers 501.
 
@@ -13,6 +19,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::service::health::v3::health_check_request_or_endpoint_health_response::RequestType;
+use envoy_types::pb::envoy::service::health::v3::HealthCheckRequestOrEndpointHealthResponse;
+use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 
 use super::authorize::authenticate;
 use super::body::{check_json, read_body, BodyError};
@@ -31,7 +42,7 @@ pub(super) async fn handle(
     body: Body,
 ) -> Response {
     let started = std::time::Instant::now();
-    let response = serve(&gateway, endpoint, &headers, peer.as_deref(), body)
+    let response = serve(&gateway, endpoint, &headers, peer.as_ref(), body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     gateway.metrics.request(
@@ -46,10 +57,10 @@ async fn serve(
     gateway: &Gateway,
     endpoint: Endpoint,
     headers: &HeaderMap,
-    peer: Option<&PeerIdentity>,
+    peer: Option<&Arc<PeerIdentity>>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    authenticate(gateway, headers, peer)?.may_pass_through(&endpoint.path())?;
+    let caller = authenticate(gateway, headers, peer)?;
     check_json(headers)?;
     let body = read_body(
         body,
@@ -60,23 +71,36 @@ async fn serve(
     let codec = gateway.renderer.codec();
     let invalid = |e: crate::xds::JsonError| BodyError::Invalid(e.to_string());
     let call = match endpoint {
-        Endpoint::HealthCheck => PassThrough::HealthCheck(
-            codec
+        Endpoint::HealthCheck => {
+            let request: HealthCheckRequestOrEndpointHealthResponse = codec
                 .parse_prost(endpoint.request_message(), &body, true)
-                .map_err(invalid)?,
-        ),
-        Endpoint::ClientStatus => PassThrough::ClientStatus(
-            codec
+                .map_err(invalid)?;
+            caller.may_use_hds(hds_node(&request))?;
+            PassThrough::HealthCheck(request)
+        }
+        Endpoint::ClientStatus => {
+            let request: ClientStatusRequest = codec
                 .parse_prost(endpoint.request_message(), &body, true)
-                .map_err(invalid)?,
-        ),
+                .map_err(invalid)?;
+            if caller.is_principal() {
+                caller.may_ask_csds_about(&csds_nodes(&request)?)?;
+            }
+            PassThrough::ClientStatus(request)
+        }
         Endpoint::Discovery(_) => {
             return Err(ApiError::Internal("not a pass-through endpoint".into()))
         }
     };
     let json = match gateway.source.pass_through(call).await? {
         PassedThrough::HealthCheck(answer) => codec.render_prost(endpoint.message(), &answer)?,
-        PassedThrough::ClientStatus(answer) => codec.render_prost(endpoint.message(), &answer)?,
+        PassedThrough::ClientStatus(mut answer) => {
+            // The upstream is asked with the gateway's credentials: what
+            // it says of nodes this caller may not see does not reach it.
+            answer.config.retain(|config| {
+                caller.may_see_csds_of(config.node.as_ref().map_or("", |n| n.id.as_str()))
+            });
+            codec.render_prost(endpoint.message(), &answer)?
+        }
     };
     let mut response = (StatusCode::OK, json).into_response();
     response.headers_mut().insert(
@@ -84,4 +108,33 @@ async fn serve(
         HeaderValue::from_static("application/json"),
     );
     Ok(response)
+}
+
+/// The node (id, cluster) an HDS request speaks for: its
+/// `health_check_request.node`; an endpoint health report names none.
+fn hds_node(request: &HealthCheckRequestOrEndpointHealthResponse) -> Option<(&str, &str)> {
+    match &request.request_type {
+        Some(RequestType::HealthCheckRequest(hc)) => hc
+            .node
+            .as_ref()
+            .map(|n| (n.id.as_str(), n.cluster.as_str())),
+        _ => None,
+    }
+}
+
+/// The node ids a CSDS request asks about, for a caller under a policy:
+/// only exact `node_id` matchers can be checked against its rules.
+fn csds_nodes(request: &ClientStatusRequest) -> Result<Vec<&str>, ApiError> {
+    request
+        .node_matchers
+        .iter()
+        .enumerate()
+        .map(|(i, m)| match m.node_id.as_ref().and_then(|s| s.match_pattern.as_ref()) {
+            Some(MatchPattern::Exact(id)) if m.node_metadatas.is_empty() => Ok(id.as_str()),
+            _ => Err(ApiError::Forbidden(format!(
+                "node_matchers[{i}]: under the gateway's auth policy CSDS is asked about nodes by exact \
+                 node_id only (no prefix, pattern or metadata matchers), so each can be checked"
+            ))),
+        })
+        .collect()
 }

@@ -4,7 +4,11 @@
 //! (a key that does not match its certificate, a half-written file) keeps
 //! the configuration in service and is logged; the next change is tried
 //! again. Every new connection takes the configuration current at its
-//! handshake; established ones keep theirs.
+//! handshake. An established connection keeps its session, but every
+//! reload is announced with the client CA then in service
+//! ([`ServerTls::client_trust`]) so that a long poll or watch the
+//! connection holds open verifies its certificate again and ends if the
+//! new CA no longer trusts it.
 //!
 //! What a client certificate says about its owner is [`PeerIdentity`];
 //! whether that owner may fetch a node's config is `auth`'s business.
@@ -15,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::UnixTime;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
@@ -44,6 +50,8 @@ pub(crate) struct ServerTls {
     label: &'static str,
     files: ServerTlsFiles,
     current: RwLock<Arc<ServerConfig>>,
+    /// The client CA in service, sent again at every reload.
+    trust: tokio::sync::watch::Sender<Arc<ClientTrust>>,
     metrics: Arc<Metrics>,
     watcher: std::sync::Mutex<Option<crate::reload::Watcher>>,
 }
@@ -56,10 +64,11 @@ impl ServerTls {
         files: ServerTlsFiles,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<ServerTls>, TlsError> {
-        let config = build(&files)?;
+        let (config, trust) = build(&files)?;
         let tls = Arc::new(ServerTls {
             label,
             current: RwLock::new(Arc::new(config)),
+            trust: tokio::sync::watch::Sender::new(Arc::new(trust)),
             metrics,
             watcher: std::sync::Mutex::default(),
             files,
@@ -80,10 +89,16 @@ impl ServerTls {
         )
     }
 
+    /// The client CA in service now and at every reload from now on.
+    pub(crate) fn client_trust(&self) -> tokio::sync::watch::Receiver<Arc<ClientTrust>> {
+        self.trust.subscribe()
+    }
+
     fn reload(&self) {
         match build(&self.files) {
-            Ok(config) => {
+            Ok((config, trust)) => {
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+                self.trust.send_replace(Arc::new(trust));
                 info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
                 self.metrics.reloaded(self.label, true);
             }
@@ -99,12 +114,34 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The rustls server configuration `files` describe.
-fn build(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
+/// The client CA a listener trusts (none: it asks for no certificate).
+#[derive(Debug)]
+pub(crate) struct ClientTrust {
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+impl ClientTrust {
+    /// Whether `peer`'s chain verifies against this CA now.
+    pub(crate) fn trusts(&self, peer: &PeerIdentity) -> bool {
+        let Some(verifier) = &self.verifier else {
+            return false;
+        };
+        let Some((end_entity, intermediates)) = peer.chain.split_first() else {
+            return false;
+        };
+        verifier
+            .verify_client_cert(end_entity, intermediates, UnixTime::now())
+            .is_ok()
+    }
+}
+
+/// The rustls server configuration `files` describe, and its client CA.
+fn build(files: &ServerTlsFiles) -> Result<(ServerConfig, ClientTrust), TlsError> {
     let certs = certificates(&files.cert)?;
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| file_error(&files.key, e))?;
     let builder =
         ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let mut trust = ClientTrust { verifier: None };
     let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
@@ -124,6 +161,7 @@ fn build(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
                 path: ca.clone(),
                 reason: e.to_string(),
             })?;
+            trust.verifier = Some(verifier.clone());
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -134,7 +172,7 @@ fn build(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
             reason: format!("does not go with {}: {e}", files.cert.display()),
         })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, trust))
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

@@ -3,22 +3,28 @@
 //! Nothing else of the certificate is trusted as a name (the subject's
 //! common name is not: SANs are what verifiers and SPIFFE use).
 
+use rustls::pki_types::CertificateDer;
 use rustls::server::ServerConnection;
 use x509_parser::extensions::GeneralName;
 
-/// The names in a verified client certificate.
+/// The names in a verified client certificate, and the chain it was
+/// verified with (to verify it again when the client CA is reloaded).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PeerIdentity {
     pub(crate) uris: Vec<String>,
     pub(crate) dns: Vec<String>,
+    /// End-entity certificate first, then the intermediates it sent.
+    pub(crate) chain: Vec<CertificateDer<'static>>,
 }
 
 impl PeerIdentity {
     /// The identity of the client of `connection`, if it presented a
     /// certificate (rustls has verified it against the client CA).
     pub(crate) fn of(connection: &ServerConnection) -> Option<PeerIdentity> {
-        let cert = connection.peer_certificates()?.first()?;
-        PeerIdentity::from_der(cert.as_ref())
+        let chain = connection.peer_certificates()?;
+        let mut identity = PeerIdentity::from_der(chain.first()?.as_ref())?;
+        identity.chain = chain.iter().map(|c| c.clone().into_owned()).collect();
+        Some(identity)
     }
 
     /// The SANs of a DER certificate (`None` if it does not parse).

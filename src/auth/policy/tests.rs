@@ -19,14 +19,17 @@ token-sha256 = ["{admin}"]
 name = "edge"
 uri-san = ["spiffe://mesh.example/ns/edge/*"]
 token-sha256 = ["{edge}"]
+hds = true
 [[principal.allow]]
 nodes = ["edge-*"]
 clusters = ["edge"]
 [[principal.allow]]
 nodes = ["edge-1"]
+clusters = ["edge", "edge-canary"]
 types = ["secrets"]
 
 [[principal.allow]]
+nodes = ["*"]
 clusters = ["shared"]
 types = ["clusters"]
 
@@ -34,9 +37,10 @@ types = ["clusters"]
 name = "ci"
 dns-san = ["ci-*.example"]
 token-sha256 = ["{ci}"]
-pass-through = true
+csds = true
 [[principal.allow]]
 nodes = ["*"]
+clusters = ["*"]
 types = ["listeners"]
 "#,
         admin = hex_sha256("admin-token"),
@@ -50,6 +54,7 @@ fn peer(uris: &[&str], dns: &[&str]) -> PeerIdentity {
     PeerIdentity {
         uris: uris.iter().map(|s| s.to_string()).collect(),
         dns: dns.iter().map(|s| s.to_string()).collect(),
+        chain: Vec::new(),
     }
 }
 
@@ -106,13 +111,29 @@ fn grants_bind_nodes_clusters_and_types() {
         !p.allows(0, eds, "anyone", "shared"),
         "only the types named"
     );
-    // Secrets only where a rule names them.
-    assert!(p.allows(0, ResourceType::Secrets, "edge-1", "whatever"));
+    // Secrets only where a rule names them, for the clusters it names:
+    // the client does not choose the half of its identity a rule binds.
+    assert!(p.allows(0, ResourceType::Secrets, "edge-1", "edge-canary"));
+    assert!(!p.allows(0, ResourceType::Secrets, "edge-1", "payments"));
     assert!(!p.allows(0, ResourceType::Secrets, "edge-2", "edge"));
     assert!(p.allows(1, ResourceType::Listeners, "x", "y"));
     assert!(!p.allows(1, ResourceType::Secrets, "x", "y"));
     assert!(!p.allows(7, ResourceType::Listeners, "x", "y"));
-    assert!(p.allows_pass_through(1) && !p.allows_pass_through(0));
+}
+
+#[test]
+fn hds_and_csds_are_separate_switches_bound_to_the_rules() {
+    let p = example();
+    // HDS: the switch, and a rule binding the node (of any type).
+    assert!(p.allows_hds(0, "edge-3", "edge"));
+    assert!(p.allows_hds(0, "anyone", "shared"));
+    assert!(!p.allows_hds(0, "edge-3", "core"));
+    assert!(!p.allows_hds(1, "x", "y"), "ci has csds, not hds");
+    // CSDS: the switch, and a rule naming the node id.
+    assert!(p.csds_enabled(1) && !p.csds_enabled(0));
+    assert!(p.allows_csds(1, "any-node"));
+    assert!(!p.allows_csds(0, "edge-1"), "edge has hds, not csds");
+    assert!(!p.allows_csds(7, "x"));
 }
 
 #[test]
@@ -135,9 +156,40 @@ fn bad_policies_say_what_is_wrong_without_echoing_tokens() {
         ),
         (
             principal(
-                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"*\"]\ntypes = [\"cluster\"]",
+                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"*\"]\nclusters = [\"*\"]\ntypes = [\"cluster\"]",
             ),
             "unknown type",
+        ),
+        // A rule binds both halves of the identity: the one left out
+        // would be the client's to choose.
+        (
+            principal("uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-2\"]"),
+            "names no clusters",
+        ),
+        (
+            principal("uri-san = [\"x\"]\n[[principal.allow]]\nclusters = [\"edge\"]"),
+            "names no nodes",
+        ),
+        (
+            principal("uri-san = [\"x\"]\n[[principal.allow]]\nnodes = []\nclusters = [\"edge\"]"),
+            "matches nothing",
+        ),
+        // Secrets for a half open to anything: refused.
+        (
+            principal(
+                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-2\"]\nclusters = [\"*\"]\ntypes = [\"secrets\"]",
+            ),
+            "grants secrets with clusters = [\"*\"]",
+        ),
+        (
+            principal(
+                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"**\"]\nclusters = [\"edge\"]\ntypes = [\"secrets\"]",
+            ),
+            "grants secrets with nodes = [\"**\"]",
+        ),
+        (
+            principal("uri-san = [\"x\"]\npass-through = true"),
+            "hds = true",
         ),
         (principal("uri-san = [\"[\"]"), "bad pattern"),
         (principal(""), "nothing could ever be it"),
@@ -188,7 +240,8 @@ fn the_example_policy_loads_and_means_what_its_comments_say() {
     assert!(policy.allows(ci, ResourceType::Listeners, "any-node", "any"));
     assert!(!policy.allows(ci, ResourceType::Endpoints, "any-node", "any"));
     assert!(!policy.allows(ci, ResourceType::Secrets, "any-node", "any"));
-    assert!(!policy.allows_pass_through(ci));
+    assert!(!policy.allows_hds(ci, "any-node", "any"));
+    assert!(!policy.csds_enabled(ci));
     assert!(matches!(
         policy.identify(Some("example-admin-token"), None),
         Identity::UnknownToken

@@ -9,7 +9,9 @@
 //! takes over: the format, where the client resumes from (`Last-Event-ID`
 //! over `version`), the bound on open watches (`--max-watches`, a 503 over
 //! it), the drain (new watches refused with a 503 and `Retry-After`, open
-//! ones ended), and the stream itself ([`stream`]).
+//! ones ended), revocation (a reload of the auth policy that no longer
+//! allows the watch ends it with a closing event saying why), and the
+//! stream itself ([`stream`]).
 
 mod frame;
 mod stream;
@@ -20,7 +22,9 @@ use std::sync::Arc;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 
+use super::authorize::Caller;
 use super::discovery::STALE_HEADER;
 use super::error::ApiError;
 use super::query::switch;
@@ -41,6 +45,8 @@ pub(super) fn requested(query: &HashMap<String, String>) -> Result<bool, ApiErro
 /// A watch's request, checked and authorized, and where its answers point.
 pub(super) struct Watched<'a> {
     pub(super) kind: ResourceType,
+    /// Who opened it: the watch ends when a policy reload revokes that.
+    pub(super) caller: &'a Caller,
     pub(super) request: &'a ParsedRequest,
     pub(super) target: Option<RestTarget>,
     pub(super) remote: Option<IpAddr>,
@@ -95,8 +101,13 @@ pub(super) async fn open(
         watched.target.as_ref(),
     )?;
     let stale_since = polled.stale_since();
+    let revoked = watched
+        .caller
+        .revoked(kind, request.node_id(), request.node_cluster())
+        .boxed();
     let opening = Opening {
         kind,
+        revoked,
         request,
         target: watched.target,
         remote: watched.remote,

@@ -29,6 +29,7 @@ use tracing::warn;
 
 use super::frame::Format;
 use crate::cache::{Answer, ParsedRequest, Poll, Served, Standing};
+use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::metrics::OpenConnection;
 use crate::source::Polled;
@@ -47,6 +48,8 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// A wait for the next change, owning the `Polled` until it is over.
 type Change = BoxFuture<'static, (Polled, bool)>;
+/// Resolves once a reload of the auth policy no longer allows the watch.
+pub(super) type Revoked = BoxFuture<'static, AuthError>;
 
 /// Everything one open watch holds.
 pub(super) struct Watch {
@@ -60,6 +63,7 @@ pub(super) struct Watch {
     /// The source's answer, while no wait for a change holds it.
     polled: Option<Polled>,
     change: Option<Change>,
+    revoked: Revoked,
     /// Frames due before anything else (the opening, the first event).
     due: Vec<Bytes>,
     /// Where the client stood at the last answer (for the client book).
@@ -78,6 +82,7 @@ pub(super) struct Watch {
 /// What [`Watch::open`] needs beyond the gateway.
 pub(super) struct Opening {
     pub(super) kind: ResourceType,
+    pub(super) revoked: Revoked,
     pub(super) request: ParsedRequest,
     pub(super) target: Option<RestTarget>,
     pub(super) remote: Option<IpAddr>,
@@ -101,6 +106,7 @@ impl Watch {
             standing: opening.polled.standing(),
             polled: Some(opening.polled),
             change: None,
+            revoked: opening.revoked,
             due: opening.format.opening().into_iter().collect(),
             heartbeat,
             next_heartbeat: Instant::now() + heartbeat,
@@ -147,6 +153,11 @@ impl Watch {
                 () = drain.started() => {
                     self.ended = true;
                     return self.format.closing("the gateway is shutting down; reconnect (another replica answers)");
+                }
+                err = &mut self.revoked => {
+                    self.ended = true;
+                    warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch ended: no longer authorized");
+                    return self.format.closing(&format!("no longer authorized: {err}"));
                 }
                 (polled, changed) = change => {
                     self.change = None;
