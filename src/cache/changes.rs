@@ -13,16 +13,22 @@
 //! What a presented version stood for is looked up in [`History`]: the
 //! answers served recently (every body served records one), bounded by the
 //! resources they hold (an old answer keeps its state's resources alive).
-//! A version it no longer holds (or never served, or served to other names
-//! or another rewrite target) cannot be diffed against: the answer is then
-//! the whole state with `"fullState": true` (drop what you hold that is not
-//! listed), which is also what an empty version gets.
+//! The history is kept per requester ([`Requester`]: the session identity
+//! and the node id), so a version is only ever compared against what was
+//! served to the identity presenting it: presenting another node's version
+//! tells nothing about that node's names. A version it no longer holds (or
+//! never served to this requester, or served to other names or another
+//! rewrite target) cannot be diffed against: the answer is then the whole
+//! state with `"fullState": true` (drop what you hold that is not listed),
+//! which is also what an empty version gets.
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 
+use super::identity::IdentityKey;
+use super::request::ParsedRequest;
 use super::resource::Renderer;
 use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
@@ -59,8 +65,11 @@ impl Served {
         version: &str,
         since: Option<&Served>,
     ) -> Result<Bytes, JsonError> {
-        // Only the same names and rewrite can be compared resource by resource.
-        let since = since.filter(|s| s.names == self.names && s.target == self.target);
+        // Only the same type, names and rewrite can be compared resource by
+        // resource.
+        let since = since.filter(|s| {
+            s.state.kind == self.state.kind && s.names == self.names && s.target == self.target
+        });
         let mut pieces = Vec::new();
         let mut removed = Vec::new();
         for resource in self.state.select(&self.names) {
@@ -121,9 +130,28 @@ impl Served {
     }
 }
 
-/// The answers served recently, by served version.
+/// Who an answer was served to: the session identity (node id, cluster,
+/// metadata and locality; the cluster alone under `--session-key cluster`)
+/// and the node id, so two nodes sharing a session still keep apart
+/// histories. A version is recalled only for the requester it was served to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Requester {
+    identity: IdentityKey,
+    node_id: String,
+}
+
+impl Requester {
+    fn of(request: &ParsedRequest) -> Requester {
+        Requester {
+            identity: request.identity().clone(),
+            node_id: request.node_id().to_owned(),
+        }
+    }
+}
+
+/// The answers served recently, by requester and served version.
 #[derive(Debug, Clone)]
-pub(crate) struct History(Cache<String, Arc<Served>>);
+pub(crate) struct History(Cache<(Requester, String), Arc<Served>>);
 
 impl Default for History {
     fn default() -> History {
@@ -140,20 +168,28 @@ impl Default for History {
 }
 
 impl History {
-    /// Remembers that `version` was served as `served()` (made only when
-    /// `version` is not remembered yet: a body served again costs a lookup).
-    pub(crate) fn remember(&self, version: &str, served: impl FnOnce() -> Arc<Served>) {
-        if !self.0.contains_key(version) {
-            self.0.insert(version.to_owned(), served());
+    /// Remembers that `version` was served to the requester of `request` as
+    /// `served()` (made only when not remembered yet: a body served again
+    /// costs a lookup).
+    pub(crate) fn remember(
+        &self,
+        request: &ParsedRequest,
+        version: &str,
+        served: impl FnOnce() -> Arc<Served>,
+    ) {
+        let key = (Requester::of(request), version.to_owned());
+        if !self.0.contains_key(&key) {
+            self.0.insert(key, served());
         }
     }
 
-    /// What `version` was served as, if still remembered.
-    pub(crate) fn recall(&self, version: &str) -> Option<Arc<Served>> {
+    /// What `version` was served as to the requester of `request`, if still
+    /// remembered; `None` for a version served only to others.
+    pub(crate) fn recall(&self, request: &ParsedRequest, version: &str) -> Option<Arc<Served>> {
         if version.is_empty() {
             return None;
         }
-        self.0.get(version)
+        self.0.get(&(Requester::of(request), version.to_owned()))
     }
 }
 
@@ -241,14 +277,62 @@ mod tests {
         assert_eq!(v["fullState"], true);
     }
 
+    fn request(body: &str) -> Arc<ParsedRequest> {
+        crate::cache::ParsedRequests::new(crate::config::SessionKey::Node)
+            .parse(bytes::Bytes::from(body.to_owned()))
+            .unwrap()
+    }
+
     #[test]
     fn history_is_bounded_and_ignores_the_empty_version() {
         let renderer = Renderer::new(Codec::embedded());
         let history = History::default();
+        let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         let s = state(&renderer, "1", &[("a", "1s")]);
-        history.remember("1~x", || Arc::new(Served::new(s, &Names::Wildcard, None)));
-        assert!(history.recall("1~x").is_some());
-        assert!(history.recall("").is_none());
-        assert!(history.recall("0~y").is_none());
+        history.remember(&a, "1~x", || {
+            Arc::new(Served::new(s, &Names::Wildcard, None))
+        });
+        assert!(history.recall(&a, "1~x").is_some());
+        assert!(history.recall(&a, "").is_none());
+        assert!(history.recall(&a, "0~y").is_none());
+    }
+
+    /// Finding 6 of issue 20: a version is recalled only for the identity
+    /// it was served to, so presenting another node's version reveals
+    /// nothing of what that node held.
+    #[test]
+    fn a_version_is_recalled_only_for_the_node_it_was_served_to() {
+        let renderer = Renderer::new(Codec::embedded());
+        let history = History::default();
+        let a = request(r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#);
+        let s = state(&renderer, "1", &[("secret-name", "1s")]);
+        history.remember(&a, "1~x", || {
+            Arc::new(Served::new(s, &Names::Wildcard, None))
+        });
+        assert!(history.recall(&a, "1~x").is_some());
+        for other in [
+            r#"{"node":{"id":"b","cluster":"c"}}"#,
+            r#"{"node":{"id":"a","cluster":"other"}}"#,
+            r#"{"node":{"id":"a","cluster":"c","metadata":{"k":"v"}}}"#,
+            r#"{}"#,
+        ] {
+            assert!(history.recall(&request(other), "1~x").is_none(), "{other}");
+        }
+        // Two nodes sharing one session (`--session-key cluster`) still keep
+        // apart histories.
+        let by_cluster = |body: &str| {
+            crate::cache::ParsedRequests::new(crate::config::SessionKey::Cluster)
+                .parse(bytes::Bytes::from(body.to_owned()))
+                .unwrap()
+        };
+        let ca = by_cluster(r#"{"node":{"id":"a","cluster":"c"}}"#);
+        let cb = by_cluster(r#"{"node":{"id":"b","cluster":"c"}}"#);
+        assert_eq!(ca.identity(), cb.identity());
+        let s = state(&renderer, "2", &[("x", "1s")]);
+        history.remember(&ca, "2~x", || {
+            Arc::new(Served::new(s, &Names::Wildcard, None))
+        });
+        assert!(history.recall(&ca, "2~x").is_some());
+        assert!(history.recall(&cb, "2~x").is_none());
     }
 }

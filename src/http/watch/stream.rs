@@ -245,14 +245,14 @@ impl Watch {
         let frame = if self.changes {
             let since = match &self.last {
                 Some(last) => Some(last.clone()),
-                None => history.recall(self.request.version_info()),
+                None => history.recall(&self.request, self.request.version_info()),
             };
             let changes = served.changes(&self.gateway.renderer, version, since.as_deref())?;
             self.format.event(CHANGES_EVENT, version, &changes)
         } else {
             self.format.event(RESPONSE_EVENT, version, json)
         };
-        history.remember(version, || served.clone());
+        history.remember(&self.request, version, || served.clone());
         self.last = Some(served);
         Ok(frame)
     }
