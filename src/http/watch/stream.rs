@@ -30,6 +30,7 @@ use tracing::warn;
 use super::frame::Format;
 use crate::cache::{Answer, ParsedRequest, Poll, Served, Standing};
 use crate::http::Gateway;
+use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
@@ -187,7 +188,7 @@ impl Watch {
             Err(err) => {
                 // States are validated on arrival: this is the gateway's own
                 // failure; end the stream rather than send a broken event.
-                warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering failed; stream ended");
+                warn!(node = %Escaped(self.request.node_id()), kind = %self.kind, %err, "watch: rendering failed; stream ended");
                 self.ended = true;
                 None
             }
@@ -205,7 +206,7 @@ impl Watch {
                 let frame = match self.body_frame(json, version) {
                     Ok(frame) => frame,
                     Err(err) => {
-                        warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering changes failed; stream ended");
+                        warn!(node = %Escaped(self.request.node_id()), kind = %self.kind, %err, "watch: rendering changes failed; stream ended");
                         self.ended = true;
                         return None;
                     }
