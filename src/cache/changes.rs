@@ -13,21 +13,25 @@
 //! What a presented version stood for is looked up in [`History`]: the
 //! answers served recently (every body served records one), bounded by the
 //! resources they hold (an old answer keeps its state's resources alive).
-//! The history is kept per requester ([`Requester`]: the session identity
-//! and the node id), so a version is only ever compared against what was
-//! served to the identity presenting it: presenting another node's version
-//! tells nothing about that node's names. A version it no longer holds (or
-//! never served to this requester, or served to other names or another
-//! rewrite target) cannot be diffed against: the answer is then the whole
-//! state with `"fullState": true` (drop what you hold that is not listed),
-//! which is also what an empty version gets.
+//! A version is only ever compared against what was served to the
+//! requester presenting it ([`Requester`]: the session identity and the node
+//! id): presenting another node's version tells nothing about that node's
+//! names. The answers are kept once per version (a served version's digest
+//! covers the names, the rewrite target and every resource's content, so two
+//! requesters served one version were served the same answer), and apart
+//! from them, bounded by count, which requesters were served which version.
+//! A version it no longer holds (or never served to this requester, or
+//! served to other names or another rewrite target) cannot be diffed
+//! against: the answer is then the whole state with `"fullState": true`
+//! (drop what you hold that is not listed), which is also what an empty
+//! version gets.
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
+use sha2::{Digest as _, Sha256};
 
-use super::identity::IdentityKey;
 use super::request::ParsedRequest;
 use super::resource::Renderer;
 use super::state::{Names, TypeState};
@@ -37,6 +41,10 @@ use crate::xds::JsonError;
 /// Resources (summed over the states) the remembered answers may hold: a
 /// remembered answer keeps its state, and so its resources, alive.
 const HISTORY_RESOURCES: u64 = 250_000;
+/// (requester, version) pairs remembered as served: each costs a digest, a
+/// version string and the cache's own bookkeeping (~200 bytes), so about
+/// 20 MB at most; a fleet beyond it gets `fullState` for its oldest versions.
+const HISTORY_SERVED_TO: u64 = 100_000;
 /// Hex digits of a resource's content digest given as its `version`.
 const RESOURCE_VERSION_HEX: usize = 16;
 
@@ -133,63 +141,76 @@ impl Served {
 /// Who an answer was served to: the session identity (node id, cluster,
 /// metadata and locality; the cluster alone under `--session-key cluster`)
 /// and the node id, so two nodes sharing a session still keep apart
-/// histories. A version is recalled only for the requester it was served to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Requester {
-    identity: IdentityKey,
-    node_id: String,
-}
+/// histories. Held as a SHA-256 of both, length-prefixed (the identity key
+/// is injective, and the digest collision-resistant: a client cannot choose
+/// a node that poses as another's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Requester([u8; 32]);
 
 impl Requester {
     fn of(request: &ParsedRequest) -> Requester {
-        Requester {
-            identity: request.identity().clone(),
-            node_id: request.node_id().to_owned(),
+        let mut hasher = Sha256::new();
+        for field in [request.identity().as_str(), request.node_id()] {
+            hasher.update((field.len() as u64).to_le_bytes());
+            hasher.update(field.as_bytes());
         }
+        Requester(hasher.finalize().into())
     }
 }
 
-/// The answers served recently, by requester and served version.
+/// The answers served recently by served version, and which requester was
+/// served which version.
 #[derive(Debug, Clone)]
-pub(crate) struct History(Cache<(Requester, String), Arc<Served>>);
+pub(crate) struct History {
+    answers: Cache<String, Arc<Served>>,
+    served_to: Cache<(Requester, String), ()>,
+}
 
 impl Default for History {
     fn default() -> History {
-        History(
-            Cache::builder()
+        History {
+            answers: Cache::builder()
                 .max_capacity(HISTORY_RESOURCES)
                 .weigher(|_, served: &Arc<Served>| {
                     let held = served.state.resources.len().saturating_add(1);
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
                 .build(),
-        )
+            served_to: Cache::new(HISTORY_SERVED_TO),
+        }
     }
 }
 
 impl History {
     /// Remembers that `version` was served to the requester of `request` as
-    /// `served()` (made only when not remembered yet: a body served again
-    /// costs a lookup).
+    /// `served()` (made only when `version` is not remembered yet: a body
+    /// served again costs lookups).
     pub(crate) fn remember(
         &self,
         request: &ParsedRequest,
         version: &str,
         served: impl FnOnce() -> Arc<Served>,
     ) {
+        if !self.answers.contains_key(version) {
+            self.answers.insert(version.to_owned(), served());
+        }
         let key = (Requester::of(request), version.to_owned());
-        if !self.0.contains_key(&key) {
-            self.0.insert(key, served());
+        if !self.served_to.contains_key(&key) {
+            self.served_to.insert(key, ());
         }
     }
 
-    /// What `version` was served as to the requester of `request`, if still
-    /// remembered; `None` for a version served only to others.
+    /// What `version` was served as, if still remembered and served to the
+    /// requester of `request`; `None` for a version served only to others.
     pub(crate) fn recall(&self, request: &ParsedRequest, version: &str) -> Option<Arc<Served>> {
         if version.is_empty() {
             return None;
         }
-        self.0.get(&(Requester::of(request), version.to_owned()))
+        let key = (Requester::of(request), version.to_owned());
+        if !self.served_to.contains_key(&key) {
+            return None;
+        }
+        self.answers.get(version)
     }
 }
 
@@ -334,5 +355,10 @@ mod tests {
         });
         assert!(history.recall(&ca, "2~x").is_some());
         assert!(history.recall(&cb, "2~x").is_none());
+        // Served to both, the version is recalled for both, and its answer
+        // is held once (it counts once against the resource bound).
+        history.remember(&cb, "2~x", || unreachable!("already held"));
+        let (a, b) = (history.recall(&ca, "2~x"), history.recall(&cb, "2~x"));
+        assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
     }
 }
