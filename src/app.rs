@@ -87,7 +87,9 @@ pub async fn run(
         warn!(
             admin = %config.admin,
             "the admin listener is off loopback without an admin token in the auth policy: \
-             anyone who reaches it can read /metrics and /readyz details"
+             anyone who reaches it can read /metrics, /readyz details, /debug/config and CSDS \
+             (/debug/client_status), which carry every node's config and, with --allow-secrets, \
+             secret contents (private keys)"
         );
     }
     let rest_spec = ListenerSpec {

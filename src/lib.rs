@@ -24,6 +24,8 @@
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
 //! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).
+//! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
+//!   logged through (control characters escaped: one event, one line).
 //!
 //! Dependencies point one way: `http`, `admin` → `source` (the `Source` seam
 //! only) → `cache`; `http` and `admin` also read `cache`; all may use `xds`.
@@ -55,6 +57,7 @@ mod drain;
 #[cfg(test)]
 mod fuzz;
 mod http;
+mod log_escape;
 mod metrics;
 #[cfg(test)]
 mod openapi_paths;

@@ -50,6 +50,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tracing::{debug, warn};
 
+use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::tls::{PeerIdentity, ServerTls};
 
@@ -233,7 +234,7 @@ impl Connection {
                 self.serve(stream, identity).await;
             }
             Ok(Err(e)) => {
-                debug!(listener = self.name, peer = %self.peer, error = %e, "TLS handshake failed")
+                debug!(listener = self.name, peer = %self.peer, error = %Escaped(&e), "TLS handshake failed")
             }
             Err(_) => debug!(listener = self.name, peer = %self.peer, "TLS handshake timed out"),
         }
@@ -271,7 +272,7 @@ impl Connection {
             tokio::select! {
                 result = conn.as_mut() => {
                     if let Err(e) = result {
-                        debug!(listener = self.name, peer = %self.peer, error = %e, "connection ended");
+                        debug!(listener = self.name, peer = %self.peer, error = %Escaped(&e), "connection ended");
                     }
                     return;
                 }

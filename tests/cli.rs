@@ -644,6 +644,49 @@ async fn an_unprotected_non_loopback_listener_is_refused() {
     }
 }
 
+/// Finding 8 of issue 20: off loopback, --allow-secrets with server-only
+/// TLS (which does not say who the client is) is refused at start-up,
+/// before anything binds: it needs an auth policy or required mTLS. The
+/// certificate files need not exist: validation refuses before reading them.
+#[tokio::test]
+async fn secrets_off_loopback_with_server_only_tls_are_refused() {
+    let [port, admin] = free_ports::<2>();
+    let wildcard = format!("0.0.0.0:{port}");
+    let admin = addr(admin);
+    let tls = [
+        "--tls-cert",
+        "missing-cert.pem",
+        "--tls-key",
+        "missing-key.pem",
+    ];
+    let mut args = vec!["--listen", wildcard.as_str(), "--admin", admin.as_str()];
+    args.extend(tls);
+    for (args, env) in [
+        ([&args[..], &["--allow-secrets"][..]].concat(), vec![]),
+        (args.clone(), vec![("XDS_GATEWAY_ALLOW_SECRETS", "true")]),
+        (
+            [
+                &args[..],
+                &["--allow-secrets", "--allow-insecure-listen"][..],
+            ]
+            .concat(),
+            vec![],
+        ),
+    ] {
+        let exited = expect_rejected(
+            gateway(&args, &env),
+            "--allow-secrets off loopback with server-only TLS",
+            &["allow-secrets", &wildcard, "--auth-policy", "--client-ca"],
+        )
+        .await;
+        assert!(
+            !exited.stderr.contains("missing-cert.pem"),
+            "refused by validation, before the certificate is read; {}",
+            exited.describe()
+        );
+    }
+}
+
 #[tokio::test]
 async fn upstream_and_snapshot_together_are_refused() {
     let dir = tempfile::tempdir().expect("temporary directory");

@@ -13,16 +13,26 @@
 //! What a presented version stood for is looked up in [`History`]: the
 //! answers served recently (every body served records one), bounded by the
 //! resources they hold (an old answer keeps its state's resources alive).
-//! A version it no longer holds (or never served, or served to other names
-//! or another rewrite target) cannot be diffed against: the answer is then
-//! the whole state with `"fullState": true` (drop what you hold that is not
-//! listed), which is also what an empty version gets.
+//! A version is only ever compared against what was served to the
+//! requester presenting it ([`Requester`]: the session identity and the node
+//! id): presenting another node's version tells nothing about that node's
+//! names. The answers are kept once per version (a served version's digest
+//! covers the names, the rewrite target and every resource's content, so two
+//! requesters served one version were served the same answer), and apart
+//! from them, bounded by count, which requesters were served which version.
+//! A version it no longer holds (or never served to this requester, or
+//! served to other names or another rewrite target) cannot be diffed
+//! against: the answer is then the whole state with `"fullState": true`
+//! (drop what you hold that is not listed), which is also what an empty
+//! version gets.
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
+use sha2::{Digest as _, Sha256};
 
+use super::request::ParsedRequest;
 use super::resource::Renderer;
 use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
@@ -31,6 +41,10 @@ use crate::xds::JsonError;
 /// Resources (summed over the states) the remembered answers may hold: a
 /// remembered answer keeps its state, and so its resources, alive.
 const HISTORY_RESOURCES: u64 = 250_000;
+/// (requester, version) pairs remembered as served: each costs a digest, a
+/// version string and the cache's own bookkeeping (~200 bytes), so about
+/// 20 MB at most; a fleet beyond it gets `fullState` for its oldest versions.
+const HISTORY_SERVED_TO: u64 = 100_000;
 /// Hex digits of a resource's content digest given as its `version`.
 const RESOURCE_VERSION_HEX: usize = 16;
 
@@ -59,8 +73,11 @@ impl Served {
         version: &str,
         since: Option<&Served>,
     ) -> Result<Bytes, JsonError> {
-        // Only the same names and rewrite can be compared resource by resource.
-        let since = since.filter(|s| s.names == self.names && s.target == self.target);
+        // Only the same type, names and rewrite can be compared resource by
+        // resource.
+        let since = since.filter(|s| {
+            s.state.kind == self.state.kind && s.names == self.names && s.target == self.target
+        });
         let mut pieces = Vec::new();
         let mut removed = Vec::new();
         for resource in self.state.select(&self.names) {
@@ -121,39 +138,79 @@ impl Served {
     }
 }
 
-/// The answers served recently, by served version.
+/// Who an answer was served to: the session identity (node id, cluster,
+/// metadata and locality; the cluster alone under `--session-key cluster`)
+/// and the node id, so two nodes sharing a session still keep apart
+/// histories. Held as a SHA-256 of both, length-prefixed (the identity key
+/// is injective, and the digest collision-resistant: a client cannot choose
+/// a node that poses as another's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Requester([u8; 32]);
+
+impl Requester {
+    fn of(request: &ParsedRequest) -> Requester {
+        let mut hasher = Sha256::new();
+        for field in [request.identity().as_str(), request.node_id()] {
+            hasher.update((field.len() as u64).to_le_bytes());
+            hasher.update(field.as_bytes());
+        }
+        Requester(hasher.finalize().into())
+    }
+}
+
+/// The answers served recently by served version, and which requester was
+/// served which version.
 #[derive(Debug, Clone)]
-pub(crate) struct History(Cache<String, Arc<Served>>);
+pub(crate) struct History {
+    answers: Cache<String, Arc<Served>>,
+    served_to: Cache<(Requester, String), ()>,
+}
 
 impl Default for History {
     fn default() -> History {
-        History(
-            Cache::builder()
+        History {
+            answers: Cache::builder()
                 .max_capacity(HISTORY_RESOURCES)
                 .weigher(|_, served: &Arc<Served>| {
                     let held = served.state.resources.len().saturating_add(1);
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
                 .build(),
-        )
+            served_to: Cache::new(HISTORY_SERVED_TO),
+        }
     }
 }
 
 impl History {
-    /// Remembers that `version` was served as `served()` (made only when
-    /// `version` is not remembered yet: a body served again costs a lookup).
-    pub(crate) fn remember(&self, version: &str, served: impl FnOnce() -> Arc<Served>) {
-        if !self.0.contains_key(version) {
-            self.0.insert(version.to_owned(), served());
+    /// Remembers that `version` was served to the requester of `request` as
+    /// `served()` (made only when `version` is not remembered yet: a body
+    /// served again costs lookups).
+    pub(crate) fn remember(
+        &self,
+        request: &ParsedRequest,
+        version: &str,
+        served: impl FnOnce() -> Arc<Served>,
+    ) {
+        if !self.answers.contains_key(version) {
+            self.answers.insert(version.to_owned(), served());
+        }
+        let key = (Requester::of(request), version.to_owned());
+        if !self.served_to.contains_key(&key) {
+            self.served_to.insert(key, ());
         }
     }
 
-    /// What `version` was served as, if still remembered.
-    pub(crate) fn recall(&self, version: &str) -> Option<Arc<Served>> {
+    /// What `version` was served as, if still remembered and served to the
+    /// requester of `request`; `None` for a version served only to others.
+    pub(crate) fn recall(&self, request: &ParsedRequest, version: &str) -> Option<Arc<Served>> {
         if version.is_empty() {
             return None;
         }
-        self.0.get(version)
+        let key = (Requester::of(request), version.to_owned());
+        if !self.served_to.contains_key(&key) {
+            return None;
+        }
+        self.answers.get(version)
     }
 }
 
@@ -241,14 +298,67 @@ mod tests {
         assert_eq!(v["fullState"], true);
     }
 
+    fn request(body: &str) -> Arc<ParsedRequest> {
+        crate::cache::ParsedRequests::new(crate::config::SessionKey::Node)
+            .parse(bytes::Bytes::from(body.to_owned()))
+            .unwrap()
+    }
+
     #[test]
     fn history_is_bounded_and_ignores_the_empty_version() {
         let renderer = Renderer::new(Codec::embedded());
         let history = History::default();
+        let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         let s = state(&renderer, "1", &[("a", "1s")]);
-        history.remember("1~x", || Arc::new(Served::new(s, &Names::Wildcard, None)));
-        assert!(history.recall("1~x").is_some());
-        assert!(history.recall("").is_none());
-        assert!(history.recall("0~y").is_none());
+        history.remember(&a, "1~x", || {
+            Arc::new(Served::new(s, &Names::Wildcard, None))
+        });
+        assert!(history.recall(&a, "1~x").is_some());
+        assert!(history.recall(&a, "").is_none());
+        assert!(history.recall(&a, "0~y").is_none());
+    }
+
+    /// Finding 6 of issue 20: a version is recalled only for the identity
+    /// it was served to, so presenting another node's version reveals
+    /// nothing of what that node held.
+    #[test]
+    fn a_version_is_recalled_only_for_the_node_it_was_served_to() {
+        let renderer = Renderer::new(Codec::embedded());
+        let history = History::default();
+        let a = request(r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#);
+        let s = state(&renderer, "1", &[("secret-name", "1s")]);
+        history.remember(&a, "1~x", || {
+            Arc::new(Served::new(s, &Names::Wildcard, None))
+        });
+        assert!(history.recall(&a, "1~x").is_some());
+        for other in [
+            r#"{"node":{"id":"b","cluster":"c"}}"#,
+            r#"{"node":{"id":"a","cluster":"other"}}"#,
+            r#"{"node":{"id":"a","cluster":"c","metadata":{"k":"v"}}}"#,
+            r#"{}"#,
+        ] {
+            assert!(history.recall(&request(other), "1~x").is_none(), "{other}");
+        }
+        // Two nodes sharing one session (`--session-key cluster`) still keep
+        // apart histories.
+        let by_cluster = |body: &str| {
+            crate::cache::ParsedRequests::new(crate::config::SessionKey::Cluster)
+                .parse(bytes::Bytes::from(body.to_owned()))
+                .unwrap()
+        };
+        let ca = by_cluster(r#"{"node":{"id":"a","cluster":"c"}}"#);
+        let cb = by_cluster(r#"{"node":{"id":"b","cluster":"c"}}"#);
+        assert_eq!(ca.identity(), cb.identity());
+        let s = state(&renderer, "2", &[("x", "1s")]);
+        history.remember(&ca, "2~x", || {
+            Arc::new(Served::new(s, &Names::Wildcard, None))
+        });
+        assert!(history.recall(&ca, "2~x").is_some());
+        assert!(history.recall(&cb, "2~x").is_none());
+        // Served to both, the version is recalled for both, and its answer
+        // is held once (it counts once against the resource bound).
+        history.remember(&cb, "2~x", || unreachable!("already held"));
+        let (a, b) = (history.recall(&ca, "2~x"), history.recall(&cb, "2~x"));
+        assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
     }
 }

@@ -39,6 +39,11 @@ impl IdentityKey {
         }
         IdentityKey(key)
     }
+
+    /// The canonical encoding (injective: see the module).
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// `<byte length>:<bytes>`: a reader always knows where a field ends.

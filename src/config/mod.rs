@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod exposure;
 mod settings;
 #[cfg(test)]
 mod tests;
@@ -515,26 +516,6 @@ impl Config {
             ));
         }
         Ok(())
-    }
-
-    /// A REST listener off loopback must be protected (TLS or an auth
-    /// policy) unless the operator says otherwise: anyone who reaches an
-    /// unprotected one can name any node and get its config.
-    fn validate_exposure(&self) -> Result<(), ConfigError> {
-        let protected = self.tls.is_some() || self.auth_policy.is_some();
-        if self.listen.ip().is_loopback() || protected || self.allow_insecure_listen {
-            return Ok(());
-        }
-        Err(ConfigError::Invalid {
-            key: "listen",
-            reason: format!(
-                "{} is not a loopback address, and the REST listener has neither TLS (--tls-cert/--tls-key) \
-                 nor an authorization policy (--auth-policy): anyone who reaches it could take any node's \
-                 identity and read its config. Add one, or say --allow-insecure-listen if the network \
-                 in front of it is trusted (a container whose port is published on loopback only)",
-                self.listen
-            ),
-        })
     }
 }
 

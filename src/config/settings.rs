@@ -172,7 +172,8 @@ pub struct Settings {
     #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub forward_rejections: Option<bool>,
-    /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice).
+    /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice). Off loopback
+    /// it needs --auth-policy or required mTLS (--client-ca), else start-up is refused.
     #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_secrets: Option<bool>,

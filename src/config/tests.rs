@@ -229,6 +229,76 @@ fn a_listener_off_loopback_needs_tls_a_policy_or_a_flag() {
     assert!(Config::from_settings(cli(&["--listen", "[::1]:8080"])).is_ok());
 }
 
+/// Finding 8 of issue 20: off loopback, --allow-secrets needs a policy or
+/// required mTLS; server-only TLS (or an "insecure" flag) is not enough.
+#[test]
+fn secrets_off_loopback_need_a_policy_or_required_mtls() {
+    let tls = ["--tls-cert", "c.pem", "--tls-key", "k.pem"];
+    let with = |listen: &'static str, extra: &[&'static str]| {
+        let args: Vec<&str> = ["--listen", listen, "--allow-secrets"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        Config::from_settings(cli(&args))
+    };
+    for refused in [
+        &tls[..],
+        &["--allow-insecure-listen"],
+        &[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--client-ca",
+            "ca.pem",
+            "--client-auth",
+            "optional",
+        ],
+    ] {
+        for listen in ["0.0.0.0:8080", "10.0.0.1:8080", "[::]:8080"] {
+            let err = with(listen, refused).unwrap_err();
+            let text = err.to_string();
+            assert!(text.starts_with("allow-secrets: "), "{refused:?}: {text}");
+            for needle in ["--auth-policy", "--client-ca", listen] {
+                assert!(text.contains(needle), "{refused:?}: {text}");
+            }
+        }
+    }
+    let accepted: [&[&str]; 3] = [
+        &["--auth-policy", "policy.toml"],
+        &[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--auth-policy",
+            "policy.toml",
+        ],
+        &[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--client-ca",
+            "ca.pem",
+        ],
+    ];
+    for args in accepted {
+        assert!(with("0.0.0.0:8080", args).is_ok(), "{args:?}");
+    }
+    // On loopback, nothing more is asked; without --allow-secrets, the
+    // listener rule alone.
+    assert!(with("127.0.0.1:8080", &[]).is_ok());
+    assert!(with("[::1]:8080", &[]).is_ok());
+    let plain: Vec<&str> = ["--listen", "0.0.0.0:8080"]
+        .iter()
+        .chain(&tls)
+        .copied()
+        .collect();
+    assert!(Config::from_settings(cli(&plain)).is_ok());
+}
+
 #[test]
 fn limits_are_validated() {
     for (args, key) in [

@@ -13,7 +13,7 @@
 //! to wait (not while the gateway drains: then a new long poll is a 503 and
 //! a held one is answered at once). With `?changes` a body is given in
 //! changes form (`cache::Served::changes`, against the history of answers
-//! served); every body served is remembered there. Nothing here mutates a state except through its body memo, so a
+//! served to the same node identity); every body served is remembered there. Nothing here mutates a state except through its body memo, so a
 //! bad request cannot poison what others are served.
 
 use std::collections::HashMap;
@@ -185,14 +185,14 @@ async fn serve(
     {
         // Recalled before it is remembered: what the client held, not this.
         let since = changes
-            .then(|| gateway.history.recall(request.version_info()))
+            .then(|| gateway.history.recall(&request, request.version_info()))
             .flatten();
         let served = || Arc::new(polled.served(&request, target));
         let json = match changes {
             true => served().changes(renderer, &version, since.as_deref())?,
             false => json,
         };
-        gateway.history.remember(&version, served);
+        gateway.history.remember(&request, &version, served);
         answer = Answer::Body {
             json,
             version,

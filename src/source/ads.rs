@@ -23,6 +23,7 @@ use super::stream::{nack_detail, AdsClient, Protocol};
 use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::{Coverage, Resource, TypeState};
+use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
 /// Entries kept per type and stream (see [`SentLog`]); past it the two
@@ -332,7 +333,7 @@ impl Sotw {
                     decoded.resources.insert(name, resource);
                 }
                 None => {
-                    debug!(%kind, %name, "heartbeat for a resource not held: ignored");
+                    debug!(%kind, name = %Escaped(&name), "heartbeat for a resource not held: ignored");
                     decoded.ttls.remove(&name);
                 }
             }
@@ -387,7 +388,7 @@ impl Sotw {
                 }
                 self.expiries
                     .retain(kind, |name| resources.contains_key(name));
-                debug!(%kind, %version, count = resources.len(), "accepted");
+                debug!(%kind, version = %Escaped(&version), count = resources.len(), "accepted");
                 let names: BTreeSet<&str> = resources.keys().map(String::as_str).collect();
                 let coverage = match self.stream.sent.get(&kind) {
                     Some(_) => self
@@ -412,7 +413,7 @@ impl Sotw {
                 self.request(kind, version, nonce, None)
             }
             Err(reason) => {
-                warn!(%kind, %version, %reason, "rejected upstream response (NACK)");
+                warn!(%kind, version = %Escaped(&version), reason = %Escaped(&reason), "rejected upstream response (NACK)");
                 if reason.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);
                 }

@@ -20,6 +20,7 @@ use super::stream::Backoff;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::ParsedRequest;
 use crate::config::UpstreamMode;
+use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
 /// Builds the source for the mode the probe found (`app.rs` decides what
@@ -82,7 +83,7 @@ async fn resolve(ctx: &UpstreamContext) -> UpstreamMode {
             }
             Err(reason) => {
                 let delay = backoff.next_delay();
-                warn!(%reason, retry_in = ?delay, "upstream mode probe failed");
+                warn!(reason = %Escaped(&reason), retry_in = ?delay, "upstream mode probe failed");
                 tokio::time::sleep(delay).await;
             }
         }

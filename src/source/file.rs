@@ -27,6 +27,7 @@ use super::snapshot::{embedded_demo, snapshot_paths, Snapshot, SnapshotError};
 use super::SourceError;
 use crate::cache::{Coverage, Renderer, TypeState};
 use crate::config::SessionKey;
+use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
 /// How often the directory is checked for changes.
@@ -187,7 +188,7 @@ impl FileSource {
                     "snapshot not loaded; nothing is served until it is fixed"
                 };
                 for problem in &problems {
-                    warn!(%problem, "{outcome}");
+                    warn!(problem = %Escaped(problem), "{outcome}");
                 }
                 self.set_problems(problems);
             }
@@ -268,7 +269,7 @@ async fn run(
                 None => return,
                 Some(Command::Resubscribe(_)) => {}
                 Some(Command::Nack { kind, message, .. }) => {
-                    warn!(%kind, %message, "suspected rejection (no upstream to NACK: snapshot source)");
+                    warn!(%kind, message = %Escaped(&message), "suspected rejection (no upstream to NACK: snapshot source)");
                 }
             },
         }

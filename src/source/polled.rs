@@ -18,6 +18,7 @@ use crate::cache::{
     Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Served, Standing, Suspicion,
     TypeState,
 };
+use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
@@ -156,7 +157,8 @@ pub(super) fn report_suspicion(
     nacked: bool,
 ) {
     warn!(
-        node = %node_id, %kind, presented = %suspicion.presented, current = %suspicion.current,
+        node = %Escaped(node_id), %kind, presented = %Escaped(&suspicion.presented),
+        current = %Escaped(&suspicion.current),
         polls = suspicion.polls, nacked,
         "suspected rejection: a REST client keeps presenting an older version"
     );

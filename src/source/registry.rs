@@ -41,6 +41,7 @@ use super::{
 use crate::cache::Standing;
 use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
+use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::xds::ResourceType;
 
@@ -235,7 +236,7 @@ impl<F: Feeder> Sessions<F> {
         registry.room_for(bytes, &self.limits)?;
         let (session, commands) = Session::new(node);
         session.attach_task(self.feeder.start(session.clone(), commands));
-        info!(node = %session.node.id, cluster = %session.node.cluster, node_bytes = bytes, "session opened");
+        info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
         registry.sessions.insert(
             key.clone(),
             Entry {
@@ -256,7 +257,7 @@ impl<F: Feeder> Sessions<F> {
         registry.sessions.retain(|_, entry| {
             let session = &entry.session;
             if session.idle_for(now) >= idle_timeout {
-                info!(node = %session.node.id, "session idle: closed");
+                info!(node = %Escaped(&session.node.id), "session idle: closed");
                 session.close();
                 freed += entry.bytes;
                 false

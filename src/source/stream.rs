@@ -39,6 +39,7 @@ use super::registry::Feeder;
 use super::session::{Command, Session};
 use super::upstream_log::Phase;
 use super::UpstreamContext;
+use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
 /// First reconnect delay; doubles per consecutive failure up to [`BACKOFF_MAX`].
@@ -193,8 +194,8 @@ async fn run<P: Protocol>(
     let span = tracing::info_span!(
         "upstream",
         mode = P::MODE,
-        node = %session.node.id,
-        cluster = %session.node.cluster
+        node = %Escaped(&session.node.id),
+        cluster = %Escaped(&session.node.cluster)
     );
     async move {
         let mut backoff = Backoff::default();
@@ -209,7 +210,7 @@ async fn run<P: Protocol>(
                 backoff.reset();
             }
             let delay = backoff.next_delay();
-            warn!(error = %err, retry_in = ?delay, "upstream stream ended");
+            warn!(error = %Escaped(&err), retry_in = ?delay, "upstream stream ended");
             let retry_at = Instant::now() + delay;
             loop {
                 match protocol.next_expiry().filter(|due| *due < retry_at) {
@@ -276,7 +277,7 @@ async fn one_stream<P: Protocol>(
                     session.mark_fresh();
                     let type_url = P::type_url(&response);
                     let Some(kind) = ResourceType::from_type_url(type_url) else {
-                        warn!(%type_url, "response for a type the gateway does not serve");
+                        warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve");
                         continue;
                     };
                     send(&tx, protocol.response(kind, response).await).await;

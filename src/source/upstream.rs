@@ -23,6 +23,7 @@ use super::stream::Backoff;
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::cache::Renderer;
 use crate::config::{Config, UpstreamTls};
+use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::xds::Endpoint;
 
@@ -108,7 +109,7 @@ impl UpstreamContext {
             Ok(_) => tracing::info!(upstream = %self.uri, "upstream reachable"),
             Err(e) => tracing::warn!(
                 upstream = %self.uri,
-                error = %error_chain(&e),
+                error = %Escaped(error_chain(&e)),
                 "cannot reach the upstream; clients get 503s until it answers (retried per session)"
             ),
         }
@@ -147,7 +148,7 @@ impl UpstreamContext {
                     }
                     Err(reason) => {
                         let delay = backoff.next_delay();
-                        debug!(upstream = %ctx.uri, %reason, retry_in = ?delay, "upstream not ready yet");
+                        debug!(upstream = %ctx.uri, reason = %Escaped(&reason), retry_in = ?delay, "upstream not ready yet");
                         drop(ctx);
                         tokio::time::sleep(delay).await;
                     }

@@ -1,7 +1,8 @@
 //! `?changes`, in process against scripted sessions: a poll presenting a
 //! version gets the resources added or modified since and the names
 //! removed; an unknown or empty version gets the whole state saying so; a
-//! watch's events say what changed since the previous one.
+//! watch's events say what changed since the previous one. A version is
+//! compared only against what was served to the node presenting it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,6 +102,47 @@ async fn a_poll_with_a_version_gets_what_changed_since() {
     }
     let (status, body) = get(&gw, "/v3/discovery:clusters?node=n&changes=maybe").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+/// Finding 6 of issue 20: node B presenting the version node A was served
+/// learns nothing of A's names: it gets its whole state, saying so.
+#[tokio::test(start_paused = true)]
+async fn another_nodes_version_gets_the_full_state_and_none_of_its_names() {
+    let (gw, script) = scripted(Config::default());
+    script
+        .set(
+            CDS,
+            "v1",
+            &[cluster("a-only", "1s"), cluster("shared", "1s")],
+        )
+        .await;
+    let (_, first) = get(&gw, "/v3/discovery:clusters?node=a&cluster=c").await;
+    let v1 = first["versionInfo"].as_str().unwrap().to_owned();
+    script.set(CDS, "v2", &[cluster("shared", "2s")]).await;
+    // A itself still gets what changed since.
+    let (_, own) = get(
+        &gw,
+        &format!("/v3/discovery:clusters?node=a&cluster=c&changes&version={v1}"),
+    )
+    .await;
+    assert_eq!(own["fullState"], false, "{own}");
+    assert_eq!(names(&own["removedResources"]), ["a-only"]);
+
+    for other in ["node=b&cluster=c", "node=a&cluster=d", "cluster=c"] {
+        let (status, delta) = get(
+            &gw,
+            &format!("/v3/discovery:clusters?{other}&changes&version={v1}"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{other}: {delta}");
+        assert_eq!(delta["fullState"], true, "{other}: {delta}");
+        assert!(
+            names(&delta["removedResources"]).is_empty(),
+            "{other}: {delta}"
+        );
+        assert_eq!(names(&delta["resources"]), ["shared"], "{other}");
+        assert!(!delta.to_string().contains("a-only"), "{other}: {delta}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -31,6 +31,7 @@ use super::frame::Format;
 use crate::cache::{Answer, ParsedRequest, Poll, Served, Standing};
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
+use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
@@ -198,7 +199,7 @@ impl Watch {
             Err(err) => {
                 // States are validated on arrival: this is the gateway's own
                 // failure; end the stream rather than send a broken event.
-                warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering failed; stream ended");
+                warn!(node = %Escaped(self.request.node_id()), kind = %self.kind, %err, "watch: rendering failed; stream ended");
                 self.ended = true;
                 None
             }
@@ -216,7 +217,7 @@ impl Watch {
                 let frame = match self.body_frame(json, version) {
                     Ok(frame) => frame,
                     Err(err) => {
-                        warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch: rendering changes failed; stream ended");
+                        warn!(node = %Escaped(self.request.node_id()), kind = %self.kind, %err, "watch: rendering changes failed; stream ended");
                         self.ended = true;
                         return None;
                     }
@@ -256,14 +257,14 @@ impl Watch {
         let frame = if self.changes {
             let since = match &self.last {
                 Some(last) => Some(last.clone()),
-                None => history.recall(self.request.version_info()),
+                None => history.recall(&self.request, self.request.version_info()),
             };
             let changes = served.changes(&self.gateway.renderer, version, since.as_deref())?;
             self.format.event(CHANGES_EVENT, version, &changes)
         } else {
             self.format.event(RESPONSE_EVENT, version, json)
         };
-        history.remember(version, || served.clone());
+        history.remember(&self.request, version, || served.clone());
         self.last = Some(served);
         Ok(frame)
     }

@@ -85,6 +85,7 @@ const NOT_FOUND: i32 = 5;
 // How long a subscription may stay unanswered on a stream that answers the
 // type before it is taken as answered (see the module docs).
 use super::session::SETTLE;
+use crate::log_escape::Escaped;
 /// The wildcard subscription name.
 const WILDCARD: &str = "*";
 /// Hex digits of SHA-256 in a published version.
@@ -287,7 +288,7 @@ impl Delta {
             Ok(mut update) => {
                 debug!(
                     %kind,
-                    %system_version,
+                    system_version = %Escaped(&system_version),
                     added = update.added.len(),
                     name_only = update.name_only.len(),
                     removed = update.removed.len(),
@@ -308,7 +309,7 @@ impl Delta {
                 Some(self.request(kind, Diff::default(), nonce, None))
             }
             Err(reason) => {
-                warn!(%kind, %system_version, %reason, "rejected upstream delta response (NACK)");
+                warn!(%kind, system_version = %Escaped(&system_version), reason = %Escaped(&reason), "rejected upstream delta response (NACK)");
                 if reason.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);
                 }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::update::{digest, Held, Update};
 use super::SETTLE;
 use crate::cache::{Coverage, TypeState};
+use crate::log_escape::Escaped;
 use crate::xds::{membership, ResourceType};
 
 /// What the gateway knows of one type, across streams.
@@ -100,7 +101,7 @@ impl Tracked {
         }
         for (name, held) in update.added {
             if !sent.wants_resource(&held.resource) {
-                debug!(%name, "resource nobody subscribed to: ignored");
+                debug!(name = %Escaped(&name), "resource nobody subscribed to: ignored");
                 continue;
             }
             answered(self, wire, &name, &held.resource.aliases);

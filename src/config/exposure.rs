@@ -1,0 +1,60 @@
+//! Who may reach what the gateway serves: the rules for listeners off
+//! loopback. A REST listener there needs TLS or an auth policy (or the
+//! operator's word that the network is trusted), and `--allow-secrets`
+//! there needs callers told apart (a policy, or required mTLS). Checked by
+//! [`Config::validate`] before anything binds.
+
+use super::{ClientAuth, Config, ConfigError};
+
+impl Config {
+    /// A REST listener off loopback must be protected (TLS or an auth
+    /// policy) unless the operator says otherwise: anyone who reaches an
+    /// unprotected one can name any node and get its config.
+    pub(super) fn validate_exposure(&self) -> Result<(), ConfigError> {
+        if self.listen.ip().is_loopback() {
+            return Ok(());
+        }
+        self.validate_secrets_exposure()?;
+        let protected = self.tls.is_some() || self.auth_policy.is_some();
+        if protected || self.allow_insecure_listen {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            key: "listen",
+            reason: format!(
+                "{} is not a loopback address, and the REST listener has neither TLS (--tls-cert/--tls-key) \
+                 nor an authorization policy (--auth-policy): anyone who reaches it could take any node's \
+                 identity and read its config. Add one, or say --allow-insecure-listen if the network \
+                 in front of it is trusted (a container whose port is published on loopback only)",
+                self.listen
+            ),
+        })
+    }
+
+    /// `--allow-secrets` off loopback needs callers told apart: an auth
+    /// policy (`--auth-policy`, which names who may have secrets) or mTLS
+    /// with required client certificates (`--client-ca`, `--client-auth
+    /// required`). Server-only TLS encrypts the connection but lets anyone
+    /// who reaches the listener name any node and take its private keys;
+    /// `--allow-insecure-listen` does not lift this rule.
+    fn validate_secrets_exposure(&self) -> Result<(), ConfigError> {
+        let mtls_required = self
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca.is_some() && t.client_auth == ClientAuth::Required);
+        if !self.allow_secrets || self.auth_policy.is_some() || mtls_required {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            key: "allow-secrets",
+            reason: format!(
+                "--listen {} is not a loopback address, and secrets would be served to anyone who \
+                 reaches it: server-only TLS does not say who the client is, so any client could name \
+                 any node and take its private keys. Off loopback, --allow-secrets needs an \
+                 authorization policy (--auth-policy) naming who may have secrets, or mTLS with \
+                 required client certificates (--client-ca, --client-auth required)",
+                self.listen
+            ),
+        })
+    }
+}
