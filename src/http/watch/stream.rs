@@ -157,7 +157,7 @@ impl Watch {
                 }
                 err = &mut self.revoked => {
                     self.ended = true;
-                    warn!(node = %self.request.node_id(), kind = %self.kind, %err, "watch ended: no longer authorized");
+                    warn!(node = %Escaped(self.request.node_id()), kind = %self.kind, %err, "watch ended: no longer authorized");
                     return self.format.closing(&format!("no longer authorized: {err}"));
                 }
                 (polled, changed) = change => {
