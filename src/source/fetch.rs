@@ -22,7 +22,12 @@
 //!   wait ends.
 //! - Suspected rejections are logged and counted; there is no stream to
 //!   NACK them on.
-//! - Nothing is served stale: an upstream failure is the poll's error.
+//! - An upstream failure (unreachable, a call past `--first-response-timeout`,
+//!   an answer that does not decode or validate) is answered with the
+//!   latest state kept for the poll's (identity, type, names), marked stale
+//!   since the first failure (the stale header, as the stream modes do), so
+//!   a REST client polling through a control plane's restart sees no
+//!   failed poll; a poll with nothing kept gets the error (503).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -34,6 +39,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use moka::future::Cache;
 use tonic::Code;
+use tracing::{info, warn};
 
 use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::polled::{record_served, report_suspicion, suspect, Feed, Polled};
@@ -125,6 +131,8 @@ struct Fetcher {
     refetch_every: Duration,
     call_timeout: Duration,
     rejection_threshold: u32,
+    /// Since when calls have been failing (cleared by the next success).
+    failing_since: Mutex<Option<SystemTime>>,
 }
 
 impl FetchSource {
@@ -150,6 +158,7 @@ impl FetchSource {
                 refetch_every: ttl.max(REFETCH_MIN),
                 call_timeout: config.first_response_timeout,
                 rejection_threshold: config.rejection_threshold,
+                failing_since: Mutex::default(),
             }),
         }
     }
@@ -187,7 +196,7 @@ impl Source for FetchSource {
                 names: request.names().clone(),
             };
             let presented = upstream_version(request.version_info()).to_owned();
-            let current = tokio::time::timeout(
+            let fetched = tokio::time::timeout(
                 fetcher.call_timeout,
                 fetcher.current(&key, &node, &presented),
             )
@@ -196,7 +205,19 @@ impl Source for FetchSource {
                 from: "the upstream",
                 kind,
                 within: fetcher.call_timeout,
-            })??;
+            })
+            .and_then(|answer| answer.map_err(SourceError::from));
+            let (current, stale_since) = match fetched {
+                Ok(state) => {
+                    fetcher.succeeded();
+                    (state, None)
+                }
+                // The last good state, while the upstream fails.
+                Err(err) => match fetcher.latest.get(&key) {
+                    Some(latest) => (latest, Some(fetcher.failed(&err))),
+                    None => return Err(err),
+                },
+            };
             let trackers = fetcher
                 .trackers
                 .get_with_by_ref(identity, || Arc::new(Trackers::new()));
@@ -205,6 +226,7 @@ impl Source for FetchSource {
                 key,
                 node,
                 trackers,
+                stale_since,
             };
             Ok(Polled::new(current, Box::new(feed)))
         }
@@ -227,6 +249,23 @@ impl Source for FetchSource {
 }
 
 impl Fetcher {
+    /// A call succeeded: the upstream answers again.
+    fn succeeded(&self) {
+        let mut since = self.failing_since.lock().unwrap_or_else(|p| p.into_inner());
+        if since.take().is_some() {
+            info!(upstream = %self.ctx.uri, "fetch: the upstream answers again");
+        }
+    }
+
+    /// A call failed with `err`: since when calls have been failing.
+    fn failed(&self, err: &SourceError) -> SystemTime {
+        let mut since = self.failing_since.lock().unwrap_or_else(|p| p.into_inner());
+        *since.get_or_insert_with(|| {
+            warn!(upstream = %self.ctx.uri, %err, "fetch: the upstream fails; polls get the last good state, marked stale");
+            SystemTime::now()
+        })
+    }
+
     /// The node of `identity`, decoded from `node()` the first time.
     fn node(
         &self,
@@ -250,7 +289,11 @@ impl Fetcher {
         presented: &str,
     ) -> Result<Arc<TypeState>, FetchError> {
         if let FetchAnswer::State(state) = &*self.fetch(key, node, presented).await? {
-            return Ok(state.clone());
+            // A memoised answer can be older than what a later call for the
+            // same key brought (another client presented another version):
+            // every call that brings a state leaves it as the latest, so the
+            // latest is never older, and a version never goes back.
+            return Ok(self.latest.get(key).unwrap_or_else(|| state.clone()));
         }
         if let Some(latest) = self.latest.get(key).filter(|l| l.version == presented) {
             return Ok(latest);
@@ -369,6 +412,8 @@ struct FetchFeed {
     key: StateKey,
     node: Arc<Node>,
     trackers: Arc<Trackers>,
+    /// Set when the poll was answered with the last good state.
+    stale_since: Option<SystemTime>,
 }
 
 impl Feed for FetchFeed {
@@ -426,7 +471,7 @@ impl Feed for FetchFeed {
     }
 
     fn stale_since(&self) -> Option<SystemTime> {
-        None
+        self.stale_since
     }
 }
 
