@@ -1,0 +1,293 @@
+//! The gateway in front of go-control-plane (issue 21), the xDS server
+//! library most production control planes are built on, run as a test peer
+//! (`tests/peers/go-control-plane/`, `support/go_peer.rs`): in every
+//! upstream mode the gateway has (aggregated SotW, aggregated delta, unary
+//! Fetch, auto), every resource type is served as protobuf's reference
+//! JSON of what go-control-plane sent (Python `json_format` with
+//! `xds-protos`) and presenting the version served is a 304; a change of
+//! one cluster reaches a client; a restart of go-control-plane's gRPC
+//! listener leaves the last good config in service and the gateway back in
+//! step after; and a resource go-control-plane serves that Envoy's rules
+//! refuse is NACKed upstream, go-control-plane itself recording the NACK
+//! with the gateway's `error_detail`.
+//!
+//! The gateway runs in process on kernel-chosen loopback ports; the peer
+//! and the reference JSON are child processes, killed when the test ends.
+
+#[path = "support/gateway.rs"]
+mod gateway;
+#[path = "support/go_peer.rs"]
+mod go_peer;
+#[path = "support/inproc.rs"]
+mod inproc;
+#[path = "support/json_reference.rs"]
+mod json_reference;
+#[path = "support/process.rs"]
+mod process;
+#[path = "support/rest.rs"]
+mod rest;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use gateway::{discover_on, Reply};
+use go_peer::GoControlPlane;
+use inproc::InProcess;
+use process::{eventually, require_python};
+use rest::{
+    bounded, cluster, main_cases, names_of, node, other_cases, request, upstream_of, version_of,
+    Case, CDS,
+};
+use xds_gateway::config::{Config, UpstreamMode};
+
+/// No test may take longer than this in total.
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a change may take to reach a poll.
+const CHANGE_WAIT: Duration = Duration::from_secs(15);
+const MODES: [UpstreamMode; 4] = [
+    UpstreamMode::Sotw,
+    UpstreamMode::Delta,
+    UpstreamMode::Fetch,
+    UpstreamMode::Auto,
+];
+
+/// Whether a served version carries the upstream's version as it is: in
+/// delta (auto picks delta here) it is a digest of the resource versions.
+fn carries_upstream_version(mode: UpstreamMode) -> bool {
+    matches!(mode, UpstreamMode::Sotw | UpstreamMode::Fetch)
+}
+
+/// Every corpus case: the four main types and SRDS, SDS, RTDS, ECDS.
+fn cases() -> Vec<Case> {
+    main_cases().into_iter().chain(other_cases()).collect()
+}
+
+/// The gateway in process in front of `upstream`, in `mode`.
+async fn gateway_of(upstream: String, mode: UpstreamMode) -> InProcess {
+    let config = Config {
+        upstream: Some(upstream),
+        upstream_mode: mode,
+        allow_secrets: true,
+        ..Config::default()
+    }
+    .validate()
+    .expect("a valid configuration");
+    InProcess::start(config).await
+}
+
+async fn discover(gw: &InProcess, endpoint: &str, body: &Value) -> Reply {
+    discover_on(gw.rest_port, endpoint, body.to_string())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Protobuf's reference JSON (`json_format`) of each upstream resource of
+/// `cases`, by type URL and then name.
+fn reference_json(test: &str, cases: &[Case]) -> BTreeMap<(String, String), Value> {
+    let python = require_python(test);
+    let items: Vec<Value> = cases.iter().flat_map(|c| c.upstream.clone()).collect();
+    let answers = json_reference::reference(&python, &[json!({"op": "roundtrip", "items": items})]);
+    let results = answers[0]["results"].as_array().expect("reference results");
+    results
+        .iter()
+        .map(|result| {
+            let text = result["json"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{test}: reference failed: {result}"));
+            let any: Value = serde_json::from_str(text).unwrap();
+            let type_url = any["@type"].as_str().unwrap().to_owned();
+            ((type_url, resource_name(&any)), any)
+        })
+        .collect()
+}
+
+fn resource_name(resource: &Value) -> String {
+    resource
+        .get("name")
+        .or_else(|| resource.get("clusterName"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mode_serves_go_control_plane_config_as_protobuf_renders_it() {
+    const TEST: &str = "every_mode_serves_go_control_plane_config_as_protobuf_renders_it";
+    let cases = cases();
+    let reference = reference_json(TEST, &cases);
+    bounded(TEST_TIMEOUT, async {
+        let cp = GoControlPlane::start(TEST);
+        let resources: Vec<(&str, Vec<Value>)> = cases
+            .iter()
+            .map(|c| (c.type_url, c.upstream.clone()))
+            .collect();
+        cp.set_snapshot("*", "gcp-1", &resources).await;
+        for mode in MODES {
+            let gw = gateway_of(cp.upstream(), mode).await;
+            let n = node(&format!("gcp-{mode:?}").to_lowercase());
+            for case in &cases {
+                let what = format!("{mode:?} {}", case.endpoint);
+                let reply = discover(&gw, case.endpoint, &request(&n, "", &case.asked)).await;
+                assert_eq!(reply.status, 200, "{what}: {}", reply.text());
+                let body = reply.json();
+                assert_eq!(body["typeUrl"], json!(case.type_url), "{what}");
+                assert_eq!(names_of(&reply), case.expected, "{what}: names");
+                for got in body["resources"].as_array().unwrap() {
+                    let key = (case.type_url.to_owned(), resource_name(got));
+                    assert_eq!(
+                        Some(got),
+                        reference.get(&key),
+                        "{what}: not protobuf's reference JSON of what go-control-plane sent"
+                    );
+                }
+                if carries_upstream_version(mode) {
+                    assert_eq!(upstream_of(&reply), "gcp-1", "{what}");
+                }
+                let again = discover(
+                    &gw,
+                    case.endpoint,
+                    &request(&n, &version_of(&reply), &case.asked),
+                )
+                .await;
+                assert_eq!(
+                    again.status,
+                    304,
+                    "{what}: presenting the version served: {}",
+                    again.text()
+                );
+            }
+            gw.stop().await;
+        }
+    })
+    .await;
+}
+
+/// Polls CDS for `n`, presenting `version`, until the answer is a new
+/// version; returns it.
+async fn next_cds(gw: &InProcess, n: &Value, version: &str) -> Reply {
+    let found = eventually(CHANGE_WAIT, Duration::from_millis(50), || async {
+        let reply = discover(gw, "clusters", &request(n, version, &[])).await;
+        (reply.status == 200).then_some(reply)
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("no new CDS version after {version} within {CHANGE_WAIT:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_and_a_restart_of_go_control_plane_in_every_mode() {
+    const TEST: &str = "a_change_and_a_restart_of_go_control_plane_in_every_mode";
+    bounded(TEST_TIMEOUT, async {
+        let cp = GoControlPlane::start(TEST);
+        for (i, mode) in MODES.into_iter().enumerate() {
+            let id = format!("restart-{i}");
+            let n = node(&id);
+            cp.set_snapshot(&id, "v1", &[(CDS, vec![cluster("a"), cluster("b")])])
+                .await;
+            let gw = gateway_of(cp.upstream(), mode).await;
+            let first = discover(&gw, "clusters", &request(&n, "", &[])).await;
+            assert_eq!(first.status, 200, "{mode:?}: {}", first.text());
+            assert_eq!(names_of(&first), ["a", "b"], "{mode:?}");
+
+            // One cluster changes.
+            let mut changed = cluster("b");
+            changed["connect_timeout"] = json!("7s");
+            cp.set_cluster(&id, "v2", changed).await;
+            let second = next_cds(&gw, &n, &version_of(&first)).await;
+            if carries_upstream_version(mode) {
+                assert_eq!(upstream_of(&second), "v2", "{mode:?}");
+            }
+            assert!(
+                second.text().contains("\"7s\""),
+                "{mode:?}: {}",
+                second.text()
+            );
+            // A client that holds nothing gets the new state too, at once
+            // (in fetch mode, not the first poll's answer memoised for the
+            // TTL: a version never goes back).
+            let fresh = discover(&gw, "clusters", &request(&n, "", &[])).await;
+            assert_eq!(fresh.body, second.body, "{mode:?}: a version went back");
+
+            // go-control-plane's gRPC listener goes away: the last good
+            // state is served, marked stale, and presenting it is a 304.
+            cp.stop_grpc().await;
+            let during = discover(&gw, "clusters", &request(&n, &version_of(&second), &[])).await;
+            assert_eq!(
+                during.status,
+                304,
+                "{mode:?} while the upstream is down: {}",
+                during.text()
+            );
+            let marked = eventually(CHANGE_WAIT, Duration::from_millis(50), || async {
+                let full = discover(&gw, "clusters", &request(&n, "", &[])).await;
+                assert_eq!(full.status, 200, "{mode:?}: {}", full.text());
+                assert_eq!(full.body, second.body, "{mode:?}: the last good state");
+                full.headers
+                    .contains_key("x-xds-gateway-stale-since")
+                    .then_some(())
+            })
+            .await;
+            assert!(marked.is_some(), "{mode:?}: never marked stale");
+
+            // It comes back with a change: the gateway is in step again.
+            cp.start_grpc().await;
+            let mut third = cluster("c");
+            third["connect_timeout"] = json!("3s");
+            cp.set_cluster(&id, "v3", third).await;
+            let after = next_cds(&gw, &n, &version_of(&second)).await;
+            if carries_upstream_version(mode) {
+                assert_eq!(upstream_of(&after), "v3", "{mode:?}");
+            }
+            assert_eq!(names_of(&after), ["a", "b", "c"], "{mode:?}");
+            gw.stop().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_envoy_would_refuse_is_nacked_to_go_control_plane() {
+    const TEST: &str = "a_resource_envoy_would_refuse_is_nacked_to_go_control_plane";
+    bounded(TEST_TIMEOUT, async {
+        let cp = GoControlPlane::start(TEST);
+        for (i, mode) in [UpstreamMode::Sotw, UpstreamMode::Delta]
+            .into_iter()
+            .enumerate()
+        {
+            let id = format!("nack-{i}");
+            let n = node(&id);
+            cp.set_snapshot(&id, "good", &[(CDS, vec![cluster("a")])])
+                .await;
+            let gw = gateway_of(cp.upstream(), mode).await;
+            let good = discover(&gw, "clusters", &request(&n, "", &[])).await;
+            assert_eq!(good.status, 200, "{mode:?}: {}", good.text());
+
+            // connect_timeout must be > 0 (Envoy's field rules).
+            let mut bad = cluster("a");
+            bad["connect_timeout"] = json!("-1s");
+            cp.set_cluster(&id, "bad", bad).await;
+            let nacked = eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
+                let stats = cp.stats().await;
+                stats["nacks"]
+                    .as_array()?
+                    .iter()
+                    .find(|nack| nack["node_id"] == id.as_str() && nack["type_url"] == CDS)
+                    .cloned()
+            })
+            .await;
+            let nack =
+                nacked.unwrap_or_else(|| panic!("{mode:?}: go-control-plane recorded no NACK"));
+            let message = nack["error_detail"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("connect_timeout"),
+                "{mode:?}: the NACK's error_detail does not say what was wrong: {nack}"
+            );
+            // The last good state stays in service.
+            let same = discover(&gw, "clusters", &request(&n, &version_of(&good), &[])).await;
+            assert_eq!(same.status, 304, "{mode:?}: {}", same.text());
+            gw.stop().await;
+        }
+    })
+    .await;
+}
