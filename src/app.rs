@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::Renderer;
-use crate::config::{Config, UpstreamMode, Validation};
+use crate::config::{Config, UpstreamMode, UpstreamStreams, Validation};
 use crate::drain::Drain;
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
@@ -213,8 +213,10 @@ fn build_source(
     tokio::spawn(ctx.clone().log_reachability());
     ctx.check_readiness();
     if config.upstream_mode != UpstreamMode::Auto {
+        let streams = config.upstream_streams;
         return Ok(grpc_source(
             config.upstream_mode,
+            streams,
             ctx,
             config,
             renderer,
@@ -225,14 +227,15 @@ fn build_source(
     let first_wait = config.first_response_timeout;
     let choose = {
         let ctx = ctx.clone();
-        Box::new(move |mode| grpc_source(mode, ctx, &config, &renderer, &metrics))
+        Box::new(move |mode, streams| grpc_source(mode, streams, ctx, &config, &renderer, &metrics))
     };
     Ok(AutoSource::start(ctx, first_wait, choose))
 }
 
-/// The source for an upstream spoken to in `mode`.
+/// The source for an upstream spoken to in `mode` on `streams`.
 fn grpc_source(
     mode: UpstreamMode,
+    streams: UpstreamStreams,
     ctx: Arc<UpstreamContext>,
     config: &Config,
     renderer: &Renderer,
@@ -242,9 +245,13 @@ fn grpc_source(
     match mode {
         // The probe never answers auto; SotW is the mode every ADS server has.
         UpstreamMode::Sotw | UpstreamMode::Auto => {
-            Sessions::start(SotwFeeder::new(ctx), renderer, metrics, config)
+            let feeder = SotwFeeder::new(ctx, streams);
+            Sessions::start(feeder, renderer, metrics, config)
         }
-        UpstreamMode::Delta => Sessions::start(DeltaFeeder::new(ctx), renderer, metrics, config),
+        UpstreamMode::Delta => {
+            let feeder = DeltaFeeder::new(ctx, streams);
+            Sessions::start(feeder, renderer, metrics, config)
+        }
         UpstreamMode::Fetch => Arc::new(FetchSource::new(ctx, config)),
     }
 }

@@ -19,7 +19,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use process::{eventually, free_port, http_get, ChildGuard};
-use xds_gateway::config::{Config, LogFormat, RewritePolicy, SessionKey, UpstreamMode, Validation};
+use xds_gateway::config::{
+    Config, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams, Validation,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xds-gateway");
 /// Bound on a run that should exit by itself (`--help`, a rejected config).
@@ -60,6 +62,11 @@ const SETTINGS: &[Setting] = &[
         "--upstream-mode",
         "XDS_GATEWAY_UPSTREAM_MODE",
         "upstream-mode",
+    ),
+    setting(
+        "--upstream-streams",
+        "XDS_GATEWAY_UPSTREAM_STREAMS",
+        "upstream-streams",
     ),
     setting("--upstream-ca", "XDS_GATEWAY_UPSTREAM_CA", "upstream-ca"),
     setting(
@@ -898,6 +905,9 @@ fn sample_config_has_every_key_documented_at_its_default() {
         let same = match key {
             "upstream-mode" => {
                 value.clone().try_into::<UpstreamMode>().ok() == Some(d.upstream_mode)
+            }
+            "upstream-streams" => {
+                value.clone().try_into::<UpstreamStreams>().ok() == Some(d.upstream_streams)
             }
             "upstream-headers" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.upstream_headers.is_empty()

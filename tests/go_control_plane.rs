@@ -1,15 +1,17 @@
 //! The gateway in front of go-control-plane (issue 21), the xDS server
 //! library most production control planes are built on, run as a test peer
 //! (`tests/peers/go-control-plane/`, `support/go_peer.rs`): in every
-//! upstream mode the gateway has (aggregated SotW, aggregated delta, unary
-//! Fetch, auto), every resource type is served as protobuf's reference
+//! upstream transport the gateway has (SotW and delta, each on ADS and on
+//! the per-type services, the latter against a peer that serves no ADS;
+//! unary Fetch; auto), every resource type is served as protobuf's reference
 //! JSON of what go-control-plane sent (Python `json_format` with
 //! `xds-protos`) and presenting the version served is a 304; a change of
 //! one cluster reaches a client; a restart of go-control-plane's gRPC
 //! listener leaves the last good config in service and the gateway back in
 //! step after; and a resource go-control-plane serves that Envoy's rules
 //! refuse is NACKed upstream, go-control-plane itself recording the NACK
-//! with the gateway's `error_detail`.
+//! with the gateway's `error_detail`; and auto finds the per-type services
+//! of a control plane without ADS.
 //!
 //! The gateway runs in process on kernel-chosen loopback ports; the peer
 //! and the reference JSON are child processes, killed when the test ends.
@@ -35,27 +37,31 @@ use serde_json::{json, Value};
 use gateway::{discover_on, Reply};
 use go_peer::GoControlPlane;
 use inproc::InProcess;
-use process::{eventually, require_python};
+use process::{eventually, http_get, require_python};
 use rest::{
     bounded, cluster, main_cases, names_of, node, other_cases, request, upstream_of, version_of,
     Case, CDS,
 };
-use xds_gateway::config::{Config, UpstreamMode};
+use xds_gateway::config::{Config, UpstreamMode, UpstreamStreams};
 
 /// No test may take longer than this in total.
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a change may take to reach a poll.
 const CHANGE_WAIT: Duration = Duration::from_secs(15);
-const MODES: [UpstreamMode; 4] = [
-    UpstreamMode::Sotw,
-    UpstreamMode::Delta,
-    UpstreamMode::Fetch,
-    UpstreamMode::Auto,
+/// Every transport: SotW or delta on ADS or on the per-type services,
+/// unary Fetch, and auto (which finds delta ADS on go-control-plane).
+const MODES: [(UpstreamMode, UpstreamStreams); 6] = [
+    (UpstreamMode::Sotw, UpstreamStreams::Aggregated),
+    (UpstreamMode::Delta, UpstreamStreams::Aggregated),
+    (UpstreamMode::Sotw, UpstreamStreams::PerType),
+    (UpstreamMode::Delta, UpstreamStreams::PerType),
+    (UpstreamMode::Fetch, UpstreamStreams::Aggregated),
+    (UpstreamMode::Auto, UpstreamStreams::Aggregated),
 ];
 
 /// Whether a served version carries the upstream's version as it is: in
 /// delta (auto picks delta here) it is a digest of the resource versions.
-fn carries_upstream_version(mode: UpstreamMode) -> bool {
+fn carries_upstream_version((mode, _): (UpstreamMode, UpstreamStreams)) -> bool {
     matches!(mode, UpstreamMode::Sotw | UpstreamMode::Fetch)
 }
 
@@ -64,11 +70,40 @@ fn cases() -> Vec<Case> {
     main_cases().into_iter().chain(other_cases()).collect()
 }
 
-/// The gateway in process in front of `upstream`, in `mode`.
-async fn gateway_of(upstream: String, mode: UpstreamMode) -> InProcess {
+/// go-control-plane twice: serving ADS and the per-type services, and the
+/// per-type services only (`--no-ads`), so that a per-type transport is
+/// proven to use them.
+struct Peers {
+    full: GoControlPlane,
+    per_type_only: GoControlPlane,
+}
+
+impl Peers {
+    fn start(test: &str) -> Peers {
+        Peers {
+            full: GoControlPlane::start(test),
+            per_type_only: GoControlPlane::start_with(test, &["--no-ads"]),
+        }
+    }
+
+    /// The peer a transport is tested against.
+    fn of(&self, (_, streams): (UpstreamMode, UpstreamStreams)) -> &GoControlPlane {
+        match streams {
+            UpstreamStreams::Aggregated => &self.full,
+            UpstreamStreams::PerType => &self.per_type_only,
+        }
+    }
+}
+
+/// The gateway in process in front of `upstream`, in `mode` on `streams`.
+async fn gateway_of(
+    upstream: String,
+    (mode, streams): (UpstreamMode, UpstreamStreams),
+) -> InProcess {
     let config = Config {
         upstream: Some(upstream),
         upstream_mode: mode,
+        upstream_streams: streams,
         allow_secrets: true,
         ..Config::default()
     }
@@ -118,15 +153,17 @@ async fn every_mode_serves_go_control_plane_config_as_protobuf_renders_it() {
     let cases = cases();
     let reference = reference_json(TEST, &cases);
     bounded(TEST_TIMEOUT, async {
-        let cp = GoControlPlane::start(TEST);
+        let peers = Peers::start(TEST);
         let resources: Vec<(&str, Vec<Value>)> = cases
             .iter()
             .map(|c| (c.type_url, c.upstream.clone()))
             .collect();
-        cp.set_snapshot("*", "gcp-1", &resources).await;
-        for mode in MODES {
-            let gw = gateway_of(cp.upstream(), mode).await;
-            let n = node(&format!("gcp-{mode:?}").to_lowercase());
+        for cp in [&peers.full, &peers.per_type_only] {
+            cp.set_snapshot("*", "gcp-1", &resources).await;
+        }
+        for (i, mode) in MODES.into_iter().enumerate() {
+            let gw = gateway_of(peers.of(mode).upstream(), mode).await;
+            let n = node(&format!("gcp-{i}"));
             for case in &cases {
                 let what = format!("{mode:?} {}", case.endpoint);
                 let reply = discover(&gw, case.endpoint, &request(&n, "", &case.asked)).await;
@@ -179,8 +216,9 @@ async fn next_cds(gw: &InProcess, n: &Value, version: &str) -> Reply {
 async fn a_change_and_a_restart_of_go_control_plane_in_every_mode() {
     const TEST: &str = "a_change_and_a_restart_of_go_control_plane_in_every_mode";
     bounded(TEST_TIMEOUT, async {
-        let cp = GoControlPlane::start(TEST);
+        let peers = Peers::start(TEST);
         for (i, mode) in MODES.into_iter().enumerate() {
+            let cp = peers.of(mode);
             let id = format!("restart-{i}");
             let n = node(&id);
             cp.set_snapshot(&id, "v1", &[(CDS, vec![cluster("a"), cluster("b")])])
@@ -250,11 +288,12 @@ async fn a_change_and_a_restart_of_go_control_plane_in_every_mode() {
 async fn a_resource_envoy_would_refuse_is_nacked_to_go_control_plane() {
     const TEST: &str = "a_resource_envoy_would_refuse_is_nacked_to_go_control_plane";
     bounded(TEST_TIMEOUT, async {
-        let cp = GoControlPlane::start(TEST);
-        for (i, mode) in [UpstreamMode::Sotw, UpstreamMode::Delta]
+        let peers = Peers::start(TEST);
+        let stream_modes = MODES
             .into_iter()
-            .enumerate()
-        {
+            .filter(|(mode, _)| matches!(mode, UpstreamMode::Sotw | UpstreamMode::Delta));
+        for (i, mode) in stream_modes.enumerate() {
+            let cp = peers.of(mode);
             let id = format!("nack-{i}");
             let n = node(&id);
             cp.set_snapshot(&id, "good", &[(CDS, vec![cluster("a")])])
@@ -288,6 +327,53 @@ async fn a_resource_envoy_would_refuse_is_nacked_to_go_control_plane() {
             assert_eq!(same.status, 304, "{mode:?}: {}", same.text());
             gw.stop().await;
         }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_finds_the_per_type_services_of_a_control_plane_without_ads() {
+    const TEST: &str = "auto_finds_the_per_type_services_of_a_control_plane_without_ads";
+    bounded(TEST_TIMEOUT, async {
+        let cp = GoControlPlane::start_with(TEST, &["--no-ads"]);
+        cp.set_snapshot("*", "v1", &[(CDS, vec![cluster("a")])])
+            .await;
+        // Without ADS an aggregated stream mode gets nothing...
+        let aggregated = gateway_of(
+            cp.upstream(),
+            (UpstreamMode::Sotw, UpstreamStreams::Aggregated),
+        )
+        .await;
+        let n = node("no-ads");
+        let refused = discover(&aggregated, "clusters", &request(&n, "", &[])).await;
+        assert_eq!(refused.status, 503, "{}", refused.text());
+        aggregated.stop().await;
+        // ...and auto finds the per-type streams (delta, which
+        // go-control-plane's per-type services speak too) and serves.
+        let auto = gateway_of(
+            cp.upstream(),
+            (UpstreamMode::Auto, UpstreamStreams::Aggregated),
+        )
+        .await;
+        let served = eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
+            let reply = discover(&auto, "clusters", &request(&n, "", &[])).await;
+            (reply.status == 200).then_some(reply)
+        })
+        .await
+        .expect("auto mode never served the per-type streams");
+        assert_eq!(names_of(&served), ["a"]);
+        let readyz = http_get(auto.admin_port, "/readyz")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(readyz.1.contains("delta, per-type streams"), "{readyz:?}");
+        let stats = cp.stats().await;
+        assert!(
+            stats["requests"].as_array().is_some_and(|r| r
+                .iter()
+                .any(|r| r["node_id"] == "no-ads" && r["delta"] == true)),
+            "{stats}"
+        );
+        auto.stop().await;
     })
     .await;
 }

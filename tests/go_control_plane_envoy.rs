@@ -1,6 +1,8 @@
 //! A real Envoy 1.40 polling the gateway over REST, the gateway in front of
 //! go-control-plane (`tests/peers/go-control-plane/`), once per upstream
-//! mode: aggregated SotW, aggregated delta, unary Fetch, and auto (issue 21).
+//! transport: SotW and delta on ADS, SotW and delta on the per-type
+//! services (against a go-control-plane serving no ADS), unary Fetch, and
+//! auto (issue 21).
 //!
 //! go-control-plane serves ADS-style config (`ads: {}` sources, as
 //! Istio-like control planes write it): a Cluster `backend` over EDS, its
@@ -74,11 +76,24 @@ fn only(stats: &BTreeMap<String, u64>, suffix: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-async fn run(mode: &'static str, envoy_bin: PathBuf, dir: PathBuf) {
-    let test = format!("go_control_plane_envoy ({mode})");
+/// One transport: `--upstream-mode` and `--upstream-streams`.
+#[derive(Debug, Clone, Copy)]
+struct Transport {
+    mode: &'static str,
+    streams: &'static str,
+}
+
+async fn run(transport: Transport, envoy_bin: PathBuf, dir: PathBuf) {
+    let Transport { mode, streams } = transport;
+    let test = format!("go_control_plane_envoy ({mode}, {streams})");
     let backend = envoy::serve(Router::new().fallback(|| async { BACKEND_BODY })).await;
     let listener_port = free_port();
-    let cp = GoControlPlane::start(&test);
+    // Per-type streams against a control plane that serves no ADS.
+    let peer_flags: &[&str] = match streams {
+        "per-type" => &["--no-ads"],
+        _ => &[],
+    };
+    let cp = GoControlPlane::start_with(&test, peer_flags);
     let resources = vec![
         (envoy::CLUSTER_TYPE, vec![backend_cluster("1s")]),
         (
@@ -100,13 +115,13 @@ async fn run(mode: &'static str, envoy_bin: PathBuf, dir: PathBuf) {
     let gateway = envoy::start_gateway(
         &cp.upstream(),
         Duration::from_millis(200),
-        &["--upstream-mode", mode],
+        &["--upstream-mode", mode, "--upstream-streams", streams],
         false,
         &dir,
     )
     .await;
     let envoy_admin = free_port();
-    let node = format!("gcp-envoy-{mode}");
+    let node = format!("gcp-envoy-{mode}-{streams}");
     let mut envoy = Envoy::start(
         &envoy_bin,
         &dir,
@@ -192,36 +207,22 @@ async fn run(mode: &'static str, envoy_bin: PathBuf, dir: PathBuf) {
     .unwrap_or_else(|| panic!("{test}: a change after the restart never reached Envoy"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_through_the_gateway_over_aggregated_sotw() {
-    envoy::run_bounded(
-        "envoy_through_the_gateway_over_aggregated_sotw",
-        |bin, dir| run("sotw", bin, dir),
-    )
-    .await;
+/// One test per transport, each bounded by `envoy::run_bounded`.
+macro_rules! transport_test {
+    ($($name:ident: $mode:literal, $streams:literal;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let transport = Transport { mode: $mode, streams: $streams };
+            envoy::run_bounded(stringify!($name), |bin, dir| run(transport, bin, dir)).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_through_the_gateway_over_aggregated_delta() {
-    envoy::run_bounded(
-        "envoy_through_the_gateway_over_aggregated_delta",
-        |bin, dir| run("delta", bin, dir),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_through_the_gateway_over_fetch() {
-    envoy::run_bounded("envoy_through_the_gateway_over_fetch", |bin, dir| {
-        run("fetch", bin, dir)
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_through_the_gateway_in_auto_mode() {
-    envoy::run_bounded("envoy_through_the_gateway_in_auto_mode", |bin, dir| {
-        run("auto", bin, dir)
-    })
-    .await;
+transport_test! {
+    envoy_through_the_gateway_over_aggregated_sotw: "sotw", "aggregated";
+    envoy_through_the_gateway_over_aggregated_delta: "delta", "aggregated";
+    envoy_through_the_gateway_over_per_type_sotw: "sotw", "per-type";
+    envoy_through_the_gateway_over_per_type_delta: "delta", "per-type";
+    envoy_through_the_gateway_over_fetch: "fetch", "aggregated";
+    envoy_through_the_gateway_in_auto_mode: "auto", "aggregated";
 }

@@ -51,6 +51,21 @@ pub enum UpstreamMode {
     Auto,
 }
 
+/// Which streams a stream mode (`sotw`, `delta`) opens: xDS's other axis.
+/// The two are independent, so they are two settings rather than four
+/// mode names: `--upstream-mode` says what is said (state of the world or
+/// incremental), `--upstream-streams` on which streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamStreams {
+    /// One aggregated (ADS) stream per node identity carries every type.
+    Aggregated,
+    /// One stream per node identity and type, on the type's own service
+    /// (`ClusterDiscoveryService.StreamClusters`, `DeltaClusters`, ...): for
+    /// control planes that do not serve ADS (Contour, for one).
+    PerType,
+}
+
 /// Whether resources are checked against Envoy's field rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -117,6 +132,8 @@ pub struct Config {
     /// The control plane's gRPC endpoint as an `http(s)://` URI.
     pub upstream: Option<String>,
     pub upstream_mode: UpstreamMode,
+    /// Aggregated or per-type streams (the stream modes; auto probes it).
+    pub upstream_streams: UpstreamStreams,
     pub upstream_tls: UpstreamTls,
     /// (name, value) metadata pairs sent on every upstream call.
     pub upstream_headers: Vec<(String, String)>,
@@ -180,6 +197,7 @@ impl Default for Config {
         Config {
             upstream: None,
             upstream_mode: UpstreamMode::Sotw,
+            upstream_streams: UpstreamStreams::Aggregated,
             upstream_tls: UpstreamTls::default(),
             upstream_headers: Vec::new(),
             upstream_keepalive: Duration::from_secs(30),
@@ -260,6 +278,7 @@ impl Config {
         }
         overwrite!(
             upstream_mode,
+            upstream_streams,
             upstream_keepalive,
             fetch_cache_ttl,
             listen,
@@ -337,6 +356,14 @@ impl Config {
 
     /// Checks cross-field rules and normalises the upstream URI.
     pub fn validate(mut self) -> Result<Config, ConfigError> {
+        if self.upstream_mode == UpstreamMode::Fetch
+            && self.upstream_streams == UpstreamStreams::PerType
+        {
+            return Err(invalid(
+                "upstream-streams",
+                "per-type streams are for the stream modes (sotw, delta, auto); fetch mode opens no stream",
+            ));
+        }
         if let Some(upstream) = self.upstream.take() {
             if !upstream.contains("://") {
                 let tls = &self.upstream_tls;

@@ -13,7 +13,8 @@ use clap::Parser;
 use serde::Deserialize;
 
 use super::{
-    ClientAuth, ConfigError, LogFormat, RewritePolicy, SessionKey, UpstreamMode, Validation,
+    ClientAuth, ConfigError, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams,
+    Validation,
 };
 
 /// The settings of one layer. Every flag has an `XDS_GATEWAY_*` variable and
@@ -36,6 +37,11 @@ pub struct Settings {
     /// How to talk to the upstream [default: sotw].
     #[arg(long, value_enum, env = "XDS_GATEWAY_UPSTREAM_MODE")]
     pub upstream_mode: Option<UpstreamMode>,
+    /// Streams of the sotw and delta modes: one aggregated (ADS) stream per
+    /// node identity, or one per identity and type on the types' own
+    /// services (for control planes without ADS) [default: aggregated].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_UPSTREAM_STREAMS")]
+    pub upstream_streams: Option<UpstreamStreams>,
     /// CA bundle (PEM) to verify an https:// / grpcs:// upstream [default: system roots].
     #[arg(long, env = "XDS_GATEWAY_UPSTREAM_CA")]
     pub upstream_ca: Option<PathBuf>,

@@ -322,3 +322,26 @@ fn limits_are_validated() {
         assert!(err.to_string().starts_with(key), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn per_type_streams_are_for_the_stream_modes() {
+    let config = |upstream_mode, upstream_streams| Config {
+        upstream: Some("http://127.0.0.1:18000".into()),
+        upstream_mode,
+        upstream_streams,
+        ..Config::default()
+    };
+    for mode in [UpstreamMode::Sotw, UpstreamMode::Delta, UpstreamMode::Auto] {
+        assert!(
+            config(mode, UpstreamStreams::PerType).validate().is_ok(),
+            "{mode:?}"
+        );
+    }
+    let err = config(UpstreamMode::Fetch, UpstreamStreams::PerType)
+        .validate()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("fetch mode opens no stream"),
+        "{err}"
+    );
+}

@@ -13,13 +13,11 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
 use tracing::{debug, info, warn};
 
 use super::decode::{decode_all_off_thread, Decoded, Rejection};
 use super::session::Session;
-use super::stream::{nack_detail, AdsClient, Protocol};
+use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::{Coverage, Resource, TypeState};
@@ -205,6 +203,9 @@ impl Protocol for Sotw {
     type Request = DiscoveryRequest;
     type Response = DiscoveryResponse;
     const MODE: &'static str = "sotw";
+    const AGGREGATED_PATH: &'static str =
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+    const DELTA: bool = false;
 
     fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Sotw {
         Sotw {
@@ -256,13 +257,6 @@ impl Protocol for Sotw {
         self.ctx.metrics.nack(kind);
         self.session.upstream.nacked(kind, &presented, &message);
         Some(self.request(kind, presented, nonce, Some(message)))
-    }
-
-    async fn open(
-        mut client: AdsClient,
-        request: tonic::Request<ReceiverStream<DiscoveryRequest>>,
-    ) -> Result<tonic::Response<Streaming<DiscoveryResponse>>, tonic::Status> {
-        client.stream_aggregated_resources(request).await
     }
 
     fn type_url(response: &DiscoveryResponse) -> &str {

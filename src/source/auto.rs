@@ -1,5 +1,6 @@
-//! `--upstream-mode auto` as a [`Source`]: probes the upstream (delta, else
-//! SotW, else the unary Fetch RPCs; see [`super::probe`]), retrying with the
+//! `--upstream-mode auto` as a [`Source`]: probes the upstream (delta ADS,
+//! SotW ADS, per-type delta, per-type SotW, else the unary Fetch RPCs; see
+//! [`super::probe`]), retrying with the
 //! streams' backoff while it cannot be reached, then hands every poll to the
 //! source built for the mode it found. Polls that come before the choice
 //! wait for it, bounded by the first-response timeout; HDS/CSDS pass-through
@@ -19,13 +20,13 @@ use super::probe;
 use super::stream::Backoff;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::ParsedRequest;
-use crate::config::UpstreamMode;
+use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
 /// Builds the source for the mode the probe found (`app.rs` decides what
 /// each mode is).
-pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode) -> Arc<dyn Source> + Send>;
+pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Source> + Send>;
 
 /// The probing source.
 #[derive(Debug)]
@@ -51,9 +52,9 @@ impl AutoSource {
         });
         let weak = Arc::downgrade(&source);
         let task = tokio::spawn(async move {
-            let mode = resolve(&ctx).await;
+            let (mode, streams) = resolve(&ctx).await;
             let Some(source) = weak.upgrade() else { return };
-            source.chosen.send_replace(Some(choose(mode)));
+            source.chosen.send_replace(Some(choose(mode, streams)));
         });
         *lock(&source.probe) = Some(task);
         source
@@ -73,13 +74,13 @@ impl AutoSource {
 
 /// Probes until a mode is found, backing off while the upstream cannot be
 /// reached; logs the choice.
-async fn resolve(ctx: &UpstreamContext) -> UpstreamMode {
+async fn resolve(ctx: &UpstreamContext) -> (UpstreamMode, UpstreamStreams) {
     let mut backoff = Backoff::default();
     loop {
         match probe::resolve(ctx).await {
-            Ok(mode) => {
-                info!(?mode, upstream = %ctx.uri, "upstream mode chosen by probing");
-                return mode;
+            Ok((mode, streams)) => {
+                info!(?mode, ?streams, upstream = %ctx.uri, "upstream mode chosen by probing");
+                return (mode, streams);
             }
             Err(reason) => {
                 let delay = backoff.next_delay();

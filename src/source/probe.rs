@@ -11,15 +11,14 @@
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse,
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use tonic::Code;
 
 use super::fetch::FetchError;
 use super::UpstreamContext;
-use crate::config::UpstreamMode;
+use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::xds::{Endpoint, ResourceType};
 
 /// How long one probe waits for an answer.
@@ -59,7 +58,7 @@ fn node() -> Node {
 pub(super) enum ProbeError {
     #[error("upstream unreachable: {0}")]
     Unreachable(String),
-    #[error("the upstream implements neither delta ADS, SotW ADS nor the Fetch RPCs")]
+    #[error("the upstream implements neither ADS, the per-type streams nor the Fetch RPCs")]
     NothingImplemented,
     #[error("the upstream's gRPC health service says {0}")]
     NotServing(String),
@@ -94,51 +93,75 @@ pub(super) async fn answers_health_check(ctx: &UpstreamContext) -> Result<(), Pr
     }
 }
 
-/// The first mode of delta, SotW, fetch that the upstream implements.
-pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, ProbeError> {
-    let lds = ResourceType::Listeners.type_url().to_owned();
-    let mut client = AggregatedDiscoveryServiceClient::new(ctx.channel.clone());
+/// The transport the upstream implements first, in this order: delta
+/// ADS, SotW ADS, per-type delta, per-type SotW (a control plane that
+/// serves only the types' own services, as Contour does), unary Fetch.
+/// Each is probed with a request for listeners by a probe node; only
+/// UNIMPLEMENTED moves on to the next.
+pub(super) async fn resolve(
+    ctx: &UpstreamContext,
+) -> Result<(UpstreamMode, UpstreamStreams), ProbeError> {
+    let lds = ResourceType::Listeners;
     let delta = DeltaDiscoveryRequest {
         node: Some(node()),
-        type_url: lds.clone(),
+        type_url: lds.type_url().to_owned(),
         ..Default::default()
     };
-    let outcome = bounded(async {
-        client
-            .delta_aggregated_resources(ctx.request(tokio_stream::iter(vec![delta])))
-            .await
-            .map(|_| ())
-    })
-    .await;
-    match classify(outcome) {
-        Probe::Implemented => return Ok(UpstreamMode::Delta),
-        Probe::Unreachable(why) => return Err(ProbeError::Unreachable(why)),
-        Probe::Unimplemented => {}
-    }
     let sotw = DiscoveryRequest {
         node: Some(node()),
-        type_url: lds.clone(),
+        type_url: lds.type_url().to_owned(),
         ..Default::default()
     };
-    let outcome = bounded(async {
-        client
-            .stream_aggregated_resources(ctx.request(tokio_stream::iter(vec![sotw])))
-            .await
-            .map(|_| ())
-    })
-    .await;
-    match classify(outcome) {
-        Probe::Implemented => return Ok(UpstreamMode::Sotw),
-        Probe::Unreachable(why) => return Err(ProbeError::Unreachable(why)),
-        Probe::Unimplemented => {}
+    let per_type = |delta: bool| lds.stream_path(delta).unwrap_or_default();
+    let candidates = [
+        (
+            UpstreamMode::Delta,
+            UpstreamStreams::Aggregated,
+            DELTA_ADS.to_owned(),
+        ),
+        (
+            UpstreamMode::Sotw,
+            UpstreamStreams::Aggregated,
+            SOTW_ADS.to_owned(),
+        ),
+        (
+            UpstreamMode::Delta,
+            UpstreamStreams::PerType,
+            per_type(true),
+        ),
+        (
+            UpstreamMode::Sotw,
+            UpstreamStreams::PerType,
+            per_type(false),
+        ),
+    ];
+    for (mode, streams, path) in candidates {
+        let outcome = match mode {
+            UpstreamMode::Delta => {
+                bounded(open_stream::<_, DeltaDiscoveryResponse>(
+                    ctx,
+                    &path,
+                    delta.clone(),
+                ))
+                .await
+            }
+            _ => {
+                bounded(open_stream::<_, DiscoveryResponse>(
+                    ctx,
+                    &path,
+                    sotw.clone(),
+                ))
+                .await
+            }
+        };
+        match classify(outcome) {
+            Probe::Implemented => return Ok((mode, streams)),
+            Probe::Unreachable(why) => return Err(ProbeError::Unreachable(why)),
+            Probe::Unimplemented => {}
+        }
     }
-    let fetch = DiscoveryRequest {
-        node: Some(node()),
-        type_url: lds,
-        ..Default::default()
-    };
     let outcome = bounded(async {
-        ctx.unary::<_, DiscoveryResponse>(Endpoint::Discovery(ResourceType::Listeners), fetch)
+        ctx.unary::<_, DiscoveryResponse>(Endpoint::Discovery(lds), sotw)
             .await
             .map(|_| ())
             .map_err(|e| match e {
@@ -148,13 +171,39 @@ pub(super) async fn resolve(ctx: &UpstreamContext) -> Result<UpstreamMode, Probe
     })
     .await;
     match classify(outcome) {
-        Probe::Implemented => Ok(UpstreamMode::Fetch),
+        Probe::Implemented => Ok((UpstreamMode::Fetch, UpstreamStreams::Aggregated)),
         Probe::Unreachable(why) => Err(ProbeError::Unreachable(why)),
         Probe::Unimplemented => Err(ProbeError::NothingImplemented),
     }
 }
 
-/// A probe that has not failed within [`PROBE_WAIT`] counts as implemented.
+const SOTW_ADS: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+const DELTA_ADS: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+
+/// Opens the streaming call `path` with `first` as its only request; Ok
+/// once the response headers came (the method exists).
+async fn open_stream<Req, Resp>(
+    ctx: &UpstreamContext,
+    path: &str,
+    first: Req,
+) -> Result<(), tonic::Status>
+where
+    Req: prost::Message + Send + 'static,
+    Resp: prost::Message + Default + Send + 'static,
+{
+    let path = tonic::codegen::http::uri::PathAndQuery::try_from(path)
+        .map_err(|e| tonic::Status::internal(e.to_string()))?;
+    let mut grpc = tonic::client::Grpc::new(ctx.channel.clone());
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    let request = ctx.request(tokio_stream::iter(vec![first]));
+    grpc.streaming(request, path, codec).await.map(|_| ())
+}
+
 async fn bounded(
     call: impl std::future::Future<Output = Result<(), tonic::Status>>,
 ) -> Result<(), tonic::Status> {

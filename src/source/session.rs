@@ -39,6 +39,15 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    /// The type it is about.
+    pub(crate) fn kind(&self) -> ResourceType {
+        match self {
+            Command::Resubscribe(kind) | Command::Nack { kind, .. } => *kind,
+        }
+    }
+}
+
 /// When clients first and last asked for one name (or the wildcard).
 #[derive(Debug, Clone, Copy)]
 struct Interest {

@@ -1,5 +1,10 @@
-//! The one driver of upstream ADS streams, shared by SotW ([`super::ads`])
-//! and delta ([`super::delta`]).
+//! The one driver of upstream xDS streams, shared by SotW ([`super::ads`])
+//! and delta ([`super::delta`]), on either transport: one aggregated (ADS)
+//! stream per session, or one stream per session and type on the type's
+//! own service (`--upstream-streams per-type`), each such lane a driver of
+//! its own with its own protocol state, fed the session's commands of its
+//! type. The call is opened by method path with a generic gRPC client, so
+//! the four variants are one code path.
 //!
 //! Per stream: send what opens it, open the call while still taking the
 //! session's commands (they may come before the response headers), then
@@ -16,19 +21,16 @@
 //! own upstream request made the upstream send the growing set back
 //! thousands of times, O(names²) work on both sides.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::google::rpc::Status;
 use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
-use tonic::Streaming;
 use tracing::{info, warn, Instrument};
 
 use std::marker::PhantomData;
@@ -39,6 +41,7 @@ use super::registry::Feeder;
 use super::session::{Command, Session};
 use super::upstream_log::Phase;
 use super::UpstreamContext;
+use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
@@ -58,16 +61,18 @@ pub(super) const COALESCE: Duration = Duration::from_millis(20);
 /// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
 const INVALID_ARGUMENT: i32 = 3;
 
-/// The ADS client a protocol opens its call on.
-pub(super) type AdsClient = AggregatedDiscoveryServiceClient<Channel>;
-
 /// One xDS protocol variant over an ADS stream: what to send, how to take
 /// what arrives. One value per session, living across its streams.
 pub(crate) trait Protocol: Send + 'static {
-    type Request: Send + 'static;
-    type Response: Send + 'static;
+    type Request: prost::Message + Send + 'static;
+    type Response: prost::Message + Default + Send + 'static;
     /// For logs and `/readyz`: `sotw` or `delta`.
     const MODE: &'static str;
+    /// The aggregated (ADS) method that carries every type.
+    const AGGREGATED_PATH: &'static str;
+    /// Whether a type's own service speaks it as `Delta<X>` (else
+    /// `Stream<X>`).
+    const DELTA: bool;
     /// Whether it carries the delta-only types (VHDS, LEDS).
     const CARRIES_DELTA_ONLY_TYPES: bool = false;
 
@@ -89,12 +94,6 @@ pub(crate) trait Protocol: Send + 'static {
         presented: String,
         message: String,
     ) -> Option<Self::Request>;
-
-    /// Opens the call with `request` carrying the outbound stream.
-    fn open(
-        client: AdsClient,
-        request: tonic::Request<ReceiverStream<Self::Request>>,
-    ) -> impl Future<Output = Result<tonic::Response<Streaming<Self::Response>>, tonic::Status>> + Send;
 
     /// The type URL a response is for.
     fn type_url(response: &Self::Response) -> &str;
@@ -125,16 +124,19 @@ pub(crate) trait Protocol: Send + 'static {
     fn expire(&mut self, _now: Instant) {}
 }
 
-/// Feeds each session from its own ADS stream speaking `P`.
+/// Feeds each session from its own upstream stream speaking `P`: one
+/// aggregated stream, or one per type the session subscribes to.
 pub(crate) struct StreamFeeder<P> {
     ctx: Arc<UpstreamContext>,
+    streams: UpstreamStreams,
     protocol: PhantomData<fn() -> P>,
 }
 
 impl<P> StreamFeeder<P> {
-    pub(crate) fn new(ctx: Arc<UpstreamContext>) -> StreamFeeder<P> {
+    pub(crate) fn new(ctx: Arc<UpstreamContext>, streams: UpstreamStreams) -> StreamFeeder<P> {
         StreamFeeder {
             ctx,
+            streams,
             protocol: PhantomData,
         }
     }
@@ -154,8 +156,15 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
         session: Arc<Session>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
-        let protocol = P::new(self.ctx.clone(), session.clone());
-        tokio::spawn(run(self.ctx.clone(), session, commands, protocol))
+        match self.streams {
+            UpstreamStreams::Aggregated => {
+                let protocol = P::new(self.ctx.clone(), session.clone());
+                tokio::spawn(run(self.ctx.clone(), session, commands, protocol, None))
+            }
+            UpstreamStreams::PerType => {
+                tokio::spawn(per_type::<P>(self.ctx.clone(), session, commands))
+            }
+        }
     }
 
     fn is_ready(&self) -> bool {
@@ -163,7 +172,16 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
     }
 
     fn describe(&self) -> String {
-        format!("gRPC upstream {} ({})", self.ctx.uri, P::MODE)
+        match self.streams {
+            UpstreamStreams::Aggregated => format!("gRPC upstream {} ({})", self.ctx.uri, P::MODE),
+            UpstreamStreams::PerType => {
+                format!(
+                    "gRPC upstream {} ({}, per-type streams)",
+                    self.ctx.uri,
+                    P::MODE
+                )
+            }
+        }
     }
 
     fn carries(&self, kind: ResourceType) -> bool {
@@ -182,18 +200,67 @@ enum StreamError {
     Status(#[from] tonic::Status),
     #[error("upstream closed the stream")]
     Closed,
+    #[error("{0} has no {1} stream of its own")]
+    NoStream(ResourceType, &'static str),
 }
 
-/// Feeds `session` through `protocol` until the session closes.
+/// The gRPC method a stream is opened on: the aggregated one, or the
+/// `lane` type's own.
+fn method_path<P: Protocol>(
+    lane: Option<ResourceType>,
+) -> Result<tonic::codegen::http::uri::PathAndQuery, StreamError> {
+    let path = match lane {
+        None => P::AGGREGATED_PATH.to_owned(),
+        Some(kind) => kind
+            .stream_path(P::DELTA)
+            .ok_or(StreamError::NoStream(kind, P::MODE))?,
+    };
+    tonic::codegen::http::uri::PathAndQuery::try_from(path)
+        .map_err(|e| StreamError::Status(tonic::Status::internal(e.to_string())))
+}
+
+/// Per-type streams: one lane (a stream of its own, with its own protocol
+/// state, driven by [`run`]) per type the session subscribes to, opened
+/// when the first command for the type arrives; the session's commands
+/// are handed to the lane of their type. Ends, with every lane, when the
+/// session closes.
+async fn per_type<P: Protocol>(
+    ctx: Arc<UpstreamContext>,
+    session: Arc<Session>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut lanes: BTreeMap<ResourceType, (mpsc::UnboundedSender<Command>, JoinHandle<()>)> =
+        BTreeMap::new();
+    while let Some(command) = commands.recv().await {
+        let kind = command.kind();
+        let (lane, _) = lanes.entry(kind).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let protocol = P::new(ctx.clone(), session.clone());
+            let task = tokio::spawn(run(ctx.clone(), session.clone(), rx, protocol, Some(kind)));
+            (tx, task)
+        });
+        // A lane ends only when its sender is dropped (below).
+        let _ = lane.send(command);
+    }
+    for (_, (lane, task)) in lanes {
+        drop(lane);
+        let _ = task.await;
+    }
+}
+
+/// Feeds `session` through `protocol` until the session closes: on the
+/// aggregated stream, or (`lane`) on the stream of that one type.
 async fn run<P: Protocol>(
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut protocol: P,
+    lane: Option<ResourceType>,
 ) {
     let span = tracing::info_span!(
         "upstream",
         mode = P::MODE,
+        lane = lane.map(ResourceType::short_name),
         node = %Escaped(&session.node.id),
         cluster = %Escaped(&session.node.cluster)
     );
@@ -201,8 +268,15 @@ async fn run<P: Protocol>(
         let mut backoff = Backoff::default();
         loop {
             let mut answered = false;
-            let result =
-                one_stream(&ctx, &session, &mut commands, &mut protocol, &mut answered).await;
+            let result = one_stream(
+                &ctx,
+                &session,
+                &mut commands,
+                &mut protocol,
+                lane,
+                &mut answered,
+            )
+            .await;
             let Err(err) = result else { return };
             session.upstream.phase(Phase::Connecting);
             session.stream_failed(err.to_string());
@@ -234,18 +308,29 @@ async fn one_stream<P: Protocol>(
     session: &Session,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     protocol: &mut P,
+    lane: Option<ResourceType>,
     answered: &mut bool,
 ) -> Result<(), StreamError> {
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
     session.upstream.phase(Phase::Connecting);
     protocol.reset_stream();
     for kind in ResourceType::ALL {
-        send(&tx, protocol.subscribe(kind)).await;
+        if lane.is_none_or(|only| only == kind) {
+            send(&tx, protocol.subscribe(kind)).await;
+        }
     }
-    let client = AdsClient::new(ctx.channel.clone())
+    let path = method_path::<P>(lane)?;
+    let mut grpc = tonic::client::Grpc::new(ctx.channel.clone())
         .max_decoding_message_size(ctx.max_message_bytes)
         .max_encoding_message_size(ctx.max_message_bytes);
-    let call = P::open(client, ctx.request(ReceiverStream::new(rx)));
+    let request = ctx.request(ReceiverStream::new(rx));
+    let call = async {
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let codec = tonic_prost::ProstCodec::<P::Request, P::Response>::default();
+        grpc.streaming(request, path, codec).await
+    };
     tokio::pin!(call);
     let mut pending = PendingSubscriptions::default();
     // Commands may arrive before the response headers do.
@@ -280,6 +365,10 @@ async fn one_stream<P: Protocol>(
                         warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve");
                         continue;
                     };
+                    if lane.is_some_and(|only| only != kind) {
+                        warn!(type_url = %Escaped(type_url), "response for another type on a per-type stream; ignored");
+                        continue;
+                    }
                     send(&tx, protocol.response(kind, response).await).await;
                 }
                 None => return Err(StreamError::Closed),

@@ -56,6 +56,9 @@ struct Row {
     /// The unary method; `None` for the delta-only types, which have only
     /// a `Delta*` method.
     fetch_method: Option<&'static str>,
+    /// What the service's streaming methods are named after: `Stream<X>`
+    /// (SotW) and `Delta<X>` (incremental).
+    stream_stem: &'static str,
 }
 
 const DISCOVERY_REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";
@@ -66,70 +69,70 @@ const TABLE: [Row; 12] = [
         "listeners",
         "envoy.config.listener.v3.Listener",
         "envoy.service.listener.v3.ListenerDiscoveryService",
-        Some("FetchListeners"),
+        (Some("FetchListeners"), "Listeners"),
     ),
     row(
         ResourceType::Routes,
         "routes",
         "envoy.config.route.v3.RouteConfiguration",
         "envoy.service.route.v3.RouteDiscoveryService",
-        Some("FetchRoutes"),
+        (Some("FetchRoutes"), "Routes"),
     ),
     row(
         ResourceType::ScopedRoutes,
         "scoped-routes",
         "envoy.config.route.v3.ScopedRouteConfiguration",
         "envoy.service.route.v3.ScopedRoutesDiscoveryService",
-        Some("FetchScopedRoutes"),
+        (Some("FetchScopedRoutes"), "ScopedRoutes"),
     ),
     row(
         ResourceType::Clusters,
         "clusters",
         "envoy.config.cluster.v3.Cluster",
         "envoy.service.cluster.v3.ClusterDiscoveryService",
-        Some("FetchClusters"),
+        (Some("FetchClusters"), "Clusters"),
     ),
     row(
         ResourceType::Endpoints,
         "endpoints",
         "envoy.config.endpoint.v3.ClusterLoadAssignment",
         "envoy.service.endpoint.v3.EndpointDiscoveryService",
-        Some("FetchEndpoints"),
+        (Some("FetchEndpoints"), "Endpoints"),
     ),
     row(
         ResourceType::Secrets,
         "secrets",
         "envoy.extensions.transport_sockets.tls.v3.Secret",
         "envoy.service.secret.v3.SecretDiscoveryService",
-        Some("FetchSecrets"),
+        (Some("FetchSecrets"), "Secrets"),
     ),
     row(
         ResourceType::Runtime,
         "runtime",
         "envoy.service.runtime.v3.Runtime",
         "envoy.service.runtime.v3.RuntimeDiscoveryService",
-        Some("FetchRuntime"),
+        (Some("FetchRuntime"), "Runtime"),
     ),
     row(
         ResourceType::ExtensionConfigs,
         "extension_configs",
         "envoy.config.core.v3.TypedExtensionConfig",
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
-        Some("FetchExtensionConfigs"),
+        (Some("FetchExtensionConfigs"), "ExtensionConfigs"),
     ),
     row(
         ResourceType::VirtualHosts,
         "virtual_hosts",
         "envoy.config.route.v3.VirtualHost",
         "envoy.service.route.v3.VirtualHostDiscoveryService",
-        None,
+        (None, "VirtualHosts"),
     ),
     row(
         ResourceType::LbEndpoints,
         "lb_endpoints",
         "envoy.config.endpoint.v3.LbEndpoint",
         "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
-        None,
+        (None, "LocalityEndpoints"),
     ),
     Row {
         endpoint: Endpoint::HealthCheck,
@@ -138,6 +141,7 @@ const TABLE: [Row; 12] = [
         message: "envoy.service.health.v3.HealthCheckSpecifier",
         service: "envoy.service.health.v3.HealthDiscoveryService",
         fetch_method: Some("FetchHealthCheck"),
+        stream_stem: "HealthCheck",
     },
     Row {
         endpoint: Endpoint::ClientStatus,
@@ -146,6 +150,7 @@ const TABLE: [Row; 12] = [
         message: "envoy.service.status.v3.ClientStatusResponse",
         service: "envoy.service.status.v3.ClientStatusDiscoveryService",
         fetch_method: Some("FetchClientStatus"),
+        stream_stem: "ClientStatus",
     },
 ];
 
@@ -154,7 +159,7 @@ const fn row(
     path_suffix: &'static str,
     message: &'static str,
     service: &'static str,
-    fetch_method: Option<&'static str>,
+    (fetch_method, stream_stem): (Option<&'static str>, &'static str),
 ) -> Row {
     Row {
         endpoint: Endpoint::Discovery(kind),
@@ -163,6 +168,7 @@ const fn row(
         message,
         service,
         fetch_method,
+        stream_stem,
     }
 }
 
@@ -217,6 +223,19 @@ impl ResourceType {
             | ResourceType::ExtensionConfigs
             | ResourceType::VirtualHosts
             | ResourceType::LbEndpoints => false,
+        }
+    }
+
+    /// The gRPC path of the type's own streaming method (the per-type
+    /// transport, as opposed to ADS): `Delta<X>` with `delta`, else
+    /// `Stream<X>`, which the delta-only types do not have.
+    pub fn stream_path(self, delta: bool) -> Option<String> {
+        let row = self.row();
+        match delta {
+            true => Some(format!("/{}/Delta{}", row.service, row.stream_stem)),
+            false => {
+                (!self.delta_only()).then(|| format!("/{}/Stream{}", row.service, row.stream_stem))
+            }
         }
     }
 

@@ -115,6 +115,12 @@ pub struct GoControlPlane {
 impl GoControlPlane {
     /// Starts the peer on kernel-chosen loopback ports.
     pub fn start(test: &str) -> GoControlPlane {
+        GoControlPlane::start_with(test, &[])
+    }
+
+    /// [`start`](Self::start) with extra peer flags (`--no-ads`: the
+    /// per-type services only).
+    pub fn start_with(test: &str, flags: &[&str]) -> GoControlPlane {
         let bin = binary(test);
         let dir = tempfile::tempdir().expect("a temp dir for the peer's log");
         let log = dir.path().join("go-control-plane.log");
@@ -127,6 +133,7 @@ impl GoControlPlane {
                 "--gateway",
                 "127.0.0.1:0",
             ])
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("the peer's log file"))

@@ -62,8 +62,6 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
 use tracing::{debug, info, warn};
 
 mod state;
@@ -74,7 +72,7 @@ mod update;
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
 use super::session::Session;
-use super::stream::{nack_detail, AdsClient, Protocol};
+use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::Coverage;
@@ -108,6 +106,9 @@ impl Protocol for Delta {
     type Request = DeltaDiscoveryRequest;
     type Response = DeltaDiscoveryResponse;
     const MODE: &'static str = "delta";
+    const AGGREGATED_PATH: &'static str =
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+    const DELTA: bool = true;
     const CARRIES_DELTA_ONLY_TYPES: bool = true;
 
     fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Delta {
@@ -189,13 +190,6 @@ impl Protocol for Delta {
         self.ctx.metrics.nack(kind);
         self.session.upstream.nacked(kind, &presented, &message);
         Some(self.request(kind, Diff::default(), nonce, Some(message)))
-    }
-
-    async fn open(
-        mut client: AdsClient,
-        request: tonic::Request<ReceiverStream<DeltaDiscoveryRequest>>,
-    ) -> Result<tonic::Response<Streaming<DeltaDiscoveryResponse>>, tonic::Status> {
-        client.delta_aggregated_resources(request).await
     }
 
     fn type_url(response: &DeltaDiscoveryResponse) -> &str {

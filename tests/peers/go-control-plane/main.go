@@ -67,6 +67,7 @@ func main() {
 	httpAddr := flag.String("http", "127.0.0.1:0", "loopback address for the JSON control API")
 	gwAddr := flag.String("gateway", "127.0.0.1:0", "loopback address for go-control-plane's HTTPGateway (REST xDS)")
 	verbose := flag.Bool("v", false, "also log go-control-plane's debug messages")
+	noADS := flag.Bool("no-ads", false, "serve only the per-type services, not ADS (as Contour does)")
 	flag.Parse()
 	log.SetOutput(os.Stderr)
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
@@ -109,7 +110,7 @@ func main() {
 	}
 	xds := serverv3.NewServer(ctx, p.cache, p)
 
-	g := &grpcCtl{addr: *grpcAddr, xds: xds}
+	g := &grpcCtl{addr: *grpcAddr, xds: xds, noADS: *noADS}
 	if err := g.start(); err != nil {
 		log.Fatalf("grpc listen: %v", err)
 	}
@@ -170,10 +171,11 @@ func requireLoopback(addr string) error {
 // gRPC listener that can be stopped and restarted on the same address.
 
 type grpcCtl struct {
-	mu   sync.Mutex
-	addr string // after the first start: the bound address, reused on restart
-	xds  serverv3.Server
-	srv  *grpc.Server
+	mu    sync.Mutex
+	addr  string // after the first start: the bound address, reused on restart
+	xds   serverv3.Server
+	noADS bool // register the per-type services only
+	srv   *grpc.Server
 }
 
 func (g *grpcCtl) start() error {
@@ -194,7 +196,9 @@ func (g *grpcCtl) start() error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)
 	// One go-control-plane server behind every service it implements.
-	discovery.RegisterAggregatedDiscoveryServiceServer(s, g.xds)
+	if !g.noADS {
+		discovery.RegisterAggregatedDiscoveryServiceServer(s, g.xds)
+	}
 	clusterservice.RegisterClusterDiscoveryServiceServer(s, g.xds)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(s, g.xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(s, g.xds)
