@@ -12,7 +12,10 @@
 //!
 //! What a presented version stood for is looked up in [`History`]: the
 //! answers served recently (every body served records one), bounded by the
-//! resources they hold (an old answer keeps its state's resources alive).
+//! resources they hold (an old answer keeps its state's resources alive) and
+//! the names they were served for (a client asking for thousands of names,
+//! a new set each time, must not make it hold thousands per answer without
+//! bound: issue 20, finding 4).
 //! A version it no longer holds (or never served, or served to other names
 //! or another rewrite target) cannot be diffed against: the answer is then
 //! the whole state with `"fullState": true` (drop what you hold that is not
@@ -28,9 +31,11 @@ use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
 
-/// Resources (summed over the states) the remembered answers may hold: a
-/// remembered answer keeps its state, and so its resources, alive.
-const HISTORY_RESOURCES: u64 = 250_000;
+/// Resources and names (summed over the answers) the remembered answers may
+/// hold: a remembered answer keeps its state, and so its resources, alive,
+/// and holds the names it was served for (about 60 bytes each, so names
+/// alone stay under ~15 MB).
+const HISTORY_ITEMS: u64 = 250_000;
 /// Hex digits of a resource's content digest given as its `version`.
 const RESOURCE_VERSION_HEX: usize = 16;
 
@@ -129,9 +134,13 @@ impl Default for History {
     fn default() -> History {
         History(
             Cache::builder()
-                .max_capacity(HISTORY_RESOURCES)
+                .max_capacity(HISTORY_ITEMS)
                 .weigher(|_, served: &Arc<Served>| {
-                    let held = served.state.resources.len().saturating_add(1);
+                    let names = match &served.names {
+                        Names::Wildcard => 0,
+                        Names::Named(set) => set.len(),
+                    };
+                    let held = served.state.resources.len().saturating_add(names + 1);
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
                 .build(),
@@ -154,6 +163,16 @@ impl History {
             return None;
         }
         self.0.get(version)
+    }
+
+    /// Answers remembered now, and the resources and names they weigh.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> super::request::Held {
+        self.0.run_pending_tasks();
+        super::request::Held {
+            entries: self.0.entry_count(),
+            bytes: self.0.weighted_size(),
+        }
     }
 }
 
@@ -250,5 +269,26 @@ mod tests {
         assert!(history.recall("1~x").is_some());
         assert!(history.recall("").is_none());
         assert!(history.recall("0~y").is_none());
+    }
+
+    /// Issue 20, finding 4: answers served for many large, distinct name
+    /// sets are weighed by their names too, so the history stays bounded.
+    #[test]
+    fn answers_for_many_names_are_weighed_by_their_names() {
+        let renderer = Renderer::new(Codec::embedded());
+        let state = state(&renderer, "1", &[("a", "1s")]);
+        let history = History::default();
+        for i in 0..30 {
+            let names: Vec<String> = (0..10_000).map(|n| format!("c{i}-{n}")).collect();
+            let names = Names::from_request(names);
+            let served = Served::new(state.clone(), &names, None);
+            history.remember(&format!("1~{i:012x}"), || Arc::new(served));
+        }
+        let held = history.held();
+        assert!(held.bytes <= HISTORY_ITEMS, "{held:?}");
+        assert!(
+            held.entries <= 25,
+            "300,000 names cannot all be kept: {held:?}"
+        );
     }
 }

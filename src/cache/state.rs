@@ -61,6 +61,17 @@ impl Names {
             Names::Named(set)
         }
     }
+
+    /// About what the names hold in memory: each name's bytes, its `String`
+    /// and its share of the set's nodes. What byte bounds weigh them by.
+    pub(crate) fn held_bytes(&self) -> usize {
+        /// A `String` (24) and its B-tree slot and allocation overheads.
+        const PER_NAME: usize = 48;
+        match self {
+            Names::Wildcard => 0,
+            Names::Named(set) => set.iter().map(|n| n.capacity() + PER_NAME).sum(),
+        }
+    }
 }
 
 /// What upstream subscription a state answers: a snapshot of the session's
