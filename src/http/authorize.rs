@@ -97,6 +97,14 @@ fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
 }
 
 impl Caller {
+    /// The principal's name (`None`: no policy).
+    pub(crate) fn principal(&self) -> Option<&str> {
+        match self {
+            Caller::Anyone => None,
+            Caller::Principal { name, .. } => Some(name),
+        }
+    }
+
     /// Step 2: whether this caller may fetch `kind` for node `id` of `cluster`.
     pub(crate) fn may_fetch(
         &self,

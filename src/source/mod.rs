@@ -62,17 +62,20 @@ pub use upstream::StartError;
 pub(crate) use upstream::UpstreamContext;
 
 use crate::cache::ParsedRequest;
+use crate::shares::{OverShare, Tenant};
 use crate::xds::{Endpoint, ResourceType};
 
 /// What feeds the gateway, as the REST and admin faces see it.
 pub(crate) trait Source: Send + Sync + fmt::Debug {
     /// The state that answers `request` for `kind`, waiting (bounded by the
     /// first-response timeout) for the upstream's first answer covering the
-    /// names asked for.
+    /// names asked for. A session this opens counts against `tenant`'s
+    /// share of `--max-sessions` until it closes.
     fn poll<'a>(
         &'a self,
         kind: ResourceType,
         request: &'a ParsedRequest,
+        tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>>;
 
     /// One HDS or CSDS question asked of the upstream as it is.
@@ -155,6 +158,8 @@ pub(crate) const SESSION_ERRORS_SHOWN: usize = 20;
 pub(crate) enum SourceError {
     #[error("too many sessions ({max}); try again later")]
     TooManySessions { max: usize },
+    #[error(transparent)]
+    OverShare(#[from] OverShare),
     #[error("sessions hold {held} bytes of nodes; a new one of {wanted} bytes would pass the limit of {max} (--max-session-bytes); try again later")]
     SessionBytes {
         held: usize,
