@@ -210,7 +210,10 @@ impl Bodies {
             Cache::builder()
                 .max_capacity(bytes)
                 .weigher(|_, a: &Arc<Assembled>| {
-                    let size = a.json.len() + a.version.len() + 64;
+                    // The names it answers count: an answer for thousands
+                    // of names that match nothing is a tiny body holding
+                    // all of them (issue 20, finding 4).
+                    let size = a.json.len() + a.version.len() + a.names.held_bytes() + 64;
                     u32::try_from(size).unwrap_or(u32::MAX)
                 })
                 .build(),

@@ -257,3 +257,25 @@ fn a_subscribed_glob_wants_its_members_only() {
     // A glob is covered once it was answered, like any name.
     assert!(c.covers(&named(&[glob])));
 }
+
+/// Issue 20, finding 4: answers for thousands of names that match nothing
+/// are tiny bodies holding every name; the memo counts the names, so it
+/// stays within its bound (it held them all when it weighed bodies alone).
+#[test]
+fn memoised_answers_are_weighed_by_their_names() {
+    let bound = 1 << 20;
+    let r = Renderer::with_body_capacity(Codec::embedded(), bound);
+    let s = state(&r, "v1", &[("a", "1s")]);
+    for i in 0..60 {
+        let names: Vec<String> = (0..1000).map(|n| format!("c{i}-{n}")).collect();
+        body_version(&s.answer(&r, &Names::from_request(names), "", None).unwrap());
+    }
+    let memo = &r.bodies().0;
+    memo.run_pending_tasks();
+    assert!(memo.weighted_size() <= bound, "{}", memo.weighted_size());
+    assert!(
+        memo.entry_count() < 30,
+        "{} answers kept",
+        memo.entry_count()
+    );
+}
