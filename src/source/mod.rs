@@ -166,7 +166,7 @@ pub(crate) enum SourceError {
         wanted: usize,
         max: usize,
     },
-    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session); names nobody asks for are dropped after --idle-timeout", kind.type_url())]
+    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session, and {} bytes of them); names nobody asks for are dropped after --idle-timeout", kind.type_url(), session::NAME_BYTES)]
     TooManyNames { kind: ResourceType, max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
     InvalidNode(String),
