@@ -22,6 +22,7 @@
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
+//! - `shares`: per-principal shares of the global limits (sessions, watches, long polls).
 //! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).
 //! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
@@ -63,5 +64,6 @@ mod metrics;
 mod openapi_paths;
 mod reload;
 mod serve;
+mod shares;
 mod source;
 mod tls;

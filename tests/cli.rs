@@ -183,6 +183,11 @@ const SETTINGS: &[Setting] = &[
     ),
     setting("--max-watches", "XDS_GATEWAY_MAX_WATCHES", "max-watches"),
     setting(
+        "--principal-share",
+        "XDS_GATEWAY_PRINCIPAL_SHARE",
+        "principal-share",
+    ),
+    setting(
         "--watch-heartbeat",
         "XDS_GATEWAY_WATCH_HEARTBEAT",
         "watch-heartbeat",
@@ -937,6 +942,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "max-connections" => integer() == d.max_connections as i64,
             "max-long-polls" => integer() == d.max_long_polls as i64,
             "max-watches" => integer() == d.max_watches as i64,
+            "principal-share" => integer() == i64::from(d.principal_share),
             "watch-heartbeat" => duration() == d.watch_heartbeat,
             "max-streams-per-connection" => integer() == i64::from(d.max_streams_per_connection),
             "header-read-timeout" => duration() == d.header_read_timeout,

@@ -12,7 +12,10 @@
 //!
 //! What a presented version stood for is looked up in [`History`]: the
 //! answers served recently (every body served records one), bounded by the
-//! resources they hold (an old answer keeps its state's resources alive).
+//! resources they hold (an old answer keeps its state's resources alive) and
+//! the names they were served for (a client asking for thousands of names,
+//! a new set each time, must not make it hold thousands per answer without
+//! bound: issue 20, finding 4).
 //! A version is only ever compared against what was served to the
 //! requester presenting it ([`Requester`]: the session identity and the node
 //! id): presenting another node's version tells nothing about that node's
@@ -38,9 +41,11 @@ use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
 
-/// Resources (summed over the states) the remembered answers may hold: a
-/// remembered answer keeps its state, and so its resources, alive.
-const HISTORY_RESOURCES: u64 = 250_000;
+/// Resources and names (summed over the answers) the remembered answers may
+/// hold: a remembered answer keeps its state, and so its resources, alive,
+/// and holds the names it was served for (about 60 bytes each, so names
+/// alone stay under ~15 MB).
+const HISTORY_ITEMS: u64 = 250_000;
 /// (requester, version) pairs remembered as served: each costs a digest, a
 /// version string and the cache's own bookkeeping (~200 bytes), so about
 /// 20 MB at most; a fleet beyond it gets `fullState` for its oldest versions.
@@ -170,9 +175,13 @@ impl Default for History {
     fn default() -> History {
         History {
             answers: Cache::builder()
-                .max_capacity(HISTORY_RESOURCES)
+                .max_capacity(HISTORY_ITEMS)
                 .weigher(|_, served: &Arc<Served>| {
-                    let held = served.state.resources.len().saturating_add(1);
+                    let names = match &served.names {
+                        Names::Wildcard => 0,
+                        Names::Named(set) => set.len(),
+                    };
+                    let held = served.state.resources.len().saturating_add(names + 1);
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
                 .build(),
@@ -211,6 +220,16 @@ impl History {
             return None;
         }
         self.answers.get(version)
+    }
+
+    /// Answers remembered now, and the resources and names they weigh.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> super::request::Held {
+        self.answers.run_pending_tasks();
+        super::request::Held {
+            entries: self.answers.entry_count(),
+            bytes: self.answers.weighted_size(),
+        }
     }
 }
 
@@ -360,5 +379,27 @@ mod tests {
         history.remember(&cb, "2~x", || unreachable!("already held"));
         let (a, b) = (history.recall(&ca, "2~x"), history.recall(&cb, "2~x"));
         assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
+    }
+
+    /// Issue 20, finding 4: answers served for many large, distinct name
+    /// sets are weighed by their names too, so the history stays bounded.
+    #[test]
+    fn answers_for_many_names_are_weighed_by_their_names() {
+        let renderer = Renderer::new(Codec::embedded());
+        let state = state(&renderer, "1", &[("a", "1s")]);
+        let history = History::default();
+        let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
+        for i in 0..30 {
+            let names: Vec<String> = (0..10_000).map(|n| format!("c{i}-{n}")).collect();
+            let names = Names::from_request(names);
+            let served = Served::new(state.clone(), &names, None);
+            history.remember(&a, &format!("1~{i:012x}"), || Arc::new(served));
+        }
+        let held = history.held();
+        assert!(held.bytes <= HISTORY_ITEMS, "{held:?}");
+        assert!(
+            held.entries <= 25,
+            "300,000 names cannot all be kept: {held:?}"
+        );
     }
 }

@@ -9,8 +9,12 @@
 //! standing comes from the source's rejection bookkeeping.
 //!
 //! Bounded: clients idle for the book's time-to-idle are forgotten, and so
-//! are a client's subscriptions not polled for as long; at most
-//! [`MAX_CLIENTS`] clients are kept (least recently used go first).
+//! are a client's subscriptions not polled for as long. One client keeps at
+//! most [`CLIENT_SUBSCRIPTIONS`] subscriptions and [`CLIENT_BYTES`] of them
+//! (its least recently polled go first), and the whole book at most
+//! [`BOOK_BYTES`] (least recently used clients go first). A client polling a
+//! new set of thousands of names each time used to grow it without bound
+//! (issue 20, finding 4).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -18,19 +22,26 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
-
 use super::rejection::Standing;
+#[cfg(test)]
+use super::request::Held;
 use super::request::ParsedRequest;
 use super::state::{upstream_version, Names};
 use crate::xds::ResourceType;
 
-/// Clients kept at most.
-pub(crate) const MAX_CLIENTS: u64 = 100_000;
-/// Names listed per subscription in a view (the count is always given).
-const NAMES_SHOWN: usize = 8;
-/// Subscriptions listed per type and client when they are not in step.
-const LAGGING_SHOWN: usize = 20;
+mod view;
+
+/// Bytes of clients (what their subscriptions hold) the book keeps at most.
+const BOOK_BYTES: u64 = 64 * 1024 * 1024;
+/// Subscriptions one client keeps at most (an Envoy polling REST EDS has one
+/// per cluster).
+const CLIENT_SUBSCRIPTIONS: usize = 4096;
+/// Bytes of subscriptions one client keeps at most.
+const CLIENT_BYTES: usize = 4 * 1024 * 1024;
+/// What a client weighs before its subscriptions (its strings, the map).
+const CLIENT_BASE_BYTES: usize = 512;
+/// What a subscription weighs besides its names (versions, times, its slot).
+const SUBSCRIPTION_BASE_BYTES: usize = 256;
 
 /// One poll, as answered.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +100,34 @@ struct Client {
     first_seen: SystemTime,
     last_poll: SystemTime,
     subscriptions: HashMap<(ResourceType, u64), Subscription>,
+    /// What its subscriptions weigh (sum of [`Subscription::bytes`]).
+    bytes: usize,
+}
+
+impl Client {
+    /// What the book weighs it by.
+    fn weight(&self) -> u32 {
+        u32::try_from(self.bytes.saturating_add(CLIENT_BASE_BYTES)).unwrap_or(u32::MAX)
+    }
+
+    /// Forgets its least recently polled subscriptions (never `keep`, the
+    /// one just polled) until it is within its bounds.
+    fn shed(&mut self, keep: (ResourceType, u64)) {
+        while self.subscriptions.len() > CLIENT_SUBSCRIPTIONS
+            || (self.bytes > CLIENT_BYTES && self.subscriptions.len() > 1)
+        {
+            let oldest = self
+                .subscriptions
+                .iter()
+                .filter(|(key, _)| **key != keep)
+                .min_by_key(|(_, s)| s.last_poll)
+                .map(|(key, _)| *key);
+            let Some(dropped) = oldest.and_then(|key| self.subscriptions.remove(&key)) else {
+                return;
+            };
+            self.bytes = self.bytes.saturating_sub(dropped.bytes);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -104,6 +143,8 @@ struct Subscription {
     last_poll: SystemTime,
     /// Since when it has not been in step (none while in step).
     out_of_step_since: Option<SystemTime>,
+    /// What it weighs: its names and [`SUBSCRIPTION_BASE_BYTES`].
+    bytes: usize,
 }
 
 impl ClientBook {
@@ -111,7 +152,10 @@ impl ClientBook {
     pub(crate) fn new(ttl: Duration) -> ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
-                .max_capacity(MAX_CLIENTS)
+                .max_capacity(BOOK_BYTES)
+                .weigher(|_, client: &Arc<Mutex<Client>>| {
+                    client.lock().unwrap_or_else(|p| p.into_inner()).weight()
+                })
                 .time_to_idle(ttl)
                 .build(),
             ttl,
@@ -133,17 +177,31 @@ impl ClientBook {
                 first_seen: now,
                 last_poll: now,
                 subscriptions: HashMap::new(),
+                bytes: 0,
             }))
         });
+        let weight = self.record_in(&client, poll, now);
+        if weight.0 != weight.1 {
+            // Re-weighed by the book (the client's lock is not held here).
+            self.clients.insert(key, client);
+        }
+    }
+
+    /// Records `poll` in `client`; its weight before and after.
+    fn record_in(&self, client: &Mutex<Client>, poll: Poll<'_>, now: SystemTime) -> (u32, u32) {
+        let request = poll.request;
         let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
+        let before = client.weight();
         client.last_poll = now;
         if client.rewritten_for.as_deref() != poll.rewritten_for {
             client.rewritten_for = poll.rewritten_for.map(str::to_owned);
         }
+        let key = (poll.kind, request.subscription());
         let entry = client
             .subscriptions
-            .entry((poll.kind, request.subscription()))
+            .entry(key)
             .or_insert_with(|| Subscription {
+                bytes: request.names().held_bytes() + SUBSCRIPTION_BASE_BYTES,
                 names: match request.names() {
                     Names::Wildcard => Vec::new(),
                     Names::Named(names) => names.iter().cloned().collect(),
@@ -174,12 +232,39 @@ impl ClientBook {
         } else {
             entry.out_of_step_since.get_or_insert(now);
         }
-        if entry.polls == 1 && client.subscriptions.len().is_multiple_of(1024) {
-            let ttl = self.ttl;
-            client
-                .subscriptions
-                .retain(|_, s| now.duration_since(s.last_poll).unwrap_or_default() < ttl);
+        if entry.polls == 1 {
+            client.bytes += entry.bytes;
+            if client.subscriptions.len().is_multiple_of(1024) {
+                let ttl = self.ttl;
+                let mut freed = 0;
+                client.subscriptions.retain(|_, s| {
+                    let live = now.duration_since(s.last_poll).unwrap_or_default() < ttl;
+                    freed += if live { 0 } else { s.bytes };
+                    live
+                });
+                client.bytes = client.bytes.saturating_sub(freed);
+            }
+            client.shed(key);
         }
+        (before, client.weight())
+    }
+
+    /// What the clients of `node_id` hold now: their subscriptions, and the
+    /// bytes those weigh.
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, node_id: &str) -> Held {
+        let mut held = Held {
+            entries: 0,
+            bytes: 0,
+        };
+        for (_, client) in self.clients.iter() {
+            let client = client.lock().unwrap_or_else(|p| p.into_inner());
+            if client.node_id == node_id {
+                held.entries += client.subscriptions.len() as u64;
+                held.bytes += client.bytes as u64;
+            }
+        }
+        held
     }
 
     /// Where the config sources of `node_id`'s most recent client were
@@ -239,126 +324,6 @@ impl ClientBook {
         }
         counts
     }
-
-    /// Every client, as JSON, sorted by node id then address.
-    pub(crate) fn view(&self) -> Value {
-        let now = SystemTime::now();
-        let mut clients: Vec<Value> = self
-            .clients
-            .iter()
-            .map(|(_, client)| {
-                let client = client.lock().unwrap_or_else(|p| p.into_inner());
-                client.view(now, self.ttl)
-            })
-            .collect();
-        clients.sort_by(|a, b| {
-            let key = |v: &Value| (v["node_id"].to_string(), v["remote"].to_string());
-            key(a).cmp(&key(b))
-        });
-        json!({ "clients": clients })
-    }
-}
-
-impl Client {
-    fn view(&self, now: SystemTime, ttl: Duration) -> Value {
-        let mut types: BTreeMap<&'static str, Vec<&Subscription>> = BTreeMap::new();
-        for ((kind, _), sub) in &self.subscriptions {
-            if now.duration_since(sub.last_poll).unwrap_or_default() < ttl {
-                types.entry(kind.short_name()).or_default().push(sub);
-            }
-        }
-        let types: serde_json::Map<String, Value> = types
-            .into_iter()
-            .map(|(kind, subs)| (kind.to_owned(), type_view(subs, now)))
-            .collect();
-        json!({
-            "node_id": self.node_id,
-            "cluster": self.cluster,
-            "user_agent": self.user_agent,
-            "remote": self.remote.map(|ip| ip.to_string()),
-            "config_sources_rewritten_for": self.rewritten_for,
-            "first_seen": stamp(self.first_seen),
-            "last_poll": stamp(self.last_poll),
-            "types": types,
-        })
-    }
-}
-
-/// One type of one client: counts over its subscriptions, and the ones not
-/// in step in detail (all of them when it has a single one, as LDS and CDS do).
-fn type_view(mut subs: Vec<&Subscription>, now: SystemTime) -> Value {
-    subs.sort_by(|a, b| a.names.cmp(&b.names));
-    let count = |f: fn(&Standing) -> bool| subs.iter().filter(|s| f(&s.standing)).count();
-    let in_step = count(|s| *s == Standing::InStep);
-    let suspected = count(|s| matches!(s, Standing::Suspected { .. }));
-    let last_poll = subs.iter().map(|s| s.last_poll).max().map(stamp);
-    let shown: Vec<Value> = subs
-        .iter()
-        .filter(|s| subs.len() == 1 || s.standing != Standing::InStep)
-        .take(LAGGING_SHOWN)
-        .map(|s| subscription_view(s, now))
-        .collect();
-    json!({
-        "subscriptions": subs.len(),
-        "in_step": in_step,
-        "suspected_rejections": suspected,
-        "last_poll": last_poll,
-        "detail": shown,
-    })
-}
-
-fn subscription_view(sub: &Subscription, now: SystemTime) -> Value {
-    let (state, why) = match sub.standing {
-        Standing::InStep => ("in step", None),
-        Standing::CatchingUp => ("catching up", None),
-        Standing::Behind { polls } => (
-            "behind",
-            Some(format!(
-                "presented {:?} {polls} polls in a row after {:?} was served to it",
-                sub.presented, sub.current
-            )),
-        ),
-        Standing::Suspected { polls } => (
-            "suspected rejection",
-            Some(if sub.presented.is_empty() {
-                format!(
-                    "an Envoy still presents no version {polls} polls after {:?} was served to it: it rejected its first config",
-                    sub.current
-                )
-            } else {
-                format!(
-                    "presents {:?} {polls} polls after {:?} was served to it: it rejected the newer one",
-                    sub.presented, sub.current
-                )
-            }),
-        ),
-    };
-    let behind_for = sub.out_of_step_since.map(|since| {
-        humantime::format_duration(secs(now.duration_since(since).unwrap_or_default())).to_string()
-    });
-    json!({
-        "names": sub.names.iter().take(NAMES_SHOWN).collect::<Vec<_>>(),
-        "name_count": sub.names.len(),
-        "wildcard": sub.wildcard,
-        "presented": sub.presented,
-        "current": sub.current,
-        "upstream_version": upstream_version(&sub.current),
-        "state": state,
-        "why": why,
-        "out_of_step_for": behind_for,
-        "last_answer": if sub.body { 200 } else { 304 },
-        "polls": sub.polls,
-        "last_poll": stamp(sub.last_poll),
-    })
-}
-
-/// Whole seconds (a view has no use for nanoseconds).
-fn secs(d: Duration) -> Duration {
-    Duration::from_secs(d.as_secs())
-}
-
-fn stamp(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// A client: node id, cluster, user agent, remote address.
@@ -376,6 +341,7 @@ mod tests {
     use super::*;
     use crate::cache::ParsedRequests;
     use crate::config::SessionKey;
+    use serde_json::json;
 
     fn request(version: &str, names: &[&str]) -> Arc<ParsedRequest> {
         let body = json!({
@@ -464,5 +430,38 @@ mod tests {
         let cds = &view["clients"][0]["types"]["clusters"];
         assert_eq!(cds["detail"][0]["state"], "catching up", "{cds}");
         assert_eq!(cds["detail"][0]["wildcard"], true);
+    }
+
+    /// Issue 20, finding 4: one client polling a new set of a thousand names
+    /// each time, or thousands of single names, keeps what it is owed and no
+    /// more: its least recently polled subscriptions go first.
+    #[test]
+    fn one_client_is_bounded_by_count_and_by_bytes() {
+        let book = ClientBook::new(Duration::from_secs(60));
+        let memo = ParsedRequests::new(SessionKey::Node);
+        for i in 0..100 {
+            let names: Vec<String> = (0..1000).map(|n| format!("c{}", i * 1000 + n)).collect();
+            let body = json!({"node": {"id": "edge-1"}, "resource_names": names});
+            let request = memo.parse(body.to_string().into()).unwrap();
+            record(&book, &request, "1~aaaaaaaaaaaa", Standing::InStep);
+        }
+        let held = book.held_by("edge-1");
+        assert!(held.bytes <= CLIENT_BYTES as u64, "{held:?}");
+        assert!(held.entries < 100 && held.entries > 50, "{held:?}");
+        let newest = book.nodes()[0].subscriptions.iter().any(|s| {
+            s.names
+                .as_ref()
+                .is_some_and(|n| n.contains(&"c99999".to_owned()))
+        });
+        assert!(newest, "the newest subscription is kept");
+
+        let book = ClientBook::new(Duration::from_secs(60));
+        for i in 0..CLIENT_SUBSCRIPTIONS + 100 {
+            let name = format!("c{i}");
+            let request = request("", &[name.as_str()]);
+            record(&book, &request, "1~aaaaaaaaaaaa", Standing::InStep);
+        }
+        let held = book.held_by("edge-1");
+        assert_eq!(held.entries, CLIENT_SUBSCRIPTIONS as u64, "{held:?}");
     }
 }

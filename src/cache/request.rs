@@ -7,7 +7,10 @@
 //! of their length and of samples of their bytes ([`memo_key`]), and
 //! confirmed by comparing every byte, so a key shared by two bodies can only
 //! cost a parse, never answer one request with another's parse. The memo is
-//! bounded by the total size of the bodies it holds.
+//! bounded by what its entries hold in memory ([`ParsedRequest::held_bytes`]:
+//! the body *and* its parse). A body of 19,000 names parses to about four
+//! times its own size, so weighing by the body alone let the memo hold
+//! several times its bound (issue 20, finding 4).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -20,7 +23,7 @@ use super::state::Names;
 use crate::config::SessionKey;
 use crate::xds::{DiscoveryRequestView, RequestError};
 
-/// Total body bytes the memo may hold.
+/// Total bytes (bodies and their parses) the memo may hold.
 const MEMO_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes at each end of a body that [`memo_key`] hashes in full.
 const KEY_EDGE: usize = 4096;
@@ -176,6 +179,27 @@ impl ParsedRequest {
     pub(crate) fn identity(&self) -> &IdentityKey {
         &self.identity
     }
+
+    /// About what this parse holds in memory: the body, the names parsed
+    /// from it and its strings (what the memo weighs it by).
+    pub(crate) fn held_bytes(&self) -> usize {
+        std::mem::size_of::<ParsedRequest>()
+            + self.body.len()
+            + self.names.held_bytes()
+            + self.version_info.capacity()
+            + self.type_url.capacity()
+            + self.node_id.capacity()
+            + self.node_cluster.capacity()
+            + self.user_agent_name.capacity()
+    }
+}
+
+/// What a memo holds now: entries and their weight.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
 }
 
 /// Bodies seen recently and what they parsed to.
@@ -187,13 +211,28 @@ pub(crate) struct ParsedRequests {
 
 impl ParsedRequests {
     pub(crate) fn new(session_key: SessionKey) -> ParsedRequests {
+        ParsedRequests::with_capacity(session_key, MEMO_BYTES)
+    }
+
+    /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
+    pub(crate) fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
         let memo = Cache::builder()
-            .max_capacity(MEMO_BYTES)
+            .max_capacity(bytes)
             .weigher(|_, parsed: &Arc<ParsedRequest>| {
-                u32::try_from(parsed.body.len()).unwrap_or(u32::MAX)
+                u32::try_from(parsed.held_bytes()).unwrap_or(u32::MAX)
             })
             .build();
         ParsedRequests { memo, session_key }
+    }
+
+    /// What the memo holds now (pending evictions done first).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> Held {
+        self.memo.run_pending_tasks();
+        Held {
+            entries: self.memo.entry_count(),
+            bytes: self.memo.weighted_size(),
+        }
     }
 
     /// The parse of `body`, from the memo when the same bytes were seen.
@@ -269,5 +308,29 @@ mod tests {
         let other = memo.parse(b.clone()).unwrap();
         assert!(!Arc::ptr_eq(&first, &other));
         assert_eq!(other.body(), &b[..]);
+    }
+
+    /// Issue 20, finding 4: bodies naming thousands of resources parse to
+    /// several times their size; the memo counts the parse, so what it holds
+    /// stays within its bound (it held about four times the bound when it
+    /// weighed bodies alone).
+    #[test]
+    fn the_memo_weighs_a_parse_by_what_it_holds() {
+        let bound = 1 << 20;
+        let memo = ParsedRequests::with_capacity(SessionKey::Node, bound);
+        let mut held = 0;
+        for i in 0..60 {
+            let names: Vec<String> = (0..1000).map(|n| format!("c{}", i * 1000 + n)).collect();
+            let body = serde_json::json!({"node": {"id": "n"}, "resource_names": names});
+            let parsed = memo.parse(body.to_string().into()).unwrap();
+            assert!(parsed.held_bytes() > 2 * parsed.body().len());
+            held += parsed.held_bytes() as u64;
+        }
+        assert!(held > 3 * bound, "the test must overflow the bound");
+        let now = memo.held();
+        assert!(now.bytes <= bound, "{now:?}");
+        assert!(now.entries < 60, "{now:?}");
+        let kept = now.bytes / now.entries;
+        assert!(kept > 40_000, "an entry weighs its parse: {now:?}");
     }
 }

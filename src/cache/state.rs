@@ -61,6 +61,17 @@ impl Names {
             Names::Named(set)
         }
     }
+
+    /// About what the names hold in memory: each name's bytes, its `String`
+    /// and its share of the set's nodes. What byte bounds weigh them by.
+    pub(crate) fn held_bytes(&self) -> usize {
+        /// A `String` (24) and its B-tree slot and allocation overheads.
+        const PER_NAME: usize = 48;
+        match self {
+            Names::Wildcard => 0,
+            Names::Named(set) => set.iter().map(|n| n.capacity() + PER_NAME).sum(),
+        }
+    }
 }
 
 /// What upstream subscription a state answers: a snapshot of the session's
@@ -166,15 +177,35 @@ pub(crate) struct TypeState {
 #[derive(Debug)]
 struct Assembled {
     state: u64,
-    names: Names,
+    /// The SHA-256 of the names it answers ([`names_digest`]), not the
+    /// names: an answer for 19,000 names that match nothing is a ~100-byte
+    /// body, and holding its names made it weigh ~1.2 MB (issue 20,
+    /// finding 4). Collision-resistant, so a hit is still confirmed.
+    names: [u8; 32],
     target: Option<RestTarget>,
     version: String,
     json: Bytes,
 }
 
+/// The SHA-256 of a request's names (each length-prefixed; the wildcard
+/// as `*` with no prefix, which no prefixed list can produce).
+fn names_digest(names: &Names) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    match names {
+        Names::Wildcard => hasher.update(b"*"),
+        Names::Named(set) => {
+            for name in set {
+                hasher.update((name.len() as u64).to_be_bytes());
+                hasher.update(name.as_bytes());
+            }
+        }
+    }
+    hasher.finalize().into()
+}
+
 /// The memo of assembled bodies: a byte-bounded LRU keyed by a hash of
-/// (state, names, target), confirmed on every hit (a collision costs an
-/// assembly, never a wrong body).
+/// (state, names digest, target), confirmed on every hit (a collision of
+/// the key costs an assembly, never a wrong body).
 #[derive(Clone)]
 pub(crate) struct Bodies(Cache<u64, Arc<Assembled>>);
 
@@ -199,14 +230,14 @@ impl Bodies {
             Cache::builder()
                 .max_capacity(bytes)
                 .weigher(|_, a: &Arc<Assembled>| {
-                    let size = a.json.len() + a.version.len() + 64;
+                    let size = a.json.len() + a.version.len() + 96;
                     u32::try_from(size).unwrap_or(u32::MAX)
                 })
                 .build(),
         )
     }
 
-    fn key(state: u64, names: &Names, target: Option<&RestTarget>) -> u64 {
+    fn key(state: u64, names: &[u8; 32], target: Option<&RestTarget>) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut hasher = xxhash_rust::xxh3::Xxh3::default();
         state.hash(&mut hasher);
@@ -219,7 +250,7 @@ impl Bodies {
         &self,
         key: u64,
         state: u64,
-        names: &Names,
+        names: &[u8; 32],
         target: Option<&RestTarget>,
     ) -> Option<Arc<Assembled>> {
         self.0
@@ -257,8 +288,9 @@ impl TypeState {
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         let bodies = renderer.bodies();
-        let key = Bodies::key(self.id, names, target);
-        if let Some(hit) = bodies.get(key, self.id, names, target) {
+        let digest = names_digest(names);
+        let key = Bodies::key(self.id, &digest, target);
+        if let Some(hit) = bodies.get(key, self.id, &digest, target) {
             if same_selection(presented, &hit.version) {
                 return Ok(Answer::NotModified {
                     version: hit.version.clone(),
@@ -280,7 +312,7 @@ impl TypeState {
             key,
             Arc::new(Assembled {
                 state: self.id,
-                names: names.clone(),
+                names: digest,
                 target: target.cloned(),
                 version: version.clone(),
                 json: json.clone(),

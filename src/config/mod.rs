@@ -155,6 +155,9 @@ pub struct Config {
     pub max_long_polls: usize,
     /// Watch streams (`?watch`) open at once at most.
     pub max_watches: usize,
+    /// Percent of `max_sessions`, `max_watches` and `max_long_polls` one
+    /// principal of a policy of several may hold (1..=100).
+    pub principal_share: u8,
     /// A watch stream silent for this long sends a heartbeat.
     pub watch_heartbeat: Duration,
     /// HTTP/2 streams (requests) in flight on one REST connection at most.
@@ -212,6 +215,7 @@ impl Default for Config {
             max_connections: 10_000,
             max_long_polls: 5_000,
             max_watches: 1_000,
+            principal_share: 50,
             watch_heartbeat: Duration::from_secs(15),
             max_streams_per_connection: 4_096,
             header_read_timeout: Duration::from_secs(10),
@@ -308,6 +312,7 @@ impl Config {
             max_connections,
             max_long_polls,
             max_watches,
+            principal_share,
             watch_heartbeat,
             max_streams_per_connection,
             header_read_timeout,
@@ -526,6 +531,12 @@ impl Config {
             if value.is_zero() {
                 return Err(invalid(key, "must be more than 0s"));
             }
+        }
+        if !(1..=100).contains(&self.principal_share) {
+            return Err(invalid(
+                "principal-share",
+                "must be a percentage from 1 to 100",
+            ));
         }
         if self.max_names_per_session < self.max_names_per_request {
             return Err(invalid(

@@ -114,6 +114,9 @@ pub struct Settings {
     /// At most this many watch streams (`?watch`) open at once; more are answered 503 [default: 1000].
     #[arg(long, env = "XDS_GATEWAY_MAX_WATCHES")]
     pub max_watches: Option<usize>,
+    /// With an auth policy of several principals, one principal may hold at most this percentage of --max-sessions, --max-watches and --max-long-polls (more of its own are answered 503), so one tenant cannot starve the rest; 100 turns the shares off [default: 50].
+    #[arg(long, env = "XDS_GATEWAY_PRINCIPAL_SHARE", value_name = "PERCENT")]
+    pub principal_share: Option<u8>,
     /// A watch stream with nothing to send for this long sends a heartbeat (an SSE comment, or an empty NDJSON line), so proxies keep it open [default: 15s].
     #[arg(long, env = "XDS_GATEWAY_WATCH_HEARTBEAT", value_parser = humantime::parse_duration)]
     #[serde(default, with = "opt_duration")]

@@ -152,6 +152,11 @@ impl Caller {
         self.principal.is_some()
     }
 
+    /// The principal's name (`None`: no policy).
+    pub(crate) fn principal(&self) -> Option<&str> {
+        self.principal.as_ref().map(|p| p.name.as_str())
+    }
+
     /// Step 2: whether this caller may fetch `kind` for node `id` of `cluster`.
     pub(crate) fn may_fetch(
         &self,

@@ -116,6 +116,7 @@ async fn serve(
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
+    let tenant = gateway.tenant(caller);
     let changes = switch(query, "changes")?;
     if watch::requested(query)? {
         let target = rest_target(config, request.user_agent_name(), headers);
@@ -126,6 +127,7 @@ async fn serve(
             target,
             remote,
             changes,
+            tenant: tenant.as_ref(),
         };
         return watch::open(gateway, watched, headers, query).await;
     }
@@ -135,7 +137,7 @@ async fn serve(
     let target = target.as_ref();
     let renderer = &gateway.renderer;
 
-    let mut polled = gateway.source.poll(kind, &request).await?;
+    let mut polled = gateway.source.poll(kind, &request, tenant.as_ref()).await?;
     let mut answer = polled.answer(renderer, &request, remote, target)?;
     if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
         if gateway.drain.is_draining() {
@@ -144,6 +146,8 @@ async fn serve(
                 retry_after_secs: 1,
             });
         }
+        // The principal's share first: over it, it takes no global place.
+        let _share = gateway.long_poll_share.take(tenant.as_ref())?;
         let Ok(_slot) = gateway.long_polls.try_acquire() else {
             return Err(ApiError::Unavailable {
                 message: format!(

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::authorize::AuthError;
 use super::body::BodyError;
+use crate::shares::OverShare;
 use crate::source::SourceError;
 use crate::xds::{JsonError, RequestError};
 
@@ -114,6 +115,7 @@ impl From<SourceError> for ApiError {
                 ApiError::NotImplemented(err.to_string())
             }
             SourceError::TooManySessions { .. }
+            | SourceError::OverShare(_)
             | SourceError::SessionBytes { .. }
             | SourceError::TooManyNames { .. }
             | SourceError::NotLoaded { .. }
@@ -121,6 +123,15 @@ impl From<SourceError> for ApiError {
             | SourceError::NoAnswer { .. }
             | SourceError::Upstream(_) => ApiError::unavailable(err.to_string()),
         }
+    }
+}
+
+/// One principal over its share of a limit: 503, naming the principal and
+/// the limit, with `Retry-After` (its own places free up; others' do not
+/// matter to it).
+impl From<OverShare> for ApiError {
+    fn from(err: OverShare) -> ApiError {
+        ApiError::unavailable(err.to_string())
     }
 }
 

@@ -39,6 +39,7 @@ use crate::config::Config;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::serve::RemoteAddr;
+use crate::shares::{Share, Tenant};
 use crate::source::Source;
 use crate::tls::{PeerIdentity, ServerTls};
 use crate::xds::PATH_PREFIX;
@@ -57,6 +58,10 @@ pub(crate) struct Gateway {
     parsed: ParsedRequests,
     /// One permit per long poll that may be held at once.
     long_polls: tokio::sync::Semaphore,
+    /// What each principal holds of `--max-long-polls`.
+    long_poll_share: Share,
+    /// What each principal holds of `--max-watches`.
+    watch_share: Share,
     /// One permit per watch stream that may be open at once (each open
     /// stream owns its permit).
     watches: Arc<tokio::sync::Semaphore>,
@@ -86,6 +91,18 @@ impl Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
             long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
+            long_poll_share: Share::new(
+                "max-long-polls",
+                "long polls",
+                config.max_long_polls,
+                config.principal_share,
+            ),
+            watch_share: Share::new(
+                "max-watches",
+                "watches",
+                config.max_watches,
+                config.principal_share,
+            ),
             watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
             auth: None,
             client_trust: None,
@@ -102,6 +119,14 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// Whose share of the global limits `caller`'s requests count against:
+    /// none without a policy or with a policy of one principal (nobody to
+    /// starve).
+    fn tenant(&self, caller: &authorize::Caller) -> Option<Tenant> {
+        let principals = self.auth.as_ref()?.current().principal_count();
+        Tenant::of(caller.principal(), principals)
+    }
+
     /// The same gateway, authorizing every request with `auth`.
     pub(crate) fn with_auth(mut self, auth: Option<Arc<AuthPolicy>>) -> Gateway {
         self.auth = auth;

@@ -22,6 +22,7 @@ use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamCon
 use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
+use crate::shares::Tenant;
 use crate::xds::ResourceType;
 
 /// Builds the source for the mode the probe found (`app.rs` decides what
@@ -96,8 +97,9 @@ impl Source for AutoSource {
         &'a self,
         kind: ResourceType,
         request: &'a ParsedRequest,
+        tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
-        async move { self.chosen().await?.poll(kind, request).await }.boxed()
+        async move { self.chosen().await?.poll(kind, request, tenant).await }.boxed()
     }
 
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {

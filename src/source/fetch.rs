@@ -49,6 +49,7 @@ use crate::cache::{
     upstream_version, Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState,
 };
 use crate::config::Config;
+use crate::shares::Tenant;
 use crate::xds::{Endpoint, ResourceType};
 
 /// How many decoded nodes (one per identity) are kept.
@@ -176,6 +177,7 @@ impl Source for FetchSource {
         &'a self,
         kind: ResourceType,
         request: &'a ParsedRequest,
+        _tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
         let fetcher = &self.inner;
         async move {

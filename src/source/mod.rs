@@ -62,17 +62,20 @@ pub use upstream::StartError;
 pub(crate) use upstream::UpstreamContext;
 
 use crate::cache::ParsedRequest;
+use crate::shares::{OverShare, Tenant};
 use crate::xds::{Endpoint, ResourceType};
 
 /// What feeds the gateway, as the REST and admin faces see it.
 pub(crate) trait Source: Send + Sync + fmt::Debug {
     /// The state that answers `request` for `kind`, waiting (bounded by the
     /// first-response timeout) for the upstream's first answer covering the
-    /// names asked for.
+    /// names asked for. A session this opens counts against `tenant`'s
+    /// share of `--max-sessions` until it closes.
     fn poll<'a>(
         &'a self,
         kind: ResourceType,
         request: &'a ParsedRequest,
+        tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>>;
 
     /// One HDS or CSDS question asked of the upstream as it is.
@@ -155,13 +158,15 @@ pub(crate) const SESSION_ERRORS_SHOWN: usize = 20;
 pub(crate) enum SourceError {
     #[error("too many sessions ({max}); try again later")]
     TooManySessions { max: usize },
+    #[error(transparent)]
+    OverShare(#[from] OverShare),
     #[error("sessions hold {held} bytes of nodes; a new one of {wanted} bytes would pass the limit of {max} (--max-session-bytes); try again later")]
     SessionBytes {
         held: usize,
         wanted: usize,
         max: usize,
     },
-    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session); names nobody asks for are dropped after --idle-timeout", kind.type_url())]
+    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session, and {} bytes of them); names nobody asks for are dropped after --idle-timeout", kind.type_url(), session::NAME_BYTES)]
     TooManyNames { kind: ResourceType, max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
     InvalidNode(String),

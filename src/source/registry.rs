@@ -2,8 +2,10 @@
 //! identity, and how a poll is answered from one.
 //!
 //! A session is created for the first client of an identity (bounded in
-//! number and in the bytes of the nodes sessions hold), shared by every later
-//! one (fan-in), and closed when no client has polled it for the idle
+//! number and in the bytes of the nodes sessions hold, and per principal by
+//! its share of `--max-sessions`: a session counts against the principal
+//! whose request opened it until it closes), shared by every later one
+//! (fan-in), and closed when no client has polled it for the idle
 //! timeout; names nobody asks for any more are pruned on the same sweep.
 //! What feeds a session (an upstream stream, the snapshot) is the
 //! [`Feeder`]'s business; the registry only starts it.
@@ -43,6 +45,7 @@ use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeS
 use crate::config::Config;
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
+use crate::shares::{Share, Taken, Tenant};
 use crate::xds::ResourceType;
 
 /// How often idle sessions and stale names are swept, at most.
@@ -117,6 +120,8 @@ pub(crate) struct Sessions<F> {
     renderer: Renderer,
     metrics: Arc<Metrics>,
     limits: Limits,
+    /// What each principal holds of `--max-sessions`.
+    share: Share,
     sweeper: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -132,6 +137,9 @@ struct Entry {
     session: Arc<Session>,
     /// What it counts in [`Registry::bytes`].
     bytes: usize,
+    /// Its place in the share of the principal that opened it (given
+    /// back when the entry goes: the session closed).
+    _share: Option<Taken>,
 }
 
 impl Registry {
@@ -183,6 +191,12 @@ impl<F: Feeder> Sessions<F> {
                 rejection_threshold: config.rejection_threshold,
                 forward_rejections: config.forward_rejections,
             },
+            share: Share::new(
+                "max-sessions",
+                "sessions",
+                config.max_sessions,
+                config.principal_share,
+            ),
             sweeper: Mutex::default(),
         });
         let sweeper = spawn_sweeper(Arc::downgrade(&sessions), sessions.sweep_every());
@@ -205,8 +219,13 @@ impl<F: Feeder> Sessions<F> {
 
     /// The session of the request's identity, created (and its feeder
     /// started) for the first client of that identity. The request's `node`
-    /// is decoded only then, outside the registry's lock.
-    async fn session(&self, request: &ParsedRequest) -> Result<Arc<Session>, SourceError> {
+    /// is decoded only then, outside the registry's lock. A new session
+    /// counts against `tenant`'s share until it closes.
+    async fn session(
+        &self,
+        request: &ParsedRequest,
+        tenant: Option<&Tenant>,
+    ) -> Result<Arc<Session>, SourceError> {
         let key = request.identity();
         let bytes = request.node_bytes();
         {
@@ -214,6 +233,7 @@ impl<F: Feeder> Sessions<F> {
             if let Some(session) = registry.existing(key) {
                 return Ok(session);
             }
+            self.share.check(tenant)?;
             registry.room_for(bytes, &self.limits)?;
         }
         // The semaphore is never closed.
@@ -234,6 +254,7 @@ impl<F: Feeder> Sessions<F> {
             return Ok(session);
         }
         registry.room_for(bytes, &self.limits)?;
+        let share = self.share.take(tenant)?;
         let (session, commands) = Session::new(node);
         session.attach_task(self.feeder.start(session.clone(), commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
@@ -242,6 +263,7 @@ impl<F: Feeder> Sessions<F> {
             Entry {
                 session: session.clone(),
                 bytes,
+                _share: share,
             },
         );
         registry.bytes += bytes;
@@ -274,6 +296,7 @@ impl<F: Feeder> Sessions<F> {
         &self,
         kind: ResourceType,
         request: &ParsedRequest,
+        tenant: Option<&Tenant>,
     ) -> Result<Polled, SourceError> {
         if !self.feeder.carries(kind) {
             let from = self.feeder.describe();
@@ -285,7 +308,7 @@ impl<F: Feeder> Sessions<F> {
         if request.node_id().is_empty() && self.feeder.upstream().is_some() {
             return Err(SourceError::NoNodeId);
         }
-        let session = self.session(request).await?;
+        let session = self.session(request, tenant).await?;
         let serving = session.serving();
         let names = request.names();
         let max = self.limits.max_names_per_session;
@@ -332,8 +355,9 @@ impl<F: Feeder> Source for Sessions<F> {
         &'a self,
         kind: ResourceType,
         request: &'a ParsedRequest,
+        tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
-        self.poll_session(kind, request).boxed()
+        self.poll_session(kind, request, tenant).boxed()
     }
 
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
@@ -524,19 +548,25 @@ mod tests {
         script.set(ResourceType::Clusters, "1", &[]).await;
         let parsed = ParsedRequests::new(SessionKey::Node);
         let small = parsed.parse(node_request("small", 1)).unwrap();
-        sessions.poll(ResourceType::Clusters, &small).await.unwrap();
+        sessions
+            .poll(ResourceType::Clusters, &small, None)
+            .await
+            .unwrap();
 
         let huge = parsed.parse(node_request("huge", 100_000)).unwrap();
         assert!(huge.node_bytes() > 2_000_000);
         let opening = {
             let sessions = sessions.clone();
-            tokio::spawn(async move { sessions.session(&huge).await.map(|_| ()) })
+            tokio::spawn(async move { sessions.session(&huge, None).await.map(|_| ()) })
         };
         let decoding = || sessions.decoding.available_permits() < DECODES_AT_ONCE;
         while !decoding() {
             tokio::task::yield_now().await;
         }
-        sessions.poll(ResourceType::Clusters, &small).await.unwrap();
+        sessions
+            .poll(ResourceType::Clusters, &small, None)
+            .await
+            .unwrap();
         assert!(
             decoding(),
             "the huge node was decoded before an existing session could answer"

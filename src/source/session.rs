@@ -64,11 +64,18 @@ impl Interest {
     }
 }
 
+/// Bytes of names one type of one session may subscribe to: with
+/// `--max-names-per-session` counting them, long names (a body may carry
+/// megabytes of one) cannot make a session hold more than this.
+pub(super) const NAME_BYTES: usize = 16 * 1024 * 1024;
+
 /// What the node's clients want of one type.
 #[derive(Debug, Default)]
 struct Subscription {
     wildcard: Option<Interest>,
     names: BTreeMap<String, Interest>,
+    /// Bytes of the names (their lengths summed).
+    bytes: usize,
 }
 
 impl Subscription {
@@ -82,7 +89,7 @@ impl Subscription {
     /// Records interest in `names` at `now`. Returns whether that widened
     /// the subscription, and when the newest part of `names` was first asked
     /// for; or, recording nothing, `Err` when that would subscribe more than
-    /// `max` names.
+    /// `max` names or [`NAME_BYTES`] of them.
     fn ask(
         &mut self,
         names: &Names,
@@ -90,8 +97,11 @@ impl Subscription {
         max: usize,
     ) -> Result<(bool, Instant), TooManyNames> {
         if let Names::Named(set) = names {
-            let new = set.iter().filter(|n| !self.names.contains_key(*n)).count();
-            if new > 0 && self.names.len() + new > max {
+            let (new, bytes) = set
+                .iter()
+                .filter(|n| !self.names.contains_key(*n))
+                .fold((0, 0), |(count, bytes), n| (count + 1, bytes + n.len()));
+            if new > 0 && (self.names.len() + new > max || self.bytes + bytes > NAME_BYTES) {
                 return Err(TooManyNames { max });
             }
         }
@@ -116,6 +126,7 @@ impl Subscription {
                         }
                         None => {
                             self.names.insert(name.clone(), Interest::new(now));
+                            self.bytes += name.len();
                             widened = true;
                             now
                         }
@@ -294,6 +305,7 @@ impl Session {
                 let before = (sub.wildcard.is_some(), sub.names.len());
                 let fresh = |i: &Interest| now.saturating_duration_since(i.last) < ttl;
                 sub.names.retain(|_, interest| fresh(interest));
+                sub.bytes = sub.names.keys().map(String::len).sum();
                 if sub.wildcard.as_ref().is_some_and(|i| !fresh(i)) {
                     sub.wildcard = None;
                 }
@@ -465,6 +477,28 @@ mod tests {
         s.want(eds, &names(&["a", "b"]), SETTLE, 2).unwrap();
         s.want(eds, &Names::Wildcard, SETTLE, 2).unwrap();
         s.want(eds, &names(&["c"]), SETTLE, 3).unwrap();
+    }
+
+    /// Issue 20, finding 4: the names of a session are bounded in bytes as
+    /// well as in count (a 4 MiB body can carry one name of 4 MiB).
+    #[tokio::test]
+    async fn a_subscription_cannot_grow_past_its_bytes() {
+        let (s, _rx) = Session::new(Node::default());
+        let eds = ResourceType::Endpoints;
+        let long = |i: usize| format!("{i}{}", "x".repeat(1 << 20));
+        let batch =
+            |from: usize| Names::from_request((from..from + 4).map(long).collect::<Vec<_>>());
+        for i in 0..3 {
+            s.want(eds, &batch(4 * i), SETTLE, MAX).unwrap();
+        }
+        assert!(s.want(eds, &batch(100), SETTLE, MAX).is_err());
+        assert_eq!(s.subscription(eds).unwrap().names.len(), 12);
+        // Pruned names give their bytes back.
+        s.prune(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(1),
+        );
+        s.want(eds, &batch(100), SETTLE, MAX).unwrap();
     }
 
     #[tokio::test]

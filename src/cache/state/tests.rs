@@ -257,3 +257,36 @@ fn a_subscribed_glob_wants_its_members_only() {
     // A glob is covered once it was answered, like any name.
     assert!(c.covers(&named(&[glob])));
 }
+
+/// Issue 20, finding 4: an answer for thousands of names that match
+/// nothing is a tiny body; the memo keeps the digest of its names, not the
+/// names (it kept ~55 KB of names per answer here, weighing ~200 bytes).
+#[test]
+fn memoised_answers_do_not_hold_their_names() {
+    let r = renderer();
+    let s = state(&r, "v1", &[("a", "1s")]);
+    let set = |i: usize| Names::from_request((0..1000).map(|n| format!("c{i}-{n}")).collect());
+    for i in 0..60 {
+        body_version(&s.answer(&r, &set(i), "", None).unwrap());
+    }
+    let memo = &r.bodies().0;
+    memo.run_pending_tasks();
+    assert_eq!(memo.entry_count(), 60);
+    let held: usize = memo
+        .iter()
+        .map(|(_, a)| std::mem::size_of::<Assembled>() + a.json.len() + a.version.len())
+        .sum();
+    assert!(held < 60 * 1024, "{held} bytes for 60 answers");
+    // A hit is still confirmed by its names: the same set is a hit, a set
+    // differing in one name is not.
+    match s.answer(&r, &set(7), "", None).unwrap() {
+        Answer::Body { cached, .. } => assert!(cached),
+        other => panic!("{other:?}"),
+    }
+    let mut other: Vec<String> = (0..1000).map(|n| format!("c7-{n}")).collect();
+    other[999] = "c7-x".into();
+    match s.answer(&r, &Names::from_request(other), "", None).unwrap() {
+        Answer::Body { cached, .. } => assert!(!cached),
+        other => panic!("{other:?}"),
+    }
+}

@@ -3,6 +3,7 @@
 //! path against a scripted source). Everything runs in process; no control
 //! plane is needed.
 
+mod bounds;
 mod changes;
 mod fuzz;
 mod poll;

@@ -31,6 +31,7 @@ use super::query::switch;
 use super::Gateway;
 use crate::cache::ParsedRequest;
 use crate::serve::Streaming;
+use crate::shares::Tenant;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 pub(crate) use frame::Format;
@@ -52,6 +53,8 @@ pub(super) struct Watched<'a> {
     pub(super) remote: Option<IpAddr>,
     /// `?changes`: events in changes form.
     pub(super) changes: bool,
+    /// Whose share of `--max-watches` (and of sessions) it counts against.
+    pub(super) tenant: Option<&'a Tenant>,
 }
 
 /// Opens a watch: the stream's response (its first event is the current
@@ -83,7 +86,9 @@ pub(super) async fn open(
             retry_after_secs: 1,
         });
     }
-    let Ok(slot) = gateway.watches.clone().try_acquire_owned() else {
+    // The principal's share first: over it, it takes no global place.
+    let share = gateway.watch_share.take(watched.tenant)?;
+    let Ok(permit) = gateway.watches.clone().try_acquire_owned() else {
         return Err(ApiError::Unavailable {
             message: format!(
                 "too many watches open now (at most {}, --max-watches); reconnect later, or poll",
@@ -93,7 +98,8 @@ pub(super) async fn open(
         });
     };
     let kind = watched.kind;
-    let mut polled = gateway.source.poll(kind, &request).await?;
+    let slot = (permit, share);
+    let mut polled = gateway.source.poll(kind, &request, watched.tenant).await?;
     let first = polled.answer(
         &gateway.renderer,
         &request,

@@ -33,6 +33,7 @@ use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
+use crate::shares::Taken;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
@@ -77,8 +78,12 @@ pub(super) struct Watch {
     /// The answer last sent (what the next changes are relative to).
     last: Option<Arc<Served>>,
     _open: OpenConnection,
-    _slot: OwnedSemaphorePermit,
+    _slot: Slot,
 }
+
+/// An open watch's place under `--max-watches`, and in its principal's
+/// share of it: both given back when the stream ends.
+pub(super) type Slot = (OwnedSemaphorePermit, Option<Taken>);
 
 /// What [`Watch::open`] needs beyond the gateway.
 pub(super) struct Opening {
@@ -89,7 +94,7 @@ pub(super) struct Opening {
     pub(super) remote: Option<IpAddr>,
     pub(super) format: Format,
     pub(super) polled: Polled,
-    pub(super) slot: OwnedSemaphorePermit,
+    pub(super) slot: Slot,
     pub(super) changes: bool,
 }
 
