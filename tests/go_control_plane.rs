@@ -249,6 +249,7 @@ async fn a_change_and_a_restart_of_go_control_plane_in_every_mode() {
 
             // go-control-plane's gRPC listener goes away: the last good
             // state is served, marked stale, and presenting it is a 304.
+            let requests_before = requests(cp).await.len();
             cp.stop_grpc().await;
             let during = discover(&gw, "clusters", &request(&n, &version_of(&second), &[])).await;
             assert_eq!(
@@ -278,10 +279,49 @@ async fn a_change_and_a_restart_of_go_control_plane_in_every_mode() {
                 assert_eq!(upstream_of(&after), "v3", "{mode:?}");
             }
             assert_eq!(names_of(&after), ["a", "b", "c"], "{mode:?}");
+            check_resubscription(mode, &requests(cp).await[requests_before..], &id);
             gw.stop().await;
         }
     })
     .await;
+}
+
+/// Every stream request go-control-plane has recorded, oldest first.
+async fn requests(cp: &GoControlPlane) -> Vec<Value> {
+    cp.stats().await["requests"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The first CDS request of `node` on a stream opened after a restart of
+/// go-control-plane is one go-control-plane takes as a resumption: delta
+/// presents the versions it holds (`initial_resource_versions`, so only
+/// what changed is sent again); SotW the version it ACKed last, with no
+/// nonce (a nonce belongs to the stream that sent it, and go-control-plane
+/// ignores a request whose nonce it did not send on that stream).
+fn check_resubscription(mode: (UpstreamMode, UpstreamStreams), after: &[Value], node: &str) {
+    let Some(first) = after
+        .iter()
+        .find(|r| r["node_id"] == node && r["type_url"] == CDS)
+    else {
+        assert_eq!(
+            mode.0,
+            UpstreamMode::Fetch,
+            "{mode:?}: no request after the restart"
+        );
+        return;
+    };
+    assert_eq!(first["response_nonce"], "", "{mode:?}: {first}");
+    if first["delta"] == true {
+        let held = first["initial_resource_versions"]
+            .as_object()
+            .map(|versions| versions.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        assert_eq!(held, ["a", "b"], "{mode:?}: {first}");
+    } else {
+        assert_eq!(first["version_info"], "v2", "{mode:?}: {first}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
