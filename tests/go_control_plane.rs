@@ -201,6 +201,24 @@ async fn every_mode_serves_go_control_plane_config_as_protobuf_renders_it() {
     .await;
 }
 
+/// A CDS long poll for `n` presenting `version`, held up to 30 s (longer
+/// than [`CHANGE_WAIT`], so an answer within that is the change's).
+fn hold_cds(port: u16, n: &Value, version: &str) -> tokio::task::JoinHandle<Reply> {
+    let body = request(n, version, &[]).to_string();
+    tokio::spawn(async move {
+        gateway::http_request(
+            port,
+            http::Method::POST,
+            "/v3/discovery:clusters?wait=30s",
+            &[("content-type", "application/json")],
+            body,
+            CHANGE_WAIT,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the held poll was not answered by the change: {e}"))
+    })
+}
+
 /// Polls CDS for `n`, presenting `version`, until the answer is a new
 /// version; returns it.
 async fn next_cds(gw: &InProcess, n: &Value, version: &str) -> Reply {
@@ -229,10 +247,20 @@ async fn a_change_and_a_restart_of_go_control_plane_in_every_mode() {
             assert_eq!(names_of(&first), ["a", "b"], "{mode:?}");
 
             // One cluster changes.
+            // One cluster changes while a long poll is held: the poll is
+            // answered with it, well before its wait ends.
+            let held = hold_cds(gw.rest_port, &n, &version_of(&first));
             let mut changed = cluster("b");
             changed["connect_timeout"] = json!("7s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
             cp.set_cluster(&id, "v2", changed).await;
-            let second = next_cds(&gw, &n, &version_of(&first)).await;
+            let second = held.await.unwrap();
+            assert_eq!(
+                second.status,
+                200,
+                "{mode:?}: the held poll: {}",
+                second.text()
+            );
             if carries_upstream_version(mode) {
                 assert_eq!(upstream_of(&second), "v2", "{mode:?}");
             }
