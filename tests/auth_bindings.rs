@@ -172,18 +172,9 @@ async fn reloads(admin: u16, token: &str) -> u64 {
 }
 
 async fn get(port: u16, path: &str, token: Option<&str>) -> Reply {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
-    http_request(
-        port,
-        http::Method::GET,
-        path,
-        &headers,
-        Bytes::new(),
-        TIMEOUT,
-    )
-    .await
-    .unwrap()
+    gateway::get_with_token(port, path, token, TIMEOUT)
+        .await
+        .unwrap()
 }
 
 async fn post(port: u16, path: &str, token: &str, body: serde_json::Value) -> Reply {

@@ -6,6 +6,8 @@
 //! timeouts are short so the tests are quick, and each bound asserted is
 //! several times the configured timeout (these are not timing tests).
 
+#[path = "support/gateway.rs"]
+mod gateway;
 #[path = "support/inproc.rs"]
 mod inproc;
 #[path = "support/process.rs"]
@@ -245,15 +247,8 @@ async fn long_polls_are_capped() {
         let (port, path) = (gw.rest_port, path.clone());
         tokio::spawn(async move { http_get(port, &path).await })
     };
-    let admin = gw.admin_port;
-    eventually(WITHIN, Duration::from_millis(20), || async move {
-        let (_, metrics) = http_get(admin, "/metrics").await.ok()?;
-        metrics
-            .contains("xds_gateway_long_polls_held 1")
-            .then_some(())
-    })
-    .await
-    .expect("the first long poll was never held");
+    let held_one = "xds_gateway_long_polls_held 1";
+    gateway::wait_for_metric(gw.admin_port, held_one, WITHIN, "the first long poll").await;
     let (status, body) = http_get(gw.rest_port, &path).await.unwrap();
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("--max-long-polls"), "{body}");

@@ -15,9 +15,8 @@ mod process;
 use std::path::Path;
 use std::time::Duration;
 
-use gateway::{http_request, Reply};
+use gateway::Reply;
 use inproc::{connect, send, InProcess};
-use process::{eventually, http_get};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -47,17 +46,7 @@ async fn start(dir: &Path, principals: &[(&str, &str)], config: Config) -> InPro
 }
 
 async fn get(port: u16, path: &str, token: &str, timeout: Duration) -> Result<Reply, String> {
-    let auth = format!("Bearer {token}");
-    let headers = [("authorization", auth.as_str())];
-    http_request(
-        port,
-        http::Method::GET,
-        path,
-        &headers,
-        bytes::Bytes::new(),
-        timeout,
-    )
-    .await
+    gateway::get_with_token(port, path, Some(token), timeout).await
 }
 
 async fn poll(port: u16, node: &str, token: &str) -> Reply {
@@ -144,15 +133,8 @@ async fn one_principal_cannot_hold_every_long_poll() {
         tokio::spawn(async move { get(port, &path, A, TIMEOUT * 2).await })
     };
     // Once the first is held, a second of the same principal is refused.
-    let admin = gw.admin_port;
-    eventually(WITHIN, Duration::from_millis(20), || async move {
-        let (_, metrics) = http_get(admin, "/metrics").await.ok()?;
-        metrics
-            .contains("xds_gateway_long_polls_held 1")
-            .then_some(())
-    })
-    .await
-    .expect("the first long poll was never held");
+    let held_one = "xds_gateway_long_polls_held 1";
+    gateway::wait_for_metric(gw.admin_port, held_one, WITHIN, "the first long poll").await;
     let refused = get(port, &path_a, A, TIMEOUT).await.unwrap();
     assert_over_share(&refused, "a", "--max-long-polls");
     // The other principal's long poll is held, not refused.

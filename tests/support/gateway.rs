@@ -77,6 +77,38 @@ pub async fn http_request(
         .map_err(|e| format!("{method} 127.0.0.1:{port}{path}: {e}"))
 }
 
+/// `GET path` on 127.0.0.1:`port`, with `Authorization: Bearer <token>`
+/// when a token is given, bounded by `timeout`.
+pub async fn get_with_token(
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<Reply, String> {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    http_request(
+        port,
+        http::Method::GET,
+        path,
+        &headers,
+        Bytes::new(),
+        timeout,
+    )
+    .await
+}
+
+/// Waits up to `within` until the admin `/metrics` on `admin` (open: no
+/// admin token) has the line `line`; panics, naming `what`, if it never does.
+pub async fn wait_for_metric(admin: u16, line: &str, within: Duration, what: &str) {
+    let found = eventually(within, Duration::from_millis(20), || async move {
+        let (_, metrics) = crate::process::http_get(admin, "/metrics").await.ok()?;
+        metrics.lines().any(|l| l == line).then_some(())
+    })
+    .await;
+    assert!(found.is_some(), "{what}: /metrics never had {line:?}");
+}
+
 async fn exchange(
     port: u16,
     method: http::Method,
