@@ -96,16 +96,22 @@ impl Peers {
 }
 
 /// The gateway in process in front of `upstream`, in `mode` on `streams`.
-async fn gateway_of(
+async fn gateway_of(upstream: String, transport: (UpstreamMode, UpstreamStreams)) -> InProcess {
+    gateway_with(upstream, transport, Config::default()).await
+}
+
+/// [`gateway_of`] with the rest of `config`.
+async fn gateway_with(
     upstream: String,
     (mode, streams): (UpstreamMode, UpstreamStreams),
+    config: Config,
 ) -> InProcess {
     let config = Config {
         upstream: Some(upstream),
         upstream_mode: mode,
         upstream_streams: streams,
         allow_secrets: true,
-        ..Config::default()
+        ..config
     }
     .validate()
     .expect("a valid configuration");
@@ -442,6 +448,60 @@ async fn auto_finds_the_per_type_services_of_a_control_plane_without_ads() {
             "{stats}"
         );
         auto.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspected_rejection_is_forwarded_to_go_control_plane_in_every_stream_transport() {
+    const TEST: &str =
+        "a_suspected_rejection_is_forwarded_to_go_control_plane_in_every_stream_transport";
+    bounded(TEST_TIMEOUT, async {
+        let peers = Peers::start(TEST);
+        let stream_modes = MODES
+            .into_iter()
+            .filter(|(mode, _)| matches!(mode, UpstreamMode::Sotw | UpstreamMode::Delta));
+        for (i, mode) in stream_modes.enumerate() {
+            let cp = peers.of(mode);
+            let id = format!("rejecting-{i}");
+            let n = node(&id);
+            cp.set_snapshot(&id, "v1", &[(CDS, vec![cluster("a")])])
+                .await;
+            let forwarding = Config {
+                rejection_threshold: 2,
+                forward_rejections: true,
+                ..Config::default()
+            };
+            let gw = gateway_with(cp.upstream(), mode, forwarding).await;
+            let first = discover(&gw, "clusters", &request(&n, "", &[])).await;
+            assert_eq!(first.status, 200, "{mode:?}: {}", first.text());
+            let v1 = version_of(&first);
+            cp.set_cluster(&id, "v2", cluster("b")).await;
+            let second = next_cds(&gw, &n, &v1).await;
+            let v2 = version_of(&second);
+            // The client keeps presenting v1: it rejected v2.
+            for _ in 0..3 {
+                let stale = discover(&gw, "clusters", &request(&n, &v1, &[])).await;
+                assert_eq!(version_of(&stale), v2, "{mode:?}");
+            }
+            let forwarded = eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
+                cp.stats().await["nacks"]
+                    .as_array()?
+                    .iter()
+                    .find(|nack| nack["node_id"] == id.as_str() && nack["type_url"] == CDS)
+                    .cloned()
+            })
+            .await
+            .unwrap_or_else(|| panic!("{mode:?}: go-control-plane recorded no NACK"));
+            let message = forwarded["error_detail"]["message"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                message.contains(&v1) && message.contains(&v2),
+                "{mode:?}: the NACK does not say which versions: {forwarded}"
+            );
+            gw.stop().await;
+        }
     })
     .await;
 }
