@@ -115,6 +115,12 @@ pub struct GoControlPlane {
 impl GoControlPlane {
     /// Starts the peer on kernel-chosen loopback ports.
     pub fn start(test: &str) -> GoControlPlane {
+        GoControlPlane::start_with(test, &[])
+    }
+
+    /// [`GoControlPlane::start`] with more flags (`--record=false`: the
+    /// callbacks record nothing, as benchmarks want).
+    pub fn start_with(test: &str, flags: &[&str]) -> GoControlPlane {
         let bin = binary(test);
         let dir = tempfile::tempdir().expect("a temp dir for the peer's log");
         let log = dir.path().join("go-control-plane.log");
@@ -127,6 +133,7 @@ impl GoControlPlane {
                 "--gateway",
                 "127.0.0.1:0",
             ])
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("the peer's log file"))
@@ -175,6 +182,11 @@ impl GoControlPlane {
     /// The gateway's `--upstream` for this peer.
     pub fn upstream(&self) -> String {
         format!("http://{}", self.grpc)
+    }
+
+    /// The peer's process id.
+    pub fn pid(&self) -> u32 {
+        self.guard.id()
     }
 
     /// Panics (its log printed) if the peer has exited.

@@ -67,6 +67,7 @@ func main() {
 	httpAddr := flag.String("http", "127.0.0.1:0", "loopback address for the JSON control API")
 	gwAddr := flag.String("gateway", "127.0.0.1:0", "loopback address for go-control-plane's HTTPGateway (REST xDS)")
 	verbose := flag.Bool("v", false, "also log go-control-plane's debug messages")
+	record := flag.Bool("record", true, "record what the callbacks see for GET /stats; false (benchmarks): record nothing, only hand the default snapshot to new nodes")
 	flag.Parse()
 	log.SetOutput(os.Stderr)
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
@@ -106,6 +107,7 @@ func main() {
 		snaps:     map[string]*nodeSnap{},
 		seen:      map[string]bool{},
 		deltaNode: map[int64]string{},
+		record:    *record,
 	}
 	xds := serverv3.NewServer(ctx, p.cache, p)
 
@@ -250,6 +252,7 @@ type peer struct {
 	seen      map[string]bool      // node ids seen in any request
 	deltaNode map[int64]string     // delta stream id -> node id (node is sent once)
 	stats     stats
+	record    bool // false: the callbacks keep no stats (decoding every resource of every response costs)
 }
 
 // setLocked builds a cache.Snapshot and sets it for node. Consistent() is
@@ -555,6 +558,9 @@ func (s *stats) view(nodes []string) map[string]any {
 
 // recordRequest stores a request and files it as ack/nack when it carries a nonce.
 func (p *peer) recordRequest(list *[]map[string]any, e map[string]any, nonce string, hasError bool) {
+	if !p.record {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e = p.stats.entry(e)
@@ -579,6 +585,9 @@ func (p *peer) recordStream(delta bool, id int64, typeURL, event, node string) {
 		if delta {
 			delete(p.deltaNode, id)
 		}
+	}
+	if !p.record {
+		return
 	}
 	push(&p.stats.streams, p.stats.entry(map[string]any{
 		"stream": id, "delta": delta, "event": event, "type_url": typeURL, "node_id": node,
@@ -625,6 +634,9 @@ func (p *peer) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error 
 }
 
 func (p *peer) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if !p.record {
+		return
+	}
 	e := sotwResponse(resp)
 	e["stream"] = id
 	e["delta"] = false
@@ -659,6 +671,9 @@ func (p *peer) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryReque
 }
 
 func (p *peer) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	if !p.record {
+		return
+	}
 	names := []string{}
 	for _, r := range resp.GetResources() {
 		names = append(names, r.GetName())
@@ -684,6 +699,9 @@ func (p *peer) OnFetchRequest(_ context.Context, req *discovery.DiscoveryRequest
 }
 
 func (p *peer) OnFetchResponse(_ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if !p.record {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	push(&p.stats.fetchResponses, p.stats.entry(sotwResponse(resp)))
