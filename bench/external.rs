@@ -1,4 +1,4 @@
-//! The external measurement of the gateway bench: `wrk` (Debian's package),
+//! The external measurement of the gateway and peers benches: `wrk` (Debian's package),
 //! one thread and 16 keep-alive connections posting a body from a file,
 //! against a server in its own process, the way a fleet loads it. The
 //! baseline server is this bench binary run again as a child in
@@ -134,6 +134,22 @@ pub fn request_body(type_url: &str, names: &[&str]) -> Bytes {
     v["type_url"] = type_url.into();
     v["resource_names"] = names.iter().map(|n| serde_json::Value::from(*n)).collect();
     Bytes::from(serde_json::to_vec(&v).expect("serialise"))
+}
+
+/// The bench snapshot's cluster `i` (JSON `Any`): EDS over ADS.
+pub fn cluster(i: usize) -> serde_json::Value {
+    serde_json::json!({"@type": xds_gateway::xds::ResourceType::Clusters.type_url(),
+        "name": format!("cluster-{i}"), "type": "EDS", "connect_timeout": "1s",
+        "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}},
+        "circuit_breakers": {"thresholds": [{"max_connections": i}]}})
+}
+
+/// The bench snapshot's one ClusterLoadAssignment (JSON `Any`), for
+/// `cluster-0`, one endpoint on `port`.
+pub fn endpoints(port: u32) -> serde_json::Value {
+    serde_json::json!({"@type": xds_gateway::xds::ResourceType::Endpoints.type_url(),
+        "cluster_name": "cluster-0", "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
+            {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]})
 }
 
 /// `body` presenting `version`.

@@ -56,27 +56,14 @@ fn any(codec: &Codec, json: &str) -> PbAny {
 
 fn clusters(codec: &Codec, n: usize) -> Vec<PbAny> {
     (0..n)
-        .map(|i| {
-            any(
-                codec,
-                &format!(
-                    r#"{{"@type":"{CDS}","name":"cluster-{i}","type":"EDS","connect_timeout":"1s",
-                "eds_cluster_config":{{"eds_config":{{"ads":{{}},"resource_api_version":"V3"}}}},
-                "circuit_breakers":{{"thresholds":[{{"max_connections":{i}}}]}}}}"#
-                ),
-            )
-        })
+        .map(|i| any(codec, &external::cluster(i).to_string()))
         .collect()
 }
 
 fn endpoints(codec: &Codec, version: usize) -> Vec<PbAny> {
     vec![any(
         codec,
-        &format!(
-            r#"{{"@type":"{EDS}","cluster_name":"cluster-0","endpoints":[{{"lb_endpoints":[
-            {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{}}}}}}}}}]}}]}}"#,
-            10000 + version
-        ),
+        &external::endpoints(10_000 + version as u32).to_string(),
     )]
 }
 

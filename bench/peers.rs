@@ -31,31 +31,13 @@ mod gateway_process;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use external::{Measured, Target};
 
 const CDS: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
 const EDS: &str = xds_gateway::xds::ResourceType::Endpoints.type_url();
 const CLUSTERS: usize = 1_000;
-
-fn clusters() -> Vec<Value> {
-    (0..CLUSTERS)
-        .map(|i| {
-            json!({"@type": CDS, "name": format!("cluster-{i}"), "type": "EDS",
-                "connect_timeout": "1s",
-                "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}},
-                "circuit_breakers": {"thresholds": [{"max_connections": i}]}})
-        })
-        .collect()
-}
-
-fn endpoints() -> Vec<Value> {
-    vec![
-        json!({"@type": EDS, "cluster_name": "cluster-0", "endpoints": [{"lb_endpoints": [
-        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}}}}]}]}),
-    ]
-}
 
 /// One REST front end and the processes whose CPU it costs.
 struct Server {
@@ -109,7 +91,14 @@ fn main() {
     let rounds = external::env_number("PEERS_ROUNDS", 3).max(1);
     let seconds = external::env_number("PEERS_SECONDS", 3).max(1);
     let peer = go_peer::GoControlPlane::start_with("bench peers", &["--record=false"]);
-    rt.block_on(peer.set_snapshot("*", "v1", &[(CDS, clusters()), (EDS, endpoints())]));
+    rt.block_on(peer.set_snapshot(
+        "*",
+        "v1",
+        &[
+            (CDS, (0..CLUSTERS).map(external::cluster).collect()),
+            (EDS, vec![external::endpoints(10_000)]),
+        ],
+    ));
     let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
     let dir = tempfile::tempdir().expect("temp dir");
     let gw = gateway_process::start_gateway(&peer.upstream(), port, admin, &dir.path().join("gw"));
