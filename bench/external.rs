@@ -1,4 +1,4 @@
-//! The external measurement of the gateway bench: `wrk` (Debian's package),
+//! The external measurement of the gateway and peers benches: `wrk` (Debian's package),
 //! one thread and 16 keep-alive connections posting a body from a file,
 //! against a server in its own process, the way a fleet loads it. The
 //! baseline server is this bench binary run again as a child in
@@ -20,7 +20,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::gateway_process::Guard;
+use crate::gateway_process::{cpu_time, Guard};
 
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
 const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
@@ -29,6 +29,7 @@ const CONNECTIONS: usize = 16;
 
 /// If this process is the baseline child, serves until killed and returns
 /// true; the bench's `main` calls it first.
+#[allow(dead_code)] // used by some benches only
 pub fn raw_server_main() -> bool {
     let Ok(spec) = std::env::var(RAW_SERVER_ENV) else {
         return false;
@@ -87,6 +88,7 @@ pub async fn serve_fixed(listener: TcpListener, status: StatusCode, answer: Byte
 }
 
 /// Starts the baseline child answering `status` with `answer` on `port`.
+#[allow(dead_code)] // used by some benches only
 pub fn start_raw_server(dir: &Path, port: u16, status: u16, answer: &[u8]) -> Guard {
     let file = dir.join(format!("answer-{port}"));
     std::fs::write(&file, answer).expect("write the answer");
@@ -109,6 +111,151 @@ pub struct Run {
     pub rps: f64,
     pub p50: Duration,
     pub p99: Duration,
+    /// Bytes read per second, headers included (wrk's Transfer/sec).
+    #[allow(dead_code)] // used by some benches only
+    pub transfer: f64,
+}
+
+impl Run {
+    /// Bytes on the wire per response, headers included.
+    #[allow(dead_code)] // used by some benches only
+    pub fn bytes_per_response(&self) -> f64 {
+        self.transfer / self.rps.max(1.0)
+    }
+}
+
+/// The captured Envoy 1.40 request, re-targeted: empty version (a 200 every
+/// time), the given type and names, the real 77 KB node.
+pub fn request_body(type_url: &str, names: &[&str]) -> Bytes {
+    let raw = std::fs::read("bench/fixtures/envoy-1.40-cds-request.json")
+        .expect("captured Envoy request");
+    let mut v: serde_json::Value = serde_json::from_slice(&raw).expect("captured request is JSON");
+    v["version_info"] = "".into();
+    v["type_url"] = type_url.into();
+    v["resource_names"] = names.iter().map(|n| serde_json::Value::from(*n)).collect();
+    Bytes::from(serde_json::to_vec(&v).expect("serialise"))
+}
+
+/// The bench snapshot's cluster `i` (JSON `Any`): EDS over ADS.
+pub fn cluster(i: usize) -> serde_json::Value {
+    serde_json::json!({"@type": xds_gateway::xds::ResourceType::Clusters.type_url(),
+        "name": format!("cluster-{i}"), "type": "EDS", "connect_timeout": "1s",
+        "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}},
+        "circuit_breakers": {"thresholds": [{"max_connections": i}]}})
+}
+
+/// The bench snapshot's one ClusterLoadAssignment (JSON `Any`), for
+/// `cluster-0`, one endpoint on `port`.
+pub fn endpoints(port: u32) -> serde_json::Value {
+    serde_json::json!({"@type": xds_gateway::xds::ResourceType::Endpoints.type_url(),
+        "cluster_name": "cluster-0", "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
+            {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]})
+}
+
+/// `body` presenting `version`.
+pub fn presenting(body: &Bytes, version: &str) -> Bytes {
+    let mut v: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
+    v["version_info"] = version.into();
+    Bytes::from(serde_json::to_vec(&v).expect("serialise"))
+}
+
+/// A number from the environment, else `default`.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One side of an alternating comparison: what wrk posts where, and the
+/// processes whose CPU is counted per request.
+pub struct Target {
+    pub script: PathBuf,
+    pub url: String,
+    pub pids: Vec<u32>,
+}
+
+/// What the rounds measured against one [`Target`].
+#[derive(Default)]
+pub struct Measured {
+    pub runs: Vec<Run>,
+    /// Per pid of the target, the CPU (user + system) per request of each
+    /// round, in µs.
+    pub cpu_us: Vec<Vec<f64>>,
+}
+
+impl Measured {
+    /// Median requests per second.
+    pub fn rps(&self) -> f64 {
+        median(&mut self.runs.iter().map(|r| r.rps).collect::<Vec<_>>())
+    }
+
+    /// "median (min-max)" requests per second.
+    pub fn rps_text(&self) -> String {
+        let mut rps: Vec<f64> = self.runs.iter().map(|r| r.rps).collect();
+        let m = median(&mut rps);
+        format!("{m:.0} ({:.0}-{:.0})", rps[0], rps[rps.len() - 1])
+    }
+
+    /// Medians of p50 and p99, in ms.
+    pub fn latency_ms(&self) -> (f64, f64) {
+        let ms = |f: fn(&Run) -> Duration| {
+            median(
+                &mut self
+                    .runs
+                    .iter()
+                    .map(|r| f(r).as_secs_f64() * 1e3)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        (ms(|r| r.p50), ms(|r| r.p99))
+    }
+
+    /// Median CPU per request of the target's `i`th pid, in µs.
+    pub fn cpu(&self, i: usize) -> f64 {
+        median(&mut self.cpu_us[i].clone())
+    }
+
+    /// Median bytes on the wire per response.
+    #[allow(dead_code)] // used by some benches only
+    pub fn bytes_per_response(&self) -> f64 {
+        median(
+            &mut self
+                .runs
+                .iter()
+                .map(Run::bytes_per_response)
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+/// `rounds` wrk runs of `seconds` against each target, alternating which
+/// goes first (the first target in even rounds), so that drift in the
+/// machine's load does not favour one side. Before each run, every process
+/// of both targets is let [`settle`], so that one run's tail (requests still
+/// in flight when wrk stops, a garbage collector) is not counted in the next.
+pub fn alternate(targets: [&Target; 2], rounds: u64, seconds: u64) -> [Measured; 2] {
+    let all: Vec<u32> = targets.iter().flat_map(|t| t.pids.clone()).collect();
+    let mut measured: [Measured; 2] = Default::default();
+    for (m, t) in measured.iter_mut().zip(targets) {
+        m.cpu_us = vec![Vec::new(); t.pids.len()];
+    }
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let target = targets[i];
+            settle(&all);
+            let before: Vec<Duration> = target.pids.iter().map(|&p| cpu_time(p)).collect();
+            let run = wrk(&target.script, &target.url, seconds);
+            let requests = (run.rps * seconds as f64).max(1.0);
+            for (j, &pid) in target.pids.iter().enumerate() {
+                let used = cpu_time(pid).saturating_sub(before[j]);
+                measured[i].cpu_us[j].push(used.as_secs_f64() * 1e6 / requests);
+            }
+            measured[i].runs.push(run);
+        }
+    }
+    measured
 }
 
 /// A wrk Lua script that POSTs the bytes of `body` (JSON) to every URL.
@@ -130,6 +277,19 @@ pub fn script(dir: &Path, name: &str, body: &[u8]) -> PathBuf {
     )
     .expect("write the script");
     script
+}
+
+/// Waits (at most 3 s) until `pids` together use under one clock tick
+/// (10 ms) of CPU in 200 ms.
+fn settle(pids: &[u32]) {
+    let total = || pids.iter().map(|&p| cpu_time(p)).sum::<Duration>();
+    for _ in 0..15 {
+        let before = total();
+        std::thread::sleep(Duration::from_millis(200));
+        if total().saturating_sub(before) < Duration::from_millis(10) {
+            return;
+        }
+    }
 }
 
 /// One wrk run of `seconds` against `url`; panics if any answer was not
@@ -161,16 +321,13 @@ pub fn wrk(script: &Path, url: &str, seconds: u64) -> Run {
         rps: field("Requests/sec:").parse().expect("Requests/sec"),
         p50: duration(field("50%")),
         p99: duration(field("99%")),
+        transfer: bytes(field("Transfer/sec:")),
     }
 }
 
 /// wrk's "1.23ms" / "850.00us" / "1.02s".
 fn duration(text: &str) -> Duration {
-    let split = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().unwrap_or_else(|_| panic!("{text:?}"));
+    let (number, unit) = number_and_unit(text);
     let seconds = match unit {
         "us" => number / 1e6,
         "ms" => number / 1e3,
@@ -179,6 +336,28 @@ fn duration(text: &str) -> Duration {
         _ => panic!("unit of {text:?}"),
     };
     Duration::from_secs_f64(seconds)
+}
+
+/// wrk's "12.34MB" (binary units).
+fn bytes(text: &str) -> f64 {
+    let (number, unit) = number_and_unit(text);
+    let scale = match unit {
+        "B" | "" => 1.0,
+        "KB" => 1024.0,
+        "MB" => 1024.0 * 1024.0,
+        "GB" => 1024.0 * 1024.0 * 1024.0,
+        _ => panic!("unit of {text:?}"),
+    };
+    number * scale
+}
+
+/// "1.23ms" → (1.23, "ms").
+fn number_and_unit(text: &str) -> (f64, &str) {
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    (number.parse().unwrap_or_else(|_| panic!("{text:?}")), unit)
 }
 
 /// The median of `values` (sorted in place).

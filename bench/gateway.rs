@@ -56,40 +56,15 @@ fn any(codec: &Codec, json: &str) -> PbAny {
 
 fn clusters(codec: &Codec, n: usize) -> Vec<PbAny> {
     (0..n)
-        .map(|i| {
-            any(
-                codec,
-                &format!(
-                    r#"{{"@type":"{CDS}","name":"cluster-{i}","type":"EDS","connect_timeout":"1s",
-                "eds_cluster_config":{{"eds_config":{{"ads":{{}},"resource_api_version":"V3"}}}},
-                "circuit_breakers":{{"thresholds":[{{"max_connections":{i}}}]}}}}"#
-                ),
-            )
-        })
+        .map(|i| any(codec, &external::cluster(i).to_string()))
         .collect()
 }
 
 fn endpoints(codec: &Codec, version: usize) -> Vec<PbAny> {
     vec![any(
         codec,
-        &format!(
-            r#"{{"@type":"{EDS}","cluster_name":"cluster-0","endpoints":[{{"lb_endpoints":[
-            {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{}}}}}}}}}]}}]}}"#,
-            10000 + version
-        ),
+        &external::endpoints(10_000 + version as u32).to_string(),
     )]
-}
-
-/// The captured Envoy request, re-targeted: empty version (a 200 every time),
-/// the given type and names, the real 77 KB node.
-fn request_body(type_url: &str, names: &[&str]) -> Bytes {
-    let raw = std::fs::read("bench/fixtures/envoy-1.40-cds-request.json")
-        .expect("captured Envoy request");
-    let mut v: serde_json::Value = serde_json::from_slice(&raw).expect("captured request is JSON");
-    v["version_info"] = "".into();
-    v["type_url"] = type_url.into();
-    v["resource_names"] = names.iter().map(|n| serde_json::Value::from(*n)).collect();
-    Bytes::from(serde_json::to_vec(&v).expect("serialise"))
 }
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
@@ -209,24 +184,10 @@ fn part(name: &str) -> bool {
     std::env::var("GATEWAY_BENCH").map_or(true, |p| p == name)
 }
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// The `versionInfo` of a JSON answer.
 fn version_of(answer: &[u8]) -> String {
     let v: serde_json::Value = serde_json::from_slice(answer).expect("JSON answer");
     v["versionInfo"].as_str().expect("versionInfo").to_owned()
-}
-
-/// `body` presenting `version`.
-fn presenting(body: &Bytes, version: &str) -> Bytes {
-    let mut v: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
-    v["version_info"] = version.into();
-    Bytes::from(serde_json::to_vec(&v).expect("serialise"))
 }
 
 /// One external case: what is posted where, and what the baseline answers.
@@ -241,8 +202,8 @@ struct Case {
 /// Runs every case against the gateway process at `gateway` and against a
 /// baseline process of its own, alternating, and prints medians.
 fn external_part(gateway: u16, gateway_pid: u32, cases: &[Case]) {
-    let rounds = env_number("GATEWAY_ROUNDS", 5).max(1);
-    let seconds = env_number("GATEWAY_SECONDS", 5).max(1);
+    let rounds = external::env_number("GATEWAY_ROUNDS", 5).max(1);
+    let seconds = external::env_number("GATEWAY_SECONDS", 5).max(1);
     let dir = tempfile::tempdir().expect("temp dir");
     println!(
         "\n## External: wrk -t1 -c16, {rounds} rounds of {seconds}s per server, medians (min-max)\n"
@@ -254,49 +215,29 @@ fn external_part(gateway: u16, gateway_pid: u32, cases: &[Case]) {
         let _baseline = external::start_raw_server(dir.path(), port, case.status, &case.answer);
         gateway_process::wait_listening(port);
         let script = external::script(dir.path(), &format!("case-{i}"), &case.body);
-        let gateway_url = format!("http://127.0.0.1:{gateway}{}", case.path);
-        let baseline_url = format!("http://127.0.0.1:{port}{}", case.path);
-        let (mut gw, mut base, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
-        let mut gateway_run = || {
-            let before = gateway_process::cpu_time(gateway_pid);
-            let run = external::wrk(&script, &gateway_url, seconds);
-            let used = gateway_process::cpu_time(gateway_pid).saturating_sub(before);
-            cpu.push(used.as_secs_f64() * 1e6 / (run.rps * seconds as f64).max(1.0));
-            run
+        let target = |port: u16, pids: Vec<u32>| external::Target {
+            script: script.clone(),
+            url: format!("http://127.0.0.1:{port}{}", case.path),
+            pids,
         };
-        for round in 0..rounds {
-            // Alternate who goes first, so drift in the machine's load
-            // does not favour one side.
-            if round % 2 == 0 {
-                base.push(external::wrk(&script, &baseline_url, seconds));
-                gw.push(gateway_run());
-            } else {
-                gw.push(gateway_run());
-                base.push(external::wrk(&script, &baseline_url, seconds));
-            }
-        }
-        let summary = |runs: &[external::Run]| {
-            let mut rps: Vec<f64> = runs.iter().map(|r| r.rps).collect();
-            let mut p50: Vec<f64> = runs.iter().map(|r| r.p50.as_secs_f64() * 1e3).collect();
-            let mut p99: Vec<f64> = runs.iter().map(|r| r.p99.as_secs_f64() * 1e3).collect();
-            let median = external::median(&mut rps);
-            (
-                median,
-                format!("{median:.0} ({:.0}-{:.0})", rps[0], rps[rps.len() - 1]),
-                format!(
-                    "{:.2} / {:.2}",
-                    external::median(&mut p50),
-                    external::median(&mut p99)
-                ),
-            )
+        let [base, gw] = external::alternate(
+            [&target(port, vec![]), &target(gateway, vec![gateway_pid])],
+            rounds,
+            seconds,
+        );
+        let latency = |m: &external::Measured| {
+            let (p50, p99) = m.latency_ms();
+            format!("{p50:.2} / {p99:.2}")
         };
-        let (gw_median, gw_rps, gw_lat) = summary(&gw);
-        let (base_median, base_rps, base_lat) = summary(&base);
         println!(
-            "| {} | {gw_rps} | {gw_lat} | {:.0} µs | {base_rps} | {base_lat} | {:.2} |",
+            "| {} | {} | {} | {:.0} µs | {} | {} | {:.2} |",
             case.name,
-            external::median(&mut cpu),
-            gw_median / base_median
+            gw.rps_text(),
+            latency(&gw),
+            gw.cpu(0),
+            base.rps_text(),
+            latency(&base),
+            gw.rps() / base.rps()
         );
     }
 }
@@ -307,8 +248,8 @@ async fn bench() {
     upstream.set(CDS, "c1", clusters(&codec, 1000));
     upstream.set(EDS, "e1", endpoints(&codec, 1));
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
-    let cds_body = request_body(CDS, &[]);
-    let eds_body = request_body(EDS, &["cluster-0"]);
+    let cds_body = external::request_body(CDS, &[]);
+    let eds_body = external::request_body(EDS, &["cluster-0"]);
     println!("request body: {} bytes (Envoy 1.40 node)", cds_body.len());
 
     if part("external") {
@@ -338,7 +279,7 @@ async fn bench() {
             Case {
                 name: "CDS 1,000 clusters, 304",
                 path: "/v3/discovery:clusters",
-                body: presenting(&cds_body, &version_of(&cds)),
+                body: external::presenting(&cds_body, &version_of(&cds)),
                 status: 304,
                 answer: Bytes::new(),
             },
@@ -352,7 +293,7 @@ async fn bench() {
             Case {
                 name: "EDS 1 cluster, 304",
                 path: "/v3/discovery:endpoints",
-                body: presenting(&eds_body, &version_of(&eds)),
+                body: external::presenting(&eds_body, &version_of(&eds)),
                 status: 304,
                 answer: Bytes::new(),
             },

@@ -119,7 +119,8 @@ impl GoControlPlane {
     }
 
     /// [`start`](Self::start) with extra peer flags (`--no-ads`: the
-    /// per-type services only).
+    /// per-type services only; `--record=false`: the callbacks record
+    /// nothing, as benchmarks want).
     pub fn start_with(test: &str, flags: &[&str]) -> GoControlPlane {
         let bin = binary(test);
         let dir = tempfile::tempdir().expect("a temp dir for the peer's log");
@@ -182,6 +183,11 @@ impl GoControlPlane {
     /// The gateway's `--upstream` for this peer.
     pub fn upstream(&self) -> String {
         format!("http://{}", self.grpc)
+    }
+
+    /// The peer's process id.
+    pub fn pid(&self) -> u32 {
+        self.guard.id()
     }
 
     /// Panics (its log printed) if the peer has exited.

@@ -68,6 +68,7 @@ func main() {
 	gwAddr := flag.String("gateway", "127.0.0.1:0", "loopback address for go-control-plane's HTTPGateway (REST xDS)")
 	verbose := flag.Bool("v", false, "also log go-control-plane's debug messages")
 	noADS := flag.Bool("no-ads", false, "serve only the per-type services, not ADS (as Contour does)")
+	record := flag.Bool("record", true, "record what the callbacks see for GET /stats; false (benchmarks): record nothing, only hand the default snapshot to new nodes")
 	flag.Parse()
 	log.SetOutput(os.Stderr)
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
@@ -107,6 +108,7 @@ func main() {
 		snaps:     map[string]*nodeSnap{},
 		seen:      map[string]bool{},
 		deltaNode: map[int64]string{},
+		record:    *record,
 	}
 	xds := serverv3.NewServer(ctx, p.cache, p)
 
@@ -254,6 +256,7 @@ type peer struct {
 	seen      map[string]bool      // node ids seen in any request
 	deltaNode map[int64]string     // delta stream id -> node id (node is sent once)
 	stats     stats
+	record    bool // false: the callbacks keep no stats (decoding every resource of every response costs)
 }
 
 // setLocked builds a cache.Snapshot and sets it for node. Consistent() is
@@ -559,6 +562,9 @@ func (s *stats) view(nodes []string) map[string]any {
 
 // recordRequest stores a request and files it as ack/nack when it carries a nonce.
 func (p *peer) recordRequest(list *[]map[string]any, e map[string]any, nonce string, hasError bool) {
+	if !p.record {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e = p.stats.entry(e)
@@ -583,6 +589,9 @@ func (p *peer) recordStream(delta bool, id int64, typeURL, event, node string) {
 		if delta {
 			delete(p.deltaNode, id)
 		}
+	}
+	if !p.record {
+		return
 	}
 	push(&p.stats.streams, p.stats.entry(map[string]any{
 		"stream": id, "delta": delta, "event": event, "type_url": typeURL, "node_id": node,
@@ -629,6 +638,9 @@ func (p *peer) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error 
 }
 
 func (p *peer) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if !p.record {
+		return
+	}
 	e := sotwResponse(resp)
 	e["stream"] = id
 	e["delta"] = false
@@ -663,6 +675,9 @@ func (p *peer) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryReque
 }
 
 func (p *peer) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	if !p.record {
+		return
+	}
 	names := []string{}
 	for _, r := range resp.GetResources() {
 		names = append(names, r.GetName())
@@ -688,6 +703,9 @@ func (p *peer) OnFetchRequest(_ context.Context, req *discovery.DiscoveryRequest
 }
 
 func (p *peer) OnFetchResponse(_ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if !p.record {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	push(&p.stats.fetchResponses, p.stats.entry(sotwResponse(resp)))
