@@ -8,7 +8,8 @@
 //!   admin document's schemas (`support/admin_schema.py`); with a real
 //!   Envoy and an upstream they are checked again in `envoy_gateway.rs`;
 //! - `schemathesis` runs its positive and negative cases, every check, with
-//!   a fixed seed and a bounded number of examples per operation, against
+//!   a fresh seed each run (printed; `XDS_SCHEMATHESIS_SEED` replays one)
+//!   and a bounded number of examples per operation, against
 //!   the gateway run in process on a loopback port (the embedded snapshot,
 //!   secrets allowed), and must report zero failures. Its per-operation
 //!   settings are in `tests/support/schemathesis.toml`, each with its reason.
@@ -37,8 +38,15 @@ use xds_gateway::config::Config;
 
 /// Examples per API operation in the test command (about 40 s on 2 cores).
 const EXAMPLES: u32 = 30;
-/// The seed, so a failure reproduces.
-const SEED: u32 = 1;
+/// This run's seed: `$XDS_SCHEMATHESIS_SEED` to replay a run, else a fresh
+/// one (luck is not evidence: every run explores other cases). Printed
+/// before the run and in a failure, so any failure reproduces.
+fn seed() -> u32 {
+    std::env::var("XDS_SCHEMATHESIS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random)
+}
 /// The whole schemathesis run is killed (and the test fails) past this.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -222,6 +230,7 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
         .ok()
         .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or(EXAMPLES);
+    let seed = seed();
     let gateway = InProcess::start(Config {
         allow_secrets: true,
         // A generated `wait` on a current version holds at most this long.
@@ -245,7 +254,7 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
             "--max-examples",
             &examples.to_string(),
             "--seed",
-            &SEED.to_string(),
+            &seed.to_string(),
             "--generation-database",
             "none",
             "--request-timeout",
@@ -256,6 +265,7 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let started = Instant::now();
+    eprintln!("schemathesis: seed {seed} (XDS_SCHEMATHESIS_SEED={seed} replays this run)");
     let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
         .await
         .unwrap_or_else(|_| panic!("schemathesis did not finish within {RUN_TIMEOUT:?}"))
@@ -264,8 +274,9 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
     let report = text(&output);
     assert!(
         output.status.success(),
-        "schemathesis found failures (seed {SEED}, {examples} examples per operation; each \
-         failure has a curl line to reproduce it):\n{report}"
+        "schemathesis found failures (seed {seed}, {examples} examples per operation; \
+         XDS_SCHEMATHESIS_SEED={seed} replays the run, and each failure has a curl line to \
+         reproduce it: make it a regression test):\n{report}"
     );
     assert!(
         report.contains("No issues found"),
