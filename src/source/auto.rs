@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::backoff::Backoff;
 use super::polled::{lock, Polled};
 use super::probe;
-use super::stream::Backoff;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};

@@ -8,18 +8,23 @@
 //!
 //! - [`Sessions`] over a [`Feeder`]: one [`Session`](session::Session) per
 //!   node identity, shared by every client of that identity (fan-in) and fed by
-//!   - [`SotwFeeder`]: a SotW `StreamAggregatedResources` stream,
-//!   - [`DeltaFeeder`]: a `DeltaAggregatedResources` stream,
+//!   - [`SotwFeeder`]: a SotW `StreamAggregatedResources` stream, or one
+//!     `Stream<Type>` stream per type (`--upstream-streams per-type`),
+//!   - [`DeltaFeeder`]: a `DeltaAggregatedResources` stream, or one
+//!     `Delta<Type>` stream per type,
 //!   - [`FileFeeder`]: the watched snapshot directory or the embedded demo;
 //! - [`FetchSource`]: the upstream's unary `Fetch*` per poll (coalesced,
 //!   no sessions; long polls re-fetch, since nothing pushes);
 //! - [`AutoSource`]: probes the upstream, then delegates to one of the above.
 //!
-//! Inside, the stream tasks share one driver ([`stream`]); `tonic::Status`
-//! is classified here only, and nothing here serves HTTP.
+//! Inside, the stream tasks share one driver ([`stream`]), which coalesces
+//! subscription changes ([`coalesce`]) and reconnects with [`backoff`];
+//! `tonic::Status` is classified here only, and nothing here serves HTTP.
 
 mod ads;
 mod auto;
+mod backoff;
+mod coalesce;
 mod decode;
 mod delta;
 mod fetch;

@@ -15,19 +15,14 @@
 //! capped [`Backoff`]; it ends when the session's command channel closes.
 //! A [`Protocol`] says what to send and how to take what arrives.
 //!
-//! Subscription changes are coalesced for [`COALESCE`]: REST clients ask
-//! for names one poll at a time (an Envoy with 10,000 EDS clusters sends
-//! 10,000 polls of one name each at start-up), and answering each with its
-//! own upstream request made the upstream send the growing set back
-//! thousands of times, O(names²) work on both sides.
+//! Subscription changes are coalesced before they are sent
+//! ([`super::coalesce`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::google::rpc::Status;
-use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -37,6 +32,8 @@ use std::marker::PhantomData;
 
 use tokio::task::JoinHandle;
 
+use super::backoff::Backoff;
+use super::coalesce::{send, PendingSubscriptions};
 use super::registry::Feeder;
 use super::session::{Command, Session};
 use super::upstream_log::Phase;
@@ -45,19 +42,8 @@ use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
-/// First reconnect delay; doubles per consecutive failure up to [`BACKOFF_MAX`].
-const BACKOFF_BASE: Duration = Duration::from_millis(250);
-/// Longest reconnect delay: also how stale a state can get after the upstream
-/// returns, so it is short.
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Each delay is scaled by a random factor in [1 - JITTER, 1 + JITTER].
-const BACKOFF_JITTER: f64 = 0.5;
 /// Requests queued toward one stream before the sender waits.
 const OUTBOUND_QUEUE: usize = 64;
-/// How long a subscription change waits for others to join it in one
-/// upstream request. Small next to a REST client's poll interval (Envoy's
-/// default `refresh_delay` is 1 s) and its first wait.
-pub(super) const COALESCE: Duration = Duration::from_millis(20);
 /// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
 const INVALID_ARGUMENT: i32 = 3;
 
@@ -387,50 +373,6 @@ async fn one_stream<P: Protocol>(
     }
 }
 
-/// The types whose subscription changed within the current [`COALESCE`]
-/// window, sent together when it ends.
-#[derive(Debug, Default)]
-struct PendingSubscriptions {
-    kinds: BTreeSet<ResourceType>,
-    deadline: Option<Instant>,
-}
-
-impl PendingSubscriptions {
-    /// Takes a session command: a NACK's request at once; a subscription
-    /// change joins the window (opening one if none is open).
-    fn take<P: Protocol>(&mut self, protocol: &mut P, command: Command) -> Option<P::Request> {
-        match command {
-            Command::Resubscribe(kind) => {
-                self.kinds.insert(kind);
-                self.deadline
-                    .get_or_insert_with(|| Instant::now() + COALESCE);
-                None
-            }
-            Command::Nack {
-                kind,
-                presented,
-                message,
-            } => protocol.nack(kind, presented, message),
-        }
-    }
-
-    /// Sends one request per type that changed in the window (each with the
-    /// subscription as it is now) and closes the window.
-    async fn flush<P: Protocol>(&mut self, protocol: &mut P, tx: &mpsc::Sender<P::Request>) {
-        self.deadline = None;
-        for kind in std::mem::take(&mut self.kinds) {
-            send(tx, protocol.subscribe(kind)).await;
-        }
-    }
-}
-
-async fn send<T>(tx: &mpsc::Sender<T>, request: Option<T>) {
-    if let Some(request) = request {
-        // A closed channel means the call ended; the stream loop sees why.
-        let _ = tx.send(request).await;
-    }
-}
-
 /// Sleeps until `deadline`, or forever without one.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -448,28 +390,6 @@ pub(super) fn nack_detail(message: String) -> Status {
     }
 }
 
-/// Jittered exponential backoff over consecutive failures, capped at
-/// [`BACKOFF_MAX`]: stream reconnects and the auto-mode probe.
-#[derive(Debug, Default)]
-pub(super) struct Backoff {
-    failures: u32,
-}
-
-impl Backoff {
-    /// Counts a failure; the delay before the next attempt.
-    pub(super) fn next_delay(&mut self) -> Duration {
-        self.failures = self.failures.saturating_add(1);
-        let exp = BACKOFF_BASE.saturating_mul(1u32 << (self.failures - 1).min(16));
-        let factor = rand::rng().random_range((1.0 - BACKOFF_JITTER)..=(1.0 + BACKOFF_JITTER));
-        exp.min(BACKOFF_MAX).mul_f64(factor)
-    }
-
-    /// An attempt succeeded: the next failure starts over.
-    pub(super) fn reset(&mut self) {
-        self.failures = 0;
-    }
-}
-
 /// Keeps the open-streams gauge right however the stream ends.
 struct StreamGuard<'a>(&'a UpstreamContext);
 
@@ -484,23 +404,5 @@ impl<'a> StreamGuard<'a> {
 impl Drop for StreamGuard<'_> {
     fn drop(&mut self) {
         self.0.metrics.stream_closed();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_is_capped_jittered_and_resets() {
-        let mut backoff = Backoff::default();
-        let delays: Vec<Duration> = (0..40).map(|_| backoff.next_delay()).collect();
-        for d in &delays {
-            assert!(*d <= BACKOFF_MAX.mul_f64(1.0 + BACKOFF_JITTER), "{d:?}");
-            assert!(*d >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{d:?}");
-        }
-        assert!(delays[30] > delays[0]);
-        backoff.reset();
-        assert!(backoff.next_delay() <= BACKOFF_BASE.mul_f64(1.0 + BACKOFF_JITTER));
     }
 }

@@ -17,9 +17,9 @@ use tonic::Code;
 
 use tracing::{debug, info};
 
+use super::backoff::Backoff;
 use super::fetch::FetchError;
 use super::probe;
-use super::stream::Backoff;
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::cache::Renderer;
 use crate::config::{Config, UpstreamTls};
