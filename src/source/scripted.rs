@@ -184,9 +184,9 @@ async fn run(
     loop {
         let now = scene.borrow_and_update().clone();
         if now.stale {
-            session.stream_failed("the script says the stream is down".into());
+            session.stream_failed(None, "the script says the stream is down".into());
         } else {
-            session.mark_fresh();
+            session.mark_fresh(None);
         }
         for (kind, scripted) in &now.states {
             let generation = Some(&scripted.generation);

@@ -6,7 +6,7 @@
 //! publishes each accepted state here through a `watch` channel per type,
 //! which is what waiting and long-polling requests wait on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -165,9 +165,13 @@ pub(crate) struct Session {
     commands: mpsc::UnboundedSender<Command>,
     last_poll: Mutex<Instant>,
     task: Mutex<Option<JoinHandle<()>>>,
-    /// Set while the upstream stream is down after having served: the state
+    /// Set while an upstream stream is down after having served: the state
     /// is still served, marked stale since then.
     stale_since: Mutex<Option<SystemTime>>,
+    /// The streams that are down: the aggregated one (`None`), or the types
+    /// whose own stream is (`--upstream-streams per-type`). The session is
+    /// fresh again only when none is.
+    down: Mutex<BTreeSet<Option<ResourceType>>>,
     /// Why the upstream stream last ended, and when; cleared when it answers.
     last_error: Mutex<Option<(SystemTime, String)>>,
     /// What the upstream stream did last (for `/debug/sessions`).
@@ -195,6 +199,7 @@ impl Session {
             last_poll: Mutex::new(Instant::now()),
             task: Mutex::new(None),
             stale_since: Mutex::new(None),
+            down: Mutex::default(),
             last_error: Mutex::new(None),
             upstream: UpstreamLog::default(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -219,20 +224,26 @@ impl Session {
         }
     }
 
-    /// The upstream stream broke for `reason`. A session that has served
-    /// state serves it stale from now on (the first break counts; later ones
-    /// do not move the time); one that never had state is still waiting.
-    pub(super) fn stream_failed(&self, reason: String) {
+    /// The upstream stream `lane` (`None`: the aggregated one; a type: its
+    /// own stream) broke for `reason`. A session that has served state
+    /// serves it stale from now on (the first break counts; later ones do
+    /// not move the time); one that never had state is still waiting.
+    pub(super) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
+        lock(&self.down).insert(lane);
         *lock(&self.last_error) = Some((SystemTime::now(), reason));
         if self.has_state() {
             lock(&self.stale_since).get_or_insert_with(SystemTime::now);
         }
     }
 
-    /// The upstream answered again.
-    pub(super) fn mark_fresh(&self) {
-        *lock(&self.stale_since) = None;
-        *lock(&self.last_error) = None;
+    /// The upstream answered again on `lane`: fresh once no stream is down.
+    pub(super) fn mark_fresh(&self, lane: Option<ResourceType>) {
+        let mut down = lock(&self.down);
+        down.remove(&lane);
+        if down.is_empty() {
+            *lock(&self.stale_since) = None;
+            *lock(&self.last_error) = None;
+        }
     }
 
     /// Whether the upstream has answered this session for any type.
@@ -460,6 +471,32 @@ mod tests {
 
     fn names(n: &[&str]) -> Names {
         Names::from_request(n.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[tokio::test]
+    async fn with_per_type_streams_the_session_is_fresh_only_when_every_stream_is() {
+        let (s, _rx) = Session::new(Node::default());
+        s.publish(TypeState::new(
+            ResourceType::Clusters,
+            "1".into(),
+            String::new(),
+            BTreeMap::new(),
+            crate::cache::Coverage::default(),
+        ));
+        let (cds, eds) = (Some(ResourceType::Clusters), Some(ResourceType::Endpoints));
+        s.stream_failed(cds, "down".into());
+        s.stream_failed(eds, "down".into());
+        let since = s.stale_since().expect("stale once a stream broke");
+        // One stream answering again is not all of them.
+        s.mark_fresh(eds);
+        assert_eq!(s.stale_since(), Some(since));
+        s.mark_fresh(cds);
+        assert_eq!(s.stale_since(), None);
+        // The aggregated stream is one lane of its own.
+        s.stream_failed(None, "down".into());
+        assert!(s.stale_since().is_some());
+        s.mark_fresh(None);
+        assert_eq!(s.stale_since(), None);
     }
 
     #[tokio::test]

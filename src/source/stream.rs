@@ -265,7 +265,7 @@ async fn run<P: Protocol>(
             .await;
             let Err(err) = result else { return };
             session.upstream.phase(Phase::Connecting);
-            session.stream_failed(err.to_string());
+            session.stream_failed(lane, err.to_string());
             if answered {
                 backoff.reset();
             }
@@ -345,7 +345,7 @@ async fn one_stream<P: Protocol>(
                 Some(response) => {
                     *answered = true;
                     ctx.mark_answered();
-                    session.mark_fresh();
+                    session.mark_fresh(lane);
                     let type_url = P::type_url(&response);
                     let Some(kind) = ResourceType::from_type_url(type_url) else {
                         warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve");
