@@ -24,6 +24,7 @@ const RETRY_AFTER_SECS: u64 = 1;
 mod code {
     pub const INVALID_ARGUMENT: i32 = 3;
     pub const DEADLINE_EXCEEDED: i32 = 4;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
     pub const NOT_FOUND: i32 = 5;
     pub const PERMISSION_DENIED: i32 = 7;
     pub const UNAUTHENTICATED: i32 = 16;
@@ -69,7 +70,8 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::BadRequest(_) | ApiError::BodyTooLarge { .. } => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -83,9 +85,8 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => code::NOT_FOUND,
             ApiError::MethodNotAllowed(_) | ApiError::NotImplemented(_) => code::UNIMPLEMENTED,
-            ApiError::BadRequest(_)
-            | ApiError::BodyTooLarge { .. }
-            | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
+            ApiError::BadRequest(_) | ApiError::UnsupportedMediaType(_) => code::INVALID_ARGUMENT,
+            ApiError::BodyTooLarge { .. } => code::RESOURCE_EXHAUSTED,
             ApiError::Unauthenticated(_) => code::UNAUTHENTICATED,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
             ApiError::Unavailable { .. } => code::UNAVAILABLE,

@@ -168,14 +168,15 @@ async fn bad_bodies_are_400_json() {
 }
 
 #[tokio::test]
-async fn body_over_limit_is_400() {
+async fn body_over_limit_is_413() {
     let config = Config {
         max_body_bytes: 1024,
         ..Config::default()
     };
     let big: &'static [u8] = Box::leak(vec![b' '; 4096].into_boxed_slice());
     let (status, json) = call(config, "POST", "/v3/discovery:clusters", big).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{json}");
+    assert_eq!(json["code"], 8, "RESOURCE_EXHAUSTED: {json}");
     assert!(json["message"].as_str().unwrap().contains("1024"), "{json}");
 }
 
