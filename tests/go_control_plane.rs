@@ -65,6 +65,26 @@ fn carries_upstream_version((mode, _): (UpstreamMode, UpstreamStreams)) -> bool 
     matches!(mode, UpstreamMode::Sotw | UpstreamMode::Fetch)
 }
 
+/// The transports that hold a stream (SotW and delta, ADS and per-type).
+fn stream_transports() -> impl Iterator<Item = (UpstreamMode, UpstreamStreams)> {
+    MODES
+        .into_iter()
+        .filter(|(mode, _)| matches!(mode, UpstreamMode::Sotw | UpstreamMode::Delta))
+}
+
+/// The first NACK of CDS that go-control-plane recorded from `node`,
+/// waiting for it up to [`CHANGE_WAIT`].
+async fn recorded_nack(cp: &GoControlPlane, node: &str) -> Option<Value> {
+    eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
+        cp.stats().await["nacks"]
+            .as_array()?
+            .iter()
+            .find(|nack| nack["node_id"] == node && nack["type_url"] == CDS)
+            .cloned()
+    })
+    .await
+}
+
 /// Every corpus case: the four main types and SRDS, SDS, RTDS, ECDS.
 fn cases() -> Vec<Case> {
     main_cases().into_iter().chain(other_cases()).collect()
@@ -363,10 +383,7 @@ async fn a_resource_envoy_would_refuse_is_nacked_to_go_control_plane() {
     const TEST: &str = "a_resource_envoy_would_refuse_is_nacked_to_go_control_plane";
     bounded(TEST_TIMEOUT, async {
         let peers = Peers::start(TEST);
-        let stream_modes = MODES
-            .into_iter()
-            .filter(|(mode, _)| matches!(mode, UpstreamMode::Sotw | UpstreamMode::Delta));
-        for (i, mode) in stream_modes.enumerate() {
+        for (i, mode) in stream_transports().enumerate() {
             let cp = peers.of(mode);
             let id = format!("nack-{i}");
             let n = node(&id);
@@ -380,15 +397,7 @@ async fn a_resource_envoy_would_refuse_is_nacked_to_go_control_plane() {
             let mut bad = cluster("a");
             bad["connect_timeout"] = json!("-1s");
             cp.set_cluster(&id, "bad", bad).await;
-            let nacked = eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
-                let stats = cp.stats().await;
-                stats["nacks"]
-                    .as_array()?
-                    .iter()
-                    .find(|nack| nack["node_id"] == id.as_str() && nack["type_url"] == CDS)
-                    .cloned()
-            })
-            .await;
+            let nacked = recorded_nack(cp, &id).await;
             let nack =
                 nacked.unwrap_or_else(|| panic!("{mode:?}: go-control-plane recorded no NACK"));
             let message = nack["error_detail"]["message"].as_str().unwrap_or_default();
@@ -458,10 +467,7 @@ async fn a_suspected_rejection_is_forwarded_to_go_control_plane_in_every_stream_
         "a_suspected_rejection_is_forwarded_to_go_control_plane_in_every_stream_transport";
     bounded(TEST_TIMEOUT, async {
         let peers = Peers::start(TEST);
-        let stream_modes = MODES
-            .into_iter()
-            .filter(|(mode, _)| matches!(mode, UpstreamMode::Sotw | UpstreamMode::Delta));
-        for (i, mode) in stream_modes.enumerate() {
+        for (i, mode) in stream_transports().enumerate() {
             let cp = peers.of(mode);
             let id = format!("rejecting-{i}");
             let n = node(&id);
@@ -484,15 +490,9 @@ async fn a_suspected_rejection_is_forwarded_to_go_control_plane_in_every_stream_
                 let stale = discover(&gw, "clusters", &request(&n, &v1, &[])).await;
                 assert_eq!(version_of(&stale), v2, "{mode:?}");
             }
-            let forwarded = eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
-                cp.stats().await["nacks"]
-                    .as_array()?
-                    .iter()
-                    .find(|nack| nack["node_id"] == id.as_str() && nack["type_url"] == CDS)
-                    .cloned()
-            })
-            .await
-            .unwrap_or_else(|| panic!("{mode:?}: go-control-plane recorded no NACK"));
+            let forwarded = recorded_nack(cp, &id)
+                .await
+                .unwrap_or_else(|| panic!("{mode:?}: go-control-plane recorded no NACK"));
             let message = forwarded["error_detail"]["message"]
                 .as_str()
                 .unwrap_or_default();
