@@ -12,7 +12,9 @@
 //!   and a bounded number of examples per operation, against
 //!   the gateway run in process on a loopback port (the embedded snapshot,
 //!   secrets allowed), and must report zero failures. Its per-operation
-//!   settings are in `tests/support/schemathesis.toml`, each with its reason.
+//!   settings are in `tests/support/schemathesis.toml`, each with its reason;
+//!   and the same against the admin listener and `openapi/admin.yaml`, with
+//!   an upstream (the reference control plane) and a node that has polled.
 //!
 //! Both tools come from the Python of `XDS_GATEWAY_PYTHON` (set by
 //! `scripts/test`) or `.venv/bin/python`, pinned in
@@ -24,6 +26,8 @@
 
 #[path = "support/admin_views.rs"]
 mod admin_views;
+#[path = "support/gateway.rs"]
+mod gateway;
 #[path = "support/inproc.rs"]
 mod inproc;
 #[path = "support/process.rs"]
@@ -222,33 +226,28 @@ async fn the_admin_views_match_the_admin_document() {
     gateway.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schemathesis_finds_no_failure_against_the_running_gateway() {
-    let test = "schemathesis_finds_no_failure_against_the_running_gateway";
+/// Runs schemathesis (every check, this run's [`seed`], `$XDS_SCHEMATHESIS_EXAMPLES`
+/// or [`EXAMPLES`] per operation) with `config` on `document` against
+/// 127.0.0.1:`port`; fails the test on any failure or warning.
+async fn schemathesis(test: &str, document: &Path, config: Option<&Path>, port: u16) {
     let python = python_with(test, "schemathesis");
     let examples = std::env::var("XDS_SCHEMATHESIS_EXAMPLES")
         .ok()
         .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or(EXAMPLES);
     let seed = seed();
-    let gateway = InProcess::start(Config {
-        allow_secrets: true,
-        // A generated `wait` on a current version holds at most this long.
-        max_wait: Duration::from_secs(1),
-        ..Config::default()
-    })
-    .await;
     let workdir = tempfile::tempdir().expect("temp dir");
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/schemathesis.toml");
     let mut command = tokio::process::Command::new(&python);
+    command.args(["-m", "schemathesis.cli"]);
+    if let Some(config) = config {
+        command.arg("--config-file").arg(config);
+    }
     command
-        .args(["-m", "schemathesis.cli", "--config-file"])
-        .arg(&config)
         .arg("run")
-        .arg(document())
+        .arg(document)
         .args([
             "--url",
-            &format!("http://127.0.0.1:{}", gateway.rest_port),
+            &format!("http://127.0.0.1:{port}"),
             "--checks",
             "all",
             "--max-examples",
@@ -265,12 +264,11 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let started = Instant::now();
-    eprintln!("schemathesis: seed {seed} (XDS_SCHEMATHESIS_SEED={seed} replays this run)");
+    eprintln!("{test}: schemathesis seed {seed} (XDS_SCHEMATHESIS_SEED={seed} replays this run)");
     let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
         .await
         .unwrap_or_else(|_| panic!("schemathesis did not finish within {RUN_TIMEOUT:?}"))
         .expect("run schemathesis");
-    gateway.stop().await;
     let report = text(&output);
     assert!(
         output.status.success(),
@@ -284,7 +282,55 @@ async fn schemathesis_finds_no_failure_against_the_running_gateway() {
          an operation was not really exercised, e.g. it answered only 401/403):\n{report}"
     );
     eprintln!(
-        "schemathesis: {examples} examples per operation in {:.1?}",
+        "{test}: schemathesis, {examples} examples per operation in {:.1?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_failure_against_the_running_gateway() {
+    let test = "schemathesis_finds_no_failure_against_the_running_gateway";
+    let gateway = InProcess::start(Config {
+        allow_secrets: true,
+        // A generated `wait` on a current version holds at most this long.
+        max_wait: Duration::from_secs(1),
+        ..Config::default()
+    })
+    .await;
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/schemathesis.toml");
+    schemathesis(test, &document(), Some(&config), gateway.rest_port).await;
+    gateway.stop().await;
+}
+
+/// The admin listener against `openapi/admin.yaml`, by schemathesis, with
+/// an upstream (the reference control plane) and a node that has polled,
+/// so the sessions, clients and config views have something to say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_failure_against_the_admin_listener_with_an_upstream() {
+    let test = "schemathesis_finds_no_failure_against_the_admin_listener_with_an_upstream";
+    let cp = gateway::ControlPlane::start(test);
+    let cds = xds_gateway::xds::ResourceType::Clusters.type_url();
+    let cluster =
+        serde_json::json!({"@type": cds, "name": "a", "type": "STATIC", "connect_timeout": "1s"});
+    cp.set(cds, "v1", &[cluster]).await;
+    let gateway = InProcess::start(
+        Config {
+            upstream: Some(cp.upstream()),
+            ..Config::default()
+        }
+        .validate()
+        .expect("a valid configuration"),
+    )
+    .await;
+    let polled = gateway::discover_on(
+        gateway.rest_port,
+        "clusters",
+        serde_json::json!({"node": {"id": "0"}}).to_string(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(polled.status, 200, "{}", polled.text());
+    let admin = Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/admin.yaml");
+    schemathesis(test, &admin, None, gateway.admin_port).await;
+    gateway.stop().await;
 }

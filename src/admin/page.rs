@@ -46,6 +46,10 @@ pub(super) async fn status(
     if !admin.may_see_details(&headers) {
         return needs_login();
     }
+    let refresh = match refresh(query.as_deref()) {
+        Ok(refresh) => refresh,
+        Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
     let (_, readiness) = admin.readiness();
     let sessions = debug::sessions_view(&admin);
     let clients = admin.clients.view();
@@ -55,7 +59,7 @@ pub(super) async fn status(
         sessions: &sessions,
         clients: &clients,
         now: &now,
-        refresh: refresh(query.as_deref()),
+        refresh,
     });
     let mut response = Html(page).into_response();
     response
@@ -64,14 +68,23 @@ pub(super) async fn status(
     response
 }
 
-/// `?refresh=N`: seconds between reloads, `0` for none.
-fn refresh(query: Option<&str>) -> u64 {
-    query
+/// `?refresh=N`: seconds between reloads, `0` for none; anything but a
+/// whole number of seconds is refused, saying so.
+fn refresh(query: Option<&str>) -> Result<u64, String> {
+    let given = query
         .unwrap_or_default()
         .split('&')
-        .find_map(|pair| pair.strip_prefix("refresh="))
-        .and_then(|n| n.parse::<u64>().ok())
-        .map_or(REFRESH, |n| if n == 0 { 0 } else { n.max(MIN_REFRESH) })
+        .find_map(|pair| pair.strip_prefix("refresh="));
+    let Some(given) = given else {
+        return Ok(REFRESH);
+    };
+    match given.parse::<u64>() {
+        Ok(0) => Ok(0),
+        Ok(n) => Ok(n.max(MIN_REFRESH)),
+        Err(_) => Err(format!(
+            "refresh={given:?}: give the seconds between reloads as a whole number (0 for none)\n"
+        )),
+    }
 }
 
 /// The 401 a browser turns into a login prompt.

@@ -131,8 +131,13 @@ fn the_page_shows_the_node_its_versions_and_what_is_wrong() {
 
 #[test]
 fn refresh_is_read_from_the_query() {
-    assert_eq!(refresh(None), REFRESH);
-    assert_eq!(refresh(Some("refresh=0")), 0);
-    assert_eq!(refresh(Some("a=b&refresh=30")), 30);
-    assert_eq!(refresh(Some("refresh=nope")), REFRESH);
+    assert_eq!(refresh(None), Ok(REFRESH));
+    assert_eq!(refresh(Some("refresh=0")), Ok(0));
+    assert_eq!(refresh(Some("a=b&refresh=30")), Ok(30));
+    // A malformed one is refused, saying what was wrong (schemathesis
+    // found `?refresh=-1` answered as if it were absent).
+    for bad in ["refresh=nope", "refresh=-1", "refresh="] {
+        let why = refresh(Some(bad)).unwrap_err();
+        assert!(why.contains("whole number"), "{bad}: {why}");
+    }
 }
