@@ -164,8 +164,10 @@ async fn authenticated_answers_never_leave_their_principal() {
         // Another principal, not allowed this node, and nobody at all.
         let reply = get(edge.port, URL, &as_ci).await;
         assert_eq!(reply.status, 403, "{}", reply.text());
+        assert_eq!(reply.header("cache-control"), Some("no-store"));
         let reply = get(edge.port, URL, &[]).await;
         assert_eq!(reply.status, 401, "{}", reply.text());
+        assert_eq!(reply.header("cache-control"), Some("no-store"));
     }
     gw.stop().await;
 }

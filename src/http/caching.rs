@@ -27,6 +27,8 @@
 //! - else `no-cache` (store, revalidate every use: the gateway answers the
 //!   revalidation with a 304 from its cached state, never rendering), or
 //!   `max-age=N, stale-while-revalidate=N` with `--cache-max-age N`.
+//!
+//! Errors are `no-store` whatever the request (set in `error.rs`).
 
 use std::time::Duration;
 
