@@ -110,6 +110,11 @@ const SETTINGS: &[Setting] = &[
     setting("--default-wait", "XDS_GATEWAY_DEFAULT_WAIT", "default-wait"),
     setting("--max-wait", "XDS_GATEWAY_MAX_WAIT", "max-wait"),
     setting(
+        "--cache-max-age",
+        "XDS_GATEWAY_CACHE_MAX_AGE",
+        "cache-max-age",
+    ),
+    setting(
         "--rewrite-config-sources",
         "XDS_GATEWAY_REWRITE_CONFIG_SOURCES",
         "rewrite-config-sources",
@@ -563,6 +568,11 @@ async fn bad_config_files_name_the_key() {
             &["default-wait", "max-wait"][..],
         ),
         (
+            "cache-max-age-fraction.toml",
+            "cache-max-age = \"1500ms\"\n",
+            &["cache-max-age", "whole seconds"][..],
+        ),
+        (
             "not-toml.toml",
             "listen: 127.0.0.1:1\n",
             &["not-toml.toml"][..],
@@ -575,7 +585,13 @@ async fn bad_config_files_name_the_key() {
         let args = with_unused_listeners(&["--config", path], &listeners);
         let exited =
             expect_rejected(gateway(&args, &[]), &format!("{name}: {text}"), needles).await;
-        if name != "invalid.toml" && name != "wait-over-cap.toml" {
+        // Values that parse but fail validation are named by key, not file.
+        let validated = [
+            "invalid.toml",
+            "wait-over-cap.toml",
+            "cache-max-age-fraction.toml",
+        ];
+        if !validated.contains(&name) {
             assert!(
                 exited.stderr.contains(path),
                 "{name}: the error does not name the file; {}",
@@ -927,6 +943,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "first-response-timeout" => duration() == d.first_response_timeout,
             "default-wait" => duration() == d.default_wait,
             "max-wait" => duration() == d.max_wait,
+            "cache-max-age" => duration() == d.cache_max_age,
             "rewrite-config-sources" => {
                 value.clone().try_into::<RewritePolicy>().ok() == Some(d.rewrite_config_sources)
             }

@@ -18,6 +18,9 @@ mod tests;
 
 pub use settings::Settings;
 
+/// The longest `--cache-max-age`: how stale a client behind a cache may be.
+const MAX_CACHE_MAX_AGE: Duration = Duration::from_secs(3600);
+
 /// Why the configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -173,6 +176,8 @@ pub struct Config {
     pub first_response_timeout: Duration,
     pub default_wait: Duration,
     pub max_wait: Duration,
+    /// `Cache-Control: max-age` of public discovery answers; zero: `no-cache`.
+    pub cache_max_age: Duration,
     pub rewrite_config_sources: RewritePolicy,
     pub refresh_delay: Duration,
     /// `request_timeout` written into rewritten config sources.
@@ -228,6 +233,7 @@ impl Default for Config {
             first_response_timeout: Duration::from_secs(5),
             default_wait: Duration::ZERO,
             max_wait: Duration::from_secs(60),
+            cache_max_age: Duration::ZERO,
             rewrite_config_sources: RewritePolicy::Auto,
             refresh_delay: Duration::from_secs(1),
             request_timeout: Duration::from_secs(10),
@@ -293,6 +299,7 @@ impl Config {
             first_response_timeout,
             default_wait,
             max_wait,
+            cache_max_age,
             rewrite_config_sources,
             refresh_delay,
             request_timeout,
@@ -423,6 +430,18 @@ impl Config {
         }
         if self.default_wait > self.max_wait {
             return Err(invalid("default-wait", "must not exceed max-wait"));
+        }
+        if self.cache_max_age.subsec_nanos() != 0 {
+            return Err(invalid(
+                "cache-max-age",
+                "must be whole seconds (Cache-Control counts seconds), like 5s",
+            ));
+        }
+        if self.cache_max_age > MAX_CACHE_MAX_AGE {
+            return Err(invalid(
+                "cache-max-age",
+                "must be at most 1h: clients behind a cache would see a change that much later",
+            ));
         }
         if self.request_timeout < self.first_response_timeout {
             return Err(invalid(

@@ -162,6 +162,12 @@ pub struct Settings {
     #[arg(long, env = "XDS_GATEWAY_MAX_WAIT", value_parser = humantime::parse_duration)]
     #[serde(default, with = "opt_duration")]
     pub max_wait: Option<Duration>,
+    /// Let HTTP caches (nginx, a CDN) serve a public discovery answer this long without
+    /// revalidating: `Cache-Control: max-age=N, stale-while-revalidate=N`; 0s: `no-cache`,
+    /// revalidate every use (whole seconds) [default: 0s].
+    #[arg(long, env = "XDS_GATEWAY_CACHE_MAX_AGE", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "opt_duration")]
+    pub cache_max_age: Option<Duration>,
     /// Rewrite `ads`/`self` config sources to REST ones [default: auto].
     #[arg(long, value_enum, env = "XDS_GATEWAY_REWRITE_CONFIG_SOURCES")]
     pub rewrite_config_sources: Option<RewritePolicy>,

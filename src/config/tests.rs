@@ -345,3 +345,24 @@ fn per_type_streams_are_for_the_stream_modes() {
         "{err}"
     );
 }
+
+#[test]
+fn cache_max_age_is_whole_seconds_up_to_an_hour() {
+    let config = |cache_max_age| Config {
+        cache_max_age,
+        ..Config::default()
+    };
+    for ok in [0, 1, 30, 3600] {
+        assert!(config(Duration::from_secs(ok)).validate().is_ok(), "{ok}");
+    }
+    for (bad, why) in [
+        (Duration::from_millis(1500), "whole seconds"),
+        (Duration::from_secs(3601), "at most 1h"),
+    ] {
+        let err = config(bad).validate().unwrap_err();
+        assert!(
+            err.to_string().contains("cache-max-age") && err.to_string().contains(why),
+            "{err}"
+        );
+    }
+}

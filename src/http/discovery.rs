@@ -28,6 +28,7 @@ use bytes::Bytes;
 
 use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
+use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
 use super::present::{version_from_if_none_match, Presentation};
 use super::query::switch;
@@ -118,6 +119,13 @@ async fn serve(
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
     let tenant = gateway.tenant(caller);
     let changes = switch(query, "changes")?;
+    let mut cacheability = Cacheability {
+        authenticated: gateway.auth.is_some(),
+        secrets: kind == ResourceType::Secrets,
+        changes,
+        long_poll: false,
+        host_selects: rewrites(config, request.user_agent_name()),
+    };
     if watch::requested(query)? {
         let target = rest_target(config, request.user_agent_name(), headers);
         let watched = Watched {
@@ -128,10 +136,13 @@ async fn serve(
             remote,
             changes,
             tenant: tenant.as_ref(),
+            vary: cacheability.headers(config.cache_max_age).vary,
         };
         return watch::open(gateway, watched, headers, query).await;
     }
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
+    cacheability.long_poll = !wait.is_zero();
+    let cache_headers = cacheability.headers(config.cache_max_age);
     let presentation = Presentation::from_request(query, headers)?;
     let target = rest_target(config, request.user_agent_name(), headers);
     let target = target.as_ref();
@@ -203,7 +214,7 @@ async fn serve(
             cached,
         };
     }
-    let mut response = respond(gateway, kind, answer, presentation)?;
+    let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     if let Some(since) = polled.stale_since() {
         // The upstream is down: this is the last good state, kept serving.
         let stamp = humantime::format_rfc3339_seconds(since).to_string();
@@ -310,17 +321,21 @@ fn finish(
     response
 }
 
-/// The HTTP answer for `answer`, counted as a cache hit or miss.
+/// The HTTP answer for `answer`, counted as a cache hit or miss, with
+/// `cache_headers` on the 200 and the 304 alike. A 304 renders nothing: it
+/// is built from the version alone, so a fleet of clients (or one edge
+/// cache per client request) revalidating costs no rendering.
 fn respond(
     gateway: &Gateway,
     kind: ResourceType,
     answer: Answer,
     presentation: Presentation,
+    cache_headers: &CacheHeaders,
 ) -> Result<Response, ApiError> {
-    match answer {
+    let mut response = match answer {
         Answer::NotModified { version } => {
             gateway.metrics.cache_hit(kind);
-            Ok(Presentation::not_modified(&version))
+            Presentation::not_modified(&version)
         }
         Answer::Body {
             json,
@@ -332,25 +347,33 @@ fn respond(
             } else {
                 gateway.metrics.cache_miss(kind);
             }
-            presentation.ok(json, &version)
+            presentation.ok(json, &version)?
         }
-    }
+    };
+    cache_headers.apply(&mut response);
+    Ok(response)
 }
 
 /// Where rewritten config sources point, if this client gets them rewritten.
 /// Envoy sets `Host` to its xDS cluster name.
 fn rest_target(config: &Config, user_agent: &str, headers: &HeaderMap) -> Option<RestTarget> {
-    let rewrite = match config.rewrite_config_sources {
-        RewritePolicy::Always => true,
-        RewritePolicy::Never => false,
-        RewritePolicy::Auto => user_agent == "envoy",
-    };
+    let rewrite = rewrites(config, user_agent);
     let host = headers.get(header::HOST)?.to_str().ok()?;
     (rewrite && !host.is_empty()).then(|| RestTarget {
         cluster_name: host.to_owned(),
         refresh_delay: config.refresh_delay,
         request_timeout: config.request_timeout,
     })
+}
+
+/// Whether config sources are rewritten for a client with `user_agent`,
+/// so that its `Host` selects the body (a GET carries no user agent).
+fn rewrites(config: &Config, user_agent: &str) -> bool {
+    match config.rewrite_config_sources {
+        RewritePolicy::Always => true,
+        RewritePolicy::Never => false,
+        RewritePolicy::Auto => user_agent == "envoy",
+    }
 }
 
 #[cfg(test)]
@@ -373,5 +396,9 @@ mod tests {
         assert!(rest_target(&policy(RewritePolicy::Always), "curl", &h).is_some());
         assert!(rest_target(&policy(RewritePolicy::Never), "envoy", &h).is_none());
         assert!(rest_target(&policy(RewritePolicy::Always), "envoy", &HeaderMap::new()).is_none());
+        // Host is in Vary exactly where it may select the rewrite target.
+        assert!(rewrites(&auto, "envoy") && !rewrites(&auto, ""));
+        assert!(rewrites(&policy(RewritePolicy::Always), ""));
+        assert!(!rewrites(&policy(RewritePolicy::Never), "envoy"));
     }
 }

@@ -181,6 +181,9 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        // An error is one moment's (503) or one caller's (401, 403): never
+        // for an HTTP cache to give to anyone else.
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match self {
             ApiError::Unavailable {
                 retry_after_secs, ..
@@ -217,6 +220,7 @@ mod tests {
         .into_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
         let body = axum::body::to_bytes(response.into_body(), 1024)
             .await
             .unwrap();

@@ -17,6 +17,7 @@
 
 mod authorize;
 mod body;
+mod caching;
 mod discovery;
 mod error;
 mod passthrough;

@@ -144,6 +144,7 @@ async fn sse_sends_the_current_state_then_each_new_version_once() {
     let (headers, mut stream) = open(&gw, WATCH_CDS, &[SSE]).await.unwrap();
     assert_eq!(headers["content-type"], "text/event-stream");
     assert_eq!(headers["cache-control"], "no-store");
+    assert_eq!(headers["vary"], "Accept");
     assert_eq!(stream.next().await, "retry: 1000\n\n");
     let (id, name, data) = sse_event(&stream.next().await);
     assert_eq!(name, "discovery_response");

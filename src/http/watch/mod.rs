@@ -55,6 +55,8 @@ pub(super) struct Watched<'a> {
     pub(super) changes: bool,
     /// Whose share of `--max-watches` (and of sessions) it counts against.
     pub(super) tenant: Option<&'a Tenant>,
+    /// The `Vary` of the poll it stands for (`Accept` picks the format).
+    pub(super) vary: String,
 }
 
 /// Opens a watch: the stream's response (its first event is the current
@@ -98,6 +100,7 @@ pub(super) async fn open(
         });
     };
     let kind = watched.kind;
+    let watched_vary = watched.vary.clone();
     let slot = (permit, share);
     let mut polled = gateway.source.poll(kind, &request, watched.tenant).await?;
     let first = polled.answer(
@@ -131,7 +134,11 @@ pub(super) async fn open(
         header::CONTENT_TYPE,
         HeaderValue::from_static(format.content_type()),
     );
+    // Never cacheable; Vary still says what selected the body.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Ok(vary) = HeaderValue::from_str(&watched_vary) {
+        headers.insert(header::VARY, vary);
+    }
     // nginx buffers responses unless told not to.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     if let Some(since) = stale_since {
