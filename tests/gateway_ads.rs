@@ -461,14 +461,14 @@ async fn bad_requests_get_json_errors_and_do_not_disturb_others() {
 
         // Bodies that are not a JSON object, or too big.
         let too_big = json!({"node": node("x"), "version_info": "x".repeat(4096)}).to_string();
-        for (what, body) in [
-            ("not JSON", "this is not json".to_owned()),
-            ("truncated JSON", "{\"node\":".to_owned()),
-            ("array body", "[1,2,3]".to_owned()),
-            ("over --max-body-bytes", too_big),
+        for (what, body, status) in [
+            ("not JSON", "this is not json".to_owned(), 400),
+            ("truncated JSON", "{\"node\":".to_owned(), 400),
+            ("array body", "[1,2,3]".to_owned(), 400),
+            ("over --max-body-bytes", too_big, 413),
         ] {
             let reply = gw.post_raw("/v3/discovery:clusters", &[], body).await;
-            assert_error(&reply, 400, what);
+            assert_error(&reply, status, what);
             // A good request in between is answered as before.
             let again = gw.discover("clusters", &request(&n, "", &[])).await;
             assert_ok(&again, "good poll after a bad one");
