@@ -36,6 +36,8 @@ use html::{config_href, entries, escape, items, plain, text};
 const REFRESH: u64 = 5;
 /// Reloads more often than this are not honoured (seconds).
 const MIN_REFRESH: u64 = 1;
+/// The longest `?refresh=` (a day): the bound `openapi/admin.yaml` states.
+const MAX_REFRESH: u64 = 86_400;
 
 /// `GET /`.
 pub(super) async fn status(
@@ -69,7 +71,7 @@ pub(super) async fn status(
 }
 
 /// `?refresh=N`: seconds between reloads, `0` for none; anything but a
-/// whole number of seconds is refused, saying so.
+/// whole number of seconds up to [`MAX_REFRESH`] is refused, saying so.
 fn refresh(query: Option<&str>) -> Result<u64, String> {
     let given = query
         .unwrap_or_default()
@@ -80,9 +82,10 @@ fn refresh(query: Option<&str>) -> Result<u64, String> {
     };
     match given.parse::<u64>() {
         Ok(0) => Ok(0),
-        Ok(n) => Ok(n.max(MIN_REFRESH)),
-        Err(_) => Err(format!(
-            "refresh={given:?}: give the seconds between reloads as a whole number (0 for none)\n"
+        Ok(n) if n <= MAX_REFRESH => Ok(n.max(MIN_REFRESH)),
+        _ => Err(format!(
+            "refresh={given:?}: give the seconds between reloads as a whole number from 0 \
+             (none) to {MAX_REFRESH}\n"
         )),
     }
 }

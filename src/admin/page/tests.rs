@@ -136,7 +136,15 @@ fn refresh_is_read_from_the_query() {
     assert_eq!(refresh(Some("a=b&refresh=30")), Ok(30));
     // A malformed one is refused, saying what was wrong (schemathesis
     // found `?refresh=-1` answered as if it were absent).
-    for bad in ["refresh=nope", "refresh=-1", "refresh="] {
+    assert_eq!(refresh(Some("refresh=86400")), Ok(86_400));
+    // A schemathesis run (seed 2263462783) sent one past u64.
+    for bad in [
+        "refresh=nope",
+        "refresh=-1",
+        "refresh=",
+        "refresh=86401",
+        "refresh=4254796461312600702976",
+    ] {
         let why = refresh(Some(bad)).unwrap_err();
         assert!(why.contains("whole number"), "{bad}: {why}");
     }
