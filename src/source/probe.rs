@@ -193,15 +193,8 @@ where
     Req: prost::Message + Send + 'static,
     Resp: prost::Message + Default + Send + 'static,
 {
-    let path = tonic::codegen::http::uri::PathAndQuery::try_from(path)
-        .map_err(|e| tonic::Status::internal(e.to_string()))?;
-    let mut grpc = tonic::client::Grpc::new(ctx.channel.clone());
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-    let request = ctx.request(tokio_stream::iter(vec![first]));
-    grpc.streaming(request, path, codec).await.map(|_| ())
+    let requests = tokio_stream::iter(vec![first]);
+    ctx.streaming::<Req, Resp>(path, requests).await.map(|_| ())
 }
 
 async fn bounded(

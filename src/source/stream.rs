@@ -192,17 +192,13 @@ enum StreamError {
 
 /// The gRPC method a stream is opened on: the aggregated one, or the
 /// `lane` type's own.
-fn method_path<P: Protocol>(
-    lane: Option<ResourceType>,
-) -> Result<tonic::codegen::http::uri::PathAndQuery, StreamError> {
-    let path = match lane {
-        None => P::AGGREGATED_PATH.to_owned(),
+fn method_path<P: Protocol>(lane: Option<ResourceType>) -> Result<String, StreamError> {
+    match lane {
+        None => Ok(P::AGGREGATED_PATH.to_owned()),
         Some(kind) => kind
             .stream_path(P::DELTA)
-            .ok_or(StreamError::NoStream(kind, P::MODE))?,
-    };
-    tonic::codegen::http::uri::PathAndQuery::try_from(path)
-        .map_err(|e| StreamError::Status(tonic::Status::internal(e.to_string())))
+            .ok_or(StreamError::NoStream(kind, P::MODE)),
+    }
 }
 
 /// Per-type streams: one lane (a stream of its own, with its own protocol
@@ -306,23 +302,13 @@ async fn one_stream<P: Protocol>(
         }
     }
     let path = method_path::<P>(lane)?;
-    let mut grpc = tonic::client::Grpc::new(ctx.channel.clone())
-        .max_decoding_message_size(ctx.max_message_bytes)
-        .max_encoding_message_size(ctx.max_message_bytes);
-    let request = ctx.request(ReceiverStream::new(rx));
-    let call = async {
-        grpc.ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let codec = tonic_prost::ProstCodec::<P::Request, P::Response>::default();
-        grpc.streaming(request, path, codec).await
-    };
+    let call = ctx.streaming::<P::Request, P::Response>(&path, ReceiverStream::new(rx));
     tokio::pin!(call);
     let mut pending = PendingSubscriptions::default();
     // Commands may arrive before the response headers do.
     let mut inbound = loop {
         tokio::select! {
-            response = &mut call => break response?.into_inner(),
+            response = &mut call => break response?,
             command = commands.recv() => match command {
                 Some(command) => send(&tx, pending.take(protocol, command)).await,
                 None => return Ok(()),

@@ -164,6 +164,32 @@ impl UpstreamContext {
         request
     }
 
+    /// Opens the streaming call at `path` (an ADS or per-type method) with
+    /// `requests` as its outbound stream: the inbound stream once the
+    /// response headers came.
+    pub(super) async fn streaming<Req, Resp>(
+        &self,
+        path: &str,
+        requests: impl tokio_stream::Stream<Item = Req> + Send + 'static,
+    ) -> Result<tonic::Streaming<Resp>, tonic::Status>
+    where
+        Req: prost::Message + Send + 'static,
+        Resp: prost::Message + Default + Send + 'static,
+    {
+        let path = PathAndQuery::try_from(path)
+            .map_err(|e| tonic::Status::internal(format!("{path}: {e}")))?;
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        grpc.streaming(self.request(requests), path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
     /// One unary call to `endpoint`'s Fetch method with prost messages.
     pub(super) async fn unary<Req, Resp>(
         &self,
