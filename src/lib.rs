@@ -4,6 +4,11 @@
 //! gRPC xDS control plane.
 //!
 //! # Layout
+//! The design is written down in `docs/architecture.md`: a poll and an
+//! upstream push through these modules, the `Source` seam and its
+//! implementations, what the cache promises, where each concern lives, and
+//! how to add a source, a resource type, an admin view or a flag. In short:
+//!
 //! - [`app`]: wires config into cache, source and servers; `run(listeners, shutdown)`;
 //!   the only place that chooses the kind of source.
 //! - [`config`]: typed configuration from flags, environment and file.
@@ -23,13 +28,16 @@
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
 //! - `shares`: per-principal shares of the global limits (sessions, watches, long polls).
-//! - `tls`: rustls server config for the REST listener, reloaded from disk; client identities.
+//! - `tls`: rustls server config for the REST and admin listeners, reloaded from disk;
+//!   client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).
 //! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
 //!   logged through (control characters escaped: one event, one line).
 //!
 //! Dependencies point one way: `http`, `admin` → `source` (the `Source` seam
-//! only) → `cache`; `http` and `admin` also read `cache`; all may use `xds`.
+//! only) → `cache` → `xds`, `config`; `http` and `admin` also read `cache`;
+//! all may use `xds` and `config`, which import nothing of the crate (test
+//! builds aside).
 //! Only `app`, `config` and `xds` are public (for the binary, tests and
 //! benchmarks); everything else is crate-private.
 //!
