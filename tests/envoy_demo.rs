@@ -1,4 +1,4 @@
-//! End to end: the README's "Run a REST Envoy on it", on free ports.
+//! End to end: "Run a REST Envoy on it" in docs/usage.md, on free ports.
 //!
 //! A real Envoy 1.40 runs `examples/envoy-rest-bootstrap.yaml` against the
 //! gateway serving a copy of `examples/demo/`. Nothing uses fixed ports: the
