@@ -2,6 +2,7 @@
 //! runs them until shutdown. The one place that chooses what kind of
 //! [`Source`] feeds the gateway ([`build_source`]).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,14 +13,14 @@ use tracing::{info, warn};
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::Renderer;
-use crate::config::{Config, UpstreamMode, UpstreamStreams, Validation};
+use crate::config::{Config, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
 use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{
-    AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Sessions, SotwFeeder, Source,
-    UpstreamContext,
+    AutoSource, DeltaFeeder, Federation, FetchSource, FileFeeder, Namespace, Origin, Route,
+    Sessions, Slot, SotwFeeder, Source, UpstreamContext,
 };
 use crate::tls::ServerTls;
 use crate::xds::{Codec, JsonError};
@@ -188,15 +189,17 @@ pub async fn run(
     Ok(())
 }
 
-/// What feeds the gateway: the snapshot without `--upstream`, else the
-/// upstream in the configured mode (`auto` probes, then builds the source
-/// of the mode it finds with [`grpc_source`]).
+/// What feeds the gateway: the snapshot without an upstream; one upstream
+/// in its configured mode (`auto` probes, then builds the source of the
+/// mode it finds with [`grpc_source`]); or, for several upstreams, a
+/// [`Federation`] of one source per upstream that owns names.
 fn build_source(
     config: &Config,
     renderer: &Renderer,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<dyn Source>, StartError> {
-    let Some(uri) = &config.upstream else {
+    let upstreams = config.upstream_set();
+    if upstreams.specs.is_empty() {
         let origin = match &config.snapshot {
             Some(dir) => Origin::Dir(dir.clone()),
             None => Origin::EmbeddedDemo,
@@ -208,35 +211,115 @@ fn build_source(
             metrics.clone(),
             config,
         ));
-    };
-    let ctx = UpstreamContext::new(config, uri, renderer.clone(), metrics.clone())?;
-    tokio::spawn(ctx.clone().log_reachability());
-    ctx.check_readiness();
-    if config.upstream_mode != UpstreamMode::Auto {
-        let streams = config.upstream_streams;
-        return Ok(grpc_source(
-            config.upstream_mode,
-            streams,
-            ctx,
+    }
+    let contexts = upstreams
+        .specs
+        .iter()
+        .map(|spec| {
+            let ctx = UpstreamContext::new(
+                spec,
+                config.max_upstream_message_bytes,
+                renderer.clone(),
+                metrics.clone(),
+            )?;
+            tokio::spawn(ctx.clone().log_reachability());
+            ctx.check_readiness();
+            Ok((spec.name.clone(), ctx))
+        })
+        .collect::<Result<BTreeMap<_, _>, StartError>>()?;
+    let claims: BTreeMap<String, String> = upstreams
+        .specs
+        .iter()
+        .flat_map(|s| s.authorities.iter().map(|a| (a.clone(), s.name.clone())))
+        .collect();
+    let default = &upstreams.specs[0].name;
+    let namespace = Namespace::new(claims, default, default);
+    let mut slots = Vec::new();
+    for spec in &upstreams.specs {
+        if spec.name != *default && spec.authorities.is_empty() {
+            // Only a failover target: it serves other upstreams' sessions.
+            continue;
+        }
+        let chain = upstreams
+            .chain(&spec.name)
+            .into_iter()
+            .filter_map(|s| Some((contexts.get(&s.name)?.clone(), s.failover.clone())))
+            .collect();
+        let slot = Slot {
+            name: spec.name.clone(),
+            source: upstream_source(
+                spec,
+                Route::chain(chain),
+                namespace.for_owner(&spec.name),
+                config,
+                renderer,
+                metrics,
+            ),
+        };
+        slots.push(slot);
+    }
+    if upstreams.single().is_some() {
+        if let Some(only) = slots.pop() {
+            return Ok(only.source);
+        }
+    }
+    Ok(Arc::new(Federation::new(
+        slots,
+        namespace,
+        metrics.clone(),
+        config.rejection_threshold,
+        config.idle_timeout,
+    )))
+}
+
+/// The source of one upstream (with its failover `route`): in its mode,
+/// or, for `auto`, the mode a probe finds.
+fn upstream_source(
+    spec: &UpstreamSpec,
+    route: Route,
+    namespace: Namespace,
+    config: &Config,
+    renderer: &Renderer,
+    metrics: &Arc<Metrics>,
+) -> Arc<dyn Source> {
+    if spec.mode != UpstreamMode::Auto {
+        return grpc_source(
+            spec.mode,
+            spec.streams,
+            route,
+            namespace,
             config,
             renderer,
             metrics,
-        ));
+        );
     }
+    let ctx = route.primary().clone();
     let (config, renderer, metrics) = (config.clone(), renderer.clone(), metrics.clone());
     let first_wait = config.first_response_timeout;
     let choose = {
         let ctx = ctx.clone();
-        Box::new(move |mode, streams| grpc_source(mode, streams, ctx, &config, &renderer, &metrics))
+        Box::new(move |mode, streams| {
+            let route = Route::single(ctx.clone());
+            grpc_source(
+                mode,
+                streams,
+                route,
+                namespace.clone(),
+                &config,
+                &renderer,
+                &metrics,
+            )
+        })
     };
-    Ok(AutoSource::start(ctx, first_wait, choose))
+    AutoSource::start(ctx, first_wait, choose)
 }
 
-/// The source for an upstream spoken to in `mode` on `streams`.
+/// The source for an upstream `route` spoken to in `mode` on `streams`.
 fn grpc_source(
     mode: UpstreamMode,
     streams: UpstreamStreams,
-    ctx: Arc<UpstreamContext>,
+    route: Route,
+    namespace: Namespace,
     config: &Config,
     renderer: &Renderer,
     metrics: &Arc<Metrics>,
@@ -245,13 +328,13 @@ fn grpc_source(
     match mode {
         // The probe never answers auto; SotW is the mode every ADS server has.
         UpstreamMode::Sotw | UpstreamMode::Auto => {
-            let feeder = SotwFeeder::new(ctx, streams);
+            let feeder = SotwFeeder::new(route, streams, namespace);
             Sessions::start(feeder, renderer, metrics, config)
         }
         UpstreamMode::Delta => {
-            let feeder = DeltaFeeder::new(ctx, streams);
+            let feeder = DeltaFeeder::new(route, streams, namespace);
             Sessions::start(feeder, renderer, metrics, config)
         }
-        UpstreamMode::Fetch => Arc::new(FetchSource::new(ctx, config)),
+        UpstreamMode::Fetch => Arc::new(FetchSource::new(route.primary().clone(), config)),
     }
 }

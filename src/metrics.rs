@@ -28,6 +28,13 @@ struct ListenerLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SwitchLabel {
+    from: String,
+    to: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabel {
     file: &'static str,
     result: &'static str,
@@ -61,6 +68,7 @@ pub struct Metrics {
     cache_hits: Family<TypeLabel, Counter>,
     cache_misses: Family<TypeLabel, Counter>,
     upstream_streams_open: Gauge,
+    upstream_switches: Family<SwitchLabel, Counter>,
     long_polls_held: Gauge,
     watches_open: Gauge,
     watch_events: Family<TypeLabel, Counter>,
@@ -91,6 +99,12 @@ impl Metrics {
         let cache_hits = Family::<TypeLabel, Counter>::default();
         let cache_misses = Family::<TypeLabel, Counter>::default();
         let upstream_streams_open = Gauge::default();
+        let upstream_switches = Family::<SwitchLabel, Counter>::default();
+        registry.register(
+            "upstream_switches",
+            "Session streams moved between upstreams: to a failover (reason failover) or back (reason failback)",
+            upstream_switches.clone(),
+        );
         let long_polls_held = Gauge::default();
         let watches_open = Gauge::default();
         let watch_events = Family::<TypeLabel, Counter>::default();
@@ -205,6 +219,7 @@ impl Metrics {
             cache_hits,
             cache_misses,
             upstream_streams_open,
+            upstream_switches,
             long_polls_held,
             watches_open,
             watch_events,
@@ -245,6 +260,16 @@ impl Metrics {
 
     pub fn cache_miss(&self, kind: ResourceType) {
         self.cache_misses.get_or_create(&Self::label(kind)).inc();
+    }
+
+    /// A session's stream moved from upstream `from` to `to`.
+    pub fn upstream_switched(&self, from: &str, to: &str, failback: bool) {
+        let label = SwitchLabel {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            reason: if failback { "failback" } else { "failover" },
+        };
+        self.upstream_switches.get_or_create(&label).inc();
     }
 
     pub fn stream_opened(&self) {

@@ -118,6 +118,7 @@ impl Admin {
             "sessions": status.sessions,
             "stale_sessions": status.stale_sessions,
             "waiting_sessions": status.waiting_sessions,
+            "failed_over_sessions": status.failed_over_sessions,
             "session_errors": status.session_errors,
             "upstream_streams_open": self.metrics.streams_open(),
         });

@@ -111,6 +111,23 @@ impl ParsedRequest {
         }
     }
 
+    /// The same request asking only for `names` (a part of a federated
+    /// request, routed to the upstream that owns those names).
+    pub(crate) fn narrowed(&self, names: Names) -> ParsedRequest {
+        let subscription = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = xxhash_rust::xxh3::Xxh3::default();
+            self.node_id.hash(&mut hasher);
+            names.hash(&mut hasher);
+            hasher.finish()
+        };
+        ParsedRequest {
+            names,
+            subscription,
+            ..self.clone()
+        }
+    }
+
     /// The request body as received (its `node` is decoded from it once per session).
     pub(crate) fn body(&self) -> &[u8] {
         &self.body

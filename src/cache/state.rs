@@ -277,6 +277,11 @@ impl TypeState {
         }
     }
 
+    /// What tells this state from every other (states are immutable).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Answers a request that presented `presented` for `names`: 304 when
     /// it carries the digest of what it would get (and is not empty), else
     /// the body, from `bodies` when it was assembled before.

@@ -15,8 +15,13 @@ mod exposure;
 mod settings;
 #[cfg(test)]
 mod tests;
+mod upstreams;
 
 pub use settings::Settings;
+pub use upstreams::{
+    Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams, DEFAULT_FAILBACK_AFTER,
+    DEFAULT_FAILOVER_AFTER, FLAG_UPSTREAM_NAME,
+};
 
 /// The longest `--cache-max-age`: how stale a client behind a cache may be.
 const MAX_CACHE_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -141,6 +146,12 @@ pub struct Config {
     /// (name, value) metadata pairs sent on every upstream call.
     pub upstream_headers: Vec<(String, String)>,
     pub upstream_keepalive: Duration,
+    /// The `[[upstream]]` tables of the `--config` file, as written
+    /// ([`Config::validate`] checks them into `upstreams`).
+    pub upstream_tables: Vec<UpstreamTable>,
+    /// Every upstream, the default first: the tables, or the one the flat
+    /// `--upstream*` settings describe (empty: the snapshot feeds).
+    pub upstreams: Upstreams,
     pub fetch_cache_ttl: Duration,
     /// Snapshot directory (None with no upstream: the embedded demo).
     pub snapshot: Option<PathBuf>,
@@ -209,6 +220,8 @@ impl Default for Config {
             upstream_tls: UpstreamTls::default(),
             upstream_headers: Vec::new(),
             upstream_keepalive: Duration::from_secs(30),
+            upstream_tables: Vec::new(),
+            upstreams: Upstreams::default(),
             fetch_cache_ttl: Duration::from_millis(500),
             snapshot: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -357,8 +370,16 @@ impl Config {
         if layer.upstream_tls_server_name.is_some() {
             tls.server_name = layer.upstream_tls_server_name;
         }
-        if layer.upstream.is_some() {
-            self.upstream = layer.upstream;
+        match layer.upstream {
+            Some(UpstreamSetting::Address(address)) => {
+                self.upstream = Some(address);
+                self.upstream_tables.clear();
+            }
+            Some(UpstreamSetting::Tables(tables)) => {
+                self.upstream = None;
+                self.upstream_tables = tables;
+            }
+            None => {}
         }
         if let Some(headers) = layer.upstream_headers {
             self.upstream_headers = parse_headers(headers)?;
@@ -398,6 +419,7 @@ impl Config {
             }
             self.upstream = Some(normalise_upstream(&upstream)?);
         }
+        self.check_upstreams()?;
         if self.upstream.is_some() && self.snapshot.is_some() {
             return Err(invalid(
                 "snapshot",
@@ -466,6 +488,59 @@ impl Config {
         self.validate_limits()?;
         self.validate_exposure()?;
         Ok(self)
+    }
+
+    /// Checks the `[[upstream]]` tables into `upstreams` (with `upstream`
+    /// the default's URI, which every single-upstream rule reads), or makes
+    /// the one upstream of the flat flags.
+    fn check_upstreams(&mut self) -> Result<(), ConfigError> {
+        let inherited = upstreams::Inherited {
+            mode: self.upstream_mode,
+            streams: self.upstream_streams,
+            headers: &self.upstream_headers,
+            keepalive: self.upstream_keepalive,
+        };
+        if self.upstream_tables.is_empty() {
+            self.upstreams = match &self.upstream {
+                Some(uri) => {
+                    Upstreams::from_flags(uri.clone(), self.upstream_tls.clone(), &inherited)
+                }
+                None => Upstreams::default(),
+            };
+            return Ok(());
+        }
+        if self.upstream_tls != UpstreamTls::default() {
+            return Err(invalid(
+                "upstream-ca",
+                "with [[upstream]] tables, TLS settings go in each table (ca, cert, key, tls-server-name)",
+            ));
+        }
+        let tables = std::mem::take(&mut self.upstream_tables);
+        let upstreams = Upstreams::from_tables(tables, &inherited)?;
+        self.upstream = upstreams.default_spec().map(|s| s.uri.clone());
+        self.upstreams = upstreams;
+        Ok(())
+    }
+
+    /// Every upstream: `upstreams`, or (for a `Config` built in code, never
+    /// validated) the one the flat `--upstream*` fields describe.
+    pub fn upstream_set(&self) -> Upstreams {
+        if !self.upstreams.specs.is_empty() {
+            return self.upstreams.clone();
+        }
+        match &self.upstream {
+            Some(uri) => Upstreams::from_flags(
+                uri.clone(),
+                self.upstream_tls.clone(),
+                &upstreams::Inherited {
+                    mode: self.upstream_mode,
+                    streams: self.upstream_streams,
+                    headers: &self.upstream_headers,
+                    keepalive: self.upstream_keepalive,
+                },
+            ),
+            None => Upstreams::default(),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use super::upstreams::UpstreamSetting;
 use super::{
     ClientAuth, ConfigError, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams,
     Validation,
@@ -31,9 +32,10 @@ pub struct Settings {
     #[arg(long, env = "XDS_GATEWAY_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Control plane serving ADS, as grpc://HOST:PORT (or http://).
-    #[arg(long, env = "XDS_GATEWAY_UPSTREAM")]
-    pub upstream: Option<String>,
+    /// Control plane serving ADS, as grpc://HOST:PORT (or http://); the
+    /// `--config` file may instead declare several in `[[upstream]]` tables.
+    #[arg(long, env = "XDS_GATEWAY_UPSTREAM", value_parser = clap::value_parser!(UpstreamSetting))]
+    pub upstream: Option<UpstreamSetting>,
     /// How to talk to the upstream [default: sotw].
     #[arg(long, value_enum, env = "XDS_GATEWAY_UPSTREAM_MODE")]
     pub upstream_mode: Option<UpstreamMode>,
@@ -239,7 +241,7 @@ impl Settings {
     }
 }
 
-mod opt_duration {
+pub(super) mod opt_duration {
     use serde::{Deserialize, Deserializer};
     use std::time::Duration;
 

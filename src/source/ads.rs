@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::decode::{decode_all_off_thread, Decoded, Rejection};
+use super::namespace::Namespace;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
@@ -191,6 +192,8 @@ struct StreamState {
 pub(crate) struct Sotw {
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
+    /// The names this session's upstream may send.
+    namespace: Namespace,
     /// Version accepted last per type, across streams: what ACKs and a new
     /// stream present.
     acked: BTreeMap<ResourceType, String>,
@@ -207,10 +210,11 @@ impl Protocol for Sotw {
         "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
     const DELTA: bool = false;
 
-    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Sotw {
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Sotw {
         Sotw {
             ctx,
             session,
+            namespace,
             acked: BTreeMap::new(),
             stream: StreamState::default(),
             expiries: Expiries::default(),
@@ -219,6 +223,12 @@ impl Protocol for Sotw {
 
     fn reset_stream(&mut self) {
         self.stream = StreamState::default();
+    }
+
+    /// Versions belong to the upstream that sent them: the next one starts
+    /// from none, so it sends its whole state, which replaces this one's.
+    fn switch_upstream(&mut self) {
+        self.acked.clear();
     }
 
     /// Sends the session's current subscription for `kind`, if it has one
@@ -371,7 +381,14 @@ impl Sotw {
         let refresh = decoded
             .as_ref()
             .is_ok_and(|d| !d.heartbeats.is_empty() || !d.ttls.is_empty());
-        match decoded.and_then(|d| self.heartbeats(kind, &version, d)) {
+        let owned = |d: Decoded| match self.namespace.first_foreign(d.resources.keys()) {
+            Some(foreign) => Err(Rejection::from(foreign)),
+            None => Ok(d),
+        };
+        match decoded
+            .and_then(owned)
+            .and_then(|d| self.heartbeats(kind, &version, d))
+        {
             Ok(Decoded {
                 resources, ttls, ..
             }) => {

@@ -72,6 +72,8 @@ pub(super) enum Rejection {
     UpdatedAndRemoved(String),
     #[error("decoder task failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    Foreign(#[from] super::namespace::Foreign),
 }
 
 impl Rejection {

@@ -27,8 +27,12 @@ mod backoff;
 mod coalesce;
 mod decode;
 mod delta;
+mod failover;
+mod federation;
 mod fetch;
 mod file;
+mod health;
+mod namespace;
 mod polled;
 mod probe;
 mod registry;
@@ -52,8 +56,11 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::future::BoxFuture;
 
 pub(crate) use auto::AutoSource;
+pub(crate) use failover::Route;
+pub(crate) use federation::{Federation, Slot};
 pub(crate) use fetch::{FetchError, FetchSource};
 pub(crate) use file::{FileFeeder, Origin};
+pub(crate) use namespace::Namespace;
 pub(crate) use polled::Polled;
 pub(crate) use registry::Sessions;
 
@@ -149,6 +156,8 @@ pub(crate) struct Status {
     pub(crate) stale_sessions: usize,
     /// Sessions whose upstream has not answered yet.
     pub(crate) waiting_sessions: usize,
+    /// Sessions with a stream on a failover upstream now.
+    pub(crate) failed_over_sessions: usize,
     /// Per stale or waiting session whose stream failed: the node and the
     /// upstream's last error (at most [`SESSION_ERRORS_SHOWN`]).
     pub(crate) session_errors: Vec<String>,

@@ -70,6 +70,11 @@ impl Polled {
         }
     }
 
+    /// The state it answers with now.
+    pub(super) fn state(&self) -> &Arc<TypeState> {
+        &self.state
+    }
+
     /// Answers `request`, polled from `remote`, by the cache's rule (a
     /// body, or 304 when it holds what it would get), with the rejection
     /// bookkeeping around it.

@@ -381,6 +381,9 @@ impl<F: Feeder> Source for Sessions<F> {
         status.sessions = registry.sessions.len();
         for entry in registry.sessions.values() {
             let session = &entry.session;
+            if session.failed_over() {
+                status.failed_over_sessions += 1;
+            }
             let state = if session.stale_since().is_some() {
                 status.stale_sessions += 1;
                 "stale"

@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::failover::{Placement, FAILOVER_REASON};
 use super::polled::lock;
 use super::upstream_log::{stamp, UpstreamLog};
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
@@ -176,6 +177,9 @@ pub(crate) struct Session {
     last_error: Mutex<Option<(SystemTime, String)>>,
     /// What the upstream stream did last (for `/debug/sessions`).
     pub(super) upstream: UpstreamLog,
+    /// Which upstream each stream is on and why, when a failover could
+    /// move it (the aggregated one: `None`; a type's own: the type).
+    placements: Mutex<BTreeMap<Option<ResourceType>, Placement>>,
     /// Requests being served now (a held long poll keeps the session alive).
     in_flight: std::sync::atomic::AtomicUsize,
 }
@@ -202,6 +206,7 @@ impl Session {
             down: Mutex::default(),
             last_error: Mutex::new(None),
             upstream: UpstreamLog::default(),
+            placements: Mutex::default(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         (session, rx)
@@ -244,6 +249,26 @@ impl Session {
             *lock(&self.stale_since) = None;
             *lock(&self.last_error) = None;
         }
+    }
+
+    /// The stream `lane` is on `placement` now.
+    pub(super) fn place(&self, lane: Option<ResourceType>, placement: Placement) {
+        lock(&self.placements).insert(lane, placement);
+    }
+
+    /// Where each stream is, by lane (empty without failover).
+    pub(super) fn placements(&self) -> Vec<(Option<ResourceType>, Placement)> {
+        lock(&self.placements)
+            .iter()
+            .map(|(lane, p)| (*lane, p.clone()))
+            .collect()
+    }
+
+    /// Whether any of its streams is on a failover upstream now.
+    pub(super) fn failed_over(&self) -> bool {
+        lock(&self.placements)
+            .values()
+            .any(|p| p.reason.starts_with(FAILOVER_REASON))
     }
 
     /// Whether the upstream has answered this session for any type.
@@ -405,7 +430,20 @@ impl Session {
                 Some((kind.short_name().to_owned(), view))
             })
             .collect();
-        json!({
+        let placements = self.placements();
+        let upstream = match placements.as_slice() {
+            [] => Value::Null,
+            [(None, placement)] => json!(placement),
+            lanes => lanes
+                .iter()
+                .map(|(lane, p)| {
+                    let lane = lane.map_or("ads", ResourceType::short_name);
+                    (lane.to_owned(), json!(p))
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+        };
+        let mut view = json!({
             "node_id": self.node.id,
             "cluster": self.node.cluster,
             "stream": stream,
@@ -414,7 +452,11 @@ impl Session {
             "last_error": self.last_error().map(|(at, error)| json!({"at": stamp(at), "error": error})),
             "requests_in_flight": self.in_flight.load(std::sync::atomic::Ordering::Acquire),
             "types": types,
-        })
+        });
+        if !upstream.is_null() {
+            view["upstream"] = upstream;
+        }
+        view
     }
 }
 

@@ -34,6 +34,8 @@ use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
 use super::coalesce::{send, PendingSubscriptions};
+use super::failover::{Placement, Route, FAILBACK_REASON, FAILOVER_REASON};
+use super::namespace::Namespace;
 use super::registry::Feeder;
 use super::session::{Command, Session};
 use super::upstream_log::Phase;
@@ -62,11 +64,18 @@ pub(crate) trait Protocol: Send + 'static {
     /// Whether it carries the delta-only types (VHDS, LEDS).
     const CARRIES_DELTA_ONLY_TYPES: bool = false;
 
-    /// The protocol of a new session.
-    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Self;
+    /// The protocol of a new session, whose upstream may send the names of
+    /// `namespace`.
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Self;
 
     /// A new stream begins: forget what belonged to the last one.
     fn reset_stream(&mut self);
+
+    /// The next stream goes to another upstream (a failover, or back):
+    /// forget the versions of this one, so that the next one's first
+    /// answer per type replaces what is held rather than being diffed
+    /// against versions it never issued.
+    fn switch_upstream(&mut self);
 
     /// The request that tells the stream the session's subscription of
     /// `kind`, if it has not been told it yet.
@@ -111,18 +120,26 @@ pub(crate) trait Protocol: Send + 'static {
 }
 
 /// Feeds each session from its own upstream stream speaking `P`: one
-/// aggregated stream, or one per type the session subscribes to.
+/// aggregated stream, or one per type the session subscribes to; on the
+/// route's primary, or its failover while the primary is unreachable.
 pub(crate) struct StreamFeeder<P> {
-    ctx: Arc<UpstreamContext>,
+    route: Arc<Route>,
     streams: UpstreamStreams,
+    namespace: Namespace,
     protocol: PhantomData<fn() -> P>,
 }
 
 impl<P> StreamFeeder<P> {
-    pub(crate) fn new(ctx: Arc<UpstreamContext>, streams: UpstreamStreams) -> StreamFeeder<P> {
+    /// Streams to `route`'s upstreams, which may send `namespace`'s names.
+    pub(crate) fn new(
+        route: Route,
+        streams: UpstreamStreams,
+        namespace: Namespace,
+    ) -> StreamFeeder<P> {
         StreamFeeder {
-            ctx,
+            route: Arc::new(route),
             streams,
+            namespace,
             protocol: PhantomData,
         }
     }
@@ -131,7 +148,7 @@ impl<P> StreamFeeder<P> {
 impl<P> std::fmt::Debug for StreamFeeder<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamFeeder")
-            .field("upstream", &self.ctx.uri)
+            .field("upstream", &self.route.primary().uri)
             .finish_non_exhaustive()
     }
 }
@@ -142,30 +159,33 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
         session: Arc<Session>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
+        let (route, namespace) = (self.route.clone(), self.namespace.clone());
         match self.streams {
             UpstreamStreams::Aggregated => {
-                let protocol = P::new(self.ctx.clone(), session.clone());
-                tokio::spawn(run(self.ctx.clone(), session, commands, protocol, None))
+                let ctx = route.primary().clone();
+                let protocol = P::new(ctx, session.clone(), namespace);
+                tokio::spawn(run(route, session, commands, protocol, None))
             }
             UpstreamStreams::PerType => {
-                tokio::spawn(per_type::<P>(self.ctx.clone(), session, commands))
+                tokio::spawn(per_type::<P>(route, session, commands, namespace))
             }
         }
     }
 
     fn is_ready(&self) -> bool {
-        self.ctx.has_answered()
+        self.route.has_answered()
     }
 
     fn describe(&self) -> String {
+        let upstream = if self.route.fails_over() {
+            self.route.describe()
+        } else {
+            self.route.primary().uri.clone()
+        };
         match self.streams {
-            UpstreamStreams::Aggregated => format!("gRPC upstream {} ({})", self.ctx.uri, P::MODE),
+            UpstreamStreams::Aggregated => format!("gRPC upstream {upstream} ({})", P::MODE),
             UpstreamStreams::PerType => {
-                format!(
-                    "gRPC upstream {} ({}, per-type streams)",
-                    self.ctx.uri,
-                    P::MODE
-                )
+                format!("gRPC upstream {upstream} ({}, per-type streams)", P::MODE)
             }
         }
     }
@@ -175,7 +195,7 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
     }
 
     fn upstream(&self) -> Option<&UpstreamContext> {
-        Some(&self.ctx)
+        Some(self.route.primary())
     }
 }
 
@@ -188,6 +208,8 @@ enum StreamError {
     Closed,
     #[error("{0} has no {1} stream of its own")]
     NoStream(ResourceType, &'static str),
+    #[error("upstream did not answer within {0:?} (failover-after)")]
+    Silent(std::time::Duration),
 }
 
 /// The gRPC method a stream is opened on: the aggregated one, or the
@@ -207,9 +229,10 @@ fn method_path<P: Protocol>(lane: Option<ResourceType>) -> Result<String, Stream
 /// are handed to the lane of their type. Ends, with every lane, when the
 /// session closes.
 async fn per_type<P: Protocol>(
-    ctx: Arc<UpstreamContext>,
+    route: Arc<Route>,
     session: Arc<Session>,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    namespace: Namespace,
 ) {
     let mut lanes: BTreeMap<ResourceType, (mpsc::UnboundedSender<Command>, JoinHandle<()>)> =
         BTreeMap::new();
@@ -217,8 +240,15 @@ async fn per_type<P: Protocol>(
         let kind = command.kind();
         let (lane, _) = lanes.entry(kind).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let protocol = P::new(ctx.clone(), session.clone());
-            let task = tokio::spawn(run(ctx.clone(), session.clone(), rx, protocol, Some(kind)));
+            let ctx = route.primary().clone();
+            let protocol = P::new(ctx, session.clone(), namespace.clone());
+            let task = tokio::spawn(run(
+                route.clone(),
+                session.clone(),
+                rx,
+                protocol,
+                Some(kind),
+            ));
             (tx, task)
         });
         // A lane ends only when its sender is dropped (below).
@@ -231,9 +261,11 @@ async fn per_type<P: Protocol>(
 }
 
 /// Feeds `session` through `protocol` until the session closes: on the
-/// aggregated stream, or (`lane`) on the stream of that one type.
+/// aggregated stream, or (`lane`) on the stream of that one type; on the
+/// route's primary, moving to its failover while the primary is down
+/// (see [`Lane`]).
 async fn run<P: Protocol>(
-    ctx: Arc<UpstreamContext>,
+    route: Arc<Route>,
     session: Arc<Session>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut protocol: P,
@@ -247,27 +279,43 @@ async fn run<P: Protocol>(
         cluster = %Escaped(&session.node.cluster)
     );
     async move {
+        let mut at = Lane::new(&route, &session, lane);
         let mut backoff = Backoff::default();
         loop {
+            let ctx = route.ctx(at.index).clone();
             let mut answered = false;
-            let result = one_stream(
-                &ctx,
-                &session,
-                &mut commands,
-                &mut protocol,
-                lane,
-                &mut answered,
-            )
-            .await;
-            let Err(err) = result else { return };
+            let silence = route.failover_from(at.index).map(|(_, after)| after);
+            let ended = tokio::select! {
+                result = one_stream(&ctx, &session, &mut commands, &mut protocol, lane, &mut answered, silence) => result,
+                () = route.primary_back(at.index, at.failed_returns) => {
+                    at.move_to(&route, &session, 0, format!("{FAILBACK_REASON}: the primary answers health checks again"));
+                    protocol.switch_upstream();
+                    backoff.reset();
+                    continue;
+                }
+            };
+            let Err(err) = ended else { return };
             session.upstream.phase(Phase::Connecting);
             session.stream_failed(lane, err.to_string());
+            ctx.health.broke();
             if answered {
                 backoff.reset();
+                at.answered();
+            }
+            if let Some(next) = at.failover_due(&route) {
+                let reason = format!("{FAILOVER_REASON}: {} unreachable: {err}", ctx.name);
+                warn!(error = %Escaped(&err), to = %route.ctx(next).name, "upstream stream ended; failing over");
+                at.move_to(&route, &session, next, reason);
+                protocol.switch_upstream();
+                backoff.reset();
+                continue;
             }
             let delay = backoff.next_delay();
             warn!(error = %Escaped(&err), retry_in = ?delay, "upstream stream ended");
-            let retry_at = Instant::now() + delay;
+            let mut retry_at = Instant::now() + delay;
+            if let Some(due) = at.failover_at(&route) {
+                retry_at = retry_at.min(due);
+            }
             loop {
                 match protocol.next_expiry().filter(|due| *due < retry_at) {
                     Some(due) => {
@@ -283,6 +331,78 @@ async fn run<P: Protocol>(
     .await
 }
 
+/// Where one lane of a session is on its route, and since when the
+/// upstream it is on has been down.
+struct Lane {
+    lane: Option<ResourceType>,
+    /// Index into the route.
+    index: usize,
+    /// Whether the upstream at `index` has answered since the lane came.
+    answered_here: bool,
+    /// When its streams began failing without an answer in between.
+    down_since: Option<Instant>,
+    /// Returns to the primary that failed before it answered, in a row.
+    failed_returns: u32,
+}
+
+impl Lane {
+    fn new(route: &Route, session: &Session, lane: Option<ResourceType>) -> Lane {
+        if route.fails_over() {
+            let primary = &route.primary().name;
+            session.place(lane, Placement::now(primary, "primary".into()));
+        }
+        Lane {
+            lane,
+            index: 0,
+            answered_here: false,
+            down_since: None,
+            failed_returns: 0,
+        }
+    }
+
+    fn answered(&mut self) {
+        self.answered_here = true;
+        self.down_since = None;
+        if self.index == 0 {
+            self.failed_returns = 0;
+        }
+    }
+
+    /// When the upstream it is on has been down long enough to leave,
+    /// given that a stream just failed.
+    fn failover_at(&mut self, route: &Route) -> Option<Instant> {
+        let (_, after) = route.failover_from(self.index)?;
+        let since = *self.down_since.get_or_insert_with(Instant::now);
+        Some(since + after)
+    }
+
+    /// Where to go now, after a stream failed: the failover, at once if
+    /// the upstream never answered the lane since it came (it cannot be
+    /// opened), else once it has been down for its `failover-after`.
+    fn failover_due(&mut self, route: &Route) -> Option<usize> {
+        let due = self.failover_at(route)?;
+        let (next, _) = route.failover_from(self.index)?;
+        (!self.answered_here || Instant::now() >= due).then_some(next)
+    }
+
+    fn move_to(&mut self, route: &Route, session: &Session, to: usize, reason: String) {
+        let (from, to_ctx) = (route.ctx(self.index), route.ctx(to));
+        let failback = to < self.index;
+        if self.index == 0 && !self.answered_here {
+            // Leaving the primary before it answered: a return that failed
+            // (or a first stream that did), which makes the next wait longer.
+            self.failed_returns += 1;
+        }
+        info!(from = %from.name, to = %to_ctx.name, reason = %Escaped(&reason), "session stream moved");
+        from.metrics
+            .upstream_switched(&from.name, &to_ctx.name, failback);
+        session.place(self.lane, Placement::now(&to_ctx.name, reason));
+        self.index = to;
+        self.answered_here = false;
+        self.down_since = None;
+    }
+}
+
 /// Ok when the session closed (its command channel is gone); Err when the
 /// stream broke. Sets `answered` once a response arrived.
 async fn one_stream<P: Protocol>(
@@ -292,7 +412,12 @@ async fn one_stream<P: Protocol>(
     protocol: &mut P,
     lane: Option<ResourceType>,
     answered: &mut bool,
+    silence: Option<std::time::Duration>,
 ) -> Result<(), StreamError> {
+    // With a failover to go to, an upstream that does not answer within
+    // its failover-after (a listener that accepts and never speaks) is down.
+    let deadline = silence.map(|after| Instant::now() + after);
+    let silent = || StreamError::Silent(silence.unwrap_or_default());
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
     session.upstream.phase(Phase::Connecting);
     protocol.reset_stream();
@@ -315,6 +440,7 @@ async fn one_stream<P: Protocol>(
             },
             () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
             () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
+            () = sleep_until(deadline) => return Err(silent()),
         }
     };
     let _open = StreamGuard::open(ctx);
@@ -355,6 +481,7 @@ async fn one_stream<P: Protocol>(
                 protocol.timer(now);
                 protocol.expire(now);
             }
+            () = sleep_until(deadline.filter(|_| !*answered)) => return Err(silent()),
         }
     }
 }

@@ -19,10 +19,11 @@ use tracing::{debug, info};
 
 use super::backoff::Backoff;
 use super::fetch::FetchError;
+use super::health::Health;
 use super::probe;
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::cache::Renderer;
-use crate::config::{Config, UpstreamTls};
+use crate::config::{UpstreamSpec, UpstreamTls};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::xds::Endpoint;
@@ -42,6 +43,8 @@ pub enum StartError {
 /// What every session's upstream task and every unary call share.
 #[derive(Debug)]
 pub(crate) struct UpstreamContext {
+    /// The name of its `[[upstream]]` table (`default` for `--upstream`).
+    pub(super) name: String,
     /// The control plane's URI, for logs and /readyz.
     pub(super) uri: String,
     pub(super) channel: Channel,
@@ -53,16 +56,20 @@ pub(crate) struct UpstreamContext {
     metadata: MetadataMap,
     /// Set once the upstream answered anything; never unset.
     answered: AtomicBool,
+    /// Whether it answers now, for failover ([`Health`]).
+    pub(super) health: Health,
 }
 
 impl UpstreamContext {
-    /// A lazily connecting channel to `uri` (the first call connects).
+    /// A lazily connecting channel to `spec`'s control plane (the first
+    /// call connects); messages up to `max_message_bytes`.
     pub(crate) fn new(
-        config: &Config,
-        uri: &str,
+        spec: &UpstreamSpec,
+        max_message_bytes: usize,
         renderer: Renderer,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<UpstreamContext>, StartError> {
+        let uri = spec.uri.as_str();
         let bad = |reason: String| StartError::BadUpstream {
             uri: uri.to_owned(),
             reason,
@@ -70,17 +77,17 @@ impl UpstreamContext {
         let mut endpoint = TonicEndpoint::from_shared(uri.to_owned())
             .map_err(|e| bad(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
-            .http2_keep_alive_interval(config.upstream_keepalive)
-            .keep_alive_timeout(config.upstream_keepalive.max(Duration::from_secs(1)))
+            .http2_keep_alive_interval(spec.keepalive)
+            .keep_alive_timeout(spec.keepalive.max(Duration::from_secs(1)))
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         if uri.starts_with("https://") {
             endpoint = endpoint
-                .tls_config(tls_config(&config.upstream_tls)?)
+                .tls_config(tls_config(&spec.tls)?)
                 .map_err(|e| StartError::Tls(e.to_string()))?;
         }
         let mut metadata = MetadataMap::new();
-        for (name, value) in &config.upstream_headers {
+        for (name, value) in &spec.headers {
             let key = name
                 .parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>()
                 .map_err(|e| bad(format!("header {name:?}: {e}")))?;
@@ -90,14 +97,16 @@ impl UpstreamContext {
             metadata.append(key, value);
         }
         Ok(Arc::new(UpstreamContext {
+            name: spec.name.clone(),
             uri: uri.to_owned(),
             channel: endpoint.connect_lazy(),
             endpoint,
             renderer,
             metrics,
-            max_message_bytes: config.max_upstream_message_bytes,
+            max_message_bytes,
             metadata,
             answered: AtomicBool::new(false),
+            health: Health::default(),
         }))
     }
 
@@ -190,6 +199,30 @@ impl UpstreamContext {
             .map(tonic::Response::into_inner)
     }
 
+    /// One unary call to the method at `path` with prost messages.
+    pub(super) async fn call_unary<Req, Resp>(
+        &self,
+        path: &str,
+        request: Req,
+    ) -> Result<Resp, tonic::Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let path = PathAndQuery::try_from(path)
+            .map_err(|e| tonic::Status::internal(format!("{path}: {e}")))?;
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        grpc.unary(self.request(request), path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
     /// One unary call to `endpoint`'s Fetch method with prost messages.
     pub(super) async fn unary<Req, Resp>(
         &self,
@@ -211,20 +244,9 @@ impl UpstreamContext {
             return Err(fail(&method, Code::Unimplemented, why));
         };
         let method = format!("/{}/{fetch}", endpoint.service());
-        let fail = |code: Code, message: String| fail(&method, code, message);
-        let path = PathAndQuery::try_from(method.as_str())
-            .map_err(|e| fail(Code::Internal, e.to_string()))?;
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
-            .max_decoding_message_size(self.max_message_bytes)
-            .max_encoding_message_size(self.max_message_bytes);
-        grpc.ready()
+        self.call_unary(&method, request)
             .await
-            .map_err(|e| fail(Code::Unavailable, e.to_string()))?;
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        grpc.unary(self.request(request), path, codec)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| fail(status.code(), status.message().to_owned()))
+            .map_err(|status| fail(&method, status.code(), status.message().to_owned()))
     }
 
     /// Asks the upstream an HDS or CSDS question as it is.

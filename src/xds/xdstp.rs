@@ -25,6 +25,14 @@ pub(crate) fn is_xdstp(name: &str) -> bool {
     name.starts_with(SCHEME)
 }
 
+/// The authority of an xdstp name (`None` for any other name). Resource
+/// names are federated by it: `xdstp://AUTHORITY/TYPE/ID`.
+pub(crate) fn authority(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(SCHEME)?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
 /// Whether `name` is an xdstp glob collection (`.../*`).
 pub(crate) fn is_glob(name: &str) -> bool {
     Parsed::new(name).is_some_and(|p| p.id == "*" || p.id.ends_with("/*"))
@@ -95,6 +103,21 @@ fn decode(s: &str) -> Option<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_authority_is_what_comes_before_the_type() {
+        assert_eq!(
+            authority("xdstp://a.example/envoy.config.cluster.v3.Cluster/x"),
+            Some("a.example")
+        );
+        assert_eq!(
+            authority("xdstp://a.example/T/dir/*?k=v"),
+            Some("a.example")
+        );
+        assert_eq!(authority("xdstp://a.example"), Some("a.example"));
+        assert_eq!(authority("xdstp:///T/x"), Some(""));
+        assert_eq!(authority("plain-cluster"), None);
+    }
 
     const GLOB: &str = "xdstp://example.org/envoy.config.cluster.v3.Cluster/prod/*";
 

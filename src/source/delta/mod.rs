@@ -55,7 +55,7 @@
 //! narrower state published, so a client that asks again waits for a fresh
 //! answer instead of getting a copy the upstream no longer keeps current.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -71,6 +71,7 @@ mod update;
 
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
+use super::namespace::Namespace;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
@@ -93,6 +94,11 @@ const VERSION_HEX_DIGITS: usize = 16;
 pub(crate) struct Delta {
     ctx: Arc<UpstreamContext>,
     session: Arc<Session>,
+    /// The names this session's upstream may send.
+    namespace: Namespace,
+    /// Types whose held resources the next accepted response replaces
+    /// whole (they came from another upstream, before a failover).
+    replacing: BTreeSet<ResourceType>,
     /// What is known per type, across streams.
     tracked: BTreeMap<ResourceType, Tracked>,
     /// Per type, what this stream was told and is pending.
@@ -111,10 +117,12 @@ impl Protocol for Delta {
     const DELTA: bool = true;
     const CARRIES_DELTA_ONLY_TYPES: bool = true;
 
-    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>) -> Delta {
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Delta {
         Delta {
             ctx,
             session,
+            namespace,
+            replacing: BTreeSet::new(),
             tracked: BTreeMap::new(),
             wires: BTreeMap::new(),
             node_sent: false,
@@ -125,6 +133,13 @@ impl Protocol for Delta {
     fn reset_stream(&mut self) {
         self.wires.clear();
         self.node_sent = false;
+    }
+
+    /// What is held came from another upstream: the next one is told of no
+    /// versions (so it sends all it has), and its first answer per type
+    /// replaces what is held instead of updating it.
+    fn switch_upstream(&mut self) {
+        self.replacing = self.tracked.keys().copied().collect();
     }
 
     /// The request that moves the stream's subscription of `kind` to the
@@ -152,7 +167,7 @@ impl Protocol for Delta {
         }
         wire.record(&sent, &want, Instant::now());
         let mut request = self.request(kind, diff, String::new(), None);
-        if first {
+        if first && !self.replacing.contains(&kind) {
             request.initial_resource_versions = self
                 .tracked
                 .get(&kind)
@@ -275,7 +290,16 @@ impl Delta {
         }
         let nonce = response.nonce.clone();
         let system_version = response.system_version_info.clone();
-        let decoded = decode_update_off_thread(&self.ctx.renderer, kind, response).await;
+        let decoded = decode_update_off_thread(&self.ctx.renderer, kind, response)
+            .await
+            .and_then(|update| {
+                let names = update.added.iter().map(|(name, _)| name);
+                let names = names.chain(update.name_only.iter().map(|(name, _)| name));
+                match self.namespace.first_foreign(names) {
+                    Some(foreign) => Err(foreign.into()),
+                    None => Ok(update),
+                }
+            });
         let wire = self.wires.entry(kind).or_default();
         wire.nonce = nonce.clone();
         match decoded {
@@ -291,6 +315,9 @@ impl Delta {
                 let ttls = std::mem::take(&mut update.ttls);
                 let now = Instant::now();
                 let tracked = self.tracked.entry(kind).or_default();
+                if self.replacing.remove(&kind) {
+                    *tracked = Tracked::default();
+                }
                 tracked.apply(kind, wire, update, now);
                 for (name, ttl) in ttls {
                     self.expiries.arrived(kind, &name, ttl, now);
