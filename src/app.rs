@@ -335,6 +335,8 @@ fn grpc_source(
             let feeder = DeltaFeeder::new(route, streams, namespace);
             Sessions::start(feeder, renderer, metrics, config)
         }
-        UpstreamMode::Fetch => Arc::new(FetchSource::new(route.primary().clone(), config)),
+        UpstreamMode::Fetch => {
+            Arc::new(FetchSource::new(route.primary().clone(), config, namespace))
+        }
     }
 }

@@ -12,11 +12,17 @@
 //!   and never answers, move sessions to the failover within its
 //!   failover-after plus a poll, with no failed poll; they come back once
 //!   the primary answers again for its failback-after; each move is on
-//!   `/debug/sessions` and `/metrics`.
+//!   `/debug/sessions` and `/metrics`;
+//! - fault injection on the upstream link (a loopback proxy that delays,
+//!   cuts connections and refuses them): no REST client sees anything but
+//!   200 or 304 while an upstream for its names is reachable, in SotW and
+//!   in delta.
 //!
 //! The gateway runs in process on kernel-chosen loopback ports; the peers
 //! are child processes, killed when the test ends.
 
+#[path = "support/faulty_link.rs"]
+mod faulty_link;
 #[path = "support/gateway.rs"]
 mod gateway;
 #[path = "support/go_peer.rs"]
@@ -34,12 +40,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use faulty_link::FaultyLink;
 use gateway::{discover_on, http_request, Reply};
 use go_peer::GoControlPlane;
 use inproc::InProcess;
 use process::eventually;
 use rest::{bounded, cluster, names_of, node, request, upstream_of, version_of, CDS};
-use xds_gateway::config::{Config, UpstreamTable};
+use xds_gateway::config::{Config, UpstreamMode, UpstreamTable};
 
 /// No test may take longer than this in total.
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -341,6 +348,17 @@ impl Poller {
     }
 }
 
+/// The primary and its backup, each in `mode`.
+fn failover_tables_in(primary: &str, backup: &str, mode: UpstreamMode) -> Vec<UpstreamTable> {
+    failover_tables(primary, backup)
+        .into_iter()
+        .map(|t| UpstreamTable {
+            mode: Some(mode),
+            ..t
+        })
+        .collect()
+}
+
 fn failover_tables(primary: &str, backup: &str) -> Vec<UpstreamTable> {
     vec![
         UpstreamTable {
@@ -489,5 +507,172 @@ async fn a_primary_that_accepts_and_never_answers_is_failed_over() {
         assert_eq!(placement["upstream"], "backup", "{placement}");
         accepting.abort();
     })
+    .await;
+}
+
+/// The link to the primary delays, breaks and goes down while pollers of
+/// three nodes poll; a backup is reachable throughout.
+async fn faults_on_the_primary_link(test: &str, mode: UpstreamMode) {
+    bounded(TEST_TIMEOUT, async {
+        let primary = GoControlPlane::start(test);
+        let backup = GoControlPlane::start(test);
+        let same = [(CDS, vec![cluster("a"), cluster("b")])];
+        primary.set_snapshot("*", "p1", &same).await;
+        backup.set_snapshot("*", "b1", &same).await;
+        let grpc_port: u16 = primary
+            .upstream()
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .parse()
+            .unwrap();
+        let link = FaultyLink::start(grpc_port).await;
+        let gw = gateway_of(failover_tables_in(
+            &link.address(),
+            &backup.upstream(),
+            mode,
+        ))
+        .await;
+        for id in ["n0", "n1", "n2"] {
+            let first = poll(&gw, &request(&node(id), "", &[])).await;
+            assert_eq!(first.status, 200, "{}", first.text());
+        }
+        let pollers: Vec<Poller> = ["n0", "n1", "n2"]
+            .iter()
+            .map(|id| Poller::start(gw.rest_port, id))
+            .collect();
+
+        // Slow, then broken again and again: retried on the primary.
+        link.delay(Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for _ in 0..3 {
+            link.cut();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        link.delay(Duration::ZERO);
+        // Down: the sessions move to the backup.
+        link.refuse(true);
+        wait_for_placement(&gw, "n0", "backup", "failover").await;
+        // A change while on the backup reaches the clients.
+        let mut changed = cluster("a");
+        changed["connect_timeout"] = json!("5s");
+        backup.set_cluster("*", "b2", changed.clone()).await;
+        primary.set_cluster("*", "p2", changed).await;
+        eventually(CHANGE_WAIT, POLL_EVERY, || async {
+            // In delta the version is a digest: look at the content.
+            let reply = poll(&gw, &request(&node("n1"), "", &[])).await;
+            let body = reply.json();
+            (body["resources"][0]["connectTimeout"] == "5s").then_some(())
+        })
+        .await
+        .expect("the backup's change reached the client");
+        // Back up: they return, and the link breaks once more on the way.
+        link.refuse(false);
+        wait_for_placement(&gw, "n0", "primary", "failback").await;
+        link.cut();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        let mut failed = Vec::new();
+        let mut polls = 0;
+        for poller in pollers {
+            let (failures, count) = poller.finish().await;
+            failed.extend(failures);
+            polls += count;
+        }
+        assert!(polls > 30, "only {polls} polls");
+        assert!(
+            failed.is_empty(),
+            "{} of {polls} polls failed: {failed:?}",
+            failed.len()
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_on_the_upstream_link_never_reach_rest_clients_sotw() {
+    faults_on_the_primary_link(
+        "faults_on_the_upstream_link_never_reach_rest_clients_sotw",
+        UpstreamMode::Sotw,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_on_the_upstream_link_never_reach_rest_clients_delta() {
+    faults_on_the_primary_link(
+        "faults_on_the_upstream_link_never_reach_rest_clients_delta",
+        UpstreamMode::Delta,
+    )
+    .await;
+}
+
+/// The primary serves clusters a and b, the backup a and c, both at version
+/// "p1": across a failover and back, every answer is one upstream's whole
+/// state, never a mix of both nor the primary's state kept (each upstream
+/// is told of no version it never issued, and its first answer replaces
+/// what the other sent).
+async fn never_mixed(test: &str, mode: UpstreamMode) {
+    bounded(TEST_TIMEOUT, async {
+        let primary = GoControlPlane::start(test);
+        let backup = GoControlPlane::start(test);
+        primary
+            .set_snapshot("*", "p1", &[(CDS, vec![cluster("a"), cluster("b")])])
+            .await;
+        // The same version string with other content: a server that takes
+        // the primary's version for its own would answer nothing.
+        backup
+            .set_snapshot("*", "p1", &[(CDS, vec![cluster("a"), cluster("c")])])
+            .await;
+        let gw = gateway_of(failover_tables_in(
+            &primary.upstream(),
+            &backup.upstream(),
+            mode,
+        ))
+        .await;
+        let n = node("whole");
+        let first = poll(&gw, &request(&n, "", &[])).await;
+        assert_eq!(names_of(&first), ["a", "b"]);
+
+        primary.stop_grpc().await;
+        wait_for_placement(&gw, "whole", "backup", "failover").await;
+        let on_backup = eventually(CHANGE_WAIT, POLL_EVERY, || async {
+            let reply = poll(&gw, &request(&n, "", &[])).await;
+            let names = names_of(&reply);
+            (names != ["a", "b"]).then_some(names)
+        })
+        .await
+        .expect("the backup's state was served");
+        assert_eq!(on_backup, ["a", "c"], "a mix of two upstreams' states");
+
+        primary.start_grpc().await;
+        wait_for_placement(&gw, "whole", "primary", "failback").await;
+        let back = eventually(CHANGE_WAIT, POLL_EVERY, || async {
+            let reply = poll(&gw, &request(&n, "", &[])).await;
+            let names = names_of(&reply);
+            (names != ["a", "c"]).then_some(names)
+        })
+        .await
+        .expect("the primary's state was served again");
+        assert_eq!(back, ["a", "b"], "a mix of two upstreams' states");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_serves_one_upstreams_state_whole_sotw() {
+    never_mixed(
+        "a_failover_serves_one_upstreams_state_whole_sotw",
+        UpstreamMode::Sotw,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_serves_one_upstreams_state_whole_delta() {
+    never_mixed(
+        "a_failover_serves_one_upstreams_state_whole_delta",
+        UpstreamMode::Delta,
+    )
     .await;
 }

@@ -442,6 +442,39 @@ impl Sotw {
 mod tests {
     use super::*;
 
+    /// After a failover (or back), the next upstream is told of no version
+    /// the last one issued: a server taking it for its own would answer
+    /// nothing, and the primary's state would be served from the backup.
+    #[tokio::test]
+    async fn a_new_upstream_is_told_no_version_of_the_last_one() {
+        let kind = ResourceType::Clusters;
+        let (session, _commands) = Session::new(Default::default());
+        session
+            .want(
+                kind,
+                &crate::cache::Names::Wildcard,
+                super::super::session::SETTLE,
+                10,
+            )
+            .unwrap();
+        let namespace = Namespace::new(BTreeMap::new(), "test", "test");
+        let mut sotw = Sotw::new(super::super::upstream::unused_context(), session, namespace);
+        sotw.acked.insert(kind, "p1".into());
+        sotw.reset_stream();
+        assert_eq!(
+            sotw.subscribe(kind).unwrap().version_info,
+            "p1",
+            "a reconnect resumes"
+        );
+        sotw.switch_upstream();
+        sotw.reset_stream();
+        assert_eq!(
+            sotw.subscribe(kind).unwrap().version_info,
+            "",
+            "a switch starts over"
+        );
+    }
+
     fn cov(wildcard: bool, names: &[&str]) -> Coverage {
         Coverage {
             wildcard,

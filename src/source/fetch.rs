@@ -42,6 +42,7 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::decode::{decode_all_off_thread, decode_node, Decoded};
+use super::namespace::Namespace;
 use super::polled::{record_served, report_suspicion, suspect, Feed, Polled};
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::Standing;
@@ -125,6 +126,8 @@ pub(crate) struct FetchSource {
 #[derive(Debug)]
 struct Fetcher {
     ctx: Arc<UpstreamContext>,
+    /// The names the upstream may answer with.
+    namespace: Namespace,
     answers: Cache<AnswerKey, Arc<FetchAnswer>>,
     latest: moka::sync::Cache<StateKey, Arc<TypeState>>,
     nodes: moka::sync::Cache<IdentityKey, Arc<Node>>,
@@ -137,12 +140,18 @@ struct Fetcher {
 }
 
 impl FetchSource {
-    pub(crate) fn new(ctx: Arc<UpstreamContext>, config: &Config) -> FetchSource {
+    /// Fetches from `ctx`, which may answer with `namespace`'s names.
+    pub(crate) fn new(
+        ctx: Arc<UpstreamContext>,
+        config: &Config,
+        namespace: Namespace,
+    ) -> FetchSource {
         let ttl = config.fetch_cache_ttl.max(Duration::from_millis(1));
         let idle = config.idle_timeout.max(Duration::from_secs(1));
         FetchSource {
             inner: Arc::new(Fetcher {
                 ctx,
+                namespace,
                 answers: Cache::builder()
                     .max_capacity(ANSWER_MEMO_ENTRIES)
                     .time_to_live(ttl)
@@ -374,6 +383,12 @@ impl Fetcher {
         let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources)
             .await
             .and_then(Decoded::standalone)
+            .and_then(
+                |resources| match self.namespace.first_foreign(resources.keys()) {
+                    Some(foreign) => Err(foreign.into()),
+                    None => Ok(resources),
+                },
+            )
             .map_err(|e| {
                 if e.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);

@@ -298,3 +298,24 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     }
     out
 }
+
+/// A context whose channel connects nowhere until used (for protocol unit
+/// tests, which never call).
+#[cfg(test)]
+pub(super) fn unused_context() -> Arc<UpstreamContext> {
+    use crate::config::{UpstreamMode, UpstreamStreams};
+    let spec = UpstreamSpec {
+        name: "test".into(),
+        uri: "http://127.0.0.1:9".into(),
+        mode: UpstreamMode::Sotw,
+        streams: UpstreamStreams::Aggregated,
+        tls: UpstreamTls::default(),
+        headers: Vec::new(),
+        keepalive: Duration::from_secs(30),
+        authorities: Vec::new(),
+        failover: None,
+    };
+    let renderer = Renderer::new(crate::xds::Codec::embedded());
+    UpstreamContext::new(&spec, 1 << 20, renderer, Arc::new(Metrics::new()))
+        .unwrap_or_else(|e| panic!("{e}"))
+}

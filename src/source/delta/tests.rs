@@ -438,3 +438,46 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
         .unwrap_err()
         .breaks_rules());
 }
+
+/// After a failover (or back), the next upstream is told of no resource
+/// versions the last one issued (a reconnect to the same one is), so that
+/// it sends all it has; its first answer then replaces what is held.
+#[tokio::test]
+async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
+    let (session, _commands) = crate::source::session::Session::new(Default::default());
+    session
+        .want(
+            KIND,
+            &crate::cache::Names::Wildcard,
+            crate::source::session::SETTLE,
+            10,
+        )
+        .unwrap();
+    let namespace = crate::source::namespace::Namespace::new(BTreeMap::new(), "test", "test");
+    let ctx = crate::source::upstream::unused_context();
+    let mut delta = Delta::new(ctx, session, namespace);
+    let (name, kept) = held("a", "7");
+    delta
+        .tracked
+        .entry(KIND)
+        .or_default()
+        .held
+        .insert(name, kept);
+    delta.reset_stream();
+    let resumed = delta.subscribe(KIND).unwrap();
+    assert_eq!(
+        resumed
+            .initial_resource_versions
+            .get("a")
+            .map(String::as_str),
+        Some("7")
+    );
+    delta.switch_upstream();
+    delta.reset_stream();
+    let fresh = delta.subscribe(KIND).unwrap();
+    assert!(fresh.initial_resource_versions.is_empty(), "{fresh:?}");
+    assert!(
+        delta.replacing.contains(&KIND),
+        "the next answer replaces what is held"
+    );
+}
