@@ -405,6 +405,19 @@ async fn sessions_fail_over_from_a_killed_primary_and_come_back_when_it_answers(
             moved <= FAILOVER_AFTER + Duration::from_secs(3),
             "moved after {moved:?}: more than failover-after plus a poll"
         );
+        // CSDS says so too, in the node's metadata.
+        let csds = admin_get(&gw, "/debug/client_status").await.json();
+        let held = csds["config"]
+            .as_array()
+            .and_then(|configs| configs.iter().find(|c| c["node"]["id"] == "held"))
+            .unwrap_or_else(|| panic!("no CSDS config of node held: {csds}"));
+        let upstreams = &held["node"]["metadata"]["xds_gateway"]["upstreams"];
+        assert_eq!(upstreams[0]["upstream"], "backup", "{held}");
+        assert_eq!(upstreams[0]["serves"], "primary", "{held}");
+        assert!(
+            upstreams[0]["reason"].as_str().unwrap_or_default().starts_with("failover"),
+            "{held}"
+        );
         // The same content from the backup: still the version served.
         let same_version = poll(&gw, &request(&node("held"), &version_of(&first), &[])).await;
         assert_eq!(same_version.status, 304, "{}", same_version.text());

@@ -30,12 +30,14 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
 use envoy_types::pb::envoy::service::status::v3::{
     ClientConfig, ClientStatusRequest, ClientStatusResponse, ConfigStatus,
 };
-use envoy_types::pb::google::protobuf::{Any, Timestamp};
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Any, ListValue, Struct, Timestamp, Value};
 use futures::Stream;
 use tokio_stream::StreamExt;
 
 use super::Admin;
 use crate::cache::{NodeClients, Standing, SubscriptionStatus, TypeState};
+use crate::source::Served;
 
 /// Why a CSDS request cannot be answered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -76,7 +78,12 @@ pub(crate) fn client_status(
         .filter(|node| matchers.is_empty() || matchers.iter().any(|m| matches(m, &node.node_id)))
         .map(|node| {
             let states = admin.source.states_of(&node.node_id);
-            client_config(&node, &states, !request.exclude_resource_contents)
+            let mut config = client_config(&node, &states, !request.exclude_resource_contents);
+            let placements = admin.source.placements_of(&node.node_id);
+            if let Some(node) = config.node.as_mut().filter(|_| !placements.is_empty()) {
+                node.metadata = Some(placement_metadata(&placements));
+            }
+            config
         })
         .collect();
     Ok(ClientStatusResponse { config })
@@ -107,6 +114,50 @@ fn matches(matcher: &StringMatcher, id: &str) -> bool {
         Some(MatchPattern::SafeRegex(_)) | Some(MatchPattern::Custom(_)) => false,
     }
 }
+
+/// The node metadata that says, with failover configured, which upstream
+/// each of the node's sessions streams from and why:
+/// `{"xds_gateway": {"upstreams": [{"serves", "stream", "upstream",
+/// "since", "reason"}]}}` (CSDS has no field of its own for it).
+fn placement_metadata(placements: &[Served]) -> Struct {
+    let text = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    };
+    let entries = placements
+        .iter()
+        .map(|p| {
+            let fields = [
+                ("serves", p.serves.as_str()),
+                ("stream", p.stream),
+                ("upstream", p.placement.upstream.as_str()),
+                ("since", p.placement.since.as_str()),
+                ("reason", p.placement.reason.as_str()),
+            ];
+            Value {
+                kind: Some(Kind::StructValue(Struct {
+                    fields: fields
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), text(v)))
+                        .collect(),
+                })),
+            }
+        })
+        .collect();
+    let upstreams = Value {
+        kind: Some(Kind::ListValue(ListValue { values: entries })),
+    };
+    let gateway = Value {
+        kind: Some(Kind::StructValue(Struct {
+            fields: [("upstreams".to_owned(), upstreams)].into(),
+        })),
+    };
+    Struct {
+        fields: [(PLACEMENT_KEY.to_owned(), gateway)].into(),
+    }
+}
+
+/// The node metadata key under which CSDS says where sessions stream from.
+const PLACEMENT_KEY: &str = "xds_gateway";
 
 /// One node's `ClientConfig`.
 fn client_config(node: &NodeClients, states: &[Arc<TypeState>], contents: bool) -> ClientConfig {

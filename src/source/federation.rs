@@ -222,6 +222,13 @@ impl Source for Federation {
             .collect()
     }
 
+    fn placements_of(&self, node_id: &str) -> Vec<super::Served> {
+        self.slots
+            .iter()
+            .flat_map(|slot| slot.source.placements_of(node_id))
+            .collect()
+    }
+
     fn sessions(&self) -> Vec<serde_json::Value> {
         self.slots
             .iter()

@@ -56,7 +56,7 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::future::BoxFuture;
 
 pub(crate) use auto::AutoSource;
-pub(crate) use failover::Route;
+pub(crate) use failover::{Placement, Route};
 pub(crate) use federation::{Federation, Slot};
 pub(crate) use fetch::{FetchError, FetchSource};
 pub(crate) use file::{FileFeeder, Origin};
@@ -102,6 +102,13 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
         Vec::new()
     }
 
+    /// Where the streams of node `node_id`'s sessions are, with failover
+    /// configured: per session, the upstream whose names it serves, and
+    /// the upstream its stream is on (for CSDS).
+    fn placements_of(&self, _node_id: &str) -> Vec<Served> {
+        Vec::new()
+    }
+
     /// Every session, for `/debug/sessions` (none for sessionless sources).
     fn sessions(&self) -> Vec<serde_json::Value> {
         Vec::new()
@@ -109,6 +116,18 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
 
     /// Stops every task the source runs (at shutdown).
     fn close(&self);
+}
+
+/// Which upstream a session's stream is on, for the upstream whose names
+/// it serves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Served {
+    /// The `[[upstream]]` whose names the session serves.
+    pub(crate) serves: String,
+    /// The stream: `ads`, or a type's short name (per-type streams).
+    pub(crate) stream: &'static str,
+    #[serde(flatten)]
+    pub(crate) placement: Placement,
 }
 
 /// A question passed through to the upstream's unary RPCs.

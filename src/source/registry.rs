@@ -415,6 +415,26 @@ impl<F: Feeder> Source for Sessions<F> {
         session.map(|e| e.session.states()).unwrap_or_default()
     }
 
+    fn placements_of(&self, node_id: &str) -> Vec<super::Served> {
+        let registry = self.lock();
+        let serves = self
+            .feeder
+            .upstream()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
+        registry
+            .sessions
+            .values()
+            .filter(|entry| entry.session.node.id == node_id)
+            .flat_map(|entry| entry.session.placements())
+            .map(|(lane, placement)| super::Served {
+                serves: serves.clone(),
+                stream: lane.map_or("ads", ResourceType::short_name),
+                placement,
+            })
+            .collect()
+    }
+
     fn sessions(&self) -> Vec<serde_json::Value> {
         let description = self.feeder.describe();
         let upstream = self.feeder.upstream().is_some();
