@@ -303,6 +303,15 @@ struct Poller {
 
 impl Poller {
     fn start(rest_port: u16, id: &str) -> Poller {
+        Poller::start_on(rest_port, id, "clusters")
+    }
+
+    /// A long poller: each poll held up to a second for a change.
+    fn start_long(rest_port: u16, id: &str) -> Poller {
+        Poller::start_on(rest_port, id, "clusters?wait=1s")
+    }
+
+    fn start_on(rest_port: u16, id: &str, endpoint: &'static str) -> Poller {
         let (stop, failures, polls) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(Mutex::new(Vec::new())),
@@ -315,7 +324,7 @@ impl Poller {
                 let mut version = String::new();
                 while !stop.load(Ordering::Relaxed) {
                     let body = request(&n, &version, &[]).to_string();
-                    match discover_on(rest_port, "clusters", body).await {
+                    match discover_on(rest_port, endpoint, body).await {
                         Ok(reply) if reply.status == 200 => version = version_of(&reply),
                         Ok(reply) if reply.status == 304 => {}
                         Ok(reply) => failures.lock().unwrap().push(format!(
@@ -394,9 +403,12 @@ async fn sessions_fail_over_from_a_killed_primary_and_come_back_when_it_answers(
         let first = poll(&gw, &request(&node("held"), "", &[])).await;
         assert_eq!(upstream_of(&first), "p1");
         wait_for_placement(&gw, "held", "primary", "primary").await;
-        let pollers: Vec<Poller> = (0..3)
-            .map(|i| Poller::start(gw.rest_port, if i == 0 { "held" } else { "other" }))
-            .collect();
+        let pollers = vec![
+            Poller::start(gw.rest_port, "held"),
+            Poller::start_long(gw.rest_port, "held"),
+            Poller::start(gw.rest_port, "other"),
+            Poller::start_long(gw.rest_port, "other"),
+        ];
         tokio::time::sleep(Duration::from_millis(500)).await;
 
         kill(primary.pid());
@@ -439,8 +451,13 @@ async fn sessions_fail_over_from_a_killed_primary_and_come_back_when_it_answers(
         primary.set_snapshot("*", "p2", &[(CDS, vec![changed])]).await;
         let back = wait_for_placement(&gw, "held", "primary", "failback").await;
         assert!(back >= FAILBACK_AFTER.saturating_sub(Duration::from_millis(600)), "{back:?}");
-        let on_primary = poll(&gw, &request(&node("held"), "", &[])).await;
-        assert_eq!(upstream_of(&on_primary), "p2");
+        // Served from the primary once it answers (the backup's state until then).
+        eventually(CHANGE_WAIT, POLL_EVERY, || async {
+            let reply = poll(&gw, &request(&node("held"), "", &[])).await;
+            (upstream_of(&reply) == "p2").then_some(())
+        })
+        .await
+        .expect("the primary's state was served after the failback");
 
         let mut failed = Vec::new();
         let mut polls = 0;
