@@ -170,6 +170,16 @@ const SETTINGS: &[Setting] = &[
         "XDS_GATEWAY_ADMIN_TLS_KEY",
         "admin-tls-key",
     ),
+    setting(
+        "--admin-client-ca",
+        "XDS_GATEWAY_ADMIN_CLIENT_CA",
+        "admin-client-ca",
+    ),
+    setting(
+        "--admin-client-auth",
+        "XDS_GATEWAY_ADMIN_CLIENT_AUTH",
+        "admin-client-auth",
+    ),
     setting("--auth-policy", "XDS_GATEWAY_AUTH_POLICY", "auth-policy"),
     setting(
         "--allow-insecure-listen",
@@ -872,6 +882,8 @@ const NO_DEFAULT: &[&str] = &[
     "client-auth",
     "admin-tls-cert",
     "admin-tls-key",
+    "admin-client-ca",
+    "admin-client-auth",
     "auth-policy",
     "upstream-ca",
     "upstream-cert",

@@ -98,6 +98,15 @@ pub struct Settings {
     /// Private key (PEM) of --admin-tls-cert (reloaded when it changes).
     #[arg(long, env = "XDS_GATEWAY_ADMIN_TLS_KEY")]
     pub admin_tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) that signs admin client certificates: mTLS on the admin listener; a
+    /// certificate it signed (one the auth policy's `[admin]` uri-san/dns-san name, if it names
+    /// any) opens the details as an admin token does.
+    #[arg(long, env = "XDS_GATEWAY_ADMIN_CLIENT_CA")]
+    pub admin_client_ca: Option<PathBuf>,
+    /// With --admin-client-ca: whether a client certificate is required (`optional` lets probes
+    /// without one reach /healthz, and token holders the details) [default: required].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_ADMIN_CLIENT_AUTH")]
+    pub admin_client_auth: Option<ClientAuth>,
     /// Policy file (TOML) binding principals (client certificates, bearer tokens) to the nodes they may fetch.
     #[arg(long, env = "XDS_GATEWAY_AUTH_POLICY")]
     pub auth_policy: Option<PathBuf>,

@@ -215,6 +215,88 @@ fn admin_tls_files_go_together_and_stand_apart_from_rest() {
 }
 
 #[test]
+fn admin_mtls_needs_admin_tls_and_stands_apart_from_rest() {
+    let c = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+        "--admin-client-ca",
+        "admin-ca.pem",
+    ]))
+    .unwrap();
+    let admin = c.admin_tls.unwrap();
+    assert_eq!(admin.client_ca.unwrap().to_str(), Some("admin-ca.pem"));
+    assert_eq!(
+        admin.client_auth,
+        ClientAuth::Required,
+        "mTLS requires by default"
+    );
+    assert!(c.tls.is_none(), "REST stays plaintext");
+    let optional = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+        "--admin-client-ca",
+        "admin-ca.pem",
+        "--admin-client-auth",
+        "optional",
+    ]))
+    .unwrap();
+    assert_eq!(
+        optional.admin_tls.unwrap().client_auth,
+        ClientAuth::Optional
+    );
+    // The REST listener's client CA is not the admin's.
+    let rest = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--client-ca",
+        "ca.pem",
+    ]))
+    .unwrap();
+    assert_eq!(rest.admin_tls.unwrap().client_ca, None);
+    for (args, key) in [
+        (
+            &["--admin-client-ca", "admin-ca.pem"][..],
+            "admin-client-ca",
+        ),
+        (
+            &[
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "--admin-client-ca",
+                "ca.pem",
+            ][..],
+            "admin-client-ca",
+        ),
+        (
+            &[
+                "--admin-tls-cert",
+                "a.pem",
+                "--admin-tls-key",
+                "ak.pem",
+                "--admin-client-auth",
+                "optional",
+            ][..],
+            "admin-client-auth",
+        ),
+    ] {
+        let err = Config::from_settings(cli(args)).unwrap_err();
+        assert!(err.to_string().starts_with(key), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn a_listener_off_loopback_needs_tls_a_policy_or_a_flag() {
     let off = ["--listen", "0.0.0.0:8080"];
     let err = Config::from_settings(cli(&off)).unwrap_err();
