@@ -140,6 +140,11 @@ const SETTINGS: &[Setting] = &[
         "forward-rejections",
     ),
     setting(
+        "--trusted-proxies",
+        "XDS_GATEWAY_TRUSTED_PROXIES",
+        "trusted-proxies",
+    ),
+    setting(
         "--allow-secrets",
         "XDS_GATEWAY_ALLOW_SECRETS",
         "allow-secrets",
@@ -889,6 +894,7 @@ const NO_DEFAULT: &[&str] = &[
     "upstream-cert",
     "upstream-key",
     "upstream-tls-server-name",
+    "trusted-proxies",
 ];
 
 #[test]

@@ -12,10 +12,12 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod exposure;
+mod proxies;
 mod settings;
 #[cfg(test)]
 mod tests;
 
+pub use proxies::TrustedProxies;
 pub use settings::Settings;
 
 /// The longest `--cache-max-age`: how stale a client behind a cache may be.
@@ -185,6 +187,10 @@ pub struct Config {
     pub request_timeout: Duration,
     pub rejection_threshold: u32,
     pub forward_rejections: bool,
+    /// The proxies whose `Forwarded`/`X-Forwarded-For` names the client;
+    /// `None`: not said (every peer is taken for a client, and
+    /// `--forward-rejections` is refused off loopback).
+    pub trusted_proxies: Option<TrustedProxies>,
     pub allow_secrets: bool,
     pub max_body_bytes: usize,
     pub max_node_bytes: usize,
@@ -240,6 +246,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(10),
             rejection_threshold: 3,
             forward_rejections: false,
+            trusted_proxies: None,
             allow_secrets: false,
             max_body_bytes: 4 * 1024 * 1024,
             max_node_bytes: 1024 * 1024,
@@ -368,6 +375,9 @@ impl Config {
         if let Some(headers) = layer.upstream_headers {
             self.upstream_headers = parse_headers(headers)?;
         }
+        if let Some(proxies) = layer.trusted_proxies {
+            self.trusted_proxies = Some(TrustedProxies::parse(&proxies)?);
+        }
         Ok(())
     }
 
@@ -470,6 +480,7 @@ impl Config {
         }
         self.validate_limits()?;
         self.validate_exposure()?;
+        self.validate_forwarding()?;
         Ok(self)
     }
 }

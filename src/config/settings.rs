@@ -192,10 +192,23 @@ pub struct Settings {
     /// Polls presenting an older version, after a newer one was served, before a rejection is suspected [default: 3].
     #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
     pub rejection_threshold: Option<u32>,
-    /// Send a NACK upstream for each suspected rejection.
+    /// Send a NACK upstream for each suspected rejection. Off loopback it needs --trusted-proxies
+    /// (clients behind one balancer could not be told apart), else start-up is refused.
     #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub forward_rejections: Option<bool>,
+    /// Balancers, NATs and sidecars in front of the REST listener, as CIDRs or addresses
+    /// (`10.0.0.0/8,127.0.0.1`), or `none`: a request from one of them is the client's its
+    /// `Forwarded: for=` (else the right-most untrusted `X-Forwarded-For` entry) names; other
+    /// peers' such headers are ignored. Polls through one that names no client are never taken
+    /// for a rejection [default: not set].
+    #[arg(
+        long,
+        env = "XDS_GATEWAY_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_name = "CIDR,..."
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
     /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice). Off loopback
     /// it needs --auth-policy or required mTLS (--client-ca), else start-up is refused.
     #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
