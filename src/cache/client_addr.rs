@@ -5,11 +5,10 @@
 use std::net::IpAddr;
 
 /// A poll's client address, and whether it is the client's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClientAddr {
     /// No address (a request that did not come over a socket: in-process
     /// tests). Clients are told apart by node id and names alone.
-    #[default]
     Unknown,
     /// The client's address: the connection's peer, or the one a trusted
     /// proxy reported.
