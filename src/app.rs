@@ -81,13 +81,19 @@ pub async fn run(
         .as_deref()
         .map(|path| AuthPolicy::start(path, metrics.clone()))
         .transpose()?;
-    let admin_guarded = auth
+    let admin_mtls = config
+        .admin_tls
         .as_ref()
-        .is_some_and(|a| a.current().admin_needs_token());
+        .is_some_and(|t| t.client_ca.is_some());
+    let admin_guarded = admin_mtls
+        || auth
+            .as_ref()
+            .is_some_and(|a| a.current().admin_needs_token());
     if !config.admin.ip().is_loopback() && !admin_guarded {
         warn!(
             admin = %config.admin,
-            "the admin listener is off loopback without an admin token in the auth policy: \
+            "the admin listener is off loopback without an admin token in the auth policy \
+             or admin client certificates (--admin-client-ca): \
              anyone who reaches it can read /metrics, /readyz details, /debug/config and CSDS \
              (/debug/client_status), which carry every node's config and, with --allow-secrets, \
              secret contents (private keys)"
@@ -145,6 +151,7 @@ pub async fn run(
             config,
         )
         .with_auth(auth)
+        .with_client_trust(admin_spec.tls.clone())
         .with_drain(drain.clone()),
     );
     info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");

@@ -140,6 +140,11 @@ const SETTINGS: &[Setting] = &[
         "forward-rejections",
     ),
     setting(
+        "--trusted-proxies",
+        "XDS_GATEWAY_TRUSTED_PROXIES",
+        "trusted-proxies",
+    ),
+    setting(
         "--allow-secrets",
         "XDS_GATEWAY_ALLOW_SECRETS",
         "allow-secrets",
@@ -169,6 +174,16 @@ const SETTINGS: &[Setting] = &[
         "--admin-tls-key",
         "XDS_GATEWAY_ADMIN_TLS_KEY",
         "admin-tls-key",
+    ),
+    setting(
+        "--admin-client-ca",
+        "XDS_GATEWAY_ADMIN_CLIENT_CA",
+        "admin-client-ca",
+    ),
+    setting(
+        "--admin-client-auth",
+        "XDS_GATEWAY_ADMIN_CLIENT_AUTH",
+        "admin-client-auth",
     ),
     setting("--auth-policy", "XDS_GATEWAY_AUTH_POLICY", "auth-policy"),
     setting(
@@ -872,11 +887,14 @@ const NO_DEFAULT: &[&str] = &[
     "client-auth",
     "admin-tls-cert",
     "admin-tls-key",
+    "admin-client-ca",
+    "admin-client-auth",
     "auth-policy",
     "upstream-ca",
     "upstream-cert",
     "upstream-key",
     "upstream-tls-server-name",
+    "trusted-proxies",
 ];
 
 #[test]

@@ -38,6 +38,7 @@ use tokio_stream::StreamExt;
 use super::Admin;
 use crate::cache::{NodeClients, Standing, SubscriptionStatus, TypeState};
 use crate::source::Served;
+use crate::tls::PeerIdentity;
 
 /// Why a CSDS request cannot be answered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -288,7 +289,10 @@ impl Csds {
     }
 
     fn check_token<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
-        self.check(self.token_of(request).as_deref())
+        self.check(
+            self.token_of(request).as_deref(),
+            peer_of(request).as_deref(),
+        )
     }
 
     /// The `authorization` metadata of a call, if any.
@@ -300,20 +304,22 @@ impl Csds {
             .map(str::to_owned)
     }
 
-    /// Whether `authorization` opens the admin details now.
-    fn check(&self, authorization: Option<&str>) -> Result<(), tonic::Status> {
-        let mut headers = axum::http::HeaderMap::new();
-        if let Some(value) = authorization.and_then(|t| axum::http::HeaderValue::from_str(t).ok()) {
-            headers.insert(axum::http::header::AUTHORIZATION, value);
-        }
-        if self.0.may_see_details(&headers) {
-            Ok(())
-        } else {
-            Err(tonic::Status::unauthenticated(
-                "CSDS needs `authorization: Bearer <token>` with an admin token of the auth policy",
-            ))
-        }
+    /// Whether `authorization` over a connection whose client certificate
+    /// is `peer` opens the admin details now.
+    fn check(
+        &self,
+        authorization: Option<&str>,
+        peer: Option<&PeerIdentity>,
+    ) -> Result<(), tonic::Status> {
+        self.0
+            .authorize_details("CSDS", authorization, peer)
+            .map_err(tonic::Status::unauthenticated)
     }
+}
+
+/// The TLS client certificate of a call's connection, if it presented one.
+fn peer_of<T>(request: &tonic::Request<T>) -> Option<Arc<PeerIdentity>> {
+    request.extensions().get::<Arc<PeerIdentity>>().cloned()
 }
 
 type StatusStream = Pin<Box<dyn Stream<Item = Result<ClientStatusResponse, tonic::Status>> + Send>>;
@@ -332,10 +338,11 @@ impl ClientStatusDiscoveryService for Csds {
         // by a reload gets no answer after it (the stream ends with the
         // error).
         let token = self.token_of(&request);
+        let peer = peer_of(&request);
         let csds = self.clone();
         let answers = request.into_inner().map(move |request| {
             let request = request?;
-            csds.check(token.as_deref())?;
+            csds.check(token.as_deref(), peer.as_deref())?;
             client_status(&csds.0, &request).map_err(tonic::Status::from)
         });
         Ok(tonic::Response::new(Box::pin(answers)))

@@ -20,10 +20,11 @@
 //! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`,
 //! the debug views and the page need the token, as `Authorization: Bearer
 //! <token>` or, for a browser, HTTP Basic with the token as the password
-//! (any user name); else a 401 (JSON for the views, HTML with a Basic
-//! challenge for the page). `/readyz` without it says only whether the
-//! gateway is ready (its details name files and the upstream). `/healthz`
-//! is always open, for probes.
+//! (any user name); with mTLS on the listener (`--admin-client-ca`), a
+//! client certificate that CA signed opens them too (`access.rs`); else a
+//! 401 (JSON for the views, HTML with a Basic challenge for the page).
+//! `/readyz` without it says only whether the gateway is ready (its details
+//! name files and the upstream). `/healthz` is always open, for probes.
 
 use std::sync::Arc;
 
@@ -31,8 +32,10 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
 
+mod access;
 mod csds;
 mod debug;
 mod page;
@@ -43,6 +46,10 @@ use crate::config::Config;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::source::Source;
+use crate::tls::{PeerIdentity, ServerTls};
+
+/// The TLS client certificate `serve` put on a request, if any.
+type Peer = Option<Extension<Arc<PeerIdentity>>>;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -55,6 +62,9 @@ pub(crate) struct Admin {
     renderer: Renderer,
     config: Arc<Config>,
     drain: Drain,
+    /// The admin listener's TLS when it asks for client certificates
+    /// (mTLS): certificates its CA signs open the details.
+    client_trust: Option<Arc<ServerTls>>,
 }
 
 impl Admin {
@@ -73,7 +83,15 @@ impl Admin {
             renderer,
             config,
             drain: Drain::default(),
+            client_trust: None,
         }
+    }
+
+    /// The same admin state, letting client certificates of `tls` (when it
+    /// asks for them) open the details.
+    pub(crate) fn with_client_trust(mut self, tls: Option<Arc<ServerTls>>) -> Admin {
+        self.client_trust = tls.filter(|tls| tls.asks_for_client_certificates());
+        self
     }
 
     /// The same admin state, reporting not ready once `drain` begins.
@@ -89,19 +107,10 @@ impl Admin {
     }
 
     /// Whether the request may see details (metrics, readiness problems).
-    fn may_see_details(&self, headers: &HeaderMap) -> bool {
-        let Some(auth) = &self.auth else {
-            return true;
-        };
-        let policy = auth.current();
-        if !policy.admin_needs_token() {
-            return true;
-        }
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(admin_token);
-        policy.admin_token_ok(token.as_deref())
+    fn may_see_details(&self, headers: &HeaderMap, peer: Peer) -> bool {
+        let peer = peer.as_ref().map(|Extension(p)| &**p);
+        self.authorize_details("", authorization(headers), peer)
+            .is_ok()
     }
 
     /// What `/readyz` says with details: whether the gateway is ready, and
@@ -124,6 +133,14 @@ impl Admin {
         });
         (ready, view)
     }
+}
+
+/// The `Authorization` value of a request, if it has one (one that is not
+/// text is taken as a wrong credential, never as none).
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or_default())
 }
 
 /// The admin token of an `Authorization` value: `Bearer <token>`, or
@@ -205,9 +222,9 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     response
 }
 
-async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer) -> Response {
     let (ready, details) = admin.readiness();
-    let body = if !admin.may_see_details(&headers) {
+    let body = if !admin.may_see_details(&headers, peer) {
         serde_json::json!({ "ready": ready })
     } else {
         details
@@ -225,11 +242,11 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response
     response
 }
 
-/// The 401 of a detail `path` asked for without an admin token.
-fn needs_token(path: &str) -> Response {
+/// The 401 of a detail asked for without an admin credential, saying why.
+fn needs_token(message: String) -> Response {
     let body = serde_json::json!({
         "code": 16,
-        "message": format!("{path} needs `Authorization: Bearer <token>` with an admin token of the auth policy"),
+        "message": message,
     });
     let mut response = (StatusCode::UNAUTHORIZED, format!("{body}\n")).into_response();
     let headers = response.headers_mut();
@@ -245,16 +262,22 @@ fn needs_token(path: &str) -> Response {
 }
 
 /// The guard of `/metrics` and the debug views: with admin tokens in the
-/// policy, a request without one of them is a JSON 401.
+/// policy or mTLS on the listener, a request without an admin credential
+/// is a JSON 401.
 async fn require_token(
     State(admin): State<Arc<Admin>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if admin.may_see_details(request.headers()) {
-        next.run(request).await
-    } else {
-        needs_token(request.uri().path())
+    let peer = request.extensions().get::<Arc<PeerIdentity>>();
+    let authorized = admin.authorize_details(
+        request.uri().path(),
+        authorization(request.headers()),
+        peer.map(|p| &**p),
+    );
+    match authorized {
+        Ok(()) => next.run(request).await,
+        Err(message) => needs_token(message),
     }
 }
 

@@ -43,9 +43,10 @@ const MAX_REFRESH: u64 = 86_400;
 pub(super) async fn status(
     State(admin): State<Arc<Admin>>,
     headers: HeaderMap,
+    peer: super::Peer,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if !admin.may_see_details(&headers) {
+    if !admin.may_see_details(&headers, peer) {
         return needs_login();
     }
     let refresh = match refresh(query.as_deref()) {

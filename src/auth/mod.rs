@@ -15,6 +15,8 @@
 //! ```toml
 //! [admin]
 //! token-sha256 = ["<hex>"]            # may read /metrics and /readyz details
+//! uri-san = ["spiffe://mesh.example/ns/ops/*"]    # admin client certificates
+//! dns-san = ["ops-*.mesh.example"]    # (with --admin-client-ca; none named: any it signed)
 //!
 //! [[principal]]
 //! name = "edge"                       # named in logs and 403s

@@ -38,13 +38,23 @@ pub struct PolicyError {
 pub(crate) struct Policy {
     principals: Vec<Principal>,
     admin_tokens: Vec<[u8; 32]>,
+    /// Which client certificates of the admin listener open its details
+    /// (none named: any its client CA verified).
+    admin_sans: Sans,
+}
+
+/// The SAN patterns that name a certificate's owner: a principal's, or the
+/// admin's.
+#[derive(Debug, Default)]
+struct Sans {
+    uri: Vec<Pattern>,
+    dns: Vec<Pattern>,
 }
 
 #[derive(Debug)]
 struct Principal {
     name: String,
-    uri_sans: Vec<Pattern>,
-    dns_sans: Vec<Pattern>,
+    sans: Sans,
     tokens: Vec<[u8; 32]>,
     hds: bool,
     csds: bool,
@@ -91,6 +101,10 @@ struct File {
 struct AdminFile {
     #[serde(default)]
     token_sha256: Vec<String>,
+    #[serde(default)]
+    uri_san: Vec<String>,
+    #[serde(default)]
+    dns_san: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +150,10 @@ impl Policy {
     pub(crate) fn parse(text: &str) -> Result<Policy, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         let admin_tokens = digests(&file.admin.token_sha256, "[admin] token-sha256")?;
+        let admin_sans = Sans {
+            uri: patterns(&file.admin.uri_san, "[admin] uri-san")?,
+            dns: patterns(&file.admin.dns_san, "[admin] dns-san")?,
+        };
         let mut principals = Vec::new();
         for p in file.principal {
             let what = format!("principal {:?}", p.name);
@@ -162,8 +180,10 @@ impl Policy {
                 .map(|g| grant(g, &what))
                 .collect::<Result<Vec<_>, _>>()?;
             principals.push(Principal {
-                uri_sans: patterns(&p.uri_san, &format!("{what} uri-san"))?,
-                dns_sans: patterns(&p.dns_san, &format!("{what} dns-san"))?,
+                sans: Sans {
+                    uri: patterns(&p.uri_san, &format!("{what} uri-san"))?,
+                    dns: patterns(&p.dns_san, &format!("{what} dns-san"))?,
+                },
                 tokens: digests(&p.token_sha256, &format!("{what} token-sha256"))?,
                 hds: p.hds,
                 csds: p.csds,
@@ -174,6 +194,7 @@ impl Policy {
         let policy = Policy {
             principals,
             admin_tokens,
+            admin_sans,
         };
         policy.check_tokens_are_unique()?;
         Ok(policy)
@@ -230,18 +251,8 @@ impl Policy {
             return Identity::Anonymous;
         };
         for (index, p) in self.principals.iter().enumerate() {
-            let uri = peer
-                .uris
-                .iter()
-                .find(|u| p.uri_sans.iter().any(|pat| pat.matches(u)));
-            let dns = peer
-                .dns
-                .iter()
-                .find(|d| p.dns_sans.iter().any(|pat| pat.matches(d)));
-            let by = match (uri, dns) {
-                (Some(uri), _) => format!("client certificate URI SAN {uri}"),
-                (None, Some(dns)) => format!("client certificate DNS SAN {dns}"),
-                (None, None) => continue,
+            let Some(by) = p.sans.matching(peer) else {
+                continue;
             };
             return Identity::Principal {
                 index,
@@ -249,17 +260,7 @@ impl Policy {
                 by,
             };
         }
-        let names: Vec<&str> = peer
-            .uris
-            .iter()
-            .chain(&peer.dns)
-            .map(String::as_str)
-            .collect();
-        Identity::UnknownCertificate(if names.is_empty() {
-            "a client certificate without URI or DNS SANs".into()
-        } else {
-            format!("a client certificate naming {}", names.join(", "))
-        })
+        Identity::UnknownCertificate(certificate_names(peer))
     }
 
     /// Whether principal `index` may fetch `kind` for the node `id` of
@@ -307,6 +308,60 @@ impl Policy {
     /// Whether `token` opens the admin listener's details.
     pub(crate) fn admin_token_ok(&self, token: Option<&str>) -> bool {
         token.is_some_and(|t| self.admin_tokens.contains(&sha256(t)))
+    }
+
+    /// Whether `[admin]` names the SANs of admin client certificates.
+    pub(crate) fn admin_names_certificates(&self) -> bool {
+        !self.admin_sans.uri.is_empty() || !self.admin_sans.dns.is_empty()
+    }
+
+    /// Whether the client certificate `peer` (one the admin listener's
+    /// client CA verified) opens its details: any such certificate when
+    /// `[admin]` names no SAN, else one with a SAN it names (matched as a
+    /// principal's are). `Err` says what the certificate names, for the 401.
+    pub(crate) fn admin_certificate(&self, peer: &PeerIdentity) -> Result<(), String> {
+        if !self.admin_names_certificates() {
+            return Ok(());
+        }
+        match self.admin_sans.matching(peer) {
+            Some(_) => Ok(()),
+            None => Err(certificate_names(peer)),
+        }
+    }
+}
+
+impl Sans {
+    /// How `peer` matches these patterns ("client certificate URI SAN
+    /// ..."): the first URI SAN that matches, else the first DNS SAN.
+    fn matching(&self, peer: &PeerIdentity) -> Option<String> {
+        let uri = peer
+            .uris
+            .iter()
+            .find(|u| self.uri.iter().any(|pat| pat.matches(u)));
+        let dns = peer
+            .dns
+            .iter()
+            .find(|d| self.dns.iter().any(|pat| pat.matches(d)));
+        match (uri, dns) {
+            (Some(uri), _) => Some(format!("client certificate URI SAN {uri}")),
+            (None, Some(dns)) => Some(format!("client certificate DNS SAN {dns}")),
+            (None, None) => None,
+        }
+    }
+}
+
+/// What a certificate no pattern matched names, for a message.
+fn certificate_names(peer: &PeerIdentity) -> String {
+    let names: Vec<&str> = peer
+        .uris
+        .iter()
+        .chain(&peer.dns)
+        .map(String::as_str)
+        .collect();
+    if names.is_empty() {
+        "a client certificate without URI or DNS SANs".into()
+    } else {
+        format!("a client certificate naming {}", names.join(", "))
     }
 }
 

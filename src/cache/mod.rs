@@ -4,6 +4,7 @@
 //! network I/O, no HTTP.
 
 mod changes;
+mod client_addr;
 mod clients;
 mod identity;
 mod rejection;
@@ -12,6 +13,7 @@ mod resource;
 mod state;
 
 pub(crate) use changes::{History, Served};
+pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{ClientBook, NodeClients, Poll, SubscriptionStatus};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};

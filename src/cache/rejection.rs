@@ -3,12 +3,14 @@
 //! REST has no NACK: an Envoy that rejects an update keeps polling with the
 //! version it had, which is the empty version when it rejected its very
 //! first one. To the gateway that looks like a client that has not caught up,
-//! so one such poll proves nothing. Per subscription (one client's node id
-//! and names), the tracker remembers the versions served to it; a client that
-//! keeps presenting a version older than one it was already served (or, for
-//! an Envoy, an empty version after a body was served to it) `threshold`
-//! polls in a row is a suspected rejection, reported once per (old, new)
-//! pair. A subscription never served the current version is catching up.
+//! so one such poll proves nothing. Per subscription (one client's node id,
+//! names and address: `ParsedRequest::subscription_from`), the tracker
+//! remembers the versions served to it; a client that keeps presenting a
+//! version older than one it was already served (or, for an Envoy, an empty
+//! version after a body was served to it) `threshold` polls in a row is a
+//! suspected rejection, reported once per (old, new) pair. A subscription
+//! never served the current version is catching up. Polls through a trusted
+//! proxy that names no client never reach the tracker (`source::polled`).
 //!
 //! Versions are compared by their selection digest (see `state`), so a
 //! client is in step exactly when it would get a 304.

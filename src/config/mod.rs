@@ -12,11 +12,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod exposure;
+mod proxies;
 mod settings;
 #[cfg(test)]
 mod tests;
 mod upstreams;
 
+pub use proxies::TrustedProxies;
 pub use settings::Settings;
 pub use upstreams::{
     Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams, DEFAULT_FAILBACK_AFTER,
@@ -104,7 +106,7 @@ pub enum RewritePolicy {
     Never,
 }
 
-/// Whether a client of the mTLS REST listener must present a certificate.
+/// Whether a client of an mTLS listener (REST, admin) must present a certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClientAuth {
@@ -159,8 +161,9 @@ pub struct Config {
     pub admin: SocketAddr,
     /// TLS (and mTLS) on the REST listener; `None`: plaintext.
     pub tls: Option<ServerTlsFiles>,
-    /// TLS on the admin listener (no client certificates: admin tokens
-    /// guard it); `None`: plaintext.
+    /// TLS on the admin listener (and with `client_ca`, mTLS: a certificate
+    /// that CA signed opens the details as an admin token does); `None`:
+    /// plaintext.
     pub admin_tls: Option<ServerTlsFiles>,
     /// The authorization policy file; `None`: every client may fetch every node.
     pub auth_policy: Option<PathBuf>,
@@ -195,6 +198,10 @@ pub struct Config {
     pub request_timeout: Duration,
     pub rejection_threshold: u32,
     pub forward_rejections: bool,
+    /// The proxies whose `Forwarded`/`X-Forwarded-For` names the client;
+    /// `None`: not said (every peer is taken for a client, and
+    /// `--forward-rejections` is refused off loopback).
+    pub trusted_proxies: Option<TrustedProxies>,
     pub allow_secrets: bool,
     pub max_body_bytes: usize,
     pub max_node_bytes: usize,
@@ -252,6 +259,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(10),
             rejection_threshold: 3,
             forward_rejections: false,
+            trusted_proxies: None,
             allow_secrets: false,
             max_body_bytes: 4 * 1024 * 1024,
             max_node_bytes: 1024 * 1024,
@@ -358,6 +366,7 @@ impl Config {
             (layer.client_ca, &mut tls_layers.client_ca),
             (layer.admin_tls_cert, &mut admin_tls_layers.cert),
             (layer.admin_tls_key, &mut admin_tls_layers.key),
+            (layer.admin_client_ca, &mut admin_tls_layers.client_ca),
             (layer.auth_policy, &mut self.auth_policy),
         ] {
             if value.is_some() {
@@ -366,6 +375,9 @@ impl Config {
         }
         if layer.client_auth.is_some() {
             tls_layers.client_auth = layer.client_auth;
+        }
+        if layer.admin_client_auth.is_some() {
+            admin_tls_layers.client_auth = layer.admin_client_auth;
         }
         if layer.upstream_tls_server_name.is_some() {
             tls.server_name = layer.upstream_tls_server_name;
@@ -383,6 +395,9 @@ impl Config {
         }
         if let Some(headers) = layer.upstream_headers {
             self.upstream_headers = parse_headers(headers)?;
+        }
+        if let Some(proxies) = layer.trusted_proxies {
+            self.trusted_proxies = Some(TrustedProxies::parse(&proxies)?);
         }
         Ok(())
     }
@@ -487,6 +502,7 @@ impl Config {
         }
         self.validate_limits()?;
         self.validate_exposure()?;
+        self.validate_forwarding()?;
         Ok(self)
     }
 
@@ -558,16 +574,28 @@ struct TlsLayers {
 struct TlsFlags {
     cert: &'static str,
     together: &'static str,
+    client_ca: &'static str,
+    client_auth: &'static str,
+    auth_needs_ca: &'static str,
+    ca_needs_tls: &'static str,
 }
 
 impl TlsFlags {
     const REST: TlsFlags = TlsFlags {
         cert: "tls-cert",
         together: "--tls-cert and --tls-key go together",
+        client_ca: "client-ca",
+        client_auth: "client-auth",
+        auth_needs_ca: "needs --client-ca",
+        ca_needs_tls: "mTLS needs --tls-cert and --tls-key",
     };
     const ADMIN: TlsFlags = TlsFlags {
         cert: "admin-tls-cert",
         together: "--admin-tls-cert and --admin-tls-key go together",
+        client_ca: "admin-client-ca",
+        client_auth: "admin-client-auth",
+        auth_needs_ca: "needs --admin-client-ca",
+        ca_needs_tls: "mTLS on the admin listener needs --admin-tls-cert and --admin-tls-key",
     };
 }
 
@@ -576,7 +604,7 @@ impl TlsLayers {
         match (self.cert, self.key) {
             (Some(cert), Some(key)) => {
                 if self.client_auth.is_some() && self.client_ca.is_none() {
-                    return Err(invalid("client-auth", "needs --client-ca"));
+                    return Err(invalid(flags.client_auth, flags.auth_needs_ca));
                 }
                 Ok(Some(ServerTlsFiles {
                     cert,
@@ -586,7 +614,7 @@ impl TlsLayers {
                 }))
             }
             (None, None) if self.client_ca.is_none() && self.client_auth.is_none() => Ok(None),
-            (None, None) => Err(invalid("client-ca", "mTLS needs --tls-cert and --tls-key")),
+            (None, None) => Err(invalid(flags.client_ca, flags.ca_needs_tls)),
             _ => Err(invalid(flags.cert, flags.together)),
         }
     }

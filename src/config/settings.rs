@@ -100,6 +100,15 @@ pub struct Settings {
     /// Private key (PEM) of --admin-tls-cert (reloaded when it changes).
     #[arg(long, env = "XDS_GATEWAY_ADMIN_TLS_KEY")]
     pub admin_tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) that signs admin client certificates: mTLS on the admin listener; a
+    /// certificate it signed (one the auth policy's `[admin]` uri-san/dns-san name, if it names
+    /// any) opens the details as an admin token does.
+    #[arg(long, env = "XDS_GATEWAY_ADMIN_CLIENT_CA")]
+    pub admin_client_ca: Option<PathBuf>,
+    /// With --admin-client-ca: whether a client certificate is required (`optional` lets probes
+    /// without one reach /healthz, and token holders the details) [default: required].
+    #[arg(long, value_enum, env = "XDS_GATEWAY_ADMIN_CLIENT_AUTH")]
+    pub admin_client_auth: Option<ClientAuth>,
     /// Policy file (TOML) binding principals (client certificates, bearer tokens) to the nodes they may fetch.
     #[arg(long, env = "XDS_GATEWAY_AUTH_POLICY")]
     pub auth_policy: Option<PathBuf>,
@@ -185,10 +194,23 @@ pub struct Settings {
     /// Polls presenting an older version, after a newer one was served, before a rejection is suspected [default: 3].
     #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
     pub rejection_threshold: Option<u32>,
-    /// Send a NACK upstream for each suspected rejection.
+    /// Send a NACK upstream for each suspected rejection. Off loopback it needs --trusted-proxies
+    /// (clients behind one balancer could not be told apart), else start-up is refused.
     #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub forward_rejections: Option<bool>,
+    /// Balancers, NATs and sidecars in front of the REST listener, as CIDRs or addresses
+    /// (`10.0.0.0/8,127.0.0.1`), or `none`: a request from one of them is the client's its
+    /// `Forwarded: for=` (else the right-most untrusted `X-Forwarded-For` entry) names; other
+    /// peers' such headers are ignored. Polls through one that names no client are never taken
+    /// for a rejection [default: not set].
+    #[arg(
+        long,
+        env = "XDS_GATEWAY_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_name = "CIDR,..."
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
     /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice). Off loopback
     /// it needs --auth-policy or required mTLS (--client-ca), else start-up is refused.
     #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",

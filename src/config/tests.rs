@@ -215,6 +215,153 @@ fn admin_tls_files_go_together_and_stand_apart_from_rest() {
 }
 
 #[test]
+fn admin_mtls_needs_admin_tls_and_stands_apart_from_rest() {
+    let c = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+        "--admin-client-ca",
+        "admin-ca.pem",
+    ]))
+    .unwrap();
+    let admin = c.admin_tls.unwrap();
+    assert_eq!(admin.client_ca.unwrap().to_str(), Some("admin-ca.pem"));
+    assert_eq!(
+        admin.client_auth,
+        ClientAuth::Required,
+        "mTLS requires by default"
+    );
+    assert!(c.tls.is_none(), "REST stays plaintext");
+    let optional = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+        "--admin-client-ca",
+        "admin-ca.pem",
+        "--admin-client-auth",
+        "optional",
+    ]))
+    .unwrap();
+    assert_eq!(
+        optional.admin_tls.unwrap().client_auth,
+        ClientAuth::Optional
+    );
+    // The REST listener's client CA is not the admin's.
+    let rest = Config::from_settings(cli(&[
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "ak.pem",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--client-ca",
+        "ca.pem",
+    ]))
+    .unwrap();
+    assert_eq!(rest.admin_tls.unwrap().client_ca, None);
+    for (args, key) in [
+        (
+            &["--admin-client-ca", "admin-ca.pem"][..],
+            "admin-client-ca",
+        ),
+        (
+            &[
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "--admin-client-ca",
+                "ca.pem",
+            ][..],
+            "admin-client-ca",
+        ),
+        (
+            &[
+                "--admin-tls-cert",
+                "a.pem",
+                "--admin-tls-key",
+                "ak.pem",
+                "--admin-client-auth",
+                "optional",
+            ][..],
+            "admin-client-auth",
+        ),
+    ] {
+        let err = Config::from_settings(cli(args)).unwrap_err();
+        assert!(err.to_string().starts_with(key), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn trusted_proxies_are_cidrs_addresses_or_none() {
+    let c = Config::from_settings(cli(&["--trusted-proxies", "10.0.0.0/8,127.0.0.1,fd00::/8"]))
+        .unwrap();
+    let proxies = c.trusted_proxies.unwrap();
+    for (ip, trusted) in [
+        ("10.1.2.3", true),
+        ("127.0.0.1", true),
+        ("127.0.0.2", false),
+        ("fd12::1", true),
+        ("::ffff:10.9.9.9", true),
+        ("192.0.2.1", false),
+    ] {
+        assert_eq!(proxies.contains(ip.parse().unwrap()), trusted, "{ip}");
+    }
+    let none = Config::from_settings(cli(&["--trusted-proxies", "none"])).unwrap();
+    assert!(none.trusted_proxies.unwrap().is_empty());
+    assert!(Config::from_settings(Settings::default())
+        .unwrap()
+        .trusted_proxies
+        .is_none());
+    for bad in ["10.0.0.0/33", "proxy.example", "none,10.0.0.0/8", ""] {
+        let err = Config::from_settings(cli(&["--trusted-proxies", bad])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("trusted-proxies"),
+            "{bad}: {err}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, "trusted-proxies = []\n").unwrap();
+    let file = Config::from_settings(cli(&["--config", path.to_str().unwrap()])).unwrap();
+    assert_eq!(file.trusted_proxies, Some(TrustedProxies::default()));
+}
+
+#[test]
+fn forwarding_rejections_off_loopback_needs_trusted_proxies() {
+    let off = [
+        "--listen",
+        "0.0.0.0:8080",
+        "--allow-insecure-listen",
+        "--forward-rejections",
+    ];
+    let with = |extra: &[&'static str]| {
+        let args: Vec<&str> = off.iter().chain(extra).copied().collect();
+        Config::from_settings(cli(&args))
+    };
+    let err = with(&[]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("forward-rejections"), "{text}");
+    assert!(text.contains("--trusted-proxies"), "{text}");
+    assert!(with(&["--trusted-proxies", "10.0.0.0/8"]).is_ok());
+    assert!(with(&["--trusted-proxies", "none"]).is_ok());
+    assert!(
+        Config::from_settings(cli(&["--forward-rejections"])).is_ok(),
+        "loopback"
+    );
+    assert!(Config::from_settings(cli(&[
+        "--listen",
+        "0.0.0.0:8080",
+        "--allow-insecure-listen"
+    ]))
+    .is_ok());
+}
+
+#[test]
 fn a_listener_off_loopback_needs_tls_a_policy_or_a_flag() {
     let off = ["--listen", "0.0.0.0:8080"];
     let err = Config::from_settings(cli(&off)).unwrap_err();

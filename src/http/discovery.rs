@@ -17,7 +17,6 @@
 //! bad request cannot poison what others are served.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,7 +34,7 @@ use super::query::switch;
 use super::wait::requested_wait;
 use super::watch::{self, Watched};
 use super::Gateway;
-use crate::cache::{Answer, Names, ParsedRequest, Poll};
+use crate::cache::{Answer, ClientAddr, Names, ParsedRequest, Poll};
 use crate::config::{Config, RewritePolicy};
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
@@ -52,8 +51,8 @@ const GET_PARAMS: &[&str] = &[
 /// RFC 3339 time since which the state served is stale.
 pub(super) const STALE_HEADER: &str = "x-xds-gateway-stale-since";
 
-/// Who sent a request: the TLS client's identity, the connection's address.
-pub(super) type Sender = (Option<Arc<PeerIdentity>>, Option<IpAddr>);
+/// Who sent a request: the TLS client's identity, the client's address.
+pub(super) type Sender = (Option<Arc<PeerIdentity>>, ClientAddr);
 
 /// Serves one `POST` discovery request and records its metrics.
 pub(super) async fn handle_post(
@@ -106,7 +105,7 @@ async fn serve(
     gateway: &Arc<Gateway>,
     kind: ResourceType,
     caller: &Caller,
-    remote: Option<IpAddr>,
+    remote: ClientAddr,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
     body: Bytes,
@@ -186,7 +185,7 @@ async fn serve(
     gateway.clients.record(Poll {
         request: &request,
         kind,
-        remote,
+        remote: remote.ip(),
         current: answer.version(),
         body: matches!(answer, Answer::Body { .. }),
         standing: polled.standing(),

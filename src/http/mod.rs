@@ -20,6 +20,7 @@ mod body;
 mod caching;
 mod discovery;
 mod error;
+mod forwarded;
 mod passthrough;
 mod present;
 mod query;
@@ -80,6 +81,8 @@ pub(crate) struct Gateway {
     /// Set at shutdown: no new long polls or watches, held ones answered,
     /// open watches ended.
     drain: Drain,
+    /// Whether a trusted proxy that names no client was seen (and said).
+    unnamed_proxy_seen: std::sync::atomic::AtomicBool,
 }
 
 impl Gateway {
@@ -111,6 +114,7 @@ impl Gateway {
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
             history: History::default(),
+            unnamed_proxy_seen: std::sync::atomic::AtomicBool::new(false),
             config,
             source,
             renderer,
@@ -179,7 +183,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                       Params(query): Params,
                       body| {
                     let peer = peer.map(|Extension(p)| p);
-                    let remote = remote.map(|Extension(RemoteAddr(a))| a.ip());
+                    let remote = gw.client_addr(remote.map(|Extension(r)| r), &headers);
                     discovery::handle_post(gw, kind, headers, (peer, remote), query, body)
                 },
             )
@@ -190,7 +194,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                       headers: HeaderMap,
                       Params(query): Params| {
                     let peer = peer.map(|Extension(p)| p);
-                    let remote = remote.map(|Extension(RemoteAddr(a))| a.ip());
+                    let remote = gw.client_addr(remote.map(|Extension(r)| r), &headers);
                     discovery::handle_get(gw, kind, headers, (peer, remote), query)
                 },
             )

@@ -6,8 +6,10 @@
 //! NACK, so a client that keeps presenting an older version after the current
 //! one was served to it has probably rejected it. What a feed does with a
 //! suspicion (NACK upstream, or only log and count) is its own business.
+//! A poll through a trusted proxy that did not say whose it is is never
+//! counted: its client cannot be told from the others behind that proxy
+//! (see [`Polled::answer`]).
 
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -15,8 +17,8 @@ use futures::future::BoxFuture;
 use tracing::warn;
 
 use crate::cache::{
-    Answer, Observation, ParsedRequest, RejectionTracker, Renderer, Served, Standing, Suspicion,
-    TypeState,
+    Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, Served, Standing,
+    Suspicion, TypeState,
 };
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
@@ -78,17 +80,33 @@ impl Polled {
     /// Answers `request`, polled from `remote`, by the cache's rule (a
     /// body, or 304 when it holds what it would get), with the rejection
     /// bookkeeping around it.
+    ///
+    /// Without the bookkeeping when `remote` is a proxy's that named no
+    /// client: the pods of one Deployment behind it (one node id, one
+    /// address) poll as one key, and right after a change each presents
+    /// the old version once before any presents the new one, which is
+    /// exactly what one client rejecting it looks like. No rule on that
+    /// key's polls tells the two apart: N clients polling every P seconds
+    /// look like one polling every P/N until P has passed, and P (their
+    /// refresh delay) is not in the requests. So nothing is guessed.
     pub(crate) fn answer(
         &mut self,
         renderer: &Renderer,
         request: &ParsedRequest,
-        remote: Option<IpAddr>,
+        remote: ClientAddr,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         let answer =
             self.state
                 .answer(renderer, request.names(), request.version_info(), target)?;
-        let client = request.subscription_from(remote);
+        if !remote.is_one_client() {
+            self.sync = match answer {
+                Answer::NotModified { .. } => Standing::InStep,
+                Answer::Body { .. } => Standing::CatchingUp,
+            };
+            return Ok(answer);
+        }
+        let client = request.subscription_from(remote.ip());
         self.sync = self.feed.observe(request, client, answer.version());
         if let Answer::Body { version, .. } = &answer {
             self.feed.served(client, version);

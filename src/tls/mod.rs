@@ -94,6 +94,16 @@ impl ServerTls {
         self.trust.subscribe()
     }
 
+    /// Whether this listener asks its clients for certificates (mTLS).
+    pub(crate) fn asks_for_client_certificates(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// Whether `peer`'s chain verifies against the client CA in service now.
+    pub(crate) fn trusts(&self, peer: &PeerIdentity) -> bool {
+        self.trust.borrow().trusts(peer)
+    }
+
     fn reload(&self) {
         match build(&self.files) {
             Ok((config, trust)) => {

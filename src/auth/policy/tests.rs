@@ -246,4 +246,39 @@ fn the_example_policy_loads_and_means_what_its_comments_say() {
         policy.identify(Some("example-admin-token"), None),
         Identity::UnknownToken
     ));
+    let ops = peer(&["spiffe://mesh.example/ns/ops/sa/oncall"], &[]);
+    assert_eq!(policy.admin_certificate(&ops), Ok(()));
+    let edge_cert = peer(&["spiffe://mesh.example/ns/edge/sa/envoy"], &[]);
+    assert!(policy.admin_certificate(&edge_cert).is_err());
+}
+
+#[test]
+fn admin_certificates_are_named_as_principals_are() {
+    let named = Policy::parse(
+        "[admin]\nuri-san = [\"spiffe://mesh.example/ns/ops/*\"]\ndns-san = [\"ops-?.example\"]\n",
+    )
+    .unwrap();
+    assert!(!named.admin_needs_token(), "SANs alone are not tokens");
+    for ok in [
+        peer(&["spiffe://mesh.example/ns/ops/sa/oncall"], &[]),
+        peer(&[], &["ops-1.example"]),
+        peer(&["spiffe://elsewhere/x"], &["ops-2.example"]),
+    ] {
+        assert_eq!(named.admin_certificate(&ok), Ok(()), "{ok:?}");
+    }
+    let refused = named
+        .admin_certificate(&peer(
+            &["spiffe://mesh.example/ns/edge/sa/envoy"],
+            &["ops-10.example"],
+        ))
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        "a client certificate naming spiffe://mesh.example/ns/edge/sa/envoy, ops-10.example"
+    );
+    assert!(named.admin_certificate(&peer(&[], &[])).is_err());
+    // No SAN named: any certificate the admin client CA verified.
+    assert_eq!(Policy::default().admin_certificate(&peer(&[], &[])), Ok(()));
+    let bad = Policy::parse("[admin]\nuri-san = [\"[\"]\n").unwrap_err();
+    assert!(bad.contains("[admin] uri-san"), "{bad}");
 }

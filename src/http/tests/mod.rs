@@ -7,6 +7,7 @@ mod bounds;
 mod changes;
 mod fuzz;
 mod poll;
+mod proxies;
 mod watch;
 
 use std::sync::Arc;

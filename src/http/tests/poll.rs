@@ -24,20 +24,20 @@ use crate::xds::{Endpoint, ResourceType};
 const CDS: ResourceType = ResourceType::Clusters;
 const EDS: ResourceType = ResourceType::Endpoints;
 
-struct Reply {
-    status: StatusCode,
+pub(super) struct Reply {
+    pub(super) status: StatusCode,
     headers: HeaderMap,
     body: Value,
 }
 
 impl Reply {
     /// The served version (`<upstream>~<digest>`).
-    fn version(&self) -> &str {
+    pub(super) fn version(&self) -> &str {
         self.body["versionInfo"].as_str().unwrap_or_default()
     }
 
     /// The upstream's part of the served version.
-    fn upstream(&self) -> &str {
+    pub(super) fn upstream(&self) -> &str {
         let version = self.version();
         version
             .rsplit_once('~')
@@ -59,7 +59,7 @@ impl Reply {
     }
 }
 
-async fn send(gw: &Arc<Gateway>, request: Request<Body>) -> Reply {
+pub(super) async fn send(gw: &Arc<Gateway>, request: Request<Body>) -> Reply {
     let response = router(gw.clone()).oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
@@ -104,7 +104,7 @@ async fn poll_as(
     send(gw, request).await
 }
 
-fn cluster(name: &str) -> Value {
+pub(super) fn cluster(name: &str) -> Value {
     json!({"@type": CDS.type_url(), "name": name, "connect_timeout": "1s"})
 }
 
@@ -119,7 +119,7 @@ fn covering(names: &[&str]) -> Coverage {
     }
 }
 
-fn metric(gw: &Gateway, name: &str) -> f64 {
+pub(super) fn metric(gw: &Gateway, name: &str) -> f64 {
     gw.metrics
         .encode()
         .lines()
@@ -323,7 +323,7 @@ async fn first_versions(gw: &Arc<Gateway>, names: &[String]) -> Vec<String> {
 }
 
 /// The NACKs the sessions sent their feeder.
-async fn nacks(script: &Script) -> Vec<Command> {
+pub(super) async fn nacks(script: &Script) -> Vec<Command> {
     idle().await;
     script
         .commands()

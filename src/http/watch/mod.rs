@@ -17,7 +17,6 @@ mod frame;
 mod stream;
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -29,7 +28,7 @@ use super::discovery::STALE_HEADER;
 use super::error::ApiError;
 use super::query::switch;
 use super::Gateway;
-use crate::cache::ParsedRequest;
+use crate::cache::{ClientAddr, ParsedRequest};
 use crate::serve::Streaming;
 use crate::shares::Tenant;
 use crate::xds::rewrite::RestTarget;
@@ -50,7 +49,7 @@ pub(super) struct Watched<'a> {
     pub(super) caller: &'a Caller,
     pub(super) request: &'a ParsedRequest,
     pub(super) target: Option<RestTarget>,
-    pub(super) remote: Option<IpAddr>,
+    pub(super) remote: ClientAddr,
     /// `?changes`: events in changes form.
     pub(super) changes: bool,
     /// Whose share of `--max-watches` (and of sessions) it counts against.

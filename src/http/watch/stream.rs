@@ -15,7 +15,6 @@
 //! change the client would be answered 304 for sends nothing).
 
 use std::convert::Infallible;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, ParsedRequest, Poll, Served, Standing};
+use crate::cache::{Answer, ClientAddr, ParsedRequest, Poll, Served, Standing};
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
@@ -60,7 +59,7 @@ pub(super) struct Watch {
     /// The client's request, presenting the version last sent to it.
     request: ParsedRequest,
     target: Option<RestTarget>,
-    remote: Option<IpAddr>,
+    remote: ClientAddr,
     format: Format,
     /// The source's answer, while no wait for a change holds it.
     polled: Option<Polled>,
@@ -91,7 +90,7 @@ pub(super) struct Opening {
     pub(super) revoked: Revoked,
     pub(super) request: ParsedRequest,
     pub(super) target: Option<RestTarget>,
-    pub(super) remote: Option<IpAddr>,
+    pub(super) remote: ClientAddr,
     pub(super) format: Format,
     pub(super) polled: Polled,
     pub(super) slot: Slot,
@@ -280,7 +279,7 @@ impl Watch {
         self.gateway.clients.record(Poll {
             request: &self.request,
             kind: self.kind,
-            remote: self.remote,
+            remote: self.remote.ip(),
             current,
             body,
             standing: self.standing,

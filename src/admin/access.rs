@@ -1,0 +1,99 @@
+//! Who may see the admin listener's details (`/metrics`, the `/readyz`
+//! details, the debug views, the page, CSDS): the one decision, from a
+//! request's `Authorization` value and the TLS client certificate its
+//! connection presented.
+//!
+//! Two credentials open them, as the gateway is set up:
+//! - an admin token of the auth policy (`[admin] token-sha256`), as a
+//!   bearer token or as the password of HTTP Basic;
+//! - with mTLS on the admin listener (`--admin-client-ca`), a client
+//!   certificate that CA signed; if the policy's `[admin]` names SANs
+//!   (`uri-san`, `dns-san`, matched as a principal's are), one they name.
+//!   It is verified again against the CA in service at every request, so
+//!   a reloaded CA that no longer trusts it closes the details to it at
+//!   once, on connections opened before the reload too; a reloaded policy
+//!   likewise.
+//!
+//! A request that sends an `Authorization` value is judged by it alone, as
+//! on the REST listener (a wrong token is refused even with a good
+//! certificate). With neither kind of credential set up, the details are
+//! open (the admin listener's default place is loopback). Refusals are
+//! 401s whose message says what would have opened them, never what the
+//! configured credentials are.
+
+use crate::auth::Policy;
+use crate::tls::PeerIdentity;
+
+use super::{admin_token, Admin};
+
+impl Admin {
+    /// Whether a request sending `authorization` over a connection whose
+    /// verified client certificate is `peer` may see `what` (a path, or
+    /// "CSDS"); `Err` is the 401's message.
+    pub(super) fn authorize_details(
+        &self,
+        what: &str,
+        authorization: Option<&str>,
+        peer: Option<&PeerIdentity>,
+    ) -> Result<(), String> {
+        let policy = self.auth.as_ref().map(|auth| auth.current());
+        let policy = policy.as_deref();
+        let tokens = policy.is_some_and(Policy::admin_needs_token);
+        let certificates = self.client_trust.as_ref();
+        if !tokens && certificates.is_none() {
+            return Ok(());
+        }
+        let refuse = |why: Option<String>| {
+            let needed = self.needed(policy, tokens);
+            Err(match why {
+                Some(why) => format!("{what} needs {needed}; {why}"),
+                None => format!("{what} needs {needed}"),
+            })
+        };
+        if let Some(value) = authorization {
+            let token = admin_token(value);
+            if tokens && policy.is_some_and(|p| p.admin_token_ok(token.as_deref())) {
+                return Ok(());
+            }
+            return refuse(Some(
+                "the Authorization value is not an admin token of the auth policy".into(),
+            ));
+        }
+        let (Some(tls), Some(peer)) = (certificates, peer) else {
+            return refuse(None);
+        };
+        if !tls.trusts(peer) {
+            return refuse(Some(
+                "the admin client CA was reloaded and no longer trusts this connection's certificate"
+                    .into(),
+            ));
+        }
+        match policy.map_or(Ok(()), |p| p.admin_certificate(peer)) {
+            Ok(()) => Ok(()),
+            Err(names) => refuse(Some(format!(
+                "{names}, which the auth policy's [admin] uri-san and dns-san do not name"
+            ))),
+        }
+    }
+
+    /// What opens the details, in words.
+    fn needed(&self, policy: Option<&Policy>, tokens: bool) -> String {
+        let token = "`Authorization: Bearer <token>` with an admin token of the auth policy";
+        if self.client_trust.is_none() {
+            return token.into();
+        }
+        let named = policy.is_some_and(Policy::admin_names_certificates);
+        let certificate = format!(
+            "a client certificate signed by the admin listener's client CA (--admin-client-ca){}",
+            if named {
+                " with a SAN the auth policy's [admin] uri-san or dns-san names"
+            } else {
+                ""
+            }
+        );
+        match tokens {
+            true => format!("{certificate}, or {token}"),
+            false => certificate,
+        }
+    }
+}
