@@ -69,6 +69,8 @@ pub struct Metrics {
     cache_misses: Family<TypeLabel, Counter>,
     upstream_streams_open: Gauge,
     upstream_switches: Family<SwitchLabel, Counter>,
+    resources_decoded: Family<TypeLabel, Counter>,
+    resources_reused: Family<TypeLabel, Counter>,
     long_polls_held: Gauge,
     watches_open: Gauge,
     watch_events: Family<TypeLabel, Counter>,
@@ -100,6 +102,18 @@ impl Metrics {
         let cache_misses = Family::<TypeLabel, Counter>::default();
         let upstream_streams_open = Gauge::default();
         let upstream_switches = Family::<SwitchLabel, Counter>::default();
+        let resources_decoded = Family::<TypeLabel, Counter>::default();
+        let resources_reused = Family::<TypeLabel, Counter>::default();
+        registry.register(
+            "upstream_resources_decoded",
+            "Resources of upstream SotW answers decoded (a memo lookup, or a render), by type",
+            resources_decoded.clone(),
+        );
+        registry.register(
+            "upstream_resources_reused",
+            "Resources of upstream SotW answers taken as they were, their bytes unchanged under the same name, by type",
+            resources_reused.clone(),
+        );
         registry.register(
             "upstream_switches",
             "Session streams moved between upstreams: to a failover (reason failover) or back (reason failback)",
@@ -220,6 +234,8 @@ impl Metrics {
             cache_misses,
             upstream_streams_open,
             upstream_switches,
+            resources_decoded,
+            resources_reused,
             long_polls_held,
             watches_open,
             watch_events,
@@ -260,6 +276,18 @@ impl Metrics {
 
     pub fn cache_miss(&self, kind: ResourceType) {
         self.cache_misses.get_or_create(&Self::label(kind)).inc();
+    }
+
+    /// An upstream answer of `kind`: `decoded` resources decoded, `reused`
+    /// taken unchanged from the state it replaced.
+    pub fn resources_taken(&self, kind: ResourceType, decoded: usize, reused: usize) {
+        let label = Self::label(kind);
+        self.resources_decoded
+            .get_or_create(&label)
+            .inc_by(decoded as u64);
+        self.resources_reused
+            .get_or_create(&label)
+            .inc_by(reused as u64);
     }
 
     /// A session's stream moved from upstream `from` to `to`.

@@ -18,5 +18,7 @@ pub(crate) use clients::{ClientBook, NodeClients, Poll, SubscriptionStatus};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
-pub(crate) use resource::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
+pub(crate) use resource::{
+    resource_name, Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
+};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

@@ -376,7 +376,12 @@ impl Sotw {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
-        let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response.resources).await;
+        let previous = self.session.state(kind);
+        let decoded =
+            decode_all_off_thread(&self.ctx.renderer, kind, response.resources, previous).await;
+        if let Ok(d) = &decoded {
+            self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
+        }
         // A TTL refresh may repeat the version without a subscription change.
         let refresh = decoded
             .as_ref()

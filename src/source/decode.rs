@@ -19,7 +19,9 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::SourceError;
-use crate::cache::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
+use crate::cache::{
+    resource_name, Renderer, Resource, ResourceError, TypeState, WrapperName, RESOURCE_WRAPPER,
+};
 use crate::xds::raw_node;
 use crate::xds::ResourceType;
 
@@ -201,6 +203,10 @@ pub(super) struct Decoded {
     pub(super) ttls: BTreeMap<String, Duration>,
     /// Names that only a heartbeat (a wrapper without a resource) mentions.
     pub(super) heartbeats: Vec<String>,
+    /// Resources taken from the state replaced, their bytes unchanged.
+    pub(super) reused: usize,
+    /// Resources decoded (looked up in the renderer's memo, or rendered).
+    pub(super) decoded: usize,
 }
 
 impl Decoded {
@@ -214,15 +220,39 @@ impl Decoded {
     }
 }
 
-/// Decodes every element; the first failure fails them all.
+/// The resource of `previous` that `any` repeats byte for byte under the
+/// same name, if so: taken as it is, with no digest, memo lookup or render
+/// (a SotW push repeats every resource; most are unchanged). Wrappers are
+/// always decoded (their TTLs and heartbeats matter).
+fn unchanged(previous: &TypeState, kind: ResourceType, any: &Any) -> Option<Arc<Resource>> {
+    if any.type_url != kind.type_url() || previous.resources.is_empty() {
+        return None;
+    }
+    let held = previous.resources.get(&resource_name(&any.value)?)?;
+    (held.payload.as_ref() == any.value.as_slice()).then(|| held.clone())
+}
+
+/// Decodes every element, taking from `previous` (the state the answer
+/// replaces) what it repeats unchanged; the first failure fails them all.
 pub(super) fn decode_all(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
+    previous: Option<&TypeState>,
 ) -> Result<Decoded, Rejection> {
     let mut out = Decoded::default();
     let mut seen = BTreeSet::new();
     for (index, any) in anys.into_iter().enumerate() {
+        if let Some(resource) = previous.and_then(|p| unchanged(p, kind, &any)) {
+            out.reused += 1;
+            let name = resource.name.clone();
+            if !seen.insert(name.clone()) {
+                return Err(Rejection::Duplicate(name));
+            }
+            out.resources.insert(name, resource);
+            continue;
+        }
+        out.decoded += 1;
         let entry = decode_entry(renderer, kind, any).map_err(|e| match e {
             Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
                 index,
@@ -257,9 +287,10 @@ pub(super) async fn decode_all_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
+    previous: Option<Arc<TypeState>>,
 ) -> Result<Decoded, Rejection> {
     let renderer = renderer.clone();
-    tokio::task::spawn_blocking(move || decode_all(&renderer, kind, anys))
+    tokio::task::spawn_blocking(move || decode_all(&renderer, kind, anys, previous.as_deref()))
         .await
         .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
@@ -323,6 +354,7 @@ mod tests {
                 wrap("", Some(cluster(&c, "nameless-wrapper")), None),
                 wrap("beat", None, Some((5, 0))),
             ],
+            None,
         )
         .unwrap();
         let names: Vec<&str> = decoded.resources.keys().map(String::as_str).collect();
@@ -343,7 +375,8 @@ mod tests {
     fn bad_wrappers_are_rejected() {
         let r = Renderer::new(Codec::embedded());
         let c = r.codec().clone();
-        let reject = |anys: Vec<Any>| decode_all(&r, ResourceType::Clusters, anys).unwrap_err();
+        let reject =
+            |anys: Vec<Any>| decode_all(&r, ResourceType::Clusters, anys, None).unwrap_err();
         assert!(matches!(
             reject(vec![
                 cluster(&c, "a"),

@@ -380,7 +380,7 @@ impl Fetcher {
                 Err(err) => return Err(err),
             };
         self.ctx.mark_answered();
-        let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources)
+        let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources, None)
             .await
             .and_then(Decoded::standalone)
             .and_then(

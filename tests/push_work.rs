@@ -1,0 +1,118 @@
+//! Work per upstream push is proportional to what changed (issue 26, first
+//! step): go-control-plane serves 1,000 clusters to 50 node identities (50
+//! sessions, 50 SotW streams); one cluster changes, every stream gets all
+//! 1,000 again, and the gateway decodes exactly the changed one per session
+//! (50), taking the 999 others as they were (their bytes under the same
+//! name unchanged), as `xds_gateway_upstream_resources_{decoded,reused}_total`
+//! count.
+
+#[path = "support/gateway.rs"]
+mod gateway;
+#[path = "support/go_peer.rs"]
+mod go_peer;
+#[path = "support/inproc.rs"]
+mod inproc;
+#[path = "support/process.rs"]
+mod process;
+#[path = "support/rest.rs"]
+mod rest;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use gateway::{discover_on, http_request, metric_sum};
+use go_peer::GoControlPlane;
+use inproc::InProcess;
+use process::eventually;
+use rest::{bounded, cluster, node, request, upstream_of, CDS};
+use xds_gateway::config::Config;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+const CLUSTERS: usize = 1_000;
+const SESSIONS: usize = 50;
+
+async fn metrics(gw: &InProcess) -> String {
+    http_request(
+        gw.admin_port,
+        http::Method::GET,
+        "/metrics",
+        &[],
+        bytes::Bytes::new(),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+    .text()
+}
+
+async fn counts(gw: &InProcess) -> (f64, f64) {
+    let text = metrics(gw).await;
+    (
+        metric_sum(&text, "xds_gateway_upstream_resources_decoded_total"),
+        metric_sum(&text, "xds_gateway_upstream_resources_reused_total"),
+    )
+}
+
+async fn poll_all(gw: &InProcess) -> Vec<String> {
+    let mut versions = Vec::new();
+    for i in 0..SESSIONS {
+        let body = request(&node(&format!("pod-{i}")), "", &[]).to_string();
+        let reply = discover_on(gw.rest_port, "clusters", body)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        versions.push(upstream_of(&reply));
+    }
+    versions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_decodes_only_what_changed() {
+    const TEST: &str = "a_push_decodes_only_what_changed";
+    bounded(TEST_TIMEOUT, async {
+        let cp = GoControlPlane::start_with(TEST, &["--record=false"]);
+        let clusters: Vec<Value> = (0..CLUSTERS)
+            .map(|i| cluster(&format!("c{i:04}")))
+            .collect();
+        cp.set_snapshot("*", "v1", &[(CDS, clusters)]).await;
+        let config = Config {
+            upstream: Some(cp.upstream()),
+            ..Config::default()
+        }
+        .validate()
+        .expect("a valid configuration");
+        let gw = InProcess::start(config).await;
+        assert!(poll_all(&gw).await.iter().all(|v| v == "v1"));
+        let (decoded, reused) = counts(&gw).await;
+        assert_eq!(
+            decoded as usize,
+            CLUSTERS * SESSIONS,
+            "the first answers are decoded"
+        );
+        assert_eq!(reused, 0.0);
+
+        let mut changed = cluster("c0500");
+        changed["connect_timeout"] = json!("7s");
+        cp.set_cluster("*", "v2", changed).await;
+        eventually(
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            || async { poll_all(&gw).await.iter().all(|v| v == "v2").then_some(()) },
+        )
+        .await
+        .expect("every session took v2");
+        let (after_decoded, after_reused) = counts(&gw).await;
+        assert_eq!(
+            (after_decoded - decoded) as usize,
+            SESSIONS,
+            "one decode per session: the changed cluster"
+        );
+        assert_eq!(
+            after_reused as usize,
+            (CLUSTERS - 1) * SESSIONS,
+            "every unchanged cluster taken as it was"
+        );
+    })
+    .await;
+}
