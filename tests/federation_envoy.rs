@@ -14,6 +14,8 @@
 //!    update is re-delivered (the backup serves the same content), traffic
 //!    flows throughout, and the session moves to mesh-backup; when mesh
 //!    comes back on its address, the session returns.
+//! 4. A change on the mesh side then reaches Envoy; the edge side is not
+//!    re-delivered.
 
 #[path = "support/envoy.rs"]
 mod envoy;
@@ -249,6 +251,28 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
         stat(&back, "cluster.web.update_failure"),
         stat(&settled, "cluster.web.update_failure"),
         "{TEST}: a poll failed around the failback"
+    );
+
+    // 4. A change on the mesh side reaches Envoy too (from mesh, now back);
+    // the edge side is not re-delivered.
+    let before = cluster_stats(envoy_admin).await;
+    let web_too = envoy::serve(Router::new().fallback(|| async { WEB_BODY })).await;
+    mesh.set_snapshot(
+        "*",
+        "mesh-3",
+        &[(envoy::CLA_TYPE, vec![cla(WEB, &[web, web_too])])],
+    )
+    .await;
+    let after = eventually(CONVERGE_TIMEOUT, POLL_INTERVAL, || async {
+        let now = cluster_stats(envoy_admin).await;
+        (stat(&now, "cluster.web.membership_total") == 2).then_some(now)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{TEST}: the mesh's change never reached Envoy"));
+    assert_eq!(
+        stat(&after, "cluster.api.update_success"),
+        stat(&before, "cluster.api.update_success"),
+        "{TEST}: the unchanged edge side was delivered again"
     );
     envoy.assert_running();
     gateway.assert_running();
