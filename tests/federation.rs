@@ -143,25 +143,33 @@ async fn wait_for_placement(gw: &InProcess, id: &str, upstream: &str, reason: &s
     start.elapsed()
 }
 
+/// go-control-plane twice: "mesh" (the default) serving cluster `plain-a`
+/// at m1, and "edge" claiming [`EDGE`] serving `xdstp://EDGE/.../b` at e1;
+/// and the gateway in front of both.
+async fn mesh_and_edge(test: &str) -> (GoControlPlane, GoControlPlane, InProcess) {
+    let mesh = GoControlPlane::start(test);
+    let edge = GoControlPlane::start(test);
+    mesh.set_snapshot("*", "m1", &[(CDS, vec![cluster("plain-a")])])
+        .await;
+    edge.set_snapshot("*", "e1", &[(CDS, vec![cluster(&edge_cluster("b"))])])
+        .await;
+    let gw = gateway_of(vec![
+        table("mesh", &mesh.upstream()),
+        UpstreamTable {
+            authorities: vec![EDGE.into()],
+            ..table("edge", &edge.upstream())
+        },
+    ])
+    .await;
+    (mesh, edge, gw)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusters_of_two_authorities_come_from_their_own_upstreams_in_one_answer() {
     const TEST: &str = "clusters_of_two_authorities_come_from_their_own_upstreams_in_one_answer";
     bounded(TEST_TIMEOUT, async {
-        let mesh = GoControlPlane::start(TEST);
-        let edge = GoControlPlane::start(TEST);
+        let (mesh, edge, gw) = mesh_and_edge(TEST).await;
         let b = edge_cluster("b");
-        mesh.set_snapshot("*", "m1", &[(CDS, vec![cluster("plain-a")])])
-            .await;
-        edge.set_snapshot("*", "e1", &[(CDS, vec![cluster(&b)])])
-            .await;
-        let gw = gateway_of(vec![
-            table("mesh", &mesh.upstream()),
-            UpstreamTable {
-                authorities: vec![EDGE.into()],
-                ..table("edge", &edge.upstream())
-            },
-        ])
-        .await;
         let n = node("federated");
         let names = ["plain-a", b.as_str()];
 
@@ -242,20 +250,7 @@ async fn clusters_of_two_authorities_come_from_their_own_upstreams_in_one_answer
 async fn a_resource_of_another_upstreams_authority_is_nacked_and_never_served() {
     const TEST: &str = "a_resource_of_another_upstreams_authority_is_nacked_and_never_served";
     bounded(TEST_TIMEOUT, async {
-        let mesh = GoControlPlane::start(TEST);
-        let edge = GoControlPlane::start(TEST);
-        mesh.set_snapshot("*", "m1", &[(CDS, vec![cluster("plain-a")])])
-            .await;
-        edge.set_snapshot("*", "e1", &[(CDS, vec![cluster(&edge_cluster("b"))])])
-            .await;
-        let gw = gateway_of(vec![
-            table("mesh", &mesh.upstream()),
-            UpstreamTable {
-                authorities: vec![EDGE.into()],
-                ..table("edge", &edge.upstream())
-            },
-        ])
-        .await;
+        let (mesh, _edge, gw) = mesh_and_edge(TEST).await;
         let n = node("integrity");
         let wildcard = poll(&gw, &request(&n, "", &[])).await;
         assert_eq!(names_of(&wildcard), ["plain-a"]);

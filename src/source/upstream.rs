@@ -173,6 +173,23 @@ impl UpstreamContext {
         request
     }
 
+    /// A generic gRPC client on the channel (message sizes set), ready to
+    /// call, and `path` as a method path.
+    async fn ready_client(
+        &self,
+        path: &str,
+    ) -> Result<(tonic::client::Grpc<Channel>, PathAndQuery), tonic::Status> {
+        let method = PathAndQuery::try_from(path)
+            .map_err(|e| tonic::Status::internal(format!("{path}: {e}")))?;
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        Ok((grpc, method))
+    }
+
     /// Opens the streaming call at `path` (an ADS or per-type method) with
     /// `requests` as its outbound stream: the inbound stream once the
     /// response headers came.
@@ -185,14 +202,7 @@ impl UpstreamContext {
         Req: prost::Message + Send + 'static,
         Resp: prost::Message + Default + Send + 'static,
     {
-        let path = PathAndQuery::try_from(path)
-            .map_err(|e| tonic::Status::internal(format!("{path}: {e}")))?;
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
-            .max_decoding_message_size(self.max_message_bytes)
-            .max_encoding_message_size(self.max_message_bytes);
-        grpc.ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let (mut grpc, path) = self.ready_client(path).await?;
         let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
         grpc.streaming(self.request(requests), path, codec)
             .await
@@ -209,14 +219,7 @@ impl UpstreamContext {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let path = PathAndQuery::try_from(path)
-            .map_err(|e| tonic::Status::internal(format!("{path}: {e}")))?;
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
-            .max_decoding_message_size(self.max_message_bytes)
-            .max_encoding_message_size(self.max_message_bytes);
-        grpc.ready()
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let (mut grpc, path) = self.ready_client(path).await?;
         let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
         grpc.unary(self.request(request), path, codec)
             .await
