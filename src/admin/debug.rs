@@ -32,7 +32,9 @@ use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 
-use super::{csds, Admin};
+use serde::Serialize;
+
+use super::{csds, views, Admin};
 use crate::cache::{Answer, Names};
 use crate::http::{ApiError, Params};
 use crate::xds::rewrite::RestTarget;
@@ -51,26 +53,26 @@ pub(super) async fn sessions(
     State(admin): State<Arc<Admin>>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    json_response(&sessions_view(&admin), wants_pretty(query.as_deref()))
+    json_response(&admin.sessions_view(), wants_pretty(query.as_deref()))
 }
 
-/// What `/debug/sessions` shows (the page shows the same).
-pub(super) fn sessions_view(admin: &Admin) -> serde_json::Value {
-    let clients = admin.clients.per_node();
-    let mut sessions = admin.source.sessions();
-    for session in &mut sessions {
-        let node = (
-            session["node_id"].as_str().unwrap_or_default().to_owned(),
-            session["cluster"].as_str().unwrap_or_default().to_owned(),
-        );
-        session["clients"] = clients.get(&node).copied().unwrap_or(0).into();
-    }
-    let status = admin.source.status();
-    serde_json::json!({
-        "source": status.description,
-        "ready": status.ready,
-        "sessions": sessions,
-    })
+/// What `/debug/config` shows: a node's config, one type at a time.
+#[derive(Debug, Serialize)]
+struct ConfigDump {
+    node_id: String,
+    /// The REST cluster its ADS config sources point at, if rewritten.
+    config_sources_rewritten_for: Option<String>,
+    configs: Vec<TypeConfig>,
+}
+
+/// One type of a [`ConfigDump`].
+#[derive(Debug, Serialize)]
+struct TypeConfig {
+    /// The short type name.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// The `DiscoveryResponse` a client of the node would get, as JSON.
+    response: serde_json::Value,
 }
 
 /// `GET /debug/config?node=ID`.
@@ -170,16 +172,16 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         };
         let response: serde_json::Value =
             serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
-        configs.push(serde_json::json!({
-            "type": state.kind.short_name(),
-            "response": response,
-        }));
+        configs.push(TypeConfig {
+            kind: state.kind.short_name(),
+            response,
+        });
     }
-    let view = serde_json::json!({
-        "node_id": node,
-        "config_sources_rewritten_for": target.map(|t| t.cluster_name),
-        "configs": configs,
-    });
+    let view = ConfigDump {
+        node_id: node.clone(),
+        config_sources_rewritten_for: target.map(|t| t.cluster_name),
+        configs,
+    };
     Ok(json_response(
         &view,
         pretty_value(params.get("pretty").map(String::as_str)),
@@ -238,15 +240,9 @@ fn pretty_value(value: Option<&str>) -> bool {
     value.is_some_and(|v| v != "false" && v != "0")
 }
 
-/// `value` as a JSON response, indented when `pretty`.
-fn json_response(value: &serde_json::Value, pretty: bool) -> Response {
-    let text = if pretty {
-        serde_json::to_string_pretty(value)
-    } else {
-        serde_json::to_string(value)
-    }
-    .unwrap_or_else(|_| "{}".to_owned());
-    let mut response = format!("{text}\n").into_response();
+/// `view` as a JSON response, indented when `pretty`.
+fn json_response(view: &impl Serialize, pretty: bool) -> Response {
+    let mut response = format!("{}\n", views::json(view, pretty)).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -39,6 +39,7 @@ mod access;
 mod csds;
 mod debug;
 mod page;
+mod views;
 
 use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, Renderer};
@@ -111,27 +112,6 @@ impl Admin {
         let peer = peer.as_ref().map(|Extension(p)| &**p);
         self.authorize_details("", authorization(headers), peer)
             .is_ok()
-    }
-
-    /// What `/readyz` says with details: whether the gateway is ready, and
-    /// the view (the page shows the same).
-    fn readiness(&self) -> (bool, serde_json::Value) {
-        let status = self.source.status();
-        let draining = self.drain.is_draining();
-        let ready = status.ready && !draining;
-        let view = serde_json::json!({
-            "ready": ready,
-            "draining": draining,
-            "source": status.description,
-            "problems": status.problems,
-            "sessions": status.sessions,
-            "stale_sessions": status.stale_sessions,
-            "waiting_sessions": status.waiting_sessions,
-            "failed_over_sessions": status.failed_over_sessions,
-            "session_errors": status.session_errors,
-            "upstream_streams_open": self.metrics.streams_open(),
-        });
-        (ready, view)
     }
 }
 
@@ -223,11 +203,12 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 }
 
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer) -> Response {
-    let (ready, details) = admin.readiness();
-    let body = if !admin.may_see_details(&headers, peer) {
-        serde_json::json!({ "ready": ready })
+    let readiness = admin.readiness();
+    let ready = readiness.ready;
+    let body = if admin.may_see_details(&headers, peer) {
+        views::json(&readiness, false)
     } else {
-        details
+        views::json(&views::ReadyOnly { ready }, false)
     };
     let status = if ready {
         StatusCode::OK

@@ -5,10 +5,10 @@
 //! of a rejection (since when, and why), with links to each node's config
 //! and to the JSON views.
 //!
-//! It renders the very values `/readyz`, `/debug/sessions` and
-//! `/debug/clients` answer with ([`Admin::readiness`],
-//! [`debug::sessions_view`], `ClientBook::view`): this module decides
-//! nothing and reads nothing else. Everything shown is HTML-escaped (node
+//! It renders the very views `/readyz`, `/debug/sessions` and
+//! `/debug/clients` serve ([`Readiness`], [`SessionsView`],
+//! [`ClientsView`]), from their fields: this module decides nothing and
+//! reads nothing else. Everything shown is HTML-escaped (node
 //! ids, names, user agents and errors come from clients and the upstream).
 //! Self-contained (inline CSS, no script); it reloads itself every
 //! `?refresh=` seconds (default [`REFRESH`], `0` for never).
@@ -22,15 +22,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::views::{Readiness, SessionsView};
+use super::Admin;
+use crate::cache::{ClientsView, SubscriptionState, SubscriptionView};
+use crate::source::view::{Phase, ReplyKind};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use serde_json::Value;
-
-use super::{debug, Admin};
 
 mod html;
-use html::{config_href, entries, escape, items, plain, text};
+use html::{config_href, escape, escape_opt};
 
 /// Seconds between reloads unless `?refresh=` says otherwise.
 const REFRESH: u64 = 5;
@@ -53,17 +54,7 @@ pub(super) async fn status(
         Ok(refresh) => refresh,
         Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
     };
-    let (_, readiness) = admin.readiness();
-    let sessions = debug::sessions_view(&admin);
-    let clients = admin.clients.view();
-    let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-    let page = render(&Views {
-        readiness: &readiness,
-        sessions: &sessions,
-        clients: &clients,
-        now: &now,
-        refresh,
-    });
+    let page = render(&Views::of(&admin, refresh));
     let mut response = Html(page).into_response();
     response
         .headers_mut()
@@ -106,13 +97,27 @@ fn needs_login() -> Response {
     response
 }
 
-/// What one page shows.
-struct Views<'a> {
-    readiness: &'a Value,
-    sessions: &'a Value,
-    clients: &'a Value,
-    now: &'a str,
+/// What one page shows: the views the JSON endpoints serve.
+struct Views {
+    readiness: Readiness,
+    sessions: SessionsView,
+    clients: ClientsView,
+    /// When the views were taken (RFC 3339).
+    now: String,
     refresh: u64,
+}
+
+impl Views {
+    /// The admin's views now, for a page reloading every `refresh` seconds.
+    fn of(admin: &Admin, refresh: u64) -> Views {
+        Views {
+            readiness: admin.readiness(),
+            sessions: admin.sessions_view(),
+            clients: admin.clients.view(),
+            now: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            refresh,
+        }
+    }
 }
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\
@@ -123,7 +128,7 @@ text-align:left;vertical-align:top}th{background:#f4f4f4}code{font-size:90%}\
 #readiness{font-size:120%}.muted{color:#777}nav a{margin-right:1em}ul{margin:.2em 0;padding-left:1.2em}";
 
 /// The whole page.
-fn render(views: &Views<'_>) -> String {
+fn render(views: &Views) -> String {
     let mut out = String::with_capacity(8 * 1024);
     out.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     out.push_str("<title>xds-gateway status</title>");
@@ -137,20 +142,17 @@ fn render(views: &Views<'_>) -> String {
     let _ = writeln!(out, "<style>{STYLE}</style></head><body>");
     header_section(&mut out, views);
     problems_section(&mut out, views);
-    sessions_section(&mut out, views.sessions);
-    clients_section(&mut out, views.clients);
+    sessions_section(&mut out, &views.sessions);
+    clients_section(&mut out, &views.clients);
     out.push_str("</body></html>\n");
     out
 }
 
-fn header_section(out: &mut String, views: &Views<'_>) {
-    let readiness = views.readiness;
-    let (class, word) = match (
-        readiness["ready"].as_bool(),
-        readiness["draining"].as_bool(),
-    ) {
-        (_, Some(true)) => ("bad", "draining (shutting down)"),
-        (Some(true), _) => ("ok", "ready"),
+fn header_section(out: &mut String, views: &Views) {
+    let readiness = &views.readiness;
+    let (class, word) = match (readiness.ready, readiness.draining) {
+        (_, true) => ("bad", "draining (shutting down)"),
+        (true, _) => ("ok", "ready"),
         _ => ("bad", "not ready"),
     };
     let _ = write!(
@@ -158,11 +160,11 @@ fn header_section(out: &mut String, views: &Views<'_>) {
         "<header><h1>xds-gateway</h1><p id=\"readiness\" class=\"{class}\">{word}</p>\
          <p>Source: <code>{}</code> · {} sessions ({} waiting, {} stale) · \
          {} upstream streams open</p>",
-        text(&readiness["source"]),
-        text(&readiness["sessions"]),
-        text(&readiness["waiting_sessions"]),
-        text(&readiness["stale_sessions"]),
-        text(&readiness["upstream_streams_open"]),
+        escape(&readiness.source),
+        readiness.sessions,
+        readiness.waiting_sessions,
+        readiness.stale_sessions,
+        readiness.upstream_streams_open,
     );
     let refresh = if views.refresh > 0 {
         format!(
@@ -175,7 +177,7 @@ fn header_section(out: &mut String, views: &Views<'_>) {
     let _ = write!(
         out,
         "<p class=\"muted\">As of {} · {refresh}</p><nav>JSON: ",
-        escape(views.now)
+        escape(&views.now)
     );
     for (href, label) in [
         ("/readyz", "/readyz"),
@@ -190,41 +192,43 @@ fn header_section(out: &mut String, views: &Views<'_>) {
 }
 
 /// Readiness problems, failed streams, NACKs sent, suspected rejections.
-fn problems_section(out: &mut String, views: &Views<'_>) {
-    let readiness = views.readiness;
+fn problems_section(out: &mut String, views: &Views) {
+    let readiness = &views.readiness;
     let mut problems: Vec<String> = Vec::new();
-    if readiness["ready"] == false && readiness["draining"] != true {
+    if !readiness.ready && !readiness.draining {
         problems.push(
             "Not ready: the source has not answered yet (see the sessions below).".to_owned(),
         );
     }
-    for key in ["problems", "session_errors"] {
-        problems.extend(items(&readiness[key]).map(|p| escape(&plain(p))));
-    }
-    for session in items(&views.sessions["sessions"]) {
-        for (kind, view) in entries(&session["types"]) {
-            let reply = &view["last_reply"];
-            if reply["kind"] == "NACK" {
+    let listed = readiness.problems.iter().chain(&readiness.session_errors);
+    problems.extend(listed.map(|p| escape(p)));
+    for row in &views.sessions.sessions {
+        let session = &row.session;
+        for (kind, view) in &session.types {
+            let Some(reply) = view.last_reply.as_ref() else {
+                continue;
+            };
+            if reply.kind == ReplyKind::Nack {
                 problems.push(format!(
                     "Node <code>{}</code>: NACK of {} version <code>{}</code> sent upstream: {}",
-                    text(&session["node_id"]),
+                    escape(&session.node_id),
                     escape(kind),
-                    text(&reply["version"]),
-                    text(&reply["error_detail"]),
+                    escape(&reply.version),
+                    escape_opt(reply.error_detail.as_deref()),
                 ));
             }
         }
     }
-    for client in items(&views.clients["clients"]) {
-        for (kind, view) in entries(&client["types"]) {
-            for sub in items(&view["detail"]) {
-                if sub["state"] == "suspected rejection" {
+    for client in &views.clients.clients {
+        for (kind, view) in &client.types {
+            for sub in &view.detail {
+                if sub.state == SubscriptionState::Suspected {
                     problems.push(format!(
                         "Node <code>{}</code> ({}): suspected rejection of {}: {}",
-                        text(&client["node_id"]),
-                        text(&client["remote"]),
+                        escape(&client.node_id),
+                        escape_opt(client.remote.as_deref()),
                         escape(kind),
-                        text(&sub["why"]),
+                        escape_opt(sub.why.as_deref()),
                     ));
                 }
             }
@@ -243,8 +247,8 @@ fn problems_section(out: &mut String, views: &Views<'_>) {
     out.push_str("</section>\n");
 }
 
-fn sessions_section(out: &mut String, sessions: &Value) {
-    let list: Vec<&Value> = items(&sessions["sessions"]).collect();
+fn sessions_section(out: &mut String, sessions: &SessionsView) {
+    let list = &sessions.sessions;
     let _ = write!(
         out,
         "<section id=\"sessions\"><h2>Sessions ({})</h2>",
@@ -258,30 +262,36 @@ fn sessions_section(out: &mut String, sessions: &Value) {
         "<table><tr><th>Node</th><th>Upstream stream</th><th>REST clients</th>\
          <th>Per type: version, resources, last reply</th></tr>",
     );
-    for session in list {
-        let node = plain(&session["node_id"]);
-        let stream = match session["stream"].as_str() {
-            None => format!("<span class=\"muted\">{}</span>", text(&session["source"])),
-            Some(state) => {
-                let class = if state == "open" { "ok" } else { "warn" };
+    for row in list {
+        let session = &row.session;
+        let node = &session.node_id;
+        let stream = match &session.stream {
+            // A snapshot: no stream, what feeds the session instead.
+            None => format!("<span class=\"muted\">{}</span>", escape(&session.source)),
+            Some(stream) => {
+                let class = if stream.phase == Phase::Open {
+                    "ok"
+                } else {
+                    "warn"
+                };
                 let mut cell = format!(
                     "<span class=\"{class}\">{}</span> since {}",
-                    escape(state),
-                    text(&session["stream_since"])
+                    stream.phase.name(),
+                    escape(&stream.since)
                 );
-                if session["stale_since"].is_string() {
+                if let Some(stale_since) = &stream.stale_since {
                     let _ = write!(
                         cell,
                         "<br><span class=\"bad\">stale since {}</span>",
-                        text(&session["stale_since"])
+                        escape(stale_since)
                     );
                 }
-                if let Some(error) = session["last_error"].as_object() {
+                if let Some(error) = &stream.last_error {
                     let _ = write!(
                         cell,
                         "<br>last error ({}): <code>{}</code>",
-                        text(&error["at"]),
-                        text(&error["error"])
+                        escape(&error.at),
+                        escape(&error.error)
                     );
                 }
                 cell
@@ -291,33 +301,32 @@ fn sessions_section(out: &mut String, sessions: &Value) {
             out,
             "<tr class=\"session\" data-node=\"{}\"><td><b>{}</b><br>cluster {}<br>\
              <a href=\"{}\">config</a></td><td>{stream}</td><td>{}</td><td><ul>",
-            escape(&node),
-            escape(&node),
-            text(&session["cluster"]),
-            config_href(&node, None),
-            text(&session["clients"]),
+            escape(node),
+            escape(node),
+            escape(&session.cluster),
+            config_href(node, None),
+            row.clients,
         );
-        for (kind, view) in entries(&session["types"]) {
-            let reply = &view["last_reply"];
-            let reply = match reply["kind"].as_str() {
-                Some("NACK") => format!(
+        for (kind, view) in &session.types {
+            let reply = match &view.last_reply {
+                Some(reply) if reply.kind == ReplyKind::Nack => format!(
                     "<span class=\"bad\">NACK</span> of {}: {}",
-                    text(&reply["version"]),
-                    text(&reply["error_detail"])
+                    escape(&reply.version),
+                    escape_opt(reply.error_detail.as_deref())
                 ),
-                Some(kind) => format!("{} of {}", escape(kind), text(&reply["version"])),
+                Some(reply) => format!("{} of {}", reply.kind.name(), escape(&reply.version)),
                 None => String::new(),
             };
             let _ = write!(
                 out,
                 "<li><a href=\"{}\">{}</a>: {}{}{}</li>",
-                config_href(&node, Some(kind)),
+                config_href(node, Some(kind)),
                 escape(kind),
-                match view["version"].as_str() {
+                match &view.version {
                     Some(version) => format!(
                         "version <code>{}</code>, {} resources",
                         escape(version),
-                        text(&view["resources"])
+                        view.resources.map(|n| n.to_string()).unwrap_or_default()
                     ),
                     None => "<span class=\"warn\">waiting for the upstream</span>".to_owned(),
                 },
@@ -330,8 +339,8 @@ fn sessions_section(out: &mut String, sessions: &Value) {
     out.push_str("</table></section>\n");
 }
 
-fn clients_section(out: &mut String, clients: &Value) {
-    let list: Vec<&Value> = items(&clients["clients"]).collect();
+fn clients_section(out: &mut String, clients: &ClientsView) {
+    let list = &clients.clients;
     let _ = write!(
         out,
         "<section id=\"clients\"><h2>REST clients ({})</h2>",
@@ -346,27 +355,25 @@ fn clients_section(out: &mut String, clients: &Value) {
          <th>Subscriptions not in step (every one when it has one): names, state, versions, why</th></tr>",
     );
     for client in list {
-        let node = plain(&client["node_id"]);
-        for (kind, view) in entries(&client["types"]) {
+        let node = escape(&client.node_id);
+        for (kind, view) in &client.types {
             let kind = escape(kind);
-            let in_step = view["in_step"] == view["subscriptions"];
+            let in_step = view.in_step == view.subscriptions;
             let _ = write!(
                 out,
-                "<tr class=\"client\" data-node=\"{}\" data-type=\"{kind}\"><td><b>{}</b><br>\
+                "<tr class=\"client\" data-node=\"{node}\" data-type=\"{kind}\"><td><b>{node}</b><br>\
                  cluster {}</td><td>{} from {}<br>last poll {}</td><td>{kind}</td>\
                  <td class=\"{}\">{} of {}</td><td>",
-                escape(&node),
-                escape(&node),
-                text(&client["cluster"]),
-                text(&client["user_agent"]),
-                text(&client["remote"]),
-                text(&view["last_poll"]),
+                escape(&client.cluster),
+                escape(&client.user_agent),
+                escape_opt(client.remote.as_deref()),
+                escape_opt(view.last_poll.as_deref()),
                 if in_step { "ok" } else { "bad" },
-                text(&view["in_step"]),
-                text(&view["subscriptions"]),
+                view.in_step,
+                view.subscriptions,
             );
             out.push_str("<ul>");
-            for sub in items(&view["detail"]) {
+            for sub in &view.detail {
                 subscription(out, sub);
             }
             out.push_str("</ul></td></tr>");
@@ -376,40 +383,37 @@ fn clients_section(out: &mut String, clients: &Value) {
 }
 
 /// One subscription of a client, as a list item.
-fn subscription(out: &mut String, sub: &Value) {
-    let names = if sub["wildcard"] == true {
+fn subscription(out: &mut String, sub: &SubscriptionView) {
+    let names = if sub.wildcard {
         "(wildcard)".to_owned()
     } else {
-        let shown: Vec<String> = items(&sub["names"]).map(text).collect();
-        let count = sub["name_count"].as_u64().unwrap_or_default();
-        let more = count.saturating_sub(shown.len() as u64);
+        let shown: Vec<String> = sub.names.iter().map(|n| escape(n)).collect();
+        let more = sub.name_count.saturating_sub(shown.len());
         if more > 0 {
             format!("{} and {more} more", shown.join(", "))
         } else {
             shown.join(", ")
         }
     };
-    let state = plain(&sub["state"]);
-    let class = match state.as_str() {
-        "in step" => "ok",
-        "catching up" => "warn",
-        _ => "bad",
+    let state = sub.state.name();
+    let class = match sub.state {
+        SubscriptionState::InStep => "ok",
+        SubscriptionState::CatchingUp => "warn",
+        SubscriptionState::Behind | SubscriptionState::Suspected => "bad",
     };
     let _ = write!(
         out,
-        "<li class=\"subscription\" data-state=\"{}\">{names}: <span class=\"{class}\">{}</span>, \
+        "<li class=\"subscription\" data-state=\"{state}\">{names}: <span class=\"{class}\">{state}</span>, \
          presents <code>{}</code>, served <code>{}</code> (upstream version <code>{}</code>)",
-        escape(&state),
-        escape(&state),
-        text(&sub["presented"]),
-        text(&sub["current"]),
-        text(&sub["upstream_version"]),
+        escape(&sub.presented),
+        escape(&sub.current),
+        escape(&sub.upstream_version),
     );
-    if sub["out_of_step_for"].is_string() {
-        let _ = write!(out, " for {}", text(&sub["out_of_step_for"]));
+    if let Some(out_of_step_for) = &sub.out_of_step_for {
+        let _ = write!(out, " for {}", escape(out_of_step_for));
     }
-    if sub["why"].is_string() {
-        let _ = write!(out, "<br>{}", text(&sub["why"]));
+    if let Some(why) = &sub.why {
+        let _ = write!(out, "<br>{}", escape(why));
     }
     out.push_str("</li>");
 }

@@ -31,6 +31,8 @@ use crate::xds::ResourceType;
 
 mod view;
 
+pub(crate) use view::{ClientsView, SubscriptionState, SubscriptionView};
+
 /// Bytes of clients (what their subscriptions hold) the book keeps at most.
 const BOOK_BYTES: u64 = 64 * 1024 * 1024;
 /// Subscriptions one client keeps at most (an Envoy polling REST EDS has one
@@ -354,6 +356,11 @@ mod tests {
             .unwrap()
     }
 
+    /// The book's view as `/debug/clients` serves it.
+    fn served(book: &ClientBook) -> serde_json::Value {
+        serde_json::to_value(book.view()).unwrap()
+    }
+
     fn record(book: &ClientBook, request: &ParsedRequest, current: &str, standing: Standing) {
         book.record(Poll {
             request,
@@ -378,7 +385,7 @@ mod tests {
             "2~cccccccccccc",
             Standing::Suspected { polls: 3 },
         );
-        let view = book.view();
+        let view = served(&book);
         let clients = view["clients"].as_array().unwrap();
         assert_eq!(clients.len(), 1, "{view}");
         let client = &clients[0];
@@ -404,7 +411,7 @@ mod tests {
             "2~cccccccccccc",
             Standing::InStep,
         );
-        let view = book.view();
+        let view = served(&book);
         let eds = &view["clients"][0]["types"]["endpoints"];
         assert_eq!(eds["in_step"], 2, "{eds}");
         assert_eq!(eds["detail"], json!([]));
@@ -425,7 +432,7 @@ mod tests {
                 rewritten_for: None,
             });
         }
-        let view = book.view();
+        let view = served(&book);
         assert_eq!(view["clients"].as_array().unwrap().len(), 2, "{view}");
         let cds = &view["clients"][0]["types"]["clusters"];
         assert_eq!(cds["detail"][0]["state"], "catching up", "{cds}");

@@ -14,7 +14,10 @@ mod state;
 
 pub(crate) use changes::{History, Served};
 pub(crate) use client_addr::ClientAddr;
-pub(crate) use clients::{ClientBook, NodeClients, Poll, SubscriptionStatus};
+pub(crate) use clients::{
+    ClientBook, ClientsView, NodeClients, Poll, SubscriptionState, SubscriptionStatus,
+    SubscriptionView,
+};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};

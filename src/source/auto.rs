@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use super::backoff::Backoff;
 use super::polled::{lock, Polled};
 use super::probe;
+use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};
@@ -125,7 +126,7 @@ impl Source for AutoSource {
             .unwrap_or_default()
     }
 
-    fn sessions(&self) -> Vec<serde_json::Value> {
+    fn sessions(&self) -> Vec<SessionView> {
         let chosen = self.chosen.borrow().clone();
         chosen.map(|source| source.sessions()).unwrap_or_default()
     }

@@ -34,6 +34,7 @@ use futures::FutureExt;
 
 use super::namespace::Namespace;
 use super::polled::{report_suspicion, suspect, Feed, Polled};
+use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
 use crate::cache::{
     Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, Standing, TypeState,
@@ -229,12 +230,12 @@ impl Source for Federation {
             .collect()
     }
 
-    fn sessions(&self) -> Vec<serde_json::Value> {
+    fn sessions(&self) -> Vec<SessionView> {
         self.slots
             .iter()
             .flat_map(|slot| {
                 slot.source.sessions().into_iter().map(|mut view| {
-                    view["serves"] = slot.name.clone().into();
+                    view.serves = Some(slot.name.clone());
                     view
                 })
             })

@@ -20,6 +20,7 @@
 //! Inside, the stream tasks share one driver ([`stream`]), which coalesces
 //! subscription changes ([`coalesce`]) and reconnects with [`backoff`];
 //! `tonic::Status` is classified here only, and nothing here serves HTTP.
+//! What the admin face sees of sessions is typed in [`view`].
 
 mod ads;
 mod auto;
@@ -42,6 +43,7 @@ mod stream;
 mod ttl;
 mod upstream;
 mod upstream_log;
+pub(crate) mod view;
 
 #[cfg(test)]
 pub(crate) mod scripted;
@@ -109,8 +111,9 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
         Vec::new()
     }
 
-    /// Every session, for `/debug/sessions` (none for sessionless sources).
-    fn sessions(&self) -> Vec<serde_json::Value> {
+    /// Every session, sorted by node id (per upstream, with several), for
+    /// `/debug/sessions` and the status page (none for sessionless sources).
+    fn sessions(&self) -> Vec<view::SessionView> {
         Vec::new()
     }
 

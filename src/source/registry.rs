@@ -37,6 +37,7 @@ use tracing::info;
 use super::decode::decode_node;
 use super::polled::{record_served, report_suspicion, suspect, suspicion_message, Feed, Polled};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
+use super::view::SessionView;
 use super::{
     PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext, SESSION_ERRORS_SHOWN,
 };
@@ -435,28 +436,17 @@ impl<F: Feeder> Source for Sessions<F> {
             .collect()
     }
 
-    fn sessions(&self) -> Vec<serde_json::Value> {
+    fn sessions(&self) -> Vec<SessionView> {
         let description = self.feeder.describe();
-        let upstream = self.feeder.upstream().is_some();
+        // A snapshot has no stream to show.
+        let streamed = self.feeder.upstream().is_some();
         let registry = self.lock();
-        let mut views: Vec<serde_json::Value> = registry
+        let mut views: Vec<SessionView> = registry
             .sessions
             .values()
-            .map(|entry| {
-                let mut view = entry.session.view();
-                view["source"] = description.clone().into();
-                if !upstream {
-                    // A snapshot has no stream to describe.
-                    if let Some(fields) = view.as_object_mut() {
-                        for key in ["stream", "stream_since", "stale_since", "last_error"] {
-                            fields.remove(key);
-                        }
-                    }
-                }
-                view
-            })
+            .map(|entry| entry.session.view(description.clone(), streamed))
             .collect();
-        views.sort_by(|a, b| a["node_id"].to_string().cmp(&b["node_id"].to_string()));
+        views.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         views
     }
 

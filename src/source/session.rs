@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -20,6 +19,7 @@ use tokio::task::JoinHandle;
 use super::failover::{Placement, FAILOVER_REASON};
 use super::polled::lock;
 use super::upstream_log::{stamp, UpstreamLog};
+use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
 use crate::xds::ResourceType;
 
@@ -402,12 +402,12 @@ impl Session {
             .collect()
     }
 
-    /// This session as `/debug/sessions` shows it: the node, the upstream
-    /// stream, and per type wanted or served the version, the names
-    /// subscribed and the last ACK/NACK sent.
-    pub(super) fn view(&self) -> Value {
-        let (stream, stream_since) = self.upstream.stream();
-        let types: serde_json::Map<String, Value> = ResourceType::ALL
+    /// This session as `/debug/sessions` shows it: the node, `source` (what
+    /// feeds it), the upstream stream (when `streamed`: a snapshot has none),
+    /// and per type wanted or served the version, the names subscribed and
+    /// the last ACK/NACK sent.
+    pub(super) fn view(&self, source: String, streamed: bool) -> SessionView {
+        let types = ResourceType::ALL
             .iter()
             .filter_map(|kind| {
                 let slot = self.slot(*kind);
@@ -419,44 +419,62 @@ impl Session {
                 {
                     return None;
                 }
-                let view = json!({
-                    "version": state.as_ref().map(|s| s.version.clone()),
-                    "resources": state.as_ref().map(|s| s.resources.len()),
-                    "wildcard": subscription.wildcard.is_some(),
-                    "names": subscription.names.keys().take(NAMES_SHOWN).collect::<Vec<_>>(),
-                    "name_count": subscription.names.len(),
-                    "last_reply": self.upstream.last_reply(*kind),
-                });
-                Some((kind.short_name().to_owned(), view))
+                let view = SessionTypeView {
+                    version: state.as_ref().map(|s| s.version.clone()),
+                    resources: state.as_ref().map(|s| s.resources.len()),
+                    wildcard: subscription.wildcard.is_some(),
+                    names: subscription
+                        .names
+                        .keys()
+                        .take(NAMES_SHOWN)
+                        .cloned()
+                        .collect(),
+                    name_count: subscription.names.len(),
+                    last_reply: self.upstream.last_reply(*kind),
+                };
+                Some((kind.short_name(), view))
             })
             .collect();
-        let placements = self.placements();
-        let upstream = match placements.as_slice() {
-            [] => Value::Null,
-            [(None, placement)] => json!(placement),
-            lanes => lanes
-                .iter()
-                .map(|(lane, p)| {
-                    let lane = lane.map_or("ads", ResourceType::short_name);
-                    (lane.to_owned(), json!(p))
-                })
-                .collect::<serde_json::Map<_, _>>()
-                .into(),
-        };
-        let mut view = json!({
-            "node_id": self.node.id,
-            "cluster": self.node.cluster,
-            "stream": stream,
-            "stream_since": stream_since,
-            "stale_since": self.stale_since().map(stamp),
-            "last_error": self.last_error().map(|(at, error)| json!({"at": stamp(at), "error": error})),
-            "requests_in_flight": self.in_flight.load(std::sync::atomic::Ordering::Acquire),
-            "types": types,
-        });
-        if !upstream.is_null() {
-            view["upstream"] = upstream;
+        SessionView {
+            node_id: self.node.id.clone(),
+            cluster: self.node.cluster.clone(),
+            source,
+            serves: None,
+            stream: streamed.then(|| self.stream_view()),
+            requests_in_flight: self.in_flight.load(std::sync::atomic::Ordering::Acquire),
+            types,
         }
-        view
+    }
+
+    /// The upstream stream of this session.
+    fn stream_view(&self) -> StreamView {
+        let (phase, since) = self.upstream.stream();
+        StreamView {
+            phase,
+            since,
+            stale_since: self.stale_since().map(stamp),
+            last_error: self.last_error().map(|(at, error)| LastError {
+                at: stamp(at),
+                error,
+            }),
+            placement: self.placement(),
+        }
+    }
+
+    /// Where its streams are, when a failover could move them: the
+    /// aggregated stream's placement, or each stream's by lane.
+    fn placement(&self) -> Option<Placements> {
+        let placements = self.placements();
+        match placements.as_slice() {
+            [] => None,
+            [(None, placement)] => Some(Placements::Aggregated(placement.clone())),
+            lanes => Some(Placements::PerStream(
+                lanes
+                    .iter()
+                    .map(|(lane, p)| (lane.map_or("ads", ResourceType::short_name), p.clone()))
+                    .collect(),
+            )),
+        }
     }
 }
 

@@ -1,19 +1,21 @@
 //! What a session's upstream stream did last, for `/debug/sessions`: its
 //! phase (connecting, open) and since when, and per type the last ACK or
 //! NACK sent. Written by the stream driver and the protocols; read only by
-//! views. Nothing decides on it.
+//! views ([`super::view`]). Nothing decides on it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
+use super::view::{ReplyKind, ReplyView};
 use crate::xds::ResourceType;
 
-/// Where the upstream stream is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
+/// Where the upstream stream is (shown as `idle`, `connecting`, `open`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Phase {
     /// Not yet asked to connect (a session starts here).
     Idle,
     /// Opening the stream (TCP, TLS, HTTP/2, the gRPC call).
@@ -87,27 +89,33 @@ impl UpstreamLog {
         );
     }
 
-    /// The phase as `(name, since)`.
-    pub(super) fn stream(&self) -> (&'static str, String) {
+    /// The phase, and since when (RFC 3339).
+    pub(super) fn stream(&self) -> (Phase, String) {
         let log = self.lock();
-        let name = match log.phase {
+        (log.phase, stamp(log.since))
+    }
+
+    /// The last reply sent for `kind`, if any.
+    pub(super) fn last_reply(&self, kind: ResourceType) -> Option<ReplyView> {
+        self.lock().replies.get(&kind).map(|reply| ReplyView {
+            kind: match reply.nack {
+                Some(_) => ReplyKind::Nack,
+                None => ReplyKind::Ack,
+            },
+            version: reply.version.clone(),
+            at: stamp(reply.at),
+            error_detail: reply.nack.clone(),
+        })
+    }
+}
+
+impl Phase {
+    /// Its name, as the views show it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
             Phase::Idle => "idle",
             Phase::Connecting => "connecting",
             Phase::Open => "open",
-        };
-        (name, stamp(log.since))
-    }
-
-    /// The last reply sent for `kind`, as JSON (`null` if none).
-    pub(super) fn last_reply(&self, kind: ResourceType) -> Value {
-        match self.lock().replies.get(&kind) {
-            None => Value::Null,
-            Some(reply) => json!({
-                "kind": if reply.nack.is_some() { "NACK" } else { "ACK" },
-                "version": reply.version,
-                "at": stamp(reply.at),
-                "error_detail": reply.nack,
-            }),
         }
     }
 }
@@ -123,17 +131,20 @@ mod tests {
     #[test]
     fn the_last_reply_per_type_and_the_phase_are_kept() {
         let log = UpstreamLog::default();
-        assert_eq!(log.stream().0, "idle");
+        // As served: the views' JSON.
+        let json = |view| serde_json::to_value(view).unwrap();
+        let null = serde_json::Value::Null;
+        assert_eq!(log.stream().0.name(), "idle");
         log.phase(Phase::Connecting);
         log.phase(Phase::Open);
-        assert_eq!(log.stream().0, "open");
-        assert_eq!(log.last_reply(ResourceType::Clusters), Value::Null);
+        assert_eq!(log.stream().0.name(), "open");
+        assert_eq!(json(log.last_reply(ResourceType::Clusters)), null);
         log.acked(ResourceType::Clusters, "1");
         log.nacked(ResourceType::Clusters, "1", "cluster a: connect_timeout");
-        let reply = log.last_reply(ResourceType::Clusters);
+        let reply = json(log.last_reply(ResourceType::Clusters));
         assert_eq!(reply["kind"], "NACK");
         assert_eq!(reply["version"], "1");
         assert_eq!(reply["error_detail"], "cluster a: connect_timeout");
-        assert_eq!(log.last_reply(ResourceType::Listeners), Value::Null);
+        assert_eq!(json(log.last_reply(ResourceType::Listeners)), null);
     }
 }

@@ -1,11 +1,10 @@
-//! Small pieces of HTML for the status page: escaping, JSON values as
-//! text, links to `/debug/config`. Everything that reaches the page from a
+//! Small pieces of HTML for the status page: escaping, links to
+//! `/debug/config`. Everything that reaches the page from a
 //! client or the upstream goes through [`escape`].
 
 use std::fmt::Write as _;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use serde_json::Value;
 
 /// What a query value keeps unescaped: RFC 3986's unreserved characters.
 const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
@@ -27,31 +26,9 @@ pub(super) fn config_href(node: &str, kind: Option<&str>) -> String {
     escape(&href)
 }
 
-/// A JSON value's text, unquoted (`""` for null).
-pub(super) fn plain(value: &Value) -> String {
-    match value {
-        Value::Null => String::new(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// A JSON value's text, escaped for HTML.
-pub(super) fn text(value: &Value) -> String {
-    escape(&plain(value))
-}
-
-pub(super) fn items(value: &Value) -> impl Iterator<Item = &Value> {
-    value.as_array().into_iter().flatten()
-}
-
-/// The entries of a JSON object.
-pub(super) fn entries(value: &Value) -> impl Iterator<Item = (&str, &Value)> {
-    value
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(key, value)| (key.as_str(), value))
+/// [`escape`] of `s`, or nothing for `None` (a view's field that is unset).
+pub(super) fn escape_opt(s: Option<&str>) -> String {
+    s.map(escape).unwrap_or_default()
 }
 
 /// `s` safe in HTML text and in a quoted attribute.

@@ -4,8 +4,10 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
+use crate::admin::views::NodeSession;
 use crate::cache::{ClientBook, ParsedRequests, Poll, Standing};
 use crate::config::SessionKey;
+use crate::source::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
 use crate::xds::ResourceType;
 
 const HOSTILE: &str = "<script>alert('x')</script>\"&";
@@ -33,33 +35,71 @@ fn book(node: &str) -> ClientBook {
     book
 }
 
-fn session(node: &str) -> Value {
-    json!({"source": "gRPC upstream", "ready": true, "sessions": [{
-        "node_id": node, "cluster": "edge", "source": "gRPC upstream", "stream": "open",
-        "stream_since": "2026-01-01T00:00:00Z", "stale_since": null,
-        "last_error": {"at": "2026-01-01T00:00:00Z", "error": "<b>refused</b>"},
-        "requests_in_flight": 1, "clients": 1,
-        "types": {"listeners": {"version": "2", "resources": 2, "wildcard": true,
-            "names": [], "name_count": 0,
-            "last_reply": {"kind": "NACK", "version": "2", "at": "2026-01-01T00:00:00Z",
-                "error_detail": "<i>bad</i>"}},
-            "clusters": {"version": null, "resources": null, "wildcard": true,
-            "names": [], "name_count": 0, "last_reply": null}}
-    }]})
+fn session(node: &str) -> SessionsView {
+    let kind = |version: Option<&str>, resources, last_reply| SessionTypeView {
+        version: version.map(str::to_owned),
+        resources,
+        wildcard: true,
+        names: Vec::new(),
+        name_count: 0,
+        last_reply,
+    };
+    let nack = ReplyView {
+        kind: ReplyKind::Nack,
+        version: "2".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        error_detail: Some("<i>bad</i>".into()),
+    };
+    let session = SessionView {
+        node_id: node.into(),
+        cluster: "edge".into(),
+        source: "gRPC upstream".into(),
+        serves: None,
+        stream: Some(StreamView {
+            phase: Phase::Open,
+            since: "2026-01-01T00:00:00Z".into(),
+            stale_since: None,
+            last_error: Some(LastError {
+                at: "2026-01-01T00:00:00Z".into(),
+                error: "<b>refused</b>".into(),
+            }),
+            placement: None,
+        }),
+        requests_in_flight: 1,
+        types: [
+            ("listeners", kind(Some("2"), Some(2), Some(nack))),
+            ("clusters", kind(None, None, None)),
+        ]
+        .into(),
+    };
+    SessionsView {
+        source: "gRPC upstream".into(),
+        ready: true,
+        sessions: vec![NodeSession {
+            session,
+            clients: 1,
+        }],
+    }
 }
 
 fn page(node: &str, ready: bool) -> String {
-    let readiness = json!({
-        "ready": ready, "draining": false, "source": "gRPC upstream <x>", "problems": ["file <a>"],
-        "sessions": 1, "stale_sessions": 0, "waiting_sessions": 0,
-        "session_errors": [], "upstream_streams_open": 1,
-    });
-    let clients = book(node).view();
+    let readiness = Readiness {
+        ready,
+        draining: false,
+        source: "gRPC upstream <x>".into(),
+        problems: vec!["file <a>".into()],
+        sessions: 1,
+        stale_sessions: 0,
+        waiting_sessions: 0,
+        failed_over_sessions: 0,
+        session_errors: Vec::new(),
+        upstream_streams_open: 1,
+    };
     render(&Views {
-        readiness: &readiness,
-        sessions: &session(node),
-        clients: &clients,
-        now: "2026-01-01T00:00:00Z",
+        readiness,
+        sessions: session(node),
+        clients: book(node).view(),
+        now: "2026-01-01T00:00:00Z".into(),
         refresh: 5,
     })
 }

@@ -1,10 +1,11 @@
-//! The JSON view of the client book (`/debug/clients`): per client and
-//! type, counts over its subscriptions and the ones not in step in detail.
+//! The typed view of the client book (`/debug/clients`, and the status
+//! page renders the same structs): per client and type, counts over its
+//! subscriptions and the ones not in step in detail.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::{upstream_version, Client, ClientBook, Standing, Subscription};
 
@@ -13,11 +14,100 @@ const NAMES_SHOWN: usize = 8;
 /// Subscriptions listed per type and client when they are not in step.
 const LAGGING_SHOWN: usize = 20;
 
+/// What `/debug/clients` shows: every client seen within the book's
+/// time-to-idle.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ClientsView {
+    /// Sorted by node id, then address (clients without one last).
+    pub(crate) clients: Vec<ClientView>,
+}
+
+/// One REST poller: node id, cluster, user agent, remote address.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ClientView {
+    pub(crate) node_id: String,
+    pub(crate) cluster: String,
+    pub(crate) user_agent: String,
+    /// The address it polls from (none in in-process tests).
+    pub(crate) remote: Option<String>,
+    /// Where its ADS config sources were pointed, if they were rewritten.
+    pub(crate) config_sources_rewritten_for: Option<String>,
+    /// RFC 3339.
+    pub(crate) first_seen: String,
+    /// RFC 3339.
+    pub(crate) last_poll: String,
+    /// Keyed by short type name.
+    pub(crate) types: BTreeMap<&'static str, ClientTypeView>,
+}
+
+/// One type of one client: counts over its subscriptions, and the ones not
+/// in step in detail (all of them when it has a single one, as LDS and CDS do).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ClientTypeView {
+    pub(crate) subscriptions: usize,
+    pub(crate) in_step: usize,
+    pub(crate) suspected_rejections: usize,
+    /// Its latest poll of the type (RFC 3339).
+    pub(crate) last_poll: Option<String>,
+    /// At most [`LAGGING_SHOWN`].
+    pub(crate) detail: Vec<SubscriptionView>,
+}
+
+/// One subscription (a type and a set of names) of a client.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SubscriptionView {
+    /// The first names (`name_count` counts them all).
+    pub(crate) names: Vec<String>,
+    pub(crate) name_count: usize,
+    pub(crate) wildcard: bool,
+    /// The version it last presented.
+    pub(crate) presented: String,
+    /// The version it was last answered at.
+    pub(crate) current: String,
+    /// The control plane's version within `current`.
+    pub(crate) upstream_version: String,
+    pub(crate) state: SubscriptionState,
+    /// Why it is behind or suspected (none in step or catching up).
+    pub(crate) why: Option<String>,
+    /// How long it has not been in step (e.g. `1m 5s`).
+    pub(crate) out_of_step_for: Option<String>,
+    /// 200 (a body went out) or 304.
+    pub(crate) last_answer: u16,
+    pub(crate) polls: u64,
+    /// RFC 3339.
+    pub(crate) last_poll: String,
+}
+
+/// A subscription's [`Standing`], as the views name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) enum SubscriptionState {
+    #[serde(rename = "in step")]
+    InStep,
+    #[serde(rename = "catching up")]
+    CatchingUp,
+    #[serde(rename = "behind")]
+    Behind,
+    #[serde(rename = "suspected rejection")]
+    Suspected,
+}
+
+impl SubscriptionState {
+    /// Its name, as the views show it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SubscriptionState::InStep => "in step",
+            SubscriptionState::CatchingUp => "catching up",
+            SubscriptionState::Behind => "behind",
+            SubscriptionState::Suspected => "suspected rejection",
+        }
+    }
+}
+
 impl ClientBook {
-    /// Every client, as JSON, sorted by node id then address.
-    pub(crate) fn view(&self) -> Value {
+    /// Every client, sorted by node id then address.
+    pub(crate) fn view(&self) -> ClientsView {
         let now = SystemTime::now();
-        let mut clients: Vec<Value> = self
+        let mut clients: Vec<ClientView> = self
             .clients
             .iter()
             .map(|(_, client)| {
@@ -26,74 +116,70 @@ impl ClientBook {
             })
             .collect();
         clients.sort_by(|a, b| {
-            let key = |v: &Value| (v["node_id"].to_string(), v["remote"].to_string());
-            key(a).cmp(&key(b))
+            (&a.node_id, a.remote.is_none(), &a.remote).cmp(&(
+                &b.node_id,
+                b.remote.is_none(),
+                &b.remote,
+            ))
         });
-        json!({ "clients": clients })
+        ClientsView { clients }
     }
 }
 
 impl Client {
-    fn view(&self, now: SystemTime, ttl: Duration) -> Value {
+    fn view(&self, now: SystemTime, ttl: Duration) -> ClientView {
         let mut types: BTreeMap<&'static str, Vec<&Subscription>> = BTreeMap::new();
         for ((kind, _), sub) in &self.subscriptions {
             if now.duration_since(sub.last_poll).unwrap_or_default() < ttl {
                 types.entry(kind.short_name()).or_default().push(sub);
             }
         }
-        let types: serde_json::Map<String, Value> = types
-            .into_iter()
-            .map(|(kind, subs)| (kind.to_owned(), type_view(subs, now)))
-            .collect();
-        json!({
-            "node_id": self.node_id,
-            "cluster": self.cluster,
-            "user_agent": self.user_agent,
-            "remote": self.remote.map(|ip| ip.to_string()),
-            "config_sources_rewritten_for": self.rewritten_for,
-            "first_seen": stamp(self.first_seen),
-            "last_poll": stamp(self.last_poll),
-            "types": types,
-        })
+        ClientView {
+            node_id: self.node_id.clone(),
+            cluster: self.cluster.clone(),
+            user_agent: self.user_agent.clone(),
+            remote: self.remote.map(|ip| ip.to_string()),
+            config_sources_rewritten_for: self.rewritten_for.clone(),
+            first_seen: stamp(self.first_seen),
+            last_poll: stamp(self.last_poll),
+            types: types
+                .into_iter()
+                .map(|(kind, subs)| (kind, type_view(subs, now)))
+                .collect(),
+        }
     }
 }
 
-/// One type of one client: counts over its subscriptions, and the ones not
-/// in step in detail (all of them when it has a single one, as LDS and CDS do).
-fn type_view(mut subs: Vec<&Subscription>, now: SystemTime) -> Value {
+fn type_view(mut subs: Vec<&Subscription>, now: SystemTime) -> ClientTypeView {
     subs.sort_by(|a, b| a.names.cmp(&b.names));
     let count = |f: fn(&Standing) -> bool| subs.iter().filter(|s| f(&s.standing)).count();
-    let in_step = count(|s| *s == Standing::InStep);
-    let suspected = count(|s| matches!(s, Standing::Suspected { .. }));
-    let last_poll = subs.iter().map(|s| s.last_poll).max().map(stamp);
-    let shown: Vec<Value> = subs
-        .iter()
-        .filter(|s| subs.len() == 1 || s.standing != Standing::InStep)
-        .take(LAGGING_SHOWN)
-        .map(|s| subscription_view(s, now))
-        .collect();
-    json!({
-        "subscriptions": subs.len(),
-        "in_step": in_step,
-        "suspected_rejections": suspected,
-        "last_poll": last_poll,
-        "detail": shown,
-    })
+    ClientTypeView {
+        subscriptions: subs.len(),
+        in_step: count(|s| *s == Standing::InStep),
+        suspected_rejections: count(|s| matches!(s, Standing::Suspected { .. })),
+        last_poll: subs.iter().map(|s| s.last_poll).max().map(stamp),
+        detail: subs
+            .iter()
+            .filter(|s| subs.len() == 1 || s.standing != Standing::InStep)
+            .take(LAGGING_SHOWN)
+            .map(|s| subscription_view(s, now))
+            .collect(),
+    }
 }
 
-fn subscription_view(sub: &Subscription, now: SystemTime) -> Value {
+fn subscription_view(sub: &Subscription, now: SystemTime) -> SubscriptionView {
     let (state, why) = match sub.standing {
-        Standing::InStep => ("in step", None),
-        Standing::CatchingUp => ("catching up", None),
+        Standing::InStep => (SubscriptionState::InStep, None),
+        Standing::CatchingUp => (SubscriptionState::CatchingUp, None),
         Standing::Behind { polls } => (
-            "behind",
+            SubscriptionState::Behind,
             Some(format!(
                 "presented {:?} {polls} polls in a row after {:?} was served to it",
                 sub.presented, sub.current
             )),
         ),
         Standing::Suspected { polls } => (
-            "suspected rejection",
+            SubscriptionState::Suspected,
             Some(if sub.presented.is_empty() {
                 format!(
                     "an Envoy still presents no version {polls} polls after {:?} was served to it: it rejected its first config",
@@ -110,20 +196,20 @@ fn subscription_view(sub: &Subscription, now: SystemTime) -> Value {
     let behind_for = sub.out_of_step_since.map(|since| {
         humantime::format_duration(secs(now.duration_since(since).unwrap_or_default())).to_string()
     });
-    json!({
-        "names": sub.names.iter().take(NAMES_SHOWN).collect::<Vec<_>>(),
-        "name_count": sub.names.len(),
-        "wildcard": sub.wildcard,
-        "presented": sub.presented,
-        "current": sub.current,
-        "upstream_version": upstream_version(&sub.current),
-        "state": state,
-        "why": why,
-        "out_of_step_for": behind_for,
-        "last_answer": if sub.body { 200 } else { 304 },
-        "polls": sub.polls,
-        "last_poll": stamp(sub.last_poll),
-    })
+    SubscriptionView {
+        names: sub.names.iter().take(NAMES_SHOWN).cloned().collect(),
+        name_count: sub.names.len(),
+        wildcard: sub.wildcard,
+        presented: sub.presented.clone(),
+        current: sub.current.clone(),
+        upstream_version: upstream_version(&sub.current).to_owned(),
+        state,
+        why,
+        out_of_step_for: behind_for,
+        last_answer: if sub.body { 200 } else { 304 },
+        polls: sub.polls,
+        last_poll: stamp(sub.last_poll),
+    }
 }
 
 /// Whole seconds (a view has no use for nanoseconds).

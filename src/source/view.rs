@@ -1,0 +1,121 @@
+//! What a source shows of its sessions, as typed views: the return type of
+//! [`Source::sessions`](super::Source::sessions), served by
+//! `/debug/sessions` and rendered by the status page from the same structs
+//! (a field renamed here breaks the page's build, not the page).
+//!
+//! A view is a copy taken under the session's locks; nothing decides on it.
+//! To show something more of a session, add a field here and fill it in
+//! [`Session::view`](super::session::Session::view); `openapi/admin.yaml`
+//! documents each field (its `Session` schema has `additionalProperties:
+//! false`, so the document must learn the field too).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub(crate) use super::failover::Placement;
+pub(crate) use super::upstream_log::Phase;
+
+/// One session (one node identity) as `/debug/sessions` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SessionView {
+    pub(crate) node_id: String,
+    pub(crate) cluster: String,
+    /// What feeds it: the source's description, as `/readyz` gives it.
+    pub(crate) source: String,
+    /// With several upstreams, the `[[upstream]]` whose names it serves
+    /// (set by the federation; absent with one upstream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) serves: Option<String>,
+    /// Its upstream stream; `None` when the source has no stream to show
+    /// (a snapshot). Served inline: `stream`, `stream_since`,
+    /// `stale_since` and `last_error` are fields of the session, absent
+    /// for a snapshot.
+    #[serde(flatten)]
+    pub(crate) stream: Option<StreamView>,
+    /// Requests being served now (held long polls and watches included).
+    pub(crate) requests_in_flight: usize,
+    /// Every type wanted or served, keyed by short name (`clusters`, ...).
+    pub(crate) types: BTreeMap<&'static str, SessionTypeView>,
+}
+
+/// A session's upstream stream.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct StreamView {
+    #[serde(rename = "stream")]
+    pub(crate) phase: Phase,
+    /// Since when it has been in that phase (RFC 3339).
+    #[serde(rename = "stream_since")]
+    pub(crate) since: String,
+    /// Since when the state served is stale (a stream is down), if it is.
+    pub(crate) stale_since: Option<String>,
+    /// Why the stream last ended; cleared when the upstream answers.
+    pub(crate) last_error: Option<LastError>,
+    /// With a failover configured, which upstream the stream is on, since
+    /// when and why (served as `upstream`; absent without failover).
+    #[serde(rename = "upstream", skip_serializing_if = "Option::is_none")]
+    pub(crate) placement: Option<Placements>,
+}
+
+/// Where a session's streams are.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Placements {
+    /// The aggregated stream's.
+    Aggregated(Placement),
+    /// Each stream's, keyed `ads` or by a type's short name
+    /// (`--upstream-streams per-type`).
+    PerStream(BTreeMap<&'static str, Placement>),
+}
+
+/// Why an upstream stream ended, and when (RFC 3339).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LastError {
+    pub(crate) at: String,
+    pub(crate) error: String,
+}
+
+/// One type of a session.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SessionTypeView {
+    /// The version served; `None` until the upstream answered the type.
+    pub(crate) version: Option<String>,
+    /// Resources in that version.
+    pub(crate) resources: Option<usize>,
+    pub(crate) wildcard: bool,
+    /// The first names subscribed (`name_count` counts them all).
+    pub(crate) names: Vec<String>,
+    pub(crate) name_count: usize,
+    /// The last ACK or NACK sent upstream for the type, if any.
+    pub(crate) last_reply: Option<ReplyView>,
+}
+
+/// An ACK or NACK sent upstream.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ReplyView {
+    pub(crate) kind: ReplyKind,
+    pub(crate) version: String,
+    /// When it was sent (RFC 3339).
+    pub(crate) at: String,
+    /// A NACK's `error_detail`; `None` for an ACK.
+    pub(crate) error_detail: Option<String>,
+}
+
+/// Which reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) enum ReplyKind {
+    #[serde(rename = "ACK")]
+    Ack,
+    #[serde(rename = "NACK")]
+    Nack,
+}
+
+impl ReplyKind {
+    /// Its name, as the views show it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ReplyKind::Ack => "ACK",
+            ReplyKind::Nack => "NACK",
+        }
+    }
+}
