@@ -1,14 +1,19 @@
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::*;
 use crate::admin::views::NodeSession;
-use crate::cache::{ClientBook, ParsedRequests, Poll, Standing};
-use crate::config::SessionKey;
+use crate::cache::{ClientBook, ParsedRequests, Poll, Renderer, Standing};
+use crate::config::{Config, SessionKey, UpstreamStreams};
+use crate::metrics::Metrics;
 use crate::source::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
-use crate::xds::ResourceType;
+use crate::source::{
+    FileFeeder, Namespace, Origin, Route, Sessions, SotwFeeder, Source, UpstreamContext,
+};
+use crate::xds::{Codec, ResourceType};
 
 const HOSTILE: &str = "<script>alert('x')</script>\"&";
 
@@ -188,4 +193,103 @@ fn refresh_is_read_from_the_query() {
         let why = refresh(Some(bad)).unwrap_err();
         assert!(why.contains("whole number"), "{bad}: {why}");
     }
+}
+
+/// The one session row of `html`.
+fn session_row(html: &str) -> &str {
+    let start = html.find("<tr class=\"session\"").expect("a session row");
+    let len = html[start..].find("</tr>").expect("the row ends");
+    &html[start..start + len]
+}
+
+/// The views and the page of an admin over `source` once node `edge-1`
+/// polled its clusters (answered or not: the session stays either way).
+async fn page_of(
+    source: Arc<dyn Source>,
+    metrics: Arc<Metrics>,
+    config: Config,
+) -> (Views, String) {
+    let renderer = Renderer::new(Codec::embedded());
+    let body = json!({"node": {"id": "edge-1", "cluster": "edge"}});
+    let request = ParsedRequests::new(SessionKey::Node)
+        .parse(body.to_string().into())
+        .unwrap();
+    let _ = source.poll(ResourceType::Clusters, &request, None).await;
+    let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
+    let admin = Admin::new(source.clone(), metrics, clients, renderer, Arc::new(config));
+    let views = Views::of(&admin, 0);
+    let html = render(&views);
+    source.close();
+    (views, html)
+}
+
+/// Issue 25: the page tells a snapshot's sessions from an upstream's by a
+/// field of the typed view (`stream`, `None` for a snapshot), not by a key
+/// missing from JSON; and the JSON served keeps the stream's fields inline,
+/// absent for the snapshot.
+#[tokio::test]
+async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
+    let config = Config {
+        first_response_timeout: Duration::from_millis(100),
+        ..Config::default()
+    };
+    let renderer = Renderer::new(Codec::embedded());
+
+    let metrics = Arc::new(Metrics::new());
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
+    let snapshot = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let (views, html) = page_of(snapshot, metrics, config.clone()).await;
+    let session = &views.sessions.sessions[0].session;
+    assert!(session.stream.is_none(), "{session:?}");
+    let row = session_row(&html);
+    assert!(
+        row.contains(&format!(
+            "<td><span class=\"muted\">{}</span></td>",
+            escape(&session.source)
+        )),
+        "{row}"
+    );
+    assert!(!row.contains(" since "), "{row}");
+    let served = serde_json::to_value(&views.sessions).unwrap();
+    assert_eq!(served["sessions"][0].get("stream"), None, "{served}");
+
+    // An upstream nobody listens on: the session's stream never opens.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let config = Config {
+        upstream: Some(format!("http://{refused}")),
+        ..config
+    };
+    let spec = &config.upstream_set().specs[0];
+    let max_bytes = config.max_upstream_message_bytes;
+    let ctx = UpstreamContext::new(spec, max_bytes, renderer.clone(), metrics.clone()).unwrap();
+    let namespace = Namespace::new(Default::default(), &spec.name, &spec.name);
+    let feeder = SotwFeeder::new(Route::single(ctx), UpstreamStreams::Aggregated, namespace);
+    let upstream = Sessions::start(feeder, renderer, metrics.clone(), &config);
+    let (views, html) = page_of(upstream, metrics, config).await;
+    let session = &views.sessions.sessions[0].session;
+    let stream = session
+        .stream
+        .as_ref()
+        .expect("an upstream session has a stream");
+    assert_ne!(stream.phase, Phase::Open);
+    let row = session_row(&html);
+    assert!(
+        row.contains(&format!(
+            "<td><span class=\"warn\">{}</span> since {}",
+            stream.phase.name(),
+            stream.since
+        )),
+        "{row}"
+    );
+    assert!(!row.contains("class=\"muted\""), "{row}");
+    let served = serde_json::to_value(&views.sessions).unwrap();
+    assert_eq!(
+        served["sessions"][0]["stream"],
+        stream.phase.name(),
+        "{served}"
+    );
 }
