@@ -45,9 +45,9 @@ const CLIENT_BASE_BYTES: usize = 512;
 /// What a subscription weighs besides its names (versions, times, its slot).
 const SUBSCRIPTION_BASE_BYTES: usize = 256;
 
-/// One poll, as answered.
+/// One poll as it was answered, for the book to record ([`ClientBook::record`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Poll<'a> {
+pub(crate) struct AnsweredPoll<'a> {
     pub(crate) request: &'a ParsedRequest,
     pub(crate) kind: ResourceType,
     /// Where the connection came from (none in in-process tests).
@@ -165,7 +165,7 @@ impl ClientBook {
     }
 
     /// Records one answered poll.
-    pub(crate) fn record(&self, poll: Poll<'_>) {
+    pub(crate) fn record(&self, poll: AnsweredPoll<'_>) {
         let request = poll.request;
         let key = client_key(request, poll.remote);
         let now = SystemTime::now();
@@ -190,7 +190,12 @@ impl ClientBook {
     }
 
     /// Records `poll` in `client`; its weight before and after.
-    fn record_in(&self, client: &Mutex<Client>, poll: Poll<'_>, now: SystemTime) -> (u32, u32) {
+    fn record_in(
+        &self,
+        client: &Mutex<Client>,
+        poll: AnsweredPoll<'_>,
+        now: SystemTime,
+    ) -> (u32, u32) {
         let request = poll.request;
         let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
         let before = client.weight();
@@ -362,7 +367,7 @@ mod tests {
     }
 
     fn record(book: &ClientBook, request: &ParsedRequest, current: &str, standing: Standing) {
-        book.record(Poll {
+        book.record(AnsweredPoll {
             request,
             kind: ResourceType::Endpoints,
             remote: Some(IpAddr::from([127, 0, 0, 1])),
@@ -422,7 +427,7 @@ mod tests {
         let book = ClientBook::new(Duration::from_secs(60));
         let a = request("", &[]);
         for ip in [[127, 0, 0, 1], [127, 0, 0, 2]] {
-            book.record(Poll {
+            book.record(AnsweredPoll {
                 request: &a,
                 kind: ResourceType::Clusters,
                 remote: Some(IpAddr::from(ip)),

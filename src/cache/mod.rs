@@ -15,7 +15,7 @@ mod state;
 pub(crate) use changes::{History, Served};
 pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{
-    ClientBook, ClientsView, NodeClients, Poll, SubscriptionState, SubscriptionStatus,
+    AnsweredPoll, ClientBook, ClientsView, NodeClients, SubscriptionState, SubscriptionStatus,
     SubscriptionView,
 };
 pub(crate) use identity::IdentityKey;

@@ -34,7 +34,7 @@ use super::query::switch;
 use super::wait::requested_wait;
 use super::watch::{self, Watched};
 use super::Gateway;
-use crate::cache::{Answer, ClientAddr, Names, ParsedRequest, Poll};
+use crate::cache::{Answer, AnsweredPoll, ClientAddr, Names, ParsedRequest};
 use crate::config::{Config, RewritePolicy};
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
@@ -182,7 +182,7 @@ async fn serve(
             answer = polled.answer(renderer, &request, remote, target)?;
         }
     }
-    gateway.clients.record(Poll {
+    gateway.clients.record(AnsweredPoll {
         request: &request,
         kind,
         remote: remote.ip(),

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::admin::views::NodeSession;
-use crate::cache::{ClientBook, ParsedRequests, Poll, Renderer, Standing};
+use crate::cache::{AnsweredPoll, ClientBook, ParsedRequests, Renderer, Standing};
 use crate::config::{Config, SessionKey, UpstreamStreams};
 use crate::metrics::Metrics;
 use crate::source::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
@@ -28,7 +28,7 @@ fn book(node: &str) -> ClientBook {
     let request = ParsedRequests::new(SessionKey::Node)
         .parse(body.to_string().into())
         .unwrap();
-    book.record(Poll {
+    book.record(AnsweredPoll {
         request: &request,
         kind: ResourceType::Listeners,
         remote: Some(IpAddr::from([127, 0, 0, 1])),

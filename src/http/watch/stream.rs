@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, ClientAddr, ParsedRequest, Poll, Served, Standing};
+use crate::cache::{Answer, AnsweredPoll, ClientAddr, ParsedRequest, Served, Standing};
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
@@ -276,7 +276,7 @@ impl Watch {
     /// Shows the watcher in the client book (a heartbeat counts as a 304:
     /// a watch quiet for longer than the book's idle time stays listed).
     fn record(&self, current: &str, body: bool) {
-        self.gateway.clients.record(Poll {
+        self.gateway.clients.record(AnsweredPoll {
             request: &self.request,
             kind: self.kind,
             remote: self.remote.ip(),
