@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -29,7 +29,7 @@ use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
 use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
-use super::present::{version_from_if_none_match, Presentation};
+use super::present::{mark_stale, version_from_if_none_match, Presentation};
 use super::query::switch;
 use super::wait::requested_wait;
 use super::watch::{self, Watched};
@@ -46,10 +46,6 @@ const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch", "changes"];
 const GET_PARAMS: &[&str] = &[
     "wait", "pretty", "format", "node", "cluster", "names", "version", "watch", "changes",
 ];
-
-/// Response header set while the session's upstream stream is down: the
-/// RFC 3339 time since which the state served is stale.
-pub(super) const STALE_HEADER: &str = "x-xds-gateway-stale-since";
 
 /// Who sent a request: the TLS client's identity, the client's address.
 pub(super) type Sender = (Option<Arc<PeerIdentity>>, ClientAddr);
@@ -214,13 +210,7 @@ async fn serve(
         };
     }
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
-    if let Some(since) = polled.stale_since() {
-        // The upstream is down: this is the last good state, kept serving.
-        let stamp = humantime::format_rfc3339_seconds(since).to_string();
-        if let Ok(value) = HeaderValue::from_str(&stamp) {
-            response.headers_mut().insert(STALE_HEADER, value);
-        }
-    }
+    mark_stale(response.headers_mut(), polled.stale_since());
     Ok(response)
 }
 
@@ -378,6 +368,7 @@ fn rewrites(config: &Config, user_agent: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     #[test]
     fn rewrite_policy_and_host() {

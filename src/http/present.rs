@@ -1,9 +1,11 @@
 //! Presentation of a discovery answer: canonical compact JSON (what Envoy
 //! gets), indented JSON (`?pretty`), or YAML (`?format=yaml` or
 //! `Accept: application/yaml`), each with an `ETag` of the version so HTTP
-//! caches and `If-None-Match` work. Errors are always JSON.
+//! caches and `If-None-Match` work; and, on a poll and a watch alike, the
+//! [`STALE_HEADER`] while the state served is stale. Errors are always JSON.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -83,6 +85,22 @@ impl Presentation {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
         set_etag(&mut response, version);
         response
+    }
+}
+
+/// Response header set while the session's upstream stream is down: the
+/// RFC 3339 time since which the state served is stale.
+pub(super) const STALE_HEADER: &str = "x-xds-gateway-stale-since";
+
+/// Marks a response (a poll's, a watch's) as serving a state stale since
+/// `since` (the upstream is down: the last good state, kept serving), if so.
+pub(super) fn mark_stale(headers: &mut HeaderMap, since: Option<SystemTime>) {
+    let Some(since) = since else {
+        return;
+    };
+    let stamp = humantime::format_rfc3339_seconds(since).to_string();
+    if let Ok(value) = HeaderValue::from_str(&stamp) {
+        headers.insert(STALE_HEADER, value);
     }
 }
 
@@ -169,6 +187,16 @@ mod tests {
         let mut accept = HeaderMap::new();
         accept.insert(header::ACCEPT, HeaderValue::from_static("application/yaml"));
         assert!(Presentation::from_request(&q(&[]), &accept).unwrap().yaml);
+    }
+
+    #[test]
+    fn stale_is_marked_with_the_time_since() {
+        let mut headers = HeaderMap::new();
+        mark_stale(&mut headers, None);
+        assert!(headers.is_empty());
+        let since = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400);
+        mark_stale(&mut headers, Some(since));
+        assert_eq!(headers[STALE_HEADER], "1970-01-02T00:00:00Z");
     }
 
     fn if_none_match(v: &[u8]) -> Result<Option<String>, ApiError> {

@@ -15,7 +15,7 @@ use tower::ServiceExt;
 use super::scripted;
 use crate::cache::Coverage;
 use crate::config::Config;
-use crate::http::discovery::STALE_HEADER;
+use crate::http::present::STALE_HEADER;
 use crate::http::{router, Gateway};
 use crate::source::scripted::{idle, Script};
 use crate::source::Command;

@@ -24,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 
 use super::authorize::Caller;
-use super::discovery::STALE_HEADER;
 use super::error::ApiError;
+use super::present::mark_stale;
 use super::query::switch;
 use super::Gateway;
 use crate::cache::{ClientAddr, ParsedRequest};
@@ -140,12 +140,7 @@ pub(super) async fn open(
     }
     // nginx buffers responses unless told not to.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    if let Some(since) = stale_since {
-        let stamp = humantime::format_rfc3339_seconds(since).to_string();
-        if let Ok(value) = HeaderValue::from_str(&stamp) {
-            headers.insert(STALE_HEADER, value);
-        }
-    }
+    mark_stale(headers, stale_since);
     Ok(response)
 }
 
