@@ -146,23 +146,7 @@ async fn serve(
     let mut polled = gateway.source.poll(kind, &request, tenant.as_ref()).await?;
     let mut answer = polled.answer(renderer, &request, remote, target)?;
     if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
-        if gateway.drain.is_draining() {
-            return Err(ApiError::Unavailable {
-                message: "this gateway is shutting down and holds no new long polls; poll again (another replica answers)".into(),
-                retry_after_secs: 1,
-            });
-        }
-        // The principal's share first: over it, it takes no global place.
-        let _share = gateway.long_poll_share.take(tenant.as_ref())?;
-        let Ok(_slot) = gateway.long_polls.try_acquire() else {
-            return Err(ApiError::Unavailable {
-                message: format!(
-                    "too many long polls held now (at most {}, --max-long-polls); poll again later or without ?wait=",
-                    config.max_long_polls
-                ),
-                retry_after_secs: 1,
-            });
-        };
+        let _slot = gateway.long_polls.admit(&gateway.drain, tenant.as_ref())?;
         let _held = gateway.metrics.long_poll_held();
         // At shutdown a held poll is answered now (304 unless the state
         // moved meanwhile), so the connection can close.

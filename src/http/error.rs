@@ -97,8 +97,8 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// A 503 for a condition expected to pass.
-    fn unavailable(message: String) -> ApiError {
+    /// A 503 for a condition expected to pass, with `Retry-After`.
+    pub(super) fn unavailable(message: String) -> ApiError {
         ApiError::Unavailable {
             message,
             retry_after_secs: RETRY_AFTER_SECS,

@@ -15,6 +15,7 @@
 //! know axum and status codes; what answers a poll is the [`Source`]'s
 //! business, whichever kind it is.
 
+mod admission;
 mod authorize;
 mod body;
 mod caching;
@@ -41,11 +42,12 @@ use crate::config::Config;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::serve::RemoteAddr;
-use crate::shares::{Share, Tenant};
+use crate::shares::Tenant;
 use crate::source::Source;
 use crate::tls::{PeerIdentity, ServerTls};
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
+use admission::{Held, Places};
 pub(crate) use error::ApiError;
 pub(crate) use query::Params;
 
@@ -58,15 +60,12 @@ pub(crate) struct Gateway {
     metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
     parsed: ParsedRequests,
-    /// One permit per long poll that may be held at once.
-    long_polls: tokio::sync::Semaphore,
-    /// What each principal holds of `--max-long-polls`.
-    long_poll_share: Share,
-    /// What each principal holds of `--max-watches`.
-    watch_share: Share,
-    /// One permit per watch stream that may be open at once (each open
-    /// stream owns its permit).
-    watches: Arc<tokio::sync::Semaphore>,
+    /// The long polls that may be held at once (`--max-long-polls`), and
+    /// each principal's share of them.
+    long_polls: Places,
+    /// The watches that may be open at once (`--max-watches`), and each
+    /// principal's share of them (each open stream owns its place).
+    watches: Places,
     /// Who may fetch what; `None`: everyone everything.
     auth: Option<Arc<AuthPolicy>>,
     /// The REST listener's TLS, whose client CA reloads open requests are
@@ -94,20 +93,12 @@ impl Gateway {
     ) -> Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
-            long_polls: tokio::sync::Semaphore::new(config.max_long_polls),
-            long_poll_share: Share::new(
-                "max-long-polls",
-                "long polls",
+            long_polls: Places::new(
+                Held::LongPoll,
                 config.max_long_polls,
                 config.principal_share,
             ),
-            watch_share: Share::new(
-                "max-watches",
-                "watches",
-                config.max_watches,
-                config.principal_share,
-            ),
-            watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
+            watches: Places::new(Held::Watch, config.max_watches, config.principal_share),
             auth: None,
             client_trust: None,
             admin_address: None,

@@ -81,26 +81,9 @@ pub(super) async fn open(
         Some(version) => watched.request.presenting(&version),
         None => watched.request.clone(),
     };
-    if gateway.drain.is_draining() {
-        return Err(ApiError::Unavailable {
-            message: "this gateway is shutting down and opens no new watches; reconnect (another replica answers)".into(),
-            retry_after_secs: 1,
-        });
-    }
-    // The principal's share first: over it, it takes no global place.
-    let share = gateway.watch_share.take(watched.tenant)?;
-    let Ok(permit) = gateway.watches.clone().try_acquire_owned() else {
-        return Err(ApiError::Unavailable {
-            message: format!(
-                "too many watches open now (at most {}, --max-watches); reconnect later, or poll",
-                gateway.config.max_watches
-            ),
-            retry_after_secs: 1,
-        });
-    };
+    let slot = gateway.watches.admit(&gateway.drain, watched.tenant)?;
     let kind = watched.kind;
     let watched_vary = watched.vary.clone();
-    let slot = (permit, share);
     let mut polled = gateway.source.poll(kind, &request, watched.tenant).await?;
     let first = polled.answer(
         &gateway.renderer,

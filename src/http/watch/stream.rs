@@ -22,17 +22,16 @@ use axum::body::Body;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
 use crate::cache::{Answer, AnsweredPoll, ClientAddr, ParsedRequest, Served, Standing};
+use crate::http::admission::Slot;
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
-use crate::shares::Taken;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
@@ -79,10 +78,6 @@ pub(super) struct Watch {
     _open: OpenConnection,
     _slot: Slot,
 }
-
-/// An open watch's place under `--max-watches`, and in its principal's
-/// share of it: both given back when the stream ends.
-pub(super) type Slot = (OwnedSemaphorePermit, Option<Taken>);
 
 /// What [`Watch::open`] needs beyond the gateway.
 pub(super) struct Opening {

@@ -1,0 +1,153 @@
+//! Admission of what the gateway holds open for a client: long polls
+//! (`--max-long-polls`) and watches (`--max-watches`), by one rule. Nothing
+//! new is held while the gateway drains; then the principal's share of the
+//! limit is taken (over it, it takes no global place); then a global place.
+//! Each refusal is a 503 with `Retry-After` saying what to do instead.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::error::ApiError;
+use crate::drain::Drain;
+use crate::shares::{Share, Taken, Tenant};
+
+/// What a request asks the gateway to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Held {
+    /// A 304 held until the state changes (`?wait=`).
+    LongPoll,
+    /// A stream of every new version (`?watch`).
+    Watch,
+}
+
+impl Held {
+    /// The flag of its limit.
+    fn limit(self) -> &'static str {
+        match self {
+            Held::LongPoll => "max-long-polls",
+            Held::Watch => "max-watches",
+        }
+    }
+
+    /// What its limit counts.
+    fn counted(self) -> &'static str {
+        match self {
+            Held::LongPoll => "long polls",
+            Held::Watch => "watches",
+        }
+    }
+
+    /// Why it is refused while the gateway drains, and what to do.
+    fn draining(self) -> &'static str {
+        match self {
+            Held::LongPoll => "this gateway is shutting down and holds no new long polls; poll again (another replica answers)",
+            Held::Watch => "this gateway is shutting down and opens no new watches; reconnect (another replica answers)",
+        }
+    }
+
+    /// Why it is refused with every place taken, and what to do.
+    fn full(self, max: usize) -> String {
+        match self {
+            Held::LongPoll => format!(
+                "too many long polls held now (at most {max}, --max-long-polls); poll again later or without ?wait="
+            ),
+            Held::Watch => format!(
+                "too many watches open now (at most {max}, --max-watches); reconnect later, or poll"
+            ),
+        }
+    }
+}
+
+/// The places of one kind of held request: the global ones and each
+/// principal's share of them.
+#[derive(Debug)]
+pub(super) struct Places {
+    held: Held,
+    max: usize,
+    permits: Arc<Semaphore>,
+    share: Share,
+}
+
+impl Places {
+    /// `max` places of `held`, a principal taking at most `principal_share`
+    /// percent of them.
+    pub(super) fn new(held: Held, max: usize, principal_share: u8) -> Places {
+        Places {
+            held,
+            max,
+            permits: Arc::new(Semaphore::new(max)),
+            share: Share::new(held.limit(), held.counted(), max, principal_share),
+        }
+    }
+}
+
+/// A held request's place, and its place in its principal's share: both
+/// given back when it drops (the long poll answered, the watch ended).
+pub(super) type Slot = (OwnedSemaphorePermit, Option<Taken>);
+
+impl Places {
+    /// A place on behalf of `tenant`, or the 503 saying why not.
+    pub(super) fn admit(&self, drain: &Drain, tenant: Option<&Tenant>) -> Result<Slot, ApiError> {
+        if drain.is_draining() {
+            return Err(ApiError::unavailable(self.held.draining().to_owned()));
+        }
+        let share = self.share.take(tenant)?;
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return Err(ApiError::unavailable(self.held.full(self.max)));
+        };
+        Ok((permit, share))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(result: Result<Slot, ApiError>) -> String {
+        match result {
+            Err(err @ ApiError::Unavailable { .. }) => err.to_string(),
+            Err(other) => panic!("not a 503: {other}"),
+            Ok(_) => panic!("admitted"),
+        }
+    }
+
+    #[test]
+    fn places_are_given_back() {
+        let drain = Drain::default();
+        let long_polls = Places::new(Held::LongPoll, 2, 50);
+        let held = [
+            long_polls.admit(&drain, None).unwrap(),
+            long_polls.admit(&drain, None).unwrap(),
+        ];
+        let why = refusal(long_polls.admit(&drain, None));
+        assert!(why.contains("at most 2, --max-long-polls"), "{why}");
+        drop(held);
+        let _again = long_polls.admit(&drain, None).unwrap();
+    }
+
+    #[test]
+    fn a_principal_takes_its_share_and_no_more() {
+        let drain = Drain::default();
+        let watches = Places::new(Held::Watch, 4, 50);
+        let tenant = Tenant::of(Some("team-a"), 2);
+        let _held = [
+            watches.admit(&drain, tenant.as_ref()).unwrap(),
+            watches.admit(&drain, tenant.as_ref()).unwrap(),
+        ];
+        let why = refusal(watches.admit(&drain, tenant.as_ref()));
+        assert!(why.contains("max-watches"), "{why}");
+        // Others still find places.
+        let _other = watches.admit(&drain, None).unwrap();
+    }
+
+    #[test]
+    fn nothing_new_is_held_while_draining() {
+        let drain = Drain::default();
+        drain.begin();
+        for held in [Held::LongPoll, Held::Watch] {
+            let why = refusal(Places::new(held, 10, 50).admit(&drain, None));
+            assert!(why.contains("shutting down"), "{held:?}: {why}");
+        }
+    }
+}
