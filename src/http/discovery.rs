@@ -7,14 +7,14 @@
 //! content type, body (time, size, JSON), type_url vs path, names and node
 //! size, whether the caller may fetch this node (403); a `?watch` is handed
 //! to `watch` from here (the same checks, then a stream); else wait and
-//! presentation; then the source is polled (it
-//! waits, bounded, for the upstream's first state) and answers 200 with the
-//! assembled body or 304, holding a 304 as a long poll when the client asked
-//! to wait (not while the gateway drains: then a new long poll is a 503 and
-//! a held one is answered at once). With `?changes` a body is given in
-//! changes form (`cache::Served::changes`, against the history of answers
-//! served to the same node identity); every body served is remembered there. Nothing here mutates a state except through its body memo, so a
-//! bad request cannot poison what others are served.
+//! presentation; then the source is polled (it waits, bounded, for the
+//! upstream's first state) and answers 200 with the assembled body or 304,
+//! holding a 304 as a long poll when the client asked to wait
+//! (`long_poll`). With `?changes` a body is given in changes form, against
+//! the history of answers served to the same node identity; every body
+//! served is remembered there (`asked`, as for a watch). Nothing here
+//! mutates a state except through its body memo, so a bad request cannot
+//! poison what others are served.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,16 +25,18 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::asked::Asked;
 use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body};
 use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
+use super::long_poll;
 use super::present::{mark_stale, version_from_if_none_match, Presentation};
 use super::query::switch;
 use super::wait::requested_wait;
-use super::watch::{self, Watched};
+use super::watch;
 use super::Gateway;
-use crate::cache::{Answer, AnsweredPoll, ClientAddr, Names, ParsedRequest};
+use crate::cache::{Answer, ClientAddr, Names, ParsedRequest};
 use crate::config::{Config, RewritePolicy};
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
@@ -95,8 +97,8 @@ pub(super) async fn handle_get(
     finish(&gateway, kind, started, served.await)
 }
 
-/// The poll itself: parse, authorize the node, ask the source, answer
-/// (holding a 304 as a long poll when asked to wait), or open a watch.
+/// One discovery request once its caller is known: parsed, checked and
+/// authorized for its node, then served as a watch or as a poll.
 async fn serve(
     gateway: &Arc<Gateway>,
     kind: ResourceType,
@@ -112,81 +114,60 @@ async fn serve(
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
-    let tenant = gateway.tenant(caller);
-    let changes = switch(query, "changes")?;
-    let mut cacheability = Cacheability {
+    let asked = Asked {
+        kind,
+        caller,
+        request: &request,
+        target: rest_target(config, request.user_agent_name(), headers),
+        remote,
+        changes: switch(query, "changes")?,
+        tenant: gateway.tenant(caller),
+    };
+    let cacheability = Cacheability {
         authenticated: gateway.auth.is_some(),
         secrets: kind == ResourceType::Secrets,
-        changes,
+        changes: asked.changes,
         long_poll: false,
         host_selects: rewrites(config, request.user_agent_name()),
     };
     if watch::requested(query)? {
-        let target = rest_target(config, request.user_agent_name(), headers);
-        let watched = Watched {
-            kind,
-            caller,
-            request: &request,
-            target,
-            remote,
-            changes,
-            tenant: tenant.as_ref(),
-            vary: cacheability.headers(config.cache_max_age).vary,
-        };
-        return watch::open(gateway, watched, headers, query).await;
+        let vary = cacheability.headers(config.cache_max_age).vary;
+        return watch::open(gateway, asked, vary, headers, query).await;
     }
+    poll(gateway, asked, cacheability, headers, query).await
+}
+
+/// A poll: the source's answer now (a 304 held as a long poll when the
+/// client asked to wait), booked, and presented as asked.
+async fn poll(
+    gateway: &Gateway,
+    asked: Asked<'_>,
+    mut cacheability: Cacheability,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let config = &gateway.config;
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     cacheability.long_poll = !wait.is_zero();
     let cache_headers = cacheability.headers(config.cache_max_age);
     let presentation = Presentation::from_request(query, headers)?;
-    let target = rest_target(config, request.user_agent_name(), headers);
-    let target = target.as_ref();
-    let renderer = &gateway.renderer;
-
-    let mut polled = gateway.source.poll(kind, &request, tenant.as_ref()).await?;
-    let mut answer = polled.answer(renderer, &request, remote, target)?;
-    if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
-        let _slot = gateway.long_polls.admit(&gateway.drain, tenant.as_ref())?;
-        let _held = gateway.metrics.long_poll_held();
-        // At shutdown a held poll is answered now (304 unless the state
-        // moved meanwhile), so the connection can close.
-        // A reload of the auth policy that no longer allows this request
-        // ends it with the new policy's answer.
-        let revoked = caller.revoked(kind, request.node_id(), request.node_cluster());
-        let changed = tokio::select! {
-            changed = polled.next_change(wait) => changed,
-            () = gateway.drain.started() => true,
-            err = revoked => return Err(err.into()),
-        };
-        if changed {
-            answer = polled.answer(renderer, &request, remote, target)?;
-        }
+    let (kind, tenant) = (asked.kind, asked.tenant.as_ref());
+    let mut polled = gateway.source.poll(kind, asked.request, tenant).await?;
+    let answered = asked.answered();
+    let mut answer = answered.answer(gateway, &mut polled)?;
+    let unchanged = matches!(answer, Answer::NotModified { .. });
+    if unchanged && !wait.is_zero() && long_poll::hold(gateway, &asked, &mut polled, wait).await? {
+        answer = answered.answer(gateway, &mut polled)?;
     }
-    gateway.clients.record(AnsweredPoll {
-        request: &request,
-        kind,
-        remote: remote.ip(),
-        current: answer.version(),
-        body: matches!(answer, Answer::Body { .. }),
-        standing: polled.standing(),
-        rewritten_for: target.map(|t| t.cluster_name.as_str()),
-    });
+    let body = matches!(answer, Answer::Body { .. });
+    answered.record(gateway, answer.version(), body, polled.standing());
     if let Answer::Body {
         json,
         version,
         cached,
     } = answer
     {
-        // Recalled before it is remembered: what the client held, not this.
-        let since = changes
-            .then(|| gateway.history.recall(&request, request.version_info()))
-            .flatten();
-        let served = || Arc::new(polled.served(&request, target));
-        let json = match changes {
-            true => served().changes(renderer, &version, since.as_deref())?,
-            false => json,
-        };
-        gateway.history.remember(&request, &version, served);
+        let (json, _) = answered.body(gateway, &polled, json, &version, asked.changes, None)?;
         answer = Answer::Body {
             json,
             version,

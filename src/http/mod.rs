@@ -16,12 +16,14 @@
 //! business, whichever kind it is.
 
 mod admission;
+mod asked;
 mod authorize;
 mod body;
 mod caching;
 mod discovery;
 mod error;
 mod forwarded;
+mod long_poll;
 mod passthrough;
 mod present;
 mod query;

@@ -5,34 +5,32 @@
 //! (`?format=ndjson`, `Accept: application/x-ndjson`, and the default).
 //!
 //! What a watch is answered is what a poll is: the request is checked,
-//! authorized and polled by `discovery` exactly as a poll; this module then
-//! takes over: the format, where the client resumes from (`Last-Event-ID`
-//! over `version`), the bound on open watches (`--max-watches`, a 503 over
-//! it), the drain (new watches refused with a 503 and `Retry-After`, open
-//! ones ended), revocation (a reload of the auth policy that no longer
-//! allows the watch ends it with a closing event saying why), and the
-//! stream itself ([`stream`]).
+//! authorized and polled by `discovery` exactly as a poll, and its answers
+//! are booked as a poll's are (`asked`); this module then takes over: the
+//! format, where the client resumes from (`Last-Event-ID` over `version`),
+//! admission (`--max-watches` and the drain, as for a long poll: a 503 with
+//! `Retry-After`), open watches ended by the drain, revocation (a reload of
+//! the auth policy that no longer allows the watch ends it with a closing
+//! event saying why), and the stream itself ([`stream`]).
 
 mod frame;
 mod stream;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
+use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 
-use super::authorize::Caller;
+use super::asked::{Answered, Asked};
 use super::error::ApiError;
 use super::present::mark_stale;
 use super::query::switch;
 use super::Gateway;
-use crate::cache::{ClientAddr, ParsedRequest};
 use crate::serve::Streaming;
-use crate::shares::Tenant;
-use crate::xds::rewrite::RestTarget;
-use crate::xds::ResourceType;
 pub(crate) use frame::Format;
 use stream::{Opening, Watch};
 
@@ -42,30 +40,52 @@ pub(super) fn requested(query: &HashMap<String, String>) -> Result<bool, ApiErro
     switch(query, "watch")
 }
 
-/// A watch's request, checked and authorized, and where its answers point.
-pub(super) struct Watched<'a> {
-    pub(super) kind: ResourceType,
-    /// Who opened it: the watch ends when a policy reload revokes that.
-    pub(super) caller: &'a Caller,
-    pub(super) request: &'a ParsedRequest,
-    pub(super) target: Option<RestTarget>,
-    pub(super) remote: ClientAddr,
-    /// `?changes`: events in changes form.
-    pub(super) changes: bool,
-    /// Whose share of `--max-watches` (and of sessions) it counts against.
-    pub(super) tenant: Option<&'a Tenant>,
-    /// The `Vary` of the poll it stands for (`Accept` picks the format).
-    pub(super) vary: String,
-}
-
-/// Opens a watch: the stream's response (its first event is the current
-/// state unless the client presents it), or why not.
+/// Opens a watch on `asked` (`vary`: the `Vary` of the poll it stands
+/// for, `Accept` picking the format): the stream's response (its first
+/// event is the current state unless the client presents it), or why not.
 pub(super) async fn open(
     gateway: &Arc<Gateway>,
-    watched: Watched<'_>,
+    asked: Asked<'_>,
+    vary: String,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
+    check_query(query)?;
+    let format = format_of(query, headers)?;
+    let request = match last_event_id(headers)? {
+        Some(version) => asked.request.presenting(&version),
+        None => asked.request.clone(),
+    };
+    let slot = gateway
+        .watches
+        .admit(&gateway.drain, asked.tenant.as_ref())?;
+    let mut polled = gateway
+        .source
+        .poll(asked.kind, &request, asked.tenant.as_ref())
+        .await?;
+    let answered = Answered {
+        request: &request,
+        ..asked.answered()
+    };
+    let first = answered.answer(gateway, &mut polled)?;
+    let stale_since = polled.stale_since();
+    let opening = Opening {
+        kind: asked.kind,
+        revoked: asked.revoked().boxed(),
+        request,
+        target: asked.target,
+        remote: asked.remote,
+        format,
+        polled,
+        slot,
+        changes: asked.changes,
+    };
+    let body = Watch::open(gateway.clone(), opening, &first).into_body();
+    Ok(response(body, format, &vary, stale_since))
+}
+
+/// Refuses what does not go with `?watch`.
+fn check_query(query: &HashMap<String, String>) -> Result<(), ApiError> {
     for (param, why) in [
         ("wait", "a watch stays open by itself"),
         ("pretty", "each event is one line of JSON; pipe it to jq"),
@@ -76,38 +96,13 @@ pub(super) async fn open(
             )));
         }
     }
-    let format = format_of(query, headers)?;
-    let request = match last_event_id(headers)? {
-        Some(version) => watched.request.presenting(&version),
-        None => watched.request.clone(),
-    };
-    let slot = gateway.watches.admit(&gateway.drain, watched.tenant)?;
-    let kind = watched.kind;
-    let watched_vary = watched.vary.clone();
-    let mut polled = gateway.source.poll(kind, &request, watched.tenant).await?;
-    let first = polled.answer(
-        &gateway.renderer,
-        &request,
-        watched.remote,
-        watched.target.as_ref(),
-    )?;
-    let stale_since = polled.stale_since();
-    let revoked = watched
-        .caller
-        .revoked(kind, request.node_id(), request.node_cluster())
-        .boxed();
-    let opening = Opening {
-        kind,
-        revoked,
-        request,
-        target: watched.target,
-        remote: watched.remote,
-        format,
-        polled,
-        slot,
-        changes: watched.changes,
-    };
-    let body = Watch::open(gateway.clone(), opening, &first).into_body();
+    Ok(())
+}
+
+/// The response carrying a watch's `body` in `format`: never cacheable
+/// (`vary` still says what selected it), never buffered by a proxy, never
+/// closed as idle, marked stale when the state it opened on is.
+fn response(body: Body, format: Format, vary: &str, stale_since: Option<SystemTime>) -> Response {
     let mut response = (StatusCode::OK, body).into_response();
     // The connection must not be closed as idle while the stream is open.
     response.extensions_mut().insert(Streaming);
@@ -118,13 +113,13 @@ pub(super) async fn open(
     );
     // Never cacheable; Vary still says what selected the body.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Ok(vary) = HeaderValue::from_str(&watched_vary) {
+    if let Ok(vary) = HeaderValue::from_str(vary) {
         headers.insert(header::VARY, vary);
     }
     // nginx buffers responses unless told not to.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     mark_stale(headers, stale_since);
-    Ok(response)
+    response
 }
 
 /// `?format=sse|ndjson`, else `Accept: text/event-stream` for SSE, else NDJSON.

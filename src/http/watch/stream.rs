@@ -26,8 +26,9 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, AnsweredPoll, ClientAddr, ParsedRequest, Served, Standing};
+use crate::cache::{Answer, ClientAddr, ParsedRequest, Served, Standing};
 use crate::http::admission::Slot;
+use crate::http::asked::Answered;
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
@@ -184,17 +185,15 @@ impl Watch {
 
     /// Answers the current state: a frame when the client's answer changed.
     fn answer(&mut self) -> Option<Bytes> {
-        let polled = self.polled.as_mut()?;
-        match polled.answer(
-            &self.gateway.renderer,
-            &self.request,
-            self.remote,
-            self.target.as_ref(),
-        ) {
-            Ok(answer) => {
-                self.standing = polled.standing();
-                self.frame_for(&answer)
-            }
+        // Taken out while answering (`answered` borrows the rest of self).
+        let mut polled = self.polled.take()?;
+        let answer = self.answered().answer(&self.gateway, &mut polled);
+        if answer.is_ok() {
+            self.standing = polled.standing();
+        }
+        self.polled = Some(polled);
+        match answer {
+            Ok(answer) => self.frame_for(&answer),
             Err(err) => {
                 // States are validated on arrival: this is the gateway's own
                 // failure; end the stream rather than send a broken event.
@@ -224,16 +223,11 @@ impl Watch {
                 self.request = self.request.presenting(version);
                 // A watcher holds what it is sent (there is no next poll to
                 // say so): observed as presenting it, it stands in step.
-                if let Some(polled) = self.polled.as_mut() {
-                    let again = polled.answer(
-                        &self.gateway.renderer,
-                        &self.request,
-                        self.remote,
-                        self.target.as_ref(),
-                    );
-                    if again.is_ok() {
+                if let Some(mut polled) = self.polled.take() {
+                    if self.answered().answer(&self.gateway, &mut polled).is_ok() {
                         self.standing = polled.standing();
                     }
+                    self.polled = Some(polled);
                 }
                 self.record(version, true);
                 self.gateway.metrics.watch_event(self.kind);
@@ -248,38 +242,43 @@ impl Watch {
     /// client presented, if the history still holds it), remembering what
     /// was served.
     fn body_frame(&mut self, json: &Bytes, version: &str) -> Result<Bytes, JsonError> {
-        let history = &self.gateway.history;
         let Some(polled) = &self.polled else {
             return Ok(self.format.event(RESPONSE_EVENT, version, json));
         };
-        let served = Arc::new(polled.served(&self.request, self.target.as_ref()));
-        let frame = if self.changes {
-            let since = match &self.last {
-                Some(last) => Some(last.clone()),
-                None => history.recall(&self.request, self.request.version_info()),
-            };
-            let changes = served.changes(&self.gateway.renderer, version, since.as_deref())?;
-            self.format.event(CHANGES_EVENT, version, &changes)
+        let (body, served) = self.answered().body(
+            &self.gateway,
+            polled,
+            json.clone(),
+            version,
+            self.changes,
+            self.last.clone(),
+        )?;
+        let event = if self.changes {
+            CHANGES_EVENT
         } else {
-            self.format.event(RESPONSE_EVENT, version, json)
+            RESPONSE_EVENT
         };
-        history.remember(&self.request, version, || served.clone());
-        self.last = Some(served);
-        Ok(frame)
+        if served.is_some() {
+            self.last = served;
+        }
+        Ok(self.format.event(event, version, &body))
     }
 
     /// Shows the watcher in the client book (a heartbeat counts as a 304:
     /// a watch quiet for longer than the book's idle time stays listed).
     fn record(&self, current: &str, body: bool) {
-        self.gateway.clients.record(AnsweredPoll {
-            request: &self.request,
+        self.answered()
+            .record(&self.gateway, current, body, self.standing);
+    }
+
+    /// Who its answers go to: the client, presenting the version last sent.
+    fn answered(&self) -> Answered<'_> {
+        Answered {
             kind: self.kind,
-            remote: self.remote.ip(),
-            current,
-            body,
-            standing: self.standing,
-            rewritten_for: self.target.as_ref().map(|t| t.cluster_name.as_str()),
-        });
+            request: &self.request,
+            remote: self.remote,
+            target: self.target.as_ref(),
+        }
     }
 }
 

@@ -1,0 +1,120 @@
+//! A discovery request as a poll and a watch both serve it, once checked
+//! and authorized ([`Asked`]), and what the gateway does with every answer
+//! to it, polls and watches alike ([`Answered`]): the answer by the cache's
+//! rule, the client shown in the client book, and a body remembered in the
+//! `?changes` history (and given in changes form when asked).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::authorize::{AuthError, Caller};
+use super::Gateway;
+use crate::cache::{Answer, AnsweredPoll, ClientAddr, ParsedRequest, Served, Standing};
+use crate::shares::Tenant;
+use crate::source::Polled;
+use crate::xds::rewrite::RestTarget;
+use crate::xds::{JsonError, ResourceType};
+
+/// A discovery request, checked and authorized, and where its answers point.
+pub(super) struct Asked<'a> {
+    pub(super) kind: ResourceType,
+    /// Who asked: what it holds open ends when a policy reload revokes that.
+    pub(super) caller: &'a Caller,
+    pub(super) request: &'a ParsedRequest,
+    /// Where its ADS config sources point, if they are rewritten for it.
+    pub(super) target: Option<RestTarget>,
+    pub(super) remote: ClientAddr,
+    /// `?changes`: bodies in changes form.
+    pub(super) changes: bool,
+    /// Whose shares of the limits it counts against.
+    pub(super) tenant: Option<Tenant>,
+}
+
+impl Asked<'_> {
+    /// Resolves once a reload of the auth policy (or of the client CA) no
+    /// longer allows this request: what ends a long poll or a watch.
+    pub(super) fn revoked(&self) -> impl Future<Output = AuthError> + Send + 'static {
+        let request = self.request;
+        self.caller
+            .revoked(self.kind, request.node_id(), request.node_cluster())
+    }
+
+    /// Who its answers go to.
+    pub(super) fn answered(&self) -> Answered<'_> {
+        Answered {
+            kind: self.kind,
+            request: self.request,
+            remote: self.remote,
+            target: self.target.as_ref(),
+        }
+    }
+}
+
+/// Who an answer goes to: what the answer, the client book and the
+/// history key on. A watch answers the same client again and again, each
+/// time presenting the version it was last sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answered<'a> {
+    pub(super) kind: ResourceType,
+    pub(super) request: &'a ParsedRequest,
+    pub(super) remote: ClientAddr,
+    pub(super) target: Option<&'a RestTarget>,
+}
+
+impl Answered<'_> {
+    /// Its answer from `polled` now: a body, or a 304 when it holds what it
+    /// would get.
+    pub(super) fn answer(
+        &self,
+        gateway: &Gateway,
+        polled: &mut Polled,
+    ) -> Result<Answer, JsonError> {
+        polled.answer(&gateway.renderer, self.request, self.remote, self.target)
+    }
+
+    /// Shows it in the client book, answered at `current` (`body`: a body
+    /// went out, else a 304), standing as `standing`.
+    pub(super) fn record(&self, gateway: &Gateway, current: &str, body: bool, standing: Standing) {
+        gateway.clients.record(AnsweredPoll {
+            request: self.request,
+            kind: self.kind,
+            remote: self.remote.ip(),
+            current,
+            body,
+            standing,
+            rewritten_for: self.target.map(|t| t.cluster_name.as_str()),
+        });
+    }
+
+    /// The body to send for `json` at `version`, remembering what was
+    /// served in the history (what a later `?changes` is relative to).
+    /// With `changes`, the body is in changes form relative to `last` (the
+    /// watch's last event) or else to the version the request presents, if
+    /// the history holds it as served to this requester; what was served is
+    /// then returned (the next changes are relative to it).
+    pub(super) fn body(
+        &self,
+        gateway: &Gateway,
+        polled: &Polled,
+        json: Bytes,
+        version: &str,
+        changes: bool,
+        last: Option<Arc<Served>>,
+    ) -> Result<(Bytes, Option<Arc<Served>>), JsonError> {
+        let history = &gateway.history;
+        let served = || Arc::new(polled.served(self.request, self.target));
+        if !changes {
+            // Made only when the history does not hold `version` yet.
+            history.remember(self.request, version, served);
+            return Ok((json, None));
+        }
+        // Recalled before it is remembered: what the client held, not this.
+        let since = last.or_else(|| history.recall(self.request, self.request.version_info()));
+        let served = served();
+        let body = served.changes(&gateway.renderer, version, since.as_deref())?;
+        history.remember(self.request, version, || served.clone());
+        Ok((body, Some(served)))
+    }
+}
