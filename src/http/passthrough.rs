@@ -19,13 +19,14 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::service::health::v3::health_check_request_or_endpoint_health_response::RequestType;
 use envoy_types::pb::envoy::service::health::v3::HealthCheckRequestOrEndpointHealthResponse;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 
-use super::authorize::authenticate;
+use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body, BodyError};
 use super::error::ApiError;
 use super::Gateway;
@@ -68,30 +69,57 @@ async fn serve(
         gateway.config.body_read_timeout,
     )
     .await?;
+    let call = question(gateway, endpoint, &caller, &body)?;
+    let answer = gateway.source.pass_through(call).await?;
+    let json = answer_json(gateway, endpoint, &caller, answer)?;
+    let mut response = (StatusCode::OK, json).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+/// The question `body` asks of `endpoint`, if `caller` may ask it.
+fn question(
+    gateway: &Gateway,
+    endpoint: Endpoint,
+    caller: &Caller,
+    body: &[u8],
+) -> Result<PassThrough, ApiError> {
     let codec = gateway.renderer.codec();
     let invalid = |e: crate::xds::JsonError| BodyError::Invalid(e.to_string());
-    let call = match endpoint {
+    match endpoint {
         Endpoint::HealthCheck => {
             let request: HealthCheckRequestOrEndpointHealthResponse = codec
-                .parse_prost(endpoint.request_message(), &body, true)
+                .parse_prost(endpoint.request_message(), body, true)
                 .map_err(invalid)?;
             caller.may_use_hds(hds_node(&request))?;
-            PassThrough::HealthCheck(request)
+            Ok(PassThrough::HealthCheck(request))
         }
         Endpoint::ClientStatus => {
             let request: ClientStatusRequest = codec
-                .parse_prost(endpoint.request_message(), &body, true)
+                .parse_prost(endpoint.request_message(), body, true)
                 .map_err(invalid)?;
             if caller.is_principal() {
                 caller.may_ask_csds_about(&csds_nodes(&request)?)?;
             }
-            PassThrough::ClientStatus(request)
+            Ok(PassThrough::ClientStatus(request))
         }
-        Endpoint::Discovery(_) => {
-            return Err(ApiError::Internal("not a pass-through endpoint".into()))
-        }
-    };
-    let json = match gateway.source.pass_through(call).await? {
+        Endpoint::Discovery(_) => Err(ApiError::Internal("not a pass-through endpoint".into())),
+    }
+}
+
+/// The upstream's `answer` as canonical JSON, keeping only what `caller`
+/// may see.
+fn answer_json(
+    gateway: &Gateway,
+    endpoint: Endpoint,
+    caller: &Caller,
+    answer: PassedThrough,
+) -> Result<Bytes, ApiError> {
+    let codec = gateway.renderer.codec();
+    Ok(match answer {
         PassedThrough::HealthCheck(answer) => codec.render_prost(endpoint.message(), &answer)?,
         PassedThrough::ClientStatus(mut answer) => {
             // The upstream is asked with the gateway's credentials: what
@@ -101,13 +129,7 @@ async fn serve(
             });
             codec.render_prost(endpoint.message(), &answer)?
         }
-    };
-    let mut response = (StatusCode::OK, json).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    })
 }
 
 /// The node (id, cluster) an HDS request speaks for: its
