@@ -119,3 +119,57 @@ impl ReplyKind {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn placement(upstream: &str) -> Placement {
+        Placement {
+            upstream: upstream.into(),
+            since: "2026-01-01T00:00:00Z".into(),
+            reason: "primary".into(),
+        }
+    }
+
+    /// `upstream` is the aggregated stream's placement, or one per stream
+    /// keyed `ads` or by type; absent, like `serves`, when not set.
+    #[test]
+    fn placements_are_served_as_issue_22_documents_them() {
+        let stream = |placement| StreamView {
+            phase: Phase::Open,
+            since: "2026-01-01T00:00:00Z".into(),
+            stale_since: None,
+            last_error: None,
+            placement,
+        };
+        let served = |stream| {
+            let view = SessionView {
+                node_id: "n".into(),
+                cluster: "c".into(),
+                source: "s".into(),
+                serves: None,
+                stream: Some(stream),
+                requests_in_flight: 0,
+                types: BTreeMap::new(),
+            };
+            serde_json::to_value(view).unwrap()
+        };
+        let none = served(stream(None));
+        assert_eq!(none.get("upstream"), None, "{none}");
+        assert_eq!(none.get("serves"), None, "{none}");
+        let one = served(stream(Some(Placements::Aggregated(placement("main")))));
+        assert_eq!(one["upstream"], json!(placement("main")), "{one}");
+        let lanes = [
+            ("ads", placement("main")),
+            ("clusters", placement("backup")),
+        ];
+        let per_stream = served(stream(Some(Placements::PerStream(lanes.into()))));
+        assert_eq!(
+            per_stream["upstream"],
+            json!({"ads": placement("main"), "clusters": placement("backup")}),
+            "{per_stream}"
+        );
+    }
+}
