@@ -412,6 +412,20 @@ async fn sessions_fail_over_from_a_killed_primary_and_come_back_when_it_answers(
             moved <= FAILOVER_AFTER + Duration::from_secs(3),
             "moved after {moved:?}: more than failover-after plus a poll"
         );
+        // /readyz and the status page say where it is and why.
+        let readyz = admin_get(&gw, "/readyz").await.json();
+        assert!(readyz["failed_over_sessions"].as_u64() >= Some(1), "{readyz}");
+        let failovers = readyz["failovers"].to_string();
+        assert!(
+            failovers.contains("node \\\"held\\\"") && failovers.contains("on backup"),
+            "{readyz}"
+        );
+        let page = admin_get(&gw, "/?refresh=0").await.text();
+        assert!(
+            page.contains("on <span class=\"warn\">backup</span>")
+                && page.contains("On a failover upstream: primary: node &quot;held&quot;"),
+            "the status page does not show the failover: {page}"
+        );
         // CSDS says so too, in the node's metadata.
         let csds = admin_get(&gw, "/debug/client_status").await.json();
         let held = csds["config"]

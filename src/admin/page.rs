@@ -25,7 +25,7 @@ use std::time::SystemTime;
 use super::views::{Readiness, SessionsView};
 use super::Admin;
 use crate::cache::{ClientsView, SubscriptionState, SubscriptionView};
-use crate::source::view::{Phase, ReplyKind};
+use crate::source::view::{Phase, Placement, Placements, ReplyKind, FAILOVER_REASON};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -158,12 +158,13 @@ fn header_section(out: &mut String, views: &Views) {
     let _ = write!(
         out,
         "<header><h1>xds-gateway</h1><p id=\"readiness\" class=\"{class}\">{word}</p>\
-         <p>Source: <code>{}</code> · {} sessions ({} waiting, {} stale) · \
+         <p>Source: <code>{}</code> · {} sessions ({} waiting, {} stale, {} on a failover) · \
          {} upstream streams open</p>",
         escape(&readiness.source),
         readiness.sessions,
         readiness.waiting_sessions,
         readiness.stale_sessions,
+        readiness.failed_over_sessions,
         readiness.upstream_streams_open,
     );
     let refresh = if views.refresh > 0 {
@@ -202,6 +203,12 @@ fn problems_section(out: &mut String, views: &Views) {
     }
     let listed = readiness.problems.iter().chain(&readiness.session_errors);
     problems.extend(listed.map(|p| escape(p)));
+    problems.extend(
+        readiness
+            .failovers
+            .iter()
+            .map(|f| format!("On a failover upstream: {}", escape(f))),
+    );
     for row in &views.sessions.sessions {
         let session = &row.session;
         for (kind, view) in &session.types {
@@ -294,8 +301,15 @@ fn sessions_section(out: &mut String, sessions: &SessionsView) {
                         escape(&error.error)
                     );
                 }
+                if let Some(placements) = &stream.placement {
+                    cell.push_str(&placements_cell(placements));
+                }
                 cell
             }
+        };
+        let stream = match &session.serves {
+            Some(serves) => format!("{stream}<br>serves the names of <b>{}</b>", escape(serves)),
+            None => stream,
         };
         let _ = write!(
             out,
@@ -420,3 +434,26 @@ fn subscription(out: &mut String, sub: &SubscriptionView) {
 
 #[cfg(test)]
 mod tests;
+
+/// Which upstream each stream of a session is on, since when and why (with
+/// a failover configured): warned while on a failover.
+fn placements_cell(placements: &Placements) -> String {
+    let one = |lane: Option<&str>, p: &Placement| {
+        let class = if p.reason.starts_with(FAILOVER_REASON) {
+            "warn"
+        } else {
+            "ok"
+        };
+        format!(
+            "<br>{}on <span class=\"{class}\">{}</span> since {} ({})",
+            lane.map(|l| format!("{} ", escape(l))).unwrap_or_default(),
+            escape(&p.upstream),
+            escape(&p.since),
+            escape(&p.reason)
+        )
+    };
+    match placements {
+        Placements::Aggregated(p) => one(None, p),
+        Placements::PerStream(lanes) => lanes.iter().map(|(lane, p)| one(Some(lane), p)).collect(),
+    }
+}

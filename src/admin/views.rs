@@ -28,6 +28,9 @@ pub(super) struct Readiness {
     pub(super) waiting_sessions: usize,
     /// Sessions with a stream on a failover upstream now.
     pub(super) failed_over_sessions: usize,
+    /// Per session on a failover: the node, which upstream its streams are
+    /// on, since when and why.
+    pub(super) failovers: Vec<String>,
     /// Per stale or waiting session whose stream failed: the node and the
     /// upstream's last error.
     pub(super) session_errors: Vec<String>,
@@ -74,6 +77,7 @@ impl Admin {
             stale_sessions: status.stale_sessions,
             waiting_sessions: status.waiting_sessions,
             failed_over_sessions: status.failed_over_sessions,
+            failovers: status.failovers,
             session_errors: status.session_errors,
             upstream_streams_open: self.metrics.streams_open(),
         }

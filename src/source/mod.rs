@@ -180,6 +180,9 @@ pub(crate) struct Status {
     pub(crate) waiting_sessions: usize,
     /// Sessions with a stream on a failover upstream now.
     pub(crate) failed_over_sessions: usize,
+    /// Per session on a failover: the node, where its streams are and why
+    /// (at most [`SESSION_ERRORS_SHOWN`]).
+    pub(crate) failovers: Vec<String>,
     /// Per stale or waiting session whose stream failed: the node and the
     /// upstream's last error (at most [`SESSION_ERRORS_SHOWN`]).
     pub(crate) session_errors: Vec<String>,

@@ -384,6 +384,22 @@ impl<F: Feeder> Source for Sessions<F> {
             let session = &entry.session;
             if session.failed_over() {
                 status.failed_over_sessions += 1;
+                if status.failovers.len() < SESSION_ERRORS_SHOWN {
+                    let placements: Vec<String> = session
+                        .placements()
+                        .into_iter()
+                        .map(|(lane, p)| {
+                            let lane = lane.map_or("", ResourceType::short_name);
+                            format!("{lane} on {} since {} ({})", p.upstream, p.since, p.reason)
+                        })
+                        .collect();
+                    status.failovers.push(format!(
+                        "node {:?} (cluster {:?}): {}",
+                        session.node.id,
+                        session.node.cluster,
+                        placements.join("; ").trim_start()
+                    ));
+                }
             }
             let state = if session.stale_since().is_some() {
                 status.stale_sessions += 1;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub(crate) use super::failover::Placement;
+pub(crate) use super::failover::{Placement, FAILOVER_REASON};
 pub(crate) use super::upstream_log::Phase;
 
 /// One session (one node identity) as `/debug/sessions` shows it.
