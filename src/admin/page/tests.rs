@@ -97,6 +97,7 @@ fn page(node: &str, ready: bool) -> String {
         stale_sessions: 0,
         waiting_sessions: 0,
         failed_over_sessions: 0,
+        failovers: Vec::new(),
         session_errors: Vec::new(),
         upstream_streams_open: 1,
     };
