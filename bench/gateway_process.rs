@@ -25,11 +25,20 @@ pub fn wait_listening(port: u16) {
     }
 }
 
-/// Starts the gateway binary on `port`/`admin` in front of `upstream`, on 2
-/// worker threads, logging to `log`.
+/// The gateway binary benchmarked: this build's, or `$XDS_GATEWAY_BIN`
+/// (another build, to compare two commits on one machine back to back).
+pub fn gateway_binary() -> std::path::PathBuf {
+    std::env::var_os("XDS_GATEWAY_BIN")
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_xds-gateway").into())
+}
+
+/// Starts the gateway binary ([`gateway_binary`]) on `port`/`admin` in
+/// front of `upstream`, on 2 worker threads, logging to `log`.
 pub fn start_gateway(upstream: &str, port: u16, admin: u16, log: &Path) -> Guard {
     let log = std::fs::File::create(log).expect("gateway log");
-    let child = Command::new(env!("CARGO_BIN_EXE_xds-gateway"))
+    let child = Command::new(gateway_binary())
         .args(["--upstream", upstream])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin", &format!("127.0.0.1:{admin}")])

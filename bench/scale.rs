@@ -11,7 +11,9 @@
 //! answering the new version, with 1 and with 100 identities subscribed.
 //!
 //! Run: `cargo bench --bench scale` (about 2 minutes). `SCALE_CLUSTERS`
-//! (10000), `SCALE_IDENTITIES` (100) and `SCALE_ROUNDS` (10) shape it.
+//! (10000), `SCALE_IDENTITIES` (100) and `SCALE_ROUNDS` (10) shape it;
+//! `XDS_GATEWAY_BIN` runs another build of the gateway (to compare two
+//! commits back to back).
 //! Loopback only; every wait is bounded.
 
 #[path = "../tests/support/fake_ads.rs"]
@@ -164,6 +166,10 @@ async fn main() {
     let settle = || tokio::time::sleep(Duration::from_secs(2));
     let node = |i: usize| format!("scale-node-{i}");
 
+    println!(
+        "gateway binary: {}",
+        gateway_process::gateway_binary().display()
+    );
     println!("{n} clusters and {n} ClusterLoadAssignments upstream; {identities} identities, each with Envoy 1.40's 77 KB node\n");
     println!("| step | gateway RSS | growth | per unit |");
     println!("|---|---|---|---|");
