@@ -20,6 +20,7 @@ use prost_reflect::{
     SerializeOptions,
 };
 
+use super::canonical;
 use super::resource_type::TYPE_URL_PREFIX;
 
 /// Envoy's v3 API, compiled by build.rs.
@@ -233,7 +234,9 @@ impl Codec {
         Ok(msg)
     }
 
-    /// Parses JSON into a prost message type that the pool also knows.
+    /// Parses JSON into a prost message type that the pool also knows,
+    /// through deterministic bytes (`canonical`: protobuf maps in key order,
+    /// nested `Any` payloads included).
     pub fn parse_prost<M: Message + Default>(
         &self,
         name: &str,
@@ -241,7 +244,8 @@ impl Codec {
         ignore_unknown: bool,
     ) -> Result<M, JsonError> {
         let msg = self.parse_message(name, json, ignore_unknown)?;
-        M::decode(msg.encode_to_vec().as_slice()).map_err(|e| JsonError::Decode {
+        // Map entries in key order: the same JSON, the same bytes.
+        M::decode(canonical::encode(self, &msg).as_slice()).map_err(|e| JsonError::Decode {
             type_url: name.to_owned(),
             reason: e.to_string(),
         })

@@ -1,6 +1,7 @@
 //! Protocol vocabulary: resource types, canonical JSON, request parsing and
 //! resource rewrites. No I/O.
 
+mod canonical;
 #[cfg(test)]
 mod fuzz;
 mod json;
