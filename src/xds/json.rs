@@ -20,6 +20,8 @@ use prost_reflect::{
     SerializeOptions,
 };
 
+use super::canonical;
+use super::nesting;
 use super::resource_type::TYPE_URL_PREFIX;
 
 /// Envoy's v3 API, compiled by build.rs.
@@ -109,13 +111,19 @@ impl Codec {
             })
     }
 
-    /// Decodes an `Any`'s payload into a dynamic message of its type.
+    /// Decodes an `Any`'s payload into a dynamic message of its type;
+    /// refuses one nested deeper than anything renders, counting through
+    /// the `Any`s inside it (`nesting`), which would otherwise exhaust the
+    /// stack of whatever walks it.
     pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
         let desc = self.descriptor_for_type_url(type_url)?;
-        DynamicMessage::decode(desc, value).map_err(|e| JsonError::Decode {
+        let decode_error = |reason: String| JsonError::Decode {
             type_url: type_url.to_owned(),
-            reason: e.to_string(),
-        })
+            reason,
+        };
+        let msg = DynamicMessage::decode(desc, value).map_err(|e| decode_error(e.to_string()))?;
+        nesting::check(self, &msg).map_err(decode_error)?;
+        Ok(msg)
     }
 
     /// Renders an `Any` as canonical JSON: `{"@type": type_url, ...fields}`,
@@ -233,7 +241,9 @@ impl Codec {
         Ok(msg)
     }
 
-    /// Parses JSON into a prost message type that the pool also knows.
+    /// Parses JSON into a prost message type that the pool also knows,
+    /// through deterministic bytes (`canonical`: protobuf maps in key order,
+    /// nested `Any` payloads included).
     pub fn parse_prost<M: Message + Default>(
         &self,
         name: &str,
@@ -241,7 +251,8 @@ impl Codec {
         ignore_unknown: bool,
     ) -> Result<M, JsonError> {
         let msg = self.parse_message(name, json, ignore_unknown)?;
-        M::decode(msg.encode_to_vec().as_slice()).map_err(|e| JsonError::Decode {
+        // Map entries in key order: the same JSON, the same bytes.
+        M::decode(canonical::encode(self, &msg).as_slice()).map_err(|e| JsonError::Decode {
             type_url: name.to_owned(),
             reason: e.to_string(),
         })

@@ -1,10 +1,12 @@
 //! Protocol vocabulary: resource types, canonical JSON, request parsing and
 //! resource rewrites. No I/O.
 
+mod canonical;
 #[cfg(test)]
 mod fuzz;
 mod json;
 pub(crate) mod membership;
+mod nesting;
 mod request;
 mod resource_type;
 pub(crate) mod rewrite;
