@@ -646,6 +646,16 @@ async fn faults_on_the_upstream_link_never_reach_rest_clients_delta() {
     .await;
 }
 
+/// The cluster names node `n` is served once they are no longer `before`.
+async fn names_once_not(gw: &InProcess, n: &Value, before: &[&str]) -> Vec<String> {
+    eventually(CHANGE_WAIT, POLL_EVERY, || async {
+        let names = names_of(&poll(gw, &request(n, "", &[])).await);
+        (names != before).then_some(names)
+    })
+    .await
+    .unwrap_or_else(|| panic!("still served {before:?} after {CHANGE_WAIT:?}"))
+}
+
 /// The primary serves clusters a and b, the backup a and c, both at version
 /// "p1": across a failover and back, every answer is one upstream's whole
 /// state, never a mix of both nor the primary's state kept (each upstream
@@ -675,24 +685,12 @@ async fn never_mixed(test: &str, mode: UpstreamMode) {
 
         primary.stop_grpc().await;
         wait_for_placement(&gw, "whole", "backup", "failover").await;
-        let on_backup = eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            let reply = poll(&gw, &request(&n, "", &[])).await;
-            let names = names_of(&reply);
-            (names != ["a", "b"]).then_some(names)
-        })
-        .await
-        .expect("the backup's state was served");
+        let on_backup = names_once_not(&gw, &n, &["a", "b"]).await;
         assert_eq!(on_backup, ["a", "c"], "a mix of two upstreams' states");
 
         primary.start_grpc().await;
         wait_for_placement(&gw, "whole", "primary", "failback").await;
-        let back = eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            let reply = poll(&gw, &request(&n, "", &[])).await;
-            let names = names_of(&reply);
-            (names != ["a", "c"]).then_some(names)
-        })
-        .await
-        .expect("the primary's state was served again");
+        let back = names_once_not(&gw, &n, &["a", "c"]).await;
         assert_eq!(back, ["a", "b"], "a mix of two upstreams' states");
     })
     .await;

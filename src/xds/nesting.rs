@@ -41,7 +41,9 @@ fn within(codec: &Codec, msg: &DynamicMessage, depth: usize, anys: usize) -> Res
     }
     if msg.descriptor().full_name() == ANY {
         if anys == MAX_ANY_DEPTH {
-            return Err(format!("Any payloads nested more than {MAX_ANY_DEPTH} deep"));
+            return Err(format!(
+                "Any payloads nested more than {MAX_ANY_DEPTH} deep"
+            ));
         }
         let type_url = msg.get_field_by_name("type_url");
         let payload = msg.get_field_by_name("value");
@@ -129,7 +131,8 @@ mod tests {
                     refresh_delay: std::time::Duration::from_secs(1),
                     request_timeout: std::time::Duration::from_secs(1),
                 };
-                let rewrite = rewrite_config_sources(&codec, TYPED_EXTENSION_CONFIG, &bytes, &target);
+                let rewrite =
+                    rewrite_config_sources(&codec, TYPED_EXTENSION_CONFIG, &bytes, &target);
                 (render.map(|_| ()), rewrite.map(|_| ()))
             })
             .unwrap();
