@@ -21,6 +21,7 @@ use prost_reflect::{
 };
 
 use super::canonical;
+use super::nesting;
 use super::resource_type::TYPE_URL_PREFIX;
 
 /// Envoy's v3 API, compiled by build.rs.
@@ -110,13 +111,19 @@ impl Codec {
             })
     }
 
-    /// Decodes an `Any`'s payload into a dynamic message of its type.
+    /// Decodes an `Any`'s payload into a dynamic message of its type;
+    /// refuses one nested deeper than anything renders, counting through
+    /// the `Any`s inside it (`nesting`), which would otherwise exhaust the
+    /// stack of whatever walks it.
     pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
         let desc = self.descriptor_for_type_url(type_url)?;
-        DynamicMessage::decode(desc, value).map_err(|e| JsonError::Decode {
+        let decode_error = |reason: String| JsonError::Decode {
             type_url: type_url.to_owned(),
-            reason: e.to_string(),
-        })
+            reason,
+        };
+        let msg = DynamicMessage::decode(desc, value).map_err(|e| decode_error(e.to_string()))?;
+        nesting::check(self, &msg).map_err(decode_error)?;
+        Ok(msg)
     }
 
     /// Renders an `Any` as canonical JSON: `{"@type": type_url, ...fields}`,

@@ -6,6 +6,7 @@ mod canonical;
 mod fuzz;
 mod json;
 pub(crate) mod membership;
+mod nesting;
 mod request;
 mod resource_type;
 pub(crate) mod rewrite;
