@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod exposure;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz;
 mod settings;
 #[cfg(test)]
 mod tests;
@@ -258,11 +260,21 @@ impl Config {
     /// Lays `cli` (flags over environment, as clap read them) over the
     /// `--config` file it names, over the defaults; then validates.
     pub fn from_settings(cli: Settings) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => Some(Settings::read_file(path)?),
+            None => None,
+        };
+        Config::from_layers(file, cli)
+    }
+
+    /// Lays `cli` over `file` (the `--config` file's settings) over the
+    /// defaults; then validates.
+    fn from_layers(file: Option<Settings>, cli: Settings) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut tls = TlsLayers::default();
         let mut admin_tls = TlsLayers::default();
-        if let Some(path) = &cli.config {
-            config.apply(Settings::read_file(path)?, &mut tls, &mut admin_tls)?;
+        if let Some(file) = file {
+            config.apply(file, &mut tls, &mut admin_tls)?;
         }
         config.apply(cli, &mut tls, &mut admin_tls)?;
         config.tls = tls.files(TlsFlags::REST)?;

@@ -20,6 +20,8 @@ mod body;
 mod caching;
 mod discovery;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz;
 mod passthrough;
 mod present;
 mod query;
