@@ -39,7 +39,8 @@
 //! all may use `xds` and `config`, which import nothing of the crate (test
 //! builds aside).
 //! Only `app`, `config` and `xds` are public (for the binary, tests and
-//! benchmarks); everything else is crate-private.
+//! benchmarks), and `fuzz` (hidden; tests and the `fuzzing` feature only):
+//! one function per `cargo fuzz` target. Everything else is crate-private.
 //!
 //! # One poll
 //! ```text
@@ -59,12 +60,16 @@ pub mod app;
 pub mod config;
 pub mod xds;
 
+// The entry points of the `cargo fuzz` targets in fuzz/ (which turns the
+// `fuzzing` feature on), and their corpus replay in `cargo test`.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
+
 mod admin;
 mod auth;
 mod cache;
 mod drain;
-#[cfg(test)]
-mod fuzz;
 mod http;
 mod log_escape;
 mod metrics;

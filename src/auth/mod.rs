@@ -33,6 +33,9 @@
 
 mod policy;
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use policy::fuzz::policy as fuzz_policy;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

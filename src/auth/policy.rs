@@ -461,5 +461,7 @@ pub(crate) fn sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod exposure;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz;
 mod proxies;
 mod settings;
 #[cfg(test)]
@@ -27,6 +29,12 @@ pub use upstreams::{
 
 /// The longest `--cache-max-age`: how stale a client behind a cache may be.
 const MAX_CACHE_MAX_AGE: Duration = Duration::from_secs(3600);
+
+/// The longest any other duration setting may be (366 days). Longer is a
+/// typo; and the deadlines computed from a setting (the write stall
+/// timeout, a watch's next heartbeat, the drain deadline) overflow, which
+/// panics, once it nears the 5e11 years a duration can spell.
+const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// Why the configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -279,11 +287,21 @@ impl Config {
     /// Lays `cli` (flags over environment, as clap read them) over the
     /// `--config` file it names, over the defaults; then validates.
     pub fn from_settings(cli: Settings) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => Some(Settings::read_file(path)?),
+            None => None,
+        };
+        Config::from_layers(file, cli)
+    }
+
+    /// Lays `cli` over `file` (the `--config` file's settings) over the
+    /// defaults; then validates.
+    fn from_layers(file: Option<Settings>, cli: Settings) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut tls = TlsLayers::default();
         let mut admin_tls = TlsLayers::default();
-        if let Some(path) = &cli.config {
-            config.apply(Settings::read_file(path)?, &mut tls, &mut admin_tls)?;
+        if let Some(file) = file {
+            config.apply(file, &mut tls, &mut admin_tls)?;
         }
         config.apply(cli, &mut tls, &mut admin_tls)?;
         config.tls = tls.files(TlsFlags::REST)?;
@@ -404,6 +422,7 @@ impl Config {
 
     /// Checks cross-field rules and normalises the upstream URI.
     pub fn validate(mut self) -> Result<Config, ConfigError> {
+        self.validate_durations()?;
         if self.upstream_mode == UpstreamMode::Fetch
             && self.upstream_streams == UpstreamStreams::PerType
         {
@@ -626,6 +645,31 @@ impl Config {
     /// every `--watch-heartbeat`) and a header read's time to spare.
     pub fn write_stall_timeout(&self) -> Duration {
         self.watch_heartbeat * 2 + self.header_read_timeout
+    }
+
+    /// Every duration setting (but `--cache-max-age`, held to an hour) is
+    /// at most [`MAX_DURATION`].
+    fn validate_durations(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("upstream-keepalive", self.upstream_keepalive),
+            ("fetch-cache-ttl", self.fetch_cache_ttl),
+            ("watch-heartbeat", self.watch_heartbeat),
+            ("header-read-timeout", self.header_read_timeout),
+            ("body-read-timeout", self.body_read_timeout),
+            ("keep-alive-timeout", self.keep_alive_timeout),
+            ("drain-timeout", self.drain_timeout),
+            ("idle-timeout", self.idle_timeout),
+            ("first-response-timeout", self.first_response_timeout),
+            ("default-wait", self.default_wait),
+            ("max-wait", self.max_wait),
+            ("refresh-delay", self.refresh_delay),
+            ("request-timeout", self.request_timeout),
+        ] {
+            if value > MAX_DURATION {
+                return Err(invalid(key, "must be at most 366d (a year)"));
+            }
+        }
+        Ok(())
     }
 
     fn validate_limits(&self) -> Result<(), ConfigError> {

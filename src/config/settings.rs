@@ -259,7 +259,12 @@ impl Settings {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| fail(e.to_string()))
+        Settings::from_toml(&text).map_err(fail)
+    }
+
+    /// The settings of a `--config` file's text.
+    pub(super) fn from_toml(text: &str) -> Result<Settings, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
     }
 }
 

@@ -513,3 +513,47 @@ fn cache_max_age_is_whole_seconds_up_to_an_hour() {
         );
     }
 }
+
+/// Found by reading what start-up derives from a config, and confirmed
+/// through the `config_toml` fuzz target (fuzz/corpus/config_toml/
+/// regress-huge-heartbeat): `watch-heartbeat = "500000000000years"` was
+/// valid, and the write stall timeout (two heartbeats and a header read)
+/// overflowed, a panic at start-up. Every duration is now at most a year.
+#[test]
+fn durations_over_a_year_name_their_key() {
+    let keys = [
+        "upstream-keepalive",
+        "fetch-cache-ttl",
+        "watch-heartbeat",
+        "header-read-timeout",
+        "body-read-timeout",
+        "keep-alive-timeout",
+        "drain-timeout",
+        "idle-timeout",
+        "first-response-timeout",
+        "default-wait",
+        "max-wait",
+        "refresh-delay",
+        "request-timeout",
+    ];
+    for key in keys {
+        let file = Settings::from_toml(&format!("{key} = \"500000000000years\"\n")).unwrap();
+        let err = Config::from_layers(Some(file), Settings::default()).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Invalid { key: k, .. } if k == key),
+            "{key}: {err}"
+        );
+    }
+    // Everything at its longest: valid, and what start-up derives is fine.
+    let longest: String = keys
+        .iter()
+        .filter(|k| !matches!(**k, "default-wait"))
+        .map(|k| format!("{k} = \"366d\"\n"))
+        .collect();
+    let file = Settings::from_toml(&longest).unwrap();
+    let config = Config::from_layers(Some(file), Settings::default()).unwrap();
+    assert_eq!(
+        config.write_stall_timeout(),
+        Duration::from_secs(3 * 366 * 24 * 3600)
+    );
+}

@@ -23,6 +23,8 @@ mod caching;
 mod discovery;
 mod error;
 mod forwarded;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz;
 mod long_poll;
 mod passthrough;
 mod present;

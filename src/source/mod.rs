@@ -65,6 +65,8 @@ pub(crate) use file::{FileFeeder, Origin};
 pub(crate) use namespace::Namespace;
 pub(crate) use polled::Polled;
 pub(crate) use registry::Sessions;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
 
 /// Sessions fed by a SotW `StreamAggregatedResources` stream each.
 pub(crate) type SotwFeeder = stream::StreamFeeder<ads::Sotw>;

@@ -330,6 +330,9 @@ pub(super) fn embedded_demo() -> Vec<SourceFile> {
         .collect()
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) mod fuzz;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,8 +383,7 @@ mod tests {
     /// Found by the `snapshot` fuzz target: protobuf maps (a Struct, a
     /// cluster's metadata, a nested Any's) were encoded in hash order, so the
     /// same files gave other bytes, digests and versions on every load (every
-    /// replica, restart and reload). Regression: fuzz/corpus/snapshot/seed-corpus-runtime
-    /// (with the fuzz targets).
+    /// replica, restart and reload). Regression: fuzz/corpus/snapshot/seed-corpus-runtime.
     #[test]
     fn maps_load_to_the_same_version_every_time() {
         let dir = tempfile::tempdir().unwrap();

@@ -2,8 +2,8 @@
 //! resource rewrites. No I/O.
 
 mod canonical;
-#[cfg(test)]
-mod fuzz;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzz;
 mod json;
 pub(crate) mod membership;
 mod nesting;

@@ -96,6 +96,29 @@ impl<'a> Parsed<'a> {
     }
 }
 
+/// The glob collection of the directory `name` is in (`xdstp://a/T/dir/x?p`
+/// → `xdstp://a/T/dir/*?p`), for an xdstp resource name that is not a glob
+/// itself and has no `%` escape (a decoded `/` would move the directory).
+/// For the fuzz target's property that a name belongs to that glob.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn parent_glob(name: &str) -> Option<String> {
+    let parsed = Parsed::new(name)?;
+    if name.contains('%') || parsed.id == "*" || parsed.id.ends_with("/*") {
+        return None;
+    }
+    let rest = name.strip_prefix(SCHEME)?;
+    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    let dir = &path[..=path.rfind('/')?];
+    Some(match query {
+        Some(query) => format!("{SCHEME}{dir}*?{query}"),
+        None => format!("{SCHEME}{dir}*"),
+    })
+}
+
 fn decode(s: &str) -> Option<Cow<'_, str>> {
     percent_decode_str(s).decode_utf8().ok()
 }

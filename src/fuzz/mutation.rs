@@ -1,12 +1,14 @@
-//! What the fuzz targets share (test builds only): their corpora, a
-//! proptest strategy that mutates corpus entries byte by byte, and how many
-//! cases each target runs.
+//! The proptest side of fuzzing (test builds only): the real inputs,
+//! a strategy that mutates them byte by byte, and how many cases each
+//! proptest driver runs.
 //!
-//! The targets live beside the code they fuzz (`http::tests::fuzz`: the
-//! request parser, POST body and GET query; `xds::fuzz`: the JSON codec and
-//! the config-source rewrite). Each runs a bounded number of cases in
-//! `cargo test` (a few seconds in all); `XDS_FUZZ_CASES=N` runs every target
-//! N cases instead, for a longer hunt:
+//! The drivers live beside the code they fuzz (`http::tests::fuzz`: POST
+//! bodies and GET queries through the router; `xds::fuzz`: the JSON codec
+//! and the config-source rewrite; a few property tests elsewhere) and call
+//! the same target bodies as the `cargo fuzz` targets where there is one.
+//! Each runs a bounded number of cases in `cargo test` (a few seconds in
+//! all); `XDS_FUZZ_CASES=N` runs every driver N cases instead, for a longer
+//! hunt on stable Rust:
 //!
 //! ```text
 //! XDS_FUZZ_CASES=20000 cargo test --lib fuzz_
@@ -15,7 +17,8 @@
 //! Inputs start from real ones: `tests/fuzz_corpus/discovery_request/` holds
 //! the request bodies a real Envoy 1.40 sent (`scripts/capture-fuzz-corpus.py`
 //! captures them again), `tests/corpus/` the resources of every xDS type.
-//! Stable Rust only: no coverage guidance, random mutations of real inputs.
+//! No coverage guidance here: random mutations of real inputs. The
+//! coverage-guided targets are in `fuzz/` (`cargo fuzz`).
 
 use std::path::{Path, PathBuf};
 
