@@ -34,7 +34,7 @@ const MAX_CACHE_MAX_AGE: Duration = Duration::from_secs(3600);
 /// typo; and the deadlines computed from a setting (the write stall
 /// timeout, a watch's next heartbeat, the drain deadline) overflow, which
 /// panics, once it nears the 5e11 years a duration can spell.
-const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(super) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// Why the configuration could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -408,6 +408,15 @@ fn spec_of(table: UpstreamTable, inherited: &Inherited<'_>) -> Result<UpstreamSp
             )));
         }
     }
+    for (key, value) in [
+        ("keepalive", table.keepalive),
+        ("failover-after", table.failover_after),
+        ("failback-after", table.failback_after),
+    ] {
+        if value.is_some_and(|d| d > super::MAX_DURATION) {
+            return Err(within(format!("{key} must be at most 366d (a year)")));
+        }
+    }
     let failover = match table.failover {
         Some(to) if to == name => {
             return Err(within("fails over to itself".into()));
@@ -625,6 +634,19 @@ mod tests {
                 colour = "blue"
                 "#,
                 "unknown field `colour`",
+            ),
+            (
+                r#"
+                [[upstream]]
+                name = "a"
+                address = "grpc://127.0.0.1:1"
+                failover = "b"
+                failback-after = "500000000000years"
+                [[upstream]]
+                name = "b"
+                address = "grpc://127.0.0.1:2"
+                "#,
+                "failback-after must be at most 366d",
             ),
         ];
         for (text, expected) in cases {
