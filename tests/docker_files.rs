@@ -663,6 +663,7 @@ fn dockerignore_keeps_the_build_inputs_and_drops_the_bulk() {
         "target/release/xds-gateway",
         ".venv/bin/python",
         ".git/HEAD",
+        "fuzz/target/x86_64-unknown-linux-gnu/release/snapshot",
     ] {
         assert!(
             is_ignored(bulk).is_some(),

@@ -431,9 +431,11 @@ fn grant(g: &GrantFile, what: &str) -> Result<Grant, String> {
     })
 }
 
-/// Whether a pattern matches every value (`*`, `**`, ...).
+/// Whether a pattern names no character of the value, only wildcards
+/// (`*`, `**`, `?*`, `??`, ...): it matches every value at least as long as
+/// its `?`s, and a client chooses its value.
 fn matches_anything(pattern: &str) -> bool {
-    !pattern.is_empty() && pattern.chars().all(|c| c == '*')
+    !pattern.is_empty() && pattern.chars().all(|c| c == '*' || c == '?')
 }
 
 fn patterns(raw: &[String], what: &str) -> Result<Vec<Pattern>, String> {

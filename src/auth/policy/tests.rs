@@ -187,6 +187,21 @@ fn bad_policies_say_what_is_wrong_without_echoing_tokens() {
             ),
             "grants secrets with nodes = [\"**\"]",
         ),
+        // Found by the auth_policy fuzz target's property (a hand-built
+        // input; fuzz/corpus/auth_policy/regress-secrets-any-node): `?*`
+        // matches every node id a client can send, as `*` does.
+        (
+            principal(
+                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"?*\"]\nclusters = [\"edge\"]\ntypes = [\"secrets\"]",
+            ),
+            "grants secrets with nodes = [\"?*\"]",
+        ),
+        (
+            principal(
+                "uri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-1\"]\nclusters = [\"??\", \"edge\"]\ntypes = [\"secrets\"]",
+            ),
+            "grants secrets with clusters = [\"??\"]",
+        ),
         (
             principal("uri-san = [\"x\"]\npass-through = true"),
             "hds = true",
@@ -281,4 +296,14 @@ fn admin_certificates_are_named_as_principals_are() {
     assert_eq!(Policy::default().admin_certificate(&peer(&[], &[])), Ok(()));
     let bad = Policy::parse("[admin]\nuri-san = [\"[\"]\n").unwrap_err();
     assert!(bad.contains("[admin] uri-san"), "{bad}");
+}
+
+#[test]
+fn secrets_for_patterns_that_name_something_are_fine() {
+    let policy = Policy::parse(
+        "[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-?\"]\nclusters = [\"*edge*\"]\ntypes = [\"secrets\"]\n",
+    )
+    .unwrap();
+    assert!(policy.allows(0, ResourceType::Secrets, "edge-1", "edge"));
+    assert!(!policy.allows(0, ResourceType::Secrets, "core-1", "edge"));
 }
