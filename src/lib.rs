@@ -79,4 +79,5 @@ mod reload;
 mod serve;
 mod shares;
 mod source;
+mod sync;
 mod tls;

@@ -370,7 +370,7 @@ impl Activity {
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return Duration::ZERO;
         }
-        now.saturating_duration_since(*self.last.lock().unwrap_or_else(|p| p.into_inner()))
+        now.saturating_duration_since(*crate::sync::lock(&self.last))
     }
 
     fn begin(self: &Arc<Self>) -> InFlight {
@@ -385,7 +385,7 @@ struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *crate::sync::lock(&self.0.last) = Instant::now();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

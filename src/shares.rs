@@ -11,8 +11,9 @@
 //! (fan-in), counts against the principal whose request opened it until it
 //! closes. Counting only: refusing with a status is `http`'s business.
 
+use crate::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Whose share a place counts against: a principal of a policy with more
 /// than one.
@@ -80,11 +81,6 @@ impl Drop for Taken {
             }
         }
     }
-}
-
-fn lock(held: &Mutex<HashMap<Arc<str>, usize>>) -> MutexGuard<'_, HashMap<Arc<str>, usize>> {
-    // Counts change by single increments and decrements: never half-done.
-    held.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Share {

@@ -76,7 +76,7 @@ impl AuthPolicy {
             Arc::downgrade(&auth),
             AuthPolicy::reload,
         );
-        *auth.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(watcher);
+        *crate::sync::lock(&auth.watcher) = Some(watcher);
         Ok(auth)
     }
 

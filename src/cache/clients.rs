@@ -155,9 +155,7 @@ impl ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
                 .max_capacity(BOOK_BYTES)
-                .weigher(|_, client: &Arc<Mutex<Client>>| {
-                    client.lock().unwrap_or_else(|p| p.into_inner()).weight()
-                })
+                .weigher(|_, client: &Arc<Mutex<Client>>| crate::sync::lock(client).weight())
                 .time_to_idle(ttl)
                 .build(),
             ttl,
@@ -197,7 +195,7 @@ impl ClientBook {
         now: SystemTime,
     ) -> (u32, u32) {
         let request = poll.request;
-        let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
+        let mut client = crate::sync::lock(client);
         let before = client.weight();
         client.last_poll = now;
         if client.rewritten_for.as_deref() != poll.rewritten_for {
@@ -265,7 +263,7 @@ impl ClientBook {
             bytes: 0,
         };
         for (_, client) in self.clients.iter() {
-            let client = client.lock().unwrap_or_else(|p| p.into_inner());
+            let client = crate::sync::lock(&client);
             if client.node_id == node_id {
                 held.entries += client.subscriptions.len() as u64;
                 held.bytes += client.bytes as u64;
@@ -280,7 +278,7 @@ impl ClientBook {
         self.clients
             .iter()
             .filter_map(|(_, client)| {
-                let client = client.lock().unwrap_or_else(|p| p.into_inner());
+                let client = crate::sync::lock(&client);
                 (client.node_id == node_id)
                     .then(|| (client.last_poll, client.rewritten_for.clone()))
             })
@@ -294,7 +292,7 @@ impl ClientBook {
         let now = SystemTime::now();
         let mut nodes: BTreeMap<String, NodeClients> = BTreeMap::new();
         for (_, client) in self.clients.iter() {
-            let client = client.lock().unwrap_or_else(|p| p.into_inner());
+            let client = crate::sync::lock(&client);
             let node = nodes
                 .entry(client.node_id.clone())
                 .or_insert_with(|| NodeClients {
@@ -324,7 +322,7 @@ impl ClientBook {
     pub(crate) fn per_node(&self) -> HashMap<(String, String), usize> {
         let mut counts = HashMap::new();
         for (_, client) in self.clients.iter() {
-            let client = client.lock().unwrap_or_else(|p| p.into_inner());
+            let client = crate::sync::lock(&client);
             *counts
                 .entry((client.node_id.clone(), client.cluster.clone()))
                 .or_default() += 1;

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::backoff::Backoff;
-use super::polled::{lock, Polled};
+use super::polled::Polled;
 use super::probe;
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
@@ -24,6 +24,7 @@ use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
 use crate::shares::Tenant;
+use crate::sync::lock;
 use crate::xds::ResourceType;
 
 /// Builds the source for the mode the probe found (`app.rs` decides what

@@ -33,7 +33,7 @@ use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
 use super::namespace::Namespace;
-use super::polled::{report_suspicion, suspect, Feed, Polled};
+use super::polled::{report_suspicion, suspect, PollChannel, Polled};
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
 use crate::cache::{
@@ -290,7 +290,7 @@ impl Merged {
     }
 }
 
-impl Feed for Merged {
+impl PollChannel for Merged {
     fn next_change<'a>(
         &'a mut self,
         _seen: &'a Arc<TypeState>,

@@ -43,7 +43,8 @@ use tracing::{info, warn};
 
 use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::namespace::Namespace;
-use super::polled::{record_served, report_suspicion, suspect, Feed, Polled};
+use super::polled::{record_served, report_suspicion, suspect, PollChannel, Polled};
+use super::upstream::CallError;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::Standing;
 use crate::cache::{
@@ -61,19 +62,6 @@ const ANSWER_MEMO_ENTRIES: u64 = 100_000;
 const LATEST_ENTRIES: u64 = 100_000;
 /// A held long poll re-fetches at most this often.
 pub(super) const REFETCH_MIN: Duration = Duration::from_millis(250);
-
-/// Why a unary call failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum FetchError {
-    #[error("upstream {method} failed: {code:?}: {message}")]
-    Upstream {
-        method: String,
-        code: Code,
-        message: String,
-    },
-    #[error("upstream answer rejected: {0}")]
-    BadAnswer(String),
-}
 
 /// The upstream's answer to one discovery fetch.
 #[derive(Debug)]
@@ -232,7 +220,7 @@ impl Source for FetchSource {
             let trackers = fetcher
                 .trackers
                 .get_with_by_ref(identity, || Arc::new(Trackers::new()));
-            let feed = FetchFeed {
+            let feed = FetchChannel {
                 fetcher: fetcher.clone(),
                 key,
                 node,
@@ -262,7 +250,7 @@ impl Source for FetchSource {
 impl Fetcher {
     /// A call succeeded: the upstream answers again.
     fn succeeded(&self) {
-        let mut since = self.failing_since.lock().unwrap_or_else(|p| p.into_inner());
+        let mut since = crate::sync::lock(&self.failing_since);
         if since.take().is_some() {
             info!(upstream = %self.ctx.uri, "fetch: the upstream answers again");
         }
@@ -270,7 +258,7 @@ impl Fetcher {
 
     /// A call failed with `err`: since when calls have been failing.
     fn failed(&self, err: &SourceError) -> SystemTime {
-        let mut since = self.failing_since.lock().unwrap_or_else(|p| p.into_inner());
+        let mut since = crate::sync::lock(&self.failing_since);
         *since.get_or_insert_with(|| {
             warn!(upstream = %self.ctx.uri, %err, "fetch: the upstream fails; polls get the last good state, marked stale");
             SystemTime::now()
@@ -298,7 +286,7 @@ impl Fetcher {
         key: &StateKey,
         node: &Arc<Node>,
         presented: &str,
-    ) -> Result<Arc<TypeState>, FetchError> {
+    ) -> Result<Arc<TypeState>, CallError> {
         if let FetchAnswer::State(state) = &*self.fetch(key, node, presented).await? {
             // A memoised answer can be older than what a later call for the
             // same key brought (another client presented another version):
@@ -336,7 +324,7 @@ impl Fetcher {
         key: &StateKey,
         node: &Arc<Node>,
         version: &str,
-    ) -> Result<Arc<FetchAnswer>, FetchError> {
+    ) -> Result<Arc<FetchAnswer>, CallError> {
         let answer_key = AnswerKey {
             state: key.clone(),
             version: version.to_owned(),
@@ -366,14 +354,12 @@ impl Fetcher {
         &self,
         key: &StateKey,
         request: DiscoveryRequest,
-    ) -> Result<Arc<FetchAnswer>, FetchError> {
+    ) -> Result<Arc<FetchAnswer>, CallError> {
         let kind = key.kind;
         let response: DiscoveryResponse =
             match self.ctx.unary(Endpoint::Discovery(kind), request).await {
                 Ok(response) => response,
-                Err(FetchError::Upstream { code, message, .. })
-                    if is_up_to_date(code, &message) =>
-                {
+                Err(CallError::Upstream { code, message, .. }) if is_up_to_date(code, &message) => {
                     self.ctx.mark_answered();
                     return Ok(Arc::new(FetchAnswer::UpToDate));
                 }
@@ -393,7 +379,7 @@ impl Fetcher {
                 if e.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);
                 }
-                FetchError::BadAnswer(e.to_string())
+                CallError::BadAnswer(e.to_string())
             })?;
         if let Some(latest) = self.latest.get(key) {
             let same = latest.version == response.version_info
@@ -424,7 +410,7 @@ impl Fetcher {
 }
 
 /// A poll answered by a fetch: long polls re-fetch, rejections are counted.
-struct FetchFeed {
+struct FetchChannel {
     fetcher: Arc<Fetcher>,
     key: StateKey,
     node: Arc<Node>,
@@ -433,7 +419,7 @@ struct FetchFeed {
     stale_since: Option<SystemTime>,
 }
 
-impl Feed for FetchFeed {
+impl PollChannel for FetchChannel {
     fn next_change<'a>(
         &'a mut self,
         seen: &'a Arc<TypeState>,

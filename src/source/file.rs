@@ -20,14 +20,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::polled::lock;
-use super::registry::Feeder;
+use super::feeder::Feeder;
 use super::session::{Command, Session};
 use super::snapshot::{embedded_demo, snapshot_paths, Snapshot, SnapshotError};
 use super::SourceError;
 use crate::cache::{Coverage, Renderer, TypeState};
 use crate::config::SessionKey;
 use crate::log_escape::Escaped;
+use crate::sync::lock;
 use crate::xds::ResourceType;
 
 /// How often the directory is checked for changes.

@@ -70,7 +70,7 @@ impl Health {
     }
 
     fn ensure_prober(&self, ctx: &Arc<UpstreamContext>) {
-        let mut prober = self.prober.lock().unwrap_or_else(|p| p.into_inner());
+        let mut prober = crate::sync::lock(&self.prober);
         if prober.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }

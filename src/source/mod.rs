@@ -30,14 +30,15 @@ mod decode;
 mod delta;
 mod failover;
 mod federation;
+mod feeder;
 mod fetch;
 mod file;
 mod health;
 mod namespace;
 mod polled;
 mod probe;
-mod registry;
 mod session;
+mod sessions;
 mod snapshot;
 mod stream;
 mod ttl;
@@ -60,11 +61,11 @@ use futures::future::BoxFuture;
 pub(crate) use auto::AutoSource;
 pub(crate) use failover::{Placement, Route};
 pub(crate) use federation::{Federation, Slot};
-pub(crate) use fetch::{FetchError, FetchSource};
+pub(crate) use fetch::FetchSource;
 pub(crate) use file::{FileFeeder, Origin};
 pub(crate) use namespace::Namespace;
 pub(crate) use polled::Polled;
-pub(crate) use registry::Sessions;
+pub(crate) use sessions::Sessions;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
 
@@ -75,7 +76,7 @@ pub(crate) type DeltaFeeder = stream::StreamFeeder<delta::Delta>;
 #[cfg(test)]
 pub(crate) use session::Command;
 pub use upstream::StartError;
-pub(crate) use upstream::UpstreamContext;
+pub(crate) use upstream::{CallError, UpstreamContext};
 
 use crate::cache::ParsedRequest;
 use crate::shares::{OverShare, Tenant};
@@ -227,7 +228,7 @@ pub(crate) enum SourceError {
         within: Duration,
     },
     #[error(transparent)]
-    Upstream(#[from] FetchError),
+    Upstream(#[from] CallError),
     #[error("{what} is passed through to a gRPC upstream; this gateway serves a snapshot (start it with --upstream)")]
     NoUpstream { what: String },
     /// VHDS and LEDS exist over delta xDS only.

@@ -1,5 +1,5 @@
 //! What a poll gets from a source: [`Polled`], the state that answers one
-//! REST client now, over the source's own [`Feed`] (how a long poll learns of
+//! REST client now, over the source's own [`PollChannel`] (how a long poll learns of
 //! the next state, where rejections are counted, whether the state is stale).
 //!
 //! Rejection tracking is the same for every feed ([`suspect`]): REST has no
@@ -22,11 +22,14 @@ use crate::cache::{
 };
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
+use crate::sync::lock;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
 
-/// The per-source part of a [`Polled`].
-pub(super) trait Feed: Send + Sync {
+/// The per-source part of a [`Polled`]: the channel a poll talks back to its
+/// source through (not to be confused with a [`super::feeder::Feeder`], which
+/// feeds sessions).
+pub(super) trait PollChannel: Send + Sync {
     /// Waits up to `wait` for a state newer than `seen`; `None` if none came.
     fn next_change<'a>(
         &'a mut self,
@@ -49,7 +52,7 @@ pub(super) trait Feed: Send + Sync {
 /// The state that answers one poll, and what the source does around it.
 pub(crate) struct Polled {
     state: Arc<TypeState>,
-    feed: Box<dyn Feed>,
+    feed: Box<dyn PollChannel>,
     /// Where the client stood at the last answer.
     sync: Standing,
 }
@@ -64,7 +67,7 @@ impl std::fmt::Debug for Polled {
 }
 
 impl Polled {
-    pub(super) fn new(state: Arc<TypeState>, feed: Box<dyn Feed>) -> Polled {
+    pub(super) fn new(state: Arc<TypeState>, feed: Box<dyn PollChannel>) -> Polled {
         Polled {
             state,
             feed,
@@ -194,11 +197,4 @@ pub(super) fn suspicion_message(node_id: &str, suspicion: &Suspicion) -> String 
         "xds-gateway: a REST client of node {node_id:?} kept presenting version {:?} for {} polls after version {:?} was served; it probably rejected it",
         suspicion.presented, suspicion.polls, suspicion.current
     )
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every critical section in `source` is a few field updates; a panic
-    // inside one cannot leave the data half-updated in a way later readers
-    // would trip on.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

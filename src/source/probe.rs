@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use tonic::Code;
 
-use super::fetch::FetchError;
+use super::upstream::CallError;
 use super::UpstreamContext;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::xds::{Endpoint, ResourceType};
@@ -165,8 +165,8 @@ pub(super) async fn resolve(
             .await
             .map(|_| ())
             .map_err(|e| match e {
-                FetchError::Upstream { code, message, .. } => tonic::Status::new(code, message),
-                FetchError::BadAnswer(m) => tonic::Status::internal(m),
+                CallError::Upstream { code, message, .. } => tonic::Status::new(code, message),
+                CallError::BadAnswer(m) => tonic::Status::internal(m),
             })
     })
     .await;

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::polled::lock;
-use super::registry::Feeder;
+use super::feeder::Feeder;
 use super::session::{Command, Session};
 use crate::cache::{Coverage, Renderer, Resource, TypeState};
+use crate::sync::lock;
 use crate::xds::ResourceType;
 
 /// One type's scripted state.

@@ -17,10 +17,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::failover::{Placement, FAILOVER_REASON};
-use super::polled::lock;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
+use crate::sync::lock;
 use crate::xds::ResourceType;
 
 /// How long after a subscription a request stops waiting for the upstream

@@ -18,7 +18,6 @@ use tonic::Code;
 use tracing::{debug, info};
 
 use super::backoff::Backoff;
-use super::fetch::FetchError;
 use super::health::Health;
 use super::probe;
 use super::{PassThrough, PassedThrough, SourceError};
@@ -27,6 +26,19 @@ use crate::config::{UpstreamSpec, UpstreamTls};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::xds::Endpoint;
+
+/// Why a unary call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum CallError {
+    #[error("upstream {method} failed: {code:?}: {message}")]
+    Upstream {
+        method: String,
+        code: Code,
+        message: String,
+    },
+    #[error("upstream answer rejected: {0}")]
+    BadAnswer(String),
+}
 
 /// Upstream connection establishment limit.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -231,12 +243,12 @@ impl UpstreamContext {
         &self,
         endpoint: Endpoint,
         request: Req,
-    ) -> Result<Resp, FetchError>
+    ) -> Result<Resp, CallError>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let fail = |method: &str, code: Code, message: String| FetchError::Upstream {
+        let fail = |method: &str, code: Code, message: String| CallError::Upstream {
             method: method.to_owned(),
             code,
             message,

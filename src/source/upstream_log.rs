@@ -56,7 +56,7 @@ impl Default for UpstreamLog {
 
 impl UpstreamLog {
     fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.0)
     }
 
     /// The stream entered `phase` now.

@@ -75,18 +75,13 @@ impl ServerTls {
         });
         let watcher =
             crate::reload::watch(tls.files.paths(), Arc::downgrade(&tls), ServerTls::reload);
-        *tls.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(watcher);
+        *crate::sync::lock(&tls.watcher) = Some(watcher);
         Ok(tls)
     }
 
     /// An acceptor with the configuration current now.
     pub(crate) fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        )
+        TlsAcceptor::from(crate::sync::read(&self.current).clone())
     }
 
     /// The client CA in service now and at every reload from now on.
@@ -107,7 +102,7 @@ impl ServerTls {
     fn reload(&self) {
         match build(&self.files) {
             Ok((config, trust)) => {
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+                *crate::sync::write(&self.current) = Arc::new(config);
                 self.trust.send_replace(Arc::new(trust));
                 info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
                 self.metrics.reloaded(self.label, true);

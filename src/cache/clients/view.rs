@@ -111,7 +111,7 @@ impl ClientBook {
             .clients
             .iter()
             .map(|(_, client)| {
-                let client = client.lock().unwrap_or_else(|p| p.into_inner());
+                let client = crate::sync::lock(&client);
                 client.view(now, self.ttl)
             })
             .collect();

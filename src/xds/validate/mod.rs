@@ -102,16 +102,13 @@ impl Validator {
             return plan.clone();
         }
         let plan = Arc::new(self.make_plan(desc));
-        self.plans
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(desc.full_name().to_owned(), plan.clone());
+        crate::sync::write(&self.plans).insert(desc.full_name().to_owned(), plan.clone());
         plan
     }
 
     fn read_plans(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<MessagePlan>>> {
         // Plans are inserted whole: a poisoned lock holds nothing half-made.
-        self.plans.read().unwrap_or_else(|p| p.into_inner())
+        crate::sync::read(&self.plans)
     }
 
     fn make_plan(&self, desc: &MessageDescriptor) -> MessagePlan {

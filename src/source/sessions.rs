@@ -22,7 +22,6 @@
 //! the first-response timeout.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -30,17 +29,18 @@ use tokio::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::info;
 
 use super::decode::decode_node;
-use super::polled::{record_served, report_suspicion, suspect, suspicion_message, Feed, Polled};
+use super::feeder::Feeder;
+use super::polled::{
+    record_served, report_suspicion, suspect, suspicion_message, PollChannel, Polled,
+};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::view::SessionView;
-use super::{
-    PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext, SESSION_ERRORS_SHOWN,
-};
+use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
 use crate::cache::Standing;
 use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
@@ -56,49 +56,6 @@ const SWEEP_EVERY_MAX: Duration = Duration::from_secs(5);
 const DECODES_AT_ONCE: usize = 4;
 /// Nodes larger than this (JSON bytes) are decoded on a blocking thread.
 const DECODE_OFF_THREAD_BYTES: usize = 64 * 1024;
-
-/// What feeds sessions: starts one task per session, and says what it is.
-pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
-    /// Starts the task that feeds `session` until `commands` closes (the
-    /// session closed) or the task is aborted.
-    fn start(
-        &self,
-        session: Arc<Session>,
-        commands: mpsc::UnboundedReceiver<Command>,
-    ) -> JoinHandle<()>;
-
-    /// Why no poll can be answered now (a snapshot that never loaded), if so.
-    fn unavailable(&self) -> Option<SourceError> {
-        None
-    }
-
-    /// What answers, for error messages: "the upstream", "the snapshot".
-    fn answers_from(&self) -> &'static str {
-        "the upstream"
-    }
-
-    /// Whether it carries `kind` (the delta-only types come over delta
-    /// streams only).
-    fn carries(&self, kind: ResourceType) -> bool {
-        !kind.delta_only()
-    }
-
-    /// Whether it has answered once (never unready again).
-    fn is_ready(&self) -> bool;
-
-    /// What it is, for `/readyz`.
-    fn describe(&self) -> String;
-
-    /// Problems standing in its way (path, line, reason), for `/readyz`.
-    fn problems(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// The upstream connection for pass-through calls (`None`: no upstream).
-    fn upstream(&self) -> Option<&UpstreamContext> {
-        None
-    }
-}
 
 /// The limits and policies sessions are run with (from [`Config`]).
 #[derive(Debug, Clone)]
@@ -207,11 +164,11 @@ impl<F: Feeder> Sessions<F> {
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
         // Map operations are single inserts/removes: never half-done.
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.sessions)
     }
 
     fn sweeper_lock(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
-        self.sweeper.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.sweeper)
     }
 
     fn sweep_every(&self) -> Duration {
@@ -325,7 +282,7 @@ impl<F: Feeder> Sessions<F> {
                 kind,
                 within,
             })?;
-        let feed = SessionFeed {
+        let feed = SessionChannel {
             kind,
             session,
             rx,
@@ -483,7 +440,7 @@ impl<F: Feeder> Source for Sessions<F> {
 /// rejection bookkeeping (NACKed upstream through the feeder when
 /// `--forward-rejections` is on), its stale mark. Holding it keeps the
 /// session from idling out.
-struct SessionFeed {
+struct SessionChannel {
     kind: ResourceType,
     session: Arc<Session>,
     rx: watch::Receiver<Option<Arc<TypeState>>>,
@@ -493,7 +450,7 @@ struct SessionFeed {
     forward: bool,
 }
 
-impl Feed for SessionFeed {
+impl PollChannel for SessionChannel {
     fn next_change<'a>(
         &'a mut self,
         seen: &'a Arc<TypeState>,
