@@ -18,7 +18,7 @@ use crate::source::SourceError;
 use crate::xds::{JsonError, RequestError};
 
 /// Seconds a 503 asks the client to wait before retrying.
-const RETRY_AFTER_SECS: u64 = 1;
+pub(crate) const RETRY_AFTER_SECS: u64 = 1;
 
 /// google.rpc.Code numbers used here.
 mod code {

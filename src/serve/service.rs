@@ -1,0 +1,99 @@
+//! The router as the hyper service of one connection: it records each
+//! request's activity, hands handlers the TLS peer's identity and the
+//! remote address (as request extensions), and keeps a streaming
+//! response's request in flight until its body ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::Router;
+use hyper::body::Incoming;
+use tower::ServiceExt;
+
+use super::activity::{Activity, RequestInFlight, StreamOpen};
+use crate::tls::PeerIdentity;
+
+/// The router as a hyper service that records activity and hands the TLS
+/// peer's identity to handlers (as a request extension).
+#[derive(Clone)]
+pub(super) struct TrackedService {
+    pub(super) router: Router,
+    pub(super) activity: Arc<Activity>,
+    pub(super) identity: Option<Arc<PeerIdentity>>,
+    pub(super) remote: RemoteAddr,
+}
+
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RemoteAddr(pub(crate) SocketAddr);
+
+impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        let in_flight = self.activity.begin();
+        let mut request = request.map(Body::new);
+        if let Some(identity) = &self.identity {
+            request.extensions_mut().insert(identity.clone());
+        }
+        request.extensions_mut().insert(self.remote);
+        let router = self.router.clone();
+        Box::pin(async move {
+            let response = router.oneshot(request).await;
+            // A stream (a watch) is in flight for as long as it is open;
+            // any other request until its head is ready, so a client that
+            // does not read a response is still closed as idle.
+            response.map(|r| {
+                if r.extensions().get::<Streaming>().is_none() {
+                    drop(in_flight);
+                    return r;
+                }
+                let open = StreamOpen::new(in_flight.0.clone());
+                r.map(|body| {
+                    Body::new(Written {
+                        body,
+                        _in_flight: in_flight,
+                        _open: open,
+                    })
+                })
+            })
+        })
+    }
+}
+
+/// Put on a response (as an extension) whose body is a long-lived stream:
+/// its request counts as in flight until the body ends, so the connection
+/// is not closed as idle meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Streaming;
+
+/// A response body that keeps its request in flight until it is dropped
+/// (written out, or the connection gone). Size and end are the body's own.
+struct Written {
+    body: Body,
+    _in_flight: RequestInFlight,
+    _open: StreamOpen,
+}
+
+impl hyper::body::Body for Written {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
