@@ -21,12 +21,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use inproc::InProcess;
-use pki::{write_atomically, Ca};
+use pki::{write_atomically, Ca, PkiDir};
 use process::eventually;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use sha2::{Digest, Sha256};
-use xds_gateway::config::{ClientAuth, Config, ServerTlsFiles};
+use xds_gateway::config::{ClientAuth, Config};
 
 const OPS_SPIFFE: &str = "spiffe://mesh.test/ns/ops/sa/oncall";
 const EDGE_SPIFFE: &str = "spiffe://mesh.test/ns/edge/sa/envoy";
@@ -35,56 +35,28 @@ const WITHIN: Duration = Duration::from_secs(15);
 
 /// The PKI of one test: the CA that signs the server and the admin
 /// clients, and certificates written into its directory.
-struct Files {
-    dir: tempfile::TempDir,
-    ca: Ca,
+fn files() -> PkiDir {
+    let files = PkiDir::new("xds-gateway admin test CA", "admin");
+    // The client verifies the server with a copy, so that the client
+    // CA can be rotated on its own.
+    write_atomically(&files.path("server-ca.pem"), &files.ca.pem);
+    files.client("ops", &[OPS_SPIFFE], &[]);
+    files.client("edge", &[EDGE_SPIFFE], &[]);
+    files.forged_client("forged", &[OPS_SPIFFE]);
+    files
 }
 
-impl Files {
-    fn new() -> Files {
-        let files = Files {
-            dir: tempfile::tempdir().expect("tempdir"),
-            ca: Ca::new("xds-gateway admin test CA"),
-        };
-        let dir = files.dir.path();
-        write_atomically(&files.path("ca.pem"), &files.ca.pem);
-        // The client verifies the server with a copy, so that the client
-        // CA can be rotated on its own.
-        write_atomically(&files.path("server-ca.pem"), &files.ca.pem);
-        files.ca.server("admin").write(dir, "server");
-        files.ca.client(&[OPS_SPIFFE], &[]).write(dir, "ops");
-        files.ca.client(&[EDGE_SPIFFE], &[]).write(dir, "edge");
-        Ca::new("another CA")
-            .client(&[OPS_SPIFFE], &[])
-            .write(dir, "forged");
-        files
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn admin_tls(&self, client_auth: ClientAuth) -> ServerTlsFiles {
-        ServerTlsFiles {
-            cert: self.path("server.pem"),
-            key: self.path("server-key.pem"),
-            client_ca: Some(self.path("ca.pem")),
-            client_auth,
-        }
-    }
-
-    /// An auth policy with the admin token and `[admin]` naming `sans`.
-    fn write_policy(&self, sans: &[&str]) -> PathBuf {
-        let sans: Vec<String> = sans.iter().map(|s| format!("{s:?}")).collect();
-        let text = format!(
-            "[admin]\ntoken-sha256 = [\"{}\"]\nuri-san = [{}]\n",
-            hex::encode(Sha256::digest(ADMIN_TOKEN.as_bytes())),
-            sans.join(", ")
-        );
-        let path = self.path("policy.toml");
-        write_atomically(&path, &text);
-        path
-    }
+/// An auth policy with the admin token and `[admin]` naming `sans`.
+fn write_policy(files: &PkiDir, sans: &[&str]) -> PathBuf {
+    let sans: Vec<String> = sans.iter().map(|s| format!("{s:?}")).collect();
+    let text = format!(
+        "[admin]\ntoken-sha256 = [\"{}\"]\nuri-san = [{}]\n",
+        hex::encode(Sha256::digest(ADMIN_TOKEN.as_bytes())),
+        sans.join(", ")
+    );
+    let path = files.path("policy.toml");
+    write_atomically(&path, &text);
+    path
 }
 
 /// One HTTP/1.1 connection over TLS to the admin listener, kept open.
@@ -102,7 +74,7 @@ struct Answer {
 impl Connection {
     /// Connects to 127.0.0.1:`port`, trusting the server's CA and, with
     /// `client`, presenting `<client>.pem`; `Err` if no TLS session.
-    async fn open(files: &Files, port: u16, client: Option<&str>) -> Result<Connection, String> {
+    async fn open(files: &PkiDir, port: u16, client: Option<&str>) -> Result<Connection, String> {
         let mut roots = rustls::RootCertStore::empty();
         let ca = CertificateDer::from_pem_file(files.path("server-ca.pem")).map_err(e)?;
         roots.add(ca).map_err(e)?;
@@ -171,7 +143,7 @@ fn e(error: impl std::fmt::Display) -> String {
 
 /// `GET path` over a connection of its own presenting `client`.
 async fn get(
-    files: &Files,
+    files: &PkiDir,
     port: u16,
     client: Option<&str>,
     path: &str,
@@ -187,10 +159,10 @@ const BEARER: &str = "Bearer admin-token-7f3a91";
 
 #[tokio::test]
 async fn admin_client_certificates_open_the_details_beside_tokens() {
-    let files = Files::new();
-    let policy = files.write_policy(&["spiffe://mesh.test/ns/ops/*"]);
+    let files = files();
+    let policy = write_policy(&files, &["spiffe://mesh.test/ns/ops/*"]);
     let gw = InProcess::start(Config {
-        admin_tls: Some(files.admin_tls(ClientAuth::Optional)),
+        admin_tls: Some(files.server_tls(ClientAuth::Optional)),
         auth_policy: Some(policy),
         ..Config::default()
     })
@@ -256,7 +228,7 @@ async fn admin_client_certificates_open_the_details_beside_tokens() {
 
     // The policy reloaded without the ops SANs: the open connection's next
     // request is refused.
-    files.write_policy(&["spiffe://mesh.test/ns/elsewhere/*"]);
+    write_policy(&files, &["spiffe://mesh.test/ns/elsewhere/*"]);
     let deadline = tokio::time::Instant::now() + WITHIN;
     let refused = loop {
         let got = ops.get("/metrics", None).await.unwrap();
@@ -275,9 +247,9 @@ async fn admin_client_certificates_open_the_details_beside_tokens() {
 
 #[tokio::test]
 async fn required_admin_client_certificates_without_a_policy() {
-    let files = Files::new();
+    let files = files();
     let gw = InProcess::start(Config {
-        admin_tls: Some(files.admin_tls(ClientAuth::Required)),
+        admin_tls: Some(files.server_tls(ClientAuth::Required)),
         ..Config::default()
     })
     .await;
@@ -299,10 +271,10 @@ async fn required_admin_client_certificates_without_a_policy() {
 
 #[tokio::test]
 async fn a_rotated_admin_client_ca_revokes_what_it_no_longer_trusts() {
-    let files = Files::new();
-    let policy = files.write_policy(&[]);
+    let files = files();
+    let policy = write_policy(&files, &[]);
     let gw = InProcess::start(Config {
-        admin_tls: Some(files.admin_tls(ClientAuth::Optional)),
+        admin_tls: Some(files.server_tls(ClientAuth::Optional)),
         auth_policy: Some(policy),
         ..Config::default()
     })
@@ -350,10 +322,10 @@ async fn admin_csds_over_grpc_takes_the_client_certificate() {
     use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
-    let files = Files::new();
-    let policy = files.write_policy(&["spiffe://mesh.test/ns/ops/*"]);
+    let files = files();
+    let policy = write_policy(&files, &["spiffe://mesh.test/ns/ops/*"]);
     let gw = InProcess::start(Config {
-        admin_tls: Some(files.admin_tls(ClientAuth::Optional)),
+        admin_tls: Some(files.server_tls(ClientAuth::Optional)),
         auth_policy: Some(policy),
         ..Config::default()
     })

@@ -15,13 +15,12 @@ mod pki;
 #[path = "support/process.rs"]
 mod process;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use inproc::InProcess;
-use pki::{write_atomically, Ca};
+use pki::{write_atomically, Ca, PkiDir};
 use process::{eventually, http_get};
 use sha2::{Digest, Sha256};
 use xds_gateway::config::{ClientAuth, Config, ServerTlsFiles};
@@ -30,47 +29,18 @@ const EDGE_SPIFFE: &str = "spiffe://mesh.test/ns/edge/sa/envoy";
 const CI_TOKEN: &str = "ci-token-9d2f11";
 const WITHIN: Duration = Duration::from_secs(15);
 
-/// The PKI of one test, written into its directory.
-struct Files {
-    dir: tempfile::TempDir,
-    ca: Ca,
-}
-
-impl Files {
-    fn new() -> Files {
-        let files = Files {
-            dir: tempfile::tempdir().expect("tempdir"),
-            ca: Ca::new("xds-gateway test CA"),
-        };
-        write_atomically(&files.path("ca.pem"), &files.ca.pem);
-        files.ca.server("one").write(files.dir.path(), "server");
-        files
-            .ca
-            .client(&[EDGE_SPIFFE], &[])
-            .write(files.dir.path(), "edge");
-        files
-            .ca
-            .client(&["spiffe://mesh.test/ns/other/sa/x"], &["stranger.test"])
-            .write(files.dir.path(), "stranger");
-        Ca::new("another CA")
-            .client(&[EDGE_SPIFFE], &[])
-            .write(files.dir.path(), "forged");
-        std::fs::write(files.path("policy.toml"), policy()).expect("write the policy");
-        files
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn tls(&self, client_auth: ClientAuth) -> ServerTlsFiles {
-        ServerTlsFiles {
-            cert: self.path("server.pem"),
-            key: self.path("server-key.pem"),
-            client_ca: Some(self.path("ca.pem")),
-            client_auth,
-        }
-    }
+/// The PKI of one test, written into its directory (and its policy).
+fn files() -> PkiDir {
+    let files = PkiDir::new("xds-gateway test CA", "one");
+    files.client("edge", &[EDGE_SPIFFE], &[]);
+    files.client(
+        "stranger",
+        &["spiffe://mesh.test/ns/other/sa/x"],
+        &["stranger.test"],
+    );
+    files.forged_client("forged", &[EDGE_SPIFFE]);
+    std::fs::write(files.path("policy.toml"), policy()).expect("write the policy");
+    files
 }
 
 fn policy() -> String {
@@ -122,7 +92,7 @@ async fn curl(args: &[&str]) -> Curl {
 }
 
 /// curl arguments for `path` on the TLS port, trusting the test CA.
-fn https(files: &Files, port: u16, path: &str) -> Vec<String> {
+fn https(files: &PkiDir, port: u16, path: &str) -> Vec<String> {
     vec![
         "--cacert".into(),
         files.path("ca.pem").display().to_string(),
@@ -130,7 +100,7 @@ fn https(files: &Files, port: u16, path: &str) -> Vec<String> {
     ]
 }
 
-fn with_cert(files: &Files, name: &str, mut args: Vec<String>) -> Vec<String> {
+fn with_cert(files: &PkiDir, name: &str, mut args: Vec<String>) -> Vec<String> {
     args.extend([
         "--cert".into(),
         files.path(&format!("{name}.pem")).display().to_string(),
@@ -145,9 +115,9 @@ async fn run(args: Vec<String>) -> Curl {
     curl(&args).await
 }
 
-async fn start(files: &Files, client_auth: ClientAuth, policy: bool) -> InProcess {
+async fn start(files: &PkiDir, client_auth: ClientAuth, policy: bool) -> InProcess {
     InProcess::start(Config {
-        tls: Some(files.tls(client_auth)),
+        tls: Some(files.server_tls(client_auth)),
         auth_policy: policy.then(|| files.path("policy.toml")),
         ..Config::default()
     })
@@ -156,7 +126,7 @@ async fn start(files: &Files, client_auth: ClientAuth, policy: bool) -> InProces
 
 #[tokio::test]
 async fn curl_with_and_without_certificates_and_tokens() {
-    let files = Files::new();
+    let files = files();
     let gw = start(&files, ClientAuth::Optional, true).await;
     let port = gw.rest_port;
     let get = |node: &str| https(&files, port, &format!("/v3/discovery:clusters?node={node}"));
@@ -195,7 +165,7 @@ async fn curl_with_and_without_certificates_and_tokens() {
 
 #[tokio::test]
 async fn required_client_certificates_without_a_policy() {
-    let files = Files::new();
+    let files = files();
     let gw = start(&files, ClientAuth::Required, false).await;
     let path = https(&files, gw.rest_port, "/v3/discovery:clusters?node=anyone");
     let without = run(path.clone()).await;
@@ -213,11 +183,11 @@ async fn required_client_certificates_without_a_policy() {
 
 #[tokio::test]
 async fn the_admin_listener_serves_tls_of_its_own() {
-    let files = Files::new();
+    let files = files();
     let gw = InProcess::start(Config {
         admin_tls: Some(ServerTlsFiles {
             client_ca: None,
-            ..files.tls(ClientAuth::Required)
+            ..files.server_tls(ClientAuth::Required)
         }),
         ..Config::default()
     })
@@ -236,7 +206,7 @@ async fn the_admin_listener_serves_tls_of_its_own() {
 }
 
 /// The server's end-entity certificate, as a TLS client sees it.
-async fn served_certificate(files: &Files, port: u16) -> Option<Vec<u8>> {
+async fn served_certificate(files: &PkiDir, port: u16) -> Option<Vec<u8>> {
     let mut roots = rustls::RootCertStore::empty();
     let ca = rustls::pki_types::CertificateDer::from_pem_file(files.path("ca.pem")).ok()?;
     roots.add(ca).ok()?;
@@ -260,7 +230,7 @@ use rustls::pki_types::pem::PemObject;
 
 #[tokio::test]
 async fn a_rotated_certificate_is_served_without_a_restart() {
-    let files = Files::new();
+    let files = files();
     let gw = start(&files, ClientAuth::Optional, false).await;
     let port = gw.rest_port;
     let first = served_certificate(&files, port)
@@ -301,7 +271,7 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
 #[tokio::test]
 async fn a_rotated_client_ca_ends_watches_it_no_longer_trusts() {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let files = Files::new();
+    let files = files();
     // curl keeps verifying the server with the CA that signed it.
     std::fs::copy(files.path("ca.pem"), files.path("server-ca.pem")).unwrap();
     let gw = start(&files, ClientAuth::Required, false).await;
@@ -382,7 +352,7 @@ load_assignment:
 
 /// An Envoy polling CDS over REST from the gateway at 127.0.0.1:`port` over
 /// TLS, presenting the `edge` client certificate, as node `node`.
-fn tls_bootstrap(files: &Files, node: &str, admin: u16, port: u16) -> String {
+fn tls_bootstrap(files: &PkiDir, node: &str, admin: u16, port: u16) -> String {
     let path = |name: &str| files.path(name).display().to_string();
     format!(
         r#"node: {{id: {node}, cluster: {cluster}}}
@@ -436,12 +406,12 @@ async fn envoy_polls_over_mtls_for_its_own_node_only() {
     envoy::run_bounded(
         "envoy_polls_over_mtls_for_its_own_node_only",
         |bin, dir| async move {
-            let files = Files::new();
+            let files = files();
             let snapshot = dir.join("snapshot");
             std::fs::create_dir(&snapshot).unwrap();
             std::fs::write(snapshot.join("cluster.yaml"), STATIC_CLUSTER).unwrap();
             let gw = InProcess::start(Config {
-                tls: Some(files.tls(ClientAuth::Required)),
+                tls: Some(files.server_tls(ClientAuth::Required)),
                 auth_policy: Some(files.path("policy.toml")),
                 snapshot: Some(snapshot),
                 ..Config::default()

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+use xds_gateway::config::{ClientAuth, ServerTlsFiles};
 
 /// A certificate authority.
 pub struct Ca {
@@ -84,6 +85,54 @@ impl Leaf {
         write_atomically(&cert, &self.cert);
         write_atomically(&key, &self.key);
         (cert, key)
+    }
+}
+
+/// A test's PKI in a directory of its own: a CA (as `ca.pem`), the server
+/// certificate it signs (`server.pem`, `server-key.pem`), and the client
+/// certificates a test adds.
+pub struct PkiDir {
+    pub dir: tempfile::TempDir,
+    pub ca: Ca,
+}
+
+impl PkiDir {
+    /// A CA named `ca_name` and a server certificate tagged `server_tag`.
+    pub fn new(ca_name: &str, server_tag: &str) -> PkiDir {
+        let pki = PkiDir {
+            dir: tempfile::tempdir().expect("tempdir"),
+            ca: Ca::new(ca_name),
+        };
+        write_atomically(&pki.path("ca.pem"), &pki.ca.pem);
+        pki.ca.server(server_tag).write(pki.dir.path(), "server");
+        pki
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes a client certificate of this CA as `<name>.pem` and
+    /// `<name>-key.pem`.
+    pub fn client(&self, name: &str, uris: &[&str], dns: &[&str]) {
+        self.ca.client(uris, dns).write(self.dir.path(), name);
+    }
+
+    /// Writes a client certificate of another CA (same SANs) as `<name>`.
+    pub fn forged_client(&self, name: &str, uris: &[&str]) {
+        Ca::new("another CA")
+            .client(uris, &[])
+            .write(self.dir.path(), name);
+    }
+
+    /// Server TLS with this server certificate, trusting clients of this CA.
+    pub fn server_tls(&self, client_auth: ClientAuth) -> ServerTlsFiles {
+        ServerTlsFiles {
+            cert: self.path("server.pem"),
+            key: self.path("server-key.pem"),
+            client_ca: Some(self.path("ca.pem")),
+            client_auth,
+        }
     }
 }
 
