@@ -89,6 +89,22 @@ async fn poll(gw: &InProcess, body: &Value) -> Reply {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Polls with `body` until the reply passes `done`, and returns it; panics
+/// with `what` if none does within [`CHANGE_WAIT`].
+async fn poll_until(
+    gw: &InProcess,
+    body: &Value,
+    done: impl Fn(&Reply) -> bool,
+    what: &str,
+) -> Reply {
+    eventually(CHANGE_WAIT, POLL_EVERY, || async {
+        let reply = poll(gw, body).await;
+        done(&reply).then_some(reply)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{what}"))
+}
+
 async fn admin_get(gw: &InProcess, path: &str) -> Reply {
     http_request(
         gw.admin_port,
@@ -203,12 +219,14 @@ async fn clusters_of_two_authorities_come_from_their_own_upstreams_in_one_answer
         let mut changed = cluster(&b);
         changed["connect_timeout"] = json!("2s");
         edge.set_cluster("*", "e2", changed).await;
-        let after_edge = eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            let reply = poll(&gw, &request(&n, &v1, &names)).await;
-            (reply.status == 200).then_some(reply)
-        })
-        .await
-        .expect("the edge change reached the client");
+        let a_body = |r: &Reply| r.status == 200;
+        let after_edge = poll_until(
+            &gw,
+            &request(&n, &v1, &names),
+            a_body,
+            "the edge change reached the client",
+        )
+        .await;
         let body = after_edge.json();
         let resources = body["resources"].as_array().unwrap();
         assert_eq!(resources.len(), 2, "{body}");
@@ -224,12 +242,13 @@ async fn clusters_of_two_authorities_come_from_their_own_upstreams_in_one_answer
         let mut changed = cluster("plain-a");
         changed["connect_timeout"] = json!("3s");
         mesh.set_cluster("*", "m2", changed).await;
-        let after_mesh = eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            let reply = poll(&gw, &request(&n, &v2, &names)).await;
-            (reply.status == 200).then_some(reply)
-        })
-        .await
-        .expect("the mesh change reached the client");
+        let after_mesh = poll_until(
+            &gw,
+            &request(&n, &v2, &names),
+            a_body,
+            "the mesh change reached the client",
+        )
+        .await;
         let body = after_mesh.json();
         assert_eq!(body["resources"][0]["connectTimeout"], "3s", "{body}");
         assert_eq!(body["resources"][1]["connectTimeout"], "2s", "{body}");
@@ -447,12 +466,13 @@ async fn sessions_fail_over_from_a_killed_primary_and_come_back_when_it_answers(
         let mut changed = cluster("a");
         changed["connect_timeout"] = json!("4s");
         backup.set_cluster("*", "b2", changed.clone()).await;
-        eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            let reply = poll(&gw, &request(&node("held"), &version_of(&first), &[])).await;
-            (reply.status == 200 && upstream_of(&reply) == "b2").then_some(())
-        })
-        .await
-        .expect("the backup's change reached the client");
+        poll_until(
+            &gw,
+            &request(&node("held"), &version_of(&first), &[]),
+            |r| r.status == 200 && upstream_of(r) == "b2",
+            "the backup's change reached the client",
+        )
+        .await;
 
         // The primary comes back on its address, with the same content.
         drop(primary);
@@ -461,12 +481,13 @@ async fn sessions_fail_over_from_a_killed_primary_and_come_back_when_it_answers(
         let back = wait_for_placement(&gw, "held", "primary", "failback").await;
         assert!(back >= FAILBACK_AFTER.saturating_sub(Duration::from_millis(600)), "{back:?}");
         // Served from the primary once it answers (the backup's state until then).
-        eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            let reply = poll(&gw, &request(&node("held"), "", &[])).await;
-            (upstream_of(&reply) == "p2").then_some(())
-        })
-        .await
-        .expect("the primary's state was served after the failback");
+        poll_until(
+            &gw,
+            &request(&node("held"), "", &[]),
+            |r| upstream_of(r) == "p2",
+            "the primary's state was served after the failback",
+        )
+        .await;
 
         let mut failed = Vec::new();
         let mut polls = 0;
@@ -597,14 +618,14 @@ async fn faults_on_the_primary_link(test: &str, mode: UpstreamMode) {
         changed["connect_timeout"] = json!("5s");
         backup.set_cluster("*", "b2", changed.clone()).await;
         primary.set_cluster("*", "p2", changed).await;
-        eventually(CHANGE_WAIT, POLL_EVERY, || async {
-            // In delta the version is a digest: look at the content.
-            let reply = poll(&gw, &request(&node("n1"), "", &[])).await;
-            let body = reply.json();
-            (body["resources"][0]["connectTimeout"] == "5s").then_some(())
-        })
-        .await
-        .expect("the backup's change reached the client");
+        // In delta the version is a digest: look at the content.
+        poll_until(
+            &gw,
+            &request(&node("n1"), "", &[]),
+            |r| r.json()["resources"][0]["connectTimeout"] == "5s",
+            "the backup's change reached the client",
+        )
+        .await;
         // Back up: they return, and the link breaks once more on the way.
         link.refuse(false);
         wait_for_placement(&gw, "n0", "primary", "failback").await;

@@ -302,18 +302,22 @@ async fn run<P: Protocol>(
                 backoff.reset();
                 at.answered();
             }
-            if let Some(next) = at.failover_due(&route) {
-                let reason = format!("{FAILOVER_REASON}: {} unreachable: {err}", ctx.name);
-                warn!(error = %Escaped(&err), to = %route.ctx(next).name, "upstream stream ended; failing over");
-                at.move_to(&route, &session, next, reason);
-                protocol.switch_upstream();
-                backoff.reset();
-                continue;
-            }
+            let failover_at = match at.stream_failed(&route) {
+                AfterFailure::FailOver(next) => {
+                    let reason = format!("{FAILOVER_REASON}: {} unreachable: {err}", ctx.name);
+                    warn!(error = %Escaped(&err), to = %route.ctx(next).name, "upstream stream ended; failing over");
+                    at.move_to(&route, &session, next, reason);
+                    protocol.switch_upstream();
+                    backoff.reset();
+                    continue;
+                }
+                AfterFailure::Retry { failover_at } => failover_at,
+            };
             let delay = backoff.next_delay();
             warn!(error = %Escaped(&err), retry_in = ?delay, "upstream stream ended");
             let mut retry_at = Instant::now() + delay;
-            if let Some(due) = at.failover_at(&route) {
+            if let Some(due) = failover_at {
+                // Backoff never sleeps past the time to fail over.
                 retry_at = retry_at.min(due);
             }
             loop {
@@ -329,6 +333,16 @@ async fn run<P: Protocol>(
     }
     .instrument(span)
     .await
+}
+
+/// What a lane does after one of its streams failed.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterFailure {
+    /// Move to the upstream at this index of the route now.
+    FailOver(usize),
+    /// Retry the same upstream; fail over at `failover_at` if it is still
+    /// down then (`None`: it has no failover).
+    Retry { failover_at: Option<Instant> },
 }
 
 /// Where one lane of a session is on its route, and since when the
@@ -368,21 +382,23 @@ impl Lane {
         }
     }
 
-    /// When the upstream it is on has been down long enough to leave,
-    /// given that a stream just failed.
-    fn failover_at(&mut self, route: &Route) -> Option<Instant> {
-        let (_, after) = route.failover_from(self.index)?;
-        let since = *self.down_since.get_or_insert_with(Instant::now);
-        Some(since + after)
-    }
-
-    /// Where to go now, after a stream failed: the failover, at once if
-    /// the upstream never answered the lane since it came (it cannot be
-    /// opened), else once it has been down for its `failover-after`.
-    fn failover_due(&mut self, route: &Route) -> Option<usize> {
-        let due = self.failover_at(route)?;
-        let (next, _) = route.failover_from(self.index)?;
-        (!self.answered_here || Instant::now() >= due).then_some(next)
+    /// A stream of this lane just failed: records since when the upstream
+    /// has been down (the first failure with no answer since), and says
+    /// whether to fail over now (at once if the upstream never answered the
+    /// lane since it came: it cannot be opened; else once it has been down
+    /// for its `failover-after`) or to retry, and until when.
+    fn stream_failed(&mut self, route: &Route) -> AfterFailure {
+        let Some((next, after)) = route.failover_from(self.index) else {
+            return AfterFailure::Retry { failover_at: None };
+        };
+        let due = *self.down_since.get_or_insert_with(Instant::now) + after;
+        if !self.answered_here || Instant::now() >= due {
+            AfterFailure::FailOver(next)
+        } else {
+            AfterFailure::Retry {
+                failover_at: Some(due),
+            }
+        }
     }
 
     fn move_to(&mut self, route: &Route, session: &Session, to: usize, reason: String) {
