@@ -22,10 +22,7 @@ mod upstreams;
 
 pub use proxies::TrustedProxies;
 pub use settings::Settings;
-pub use upstreams::{
-    Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams, DEFAULT_FAILBACK_AFTER,
-    DEFAULT_FAILOVER_AFTER, FLAG_UPSTREAM_NAME,
-};
+pub use upstreams::{Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams};
 
 /// The longest `--cache-max-age`: how stale a client behind a cache may be.
 const MAX_CACHE_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -559,7 +556,7 @@ impl Config {
 
     /// Every upstream: `upstreams`, or (for a `Config` built in code, never
     /// validated) the one the flat `--upstream*` fields describe.
-    pub fn upstream_set(&self) -> Upstreams {
+    pub(crate) fn upstream_set(&self) -> Upstreams {
         if !self.upstreams.specs.is_empty() {
             return self.upstreams.clone();
         }

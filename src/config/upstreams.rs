@@ -32,12 +32,12 @@ use super::{UpstreamStreams, UpstreamTls};
 
 /// How long a primary may stay down before its sessions move to the
 /// failover upstream, by default.
-pub const DEFAULT_FAILOVER_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_FAILOVER_AFTER: Duration = Duration::from_secs(5);
 /// How long a primary must answer health checks before sessions move back
 /// to it, by default.
-pub const DEFAULT_FAILBACK_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_FAILBACK_AFTER: Duration = Duration::from_secs(30);
 /// The name of the one upstream the `--upstream` flag describes.
-pub const FLAG_UPSTREAM_NAME: &str = "default";
+pub(crate) const FLAG_UPSTREAM_NAME: &str = "default";
 
 /// The `upstream` setting: one address (the flag, or `upstream = "..."` in
 /// the file), or `[[upstream]]` tables (the file only).
@@ -173,7 +173,7 @@ impl Upstreams {
     }
 
     /// The upstream serving plain names and unclaimed authorities.
-    pub fn default_spec(&self) -> Option<&UpstreamSpec> {
+    pub(crate) fn default_spec(&self) -> Option<&UpstreamSpec> {
         self.specs.first()
     }
 

@@ -65,7 +65,7 @@ impl Codec {
 
     /// The embedded API plus the compiled FileDescriptorSets at `paths`
     /// (contrib or in-house extension types), read once at start-up.
-    pub fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
+    pub(crate) fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
         let mut codec = Codec::embedded();
         for path in paths {
             let bytes = std::fs::read(path).map_err(|e| descriptor_error(path, e))?;
@@ -95,7 +95,7 @@ impl Codec {
     }
 
     /// The descriptor of the message a type URL names.
-    pub fn descriptor_for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
+    pub(crate) fn descriptor_for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
         let name = message_name_of(type_url)?;
         self.descriptor(name).map_err(|_| JsonError::UnknownType {
             type_url: type_url.to_owned(),
@@ -151,7 +151,7 @@ impl Codec {
 
     /// Renders an already decoded resource (not a well-known type) as the
     /// canonical JSON of its `Any`: `{"@type": type_url, ...fields}`.
-    pub fn render_resource(
+    pub(crate) fn render_resource(
         &self,
         type_url: &str,
         msg: &DynamicMessage,
@@ -197,7 +197,7 @@ impl Codec {
 
     /// Renders a prost message of a type the pool knows (e.g. a response
     /// envelope from envoy-types) as canonical JSON.
-    pub fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
+    pub(crate) fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
         let desc = self.descriptor(name)?;
         let dynamic =
             DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()).map_err(|e| {
@@ -244,7 +244,7 @@ impl Codec {
     /// Parses JSON into a prost message type that the pool also knows,
     /// through deterministic bytes (`canonical`: protobuf maps in key order,
     /// nested `Any` payloads included).
-    pub fn parse_prost<M: Message + Default>(
+    pub(crate) fn parse_prost<M: Message + Default>(
         &self,
         name: &str,
         json: &[u8],
@@ -312,7 +312,7 @@ fn drop_empty_any_value(value: &mut serde_json::Value) {
 
 /// The message name of `type.googleapis.com/<name>` (any host prefix is accepted,
 /// as protobuf does: the name is what follows the last `/`).
-pub fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
+pub(crate) fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
     match type_url.rsplit_once('/') {
         Some((_, name)) if !name.is_empty() => Ok(name),
         _ => Err(JsonError::MalformedTypeUrl {

@@ -12,10 +12,10 @@
 use std::fmt;
 
 /// Prefix of every type URL.
-pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
+pub(crate) const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
 /// Path prefix shared by every REST discovery endpoint.
-pub const PATH_PREFIX: &str = "/v3/discovery:";
+pub(crate) const PATH_PREFIX: &str = "/v3/discovery:";
 
 /// A discoverable resource type with its own REST endpoint and type URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -198,7 +198,7 @@ impl ResourceType {
     }
 
     /// Fully qualified protobuf name of the resource message.
-    pub fn message_name(self) -> &'static str {
+    pub(crate) fn message_name(self) -> &'static str {
         self.row().message
     }
 
@@ -208,12 +208,12 @@ impl ResourceType {
     }
 
     /// Short name used in logs and metric labels (the path suffix).
-    pub fn short_name(self) -> &'static str {
+    pub(crate) fn short_name(self) -> &'static str {
         self.row().path_suffix
     }
 
     /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
-    pub fn wildcard_when_unnamed(self) -> bool {
+    pub(crate) fn wildcard_when_unnamed(self) -> bool {
         match self {
             ResourceType::Listeners | ResourceType::Clusters | ResourceType::ScopedRoutes => true,
             ResourceType::Routes
@@ -229,7 +229,7 @@ impl ResourceType {
     /// The gRPC path of the type's own streaming method (the per-type
     /// transport, as opposed to ADS): `Delta<X>` with `delta`, else
     /// `Stream<X>`, which the delta-only types do not have.
-    pub fn stream_path(self, delta: bool) -> Option<String> {
+    pub(crate) fn stream_path(self, delta: bool) -> Option<String> {
         let row = self.row();
         match delta {
             true => Some(format!("/{}/Delta{}", row.service, row.stream_stem)),
@@ -288,13 +288,10 @@ impl Endpoint {
         format!("{PATH_PREFIX}{}", self.row().path_suffix)
     }
 
-    /// The part after `/v3/discovery:`.
-    pub fn path_suffix(self) -> &'static str {
-        self.row().path_suffix
-    }
-
-    /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`.
-    pub fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
+    /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`
+    /// (routing goes by [`Endpoint::path`]; tests check the round trip).
+    #[cfg(test)]
+    fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
         TABLE
             .iter()
             .find(|row| row.path_suffix == suffix)
@@ -302,7 +299,7 @@ impl Endpoint {
     }
 
     /// Fully qualified name of the request message.
-    pub fn request_message(self) -> &'static str {
+    pub(crate) fn request_message(self) -> &'static str {
         self.row().request_message
     }
 
@@ -317,14 +314,14 @@ impl Endpoint {
     }
 
     /// The unary method of the service (`None`: it has none).
-    pub fn fetch_method(self) -> Option<&'static str> {
+    pub(crate) fn fetch_method(self) -> Option<&'static str> {
         self.row().fetch_method
     }
 
     /// The valid path suffix closest to `suffix` (for "did you mean"):
     /// the one an Envoy short name (`cds`, `eds`, ...) stands for, else the
     /// nearest by edit distance.
-    pub fn closest_suffix(suffix: &str) -> &'static str {
+    pub(crate) fn closest_suffix(suffix: &str) -> &'static str {
         let short = suffix.trim_start_matches("v3/").to_ascii_lowercase();
         if let Some((_, meant)) = SHORT_NAMES.iter().find(|(name, _)| *name == short) {
             return meant;
