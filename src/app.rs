@@ -66,63 +66,19 @@ pub async fn run(
     }
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
     let metrics = Arc::new(Metrics::new());
-    let tls = config
-        .tls
-        .clone()
-        .map(|files| ServerTls::start("tls", files, metrics.clone()))
-        .transpose()?;
-    let admin_tls = config
-        .admin_tls
-        .clone()
-        .map(|files| ServerTls::start("admin-tls", files, metrics.clone()))
-        .transpose()?;
-    let auth = config
-        .auth_policy
-        .as_deref()
-        .map(|path| AuthPolicy::start(path, metrics.clone()))
-        .transpose()?;
-    let admin_mtls = config
-        .admin_tls
-        .as_ref()
-        .is_some_and(|t| t.client_ca.is_some());
-    let admin_guarded = admin_mtls
-        || auth
-            .as_ref()
-            .is_some_and(|a| a.current().admin_needs_token());
-    if !config.admin.ip().is_loopback() && !admin_guarded {
-        warn!(
-            admin = %config.admin,
-            "the admin listener is off loopback without an admin token in the auth policy \
-             or admin client certificates (--admin-client-ca): \
-             anyone who reaches it can read /metrics, /readyz details, /debug/config and CSDS \
-             (/debug/client_status), which carry every node's config and, with --allow-secrets, \
-             secret contents (private keys)"
-        );
-    }
+    let Security {
+        tls,
+        admin_tls,
+        auth,
+    } = Security::start(&config, &metrics)?;
     let rest_spec = ListenerSpec {
         name: "rest",
-        limits: ServeLimits {
-            max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),
-            header_read_timeout: config.header_read_timeout,
-            keep_alive_timeout: config.keep_alive_timeout,
-            // Held long polls are answered when draining begins; what
-            // remains is a first wait or a body being written.
-            drain_timeout: config.drain_timeout,
-            max_streams_per_connection: config.max_streams_per_connection,
-            write_stall_timeout: config.write_stall_timeout(),
-        },
+        limits: rest_limits(&config),
         tls,
     };
     let admin_spec = ListenerSpec {
         name: "admin",
-        limits: ServeLimits {
-            max_connections: ADMIN_MAX_CONNECTIONS,
-            header_read_timeout: config.header_read_timeout,
-            keep_alive_timeout: config.keep_alive_timeout,
-            drain_timeout: ADMIN_DRAIN,
-            max_streams_per_connection: ADMIN_MAX_STREAMS,
-            write_stall_timeout: config.write_stall_timeout(),
-        },
+        limits: admin_limits(&config),
         tls: admin_tls,
     };
     let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
@@ -200,6 +156,88 @@ pub async fn run(
 /// in its configured mode (`auto` probes, then builds the source of the
 /// mode it finds with [`grpc_source`]); or, for several upstreams, a
 /// [`Federation`] of one source per upstream that owns names.
+/// What guards the listeners, started from the config: the TLS of each
+/// listener (certificates reloaded as they rotate) and the auth policy.
+struct Security {
+    tls: Option<Arc<ServerTls>>,
+    admin_tls: Option<Arc<ServerTls>>,
+    auth: Option<Arc<AuthPolicy>>,
+}
+
+impl Security {
+    fn start(config: &Config, metrics: &Arc<Metrics>) -> Result<Security, AppError> {
+        let tls = config
+            .tls
+            .clone()
+            .map(|files| ServerTls::start("tls", files, metrics.clone()))
+            .transpose()?;
+        let admin_tls = config
+            .admin_tls
+            .clone()
+            .map(|files| ServerTls::start("admin-tls", files, metrics.clone()))
+            .transpose()?;
+        let auth = config
+            .auth_policy
+            .as_deref()
+            .map(|path| AuthPolicy::start(path, metrics.clone()))
+            .transpose()?;
+        let security = Security {
+            tls,
+            admin_tls,
+            auth,
+        };
+        if !config.admin.ip().is_loopback() && !security.admin_guarded() {
+            warn!(
+                admin = %config.admin,
+                "the admin listener is off loopback without an admin token in the auth policy \
+                 or admin client certificates (--admin-client-ca): \
+                 anyone who reaches it can read /metrics, /readyz details, /debug/config and CSDS \
+                 (/debug/client_status), which carry every node's config and, with --allow-secrets, \
+                 secret contents (private keys)"
+            );
+        }
+        Ok(security)
+    }
+
+    /// Whether the admin listener asks for a credential: client
+    /// certificates, or an admin token in the policy.
+    fn admin_guarded(&self) -> bool {
+        self.admin_tls
+            .as_ref()
+            .is_some_and(|t| t.asks_for_client_certificates())
+            || self
+                .auth
+                .as_ref()
+                .is_some_and(|a| a.current().admin_needs_token())
+    }
+}
+
+/// The REST listener's limits, from the config.
+fn rest_limits(config: &Config) -> ServeLimits {
+    ServeLimits {
+        max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),
+        header_read_timeout: config.header_read_timeout,
+        keep_alive_timeout: config.keep_alive_timeout,
+        // Held long polls are answered when draining begins; what
+        // remains is a first wait or a body being written.
+        drain_timeout: config.drain_timeout,
+        max_streams_per_connection: config.max_streams_per_connection,
+        write_stall_timeout: config.write_stall_timeout(),
+    }
+}
+
+/// The admin listener's limits: its own, small, apart from REST's.
+fn admin_limits(config: &Config) -> ServeLimits {
+    ServeLimits {
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        header_read_timeout: config.header_read_timeout,
+        keep_alive_timeout: config.keep_alive_timeout,
+        drain_timeout: ADMIN_DRAIN,
+        max_streams_per_connection: ADMIN_MAX_STREAMS,
+        write_stall_timeout: config.write_stall_timeout(),
+    }
+}
+
 fn build_source(
     config: &Config,
     renderer: &Renderer,

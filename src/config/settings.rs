@@ -272,7 +272,9 @@ pub(super) mod opt_duration {
     use serde::{Deserialize, Deserializer};
     use std::time::Duration;
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        de: D,
+    ) -> Result<Option<Duration>, D::Error> {
         let Some(text) = Option::<String>::deserialize(de)? else {
             return Ok(None);
         };

@@ -95,7 +95,10 @@ impl Codec {
     }
 
     /// The descriptor of the message a type URL names.
-    pub(crate) fn descriptor_for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
+    pub(crate) fn descriptor_for_type_url(
+        &self,
+        type_url: &str,
+    ) -> Result<MessageDescriptor, JsonError> {
         let name = message_name_of(type_url)?;
         self.descriptor(name).map_err(|_| JsonError::UnknownType {
             type_url: type_url.to_owned(),
