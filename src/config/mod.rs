@@ -5,13 +5,13 @@
 //! Nothing else in the crate reads the environment. Every value is validated
 //! here; a bad one is a [`ConfigError`] that names the key.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 mod exposure;
+mod fields;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
 mod proxies;
@@ -20,8 +20,8 @@ mod settings;
 mod tests;
 mod upstreams;
 
+pub use fields::{Config, Settings};
 pub use proxies::TrustedProxies;
-pub use settings::Settings;
 pub use upstreams::{Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams};
 
 /// The longest `--cache-max-age`: how stale a client behind a cache may be.
@@ -141,145 +141,6 @@ pub struct UpstreamTls {
     pub server_name: Option<String>,
 }
 
-/// The validated configuration every other module receives.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The control plane's gRPC endpoint as an `http(s)://` URI.
-    pub upstream: Option<String>,
-    pub upstream_mode: UpstreamMode,
-    /// Aggregated or per-type streams (the stream modes; auto probes it).
-    pub upstream_streams: UpstreamStreams,
-    pub upstream_tls: UpstreamTls,
-    /// (name, value) metadata pairs sent on every upstream call.
-    pub upstream_headers: Vec<(String, String)>,
-    pub upstream_keepalive: Duration,
-    /// The `[[upstream]]` tables of the `--config` file, as written
-    /// ([`Config::validate`] checks them into `upstreams`).
-    pub upstream_tables: Vec<UpstreamTable>,
-    /// Every upstream, the default first: the tables, or the one the flat
-    /// `--upstream*` settings describe (empty: the snapshot feeds).
-    pub upstreams: Upstreams,
-    pub fetch_cache_ttl: Duration,
-    /// Snapshot directory (None with no upstream: the embedded demo).
-    pub snapshot: Option<PathBuf>,
-    pub listen: SocketAddr,
-    pub admin: SocketAddr,
-    /// TLS (and mTLS) on the REST listener; `None`: plaintext.
-    pub tls: Option<ServerTlsFiles>,
-    /// TLS on the admin listener (and with `client_ca`, mTLS: a certificate
-    /// that CA signed opens the details as an admin token does); `None`:
-    /// plaintext.
-    pub admin_tls: Option<ServerTlsFiles>,
-    /// The authorization policy file; `None`: every client may fetch every node.
-    pub auth_policy: Option<PathBuf>,
-    pub allow_insecure_listen: bool,
-    pub max_connections: usize,
-    pub max_long_polls: usize,
-    /// Watch streams (`?watch`) open at once at most.
-    pub max_watches: usize,
-    /// Percent of `max_sessions`, `max_watches` and `max_long_polls` one
-    /// principal of a policy of several may hold (1..=100).
-    pub principal_share: u8,
-    /// A watch stream silent for this long sends a heartbeat.
-    pub watch_heartbeat: Duration,
-    /// HTTP/2 streams (requests) in flight on one REST connection at most.
-    pub max_streams_per_connection: u32,
-    pub header_read_timeout: Duration,
-    pub body_read_timeout: Duration,
-    pub keep_alive_timeout: Duration,
-    /// At shutdown, how long in-flight requests may take to finish.
-    pub drain_timeout: Duration,
-    pub session_key: SessionKey,
-    pub idle_timeout: Duration,
-    pub max_sessions: usize,
-    pub first_response_timeout: Duration,
-    pub default_wait: Duration,
-    pub max_wait: Duration,
-    /// `Cache-Control: max-age` of public discovery answers; zero: `no-cache`.
-    pub cache_max_age: Duration,
-    pub rewrite_config_sources: RewritePolicy,
-    pub refresh_delay: Duration,
-    /// `request_timeout` written into rewritten config sources.
-    pub request_timeout: Duration,
-    pub rejection_threshold: u32,
-    pub forward_rejections: bool,
-    /// The proxies whose `Forwarded`/`X-Forwarded-For` names the client;
-    /// `None`: not said (every peer is taken for a client, and
-    /// `--forward-rejections` is refused off loopback).
-    pub trusted_proxies: Option<TrustedProxies>,
-    pub allow_secrets: bool,
-    pub max_body_bytes: usize,
-    pub max_node_bytes: usize,
-    pub max_session_bytes: usize,
-    pub max_names_per_request: usize,
-    pub max_names_per_session: usize,
-    pub max_upstream_message_bytes: usize,
-    pub descriptor_sets: Vec<PathBuf>,
-    /// Check resources against Envoy's protoc-gen-validate rules.
-    pub validate: Validation,
-    pub log_format: LogFormat,
-    /// What validation let through but a person should hear of at start-up
-    /// (logged by `app::run`).
-    pub warnings: Vec<String>,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            upstream: None,
-            upstream_mode: UpstreamMode::Sotw,
-            upstream_streams: UpstreamStreams::Aggregated,
-            upstream_tls: UpstreamTls::default(),
-            upstream_headers: Vec::new(),
-            upstream_keepalive: Duration::from_secs(30),
-            upstream_tables: Vec::new(),
-            upstreams: Upstreams::default(),
-            fetch_cache_ttl: Duration::from_millis(500),
-            snapshot: None,
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
-            tls: None,
-            admin_tls: None,
-            auth_policy: None,
-            allow_insecure_listen: false,
-            max_connections: 10_000,
-            max_long_polls: 5_000,
-            max_watches: 1_000,
-            principal_share: 50,
-            watch_heartbeat: Duration::from_secs(15),
-            max_streams_per_connection: 4_096,
-            header_read_timeout: Duration::from_secs(10),
-            body_read_timeout: Duration::from_secs(30),
-            keep_alive_timeout: Duration::from_secs(60),
-            drain_timeout: Duration::from_secs(10),
-            session_key: SessionKey::Node,
-            idle_timeout: Duration::from_secs(300),
-            max_sessions: 10_000,
-            first_response_timeout: Duration::from_secs(5),
-            default_wait: Duration::ZERO,
-            max_wait: Duration::from_secs(60),
-            cache_max_age: Duration::ZERO,
-            rewrite_config_sources: RewritePolicy::Auto,
-            refresh_delay: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(10),
-            rejection_threshold: 3,
-            forward_rejections: false,
-            trusted_proxies: None,
-            allow_secrets: false,
-            max_body_bytes: 4 * 1024 * 1024,
-            max_node_bytes: 1024 * 1024,
-            max_session_bytes: 1024 * 1024 * 1024,
-            max_names_per_request: 20_000,
-            max_names_per_session: 50_000,
-            max_upstream_message_bytes: 64 * 1024 * 1024,
-            descriptor_sets: Vec::new(),
-            validate: Validation::On,
-            log_format: LogFormat::Text,
-            warnings: Vec::new(),
-        }
-    }
-}
-
 impl Config {
     /// Lays `cli` (flags over environment, as clap read them) over the
     /// `--config` file it names, over the defaults; then validates.
@@ -310,59 +171,11 @@ impl Config {
     /// `tls_layers` and `admin_tls_layers`).
     fn apply(
         &mut self,
-        layer: Settings,
+        mut layer: Settings,
         tls_layers: &mut TlsLayers,
         admin_tls_layers: &mut TlsLayers,
     ) -> Result<(), ConfigError> {
-        /// `self.field = value` for each field `layer` sets.
-        macro_rules! overwrite {
-            ($($field:ident),* $(,)?) => {
-                $(if let Some(value) = layer.$field {
-                    self.$field = value;
-                })*
-            };
-        }
-        overwrite!(
-            upstream_mode,
-            upstream_streams,
-            upstream_keepalive,
-            fetch_cache_ttl,
-            listen,
-            admin,
-            session_key,
-            idle_timeout,
-            max_sessions,
-            first_response_timeout,
-            default_wait,
-            max_wait,
-            cache_max_age,
-            rewrite_config_sources,
-            refresh_delay,
-            request_timeout,
-            rejection_threshold,
-            forward_rejections,
-            allow_secrets,
-            max_body_bytes,
-            max_node_bytes,
-            max_session_bytes,
-            max_names_per_request,
-            max_names_per_session,
-            max_upstream_message_bytes,
-            descriptor_sets,
-            validate,
-            log_format,
-            allow_insecure_listen,
-            max_connections,
-            max_long_polls,
-            max_watches,
-            principal_share,
-            watch_heartbeat,
-            max_streams_per_connection,
-            header_read_timeout,
-            body_read_timeout,
-            keep_alive_timeout,
-            drain_timeout,
-        );
+        self.overlay_plain(&mut layer);
         // Settings that stay optional, or land in a nested or parsed form.
         let tls = &mut self.upstream_tls;
         for (value, slot) in [

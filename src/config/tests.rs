@@ -557,3 +557,45 @@ fn durations_over_a_year_name_their_key() {
         Duration::from_secs(3 * 366 * 24 * 3600)
     );
 }
+
+#[test]
+fn every_default_the_help_states_is_the_default() {
+    use clap::CommandFactory;
+    let mut command = Settings::command();
+    command.build();
+    let defaults = Config::default().plain_as_help_text();
+    let mut stated = 0;
+    for (field, value) in &defaults {
+        let id = field.to_owned();
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .unwrap_or_else(|| panic!("no flag for {field}"));
+        let help = arg
+            .get_long_help()
+            .or(arg.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        let Some((_, rest)) = help.split_once("[default: ") else {
+            continue;
+        };
+        let said = rest.split(']').next().unwrap_or_default();
+        // `60s` and `1m` are the same duration.
+        let said = humantime::parse_duration(said)
+            .map(|d| humantime::format_duration(d).to_string())
+            .unwrap_or_else(|_| said.to_owned());
+        assert_eq!(
+            &said,
+            value,
+            "--{} says [default: {said}]",
+            field.replace('_', "-")
+        );
+        stated += 1;
+    }
+    // The plain settings that state a default (booleans and lists do not).
+    assert!(
+        stated >= 30,
+        "only {stated} of {} state a default",
+        defaults.len()
+    );
+}
