@@ -14,12 +14,14 @@ use serde::Deserialize;
 mod exposure;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+mod profiles;
 mod proxies;
 mod settings;
 #[cfg(test)]
 mod tests;
 mod upstreams;
 
+pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
 pub use proxies::TrustedProxies;
 pub use settings::Settings;
 pub use upstreams::{
@@ -218,6 +220,11 @@ pub struct Config {
     pub max_names_per_session: usize,
     pub max_upstream_message_bytes: usize,
     pub descriptor_sets: Vec<PathBuf>,
+    /// The `[[profile]]` tables of the `--config` file (checked by
+    /// [`Config::validate`]; made into nodes by `crate::profiles`).
+    pub profiles: Vec<ProfileTable>,
+    /// `--node-profiles`: a directory of `NAME.json` nodes.
+    pub node_profiles: Option<PathBuf>,
     /// Check resources against Envoy's protoc-gen-validate rules.
     pub validate: Validation,
     pub log_format: LogFormat,
@@ -276,6 +283,8 @@ impl Default for Config {
             max_names_per_session: 50_000,
             max_upstream_message_bytes: 64 * 1024 * 1024,
             descriptor_sets: Vec::new(),
+            profiles: Vec::new(),
+            node_profiles: None,
             validate: Validation::On,
             log_format: LogFormat::Text,
             warnings: Vec::new(),
@@ -373,6 +382,7 @@ impl Config {
             (layer.upstream_cert, &mut tls.cert),
             (layer.upstream_key, &mut tls.key),
             (layer.snapshot, &mut self.snapshot),
+            (layer.node_profiles, &mut self.node_profiles),
         ] {
             if value.is_some() {
                 *slot = value;
@@ -410,6 +420,9 @@ impl Config {
                 self.upstream_tables = tables;
             }
             None => {}
+        }
+        if let Some(profiles) = layer.profile {
+            self.profiles = profiles;
         }
         if let Some(headers) = layer.upstream_headers {
             self.upstream_headers = parse_headers(headers)?;
@@ -519,6 +532,7 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return Err(invalid("max-body-bytes", "must be at least 1024"));
         }
+        profiles::check(&self.profiles)?;
         self.validate_limits()?;
         self.validate_exposure()?;
         self.validate_forwarding()?;

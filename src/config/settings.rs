@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use super::profiles::ProfileTable;
 use super::upstreams::UpstreamSetting;
 use super::{
     ClientAuth, ConfigError, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams,
@@ -234,6 +235,14 @@ pub struct Settings {
     /// Largest upstream gRPC message accepted, in bytes [default: 67108864].
     #[arg(long, env = "XDS_GATEWAY_MAX_UPSTREAM_MESSAGE_BYTES")]
     pub max_upstream_message_bytes: Option<usize>,
+    /// Directory of node profiles for GETs (`?profile=NAME`): one
+    /// `NAME.json` each, an `envoy.config.core.v3.Node` as JSON (bare, or as a
+    /// `node` field, or an Envoy `/config_dump`'s bootstrap); read at start-up.
+    #[arg(long, env = "XDS_GATEWAY_NODE_PROFILES", value_name = "DIR")]
+    pub node_profiles: Option<PathBuf>,
+    /// `[[profile]]` tables: named nodes a GET presents with `?profile=NAME` (the file only).
+    #[arg(skip)]
+    pub profile: Option<Vec<ProfileTable>>,
     /// Extra compiled FileDescriptorSet (repeatable) for contrib or in-house types.
     #[arg(
         long = "descriptor-set",
