@@ -439,7 +439,7 @@ fn readers_table(out: &mut String, list: &[&ClientView]) {
                 escape(&client.user_agent),
                 escape_opt(client.remote.as_deref()),
                 escape_opt(view.last_poll.as_deref()),
-                view.subscriptions,
+                view.detail.iter().map(|s| s.polls).sum::<u64>(),
             );
             for sub in &view.detail {
                 let _ = write!(

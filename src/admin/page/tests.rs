@@ -265,6 +265,10 @@ fn one_shot_readers_are_listed_apart_from_subscribers() {
         reader_row.contains("served <code>3~cccccccccccc</code>"),
         "{reader_row}"
     );
+    assert!(
+        reader_row.contains("<td>clusters</td><td>3</td>"),
+        "three reads: {reader_row}"
+    );
     for not in ["class=\"bad\"", "class=\"warn\"", "catching up", "in step"] {
         assert!(!reader_row.contains(not), "{not} in {reader_row}");
     }
