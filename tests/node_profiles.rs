@@ -115,20 +115,19 @@ fn with_id(node: &Value, id: &str, cluster: Option<&str>) -> Value {
     node
 }
 
-fn sessions(admin: u16) -> impl std::future::Future<Output = usize> {
-    async move {
-        let reply = http_request(
-            admin,
-            http::Method::GET,
-            "/debug/sessions",
-            &[],
-            bytes::Bytes::new(),
-            TIMEOUT,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-        reply.json()["sessions"].as_array().map_or(0, Vec::len)
-    }
+/// How many sessions the gateway holds (`/debug/sessions`).
+async fn sessions(admin: u16) -> usize {
+    let reply = http_request(
+        admin,
+        http::Method::GET,
+        "/debug/sessions",
+        &[],
+        bytes::Bytes::new(),
+        TIMEOUT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    reply.json()["sessions"].as_array().map_or(0, Vec::len)
 }
 
 /// Issue 24's test: a profile-based GET sees exactly what the same node
