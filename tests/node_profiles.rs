@@ -14,10 +14,17 @@
 //! - Bad input is a 400 `google.rpc.Status` naming the parameter: an
 //!   unknown profile, metadata that is not a JSON object, a malformed
 //!   locality or user agent.
+//! - A real Envoy's node, copied out of its `/config_dump` into a
+//!   `--node-profiles` file, makes a GET that joins that Envoy's own
+//!   session and is answered at the version the Envoy holds; the Envoy is a
+//!   subscriber on the status page, a curl GET a one-shot reader.
 //!
-//! The gateway runs in process on kernel-chosen loopback ports; the peer is
-//! a child process, killed when the test ends.
+//! The gateway runs in process on kernel-chosen loopback ports (as a child
+//! process beside the real Envoy); the peer and Envoy are child processes,
+//! killed when the test ends.
 
+#[path = "support/envoy.rs"]
+mod envoy;
 #[path = "support/gateway.rs"]
 mod gateway;
 #[path = "support/go_peer.rs"]
@@ -406,4 +413,156 @@ async fn profiles_obey_the_policy_and_bad_parameters_are_400s() {
     let posted = post(port, "listeners", &json!({"node": node}), Some(EDGE)).await;
     assert_eq!(got.body, posted.body);
     gw.stop().await;
+}
+
+/// The node of the real Envoy of [`a_real_envoys_dumped_node_joins_its_session`].
+const REAL_NODE: &str = "sidecar~127.0.0.1~reviews-v1-7d8f9.bookinfo~bookinfo.svc.cluster.local";
+
+/// [`envoy::rest_bootstrap`] with an Istio-like node: locality and metadata.
+fn istio_like_bootstrap(admin: u16, xds: u16) -> String {
+    envoy::rest_bootstrap(REAL_NODE, admin, xds).replacen(
+        &format!("  cluster: {}\n", envoy::NODE_CLUSTER),
+        &format!(
+            "  cluster: {}\n  locality: {{region: us-east1, zone: us-east1-b}}\n  metadata:\n    \
+             ISTIO_VERSION: \"1.23.2\"\n    CLUSTER_ID: Kubernetes\n    NAMESPACE: bookinfo\n    \
+             LABELS: {{app: reviews, version: v1}}\n    ENVOY_PROMETHEUS_PORT: 15090\n",
+            envoy::NODE_CLUSTER
+        ),
+        1,
+    )
+}
+
+/// The versions a JSON value holds at key `version_info` (at any depth).
+fn versions_in(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(v)) = map.get("version_info") {
+                out.push(v.clone());
+            }
+            map.values().for_each(|v| versions_in(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| versions_in(v, out)),
+        _ => {}
+    }
+}
+
+/// For people who copy a node out of a real Envoy: its
+/// `/config_dump?mask=bootstrap.node`, as the file of a profile, makes a
+/// GET that the gateway takes for that very Envoy (the same session) and
+/// answers at the version the Envoy holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_envoys_dumped_node_joins_its_session() {
+    const TEST: &str = "a_real_envoys_dumped_node_joins_its_session";
+    envoy::run_bounded(TEST, |bin, dir| async move {
+        let (xds, envoy_admin, gw_admin) = (
+            process::free_port(),
+            process::free_port(),
+            process::free_port(),
+        );
+        let envoy = envoy::Envoy::start(&bin, &dir, &istio_like_bootstrap(envoy_admin, xds));
+        envoy::wait_admin(envoy_admin, "/stats?filter=server.live", "envoy").await;
+        let (status, dump) = process::http_get(envoy_admin, "/config_dump?mask=bootstrap.node")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status, 200, "{dump}");
+        let profiles = dir.join("profiles");
+        std::fs::create_dir(&profiles).unwrap();
+        std::fs::write(profiles.join("real-envoy.json"), &dump).unwrap();
+
+        let (listen, admin) = (format!("127.0.0.1:{xds}"), format!("127.0.0.1:{gw_admin}"));
+        let profiles_arg = profiles.to_str().unwrap().to_owned();
+        let log = dir.join(envoy::GATEWAY_LOG);
+        let _gateway = envoy::spawn_gateway(
+            [
+                "--listen",
+                &listen,
+                "--admin",
+                &admin,
+                "--node-profiles",
+                &profiles_arg,
+            ],
+            false,
+            &log,
+        );
+        // The Envoy polls (its own POSTs) until it holds the demo's clusters.
+        let clusters =
+            process::eventually(envoy::CONVERGE_TIMEOUT, envoy::POLL_INTERVAL, || async {
+                let (_, text) =
+                    process::http_get(envoy_admin, "/config_dump?resource=dynamic_active_clusters")
+                        .await
+                        .ok()?;
+                let dump: Value = serde_json::from_str(&text).ok()?;
+                let mut versions = Vec::new();
+                versions_in(&dump, &mut versions);
+                (!versions.is_empty()).then_some(versions)
+            })
+            .await
+            .unwrap_or_else(|| panic!("{TEST}: the Envoy got no clusters"));
+        assert_eq!(sessions(gw_admin).await, 1, "the Envoy's own session");
+
+        // A GET of the dumped profile (its own id), sent as the Envoy sends
+        // (Host: its xDS cluster): the same session, the Envoy's version.
+        let got = http_request(
+            xds,
+            http::Method::GET,
+            "/v3/discovery:clusters?profile=real-envoy",
+            &[("host", "xds_cluster")],
+            bytes::Bytes::new(),
+            TIMEOUT,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.status, 200, "{}", got.text());
+        let version = got.json()["versionInfo"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            clusters.contains(&version),
+            "GET at {version}, the Envoy holds {clusters:?}"
+        );
+        assert_eq!(
+            sessions(gw_admin).await,
+            1,
+            "the GET joined the Envoy's session"
+        );
+        // A plain GET of the same id is another node: another session.
+        let plain = get(
+            xds,
+            &format!("/v3/discovery:clusters?node={}", encode(REAL_NODE)),
+            None,
+        )
+        .await;
+        assert_eq!(plain.status, 200, "{}", plain.text());
+        assert_eq!(
+            sessions(gw_admin).await,
+            2,
+            "a plain GET is another identity"
+        );
+
+        // The status page's book: the Envoy subscribes (once it polls again,
+        // presenting the version it holds), curl reads once.
+        let roles = process::eventually(envoy::CHANGE_TIMEOUT, envoy::POLL_INTERVAL, || async {
+            let (_, clients) = process::http_get(gw_admin, "/debug/clients").await.ok()?;
+            let clients: Value = serde_json::from_str(&clients).ok()?;
+            let roles: Vec<(String, String)> = clients["clients"]
+                .as_array()?
+                .iter()
+                .map(|c| {
+                    (
+                        c["user_agent"].as_str().unwrap_or_default().to_owned(),
+                        c["role"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            roles
+                .contains(&("envoy".into(), "subscriber".into()))
+                .then_some(roles)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{TEST}: the Envoy never showed as a subscriber"));
+        assert!(roles.contains(&("".into(), "reader".into())), "{roles:?}");
+        envoy.print_warnings(TEST);
+    })
+    .await;
 }
