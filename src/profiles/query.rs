@@ -55,10 +55,10 @@ pub(crate) fn presented_node(
         }
     };
     if let Some(id) = query.get("node") {
-        set(&mut node, "id", &[], Value::String(id.clone()));
+        node.insert("id".into(), Value::String(id.clone()));
     }
     if let Some(cluster) = query.get("cluster") {
-        set(&mut node, "cluster", &[], Value::String(cluster.clone()));
+        node.insert("cluster".into(), Value::String(cluster.clone()));
     }
     if let Some(text) = query.get("metadata") {
         let given = metadata(text, codec)?;
@@ -70,7 +70,7 @@ pub(crate) fn presented_node(
         node.insert("metadata".into(), Value::Object(merged));
     }
     if let Some(text) = query.get("locality") {
-        set(&mut node, "locality", &[], locality(text)?);
+        node.insert("locality".into(), locality(text)?);
     }
     if let Some(text) = query.get("user_agent") {
         let (name, version) = user_agent(text)?;
@@ -93,14 +93,6 @@ pub(crate) fn presented_node(
         }
     }
     Ok(node)
-}
-
-/// `field` (and its other spellings) replaced by `value`.
-fn set(node: &mut Map<String, Value>, field: &str, spellings: &[&str], value: Value) {
-    for key in spellings {
-        node.remove(*key);
-    }
-    node.insert(field.to_owned(), value);
 }
 
 fn unknown_profile(name: &str, profiles: &NodeProfiles) -> String {
