@@ -87,6 +87,10 @@ pub(super) async fn handle_post(
             gateway.config.body_read_timeout,
         )
         .await?;
+        let body = RequestBody {
+            bytes: body,
+            via_get: false,
+        };
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
@@ -105,10 +109,21 @@ pub(super) async fn handle_get(
         check_params(&query, GET_PARAMS)?;
         check_secrets(&gateway, kind)?;
         let caller = authenticate(&gateway, &headers, peer.as_ref())?;
-        let body = get_body(&gateway, &query, &headers)?;
+        let body = RequestBody {
+            bytes: get_body(&gateway, &query, &headers)?,
+            via_get: true,
+        };
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
+}
+
+/// A DiscoveryRequest body: POSTed, or made from a GET's query.
+struct RequestBody {
+    bytes: Bytes,
+    /// A GET's: never taken for an Envoy's in the rejection bookkeeping,
+    /// whatever user agent its node (a profile's) says.
+    via_get: bool,
 }
 
 /// One discovery request once its caller is known: parsed, checked and
@@ -120,10 +135,13 @@ async fn serve(
     remote: ClientAddr,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
-    body: Bytes,
+    body: RequestBody,
 ) -> Result<Response, ApiError> {
     let config = &gateway.config;
-    let request = gateway.parsed.parse(body)?;
+    let mut request = gateway.parsed.parse(body.bytes)?;
+    if body.via_get && request.user_agent_name() == "envoy" {
+        request = Arc::new(request.via_get());
+    }
     check_type_url(kind, &request)?;
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.

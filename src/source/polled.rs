@@ -158,7 +158,7 @@ pub(super) fn suspect(
         subscription: client,
         presented: request.version_info(),
         current,
-        envoy: request.user_agent_name() == "envoy",
+        envoy: request.from_envoy(),
     };
     let mut tracker = lock(tracker);
     let suspicion = tracker.observe(observation, threshold);
