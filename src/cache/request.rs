@@ -117,7 +117,7 @@ impl ParsedRequest {
     /// Whether an Envoy may have sent it: its node says `envoy` and it was
     /// POSTed. Only an Envoy's empty version says "I rejected what you
     /// sent" (curl, scripts and every GET present none by design).
-    pub(crate) fn from_envoy(&self) -> bool {
+    pub(crate) fn may_be_envoy(&self) -> bool {
         !self.via_get && self.user_agent_name == "envoy"
     }
 

@@ -158,7 +158,7 @@ pub(super) fn suspect(
         subscription: client,
         presented: request.version_info(),
         current,
-        envoy: request.from_envoy(),
+        envoy: request.may_be_envoy(),
     };
     let mut tracker = lock(tracker);
     let suspicion = tracker.observe(observation, threshold);
