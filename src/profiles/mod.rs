@@ -129,7 +129,7 @@ impl NodeProfiles {
     /// Profiles of the given nodes (checked as at start-up), for tests.
     #[cfg(test)]
     pub(crate) fn with(nodes: &[(&str, Value)]) -> NodeProfiles {
-        let codec = Codec::embedded();
+        let codec = test_codec();
         let mut profiles = NodeProfiles::default();
         for (name, node) in nodes {
             let Value::Object(node) = node.clone() else {
@@ -137,7 +137,7 @@ impl NodeProfiles {
             };
             let origin = format!("test profile {name}");
             profiles
-                .add(name, Profile { origin, node }, &codec)
+                .add(name, Profile { origin, node }, codec)
                 .unwrap_or_else(|e| panic!("{e}"));
         }
         profiles
@@ -151,6 +151,14 @@ pub(crate) fn check_node(node: &Map<String, Value>, codec: &Codec) -> Result<(),
         .parse_message(NODE_MESSAGE, &json, false)
         .map(drop)
         .map_err(|e| e.to_string())
+}
+
+/// The embedded codec, decoded once for every test (decoding it takes a
+/// while in a debug build).
+#[cfg(test)]
+pub(crate) fn test_codec() -> &'static Codec {
+    static CODEC: std::sync::OnceLock<Codec> = std::sync::OnceLock::new();
+    CODEC.get_or_init(Codec::embedded)
 }
 
 #[cfg(test)]

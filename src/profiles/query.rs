@@ -169,6 +169,7 @@ fn user_agent(text: &str) -> Result<(&str, Option<&str>), QueryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profiles::{check_node, test_codec};
 
     fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -192,7 +193,7 @@ mod tests {
     }
 
     fn node(pairs: &[(&str, &str)]) -> Result<Value, QueryError> {
-        presented_node(&query_of(pairs), &profiles(), &Codec::embedded()).map(Value::Object)
+        presented_node(&query_of(pairs), &profiles(), test_codec()).map(Value::Object)
     }
 
     #[test]
@@ -252,7 +253,7 @@ mod tests {
         let Value::Object(map) = got else {
             unreachable!()
         };
-        crate::profiles::check_node(&map, &Codec::embedded()).unwrap();
+        check_node(&map, test_codec()).unwrap();
         // Without a profile too.
         let bare = node(&[("node", "n"), ("locality", "//z"), ("user_agent", "curl")]).unwrap();
         assert_eq!(
@@ -285,7 +286,7 @@ mod tests {
         let none = presented_node(
             &query_of(&[("profile", "x")]),
             &NodeProfiles::default(),
-            &Codec::embedded(),
+            test_codec(),
         )
         .unwrap_err();
         assert!(none.reason.contains("none is declared"), "{none}");

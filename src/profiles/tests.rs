@@ -6,7 +6,7 @@ use super::*;
 use crate::config::{ProfileTable, Settings};
 
 fn load(config: &Config) -> Result<NodeProfiles, ProfileError> {
-    NodeProfiles::load(config, &Codec::embedded())
+    NodeProfiles::load(config, test_codec())
 }
 
 fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
@@ -118,7 +118,7 @@ fn a_table_is_checked_at_load_even_when_built_in_code() {
     })
     .unwrap();
     let node = &profiles.get("t").unwrap().node;
-    check_node(node, &Codec::embedded()).unwrap();
+    check_node(node, test_codec()).unwrap();
     // Built in code (never validated): the load still checks the name.
     let unnamed = ProfileTable::default();
     let err = load(&Config {
@@ -170,6 +170,6 @@ fn the_examples_load() {
         }
     }
     for name in &names {
-        check_node(&profiles.get(name).unwrap().node, &Codec::embedded()).unwrap();
+        check_node(&profiles.get(name).unwrap().node, test_codec()).unwrap();
     }
 }
