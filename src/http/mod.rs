@@ -270,7 +270,9 @@ async fn index(headers: HeaderMap) -> String {
     let mut out = String::from(
         "xds-gateway: Envoy REST xDS (JSON). POST a DiscoveryRequest, or GET with ?node=&cluster=&names=a,b&version=;\n\
          add ?pretty or ?format=yaml to read, ?wait=25s to long-poll, ?watch to stream every new version\n\
-         (NDJSON, or Server-Sent Events with Accept: text/event-stream), ?changes for what changed since ?version=.\n\n",
+         (NDJSON, or Server-Sent Events with Accept: text/event-stream), ?changes for what changed since ?version=.\n\
+         A GET's node can be a named profile (?profile=NAME&node=ID) and carry ?metadata=<JSON object>,\n\
+         ?locality=REGION/ZONE/SUB_ZONE and ?user_agent=NAME/VERSION: the same request as the POST of that node.\n\n",
     );
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         let path = endpoint.path();
