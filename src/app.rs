@@ -17,6 +17,7 @@ use crate::config::{Config, UpstreamMode, UpstreamSpec, UpstreamStreams, Validat
 use crate::drain::Drain;
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
+use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{
     AutoSource, DeltaFeeder, Federation, FetchSource, FileFeeder, Namespace, Origin, Route,
@@ -46,6 +47,8 @@ pub enum AppError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Profiles(#[from] ProfileError),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -65,6 +68,10 @@ pub async fn run(
         warn!("{warning}");
     }
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
+    let profiles = Arc::new(NodeProfiles::load(&config, &codec)?);
+    if profiles.len() > 0 {
+        info!(profiles = profiles.len(), "node profiles loaded");
+    }
     let metrics = Arc::new(Metrics::new());
     let Security {
         tls,
@@ -94,6 +101,7 @@ pub async fn run(
             metrics.clone(),
         )
         .with_auth(auth.clone())
+        .with_profiles(profiles)
         .with_client_trust(rest_spec.tls.clone())
         .with_admin_address(admin_listener.local_addr()?)
         .with_drain(drain.clone()),

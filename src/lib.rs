@@ -23,6 +23,8 @@
 //!   on a separate listener.
 //! - `auth`: the authorization policy (principals, their credentials, the
 //!   nodes and types they may fetch); decisions only, no HTTP.
+//! - `profiles`: named node templates a GET presents (`?profile=NAME`), and the
+//!   node a GET's query says.
 //! - `metrics`: every metric name.
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
@@ -75,6 +77,7 @@ mod log_escape;
 mod metrics;
 #[cfg(test)]
 mod openapi_paths;
+mod profiles;
 mod reload;
 mod serve;
 mod shares;

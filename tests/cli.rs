@@ -263,6 +263,11 @@ const SETTINGS: &[Setting] = &[
         "XDS_GATEWAY_DESCRIPTOR_SETS",
         "descriptor-sets",
     ),
+    setting(
+        "--node-profiles",
+        "XDS_GATEWAY_NODE_PROFILES",
+        "node-profiles",
+    ),
 ];
 
 fn file_keys() -> BTreeSet<&'static str> {
@@ -627,6 +632,40 @@ async fn bad_config_files_name_the_key() {
     .await;
 }
 
+/// Issue 24: a node profile that is not a Node stops start-up, naming the
+/// profile and where it was declared; a `[[profile]]` table with an
+/// unknown key names the key.
+#[tokio::test]
+async fn bad_node_profiles_stop_start_up_naming_them() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let profiles = dir.path().join("profiles");
+    std::fs::create_dir(&profiles).expect("a profiles directory");
+    std::fs::write(
+        profiles.join("sidecar.json"),
+        r#"{"bootstrap": {"node": {"id": "n", "metdata": {}}}}"#,
+    )
+    .expect("write a profile");
+    let listeners = unused_listeners();
+    let dir_arg = profiles.to_str().expect("a UTF-8 temporary path");
+    let args = with_unused_listeners(&["--node-profiles", dir_arg], &listeners);
+    expect_rejected(
+        gateway(&args, &[]),
+        "--node-profiles with a misspelt field",
+        &["\"sidecar\"", "sidecar.json", "metdata"],
+    )
+    .await;
+    let table = dir.path().join("gw.toml");
+    std::fs::write(&table, "[[profile]]\nname = \"edge\"\nclustr = \"edge\"\n")
+        .expect("write the config file");
+    let args = with_unused_listeners(&["--config", table.to_str().unwrap()], &listeners);
+    expect_rejected(
+        gateway(&args, &[]),
+        "a [[profile]] table with an unknown key",
+        &["clustr", "gw.toml"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn unknown_keys_are_answered_with_the_valid_ones() {
     // The list of valid keys in the error is the file's schema: it must be
@@ -647,9 +686,10 @@ async fn unknown_keys_are_answered_with_the_valid_ones() {
         .map(|k| k.trim().trim_matches('`'))
         .filter(|k| !k.is_empty())
         .collect();
-    // A repeatable flag's singular name is accepted as an alias of its key.
+    // A repeatable flag's singular name is accepted as an alias of its key;
+    // `[[profile]]` tables have no flag (examples/profiles/profiles.toml).
     let mut expected = file_keys();
-    expected.extend(["descriptor-set", "upstream-header"]);
+    expected.extend(["descriptor-set", "upstream-header", "profile"]);
     assert_eq!(valid, expected, "keys the config file accepts");
 }
 
@@ -895,6 +935,7 @@ const NO_DEFAULT: &[&str] = &[
     "upstream-key",
     "upstream-tls-server-name",
     "trusted-proxies",
+    "node-profiles",
 ];
 
 #[test]

@@ -38,7 +38,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use inproc::InProcess;
-use xds_gateway::config::Config;
+use xds_gateway::config::{Config, ProfileTable};
 
 /// Examples per API operation in the test command (about 40 s on 2 cores).
 const EXAMPLES: u32 = 30;
@@ -290,10 +290,21 @@ async fn schemathesis(test: &str, document: &Path, config: Option<&Path>, port: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_failure_against_the_running_gateway() {
     let test = "schemathesis_finds_no_failure_against_the_running_gateway";
+    // The profile `schemathesis.toml` pins every GET's ?profile= to.
+    let profile: ProfileTable = toml::from_str(
+        r#"name = "openapi-sidecar"
+cluster = "reviews.default"
+user-agent-name = "envoy"
+locality = { region = "us-east1" }
+metadata = { ISTIO_VERSION = "1.23.2", LABELS = { app = "reviews" } }
+"#,
+    )
+    .expect("a profile table");
     let gateway = InProcess::start(Config {
         allow_secrets: true,
         // A generated `wait` on a current version holds at most this long.
         max_wait: Duration::from_secs(1),
+        profiles: vec![profile],
         ..Config::default()
     })
     .await;

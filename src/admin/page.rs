@@ -2,8 +2,9 @@
 //! glance what the JSON views answer in detail: is the gateway ready (and
 //! if not, why), which sessions it holds and how their upstream streams
 //! stand, which REST clients are in step and which are behind or suspected
-//! of a rejection (since when, and why), with links to each node's config
-//! and to the JSON views.
+//! of a rejection (since when, and why), apart from the one-shot readers
+//! (curl, scripts) whose sync state means nothing, with links to each
+//! node's config and to the JSON views.
 //!
 //! It renders the very views `/readyz`, `/debug/sessions` and
 //! `/debug/clients` serve ([`Readiness`], [`SessionsView`],
@@ -24,7 +25,7 @@ use std::time::SystemTime;
 
 use super::views::{Readiness, SessionsView};
 use super::Admin;
-use crate::cache::{ClientsView, SubscriptionState, SubscriptionView};
+use crate::cache::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 use crate::source::view::{Phase, Placement, Placements, ReplyKind, FAILOVER_REASON};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -357,15 +358,36 @@ fn clients_section(out: &mut String, clients: &ClientsView) {
     let list = &clients.clients;
     let _ = write!(
         out,
-        "<section id=\"clients\"><h2>REST clients ({})</h2>",
-        list.len()
+        "<section id=\"clients\"><h2>REST clients ({}: {} subscribers, {} one-shot readers)</h2>",
+        list.len(),
+        clients.subscribers,
+        clients.readers,
     );
     if list.is_empty() {
         out.push_str("<p class=\"muted\">None seen recently.</p></section>\n");
         return;
     }
+    let (subscribers, readers): (Vec<&ClientView>, Vec<&ClientView>) =
+        list.iter().partition(|c| c.role == ClientRole::Subscriber);
+    if subscribers.is_empty() {
+        out.push_str(
+            "<p class=\"muted\">No subscriber (an Envoy that polls presenting its version, \
+             a long poll, a watch) seen recently.</p>",
+        );
+    } else {
+        subscribers_table(out, &subscribers);
+    }
+    if !readers.is_empty() {
+        readers_table(out, &readers);
+    }
+    out.push_str("</section>\n");
+}
+
+/// The clients whose sync state matters: in step, or not and why.
+fn subscribers_table(out: &mut String, list: &[&ClientView]) {
     out.push_str(
-        "<table><tr><th>Node</th><th>Client</th><th>Type</th><th>In step</th>\
+        "<h3 id=\"subscribers\">Subscribers</h3>\
+         <table><tr><th>Node</th><th>Client</th><th>Type</th><th>In step</th>\
          <th>Subscriptions not in step (every one when it has one): names, state, versions, why</th></tr>",
     );
     for client in list {
@@ -393,22 +415,64 @@ fn clients_section(out: &mut String, clients: &ClientsView) {
             out.push_str("</ul></td></tr>");
         }
     }
-    out.push_str("</table></section>\n");
+    out.push_str("</table>");
+}
+
+/// Clients that never presented a version nor watched (curl, scripts):
+/// what they last read, in no colour (never in step is how they work).
+fn readers_table(out: &mut String, list: &[&ClientView]) {
+    out.push_str(
+        "<h3 id=\"readers\">One-shot readers</h3><p class=\"muted\">Clients that never presented a \
+         version nor watched (curl, scripts): each answer is a fresh read, so \"in step\" does not \
+         apply to them.</p><table><tr><th>Node</th><th>Client</th><th>Type</th><th>Reads</th>\
+         <th>Last read: names, version served</th></tr>",
+    );
+    for client in list {
+        let node = escape(&client.node_id);
+        for (kind, view) in &client.types {
+            let kind = escape(kind);
+            let _ = write!(
+                out,
+                "<tr class=\"reader\" data-node=\"{node}\" data-type=\"{kind}\"><td><b>{node}</b><br>\
+                 cluster {}</td><td>{} from {}<br>last read {}</td><td>{kind}</td><td>{}</td><td><ul>",
+                escape(&client.cluster),
+                escape(&client.user_agent),
+                escape_opt(client.remote.as_deref()),
+                escape_opt(view.last_poll.as_deref()),
+                view.detail.iter().map(|s| s.polls).sum::<u64>(),
+            );
+            for sub in &view.detail {
+                let _ = write!(
+                    out,
+                    "<li>{}: served <code>{}</code> (upstream version <code>{}</code>)</li>",
+                    names_of(sub),
+                    escape(&sub.current),
+                    escape(&sub.upstream_version),
+                );
+            }
+            out.push_str("</ul></td></tr>");
+        }
+    }
+    out.push_str("</table>");
+}
+
+/// A subscription's names as shown: the first few and how many more.
+fn names_of(sub: &SubscriptionView) -> String {
+    if sub.wildcard {
+        return "(wildcard)".to_owned();
+    }
+    let shown: Vec<String> = sub.names.iter().map(|n| escape(n)).collect();
+    let more = sub.name_count.saturating_sub(shown.len());
+    if more > 0 {
+        format!("{} and {more} more", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
 }
 
 /// One subscription of a client, as a list item.
 fn subscription(out: &mut String, sub: &SubscriptionView) {
-    let names = if sub.wildcard {
-        "(wildcard)".to_owned()
-    } else {
-        let shown: Vec<String> = sub.names.iter().map(|n| escape(n)).collect();
-        let more = sub.name_count.saturating_sub(shown.len());
-        if more > 0 {
-            format!("{} and {more} more", shown.join(", "))
-        } else {
-            shown.join(", ")
-        }
-    };
+    let names = names_of(sub);
     let state = sub.state.name();
     let class = match sub.state {
         SubscriptionState::InStep => "ok",

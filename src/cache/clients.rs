@@ -6,7 +6,9 @@
 //! version it last presented, the version it was answered at, and its
 //! [`Standing`] (in step, catching up, behind, a suspected rejection) with
 //! since when it has not been in step. Nothing here decides anything: the
-//! standing comes from the source's rejection bookkeeping.
+//! standing comes from the source's rejection bookkeeping. A client that
+//! never presented a version nor watched is a one-shot reader (curl, a
+//! script), shown apart from the subscribers whose sync state matters.
 //!
 //! Bounded: clients idle for the book's time-to-idle are forgotten, and so
 //! are a client's subscriptions not polled for as long. One client keeps at
@@ -31,7 +33,7 @@ use crate::xds::ResourceType;
 
 mod view;
 
-pub(crate) use view::{ClientsView, SubscriptionState, SubscriptionView};
+pub(crate) use view::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 
 /// Bytes of clients (what their subscriptions hold) the book keeps at most.
 const BOOK_BYTES: u64 = 64 * 1024 * 1024;
@@ -60,6 +62,9 @@ pub(crate) struct AnsweredPoll<'a> {
     /// Where its ADS config sources were pointed (the `Host` it sent), if
     /// they were rewritten for it.
     pub(crate) rewritten_for: Option<&'a str>,
+    /// An event of a watch stream (`?watch`): the client follows changes,
+    /// whatever version it presented.
+    pub(crate) watch: bool,
 }
 
 /// One subscription of a node's clients, for CSDS.
@@ -99,6 +104,9 @@ struct Client {
     user_agent: String,
     remote: Option<IpAddr>,
     rewritten_for: Option<String>,
+    /// Whether it ever presented a version or watched: it follows changes
+    /// (else a one-shot reader, such as curl or a script).
+    subscriber: bool,
     first_seen: SystemTime,
     last_poll: SystemTime,
     subscriptions: HashMap<(ResourceType, u64), Subscription>,
@@ -174,6 +182,7 @@ impl ClientBook {
                 user_agent: request.user_agent_name().to_owned(),
                 remote: poll.remote,
                 rewritten_for: None,
+                subscriber: false,
                 first_seen: now,
                 last_poll: now,
                 subscriptions: HashMap::new(),
@@ -198,6 +207,7 @@ impl ClientBook {
         let mut client = crate::sync::lock(client);
         let before = client.weight();
         client.last_poll = now;
+        client.subscriber |= poll.watch || !request.version_info().is_empty();
         if client.rewritten_for.as_deref() != poll.rewritten_for {
             client.rewritten_for = poll.rewritten_for.map(str::to_owned);
         }
@@ -373,6 +383,7 @@ mod tests {
             body: request.version_info() != current,
             standing,
             rewritten_for: Some("xds_cluster"),
+            watch: false,
         });
     }
 
@@ -433,6 +444,7 @@ mod tests {
                 body: true,
                 standing: Standing::CatchingUp,
                 rewritten_for: None,
+                watch: false,
             });
         }
         let view = served(&book);

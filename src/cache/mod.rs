@@ -15,8 +15,8 @@ mod state;
 pub(crate) use changes::{History, Served};
 pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{
-    AnsweredPoll, ClientBook, ClientsView, NodeClients, SubscriptionState, SubscriptionStatus,
-    SubscriptionView,
+    AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
+    SubscriptionStatus, SubscriptionView,
 };
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};

@@ -70,6 +70,8 @@ pub(crate) struct ParsedRequest {
     node_bytes: usize,
     identity: IdentityKey,
     subscription: u64,
+    /// Made from a GET's query: never an Envoy, whatever its node says.
+    via_get: bool,
 }
 
 impl ParsedRequest {
@@ -99,7 +101,24 @@ impl ParsedRequest {
             node_bytes,
             identity,
             subscription,
+            via_get: false,
         })
+    }
+
+    /// The same request as a GET made it (a profile's node may say
+    /// `envoy`, but Envoy never GETs).
+    pub(crate) fn via_get(&self) -> ParsedRequest {
+        ParsedRequest {
+            via_get: true,
+            ..self.clone()
+        }
+    }
+
+    /// Whether an Envoy may have sent it: its node says `envoy` and it was
+    /// POSTed. Only an Envoy's empty version says "I rejected what you
+    /// sent" (curl, scripts and every GET present none by design).
+    pub(crate) fn may_be_envoy(&self) -> bool {
+        !self.via_get && self.user_agent_name == "envoy"
     }
 
     /// The same request presenting `version` instead (a watch, after each

@@ -24,6 +24,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use super::profiles::ProfileTable;
 use super::proxies::TrustedProxies;
 use super::settings::opt_duration;
 use super::upstreams::{UpstreamSetting, UpstreamTable, Upstreams};
@@ -319,6 +320,14 @@ settings! {
         /// Largest upstream gRPC message accepted, in bytes [default: 67108864].
         #[arg(long, env = "XDS_GATEWAY_MAX_UPSTREAM_MESSAGE_BYTES")]
         max_upstream_message_bytes: usize = 64 * 1024 * 1024,
+        /// Directory of node profiles for GETs (`?profile=NAME`): one
+        /// `NAME.json` each, an `envoy.config.core.v3.Node` as JSON (bare, or as a
+        /// `node` field, or an Envoy `/config_dump`'s bootstrap); read at start-up.
+        #[arg(long, env = "XDS_GATEWAY_NODE_PROFILES", value_name = "DIR")]
+        node_profiles: Option<PathBuf>,
+        /// `[[profile]]` tables: named nodes a GET presents with `?profile=NAME` (the file only).
+        #[arg(skip)]
+        profile: Option<Vec<ProfileTable>>,
         /// Extra compiled FileDescriptorSet (repeatable) for contrib or in-house types.
         #[arg(
             long = "descriptor-set",
@@ -361,6 +370,11 @@ settings! {
         /// `None`: not said (every peer is taken for a client, and
         /// `--forward-rejections` is refused off loopback).
         trusted_proxies: Option<TrustedProxies> = None,
+        /// The `[[profile]]` tables of the `--config` file (checked by
+        /// [`Config::validate`]; made into nodes by `crate::profiles`).
+        profiles: Vec<ProfileTable> = Vec::new(),
+        /// `--node-profiles`: a directory of `NAME.json` nodes.
+        node_profiles: Option<PathBuf> = None,
         /// What validation let through but a person should hear of at start-up
         /// (logged by `app::run`).
         warnings: Vec<String> = Vec::new(),

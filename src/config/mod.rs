@@ -14,6 +14,7 @@ mod exposure;
 mod fields;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+mod profiles;
 mod proxies;
 mod settings;
 #[cfg(test)]
@@ -21,6 +22,7 @@ mod tests;
 mod upstreams;
 
 pub use fields::{Config, Settings};
+pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
 pub use proxies::TrustedProxies;
 pub use upstreams::{Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams};
 
@@ -183,6 +185,7 @@ impl Config {
             (layer.upstream_cert, &mut tls.cert),
             (layer.upstream_key, &mut tls.key),
             (layer.snapshot, &mut self.snapshot),
+            (layer.node_profiles, &mut self.node_profiles),
         ] {
             if value.is_some() {
                 *slot = value;
@@ -220,6 +223,9 @@ impl Config {
                 self.upstream_tables = tables;
             }
             None => {}
+        }
+        if let Some(profiles) = layer.profile {
+            self.profiles = profiles;
         }
         if let Some(headers) = layer.upstream_headers {
             self.upstream_headers = parse_headers(headers)?;
@@ -329,6 +335,7 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return Err(invalid("max-body-bytes", "must be at least 1024"));
         }
+        profiles::check(&self.profiles)?;
         self.validate_limits()?;
         self.validate_exposure()?;
         self.validate_forwarding()?;

@@ -48,6 +48,7 @@ impl Asked<'_> {
             request: self.request,
             remote: self.remote,
             target: self.target.as_ref(),
+            watch: false,
         }
     }
 }
@@ -61,6 +62,8 @@ pub(super) struct Answered<'a> {
     pub(super) request: &'a ParsedRequest,
     pub(super) remote: ClientAddr,
     pub(super) target: Option<&'a RestTarget>,
+    /// Answers of a watch stream (the client book shows it as a subscriber).
+    pub(super) watch: bool,
 }
 
 impl Answered<'_> {
@@ -85,6 +88,7 @@ impl Answered<'_> {
             body,
             standing,
             rewritten_for: self.target.map(|t| t.cluster_name.as_str()),
+            watch: self.watch,
         });
     }
 

@@ -1,7 +1,8 @@
 //! `POST` and `GET /v3/discovery:<type>`: one REST discovery request,
 //! answered by the source. A GET is turned into the equivalent POST body
-//! (`?node=&cluster=&names=a,b&version=`, `If-None-Match` as the version)
-//! and served by the same code.
+//! (`?node=&cluster=&names=a,b&version=`, `If-None-Match` as the version;
+//! its node from a profile and inline parts, `crate::profiles::query`)
+//! and served by the same code: the same node JSON, the same request.
 //!
 //! Order of checks: query parameters, secrets gate, who is asking (401),
 //! content type, body (time, size, JSON), type_url vs path, names and node
@@ -38,6 +39,7 @@ use super::watch;
 use super::Gateway;
 use crate::cache::{Answer, ClientAddr, Names, ParsedRequest};
 use crate::config::{Config, RewritePolicy};
+use crate::profiles::query::presented_node;
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
@@ -46,7 +48,19 @@ use crate::xds::{Endpoint, ResourceType};
 const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch", "changes"];
 /// Query parameters a GET accepts.
 const GET_PARAMS: &[&str] = &[
-    "wait", "pretty", "format", "node", "cluster", "names", "version", "watch", "changes",
+    "wait",
+    "pretty",
+    "format",
+    "node",
+    "cluster",
+    "profile",
+    "metadata",
+    "locality",
+    "user_agent",
+    "names",
+    "version",
+    "watch",
+    "changes",
 ];
 
 /// Who sent a request: the TLS client's identity, the client's address.
@@ -73,6 +87,10 @@ pub(super) async fn handle_post(
             gateway.config.body_read_timeout,
         )
         .await?;
+        let body = RequestBody {
+            bytes: body,
+            via_get: false,
+        };
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
@@ -91,10 +109,21 @@ pub(super) async fn handle_get(
         check_params(&query, GET_PARAMS)?;
         check_secrets(&gateway, kind)?;
         let caller = authenticate(&gateway, &headers, peer.as_ref())?;
-        let body = get_body(&query, &headers)?;
+        let body = RequestBody {
+            bytes: get_body(&gateway, &query, &headers)?,
+            via_get: true,
+        };
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
     };
     finish(&gateway, kind, started, served.await)
+}
+
+/// A DiscoveryRequest body: POSTed, or made from a GET's query.
+struct RequestBody {
+    bytes: Bytes,
+    /// A GET's: never taken for an Envoy's in the rejection bookkeeping,
+    /// whatever user agent its node (a profile's) says.
+    via_get: bool,
 }
 
 /// One discovery request once its caller is known: parsed, checked and
@@ -106,10 +135,13 @@ async fn serve(
     remote: ClientAddr,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
-    body: Bytes,
+    body: RequestBody,
 ) -> Result<Response, ApiError> {
     let config = &gateway.config;
-    let request = gateway.parsed.parse(body)?;
+    let mut request = gateway.parsed.parse(body.bytes)?;
+    if body.via_get && request.user_agent_name() == "envoy" {
+        request = Arc::new(request.via_get());
+    }
     check_type_url(kind, &request)?;
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
@@ -233,7 +265,11 @@ fn check_type_url(kind: ResourceType, request: &ParsedRequest) -> Result<(), Api
 }
 
 /// The DiscoveryRequest JSON a GET stands for.
-fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Bytes, ApiError> {
+fn get_body(
+    gateway: &Gateway,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Bytes, ApiError> {
     let names: Vec<&str> = query
         .get("names")
         .map(|n| {
@@ -249,13 +285,11 @@ fn get_body(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Byte
         Some(version) => version.clone(),
         None => tagged.unwrap_or_default(),
     };
+    let node = presented_node(query, &gateway.profiles, gateway.renderer.codec())?;
     let body = serde_json::json!({
         "version_info": version,
         "resource_names": names,
-        "node": {
-            "id": query.get("node").map_or("", String::as_str),
-            "cluster": query.get("cluster").map_or("", String::as_str),
-        },
+        "node": node,
     });
     Ok(Bytes::from(body.to_string()))
 }

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::authorize::AuthError;
 use super::body::BodyError;
+use crate::profiles::query::QueryError;
 use crate::shares::OverShare;
 use crate::source::SourceError;
 use crate::xds::{JsonError, RequestError};
@@ -155,6 +156,14 @@ impl From<AuthError> for ApiError {
             AuthError::Unauthenticated(m) => ApiError::Unauthenticated(m),
             AuthError::Forbidden(m) => ApiError::Forbidden(m),
         }
+    }
+}
+
+/// A GET's node parameters that say no node (an unknown profile,
+/// malformed metadata): a 400 naming the parameter.
+impl From<QueryError> for ApiError {
+    fn from(err: QueryError) -> ApiError {
+        ApiError::BadRequest(format!("query parameter {err}"))
     }
 }
 

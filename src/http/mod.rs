@@ -5,7 +5,9 @@
 //!   (`?wait=DURATION` long-polls a current version; `?pretty`, `?format=yaml`;
 //!   `?watch` streams every new version as Server-Sent Events or NDJSON;
 //!   `?changes` answers what changed since the version presented)
-//! - `GET` on the same paths with `?node=&cluster=&names=a,b&version=` (and `If-None-Match`)
+//! - `GET` on the same paths with `?node=&cluster=&names=a,b&version=` (and `If-None-Match`),
+//!   the node from a profile (`?profile=NAME`) and inline parts (`?metadata=`,
+//!   `?locality=`, `?user_agent=`)
 //! - `POST /v3/discovery:health_check` (HDS) and `/v3/discovery:client_status`
 //!   (CSDS): passed through to the upstream's unary RPCs, JSON both ways
 //! - `GET /`: the endpoint list, one example each
@@ -45,6 +47,7 @@ use crate::cache::{ClientBook, History, ParsedRequests, Renderer};
 use crate::config::Config;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
+use crate::profiles::NodeProfiles;
 use crate::serve::RemoteAddr;
 use crate::shares::Tenant;
 use crate::source::Source;
@@ -81,6 +84,8 @@ pub(crate) struct Gateway {
     clients: Arc<ClientBook>,
     /// The answers served recently, for `?changes`.
     history: History,
+    /// The node profiles a GET may present (`?profile=NAME`).
+    profiles: Arc<NodeProfiles>,
     /// Set at shutdown: no new long polls or watches, held ones answered,
     /// open watches ended.
     drain: Drain,
@@ -109,6 +114,7 @@ impl Gateway {
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
             history: History::default(),
+            profiles: Arc::default(),
             unnamed_proxy_seen: std::sync::atomic::AtomicBool::new(false),
             config,
             source,
@@ -125,6 +131,12 @@ impl Gateway {
     fn tenant(&self, caller: &authorize::Caller) -> Option<Tenant> {
         let principals = self.auth.as_ref()?.current().principal_count();
         Tenant::of(caller.principal(), principals)
+    }
+
+    /// The same gateway, presenting `profiles` for `?profile=` GETs.
+    pub(crate) fn with_profiles(mut self, profiles: Arc<NodeProfiles>) -> Gateway {
+        self.profiles = profiles;
+        self
     }
 
     /// The same gateway, authorizing every request with `auth`.
@@ -258,7 +270,9 @@ async fn index(headers: HeaderMap) -> String {
     let mut out = String::from(
         "xds-gateway: Envoy REST xDS (JSON). POST a DiscoveryRequest, or GET with ?node=&cluster=&names=a,b&version=;\n\
          add ?pretty or ?format=yaml to read, ?wait=25s to long-poll, ?watch to stream every new version\n\
-         (NDJSON, or Server-Sent Events with Accept: text/event-stream), ?changes for what changed since ?version=.\n\n",
+         (NDJSON, or Server-Sent Events with Accept: text/event-stream), ?changes for what changed since ?version=.\n\
+         A GET's node can be a named profile (?profile=NAME&node=ID) and carry ?metadata=<JSON object>,\n\
+         ?locality=REGION/ZONE/SUB_ZONE and ?user_agent=NAME/VERSION: the same request as the POST of that node.\n\n",
     );
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         let path = endpoint.path();

@@ -161,7 +161,7 @@ pub(super) fn suspect(
         subscription: client,
         presented: request.version_info(),
         current,
-        envoy: request.user_agent_name() == "envoy",
+        envoy: request.may_be_envoy(),
     };
     let mut tracker = lock(tracker);
     let suspicion = tracker.observe(observation, threshold);

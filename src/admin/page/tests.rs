@@ -36,6 +36,7 @@ fn book(node: &str) -> ClientBook {
         body: false,
         standing: Standing::Suspected { polls: 3 },
         rewritten_for: None,
+        watch: false,
     });
     book
 }
@@ -134,9 +135,9 @@ fn everything_from_clients_and_the_upstream_is_escaped() {
         .collect();
     let allowed = [
         "!doctype", "html", "/html", "head", "/head", "meta", "title", "/title", "style", "/style",
-        "body", "/body", "header", "/header", "h1", "/h1", "h2", "/h2", "p", "/p", "code", "/code",
-        "nav", "/nav", "a", "/a", "section", "/section", "ul", "/ul", "li", "/li", "table",
-        "/table", "tr", "/tr", "th", "/th", "td", "/td", "b", "/b", "br", "span", "/span",
+        "body", "/body", "header", "/header", "h1", "/h1", "h2", "/h2", "h3", "/h3", "p", "/p",
+        "code", "/code", "nav", "/nav", "a", "/a", "section", "/section", "ul", "/ul", "li", "/li",
+        "table", "/table", "tr", "/tr", "th", "/th", "td", "/td", "b", "/b", "br", "span", "/span",
     ];
     for tag in &tags {
         assert!(allowed.contains(tag), "unexpected <{tag} in:\n{html}");
@@ -173,6 +174,116 @@ fn the_page_shows_the_node_its_versions_and_what_is_wrong() {
         !html.contains("http://") && !html.contains("https://"),
         "no external assets"
     );
+}
+
+/// Issue 24: a client that never presents a version (curl, a script) is a
+/// one-shot reader, listed apart and in no colour; the Envoy beside it
+/// that presents versions stays a subscriber, red when it is in trouble.
+#[test]
+fn one_shot_readers_are_listed_apart_from_subscribers() {
+    let book = book("edge-1");
+    let memo = ParsedRequests::new(SessionKey::Node);
+    let curl = json!({"node": {"id": "curl-<1>", "cluster": ""}, "resource_names": ["a"]});
+    let curl = memo.parse(curl.to_string().into()).unwrap();
+    for _ in 0..3 {
+        book.record(AnsweredPoll {
+            request: &curl,
+            kind: ResourceType::Clusters,
+            remote: Some(IpAddr::from([127, 0, 0, 2])),
+            current: "3~cccccccccccc",
+            body: true,
+            standing: Standing::CatchingUp,
+            rewritten_for: None,
+            watch: false,
+        });
+    }
+    // A watch presents no version on its first event, yet it subscribes.
+    let watcher = json!({"node": {"id": "watcher"}});
+    let watcher = memo.parse(watcher.to_string().into()).unwrap();
+    book.record(AnsweredPoll {
+        request: &watcher,
+        kind: ResourceType::Clusters,
+        remote: None,
+        current: "3~cccccccccccc",
+        body: true,
+        standing: Standing::CatchingUp,
+        rewritten_for: None,
+        watch: true,
+    });
+    let clients = book.view();
+    let served = serde_json::to_value(&clients).unwrap();
+    assert_eq!(
+        (served["subscribers"].clone(), served["readers"].clone()),
+        (json!(2), json!(1)),
+        "{served}"
+    );
+    let role = |node: &str| {
+        served["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["node_id"] == node)
+            .map(|c| c["role"].clone())
+    };
+    assert_eq!(role("curl-<1>"), Some(json!("reader")));
+    assert_eq!(role("edge-1"), Some(json!("subscriber")));
+    assert_eq!(role("watcher"), Some(json!("subscriber")));
+
+    let readiness = Readiness {
+        ready: true,
+        draining: false,
+        source: "gRPC upstream".into(),
+        problems: Vec::new(),
+        sessions: 1,
+        stale_sessions: 0,
+        waiting_sessions: 0,
+        failed_over_sessions: 0,
+        failovers: Vec::new(),
+        session_errors: Vec::new(),
+        upstream_streams_open: 1,
+    };
+    let html = render(&Views {
+        readiness,
+        sessions: session("edge-1"),
+        clients,
+        now: "2026-01-01T00:00:00Z".into(),
+        refresh: 5,
+    });
+    assert!(
+        html.contains("REST clients (3: 2 subscribers, 1 one-shot readers)"),
+        "{html}"
+    );
+    let readers_at = html.find("id=\"readers\"").expect("a readers table");
+    let reader_row = &html[html.find("<tr class=\"reader\"").expect("a reader row")..];
+    let reader_row = &reader_row[..reader_row.find("</tr>").unwrap()];
+    assert!(html.find("<tr class=\"reader\"").unwrap() > readers_at);
+    assert!(
+        reader_row.contains("data-node=\"curl-&lt;1&gt;\""),
+        "{reader_row}"
+    );
+    assert!(
+        reader_row.contains("served <code>3~cccccccccccc</code>"),
+        "{reader_row}"
+    );
+    assert!(
+        reader_row.contains("<td>clusters</td><td>3</td>"),
+        "three reads: {reader_row}"
+    );
+    for not in ["class=\"bad\"", "class=\"warn\"", "catching up", "in step"] {
+        assert!(!reader_row.contains(not), "{not} in {reader_row}");
+    }
+    // No reader among the subscribers' rows, which keep their colours.
+    let subscribers = &html[html.find("id=\"subscribers\"").unwrap()..readers_at];
+    assert!(!subscribers.contains("curl-"), "{subscribers}");
+    assert!(
+        subscribers.contains("data-node=\"watcher\""),
+        "{subscribers}"
+    );
+    assert!(
+        subscribers.contains("data-state=\"suspected rejection\""),
+        "{subscribers}"
+    );
+    assert!(subscribers.contains("class=\"bad\""), "{subscribers}");
 }
 
 #[test]

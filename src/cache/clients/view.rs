@@ -1,6 +1,7 @@
 //! The typed view of the client book (`/debug/clients`, and the status
-//! page renders the same structs): per client and type, counts over its
-//! subscriptions and the ones not in step in detail.
+//! page renders the same structs): per client its role (a subscriber, or a
+//! one-shot reader), and per type counts over its subscriptions and the
+//! ones not in step in detail.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -18,8 +19,24 @@ const LAGGING_SHOWN: usize = 20;
 /// time-to-idle.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ClientsView {
+    /// Clients that follow changes (`role` `subscriber`).
+    pub(crate) subscribers: usize,
+    /// One-shot readers (`role` `reader`).
+    pub(crate) readers: usize,
     /// Sorted by node id, then address (clients without one last).
     pub(crate) clients: Vec<ClientView>,
+}
+
+/// Whether a client follows changes or reads once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ClientRole {
+    /// It presented a version (a polling Envoy, a long poll) or watches:
+    /// its sync state matters.
+    Subscriber,
+    /// It never presented a version nor watched (curl, a script): every
+    /// answer is a fresh read, never "in step", and that is no trouble.
+    Reader,
 }
 
 /// One REST poller: node id, cluster, user agent, remote address.
@@ -28,6 +45,7 @@ pub(crate) struct ClientView {
     pub(crate) node_id: String,
     pub(crate) cluster: String,
     pub(crate) user_agent: String,
+    pub(crate) role: ClientRole,
     /// The address it polls from (none in in-process tests).
     pub(crate) remote: Option<String>,
     /// Where its ADS config sources were pointed, if they were rewritten.
@@ -122,7 +140,15 @@ impl ClientBook {
                 &b.remote,
             ))
         });
-        ClientsView { clients }
+        let readers = clients
+            .iter()
+            .filter(|c| c.role == ClientRole::Reader)
+            .count();
+        ClientsView {
+            subscribers: clients.len() - readers,
+            readers,
+            clients,
+        }
     }
 }
 
@@ -138,6 +164,11 @@ impl Client {
             node_id: self.node_id.clone(),
             cluster: self.cluster.clone(),
             user_agent: self.user_agent.clone(),
+            role: if self.subscriber {
+                ClientRole::Subscriber
+            } else {
+                ClientRole::Reader
+            },
             remote: self.remote.map(|ip| ip.to_string()),
             config_sources_rewritten_for: self.rewritten_for.clone(),
             first_seen: stamp(self.first_seen),

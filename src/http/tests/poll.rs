@@ -446,6 +446,44 @@ async fn an_envoy_that_rejects_its_first_version_is_a_suspected_rejection() {
     assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
 }
 
+/// Issue 24: a GET whose node says `envoy` (a profile's, or
+/// `?user_agent=envoy`) is still a curl or a script: presenting no version
+/// again and again is how it reads, never a rejection to forward upstream.
+/// The same node POSTed is taken for an Envoy, as before.
+#[tokio::test(start_paused = true)]
+async fn a_get_whose_node_says_envoy_is_never_a_suspected_rejection() {
+    let (gw, script) = forwarding_rejections_at_v1().await;
+    let profiles = crate::profiles::NodeProfiles::with(&[(
+        "sidecar",
+        json!({"cluster": "c", "userAgentName": "envoy", "metadata": {"CLUSTER_ID": "east"}}),
+    )]);
+    let gw = Arc::new(
+        Arc::try_unwrap(gw)
+            .unwrap_or_else(|_| panic!("the test holds the only gateway"))
+            .with_profiles(Arc::new(profiles)),
+    );
+    let path = Endpoint::Discovery(CDS).path();
+    for query in [
+        "?profile=sidecar&node=n",
+        "?node=n&cluster=c&user_agent=envoy/1.31.2",
+    ] {
+        for _ in 0..5 {
+            let request = Request::get(format!("{path}{query}"))
+                .body(Body::empty())
+                .unwrap();
+            assert_eq!(send(&gw, request).await.status, StatusCode::OK, "{query}");
+        }
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 0.0);
+    assert!(nacks(&script).await.is_empty());
+    // The profile's node POSTed: an Envoy that rejected its first version.
+    let node = json!({"id": "n", "cluster": "c", "userAgentName": "envoy", "metadata": {"CLUSTER_ID": "east"}});
+    for _ in 0..4 {
+        poll_as(&gw, CDS, node.clone(), "", &[], "").await;
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn eds_clusters_catching_up_one_by_one_are_not_rejections() {
     let config = Config {

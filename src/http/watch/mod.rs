@@ -65,6 +65,7 @@ pub(super) async fn open(
         .await?;
     let answered = Answered {
         request: &request,
+        watch: true,
         ..asked.answered()
     };
     let first = answered.answer(gateway, &mut polled)?;

@@ -278,6 +278,7 @@ impl Watch {
             request: &self.request,
             remote: self.remote,
             target: self.target.as_ref(),
+            watch: true,
         }
     }
 }

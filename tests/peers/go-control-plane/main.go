@@ -68,6 +68,7 @@ func main() {
 	gwAddr := flag.String("gateway", "127.0.0.1:0", "loopback address for go-control-plane's HTTPGateway (REST xDS)")
 	verbose := flag.Bool("v", false, "also log go-control-plane's debug messages")
 	noADS := flag.Bool("no-ads", false, "serve only the per-type services, not ADS (as Contour does)")
+	hashKey := flag.String("node-hash-metadata", "", "key snapshots by this node metadata field (a string) instead of node.id; nodes without it fall back to their id")
 	record := flag.Bool("record", true, "record what the callbacks see for GET /stats; false (benchmarks): record nothing, only hand the default snapshot to new nodes")
 	flag.Parse()
 	log.SetOutput(os.Stderr)
@@ -102,12 +103,19 @@ func main() {
 	// type in the snapshot (simple.go, respond/superset), which breaks any
 	// subset request (EDS for one cluster, RDS for one route, ...) on ADS
 	// and per-type streams alike. ads=true only adds response ordering on
-	// SetSnapshot. IDHash keys snapshots by node.id.
+	// SetSnapshot. IDHash keys snapshots by node.id; --node-hash-metadata
+	// by a metadata field, as control planes that compute config from the
+	// node's metadata do.
+	var hash cachev3.NodeHash = cachev3.IDHash{}
+	if *hashKey != "" {
+		hash = metadataHash{key: *hashKey}
+	}
 	p := &peer{
-		cache:     cachev3.NewSnapshotCache(false, cachev3.IDHash{}, logger),
+		cache:     cachev3.NewSnapshotCache(false, hash, logger),
+		hash:      hash,
 		snaps:     map[string]*nodeSnap{},
 		seen:      map[string]bool{},
-		deltaNode: map[int64]string{},
+		deltaNode: map[int64]*core.Node{},
 		record:    *record,
 	}
 	xds := serverv3.NewServer(ctx, p.cache, p)
@@ -247,14 +255,26 @@ type nodeSnap struct {
 	resources map[string][]types.Resource // type URL -> resources
 }
 
+// metadataHash keys a node's snapshot by the string its metadata holds at
+// key ("meta:" + value), else by its id.
+type metadataHash struct{ key string }
+
+func (h metadataHash) ID(node *core.Node) string {
+	if v, ok := node.GetMetadata().GetFields()[h.key]; ok && v.GetStringValue() != "" {
+		return "meta:" + v.GetStringValue()
+	}
+	return node.GetId()
+}
+
 type peer struct {
 	cache cachev3.SnapshotCache
+	hash  cachev3.NodeHash
 
 	mu        sync.Mutex
-	snaps     map[string]*nodeSnap // per node id, as set through the control API
+	snaps     map[string]*nodeSnap // per node hash (its id, by default), as set through the control API
 	def       *nodeSnap            // default for nodes without one (node=*)
-	seen      map[string]bool      // node ids seen in any request
-	deltaNode map[int64]string     // delta stream id -> node id (node is sent once)
+	seen      map[string]bool      // node hashes seen in any request
+	deltaNode map[int64]*core.Node // delta stream id -> node (node is sent once)
 	stats     stats
 	record    bool // false: the callbacks keep no stats (decoding every resource of every response costs)
 }
@@ -273,7 +293,7 @@ func (p *peer) setLocked(node string, ns *nodeSnap) (consistentErr error, err er
 	return snap.Consistent(), nil
 }
 
-// sawNode is called from the request callbacks: the first time a node id
+// sawNode is called from the request callbacks (with the node's hash): the first time a node
 // shows up and it has no snapshot, it gets the default snapshot (if any)
 // before go-control-plane creates the watch or answers the fetch.
 func (p *peer) sawNode(id string) {
@@ -630,7 +650,7 @@ func sotwRequest(req *discovery.DiscoveryRequest) map[string]any {
 
 func (p *peer) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
 	// go-control-plane has already copied the stream's node into req.
-	p.sawNode(req.GetNode().GetId())
+	p.sawNode(p.hash.ID(req.GetNode()))
 	e := sotwRequest(req)
 	e["stream"] = id
 	p.recordRequest(&p.stats.requests, e, req.GetResponseNonce(), req.GetErrorDetail() != nil)
@@ -654,15 +674,15 @@ func (p *peer) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryReque
 	// and go-control-plane fills it in only after this callback.
 	p.mu.Lock()
 	if req.GetNode() != nil {
-		p.deltaNode[id] = req.GetNode().GetId()
+		p.deltaNode[id] = req.GetNode()
 	}
 	node := p.deltaNode[id]
 	p.mu.Unlock()
-	p.sawNode(node)
+	p.sawNode(p.hash.ID(node))
 	e := map[string]any{
 		"stream":                    id,
 		"type_url":                  req.GetTypeUrl(),
-		"node_id":                   node,
+		"node_id":                   node.GetId(),
 		"response_nonce":            req.GetResponseNonce(),
 		"subscribe":                 nonNil(req.GetResourceNamesSubscribe()),
 		"unsubscribe":               nonNil(req.GetResourceNamesUnsubscribe()),
@@ -697,7 +717,7 @@ func (p *peer) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReques
 }
 
 func (p *peer) OnFetchRequest(_ context.Context, req *discovery.DiscoveryRequest) error {
-	p.sawNode(req.GetNode().GetId())
+	p.sawNode(p.hash.ID(req.GetNode()))
 	p.recordRequest(&p.stats.fetchRequests, sotwRequest(req), "", false)
 	return nil
 }
