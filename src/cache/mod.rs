@@ -3,6 +3,7 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
+mod body;
 mod changes;
 mod client_addr;
 mod clients;
@@ -12,6 +13,7 @@ mod request;
 mod resource;
 mod state;
 
+pub(crate) use body::JsonBody;
 pub(crate) use changes::{History, Served};
 pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{
