@@ -8,6 +8,7 @@ mod changes;
 mod client_addr;
 mod clients;
 mod identity;
+mod node_json;
 mod rejection;
 mod request;
 mod resource;

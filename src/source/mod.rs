@@ -34,6 +34,7 @@ mod fetch;
 mod file;
 mod health;
 mod namespace;
+mod node;
 mod polled;
 mod probe;
 mod registry;

@@ -263,7 +263,7 @@ impl Delta {
         nonce: String,
         error: Option<String>,
     ) -> DeltaDiscoveryRequest {
-        let node = (!self.node_sent).then(|| self.session.node.clone());
+        let node = (!self.node_sent).then(|| self.session.node.node());
         self.node_sent = true;
         DeltaDiscoveryRequest {
             node,
