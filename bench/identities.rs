@@ -35,7 +35,7 @@ mod fake_ads;
 mod gateway_process;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -214,12 +214,16 @@ async fn metric(client: &HttpClient, admin: SocketAddr, name: &str) -> f64 {
 struct Figures {
     cold_all_served: Duration,
     cold_failures: usize,
+    /// (CDS, EDS) statuses of the identities not served both (0: no answer).
+    failed_statuses: std::collections::BTreeMap<(u16, u16), usize>,
     requests_per_identity: f64,
     subscription_changes_per_identity: f64,
     rss_idle: u64,
     rss_loaded: u64,
     held: Vec<Duration>,
     held_failures: usize,
+    /// Long polls answered before the push (their version was not current).
+    early: usize,
     cpu_per_push: Duration,
     decoded_per_push: f64,
     reused_per_push: f64,
@@ -259,7 +263,7 @@ struct Setup {
     bodies: Arc<Bodies>,
 }
 
-async fn run(setup: &Setup, bin: &PathBuf, mode: &str) -> Figures {
+async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     let (n, identities) = (setup.clusters, setup.identities);
     let codec = &setup.codec;
     let delta = mode == "delta";
@@ -302,17 +306,16 @@ async fn run(setup: &Setup, bin: &PathBuf, mode: &str) -> Figures {
             let (status, version) = post(&client, addr, "/v3/discovery:clusters", cds).await;
             let eds = bodies.body(&node, EDS, &[format!("cluster-{}", i % n)], "");
             let (eds_status, _) = post(&client, addr, "/v3/discovery:endpoints", eds).await;
-            (
-                status == 200 && eds_status == 200,
-                version,
-                started.elapsed(),
-            )
+            ((status, eds_status), version, started.elapsed())
         }));
     }
     let mut versions = Vec::with_capacity(identities);
     for arrival in arrivals {
-        let (ok, version, done) = arrival.await.expect("identity task");
-        figures.cold_failures += usize::from(!ok);
+        let (statuses, version, done) = arrival.await.expect("identity task");
+        if statuses != (200, 200) {
+            figures.cold_failures += 1;
+            *figures.failed_statuses.entry(statuses).or_default() += 1;
+        }
         figures.cold_all_served = figures.cold_all_served.max(done);
         versions.push(version);
     }
@@ -336,13 +339,18 @@ async fn run(setup: &Setup, bin: &PathBuf, mode: &str) -> Figures {
                 (answer, Instant::now())
             }));
         }
+        // Held, or answered already (a version that was not current: not
+        // a sample of the change, counted apart).
         let deadline = Instant::now() + WITHIN;
-        while metric(&client, admin, "xds_gateway_long_polls_held").await - held_before
-            < identities as f64
-        {
+        loop {
+            let held = metric(&client, admin, "xds_gateway_long_polls_held").await - held_before;
+            let answered = polls.iter().filter(|p| p.is_finished()).count();
+            if held + answered as f64 >= identities as f64 {
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
-                "the long polls were never all held"
+                "the long polls were never all held ({held} held, {answered} answered)"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -361,12 +369,18 @@ async fn run(setup: &Setup, bin: &PathBuf, mode: &str) -> Figures {
             )
             .await,
         );
+        let early: Vec<bool> = polls.iter().map(|p| p.is_finished()).collect();
         let cpu0 = gateway_process::cpu_time(pid);
         let pushed = Instant::now();
         upstream.set(CDS, &format!("c{round}"), clusters(codec, n, round));
         for (i, poll) in polls.into_iter().enumerate() {
             let ((status, version), at) = poll.await.expect("long poll task");
-            if status == 200 && version != versions[i] {
+            if early[i] {
+                figures.early += 1;
+                if status == 200 {
+                    versions[i] = version;
+                }
+            } else if status == 200 && version != versions[i] {
                 figures.held.push(at.duration_since(pushed));
                 versions[i] = version;
             } else {
@@ -399,10 +413,16 @@ async fn run(setup: &Setup, bin: &PathBuf, mode: &str) -> Figures {
 }
 
 fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
+    if !f.failed_statuses.is_empty() {
+        eprintln!(
+            "{label}, {mode}: cold-start (CDS, EDS) statuses of the identities not served: {:?}",
+            f.failed_statuses
+        );
+    }
     let mut held = f.held.clone();
     let ids = setup.identities;
     println!(
-        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} |",
+        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} |",
         f.cold_all_served.as_secs_f64(),
         f.cold_failures,
         f.requests_per_identity,
@@ -414,6 +434,7 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
         ms(percentile(&mut held, 0.99)),
         ms(percentile(&mut held, 1.0)),
         f.held_failures,
+        f.early,
         ms(f.cpu_per_push),
         f.cpu_per_push.as_secs_f64() * 1e6 / ids as f64,
         f.decoded_per_push,
@@ -459,7 +480,7 @@ async fn main() {
          (wildcard CDS) and {clusters} ClusterLoadAssignments (EDS, one name per identity); \
          {rounds} rounds of a one-cluster change\n"
     );
-    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered | gateway CPU per push | decoded / reused per push |");
+    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {

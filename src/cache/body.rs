@@ -36,12 +36,6 @@ impl JsonBody {
         self.head.len() + self.resources.len() + self.tail.len()
     }
 
-    /// Whether it has no bytes at all (never true of an assembled body).
-    #[allow(dead_code)] // clippy wants it beside `len`
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The pieces in order (empty ones included).
     pub(crate) fn into_pieces(self) -> [Bytes; 3] {
         [self.head, self.resources, self.tail]
