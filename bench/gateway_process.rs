@@ -36,9 +36,24 @@ pub fn gateway_binary() -> std::path::PathBuf {
 
 /// Starts the gateway binary ([`gateway_binary`]) on `port`/`admin` in
 /// front of `upstream`, on 2 worker threads, logging to `log`.
+#[allow(dead_code)] // used by some benches only
 pub fn start_gateway(upstream: &str, port: u16, admin: u16, log: &Path) -> Guard {
+    start_gateway_with(&gateway_binary(), &[], upstream, port, admin, log)
+}
+
+/// [`start_gateway`] with the binary `bin` and more arguments `extra`.
+#[allow(dead_code)] // used by some benches only
+pub fn start_gateway_with(
+    bin: &Path,
+    extra: &[&str],
+    upstream: &str,
+    port: u16,
+    admin: u16,
+    log: &Path,
+) -> Guard {
     let log = std::fs::File::create(log).expect("gateway log");
-    let child = Command::new(gateway_binary())
+    let child = Command::new(bin)
+        .args(extra)
         .args(["--upstream", upstream])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin", &format!("127.0.0.1:{admin}")])

@@ -88,7 +88,9 @@ pub async fn run(
         limits: admin_limits(&config),
         tls: admin_tls,
     };
-    let renderer = Renderer::new(codec).validating(config.validate == Validation::On);
+    let renderer = Renderer::new(codec)
+        .validating(config.validate == Validation::On)
+        .counting(metrics.resources_rendered());
     let source = build_source(&config, &renderer, &metrics)?;
     let config = Arc::new(config);
     let drain = Drain::default();

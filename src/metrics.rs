@@ -71,6 +71,7 @@ pub struct Metrics {
     upstream_switches: Family<SwitchLabel, Counter>,
     resources_decoded: Family<TypeLabel, Counter>,
     resources_reused: Family<TypeLabel, Counter>,
+    resources_rendered: Counter,
     long_polls_held: Gauge,
     watches_open: Gauge,
     watch_events: Family<TypeLabel, Counter>,
@@ -106,13 +107,19 @@ impl Metrics {
         let resources_reused = Family::<TypeLabel, Counter>::default();
         registry.register(
             "upstream_resources_decoded",
-            "Resources of upstream SotW answers decoded (a memo lookup, or a render), by type",
+            "Resources of upstream answers (SotW and delta) decoded (a memo lookup, or a render), by type",
             resources_decoded.clone(),
         );
         registry.register(
             "upstream_resources_reused",
             "Resources of upstream SotW answers taken as they were, their bytes unchanged under the same name, by type",
             resources_reused.clone(),
+        );
+        let resources_rendered = Counter::default();
+        registry.register(
+            "resources_rendered",
+            "Resources of a content not seen before: decoded in full, checked against Envoy's rules and rendered (once per content, whatever the number of sessions holding it)",
+            resources_rendered.clone(),
         );
         registry.register(
             "upstream_switches",
@@ -236,6 +243,7 @@ impl Metrics {
             upstream_switches,
             resources_decoded,
             resources_reused,
+            resources_rendered,
             long_polls_held,
             watches_open,
             watch_events,
@@ -288,6 +296,11 @@ impl Metrics {
         self.resources_reused
             .get_or_create(&label)
             .inc_by(reused as u64);
+    }
+
+    /// The counter of resources rendered (for the renderer to count with).
+    pub(crate) fn resources_rendered(&self) -> Counter {
+        self.resources_rendered.clone()
     }
 
     /// A session's stream moved from upstream `from` to `to`.

@@ -4,7 +4,12 @@
 //! 1,000 again, and the gateway decodes exactly the changed one per session
 //! (50), taking the 999 others as they were (their bytes under the same
 //! name unchanged), as `xds_gateway_upstream_resources_{decoded,reused}_total`
-//! count.
+//! count. The same over delta streams, where the upstream sends only the
+//! changed cluster: 50 decodes, nothing reused (nothing unchanged was sent).
+//! Either way the changed content is rendered and checked against Envoy's
+//! rules once, not once per session (`xds_gateway_resources_rendered_total`):
+//! the 50 sessions receive the same bytes, and the renderer memoises by
+//! content.
 
 #[path = "support/gateway.rs"]
 mod gateway;
@@ -26,7 +31,7 @@ use go_peer::GoControlPlane;
 use inproc::InProcess;
 use process::eventually;
 use rest::{bounded, cluster, node, request, upstream_of, CDS};
-use xds_gateway::config::Config;
+use xds_gateway::config::{Config, UpstreamMode};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 const CLUSTERS: usize = 1_000;
@@ -46,12 +51,34 @@ async fn metrics(gw: &InProcess) -> String {
     .text()
 }
 
-async fn counts(gw: &InProcess) -> (f64, f64) {
+/// Resources decoded, reused and rendered so far.
+async fn counts(gw: &InProcess) -> (f64, f64, f64) {
     let text = metrics(gw).await;
     (
         metric_sum(&text, "xds_gateway_upstream_resources_decoded_total"),
         metric_sum(&text, "xds_gateway_upstream_resources_reused_total"),
+        metric_sum(&text, "xds_gateway_resources_rendered_total"),
     )
+}
+
+/// The served version of every session's wildcard CDS answer.
+async fn served_all(gw: &InProcess) -> Vec<String> {
+    let mut versions = Vec::new();
+    for i in 0..SESSIONS {
+        let body = request(&node(&format!("pod-{i}")), "", &[]).to_string();
+        let reply = discover_on(gw.rest_port, "clusters", body)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let version: Value = serde_json::from_str(&reply.text()).expect("JSON");
+        versions.push(
+            version["versionInfo"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    versions
 }
 
 async fn poll_all(gw: &InProcess) -> Vec<String> {
@@ -84,13 +111,14 @@ async fn a_push_decodes_only_what_changed() {
         .expect("a valid configuration");
         let gw = InProcess::start(config).await;
         assert!(poll_all(&gw).await.iter().all(|v| v == "v1"));
-        let (decoded, reused) = counts(&gw).await;
+        let (decoded, reused, rendered) = counts(&gw).await;
         assert_eq!(
             decoded as usize,
             CLUSTERS * SESSIONS,
             "the first answers are decoded"
         );
         assert_eq!(reused, 0.0);
+        assert_eq!(rendered as usize, CLUSTERS, "each content rendered once");
 
         let mut changed = cluster("c0500");
         changed["connect_timeout"] = json!("7s");
@@ -102,7 +130,7 @@ async fn a_push_decodes_only_what_changed() {
         )
         .await
         .expect("every session took v2");
-        let (after_decoded, after_reused) = counts(&gw).await;
+        let (after_decoded, after_reused, after_rendered) = counts(&gw).await;
         assert_eq!(
             (after_decoded - decoded) as usize,
             SESSIONS,
@@ -113,6 +141,59 @@ async fn a_push_decodes_only_what_changed() {
             (CLUSTERS - 1) * SESSIONS,
             "every unchanged cluster taken as it was"
         );
+        assert_eq!(after_rendered - rendered, 1.0, "the new content, once");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_push_decodes_only_what_changed() {
+    const TEST: &str = "a_delta_push_decodes_only_what_changed";
+    bounded(TEST_TIMEOUT, async {
+        let cp = GoControlPlane::start_with(TEST, &["--record=false"]);
+        let clusters: Vec<Value> = (0..CLUSTERS)
+            .map(|i| cluster(&format!("c{i:04}")))
+            .collect();
+        cp.set_snapshot("*", "v1", &[(CDS, clusters)]).await;
+        let config = Config {
+            upstream: Some(cp.upstream()),
+            upstream_mode: UpstreamMode::Delta,
+            ..Config::default()
+        }
+        .validate()
+        .expect("a valid configuration");
+        let gw = InProcess::start(config).await;
+        let first = served_all(&gw).await;
+        let (decoded, reused, rendered) = counts(&gw).await;
+        assert_eq!(
+            decoded as usize,
+            CLUSTERS * SESSIONS,
+            "the first answers are decoded"
+        );
+        assert_eq!(reused, 0.0);
+        assert_eq!(rendered as usize, CLUSTERS, "each content rendered once");
+
+        let mut changed = cluster("c0500");
+        changed["connect_timeout"] = json!("7s");
+        cp.set_cluster("*", "v2", changed).await;
+        eventually(
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            || async {
+                let now = served_all(&gw).await;
+                now.iter().zip(&first).all(|(a, b)| a != b).then_some(())
+            },
+        )
+        .await
+        .expect("every session took the change");
+        let (after_decoded, after_reused, after_rendered) = counts(&gw).await;
+        assert_eq!(
+            (after_decoded - decoded) as usize,
+            SESSIONS,
+            "one decode per session: the changed cluster, all the upstream sent"
+        );
+        assert_eq!(after_reused, 0.0, "a delta answer repeats nothing");
+        assert_eq!(after_rendered - rendered, 1.0, "the new content, once");
     })
     .await;
 }

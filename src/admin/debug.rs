@@ -170,8 +170,8 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         let Answer::Body { json, .. } = answer else {
             continue;
         };
-        let response: serde_json::Value =
-            serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let response: serde_json::Value = serde_json::from_slice(&json.to_bytes())
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         configs.push(TypeConfig {
             kind: state.kind.short_name(),
             response,

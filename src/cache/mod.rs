@@ -3,15 +3,18 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
+mod body;
 mod changes;
 mod client_addr;
 mod clients;
 mod identity;
+mod node_json;
 mod rejection;
 mod request;
 mod resource;
 mod state;
 
+pub(crate) use body::JsonBody;
 pub(crate) use changes::{History, Served};
 pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{

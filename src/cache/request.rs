@@ -11,6 +11,10 @@
 //! the body *and* its parse). A body of 19,000 names parses to about four
 //! times its own size, so weighing by the body alone let the memo hold
 //! several times its bound (issue 20, finding 4).
+//!
+//! A body is kept as the bytes around its node and the node, interned
+//! ([`super::node_json`]): the entries of one Envoy's many name sets share
+//! one copy of its 77 KB node, and weigh only their own bytes.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use bytes::Bytes;
 use moka::sync::Cache;
 
 use super::identity::IdentityKey;
+use super::node_json::{NodeJson, NodeJsons};
 use super::state::Names;
 use crate::config::SessionKey;
 use crate::xds::{DiscoveryRequestView, RequestError};
@@ -57,10 +62,63 @@ fn memo_key(body: &[u8]) -> u64 {
     hasher.digest()
 }
 
+/// A request body as the memo keeps it: the bytes before its node, the
+/// node (interned), and the bytes after it.
+#[derive(Debug, Clone)]
+struct Body {
+    before: Bytes,
+    node: Option<Arc<NodeJson>>,
+    after: Bytes,
+}
+
+impl Body {
+    fn new(body: Bytes, node: Option<(usize, usize)>, nodes: &NodeJsons) -> Body {
+        let Some((at, len)) = node else {
+            return Body {
+                before: body,
+                node: None,
+                after: Bytes::new(),
+            };
+        };
+        Body {
+            // Copies: slices would keep the whole body's buffer alive.
+            before: Bytes::copy_from_slice(&body[..at]),
+            node: Some(nodes.intern(body.slice(at..at + len))),
+            after: Bytes::copy_from_slice(&body[at + len..]),
+        }
+    }
+
+    fn node(&self) -> &[u8] {
+        self.node.as_ref().map_or(&[], |n| n.bytes())
+    }
+
+    fn len(&self) -> usize {
+        self.before.len() + self.node().len() + self.after.len()
+    }
+
+    /// Whether `body` has these bytes.
+    fn is(&self, body: &[u8]) -> bool {
+        let (before, node) = (self.before.len(), self.node().len());
+        body.len() == self.len()
+            && body[..before] == self.before[..]
+            && body[before..before + node] == *self.node()
+            && body[before + node..] == self.after[..]
+    }
+
+    /// Bytes held of its own (an interned node is not).
+    fn own_bytes(&self) -> usize {
+        let node = match &self.node {
+            Some(n) if !n.interned() => n.bytes().len(),
+            _ => 0,
+        };
+        self.before.len() + node + self.after.len()
+    }
+}
+
 /// What the gateway reads of one `DiscoveryRequest` body. Immutable.
 #[derive(Debug, Clone)]
 pub(crate) struct ParsedRequest {
-    body: Bytes,
+    body: Body,
     version_info: String,
     type_url: String,
     names: Names,
@@ -75,8 +133,13 @@ pub(crate) struct ParsedRequest {
 }
 
 impl ParsedRequest {
-    fn parse(body: Bytes, session_key: SessionKey) -> Result<ParsedRequest, RequestError> {
+    fn parse(
+        body: Bytes,
+        session_key: SessionKey,
+        nodes: &NodeJsons,
+    ) -> Result<ParsedRequest, RequestError> {
         let view = DiscoveryRequestView::parse(&body)?;
+        let node_span = view.node.as_ref().map(|n| (n.json_at, n.json_bytes));
         let identity = IdentityKey::of(view.node.as_ref(), session_key);
         let (node_id, node_cluster, user_agent_name, node_bytes) = view
             .node
@@ -91,7 +154,7 @@ impl ParsedRequest {
             hasher.finish()
         };
         Ok(ParsedRequest {
-            body,
+            body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
             type_url: view.type_url,
             names,
@@ -147,14 +210,26 @@ impl ParsedRequest {
         }
     }
 
-    /// The request body as received (its `node` is decoded from it once per session).
-    pub(crate) fn body(&self) -> &[u8] {
-        &self.body
+    /// The request's `node` JSON as received (decoded once per session),
+    /// if it has one.
+    pub(crate) fn node_json(&self) -> Option<&[u8]> {
+        self.body.node.as_ref().map(|n| &n.bytes()[..])
     }
 
-    /// The body, shared (for decoding on another thread).
-    pub(crate) fn body_bytes(&self) -> Bytes {
-        self.body.clone()
+    /// [`node_json`](Self::node_json), shared (for decoding on another thread).
+    pub(crate) fn node_json_bytes(&self) -> Option<Bytes> {
+        self.body.node.as_ref().map(|n| n.bytes().clone())
+    }
+
+    /// The whole body (a copy: tests).
+    #[cfg(test)]
+    pub(crate) fn body(&self) -> Vec<u8> {
+        [
+            &self.body.before[..],
+            self.body.node(),
+            &self.body.after[..],
+        ]
+        .concat()
     }
 
     /// The version the client presents (empty on its first poll).
@@ -220,7 +295,7 @@ impl ParsedRequest {
     /// from it and its strings (what the memo weighs it by).
     pub(crate) fn held_bytes(&self) -> usize {
         std::mem::size_of::<ParsedRequest>()
-            + self.body.len()
+            + self.body.own_bytes()
             + self.names.held_bytes()
             + self.version_info.capacity()
             + self.type_url.capacity()
@@ -243,6 +318,7 @@ pub(crate) struct Held {
 pub(crate) struct ParsedRequests {
     memo: Cache<u64, Arc<ParsedRequest>>,
     session_key: SessionKey,
+    nodes: Arc<NodeJsons>,
 }
 
 impl ParsedRequests {
@@ -258,7 +334,11 @@ impl ParsedRequests {
                 u32::try_from(parsed.held_bytes()).unwrap_or(u32::MAX)
             })
             .build();
-        ParsedRequests { memo, session_key }
+        ParsedRequests {
+            memo,
+            session_key,
+            nodes: Arc::default(),
+        }
     }
 
     /// What the memo holds now (pending evictions done first).
@@ -276,11 +356,11 @@ impl ParsedRequests {
     pub(crate) fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         let hash = memo_key(&body);
         if let Some(hit) = self.memo.get(&hash) {
-            if hit.body == body {
+            if hit.body.is(&body) {
                 return Ok(hit);
             }
         }
-        let parsed = Arc::new(ParsedRequest::parse(body, self.session_key)?);
+        let parsed = Arc::new(ParsedRequest::parse(body, self.session_key, &self.nodes)?);
         self.memo.insert(hash, parsed.clone());
         Ok(parsed)
     }
@@ -344,6 +424,13 @@ mod tests {
         let other = memo.parse(b.clone()).unwrap();
         assert!(!Arc::ptr_eq(&first, &other));
         assert_eq!(other.body(), &b[..]);
+        assert!(
+            Arc::ptr_eq(
+                first.body.node.as_ref().unwrap(),
+                named_b.body.node.as_ref().unwrap()
+            ),
+            "bodies around one node share it"
+        );
     }
 
     /// Issue 20, finding 4: bodies naming thousands of resources parse to
@@ -368,5 +455,31 @@ mod tests {
         assert!(now.entries < 60, "{now:?}");
         let kept = now.bytes / now.entries;
         assert!(kept > 40_000, "an entry weighs its parse: {now:?}");
+    }
+
+    /// Issue 26: the bodies of one Envoy's name sets share its node; each
+    /// entry weighs the bytes around it.
+    #[test]
+    fn name_sets_around_one_node_hold_it_once() {
+        let memo = ParsedRequests::new(SessionKey::Node);
+        let padding = "x".repeat(40_000);
+        let parsed: Vec<_> = (0..100)
+            .map(|i| {
+                memo.parse(envoy_like("1", &padding, &format!("c{i}")))
+                    .unwrap()
+            })
+            .collect();
+        assert!(parsed.iter().all(|p| Arc::ptr_eq(
+            p.body.node.as_ref().unwrap(),
+            parsed[0].body.node.as_ref().unwrap()
+        )));
+        let now = memo.held();
+        assert_eq!(now.entries, 100);
+        assert!(now.bytes < 100 * 1024, "{now:?}");
+        assert_eq!(
+            memo.nodes.live_bytes(),
+            parsed[0].node_json().unwrap().len()
+        );
+        assert!(parsed[7].node_json().unwrap().ends_with(b"}"));
     }
 }

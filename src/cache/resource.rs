@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use moka::sync::Cache;
+use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
 use super::state::Bodies;
@@ -81,6 +82,8 @@ pub(crate) struct Renderer {
     bodies: Bodies,
     /// Envoy's field rules, checked on every new resource (`--validate`).
     validator: Option<Arc<Validator>>,
+    /// Counts resources decoded in full, checked and rendered (memo misses).
+    rendered: Counter,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -101,6 +104,18 @@ impl Renderer {
         self
     }
 
+    /// Counts its renders with `counter` (a metric).
+    pub(crate) fn counting(mut self, counter: Counter) -> Renderer {
+        self.rendered = counter;
+        self
+    }
+
+    /// Resources rendered so far (decoded in full, checked, rendered).
+    #[cfg(test)]
+    pub(crate) fn rendered(&self) -> u64 {
+        self.rendered.get()
+    }
+
     /// A renderer whose body memo holds at most `bytes` (tests of eviction).
     #[cfg(test)]
     pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Renderer {
@@ -114,6 +129,7 @@ impl Renderer {
             rewritten: Cache::new(RENDER_MEMO_ENTRIES),
             bodies,
             validator: None,
+            rendered: Counter::default(),
         }
     }
 
@@ -214,6 +230,7 @@ impl Renderer {
         payload: &[u8],
         name: &str,
     ) -> Result<prost_reflect::DynamicMessage, ResourceError> {
+        self.rendered.inc();
         let message = self.codec.decode_any(kind.type_url(), payload)?;
         if let Some(validator) = &self.validator {
             validator
@@ -315,6 +332,7 @@ mod tests {
             .unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.name, "c1");
+        assert_eq!(r.rendered(), 1, "the second is a memo hit");
     }
 
     #[test]

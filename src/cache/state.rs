@@ -20,17 +20,20 @@
 //!
 //! The upstream's part stays readable (logs, debugging, NACKs); the digest
 //! is what decides. Assembled bodies are memoised (with their version) in a
-//! byte-bounded LRU shared by all states ([`Bodies`]); nothing else here
-//! mutates, so a bad request cannot poison what others are served.
+//! byte-bounded LRU shared by all states ([`Bodies`]), their resources
+//! piece by content, so every node identity holding the same resources
+//! shares one; nothing else here mutates, so a bad request cannot poison
+//! what others are served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
 
+use super::body::JsonBody;
 use super::resource::{Renderer, Resource};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{membership, xdstp, JsonError, ResourceType};
@@ -40,8 +43,10 @@ pub(crate) const DIGEST_SEPARATOR: char = '~';
 /// Hex digits of the selection digest (48 bits: enough to tell one client's
 /// versions apart, short enough to read).
 const DIGEST_HEX: usize = 12;
-/// Total bytes of assembled bodies kept, all states together.
+/// Total bytes of assembled resources pieces kept, all states together.
 const BODIES_BYTES: u64 = 256 * 1024 * 1024;
+/// Total bytes of answers' own parts (versions, openings, closings) kept.
+const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The names a request asks for: everything, or a sorted, de-duplicated set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -143,7 +148,7 @@ pub(crate) enum Answer {
     /// A complete `DiscoveryResponse` JSON body at `version`; `cached` if it
     /// was assembled before.
     Body {
-        json: Bytes,
+        json: JsonBody,
         version: String,
         cached: bool,
     },
@@ -173,7 +178,8 @@ pub(crate) struct TypeState {
     id: u64,
 }
 
-/// One assembled body and its version, as memoised.
+/// One answer as memoised: its version, and the body's own pieces around
+/// the resources, which are shared ([`Bodies`]).
 #[derive(Debug)]
 struct Assembled {
     state: u64,
@@ -184,7 +190,20 @@ struct Assembled {
     names: [u8; 32],
     target: Option<RestTarget>,
     version: String,
-    json: Bytes,
+    head: Bytes,
+    tail: Bytes,
+    /// The shared resources piece, while the memo of shared pieces keeps
+    /// it (a hit whose piece was evicted is assembled again): held weakly,
+    /// so answers that are small to hold cannot keep big pieces alive past
+    /// that memo's bound.
+    resources: Weak<Bytes>,
+}
+
+impl Assembled {
+    /// What it holds of its own (what the memo weighs it by).
+    fn held_bytes(&self) -> usize {
+        std::mem::size_of::<Assembled>() + self.head.len() + self.tail.len() + self.version.len()
+    }
 }
 
 /// The SHA-256 of a request's names (each length-prefixed; the wildcard
@@ -203,16 +222,32 @@ fn names_digest(names: &Names) -> [u8; 32] {
     hasher.finalize().into()
 }
 
-/// The memo of assembled bodies: a byte-bounded LRU keyed by a hash of
-/// (state, names digest, target), confirmed on every hit (a collision of
-/// the key costs an assembly, never a wrong body).
+/// What a shared resources piece is keyed by: the type and the full
+/// selection digest ([`TypeState::selection`]: the names asked, the rewrite
+/// target, and the name and content digest of every resource selected).
+type SharedKey = (ResourceType, [u8; 32]);
+
+/// The memo of assembled bodies, in two parts:
+///
+/// - answers, per (state, names, target): the version and the body's own
+///   opening and closing, keyed by a hash confirmed on every hit (a
+///   collision of the key costs an assembly, never a wrong body);
+/// - the resources pieces, by content ([`SharedKey`]): every state holding
+///   the same resources for the same names and target (every node identity
+///   after the same push) shares one piece, assembled once.
+///
+/// Both are byte-bounded LRUs.
 #[derive(Clone)]
-pub(crate) struct Bodies(Cache<u64, Arc<Assembled>>);
+pub(crate) struct Bodies {
+    answers: Cache<u64, Arc<Assembled>>,
+    shared: Cache<SharedKey, Arc<Bytes>>,
+}
 
 impl std::fmt::Debug for Bodies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bodies")
-            .field("entries", &self.0.entry_count())
+            .field("answers", &self.answers.entry_count())
+            .field("shared", &self.shared.entry_count())
             .finish()
     }
 }
@@ -224,17 +259,21 @@ impl Default for Bodies {
 }
 
 impl Bodies {
-    /// A memo holding at most `bytes` of bodies.
+    /// A memo holding at most `bytes` of shared resources pieces, and at
+    /// most [`ANSWERS_BYTES`] (or `bytes`, if smaller) of answers' own parts.
     pub(super) fn with_capacity(bytes: u64) -> Bodies {
-        Bodies(
-            Cache::builder()
+        Bodies {
+            answers: Cache::builder()
+                .max_capacity(bytes.min(ANSWERS_BYTES))
+                .weigher(|_, a: &Arc<Assembled>| u32::try_from(a.held_bytes()).unwrap_or(u32::MAX))
+                .build(),
+            shared: Cache::builder()
                 .max_capacity(bytes)
-                .weigher(|_, a: &Arc<Assembled>| {
-                    let size = a.json.len() + a.version.len() + 96;
-                    u32::try_from(size).unwrap_or(u32::MAX)
+                .weigher(|_, piece: &Arc<Bytes>| {
+                    u32::try_from(piece.len() + 96).unwrap_or(u32::MAX)
                 })
                 .build(),
-        )
+        }
     }
 
     fn key(state: u64, names: &[u8; 32], target: Option<&RestTarget>) -> u64 {
@@ -253,9 +292,31 @@ impl Bodies {
         names: &[u8; 32],
         target: Option<&RestTarget>,
     ) -> Option<Arc<Assembled>> {
-        self.0
+        self.answers
             .get(&key)
             .filter(|a| a.state == state && a.names == *names && a.target.as_ref() == target)
+    }
+
+    /// The shared resources piece of `key`, assembled by `make` if no state
+    /// holding the same resources was answered before.
+    fn shared(
+        &self,
+        key: SharedKey,
+        make: impl FnOnce() -> Result<Bytes, JsonError>,
+    ) -> Result<Arc<Bytes>, JsonError> {
+        if let Some(hit) = self.shared.get(&key) {
+            return Ok(hit);
+        }
+        let piece = Arc::new(make()?);
+        self.shared.insert(key, piece.clone());
+        Ok(piece)
+    }
+
+    /// How many resources pieces are held (tests of sharing).
+    #[cfg(test)]
+    pub(crate) fn shared_pieces(&self) -> u64 {
+        self.shared.run_pending_tasks();
+        self.shared.entry_count()
     }
 }
 
@@ -301,38 +362,55 @@ impl TypeState {
                     version: hit.version.clone(),
                 });
             }
-            return Ok(Answer::Body {
-                json: hit.json.clone(),
-                version: hit.version.clone(),
-                cached: true,
-            });
+            if let Some(resources) = hit.resources.upgrade() {
+                return Ok(Answer::Body {
+                    json: JsonBody::new(hit.head.clone(), (*resources).clone(), hit.tail.clone()),
+                    version: hit.version.clone(),
+                    cached: true,
+                });
+            }
         }
-        let version = self.served_version(names, target);
+        let selection = self.selection(names, target);
+        let version = self.version_of(&selection);
         if same_selection(presented, &version) {
             // Not memoised (another replica, or evicted): still a 304.
             return Ok(Answer::NotModified { version });
         }
-        let json = self.assemble(renderer, names, target, &version)?;
-        bodies.0.insert(
+        let resources = bodies.shared((self.kind, selection), || {
+            self.join(renderer, names, target)
+        })?;
+        let (head, tail) = self.ends(&version);
+        bodies.answers.insert(
             key,
             Arc::new(Assembled {
                 state: self.id,
                 names: digest,
                 target: target.cloned(),
                 version: version.clone(),
-                json: json.clone(),
+                head: head.clone(),
+                tail: tail.clone(),
+                resources: Arc::downgrade(&resources),
             }),
         );
         Ok(Answer::Body {
-            json,
+            json: JsonBody::new(head, (*resources).clone(), tail),
             version,
             cached: false,
         })
     }
 
-    /// `<upstream version>~<digest>` of what a client asking `names` with
-    /// `target` is answered (see the module docs).
-    pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
+    /// The served version of a selection digest.
+    fn version_of(&self, selection: &[u8; 32]) -> String {
+        let mut digest = hex::encode(selection);
+        digest.truncate(DIGEST_HEX);
+        format!("{}{DIGEST_SEPARATOR}{digest}", self.version)
+    }
+
+    /// The SHA-256 of what a client asking `names` with `target` is
+    /// answered: the names, the target, and the name and content digest of
+    /// every resource selected. Its first [`DIGEST_HEX`] hex digits are the
+    /// served version's digest; all of it keys the shared resources piece.
+    fn selection(&self, names: &Names, target: Option<&RestTarget>) -> [u8; 32] {
         let mut hasher = Sha256::new();
         let mut put = |bytes: &[u8]| {
             hasher.update((bytes.len() as u64).to_be_bytes());
@@ -360,9 +438,7 @@ impl TypeState {
             put(resource.name.as_bytes());
             put(&resource.digest);
         }
-        let mut digest = hex::encode(hasher.finalize());
-        digest.truncate(DIGEST_HEX);
-        format!("{}{DIGEST_SEPARATOR}{digest}", self.version)
+        hasher.finalize().into()
     }
 
     /// The resources a request for `names` gets, in name order: the named
@@ -388,13 +464,13 @@ impl TypeState {
         }
     }
 
-    /// Concatenates pre-rendered resources into a `DiscoveryResponse` body.
-    fn assemble(
+    /// The pre-rendered resources a request for `names` gets, joined by
+    /// commas (the middle of a `DiscoveryResponse` body).
+    fn join(
         &self,
         renderer: &Renderer,
         names: &Names,
         target: Option<&RestTarget>,
-        version: &str,
     ) -> Result<Bytes, JsonError> {
         let mut pieces = Vec::new();
         for resource in self.select(names) {
@@ -403,28 +479,35 @@ impl TypeState {
                 None => resource.json.clone(),
             });
         }
-        let version = json_string(version);
-        let nonce = json_string(&self.nonce);
-        let size: usize = pieces.iter().map(|p| p.len() + 1).sum::<usize>() + version.len() + 160;
+        let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
         let mut out = BytesMut::with_capacity(size);
-        out.put_slice(b"{\"versionInfo\":");
-        out.put_slice(version.as_bytes());
-        out.put_slice(b",\"resources\":[");
         for (i, piece) in pieces.iter().enumerate() {
             if i > 0 {
                 out.put_u8(b',');
             }
             out.put_slice(piece);
         }
-        out.put_slice(b"],\"typeUrl\":\"");
-        out.put_slice(self.kind.type_url().as_bytes());
-        out.put_slice(b"\"");
-        if !self.nonce.is_empty() {
-            out.put_slice(b",\"nonce\":");
-            out.put_slice(nonce.as_bytes());
-        }
-        out.put_u8(b'}');
         Ok(out.freeze())
+    }
+
+    /// The opening and closing of a body at `version` around its resources.
+    fn ends(&self, version: &str) -> (Bytes, Bytes) {
+        let version = json_string(version);
+        let mut head = BytesMut::with_capacity(version.len() + 32);
+        head.put_slice(b"{\"versionInfo\":");
+        head.put_slice(version.as_bytes());
+        head.put_slice(b",\"resources\":[");
+        let nonce = json_string(&self.nonce);
+        let mut tail = BytesMut::with_capacity(nonce.len() + 128);
+        tail.put_slice(b"],\"typeUrl\":\"");
+        tail.put_slice(self.kind.type_url().as_bytes());
+        tail.put_slice(b"\"");
+        if !self.nonce.is_empty() {
+            tail.put_slice(b",\"nonce\":");
+            tail.put_slice(nonce.as_bytes());
+        }
+        tail.put_u8(b'}');
+        (head.freeze(), tail.freeze())
     }
 }
 

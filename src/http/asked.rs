@@ -7,11 +7,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::authorize::{AuthError, Caller};
 use super::Gateway;
-use crate::cache::{Answer, AnsweredPoll, ClientAddr, ParsedRequest, Served, Standing};
+use crate::cache::{Answer, AnsweredPoll, ClientAddr, JsonBody, ParsedRequest, Served, Standing};
 use crate::shares::Tenant;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
@@ -102,11 +100,11 @@ impl Answered<'_> {
         &self,
         gateway: &Gateway,
         polled: &Polled,
-        json: Bytes,
+        json: JsonBody,
         version: &str,
         changes: bool,
         last: Option<Arc<Served>>,
-    ) -> Result<(Bytes, Option<Arc<Served>>), JsonError> {
+    ) -> Result<(JsonBody, Option<Arc<Served>>), JsonError> {
         let history = &gateway.history;
         let served = || Arc::new(polled.served(self.request, self.target));
         if !changes {
@@ -119,6 +117,6 @@ impl Answered<'_> {
         let served = served();
         let body = served.changes(&gateway.renderer, version, since.as_deref())?;
         history.remember(self.request, version, || served.clone());
-        Ok((body, Some(served)))
+        Ok((JsonBody::from(body), Some(served)))
     }
 }

@@ -29,6 +29,7 @@ mod forwarded;
 pub(crate) mod fuzz;
 mod long_poll;
 mod passthrough;
+mod pieces;
 mod present;
 mod query;
 mod wait;

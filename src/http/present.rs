@@ -9,9 +9,10 @@ use std::time::SystemTime;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 
 use super::error::ApiError;
+use super::pieces::Pieces;
+use crate::cache::JsonBody;
 
 /// How the client wants the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,20 +58,24 @@ impl Presentation {
     }
 
     /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
-    pub(super) fn ok(self, json: Bytes, version: &str) -> Result<Response, ApiError> {
+    /// The compact JSON goes out in the pieces it was assembled from.
+    pub(super) fn ok(self, json: JsonBody, version: &str) -> Result<Response, ApiError> {
         let (body, content_type) = if self.yaml {
-            let value: serde_json::Value = parse(&json)?;
+            let value: serde_json::Value = parse(&json.to_bytes())?;
             let text = serde_yaml_ng::to_string(&value)
                 .map_err(|e| ApiError::Internal(format!("YAML rendering failed: {e}")))?;
-            (Bytes::from(text), "application/yaml")
+            (axum::body::Body::from(text), "application/yaml")
         } else if self.pretty {
-            let value: serde_json::Value = parse(&json)?;
+            let value: serde_json::Value = parse(&json.to_bytes())?;
             let mut text =
                 serde_json::to_vec_pretty(&value).map_err(|e| ApiError::Internal(e.to_string()))?;
             text.push(b'\n');
-            (Bytes::from(text), "application/json")
+            (axum::body::Body::from(text), "application/json")
         } else {
-            (json, "application/json")
+            (
+                axum::body::Body::new(Pieces::from(json)),
+                "application/json",
+            )
         };
         let mut response = (StatusCode::OK, body).into_response();
         response
@@ -163,6 +168,7 @@ pub(super) fn version_from_if_none_match(headers: &HeaderMap) -> Result<Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     use crate::http::query::query_of as q;
 
@@ -237,8 +243,9 @@ mod tests {
 
     #[tokio::test]
     async fn yaml_and_pretty_bodies() {
-        let json =
-            Bytes::from_static(br#"{"versionInfo":"1","resources":[{"@type":"t","name":"a"}]}"#);
+        let json = JsonBody::from(Bytes::from_static(
+            br#"{"versionInfo":"1","resources":[{"@type":"t","name":"a"}]}"#,
+        ));
         let r = Presentation {
             pretty: false,
             yaml: true,

@@ -358,7 +358,7 @@ impl Sotw {
             .get(&kind)
             .map(Session::request_names)
             .unwrap_or_default();
-        let node = (!self.stream.node_sent).then(|| self.session.node.clone());
+        let node = (!self.stream.node_sent).then(|| self.session.node.node());
         self.stream.node_sent = true;
         DiscoveryRequest {
             version_info: version,
@@ -453,7 +453,7 @@ mod tests {
     #[tokio::test]
     async fn a_new_upstream_is_told_no_version_of_the_last_one() {
         let kind = ResourceType::Clusters;
-        let (session, _commands) = Session::new(Default::default());
+        let (session, _commands) = Session::new(crate::source::node::SessionNode::default());
         session
             .want(
                 kind,

@@ -22,7 +22,6 @@ use super::SourceError;
 use crate::cache::{
     resource_name, Renderer, Resource, ResourceError, TypeState, WrapperName, RESOURCE_WRAPPER,
 };
-use crate::xds::raw_node;
 use crate::xds::ResourceType;
 
 /// Why an upstream response was rejected: the message of the NACK's
@@ -295,15 +294,14 @@ pub(super) async fn decode_all_off_thread(
         .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
 
-/// The request body's `node` as a protobuf `Node` (empty if absent).
-pub(super) fn decode_node(renderer: &Renderer, body: &[u8]) -> Result<Node, SourceError> {
-    let raw = raw_node(body).map_err(|e| SourceError::InvalidNode(e.to_string()))?;
-    let Some(raw) = raw else {
+/// A request's `node` JSON as a protobuf `Node` (empty if absent).
+pub(super) fn decode_node(renderer: &Renderer, node: Option<&[u8]>) -> Result<Node, SourceError> {
+    let Some(raw) = node else {
         return Ok(Node::default());
     };
     renderer
         .codec()
-        .parse_prost("envoy.config.core.v3.Node", raw.get().as_bytes(), true)
+        .parse_prost("envoy.config.core.v3.Node", raw, true)
         .map_err(|e| SourceError::InvalidNode(e.to_string()))
 }
 

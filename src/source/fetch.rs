@@ -187,7 +187,7 @@ impl Source for FetchSource {
             }
             let identity = request.identity();
             let node = fetcher.node(identity, || {
-                decode_node(&fetcher.ctx.renderer, request.body())
+                decode_node(&fetcher.ctx.renderer, request.node_json())
             })?;
             let key = StateKey {
                 identity: identity.clone(),

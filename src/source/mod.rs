@@ -35,6 +35,7 @@ mod fetch;
 mod file;
 mod health;
 mod namespace;
+mod node;
 mod polled;
 mod probe;
 mod session;

@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::failover::{Placement, FAILOVER_REASON};
+use super::node::SessionNode;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
@@ -160,8 +160,9 @@ struct TypeSlot {
 /// The shared upstream session of one node identity.
 #[derive(Debug)]
 pub(crate) struct Session {
-    /// The node sent upstream: the first client's, as it sent it.
-    pub(super) node: Node,
+    /// The node sent upstream: the first client's, as it sent it (its
+    /// extension list shared with every session sending the same one).
+    pub(super) node: SessionNode,
     slots: Vec<TypeSlot>,
     commands: mpsc::UnboundedSender<Command>,
     last_poll: Mutex<Instant>,
@@ -186,7 +187,10 @@ pub(crate) struct Session {
 
 impl Session {
     /// A new session and the receiving end of its command channel (for `ads`).
-    pub(super) fn new(node: Node) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+    pub(super) fn new(
+        node: impl Into<SessionNode>,
+    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+        let node = node.into();
         let (commands, rx) = mpsc::unbounded_channel();
         let slots = ResourceType::ALL
             .iter()
@@ -526,6 +530,7 @@ pub(super) async fn wait_for_change(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::envoy::config::core::v3::Node;
 
     const MAX: usize = usize::MAX;
 

@@ -35,6 +35,7 @@ use tracing::info;
 
 use super::decode::decode_node;
 use super::feeder::Feeder;
+use super::node::NodeInterner;
 use super::polled::{
     record_served, report_suspicion, suspect, suspicion_message, PollChannel, Polled,
 };
@@ -75,6 +76,8 @@ pub(crate) struct Sessions<F> {
     feeder: F,
     sessions: Mutex<Registry>,
     decoding: Semaphore,
+    /// The extension lists of the sessions' nodes, one per distinct list.
+    nodes: NodeInterner,
     renderer: Renderer,
     metrics: Arc<Metrics>,
     limits: Limits,
@@ -138,6 +141,7 @@ impl<F: Feeder> Sessions<F> {
             feeder,
             sessions: Mutex::default(),
             decoding: Semaphore::new(DECODES_AT_ONCE),
+            nodes: NodeInterner::default(),
             renderer,
             metrics,
             limits: Limits {
@@ -200,12 +204,12 @@ impl<F: Feeder> Sessions<F> {
             return Ok(session);
         }
         let node = if bytes > DECODE_OFF_THREAD_BYTES {
-            let (renderer, body) = (self.renderer.clone(), request.body_bytes());
-            tokio::task::spawn_blocking(move || decode_node(&renderer, &body))
+            let (renderer, node) = (self.renderer.clone(), request.node_json_bytes());
+            tokio::task::spawn_blocking(move || decode_node(&renderer, node.as_deref()))
                 .await
                 .map_err(|e| SourceError::InvalidNode(format!("decoder task failed: {e}")))??
         } else {
-            decode_node(&self.renderer, request.body())?
+            decode_node(&self.renderer, request.node_json())?
         };
         let mut registry = self.lock();
         if let Some(session) = registry.existing(key) {
@@ -213,7 +217,7 @@ impl<F: Feeder> Sessions<F> {
         }
         registry.room_for(bytes, &self.limits)?;
         let share = self.share.take(tenant)?;
-        let (session, commands) = Session::new(node);
+        let (session, commands) = Session::new(self.nodes.intern(node));
         session.attach_task(self.feeder.start(session.clone(), commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
         registry.sessions.insert(

@@ -14,7 +14,6 @@ mod validate;
 pub(crate) mod xdstp;
 
 pub use json::{Codec, JsonError};
-pub(crate) use request::raw_node;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
 pub use resource_type::{Endpoint, ResourceType};

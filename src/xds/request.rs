@@ -4,9 +4,9 @@
 //! A real Envoy sends its whole `node` on every poll (~77 KB, mostly ~500
 //! `extensions`). This parser reads only `id`, `cluster`, `metadata`,
 //! `locality` and `user_agent_name` from it, in one pass that skips every
-//! other field without allocating. The full node is extracted (as raw JSON,
-//! by [`raw_node`]) and decoded into protobuf only when an upstream session
-//! is created for it.
+//! other field without allocating. Where the full node lies in the body is
+//! kept ([`NodeView::json_at`]); it is decoded into protobuf only when an
+//! upstream session is created for it.
 //!
 //! Field names are accepted in snake_case and lowerCamelCase; unknown fields
 //! are ignored; `null` means "default", as in proto3 JSON. Wrong JSON types,
@@ -48,6 +48,8 @@ pub struct NodeView {
     pub user_agent_name: String,
     /// Bytes of the node's JSON as sent (what a session holding it costs).
     pub json_bytes: usize,
+    /// Where the node's JSON starts in the body (its offset).
+    pub json_at: usize,
 }
 
 #[derive(Default, Deserialize)]
@@ -81,7 +83,18 @@ impl DiscoveryRequestView {
         if first != Some(&b'{') {
             return Err(RequestError("the body must be a JSON object".into()));
         }
-        serde_json::from_slice(body).map_err(|e| RequestError(e.to_string()))
+        let mut view: DiscoveryRequestView =
+            serde_json::from_slice(body).map_err(|e| RequestError(e.to_string()))?;
+        if let Some(node) = &mut view.node {
+            // The raw node was borrowed from `body`: its address, less the
+            // body's, is its offset (checked to lie within the body).
+            node.json_at = node.json_at.wrapping_sub(body.as_ptr() as usize);
+            let end = node.json_at.checked_add(node.json_bytes);
+            if end.is_none_or(|end| end > body.len()) {
+                return Err(RequestError("node outside the body".into()));
+            }
+        }
+        Ok(view)
     }
 }
 
@@ -126,6 +139,8 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
     }
     Ok(Some(NodeView {
         json_bytes: raw.get().len(),
+        // The address for now: `DiscoveryRequestView::parse` makes it an offset.
+        json_at: raw.get().as_ptr() as usize,
         id: fields.id,
         cluster: fields.cluster,
         metadata: fields.metadata.filter(|m| m.get() != "null"),
@@ -145,8 +160,9 @@ fn json_kind(raw: &str) -> &'static str {
     }
 }
 
-/// The request's whole `node` as raw JSON (for decoding once per upstream
-/// session), or `None` if absent or null.
+/// The request's whole `node` as raw JSON, or `None` if absent or null
+/// (what the tests check [`NodeView::json_at`] against).
+#[cfg(test)]
 pub(crate) fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestError> {
     #[derive(Deserialize)]
     struct OnlyNode {
@@ -160,6 +176,21 @@ pub(crate) fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_is_found_where_it_is_in_the_body() {
+        for body in [
+            &br#"{"version_info":"3","node":{"id":"n","extensions":[{"name":"x"}]},"type_url":"t"}"#[..],
+            br#"  {"node" : {"id":"\u006e"} }"#,
+        ] {
+            let node = DiscoveryRequestView::parse(body).unwrap().node.unwrap();
+            let raw = raw_node(body).unwrap().unwrap();
+            assert_eq!(
+                &body[node.json_at..node.json_at + node.json_bytes],
+                raw.get().as_bytes()
+            );
+        }
+    }
 
     #[test]
     fn snake_and_camel_case_are_both_read() {

@@ -18,15 +18,19 @@
 //! - every request is recorded ([`Recorded`]), every stream counted.
 //!
 //! Nonces are per stream and increasing ("1", "2", ...). The delta ADS
-//! method answers UNIMPLEMENTED. The server task stops when the `FakeAds`
-//! drops.
+//! method answers UNIMPLEMENTED, unless started with
+//! [`FakeAds::start_delta`]: then a delta stream is sent, per type, the
+//! resources it subscribes to (a first request without names, or `*`, is
+//! the wildcard) whose version (a hash of their bytes) it was not sent yet,
+//! and the names it was sent that are gone; [`FakeAds::set`] pushes only
+//! what changed. The server task stops when the `FakeAds` drops.
 
 #![allow(dead_code)] // each test crate uses its own subset of the helpers
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
@@ -34,6 +38,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 };
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    Resource as DeltaResource,
 };
 use envoy_types::pb::google::protobuf::Any;
 use futures::Stream;
@@ -57,11 +62,15 @@ pub struct Recorded {
     pub node_id: Option<String>,
 }
 
+/// One resource of the snapshot: its name, itself, and its delta version
+/// (a hash of its bytes).
+type Held = (String, Any, String);
+
 /// One type's entry in the snapshot.
 #[derive(Debug, Clone)]
 struct Entry {
     version: String,
-    resources: Vec<(String, Any)>,
+    resources: Arc<Vec<Held>>,
     /// Bumped by every [`FakeAds::set`]: what streams compare to decide a push.
     generation: u64,
 }
@@ -74,6 +83,10 @@ struct Shared {
     metadata: Mutex<Vec<Vec<(String, String)>>>,
     streams: AtomicUsize,
     open: AtomicUsize,
+    /// Whether the delta method serves (else it answers UNIMPLEMENTED).
+    delta: AtomicBool,
+    /// Resources sent on delta streams (all streams, all responses).
+    delta_resources_sent: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -93,6 +106,18 @@ impl FakeAds {
     /// Starts serving on 127.0.0.1:0 with an empty snapshot.
     pub async fn start() -> FakeAds {
         FakeAds::start_with(None).await
+    }
+
+    /// Like [`start`](Self::start), serving delta streams too.
+    pub async fn start_delta() -> FakeAds {
+        let ads = FakeAds::start_with(None).await;
+        ads.shared.delta.store(true, Ordering::SeqCst);
+        ads
+    }
+
+    /// Resources sent on delta streams so far, all streams together.
+    pub fn delta_resources_sent(&self) -> usize {
+        self.shared.delta_resources_sent.load(Ordering::SeqCst)
     }
 
     /// Like [`start`](Self::start), over TLS with `tls` (server identity,
@@ -143,10 +168,15 @@ impl FakeAds {
     /// Replaces `type_url`'s version and resources and pushes them to every
     /// open stream subscribed to that type.
     pub fn set(&self, type_url: &str, version: &str, resources: Vec<Any>) {
-        let resources = resources
-            .into_iter()
-            .map(|any| (resource_name(&any), any))
-            .collect();
+        let resources = Arc::new(
+            resources
+                .into_iter()
+                .map(|any| {
+                    let version = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&any.value));
+                    (resource_name(&any), any, version)
+                })
+                .collect(),
+        );
         {
             let mut snapshot = lock(&self.shared.snapshot);
             let generation = snapshot.get(type_url).map_or(0, |e| e.generation) + 1;
@@ -248,11 +278,24 @@ impl AggregatedDiscoveryService for Service {
 
     async fn delta_aggregated_resources(
         &self,
-        _request: Request<Streaming<DeltaDiscoveryRequest>>,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<DeltaStream>, Status> {
-        Err(Status::unimplemented(
-            "the fake ADS server speaks SotW only",
-        ))
+        if !self.shared.delta.load(Ordering::SeqCst) {
+            return Err(Status::unimplemented(
+                "the fake ADS server speaks SotW only",
+            ));
+        }
+        let id = self.shared.streams.fetch_add(1, Ordering::SeqCst) + 1;
+        let (tx, rx) = mpsc::channel(16);
+        let stream = DeltaTask {
+            id,
+            shared: self.shared.clone(),
+            tx,
+            subscribed: BTreeMap::new(),
+            nonce: 0,
+        };
+        tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 
@@ -360,10 +403,10 @@ impl StreamTask {
         let wildcard = sub.names.is_empty() || sub.names.iter().any(|n| n == "*");
         let resources = entry
             .resources
-            .into_iter()
+            .iter()
             // `names` is sorted and de-duplicated (see `subscribe`).
-            .filter(|(name, _)| wildcard || sub.names.binary_search(name).is_ok())
-            .map(|(_, any)| any)
+            .filter(|(name, _, _)| wildcard || sub.names.binary_search(name).is_ok())
+            .map(|(_, any, _)| any.clone())
             .collect();
         sub.sent = entry.generation;
         self.nonce += 1;
@@ -371,6 +414,152 @@ impl StreamTask {
             version_info: entry.version,
             resources,
             type_url: type_url.to_owned(),
+            nonce: self.nonce.to_string(),
+            ..Default::default()
+        };
+        let _ = self.tx.send(Ok(response)).await;
+    }
+}
+
+/// One delta stream's subscription to one type.
+#[derive(Default)]
+struct DeltaSubscribed {
+    wildcard: bool,
+    names: BTreeSet<String>,
+    /// Version of every resource sent, by name.
+    sent: HashMap<String, String>,
+}
+
+impl DeltaSubscribed {
+    fn wants(&self, name: &str) -> bool {
+        self.wildcard || self.names.contains(name)
+    }
+}
+
+struct DeltaTask {
+    id: usize,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
+    subscribed: BTreeMap<String, DeltaSubscribed>,
+    nonce: u64,
+}
+
+impl DeltaTask {
+    async fn run(
+        mut self,
+        mut inbound: Streaming<DeltaDiscoveryRequest>,
+        mut changed: watch::Receiver<u64>,
+    ) {
+        self.shared.open.fetch_add(1, Ordering::SeqCst);
+        loop {
+            tokio::select! {
+                message = inbound.message() => match message {
+                    Ok(Some(request)) => self.request(request).await,
+                    _ => break,
+                },
+                tick = changed.changed() => {
+                    if tick.is_err() {
+                        break;
+                    }
+                    let types: Vec<String> = self.subscribed.keys().cloned().collect();
+                    for type_url in types {
+                        self.send(&type_url, false).await;
+                    }
+                }
+            }
+            if self.tx.is_closed() {
+                break;
+            }
+        }
+        self.shared.open.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    async fn request(&mut self, request: DeltaDiscoveryRequest) {
+        lock(&self.shared.requests).push(Recorded {
+            stream: self.id,
+            type_url: request.type_url.clone(),
+            version_info: String::new(),
+            nonce: request.response_nonce.clone(),
+            names: request.resource_names_subscribe.clone(),
+            error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
+            node_id: request.node.as_ref().map(|n| n.id.clone()),
+        });
+        let first = !self.subscribed.contains_key(&request.type_url);
+        let sub = self.subscribed.entry(request.type_url.clone()).or_default();
+        if first && request.resource_names_subscribe.is_empty() {
+            sub.wildcard = true;
+        }
+        for name in &request.resource_names_subscribe {
+            if name == "*" {
+                sub.wildcard = true;
+            } else {
+                sub.names.insert(name.clone());
+            }
+        }
+        for name in &request.resource_names_unsubscribe {
+            if name == "*" {
+                sub.wildcard = false;
+            } else {
+                sub.names.remove(name);
+            }
+        }
+        let changed = first
+            || !request.resource_names_subscribe.is_empty()
+            || !request.resource_names_unsubscribe.is_empty();
+        if changed {
+            self.send(&request.type_url, first).await;
+        }
+    }
+
+    /// Sends what the stream wants of `type_url` and was not sent (and
+    /// what it was sent that is gone); nothing when that is nothing, unless
+    /// `always` (the first answer of a type).
+    async fn send(&mut self, type_url: &str, always: bool) {
+        let Some(sub) = self.subscribed.get_mut(type_url) else {
+            return;
+        };
+        let Some(entry) = lock(&self.shared.snapshot).get(type_url).cloned() else {
+            return;
+        };
+        let mut resources = Vec::new();
+        let mut present = BTreeSet::new();
+        for (name, any, version) in entry.resources.iter() {
+            if !sub.wants(name) {
+                continue;
+            }
+            present.insert(name.as_str());
+            if sub.sent.get(name) == Some(version) {
+                continue;
+            }
+            sub.sent.insert(name.clone(), version.clone());
+            resources.push(DeltaResource {
+                name: name.clone(),
+                version: version.clone(),
+                resource: Some(any.clone()),
+                ..Default::default()
+            });
+        }
+        let removed: Vec<String> = sub
+            .sent
+            .keys()
+            .filter(|n| !present.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for name in &removed {
+            sub.sent.remove(name);
+        }
+        if resources.is_empty() && removed.is_empty() && !always {
+            return;
+        }
+        self.shared
+            .delta_resources_sent
+            .fetch_add(resources.len(), Ordering::SeqCst);
+        self.nonce += 1;
+        let response = DeltaDiscoveryResponse {
+            system_version_info: entry.version,
+            resources,
+            type_url: type_url.to_owned(),
+            removed_resources: removed,
             nonce: self.nonce.to_string(),
             ..Default::default()
         };

@@ -1,5 +1,6 @@
 //! The 304 rule, served versions and body assembly.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -154,7 +155,7 @@ fn body_is_a_discovery_response_with_requested_names_in_order() {
     else {
         panic!("expected a body")
     };
-    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.to_bytes()).unwrap();
     assert_eq!(v["versionInfo"], version.as_str());
     assert_eq!(v["typeUrl"], ResourceType::Clusters.type_url());
     let names: Vec<_> = v["resources"]
@@ -269,13 +270,12 @@ fn memoised_answers_do_not_hold_their_names() {
     for i in 0..60 {
         body_version(&s.answer(&r, &set(i), "", None).unwrap());
     }
-    let memo = &r.bodies().0;
+    let memo = &r.bodies().answers;
     memo.run_pending_tasks();
     assert_eq!(memo.entry_count(), 60);
-    let held: usize = memo
-        .iter()
-        .map(|(_, a)| std::mem::size_of::<Assembled>() + a.json.len() + a.version.len())
-        .sum();
+    let pieces = &r.bodies().shared;
+    let held: usize = memo.iter().map(|(_, a)| a.held_bytes()).sum::<usize>()
+        + pieces.iter().map(|(_, p)| p.len()).sum::<usize>();
     assert!(held < 60 * 1024, "{held} bytes for 60 answers");
     // A hit is still confirmed by its names: the same set is a hit, a set
     // differing in one name is not.
@@ -289,4 +289,88 @@ fn memoised_answers_do_not_hold_their_names() {
         Answer::Body { cached, .. } => assert!(!cached),
         other => panic!("{other:?}"),
     }
+}
+
+/// Issue 26: every node identity holds a state of its own, but identities
+/// holding the same resources (every one of them after the same push) share
+/// one assembled resources piece; each body keeps its own version and nonce.
+#[test]
+fn states_holding_the_same_resources_share_one_assembled_piece() {
+    let r = renderer();
+    let clusters: Vec<(String, &str)> = (0..50).map(|i| (format!("c{i}"), "1s")).collect();
+    let refs: Vec<(&str, &str)> = clusters.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+    let mut pieces = Vec::new();
+    for identity in 0..20 {
+        let mut s = state(&r, "v1", &refs);
+        s.nonce = format!("nonce-{identity}");
+        let Answer::Body { json, cached, .. } = s.answer(&r, &Names::Wildcard, "", None).unwrap()
+        else {
+            panic!("expected a body")
+        };
+        assert!(
+            !cached,
+            "a state of its own is assembled for the first time"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&json.to_bytes()).unwrap();
+        assert_eq!(v["nonce"], format!("nonce-{identity}"));
+        assert_eq!(v["resources"].as_array().unwrap().len(), 50);
+        pieces.push(json.resources().clone());
+    }
+    assert!(
+        pieces.iter().all(|p| p.as_ptr() == pieces[0].as_ptr()),
+        "one piece for all"
+    );
+    assert_eq!(r.bodies().shared_pieces(), 1);
+    // Other content, other names or another target: pieces of their own.
+    let changed = state(&r, "v2", &[("c0", "2s")]);
+    let target = crate::xds::rewrite::RestTarget {
+        cluster_name: "xds".into(),
+        refresh_delay: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(1),
+    };
+    let same = state(&r, "v1", &refs);
+    for (s, names, target) in [
+        (&changed, Names::Wildcard, None),
+        (&same, named(&["c1"]), None),
+        (&same, Names::Wildcard, Some(&target)),
+    ] {
+        let Answer::Body { json, .. } = s.answer(&r, &names, "", target).unwrap() else {
+            panic!("expected a body")
+        };
+        assert_ne!(json.resources().as_ptr(), pieces[0].as_ptr());
+    }
+    assert_eq!(r.bodies().shared_pieces(), 4);
+}
+
+/// A memoised answer whose shared piece was evicted is assembled again,
+/// whole and right (answers hold their piece weakly).
+#[test]
+fn an_answer_whose_piece_was_evicted_is_assembled_again() {
+    let r = renderer();
+    let s = state(&r, "v1", &[("a", "1s"), ("b", "2s")]);
+    let first = s.answer(&r, &Names::Wildcard, "", None).unwrap();
+    assert!(matches!(
+        s.answer(&r, &Names::Wildcard, "", None).unwrap(),
+        Answer::Body { cached: true, .. }
+    ));
+    let shared = &r.bodies().shared;
+    let pieces: Vec<_> = shared
+        .iter()
+        .map(|(k, piece)| (*k, Arc::downgrade(&piece)))
+        .collect();
+    assert_eq!(pieces.len(), 1);
+    let (key, piece) = &pieces[0];
+    shared.invalidate(key);
+    // moka drops an invalidated value once its housekeeping has run, which
+    // under a loaded machine can take more than one call.
+    let mut rounds = 0;
+    while piece.upgrade().is_some() {
+        rounds += 1;
+        assert!(rounds < 200, "the memo never let the evicted piece go");
+        shared.run_pending_tasks();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = s.answer(&r, &Names::Wildcard, "", None).unwrap();
+    assert!(matches!(again, Answer::Body { cached: false, .. }));
+    assert_eq!(again, first);
 }

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, ClientAddr, ParsedRequest, Served, Standing};
+use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, Served, Standing};
 use crate::http::admission::Slot;
 use crate::http::asked::Answered;
 use crate::http::authorize::AuthError;
@@ -241,9 +241,9 @@ impl Watch {
     /// relative to the last event, or for the first one to the version the
     /// client presented, if the history still holds it), remembering what
     /// was served.
-    fn body_frame(&mut self, json: &Bytes, version: &str) -> Result<Bytes, JsonError> {
+    fn body_frame(&mut self, json: &JsonBody, version: &str) -> Result<Bytes, JsonError> {
         let Some(polled) = &self.polled else {
-            return Ok(self.format.event(RESPONSE_EVENT, version, json));
+            return Ok(self.format.event(RESPONSE_EVENT, version, &json.to_bytes()));
         };
         let (body, served) = self.answered().body(
             &self.gateway,
@@ -261,7 +261,7 @@ impl Watch {
         if served.is_some() {
             self.last = served;
         }
-        Ok(self.format.event(event, version, &body))
+        Ok(self.format.event(event, version, &body.to_bytes()))
     }
 
     /// Shows the watcher in the client book (a heartbeat counts as a 304:

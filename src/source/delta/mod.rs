@@ -263,7 +263,7 @@ impl Delta {
         nonce: String,
         error: Option<String>,
     ) -> DeltaDiscoveryRequest {
-        let node = (!self.node_sent).then(|| self.session.node.clone());
+        let node = (!self.node_sent).then(|| self.session.node.node());
         self.node_sent = true;
         DeltaDiscoveryRequest {
             node,
@@ -313,6 +313,11 @@ impl Delta {
                     "accepted"
                 );
                 let ttls = std::mem::take(&mut update.ttls);
+                // A delta answer carries only what changed: every resource
+                // in it is decoded, none is reused.
+                self.ctx
+                    .metrics
+                    .resources_taken(kind, update.added.len(), 0);
                 let now = Instant::now();
                 let tracked = self.tracked.entry(kind).or_default();
                 if self.replacing.remove(&kind) {

@@ -444,7 +444,8 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
 /// it sends all it has; its first answer then replaces what is held.
 #[tokio::test]
 async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
-    let (session, _commands) = crate::source::session::Session::new(Default::default());
+    let (session, _commands) =
+        crate::source::session::Session::new(crate::source::node::SessionNode::default());
     session
         .want(
             KIND,

@@ -1,0 +1,527 @@
+//! A mesh of distinct identities (issue 26): N node identities (1,000 by
+//! default), each sending Envoy 1.40's real node (516 extensions, 77 KB of
+//! JSON) with an id of its own, polling CDS with C clusters (1,000,
+//! wildcard) and EDS with one name, as Envoy does, through the release
+//! gateway binary (2 worker threads) in front of the scripted ADS control
+//! plane, over SotW and over delta streams.
+//!
+//! For each upstream mode:
+//! - **cold start**: the N identities arrive spread evenly over 10 s, each
+//!   polling CDS, then EDS; when the last one has both answers (the goal:
+//!   within 15 s), failures, and what the upstream received per identity
+//!   (requests, and of those the subscription changes);
+//! - **memory**: the gateway's RSS idle and after the cold start, and the
+//!   growth per identity;
+//! - **a one-cluster change**: every identity holds a CDS long poll at its
+//!   version; the upstream changes 1 of the C clusters; the latency from the
+//!   push to each held poll's 200 (p50 / p99 / max over all identities and
+//!   rounds), the gateway's CPU per push per identity, and the resources it
+//!   decoded and reused per push (O(changed): the metrics
+//!   `xds_gateway_upstream_resources_{decoded,reused}_total`).
+//!
+//! `IDENTITIES_BASELINE_BIN=<another gateway binary>` measures that build
+//! too, in the same run, each mode on the baseline first, and prints the
+//! ratios this build / baseline.
+//!
+//! Run: `cargo bench --bench identities` (about 2 minutes per mode and
+//! binary at 1,000 identities). `IDENTITIES` (1000), `IDENTITIES_CLUSTERS`
+//! (1000), `IDENTITIES_ROUNDS` (5) and `IDENTITIES_MODES` (`sotw,delta`)
+//! shape it; `XDS_GATEWAY_BIN` replaces this build's binary. Loopback only;
+//! every wait is bounded.
+
+#[path = "../tests/support/fake_ads.rs"]
+mod fake_ads;
+
+mod gateway_process;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use envoy_types::pb::google::protobuf::Any as PbAny;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use xds_gateway::xds::{Codec, ResourceType};
+
+const CDS: &str = ResourceType::Clusters.type_url();
+const EDS: &str = ResourceType::Endpoints.type_url();
+const WITHIN: Duration = Duration::from_secs(90);
+/// Over how long the identities of the cold start arrive.
+const ARRIVALS: Duration = Duration::from_secs(10);
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn any(codec: &Codec, json: &str) -> PbAny {
+    let a = codec.parse_any(json.as_bytes()).expect("fixture parses");
+    PbAny {
+        type_url: a.type_url,
+        value: a.value,
+    }
+}
+
+/// `n` EDS clusters with `ads: {}` sources; from one generation to the
+/// next only cluster-0 changes (its circuit-breaker threshold).
+fn clusters(codec: &Codec, n: usize, generation: usize) -> Vec<PbAny> {
+    (0..n)
+        .map(|i| {
+            let bump = if i == 0 { generation } else { 0 };
+            any(
+                codec,
+                &format!(
+                    r#"{{"@type":"{CDS}","name":"cluster-{i}","type":"EDS","connect_timeout":"1s",
+                "eds_cluster_config":{{"eds_config":{{"ads":{{}},"resource_api_version":"V3"}}}},
+                "circuit_breakers":{{"thresholds":[{{"max_connections":{}}}]}}}}"#,
+                    1000 + i + bump
+                ),
+            )
+        })
+        .collect()
+}
+
+fn endpoints(codec: &Codec, n: usize) -> Vec<PbAny> {
+    (0..n)
+        .map(|i| {
+            any(
+                codec,
+                &format!(
+                    r#"{{"@type":"{EDS}","cluster_name":"cluster-{i}","endpoints":[{{"lb_endpoints":[
+            {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{}}}}}}}}}]}}]}}"#,
+                    10000 + i % 50000
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Request bodies as Envoy 1.40 writes them, for any node id: the captured
+/// node serialised once, split where its id goes.
+struct Bodies {
+    node_before_id: String,
+    node_after_id: String,
+}
+
+impl Bodies {
+    fn new(template: &serde_json::Value) -> Bodies {
+        const MARK: &str = "@@NODE-ID@@";
+        let mut node = template["node"].clone();
+        node["id"] = MARK.into();
+        let text = serde_json::to_string(&node).expect("serialise");
+        let (before, after) = text.split_once(MARK).expect("the mark");
+        Bodies {
+            node_before_id: before.to_owned(),
+            node_after_id: after.to_owned(),
+        }
+    }
+
+    fn body(&self, node: &str, type_url: &str, names: &[String], version: &str) -> Bytes {
+        let names = serde_json::to_string(names).expect("serialise");
+        let (version, node) = (
+            serde_json::to_string(version).expect("serialise"),
+            serde_json::to_string(node).expect("serialise"),
+        );
+        // Envoy writes version_info first and the names after the node.
+        Bytes::from(format!(
+            r#"{{"version_info":{version},"node":{}{node}{},"resource_names":{names},"type_url":"{type_url}"}}"#,
+            self.node_before_id.trim_end_matches('"'),
+            self.node_after_id.trim_start_matches('"'),
+        ))
+    }
+}
+
+/// One POST: the status and the `versionInfo` of a 200 ("" otherwise);
+/// status 0 when it failed or took longer than [`WITHIN`].
+async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) -> (u16, String) {
+    let req = Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .header("host", "xds_cluster")
+        .body(Full::new(body))
+        .expect("request");
+    let Ok(Ok(resp)) = tokio::time::timeout(WITHIN, client.request(req)).await else {
+        return (0, String::new());
+    };
+    let status = resp.status().as_u16();
+    let Ok(collected) = resp.into_body().collect().await else {
+        return (0, String::new());
+    };
+    let bytes = collected.to_bytes();
+    // The gateway writes versionInfo first.
+    let version = if status == 200 {
+        let text = std::str::from_utf8(&bytes[..bytes.len().min(512)]).unwrap_or_default();
+        text.split_once("\"versionInfo\":\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(version, _)| version.to_owned())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    (status, version)
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn percentile(values: &mut [Duration], p: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort();
+    values[((values.len() as f64 * p) as usize).min(values.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A Prometheus metric's value, summed over its labels.
+async fn metric(client: &HttpClient, admin: SocketAddr, name: &str) -> f64 {
+    let req = Request::get(format!("http://{admin}/metrics"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let Ok(Ok(resp)) = tokio::time::timeout(WITHIN, client.request(req)).await else {
+        return 0.0;
+    };
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (metric, rest) = l.split_at(l.find(['{', ' '])?);
+            (metric == name).then_some(())?;
+            rest.rsplit(' ').next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
+
+/// What one (binary, mode) run measured.
+#[derive(Debug, Default, Clone)]
+struct Figures {
+    cold_all_served: Duration,
+    cold_failures: usize,
+    /// (CDS, EDS) statuses of the identities not served both (0: no answer).
+    failed_statuses: std::collections::BTreeMap<(u16, u16), usize>,
+    requests_per_identity: f64,
+    subscription_changes_per_identity: f64,
+    rss_idle: u64,
+    rss_loaded: u64,
+    held: Vec<Duration>,
+    held_failures: usize,
+    /// Long polls answered before the push (their version was not current).
+    early: usize,
+    cpu_per_push: Duration,
+    decoded_per_push: f64,
+    reused_per_push: f64,
+}
+
+impl Figures {
+    fn per_identity(&self, identities: usize) -> u64 {
+        self.rss_loaded.saturating_sub(self.rss_idle) / identities as u64
+    }
+}
+
+/// Subscription changes among `requests`: a stream's first request of a
+/// type, and every request whose names differ from its previous one of that
+/// type (a SotW ACK repeats them; a delta ACK subscribes nothing).
+fn subscription_changes(requests: &[fake_ads::Recorded], delta: bool) -> usize {
+    let mut last = std::collections::HashMap::new();
+    requests
+        .iter()
+        .filter(|r| {
+            let key = (r.stream, r.type_url.clone());
+            let changed = if delta {
+                !last.contains_key(&key) || !r.names.is_empty()
+            } else {
+                last.get(&key) != Some(&r.names)
+            };
+            last.insert(key, r.names.clone());
+            changed
+        })
+        .count()
+}
+
+struct Setup {
+    identities: usize,
+    clusters: usize,
+    rounds: usize,
+    codec: Codec,
+    bodies: Arc<Bodies>,
+}
+
+async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
+    let (n, identities) = (setup.clusters, setup.identities);
+    let codec = &setup.codec;
+    let delta = mode == "delta";
+    let upstream = if delta {
+        fake_ads::FakeAds::start_delta().await
+    } else {
+        fake_ads::FakeAds::start().await
+    };
+    upstream.set(CDS, "c0", clusters(codec, n, 0));
+    upstream.set(EDS, "e0", endpoints(codec, n));
+    let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
+    let log = tempfile::NamedTempFile::new().expect("log file");
+    let gateway = gateway_process::start_gateway_with(
+        bin,
+        &["--upstream-mode", mode],
+        &upstream.url(),
+        port,
+        admin,
+        log.path(),
+    );
+    gateway_process::wait_listening(port);
+    let pid = gateway.0.id();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let admin = SocketAddr::from(([127, 0, 0, 1], admin));
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let node = |i: usize| format!("pod-{i}");
+    let mut figures = Figures::default();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    figures.rss_idle = gateway_process::rss_bytes(pid);
+
+    // Cold start: identities arrive evenly over ARRIVALS.
+    let started = Instant::now();
+    let mut arrivals = Vec::new();
+    for i in 0..identities {
+        let (client, bodies, node) = (client.clone(), setup.bodies.clone(), node(i));
+        let at = started + ARRIVALS.mul_f64(i as f64 / identities as f64);
+        arrivals.push(tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let cds = bodies.body(&node, CDS, &[], "");
+            let (status, version) = post(&client, addr, "/v3/discovery:clusters", cds).await;
+            let eds = bodies.body(&node, EDS, &[format!("cluster-{}", i % n)], "");
+            let (eds_status, _) = post(&client, addr, "/v3/discovery:endpoints", eds).await;
+            ((status, eds_status), version, started.elapsed())
+        }));
+    }
+    let mut versions = Vec::with_capacity(identities);
+    for arrival in arrivals {
+        let (statuses, version, done) = arrival.await.expect("identity task");
+        if statuses != (200, 200) {
+            figures.cold_failures += 1;
+            *figures.failed_statuses.entry(statuses).or_default() += 1;
+        }
+        figures.cold_all_served = figures.cold_all_served.max(done);
+        versions.push(version);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let requests = upstream.requests();
+    figures.requests_per_identity = requests.len() as f64 / identities as f64;
+    figures.subscription_changes_per_identity =
+        subscription_changes(&requests, delta) as f64 / identities as f64;
+    figures.rss_loaded = gateway_process::rss_bytes(pid);
+
+    // One cluster changes while every identity holds a long poll.
+    let (mut cpu, mut decoded, mut reused) = (Duration::ZERO, 0.0, 0.0);
+    for round in 1..=setup.rounds {
+        let held_before = metric(&client, admin, "xds_gateway_long_polls_held").await;
+        let mut polls = Vec::with_capacity(identities);
+        for (i, version) in versions.iter().enumerate() {
+            let body = setup.bodies.body(&node(i), CDS, &[], version);
+            let client = client.clone();
+            polls.push(tokio::spawn(async move {
+                let answer = post(&client, addr, "/v3/discovery:clusters?wait=60s", body).await;
+                (answer, Instant::now())
+            }));
+        }
+        // Held, or answered already (a version that was not current: not
+        // a sample of the change, counted apart).
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let held = metric(&client, admin, "xds_gateway_long_polls_held").await - held_before;
+            let answered = polls.iter().filter(|p| p.is_finished()).count();
+            if held + answered as f64 >= identities as f64 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the long polls were never all held ({held} held, {answered} answered)"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (decoded0, reused0) = (
+            metric(
+                &client,
+                admin,
+                "xds_gateway_upstream_resources_decoded_total",
+            )
+            .await,
+            metric(
+                &client,
+                admin,
+                "xds_gateway_upstream_resources_reused_total",
+            )
+            .await,
+        );
+        let early: Vec<bool> = polls.iter().map(|p| p.is_finished()).collect();
+        let cpu0 = gateway_process::cpu_time(pid);
+        let pushed = Instant::now();
+        upstream.set(CDS, &format!("c{round}"), clusters(codec, n, round));
+        for (i, poll) in polls.into_iter().enumerate() {
+            let ((status, version), at) = poll.await.expect("long poll task");
+            if early[i] {
+                figures.early += 1;
+                if status == 200 {
+                    versions[i] = version;
+                }
+            } else if status == 200 && version != versions[i] {
+                figures.held.push(at.duration_since(pushed));
+                versions[i] = version;
+            } else {
+                figures.held_failures += 1;
+            }
+        }
+        cpu += gateway_process::cpu_time(pid).saturating_sub(cpu0);
+        decoded += metric(
+            &client,
+            admin,
+            "xds_gateway_upstream_resources_decoded_total",
+        )
+        .await
+            - decoded0;
+        reused += metric(
+            &client,
+            admin,
+            "xds_gateway_upstream_resources_reused_total",
+        )
+        .await
+            - reused0;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let rounds = setup.rounds as u32;
+    figures.cpu_per_push = cpu / rounds;
+    figures.decoded_per_push = decoded / f64::from(rounds);
+    figures.reused_per_push = reused / f64::from(rounds);
+    drop(gateway);
+    figures
+}
+
+fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
+    if !f.failed_statuses.is_empty() {
+        eprintln!(
+            "{label}, {mode}: cold-start (CDS, EDS) statuses of the identities not served: {:?}",
+            f.failed_statuses
+        );
+    }
+    let mut held = f.held.clone();
+    let ids = setup.identities;
+    println!(
+        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} |",
+        f.cold_all_served.as_secs_f64(),
+        f.cold_failures,
+        f.requests_per_identity,
+        f.subscription_changes_per_identity,
+        mib(f.rss_idle),
+        mib(f.rss_loaded),
+        f.per_identity(ids) as f64 / 1024.0,
+        ms(percentile(&mut held, 0.5)),
+        ms(percentile(&mut held, 0.99)),
+        ms(percentile(&mut held, 1.0)),
+        f.held_failures,
+        f.early,
+        ms(f.cpu_per_push),
+        f.cpu_per_push.as_secs_f64() * 1e6 / ids as f64,
+        f.decoded_per_push,
+        f.reused_per_push,
+    );
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b == 0.0 {
+        "–".into()
+    } else {
+        format!("{:.2}", a / b)
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let identities = env_number("IDENTITIES", 1000).max(1);
+    let clusters = env_number("IDENTITIES_CLUSTERS", 1000).max(1);
+    let rounds = env_number("IDENTITIES_ROUNDS", 5).max(1);
+    let modes = std::env::var("IDENTITIES_MODES").unwrap_or_else(|_| "sotw,delta".into());
+    let template: serde_json::Value = serde_json::from_slice(
+        &std::fs::read("bench/fixtures/envoy-1.40-cds-request.json").expect("captured request"),
+    )
+    .expect("JSON");
+    let setup = Setup {
+        identities,
+        clusters,
+        rounds,
+        codec: Codec::embedded(),
+        bodies: Arc::new(Bodies::new(&template)),
+    };
+    let this = gateway_process::gateway_binary();
+    let baseline = std::env::var_os("IDENTITIES_BASELINE_BIN")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    println!("gateway binary: {}", this.display());
+    if let Some(b) = &baseline {
+        println!("baseline binary: {}", b.display());
+    }
+    println!(
+        "{identities} identities, each with Envoy 1.40's 77 KB node; {clusters} clusters \
+         (wildcard CDS) and {clusters} ClusterLoadAssignments (EDS, one name per identity); \
+         {rounds} rounds of a one-cluster change\n"
+    );
+    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut results = Vec::new();
+    for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        let before = match &baseline {
+            Some(b) => {
+                let f = run(&setup, b, mode).await;
+                print(&setup, "baseline", mode, &f);
+                Some(f)
+            }
+            None => None,
+        };
+        let after = run(&setup, &this, mode).await;
+        print(&setup, "this build", mode, &after);
+        results.push((mode.to_owned(), before, after));
+    }
+    if baseline.is_none() {
+        return;
+    }
+    println!("\nRatios, this build / baseline (below 1: this build is better):\n");
+    println!("| upstream | cold start | RSS per identity | held p50 | held p99 | held max | CPU per push |");
+    println!("|---|---|---|---|---|---|---|");
+    for (mode, before, after) in results {
+        let Some(before) = before else { continue };
+        let (mut a, mut b) = (after.held.clone(), before.held.clone());
+        println!(
+            "| {mode} | {} | {} | {} | {} | {} | {} |",
+            ratio(
+                after.cold_all_served.as_secs_f64(),
+                before.cold_all_served.as_secs_f64()
+            ),
+            ratio(
+                after.per_identity(identities) as f64,
+                before.per_identity(identities) as f64
+            ),
+            ratio(ms(percentile(&mut a, 0.5)), ms(percentile(&mut b, 0.5))),
+            ratio(ms(percentile(&mut a, 0.99)), ms(percentile(&mut b, 0.99))),
+            ratio(ms(percentile(&mut a, 1.0)), ms(percentile(&mut b, 1.0))),
+            ratio(
+                after.cpu_per_push.as_secs_f64(),
+                before.cpu_per_push.as_secs_f64()
+            ),
+        );
+    }
+}
