@@ -20,7 +20,8 @@
 //!
 //! The upstream's part stays readable (logs, debugging, NACKs); the digest
 //! is what decides. Assembled bodies are memoised (with their version) in a
-//! byte-bounded LRU shared by all states ([`Bodies`]); nothing else here
+//! byte-bounded LRU shared by all states, which also drops a body not asked
+//! for in a minute ([`Bodies`]); nothing else here
 //! mutates, so a bad request cannot poison what others are served.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,6 +43,12 @@ pub(crate) const DIGEST_SEPARATOR: char = '~';
 const DIGEST_HEX: usize = 12;
 /// Total bytes of assembled bodies kept, all states together.
 const BODIES_BYTES: u64 = 256 * 1024 * 1024;
+/// A body nobody asked for this long is dropped: once a state is
+/// superseded its bodies are never asked for again, and without a time
+/// bound they stayed until the byte bound pushed them out (under a change a
+/// second, the soak's RSS grew for most of an hour). A body dropped while
+/// still current is assembled again at its next poll.
+const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The names a request asks for: everything, or a sorted, de-duplicated set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -229,6 +236,7 @@ impl Bodies {
         Bodies(
             Cache::builder()
                 .max_capacity(bytes)
+                .time_to_idle(BODIES_IDLE)
                 .weigher(|_, a: &Arc<Assembled>| {
                     let size = a.json.len() + a.version.len() + 96;
                     u32::try_from(size).unwrap_or(u32::MAX)
