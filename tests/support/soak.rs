@@ -179,6 +179,8 @@ pub struct Report {
     /// How long after the churn every Envoy showed the final version.
     pub converged_in: Option<Duration>,
     pub not_converged: Vec<String>,
+    /// The Envoys' own log lines about failed polls (timestamped), first 50.
+    pub envoy_failure_lines: Vec<String>,
     pub final_version: String,
 }
 
@@ -802,10 +804,20 @@ pub async fn run(test: &str, envoy_bin: &Path, dir: &Path, config: SoakConfig) -
     gateway_guard.assert_running();
     let settled = sample(pid, admin, started.elapsed()).await;
     let mut envoy_failures_out = Vec::new();
+    let mut envoy_failure_lines = Vec::new();
     for e in &envoys {
         let (failures, rejected) = envoy_failures(e.admin).await;
         envoy_failures_out.push((e.node.clone(), failures, rejected));
+        envoy_failure_lines.extend(
+            e.envoy
+                .log_text()
+                .lines()
+                .filter(|l| l.contains("failed") || l.contains("timeout"))
+                .map(|l| format!("{}: {l}", e.node)),
+        );
     }
+    envoy_failure_lines.sort();
+    envoy_failure_lines.truncate(50);
     let gateway_statuses = gateway_statuses(admin).await;
     let gateway_5xx = gateway_statuses
         .iter()
@@ -823,6 +835,7 @@ pub async fn run(test: &str, envoy_bin: &Path, dir: &Path, config: SoakConfig) -
         gateway_statuses,
         converged_in,
         not_converged,
+        envoy_failure_lines,
         final_version: state.version(),
     }
 }
@@ -856,8 +869,29 @@ impl Report {
         end as f64 / warm.max(1) as f64 - 1.0
     }
 
-    fn warm(&self) -> Option<&Sample> {
-        self.after_warm_up().first().copied()
+    /// The warm level: per figure, the median of the first 5 samples after
+    /// warm-up (one sample alone may fall on a control-plane restart, when
+    /// the upstream streams and their tasks are being replaced).
+    fn warm(&self) -> Option<Sample> {
+        let after = self.after_warm_up();
+        let first: Vec<&Sample> = after.iter().take(5).copied().collect();
+        let at = first.first()?.at;
+        let med = |f: &dyn Fn(&Sample) -> f64| -> f64 {
+            let mut v: Vec<f64> = first.iter().map(|s| f(s)).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        Some(Sample {
+            at,
+            rss_kib: med(&|s| s.rss_kib as f64) as u64,
+            fds: med(&|s| s.fds as f64) as u64,
+            threads: med(&|s| s.threads as f64) as u64,
+            tasks: med(&|s| s.tasks),
+            connections: med(&|s| s.connections),
+            watches: med(&|s| s.watches),
+            long_polls: med(&|s| s.long_polls),
+            requests: med(&|s| s.requests),
+        })
     }
 
     /// Panics with every broken rule.
@@ -878,7 +912,7 @@ impl Report {
                 growth * 100.0
             ));
         }
-        if let Some(warm) = self.warm() {
+        if let Some(warm) = &self.warm() {
             if self.settled.fds as i64 > warm.fds as i64 + FD_SLACK {
                 broken.push(format!(
                     "open file descriptors {} at the end, {} after warm-up",
@@ -958,7 +992,7 @@ impl Report {
         );
         if let Some(w) = self.warm() {
             out += &format!(
-                "- after warm-up / settled at the end: fds {} / {}, threads {} / {}, tokio tasks {} / {}\n",
+                "- after warm-up (medians of 5 samples) / settled at the end: fds {} / {}, threads {} / {}, tokio tasks {} / {}\n",
                 w.fds, self.settled.fds, w.threads, self.settled.threads, w.tasks, self.settled.tasks
             );
         }
@@ -984,6 +1018,12 @@ impl Report {
             load(&c.garbage_cut),
             load(&c.client_5xx)
         );
+        if !self.envoy_failure_lines.is_empty() {
+            out += &format!(
+                "- the Envoys' log lines about failed polls (first 50):\n\n```\n{}\n```\n",
+                self.envoy_failure_lines.join("\n")
+            );
+        }
         out += &format!(
             "- every Envoy on the final version ({}): {}\n\n",
             self.final_version,
