@@ -7,7 +7,9 @@
 //! warm level, no failed poll, no 5xx, every Envoy on the final version).
 //!
 //! `SOAK_SECONDS` (default 180) sets the length; `SOAK_ENVOYS` (default 20)
-//! the fleet. The hour-long run is `cargo bench --bench soak`
+//! the fleet. Below 180 s the warm-up (half the run) is shorter than the
+//! minute in which the gateway's memos fill to their time window, and the
+//! RSS rule fails (a 60 s run: +20 %). The hour-long run is `cargo bench --bench soak`
 //! (bench/RESULTS.md has its figures). Loopback only; every process is
 //! killed by pid when its guard drops.
 
