@@ -54,16 +54,42 @@ pub enum AppError {
 }
 
 /// Serves REST on `listener` and admin on `admin_listener` until `shutdown`
-/// resolves; then drains: `/readyz` turns 503 at once, new long polls are
-/// refused (503) and held ones answered, the REST listener stops accepting
-/// and gives requests in flight `drain_timeout` to finish; then the source
-/// closes (every upstream stream), then the admin listener.
+/// resolves: [`prepare`], then [`Prepared::serve`]. A caller that binds its
+/// own listeners should bind them between the two, as `main` does: a
+/// listener bound before the gateway can accept is a black hole to a
+/// balancer (its connections are accepted by the kernel and wait).
 pub async fn run(
     config: Config,
     listener: TcpListener,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
+    prepare(config)?
+        .serve(listener, admin_listener, shutdown)
+        .await
+}
+
+/// Everything the gateway needs before it can accept a connection: the
+/// codec, TLS, the auth policy, the source (its upstream streams opening).
+pub struct Prepared {
+    config: Config,
+    metrics: Arc<Metrics>,
+    renderer: Renderer,
+    source: Arc<dyn Source>,
+    auth: Option<Arc<AuthPolicy>>,
+    profiles: Arc<NodeProfiles>,
+    rest_spec: ListenerSpec,
+    admin_spec: ListenerSpec,
+}
+
+/// Builds what [`Prepared::serve`] serves. The slow part of a start (the
+/// descriptor pool, certificates, the source) happens here, before any
+/// listener is bound (`main`): a replica restarted on its port refuses
+/// connections until it can serve them (a balancer retries a refused
+/// connection at once on another replica) instead of holding them in the
+/// kernel's accept queue for as long as this takes (a request that waited
+/// there outlived a REST Envoy's 1 s `request_timeout`: `tests/scale_out.rs`).
+pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     for warning in &config.warnings {
         warn!("{warning}");
     }
@@ -92,74 +118,110 @@ pub async fn run(
         .validating(config.validate == Validation::On)
         .counting(metrics.resources_rendered());
     let source = build_source(&config, &renderer, &metrics)?;
-    let config = Arc::new(config);
-    let drain = Drain::default();
-    let drain_timeout = config.drain_timeout;
-    let gateway = Arc::new(
-        Gateway::new(
-            config.clone(),
-            source.clone(),
-            renderer.clone(),
-            metrics.clone(),
-        )
-        .with_auth(auth.clone())
-        .with_profiles(profiles)
-        .with_client_trust(rest_spec.tls.clone())
-        .with_admin_address(admin_listener.local_addr()?)
-        .with_drain(drain.clone()),
-    );
-    let admin_state = Arc::new(
-        Admin::new(
-            source.clone(),
-            metrics.clone(),
-            gateway.clients(),
-            renderer,
-            config,
-        )
-        .with_auth(auth)
-        .with_client_trust(admin_spec.tls.clone())
-        .with_drain(drain.clone()),
-    );
-    info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
-
-    tokio::spawn({
-        let drain = drain.clone();
-        async move {
-            shutdown.await;
-            info!(
-                ?drain_timeout,
-                "shutting down: not ready, draining REST requests"
-            );
-            drain.begin();
-        }
-    });
-    // REST drains first; the admin listener answers (/readyz: 503) until
-    // then, and stops once the upstream streams are closed.
-    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let rest = async {
-        serve::serve(
-            listener,
-            http::router(gateway),
-            rest_spec,
-            metrics.clone(),
-            drain.started(),
-        )
-        .await;
-        source.close();
-        info!("REST drained, upstream closed");
-        let _ = admin_stop.send(());
-    };
-    let admin = serve::serve(
-        admin_listener,
-        admin::router(admin_state),
+    Ok(Prepared {
+        config,
+        metrics,
+        renderer,
+        source,
+        auth,
+        profiles,
+        rest_spec,
         admin_spec,
-        metrics.clone(),
-        async {
-            let _ = admin_stopped.await;
-        },
-    );
-    tokio::join!(rest, admin);
-    Ok(())
+    })
+}
+
+impl Prepared {
+    /// Serves REST on `listener` and admin on `admin_listener` until
+    /// `shutdown` resolves; then drains: `/readyz` turns 503 at once, new
+    /// long polls are refused (503) and held ones answered, the REST
+    /// listener stops accepting and gives requests in flight
+    /// `drain_timeout` to finish; then the source closes (every upstream
+    /// stream), then the admin listener.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        admin_listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), AppError> {
+        let Prepared {
+            config,
+            metrics,
+            renderer,
+            source,
+            auth,
+            profiles,
+            rest_spec,
+            admin_spec,
+        } = self;
+        let config = Arc::new(config);
+        let drain = Drain::default();
+        let drain_timeout = config.drain_timeout;
+        let gateway = Arc::new(
+            Gateway::new(
+                config.clone(),
+                source.clone(),
+                renderer.clone(),
+                metrics.clone(),
+            )
+            .with_auth(auth.clone())
+            .with_profiles(profiles)
+            .with_client_trust(rest_spec.tls.clone())
+            .with_admin_address(admin_listener.local_addr()?)
+            .with_drain(drain.clone()),
+        );
+        let admin_state = Arc::new(
+            Admin::new(
+                source.clone(),
+                metrics.clone(),
+                gateway.clients(),
+                renderer,
+                config,
+            )
+            .with_auth(auth)
+            .with_client_trust(admin_spec.tls.clone())
+            .with_drain(drain.clone()),
+        );
+        info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
+
+        tokio::spawn({
+            let drain = drain.clone();
+            async move {
+                shutdown.await;
+                info!(
+                    ?drain_timeout,
+                    "shutting down: not ready, draining REST requests"
+                );
+                drain.begin();
+            }
+        });
+        // REST drains first; the admin listener answers (/readyz: 503) until
+        // then, and stops once the upstream streams are closed.
+        let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+        let rest = async {
+            serve::serve(
+                listener,
+                http::router(gateway),
+                rest_spec,
+                metrics.clone(),
+                drain.started(),
+            )
+            .await;
+            source.close();
+            info!("REST drained, upstream closed");
+            let _ = admin_stop.send(());
+        };
+        let admin = serve::serve(
+            admin_listener,
+            admin::router(admin_state),
+            admin_spec,
+            metrics.clone(),
+            async {
+                let _ = admin_stopped.await;
+            },
+        );
+        tokio::join!(rest, admin);
+        Ok(())
+    }
 }
 
 /// What feeds the gateway: the snapshot without an upstream; one upstream

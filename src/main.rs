@@ -45,13 +45,17 @@ async fn run() -> anyhow::Result<()> {
             .init(),
         LogFormat::Json => logs.json().init(),
     }
-    let listener = TcpListener::bind(config.listen)
+    let (listen, admin_addr) = (config.listen, config.admin);
+    // Bound once the gateway can serve (see `app::prepare`): until then a
+    // balancer's connection is refused, not held.
+    let prepared = xds_gateway::app::prepare(config)?;
+    let listener = TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding the REST listener {}", config.listen))?;
-    let admin = TcpListener::bind(config.admin)
+        .with_context(|| format!("binding the REST listener {listen}"))?;
+    let admin = TcpListener::bind(admin_addr)
         .await
-        .with_context(|| format!("binding the admin listener {}", config.admin))?;
-    xds_gateway::app::run(config, listener, admin, shutdown_signal()).await?;
+        .with_context(|| format!("binding the admin listener {admin_addr}"))?;
+    prepared.serve(listener, admin, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -87,6 +87,7 @@ pub struct Metrics {
     connections_refused: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
     reloads: Family<ReloadLabel, Counter>,
+    runtime_tasks: Gauge,
 }
 
 impl Default for Metrics {
@@ -230,9 +231,16 @@ impl Metrics {
             "Reloads of a changed file (tls, auth-policy), by result (ok, error: the previous one stays)",
             reloads.clone(),
         );
+        let runtime_tasks = Gauge::default();
+        registry.register(
+            "runtime_tasks",
+            "Tokio tasks alive in the gateway's runtime (read when /metrics is scraped)",
+            runtime_tasks.clone(),
+        );
         Metrics {
             registry,
             reloads,
+            runtime_tasks,
             connections_open,
             connections_refused,
             accept_errors,
@@ -413,6 +421,11 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let tasks = runtime.metrics().num_alive_tasks();
+            self.runtime_tasks
+                .set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

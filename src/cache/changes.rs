@@ -173,9 +173,25 @@ pub(crate) struct History {
 
 impl Default for History {
     fn default() -> History {
+        History::with_idle(DEFAULT_IDLE)
+    }
+}
+
+/// What [`History::default`] keeps an answer nobody recalls.
+const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl History {
+    /// A history that also forgets an answer, and who was served it, once
+    /// nobody asked about it for `idle` (the gateway passes
+    /// `--idle-timeout`: a client idle that long has lost its session too).
+    /// Without a time bound, every version served stayed until the item
+    /// bounds pushed it out, and it kept its whole state alive: under a
+    /// change a second the soak's RSS grew for most of an hour.
+    pub(crate) fn with_idle(idle: std::time::Duration) -> History {
         History {
             answers: Cache::builder()
                 .max_capacity(HISTORY_ITEMS)
+                .time_to_idle(idle)
                 .weigher(|_, served: &Arc<Served>| {
                     let names = match &served.names {
                         Names::Wildcard => 0,
@@ -185,12 +201,13 @@ impl Default for History {
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
                 .build(),
-            served_to: Cache::new(HISTORY_SERVED_TO),
+            served_to: Cache::builder()
+                .max_capacity(HISTORY_SERVED_TO)
+                .time_to_idle(idle)
+                .build(),
         }
     }
-}
 
-impl History {
     /// Remembers that `version` was served to the requester of `request` as
     /// `served()` (made only when `version` is not remembered yet: a body
     /// served again costs lookups).

@@ -30,6 +30,12 @@ use crate::xds::{DiscoveryRequestView, RequestError};
 
 /// Total bytes (bodies and their parses) the memo may hold.
 const MEMO_BYTES: u64 = 64 * 1024 * 1024;
+/// A body not seen again for this long is dropped. Every poll after a
+/// version change is a new body (its `version_info` and nonce), so without
+/// a time bound the memo filled to [`MEMO_BYTES`] with bodies no client
+/// sends any more (twenty Envoys under a change a second: in under a
+/// minute); a client polls well within it, so its body stays.
+const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Bytes at each end of a body that [`memo_key`] hashes in full.
 const KEY_EDGE: usize = 4096;
 /// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
@@ -330,6 +336,7 @@ impl ParsedRequests {
     pub(crate) fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
         let memo = Cache::builder()
             .max_capacity(bytes)
+            .time_to_idle(MEMO_IDLE)
             .weigher(|_, parsed: &Arc<ParsedRequest>| {
                 u32::try_from(parsed.held_bytes()).unwrap_or(u32::MAX)
             })

@@ -20,14 +20,14 @@
 //!
 //! The upstream's part stays readable (logs, debugging, NACKs); the digest
 //! is what decides. Assembled bodies are memoised (with their version) in a
-//! byte-bounded LRU shared by all states ([`Bodies`]), their resources
-//! piece by content, so every node identity holding the same resources
-//! shares one; nothing else here mutates, so a bad request cannot poison
-//! what others are served.
+//! byte-bounded LRU shared by all states, which also drops a body not asked
+//! for in a minute ([`Bodies`]), their resources piece by content, so every
+//! node identity holding the same resources shares one; nothing else here
+//! mutates, so a bad request cannot poison what others are served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
@@ -47,6 +47,12 @@ const DIGEST_HEX: usize = 12;
 const BODIES_BYTES: u64 = 256 * 1024 * 1024;
 /// Total bytes of answers' own parts (versions, openings, closings) kept.
 const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
+/// A body nobody asked for this long is dropped: once a state is
+/// superseded its bodies are never asked for again, and without a time
+/// bound they stayed until the byte bound pushed them out (under a change a
+/// second, the soak's RSS grew for most of an hour). A body dropped while
+/// still current is assembled again at its next poll.
+const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The names a request asks for: everything, or a sorted, de-duplicated set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -192,11 +198,11 @@ struct Assembled {
     version: String,
     head: Bytes,
     tail: Bytes,
-    /// The shared resources piece, while the memo of shared pieces keeps
-    /// it (a hit whose piece was evicted is assembled again): held weakly,
-    /// so answers that are small to hold cannot keep big pieces alive past
-    /// that memo's bound.
-    resources: Weak<Bytes>,
+    /// The key of its shared resources piece, looked up on every hit (which
+    /// keeps the piece from idling out while it is served; a hit whose piece
+    /// was evicted is assembled again): answers, small to hold, never keep
+    /// big pieces alive past that memo's bounds.
+    piece: SharedKey,
 }
 
 impl Assembled {
@@ -265,10 +271,12 @@ impl Bodies {
         Bodies {
             answers: Cache::builder()
                 .max_capacity(bytes.min(ANSWERS_BYTES))
+                .time_to_idle(BODIES_IDLE)
                 .weigher(|_, a: &Arc<Assembled>| u32::try_from(a.held_bytes()).unwrap_or(u32::MAX))
                 .build(),
             shared: Cache::builder()
                 .max_capacity(bytes)
+                .time_to_idle(BODIES_IDLE)
                 .weigher(|_, piece: &Arc<Bytes>| {
                     u32::try_from(piece.len() + 96).unwrap_or(u32::MAX)
                 })
@@ -362,7 +370,7 @@ impl TypeState {
                     version: hit.version.clone(),
                 });
             }
-            if let Some(resources) = hit.resources.upgrade() {
+            if let Some(resources) = bodies.shared.get(&hit.piece) {
                 return Ok(Answer::Body {
                     json: JsonBody::new(hit.head.clone(), (*resources).clone(), hit.tail.clone()),
                     version: hit.version.clone(),
@@ -376,9 +384,8 @@ impl TypeState {
             // Not memoised (another replica, or evicted): still a 304.
             return Ok(Answer::NotModified { version });
         }
-        let resources = bodies.shared((self.kind, selection), || {
-            self.join(renderer, names, target)
-        })?;
+        let piece = (self.kind, selection);
+        let resources = bodies.shared(piece, || self.join(renderer, names, target))?;
         let (head, tail) = self.ends(&version);
         bodies.answers.insert(
             key,
@@ -389,7 +396,7 @@ impl TypeState {
                 version: version.clone(),
                 head: head.clone(),
                 tail: tail.clone(),
-                resources: Arc::downgrade(&resources),
+                piece,
             }),
         );
         Ok(Answer::Body {

@@ -114,7 +114,7 @@ impl Gateway {
             admin_address: None,
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
-            history: History::default(),
+            history: History::with_idle(config.idle_timeout),
             profiles: Arc::default(),
             unnamed_proxy_seen: std::sync::atomic::AtomicBool::new(false),
             config,
