@@ -346,13 +346,16 @@ impl ClientBook {
     }
 }
 
-/// A client: node id, cluster, user agent, remote address.
+/// A client: node id, cluster, user agent, remote address, and whether it
+/// GETs (curl GETting an Envoy's profile from the Envoy's address is a
+/// reader of its own, not the Envoy).
 fn client_key(request: &ParsedRequest, remote: Option<IpAddr>) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::default();
     request.node_id().hash(&mut hasher);
     request.node_cluster().hash(&mut hasher);
     request.user_agent_name().hash(&mut hasher);
     remote.hash(&mut hasher);
+    request.via_get().hash(&mut hasher);
     hasher.finish()
 }
 

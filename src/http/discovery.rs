@@ -122,7 +122,8 @@ pub(super) async fn handle_get(
 struct RequestBody {
     bytes: Bytes,
     /// A GET's: never taken for an Envoy's in the rejection bookkeeping,
-    /// whatever user agent its node (a profile's) says.
+    /// whatever user agent its node (a profile's) says, and never the same
+    /// subscriber as a client POSTing its node (`ParsedRequest::via_get`).
     via_get: bool,
 }
 
@@ -138,10 +139,11 @@ async fn serve(
     body: RequestBody,
 ) -> Result<Response, ApiError> {
     let config = &gateway.config;
-    let mut request = gateway.parsed.parse(body.bytes)?;
-    if body.via_get && request.user_agent_name() == "envoy" {
-        request = Arc::new(request.via_get());
-    }
+    let request = if body.via_get {
+        gateway.parsed.parse_get(body.bytes)?
+    } else {
+        gateway.parsed.parse(body.bytes)?
+    };
     check_type_url(kind, &request)?;
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
