@@ -133,16 +133,17 @@ pub(crate) struct ParsedRequest {
     via_get: bool,
 }
 
-/// One REST subscription: its node id and names, and whether a GET made
-/// it. A GET presents its node's session (a profile of an Envoy's node is
-/// that Envoy's session) but is a subscriber of its own: were it the
-/// POSTing Envoy's, curl reading beside an Envoy (on its host, behind its
-/// NAT) would reset the Envoy's run of rejecting polls and overwrite where
-/// it stands in the client book.
-fn subscription_of(node_id: &str, names: &Names, via_get: bool) -> u64 {
+/// One REST subscription: its node id and names, the user agent its node
+/// says and whether a GET made it. A GET, or a script POSTing an Envoy's
+/// node as itself, presents that Envoy's session but is a subscriber of
+/// its own: were it the Envoy's, reading beside an Envoy (on its host,
+/// behind its NAT) would reset the Envoy's run of rejecting polls and
+/// overwrite where it stands in the client book.
+fn subscription_of(node_id: &str, user_agent: &str, names: &Names, via_get: bool) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = xxhash_rust::xxh3::Xxh3::default();
     node_id.hash(&mut hasher);
+    user_agent.hash(&mut hasher);
     names.hash(&mut hasher);
     via_get.hash(&mut hasher);
     hasher.finish()
@@ -163,7 +164,7 @@ impl ParsedRequest {
             .map(|n| (n.id, n.cluster, n.user_agent_name, n.json_bytes))
             .unwrap_or_default();
         let names = Names::from_request(view.resource_names);
-        let subscription = subscription_of(&node_id, &names, via_get);
+        let subscription = subscription_of(&node_id, &user_agent_name, &names, via_get);
         Ok(ParsedRequest {
             body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
@@ -204,7 +205,8 @@ impl ParsedRequest {
     /// The same request asking only for `names` (a part of a federated
     /// request, routed to the upstream that owns those names).
     pub(crate) fn narrowed(&self, names: Names) -> ParsedRequest {
-        let subscription = subscription_of(&self.node_id, &names, self.via_get);
+        let subscription =
+            subscription_of(&self.node_id, &self.user_agent_name, &names, self.via_get);
         ParsedRequest {
             names,
             subscription,
@@ -267,7 +269,8 @@ impl ParsedRequest {
         &self.user_agent_name
     }
 
-    /// One REST subscription (node id, names, whether a GET), hashed.
+    /// One REST subscription (node id, user agent, names, whether a GET),
+    /// hashed.
     pub(crate) fn subscription(&self) -> u64 {
         self.subscription
     }

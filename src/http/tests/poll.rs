@@ -690,3 +690,19 @@ async fn a_profile_get_beside_an_envoy_does_not_hide_its_rejection() {
         "{view}"
     );
 }
+
+/// The same for a script that POSTs an Envoy's node as itself (its user
+/// agent its own) from the Envoy's address: the Envoy's session, another
+/// subscriber.
+#[tokio::test(start_paused = true)]
+async fn a_script_posting_an_envoys_node_does_not_hide_its_rejection() {
+    let (gw, script) = forwarding_rejections_at_v1().await;
+    let envoy = json!({"id": "n", "cluster": "c", "user_agent_name": "envoy"});
+    let curl = json!({"id": "n", "cluster": "c", "user_agent_name": "curl"});
+    for _ in 0..4 {
+        poll_as(&gw, CDS, envoy.clone(), "", &[], "").await;
+        poll_as(&gw, CDS, curl.clone(), "", &[], "").await;
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+    assert_eq!(nacks(&script).await.len(), 1);
+}
