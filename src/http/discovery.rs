@@ -266,7 +266,9 @@ fn check_type_url(kind: ResourceType, request: &ParsedRequest) -> Result<(), Api
     )))
 }
 
-/// The DiscoveryRequest JSON a GET stands for.
+/// The DiscoveryRequest JSON a GET stands for, held to `--max-body-bytes`
+/// as the POST of it is (a profile's node and `?metadata=` can make it
+/// larger than its query; a GET has no 413, so it is a 400).
 fn get_body(
     gateway: &Gateway,
     query: &HashMap<String, String>,
@@ -292,8 +294,17 @@ fn get_body(
         "version_info": version,
         "resource_names": names,
         "node": node,
-    });
-    Ok(Bytes::from(body.to_string()))
+    })
+    .to_string();
+    let limit = gateway.config.max_body_bytes;
+    if body.len() > limit {
+        return Err(ApiError::BadRequest(format!(
+            "the query makes a DiscoveryRequest of {} bytes of JSON; at most {limit} \
+             (--max-body-bytes, as for the POST of it)",
+            body.len()
+        )));
+    }
+    Ok(Bytes::from(body))
 }
 
 fn finish(
