@@ -418,13 +418,15 @@ fn subscribers_table(out: &mut String, list: &[&ClientView]) {
     out.push_str("</table>");
 }
 
-/// Clients that never presented a version nor watched (curl, scripts):
-/// what they last read, in no colour (never in step is how they work).
+/// Clients that never presented a version, watched nor POSTed as an
+/// Envoy (curl, scripts): what they last read, in no colour (never in step
+/// is how they work).
 fn readers_table(out: &mut String, list: &[&ClientView]) {
     out.push_str(
         "<h3 id=\"readers\">One-shot readers</h3><p class=\"muted\">Clients that never presented a \
-         version nor watched (curl, scripts): each answer is a fresh read, so \"in step\" does not \
-         apply to them.</p><table><tr><th>Node</th><th>Client</th><th>Type</th><th>Reads</th>\
+         version, watched nor POSTed as an Envoy (curl, scripts): each answer is a fresh read, \
+         so \"in step\" does not apply to them.</p>\
+         <table><tr><th>Node</th><th>Client</th><th>Type</th><th>Reads</th>\
          <th>Last read: names, version served</th></tr>",
     );
     for client in list {

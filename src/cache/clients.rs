@@ -7,8 +7,10 @@
 //! [`Standing`] (in step, catching up, behind, a suspected rejection) with
 //! since when it has not been in step. Nothing here decides anything: the
 //! standing comes from the source's rejection bookkeeping. A client that
-//! never presented a version nor watched is a one-shot reader (curl, a
-//! script), shown apart from the subscribers whose sync state matters.
+//! never presented a version, watched nor POSTed as an Envoy is a one-shot
+//! reader (curl, a script), shown apart from the subscribers whose sync
+//! state matters (an Envoy that rejected its first version presents none,
+//! and is a subscriber all the same).
 //!
 //! Bounded: clients idle for the book's time-to-idle are forgotten, and so
 //! are a client's subscriptions not polled for as long. One client keeps at
@@ -104,8 +106,8 @@ struct Client {
     user_agent: String,
     remote: Option<IpAddr>,
     rewritten_for: Option<String>,
-    /// Whether it ever presented a version or watched: it follows changes
-    /// (else a one-shot reader, such as curl or a script).
+    /// Whether it ever presented a version, watched or POSTed as an Envoy:
+    /// it follows changes (else a one-shot reader, such as curl or a script).
     subscriber: bool,
     first_seen: SystemTime,
     last_poll: SystemTime,
@@ -207,7 +209,10 @@ impl ClientBook {
         let mut client = crate::sync::lock(client);
         let before = client.weight();
         client.last_poll = now;
-        client.subscriber |= poll.watch || !request.version_info().is_empty();
+        // An Envoy follows changes even while it presents no version (it
+        // rejected its first one): that is the trouble the book is for.
+        client.subscriber |=
+            poll.watch || !request.version_info().is_empty() || request.may_be_envoy();
         if client.rewritten_for.as_deref() != poll.rewritten_for {
             client.rewritten_for = poll.rewritten_for.map(str::to_owned);
         }
@@ -341,13 +346,16 @@ impl ClientBook {
     }
 }
 
-/// A client: node id, cluster, user agent, remote address.
+/// A client: node id, cluster, user agent, remote address, and whether it
+/// GETs (curl GETting an Envoy's profile from the Envoy's address is a
+/// reader of its own, not the Envoy).
 fn client_key(request: &ParsedRequest, remote: Option<IpAddr>) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::default();
     request.node_id().hash(&mut hasher);
     request.node_cluster().hash(&mut hasher);
     request.user_agent_name().hash(&mut hasher);
     remote.hash(&mut hasher);
+    request.via_get().hash(&mut hasher);
     hasher.finish()
 }
 
@@ -429,6 +437,40 @@ mod tests {
         let eds = &view["clients"][0]["types"]["endpoints"];
         assert_eq!(eds["in_step"], 2, "{eds}");
         assert_eq!(eds["detail"], json!([]));
+    }
+
+    /// An Envoy that rejected its very first version keeps presenting no
+    /// version, as curl does: it is a subscriber all the same, so its
+    /// suspected rejection shows among the subscribers, never filed away
+    /// among the one-shot readers.
+    #[test]
+    fn an_envoy_presenting_no_version_is_a_subscriber() {
+        let book = ClientBook::new(Duration::from_secs(60));
+        let envoy = request("", &["a"]);
+        assert!(envoy.may_be_envoy());
+        record(
+            &book,
+            &envoy,
+            "1~aaaaaaaaaaaa",
+            Standing::Suspected { polls: 3 },
+        );
+        let view = served(&book);
+        assert_eq!(view["clients"][0]["role"], "subscriber", "{view}");
+        assert_eq!(
+            (&view["subscribers"], &view["readers"]),
+            (&json!(1), &json!(0))
+        );
+        // A curl presenting no version is a reader.
+        let curl = ParsedRequests::new(SessionKey::Node)
+            .parse(json!({"node": {"id": "curl-1"}}).to_string().into())
+            .unwrap();
+        record(&book, &curl, "1~aaaaaaaaaaaa", Standing::CatchingUp);
+        let view = served(&book);
+        assert_eq!(
+            (&view["subscribers"], &view["readers"]),
+            (&json!(1), &json!(1)),
+            "{view}"
+        );
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! version it had, which is the empty version when it rejected its very
 //! first one. To the gateway that looks like a client that has not caught up,
 //! so one such poll proves nothing. Per subscription (one client's node id,
-//! names and address: `ParsedRequest::subscription_from`), the tracker
-//! remembers the versions served to it; a client that keeps presenting a
+//! user agent, names, address and whether it GETs:
+//! `ParsedRequest::subscription_from`), the tracker remembers the versions
+//! served to it; a client that keeps presenting a
 //! version older than one it was already served (or, for an Envoy, an empty
 //! version after a body was served to it) `threshold` polls in a row is a
 //! suspected rejection, reported once per (old, new) pair. A subscription

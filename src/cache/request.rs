@@ -134,8 +134,25 @@ pub(crate) struct ParsedRequest {
     node_bytes: usize,
     identity: IdentityKey,
     subscription: u64,
-    /// Made from a GET's query: never an Envoy, whatever its node says.
+    /// Made from a GET's query: never an Envoy, whatever its node says,
+    /// and never the same subscriber as a POSTing client of its node.
     via_get: bool,
+}
+
+/// One REST subscription: its node id and names, the user agent its node
+/// says and whether a GET made it. A GET, or a script POSTing an Envoy's
+/// node as itself, presents that Envoy's session but is a subscriber of
+/// its own: were it the Envoy's, reading beside an Envoy (on its host,
+/// behind its NAT) would reset the Envoy's run of rejecting polls and
+/// overwrite where it stands in the client book.
+fn subscription_of(node_id: &str, user_agent: &str, names: &Names, via_get: bool) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = xxhash_rust::xxh3::Xxh3::default();
+    node_id.hash(&mut hasher);
+    user_agent.hash(&mut hasher);
+    names.hash(&mut hasher);
+    via_get.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl ParsedRequest {
@@ -143,6 +160,7 @@ impl ParsedRequest {
         body: Bytes,
         session_key: SessionKey,
         nodes: &NodeJsons,
+        via_get: bool,
     ) -> Result<ParsedRequest, RequestError> {
         let view = DiscoveryRequestView::parse(&body)?;
         let node_span = view.node.as_ref().map(|n| (n.json_at, n.json_bytes));
@@ -152,13 +170,7 @@ impl ParsedRequest {
             .map(|n| (n.id, n.cluster, n.user_agent_name, n.json_bytes))
             .unwrap_or_default();
         let names = Names::from_request(view.resource_names);
-        let subscription = {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = xxhash_rust::xxh3::Xxh3::default();
-            node_id.hash(&mut hasher);
-            names.hash(&mut hasher);
-            hasher.finish()
-        };
+        let subscription = subscription_of(&node_id, &user_agent_name, &names, via_get);
         Ok(ParsedRequest {
             body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
@@ -170,17 +182,14 @@ impl ParsedRequest {
             node_bytes,
             identity,
             subscription,
-            via_get: false,
+            via_get,
         })
     }
 
-    /// The same request as a GET made it (a profile's node may say
-    /// `envoy`, but Envoy never GETs).
-    pub(crate) fn via_get(&self) -> ParsedRequest {
-        ParsedRequest {
-            via_get: true,
-            ..self.clone()
-        }
+    /// Whether a GET's query made it (a profile's node may say `envoy`,
+    /// but Envoy never GETs).
+    pub(crate) fn via_get(&self) -> bool {
+        self.via_get
     }
 
     /// Whether an Envoy may have sent it: its node says `envoy` and it was
@@ -202,13 +211,8 @@ impl ParsedRequest {
     /// The same request asking only for `names` (a part of a federated
     /// request, routed to the upstream that owns those names).
     pub(crate) fn narrowed(&self, names: Names) -> ParsedRequest {
-        let subscription = {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = xxhash_rust::xxh3::Xxh3::default();
-            self.node_id.hash(&mut hasher);
-            names.hash(&mut hasher);
-            hasher.finish()
-        };
+        let subscription =
+            subscription_of(&self.node_id, &self.user_agent_name, &names, self.via_get);
         ParsedRequest {
             names,
             subscription,
@@ -271,7 +275,8 @@ impl ParsedRequest {
         &self.user_agent_name
     }
 
-    /// One REST subscription (node id and names), hashed.
+    /// One REST subscription (node id, user agent, names, whether a GET),
+    /// hashed.
     pub(crate) fn subscription(&self) -> u64 {
         self.subscription
     }
@@ -358,16 +363,34 @@ impl ParsedRequests {
         }
     }
 
-    /// The parse of `body`, from the memo when the same bytes were seen.
-    /// Bad bodies are not remembered.
+    /// The parse of a POSTed `body`, from the memo when the same bytes
+    /// were seen. Bad bodies are not remembered.
     pub(crate) fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
-        let hash = memo_key(&body);
+        self.parse_as(body, false)
+    }
+
+    /// The parse of the `body` a GET's query stands for ([`parse`]'s, as a
+    /// GET: see [`ParsedRequest::via_get`]).
+    ///
+    /// [`parse`]: ParsedRequests::parse
+    pub(crate) fn parse_get(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
+        self.parse_as(body, true)
+    }
+
+    fn parse_as(&self, body: Bytes, via_get: bool) -> Result<Arc<ParsedRequest>, RequestError> {
+        // A GET's parse of the same bytes is another entry.
+        let hash = memo_key(&body) ^ u64::from(via_get);
         if let Some(hit) = self.memo.get(&hash) {
-            if hit.body.is(&body) {
+            if hit.via_get == via_get && hit.body.is(&body) {
                 return Ok(hit);
             }
         }
-        let parsed = Arc::new(ParsedRequest::parse(body, self.session_key, &self.nodes)?);
+        let parsed = Arc::new(ParsedRequest::parse(
+            body,
+            self.session_key,
+            &self.nodes,
+            via_get,
+        )?);
         self.memo.insert(hash, parsed.clone());
         Ok(parsed)
     }

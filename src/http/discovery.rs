@@ -122,7 +122,8 @@ pub(super) async fn handle_get(
 struct RequestBody {
     bytes: Bytes,
     /// A GET's: never taken for an Envoy's in the rejection bookkeeping,
-    /// whatever user agent its node (a profile's) says.
+    /// whatever user agent its node (a profile's) says, and never the same
+    /// subscriber as a client POSTing its node (`ParsedRequest::via_get`).
     via_get: bool,
 }
 
@@ -138,10 +139,11 @@ async fn serve(
     body: RequestBody,
 ) -> Result<Response, ApiError> {
     let config = &gateway.config;
-    let mut request = gateway.parsed.parse(body.bytes)?;
-    if body.via_get && request.user_agent_name() == "envoy" {
-        request = Arc::new(request.via_get());
-    }
+    let request = if body.via_get {
+        gateway.parsed.parse_get(body.bytes)?
+    } else {
+        gateway.parsed.parse(body.bytes)?
+    };
     check_type_url(kind, &request)?;
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
@@ -264,7 +266,9 @@ fn check_type_url(kind: ResourceType, request: &ParsedRequest) -> Result<(), Api
     )))
 }
 
-/// The DiscoveryRequest JSON a GET stands for.
+/// The DiscoveryRequest JSON a GET stands for, held to `--max-body-bytes`
+/// as the POST of it is (a profile's node and `?metadata=` can make it
+/// larger than its query; a GET has no 413, so it is a 400).
 fn get_body(
     gateway: &Gateway,
     query: &HashMap<String, String>,
@@ -290,8 +294,17 @@ fn get_body(
         "version_info": version,
         "resource_names": names,
         "node": node,
-    });
-    Ok(Bytes::from(body.to_string()))
+    })
+    .to_string();
+    let limit = gateway.config.max_body_bytes;
+    if body.len() > limit {
+        return Err(ApiError::BadRequest(format!(
+            "the query makes a DiscoveryRequest of {} bytes of JSON; at most {limit} \
+             (--max-body-bytes, as for the POST of it)",
+            body.len()
+        )));
+    }
+    Ok(Bytes::from(body))
 }
 
 fn finish(

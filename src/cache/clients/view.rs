@@ -31,11 +31,13 @@ pub(crate) struct ClientsView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ClientRole {
-    /// It presented a version (a polling Envoy, a long poll) or watches:
-    /// its sync state matters.
+    /// It presented a version (a polling Envoy, a long poll), watches, or
+    /// POSTed as an Envoy (one that rejected its first version presents
+    /// none): its sync state matters.
     Subscriber,
-    /// It never presented a version nor watched (curl, a script): every
-    /// answer is a fresh read, never "in step", and that is no trouble.
+    /// It never presented a version, watched nor POSTed as an Envoy (curl,
+    /// a script): every answer is a fresh read, never "in step", and that
+    /// is no trouble.
     Reader,
 }
 

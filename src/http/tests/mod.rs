@@ -181,6 +181,24 @@ async fn body_over_limit_is_413() {
     assert!(json["message"].as_str().unwrap().contains("1024"), "{json}");
 }
 
+/// A GET is held to the limit its POST is: a node's `?metadata=` (or a
+/// profile) can make the request it stands for larger than its query.
+#[tokio::test]
+async fn a_get_over_the_body_limit_is_400() {
+    let config = Config {
+        max_body_bytes: 2048,
+        ..Config::default()
+    };
+    let metadata = format!("%7B%22big%22%3A%22{}%22%7D", "x".repeat(3000));
+    let path = format!("/v3/discovery:clusters?node=n&metadata={metadata}");
+    let (status, bytes) = send(demo_gateway(config), "GET", &path, Body::empty()).await;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
+    assert_eq!(json["code"], 3, "INVALID_ARGUMENT: {json}");
+    let message = json["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-body-bytes"), "{json}");
+}
+
 #[tokio::test]
 async fn secrets_need_allow_secrets() {
     let (status, json) = call(Config::default(), "POST", "/v3/discovery:secrets", b"{}").await;

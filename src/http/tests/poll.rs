@@ -642,3 +642,67 @@ async fn draining_answers_held_long_polls_and_refuses_new_ones() {
         StatusCode::OK
     );
 }
+
+/// A profile GET of an Envoy's own node (same id, cluster, metadata: the
+/// Envoy's session) from the Envoy's own address (curl on its host, one
+/// NAT) is a reader of its own: it neither resets the Envoy's run of
+/// rejecting polls nor overwrites where the Envoy stands in the client book.
+#[tokio::test(start_paused = true)]
+async fn a_profile_get_beside_an_envoy_does_not_hide_its_rejection() {
+    let (gw, script) = forwarding_rejections_at_v1().await;
+    let node = json!({"id": "n", "cluster": "c", "userAgentName": "envoy", "metadata": {"CLUSTER_ID": "east"}});
+    let profiles = crate::profiles::NodeProfiles::with(&[("envoy", node.clone())]);
+    let gw = Arc::new(
+        Arc::try_unwrap(gw)
+            .unwrap_or_else(|_| panic!("the test holds the only gateway"))
+            .with_profiles(Arc::new(profiles)),
+    );
+    let path = Endpoint::Discovery(CDS).path();
+    // The same node, GET as a curl says it (user agent curl): still the
+    // Envoy's session, and its tracker must stay the Envoy's alone.
+    for query in ["?profile=envoy", "?profile=envoy&user_agent=curl/8.5.0"] {
+        for _ in 0..4 {
+            assert_eq!(
+                poll_as(&gw, CDS, node.clone(), "", &[], "").await.status,
+                StatusCode::OK
+            );
+            let request = Request::get(format!("{path}{query}"))
+                .body(Body::empty())
+                .unwrap();
+            assert_eq!(send(&gw, request).await.status, StatusCode::OK, "{query}");
+        }
+    }
+    assert_eq!(
+        metric(&gw, "xds_gateway_suspected_rejections_total"),
+        1.0,
+        "the Envoy rejected v1, whatever curl read beside it"
+    );
+    assert_eq!(nacks(&script).await.len(), 1);
+    let view = serde_json::to_value(gw.clients().view()).unwrap();
+    let envoy = view["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["user_agent"] == "envoy" && c["role"] == "subscriber")
+        .unwrap_or_else(|| panic!("the Envoy is a subscriber: {view}"));
+    assert_eq!(
+        envoy["types"]["clusters"]["detail"][0]["state"], "suspected rejection",
+        "{view}"
+    );
+}
+
+/// The same for a script that POSTs an Envoy's node as itself (its user
+/// agent its own) from the Envoy's address: the Envoy's session, another
+/// subscriber.
+#[tokio::test(start_paused = true)]
+async fn a_script_posting_an_envoys_node_does_not_hide_its_rejection() {
+    let (gw, script) = forwarding_rejections_at_v1().await;
+    let envoy = json!({"id": "n", "cluster": "c", "user_agent_name": "envoy"});
+    let curl = json!({"id": "n", "cluster": "c", "user_agent_name": "curl"});
+    for _ in 0..4 {
+        poll_as(&gw, CDS, envoy.clone(), "", &[], "").await;
+        poll_as(&gw, CDS, curl.clone(), "", &[], "").await;
+    }
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
+    assert_eq!(nacks(&script).await.len(), 1);
+}
