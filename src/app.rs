@@ -90,7 +90,8 @@ pub async fn run(
     };
     let renderer = Renderer::new(codec)
         .validating(config.validate == Validation::On)
-        .counting(metrics.resources_rendered());
+        .counting(metrics.resources_rendered())
+        .with_history_bytes(config.history_max_bytes);
     let source = build_source(&config, &renderer, &metrics)?;
     let config = Arc::new(config);
     let drain = Drain::default();

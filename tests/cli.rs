@@ -248,6 +248,11 @@ const SETTINGS: &[Setting] = &[
         "max-session-bytes",
     ),
     setting(
+        "--history-max-bytes",
+        "XDS_GATEWAY_HISTORY_MAX_BYTES",
+        "history-max-bytes",
+    ),
+    setting(
         "--max-names-per-request",
         "XDS_GATEWAY_MAX_NAMES_PER_REQUEST",
         "max-names-per-request",
@@ -1027,6 +1032,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "drain-timeout" => duration() == d.drain_timeout,
             "max-node-bytes" => integer() == d.max_node_bytes as i64,
             "max-session-bytes" => integer() == d.max_session_bytes as i64,
+            "history-max-bytes" => integer() == d.history_max_bytes as i64,
             "max-names-per-request" => integer() == d.max_names_per_request as i64,
             "max-names-per-session" => integer() == d.max_names_per_session as i64,
             "max-upstream-message-bytes" => integer() == d.max_upstream_message_bytes as i64,

@@ -390,20 +390,6 @@ impl ConfigHistory {
         views
     }
 
-    /// The clusters the node `node_id` has history of (of any type).
-    pub(crate) fn clusters_of(&self, node_id: &str) -> Vec<String> {
-        let store = self.lock();
-        let mut clusters: Vec<String> = store
-            .timelines
-            .values()
-            .filter(|t| t.node_id == node_id)
-            .map(|t| t.cluster.clone())
-            .collect();
-        clusters.sort();
-        clusters.dedup();
-        clusters
-    }
-
     /// The version `version` of `kind` of the node `node_id` (of
     /// `cluster`, when given), if held: the newest event whose gateway
     /// version, or else whose upstream version, is `version`.

@@ -311,6 +311,9 @@ settings! {
         /// Total `node` JSON bytes all sessions may hold; a new session beyond it is a 503 [default: 1073741824].
         #[arg(long, env = "XDS_GATEWAY_MAX_SESSION_BYTES")]
         max_session_bytes: usize = 1024 * 1024 * 1024,
+        /// Bytes the config history (`/debug/history`, `/debug/diff`) may hold, all nodes together; the oldest events go first; 0 keeps none [default: 67108864].
+        #[arg(long, env = "XDS_GATEWAY_HISTORY_MAX_BYTES")]
+        history_max_bytes: u64 = 64 * 1024 * 1024,
         /// Most resource names one request may ask for [default: 20000].
         #[arg(long, env = "XDS_GATEWAY_MAX_NAMES_PER_REQUEST")]
         max_names_per_request: usize = 20_000,

@@ -190,6 +190,7 @@ pub(crate) struct Session {
 
 impl Session {
     /// A new session and the receiving end of its command channel (for `ads`).
+    #[cfg(test)]
     pub(super) fn new(
         node: impl Into<SessionNode>,
     ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
