@@ -358,11 +358,30 @@ async fn history_holds_exactly_what_the_upstream_pushed_and_outlives_the_session
             3,
             "no node",
         );
-        assert_status(
-            &admin_get(&gw, "/debug/diff?node=n1&type=clusters", None).await,
-            400,
-            3,
-            "a diff of nothing",
+        // What v2 changed: the version held before it against it.
+        let v2_changes = admin_get(&gw, "/debug/diff?node=n1&to=v2&type=clusters", None)
+            .await
+            .json();
+        assert_eq!(v2_changes["a"]["upstream_version"], "v1", "{v2_changes}");
+        assert_eq!(strings(&v2_changes["only_in_b"]), ["c"], "{v2_changes}");
+        assert_eq!(v2_changes["differing"][0]["name"], "b", "{v2_changes}");
+        // A version a client was served (its digest covers the rewrite of
+        // config sources) is found by its upstream part.
+        let served = poll(port, "n1", None).await.json()["versionInfo"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let found = admin_get(
+            &gw,
+            &format!("{path}&version={}", urlencoding(&served)),
+            None,
+        )
+        .await;
+        assert_eq!(
+            found.json()["event"]["upstream_version"],
+            "v4",
+            "{}",
+            found.text()
         );
         assert_status(
             &admin_get(&gw, "/debug/diff?node=n1&from=v1&to=v9&type=clusters", None).await,

@@ -1,12 +1,17 @@
 //! `GET /debug/diff`: what differs between two answers of one type, per
 //! resource name.
 //!
-//! - `?node=A&with=B&type=T`: what the nodes A and B are served now (each
-//!   the answer a client asking its session's names gets, as
-//!   `/debug/config` shows it).
-//! - `?node=A&from=V1&to=V2&type=T`: two versions of node A held in its
-//!   config history (gateway or upstream versions, as `/debug/history`
-//!   takes them).
+//! Side A is node `node` at version `from`, side B node `with` (else
+//! `node` again) at version `to`; a version is one held in the node's
+//! config history (as `/debug/history?version=` takes it), and a side
+//! without one is what the node is served now (the answer a client asking
+//! its session's names gets, as `/debug/config` shows it). So:
+//!
+//! - `?node=A&with=B&type=T`: what A and B are served now;
+//! - `?node=A&from=V1&to=V2&type=T`: two versions of A;
+//! - `?node=A&from=V1`: V1 against now; `?node=A&to=V2`: the version held
+//!   before V2 against V2; `?node=A` alone: the version held before the
+//!   current one against it (what the last push changed).
 //!
 //! The answer lists the names only in A, only in B, and per resource that
 //! differs its changed fields as JSON paths with both values
@@ -14,9 +19,9 @@
 //! whole resources (canonical JSON, an `Any` with `@type`). `format=text`
 //! gives the same in the style of `diff -u`, for a terminal.
 //!
-//! Errors, `google.rpc.Status` JSON: 400 for a missing, unknown or
-//! conflicting parameter or an unknown type; 404 for a node without a
-//! session or state of the type, and a version not held; 403 when the
+//! Errors, `google.rpc.Status` JSON: 400 for a missing or unknown
+//! parameter, type or format; 404 for a node without a session or state of
+//! the type, a version not held, or no version held before; 403 when the
 //! caller may not see both nodes (see [`Sight`]).
 
 use std::collections::BTreeMap;
@@ -117,21 +122,15 @@ fn answer(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiErro
         }
     };
     let (with, from, to) = (params.get("with"), params.get("from"), params.get("to"));
-    let (a, b) = match (with, from, to) {
-        (Some(with), None, None) => (
-            now(admin, sight, kind, node)?,
-            now(admin, sight, kind, with)?,
-        ),
-        (None, Some(from), Some(to)) => (
-            held(admin, sight, kind, node, from)?,
-            held(admin, sight, kind, node, to)?,
-        ),
-        _ => {
-            return Err(ApiError::BadRequest(format!(
-                "{PATH} compares two nodes (?node=A&with=B) or two versions of one \
-                 (?node=A&from=V1&to=V2): give with=, or both from= and to="
-            )))
-        }
+    let other = with.unwrap_or(node);
+    let b = match to {
+        Some(version) => held(admin, sight, kind, other, version)?,
+        None => now(admin, sight, kind, other)?,
+    };
+    let a = match (from, with) {
+        (Some(version), _) => held(admin, sight, kind, node, version)?,
+        (None, Some(_)) => now(admin, sight, kind, node)?,
+        (None, None) => before(admin, kind, node, &b)?,
     };
     let view = compare(kind, a, b);
     if text {
@@ -203,6 +202,25 @@ fn held(
     if !sight.may_see(kind, node, &found.cluster) {
         return Err(not_visible(sight, kind, node, Some(&found.cluster)));
     }
+    Ok(Found {
+        node: node.to_owned(),
+        state: found.state,
+    })
+}
+
+/// The version of `node` held before the one `after` is served from.
+fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Result<Found, ApiError> {
+    let found = admin
+        .renderer
+        .history()
+        .before(node, kind, &after.state)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no version of {} for node {node:?} is held before the one it is served now \
+                 (give from= and to=; see /debug/history)",
+                kind.short_name()
+            ))
+        })?;
     Ok(Found {
         node: node.to_owned(),
         state: found.state,

@@ -30,7 +30,7 @@ use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
 use super::resource::Resource;
-use super::state::{Names, TypeState};
+use super::state::{upstream_version, Names, TypeState};
 use crate::xds::ResourceType;
 
 /// The default bound, in bytes (64 MiB).
@@ -392,7 +392,9 @@ impl ConfigHistory {
 
     /// The version `version` of `kind` of the node `node_id` (of
     /// `cluster`, when given), if held: the newest event whose gateway
-    /// version, or else whose upstream version, is `version`.
+    /// version is `version`; else whose upstream version is; else whose
+    /// upstream version is the upstream part of `version` (a version a
+    /// client was served, its digest of other names or a rewrite).
     pub(crate) fn version(
         &self,
         node_id: &str,
@@ -417,8 +419,10 @@ impl ConfigHistory {
                 };
                 // A gateway version matches before an upstream one.
                 let rank = if gateway_version == version {
-                    2
+                    3
                 } else if state.version == version {
+                    2
+                } else if state.version == upstream_version(version) {
                     1
                 } else {
                     continue;
@@ -442,6 +446,43 @@ impl ConfigHistory {
             }
         }
         found.map(|(_, _, held)| held)
+    }
+}
+
+impl ConfigHistory {
+    /// The version of `kind` of the node `node_id` held just before the one
+    /// that published `state`, if both are held.
+    pub(crate) fn before(
+        &self,
+        node_id: &str,
+        kind: ResourceType,
+        state: &Arc<TypeState>,
+    ) -> Option<HeldVersion> {
+        let store = self.lock();
+        for ((identity, k), t) in &store.timelines {
+            if *k != kind || t.node_id != node_id {
+                continue;
+            }
+            let versions: Vec<(&Event, &Arc<TypeState>)> = t
+                .events
+                .iter()
+                .filter_map(|e| match &e.happened {
+                    Happened::Version { state, .. } => Some((e, state)),
+                    Happened::Nack { .. } => None,
+                })
+                .collect();
+            let Some(at) = versions.iter().position(|(_, s)| Arc::ptr_eq(s, state)) else {
+                continue;
+            };
+            let (event, previous) = versions.get(at.checked_sub(1)?)?;
+            return Some(HeldVersion {
+                cluster: t.cluster.clone(),
+                identity: identity.short(),
+                event: event_view(event),
+                state: (*previous).clone(),
+            });
+        }
+        None
     }
 }
 
