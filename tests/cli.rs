@@ -252,6 +252,12 @@ const SETTINGS: &[Setting] = &[
         "XDS_GATEWAY_HISTORY_MAX_BYTES",
         "history-max-bytes",
     ),
+    setting("--history-file", "XDS_GATEWAY_HISTORY_FILE", "history-file"),
+    setting(
+        "--history-file-max-bytes",
+        "XDS_GATEWAY_HISTORY_FILE_MAX_BYTES",
+        "history-file-max-bytes",
+    ),
     setting(
         "--max-names-per-request",
         "XDS_GATEWAY_MAX_NAMES_PER_REQUEST",
@@ -935,6 +941,7 @@ const NO_DEFAULT: &[&str] = &[
     "admin-client-ca",
     "admin-client-auth",
     "auth-policy",
+    "history-file",
     "upstream-ca",
     "upstream-cert",
     "upstream-key",
@@ -1033,6 +1040,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "max-node-bytes" => integer() == d.max_node_bytes as i64,
             "max-session-bytes" => integer() == d.max_session_bytes as i64,
             "history-max-bytes" => integer() == d.history_max_bytes as i64,
+            "history-file-max-bytes" => integer() == d.history_file_max_bytes as i64,
             "max-names-per-request" => integer() == d.max_names_per_request as i64,
             "max-names-per-session" => integer() == d.max_names_per_session as i64,
             "max-upstream-message-bytes" => integer() == d.max_upstream_message_bytes as i64,

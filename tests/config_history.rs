@@ -6,6 +6,7 @@
 //!   version with the resources it added, modified and removed, each NACKed
 //!   one with the `error_detail` the server logged receiving; it outlives
 //!   the session idling out; a version's content is served while held;
+//! - the JSON-lines file (`--history-file`) has the same events;
 //! - the byte bound evicts the oldest versions first;
 //! - two nodes whose go-control-plane snapshots differ in one field of one
 //!   cluster (inside a decoded `Any`) are told apart by exactly that cluster
@@ -186,9 +187,12 @@ async fn history_holds_exactly_what_the_upstream_pushed_and_outlives_the_session
             ads.set(CDS, version, resources);
         };
         set("v1");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join("history.jsonl");
         let config = Config {
             upstream: Some(ads.url()),
             idle_timeout: Duration::from_secs(2),
+            history_file: Some(file.clone()),
             ..Config::default()
         }
         .validate()
@@ -313,6 +317,30 @@ async fn history_holds_exactly_what_the_upstream_pushed_and_outlives_the_session
         );
         // The version after idling is compared with the one before it.
         assert_eq!(events[4]["since"], events[3]["version"], "{history}");
+
+        // The JSON-lines file has the same events, with whose they are.
+        let lines = eventually(WAIT, Duration::from_millis(50), || async {
+            let text = std::fs::read_to_string(&file).ok()?;
+            let lines: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("a JSON line"))
+                .collect();
+            (lines.len() >= events.len()).then_some(lines)
+        })
+        .await
+        .expect("the history file has every event");
+        assert_eq!(lines.len(), events.len(), "{lines:?}");
+        for (line, event) in lines.iter().zip(events) {
+            assert_eq!(line["node_id"], "n1");
+            assert_eq!(line["cluster"], "test-cluster");
+            assert_eq!(line["type"], "clusters");
+            assert_eq!(line["identity"], timelines[0]["identity"]);
+            let mut fields = line.as_object().cloned().unwrap_or_default();
+            for whose in ["node_id", "cluster", "type", "identity"] {
+                fields.remove(whose);
+            }
+            assert_eq!(&Value::Object(fields), event, "the line of {event}");
+        }
 
         // A version's content, by the gateway's version or the upstream's.
         let v2 = events[1]["version"].as_str().expect("a gateway version");

@@ -21,6 +21,10 @@
 //! each version's map of names, and each event's own strings. A timeline
 //! whose every event was evicted is forgotten; its next version is listed
 //! as all added (`since` is absent).
+//!
+//! Every event can also go to a [`HistorySink`] as a [`HistoryLine`] (the
+//! JSON-lines file of `--history-file`), whatever the bound keeps; the
+//! sink does the I/O, off the push path.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -177,7 +181,15 @@ impl Store {
         freed
     }
 
-    fn push(&mut self, key: TimelineKey, node: (&str, &str), happened: Happened, max: u64) {
+    /// Adds an event to `key`'s timeline (evicting the oldest past `max`);
+    /// returns it as the views show it.
+    fn push(
+        &mut self,
+        key: TimelineKey,
+        node: (&str, &str),
+        happened: Happened,
+        max: u64,
+    ) -> EventView {
         let mut bytes = EVENT_OVERHEAD + happened_bytes(&happened);
         let timeline = self.timelines.entry(key).or_insert_with(|| {
             bytes += TIMELINE_OVERHEAD + (node.0.len() + node.1.len()) as u64;
@@ -189,12 +201,14 @@ impl Store {
         });
         let seq = self.next_seq;
         self.next_seq += 1;
-        timeline.events.push_back(Event {
+        let event = Event {
             seq,
             at: SystemTime::now(),
             happened,
             bytes,
-        });
+        };
+        let view = event_view(&event);
+        timeline.events.push_back(event);
         if let Some(Event {
             happened: Happened::Version { state, .. },
             ..
@@ -210,6 +224,7 @@ impl Store {
                 break;
             }
         }
+        view
     }
 
     /// Drops the oldest event of the store; `false` when there is none.
@@ -325,11 +340,32 @@ fn changes(old: Option<&TypeState>, new: &TypeState) -> (Vec<String>, Vec<String
     (added, modified, removed)
 }
 
+/// One event, with whose it is: what a [`HistorySink`] is given.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct HistoryLine {
+    pub(crate) node_id: String,
+    pub(crate) cluster: String,
+    /// As [`TimelineView::identity`].
+    pub(crate) identity: String,
+    /// The short type name.
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    #[serde(flatten)]
+    pub(crate) event: EventView,
+}
+
+/// Where every event goes besides the store (the JSON-lines file).
+/// `write` must not block: it is called on the upstream push path.
+pub(crate) trait HistorySink: Send + Sync + std::fmt::Debug {
+    fn write(&self, line: HistoryLine);
+}
+
 /// The config history of every node identity. Cheap to clone (shared).
 #[derive(Debug, Clone)]
 pub(crate) struct ConfigHistory {
     store: Arc<Mutex<Store>>,
     max_bytes: u64,
+    sink: Option<Arc<dyn HistorySink>>,
 }
 
 impl Default for ConfigHistory {
@@ -344,7 +380,14 @@ impl ConfigHistory {
         ConfigHistory {
             store: Arc::default(),
             max_bytes,
+            sink: None,
         }
+    }
+
+    /// The same history, also writing every event to `sink`.
+    pub(crate) fn with_sink(mut self, sink: Option<Arc<dyn HistorySink>>) -> ConfigHistory {
+        self.sink = sink;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
@@ -504,8 +547,11 @@ impl Recorder {
     pub(crate) fn published(&self, state: &Arc<TypeState>) {
         let key = (self.identity, state.kind);
         let gateway_version = state.served_version(&covered_names(state), None);
-        let mut store = self.history.lock();
-        let previous = store
+        // The comparison runs outside the store's lock (it walks every
+        // resource); a session publishes one type's states one at a time.
+        let previous = self
+            .history
+            .lock()
             .timelines
             .get(&key)
             .and_then(Timeline::newest_version)
@@ -519,12 +565,26 @@ impl Recorder {
             modified,
             removed,
         };
-        store.push(
+        let view = self.history.lock().push(
             key,
             (&self.node_id, &self.cluster),
             happened,
             self.history.max_bytes,
         );
+        self.sink(state.kind, view);
+    }
+
+    /// Hands `event` to the history's sink, if it has one.
+    fn sink(&self, kind: ResourceType, event: EventView) {
+        if let Some(sink) = &self.history.sink {
+            sink.write(HistoryLine {
+                node_id: self.node_id.clone(),
+                cluster: self.cluster.clone(),
+                identity: self.identity.short(),
+                kind: kind.short_name(),
+                event,
+            });
+        }
     }
 
     /// The gateway NACKed the response `nonce` of `kind` at
@@ -541,12 +601,13 @@ impl Recorder {
             nonce: nonce.to_owned(),
             error_detail: detail.to_owned(),
         };
-        self.history.lock().push(
+        let view = self.history.lock().push(
             (self.identity, kind),
             (&self.node_id, &self.cluster),
             happened,
             self.history.max_bytes,
         );
+        self.sink(kind, view);
     }
 }
 

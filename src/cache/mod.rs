@@ -22,7 +22,9 @@ pub(crate) use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
     SubscriptionStatus, SubscriptionView,
 };
-pub(crate) use config_history::{covered_names, EventView, Recorder, TimelineView};
+pub(crate) use config_history::{
+    covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
+};
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};

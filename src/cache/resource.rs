@@ -137,10 +137,10 @@ impl Renderer {
         }
     }
 
-    /// The same renderer, keeping a config history of at most `bytes`
-    /// (`--history-max-bytes`).
-    pub(crate) fn with_history_bytes(mut self, bytes: u64) -> Renderer {
-        self.history = ConfigHistory::with_max_bytes(bytes);
+    /// The same renderer, keeping `history` (`--history-max-bytes`,
+    /// `--history-file`).
+    pub(crate) fn with_history(mut self, history: ConfigHistory) -> Renderer {
+        self.history = history;
         self
     }
 
