@@ -391,7 +391,7 @@ impl ConfigHistory {
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.store)
     }
 
     /// What a session of `identity` (its identity key), presenting the node
