@@ -20,14 +20,15 @@
 //! (its canonical JSON, its protobuf payload, its name and bookkeeping),
 //! each version's map of names, and each event's own strings. A timeline
 //! whose every event was evicted is forgotten; its next version is listed
-//! as all added (`since` is absent).
+//! as all added (`since` is absent; it is absent too once the version an
+//! event was compared with is evicted).
 //!
 //! Every event can also go to a [`HistorySink`] as a [`HistoryLine`] (the
 //! JSON-lines file of `--history-file`), whatever the bound keeps; the
 //! sink does the I/O, off the push path.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
 use serde::Serialize;
@@ -81,11 +82,14 @@ enum Happened {
     /// snapshot reload).
     Version {
         /// The version a client asking the subscription's names (without a
-        /// rewrite) is served: what `/debug/config` shows.
-        gateway_version: String,
+        /// rewrite) is served: what `/debug/config` shows. Worked out when
+        /// first shown, not on the push path: it digests every resource,
+        /// and a node subscribing to 1,000 names one by one is pushed 1,000
+        /// growing states.
+        gateway_version: OnceLock<String>,
         state: Arc<TypeState>,
-        /// The gateway version it was compared with (`None`: the first held).
-        since: Option<String>,
+        /// The event it was compared with (`None`: the first held).
+        since: Option<u64>,
         added: Vec<String>,
         modified: Vec<String>,
         removed: Vec<String>,
@@ -115,16 +119,36 @@ struct Timeline {
 }
 
 impl Timeline {
-    /// The newest version held, if any.
-    fn newest_version(&self) -> Option<(&str, &Arc<TypeState>)> {
+    /// The newest version held, if any, and its event's seq.
+    fn newest_version(&self) -> Option<(u64, &Arc<TypeState>)> {
         self.events.iter().rev().find_map(|e| match &e.happened {
+            Happened::Version { state, .. } => Some((e.seq, state)),
+            Happened::Nack { .. } => None,
+        })
+    }
+
+    /// The gateway version of the event `seq`, if held and a version.
+    fn version_of(&self, seq: u64) -> Option<&str> {
+        let at = self.events.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        self.events[at].gateway_version()
+    }
+}
+
+impl Event {
+    /// The gateway version of a version (worked out once, when first asked).
+    fn gateway_version(&self) -> Option<&str> {
+        match &self.happened {
             Happened::Version {
                 gateway_version,
                 state,
                 ..
-            } => Some((gateway_version.as_str(), state)),
+            } => Some(
+                gateway_version
+                    .get_or_init(|| state.served_version(&covered_names(state), None))
+                    .as_str(),
+            ),
             Happened::Nack { .. } => None,
-        })
+        }
     }
 }
 
@@ -182,14 +206,15 @@ impl Store {
     }
 
     /// Adds an event to `key`'s timeline (evicting the oldest past `max`);
-    /// returns it as the views show it.
+    /// returns it as the views show it when `view` (a sink wants it).
     fn push(
         &mut self,
         key: TimelineKey,
         node: (&str, &str),
         happened: Happened,
         max: u64,
-    ) -> EventView {
+        view: bool,
+    ) -> Option<EventView> {
         let mut bytes = EVENT_OVERHEAD + happened_bytes(&happened);
         let timeline = self.timelines.entry(key).or_insert_with(|| {
             bytes += TIMELINE_OVERHEAD + (node.0.len() + node.1.len()) as u64;
@@ -207,7 +232,7 @@ impl Store {
             happened,
             bytes,
         };
-        let view = event_view(&event);
+        let view = view.then(|| event_view(timeline, &event));
         timeline.events.push_back(event);
         if let Some(Event {
             happened: Happened::Version { state, .. },
@@ -273,9 +298,9 @@ fn happened_bytes(happened: &Happened) -> u64 {
     };
     match happened {
         Happened::Version {
-            gateway_version,
+            gateway_version: _,
             state,
-            since,
+            since: _,
             added,
             modified,
             removed,
@@ -291,10 +316,9 @@ fn happened_bytes(happened: &Happened) -> u64 {
                 .iter()
                 .map(|n| n.len() as u64 + NAME_OVERHEAD)
                 .sum();
-            (gateway_version.len()
-                + state.version.len()
-                + state.nonce.len()
-                + since.as_ref().map_or(0, String::len)) as u64
+            // The gateway version, once worked out, is the upstream's, `~`
+            // and 12 hex digits.
+            (2 * state.version.len() + 13 + state.nonce.len()) as u64
                 + map
                 + coverage
                 + names(added)
@@ -426,7 +450,7 @@ impl ConfigHistory {
             .map(|((identity, _), t)| TimelineView {
                 cluster: t.cluster.clone(),
                 identity: identity.short(),
-                events: t.events.iter().map(event_view).collect(),
+                events: t.events.iter().map(|e| event_view(t, e)).collect(),
             })
             .collect();
         views.sort_by(|a, b| (&a.cluster, &a.identity).cmp(&(&b.cluster, &b.identity)));
@@ -452,11 +476,8 @@ impl ConfigHistory {
                 continue;
             }
             for event in &t.events {
-                let Happened::Version {
-                    gateway_version,
-                    state,
-                    ..
-                } = &event.happened
+                let (Happened::Version { state, .. }, Some(gateway_version)) =
+                    (&event.happened, event.gateway_version())
                 else {
                     continue;
                 };
@@ -482,7 +503,7 @@ impl ConfigHistory {
                     HeldVersion {
                         cluster: t.cluster.clone(),
                         identity: identity.short(),
-                        event: event_view(event),
+                        event: event_view(t, event),
                         state: state.clone(),
                     },
                 ));
@@ -521,7 +542,7 @@ impl ConfigHistory {
             return Some(HeldVersion {
                 cluster: t.cluster.clone(),
                 identity: identity.short(),
-                event: event_view(event),
+                event: event_view(t, event),
                 state: (*previous).clone(),
             });
         }
@@ -546,7 +567,6 @@ impl Recorder {
     /// The session published `state`.
     pub(crate) fn published(&self, state: &Arc<TypeState>) {
         let key = (self.identity, state.kind);
-        let gateway_version = state.served_version(&covered_names(state), None);
         // The comparison runs outside the store's lock (it walks every
         // resource); a session publishes one type's states one at a time.
         let previous = self
@@ -555,12 +575,12 @@ impl Recorder {
             .timelines
             .get(&key)
             .and_then(Timeline::newest_version)
-            .map(|(v, s)| (v.to_owned(), s.clone()));
+            .map(|(seq, s)| (seq, s.clone()));
         let (added, modified, removed) = changes(previous.as_ref().map(|(_, s)| &**s), state);
         let happened = Happened::Version {
-            gateway_version,
+            gateway_version: OnceLock::new(),
             state: state.clone(),
-            since: previous.map(|(v, _)| v),
+            since: previous.map(|(seq, _)| seq),
             added,
             modified,
             removed,
@@ -570,13 +590,14 @@ impl Recorder {
             (&self.node_id, &self.cluster),
             happened,
             self.history.max_bytes,
+            self.history.sink.is_some(),
         );
         self.sink(state.kind, view);
     }
 
     /// Hands `event` to the history's sink, if it has one.
-    fn sink(&self, kind: ResourceType, event: EventView) {
-        if let Some(sink) = &self.history.sink {
+    fn sink(&self, kind: ResourceType, event: Option<EventView>) {
+        if let (Some(sink), Some(event)) = (&self.history.sink, event) {
             sink.write(HistoryLine {
                 node_id: self.node_id.clone(),
                 cluster: self.cluster.clone(),
@@ -606,6 +627,7 @@ impl Recorder {
             (&self.node_id, &self.cluster),
             happened,
             self.history.max_bytes,
+            self.history.sink.is_some(),
         );
         self.sink(kind, view);
     }
@@ -659,8 +681,10 @@ pub(crate) struct EventView {
     pub(crate) upstream_version: String,
     /// The upstream's nonce: of the version, or of the response NACKed.
     pub(crate) nonce: String,
-    /// A version: the gateway version it is compared with (absent: the
-    /// first held, so every resource is listed as added).
+    /// A version: the gateway version its changes are counted from, while
+    /// that one is held (absent for the first version a timeline held,
+    /// whose resources are all listed as added, and once that one is
+    /// evicted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) since: Option<String>,
     /// A version: how many resources it holds.
@@ -677,24 +701,28 @@ pub(crate) struct EventView {
     pub(crate) error_detail: Option<String>,
 }
 
-fn event_view(event: &Event) -> EventView {
+/// `event` of `timeline` as the views show it.
+fn event_view(timeline: &Timeline, event: &Event) -> EventView {
     let at = humantime::format_rfc3339_millis(event.at).to_string();
+    let version = event.gateway_version().map(str::to_owned);
     match &event.happened {
         Happened::Version {
-            gateway_version,
             state,
             since,
             added,
             modified,
             removed,
+            ..
         } => EventView {
             seq: event.seq,
             at,
             event: EventKind::Version,
-            version: Some(gateway_version.clone()),
+            version,
             upstream_version: state.version.clone(),
             nonce: state.nonce.clone(),
-            since: since.clone(),
+            since: since
+                .and_then(|seq| timeline.version_of(seq))
+                .map(str::to_owned),
             resources: Some(state.resources.len()),
             added: Some(added.clone()),
             modified: Some(modified.clone()),
