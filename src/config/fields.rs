@@ -410,7 +410,7 @@ mod help_text {
             }
         })*};
     }
-    displayed!(usize, u32, u8, bool, SocketAddr);
+    displayed!(usize, u64, u32, u8, bool, SocketAddr);
 
     macro_rules! value_enum {
         ($($t:ty),*) => {$(impl HelpText for $t {
