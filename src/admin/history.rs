@@ -219,5 +219,5 @@ pub(super) fn response_json(
             return Err(ApiError::Internal("a 304 for an empty version".into()))
         }
     };
-    serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))
+    serde_json::from_slice(&json.to_bytes()).map_err(|e| ApiError::Internal(e.to_string()))
 }
