@@ -12,9 +12,10 @@ use tracing::{info, warn};
 
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
-use crate::cache::Renderer;
+use crate::cache::{ConfigHistory, HistorySink, Renderer};
 use crate::config::{Config, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
+use crate::history_file::{HistoryFile, HistoryFileError};
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
 use crate::profiles::{NodeProfiles, ProfileError};
@@ -49,6 +50,8 @@ pub enum AppError {
     Policy(#[from] PolicyError),
     #[error(transparent)]
     Profiles(#[from] ProfileError),
+    #[error(transparent)]
+    HistoryFile(#[from] HistoryFileError),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -114,9 +117,18 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         limits: admin_limits(&config),
         tls: admin_tls,
     };
+    let history_file: Option<Arc<dyn HistorySink>> = match &config.history_file {
+        Some(path) => Some(HistoryFile::start(
+            path.clone(),
+            config.history_file_max_bytes,
+        )?),
+        None => None,
+    };
+    let history = ConfigHistory::with_max_bytes(config.history_max_bytes).with_sink(history_file);
     let renderer = Renderer::new(codec)
         .validating(config.validate == Validation::On)
-        .counting(metrics.resources_rendered());
+        .counting(metrics.resources_rendered())
+        .with_history(history);
     let source = build_source(&config, &renderer, &metrics)?;
     Ok(Prepared {
         config,

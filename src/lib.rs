@@ -14,7 +14,8 @@
 //! - [`config`]: typed configuration from flags, environment and file.
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing, rewrites.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
-//!   bodies, parsed requests, rejection bookkeeping, the history `?changes` diffs against. No I/O.
+//!   bodies, parsed requests, rejection bookkeeping, the history `?changes` diffs against,
+//!   the config history of `/debug/history`. No I/O.
 //! - `source`: where config comes from, behind one trait (`Source`): sessions fed by a
 //!   SotW or delta ADS stream or by the snapshot, unary fetch, or auto (probe, then one of those).
 //! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams) and
@@ -26,6 +27,7 @@
 //! - `profiles`: named node templates a GET presents (`?profile=NAME`), and the
 //!   node a GET's query says.
 //! - `metrics`: every metric name.
+//! - `history_file`: the config history's JSON-lines file, rotated by size.
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
@@ -72,6 +74,7 @@ mod admin;
 mod auth;
 mod cache;
 mod drain;
+mod history_file;
 mod http;
 mod log_escape;
 mod metrics;

@@ -182,6 +182,9 @@ async fn the_admin_views_match_the_admin_document() {
     for _ in 0..4 {
         poll(port, "listeners", "edge-<2>", "0~000000000000").await;
     }
+    // The version edge-1 was served (its history finds it by its upstream
+    // part: the client's digest covers the config sources' rewrite).
+    let held = format!("/debug/history?node=edge-1&type=clusters&version={version}");
     let answers = admin_views::check_against_openapi(
         test,
         gateway.admin_port,
@@ -199,6 +202,15 @@ async fn the_admin_views_match_the_admin_document() {
             "/debug/config?node=nobody",
             "/debug/client_status",
             "/debug/client_status?node=edge-1",
+            "/debug/history?node=edge-1&type=clusters&pretty",
+            &held,
+            "/debug/history?node=edge-1&type=clusters&version=gone",
+            "/debug/history?node=edge-1&type=nope",
+            "/debug/diff?node=edge-1&with=edge-1&type=clusters",
+            "/debug/diff?node=edge-1&with=edge-1&type=clusters&format=text",
+            "/debug/diff?node=edge-1&with=nobody&type=clusters",
+            // One version held: none before it.
+            "/debug/diff?node=edge-1&type=clusters",
         ],
         &[],
     )
@@ -206,7 +218,10 @@ async fn the_admin_views_match_the_admin_document() {
     let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
     assert_eq!(
         statuses,
-        [200, 200, 200, 200, 200, 200, 200, 200, 200, 400, 404, 200, 200],
+        [
+            200, 200, 200, 200, 200, 200, 200, 200, 200, 400, 404, 200, 200, 200, 200, 404, 400,
+            200, 200, 404, 404
+        ],
         "{answers:?}"
     );
     let clients: serde_json::Value = serde_json::from_str(&answers[6].1).expect("clients JSON");
@@ -341,6 +356,28 @@ async fn schemathesis_finds_no_failure_against_the_admin_listener_with_an_upstre
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(polled.status, 200, "{}", polled.text());
+    // A second version, so node 0's history has a change for /debug/diff
+    // (`?node=0&type=clusters`: what the last push changed) to show.
+    let changed =
+        serde_json::json!({"@type": cds, "name": "a", "type": "STATIC", "connect_timeout": "2s"});
+    cp.set(cds, "v2", &[changed]).await;
+    let second = process::eventually(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async {
+            let reply = gateway::discover_on(
+                gateway.rest_port,
+                "clusters",
+                serde_json::json!({"node": {"id": "0"}}).to_string(),
+            )
+            .await
+            .ok()?;
+            let version = reply.json()["versionInfo"].as_str()?.to_owned();
+            version.starts_with("v2~").then_some(())
+        },
+    )
+    .await;
+    assert!(second.is_some(), "node 0 was never served v2");
     let admin = Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/admin.yaml");
     schemathesis(test, &admin, None, gateway.admin_port).await;
     gateway.stop().await;

@@ -9,7 +9,8 @@
 //! each command's own output (and how long it took) can be checked:
 //!
 //! - the `If-None-Match` line prints `304`; the long-poll (`wait=`) line
-//!   prints `304` after holding about as long as it asked;
+//!   prints `304` after holding about as long as it asked; another poll
+//!   printing only its status prints `200`;
 //! - the YAML lines (`format=yaml`, `Accept: application/yaml`) print YAML
 //!   with `'@type'` lines; the other discovery lines print JSON responses;
 //! - `GET /` lists the endpoints with curl lines naming the Host it was sent;
@@ -17,7 +18,9 @@
 //! - the admin debug views answer the three questions: `/debug/config`
 //!   gives the node's config per type (only the `type=` asked for),
 //!   `/debug/clients`, `/debug/client_status` and `/debug/sessions` list
-//!   the node that polled in the examples before them.
+//!   the node that polled in the examples before them; `/debug/history`
+//!   gives the node's timeline of versions, `/debug/diff?format=text` its
+//!   `diff -u`-style summary.
 //!
 //! The ```console examples (`$ command` followed by its output) are run too
 //! and their output must equal the lines shown (after the same rewrite).
@@ -393,6 +396,9 @@ enum Check {
     DebugClients,
     ClientStatus,
     DebugSessions,
+    DebugHistory,
+    DebugDiff,
+    PollStatus,
 }
 
 fn classify(text: &str) -> Option<Check> {
@@ -408,7 +414,11 @@ fn classify(text: &str) -> Option<Check> {
         url.strip_suffix('/')
             .is_some_and(|host| !host.is_empty() && !host.contains('/'))
     };
-    if t.contains("/readyz") {
+    if t.contains("/debug/history") {
+        Some(Check::DebugHistory)
+    } else if t.contains("/debug/diff") {
+        Some(Check::DebugDiff)
+    } else if t.contains("/readyz") {
         Some(Check::Ready)
     } else if t.contains("/debug/config") {
         Some(Check::DebugConfig)
@@ -424,6 +434,8 @@ fn classify(text: &str) -> Option<Check> {
         Some(Check::LongPoll)
     } else if t.contains("%{http_code}") && t.contains("If-None-Match") {
         Some(Check::NotModified)
+    } else if t.contains("%{http_code}") && t.contains("/v3/discovery:") {
+        Some(Check::PollStatus)
     } else if is_assignment {
         None
     } else if t.contains("format=yaml") || t.contains("application/yaml") {
@@ -524,6 +536,28 @@ fn check_output(check: Check, command: &ShCommand, ran: &Ran, rest: u16) {
                     "{at}\n(expected a node id and per type what the session holds)"
                 );
             }
+        }
+        Check::PollStatus => assert_eq!(out.trim(), "200", "{at}"),
+        Check::DebugHistory => {
+            let history = json();
+            for timeline in non_empty(&history["timelines"], "a timeline per identity") {
+                for event in non_empty(&timeline["events"], "the versions served") {
+                    assert!(
+                        event["upstream_version"].is_string() && event["at"].is_string(),
+                        "{at}\n(expected when and from which upstream version)"
+                    );
+                }
+            }
+        }
+        Check::DebugDiff => {
+            assert!(
+                out.starts_with(&format!(
+                    "# {}: ",
+                    query_value(&command.text, "type").unwrap_or_default()
+                )) && out.contains("\n# a: node ")
+                    && out.contains("\n# b: node "),
+                "{at}\n(expected the diff -u style summary)"
+            );
         }
         Check::Index => {
             assert!(
@@ -706,6 +740,9 @@ async fn readme_curl_examples_work_as_written() {
         Check::DebugClients,
         Check::ClientStatus,
         Check::DebugSessions,
+        Check::DebugHistory,
+        Check::DebugDiff,
+        Check::PollStatus,
     ] {
         assert!(
             seen.contains_key(&check),

@@ -21,8 +21,11 @@
 //! 401s whose message says what would have opened them, never what the
 //! configured credentials are.
 
-use crate::auth::Policy;
+use std::sync::Arc;
+
+use crate::auth::{Identity, Policy};
 use crate::tls::PeerIdentity;
+use crate::xds::ResourceType;
 
 use super::{admin_token, Admin};
 
@@ -76,6 +79,37 @@ impl Admin {
         }
     }
 
+    /// Which nodes a request may see the history and diffs of; `Err` is
+    /// the 401's message (neither what opens the details nor a principal's
+    /// token).
+    pub(super) fn sight(
+        &self,
+        what: &str,
+        authorization: Option<&str>,
+        peer: Option<&PeerIdentity>,
+    ) -> Result<Sight, String> {
+        let refusal = match self.authorize_details(what, authorization, peer) {
+            Ok(()) => return Ok(Sight::All),
+            Err(refusal) => refusal,
+        };
+        let policy = self.auth.as_ref().map(|auth| auth.current());
+        let token = authorization.and_then(admin_token);
+        let (Some(policy), Some(token)) = (policy, token) else {
+            return Err(refusal);
+        };
+        let digest = crate::auth::sha256(&token);
+        match policy.identify_digest(Some(&digest), None) {
+            Identity::Principal { index, name, .. } => Ok(Sight::Principal {
+                index,
+                name,
+                policy,
+            }),
+            _ => Err(format!(
+                "{refusal}, or a bearer token of a principal of the auth policy"
+            )),
+        }
+    }
+
     /// What opens the details, in words.
     fn needed(&self, policy: Option<&Policy>, tokens: bool) -> String {
         let token = "`Authorization: Bearer <token>` with an admin token of the auth policy";
@@ -94,6 +128,47 @@ impl Admin {
         match tokens {
             true => format!("{certificate}, or {token}"),
             false => certificate,
+        }
+    }
+}
+
+/// Which nodes a request may see the history and diffs of.
+#[derive(Debug)]
+pub(super) enum Sight {
+    /// Every node: the request may see the details.
+    All,
+    /// The nodes principal `index` (of `policy`, the one in service when the
+    /// request came) may fetch.
+    Principal {
+        index: usize,
+        name: String,
+        policy: Arc<Policy>,
+    },
+}
+
+impl Sight {
+    /// Whether it may see `kind` of the node `id` of some cluster (checked
+    /// before looking, so a refusal says nothing of what is held).
+    pub(super) fn may_see_node(&self, kind: ResourceType, id: &str) -> bool {
+        match self {
+            Sight::All => true,
+            Sight::Principal { index, policy, .. } => policy.names_node(*index, kind, id),
+        }
+    }
+
+    /// Whether it may see `kind` of the node `id` of `cluster`.
+    pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: &str) -> bool {
+        match self {
+            Sight::All => true,
+            Sight::Principal { index, policy, .. } => policy.allows(*index, kind, id, cluster),
+        }
+    }
+
+    /// Who it is, for a 403's message.
+    pub(super) fn who(&self) -> String {
+        match self {
+            Sight::All => "the admin".into(),
+            Sight::Principal { name, .. } => format!("principal {name:?}"),
         }
     }
 }

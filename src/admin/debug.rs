@@ -84,7 +84,7 @@ pub(super) async fn config(
 }
 
 /// The parameters of `query`, refused if it holds one `path` does not take.
-fn params_of(
+pub(super) fn params_of(
     query: &str,
     path: &str,
     takes: &[&str],
@@ -236,12 +236,12 @@ fn wants_pretty(query: Option<&str>) -> bool {
 }
 
 /// Whether a `pretty` parameter (absent: `None`) asks for indented JSON.
-fn pretty_value(value: Option<&str>) -> bool {
+pub(super) fn pretty_value(value: Option<&str>) -> bool {
     value.is_some_and(|v| v != "false" && v != "0")
 }
 
 /// `view` as a JSON response, indented when `pretty`.
-fn json_response(view: &impl Serialize, pretty: bool) -> Response {
+pub(super) fn json_response(view: &impl Serialize, pretty: bool) -> Response {
     let mut response = format!("{}\n", views::json(view, pretty)).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -10,6 +10,9 @@
 //! - `GET /debug/clients`, `GET /debug/sessions`, `GET /debug/config`: the
 //!   REST clients seen recently and where each stands; the sessions and
 //!   their upstream streams; what a node is served (`debug.rs`).
+//! - `GET /debug/history`, `GET /debug/diff`: a node's config history, and
+//!   what differs between two nodes or two versions of one (`history.rs`,
+//!   `diff.rs`); authorized per node (`access.rs` `Sight`).
 //! - CSDS for the REST clients: gRPC `ClientStatusDiscoveryService` and
 //!   `GET /debug/client_status` (`csds.rs`).
 //! - `GET /`: the same views as one HTML page for a person (`page.rs`).
@@ -38,6 +41,9 @@ use axum::Router;
 mod access;
 mod csds;
 mod debug;
+mod diff;
+mod history;
+mod json_diff;
 mod page;
 mod views;
 
@@ -147,7 +153,7 @@ fn admin_token(value: &str) -> Option<String> {
 #[cfg(test)]
 /// Every (path, method) the admin router answers besides the CSDS gRPC
 /// service: what `openapi/admin.yaml` documents.
-pub(crate) const ROUTES: [(&str, &str); 8] = [
+pub(crate) const ROUTES: [(&str, &str); 10] = [
     ("/", "get"),
     ("/healthz", "get"),
     ("/readyz", "get"),
@@ -156,6 +162,8 @@ pub(crate) const ROUTES: [(&str, &str); 8] = [
     ("/debug/sessions", "get"),
     ("/debug/config", "get"),
     ("/debug/client_status", "get"),
+    ("/debug/history", "get"),
+    ("/debug/diff", "get"),
 ];
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
@@ -175,6 +183,10 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/", get(page::status))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        // Judged per node inside (`access.rs` `Sight`): a principal's
+        // token opens the nodes it may fetch.
+        .route("/debug/history", get(history::history))
+        .route("/debug/diff", get(diff::diff_view))
         .merge(guarded)
         .with_state(admin)
         .merge(csds)
@@ -190,7 +202,8 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         "code": 5,
         "message": format!(
             "no admin endpoint {}; the admin listener serves / (status page), /healthz, /readyz, /metrics, \
-             /debug/sessions, /debug/clients, /debug/config?node=ID, /debug/client_status and gRPC CSDS",
+             /debug/sessions, /debug/clients, /debug/config?node=ID, /debug/client_status, \
+             /debug/history?node=ID&type=T, /debug/diff?node=A&with=B&type=T and gRPC CSDS",
             uri.path()
         ),
     });

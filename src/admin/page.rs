@@ -32,7 +32,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
 mod html;
-use html::{config_href, escape, escape_opt};
+use html::{config_href, escape, escape_opt, history_href};
 
 /// Seconds between reloads unless `?refresh=` says otherwise.
 const REFRESH: u64 = 5;
@@ -334,9 +334,10 @@ fn sessions_section(out: &mut String, sessions: &SessionsView) {
             };
             let _ = write!(
                 out,
-                "<li><a href=\"{}\">{}</a>: {}{}{}</li>",
+                "<li><a href=\"{}\">{}</a> (<a href=\"{}\">history</a>): {}{}{}</li>",
                 config_href(node, Some(kind)),
                 escape(kind),
+                history_href(node, &session.cluster, kind),
                 match &view.version {
                     Some(version) => format!(
                         "version <code>{}</code>, {} resources",

@@ -270,6 +270,14 @@ impl Policy {
             .any(|g| g.binds(id, cluster) && g.types.contains(&kind))
     }
 
+    /// Whether a rule of principal `index` names the node `id` for `kind`,
+    /// of some cluster (what a view selecting nodes by id checks before it
+    /// looks; [`Policy::allows`] then decides each cluster it shows).
+    pub(crate) fn names_node(&self, index: usize, kind: ResourceType, id: &str) -> bool {
+        self.grants_of(index)
+            .any(|g| g.types.contains(&kind) && g.nodes.iter().any(|pat| pat.matches(id)))
+    }
+
     /// Whether principal `index` may use HDS as the node `id` of `cluster`:
     /// `hds = true`, and a rule of its binds that node (of any type).
     pub(crate) fn allows_hds(&self, index: usize, id: &str, cluster: &str) -> bool {

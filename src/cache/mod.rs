@@ -7,6 +7,7 @@ mod body;
 mod changes;
 mod client_addr;
 mod clients;
+mod config_history;
 mod identity;
 mod node_json;
 mod rejection;
@@ -20,6 +21,9 @@ pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
     SubscriptionStatus, SubscriptionView,
+};
+pub(crate) use config_history::{
+    covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
 };
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};

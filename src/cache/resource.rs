@@ -19,6 +19,7 @@ use moka::sync::Cache;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
+use super::config_history::ConfigHistory;
 use super::state::Bodies;
 use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 use crate::xds::{Codec, JsonError, ResourceType, Validator, Violation};
@@ -73,13 +74,15 @@ pub(crate) const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.dis
 const RENDER_MEMO_ENTRIES: u64 = 200_000;
 
 /// Decodes and renders resources, remembering every render by digest, and
-/// holds the memo of assembled response bodies.
+/// holds the memo of assembled response bodies and the config history
+/// (what sessions publish is recorded there; the admin views read it).
 #[derive(Clone)]
 pub(crate) struct Renderer {
     codec: Codec,
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
     rewritten: Cache<(Digest, RestTarget), Bytes>,
     bodies: Bodies,
+    history: ConfigHistory,
     /// Envoy's field rules, checked on every new resource (`--validate`).
     validator: Option<Arc<Validator>>,
     /// Counts resources decoded in full, checked and rendered (memo misses).
@@ -128,9 +131,22 @@ impl Renderer {
             plain: Cache::new(RENDER_MEMO_ENTRIES),
             rewritten: Cache::new(RENDER_MEMO_ENTRIES),
             bodies,
+            history: ConfigHistory::default(),
             validator: None,
             rendered: Counter::default(),
         }
+    }
+
+    /// The same renderer, keeping `history` (`--history-max-bytes`,
+    /// `--history-file`).
+    pub(crate) fn with_history(mut self, history: ConfigHistory) -> Renderer {
+        self.history = history;
+        self
+    }
+
+    /// The config history (`config_history.rs`).
+    pub(crate) fn history(&self) -> &ConfigHistory {
+        &self.history
     }
 
     pub(crate) fn codec(&self) -> &Codec {

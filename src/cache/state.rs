@@ -406,6 +406,13 @@ impl TypeState {
         })
     }
 
+    /// `<upstream version>~<digest>` of what a client asking `names` with
+    /// `target` is answered (see the module docs): what the config history
+    /// and `/debug/diff` show a version as.
+    pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
+        self.version_of(&self.selection(names, target))
+    }
+
     /// The served version of a selection digest.
     fn version_of(&self, selection: &[u8; 32]) -> String {
         let mut digest = hex::encode(selection);

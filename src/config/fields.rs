@@ -311,6 +311,15 @@ settings! {
         /// Total `node` JSON bytes all sessions may hold; a new session beyond it is a 503 [default: 1073741824].
         #[arg(long, env = "XDS_GATEWAY_MAX_SESSION_BYTES")]
         max_session_bytes: usize = 1024 * 1024 * 1024,
+        /// Bytes the config history (`/debug/history`, `/debug/diff`) may hold, all nodes together; the oldest events go first; 0 keeps none [default: 67108864].
+        #[arg(long, env = "XDS_GATEWAY_HISTORY_MAX_BYTES")]
+        history_max_bytes: u64 = 64 * 1024 * 1024,
+        /// Also write the config history's events to this file as JSON lines (rotated by size: PATH.1, PATH.2, PATH.3).
+        #[arg(long, env = "XDS_GATEWAY_HISTORY_FILE")]
+        history_file: Option<PathBuf>,
+        /// Size at which --history-file is rotated, in bytes (at least 4096) [default: 16777216].
+        #[arg(long, env = "XDS_GATEWAY_HISTORY_FILE_MAX_BYTES")]
+        history_file_max_bytes: u64 = 16 * 1024 * 1024,
         /// Most resource names one request may ask for [default: 20000].
         #[arg(long, env = "XDS_GATEWAY_MAX_NAMES_PER_REQUEST")]
         max_names_per_request: usize = 20_000,
@@ -375,6 +384,8 @@ settings! {
         profiles: Vec<ProfileTable> = Vec::new(),
         /// `--node-profiles`: a directory of `NAME.json` nodes.
         node_profiles: Option<PathBuf> = None,
+        /// `--history-file`: the config history's JSON-lines file, if any.
+        history_file: Option<PathBuf> = None,
         /// What validation let through but a person should hear of at start-up
         /// (logged by `app::run`).
         warnings: Vec<String> = Vec::new(),
@@ -399,7 +410,7 @@ mod help_text {
             }
         })*};
     }
-    displayed!(usize, u32, u8, bool, SocketAddr);
+    displayed!(usize, u64, u32, u8, bool, SocketAddr);
 
     macro_rules! value_enum {
         ($($t:ty),*) => {$(impl HelpText for $t {

@@ -186,6 +186,7 @@ impl Config {
             (layer.upstream_key, &mut tls.key),
             (layer.snapshot, &mut self.snapshot),
             (layer.node_profiles, &mut self.node_profiles),
+            (layer.history_file, &mut self.history_file),
         ] {
             if value.is_some() {
                 *slot = value;
@@ -514,6 +515,9 @@ impl Config {
             if value.is_zero() {
                 return Err(invalid(key, "must be more than 0s"));
             }
+        }
+        if self.history_file_max_bytes < 4096 {
+            return Err(invalid("history-file-max-bytes", "must be at least 4096"));
         }
         if !(1..=100).contains(&self.principal_share) {
             return Err(invalid(

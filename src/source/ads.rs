@@ -266,6 +266,7 @@ impl Protocol for Sotw {
         };
         self.ctx.metrics.nack(kind);
         self.session.upstream.nacked(kind, &presented, &message);
+        self.session.record_nack(kind, &presented, &nonce, &message);
         Some(self.request(kind, presented, nonce, Some(message)))
     }
 
@@ -437,6 +438,7 @@ impl Sotw {
                 self.ctx.metrics.nack(kind);
                 let detail = reason.to_string();
                 self.session.upstream.nacked(kind, &previous, &detail);
+                self.session.record_nack(kind, &version, &nonce, &detail);
                 self.request(kind, previous, nonce, Some(detail))
             }
         }

@@ -19,7 +19,7 @@ use super::failover::{Placement, FAILOVER_REASON};
 use super::node::SessionNode;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
-use crate::cache::{Coverage, Names, RejectionTracker, TypeState};
+use crate::cache::{Coverage, Names, Recorder, RejectionTracker, TypeState};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -183,12 +183,24 @@ pub(crate) struct Session {
     placements: Mutex<BTreeMap<Option<ResourceType>, Placement>>,
     /// Requests being served now (a held long poll keeps the session alive).
     in_flight: std::sync::atomic::AtomicUsize,
+    /// Where every state published and every NACK sent is recorded (the
+    /// config history, which outlives the session); `None` in unit tests.
+    history: Option<Recorder>,
 }
 
 impl Session {
     /// A new session and the receiving end of its command channel (for `ads`).
+    #[cfg(test)]
     pub(super) fn new(
         node: impl Into<SessionNode>,
+    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+        Session::recorded(node, None)
+    }
+
+    /// A new session recording its states and NACKs through `history`.
+    pub(super) fn recorded(
+        node: impl Into<SessionNode>,
+        history: Option<Recorder>,
     ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
         let node = node.into();
         let (commands, rx) = mpsc::unbounded_channel();
@@ -212,6 +224,7 @@ impl Session {
             upstream: UpstreamLog::default(),
             placements: Mutex::default(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            history,
         });
         (session, rx)
     }
@@ -383,9 +396,21 @@ impl Session {
 
     /// Publishes an accepted state of `kind` to every waiting request.
     pub(super) fn publish(&self, state: TypeState) {
-        self.slot(state.kind)
-            .state
-            .send_replace(Some(Arc::new(state)));
+        let state = Arc::new(state);
+        if let Some(history) = &self.history {
+            history.published(&state);
+        }
+        self.slot(state.kind).state.send_replace(Some(state));
+    }
+
+    /// Records in the config history that the gateway NACKed the response
+    /// `nonce` of `kind` at `version` (the upstream's), saying `detail`.
+    /// (`upstream.nacked` records what `/debug/sessions` shows: the
+    /// version presented in the NACK.)
+    pub(super) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
+        if let Some(history) = &self.history {
+            history.nacked(kind, version, nonce, detail);
+        }
     }
 
     /// The rejection bookkeeping of `kind` (see `polled::suspect`).

@@ -217,7 +217,11 @@ impl<F: Feeder> Sessions<F> {
         }
         registry.room_for(bytes, &self.limits)?;
         let share = self.share.take(tenant)?;
-        let (session, commands) = Session::new(self.nodes.intern(node));
+        let history = self
+            .renderer
+            .history()
+            .recorder(key.as_str(), &node.id, &node.cluster);
+        let (session, commands) = Session::recorded(self.nodes.intern(node), Some(history));
         session.attach_task(self.feeder.start(session.clone(), commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
         registry.sessions.insert(

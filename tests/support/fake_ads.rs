@@ -15,7 +15,8 @@
 //!   the type, else only the named ones (a resource's name is its proto field
 //!   1, which is `name` or `cluster_name` in every xDS resource type);
 //! - a type missing from the snapshot is not answered until it is set;
-//! - every request is recorded ([`Recorded`]), every stream counted.
+//! - every request is recorded ([`Recorded`]), every response too
+//!   ([`Sent`]), every stream counted.
 //!
 //! Nonces are per stream and increasing ("1", "2", ...). The delta ADS
 //! method answers UNIMPLEMENTED, unless started with
@@ -66,6 +67,18 @@ pub struct Recorded {
 /// (a hash of its bytes).
 type Held = (String, Any, String);
 
+/// One response the server sent.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Which stream (1-based, in opening order) carried it.
+    pub stream: usize,
+    pub type_url: String,
+    pub version_info: String,
+    pub nonce: String,
+    /// The names of the resources it carried, in order.
+    pub names: Vec<String>,
+}
+
 /// One type's entry in the snapshot.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -79,6 +92,7 @@ struct Entry {
 struct Shared {
     snapshot: Mutex<HashMap<String, Entry>>,
     requests: Mutex<Vec<Recorded>>,
+    responses: Mutex<Vec<Sent>>,
     /// ASCII metadata of every stream, in opening order.
     metadata: Mutex<Vec<Vec<(String, String)>>>,
     streams: AtomicUsize,
@@ -196,6 +210,11 @@ impl FakeAds {
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Every response sent so far, in sending order.
+    pub fn responses(&self) -> Vec<Sent> {
+        lock(&self.shared.responses).clone()
     }
 
     /// The ASCII metadata each stream was opened with, in opening order.
@@ -401,13 +420,13 @@ impl StreamTask {
             return;
         };
         let wildcard = sub.names.is_empty() || sub.names.iter().any(|n| n == "*");
-        let resources = entry
+        let (names, resources): (Vec<String>, Vec<Any>) = entry
             .resources
             .iter()
             // `names` is sorted and de-duplicated (see `subscribe`).
             .filter(|(name, _, _)| wildcard || sub.names.binary_search(name).is_ok())
-            .map(|(_, any, _)| any.clone())
-            .collect();
+            .map(|(name, any, _)| (name.clone(), any.clone()))
+            .unzip();
         sub.sent = entry.generation;
         self.nonce += 1;
         let response = DiscoveryResponse {
@@ -417,6 +436,13 @@ impl StreamTask {
             nonce: self.nonce.to_string(),
             ..Default::default()
         };
+        lock(&self.shared.responses).push(Sent {
+            stream: self.id,
+            type_url: type_url.to_owned(),
+            version_info: response.version_info.clone(),
+            nonce: response.nonce.clone(),
+            names,
+        });
         let _ = self.tx.send(Ok(response)).await;
     }
 }

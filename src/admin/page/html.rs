@@ -26,6 +26,17 @@ pub(super) fn config_href(node: &str, kind: Option<&str>) -> String {
     escape(&href)
 }
 
+/// The escaped link to the config history of `kind` of `node` of `cluster`.
+pub(super) fn history_href(node: &str, cluster: &str, kind: &str) -> String {
+    let href = format!(
+        "/debug/history?node={}&cluster={}&type={}&pretty",
+        utf8_percent_encode(node, QUERY_VALUE),
+        utf8_percent_encode(cluster, QUERY_VALUE),
+        utf8_percent_encode(kind, QUERY_VALUE),
+    );
+    escape(&href)
+}
+
 /// [`escape`] of `s`, or nothing for `None` (a view's field that is unset).
 pub(super) fn escape_opt(s: Option<&str>) -> String {
     s.map(escape).unwrap_or_default()

@@ -167,7 +167,7 @@ fn the_page_shows_the_node_its_versions_and_what_is_wrong() {
     );
     assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
     assert!(
-        html.contains(">clusters</a>: <span class=\"warn\">waiting for the upstream</span>"),
+        html.contains(">clusters</a> (<a href=\"/debug/history?node=edge-1&amp;cluster=edge&amp;type=clusters&amp;pretty\">history</a>): <span class=\"warn\">waiting for the upstream</span>"),
         "{html}"
     );
     assert!(

@@ -204,6 +204,7 @@ impl Protocol for Delta {
         }
         self.ctx.metrics.nack(kind);
         self.session.upstream.nacked(kind, &presented, &message);
+        self.session.record_nack(kind, &presented, &nonce, &message);
         Some(self.request(kind, Diff::default(), nonce, Some(message)))
     }
 
@@ -342,6 +343,8 @@ impl Delta {
                 self.ctx.metrics.nack(kind);
                 let detail = reason.to_string();
                 self.session.upstream.nacked(kind, &system_version, &detail);
+                self.session
+                    .record_nack(kind, &system_version, &nonce, &detail);
                 Some(self.request(kind, Diff::default(), nonce, Some(detail)))
             }
         }

@@ -1,0 +1,408 @@
+//! `GET /debug/diff`: what differs between two answers of one type, per
+//! resource name.
+//!
+//! Side A is node `node` at version `from`, side B node `with` (else
+//! `node` again) at version `to`; a version is one held in the node's
+//! config history (as `/debug/history?version=` takes it), and a side
+//! without one is what the node is served now (the answer a client asking
+//! its session's names gets, as `/debug/config` shows it). So:
+//!
+//! - `?node=A&with=B&type=T`: what A and B are served now;
+//! - `?node=A&from=V1&to=V2&type=T`: two versions of A;
+//! - `?node=A&from=V1`: V1 against now; `?node=A&to=V2`: the version held
+//!   before V2 against V2; `?node=A` alone: the version held before the
+//!   current one against it (what the last push changed).
+//!
+//! The answer lists the names only in A, only in B, and per resource that
+//! differs its changed fields as JSON paths with both values
+//! ([`json_diff`](super::json_diff): `Any`s are compared decoded) and both
+//! whole resources (canonical JSON, an `Any` with `@type`). `format=text`
+//! gives the same in the style of `diff -u`, for a terminal.
+//!
+//! Errors, `google.rpc.Status` JSON: 400 for a missing or unknown
+//! parameter, type or format; 404 for a node without a session or state of
+//! the type, a version not held, or no version held before; 403 when the
+//! caller may not see both nodes (see [`Sight`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::access::Sight;
+use super::debug::{json_response, params_of, pretty_value};
+use super::history::{kind_of, not_held, not_visible, required};
+use super::json_diff::{diff, FieldChange};
+use super::{authorization, needs_token, Admin, Peer};
+use crate::cache::{covered_names, TypeState};
+use crate::http::ApiError;
+use crate::xds::ResourceType;
+
+const PATH: &str = "/debug/diff";
+
+/// What `/debug/diff` shows.
+#[derive(Debug, Serialize)]
+struct DiffView {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    a: Side,
+    b: Side,
+    /// Names only A is served, sorted.
+    only_in_a: Vec<String>,
+    /// Names only B is served, sorted.
+    only_in_b: Vec<String>,
+    /// Resources both are served that differ, by name.
+    differing: Vec<ResourceDiff>,
+    /// How many resources both are served alike.
+    identical: usize,
+}
+
+/// One side of a diff.
+#[derive(Debug, Serialize)]
+struct Side {
+    node_id: String,
+    /// The gateway version (`<upstream version>~<digest>`) of that answer.
+    version: String,
+    /// The upstream's version it came from.
+    upstream_version: String,
+}
+
+/// One resource both sides hold, which differs.
+#[derive(Debug, Serialize)]
+struct ResourceDiff {
+    name: String,
+    /// Every field that differs, in document order.
+    fields: Vec<FieldChange>,
+    /// The whole resource on each side (canonical JSON).
+    a: Value,
+    b: Value,
+}
+
+/// `GET /debug/diff`.
+pub(super) async fn diff_view(
+    State(admin): State<Arc<Admin>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    peer: Peer,
+) -> Response {
+    let peer = peer.as_ref().map(|axum::Extension(p)| &**p);
+    let sight = match admin.sight(PATH, authorization(&headers), peer) {
+        Ok(sight) => sight,
+        Err(message) => return needs_token(message),
+    };
+    match answer(&admin, &sight, query.as_deref().unwrap_or_default()) {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+fn answer(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiError> {
+    let params = params_of(
+        query,
+        PATH,
+        &["node", "with", "from", "to", "type", "format", "pretty"],
+    )?;
+    let node = required(&params, "node", PATH, "the node id a client sends")?;
+    let kind = kind_of(
+        admin,
+        required(&params, "type", PATH, "a short type name: clusters, ...")?,
+    )?;
+    let text = match params.get("format").map(String::as_str) {
+        None | Some("json") => false,
+        Some("text") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "format={other:?} is not one of json, text"
+            )))
+        }
+    };
+    let (with, from, to) = (params.get("with"), params.get("from"), params.get("to"));
+    let other = with.unwrap_or(node);
+    let b = match to {
+        Some(version) => held(admin, sight, kind, other, version)?,
+        None => now(admin, sight, kind, other)?,
+    };
+    let a = match (from, with) {
+        (Some(version), _) => held(admin, sight, kind, node, version)?,
+        (None, Some(_)) => now(admin, sight, kind, node)?,
+        (None, None) => before(admin, kind, node, &b)?,
+    };
+    let view = compare(kind, a, b);
+    if text {
+        let mut response = unified(&view).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return Ok(response);
+    }
+    Ok(json_response(
+        &view,
+        pretty_value(params.get("pretty").map(String::as_str)),
+    ))
+}
+
+/// One side, found: whose, and the state it is served from.
+struct Found {
+    node: String,
+    state: Arc<TypeState>,
+}
+
+/// What `node` is served now, if `sight` may see it.
+fn now(admin: &Admin, sight: &Sight, kind: ResourceType, node: &str) -> Result<Found, ApiError> {
+    if !sight.may_see_node(kind, node) {
+        return Err(not_visible(sight, kind, node, None));
+    }
+    let sessions = admin.source.sessions();
+    let clusters: Vec<&str> = sessions
+        .iter()
+        .filter(|s| s.node_id == node)
+        .map(|s| s.cluster.as_str())
+        .collect();
+    if let Some(cluster) = clusters.iter().find(|c| !sight.may_see(kind, node, c)) {
+        return Err(not_visible(sight, kind, node, Some(cluster)));
+    }
+    let state = admin
+        .source
+        .states_of(node)
+        .into_iter()
+        .find(|s| s.kind == kind)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no session serves {} to node {node:?} now (see /debug/sessions; /debug/history keeps what it was served)",
+                kind.short_name()
+            ))
+        })?;
+    Ok(Found {
+        node: node.to_owned(),
+        state,
+    })
+}
+
+/// The version `version` of `node` held in the history, if `sight` may see it.
+fn held(
+    admin: &Admin,
+    sight: &Sight,
+    kind: ResourceType,
+    node: &str,
+    version: &str,
+) -> Result<Found, ApiError> {
+    if !sight.may_see_node(kind, node) {
+        return Err(not_visible(sight, kind, node, None));
+    }
+    let history = admin.renderer.history();
+    let found = history
+        .version(node, None, kind, version)
+        .ok_or_else(|| not_held(node, kind, version, &history.timelines(node, None, kind)))?;
+    if !sight.may_see(kind, node, &found.cluster) {
+        return Err(not_visible(sight, kind, node, Some(&found.cluster)));
+    }
+    Ok(Found {
+        node: node.to_owned(),
+        state: found.state,
+    })
+}
+
+/// The version of `node` held before the one `after` is served from.
+fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Result<Found, ApiError> {
+    let found = admin
+        .renderer
+        .history()
+        .before(node, kind, &after.state)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no version of {} for node {node:?} is held before the one it is served now \
+                 (give from= and to=; see /debug/history)",
+                kind.short_name()
+            ))
+        })?;
+    Ok(Found {
+        node: node.to_owned(),
+        state: found.state,
+    })
+}
+
+/// The resources a client asking what `state` covers is served, by name,
+/// as JSON (canonical: a resource is an `Any` with `@type`).
+fn served(state: &TypeState) -> BTreeMap<String, Value> {
+    let names = covered_names(state);
+    state
+        .select(&names)
+        .map(|r| {
+            let json = serde_json::from_slice(&r.json).unwrap_or(Value::Null);
+            (r.name.clone(), json)
+        })
+        .collect()
+}
+
+fn side(found: &Found) -> Side {
+    Side {
+        node_id: found.node.clone(),
+        version: found
+            .state
+            .served_version(&covered_names(&found.state), None),
+        upstream_version: found.state.version.clone(),
+    }
+}
+
+fn compare(kind: ResourceType, a: Found, b: Found) -> DiffView {
+    let (left, right) = (served(&a.state), served(&b.state));
+    let mut view = DiffView {
+        kind: kind.short_name(),
+        a: side(&a),
+        b: side(&b),
+        only_in_a: Vec::new(),
+        only_in_b: Vec::new(),
+        differing: Vec::new(),
+        identical: 0,
+    };
+    for (name, x) in &left {
+        match right.get(name) {
+            None => view.only_in_a.push(name.clone()),
+            Some(y) => {
+                let fields = diff(x, y);
+                if fields.is_empty() {
+                    view.identical += 1;
+                } else {
+                    view.differing.push(ResourceDiff {
+                        name: name.clone(),
+                        fields,
+                        a: x.clone(),
+                        b: y.clone(),
+                    });
+                }
+            }
+        }
+    }
+    view.only_in_b = right
+        .keys()
+        .filter(|name| !left.contains_key(*name))
+        .cloned()
+        .collect();
+    view
+}
+
+/// A name or version as a line of text: control characters escaped (an
+/// upstream chooses them; a terminal must not run them).
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// `value` on one line (serialising a `Value` cannot fail).
+fn one_line(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The diff in the style of `diff -u`: per resource a `---`/`+++` header
+/// (`a/<type>/<name>` and `b/...`, with the node and version), then a hunk
+/// per changed field (`@@ <path> @@`, `-` its value in A, `+` in B, a
+/// side's line absent when the field is). A resource only one side has is
+/// against `/dev/null`, by name.
+fn unified(view: &DiffView) -> String {
+    let kind = view.kind;
+    let label = |side: &Side| {
+        format!(
+            "node {} version {}",
+            printable(&side.node_id),
+            printable(&side.version)
+        )
+    };
+    let (la, lb) = (label(&view.a), label(&view.b));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# {kind}: {} only in a, {} only in b, {} differing, {} identical",
+        view.only_in_a.len(),
+        view.only_in_b.len(),
+        view.differing.len(),
+        view.identical
+    );
+    let _ = writeln!(out, "# a: {la}\n# b: {lb}");
+    for resource in &view.differing {
+        let name = printable(&resource.name);
+        let _ = writeln!(out, "--- a/{kind}/{name}\t{la}\n+++ b/{kind}/{name}\t{lb}");
+        for field in &resource.fields {
+            let _ = writeln!(out, "@@ {} @@", printable(&field.path));
+            if let Some(a) = &field.a {
+                let _ = writeln!(out, "-{}", one_line(a));
+            }
+            if let Some(b) = &field.b {
+                let _ = writeln!(out, "+{}", one_line(b));
+            }
+        }
+    }
+    let whole = |out: &mut String, name: &str, a: bool| {
+        let name = printable(name);
+        let (minus, plus) = if a {
+            (format!("a/{kind}/{name}\t{la}"), "/dev/null".to_owned())
+        } else {
+            ("/dev/null".to_owned(), format!("b/{kind}/{name}\t{lb}"))
+        };
+        let _ = writeln!(out, "--- {minus}\n+++ {plus}\n@@ $ @@");
+    };
+    for name in &view.only_in_a {
+        whole(&mut out, name, true);
+        let _ = writeln!(out, "-{}", printable(name));
+    }
+    for name in &view.only_in_b {
+        whole(&mut out, name, false);
+        let _ = writeln!(out, "+{}", printable(name));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn side(node: &str) -> Side {
+        Side {
+            node_id: node.into(),
+            version: "1~abc".into(),
+            upstream_version: "1".into(),
+        }
+    }
+
+    #[test]
+    fn the_text_form_reads_like_diff_u() {
+        let view = DiffView {
+            kind: "clusters",
+            a: side("a"),
+            b: side("b\n"),
+            only_in_a: vec!["gone".into()],
+            only_in_b: vec![],
+            differing: vec![ResourceDiff {
+                name: "c1".into(),
+                fields: diff(
+                    &json!({"connectTimeout": "1s", "x": 1}),
+                    &json!({"connectTimeout": "2s"}),
+                ),
+                a: json!({}),
+                b: json!({}),
+            }],
+            identical: 3,
+        };
+        let text = unified(&view);
+        let expected = "# clusters: 1 only in a, 0 only in b, 1 differing, 3 identical\n\
+# a: node a version 1~abc\n# b: node b\\n version 1~abc\n\
+--- a/clusters/c1\tnode a version 1~abc\n+++ b/clusters/c1\tnode b\\n version 1~abc\n\
+@@ $.connectTimeout @@\n-\"1s\"\n+\"2s\"\n@@ $.x @@\n-1\n\
+--- a/clusters/gone\tnode a version 1~abc\n+++ /dev/null\n@@ $ @@\n-gone\n";
+        assert_eq!(text, expected);
+    }
+}

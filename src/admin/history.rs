@@ -1,0 +1,223 @@
+//! `GET /debug/history?node=ID&type=T[&cluster=C][&version=V]`: the config
+//! history of a node (`cache::ConfigHistory`): per identity of the node,
+//! the timeline of the versions of type `T` published (when, the gateway's
+//! and the upstream's version, the nonce, the resources added, modified
+//! and removed) and the NACKs sent upstream (with their `error_detail`).
+//! With `version=V` (a gateway version, or an upstream version: the newest
+//! event with it), that version's full content: the `DiscoveryResponse` a
+//! client asking the session's names got, as canonical JSON.
+//!
+//! Errors, `google.rpc.Status` JSON: 400 for a missing or unknown
+//! parameter or type; 404 (`NOT_FOUND`) for a node with no history of the
+//! type and for a version no longer held (evicted by the byte bound, or
+//! never served); 401/403 as [`Sight`] decides.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::access::Sight;
+use super::debug::{json_response, params_of, pretty_value};
+use super::{authorization, needs_token, Admin, Peer};
+use crate::cache::{covered_names, Answer, EventView, TimelineView};
+use crate::http::ApiError;
+use crate::xds::ResourceType;
+
+/// What `/debug/history` shows.
+#[derive(Debug, Serialize)]
+struct HistoryView {
+    node_id: String,
+    /// The short type name.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// Bytes the whole history holds now, and its bound (`--history-max-bytes`).
+    held_bytes: u64,
+    max_bytes: u64,
+    /// One per identity of the node (cluster, metadata, locality).
+    timelines: Vec<TimelineView>,
+}
+
+/// What `/debug/history?...&version=V` shows.
+#[derive(Debug, Serialize)]
+struct VersionView {
+    node_id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    cluster: String,
+    identity: String,
+    /// The event that published it.
+    event: EventView,
+    /// The `DiscoveryResponse` served at it (canonical JSON).
+    response: serde_json::Value,
+}
+
+/// `GET /debug/history`.
+pub(super) async fn history(
+    State(admin): State<Arc<Admin>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    peer: Peer,
+) -> Response {
+    let peer = peer.as_ref().map(|axum::Extension(p)| &**p);
+    let sight = match admin.sight("/debug/history", authorization(&headers), peer) {
+        Ok(sight) => sight,
+        Err(message) => return needs_token(message),
+    };
+    match history_view(&admin, &sight, query.as_deref().unwrap_or_default()) {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The required `name` parameter of `params`, not empty.
+pub(super) fn required<'a>(
+    params: &'a std::collections::HashMap<String, String>,
+    name: &str,
+    path: &str,
+    what: &str,
+) -> Result<&'a String, ApiError> {
+    params
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::BadRequest(format!("{path} needs ?{name}= ({what})")))
+}
+
+/// The type a short name (`clusters`) names; refused when `sight` may not
+/// see secrets served at all.
+pub(super) fn kind_of(admin: &Admin, name: &str) -> Result<ResourceType, ApiError> {
+    let kind = ResourceType::ALL
+        .into_iter()
+        .find(|t| t.short_name() == name.trim())
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "type={name:?} is not one of {}",
+                ResourceType::ALL.map(|t| t.short_name()).join(", ")
+            ))
+        })?;
+    if kind == ResourceType::Secrets && !admin.config.allow_secrets {
+        return Err(ApiError::Forbidden(
+            "secrets are not served without --allow-secrets, so neither is their history".into(),
+        ));
+    }
+    Ok(kind)
+}
+
+/// The 403 for a node `sight` may not see.
+pub(super) fn not_visible(
+    sight: &Sight,
+    kind: ResourceType,
+    node: &str,
+    cluster: Option<&str>,
+) -> ApiError {
+    ApiError::Forbidden(format!(
+        "{} may not see {} of node {node:?}{} (the auth policy's rules decide, as for a fetch)",
+        sight.who(),
+        kind.short_name(),
+        cluster
+            .map(|c| format!(" of cluster {c:?}"))
+            .unwrap_or_default()
+    ))
+}
+
+fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiError> {
+    const PATH: &str = "/debug/history";
+    let params = params_of(
+        query,
+        PATH,
+        &["node", "type", "cluster", "version", "pretty"],
+    )?;
+    let node = required(&params, "node", PATH, "the node id a client sends")?;
+    let kind = kind_of(
+        admin,
+        required(&params, "type", PATH, "a short type name: clusters, ...")?,
+    )?;
+    let cluster = params.get("cluster").map(String::as_str);
+    if !sight.may_see_node(kind, node) || cluster.is_some_and(|c| !sight.may_see(kind, node, c)) {
+        return Err(not_visible(sight, kind, node, cluster));
+    }
+    let history = admin.renderer.history();
+    let pretty = pretty_value(params.get("pretty").map(String::as_str));
+    let timelines = history.timelines(node, cluster, kind);
+    if timelines.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "no history of {} for node {node:?}{} (kept from the first version a session of the node is served; see /debug/sessions)",
+            kind.short_name(),
+            cluster.map(|c| format!(" of cluster {c:?}")).unwrap_or_default()
+        )));
+    }
+    if let Some(t) = timelines
+        .iter()
+        .find(|t| !sight.may_see(kind, node, &t.cluster))
+    {
+        return Err(not_visible(sight, kind, node, Some(&t.cluster)));
+    }
+    let Some(version) = params.get("version") else {
+        let (held_bytes, max_bytes) = history.held_bytes();
+        let view = HistoryView {
+            node_id: node.clone(),
+            kind: kind.short_name(),
+            held_bytes,
+            max_bytes,
+            timelines,
+        };
+        return Ok(json_response(&view, pretty));
+    };
+    let held = history
+        .version(node, cluster, kind, version)
+        .ok_or_else(|| not_held(node, kind, version, &timelines))?;
+    let response = response_json(admin, &held.state)?;
+    let view = VersionView {
+        node_id: node.clone(),
+        kind: kind.short_name(),
+        cluster: held.cluster,
+        identity: held.identity,
+        event: held.event,
+        response,
+    };
+    Ok(json_response(&view, pretty))
+}
+
+/// The 404 of a version not held, saying which are.
+pub(super) fn not_held(
+    node: &str,
+    kind: ResourceType,
+    version: &str,
+    timelines: &[TimelineView],
+) -> ApiError {
+    let held: Vec<&str> = timelines
+        .iter()
+        .flat_map(|t| t.events.iter().filter_map(|e| e.version.as_deref()))
+        .collect();
+    let range = match (held.first(), held.last()) {
+        (Some(first), Some(last)) => format!(
+            "; {} versions are held, {first:?} to {last:?} (see /debug/history?node=...&type={})",
+            held.len(),
+            kind.short_name()
+        ),
+        _ => String::new(),
+    };
+    ApiError::NotFound(format!(
+        "version {version:?} of {} for node {node:?} is not held: never served, or evicted by --history-max-bytes{range}",
+        kind.short_name()
+    ))
+}
+
+/// The `DiscoveryResponse` a client asking what `state` covers got.
+pub(super) fn response_json(
+    admin: &Admin,
+    state: &crate::cache::TypeState,
+) -> Result<serde_json::Value, ApiError> {
+    let answer = state
+        .answer(&admin.renderer, &covered_names(state), "", None)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let json = match answer {
+        Answer::Body { json, .. } => json,
+        Answer::NotModified { .. } => {
+            return Err(ApiError::Internal("a 304 for an empty version".into()))
+        }
+    };
+    serde_json::from_slice(&json.to_bytes()).map_err(|e| ApiError::Internal(e.to_string()))
+}

@@ -1,0 +1,754 @@
+//! The config history: per node identity and type, a bounded timeline of the
+//! versions the upstream pushed (when, the gateway's version and the
+//! upstream's version and nonce it came from, which resources were added,
+//! modified or removed) and of the NACKs the gateway sent upstream (with
+//! their `error_detail`). Read by `/debug/history` and `/debug/diff`.
+//!
+//! It lives beside the states, not in a session: a session that idles out
+//! and comes back finds its history here (timelines are keyed by a digest of
+//! the [`IdentityKey`](super::IdentityKey), not by the session). Sessions
+//! write to it through a [`Recorder`]; the admin views read it.
+//!
+//! # The bound
+//!
+//! One byte bound for the whole store (`--history-max-bytes`); when an event
+//! would take it over, the oldest events of the whole store go first,
+//! whichever timeline they are in. A version's content is the published
+//! [`TypeState`] itself, held by `Arc`: its resources are the cache's own
+//! rendered resources, never copied. What is counted is what the store
+//! keeps alive: each resource once however many held versions share it
+//! (its canonical JSON, its protobuf payload, its name and bookkeeping),
+//! each version's map of names, and each event's own strings. A timeline
+//! whose every event was evicted is forgotten; its next version is listed
+//! as all added (`since` is absent; it is absent too once the version an
+//! event was compared with is evicted).
+//!
+//! Every event can also go to a [`HistorySink`] as a [`HistoryLine`] (the
+//! JSON-lines file of `--history-file`), whatever the bound keeps; the
+//! sink does the I/O, off the push path.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::SystemTime;
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use super::resource::Resource;
+use super::state::{upstream_version, Names, TypeState};
+use crate::xds::ResourceType;
+
+/// The default bound, in bytes (64 MiB).
+pub(crate) const DEFAULT_HISTORY_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Bytes every event costs besides its strings and content: the event, its
+/// place in the store's order, its `Vec`s and `VecDeque` slot.
+const EVENT_OVERHEAD: u64 = 160;
+/// Bytes a held resource costs besides its JSON, payload and name: the
+/// `Resource` and the store's count of it.
+const RESOURCE_OVERHEAD: u64 = 120;
+/// Bytes one name costs in a version's map or a change list (a `String`
+/// and its slot), besides its characters.
+const NAME_OVERHEAD: u64 = 48;
+/// Bytes a timeline costs while it holds events (its key, node and map slot).
+const TIMELINE_OVERHEAD: u64 = 200;
+
+/// Which identity a timeline belongs to: the SHA-256 of the session's
+/// identity key (node id, cluster, metadata and locality), so a node with
+/// megabytes of metadata costs 32 bytes per timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct IdentityDigest([u8; 32]);
+
+impl IdentityDigest {
+    pub(crate) fn of(identity: &str) -> IdentityDigest {
+        IdentityDigest(Sha256::digest(identity.as_bytes()).into())
+    }
+
+    /// The first 12 hex digits: what the views show to tell apart two
+    /// identities with the same node id and cluster.
+    fn short(&self) -> String {
+        let mut hex = hex::encode(self.0);
+        hex.truncate(12);
+        hex
+    }
+}
+
+type TimelineKey = (IdentityDigest, ResourceType);
+
+/// What happened, as held.
+#[derive(Debug)]
+enum Happened {
+    /// The session published a state (an upstream push, a TTL expiry, a
+    /// snapshot reload).
+    Version {
+        /// The version a client asking the subscription's names (without a
+        /// rewrite) is served: what `/debug/config` shows. Worked out when
+        /// first shown, not on the push path: it digests every resource,
+        /// and a node subscribing to 1,000 names one by one is pushed 1,000
+        /// growing states.
+        gateway_version: OnceLock<String>,
+        state: Arc<TypeState>,
+        /// The event it was compared with (`None`: the first held).
+        since: Option<u64>,
+        added: Vec<String>,
+        modified: Vec<String>,
+        removed: Vec<String>,
+    },
+    /// The gateway NACKed an upstream response.
+    Nack {
+        upstream_version: String,
+        nonce: String,
+        error_detail: String,
+    },
+}
+
+#[derive(Debug)]
+struct Event {
+    seq: u64,
+    at: SystemTime,
+    happened: Happened,
+    /// What it adds to the store's count besides the resources it holds.
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct Timeline {
+    node_id: String,
+    cluster: String,
+    events: VecDeque<Event>,
+}
+
+impl Timeline {
+    /// The newest version held, if any, and its event's seq.
+    fn newest_version(&self) -> Option<(u64, &Arc<TypeState>)> {
+        self.events.iter().rev().find_map(|e| match &e.happened {
+            Happened::Version { state, .. } => Some((e.seq, state)),
+            Happened::Nack { .. } => None,
+        })
+    }
+
+    /// The gateway version of the event `seq`, if held and a version.
+    fn version_of(&self, seq: u64) -> Option<&str> {
+        let at = self.events.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        self.events[at].gateway_version()
+    }
+}
+
+impl Event {
+    /// The gateway version of a version (worked out once, when first asked).
+    fn gateway_version(&self) -> Option<&str> {
+        match &self.happened {
+            Happened::Version {
+                gateway_version,
+                state,
+                ..
+            } => Some(
+                gateway_version
+                    .get_or_init(|| state.served_version(&covered_names(state), None))
+                    .as_str(),
+            ),
+            Happened::Nack { .. } => None,
+        }
+    }
+}
+
+/// One resource kept alive by held versions, and by how many.
+#[derive(Debug)]
+struct HeldResource {
+    count: usize,
+    bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    timelines: HashMap<TimelineKey, Timeline>,
+    /// Every held event's timeline, oldest first (sequence numbers rise).
+    order: VecDeque<(u64, TimelineKey)>,
+    /// Resources held, by address (unique while the store holds an `Arc`).
+    resources: HashMap<usize, HeldResource>,
+    bytes: u64,
+    next_seq: u64,
+}
+
+impl Store {
+    /// Counts `state`'s resources as held once more; returns the bytes that
+    /// adds (those held already add nothing).
+    fn hold(&mut self, state: &TypeState) -> u64 {
+        let mut added = 0;
+        for resource in state.resources.values() {
+            let held = self
+                .resources
+                .entry(Arc::as_ptr(resource) as usize)
+                .or_insert_with(|| {
+                    let bytes = resource_bytes(resource);
+                    added += bytes;
+                    HeldResource { count: 0, bytes }
+                });
+            held.count += 1;
+        }
+        added
+    }
+
+    /// The reverse of [`hold`](Self::hold): the bytes freed.
+    fn release(&mut self, state: &TypeState) -> u64 {
+        let mut freed = 0;
+        for resource in state.resources.values() {
+            let key = Arc::as_ptr(resource) as usize;
+            if let Some(held) = self.resources.get_mut(&key) {
+                held.count -= 1;
+                if held.count == 0 {
+                    freed += held.bytes;
+                    self.resources.remove(&key);
+                }
+            }
+        }
+        freed
+    }
+
+    /// Adds an event to `key`'s timeline (evicting the oldest past `max`);
+    /// returns it as the views show it when `view` (a sink wants it).
+    fn push(
+        &mut self,
+        key: TimelineKey,
+        node: (&str, &str),
+        happened: Happened,
+        max: u64,
+        view: bool,
+    ) -> Option<EventView> {
+        let mut bytes = EVENT_OVERHEAD + happened_bytes(&happened);
+        let timeline = self.timelines.entry(key).or_insert_with(|| {
+            bytes += TIMELINE_OVERHEAD + (node.0.len() + node.1.len()) as u64;
+            Timeline {
+                node_id: node.0.to_owned(),
+                cluster: node.1.to_owned(),
+                events: VecDeque::new(),
+            }
+        });
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let event = Event {
+            seq,
+            at: SystemTime::now(),
+            happened,
+            bytes,
+        };
+        let view = view.then(|| event_view(timeline, &event));
+        timeline.events.push_back(event);
+        if let Some(Event {
+            happened: Happened::Version { state, .. },
+            ..
+        }) = timeline.events.back()
+        {
+            let state = state.clone();
+            bytes += self.hold(&state);
+        }
+        self.order.push_back((seq, key));
+        self.bytes += bytes;
+        while self.bytes > max {
+            if !self.evict_oldest() {
+                break;
+            }
+        }
+        view
+    }
+
+    /// Drops the oldest event of the store; `false` when there is none.
+    fn evict_oldest(&mut self) -> bool {
+        let Some((seq, key)) = self.order.pop_front() else {
+            return false;
+        };
+        let Some(timeline) = self.timelines.get_mut(&key) else {
+            return true;
+        };
+        let oldest = timeline.events.front().map(|e| e.seq);
+        if oldest != Some(seq) {
+            return true;
+        }
+        let Some(event) = timeline.events.pop_front() else {
+            return true;
+        };
+        let mut freed = event.bytes;
+        if timeline.events.is_empty() {
+            freed += TIMELINE_OVERHEAD + (timeline.node_id.len() + timeline.cluster.len()) as u64;
+            self.timelines.remove(&key);
+        }
+        if let Happened::Version { state, .. } = &event.happened {
+            freed += self.release(state);
+        }
+        self.bytes = self.bytes.saturating_sub(freed);
+        true
+    }
+}
+
+/// What a resource kept alive weighs.
+fn resource_bytes(resource: &Resource) -> u64 {
+    (resource.json.len()
+        + resource.payload.len()
+        + resource.name.len()
+        + resource.aliases.iter().map(String::len).sum::<usize>()) as u64
+        + RESOURCE_OVERHEAD
+}
+
+/// What an event's own strings and a version's map of names weigh.
+fn happened_bytes(happened: &Happened) -> u64 {
+    let names = |list: &[String]| {
+        list.iter()
+            .map(|n| n.len() as u64 + NAME_OVERHEAD)
+            .sum::<u64>()
+    };
+    match happened {
+        Happened::Version {
+            gateway_version: _,
+            state,
+            since: _,
+            added,
+            modified,
+            removed,
+        } => {
+            let map: u64 = state
+                .resources
+                .keys()
+                .map(|n| n.len() as u64 + NAME_OVERHEAD)
+                .sum();
+            let coverage: u64 = state
+                .coverage
+                .names
+                .iter()
+                .map(|n| n.len() as u64 + NAME_OVERHEAD)
+                .sum();
+            // The gateway version, once worked out, is the upstream's, `~`
+            // and 12 hex digits.
+            (2 * state.version.len() + 13 + state.nonce.len()) as u64
+                + map
+                + coverage
+                + names(added)
+                + names(modified)
+                + names(removed)
+        }
+        Happened::Nack {
+            upstream_version,
+            nonce,
+            error_detail,
+        } => (upstream_version.len() + nonce.len() + error_detail.len()) as u64,
+    }
+}
+
+/// The names a client asking what `state` covers is served (without a
+/// rewrite): what its gateway version digests.
+pub(crate) fn covered_names(state: &TypeState) -> Names {
+    if state.coverage.wildcard {
+        Names::Wildcard
+    } else {
+        Names::Named(state.coverage.names.clone())
+    }
+}
+
+/// Added, modified and removed names from `old` to `new`, each sorted.
+fn changes(old: Option<&TypeState>, new: &TypeState) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let empty = BTreeMap::new();
+    let before = old.map_or(&empty, |s| &s.resources);
+    let mut added = Vec::new();
+    let mut modified = Vec::new();
+    for (name, resource) in &new.resources {
+        match before.get(name) {
+            None => added.push(name.clone()),
+            Some(was) if was.digest != resource.digest => modified.push(name.clone()),
+            Some(_) => {}
+        }
+    }
+    let removed = before
+        .keys()
+        .filter(|name| !new.resources.contains_key(*name))
+        .cloned()
+        .collect();
+    (added, modified, removed)
+}
+
+/// One event, with whose it is: what a [`HistorySink`] is given.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct HistoryLine {
+    pub(crate) node_id: String,
+    pub(crate) cluster: String,
+    /// As [`TimelineView::identity`].
+    pub(crate) identity: String,
+    /// The short type name.
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    #[serde(flatten)]
+    pub(crate) event: EventView,
+}
+
+/// Where every event goes besides the store (the JSON-lines file).
+/// `write` must not block: it is called on the upstream push path.
+pub(crate) trait HistorySink: Send + Sync + std::fmt::Debug {
+    fn write(&self, line: HistoryLine);
+}
+
+/// The config history of every node identity. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub(crate) struct ConfigHistory {
+    store: Arc<Mutex<Store>>,
+    max_bytes: u64,
+    sink: Option<Arc<dyn HistorySink>>,
+}
+
+impl Default for ConfigHistory {
+    fn default() -> ConfigHistory {
+        ConfigHistory::with_max_bytes(DEFAULT_HISTORY_BYTES)
+    }
+}
+
+impl ConfigHistory {
+    /// A history holding at most `max_bytes` (0 holds nothing).
+    pub(crate) fn with_max_bytes(max_bytes: u64) -> ConfigHistory {
+        ConfigHistory {
+            store: Arc::default(),
+            max_bytes,
+            sink: None,
+        }
+    }
+
+    /// The same history, also writing every event to `sink`.
+    pub(crate) fn with_sink(mut self, sink: Option<Arc<dyn HistorySink>>) -> ConfigHistory {
+        self.sink = sink;
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        crate::sync::lock(&self.store)
+    }
+
+    /// What a session of `identity` (its identity key), presenting the node
+    /// `node_id` of `cluster`, records through.
+    pub(crate) fn recorder(&self, identity: &str, node_id: &str, cluster: &str) -> Recorder {
+        Recorder {
+            history: self.clone(),
+            identity: IdentityDigest::of(identity),
+            node_id: node_id.to_owned(),
+            cluster: cluster.to_owned(),
+        }
+    }
+
+    /// Bytes held now, and the bound.
+    pub(crate) fn held_bytes(&self) -> (u64, u64) {
+        (self.lock().bytes, self.max_bytes)
+    }
+
+    /// The timelines of `kind` for the node `node_id` (of `cluster`, when
+    /// given), sorted by cluster and identity.
+    pub(crate) fn timelines(
+        &self,
+        node_id: &str,
+        cluster: Option<&str>,
+        kind: ResourceType,
+    ) -> Vec<TimelineView> {
+        let store = self.lock();
+        let mut views: Vec<TimelineView> = store
+            .timelines
+            .iter()
+            .filter(|((_, k), t)| *k == kind && matches(t, node_id, cluster))
+            .map(|((identity, _), t)| TimelineView {
+                cluster: t.cluster.clone(),
+                identity: identity.short(),
+                events: t.events.iter().map(|e| event_view(t, e)).collect(),
+            })
+            .collect();
+        views.sort_by(|a, b| (&a.cluster, &a.identity).cmp(&(&b.cluster, &b.identity)));
+        views
+    }
+
+    /// The version `version` of `kind` of the node `node_id` (of
+    /// `cluster`, when given), if held: the newest event whose gateway
+    /// version is `version`; else whose upstream version is; else whose
+    /// upstream version is the upstream part of `version` (a version a
+    /// client was served, its digest of other names or a rewrite).
+    pub(crate) fn version(
+        &self,
+        node_id: &str,
+        cluster: Option<&str>,
+        kind: ResourceType,
+        version: &str,
+    ) -> Option<HeldVersion> {
+        let store = self.lock();
+        let mut found: Option<(u8, u64, HeldVersion)> = None;
+        for ((identity, k), t) in &store.timelines {
+            if *k != kind || !matches(t, node_id, cluster) {
+                continue;
+            }
+            for event in &t.events {
+                let (Happened::Version { state, .. }, Some(gateway_version)) =
+                    (&event.happened, event.gateway_version())
+                else {
+                    continue;
+                };
+                // A gateway version matches before an upstream one.
+                let rank = if gateway_version == version {
+                    3
+                } else if state.version == version {
+                    2
+                } else if state.version == upstream_version(version) {
+                    1
+                } else {
+                    continue;
+                };
+                if found
+                    .as_ref()
+                    .is_some_and(|(r, seq, _)| (*r, *seq) > (rank, event.seq))
+                {
+                    continue;
+                }
+                found = Some((
+                    rank,
+                    event.seq,
+                    HeldVersion {
+                        cluster: t.cluster.clone(),
+                        identity: identity.short(),
+                        event: event_view(t, event),
+                        state: state.clone(),
+                    },
+                ));
+            }
+        }
+        found.map(|(_, _, held)| held)
+    }
+}
+
+impl ConfigHistory {
+    /// The version of `kind` of the node `node_id` held just before the one
+    /// that published `state`, if both are held.
+    pub(crate) fn before(
+        &self,
+        node_id: &str,
+        kind: ResourceType,
+        state: &Arc<TypeState>,
+    ) -> Option<HeldVersion> {
+        let store = self.lock();
+        for ((identity, k), t) in &store.timelines {
+            if *k != kind || t.node_id != node_id {
+                continue;
+            }
+            let versions: Vec<(&Event, &Arc<TypeState>)> = t
+                .events
+                .iter()
+                .filter_map(|e| match &e.happened {
+                    Happened::Version { state, .. } => Some((e, state)),
+                    Happened::Nack { .. } => None,
+                })
+                .collect();
+            let Some(at) = versions.iter().position(|(_, s)| Arc::ptr_eq(s, state)) else {
+                continue;
+            };
+            let (event, previous) = versions.get(at.checked_sub(1)?)?;
+            return Some(HeldVersion {
+                cluster: t.cluster.clone(),
+                identity: identity.short(),
+                event: event_view(t, event),
+                state: (*previous).clone(),
+            });
+        }
+        None
+    }
+}
+
+fn matches(timeline: &Timeline, node_id: &str, cluster: Option<&str>) -> bool {
+    timeline.node_id == node_id && cluster.is_none_or(|c| timeline.cluster == c)
+}
+
+/// What a session records through: the history and whose it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorder {
+    history: ConfigHistory,
+    identity: IdentityDigest,
+    node_id: String,
+    cluster: String,
+}
+
+impl Recorder {
+    /// The session published `state`.
+    pub(crate) fn published(&self, state: &Arc<TypeState>) {
+        let key = (self.identity, state.kind);
+        // The comparison runs outside the store's lock (it walks every
+        // resource); a session publishes one type's states one at a time.
+        let previous = self
+            .history
+            .lock()
+            .timelines
+            .get(&key)
+            .and_then(Timeline::newest_version)
+            .map(|(seq, s)| (seq, s.clone()));
+        let (added, modified, removed) = changes(previous.as_ref().map(|(_, s)| &**s), state);
+        let happened = Happened::Version {
+            gateway_version: OnceLock::new(),
+            state: state.clone(),
+            since: previous.map(|(seq, _)| seq),
+            added,
+            modified,
+            removed,
+        };
+        let view = self.history.lock().push(
+            key,
+            (&self.node_id, &self.cluster),
+            happened,
+            self.history.max_bytes,
+            self.history.sink.is_some(),
+        );
+        self.sink(state.kind, view);
+    }
+
+    /// Hands `event` to the history's sink, if it has one.
+    fn sink(&self, kind: ResourceType, event: Option<EventView>) {
+        if let (Some(sink), Some(event)) = (&self.history.sink, event) {
+            sink.write(HistoryLine {
+                node_id: self.node_id.clone(),
+                cluster: self.cluster.clone(),
+                identity: self.identity.short(),
+                kind: kind.short_name(),
+                event,
+            });
+        }
+    }
+
+    /// The gateway NACKed the response `nonce` of `kind` at
+    /// `upstream_version`, saying `detail`.
+    pub(crate) fn nacked(
+        &self,
+        kind: ResourceType,
+        upstream_version: &str,
+        nonce: &str,
+        detail: &str,
+    ) {
+        let happened = Happened::Nack {
+            upstream_version: upstream_version.to_owned(),
+            nonce: nonce.to_owned(),
+            error_detail: detail.to_owned(),
+        };
+        let view = self.history.lock().push(
+            (self.identity, kind),
+            (&self.node_id, &self.cluster),
+            happened,
+            self.history.max_bytes,
+            self.history.sink.is_some(),
+        );
+        self.sink(kind, view);
+    }
+}
+
+/// A held version, for `&version=` and diffs.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldVersion {
+    pub(crate) cluster: String,
+    pub(crate) identity: String,
+    pub(crate) event: EventView,
+    pub(crate) state: Arc<TypeState>,
+}
+
+/// One timeline as `/debug/history` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TimelineView {
+    pub(crate) cluster: String,
+    /// The first 12 hex digits of the SHA-256 of the session's identity
+    /// (node id, cluster, metadata, locality): tells apart identities with
+    /// the same node id and cluster.
+    pub(crate) identity: String,
+    /// Oldest first.
+    pub(crate) events: Vec<EventView>,
+}
+
+/// What an event was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum EventKind {
+    /// A version served from then on.
+    Version,
+    /// A NACK the gateway sent upstream.
+    Nack,
+}
+
+/// One event of a timeline.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EventView {
+    /// Rises with every event of the store (gaps: other timelines, or evicted).
+    pub(crate) seq: u64,
+    /// When (RFC 3339, milliseconds).
+    pub(crate) at: String,
+    pub(crate) event: EventKind,
+    /// A version: what a client asking the subscription's names is served
+    /// (`<upstream version>~<digest>`). Absent for a NACK.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) version: Option<String>,
+    /// The upstream's `version_info`: of the version, or of the response
+    /// NACKed.
+    pub(crate) upstream_version: String,
+    /// The upstream's nonce: of the version, or of the response NACKed.
+    pub(crate) nonce: String,
+    /// A version: the gateway version its changes are counted from, while
+    /// that one is held (absent for the first version a timeline held,
+    /// whose resources are all listed as added, and once that one is
+    /// evicted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) since: Option<String>,
+    /// A version: how many resources it holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resources: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) added: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) modified: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) removed: Option<Vec<String>>,
+    /// A NACK: the `error_detail` message sent upstream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error_detail: Option<String>,
+}
+
+/// `event` of `timeline` as the views show it.
+fn event_view(timeline: &Timeline, event: &Event) -> EventView {
+    let at = humantime::format_rfc3339_millis(event.at).to_string();
+    let version = event.gateway_version().map(str::to_owned);
+    match &event.happened {
+        Happened::Version {
+            state,
+            since,
+            added,
+            modified,
+            removed,
+            ..
+        } => EventView {
+            seq: event.seq,
+            at,
+            event: EventKind::Version,
+            version,
+            upstream_version: state.version.clone(),
+            nonce: state.nonce.clone(),
+            since: since
+                .and_then(|seq| timeline.version_of(seq))
+                .map(str::to_owned),
+            resources: Some(state.resources.len()),
+            added: Some(added.clone()),
+            modified: Some(modified.clone()),
+            removed: Some(removed.clone()),
+            error_detail: None,
+        },
+        Happened::Nack {
+            upstream_version,
+            nonce,
+            error_detail,
+        } => EventView {
+            seq: event.seq,
+            at,
+            event: EventKind::Nack,
+            version: None,
+            upstream_version: upstream_version.clone(),
+            nonce: nonce.clone(),
+            since: None,
+            resources: None,
+            added: None,
+            modified: None,
+            removed: None,
+            error_detail: Some(error_detail.clone()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+//! The config history's JSON-lines file (`--history-file`): every event the
+//! history records (`cache::HistoryLine`: the node, its cluster and identity,
+//! the type and the event as `/debug/history` shows it; not the content),
+//! one JSON object per line, so the history outlives the process.
+//!
+//! The file rotates by size, the form log shippers (Vector, Fluent Bit,
+//! Promtail) follow: a line that would take it past
+//! `--history-file-max-bytes` first moves `PATH` to `PATH.1` (`.1` to `.2`,
+//! up to [`KEEP`]; the oldest is dropped) and starts a new `PATH`. A line is
+//! never split across files. A restarted gateway appends to `PATH`.
+//!
+//! Writing happens on a thread of its own, fed by a bounded queue: the push
+//! path never waits for the disk. When the disk falls [`QUEUE`] lines
+//! behind, further lines are dropped and counted (logged once per
+//! [`DROP_LOG_EVERY`]); a failed write or rotation is logged and the writer
+//! goes on with the next line.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use tracing::warn;
+
+use crate::cache::{HistoryLine, HistorySink};
+use crate::log_escape::Escaped;
+
+/// Rotated files kept besides `PATH`: `PATH.1` (newest) to `PATH.3`.
+pub(crate) const KEEP: usize = 3;
+/// Lines queued for the writer at most.
+const QUEUE: usize = 10_000;
+/// A dropped line is logged once per this many.
+const DROP_LOG_EVERY: u64 = 1_000;
+
+/// Why the file could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("--history-file {path}: {source}")]
+pub struct HistoryFileError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// The sink writing the history's JSON lines.
+#[derive(Debug)]
+pub(crate) struct HistoryFile {
+    lines: SyncSender<Vec<u8>>,
+    dropped: AtomicU64,
+}
+
+impl HistoryFile {
+    /// Opens `path` for appending (creating it) and starts the writer,
+    /// rotating at `max_bytes`.
+    pub(crate) fn start(
+        path: PathBuf,
+        max_bytes: u64,
+    ) -> Result<Arc<HistoryFile>, HistoryFileError> {
+        let writer = Writer::open(path, max_bytes)?;
+        let (lines, queue) = sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("history-file".into())
+            .spawn(move || writer.run(queue))
+            .map_err(|source| HistoryFileError {
+                path: PathBuf::from("(writer thread)"),
+                source,
+            })?;
+        Ok(Arc::new(HistoryFile {
+            lines,
+            dropped: AtomicU64::new(0),
+        }))
+    }
+}
+
+impl HistorySink for HistoryFile {
+    fn write(&self, line: HistoryLine) {
+        let mut bytes = match serde_json::to_vec(&line) {
+            Ok(bytes) => bytes,
+            // A struct of strings and numbers always serialises.
+            Err(_) => return,
+        };
+        bytes.push(b'\n');
+        if let Err(TrySendError::Full(_)) = self.lines.try_send(bytes) {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped % DROP_LOG_EVERY == 1 {
+                warn!(
+                    dropped,
+                    "the history file's writer is behind: history lines dropped"
+                );
+            }
+        }
+    }
+}
+
+/// The writing end: the open file and how big it is.
+struct Writer {
+    path: PathBuf,
+    max_bytes: u64,
+    file: BufWriter<File>,
+    size: u64,
+}
+
+impl Writer {
+    fn open(path: PathBuf, max_bytes: u64) -> Result<Writer, HistoryFileError> {
+        let (file, size) = append(&path).map_err(|source| HistoryFileError {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Writer {
+            path,
+            max_bytes,
+            file: BufWriter::new(file),
+            size,
+        })
+    }
+
+    /// Writes every line sent, flushing whenever the queue runs dry; ends
+    /// when the sink is dropped.
+    fn run(mut self, queue: Receiver<Vec<u8>>) {
+        while let Ok(line) = queue.recv() {
+            self.line(&line);
+            while let Ok(line) = queue.try_recv() {
+                self.line(&line);
+            }
+            if let Err(e) = self.file.flush() {
+                warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: flush failed");
+            }
+        }
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let len = line.len() as u64;
+        if self.size > 0 && self.size + len > self.max_bytes {
+            if let Err(e) = self.rotate() {
+                warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
+            }
+        }
+        match self.file.write_all(line) {
+            Ok(()) => self.size += len,
+            Err(e) => {
+                warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: write failed")
+            }
+        }
+    }
+
+    /// `PATH.{KEEP-1}` to `PATH.{KEEP}` ... `PATH` to `PATH.1`, and a new `PATH`.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        self.file.flush()?;
+        for n in (1..KEEP).rev() {
+            let from = rotated(&self.path, n);
+            if from.exists() {
+                std::fs::rename(&from, rotated(&self.path, n + 1))?;
+            }
+        }
+        std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        let (file, size) = append(&self.path)?;
+        self.file = BufWriter::new(file);
+        self.size = size;
+        Ok(())
+    }
+}
+
+/// `path` opened for appending (created if missing), and its size.
+fn append(path: &Path) -> std::io::Result<(File, u64)> {
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let size = file.metadata()?.len();
+    Ok((file, size))
+}
+
+/// `PATH.n`.
+pub(crate) fn rotated(path: &Path, n: usize) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn rotates_by_size_keeping_three_and_never_splits_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut writer = Writer::open(path.clone(), 100).unwrap();
+        // 10 lines of 40 bytes: two fit in 100 bytes, so each file holds two.
+        let line = |i: usize| format!("{{\"n\":{i:02},\"pad\":\"{}\"}}\n", "x".repeat(22));
+        assert_eq!(line(0).len(), 40);
+        for i in 0..10 {
+            writer.line(line(i).as_bytes());
+        }
+        writer.file.flush().unwrap();
+        let n = |l: &String| l[5..7].parse::<usize>().unwrap();
+        let numbers = |p: &Path| lines_of(p).iter().map(n).collect::<Vec<_>>();
+        assert_eq!(numbers(&path), [8, 9]);
+        assert_eq!(numbers(&rotated(&path, 1)), [6, 7]);
+        assert_eq!(numbers(&rotated(&path, 2)), [4, 5]);
+        assert_eq!(numbers(&rotated(&path, 3)), [2, 3]);
+        assert!(!rotated(&path, 4).exists(), "only {KEEP} are kept");
+        for file in [path.clone(), rotated(&path, 1)] {
+            assert!(std::fs::metadata(&file).unwrap().len() <= 100);
+        }
+        // A restart appends, and rotates when the next line would not fit.
+        drop(writer);
+        let mut again = Writer::open(path.clone(), 100).unwrap();
+        assert_eq!(again.size, 80);
+        again.line(line(10).as_bytes());
+        again.file.flush().unwrap();
+        assert_eq!(numbers(&path), [10]);
+        assert_eq!(numbers(&rotated(&path, 1)), [8, 9]);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_gets_a_file_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let mut writer = Writer::open(path.clone(), 10).unwrap();
+        writer.line(b"{\"a\":\"0123456789\"}\n");
+        writer.line(b"{\"b\":1}\n");
+        writer.file.flush().unwrap();
+        assert_eq!(lines_of(&path), ["{\"b\":1}"]);
+        assert_eq!(lines_of(&rotated(&path, 1)), ["{\"a\":\"0123456789\"}"]);
+    }
+}
