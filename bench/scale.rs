@@ -19,13 +19,15 @@
 #[path = "../tests/support/fake_ads.rs"]
 mod fake_ads;
 
+mod cds_fixtures;
 mod gateway_process;
+
+use cds_fixtures::{clusters, endpoints, env_number};
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use envoy_types::pb::google::protobuf::Any as PbAny;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::client::legacy::Client;
@@ -37,55 +39,6 @@ const EDS: &str = ResourceType::Endpoints.type_url();
 const WITHIN: Duration = Duration::from_secs(60);
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn any(codec: &Codec, json: &str) -> PbAny {
-    let a = codec.parse_any(json.as_bytes()).expect("fixture parses");
-    PbAny {
-        type_url: a.type_url,
-        value: a.value,
-    }
-}
-
-/// `n` EDS clusters with `ads: {}` sources; from one generation to the
-/// next only cluster-0 changes (its circuit-breaker threshold).
-fn clusters(codec: &Codec, n: usize, generation: usize) -> Vec<PbAny> {
-    (0..n)
-        .map(|i| {
-            let bump = if i == 0 { generation } else { 0 };
-            any(
-                codec,
-                &format!(
-                    r#"{{"@type":"{CDS}","name":"cluster-{i}","type":"EDS","connect_timeout":"1s",
-                "eds_cluster_config":{{"eds_config":{{"ads":{{}},"resource_api_version":"V3"}}}},
-                "circuit_breakers":{{"thresholds":[{{"max_connections":{}}}]}}}}"#,
-                    1000 + i + bump
-                ),
-            )
-        })
-        .collect()
-}
-
-fn endpoints(codec: &Codec, n: usize) -> Vec<PbAny> {
-    (0..n)
-        .map(|i| {
-            any(
-                codec,
-                &format!(
-                    r#"{{"@type":"{EDS}","cluster_name":"cluster-{i}","endpoints":[{{"lb_endpoints":[
-            {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{}}}}}}}}}]}}]}}"#,
-                    10000 + i % 50000
-                ),
-            )
-        })
-        .collect()
-}
 
 /// The captured Envoy 1.40 request with node id `node`, presenting
 /// `version` for `type_url` and `names`.

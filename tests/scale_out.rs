@@ -345,25 +345,7 @@ async fn answers(admin: u16) -> BTreeMap<String, f64> {
     let (_, text) = process::http_get(admin, "/metrics")
         .await
         .unwrap_or_else(|e| panic!("replica /metrics: {e}"));
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("xds_gateway_requests_total{") else {
-            continue;
-        };
-        let status = rest
-            .split("status=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .unwrap_or("?")
-            .to_owned();
-        let value: f64 = rest
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry(status).or_default() += value;
-    }
-    out
+    process::requests_by_status(&text)
 }
 
 fn count(answers: &BTreeMap<String, f64>, status: &str) -> f64 {

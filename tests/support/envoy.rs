@@ -232,6 +232,19 @@ pub fn rest_bootstrap_with(
 ) -> String {
     let source = "{api_type: REST, transport_api_version: V3, cluster_names: [xds_cluster], \
                   refresh_delay: 0.2s}";
+    rest_bootstrap_from(node_id, admin_port, xds_port, source, xds_cluster_extra)
+}
+
+/// A bootstrap whose LDS and CDS come from `api_config_source` (a YAML flow
+/// mapping naming `xds_cluster`), the gateway on 127.0.0.1:`xds_port`.
+pub fn rest_bootstrap_from(
+    node_id: &str,
+    admin_port: u16,
+    xds_port: u16,
+    api_config_source: &str,
+    xds_cluster_extra: &str,
+) -> String {
+    let source = api_config_source;
     format!(
         r#"node:
   id: {node_id}

@@ -362,3 +362,27 @@ fn kill_group(pgid: u32) {
         .stderr(std::process::Stdio::null())
         .status();
 }
+
+/// A gateway's answers so far by status, summed over every discovery type,
+/// from its `/metrics` text (`xds_gateway_requests_total{...,status="..."}`).
+pub fn requests_by_status(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("xds_gateway_requests_total{") else {
+            continue;
+        };
+        let status = rest
+            .split("status=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or("?")
+            .to_owned();
+        let value: f64 = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(status).or_default() += value;
+    }
+    out
+}

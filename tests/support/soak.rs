@@ -42,7 +42,7 @@ use xds_gateway::xds::ResourceType;
 use crate::envoy::{self, Envoy};
 use crate::gateway::{http_request, metric_sum};
 use crate::go_peer::GoControlPlane;
-use crate::process::{free_port, http_get, LOOPBACK};
+use crate::process::{free_port, http_get, requests_by_status, LOOPBACK};
 
 const CDS: &str = ResourceType::Clusters.type_url();
 const EDS: &str = ResourceType::Endpoints.type_url();
@@ -253,35 +253,7 @@ fn bootstrap(node_id: &str, admin: u16, gateway: u16, refresh: Duration, http2: 
         refresh.as_secs_f64()
     );
     let protocol = if http2 { envoy::XDS_CLUSTER_HTTP2 } else { "" };
-    format!(
-        r#"node:
-  id: {node_id}
-  cluster: {cluster}
-admin:
-  address:
-    socket_address: {{address: 127.0.0.1, port_value: {admin}}}
-dynamic_resources:
-  lds_config:
-    resource_api_version: V3
-    api_config_source: {source}
-  cds_config:
-    resource_api_version: V3
-    api_config_source: {source}
-static_resources:
-  clusters:
-  - name: xds_cluster
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: xds_cluster
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{address: 127.0.0.1, port_value: {gateway}}}
-{protocol}"#,
-        cluster = envoy::NODE_CLUSTER,
-    )
+    envoy::rest_bootstrap_from(node_id, admin, gateway, &source, protocol)
 }
 
 /// One REST Envoy of the soak.
@@ -330,25 +302,7 @@ async fn gateway_statuses(admin: u16) -> BTreeMap<String, f64> {
     let (_, text) = http_get(admin, "/metrics")
         .await
         .unwrap_or_else(|e| panic!("soak: gateway /metrics: {e}"));
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("xds_gateway_requests_total{") else {
-            continue;
-        };
-        let status = rest
-            .split("status=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .unwrap_or("?")
-            .to_owned();
-        let value: f64 = rest
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry(status).or_default() += value;
-    }
-    out
+    requests_by_status(&text)
 }
 
 fn node(id: &str) -> Value {
