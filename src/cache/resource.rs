@@ -119,8 +119,8 @@ impl Renderer {
         self.rendered.get()
     }
 
-    /// A renderer whose body memo holds at most `bytes` (tests of eviction).
-    #[cfg(test)]
+    /// A renderer whose body memo holds at most `bytes` (tests of eviction;
+    /// none at all for the benchmarks' pipeline, `source/pipeline.rs`).
     pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Renderer {
         Renderer::with_bodies(codec, Bodies::with_capacity(bytes)).validating(true)
     }

@@ -36,6 +36,7 @@ mod file;
 mod health;
 mod namespace;
 mod node;
+pub(crate) mod pipeline;
 mod polled;
 mod probe;
 mod session;
