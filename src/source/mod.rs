@@ -22,7 +22,6 @@
 //! `tonic::Status` is classified here only, and nothing here serves HTTP.
 //! What the admin face sees of sessions is typed in [`view`].
 
-mod ads;
 mod auto;
 mod backoff;
 mod coalesce;
@@ -42,6 +41,7 @@ mod probe;
 mod session;
 mod sessions;
 mod snapshot;
+mod sotw;
 mod stream;
 mod ttl;
 mod upstream;
@@ -72,7 +72,7 @@ pub(crate) use sessions::Sessions;
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
 
 /// Sessions fed by a SotW `StreamAggregatedResources` stream each.
-pub(crate) type SotwFeeder = stream::StreamFeeder<ads::Sotw>;
+pub(crate) type SotwFeeder = stream::StreamFeeder<sotw::Sotw>;
 /// Sessions fed by a `DeltaAggregatedResources` stream each.
 pub(crate) type DeltaFeeder = stream::StreamFeeder<delta::Delta>;
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The one driver of upstream xDS streams, shared by SotW ([`super::ads`])
+//! The one driver of upstream xDS streams, shared by SotW ([`super::sotw`])
 //! and delta ([`super::delta`]), on either transport: one aggregated (ADS)
 //! stream per session, or one stream per session and type on the type's
 //! own service (`--upstream-streams per-type`), each such lane a driver of
