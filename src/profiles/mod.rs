@@ -77,18 +77,31 @@ impl NodeProfiles {
                 origin: origin.clone(),
                 reason,
             })?;
-            profiles.add(&table.name, Profile { origin, node }, codec)?;
+            profiles.add(
+                &table.name,
+                Profile { origin, node },
+                codec,
+                config.max_node_bytes,
+            )?;
         }
         if let Some(path) = &config.node_profiles {
             for (name, profile) in dir::read(path)? {
-                profiles.add(&name, profile, codec)?;
+                profiles.add(&name, profile, codec, config.max_node_bytes)?;
             }
         }
         Ok(profiles)
     }
 
-    /// Adds `profile` as `name` once it checks as a Node.
-    fn add(&mut self, name: &str, profile: Profile, codec: &Codec) -> Result<(), ProfileError> {
+    /// Adds `profile` as `name` once it checks as a Node no bigger than
+    /// `max_node_bytes` of JSON (`--max-node-bytes`: a bigger one would load,
+    /// and then every GET of it would be refused).
+    fn add(
+        &mut self,
+        name: &str,
+        profile: Profile,
+        codec: &Codec,
+        max_node_bytes: usize,
+    ) -> Result<(), ProfileError> {
         let invalid = |reason: String| ProfileError::Invalid {
             name: name.to_owned(),
             origin: profile.origin.clone(),
@@ -101,6 +114,12 @@ impl NodeProfiles {
             ));
         }
         check_node(&profile.node, codec).map_err(invalid)?;
+        let bytes = serde_json::to_vec(&profile.node).map_or(0, |json| json.len());
+        if bytes > max_node_bytes {
+            return Err(invalid(format!(
+                "the node is {bytes} bytes of JSON, over --max-node-bytes ({max_node_bytes}): every GET of it would be refused"
+            )));
+        }
         if let Some(first) = self.by_name.get(name) {
             return Err(ProfileError::Duplicate {
                 name: name.to_owned(),
@@ -137,7 +156,12 @@ impl NodeProfiles {
             };
             let origin = format!("test profile {name}");
             profiles
-                .add(name, Profile { origin, node }, codec)
+                .add(
+                    name,
+                    Profile { origin, node },
+                    codec,
+                    Config::default().max_node_bytes,
+                )
                 .unwrap_or_else(|e| panic!("{e}"));
         }
         profiles

@@ -51,6 +51,23 @@ fn every_file_form_gives_the_node_as_written() {
 }
 
 #[test]
+fn a_node_over_the_node_limit_is_refused_at_load() {
+    let big = json!({"id": "n", "metadata": {"LABELS": "x".repeat(2_000)}}).to_string();
+    let dir = dir_with(&[("big.json", &big)]);
+    let config = |max_node_bytes| Config {
+        node_profiles: Some(dir.path().to_owned()),
+        max_node_bytes,
+        ..Config::default()
+    };
+    let err = load(&config(1_024)).unwrap_err().to_string();
+    assert!(
+        err.contains("\"big\"") && err.contains("--max-node-bytes (1024)"),
+        "{err}"
+    );
+    assert!(load(&config(4_096)).is_ok());
+}
+
+#[test]
 fn a_node_that_is_not_a_node_is_refused_naming_the_file() {
     for (text, says) in [
         ("{", "not JSON"),
