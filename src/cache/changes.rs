@@ -258,35 +258,12 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Coverage;
     use crate::xds::{Codec, ResourceType};
-    use serde_json::{json, Value};
+    use serde_json::Value;
 
     fn state(renderer: &Renderer, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
-        let kind = ResourceType::Clusters;
-        let resources = clusters
-            .iter()
-            .map(|(name, timeout)| {
-                let json =
-                    json!({"@type": kind.type_url(), "name": name, "connect_timeout": timeout});
-                let any = renderer
-                    .codec()
-                    .parse_any(json.to_string().as_bytes())
-                    .unwrap();
-                let resource = renderer.resource(kind, any.value.into()).unwrap();
-                (name.to_string(), resource)
-            })
-            .collect();
-        let coverage = Coverage {
-            wildcard: true,
-            names: Default::default(),
-        };
-        Arc::new(TypeState::new(
-            kind,
-            version.into(),
-            String::new(),
-            resources,
-            coverage,
+        Arc::new(crate::cache::test_states::clusters(
+            renderer, version, "", clusters,
         ))
     }
 

@@ -14,6 +14,8 @@ mod rejection;
 mod request;
 mod resource;
 mod state;
+#[cfg(test)]
+mod test_states;
 
 pub(crate) use body::JsonBody;
 pub(crate) use changes::{History, Served};

@@ -1,32 +1,13 @@
 use super::*;
-use crate::cache::{Coverage, Renderer};
+use crate::cache::Renderer;
 use crate::xds::Codec;
-use serde_json::json;
 
 fn state(renderer: &Renderer, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
-    let kind = ResourceType::Clusters;
-    let resources = clusters
-        .iter()
-        .map(|(name, timeout)| {
-            let json = json!({"@type": kind.type_url(), "name": name, "connect_timeout": timeout});
-            let any = renderer
-                .codec()
-                .parse_any(json.to_string().as_bytes())
-                .unwrap();
-            let resource = renderer.resource(kind, any.value.into()).unwrap();
-            (name.to_string(), resource)
-        })
-        .collect();
-    let coverage = Coverage {
-        wildcard: true,
-        names: Default::default(),
-    };
-    Arc::new(TypeState::new(
-        kind,
-        version.into(),
-        format!("n{version}"),
-        resources,
-        coverage,
+    Arc::new(crate::cache::test_states::clusters(
+        renderer,
+        version,
+        &format!("n{version}"),
+        clusters,
     ))
 }
 

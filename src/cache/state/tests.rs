@@ -11,29 +11,7 @@ fn renderer() -> Renderer {
 }
 
 fn state(r: &Renderer, version: &str, clusters: &[(&str, &str)]) -> TypeState {
-    let codec = r.codec();
-    let mut resources = BTreeMap::new();
-    for (name, timeout) in clusters {
-        let json = format!(
-            r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"{name}","connect_timeout":"{timeout}"}}"#
-        );
-        let any = codec.parse_any(json.as_bytes()).unwrap();
-        let resource = r
-            .resource(ResourceType::Clusters, any.value.into())
-            .unwrap();
-        resources.insert(resource.name.clone(), resource);
-    }
-    let coverage = Coverage {
-        wildcard: true,
-        names: BTreeSet::new(),
-    };
-    TypeState::new(
-        ResourceType::Clusters,
-        version.into(),
-        "n1".into(),
-        resources,
-        coverage,
-    )
+    crate::cache::test_states::clusters(r, version, "n1", clusters)
 }
 
 fn named(names: &[&str]) -> Names {
