@@ -88,6 +88,7 @@ pub struct Metrics {
     accept_errors: Family<ListenerLabel, Counter>,
     reloads: Family<ReloadLabel, Counter>,
     runtime_tasks: Gauge,
+    history_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -237,10 +238,17 @@ impl Metrics {
             "Tokio tasks alive in the gateway's runtime (read when /metrics is scraped)",
             runtime_tasks.clone(),
         );
+        let history_bytes = Gauge::default();
+        registry.register(
+            "history_bytes",
+            "Bytes the config history holds (bounded by --history-max-bytes; read when /metrics is scraped)",
+            history_bytes.clone(),
+        );
         Metrics {
             registry,
             reloads,
             runtime_tasks,
+            history_bytes,
             connections_open,
             connections_refused,
             accept_errors,
@@ -354,6 +362,11 @@ impl Metrics {
 
     pub fn set_sessions(&self, n: usize) {
         self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_history_bytes(&self, bytes: u64) {
+        self.history_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     pub fn set_stale_sessions(&self, n: usize) {

@@ -279,6 +279,9 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     admin
         .metrics
         .set_stale_sessions(admin.source.status().stale_sessions);
+    admin
+        .metrics
+        .set_history_bytes(admin.renderer.history().held_bytes().0);
     let mut response = admin.metrics.encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

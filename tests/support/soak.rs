@@ -13,7 +13,9 @@
 //! and a sampler records the gateway's RSS, open file descriptors, threads,
 //! tokio tasks (`xds_gateway_runtime_tasks`) and open connections.
 //!
-//! [`Report::check`] is the verdict: RSS growth under 5 % after warm-up,
+//! [`Report::check`] is the verdict: RSS growth under 5 % after warm-up
+//! (in a run of half an hour or more; a shorter one catches gross leaks
+//! only, [`SHORT_RUN_RSS_GROWTH_MAX`]), the config history within its bound,
 //! file descriptors and threads back to their warm level, tasks bounded, no
 //! failed poll (`update_failure`/`update_rejected` on any Envoy), no 5xx
 //! (the gateway's `xds_gateway_requests_total`, and what the soak's own
@@ -67,8 +69,27 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
 /// The Envoys' REST `request_timeout` (their default is 1 s): see
 /// [`bootstrap`].
 const ENVOY_REQUEST_TIMEOUT: &str = "5s";
-/// Allowed RSS growth from the end of warm-up to the end.
+/// Allowed RSS growth from the end of warm-up to the end, in a run of
+/// [`FLATNESS_RUN`] or longer: the rule, judged by the hour-long
+/// `cargo bench --bench soak`.
 pub const RSS_GROWTH_MAX: f64 = 0.05;
+/// Allowed RSS growth in a shorter run, such as the test command's 3
+/// minutes. Its 90 s after warm-up cannot tell 5 % from noise: samples of
+/// one debug-build run swing by ±8 % around their median (the memos filling
+/// and emptying on their one-minute window, the allocator keeping pages),
+/// and a CI run of a leak-free build measured +10.9 % between the medians
+/// of its first and last 5 samples, then settled 14 % below the warm
+/// level. A leak of anything per request (12,000 requests in 3 minutes)
+/// still shows far above this.
+pub const SHORT_RUN_RSS_GROWTH_MAX: f64 = 0.25;
+/// From this length on a run is held to [`RSS_GROWTH_MAX`].
+pub const FLATNESS_RUN: Duration = Duration::from_secs(30 * 60);
+/// The gateway's `--history-max-bytes` in the soak. The history grows by
+/// every version of every identity (about 35 KiB/s here), up to its bound,
+/// so at the default (64 MiB) it would fill for half an hour: growth by
+/// design, not a leak. At 1 MiB it is full within the first minute of
+/// warm-up, and the soak checks in every sample that the bound holds.
+const HISTORY_MAX_BYTES: u64 = 1024 * 1024;
 /// Allowed file descriptors above the warm level once the churning clients
 /// stopped (sockets still closing).
 const FD_SLACK: i64 = 8;
@@ -134,6 +155,8 @@ pub struct Sample {
     pub watches: f64,
     pub long_polls: f64,
     pub requests: f64,
+    /// What the gateway's config history holds (`xds_gateway_history_bytes`).
+    pub history_kib: u64,
 }
 
 /// What the soak's own clients and the control plane did.
@@ -294,6 +317,7 @@ async fn sample(pid: u32, admin: u16, at: Duration) -> Sample {
         watches: metric_sum(&metrics, "xds_gateway_watches_open"),
         long_polls: metric_sum(&metrics, "xds_gateway_long_polls_held"),
         requests: metric_sum(&metrics, "xds_gateway_requests_total"),
+        history_kib: metric_sum(&metrics, "xds_gateway_history_bytes") as u64 / 1024,
     }
 }
 
@@ -618,6 +642,8 @@ pub async fn run(test: &str, envoy_bin: &Path, dir: &Path, config: SoakConfig) -
             &max_body,
             "--idle-timeout",
             IDLE_TIMEOUT,
+            "--history-max-bytes",
+            &HISTORY_MAX_BYTES.to_string(),
         ],
         false,
         dir,
@@ -724,8 +750,8 @@ pub async fn run(test: &str, envoy_bin: &Path, dir: &Path, config: SoakConfig) -
             next_sample += config.sample_every;
             let s = sample(pid, admin, at).await;
             eprintln!(
-                "{test}: {:>6.0?} rss {} KiB, fds {}, threads {}, tasks {}, connections {}, watches {}, long polls {}, requests {}",
-                s.at, s.rss_kib, s.fds, s.threads, s.tasks, s.connections, s.watches, s.long_polls, s.requests
+                "{test}: {:>6.0?} rss {} KiB, history {} KiB, fds {}, threads {}, tasks {}, connections {}, watches {}, long polls {}, requests {}",
+                s.at, s.rss_kib, s.history_kib, s.fds, s.threads, s.tasks, s.connections, s.watches, s.long_polls, s.requests
             );
             samples.push(s);
         }
@@ -818,6 +844,15 @@ impl Report {
         (warm, end)
     }
 
+    /// The RSS rule for this run's length.
+    pub fn rss_growth_max(&self) -> f64 {
+        if self.config.duration >= FLATNESS_RUN {
+            RSS_GROWTH_MAX
+        } else {
+            SHORT_RUN_RSS_GROWTH_MAX
+        }
+    }
+
     pub fn rss_growth(&self) -> f64 {
         let (warm, end) = self.rss_warm_and_end();
         end as f64 / warm.max(1) as f64 - 1.0
@@ -845,6 +880,7 @@ impl Report {
             watches: med(&|s| s.watches),
             long_polls: med(&|s| s.long_polls),
             requests: med(&|s| s.requests),
+            history_kib: med(&|s| s.history_kib as f64) as u64,
         })
     }
 
@@ -859,11 +895,24 @@ impl Report {
             ));
         }
         let growth = self.rss_growth();
-        if growth >= RSS_GROWTH_MAX {
+        let growth_max = self.rss_growth_max();
+        if growth >= growth_max {
             let (warm, end) = self.rss_warm_and_end();
             broken.push(format!(
-                "RSS grew {:.1} % after warm-up ({warm} KiB -> {end} KiB)",
-                growth * 100.0
+                "RSS grew {:.1} % after warm-up ({warm} KiB -> {end} KiB; at most {:.0} % in a run of {:?})",
+                growth * 100.0,
+                growth_max * 100.0,
+                self.config.duration
+            ));
+        }
+        if let Some(over) = self
+            .samples
+            .iter()
+            .find(|s| s.history_kib * 1024 > HISTORY_MAX_BYTES)
+        {
+            broken.push(format!(
+                "the config history held {} KiB at {:?}, over --history-max-bytes {HISTORY_MAX_BYTES}",
+                over.history_kib, over.at
             ));
         }
         if let Some(warm) = &self.warm() {
@@ -941,8 +990,11 @@ impl Report {
             self.config.restart_every.as_secs()
         );
         out += &format!(
-            "- RSS {warm} KiB after warm-up, {end} KiB at the end: {:+.2} %\n",
-            self.rss_growth() * 100.0
+            "- RSS {warm} KiB after warm-up, {end} KiB at the end: {:+.2} % (rule for this length: under {:.0} %); config history at most {} KiB of its {} KiB bound\n",
+            self.rss_growth() * 100.0,
+            self.rss_growth_max() * 100.0,
+            self.samples.iter().map(|s| s.history_kib).max().unwrap_or(0),
+            HISTORY_MAX_BYTES / 1024
         );
         if let Some(w) = self.warm() {
             out += &format!(
@@ -986,12 +1038,13 @@ impl Report {
                 None => format!("no: {:?}", self.not_converged),
             }
         );
-        out += "| t (s) | RSS (KiB) | fds | threads | tokio tasks | connections | watches | long polls held |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        out += "| t (s) | RSS (KiB) | history (KiB) | fds | threads | tokio tasks | connections | watches | long polls held |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for s in &self.samples {
             out += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 s.at.as_secs(),
                 s.rss_kib,
+                s.history_kib,
                 s.fds,
                 s.threads,
                 s.tasks,
@@ -1001,8 +1054,9 @@ impl Report {
             );
         }
         out += &format!(
-            "| settled | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| settled | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             self.settled.rss_kib,
+            self.settled.history_kib,
             self.settled.fds,
             self.settled.threads,
             self.settled.tasks,
