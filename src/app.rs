@@ -165,12 +165,11 @@ impl Prepared {
             rest_spec,
             admin_spec,
         } = self;
-        let config = Arc::new(config);
         let drain = Drain::default();
         let drain_timeout = config.drain_timeout;
         let gateway = Arc::new(
             Gateway::new(
-                config.clone(),
+                config.rest(),
                 source.clone(),
                 renderer.clone(),
                 metrics.clone(),
@@ -187,7 +186,7 @@ impl Prepared {
                 metrics.clone(),
                 gateway.clients(),
                 renderer,
-                config,
+                config.admin_views(),
             )
             .with_auth(auth)
             .with_client_trust(admin_spec.tls.clone())

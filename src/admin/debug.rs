@@ -138,8 +138,8 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
     };
     let target = host.map(|cluster_name| RestTarget {
         cluster_name,
-        refresh_delay: admin.config.refresh_delay,
-        request_timeout: admin.config.request_timeout,
+        refresh_delay: admin.config.rewrite.refresh_delay,
+        request_timeout: admin.config.rewrite.request_timeout,
     });
     let states = admin.source.states_of(node);
     if states.is_empty() {

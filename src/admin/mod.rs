@@ -49,7 +49,7 @@ mod views;
 
 use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, Renderer};
-use crate::config::Config;
+use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::source::Source;
@@ -67,7 +67,7 @@ pub(crate) struct Admin {
     clients: Arc<ClientBook>,
     /// Renders `/debug/config` as the REST side would.
     renderer: Renderer,
-    config: Arc<Config>,
+    config: AdminConfig,
     drain: Drain,
     /// The admin listener's TLS when it asks for client certificates
     /// (mTLS): certificates its CA signs open the details.
@@ -80,7 +80,7 @@ impl Admin {
         metrics: Arc<Metrics>,
         clients: Arc<ClientBook>,
         renderer: Renderer,
-        config: Arc<Config>,
+        config: AdminConfig,
     ) -> Admin {
         Admin {
             source,

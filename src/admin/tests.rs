@@ -28,7 +28,7 @@ fn admin() -> Arc<Admin> {
         metrics,
         clients,
         renderer,
-        Arc::new(config),
+        config.admin_views(),
     ))
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod fuzz;
 mod profiles;
 mod proxies;
 mod settings;
+mod slices;
 #[cfg(test)]
 mod tests;
 mod upstreams;
@@ -24,6 +25,7 @@ mod upstreams;
 pub use fields::{Config, Settings};
 pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
 pub use proxies::TrustedProxies;
+pub use slices::{AdminConfig, RestConfig, RestRewrite};
 pub use upstreams::{Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams};
 
 /// The longest `--cache-max-age`: how stale a client behind a cache may be.

@@ -38,7 +38,7 @@ use super::wait::requested_wait;
 use super::watch;
 use super::Gateway;
 use crate::cache::{Answer, ClientAddr, Names, ParsedRequest};
-use crate::config::{Config, RewritePolicy};
+use crate::config::{RestConfig, RestRewrite};
 use crate::profiles::query::presented_node;
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
@@ -152,7 +152,7 @@ async fn serve(
         kind,
         caller,
         request: &request,
-        target: rest_target(config, request.user_agent_name(), headers),
+        target: rest_target(&config.rewrite, request.user_agent_name(), headers),
         remote,
         changes: switch(query, "changes")?,
         tenant: gateway.tenant(caller),
@@ -162,7 +162,7 @@ async fn serve(
         secrets: kind == ResourceType::Secrets,
         changes: asked.changes,
         long_poll: false,
-        host_selects: rewrites(config, request.user_agent_name()),
+        host_selects: config.rewrite.applies_to(request.user_agent_name()),
     };
     if watch::requested(query)? {
         let vary = cacheability.headers(config.cache_max_age).vary;
@@ -233,7 +233,7 @@ fn check_secrets(gateway: &Gateway, kind: ResourceType) -> Result<(), ApiError> 
 }
 
 /// What one request may make the gateway hold: its names and its node.
-fn check_size(config: &Config, request: &ParsedRequest) -> Result<(), ApiError> {
+fn check_size(config: &RestConfig, request: &ParsedRequest) -> Result<(), ApiError> {
     if let Names::Named(names) = request.names() {
         if names.len() > config.max_names_per_request {
             return Err(ApiError::BadRequest(format!(
@@ -357,38 +357,30 @@ fn respond(
 
 /// Where rewritten config sources point, if this client gets them rewritten.
 /// Envoy sets `Host` to its xDS cluster name.
-fn rest_target(config: &Config, user_agent: &str, headers: &HeaderMap) -> Option<RestTarget> {
-    let rewrite = rewrites(config, user_agent);
+/// Where a rewrite applies (see [`RestRewrite::applies_to`]), `Host` then
+/// selects the body, which is why it is in `Vary` exactly there.
+fn rest_target(rewrite: &RestRewrite, user_agent: &str, headers: &HeaderMap) -> Option<RestTarget> {
     let host = headers.get(header::HOST)?.to_str().ok()?;
-    (rewrite && !host.is_empty()).then(|| RestTarget {
+    (rewrite.applies_to(user_agent) && !host.is_empty()).then(|| RestTarget {
         cluster_name: host.to_owned(),
-        refresh_delay: config.refresh_delay,
-        request_timeout: config.request_timeout,
+        refresh_delay: rewrite.refresh_delay,
+        request_timeout: rewrite.request_timeout,
     })
-}
-
-/// Whether config sources are rewritten for a client with `user_agent`,
-/// so that its `Host` selects the body (a GET carries no user agent).
-fn rewrites(config: &Config, user_agent: &str) -> bool {
-    match config.rewrite_config_sources {
-        RewritePolicy::Always => true,
-        RewritePolicy::Never => false,
-        RewritePolicy::Auto => user_agent == "envoy",
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Config, RewritePolicy};
     use axum::http::HeaderValue;
 
     #[test]
     fn rewrite_policy_and_host() {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("xds_cluster"));
-        let policy = |rewrite_config_sources| Config {
-            rewrite_config_sources,
-            ..Config::default()
+        let policy = |policy| RestRewrite {
+            policy,
+            ..Config::default().rest_rewrite()
         };
         let auto = policy(RewritePolicy::Auto);
         let target = rest_target(&auto, "envoy", &h).unwrap();
@@ -398,9 +390,5 @@ mod tests {
         assert!(rest_target(&policy(RewritePolicy::Always), "curl", &h).is_some());
         assert!(rest_target(&policy(RewritePolicy::Never), "envoy", &h).is_none());
         assert!(rest_target(&policy(RewritePolicy::Always), "envoy", &HeaderMap::new()).is_none());
-        // Host is in Vary exactly where it may select the rewrite target.
-        assert!(rewrites(&auto, "envoy") && !rewrites(&auto, ""));
-        assert!(rewrites(&policy(RewritePolicy::Always), ""));
-        assert!(!rewrites(&policy(RewritePolicy::Never), "envoy"));
     }
 }

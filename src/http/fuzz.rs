@@ -185,7 +185,7 @@ fn demo_gateway() -> Arc<Gateway> {
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
-    Arc::new(Gateway::new(Arc::new(config), source, renderer, metrics))
+    Arc::new(Gateway::new(config.rest(), source, renderer, metrics))
 }
 
 /// Sends `request`; panics unless the answer is a 200, a 304, or a 4xx

@@ -45,7 +45,7 @@ use axum::Router;
 
 use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, History, ParsedRequests, Renderer};
-use crate::config::Config;
+use crate::config::RestConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::profiles::NodeProfiles;
@@ -62,7 +62,7 @@ pub(crate) use query::Params;
 /// What every handler shares.
 #[derive(Debug)]
 pub(crate) struct Gateway {
-    config: Arc<Config>,
+    config: RestConfig,
     source: Arc<dyn Source>,
     renderer: Renderer,
     metrics: Arc<Metrics>,
@@ -96,7 +96,7 @@ pub(crate) struct Gateway {
 
 impl Gateway {
     pub(crate) fn new(
-        config: Arc<Config>,
+        config: RestConfig,
         source: Arc<dyn Source>,
         renderer: Renderer,
         metrics: Arc<Metrics>,

@@ -328,7 +328,13 @@ async fn page_of(
         .unwrap();
     let _ = source.poll(ResourceType::Clusters, &request, None).await;
     let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
-    let admin = Admin::new(source.clone(), metrics, clients, renderer, Arc::new(config));
+    let admin = Admin::new(
+        source.clone(),
+        metrics,
+        clients,
+        renderer,
+        config.admin_views(),
+    );
     let views = Views::of(&admin, 0);
     let html = render(&views);
     source.close();

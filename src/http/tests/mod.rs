@@ -52,7 +52,7 @@ fn assemble(
     metrics: Arc<Metrics>,
     config: Config,
 ) -> Arc<Gateway> {
-    Arc::new(Gateway::new(Arc::new(config), source, renderer, metrics))
+    Arc::new(Gateway::new(config.rest(), source, renderer, metrics))
 }
 
 /// One request through the router: status and body.
