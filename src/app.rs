@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,45 +156,10 @@ impl Prepared {
         admin_listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), AppError> {
-        let Prepared {
-            config,
-            metrics,
-            renderer,
-            source,
-            auth,
-            profiles,
-            rest_spec,
-            admin_spec,
-        } = self;
         let drain = Drain::default();
-        let drain_timeout = config.drain_timeout;
-        let gateway = Arc::new(
-            Gateway::new(
-                config.rest(),
-                source.clone(),
-                renderer.clone(),
-                metrics.clone(),
-            )
-            .with_auth(auth.clone())
-            .with_profiles(profiles)
-            .with_client_trust(rest_spec.tls.clone())
-            .with_admin_address(admin_listener.local_addr()?)
-            .with_drain(drain.clone()),
-        );
-        let admin_state = Arc::new(
-            Admin::new(
-                source.clone(),
-                metrics.clone(),
-                gateway.clients(),
-                renderer,
-                config.admin_views(),
-            )
-            .with_auth(auth)
-            .with_client_trust(admin_spec.tls.clone())
-            .with_drain(drain.clone()),
-        );
+        let drain_timeout = self.config.drain_timeout;
+        let (handlers, listeners) = self.split(admin_listener.local_addr()?, &drain);
         info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
-
         tokio::spawn({
             let drain = drain.clone();
             async move {
@@ -205,13 +171,96 @@ impl Prepared {
                 drain.begin();
             }
         });
-        // REST drains first; the admin listener answers (/readyz: 503) until
-        // then, and stops once the upstream streams are closed.
+        listeners
+            .run(handlers, listener, admin_listener, drain)
+            .await;
+        Ok(())
+    }
+
+    /// The two routers' states, and what runs the listeners.
+    fn split(self, admin_address: SocketAddr, drain: &Drain) -> (Handlers, Listeners) {
+        let Prepared {
+            config,
+            metrics,
+            renderer,
+            source,
+            auth,
+            profiles,
+            rest_spec,
+            admin_spec,
+        } = self;
+        let gateway = Arc::new(
+            Gateway::new(
+                config.rest(),
+                source.clone(),
+                renderer.clone(),
+                metrics.clone(),
+            )
+            .with_auth(auth.clone())
+            .with_profiles(profiles)
+            .with_client_trust(rest_spec.tls.clone())
+            .with_admin_address(admin_address)
+            .with_drain(drain.clone()),
+        );
+        let admin = Arc::new(
+            Admin::new(
+                source.clone(),
+                metrics.clone(),
+                gateway.clients(),
+                renderer,
+                config.admin_views(),
+            )
+            .with_auth(auth)
+            .with_client_trust(admin_spec.tls.clone())
+            .with_drain(drain.clone()),
+        );
+        let listeners = Listeners {
+            rest_spec,
+            admin_spec,
+            metrics,
+            source,
+        };
+        (Handlers { gateway, admin }, listeners)
+    }
+}
+
+/// The states of the REST and the admin routers.
+struct Handlers {
+    gateway: Arc<Gateway>,
+    admin: Arc<Admin>,
+}
+
+/// What the two listeners need besides their routers, and the order they
+/// stop in.
+struct Listeners {
+    rest_spec: ListenerSpec,
+    admin_spec: ListenerSpec,
+    metrics: Arc<Metrics>,
+    source: Arc<dyn Source>,
+}
+
+impl Listeners {
+    /// Serves both until `drain` starts; REST drains first, while the admin
+    /// listener still answers (`/readyz`: 503); then the source closes, then
+    /// the admin listener stops.
+    async fn run(
+        self,
+        handlers: Handlers,
+        listener: TcpListener,
+        admin_listener: TcpListener,
+        drain: Drain,
+    ) {
+        let Listeners {
+            rest_spec,
+            admin_spec,
+            metrics,
+            source,
+        } = self;
         let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         let rest = async {
             serve::serve(
                 listener,
-                http::router(gateway),
+                http::router(handlers.gateway),
                 rest_spec,
                 metrics.clone(),
                 drain.started(),
@@ -223,7 +272,7 @@ impl Prepared {
         };
         let admin = serve::serve(
             admin_listener,
-            admin::router(admin_state),
+            admin::router(handlers.admin),
             admin_spec,
             metrics.clone(),
             async {
@@ -231,14 +280,9 @@ impl Prepared {
             },
         );
         tokio::join!(rest, admin);
-        Ok(())
     }
 }
 
-/// What feeds the gateway: the snapshot without an upstream; one upstream
-/// in its configured mode (`auto` probes, then builds the source of the
-/// mode it finds with [`grpc_source`]); or, for several upstreams, a
-/// [`Federation`] of one source per upstream that owns names.
 /// What guards the listeners, started from the config: the TLS of each
 /// listener (certificates reloaded as they rotate) and the auth policy.
 struct Security {
@@ -321,6 +365,10 @@ fn admin_limits(config: &Config) -> ServeLimits {
     }
 }
 
+/// What feeds the gateway: the snapshot without an upstream; one upstream
+/// in its configured mode (`auto` probes, then builds the source of the
+/// mode it finds with [`grpc_source`]); or, for several upstreams, a
+/// [`Federation`] of one source per upstream that owns names.
 fn build_source(
     config: &Config,
     renderer: &Renderer,
