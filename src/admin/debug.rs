@@ -35,7 +35,7 @@ use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 use serde::Serialize;
 
 use super::{csds, views, Admin};
-use crate::cache::{Answer, Names};
+use crate::cache::{Answer, Names, TypeState};
 use crate::http::{ApiError, Params};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
@@ -113,34 +113,15 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         .ok_or_else(|| {
             ApiError::BadRequest("/debug/config needs ?node=ID (the node id a client sends)".into())
         })?;
-    let kinds = match params.get("type") {
-        None => None,
-        Some(list) => Some(
+    let kinds = params
+        .get("type")
+        .map(|list| {
             list.split(',')
-                .map(|name| {
-                    ResourceType::ALL
-                        .into_iter()
-                        .find(|t| t.short_name() == name.trim())
-                        .ok_or_else(|| {
-                            ApiError::BadRequest(format!(
-                                "type={name:?} is not one of {}",
-                                ResourceType::ALL.map(|t| t.short_name()).join(", ")
-                            ))
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-    };
-    let host = match params.get("rewrite").map(String::as_str) {
-        Some("none") => None,
-        Some(host) => Some(host.to_owned()),
-        None => admin.clients.rewritten_for(node),
-    };
-    let target = host.map(|cluster_name| RestTarget {
-        cluster_name,
-        refresh_delay: admin.config.rewrite.refresh_delay,
-        request_timeout: admin.config.rewrite.request_timeout,
-    });
+                .map(short_type)
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let target = rewrite_target(admin, params.get("rewrite").map(String::as_str), node);
     let states = admin.source.states_of(node);
     if states.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -149,33 +130,12 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
     }
     let mut configs = Vec::new();
     for state in states {
-        if kinds.as_ref().is_some_and(|k| !k.contains(&state.kind)) {
+        if kinds.as_ref().is_some_and(|k| !k.contains(&state.kind))
+            || (state.kind == ResourceType::Secrets && !admin.config.allow_secrets)
+        {
             continue;
         }
-        if state.kind == ResourceType::Secrets && !admin.config.allow_secrets {
-            continue;
-        }
-        let names = match only {
-            Some(name) if state.coverage.wants(name) => Names::Named([name.clone()].into()),
-            Some(_) => continue,
-            None if state.coverage.wildcard => Names::Wildcard,
-            None => Names::Named(state.coverage.names.clone()),
-        };
-        if only.is_some() && state.select(&names).next().is_none() {
-            continue;
-        }
-        let answer = state
-            .answer(&admin.renderer, &names, "", target.as_ref())
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        let Answer::Body { json, .. } = answer else {
-            continue;
-        };
-        let response: serde_json::Value = serde_json::from_slice(&json.to_bytes())
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        configs.push(TypeConfig {
-            kind: state.kind.short_name(),
-            response,
-        });
+        configs.extend(type_config(admin, &state, only, target.as_ref())?);
     }
     let view = ConfigDump {
         node_id: node.clone(),
@@ -186,6 +146,66 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         &view,
         pretty_value(params.get("pretty").map(String::as_str)),
     ))
+}
+
+/// The type a short name (`clusters`) names.
+pub(super) fn short_type(name: &str) -> Result<ResourceType, ApiError> {
+    ResourceType::ALL
+        .into_iter()
+        .find(|t| t.short_name() == name.trim())
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "type={name:?} is not one of {}",
+                ResourceType::ALL.map(|t| t.short_name()).join(", ")
+            ))
+        })
+}
+
+/// Where `/debug/config` points rewritten config sources: `?rewrite=HOST`,
+/// none for `?rewrite=none`, or else where the node's own clients had them
+/// pointed.
+fn rewrite_target(admin: &Admin, rewrite: Option<&str>, node: &str) -> Option<RestTarget> {
+    let host = match rewrite {
+        Some("none") => None,
+        Some(host) => Some(host.to_owned()),
+        None => admin.clients.rewritten_for(node),
+    };
+    host.map(|cluster_name| RestTarget {
+        cluster_name,
+        refresh_delay: admin.config.rewrite.refresh_delay,
+        request_timeout: admin.config.rewrite.request_timeout,
+    })
+}
+
+/// One type's `DiscoveryResponse` as the node's clients are served it (the
+/// names they asked for, or only `only`); `None` when it has nothing to show.
+fn type_config(
+    admin: &Admin,
+    state: &TypeState,
+    only: Option<&String>,
+    target: Option<&RestTarget>,
+) -> Result<Option<TypeConfig>, ApiError> {
+    let names = match only {
+        Some(name) if state.coverage.wants(name) => Names::Named([name.clone()].into()),
+        Some(_) => return Ok(None),
+        None if state.coverage.wildcard => Names::Wildcard,
+        None => Names::Named(state.coverage.names.clone()),
+    };
+    if only.is_some() && state.select(&names).next().is_none() {
+        return Ok(None);
+    }
+    let answer = state
+        .answer(&admin.renderer, &names, "", target)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let Answer::Body { json, .. } = answer else {
+        return Ok(None);
+    };
+    let response: serde_json::Value =
+        serde_json::from_slice(&json.to_bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Some(TypeConfig {
+        kind: state.kind.short_name(),
+        response,
+    }))
 }
 
 /// `GET /debug/client_status[?node=ID]`: the CSDS `ClientStatusResponse`

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::access::Sight;
-use super::debug::{json_response, params_of, pretty_value};
+use super::debug::{json_response, params_of, pretty_value, short_type};
 use super::{authorization, needs_token, Admin, Peer};
 use crate::cache::{covered_names, Answer, EventView, TimelineView};
 use crate::http::ApiError;
@@ -88,15 +88,7 @@ pub(super) fn required<'a>(
 /// The type a short name (`clusters`) names; refused when `sight` may not
 /// see secrets served at all.
 pub(super) fn kind_of(admin: &Admin, name: &str) -> Result<ResourceType, ApiError> {
-    let kind = ResourceType::ALL
-        .into_iter()
-        .find(|t| t.short_name() == name.trim())
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "type={name:?} is not one of {}",
-                ResourceType::ALL.map(|t| t.short_name()).join(", ")
-            ))
-        })?;
+    let kind = short_type(name)?;
     if kind == ResourceType::Secrets && !admin.config.allow_secrets {
         return Err(ApiError::Forbidden(
             "secrets are not served without --allow-secrets, so neither is their history".into(),
