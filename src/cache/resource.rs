@@ -25,7 +25,7 @@ use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 use crate::xds::{Codec, JsonError, ResourceType, Validator, Violation};
 
 /// Why a resource could not be taken.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum ResourceError {
     #[error(transparent)]
     Json(#[from] JsonError),
@@ -162,15 +162,29 @@ impl Renderer {
     /// decoded, checked against Envoy's rules and rendered now. Fails if the
     /// bytes do not decode, any nested `Any` names an unknown type, or a rule
     /// is broken. Only good resources are remembered.
+    ///
+    /// Once per content, however many sessions decode it at the same time
+    /// (a SotW push brings the same new resource to every session at once,
+    /// each on a blocking thread of its own): the first renders, the others
+    /// wait for its result (`try_get_with`).
     pub(crate) fn resource(
         &self,
         kind: ResourceType,
         payload: Bytes,
     ) -> Result<Arc<Resource>, ResourceError> {
         let digest: Digest = Sha256::digest(&payload).into();
-        if let Some(hit) = self.plain.get(&(kind, digest)) {
-            return Ok(hit);
-        }
+        self.plain
+            .try_get_with((kind, digest), || self.render(kind, digest, payload))
+            .map_err(|e| (*e).clone())
+    }
+
+    /// [`resource`](Self::resource) on a memo miss.
+    fn render(
+        &self,
+        kind: ResourceType,
+        digest: Digest,
+        payload: Bytes,
+    ) -> Result<Arc<Resource>, ResourceError> {
         let type_url = kind.type_url();
         if kind.delta_only() {
             return Err(JsonError::Decode {
@@ -185,16 +199,14 @@ impl Renderer {
         })?;
         let message = self.checked(kind, &payload, &name)?;
         let json = self.codec.render_resource(type_url, &message)?;
-        let resource = Arc::new(Resource {
+        Ok(Arc::new(Resource {
             kind,
             name,
             aliases: Vec::new(),
             digest,
             payload,
             json,
-        });
-        self.plain.insert((kind, digest), resource.clone());
-        Ok(resource)
+        }))
     }
 
     /// The rendered resource for `payload` of a delta-only `kind`, named
@@ -221,21 +233,20 @@ impl Renderer {
         }
         .encode_to_vec();
         let digest: Digest = Sha256::digest(&encoded).into();
-        if let Some(hit) = self.plain.get(&(kind, digest)) {
-            return Ok(hit);
-        }
-        self.checked(kind, &payload, &wrapper.name)?;
-        let json = self.codec.render_any(RESOURCE_WRAPPER, &encoded)?;
-        let resource = Arc::new(Resource {
-            kind,
-            name: wrapper.name,
-            aliases: wrapper.aliases,
-            digest,
-            payload,
-            json,
-        });
-        self.plain.insert((kind, digest), resource.clone());
-        Ok(resource)
+        self.plain
+            .try_get_with((kind, digest), || {
+                self.checked(kind, &payload, &wrapper.name)?;
+                let json = self.codec.render_any(RESOURCE_WRAPPER, &encoded)?;
+                Ok(Arc::new(Resource {
+                    kind,
+                    name: wrapper.name,
+                    aliases: wrapper.aliases,
+                    digest,
+                    payload,
+                    json,
+                }))
+            })
+            .map_err(|e: Arc<ResourceError>| (*e).clone())
     }
 
     /// `payload` decoded as `kind`, checked against Envoy's field rules when
@@ -349,6 +360,44 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.name, "c1");
         assert_eq!(r.rendered(), 1, "the second is a memo hit");
+    }
+
+    /// The race `tests/push_work.rs` met in CI: 50 sessions decode a
+    /// push's one new resource at the same time, each on a thread of its
+    /// own; it is rendered once, and every session holds that one render.
+    #[test]
+    fn concurrent_decodes_of_one_content_render_it_once() {
+        let codec = Codec::embedded();
+        let any = codec
+            .parse_any(br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c1","connect_timeout":"7s"}"#)
+            .unwrap();
+        let r = Renderer::new(codec);
+        let payload = Bytes::from(any.value);
+        let start = std::sync::Barrier::new(16);
+        let renders: Vec<Arc<Resource>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..16)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        r.resource(ResourceType::Clusters, payload.clone()).unwrap()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert_eq!(r.rendered(), 1, "one render for 16 decodes at once");
+        assert!(renders.iter().all(|x| Arc::ptr_eq(x, &renders[0])));
+    }
+
+    #[test]
+    fn a_bad_resource_is_an_error_every_time_and_not_remembered() {
+        let r = Renderer::new(Codec::embedded());
+        // Named "c1", then field 2 (`alt_stat_name`, a string) as a varint.
+        let garbage = Bytes::from_static(&[0x0a, 0x02, b'c', b'1', 0x10, 0x05]);
+        for _ in 0..2 {
+            assert!(r.resource(ResourceType::Clusters, garbage.clone()).is_err());
+        }
+        assert_eq!(r.rendered(), 2, "a failure is tried again, not memoised");
     }
 
     #[test]

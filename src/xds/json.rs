@@ -29,7 +29,7 @@ static EMBEDDED_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptor_set.bin"));
 
 /// Why a message could not be converted.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum JsonError {
     #[error(
         "type {type_url} is not known to this gateway (add its descriptors with --descriptor-set)"
