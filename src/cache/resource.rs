@@ -193,10 +193,12 @@ impl Renderer {
             }
             .into());
         }
-        let name = resource_name(&payload).ok_or_else(|| JsonError::Decode {
-            type_url: type_url.to_owned(),
-            reason: "resource has no name (field 1)".into(),
-        })?;
+        let name = resource_name(&payload)
+            .ok_or_else(|| JsonError::Decode {
+                type_url: type_url.to_owned(),
+                reason: "resource has no name (field 1)".into(),
+            })?
+            .to_owned();
         let message = self.checked(kind, &payload, &name)?;
         let json = self.codec.render_resource(type_url, &message)?;
         Ok(Arc::new(Resource {
@@ -298,7 +300,7 @@ impl Renderer {
 /// The resource's name: field 1 (a string) in every REST-served type
 /// (`name`, or `cluster_name` for ClusterLoadAssignment), read straight from
 /// the wire format without decoding the rest.
-pub(crate) fn resource_name(mut buf: &[u8]) -> Option<String> {
+pub(crate) fn resource_name(mut buf: &[u8]) -> Option<&str> {
     use prost::encoding::{decode_key, decode_varint, WireType};
     let mut name = None;
     while !buf.is_empty() {
@@ -314,7 +316,7 @@ pub(crate) fn resource_name(mut buf: &[u8]) -> Option<String> {
                 let (field, rest) = (buf.get(..len)?, buf.get(len..)?);
                 if tag == 1 {
                     // Last one wins, as in protobuf.
-                    name = Some(String::from_utf8(field.to_vec()).ok()?);
+                    name = Some(std::str::from_utf8(field).ok()?);
                 }
                 buf = rest;
             }
@@ -402,10 +404,7 @@ mod tests {
 
     #[test]
     fn names_from_wire_and_garbage_is_none() {
-        assert_eq!(
-            resource_name(&[0x0a, 0x01, b'x', 0x10, 0x05]).as_deref(),
-            Some("x")
-        );
+        assert_eq!(resource_name(&[0x0a, 0x01, b'x', 0x10, 0x05]), Some("x"));
         assert_eq!(resource_name(&[0x0a, 0x05, b'x']), None);
         assert_eq!(resource_name(&[0xff]), None);
         assert_eq!(resource_name(&[]), None);

@@ -10,7 +10,7 @@
 //! a REST-polling Envoy ignores `ttl` and takes a heartbeat (a wrapper
 //! without a resource) for an empty resource.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -201,7 +201,7 @@ pub(super) struct Decoded {
     /// TTLs of the resources and heartbeats that have one.
     pub(super) ttls: BTreeMap<String, Duration>,
     /// Names that only a heartbeat (a wrapper without a resource) mentions.
-    pub(super) heartbeats: Vec<String>,
+    pub(super) heartbeats: BTreeSet<String>,
     /// Resources taken from the state replaced, their bytes unchanged.
     pub(super) reused: usize,
     /// Resources decoded (looked up in the renderer's memo, or rendered).
@@ -209,6 +209,21 @@ pub(super) struct Decoded {
 }
 
 impl Decoded {
+    /// Adds a resource; a name already taken (by a resource or a
+    /// heartbeat) is a duplicate. One allocation per resource (its key).
+    fn take(&mut self, resource: Arc<Resource>) -> Result<(), Rejection> {
+        if self.heartbeats.contains(&resource.name) {
+            return Err(Rejection::Duplicate(resource.name.clone()));
+        }
+        match self.resources.entry(resource.name.clone()) {
+            btree_map::Entry::Occupied(taken) => Err(Rejection::Duplicate(taken.key().clone())),
+            btree_map::Entry::Vacant(place) => {
+                place.insert(resource);
+                Ok(())
+            }
+        }
+    }
+
     /// The resources of an answer that stands alone (a unary Fetch), where
     /// a heartbeat has nothing to refresh: an error.
     pub(super) fn standalone(self) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
@@ -227,7 +242,7 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: &Any) -> Option<Arc<
     if any.type_url != kind.type_url() || previous.resources.is_empty() {
         return None;
     }
-    let held = previous.resources.get(&resource_name(&any.value)?)?;
+    let held = previous.resources.get(resource_name(&any.value)?)?;
     (held.payload.as_ref() == any.value.as_slice()).then(|| held.clone())
 }
 
@@ -240,15 +255,10 @@ pub(super) fn decode_all(
     previous: Option<&TypeState>,
 ) -> Result<Decoded, Rejection> {
     let mut out = Decoded::default();
-    let mut seen = BTreeSet::new();
     for (index, any) in anys.into_iter().enumerate() {
         if let Some(resource) = previous.and_then(|p| unchanged(p, kind, &any)) {
             out.reused += 1;
-            let name = resource.name.clone();
-            if !seen.insert(name.clone()) {
-                return Err(Rejection::Duplicate(name));
-            }
-            out.resources.insert(name, resource);
+            out.take(resource)?;
             continue;
         }
         out.decoded += 1;
@@ -260,22 +270,22 @@ pub(super) fn decode_all(
             },
             other => other,
         })?;
-        let (name, ttl) = match entry {
+        match entry {
             Entry::Resource { resource, ttl } => {
-                let name = resource.name.clone();
-                out.resources.insert(name.clone(), resource);
-                (name, ttl)
+                if let Some(ttl) = ttl {
+                    out.ttls.insert(resource.name.clone(), ttl);
+                }
+                out.take(resource)?;
             }
             Entry::Heartbeat { name, ttl } => {
-                out.heartbeats.push(name.clone());
-                (name, ttl)
+                if out.resources.contains_key(&name) || out.heartbeats.contains(&name) {
+                    return Err(Rejection::Duplicate(name));
+                }
+                if let Some(ttl) = ttl {
+                    out.ttls.insert(name.clone(), ttl);
+                }
+                out.heartbeats.insert(name);
             }
-        };
-        if !seen.insert(name.clone()) {
-            return Err(Rejection::Duplicate(name));
-        }
-        if let Some(ttl) = ttl {
-            out.ttls.insert(name, ttl);
         }
     }
     Ok(out)
@@ -365,7 +375,7 @@ mod tests {
         );
         assert_eq!(decoded.ttls["wrapped"], Duration::from_millis(2500));
         assert_eq!(decoded.ttls["beat"], Duration::from_secs(5));
-        assert_eq!(decoded.heartbeats, ["beat"]);
+        assert_eq!(decoded.heartbeats, BTreeSet::from(["beat".to_owned()]));
         assert!(matches!(decoded.standalone(), Err(Rejection::EmptyWrapper)));
     }
 
@@ -390,9 +400,32 @@ mod tests {
             reject(vec![wrap("", None, None)]),
             Rejection::NamelessHeartbeat
         ));
+        // A name twice, whichever forms the two take.
+        for twice in [
+            vec![cluster(&c, "a"), wrap("a", None, None)],
+            vec![wrap("a", None, None), cluster(&c, "a")],
+            vec![cluster(&c, "a"), cluster(&c, "a")],
+            vec![wrap("a", None, None), wrap("a", None, None)],
+        ] {
+            assert!(matches!(reject(twice), Rejection::Duplicate(n) if n == "a"));
+        }
+        // Also when both are taken unchanged from the state replaced.
+        let held = decode_all(&r, ResourceType::Clusters, vec![cluster(&c, "a")], None).unwrap();
+        let state = TypeState::new(
+            ResourceType::Clusters,
+            "v1".into(),
+            "n1".into(),
+            held.resources,
+            Default::default(),
+        );
         assert!(matches!(
-            reject(vec![cluster(&c, "a"), wrap("a", None, None)]),
-            Rejection::Duplicate(_)
+            decode_all(
+                &r,
+                ResourceType::Clusters,
+                vec![cluster(&c, "a"), cluster(&c, "a")],
+                Some(&state)
+            ),
+            Err(Rejection::Duplicate(n)) if n == "a"
         ));
         let bytes = Any {
             type_url: RESOURCE_WRAPPER.into(),
