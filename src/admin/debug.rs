@@ -236,8 +236,8 @@ fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> 
         .codec()
         .render_prost("envoy.service.status.v3.ClientStatusResponse", &answer)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let value: serde_json::Value =
-        serde_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let value =
+        crate::xds::plain_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(json_response(
         &value,
         pretty_value(params.get("pretty").map(String::as_str)),

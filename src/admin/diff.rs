@@ -234,7 +234,7 @@ fn served(state: &TypeState) -> BTreeMap<String, Value> {
     state
         .select(&names)
         .map(|r| {
-            let json = serde_json::from_slice(&r.json).unwrap_or(Value::Null);
+            let json = crate::xds::plain_json::from_slice(&r.json).unwrap_or(Value::Null);
             (r.name.clone(), json)
         })
         .collect()

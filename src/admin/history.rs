@@ -211,5 +211,6 @@ pub(super) fn response_json(
             return Err(ApiError::Internal("a 304 for an empty version".into()))
         }
     };
-    serde_json::from_slice(&json.to_bytes()).map_err(|e| ApiError::Internal(e.to_string()))
+    crate::xds::plain_json::from_slice(&json.to_bytes())
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }

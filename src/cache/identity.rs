@@ -56,7 +56,7 @@ fn push_field(key: &mut String, field: &str) {
 /// JSON with object keys sorted (serde_json's map is ordered), so the same
 /// metadata written in another key order is the same identity.
 fn canonical(raw: Option<&RawValue>) -> String {
-    raw.and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok())
+    raw.and_then(|r| crate::xds::plain_json::from_str(r.get()).ok())
         .map(|v| v.to_string())
         .unwrap_or_default()
 }

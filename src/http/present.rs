@@ -110,7 +110,7 @@ pub(super) fn mark_stale(headers: &mut HeaderMap, since: Option<SystemTime>) {
 }
 
 fn parse(json: &[u8]) -> Result<serde_json::Value, ApiError> {
-    serde_json::from_slice(json)
+    crate::xds::plain_json::from_slice(json)
         .map_err(|e| ApiError::Internal(format!("response is not JSON: {e}")))
 }
 

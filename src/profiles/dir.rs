@@ -55,7 +55,7 @@ pub(super) fn read(path: &Path) -> Result<Vec<(String, Profile)>, ProfileError> 
 
 /// The Node a file's bytes hold (see the module for the forms).
 pub(super) fn node_of(text: &[u8]) -> Result<Map<String, Value>, String> {
-    let value: Value = serde_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
+    let value = crate::xds::plain_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(mut top) = value else {
         return Err("not a JSON object (a Node, or an object holding one as `node`)".into());
     };

@@ -115,7 +115,7 @@ fn unknown_profile(name: &str, profiles: &NodeProfiles) -> String {
 
 /// `metadata=`: a JSON object that parses as a `google.protobuf.Struct`.
 fn metadata(text: &str, codec: &Codec) -> Result<Map<String, Value>, QueryError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    let value = crate::xds::plain_json::from_str(text).map_err(|e| {
         refuse(
             "metadata",
             format!("not JSON ({e}); give a JSON object, URL-encoded, like metadata=%7B%22NAMESPACE%22%3A%22default%22%7D"),

@@ -185,7 +185,7 @@ impl Codec {
         let mut text = Vec::with_capacity(256);
         msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), &self.serialize)
             .map_err(render_error)?;
-        let mut value: serde_json::Value = serde_json::from_slice(&text).map_err(render_error)?;
+        let mut value = super::plain_json::from_slice(&text).map_err(render_error)?;
         drop_empty_any_value(&mut value);
         if let (Some(type_url), serde_json::Value::Object(map)) = (at_type, &mut value) {
             map.insert(
@@ -232,7 +232,7 @@ impl Codec {
         // which prost-reflect requires: add it before parsing (rare: only
         // when the text mentions the type at all).
         if std::str::from_utf8(json).is_ok_and(|t| t.contains(EMPTY_TYPE)) {
-            let mut value: serde_json::Value = serde_json::from_slice(json).map_err(parse_error)?;
+            let mut value = super::plain_json::from_slice(json).map_err(parse_error)?;
             add_empty_any_value(&mut value);
             return DynamicMessage::deserialize_with_options(desc, value, &options)
                 .map_err(parse_error);
@@ -369,6 +369,31 @@ mod tests {
             c.render_any(&again.type_url, &again.value).unwrap(),
             rendered
         );
+    }
+
+    /// Found by `cargo fuzz` (`json_to_proto`): a `Struct` key that is
+    /// serde_json's private raw-value token parsed, then failed to render
+    /// (a number there), or would have been replaced by the JSON its string
+    /// held. Envoy takes any key; so does the gateway, unchanged.
+    #[test]
+    fn a_struct_key_that_is_serde_jsons_private_token_renders_as_it_is() {
+        let c = codec();
+        for value in ["33.5", r#""[1,2]""#] {
+            let json = format!(
+                r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
+                   "metadata":{{"filter_metadata":{{"x":{{"$serde_json::private::RawValue":{value}}}}}}}}}"#
+            );
+            let any = c.parse_any(json.as_bytes()).unwrap();
+            let rendered = c.render_any(&any.type_url, &any.value).unwrap();
+            let text = std::str::from_utf8(&rendered).unwrap();
+            assert!(
+                text.contains(&format!(
+                    r#""filterMetadata":{{"x":{{"$serde_json::private::RawValue":{value}}}}}"#
+                )),
+                "{text}"
+            );
+            assert_eq!(c.parse_any(&rendered).unwrap(), any);
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub(crate) mod fuzz;
 mod json;
 pub(crate) mod membership;
 mod nesting;
+pub(crate) mod plain_json;
 mod request;
 mod resource_type;
 pub(crate) mod rewrite;
