@@ -246,6 +246,10 @@ mod tests {
             br#"{"node": {"locality": "eu"}}"#,
             br#"{"node": {"locality": {"region": 5}}}"#,
             br#"{"node": {"locality": {"subZone": ["a"]}}}"#,
+            // A key twice: Python's json_format (the reference) refuses it
+            // too ("duplicate key"), where prost-reflect takes the last.
+            br#"{"version_info": "a", "version_info": "b"}"#,
+            br#"{"node": {"locality": {"sub_zone": "a", "sub_zone": "b"}}}"#,
             br#"{} trailing"#,
             deep.as_bytes(),
             deep_node.as_bytes(),
