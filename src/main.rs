@@ -11,8 +11,6 @@ use xds_gateway::config::{Config, LogFormat, Settings};
 /// resource of every session it reaches, and glibc's malloc spent about a
 /// third of the gateway's CPU on it (`malloc_consolidate`, `unlink_chunk`;
 /// bench/RESULTS.md, "Issue 13").
-/// (`--features system-allocator` leaves glibc's, which heap profilers see.)
-#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
