@@ -346,19 +346,21 @@ mod tests {
         }
     }
 
+    /// A renderer, and the payload of a Cluster `c1` with `connect_timeout`.
+    fn renderer_and_cluster(connect_timeout: &str) -> (Renderer, Bytes) {
+        let codec = Codec::embedded();
+        let json = format!(
+            r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c1","connect_timeout":"{connect_timeout}"}}"#
+        );
+        let any = codec.parse_any(json.as_bytes()).unwrap();
+        (Renderer::new(codec), Bytes::from(any.value))
+    }
+
     #[test]
     fn renders_once_per_digest() {
-        let codec = Codec::embedded();
-        let any = codec
-            .parse_any(br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c1","connect_timeout":"1s"}"#)
-            .unwrap();
-        let r = Renderer::new(codec);
-        let a = r
-            .resource(ResourceType::Clusters, any.value.clone().into())
-            .unwrap();
-        let b = r
-            .resource(ResourceType::Clusters, any.value.into())
-            .unwrap();
+        let (r, payload) = renderer_and_cluster("1s");
+        let a = r.resource(ResourceType::Clusters, payload.clone()).unwrap();
+        let b = r.resource(ResourceType::Clusters, payload).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.name, "c1");
         assert_eq!(r.rendered(), 1, "the second is a memo hit");
@@ -369,12 +371,7 @@ mod tests {
     /// own; it is rendered once, and every session holds that one render.
     #[test]
     fn concurrent_decodes_of_one_content_render_it_once() {
-        let codec = Codec::embedded();
-        let any = codec
-            .parse_any(br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c1","connect_timeout":"7s"}"#)
-            .unwrap();
-        let r = Renderer::new(codec);
-        let payload = Bytes::from(any.value);
+        let (r, payload) = renderer_and_cluster("7s");
         let start = std::sync::Barrier::new(16);
         let renders: Vec<Arc<Resource>> = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..16)
