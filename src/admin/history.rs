@@ -157,19 +157,32 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
         };
         return Ok(json_response(&view, pretty));
     };
-    let held = history
+    version_view(admin, node, cluster, kind, version, &timelines)
+        .map(|view| json_response(&view, pretty))
+}
+
+/// `&version=V`: the event that published it and the response served at it.
+fn version_view(
+    admin: &Admin,
+    node: &str,
+    cluster: Option<&str>,
+    kind: ResourceType,
+    version: &str,
+    timelines: &[TimelineView],
+) -> Result<VersionView, ApiError> {
+    let held = admin
+        .renderer
+        .history()
         .version(node, cluster, kind, version)
-        .ok_or_else(|| not_held(node, kind, version, &timelines))?;
-    let response = response_json(admin, &held.state)?;
-    let view = VersionView {
-        node_id: node.clone(),
+        .ok_or_else(|| not_held(node, kind, version, timelines))?;
+    Ok(VersionView {
+        node_id: node.to_owned(),
         kind: kind.short_name(),
+        response: response_json(admin, &held.state)?,
         cluster: held.cluster,
         identity: held.identity,
         event: held.event,
-        response,
-    };
-    Ok(json_response(&view, pretty))
+    })
 }
 
 /// The 404 of a version not held, saying which are.
