@@ -194,18 +194,33 @@ fn type_config(
     if only.is_some() && state.select(&names).next().is_none() {
         return Ok(None);
     }
+    Ok(
+        answer_json(admin, state, &names, target)?.map(|response| TypeConfig {
+            kind: state.kind.short_name(),
+            response,
+        }),
+    )
+}
+
+/// The `DiscoveryResponse` a client asking `names` of `state` (with config
+/// sources pointed at `target`) is served, as JSON; `None` for a 304 (an
+/// empty version). Parsed with [`plain_json`](crate::xds::plain_json): a
+/// resource's own keys are content.
+pub(super) fn answer_json(
+    admin: &Admin,
+    state: &TypeState,
+    names: &Names,
+    target: Option<&RestTarget>,
+) -> Result<Option<serde_json::Value>, ApiError> {
     let answer = state
-        .answer(&admin.renderer, &names, "", target)
+        .answer(&admin.renderer, names, "", target)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let Answer::Body { json, .. } = answer else {
         return Ok(None);
     };
-    let response: serde_json::Value =
-        serde_json::from_slice(&json.to_bytes()).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(Some(TypeConfig {
-        kind: state.kind.short_name(),
-        response,
-    }))
+    crate::xds::plain_json::from_slice(&json.to_bytes())
+        .map(Some)
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// `GET /debug/client_status[?node=ID]`: the CSDS `ClientStatusResponse`

@@ -20,9 +20,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::access::Sight;
-use super::debug::{json_response, params_of, pretty_value, short_type};
+use super::debug::{answer_json, json_response, params_of, pretty_value, short_type};
 use super::{authorization, needs_token, Admin, Peer};
-use crate::cache::{covered_names, Answer, EventView, TimelineView};
+use crate::cache::{covered_names, EventView, TimelineView};
 use crate::http::ApiError;
 use crate::xds::ResourceType;
 
@@ -215,15 +215,6 @@ pub(super) fn response_json(
     admin: &Admin,
     state: &crate::cache::TypeState,
 ) -> Result<serde_json::Value, ApiError> {
-    let answer = state
-        .answer(&admin.renderer, &covered_names(state), "", None)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let json = match answer {
-        Answer::Body { json, .. } => json,
-        Answer::NotModified { .. } => {
-            return Err(ApiError::Internal("a 304 for an empty version".into()))
-        }
-    };
-    crate::xds::plain_json::from_slice(&json.to_bytes())
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    answer_json(admin, state, &covered_names(state), None)?
+        .ok_or_else(|| ApiError::Internal("a 304 for an empty version".into()))
 }

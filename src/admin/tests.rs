@@ -79,3 +79,39 @@ fn admin_tokens_come_as_bearer_or_as_the_basic_password() {
     assert_eq!(admin_token("Digest abc"), None);
     assert_eq!(admin_token("abc"), None);
 }
+
+/// The admin views read a served answer as JSON through `answer_json`,
+/// which takes serde_json's private raw-value key for what it is in a
+/// resource: a key (`cargo fuzz`, fuzz/README.md finding 6). With
+/// `serde_json::Value`'s own parser, `/debug/config` answered a 500 here.
+#[tokio::test]
+async fn answers_with_serde_jsons_private_key_read_as_written() {
+    use crate::cache::{Coverage, Names, TypeState};
+    use crate::xds::ResourceType;
+    let admin = admin();
+    let json = br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
+        "metadata":{"filter_metadata":{"x":{"$serde_json::private::RawValue":33.5}}}}"#;
+    let any = admin.renderer.codec().parse_any(json).unwrap();
+    let resource = admin
+        .renderer
+        .resource(ResourceType::Clusters, any.value.into())
+        .unwrap();
+    let state = TypeState::new(
+        ResourceType::Clusters,
+        "v1".into(),
+        "n1".into(),
+        [("c".to_owned(), resource)].into(),
+        Coverage {
+            wildcard: true,
+            names: Default::default(),
+        },
+    );
+    let response = super::debug::answer_json(&admin, &state, &Names::Wildcard, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        response["resources"][0]["metadata"]["filterMetadata"]["x"]
+            ["$serde_json::private::RawValue"],
+        33.5
+    );
+}
