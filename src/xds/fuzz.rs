@@ -144,54 +144,8 @@ pub(crate) fn request_readers_agree(body: &[u8]) {
 
 /// Whether an object of `body` (JSON) holds a key twice.
 fn repeats_a_key(body: &[u8]) -> bool {
-    use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
-
-    /// Any JSON value, refused when an object repeats a key.
-    struct Unique;
-    impl<'de> Deserialize<'de> for Unique {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
-            d.deserialize_any(Unique)
-        }
-    }
-    impl<'de> Visitor<'de> for Unique {
-        type Value = Unique;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_unit<E>(self) -> Result<Unique, E> {
-            Ok(Unique)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
-            while seq.next_element::<Unique>()?.is_some() {}
-            Ok(Unique)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if !seen.insert(key) {
-                    return Err(A::Error::custom("duplicate key"));
-                }
-                map.next_value::<Unique>()?;
-            }
-            Ok(Unique)
-        }
-    }
-    serde_json::from_slice::<Unique>(body).is_err_and(|e| e.to_string().contains("duplicate key"))
+    super::plain_json::from_slice_unique_keys(body)
+        .is_err_and(|e| e.to_string().contains("duplicate key"))
 }
 
 fn target() -> RestTarget {

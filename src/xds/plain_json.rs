@@ -16,8 +16,20 @@ use serde_json::{Map, Number, Value};
 
 /// `bytes` as one JSON value (and nothing after it but whitespace).
 pub fn from_slice(bytes: &[u8]) -> serde_json::Result<Value> {
+    parse::<false>(bytes)
+}
+
+/// [`from_slice`], refusing an object that holds a key twice (`duplicate
+/// key`), as Python's `json_format` does, where serde_json and prost-reflect
+/// keep the last. For the fuzz targets' properties.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn from_slice_unique_keys(bytes: &[u8]) -> serde_json::Result<Value> {
+    parse::<true>(bytes)
+}
+
+fn parse<const UNIQUE_KEYS: bool>(bytes: &[u8]) -> serde_json::Result<Value> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let Plain(value) = Plain::deserialize(&mut de)?;
+    let Plain::<UNIQUE_KEYS>(value) = Plain::deserialize(&mut de)?;
     de.end()?;
     Ok(value)
 }
@@ -28,18 +40,21 @@ pub fn from_str(text: &str) -> serde_json::Result<Value> {
 }
 
 /// A `Value` deserialized by [`PlainVisitor`].
-struct Plain(Value);
+struct Plain<const UNIQUE_KEYS: bool>(Value);
 
-impl<'de> Deserialize<'de> for Plain {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Plain, D::Error> {
-        deserializer.deserialize_any(PlainVisitor).map(Plain)
+impl<'de, const UNIQUE_KEYS: bool> Deserialize<'de> for Plain<UNIQUE_KEYS> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(PlainVisitor::<UNIQUE_KEYS>)
+            .map(Plain)
     }
 }
 
-/// What `Value`'s visitor does, less its private keys.
-struct PlainVisitor;
+/// What `Value`'s visitor does, less its private keys; with `UNIQUE_KEYS`,
+/// a key twice in one object is an error.
+struct PlainVisitor<const UNIQUE_KEYS: bool>;
 
-impl<'de> Visitor<'de> for PlainVisitor {
+impl<'de, const UNIQUE_KEYS: bool> Visitor<'de> for PlainVisitor<UNIQUE_KEYS> {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -80,12 +95,12 @@ impl<'de> Visitor<'de> for PlainVisitor {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        Plain::deserialize(deserializer).map(|Plain(v)| v)
+        Plain::<UNIQUE_KEYS>::deserialize(deserializer).map(|Plain(v)| v)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(Plain(item)) = seq.next_element()? {
+        while let Some(Plain::<UNIQUE_KEYS>(item)) = seq.next_element()? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -93,7 +108,10 @@ impl<'de> Visitor<'de> for PlainVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
-        while let Some((key, Plain(value))) = map.next_entry::<String, Plain>()? {
+        while let Some((key, Plain::<UNIQUE_KEYS>(value))) = map.next_entry()? {
+            if UNIQUE_KEYS && object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
+            }
             object.insert(key, value);
         }
         Ok(Value::Object(object))
@@ -128,6 +146,20 @@ mod tests {
         assert_eq!(v[TOKEN_KEY], "[1,2]");
         // And it serializes back as it came.
         assert_eq!(from_str(&serde_json::to_string(&v).unwrap()).unwrap(), v);
+    }
+
+    #[test]
+    fn unique_keys_refuses_a_key_twice_at_any_depth() {
+        for twice in [r#"{"a":1,"a":2}"#, r#"[{"b":{"a":1,"a":1}}]"#] {
+            let err = from_slice_unique_keys(twice.as_bytes()).unwrap_err();
+            assert!(err.to_string().contains("duplicate key `a`"), "{err}");
+            assert!(from_slice(twice.as_bytes()).is_ok(), "the last one wins");
+        }
+        let once = br#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#;
+        assert_eq!(
+            from_slice_unique_keys(once).unwrap(),
+            from_slice(once).unwrap()
+        );
     }
 
     #[test]
