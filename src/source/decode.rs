@@ -209,19 +209,35 @@ pub(super) struct Decoded {
 }
 
 impl Decoded {
-    /// Adds a resource; a name already taken (by a resource or a
-    /// heartbeat) is a duplicate. One allocation per resource (its key).
-    fn take(&mut self, resource: Arc<Resource>) -> Result<(), Rejection> {
+    /// Adds a resource (and its TTL); a name already taken (by a resource
+    /// or a heartbeat) is a duplicate. One allocation per resource without
+    /// a TTL (its key).
+    fn take(&mut self, resource: Arc<Resource>, ttl: Option<Duration>) -> Result<(), Rejection> {
         if self.heartbeats.contains(&resource.name) {
             return Err(Rejection::Duplicate(resource.name.clone()));
         }
         match self.resources.entry(resource.name.clone()) {
             btree_map::Entry::Occupied(taken) => Err(Rejection::Duplicate(taken.key().clone())),
             btree_map::Entry::Vacant(place) => {
+                if let Some(ttl) = ttl {
+                    self.ttls.insert(resource.name.clone(), ttl);
+                }
                 place.insert(resource);
                 Ok(())
             }
         }
+    }
+
+    /// Adds a heartbeat (and its TTL), under the same rule.
+    fn take_heartbeat(&mut self, name: String, ttl: Option<Duration>) -> Result<(), Rejection> {
+        if self.resources.contains_key(&name) || self.heartbeats.contains(&name) {
+            return Err(Rejection::Duplicate(name));
+        }
+        if let Some(ttl) = ttl {
+            self.ttls.insert(name.clone(), ttl);
+        }
+        self.heartbeats.insert(name);
+        Ok(())
     }
 
     /// The resources of an answer that stands alone (a unary Fetch), where
@@ -258,7 +274,7 @@ pub(super) fn decode_all(
     for (index, any) in anys.into_iter().enumerate() {
         if let Some(resource) = previous.and_then(|p| unchanged(p, kind, &any)) {
             out.reused += 1;
-            out.take(resource)?;
+            out.take(resource, None)?;
             continue;
         }
         out.decoded += 1;
@@ -271,21 +287,8 @@ pub(super) fn decode_all(
             other => other,
         })?;
         match entry {
-            Entry::Resource { resource, ttl } => {
-                if let Some(ttl) = ttl {
-                    out.ttls.insert(resource.name.clone(), ttl);
-                }
-                out.take(resource)?;
-            }
-            Entry::Heartbeat { name, ttl } => {
-                if out.resources.contains_key(&name) || out.heartbeats.contains(&name) {
-                    return Err(Rejection::Duplicate(name));
-                }
-                if let Some(ttl) = ttl {
-                    out.ttls.insert(name.clone(), ttl);
-                }
-                out.heartbeats.insert(name);
-            }
+            Entry::Resource { resource, ttl } => out.take(resource, ttl)?,
+            Entry::Heartbeat { name, ttl } => out.take_heartbeat(name, ttl)?,
         }
     }
     Ok(out)
