@@ -349,11 +349,8 @@ mod tests {
     /// A renderer, and the payload of a Cluster `c1` with `connect_timeout`.
     fn renderer_and_cluster(connect_timeout: &str) -> (Renderer, Bytes) {
         let codec = Codec::embedded();
-        let json = format!(
-            r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c1","connect_timeout":"{connect_timeout}"}}"#
-        );
-        let any = codec.parse_any(json.as_bytes()).unwrap();
-        (Renderer::new(codec), Bytes::from(any.value))
+        let payload = crate::cache::test_states::cluster_payload(&codec, "c1", connect_timeout);
+        (Renderer::new(codec), payload)
     }
 
     #[test]

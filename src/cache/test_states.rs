@@ -3,10 +3,19 @@
 
 use std::collections::BTreeSet;
 
+use bytes::Bytes;
 use serde_json::json;
 
 use super::{Coverage, Renderer, TypeState};
-use crate::xds::ResourceType;
+use crate::xds::{Codec, ResourceType};
+
+/// The protobuf bytes of a Cluster `name` with `connect_timeout`.
+pub(crate) fn cluster_payload(codec: &Codec, name: &str, connect_timeout: &str) -> Bytes {
+    let kind = ResourceType::Clusters;
+    let json = json!({"@type": kind.type_url(), "name": name, "connect_timeout": connect_timeout});
+    let any = codec.parse_any(json.to_string().as_bytes()).unwrap();
+    Bytes::from(any.value)
+}
 
 /// A wildcard-covered state at `version` (with `nonce`) of one Cluster per
 /// `(name, connect_timeout)`.
@@ -20,12 +29,8 @@ pub(crate) fn clusters(
     let resources = clusters
         .iter()
         .map(|(name, timeout)| {
-            let json = json!({"@type": kind.type_url(), "name": name, "connect_timeout": timeout});
-            let any = renderer
-                .codec()
-                .parse_any(json.to_string().as_bytes())
-                .unwrap();
-            let resource = renderer.resource(kind, any.value.into()).unwrap();
+            let payload = cluster_payload(renderer.codec(), name, timeout);
+            let resource = renderer.resource(kind, payload).unwrap();
             (name.to_string(), resource)
         })
         .collect();
