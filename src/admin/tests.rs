@@ -100,7 +100,7 @@ async fn answers_with_serde_jsons_private_key_read_as_written() {
         ResourceType::Clusters,
         "v1".into(),
         "n1".into(),
-        [("c".to_owned(), resource)].into(),
+        crate::cache::ResourceMap::from([("c".to_owned(), resource)]),
         Coverage {
             wildcard: true,
             names: Default::default(),

@@ -90,9 +90,9 @@ enum Happened {
         state: Arc<TypeState>,
         /// The event it was compared with (`None`: the first held).
         since: Option<u64>,
-        added: Vec<String>,
-        modified: Vec<String>,
-        removed: Vec<String>,
+        /// What changed since then (shared by the events of every session
+        /// taken from the same set to the same set).
+        changes: Arc<Changes>,
     },
     /// The gateway NACKed an upstream response.
     Nack {
@@ -152,11 +152,52 @@ impl Event {
     }
 }
 
-/// One resource kept alive by held versions, and by how many.
-#[derive(Debug)]
-struct HeldResource {
-    count: usize,
-    bytes: u64,
+/// Changes between two sets worked out lately are kept, by (old set, new
+/// set): a SotW push takes every session from one shared set to the next,
+/// and the comparison walks every resource.
+const CHANGES_KEPT: usize = 8;
+
+/// Added, modified and removed names, each sorted.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Changes {
+    pub(crate) added: Vec<String>,
+    pub(crate) modified: Vec<String>,
+    pub(crate) removed: Vec<String>,
+}
+
+/// Things several events hold at once (resources, sets of them, lists of
+/// changes), each weighed once: by key, how many hold it and its bytes.
+#[derive(Debug, Default)]
+struct Shares(HashMap<usize, (usize, u64)>);
+
+impl Shares {
+    /// Counts `key` as held once more; its bytes (`weigh`) when it was not
+    /// held before, else 0.
+    fn hold(&mut self, key: usize, weigh: impl FnOnce() -> u64) -> u64 {
+        let mut added = 0;
+        let held = self.0.entry(key).or_insert_with(|| {
+            added = weigh();
+            (0, added)
+        });
+        held.0 += 1;
+        added
+    }
+
+    /// Counts `key` as held once less; its bytes when nothing holds it any
+    /// more (`None` otherwise).
+    fn release(&mut self, key: usize) -> Option<u64> {
+        let held = self.0.get_mut(&key)?;
+        held.0 -= 1;
+        if held.0 > 0 {
+            return None;
+        }
+        self.0.remove(&key).map(|(_, bytes)| bytes)
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -165,44 +206,75 @@ struct Store {
     /// Every held event's timeline, oldest first (sequence numbers rise).
     order: VecDeque<(u64, TimelineKey)>,
     /// Resources held, by address (unique while the store holds an `Arc`).
-    resources: HashMap<usize, HeldResource>,
+    resources: Shares,
+    /// Sets of resources held, by address.
+    sets: Shares,
+    /// Lists of changes held, by address.
+    changes: Shares,
+    /// The latest [`changes`] worked out, by (old set id, new set id).
+    recent_changes: VecDeque<((u64, u64), Arc<Changes>)>,
     bytes: u64,
     next_seq: u64,
 }
 
 impl Store {
-    /// Counts `state`'s resources as held once more; returns the bytes that
-    /// adds (those held already add nothing).
-    fn hold(&mut self, state: &TypeState) -> u64 {
-        let mut added = 0;
-        for resource in state.resources.values() {
-            let held = self
-                .resources
-                .entry(Arc::as_ptr(resource) as usize)
-                .or_insert_with(|| {
-                    let bytes = resource_bytes(resource);
-                    added += bytes;
-                    HeldResource { count: 0, bytes }
-                });
-            held.count += 1;
+    /// Counts what a version event holds (its state's set of resources,
+    /// and the list of changes) as held once more; returns the bytes that
+    /// adds: those of what no other event holds yet (a new set: its map of
+    /// names and the resources no other set holds).
+    fn hold(&mut self, state: &TypeState, changes: &Arc<Changes>) -> u64 {
+        let mut added = self
+            .changes
+            .hold(Arc::as_ptr(changes) as usize, || changes_bytes(changes));
+        let set = &state.resources;
+        let mut new_set = false;
+        added += self.sets.hold(Arc::as_ptr(set) as usize, || {
+            new_set = true;
+            map_bytes(set.map())
+        });
+        if new_set {
+            for resource in set.values() {
+                added += self
+                    .resources
+                    .hold(Arc::as_ptr(resource) as usize, || resource_bytes(resource));
+            }
         }
         added
     }
 
     /// The reverse of [`hold`](Self::hold): the bytes freed.
-    fn release(&mut self, state: &TypeState) -> u64 {
-        let mut freed = 0;
-        for resource in state.resources.values() {
-            let key = Arc::as_ptr(resource) as usize;
-            if let Some(held) = self.resources.get_mut(&key) {
-                held.count -= 1;
-                if held.count == 0 {
-                    freed += held.bytes;
-                    self.resources.remove(&key);
-                }
+    fn release(&mut self, state: &TypeState, changes: &Arc<Changes>) -> u64 {
+        let mut freed = self
+            .changes
+            .release(Arc::as_ptr(changes) as usize)
+            .unwrap_or(0);
+        let set = &state.resources;
+        if let Some(bytes) = self.sets.release(Arc::as_ptr(set) as usize) {
+            freed += bytes;
+            for resource in set.values() {
+                freed += self
+                    .resources
+                    .release(Arc::as_ptr(resource) as usize)
+                    .unwrap_or(0);
             }
         }
         freed
+    }
+
+    /// The changes from the set `ids.0` to the set `ids.1` if they were
+    /// worked out lately.
+    fn recent_changes(&self, ids: (u64, u64)) -> Option<Arc<Changes>> {
+        self.recent_changes
+            .iter()
+            .find(|(k, _)| *k == ids)
+            .map(|(_, c)| c.clone())
+    }
+
+    fn remember_changes(&mut self, ids: (u64, u64), changes: Arc<Changes>) {
+        if self.recent_changes.len() >= CHANGES_KEPT {
+            self.recent_changes.pop_front();
+        }
+        self.recent_changes.push_back((ids, changes));
     }
 
     /// Adds an event to `key`'s timeline (evicting the oldest past `max`);
@@ -235,12 +307,12 @@ impl Store {
         let view = view.then(|| event_view(timeline, &event));
         timeline.events.push_back(event);
         if let Some(Event {
-            happened: Happened::Version { state, .. },
+            happened: Happened::Version { state, changes, .. },
             ..
         }) = timeline.events.back()
         {
-            let state = state.clone();
-            bytes += self.hold(&state);
+            let (state, changes) = (state.clone(), changes.clone());
+            bytes += self.hold(&state, &changes);
         }
         self.order.push_back((seq, key));
         self.bytes += bytes;
@@ -272,8 +344,8 @@ impl Store {
             freed += TIMELINE_OVERHEAD + (timeline.node_id.len() + timeline.cluster.len()) as u64;
             self.timelines.remove(&key);
         }
-        if let Happened::Version { state, .. } = &event.happened {
-            freed += self.release(state);
+        if let Happened::Version { state, changes, .. } = &event.happened {
+            freed += self.release(state, changes);
         }
         self.bytes = self.bytes.saturating_sub(freed);
         true
@@ -289,27 +361,26 @@ fn resource_bytes(resource: &Resource) -> u64 {
         + RESOURCE_OVERHEAD
 }
 
-/// What an event's own strings and a version's map of names weigh.
+/// What a set's map of names weighs.
+fn map_bytes(map: &super::ResourceMap) -> u64 {
+    map.keys().map(|n| n.len() as u64 + NAME_OVERHEAD).sum()
+}
+
+/// What a list of changes weighs.
+fn changes_bytes(changes: &Changes) -> u64 {
+    [&changes.added, &changes.modified, &changes.removed]
+        .into_iter()
+        .flatten()
+        .map(|n| n.len() as u64 + NAME_OVERHEAD)
+        .sum::<u64>()
+        + 3 * 24
+}
+
+/// What an event's own strings weigh (what it shares with other events is
+/// weighed once, by [`Store::hold`]).
 fn happened_bytes(happened: &Happened) -> u64 {
-    let names = |list: &[String]| {
-        list.iter()
-            .map(|n| n.len() as u64 + NAME_OVERHEAD)
-            .sum::<u64>()
-    };
     match happened {
-        Happened::Version {
-            gateway_version: _,
-            state,
-            since: _,
-            added,
-            modified,
-            removed,
-        } => {
-            let map: u64 = state
-                .resources
-                .keys()
-                .map(|n| n.len() as u64 + NAME_OVERHEAD)
-                .sum();
+        Happened::Version { state, .. } => {
             let coverage: u64 = state
                 .coverage
                 .names
@@ -318,12 +389,7 @@ fn happened_bytes(happened: &Happened) -> u64 {
                 .sum();
             // The gateway version, once worked out, is the upstream's, `~`
             // and 12 hex digits.
-            (2 * state.version.len() + 13 + state.nonce.len()) as u64
-                + map
-                + coverage
-                + names(added)
-                + names(modified)
-                + names(removed)
+            (2 * state.version.len() + 13 + state.nonce.len()) as u64 + coverage
         }
         Happened::Nack {
             upstream_version,
@@ -344,12 +410,12 @@ pub(crate) fn covered_names(state: &TypeState) -> Names {
 }
 
 /// Added, modified and removed names from `old` to `new`, each sorted.
-fn changes(old: Option<&TypeState>, new: &TypeState) -> (Vec<String>, Vec<String>, Vec<String>) {
+fn changes(old: Option<&TypeState>, new: &TypeState) -> Changes {
     let empty = BTreeMap::new();
-    let before = old.map_or(&empty, |s| &s.resources);
+    let before = old.map_or(&empty, |s| s.resources.map());
     let mut added = Vec::new();
     let mut modified = Vec::new();
-    for (name, resource) in &new.resources {
+    for (name, resource) in new.resources.iter() {
         match before.get(name) {
             None => added.push(name.clone()),
             Some(was) if was.digest != resource.digest => modified.push(name.clone()),
@@ -361,7 +427,11 @@ fn changes(old: Option<&TypeState>, new: &TypeState) -> (Vec<String>, Vec<String
         .filter(|name| !new.resources.contains_key(*name))
         .cloned()
         .collect();
-    (added, modified, removed)
+    Changes {
+        added,
+        modified,
+        removed,
+    }
 }
 
 /// One event, with whose it is: what a [`HistorySink`] is given.
@@ -569,21 +639,34 @@ impl Recorder {
         let key = (self.identity, state.kind);
         // The comparison runs outside the store's lock (it walks every
         // resource); a session publishes one type's states one at a time.
-        let previous = self
-            .history
-            .lock()
-            .timelines
-            .get(&key)
-            .and_then(Timeline::newest_version)
-            .map(|(seq, s)| (seq, s.clone()));
-        let (added, modified, removed) = changes(previous.as_ref().map(|(_, s)| &**s), state);
+        // Sessions taken from one shared set to the same next one share
+        // the comparison (set ids start at 1: 0 is "no previous set").
+        let (previous, recent) = {
+            let store = self.history.lock();
+            let previous = store
+                .timelines
+                .get(&key)
+                .and_then(Timeline::newest_version)
+                .map(|(seq, s)| (seq, s.clone()));
+            let from = previous.as_ref().map_or(0, |(_, s)| s.resources.id());
+            let ids = (from, state.resources.id());
+            (previous, (ids, store.recent_changes(ids)))
+        };
+        let changes = match recent {
+            (_, Some(known)) => known,
+            (ids, None) => {
+                let worked_out = Arc::new(changes(previous.as_ref().map(|(_, s)| &**s), state));
+                self.history
+                    .lock()
+                    .remember_changes(ids, worked_out.clone());
+                worked_out
+            }
+        };
         let happened = Happened::Version {
             gateway_version: OnceLock::new(),
             state: state.clone(),
             since: previous.map(|(seq, _)| seq),
-            added,
-            modified,
-            removed,
+            changes,
         };
         let view = self.history.lock().push(
             key,
@@ -709,9 +792,7 @@ fn event_view(timeline: &Timeline, event: &Event) -> EventView {
         Happened::Version {
             state,
             since,
-            added,
-            modified,
-            removed,
+            changes,
             ..
         } => EventView {
             seq: event.seq,
@@ -724,9 +805,9 @@ fn event_view(timeline: &Timeline, event: &Event) -> EventView {
                 .and_then(|seq| timeline.version_of(seq))
                 .map(str::to_owned),
             resources: Some(state.resources.len()),
-            added: Some(added.clone()),
-            modified: Some(modified.clone()),
-            removed: Some(removed.clone()),
+            added: Some(changes.added.clone()),
+            modified: Some(changes.modified.clone()),
+            removed: Some(changes.removed.clone()),
             error_detail: None,
         },
         Happened::Nack {

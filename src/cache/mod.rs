@@ -13,6 +13,7 @@ mod node_json;
 mod rejection;
 mod request;
 mod resource;
+mod resource_set;
 mod state;
 #[cfg(test)]
 mod test_states;
@@ -33,4 +34,5 @@ pub(crate) use request::{ParsedRequest, ParsedRequests};
 pub(crate) use resource::{
     resource_name, Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
+pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

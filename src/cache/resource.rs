@@ -20,6 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
 use super::config_history::ConfigHistory;
+use super::resource_set::SharedAnswers;
 use super::state::Bodies;
 use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 use crate::xds::{Codec, JsonError, ResourceType, Validator, Violation};
@@ -82,6 +83,9 @@ pub(crate) struct Renderer {
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
     rewritten: Cache<(Digest, RestTarget), Bytes>,
     bodies: Bodies,
+    /// The sets upstream answers decoded to, shared by the sessions that
+    /// receive the same answer.
+    answers: SharedAnswers,
     history: ConfigHistory,
     /// Envoy's field rules, checked on every new resource (`--validate`).
     validator: Option<Arc<Validator>>,
@@ -131,6 +135,7 @@ impl Renderer {
             plain: Cache::new(RENDER_MEMO_ENTRIES),
             rewritten: Cache::new(RENDER_MEMO_ENTRIES),
             bodies,
+            answers: SharedAnswers::default(),
             history: ConfigHistory::default(),
             validator: None,
             rendered: Counter::default(),
@@ -151,6 +156,11 @@ impl Renderer {
 
     pub(crate) fn codec(&self) -> &Codec {
         &self.codec
+    }
+
+    /// The sets upstream answers decoded to ([`SharedAnswers`]).
+    pub(crate) fn answers(&self) -> &SharedAnswers {
+        &self.answers
     }
 
     /// The memo of assembled bodies.

@@ -25,7 +25,7 @@
 //! node identity holding the same resources shares one; nothing else here
 //! mutates, so a bad request cannot poison what others are served.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -35,6 +35,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::body::JsonBody;
 use super::resource::{Renderer, Resource};
+use super::resource_set::{IntoResourceSet, ResourceSet};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{membership, xdstp, JsonError, ResourceType};
 
@@ -179,7 +180,8 @@ pub(crate) struct TypeState {
     /// The upstream's version.
     pub(crate) version: String,
     pub(crate) nonce: String,
-    pub(crate) resources: BTreeMap<String, Arc<Resource>>,
+    /// Shared by every state holding the same resources.
+    pub(crate) resources: Arc<ResourceSet>,
     pub(crate) coverage: Coverage,
     id: u64,
 }
@@ -333,14 +335,14 @@ impl TypeState {
         kind: ResourceType,
         version: String,
         nonce: String,
-        resources: BTreeMap<String, Arc<Resource>>,
+        resources: impl IntoResourceSet,
         coverage: Coverage,
     ) -> TypeState {
         TypeState {
             kind,
             version,
             nonce,
-            resources,
+            resources: resources.into_set(),
             coverage,
             id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
         }
@@ -378,7 +380,7 @@ impl TypeState {
                 });
             }
         }
-        let selection = self.selection(names, target);
+        let selection = self.selection(names, &digest, target);
         let version = self.version_of(&selection);
         if same_selection(presented, &version) {
             // Not memoised (another replica, or evicted): still a 304.
@@ -410,7 +412,7 @@ impl TypeState {
     /// `target` is answered (see the module docs): what the config history
     /// and `/debug/diff` show a version as.
     pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
-        self.version_of(&self.selection(names, target))
+        self.version_of(&self.selection(names, &names_digest(names), target))
     }
 
     /// The served version of a selection digest.
@@ -424,7 +426,24 @@ impl TypeState {
     /// answered: the names, the target, and the name and content digest of
     /// every resource selected. Its first [`DIGEST_HEX`] hex digits are the
     /// served version's digest; all of it keys the shared resources piece.
-    fn selection(&self, names: &Names, target: Option<&RestTarget>) -> [u8; 32] {
+    /// Worked out once per (set of resources, names, target) when it walks
+    /// many resources: every identity's state after a SotW push holds the
+    /// same set, and its wildcard CDS poll the same selection.
+    fn selection(
+        &self,
+        names: &Names,
+        names_digest: &[u8; 32],
+        target: Option<&RestTarget>,
+    ) -> [u8; 32] {
+        self.resources
+            .selection(self.kind, names_digest, target, || {
+                self.work_out_selection(names, target)
+            })
+    }
+
+    /// [`selection`](Self::selection), worked out; with how many resources
+    /// it walked.
+    fn work_out_selection(&self, names: &Names, target: Option<&RestTarget>) -> ([u8; 32], usize) {
         let mut hasher = Sha256::new();
         let mut put = |bytes: &[u8]| {
             hasher.update((bytes.len() as u64).to_be_bytes());
@@ -448,11 +467,13 @@ impl TypeState {
                 put(&t.request_timeout.as_nanos().to_be_bytes());
             }
         }
+        let mut walked = 0;
         for resource in self.select(names) {
             put(resource.name.as_bytes());
             put(&resource.digest);
+            walked += 1;
         }
-        hasher.finalize().into()
+        (hasher.finalize().into(), walked)
     }
 
     /// The resources a request for `names` gets, in name order: the named

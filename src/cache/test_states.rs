@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use serde_json::json;
 
-use super::{Coverage, Renderer, TypeState};
+use super::{Coverage, Renderer, ResourceMap, TypeState};
 use crate::xds::{Codec, ResourceType};
 
 /// The protobuf bytes of a Cluster `name` with `connect_timeout`.
@@ -26,7 +26,7 @@ pub(crate) fn clusters(
     clusters: &[(&str, &str)],
 ) -> TypeState {
     let kind = ResourceType::Clusters;
-    let resources = clusters
+    let resources: ResourceMap = clusters
         .iter()
         .map(|(name, timeout)| {
             let payload = cluster_payload(renderer.codec(), name, timeout);

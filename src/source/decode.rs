@@ -20,13 +20,14 @@ use prost::Message;
 
 use super::SourceError;
 use crate::cache::{
-    resource_name, Renderer, Resource, ResourceError, TypeState, WrapperName, RESOURCE_WRAPPER,
+    resource_name, IntoResourceSet, Renderer, Resource, ResourceError, ResourceMap, ResourceSet,
+    Taken, TypeState, WrapperName, RESOURCE_WRAPPER,
 };
 use crate::xds::ResourceType;
 
 /// Why an upstream response was rejected: the message of the NACK's
 /// `error_detail` (and of the log line).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub(super) enum Rejection {
     #[error("bad Resource wrapper: {0}")]
     BadWrapper(prost::DecodeError),
@@ -195,20 +196,43 @@ fn payload_of(kind: ResourceType, any: Any) -> Result<bytes::Bytes, Rejection> {
 }
 
 /// What a SotW response holds, decoded.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Decoded {
-    pub(super) resources: BTreeMap<String, Arc<Resource>>,
+    /// Shared with every session whose answer held the same resources.
+    pub(super) resources: Arc<ResourceSet>,
     /// TTLs of the resources and heartbeats that have one.
     pub(super) ttls: BTreeMap<String, Duration>,
     /// Names that only a heartbeat (a wrapper without a resource) mentions.
     pub(super) heartbeats: BTreeSet<String>,
-    /// Resources taken from the state replaced, their bytes unchanged.
+    /// Resources taken from the state replaced, their bytes unchanged, or
+    /// from the set another session decoded the same answer to.
     pub(super) reused: usize,
     /// Resources decoded (looked up in the renderer's memo, or rendered).
     pub(super) decoded: usize,
 }
 
 impl Decoded {
+    /// The resources of an answer that stands alone (a unary Fetch), where
+    /// a heartbeat has nothing to refresh: an error.
+    pub(super) fn standalone(self) -> Result<Arc<ResourceSet>, Rejection> {
+        match self.heartbeats.into_iter().next() {
+            Some(_) => Err(Rejection::EmptyWrapper),
+            None => Ok(self.resources),
+        }
+    }
+}
+
+/// A response's elements as they are taken, one by one.
+#[derive(Debug, Default)]
+struct Taking {
+    resources: ResourceMap,
+    ttls: BTreeMap<String, Duration>,
+    heartbeats: BTreeSet<String>,
+    reused: usize,
+    decoded: usize,
+}
+
+impl Taking {
     /// Adds a resource (and its TTL); a name already taken (by a resource
     /// or a heartbeat) is a duplicate. One allocation per resource without
     /// a TTL (its key).
@@ -240,12 +264,46 @@ impl Decoded {
         Ok(())
     }
 
-    /// The resources of an answer that stands alone (a unary Fetch), where
-    /// a heartbeat has nothing to refresh: an error.
-    pub(super) fn standalone(self) -> Result<BTreeMap<String, Arc<Resource>>, Rejection> {
-        match self.heartbeats.into_iter().next() {
-            Some(_) => Err(Rejection::EmptyWrapper),
-            None => Ok(self.resources),
+    /// Every element of `anys`, taking from `previous` (the state the
+    /// answer replaces) what it repeats unchanged; the first failure fails
+    /// them all.
+    fn all(
+        renderer: &Renderer,
+        kind: ResourceType,
+        anys: &[Any],
+        previous: Option<&TypeState>,
+    ) -> Result<Taking, Rejection> {
+        let mut out = Taking::default();
+        for (index, any) in anys.iter().enumerate() {
+            if let Some(resource) = previous.and_then(|p| unchanged(p, kind, any)) {
+                out.reused += 1;
+                out.take(resource, None)?;
+                continue;
+            }
+            out.decoded += 1;
+            let entry = decode_entry(renderer, kind, any.clone()).map_err(|e| match e {
+                Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
+                    index,
+                    wrapper,
+                    inner,
+                },
+                other => other,
+            })?;
+            match entry {
+                Entry::Resource { resource, ttl } => out.take(resource, ttl)?,
+                Entry::Heartbeat { name, ttl } => out.take_heartbeat(name, ttl)?,
+            }
+        }
+        Ok(out)
+    }
+
+    fn done(self, resources: Arc<ResourceSet>) -> Decoded {
+        Decoded {
+            resources,
+            ttls: self.ttls,
+            heartbeats: self.heartbeats,
+            reused: self.reused,
+            decoded: self.decoded,
         }
     }
 }
@@ -264,34 +322,43 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: &Any) -> Option<Arc<
 
 /// Decodes every element, taking from `previous` (the state the answer
 /// replaces) what it repeats unchanged; the first failure fails them all.
+///
+/// An answer of plain resources (no wrappers: no TTLs, no heartbeats) that
+/// another session took before, byte for byte in any order, is not decoded
+/// again: its set is shared (`cache/resource_set.rs`).
 pub(super) fn decode_all(
     renderer: &Renderer,
     kind: ResourceType,
     anys: Vec<Any>,
     previous: Option<&TypeState>,
 ) -> Result<Decoded, Rejection> {
-    let mut out = Decoded::default();
-    for (index, any) in anys.into_iter().enumerate() {
-        if let Some(resource) = previous.and_then(|p| unchanged(p, kind, &any)) {
-            out.reused += 1;
-            out.take(resource, None)?;
-            continue;
-        }
-        out.decoded += 1;
-        let entry = decode_entry(renderer, kind, any).map_err(|e| match e {
-            Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
-                index,
-                wrapper,
-                inner,
-            },
-            other => other,
-        })?;
-        match entry {
-            Entry::Resource { resource, ttl } => out.take(resource, ttl)?,
-            Entry::Heartbeat { name, ttl } => out.take_heartbeat(name, ttl)?,
-        }
+    let plain = !anys.is_empty() && anys.iter().all(|any| any.type_url == kind.type_url());
+    if !plain {
+        let taken = Taking::all(renderer, kind, &anys, previous)?;
+        let set = taken.resources.clone().into_set();
+        return Ok(taken.done(set));
     }
-    Ok(out)
+    let payloads: Vec<&[u8]> = anys.iter().map(|any| any.value.as_slice()).collect();
+    let mut counts = (0, 0);
+    let taken = renderer.answers().take(kind, &payloads, || {
+        let taken = Taking::all(renderer, kind, &anys, previous)?;
+        counts = (taken.decoded, taken.reused);
+        Ok::<_, Rejection>(taken.resources)
+    });
+    let (resources, (decoded, reused)) = match taken.map_err(Arc::unwrap_or_clone)? {
+        Taken::Decoded(set) => (set, counts),
+        Taken::Shared(set) => {
+            let all = set.len();
+            (set, (0, all))
+        }
+    };
+    Ok(Decoded {
+        resources,
+        ttls: BTreeMap::new(),
+        heartbeats: BTreeSet::new(),
+        reused,
+        decoded,
+    })
 }
 
 /// [`decode_all`] on a blocking thread (big responses take a while to render).

@@ -387,7 +387,7 @@ impl Fetcher {
                 && latest
                     .resources
                     .iter()
-                    .zip(&resources)
+                    .zip(resources.iter())
                     .all(|((n1, r1), (n2, r2))| n1 == n2 && r1.digest == r2.digest);
             if same {
                 return Ok(Arc::new(FetchAnswer::State(latest)));

@@ -21,7 +21,7 @@ use super::session::Session;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::UpstreamContext;
-use crate::cache::{Coverage, Resource, TypeState};
+use crate::cache::{Coverage, IntoResourceSet, Resource, ResourceMap, TypeState};
 use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
@@ -294,7 +294,7 @@ impl Protocol for Sotw {
             };
             info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
             self.ctx.metrics.ttl_expired(kind, names.len());
-            let resources = state
+            let resources: ResourceMap = state
                 .resources
                 .iter()
                 .filter(|(name, _)| !names.contains(name))
@@ -329,13 +329,14 @@ impl Sotw {
             return Err(Rejection::NotAHeartbeat(name.clone()));
         }
         let held = self.session.state(kind);
+        let mut resources: ResourceMap = decoded.resources.map().clone();
         for name in std::mem::take(&mut decoded.heartbeats) {
             let kept: Option<Arc<Resource>> = held
                 .as_ref()
                 .and_then(|state| state.resources.get(&name).cloned());
             match kept {
                 Some(resource) => {
-                    decoded.resources.insert(name, resource);
+                    resources.insert(name, resource);
                 }
                 None => {
                     debug!(%kind, name = %Escaped(&name), "heartbeat for a resource not held: ignored");
@@ -343,6 +344,7 @@ impl Sotw {
                 }
             }
         }
+        decoded.resources = resources.into_set();
         Ok(decoded)
     }
 

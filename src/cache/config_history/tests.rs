@@ -173,7 +173,12 @@ fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
     {
         let mut store = all.lock();
         while store.evict_oldest() {}
-        assert!(store.resources.is_empty() && store.timelines.is_empty());
+        assert!(
+            store.resources.is_empty()
+                && store.sets.is_empty()
+                && store.changes.is_empty()
+                && store.timelines.is_empty()
+        );
         assert_eq!(store.bytes, 0, "every byte counted in was counted out");
     }
 }

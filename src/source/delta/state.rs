@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::update::{digest, Held, Update};
 use super::SETTLE;
-use crate::cache::{Coverage, TypeState};
+use crate::cache::{Coverage, ResourceMap, TypeState};
 use crate::log_escape::Escaped;
 use crate::xds::{membership, ResourceType};
 
@@ -149,7 +149,7 @@ impl Tracked {
     }
 
     pub(super) fn state(&self, kind: ResourceType) -> TypeState {
-        let resources = self
+        let resources: ResourceMap = self
             .held
             .iter()
             .map(|(name, h)| (name.clone(), h.resource.clone()))

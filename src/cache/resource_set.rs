@@ -1,0 +1,448 @@
+//! The resources one state holds, as a set shared by every state holding
+//! the same ones, and the memo that finds the set an upstream answer was
+//! decoded to before.
+//!
+//! A SotW push repeats the same answer to every session subscribed alike
+//! (1,000 node identities under one snapshot get 1,000 copies of the same
+//! bytes). The first session to take it decodes it into a [`ResourceSet`];
+//! every other finds that set in [`SharedAnswers`] (by a hash of the bytes,
+//! confirmed byte for byte) and holds a reference to it: one map of names
+//! for all of them, not one each. The order of the resources does not
+//! matter: go-control-plane sends a snapshot's resources in Go's map order,
+//! which differs from one response to the next. A set is immutable and has an id, which
+//! keys what is worked out from it once for every state holding it: the
+//! selection digest a request's names give ([`ResourceSet::selection`]),
+//! and the config history's accounting of what it holds.
+
+use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use moka::sync::Cache;
+
+use super::resource::{resource_name, Resource};
+use crate::xds::rewrite::RestTarget;
+use crate::xds::ResourceType;
+
+/// Resources by name.
+pub(crate) type ResourceMap = BTreeMap<String, Arc<Resource>>;
+
+/// Unique per set: what memos keyed by a set use.
+static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Selection digests kept per set: the (names, target) pairs its states
+/// are asked for (one for the wildcard CDS of every identity).
+const SELECTIONS_KEPT: usize = 8;
+
+/// A selection walking fewer resources than this is not remembered (an EDS
+/// poll for one name costs less to hash again than to look up).
+const SELECTION_MEMO_MIN: usize = 32;
+
+/// How many answers [`SharedAnswers`] remembers (each entry is a hash and a
+/// weak reference: the sets are held by the states, not by the memo).
+const SHARED_ANSWERS: u64 = 16 * 1024;
+
+/// What a request's selection digest is remembered under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SelectionKey {
+    kind: ResourceType,
+    names: [u8; 32],
+    target: Option<RestTarget>,
+}
+
+/// The resources of a state, shared by every state holding the same ones.
+#[derive(Debug)]
+pub(crate) struct ResourceSet {
+    id: u64,
+    map: ResourceMap,
+    selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
+}
+
+impl Deref for ResourceSet {
+    type Target = ResourceMap;
+
+    fn deref(&self) -> &ResourceMap {
+        &self.map
+    }
+}
+
+impl Default for ResourceSet {
+    fn default() -> ResourceSet {
+        ResourceSet::new(ResourceMap::new())
+    }
+}
+
+impl ResourceSet {
+    pub(crate) fn new(map: ResourceMap) -> ResourceSet {
+        ResourceSet {
+            id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
+            map,
+            selections: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What tells this set from every other (sets are immutable).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The resources by name.
+    pub(crate) fn map(&self) -> &ResourceMap {
+        &self.map
+    }
+
+    /// Whether `payloads`, in any order, are exactly the payloads of this
+    /// set's resources: as many, each under its name byte for byte, no
+    /// name twice.
+    fn repeats(&self, payloads: &[&[u8]]) -> bool {
+        if payloads.len() != self.map.len() {
+            return false;
+        }
+        let mut names = Vec::with_capacity(payloads.len());
+        for bytes in payloads {
+            let Some(name) = resource_name(bytes) else {
+                return false;
+            };
+            match self.map.get(name) {
+                Some(held) if held.payload.as_ref() == *bytes => names.push(name),
+                _ => return false,
+            }
+        }
+        names.sort_unstable();
+        names.windows(2).all(|pair| pair[0] != pair[1])
+    }
+
+    /// The selection digest of (`kind`, `names`, `target`) on this set:
+    /// remembered, or worked out by `compute` (which also says how many
+    /// resources it walked) and remembered when that was many.
+    pub(crate) fn selection(
+        &self,
+        kind: ResourceType,
+        names: &[u8; 32],
+        target: Option<&RestTarget>,
+        compute: impl FnOnce() -> ([u8; 32], usize),
+    ) -> [u8; 32] {
+        let key = SelectionKey {
+            kind,
+            names: *names,
+            target: target.cloned(),
+        };
+        let remembered = |kept: &Vec<(SelectionKey, [u8; 32])>| {
+            kept.iter().find(|(k, _)| *k == key).map(|(_, d)| *d)
+        };
+        if let Some(digest) = self.selections.lock().ok().and_then(|k| remembered(&k)) {
+            return digest;
+        }
+        let (digest, walked) = compute();
+        if walked >= SELECTION_MEMO_MIN {
+            if let Ok(mut kept) = self.selections.lock() {
+                if kept.len() >= SELECTIONS_KEPT {
+                    kept.remove(0);
+                }
+                kept.push((key, digest));
+            }
+        }
+        digest
+    }
+}
+
+/// What a state can be made of: a map of its own, or a shared set.
+pub(crate) trait IntoResourceSet {
+    fn into_set(self) -> Arc<ResourceSet>;
+}
+
+impl IntoResourceSet for ResourceMap {
+    fn into_set(self) -> Arc<ResourceSet> {
+        Arc::new(ResourceSet::new(self))
+    }
+}
+
+impl IntoResourceSet for Arc<ResourceSet> {
+    fn into_set(self) -> Arc<ResourceSet> {
+        self
+    }
+}
+
+/// How a session got the set of an answer.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// It decoded the answer (it was the first to take these bytes).
+    Decoded(Arc<ResourceSet>),
+    /// Another session had: the set is shared.
+    Shared(Arc<ResourceSet>),
+}
+
+/// The sets that upstream answers were decoded to, by the answers' bytes:
+/// the first session taking an answer decodes it, every other finds the
+/// set. Entries are weak: a set lives as long as a state holds it.
+#[derive(Clone)]
+pub(crate) struct SharedAnswers {
+    sets: Cache<(ResourceType, (usize, u64)), Weak<ResourceSet>>,
+}
+
+impl std::fmt::Debug for SharedAnswers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedAnswers")
+            .field("entries", &self.sets.entry_count())
+            .finish()
+    }
+}
+
+impl Default for SharedAnswers {
+    fn default() -> SharedAnswers {
+        SharedAnswers {
+            sets: Cache::builder()
+                .max_capacity(SHARED_ANSWERS)
+                .time_to_idle(std::time::Duration::from_secs(600))
+                .build(),
+        }
+    }
+}
+
+/// A hash of an answer's payloads whatever their order: the sum of each
+/// one's hash, and how many there are.
+fn answer_hash(payloads: &[&[u8]]) -> (usize, u64) {
+    let sum = payloads.iter().fold(0u64, |sum, bytes| {
+        sum.wrapping_add(xxhash_rust::xxh3::xxh3_64(bytes))
+    });
+    (payloads.len(), sum)
+}
+
+impl SharedAnswers {
+    /// The set of the answer of `kind` whose resources' payloads are
+    /// `payloads` (all of them plain resources of `kind`): the set decoded
+    /// before from the same bytes, or `decode`'s. Sessions taking the same
+    /// bytes at the same time wait for the first one's decode; its error
+    /// is theirs too (the bytes decide it).
+    pub(crate) fn take<E>(
+        &self,
+        kind: ResourceType,
+        payloads: &[&[u8]],
+        decode: impl FnOnce() -> Result<ResourceMap, E>,
+    ) -> Result<Taken, Arc<E>>
+    where
+        E: Send + Sync + 'static,
+    {
+        let key = (kind, answer_hash(payloads));
+        let mut decode = Some(decode);
+        let mut made = None;
+        let found = self.sets.try_get_with(key, || {
+            let decode = decode.take().expect("the initialiser runs once");
+            let set = Arc::new(ResourceSet::new(decode()?));
+            let weak = Arc::downgrade(&set);
+            made = Some(set);
+            Ok::<_, E>(weak)
+        })?;
+        if let Some(set) = made {
+            return Ok(Taken::Decoded(set));
+        }
+        if let Some(set) = found.upgrade().filter(|s| s.repeats(payloads)) {
+            return Ok(Taken::Shared(set));
+        }
+        // The set is gone (no state holds it any more) or another answer
+        // has the same hash: decode these bytes, and remember them if the
+        // entry was dead.
+        let decode = decode.take().expect("the initialiser did not run");
+        let set = Arc::new(ResourceSet::new(decode().map_err(Arc::new)?));
+        if found.strong_count() == 0 {
+            self.sets.insert(key, Arc::downgrade(&set));
+        }
+        Ok(Taken::Decoded(set))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::test_states::cluster_payload;
+    use crate::cache::Renderer;
+    use crate::xds::Codec;
+
+    const CDS: ResourceType = ResourceType::Clusters;
+
+    fn answer(r: &Renderer, names: &[&str], timeout: u32) -> Vec<Vec<u8>> {
+        names
+            .iter()
+            .map(|n| cluster_payload(r.codec(), n, &format!("{timeout}s")).to_vec())
+            .collect()
+    }
+
+    fn decode(
+        r: &Renderer,
+        payloads: &[Vec<u8>],
+    ) -> Result<ResourceMap, crate::cache::ResourceError> {
+        let mut map = ResourceMap::new();
+        for p in payloads {
+            let resource = r.resource(CDS, bytes::Bytes::copy_from_slice(p))?;
+            map.insert(resource.name.clone(), resource);
+        }
+        Ok(map)
+    }
+
+    fn slices(payloads: &[Vec<u8>]) -> Vec<&[u8]> {
+        payloads.iter().map(Vec::as_slice).collect()
+    }
+
+    fn take(
+        shared: &SharedAnswers,
+        r: &Renderer,
+        payloads: &[Vec<u8>],
+        decodes: &AtomicU64,
+    ) -> Taken {
+        shared
+            .take(CDS, &slices(payloads), || {
+                decodes.fetch_add(1, Ordering::Relaxed);
+                decode(r, payloads)
+            })
+            .expect("decodes")
+    }
+
+    #[test]
+    fn the_same_bytes_are_decoded_once_and_their_set_shared() {
+        let r = Renderer::new(Codec::embedded());
+        let shared = SharedAnswers::default();
+        let decodes = AtomicU64::new(0);
+        let a = answer(&r, &["a", "b", "c"], 1);
+        let Taken::Decoded(first) = take(&shared, &r, &a, &decodes) else {
+            panic!("the first is decoded")
+        };
+        let Taken::Shared(second) = take(&shared, &r, &a.clone(), &decodes) else {
+            panic!("the second is shared")
+        };
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(decodes.load(Ordering::Relaxed), 1);
+        assert_eq!(second.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+        // The same resources in another order (go-control-plane's map
+        // order): the same set.
+        let Taken::Shared(third) = take(&shared, &r, &answer(&r, &["c", "a", "b"], 1), &decodes)
+        else {
+            panic!("another order is shared")
+        };
+        assert!(Arc::ptr_eq(&first, &third));
+        // Another content, one resource fewer: each its own.
+        for other in [answer(&r, &["a", "b", "c"], 2), answer(&r, &["a", "b"], 1)] {
+            assert!(matches!(
+                take(&shared, &r, &other, &decodes),
+                Taken::Decoded(_)
+            ));
+        }
+        assert_eq!(decodes.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_set_is_repeated_only_by_exactly_its_resources() {
+        let r = Renderer::new(Codec::embedded());
+        let ab = answer(&r, &["a", "b"], 1);
+        let set = ResourceSet::new(decode(&r, &ab).unwrap());
+        assert!(set.repeats(&slices(&ab)));
+        assert!(set.repeats(&slices(&answer(&r, &["b", "a"], 1))));
+        for not in [
+            answer(&r, &["a", "a"], 1),
+            answer(&r, &["a"], 1),
+            answer(&r, &["a", "b", "c"], 1),
+            answer(&r, &["a", "c"], 1),
+            answer(&r, &["a", "b"], 2),
+            vec![ab[0].clone(), vec![0xff]],
+        ] {
+            assert!(!set.repeats(&slices(&not)));
+        }
+    }
+
+    #[test]
+    fn a_set_no_state_holds_is_decoded_again() {
+        let r = Renderer::new(Codec::embedded());
+        let shared = SharedAnswers::default();
+        let decodes = AtomicU64::new(0);
+        let a = answer(&r, &["a"], 1);
+        drop(take(&shared, &r, &a, &decodes));
+        let again = take(&shared, &r, &a, &decodes);
+        assert!(matches!(again, Taken::Decoded(_)));
+        assert!(matches!(take(&shared, &r, &a, &decodes), Taken::Shared(_)));
+        assert_eq!(decodes.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_hash_collision_is_confirmed_away() {
+        let r = Renderer::new(Codec::embedded());
+        let shared = SharedAnswers::default();
+        let decodes = AtomicU64::new(0);
+        let a = answer(&r, &["a"], 1);
+        let b = answer(&r, &["b"], 1);
+        let Taken::Decoded(held) = take(&shared, &r, &a, &decodes) else {
+            panic!("decoded")
+        };
+        // Put a's set under b's hash, as a collision would.
+        let key = (CDS, answer_hash(&slices(&b)));
+        shared.sets.insert(key, Arc::downgrade(&held));
+        let Taken::Decoded(set) = take(&shared, &r, &b, &decodes) else {
+            panic!("a collision is decoded")
+        };
+        assert_eq!(set.keys().collect::<Vec<_>>(), ["b"]);
+    }
+
+    #[test]
+    fn sessions_taking_one_answer_at_once_decode_it_once() {
+        let r = Renderer::new(Codec::embedded());
+        let shared = SharedAnswers::default();
+        let decodes = AtomicU64::new(0);
+        let names: Vec<String> = (0..200).map(|i| format!("c{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let a = answer(&r, &names, 1);
+        let barrier = std::sync::Barrier::new(8);
+        let sets: Vec<Arc<ResourceSet>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        match take(&shared, &r, &a, &decodes) {
+                            Taken::Decoded(set) | Taken::Shared(set) => set,
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(decodes.load(Ordering::Relaxed), 1);
+        assert!(sets.iter().all(|s| Arc::ptr_eq(s, &sets[0])));
+    }
+
+    #[test]
+    fn an_error_is_everyones_and_not_remembered() {
+        let r = Renderer::new(Codec::embedded());
+        let shared = SharedAnswers::default();
+        let bad = vec![vec![0xff_u8, 0xff]];
+        for _ in 0..2 {
+            let result = shared.take(CDS, &slices(&bad), || decode(&r, &bad));
+            assert!(result.is_err());
+        }
+        let good = answer(&r, &["a"], 1);
+        let decodes = AtomicU64::new(0);
+        assert!(matches!(
+            take(&shared, &r, &good, &decodes),
+            Taken::Decoded(_)
+        ));
+    }
+
+    #[test]
+    fn selections_are_remembered_only_when_they_walked_many() {
+        let set = ResourceSet::default();
+        let calls = AtomicU64::new(0);
+        let compute = |walked| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            ([7; 32], walked)
+        };
+        for _ in 0..2 {
+            set.selection(CDS, &[1; 32], None, || compute(SELECTION_MEMO_MIN));
+            set.selection(CDS, &[2; 32], None, || compute(1));
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+        // Another type or names: not the same selection.
+        set.selection(ResourceType::Endpoints, &[1; 32], None, || compute(100));
+        assert_eq!(calls.load(Ordering::Relaxed), 4);
+        for i in 0..SELECTIONS_KEPT as u8 + 1 {
+            set.selection(CDS, &[100 + i; 32], None, || compute(100));
+        }
+        assert!(set.selections.lock().unwrap().len() <= SELECTIONS_KEPT);
+    }
+}
