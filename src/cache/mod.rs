@@ -34,5 +34,5 @@ pub(crate) use request::{ParsedRequest, ParsedRequests};
 pub(crate) use resource::{
     resource_name, Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
-pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
+pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers, Taken};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

@@ -362,7 +362,7 @@ impl Delta {
         if tracked.published.is_none() && !answered_here {
             return;
         }
-        let state = tracked.state(kind);
+        let state = tracked.state(kind, self.ctx.renderer.answers());
         let key = (state.version.clone(), state.coverage.clone());
         if tracked.published.as_ref() == Some(&key) {
             return;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::update::{digest, Held, Update};
 use super::SETTLE;
-use crate::cache::{Coverage, ResourceMap, TypeState};
+use crate::cache::{Coverage, SharedAnswers, TypeState};
 use crate::log_escape::Escaped;
 use crate::xds::{membership, ResourceType};
 
@@ -148,19 +148,13 @@ impl Tracked {
         changed
     }
 
-    pub(super) fn state(&self, kind: ResourceType) -> TypeState {
-        let resources: ResourceMap = self
-            .held
-            .iter()
-            .map(|(name, h)| (name.clone(), h.resource.clone()))
-            .collect();
-        TypeState::new(
-            kind,
-            digest(&self.held),
-            String::new(),
-            resources,
-            self.coverage(),
-        )
+    /// The state to publish: its resources a set shared with every session
+    /// holding the same (`shared`), its version their digest.
+    pub(super) fn state(&self, kind: ResourceType, shared: &SharedAnswers) -> TypeState {
+        let version = digest(&self.held);
+        let held = self.held.iter().map(|(name, h)| (name, &h.resource));
+        let resources = shared.held(kind, &version, held);
+        TypeState::new(kind, version, String::new(), resources, self.coverage())
     }
 }
 

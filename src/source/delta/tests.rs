@@ -482,3 +482,30 @@ async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
         "the next answer replaces what is held"
     );
 }
+
+/// The published version is what clients present back (in their served
+/// versions): the digest's bytes are pinned to the (name, `v:`version or
+/// `sha256:`content) pairs it always hashed, so a new build serves the same
+/// versions as the one it replaces.
+#[test]
+fn digest_hashes_the_same_bytes_as_ever() {
+    use sha2::{Digest as _, Sha256};
+    let held: BTreeMap<String, Held> = [held("a", "1"), held("b", ""), held("c", "7")]
+        .into_iter()
+        .collect();
+    let mut hasher = Sha256::new();
+    for (name, h) in &held {
+        let version = if h.version.is_empty() {
+            format!("sha256:{}", hex::encode(h.resource.digest))
+        } else {
+            format!("v:{}", h.version)
+        };
+        hasher.update((name.len() as u64).to_be_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update((version.len() as u64).to_be_bytes());
+        hasher.update(version.as_bytes());
+    }
+    let mut expected = hex::encode(hasher.finalize());
+    expected.truncate(VERSION_HEX_DIGITS);
+    assert_eq!(digest(&held), expected);
+}

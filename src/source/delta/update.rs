@@ -25,25 +25,32 @@ pub(super) struct Held {
 /// version) pairs, first [`VERSION_HEX_DIGITS`] hex digits. A resource with
 /// an empty upstream version is digested by its content instead.
 pub(super) fn digest<'a>(held: impl IntoIterator<Item = (&'a String, &'a Held)>) -> String {
-    let mut pairs: Vec<(&str, String)> = held
+    let mut pairs: Vec<(&str, &Held)> = held
         .into_iter()
-        .map(|(name, h)| {
-            let version = if h.version.is_empty() {
-                format!("sha256:{}", hex::encode(h.resource.digest))
-            } else {
-                format!("v:{}", h.version)
-            };
-            (name.as_str(), version)
-        })
+        .map(|(name, h)| (name.as_str(), h))
         .collect();
-    pairs.sort();
+    // The names of held resources are unique: their order is the pairs'.
+    if !pairs.is_sorted_by(|a, b| a.0 <= b.0) {
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+    }
     let mut hasher = Sha256::new();
-    for (name, version) in &pairs {
-        // Length-prefixed, so no (name, version) split is ambiguous.
+    let mut content = [0u8; 64];
+    for (name, h) in &pairs {
+        // Length-prefixed, so no (name, version) split is ambiguous; the
+        // version is `v:<upstream version>`, or `sha256:<content digest>`.
         hasher.update((name.len() as u64).to_be_bytes());
         hasher.update(name.as_bytes());
-        hasher.update((version.len() as u64).to_be_bytes());
-        hasher.update(version.as_bytes());
+        if h.version.is_empty() {
+            // 32 bytes always fit in 64 hex digits.
+            let _ = hex::encode_to_slice(h.resource.digest, &mut content);
+            hasher.update(((7 + content.len()) as u64).to_be_bytes());
+            hasher.update(b"sha256:");
+            hasher.update(content);
+        } else {
+            hasher.update(((2 + h.version.len()) as u64).to_be_bytes());
+            hasher.update(b"v:");
+            hasher.update(h.version.as_bytes());
+        }
     }
     let mut hex = hex::encode(hasher.finalize());
     hex.truncate(VERSION_HEX_DIGITS);
