@@ -100,8 +100,16 @@ async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) ->
         .header("host", "xds_cluster")
         .body(Full::new(body))
         .expect("request");
-    let Ok(Ok(resp)) = tokio::time::timeout(WITHIN, client.request(req)).await else {
-        return (0, String::new());
+    let resp = match tokio::time::timeout(WITHIN, client.request(req)).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => {
+            static SHOWN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            if SHOWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 {
+                eprintln!("request failed: {e:?}");
+            }
+            return (0, String::new());
+        }
+        Err(_) => return (0, String::new()),
     };
     let status = resp.status().as_u16();
     let Ok(collected) = resp.into_body().collect().await else {
@@ -180,6 +188,11 @@ struct Figures {
     cpu_per_push: Duration,
     decoded_per_push: f64,
     reused_per_push: f64,
+    /// Every identity polls at once with no version (no push, no wait):
+    /// when each had its whole body, and the gateway's CPU for all of them.
+    /// The floor under the held polls' latency: the same bodies, moved.
+    at_once: Vec<Duration>,
+    at_once_cpu: Duration,
 }
 
 impl Figures {
@@ -330,6 +343,12 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
             let ((status, version), at) = poll.await.expect("long poll task");
             if early[i] {
                 figures.early += 1;
+                if figures.early <= 5 {
+                    eprintln!(
+                        "answered before the push: identity {i} presented {:?}, got {status} {version:?}",
+                        versions[i]
+                    );
+                }
                 if status == 200 {
                     versions[i] = version;
                 }
@@ -357,6 +376,26 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
             - reused0;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The floor: the same answers, with nothing to wait for.
+    let cpu0 = gateway_process::cpu_time(pid);
+    let started = Instant::now();
+    let polls: Vec<_> = (0..identities)
+        .map(|i| {
+            let body = setup.bodies.body(&node(i), CDS, &[], "");
+            let client = client.clone();
+            tokio::spawn(async move {
+                let (status, _) = post(&client, addr, "/v3/discovery:clusters", body).await;
+                (status, started.elapsed())
+            })
+        })
+        .collect();
+    for poll in polls {
+        let (status, at) = poll.await.expect("poll task");
+        if status == 200 {
+            figures.at_once.push(at);
+        }
+    }
+    figures.at_once_cpu = gateway_process::cpu_time(pid).saturating_sub(cpu0);
     let rounds = setup.rounds as u32;
     figures.cpu_per_push = cpu / rounds;
     figures.decoded_per_push = decoded / f64::from(rounds);
@@ -373,9 +412,10 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
         );
     }
     let mut held = f.held.clone();
+    let mut at_once = f.at_once.clone();
     let ids = setup.identities;
     println!(
-        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} |",
+        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms |",
         f.cold_all_served.as_secs_f64(),
         f.cold_failures,
         f.requests_per_identity,
@@ -392,6 +432,10 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
         f.cpu_per_push.as_secs_f64() * 1e6 / ids as f64,
         f.decoded_per_push,
         f.reused_per_push,
+        ms(percentile(&mut at_once, 0.5)),
+        ms(percentile(&mut at_once, 0.99)),
+        f.at_once.len(),
+        ms(f.at_once_cpu),
     );
 }
 
@@ -433,8 +477,8 @@ async fn main() {
          (wildcard CDS) and {clusters} ClusterLoadAssignments (EDS, one name per identity); \
          {rounds} rounds of a one-cluster change\n"
     );
-    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push | every identity polls at once, no push: p50 / p99 |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let before = match &baseline {
