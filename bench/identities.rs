@@ -396,6 +396,11 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
         }
     }
     figures.at_once_cpu = gateway_process::cpu_time(pid).saturating_sub(cpu0);
+    // What the gateway warned of (it logs at `warn`): the first lines.
+    let warned = std::fs::read_to_string(log.path()).unwrap_or_default();
+    for line in warned.lines().take(5) {
+        eprintln!("gateway ({mode}): {line}");
+    }
     let rounds = setup.rounds as u32;
     figures.cpu_per_push = cpu / rounds;
     figures.decoded_per_push = decoded / f64::from(rounds);
