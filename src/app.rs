@@ -86,6 +86,29 @@ pub struct Prepared {
     admin_spec: ListenerSpec,
 }
 
+/// The accept queue asked of the kernel for each listener (which caps it at
+/// `net.core.somaxconn`, 4096 on current Linux). Connections arrive in
+/// bursts (a fleet of Envoys restarting, a thousand clients polling at
+/// once): with tokio's default of 1,024 the queue overflowed under 1,000
+/// identities (`bench/identities.rs`: the kernel's `ListenOverflows` rose by
+/// 753 in one run and the clients saw 240 connections reset).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener bound at `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`
+/// as tokio's `TcpListener::bind` sets it, so a restarted replica rebinds
+/// its port at once).
+pub fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Builds what [`Prepared::serve`] serves. The slow part of a start (the
 /// descriptor pool, certificates, the source) happens here, before any
 /// listener is bound (`main`): a replica restarted on its port refuses
@@ -514,5 +537,21 @@ fn grpc_source(
         UpstreamMode::Fetch => {
             Arc::new(FetchSource::new(route.primary().clone(), config, namespace))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_bound_listener_accepts_and_holds_its_port() {
+        let listener = bind_listener(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::net::TcpStream::connect(addr);
+        let (accepted, connected) = tokio::join!(listener.accept(), client);
+        assert!(accepted.is_ok() && connected.is_ok());
+        let taken = bind_listener(addr).unwrap_err();
+        assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
     }
 }

@@ -4,7 +4,6 @@
 
 use anyhow::Context;
 use clap::Parser;
-use tokio::net::TcpListener;
 use xds_gateway::config::{Config, LogFormat, Settings};
 
 /// mimalloc, not glibc's malloc: a SotW update allocates and frees every
@@ -49,11 +48,9 @@ async fn run() -> anyhow::Result<()> {
     // Bound once the gateway can serve (see `app::prepare`): until then a
     // balancer's connection is refused, not held.
     let prepared = xds_gateway::app::prepare(config)?;
-    let listener = TcpListener::bind(listen)
-        .await
+    let listener = xds_gateway::app::bind_listener(listen)
         .with_context(|| format!("binding the REST listener {listen}"))?;
-    let admin = TcpListener::bind(admin_addr)
-        .await
+    let admin = xds_gateway::app::bind_listener(admin_addr)
         .with_context(|| format!("binding the admin listener {admin_addr}"))?;
     prepared.serve(listener, admin, shutdown_signal()).await?;
     Ok(())
