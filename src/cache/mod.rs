@@ -31,8 +31,6 @@ pub(crate) use config_history::{
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
-pub(crate) use resource::{
-    resource_name, Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
-};
+pub(crate) use resource::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
 pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers, Taken};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

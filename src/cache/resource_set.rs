@@ -9,10 +9,12 @@
 //! confirmed byte for byte) and holds a reference to it: one map of names
 //! for all of them, not one each. The order of the resources does not
 //! matter: go-control-plane sends a snapshot's resources in Go's map order,
-//! which differs from one response to the next. A set is immutable and has an id, which
-//! keys what is worked out from it once for every state holding it: the
-//! selection digest a request's names give ([`ResourceSet::selection`]),
-//! and the config history's accounting of what it holds.
+//! which differs from one response to the next.
+//!
+//! A set is immutable and has an id, which keys what is worked out from it
+//! once for every state holding it: the selection digest a request's names
+//! give ([`ResourceSet::selection`]), and the config history's accounting
+//! of what it holds.
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -67,12 +69,6 @@ impl Deref for ResourceSet {
     }
 }
 
-impl Default for ResourceSet {
-    fn default() -> ResourceSet {
-        ResourceSet::new(ResourceMap::new())
-    }
-}
-
 impl ResourceSet {
     pub(crate) fn new(map: ResourceMap) -> ResourceSet {
         ResourceSet {
@@ -92,21 +88,25 @@ impl ResourceSet {
         &self.map
     }
 
+    /// The resource held under the name `payload` carries, if its bytes
+    /// are `payload` byte for byte: what an answer repeating it takes as
+    /// it is, with no digest, memo lookup or render.
+    pub(crate) fn holding(&self, payload: &[u8]) -> Option<&Arc<Resource>> {
+        let held = self.map.get(resource_name(payload)?)?;
+        (held.payload.as_ref() == payload).then_some(held)
+    }
+
     /// Whether `payloads`, in any order, are exactly the payloads of this
-    /// set's resources: as many, each under its name byte for byte, no
-    /// name twice.
+    /// set's resources: as many, each held byte for byte, no name twice.
     fn repeats(&self, payloads: &[&[u8]]) -> bool {
         if payloads.len() != self.map.len() {
             return false;
         }
         let mut names = Vec::with_capacity(payloads.len());
         for bytes in payloads {
-            let Some(name) = resource_name(bytes) else {
-                return false;
-            };
-            match self.map.get(name) {
-                Some(held) if held.payload.as_ref() == *bytes => names.push(name),
-                _ => return false,
+            match self.holding(bytes) {
+                Some(held) => names.push(held.name.as_str()),
+                None => return false,
             }
         }
         names.sort_unstable();
@@ -123,13 +123,10 @@ impl ResourceSet {
         target: Option<&RestTarget>,
         compute: impl FnOnce() -> ([u8; 32], usize),
     ) -> [u8; 32] {
-        let key = SelectionKey {
-            kind,
-            names: *names,
-            target: target.cloned(),
-        };
+        let is_key =
+            |k: &SelectionKey| k.kind == kind && k.names == *names && k.target.as_ref() == target;
         let remembered = |kept: &Vec<(SelectionKey, [u8; 32])>| {
-            kept.iter().find(|(k, _)| *k == key).map(|(_, d)| *d)
+            kept.iter().find(|(k, _)| is_key(k)).map(|(_, d)| *d)
         };
         if let Some(digest) = self.selections.lock().ok().and_then(|k| remembered(&k)) {
             return digest;
@@ -140,6 +137,11 @@ impl ResourceSet {
                 if kept.len() >= SELECTIONS_KEPT {
                     kept.remove(0);
                 }
+                let key = SelectionKey {
+                    kind,
+                    names: *names,
+                    target: target.cloned(),
+                };
                 kept.push((key, digest));
             }
         }
@@ -488,7 +490,7 @@ mod tests {
 
     #[test]
     fn selections_are_remembered_only_when_they_walked_many() {
-        let set = ResourceSet::default();
+        let set = ResourceSet::new(ResourceMap::new());
         let calls = AtomicU64::new(0);
         let compute = |walked| {
             calls.fetch_add(1, Ordering::Relaxed);

@@ -20,8 +20,8 @@ use prost::Message;
 
 use super::SourceError;
 use crate::cache::{
-    resource_name, IntoResourceSet, Renderer, Resource, ResourceError, ResourceMap, ResourceSet,
-    Taken, TypeState, WrapperName, RESOURCE_WRAPPER,
+    IntoResourceSet, Renderer, Resource, ResourceError, ResourceMap, ResourceSet, Taken, TypeState,
+    WrapperName, RESOURCE_WRAPPER,
 };
 use crate::xds::ResourceType;
 
@@ -297,9 +297,10 @@ impl Taking {
         Ok(out)
     }
 
-    fn done(self, resources: Arc<ResourceSet>) -> Decoded {
+    /// What was taken, its resources a set of their own.
+    fn done(self) -> Decoded {
         Decoded {
-            resources,
+            resources: self.resources.into_set(),
             ttls: self.ttls,
             heartbeats: self.heartbeats,
             reused: self.reused,
@@ -316,8 +317,7 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: &Any) -> Option<Arc<
     if any.type_url != kind.type_url() || previous.resources.is_empty() {
         return None;
     }
-    let held = previous.resources.get(resource_name(&any.value)?)?;
-    (held.payload.as_ref() == any.value.as_slice()).then(|| held.clone())
+    previous.resources.holding(&any.value).cloned()
 }
 
 /// Decodes every element, taking from `previous` (the state the answer
@@ -334,9 +334,7 @@ pub(super) fn decode_all(
 ) -> Result<Decoded, Rejection> {
     let plain = !anys.is_empty() && anys.iter().all(|any| any.type_url == kind.type_url());
     if !plain {
-        let taken = Taking::all(renderer, kind, &anys, previous)?;
-        let set = taken.resources.clone().into_set();
-        return Ok(taken.done(set));
+        return Ok(Taking::all(renderer, kind, &anys, previous)?.done());
     }
     let payloads: Vec<&[u8]> = anys.iter().map(|any| any.value.as_slice()).collect();
     let mut counts = (0, 0);
