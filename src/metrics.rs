@@ -72,6 +72,8 @@ pub struct Metrics {
     resources_decoded: Family<TypeLabel, Counter>,
     resources_reused: Family<TypeLabel, Counter>,
     resources_rendered: Counter,
+    delta_sets_built: Family<TypeLabel, Counter>,
+    delta_sets_shared: Family<TypeLabel, Counter>,
     long_polls_held: Gauge,
     watches_open: Gauge,
     watch_events: Family<TypeLabel, Counter>,
@@ -116,6 +118,18 @@ impl Metrics {
             "upstream_resources_reused",
             "Resources of upstream SotW answers taken as they were, their bytes unchanged under the same name, by type",
             resources_reused.clone(),
+        );
+        let delta_sets_built = Family::<TypeLabel, Counter>::default();
+        let delta_sets_shared = Family::<TypeLabel, Counter>::default();
+        registry.register(
+            "upstream_delta_sets_built",
+            "What a delta session holds after a change, built by walking all of it (a first answer, or a change no other session of the upstream made to the same set first), by type",
+            delta_sets_built.clone(),
+        );
+        registry.register(
+            "upstream_delta_sets_shared",
+            "What a delta session holds after a change, found as another session of the upstream made it (the same change to the same set), in work proportional to the change, by type",
+            delta_sets_shared.clone(),
         );
         let resources_rendered = Counter::default();
         registry.register(
@@ -260,6 +274,8 @@ impl Metrics {
             resources_decoded,
             resources_reused,
             resources_rendered,
+            delta_sets_built,
+            delta_sets_shared,
             long_polls_held,
             watches_open,
             watch_events,
@@ -312,6 +328,17 @@ impl Metrics {
         self.resources_reused
             .get_or_create(&label)
             .inc_by(reused as u64);
+    }
+
+    /// A delta session's held set of `kind` after a change: built anew
+    /// (`built`), or found as another session made it.
+    pub(crate) fn delta_set(&self, kind: ResourceType, built: bool) {
+        let family = if built {
+            &self.delta_sets_built
+        } else {
+            &self.delta_sets_shared
+        };
+        family.get_or_create(&Self::label(kind)).inc();
     }
 
     /// The counter of resources rendered (for the renderer to count with).

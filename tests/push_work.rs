@@ -8,7 +8,9 @@
 //! set that session made (the same bytes, in another order) and decode
 //! nothing, as `xds_gateway_upstream_resources_{decoded,reused}_total`
 //! count. Over delta streams, where the upstream sends only the changed
-//! cluster: 50 decodes, nothing reused (nothing unchanged was sent).
+//! cluster: 50 decodes, nothing reused (nothing unchanged was sent), and
+//! one session builds the set of 1,000 the change makes while the 49
+//! others find it (`xds_gateway_upstream_delta_sets_{built,shared}_total`).
 //! Either way the changed content is rendered and checked against Envoy's
 //! rules once, not once per session (`xds_gateway_resources_rendered_total`):
 //! the 50 sessions receive the same bytes, and the renderer memoises by
@@ -61,6 +63,16 @@ async fn counts(gw: &InProcess) -> (f64, f64, f64) {
         metric_sum(&text, "xds_gateway_upstream_resources_decoded_total"),
         metric_sum(&text, "xds_gateway_upstream_resources_reused_total"),
         metric_sum(&text, "xds_gateway_resources_rendered_total"),
+    )
+}
+
+/// Delta sessions' held sets built by walking them, and found as another
+/// session made them, so far.
+async fn delta_sets(gw: &InProcess) -> (f64, f64) {
+    let text = metrics(gw).await;
+    (
+        metric_sum(&text, "xds_gateway_upstream_delta_sets_built_total"),
+        metric_sum(&text, "xds_gateway_upstream_delta_sets_shared_total"),
     )
 }
 
@@ -174,6 +186,12 @@ async fn a_delta_push_decodes_only_what_changed() {
         );
         assert_eq!(reused, 0.0);
         assert_eq!(rendered as usize, CLUSTERS, "each content rendered once");
+        let (built, shared) = delta_sets(&gw).await;
+        assert_eq!(
+            (built as usize, shared as usize),
+            (1, SESSIONS - 1),
+            "the first session builds what the first answer holds, the others find it"
+        );
 
         let mut changed = cluster("c0500");
         changed["connect_timeout"] = json!("7s");
@@ -196,6 +214,16 @@ async fn a_delta_push_decodes_only_what_changed() {
         );
         assert_eq!(after_reused, 0.0, "a delta answer repeats nothing");
         assert_eq!(after_rendered - rendered, 1.0, "the new content, once");
+        let (after_built, after_shared) = delta_sets(&gw).await;
+        assert_eq!(
+            (
+                (after_built - built) as usize,
+                (after_shared - shared) as usize
+            ),
+            (1, SESSIONS - 1),
+            "one session walks the 1,000 held to apply the change, the others find its set \
+             in work proportional to the change"
+        );
     })
     .await;
 }

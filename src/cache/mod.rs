@@ -16,7 +16,7 @@ mod resource;
 mod resource_set;
 mod state;
 #[cfg(test)]
-mod test_states;
+pub(crate) mod test_states;
 
 pub(crate) use body::JsonBody;
 pub(crate) use changes::{History, Served};
@@ -32,5 +32,5 @@ pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
 pub(crate) use resource::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
-pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers, Taken};
+pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

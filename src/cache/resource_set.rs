@@ -183,15 +183,9 @@ pub(crate) struct SharedAnswers {
     sets: Cache<SetKey, Weak<ResourceSet>>,
 }
 
-/// What a set is found again by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum SetKey {
-    /// A SotW answer: how many resources, and [`answer_hash`].
-    Answer(ResourceType, usize, u64),
-    /// What a delta session holds: how many resources, and a hash of its
-    /// digest of (name, version) pairs.
-    Held(ResourceType, usize, u64),
-}
+/// What a SotW answer's set is found again by: the type, how many
+/// resources, and [`answer_hash`].
+type SetKey = (ResourceType, usize, u64);
 
 impl std::fmt::Debug for SharedAnswers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -237,7 +231,7 @@ impl SharedAnswers {
         E: Send + Sync + 'static,
     {
         let (count, sum) = answer_hash(payloads);
-        let key = SetKey::Answer(kind, count, sum);
+        let key = (kind, count, sum);
         let mut decode = Some(decode);
         let mut made = None;
         let found = self.sets.try_get_with(key, || {
@@ -262,38 +256,6 @@ impl SharedAnswers {
             self.sets.insert(key, Arc::downgrade(&set));
         }
         Ok(Taken::Decoded(set))
-    }
-
-    /// The set holding exactly `held` (every resource a delta session
-    /// holds of `kind`, in name order), whose (name, version) digest is
-    /// `digest`: the one another session holding the same made, or a new
-    /// one. A delta push brings every session the same change, so sessions
-    /// that held the same set before hold the same one after.
-    pub(crate) fn held<'a, H>(&self, kind: ResourceType, digest: &str, held: H) -> Arc<ResourceSet>
-    where
-        H: ExactSizeIterator<Item = (&'a String, &'a Arc<Resource>)> + Clone,
-    {
-        let key = SetKey::Held(
-            kind,
-            held.len(),
-            xxhash_rust::xxh3::xxh3_64(digest.as_bytes()),
-        );
-        let same = |set: &ResourceSet| {
-            set.len() == held.len()
-                && set
-                    .iter()
-                    .zip(held.clone())
-                    .all(|((n1, r1), (n2, r2))| Arc::ptr_eq(r1, r2) && n1 == n2)
-        };
-        if let Some(set) = self.sets.get(&key).and_then(|w| w.upgrade()) {
-            if same(&set) {
-                return set;
-            }
-        }
-        let map: ResourceMap = held.map(|(n, r)| (n.clone(), r.clone())).collect();
-        let set = Arc::new(ResourceSet::new(map));
-        self.sets.insert(key, Arc::downgrade(&set));
-        set
     }
 }
 
@@ -419,7 +381,7 @@ mod tests {
         };
         // Put a's set under b's hash, as a collision would.
         let (count, sum) = answer_hash(&slices(&b));
-        let key = SetKey::Answer(CDS, count, sum);
+        let key = (CDS, count, sum);
         shared.sets.insert(key, Arc::downgrade(&held));
         let Taken::Decoded(set) = take(&shared, &r, &b, &decodes) else {
             panic!("a collision is decoded")
@@ -468,24 +430,6 @@ mod tests {
             take(&shared, &r, &good, &decodes),
             Taken::Decoded(_)
         ));
-    }
-
-    #[test]
-    fn sessions_holding_the_same_resources_share_one_set() {
-        let r = Renderer::new(Codec::embedded());
-        let shared = SharedAnswers::default();
-        let map = decode(&r, &answer(&r, &["a", "b"], 1)).unwrap();
-        let one = shared.held(CDS, "d1", map.iter());
-        let two = shared.held(CDS, "d1", map.clone().iter());
-        assert!(Arc::ptr_eq(&one, &two));
-        // Another resource under the same digest (a version the upstream
-        // reused for other content) is not taken for the same.
-        let mut other = map.clone();
-        let c = decode(&r, &answer(&r, &["b"], 2)).unwrap();
-        other.insert("b".into(), c["b"].clone());
-        let three = shared.held(CDS, "d1", other.iter());
-        assert!(!Arc::ptr_eq(&one, &three));
-        assert!(Arc::ptr_eq(&three.map()["b"], &c["b"]));
     }
 
     #[test]

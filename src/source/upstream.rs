@@ -18,6 +18,7 @@ use tonic::Code;
 use tracing::{debug, info};
 
 use super::backoff::Backoff;
+use super::delta::HeldSets;
 use super::health::Health;
 use super::probe;
 use super::{PassThrough, PassedThrough, SourceError};
@@ -70,6 +71,8 @@ pub(crate) struct UpstreamContext {
     answered: AtomicBool,
     /// Whether it answers now, for failover ([`Health`]).
     pub(super) health: Health,
+    /// What this upstream's delta sessions hold, shared among them.
+    pub(super) held_sets: Arc<HeldSets>,
 }
 
 impl UpstreamContext {
@@ -109,6 +112,7 @@ impl UpstreamContext {
             metadata.append(key, value);
         }
         Ok(Arc::new(UpstreamContext {
+            held_sets: Arc::new(HeldSets::new(metrics.clone())),
             name: spec.name.clone(),
             uri: uri.to_owned(),
             channel: endpoint.connect_lazy(),

@@ -64,11 +64,13 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+mod held;
 mod state;
 #[cfg(test)]
 mod tests;
 mod update;
 
+pub(super) use self::held::HeldSets;
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
 use super::namespace::Namespace;
@@ -147,8 +149,8 @@ impl Protocol for Delta {
     /// needs saying.
     fn subscribe(&mut self, kind: ResourceType) -> Option<DeltaDiscoveryRequest> {
         let want = self.session.subscription(kind).unwrap_or_default();
-        let tracked = self.tracked.entry(kind).or_default();
-        let narrowed = tracked.narrow(&want);
+        let tracked = tracked(&mut self.tracked, &self.ctx, kind);
+        let narrowed = tracked.narrow(kind, &want);
         self.expiries
             .retain(kind, |name| tracked.held.contains_key(name));
         if narrowed {
@@ -228,7 +230,7 @@ impl Protocol for Delta {
     fn timer(&mut self, now: Instant) {
         let mut changed = Vec::new();
         for (kind, wire) in &mut self.wires {
-            if self.tracked.entry(*kind).or_default().settle(wire, now) {
+            if tracked(&mut self.tracked, &self.ctx, *kind).settle(wire, now) {
                 changed.push(*kind);
             }
         }
@@ -247,10 +249,7 @@ impl Protocol for Delta {
         for (kind, names) in self.expiries.expire(now) {
             info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
             self.ctx.metrics.ttl_expired(kind, names.len());
-            let tracked = self.tracked.entry(kind).or_default();
-            for name in &names {
-                tracked.held.remove(name);
-            }
+            tracked(&mut self.tracked, &self.ctx, kind).forget(kind, &names);
             self.publish(kind);
         }
     }
@@ -320,9 +319,9 @@ impl Delta {
                     .metrics
                     .resources_taken(kind, update.added.len(), 0);
                 let now = Instant::now();
-                let tracked = self.tracked.entry(kind).or_default();
+                let tracked = tracked(&mut self.tracked, &self.ctx, kind);
                 if self.replacing.remove(&kind) {
-                    *tracked = Tracked::default();
+                    *tracked = Tracked::new(self.ctx.held_sets.clone());
                 }
                 tracked.apply(kind, wire, update, now);
                 for (name, ttl) in ttls {
@@ -354,7 +353,7 @@ impl Delta {
     /// (never before the first accepted response: no state is not the same
     /// as an empty one).
     fn publish(&mut self, kind: ResourceType) {
-        let tracked = self.tracked.entry(kind).or_default();
+        let tracked = tracked(&mut self.tracked, &self.ctx, kind);
         let answered_here = self
             .wires
             .get(&kind)
@@ -362,7 +361,7 @@ impl Delta {
         if tracked.published.is_none() && !answered_here {
             return;
         }
-        let state = tracked.state(kind, self.ctx.renderer.answers());
+        let state = tracked.state(kind);
         let key = (state.version.clone(), state.coverage.clone());
         if tracked.published.as_ref() == Some(&key) {
             return;
@@ -370,4 +369,16 @@ impl Delta {
         tracked.published = Some(key);
         self.session.publish(state);
     }
+}
+
+/// What `tracked` knows of `kind`; nothing yet, with the upstream's held
+/// sets, if it is new.
+fn tracked<'a>(
+    tracked: &'a mut BTreeMap<ResourceType, Tracked>,
+    ctx: &UpstreamContext,
+    kind: ResourceType,
+) -> &'a mut Tracked {
+    tracked
+        .entry(kind)
+        .or_insert_with(|| Tracked::new(ctx.held_sets.clone()))
 }

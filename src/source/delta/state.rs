@@ -4,21 +4,26 @@
 //! The coverage rules these implement are in the module docs of `delta`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use tracing::debug;
 
 use tokio::time::Instant;
 
-use super::update::{digest, Held, Update};
+use super::held::{Edit, HeldSet, HeldSets};
+use super::update::Update;
 use super::SETTLE;
-use crate::cache::{Coverage, SharedAnswers, TypeState};
+use crate::cache::{Coverage, TypeState};
 use crate::log_escape::Escaped;
 use crate::xds::{membership, ResourceType};
 
 /// What the gateway knows of one type, across streams.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Tracked {
-    pub(super) held: BTreeMap<String, Held>,
+    /// Shared with every session of the upstream holding the same.
+    pub(super) held: Arc<HeldSet>,
+    /// Where `held` is found and made (one per upstream).
+    sets: Arc<HeldSets>,
     /// Explicitly subscribed names the upstream has answered (held or absent).
     pub(super) answered: BTreeSet<String>,
     pub(super) wildcard_answered: bool,
@@ -27,6 +32,17 @@ pub(super) struct Tracked {
 }
 
 impl Tracked {
+    /// Nothing known yet, its sets found in and made by `sets`.
+    pub(super) fn new(sets: Arc<HeldSets>) -> Tracked {
+        Tracked {
+            held: Arc::default(),
+            sets,
+            answered: BTreeSet::new(),
+            wildcard_answered: false,
+            published: None,
+        }
+    }
+
     pub(super) fn coverage(&self) -> Coverage {
         Coverage {
             wildcard: self.wildcard_answered,
@@ -35,14 +51,34 @@ impl Tracked {
     }
 
     /// Forgets what `want` no longer asks for; true if anything was dropped.
-    pub(super) fn narrow(&mut self, want: &Coverage) -> bool {
+    pub(super) fn narrow(&mut self, kind: ResourceType, want: &Coverage) -> bool {
         let before = (self.held.len(), self.answered.len(), self.wildcard_answered);
         if !want.wildcard {
             self.wildcard_answered = false;
-            self.held.retain(|_, h| want.wants_resource(&h.resource));
+            let mut edit = Edit::default();
+            for (name, h) in self.held.iter() {
+                if !want.wants_resource(&h.resource) {
+                    edit.forget(&self.held, name);
+                }
+            }
+            self.edit(kind, edit);
         }
         self.answered.retain(|name| want.names.contains(name));
         before != (self.held.len(), self.answered.len(), self.wildcard_answered)
+    }
+
+    /// Forgets `names` (their TTL ran out).
+    pub(super) fn forget(&mut self, kind: ResourceType, names: &[String]) {
+        let mut edit = Edit::default();
+        for name in names {
+            edit.forget(&self.held, name);
+        }
+        self.edit(kind, edit);
+    }
+
+    /// Holds what `edit` (an edit of what is held) makes of it.
+    pub(super) fn edit(&mut self, kind: ResourceType, edit: Edit) {
+        self.held = self.sets.after(kind, &self.held, edit);
     }
 
     /// The versions to present on a new stream.
@@ -99,13 +135,16 @@ impl Tracked {
                 answered(self, wire, name, &[]);
             }
         }
+        // Names are unique across the update's lists (`decode_update`), so
+        // one edit of what was held before makes all of it.
+        let mut edit = Edit::default();
         for (name, held) in update.added {
             if !sent.wants_resource(&held.resource) {
                 debug!(name = %Escaped(&name), "resource nobody subscribed to: ignored");
                 continue;
             }
             answered(self, wire, &name, &held.resource.aliases);
-            self.held.insert(name, held);
+            edit.put(&self.held, name, held);
         }
         for (name, version) in update.name_only {
             let heartbeat = self
@@ -113,14 +152,15 @@ impl Tracked {
                 .get(&name)
                 .is_some_and(|h| h.version == version && !version.is_empty());
             if !heartbeat {
-                self.held.remove(&name);
+                edit.forget(&self.held, &name);
             }
             answered(self, wire, &name, &[]);
         }
         for name in update.removed {
-            self.held.remove(&name);
+            edit.forget(&self.held, &name);
             answered(self, wire, &name, &[]);
         }
+        self.edit(kind, edit);
     }
 
     /// Takes what `wire` has waited [`SETTLE`] for as answered; true if any.
@@ -148,13 +188,15 @@ impl Tracked {
         changed
     }
 
-    /// The state to publish: its resources a set shared with every session
-    /// holding the same (`shared`), its version their digest.
-    pub(super) fn state(&self, kind: ResourceType, shared: &SharedAnswers) -> TypeState {
-        let version = digest(&self.held);
-        let held = self.held.iter().map(|(name, h)| (name, &h.resource));
-        let resources = shared.held(kind, &version, held);
-        TypeState::new(kind, version, String::new(), resources, self.coverage())
+    /// The state to publish: the held set's resources and version.
+    pub(super) fn state(&self, kind: ResourceType) -> TypeState {
+        TypeState::new(
+            kind,
+            self.held.version().to_owned(),
+            String::new(),
+            self.held.resources().clone(),
+            self.coverage(),
+        )
     }
 }
 

@@ -1,5 +1,6 @@
 //! Unit tests of delta mode's pure parts: digests, diffs, decoding and coverage.
 
+use super::held::Edit;
 use super::state::*;
 use super::update::*;
 use super::*;
@@ -35,6 +36,11 @@ fn resource_of(kind: ResourceType, name: &str, aliases: &[&str], content: u8) ->
         payload: Default::default(),
         json: Default::default(),
     })
+}
+
+/// Nothing known yet, with held sets of its own.
+fn tracked() -> Tracked {
+    Tracked::new(Arc::new(HeldSets::new(Arc::default())))
 }
 
 fn held(name: &str, version: &str) -> (String, Held) {
@@ -139,7 +145,7 @@ fn update(added: &[(&str, &str)], name_only: &[(&str, &str)], removed: &[&str]) 
 #[test]
 fn first_response_answers_the_first_subscription() {
     let now = Instant::now();
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(false, &["a", "missing"])], now);
     t.apply(KIND, &mut wire, update(&[("a", "1")], &[], &[]), now);
     assert_eq!(t.coverage(), cov(false, &["a", "missing"]));
@@ -163,13 +169,13 @@ fn first_response_answers_the_first_subscription() {
 fn wildcard_coverage_needs_proof() {
     let now = Instant::now();
     // Wildcard in the first subscription: the first response proves it.
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(true, &[])], now);
     t.apply(KIND, &mut wire, update(&[], &[], &[]), now);
     assert!(t.coverage().wildcard);
 
     // Wildcard added later: a response with only known names proves nothing.
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(false, &["a"]), cov(true, &["a"])], now);
     t.apply(KIND, &mut wire, update(&[("a", "1")], &[], &[]), now);
     assert!(!t.coverage().wildcard);
@@ -180,7 +186,7 @@ fn wildcard_coverage_needs_proof() {
     assert!(wire.pending_wildcard.is_none());
 
     // Not after the wildcard was dropped on the same stream.
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(
         &[cov(false, &["a"]), cov(true, &["a"]), cov(false, &["a"])],
         now,
@@ -195,7 +201,7 @@ fn wildcard_coverage_needs_proof() {
 #[test]
 fn removals_heartbeats_and_absence() {
     let now = Instant::now();
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(true, &["a"])], now);
     t.apply(
         KIND,
@@ -203,25 +209,25 @@ fn removals_heartbeats_and_absence() {
         update(&[("a", "1"), ("b", "1")], &[], &[]),
         now,
     );
-    let v1 = digest(&t.held);
+    let v1 = t.held.version().to_owned();
     // A heartbeat (name, same version, no payload) keeps the resource.
     t.apply(KIND, &mut wire, update(&[], &[("a", "1")], &[]), now);
     assert!(t.held.contains_key("a"));
-    assert_eq!(digest(&t.held), v1);
+    assert_eq!(t.held.version(), v1);
     // Name-only at another version: it does not exist any more.
     t.apply(KIND, &mut wire, update(&[], &[("a", "2")], &[]), now);
     assert!(!t.held.contains_key("a"));
     // removed_resources.
     t.apply(KIND, &mut wire, update(&[], &[], &["b"]), now);
     assert!(t.held.is_empty());
-    assert_ne!(digest(&t.held), v1);
+    assert_ne!(t.held.version(), v1);
     assert_eq!(t.coverage(), cov(true, &["a"]));
 }
 
 #[test]
 fn unwanted_resources_are_not_held_and_narrowing_forgets() {
     let now = Instant::now();
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(false, &["a", "b"])], now);
     t.apply(
         KIND,
@@ -230,18 +236,18 @@ fn unwanted_resources_are_not_held_and_narrowing_forgets() {
         now,
     );
     assert_eq!(t.held.keys().collect::<Vec<_>>(), ["a"]);
-    assert!(t.narrow(&cov(false, &["b"])));
+    assert!(t.narrow(KIND, &cov(false, &["b"])));
     assert!(t.held.is_empty());
     assert_eq!(t.coverage(), cov(false, &["b"]));
-    assert!(!t.narrow(&cov(false, &["b"])));
-    assert!(t.narrow(&Coverage::default()));
+    assert!(!t.narrow(KIND, &cov(false, &["b"])));
+    assert!(t.narrow(KIND, &Coverage::default()));
     assert_eq!(t.coverage(), Coverage::default());
 }
 
 #[test]
 fn unanswered_subscriptions_settle_only_on_an_answering_stream() {
     let start = Instant::now();
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(false, &["a"])], start);
     // Nothing answered yet on the stream: never settles.
     assert_eq!(wire.next_settle(), None);
@@ -330,7 +336,7 @@ fn a_glob_collection_holds_its_members_and_is_answered_by_them() {
     let now = Instant::now();
     let glob = "xdstp://cp/T/prod/*";
     let (member, stranger) = ("xdstp://cp/T/prod/a", "xdstp://cp/T/other/b");
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(false, &["x"])], now);
     t.apply(KIND, &mut wire, update(&[("x", "1")], &[], &[]), now);
     let sent = wire.sent.clone().unwrap();
@@ -344,7 +350,7 @@ fn a_glob_collection_holds_its_members_and_is_answered_by_them() {
     assert_eq!(t.held.keys().collect::<Vec<_>>(), ["x", member]);
     assert_eq!(t.coverage(), cov(false, &["x", glob]));
     // Dropping "x" keeps the members of the glob still wanted.
-    assert!(t.narrow(&cov(false, &[glob])));
+    assert!(t.narrow(KIND, &cov(false, &[glob])));
     assert_eq!(t.held.keys().collect::<Vec<_>>(), [member]);
 }
 
@@ -361,7 +367,7 @@ fn a_vhds_namespace_holds_its_virtual_hosts_and_an_alias_its_resolution() {
             },
         )
     };
-    let mut t = Tracked::default();
+    let mut t = tracked();
     let mut wire = wire_after(&[cov(false, &["rc"])], now);
     let first = Update {
         added: vec![host("rc/a", &[]), host("other/b", &[])],
@@ -381,7 +387,7 @@ fn a_vhds_namespace_holds_its_virtual_hosts_and_an_alias_its_resolution() {
     assert_eq!(t.coverage(), cov(false, &["rc", "rc2/foo.example"]));
     assert!(wire.pending.is_empty());
     // Dropping the namespace keeps what the alias still holds.
-    assert!(t.narrow(&cov(false, &["rc2/foo.example"])));
+    assert!(t.narrow(vh, &cov(false, &["rc2/foo.example"])));
     assert_eq!(t.held.keys().collect::<Vec<_>>(), ["rc2/vh"]);
 }
 
@@ -458,12 +464,10 @@ async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
     let ctx = crate::source::upstream::unused_context();
     let mut delta = Delta::new(ctx, session, namespace);
     let (name, kept) = held("a", "7");
-    delta
-        .tracked
-        .entry(KIND)
-        .or_default()
-        .held
-        .insert(name, kept);
+    let t = super::tracked(&mut delta.tracked, &delta.ctx, KIND);
+    let mut edit = Edit::default();
+    edit.put(&t.held, name, kept);
+    t.edit(KIND, edit);
     delta.reset_stream();
     let resumed = delta.subscribe(KIND).unwrap();
     assert_eq!(
