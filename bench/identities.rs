@@ -17,7 +17,15 @@
 //!   push to each held poll's 200 (p50 / p99 / max over all identities and
 //!   rounds), the gateway's CPU per push per identity, and the resources it
 //!   decoded and reused per push (O(changed): the metrics
-//!   `xds_gateway_upstream_resources_{decoded,reused}_total`).
+//!   `xds_gateway_upstream_resources_{decoded,reused}_total`);
+//! - **the floors**: every identity polls at once with nothing to wait for
+//!   (the REST side: the same bodies, moved); pushes with no poll held (the
+//!   gateway's CPU for its upstream side alone, until every session took
+//!   the change); and the same streams opened by a child process that only
+//!   reads their bytes (`stream_reader.rs`: its CPU per push is the cost of
+//!   reading the sessions' bytes off the stream, the goal's floor, and its
+//!   latency the upstream half of the held polls'). The last column is the
+//!   gateway's upstream-side CPU over that floor (the goal: at most 2).
 //!
 //! `IDENTITIES_BASELINE_BIN=<another gateway binary>` measures that build
 //! too, in the same run, each mode on the baseline first, and prints the
@@ -34,6 +42,7 @@ mod fake_ads;
 
 mod cds_fixtures;
 mod gateway_process;
+mod stream_reader;
 
 use cds_fixtures::{clusters, endpoints, env_number};
 
@@ -193,6 +202,14 @@ struct Figures {
     /// The floor under the held polls' latency: the same bodies, moved.
     at_once: Vec<Duration>,
     at_once_cpu: Duration,
+    /// A push with no poll held: the gateway's CPU until every session
+    /// took it (its upstream side alone).
+    unheld_cpu_per_push: Duration,
+    /// The same streams, only read (`stream_reader.rs`): CPU per push, the
+    /// latency until every stream had it, and the bytes per push.
+    reader_cpu_per_push: Duration,
+    reader_all_received: Vec<Duration>,
+    reader_bytes_per_push: usize,
 }
 
 impl Figures {
@@ -396,6 +413,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
         }
     }
     figures.at_once_cpu = gateway_process::cpu_time(pid).saturating_sub(cpu0);
+    figures.unheld_cpu_per_push = unheld_pushes(setup, &upstream, &client, admin, pid, delta).await;
     // What the gateway warned of (it logs at `warn`): the first lines.
     let warned = std::fs::read_to_string(log.path()).unwrap_or_default();
     for line in warned.lines().take(5) {
@@ -406,7 +424,94 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     figures.decoded_per_push = decoded / f64::from(rounds);
     figures.reused_per_push = reused / f64::from(rounds);
     drop(gateway);
+    read_floor(setup, &upstream, mode, &mut figures).await;
     figures
+}
+
+/// Resources the gateway took from upstream answers so far (decoded or reused).
+async fn taken(client: &HttpClient, admin: SocketAddr) -> f64 {
+    metric(
+        client,
+        admin,
+        "xds_gateway_upstream_resources_decoded_total",
+    )
+    .await
+        + metric(client, admin, "xds_gateway_upstream_resources_reused_total").await
+}
+
+/// Rounds of a one-cluster change with no poll held (generations after the
+/// held rounds'): the gateway's CPU per push until every session took it
+/// (each SotW session takes all the clusters; each delta one the changed).
+async fn unheld_pushes(
+    setup: &Setup,
+    upstream: &fake_ads::FakeAds,
+    client: &HttpClient,
+    admin: SocketAddr,
+    pid: u32,
+    delta: bool,
+) -> Duration {
+    let per_push = setup.identities as f64 * if delta { 1.0 } else { setup.clusters as f64 };
+    let mut cpu = Duration::ZERO;
+    for round in 1..=setup.rounds {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = taken(client, admin).await;
+        let cpu0 = gateway_process::cpu_time(pid);
+        let generation = setup.rounds + round;
+        upstream.set(
+            CDS,
+            &format!("u{round}"),
+            clusters(&setup.codec, setup.clusters, generation),
+        );
+        let deadline = Instant::now() + WITHIN;
+        while taken(client, admin).await - before < per_push {
+            assert!(
+                Instant::now() < deadline,
+                "a push no poll waited for was never taken"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cpu += gateway_process::cpu_time(pid).saturating_sub(cpu0);
+    }
+    cpu / setup.rounds as u32
+}
+
+/// The floor of the upstream side (`stream_reader.rs`): the same streams,
+/// read by a process that does nothing else, through more rounds of a
+/// one-cluster change (generations after the unheld rounds').
+async fn read_floor(setup: &Setup, upstream: &fake_ads::FakeAds, mode: &str, f: &mut Figures) {
+    let ids = setup.identities;
+    let mut reader = stream_reader::Reader::start(&upstream.url(), ids, mode);
+    if !reader.ready(WITHIN).await {
+        eprintln!("reader ({mode}): its streams never all had a first answer");
+        return;
+    }
+    let pid = reader.pid();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let Some(mut bytes_before) = reader.received(ids, WITHIN).await else {
+        return;
+    };
+    let (mut cpu, mut bytes) = (Duration::ZERO, 0);
+    for round in 1..=setup.rounds {
+        let cpu0 = gateway_process::cpu_time(pid);
+        let pushed = Instant::now();
+        let generation = 2 * setup.rounds + round;
+        upstream.set(
+            CDS,
+            &format!("r{round}"),
+            clusters(&setup.codec, setup.clusters, generation),
+        );
+        let Some(now) = reader.received(ids * (round + 1), WITHIN).await else {
+            eprintln!("reader ({mode}): round {round} never reached every stream");
+            return;
+        };
+        f.reader_all_received.push(pushed.elapsed());
+        cpu += gateway_process::cpu_time(pid).saturating_sub(cpu0);
+        bytes += now - bytes_before;
+        bytes_before = now;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    f.reader_cpu_per_push = cpu / setup.rounds as u32;
+    f.reader_bytes_per_push = bytes / setup.rounds;
 }
 
 fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
@@ -418,9 +523,10 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
     }
     let mut held = f.held.clone();
     let mut at_once = f.at_once.clone();
+    let mut reader = f.reader_all_received.clone();
     let ids = setup.identities;
     println!(
-        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms |",
+        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms | {:.0} ms | {:.0} ms, all in {:.0} ms, {:.1} MB | {} |",
         f.cold_all_served.as_secs_f64(),
         f.cold_failures,
         f.requests_per_identity,
@@ -441,6 +547,14 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
         ms(percentile(&mut at_once, 0.99)),
         f.at_once.len(),
         ms(f.at_once_cpu),
+        ms(f.unheld_cpu_per_push),
+        ms(f.reader_cpu_per_push),
+        ms(percentile(&mut reader, 0.5)),
+        f.reader_bytes_per_push as f64 / 1e6,
+        ratio(
+            f.unheld_cpu_per_push.as_secs_f64(),
+            f.reader_cpu_per_push.as_secs_f64()
+        ),
     );
 }
 
@@ -452,8 +566,21 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    // The reader child (`stream_reader.rs`) of a run of this bench.
+    if let Ok(spec) = std::env::var("IDENTITIES_READER") {
+        stream_reader::serve(&spec);
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench());
+}
+
+async fn bench() {
     let identities = env_number("IDENTITIES", 1000).max(1);
     let clusters = env_number("IDENTITIES_CLUSTERS", 1000).max(1);
     let rounds = env_number("IDENTITIES_ROUNDS", 5).max(1);
@@ -482,8 +609,8 @@ async fn main() {
          (wildcard CDS) and {clusters} ClusterLoadAssignments (EDS, one name per identity); \
          {rounds} rounds of a one-cluster change\n"
     );
-    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push | every identity polls at once, no push: p50 / p99 |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push | every identity polls at once, no push: p50 / p99 | gateway CPU per push, no poll held | the same streams only read: CPU per push, every stream had it (p50 of rounds), bytes per push | CPU no poll held / only read |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let before = match &baseline {

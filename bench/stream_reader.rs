@@ -1,0 +1,278 @@
+//! The floor under a gateway's work per push: a process that holds the same
+//! ADS streams the gateway holds (one per identity, every one on one HTTP/2
+//! connection, as the gateway's upstream channel does, each subscribed to
+//! every cluster) and only reads each response's bytes off its stream:
+//! gRPC framing and HTTP/2 included, no protobuf decode, no ACK (the
+//! scripted upstream pushes without one).
+//!
+//! The identities bench runs it as a child of its own binary (so its CPU is
+//! its own, apart from the upstream's, which runs in the bench): with
+//! `IDENTITIES_READER=<upstream url> <streams> <sotw|delta>` set, `main`
+//! calls [`serve`] instead of benchmarking. It says `ready` once every
+//! stream has its first response; then, for each `wait <count>` line on its
+//! stdin, `done` once its streams have received `count` responses in all.
+
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::Status;
+
+const SOTW_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+const DELTA_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+
+/// Requests encoded with prost; responses taken as the bytes they are.
+struct RawResponses<M>(std::marker::PhantomData<M>);
+
+impl<M: prost::Message + Send + 'static> Codec for RawResponses<M> {
+    type Encode = M;
+    type Decode = Bytes;
+    type Encoder = RequestEncoder<M>;
+    type Decoder = BytesDecoder;
+
+    fn encoder(&mut self) -> RequestEncoder<M> {
+        RequestEncoder(std::marker::PhantomData)
+    }
+
+    fn decoder(&mut self) -> BytesDecoder {
+        BytesDecoder
+    }
+}
+
+struct RequestEncoder<M>(std::marker::PhantomData<M>);
+
+impl<M: prost::Message> Encoder for RequestEncoder<M> {
+    type Item = M;
+    type Error = Status;
+
+    fn encode(&mut self, item: M, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+struct BytesDecoder;
+
+impl Decoder for BytesDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// Responses received on every stream, and a wake-up for the one waiting.
+#[derive(Default)]
+struct Received {
+    count: AtomicUsize,
+    bytes: AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+impl Received {
+    async fn reach(&self, count: usize) {
+        loop {
+            let notified = self.changed.notified();
+            if self.count.load(Ordering::SeqCst) >= count {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One stream: subscribe as identity `node` to every cluster, then read.
+async fn read_stream(
+    channel: tonic::transport::Channel,
+    node: String,
+    delta: bool,
+    received: Arc<Received>,
+) {
+    let node = Some(Node {
+        id: node,
+        cluster: "bench".into(),
+        ..Node::default()
+    });
+    let type_url = xds_gateway::xds::ResourceType::Clusters
+        .type_url()
+        .to_owned();
+    if delta {
+        let first = DeltaDiscoveryRequest {
+            node,
+            type_url,
+            resource_names_subscribe: vec!["*".into()],
+            ..Default::default()
+        };
+        read(channel, first, DELTA_PATH, &received).await;
+    } else {
+        let first = DiscoveryRequest {
+            node,
+            type_url,
+            ..Default::default()
+        };
+        read(channel, first, SOTW_PATH, &received).await;
+    }
+}
+
+/// Opens a stream at `path` with `first`, and counts its responses until
+/// it ends. Its requests stay open meanwhile (a closed request stream would
+/// end the upstream's).
+async fn read<M>(
+    channel: tonic::transport::Channel,
+    first: M,
+    path: &'static str,
+    received: &Received,
+) where
+    M: prost::Message + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel);
+    if let Err(e) = grpc.ready().await {
+        return eprintln!("reader: channel not ready: {e}");
+    }
+    let (requests, rx) = tokio::sync::mpsc::channel(1);
+    let _ = requests.send(first).await;
+    let codec = RawResponses::<M>(std::marker::PhantomData);
+    let path = http::uri::PathAndQuery::from_static(path);
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut responses = match grpc
+        .streaming(tonic::Request::new(stream), path, codec)
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(e) => return eprintln!("reader: stream refused: {e}"),
+    };
+    loop {
+        match responses.message().await {
+            Ok(Some(bytes)) => {
+                received.bytes.fetch_add(bytes.len(), Ordering::SeqCst);
+                received.count.fetch_add(1, Ordering::SeqCst);
+                received.changed.notify_waiters();
+            }
+            Ok(None) => break,
+            Err(e) => break eprintln!("reader: stream failed: {e}"),
+        }
+    }
+    drop(requests);
+}
+
+/// Runs the reader described in the module docs; `spec` is
+/// `<upstream url> <streams> <sotw|delta>`.
+pub fn serve(spec: &str) {
+    let mut parts = spec.split_whitespace();
+    let (Some(url), Some(streams), Some(mode)) = (parts.next(), parts.next(), parts.next()) else {
+        panic!("IDENTITIES_READER: expected `<url> <streams> <sotw|delta>`, got {spec:?}");
+    };
+    let streams: usize = streams.parse().expect("a number of streams");
+    let delta = mode == "delta";
+    // Two worker threads, as the gateway has.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .expect("upstream url")
+            .connect()
+            .await
+            .expect("upstream reachable");
+        let received = Arc::new(Received::default());
+        for i in 0..streams {
+            let (channel, received) = (channel.clone(), received.clone());
+            tokio::spawn(read_stream(channel, format!("pod-{i}"), delta, received));
+        }
+        received.reach(streams).await;
+        say("ready");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        while let Some(line) = rx.recv().await {
+            let Some(count) = line.strip_prefix("wait ") else {
+                continue;
+            };
+            received.reach(count.trim().parse().expect("a count")).await;
+            say(&format!("done {}", received.bytes.load(Ordering::SeqCst)));
+        }
+    });
+}
+
+/// The reader as its parent sees it: a child process of this bench's
+/// binary, killed when dropped.
+pub struct Reader {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Reader {
+    /// Starts a reader of `streams` streams of `mode` on the upstream at `url`.
+    pub fn start(url: &str, streams: usize, mode: &str) -> Reader {
+        use tokio::io::AsyncBufReadExt;
+        let exe = std::env::current_exe().expect("this bench's binary");
+        let mut child = tokio::process::Command::new(exe)
+            .env("IDENTITIES_READER", format!("{url} {streams} {mode}"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the reader");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Reader {
+            child,
+            stdin,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("a running reader")
+    }
+
+    /// Waits (at most `within`) for the line starting with `word`; its rest.
+    async fn line(&mut self, word: &str, within: std::time::Duration) -> Option<String> {
+        let read = async {
+            while let Ok(Some(line)) = self.lines.next_line().await {
+                if let Some(rest) = line.strip_prefix(word) {
+                    return Some(rest.trim().to_owned());
+                }
+            }
+            None
+        };
+        tokio::time::timeout(within, read).await.ok().flatten()
+    }
+
+    /// Whether every stream had its first response within `within`.
+    pub async fn ready(&mut self, within: std::time::Duration) -> bool {
+        self.line("ready", within).await.is_some()
+    }
+
+    /// Waits (at most `within`) until the streams have received `count`
+    /// responses in all; the bytes received so far, `None` on time out.
+    pub async fn received(&mut self, count: usize, within: std::time::Duration) -> Option<usize> {
+        use tokio::io::AsyncWriteExt;
+        let order = format!("wait {count}\n");
+        self.stdin.write_all(order.as_bytes()).await.ok()?;
+        self.stdin.flush().await.ok()?;
+        self.line("done", within).await?.parse().ok()
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
