@@ -31,6 +31,8 @@ pub(crate) use config_history::{
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use request::{ParsedRequest, ParsedRequests};
-pub(crate) use resource::{Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
+pub(crate) use resource::{
+    idle_memo, Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
+};
 pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

@@ -74,6 +74,26 @@ pub(crate) const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.dis
 /// How many rendered resources (plain and rewritten) the memo keeps.
 const RENDER_MEMO_ENTRIES: u64 = 200_000;
 
+/// How long a render nobody looked up stays in the memo. Without it, every
+/// content an upstream ever sent stayed until the entry bound (a cluster
+/// changed every second is 3,600 dead renders an hour, RSS growing for
+/// days); what a state still holds lives on in the state, and a miss
+/// costs one render.
+const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A memo of at most `entries` entries, each dropped after `idle` without
+/// a lookup.
+pub(crate) fn idle_memo<K, V>(entries: u64, idle: std::time::Duration) -> Cache<K, V>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    Cache::builder()
+        .max_capacity(entries)
+        .time_to_idle(idle)
+        .build()
+}
+
 /// Decodes and renders resources, remembering every render by digest, and
 /// holds the memo of assembled response bodies and the config history
 /// (what sessions publish is recorded there; the admin views read it).
@@ -132,8 +152,8 @@ impl Renderer {
     fn with_bodies(codec: Codec, bodies: Bodies) -> Renderer {
         Renderer {
             codec,
-            plain: Cache::new(RENDER_MEMO_ENTRIES),
-            rewritten: Cache::new(RENDER_MEMO_ENTRIES),
+            plain: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
+            rewritten: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
             bodies,
             answers: SharedAnswers::default(),
             history: ConfigHistory::default(),

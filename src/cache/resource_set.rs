@@ -198,10 +198,7 @@ impl std::fmt::Debug for SharedAnswers {
 impl Default for SharedAnswers {
     fn default() -> SharedAnswers {
         SharedAnswers {
-            sets: Cache::builder()
-                .max_capacity(SHARED_ANSWERS)
-                .time_to_idle(std::time::Duration::from_secs(600))
-                .build(),
+            sets: super::idle_memo(SHARED_ANSWERS, std::time::Duration::from_secs(600)),
         }
     }
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use moka::sync::Cache;
 
 use super::update::{digest, Held};
-use crate::cache::{IntoResourceSet, ResourceMap, ResourceSet};
+use crate::cache::{idle_memo, IntoResourceSet, ResourceMap, ResourceSet};
 use crate::metrics::Metrics;
 use crate::xds::ResourceType;
 
@@ -200,22 +200,11 @@ impl std::fmt::Debug for HeldSets {
 impl HeldSets {
     pub(in crate::source) fn new(metrics: Arc<Metrics>) -> HeldSets {
         HeldSets {
-            steps: memo(),
-            contents: memo(),
+            steps: idle_memo(KEPT, IDLE),
+            contents: idle_memo(KEPT, IDLE),
             metrics,
         }
     }
-}
-
-fn memo<K, V>() -> Cache<K, V>
-where
-    K: std::hash::Hash + Eq + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-{
-    Cache::builder()
-        .max_capacity(KEPT)
-        .time_to_idle(IDLE)
-        .build()
 }
 
 /// The key part of a step's starting set.
