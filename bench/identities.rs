@@ -468,7 +468,8 @@ async fn unheld_pushes(
                 Instant::now() < deadline,
                 "a push no poll waited for was never taken"
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Each look costs the gateway a /metrics render: not too often.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         cpu += gateway_process::cpu_time(pid).saturating_sub(cpu0);
     }

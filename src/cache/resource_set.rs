@@ -102,15 +102,18 @@ impl ResourceSet {
         if payloads.len() != self.map.len() {
             return false;
         }
-        let mut names = Vec::with_capacity(payloads.len());
+        // As many payloads as resources, each matching one: no resource
+        // matched twice means no name twice. Compared by address, which
+        // sorts faster than the names.
+        let mut matched = Vec::with_capacity(payloads.len());
         for bytes in payloads {
             match self.holding(bytes) {
-                Some(held) => names.push(held.name.as_str()),
+                Some(held) => matched.push(Arc::as_ptr(held) as usize),
                 None => return false,
             }
         }
-        names.sort_unstable();
-        names.windows(2).all(|pair| pair[0] != pair[1])
+        matched.sort_unstable();
+        matched.windows(2).all(|pair| pair[0] != pair[1])
     }
 
     /// The selection digest of (`kind`, `names`, `target`) on this set:
