@@ -34,16 +34,27 @@ use std::time::{Duration, Instant};
 pub const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
 /// A TCP port that was free on 127.0.0.1 a moment ago: binds port 0, reads
-/// the port the kernel chose and closes the socket. Another process may
-/// take it before the caller binds it; for tests on loopback that race is
-/// accepted.
+/// the port the kernel chose and closes the socket. Never the same port
+/// twice in one process. Another process may take it before the caller
+/// binds it; for tests on loopback that race is accepted.
 pub fn free_port() -> u16 {
-    let listener =
-        TcpListener::bind(SocketAddr::from((LOOPBACK, 0))).expect("bind 127.0.0.1:0 for a port");
-    listener
-        .local_addr()
-        .expect("local address of a bound listener")
-        .port()
+    // Ports already handed out in this process: the kernel may give a
+    // released port again at once, and the soak alone takes ~45 (an Envoy
+    // once failed to bind a port another Envoy of the same run had: CI).
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let listener = TcpListener::bind(SocketAddr::from((LOOPBACK, 0)))
+            .expect("bind 127.0.0.1:0 for a port");
+        let port = listener
+            .local_addr()
+            .expect("local address of a bound listener")
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A child process that is killed and reaped when the guard drops, on
