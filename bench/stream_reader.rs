@@ -12,9 +12,10 @@
 //! stream has its first response; then, for each `wait <count>` line on its
 //! stdin, `done` once its streams have received `count` responses in all.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use tokio::io::AsyncBufReadExt;
 
 use bytes::{Buf, Bytes};
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -190,16 +191,8 @@ pub fn serve(spec: &str) {
         }
         received.reach(streams).await;
         say("ready");
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        while let Some(line) = rx.recv().await {
+        let mut orders = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = orders.next_line().await {
             let Some(count) = line.strip_prefix("wait ") else {
                 continue;
             };
@@ -220,7 +213,6 @@ pub struct Reader {
 impl Reader {
     /// Starts a reader of `streams` streams of `mode` on the upstream at `url`.
     pub fn start(url: &str, streams: usize, mode: &str) -> Reader {
-        use tokio::io::AsyncBufReadExt;
         let exe = std::env::current_exe().expect("this bench's binary");
         let mut child = tokio::process::Command::new(exe)
             .env("IDENTITIES_READER", format!("{url} {streams} {mode}"))

@@ -172,6 +172,17 @@ struct Step {
     to: Weak<HeldSet>,
 }
 
+impl Step {
+    /// `edit` of `from` led to `to`.
+    fn new(from: &Arc<HeldSet>, edit: &Edit, to: &Arc<HeldSet>) -> Arc<Step> {
+        Arc::new(Step {
+            from: Arc::downgrade(from),
+            changed: edit.changes.len(),
+            to: Arc::downgrade(to),
+        })
+    }
+}
+
 /// What a step is found by: the type, the set it started from (its
 /// address; 0 for any empty set) and [`Edit::hash`].
 type StepKey = (ResourceType, usize, u64);
@@ -197,16 +208,6 @@ impl std::fmt::Debug for HeldSets {
     }
 }
 
-impl HeldSets {
-    pub(in crate::source) fn new(metrics: Arc<Metrics>) -> HeldSets {
-        HeldSets {
-            steps: idle_memo(KEPT, IDLE),
-            contents: idle_memo(KEPT, IDLE),
-            metrics,
-        }
-    }
-}
-
 /// The key part of a step's starting set.
 fn address(set: &Arc<HeldSet>) -> usize {
     if set.is_empty() {
@@ -217,6 +218,14 @@ fn address(set: &Arc<HeldSet>) -> usize {
 }
 
 impl HeldSets {
+    pub(in crate::source) fn new(metrics: Arc<Metrics>) -> HeldSets {
+        HeldSets {
+            steps: idle_memo(KEPT, IDLE),
+            contents: idle_memo(KEPT, IDLE),
+            metrics,
+        }
+    }
+
     /// The set `edit` makes of `from` (an edit of `from`: see [`Edit`]):
     /// `from` itself if nothing changes, else the set another session made
     /// by the same edit of the same set, else built now. Sessions applying
@@ -234,11 +243,7 @@ impl HeldSets {
         let mut built = None;
         let step = self.steps.get_with(key, || {
             let to = self.build(kind, from, &edit);
-            let step = Arc::new(Step {
-                from: Arc::downgrade(from),
-                changed: edit.changes.len(),
-                to: Arc::downgrade(&to),
-            });
+            let step = Step::new(from, &edit, &to);
             built = Some(to);
             step
         });
@@ -254,14 +259,7 @@ impl HeldSets {
         }
         // The set it led to is gone (or a hash collided): build it again.
         let to = self.build(kind, from, &edit);
-        self.steps.insert(
-            key,
-            Arc::new(Step {
-                from: Arc::downgrade(from),
-                changed: edit.changes.len(),
-                to: Arc::downgrade(&to),
-            }),
-        );
+        self.steps.insert(key, Step::new(from, &edit, &to));
         to
     }
 
@@ -414,14 +412,7 @@ mod tests {
         let mut edit = Edit::default();
         edit.put(&start, "c".into(), held(&r, "c", "1"));
         let key = (CDS, address(&start), edit.hash());
-        sets.steps.insert(
-            key,
-            Arc::new(Step {
-                from: Arc::downgrade(&start),
-                changed: 1,
-                to: Arc::downgrade(&with_b),
-            }),
-        );
+        sets.steps.insert(key, Step::new(&start, &edit, &with_b));
         let with_c = sets.after(CDS, &start, edit);
         assert_eq!(names(&with_c), ["a", "c"]);
     }
