@@ -9,7 +9,9 @@
 //! confirmed byte for byte) and holds a reference to it: one map of names
 //! for all of them, not one each. The order of the resources does not
 //! matter: go-control-plane sends a snapshot's resources in Go's map order,
-//! which differs from one response to the next.
+//! which differs from one response to the next. So the confirmation sorts
+//! both sides by each payload's hash and compares them pairwise: no name
+//! is parsed and no map walked for the sessions that share a set.
 //!
 //! A set is immutable and has an id, which keys what is worked out from it
 //! once for every state holding it: the selection digest a request's names
@@ -19,9 +21,12 @@
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use bytes::Bytes;
 use moka::sync::Cache;
+
+use xxhash_rust::xxh3::xxh3_64;
 
 use super::resource::{resource_name, Resource};
 use crate::xds::rewrite::RestTarget;
@@ -59,7 +64,14 @@ pub(crate) struct ResourceSet {
     id: u64,
     map: ResourceMap,
     selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
+    /// The payloads in [`Hashed`] order, worked out the first time an
+    /// answer is compared with the set.
+    payloads: OnceLock<Vec<(u64, Bytes)>>,
 }
+
+/// A payload with its xxh3. In (hash, bytes) order, two answers holding
+/// the same payloads in any order line up pairwise.
+type Hashed<'a> = (u64, &'a [u8]);
 
 impl Deref for ResourceSet {
     type Target = ResourceMap;
@@ -75,6 +87,7 @@ impl ResourceSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
             map,
             selections: Mutex::new(Vec::new()),
+            payloads: OnceLock::new(),
         }
     }
 
@@ -96,24 +109,25 @@ impl ResourceSet {
         (held.payload.as_ref() == payload).then_some(held)
     }
 
-    /// Whether `payloads`, in any order, are exactly the payloads of this
-    /// set's resources: as many, each held byte for byte, no name twice.
-    fn repeats(&self, payloads: &[&[u8]]) -> bool {
-        if payloads.len() != self.map.len() {
-            return false;
-        }
-        // As many payloads as resources, each matching one: no resource
-        // matched twice means no name twice. Compared by address, which
-        // sorts faster than the names.
-        let mut matched = Vec::with_capacity(payloads.len());
-        for bytes in payloads {
-            match self.holding(bytes) {
-                Some(held) => matched.push(Arc::as_ptr(held) as usize),
-                None => return false,
-            }
-        }
-        matched.sort_unstable();
-        matched.windows(2).all(|pair| pair[0] != pair[1])
+    /// Whether `sorted` (payloads in [`Hashed`] order) are exactly the
+    /// payloads of this set's resources, byte for byte. Equal sorted
+    /// sequences are equal multisets, and the set's payloads are distinct
+    /// (each carries its own name), so a name twice never matches.
+    fn repeats(&self, sorted: &[Hashed<'_>]) -> bool {
+        let held = self.payloads.get_or_init(|| {
+            let mut held: Vec<(u64, Bytes)> = self
+                .map
+                .values()
+                .map(|r| (xxh3_64(&r.payload), r.payload.clone()))
+                .collect();
+            held.sort_unstable_by(|a, b| (a.0, a.1.as_ref()).cmp(&(b.0, b.1.as_ref())));
+            held
+        });
+        held.len() == sorted.len()
+            && held
+                .iter()
+                .zip(sorted)
+                .all(|((h, held), (s, bytes))| h == s && held.as_ref() == *bytes)
     }
 
     /// The selection digest of (`kind`, `names`, `target`) on this set:
@@ -206,13 +220,12 @@ impl Default for SharedAnswers {
     }
 }
 
-/// A hash of an answer's payloads whatever their order: the sum of each
-/// one's hash, and how many there are.
-fn answer_hash(payloads: &[&[u8]]) -> (usize, u64) {
-    let sum = payloads.iter().fold(0u64, |sum, bytes| {
-        sum.wrapping_add(xxhash_rust::xxh3::xxh3_64(bytes))
-    });
-    (payloads.len(), sum)
+/// Each payload with its hash, and a hash of them all whatever their
+/// order: the sum of each one's, and how many there are.
+fn answer_hash<'a>(payloads: &[&'a [u8]]) -> (Vec<Hashed<'a>>, (usize, u64)) {
+    let hashed: Vec<Hashed<'a>> = payloads.iter().map(|p| (xxh3_64(p), *p)).collect();
+    let sum = hashed.iter().fold(0u64, |sum, (h, _)| sum.wrapping_add(*h));
+    (hashed, (payloads.len(), sum))
 }
 
 impl SharedAnswers {
@@ -230,7 +243,7 @@ impl SharedAnswers {
     where
         E: Send + Sync + 'static,
     {
-        let (count, sum) = answer_hash(payloads);
+        let (mut hashed, (count, sum)) = answer_hash(payloads);
         let key = (kind, count, sum);
         let mut decode = Some(decode);
         let mut made = None;
@@ -244,8 +257,11 @@ impl SharedAnswers {
         if let Some(set) = made {
             return Ok(Taken::Decoded(set));
         }
-        if let Some(set) = found.upgrade().filter(|s| s.repeats(payloads)) {
-            return Ok(Taken::Shared(set));
+        if let Some(set) = found.upgrade() {
+            hashed.sort_unstable();
+            if set.repeats(&hashed) {
+                return Ok(Taken::Shared(set));
+            }
         }
         // The set is gone (no state holds it any more) or another answer
         // has the same hash: decode these bytes, and remember them if the
@@ -342,8 +358,13 @@ mod tests {
         let r = Renderer::new(Codec::embedded());
         let ab = answer(&r, &["a", "b"], 1);
         let set = ResourceSet::new(decode(&r, &ab).unwrap());
-        assert!(set.repeats(&slices(&ab)));
-        assert!(set.repeats(&slices(&answer(&r, &["b", "a"], 1))));
+        let repeats = |payloads: &[Vec<u8>]| {
+            let (mut hashed, _) = answer_hash(&slices(payloads));
+            hashed.sort_unstable();
+            set.repeats(&hashed)
+        };
+        assert!(repeats(&ab));
+        assert!(repeats(&answer(&r, &["b", "a"], 1)));
         for not in [
             answer(&r, &["a", "a"], 1),
             answer(&r, &["a"], 1),
@@ -352,7 +373,7 @@ mod tests {
             answer(&r, &["a", "b"], 2),
             vec![ab[0].clone(), vec![0xff]],
         ] {
-            assert!(!set.repeats(&slices(&not)));
+            assert!(!repeats(&not));
         }
     }
 
@@ -380,7 +401,7 @@ mod tests {
             panic!("decoded")
         };
         // Put a's set under b's hash, as a collision would.
-        let (count, sum) = answer_hash(&slices(&b));
+        let (_, (count, sum)) = answer_hash(&slices(&b));
         let key = (CDS, count, sum);
         shared.sets.insert(key, Arc::downgrade(&held));
         let Taken::Decoded(set) = take(&shared, &r, &b, &decodes) else {

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
+use super::wire::{Payload, SotwResponse};
 use super::SourceError;
 use crate::cache::{
     IntoResourceSet, Renderer, Resource, ResourceError, ResourceMap, ResourceSet, Taken, TypeState,
@@ -94,7 +94,7 @@ impl Rejection {
 pub(super) fn decode_one(
     renderer: &Renderer,
     kind: ResourceType,
-    any: Any,
+    any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
     match decode_entry(renderer, kind, any)? {
         Entry::Resource { resource, .. } => Ok(resource),
@@ -121,15 +121,15 @@ type Wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource;
 pub(super) fn decode_entry(
     renderer: &Renderer,
     kind: ResourceType,
-    any: Any,
+    any: Payload<'_>,
 ) -> Result<Entry, Rejection> {
-    if any.type_url != RESOURCE_WRAPPER {
+    if !any.is_of(RESOURCE_WRAPPER) {
         return Ok(Entry::Resource {
             resource: decode_plain(renderer, kind, any)?,
             ttl: None,
         });
     }
-    let wrapper = Wrapper::decode(any.value.as_slice()).map_err(Rejection::BadWrapper)?;
+    let wrapper = Wrapper::decode(any.value).map_err(Rejection::BadWrapper)?;
     let ttl = ttl_of(wrapper.ttl.as_ref(), &wrapper.name)?;
     let Some(inner) = wrapper.resource else {
         if wrapper.name.is_empty() {
@@ -140,7 +140,7 @@ pub(super) fn decode_entry(
             ttl,
         });
     };
-    let resource = decode_plain(renderer, kind, inner)?;
+    let resource = decode_plain(renderer, kind, Payload::of(&inner))?;
     if !wrapper.name.is_empty() && wrapper.name != resource.name {
         return Err(Rejection::NameMismatch {
             index: 0,
@@ -168,7 +168,7 @@ pub(super) fn ttl_of(
 fn decode_plain(
     renderer: &Renderer,
     kind: ResourceType,
-    any: Any,
+    any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
     Ok(renderer.resource(kind, payload_of(kind, any)?)?)
 }
@@ -179,20 +179,22 @@ pub(super) fn decode_delta_named(
     renderer: &Renderer,
     kind: ResourceType,
     wrapper: WrapperName,
-    any: Any,
+    any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
     Ok(renderer.delta_named(kind, wrapper, payload_of(kind, any)?)?)
 }
 
-/// The payload of `any`, which must be of `kind`.
-fn payload_of(kind: ResourceType, any: Any) -> Result<bytes::Bytes, Rejection> {
-    if any.type_url != kind.type_url() {
+/// The payload of `any`, which must be of `kind`: bytes of its own, for a
+/// resource to keep (what arrives lies in the upstream's frame, which a
+/// resource kept for hours must not pin).
+fn payload_of(kind: ResourceType, any: Payload<'_>) -> Result<bytes::Bytes, Rejection> {
+    if !any.is_of(kind.type_url()) {
         return Err(Rejection::WrongType {
-            found: any.type_url,
+            found: any.type_url_lossy(),
             expected: kind.type_url(),
         });
     }
-    Ok(any.value.into())
+    Ok(bytes::Bytes::copy_from_slice(any.value))
 }
 
 /// What a SotW response holds, decoded.
@@ -270,18 +272,18 @@ impl Taking {
     fn all(
         renderer: &Renderer,
         kind: ResourceType,
-        anys: &[Any],
+        anys: &[Payload<'_>],
         previous: Option<&TypeState>,
     ) -> Result<Taking, Rejection> {
         let mut out = Taking::default();
-        for (index, any) in anys.iter().enumerate() {
+        for (index, &any) in anys.iter().enumerate() {
             if let Some(resource) = previous.and_then(|p| unchanged(p, kind, any)) {
                 out.reused += 1;
                 out.take(resource, None)?;
                 continue;
             }
             out.decoded += 1;
-            let entry = decode_entry(renderer, kind, any.clone()).map_err(|e| match e {
+            let entry = decode_entry(renderer, kind, any).map_err(|e| match e {
                 Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
                     index,
                     wrapper,
@@ -313,11 +315,11 @@ impl Taking {
 /// same name, if so: taken as it is, with no digest, memo lookup or render
 /// (a SotW push repeats every resource; most are unchanged). Wrappers are
 /// always decoded (their TTLs and heartbeats matter).
-fn unchanged(previous: &TypeState, kind: ResourceType, any: &Any) -> Option<Arc<Resource>> {
-    if any.type_url != kind.type_url() || previous.resources.is_empty() {
+fn unchanged(previous: &TypeState, kind: ResourceType, any: Payload<'_>) -> Option<Arc<Resource>> {
+    if !any.is_of(kind.type_url()) || previous.resources.is_empty() {
         return None;
     }
-    previous.resources.holding(&any.value).cloned()
+    previous.resources.holding(any.value).cloned()
 }
 
 /// Decodes every element, taking from `previous` (the state the answer
@@ -329,17 +331,17 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: &Any) -> Option<Arc<
 pub(super) fn decode_all(
     renderer: &Renderer,
     kind: ResourceType,
-    anys: Vec<Any>,
+    anys: &[Payload<'_>],
     previous: Option<&TypeState>,
 ) -> Result<Decoded, Rejection> {
-    let plain = !anys.is_empty() && anys.iter().all(|any| any.type_url == kind.type_url());
+    let plain = !anys.is_empty() && anys.iter().all(|any| any.is_of(kind.type_url()));
     if !plain {
-        return Ok(Taking::all(renderer, kind, &anys, previous)?.done());
+        return Ok(Taking::all(renderer, kind, anys, previous)?.done());
     }
-    let payloads: Vec<&[u8]> = anys.iter().map(|any| any.value.as_slice()).collect();
+    let payloads: Vec<&[u8]> = anys.iter().map(|any| any.value).collect();
     let mut counts = (0, 0);
     let taken = renderer.answers().take(kind, &payloads, || {
-        let taken = Taking::all(renderer, kind, &anys, previous)?;
+        let taken = Taking::all(renderer, kind, anys, previous)?;
         counts = (taken.decoded, taken.reused);
         Ok::<_, Rejection>(taken.resources)
     });
@@ -359,15 +361,20 @@ pub(super) fn decode_all(
     })
 }
 
-/// [`decode_all`] on a blocking thread (big responses take a while to render).
+/// [`decode_all`] of `response`'s resources on a blocking thread (big
+/// responses take a while to render).
 pub(super) async fn decode_all_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
-    anys: Vec<Any>,
+    response: SotwResponse,
     previous: Option<Arc<TypeState>>,
 ) -> Result<Decoded, Rejection> {
     let renderer = renderer.clone();
-    tokio::task::spawn_blocking(move || decode_all(&renderer, kind, anys, previous.as_deref()))
+    let decode = move || {
+        let anys: Vec<Payload<'_>> = response.resources().collect();
+        decode_all(&renderer, kind, &anys, previous.as_deref())
+    };
+    tokio::task::spawn_blocking(decode)
         .await
         .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
@@ -387,7 +394,7 @@ pub(super) fn decode_node(renderer: &Renderer, node: Option<&[u8]>) -> Result<No
 mod tests {
     use super::*;
     use crate::xds::Codec;
-    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+    use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
 
     fn cluster(codec: &Codec, name: &str) -> Any {
         let json = format!(
@@ -411,6 +418,17 @@ mod tests {
             type_url: RESOURCE_WRAPPER.into(),
             value: wrapper.encode_to_vec(),
         }
+    }
+
+    /// `decode_all` of `anys`.
+    fn decode_all(
+        r: &Renderer,
+        kind: ResourceType,
+        anys: Vec<Any>,
+        previous: Option<&TypeState>,
+    ) -> Result<Decoded, Rejection> {
+        let payloads: Vec<Payload<'_>> = anys.iter().map(Payload::of).collect();
+        super::decode_all(r, kind, &payloads, previous)
     }
 
     #[test]
@@ -445,6 +463,35 @@ mod tests {
         assert_eq!(decoded.ttls["beat"], Duration::from_secs(5));
         assert_eq!(decoded.heartbeats, BTreeSet::from(["beat".to_owned()]));
         assert!(matches!(decoded.standalone(), Err(Rejection::EmptyWrapper)));
+    }
+
+    /// What arrives is a slice of the upstream's frame; what is kept must
+    /// not be, or one resource would pin the whole frame for hours.
+    #[test]
+    fn resources_kept_hold_bytes_of_their_own() {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+        let r = Renderer::new(Codec::embedded());
+        let c = r.codec().clone();
+        let response = DiscoveryResponse {
+            resources: vec![
+                cluster(&c, "plain"),
+                wrap("wrapped", Some(cluster(&c, "wrapped")), None),
+            ],
+            ..Default::default()
+        };
+        let frame = bytes::Bytes::from(response.encode_to_vec());
+        let read = SotwResponse::parse(frame.clone()).unwrap();
+        let anys: Vec<Payload<'_>> = read.resources().collect();
+        let decoded = super::decode_all(&r, ResourceType::Clusters, &anys, None).unwrap();
+        let inside = frame.as_ptr_range();
+        assert_eq!(decoded.resources.len(), 2);
+        for resource in decoded.resources.values() {
+            assert!(
+                !inside.contains(&resource.payload.as_ptr()),
+                "{}",
+                resource.name
+            );
+        }
     }
 
     #[test]

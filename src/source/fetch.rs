@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use moka::future::Cache;
@@ -45,6 +45,7 @@ use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::namespace::Namespace;
 use super::polled::{record_served, report_suspicion, suspect, PollChannel, Polled};
 use super::upstream::CallError;
+use super::wire::SotwResponse;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::Standing;
 use crate::cache::{
@@ -356,7 +357,7 @@ impl Fetcher {
         request: DiscoveryRequest,
     ) -> Result<Arc<FetchAnswer>, CallError> {
         let kind = key.kind;
-        let response: DiscoveryResponse =
+        let mut response: SotwResponse =
             match self.ctx.unary(Endpoint::Discovery(kind), request).await {
                 Ok(response) => response,
                 Err(CallError::Upstream { code, message, .. }) if is_up_to_date(code, &message) => {
@@ -366,7 +367,9 @@ impl Fetcher {
                 Err(err) => return Err(err),
             };
         self.ctx.mark_answered();
-        let resources = decode_all_off_thread(&self.ctx.renderer, kind, response.resources, None)
+        let version = std::mem::take(&mut response.version_info);
+        let nonce = std::mem::take(&mut response.nonce);
+        let resources = decode_all_off_thread(&self.ctx.renderer, kind, response, None)
             .await
             .and_then(Decoded::standalone)
             .and_then(
@@ -382,7 +385,7 @@ impl Fetcher {
                 CallError::BadAnswer(e.to_string())
             })?;
         if let Some(latest) = self.latest.get(key) {
-            let same = latest.version == response.version_info
+            let same = latest.version == version
                 && latest.resources.len() == resources.len()
                 && latest
                     .resources
@@ -397,13 +400,7 @@ impl Fetcher {
             wildcard: true,
             names: Default::default(),
         };
-        let state = Arc::new(TypeState::new(
-            kind,
-            response.version_info,
-            response.nonce,
-            resources,
-            coverage,
-        ));
+        let state = Arc::new(TypeState::new(kind, version, nonce, resources, coverage));
         self.latest.insert(key.clone(), state.clone());
         Ok(Arc::new(FetchAnswer::State(state)))
     }

@@ -32,6 +32,7 @@ mod federation;
 mod feeder;
 mod fetch;
 mod file;
+mod frame_codec;
 mod health;
 mod namespace;
 mod node;
@@ -47,6 +48,7 @@ mod ttl;
 mod upstream;
 mod upstream_log;
 pub(crate) mod view;
+mod wire;
 
 #[cfg(test)]
 pub(crate) mod scripted;

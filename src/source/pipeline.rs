@@ -13,6 +13,7 @@ use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::decode::decode_all;
+use super::wire::Payload;
 use crate::cache::{Answer, Coverage, Names, Renderer, TypeState};
 use crate::xds::{Codec, ResourceType};
 
@@ -48,10 +49,11 @@ impl Pipeline {
         anys: Vec<Any>,
         previous: Option<&Pushed>,
     ) -> Result<(Pushed, Bytes), String> {
+        let payloads: Vec<Payload<'_>> = anys.iter().map(Payload::of).collect();
         let decoded = decode_all(
             &self.renderer,
             kind,
-            anys,
+            &payloads,
             previous.map(|p| p.state.as_ref()),
         )
         .map_err(|e| e.to_string())?;

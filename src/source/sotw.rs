@@ -8,10 +8,10 @@
 //! suspected REST rejections as NACKs. On a new stream it resubscribes,
 //! presenting the versions it holds.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -20,6 +20,7 @@ use super::namespace::Namespace;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
+use super::wire::SotwResponse;
 use super::UpstreamContext;
 use crate::cache::{Coverage, IntoResourceSet, Resource, ResourceMap, TypeState};
 use crate::log_escape::Escaped;
@@ -125,7 +126,12 @@ impl SentLog {
     /// the newest one it proves seen to the latest. `refresh` says the
     /// response may be a TTL refresh (it carries TTLs or heartbeats), whose
     /// version proves nothing.
-    fn answer(&mut self, version: &str, names: &BTreeSet<&str>, refresh: bool) -> Coverage {
+    fn answer<'a>(
+        &mut self,
+        version: &str,
+        names: impl IntoIterator<Item = &'a str>,
+        refresh: bool,
+    ) -> Coverage {
         let repeat = !refresh && self.last_version.as_deref().is_none_or(|v| v == version);
         self.last_version = Some(version.to_owned());
         let seen = self.proven_seen(names, repeat);
@@ -139,7 +145,9 @@ impl SentLog {
 
     /// Index of the newest entry a response holding `names` proves the
     /// server saw (`repeat`: it repeats the last version, see [`SentLog`]).
-    fn proven_seen(&self, names: &BTreeSet<&str>, repeat: bool) -> usize {
+    /// The names are read only until the newest entry is proven: with one
+    /// subscription known seen and none newer (a push), not at all.
+    fn proven_seen<'a>(&self, names: impl IntoIterator<Item = &'a str>, repeat: bool) -> usize {
         // The subscription after the newest proven seen: the next entry,
         // unless that one is still inside a merged entry.
         let next = match self.subs.first() {
@@ -151,8 +159,14 @@ impl SentLog {
         } else {
             0
         };
-        let by_names = names.iter().filter_map(|name| self.first_wanting(name));
-        by_names.max().unwrap_or(0).max(by_version)
+        let newest = self.subs.len().saturating_sub(1);
+        let mut seen = by_version;
+        let mut names = names.into_iter();
+        while seen < newest {
+            let Some(name) = names.next() else { break };
+            seen = seen.max(self.first_wanting(name).unwrap_or(0));
+        }
+        seen
     }
 
     /// Index of the first entry that may have asked for `name`: a response
@@ -204,7 +218,7 @@ pub(crate) struct Sotw {
 
 impl Protocol for Sotw {
     type Request = DiscoveryRequest;
-    type Response = DiscoveryResponse;
+    type Response = SotwResponse;
     const MODE: &'static str = "sotw";
     const AGGREGATED_PATH: &'static str =
         "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
@@ -270,14 +284,14 @@ impl Protocol for Sotw {
         Some(self.request(kind, presented, nonce, Some(message)))
     }
 
-    fn type_url(response: &DiscoveryResponse) -> &str {
+    fn type_url(response: &SotwResponse) -> &str {
         &response.type_url
     }
 
     async fn response(
         &mut self,
         kind: ResourceType,
-        response: DiscoveryResponse,
+        response: SotwResponse,
     ) -> Option<DiscoveryRequest> {
         Some(self.take(kind, response).await)
     }
@@ -375,13 +389,12 @@ impl Sotw {
     }
 
     /// Decodes a response; publishes and ACKs it, or NACKs it whole.
-    async fn take(&mut self, kind: ResourceType, response: DiscoveryResponse) -> DiscoveryRequest {
+    async fn take(&mut self, kind: ResourceType, response: SotwResponse) -> DiscoveryRequest {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
         let previous = self.session.state(kind);
-        let decoded =
-            decode_all_off_thread(&self.ctx.renderer, kind, response.resources, previous).await;
+        let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response, previous).await;
         if let Ok(d) = &decoded {
             self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
         }
@@ -400,22 +413,24 @@ impl Sotw {
             Ok(Decoded {
                 resources, ttls, ..
             }) => {
-                let now = Instant::now();
-                for name in resources.keys() {
+                if !ttls.is_empty() || self.expiries.tracks(kind) {
+                    let now = Instant::now();
+                    for name in resources.keys() {
+                        self.expiries
+                            .arrived(kind, name, ttls.get(name).copied(), now);
+                    }
                     self.expiries
-                        .arrived(kind, name, ttls.get(name).copied(), now);
+                        .retain(kind, |name| resources.contains_key(name));
                 }
-                self.expiries
-                    .retain(kind, |name| resources.contains_key(name));
                 debug!(%kind, version = %Escaped(&version), count = resources.len(), "accepted");
-                let names: BTreeSet<&str> = resources.keys().map(String::as_str).collect();
+                let names = resources.keys().map(String::as_str);
                 let coverage = match self.stream.sent.get(&kind) {
                     Some(_) => self
                         .stream
                         .sent_log
                         .entry(kind)
                         .or_default()
-                        .answer(&version, &names, refresh),
+                        .answer(&version, names, refresh),
                     // Nobody wants the type any more: it answers nobody.
                     None => Coverage::default(),
                 };
@@ -450,6 +465,7 @@ impl Sotw {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     /// After a failover (or back), the next upstream is told of no version
     /// the last one issued: a server taking it for its own would answer
@@ -495,40 +511,51 @@ mod tests {
         names.iter().copied().collect()
     }
 
+    /// One subscription known seen and none newer: a push proves nothing
+    /// more, so its names are not read at all.
+    #[test]
+    fn a_push_after_the_newest_subscription_reads_no_name() {
+        let mut log = SentLog::default();
+        log.push(cov(true, &[]));
+        assert_eq!(log.answer("1", set(&["a"]), false), cov(true, &[]));
+        let unread = std::iter::from_fn(|| panic!("a name was read"));
+        assert_eq!(log.answer("2", unread, false), cov(true, &[]));
+    }
+
     #[test]
     fn responses_cover_only_subscriptions_they_prove_seen() {
         let mut log = SentLog::default();
         log.push(cov(false, &["a"]));
         log.push(cov(false, &["a", "b"]));
         // The first response answers the first subscription, not the second.
-        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
+        assert_eq!(log.answer("1", set(&["a"]), false), cov(false, &["a"]));
         // Holding "b" proves the second was seen.
         assert_eq!(
-            log.answer("1", &set(&["a", "b"]), false),
+            log.answer("1", set(&["a", "b"]), false),
             cov(false, &["a", "b"])
         );
         // A name that does not exist upstream: the same version answers it.
         log.push(cov(false, &["a", "b", "zz"]));
         assert_eq!(
-            log.answer("1", &set(&["a", "b"]), false),
+            log.answer("1", set(&["a", "b"]), false),
             cov(false, &["a", "b", "zz"])
         );
         // A new version without new names may be a push: proves nothing new.
         log.push(cov(false, &["a", "b", "c", "zz"]));
         assert_eq!(
-            log.answer("2", &set(&["a", "b"]), false),
+            log.answer("2", set(&["a", "b"]), false),
             cov(false, &["a", "b", "zz"])
         );
         assert_eq!(
-            log.answer("2", &set(&["a", "b"]), false),
+            log.answer("2", set(&["a", "b"]), false),
             cov(false, &["a", "b", "c", "zz"])
         );
         // Wildcard.
         let mut log = SentLog::default();
         log.push(cov(false, &["a"]));
         log.push(cov(true, &["a"]));
-        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
-        assert_eq!(log.answer("2", &set(&["a", "x"]), false), cov(true, &["a"]));
+        assert_eq!(log.answer("1", set(&["a"]), false), cov(false, &["a"]));
+        assert_eq!(log.answer("2", set(&["a", "x"]), false), cov(true, &["a"]));
     }
 
     /// `cluster-0` .. `cluster-{n-1}`.
@@ -561,7 +588,7 @@ mod tests {
         let mut covered = Coverage::default();
         for n in 1..=burst {
             let got: BTreeSet<&str> = names[..n].iter().map(String::as_str).collect();
-            covered = log.answer("e1", &got, false);
+            covered = log.answer("e1", got.iter().copied(), false);
             assert!(
                 covered.names.iter().all(|c| got.contains(c.as_str())) && !covered.wildcard,
                 "response {n} (holding {n} names) taken to cover {}",
@@ -580,14 +607,14 @@ mod tests {
         let mut log = SentLog::default();
         log.push(cov(false, &["a", "b"]));
         assert_eq!(
-            log.answer("1", &set(&["a", "b"]), false),
+            log.answer("1", set(&["a", "b"]), false),
             cov(false, &["a", "b"])
         );
         log.push(cov(false, &["b"]));
         log.push(cov(false, &["a", "b", "c"]));
         // A push of a new version for the first subscription: "c" exists
         // but the server has not seen it asked for yet.
-        let covered = log.answer("2", &set(&["a", "b"]), false);
+        let covered = log.answer("2", set(&["a", "b"]), false);
         assert!(!covered.wants("c"), "{covered:?}");
     }
 
@@ -597,13 +624,13 @@ mod tests {
     fn a_ttl_refresh_proves_no_new_subscription_seen() {
         let mut log = SentLog::default();
         log.push(cov(false, &["a"]));
-        assert_eq!(log.answer("1", &set(&["a"]), false), cov(false, &["a"]));
+        assert_eq!(log.answer("1", set(&["a"]), false), cov(false, &["a"]));
         // "x" exists; the refresh of "a" was sent before the server saw it.
         log.push(cov(false, &["a", "x"]));
-        assert_eq!(log.answer("1", &set(&["a"]), true), cov(false, &["a"]));
+        assert_eq!(log.answer("1", set(&["a"]), true), cov(false, &["a"]));
         // The answer to the new subscription holds "x".
         assert_eq!(
-            log.answer("1", &set(&["a", "x"]), false),
+            log.answer("1", set(&["a", "x"]), false),
             cov(false, &["a", "x"])
         );
     }
@@ -614,7 +641,7 @@ mod tests {
 /// name the subscription it answered did not ask for.
 #[cfg(test)]
 mod model {
-    use std::collections::VecDeque;
+    use std::collections::{BTreeSet, VecDeque};
 
     use proptest::prelude::*;
 
@@ -749,7 +776,9 @@ mod model {
                 .map(String::as_str)
                 .filter(|n| view.wants(n))
                 .collect();
-            let covered = self.log.answer(&version.to_string(), &names, refresh);
+            let covered = self
+                .log
+                .answer(&version.to_string(), names.iter().copied(), refresh);
             prop_assert!(
                 !covered.wildcard || view.wildcard,
                 "{covered:?} for {view:?}"

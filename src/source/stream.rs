@@ -53,7 +53,7 @@ const INVALID_ARGUMENT: i32 = 3;
 /// what arrives. One value per session, living across its streams.
 pub(crate) trait Protocol: Send + 'static {
     type Request: prost::Message + Send + 'static;
-    type Response: prost::Message + Default + Send + 'static;
+    type Response: super::frame_codec::FromFrame;
     /// For logs and `/readyz`: `sotw` or `delta`.
     const MODE: &'static str;
     /// The aggregated (ADS) method that carries every type.

@@ -56,6 +56,12 @@ impl Expiries {
         }
     }
 
+    /// Whether any resource of `kind` has a deadline (if not, and an answer
+    /// brings no TTL, there is nothing to do for it).
+    pub(super) fn tracks(&self, kind: ResourceType) -> bool {
+        self.due.get(&kind).is_some_and(|names| !names.is_empty())
+    }
+
     /// Forgets every resource of `kind` that `keep` does not hold.
     pub(super) fn retain(&mut self, kind: ResourceType, keep: impl Fn(&str) -> bool) {
         if let Some(names) = self.due.get_mut(&kind) {

@@ -4,6 +4,7 @@
 //! "has answered" readiness mark, and unary calls (the `Fetch*` RPCs and the
 //! HDS/CSDS pass-through).
 
+use super::frame_codec::{FrameCodec, FromFrame};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -216,10 +217,10 @@ impl UpstreamContext {
     ) -> Result<tonic::Streaming<Resp>, tonic::Status>
     where
         Req: prost::Message + Send + 'static,
-        Resp: prost::Message + Default + Send + 'static,
+        Resp: FromFrame,
     {
         let (mut grpc, path) = self.ready_client(path).await?;
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        let codec = FrameCodec::<Req, Resp>::default();
         grpc.streaming(self.request(requests), path, codec)
             .await
             .map(tonic::Response::into_inner)
@@ -233,10 +234,10 @@ impl UpstreamContext {
     ) -> Result<Resp, tonic::Status>
     where
         Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
+        Resp: FromFrame,
     {
         let (mut grpc, path) = self.ready_client(path).await?;
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        let codec = FrameCodec::<Req, Resp>::default();
         grpc.unary(self.request(request), path, codec)
             .await
             .map(tonic::Response::into_inner)
@@ -250,7 +251,7 @@ impl UpstreamContext {
     ) -> Result<Resp, CallError>
     where
         Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
+        Resp: FromFrame,
     {
         let fail = |method: &str, code: Code, message: String| CallError::Upstream {
             method: method.to_owned(),

@@ -12,6 +12,7 @@ use sha2::{Digest as _, Sha256};
 use super::{NOT_FOUND, VERSION_HEX_DIGITS, WILDCARD};
 use crate::cache::{Coverage, Renderer, Resource, WrapperName};
 use crate::source::decode::{decode_delta_named, decode_one, ttl_of, Rejection};
+use crate::source::wire::Payload;
 use crate::xds::ResourceType;
 
 /// One resource held: the upstream's per-resource version and the resource.
@@ -143,9 +144,9 @@ pub(super) fn decode_update(
                         aliases: resource.aliases.clone(),
                         version: resource.version.clone(),
                     };
-                    decode_delta_named(renderer, kind, named, any).map_err(at)?
+                    decode_delta_named(renderer, kind, named, Payload::of(&any)).map_err(at)?
                 } else {
-                    decode_one(renderer, kind, any).map_err(at)?
+                    decode_one(renderer, kind, Payload::of(&any)).map_err(at)?
                 };
                 if !wrapper_name.is_empty() && wrapper_name != decoded.name {
                     return Err(Rejection::NameMismatch {

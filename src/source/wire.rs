@@ -1,0 +1,344 @@
+//! The upstream's SotW `DiscoveryResponse` as the gateway reads it off the
+//! wire: the four fields it uses, and each resource's type URL and bytes
+//! as ranges of the received gRPC frame.
+//!
+//! A SotW push repeats every resource to every session (1,000 identities
+//! under one snapshot read 1,000 copies of the same 1,000 resources).
+//! Decoded into `envoy_types`' `DiscoveryResponse`, each `Any` costs a
+//! `String` and a `Vec<u8>`: two allocations and a copy per resource per
+//! session, almost all of them for bytes that are then only compared with
+//! what the session holds. Decoded into `bytes::Bytes` fields, each costs
+//! two reference counts on the frame instead, still per resource. Here the
+//! frame is taken whole (one split of tonic's buffer, see
+//! [`super::frame_codec`]) and a resource is two ranges of it: one
+//! allocation per response, whatever the number of resources.
+//!
+//! The parse follows protobuf's rules as prost applies them (the tests
+//! compare the two on generated and mutated encodings): the last of a
+//! repeated scalar wins, every element of `resources` counts, fields not
+//! read here (`canary`, `control_plane`, `resource_errors`, unknown ones,
+//! groups included) are skipped by prost's own `skip_field`, a known field
+//! of the wrong wire type and a truncated field are errors, and the three
+//! strings must be UTF-8. A resource's type URL is compared as bytes with
+//! the URLs the gateway knows, so one that is not UTF-8 is rejected by the
+//! comparison (and shown lossily) instead of failing the whole frame.
+//!
+//! Nothing kept past the response may point into the frame: the renderer
+//! copies a payload out when it renders a new resource, and everything
+//! else takes resources already held.
+
+use bytes::Bytes;
+use envoy_types::pb::google::protobuf::Any;
+use prost::encoding::{check_wire_type, decode_key, decode_varint, skip_field};
+use prost::encoding::{DecodeContext, WireType};
+
+/// Why a frame is not a `DiscoveryResponse`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireError {
+    #[error(transparent)]
+    Protobuf(#[from] prost::DecodeError),
+    #[error("field {0} runs past the end of the message")]
+    Truncated(u32),
+    #[error("field {0} ({1}) is not UTF-8")]
+    NotUtf8(u32, &'static str),
+}
+
+/// `envoy.service.discovery.v3.DiscoveryResponse`, as the SotW stream and
+/// unary Fetch read it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SotwResponse {
+    pub(crate) version_info: String,
+    pub(crate) type_url: String,
+    pub(crate) nonce: String,
+    resources: Vec<Slot>,
+    frame: Bytes,
+}
+
+/// Where one `google.protobuf.Any` of `resources` lies in the frame.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    type_url: (usize, usize),
+    value: (usize, usize),
+}
+
+/// One resource of a response: an `Any`'s type URL and value, borrowed
+/// from the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Payload<'a> {
+    pub(crate) type_url: &'a [u8],
+    pub(crate) value: &'a [u8],
+}
+
+impl<'a> Payload<'a> {
+    /// The payload of an `Any` decoded apart (a delta resource, a SotW
+    /// resource inside its wrapper).
+    pub(crate) fn of(any: &'a Any) -> Payload<'a> {
+        Payload {
+            type_url: any.type_url.as_bytes(),
+            value: &any.value,
+        }
+    }
+
+    /// Whether the type URL is `url`.
+    pub(crate) fn is_of(&self, url: &str) -> bool {
+        self.type_url == url.as_bytes()
+    }
+
+    /// The type URL for a message (lossy where it is not UTF-8).
+    pub(crate) fn type_url_lossy(&self) -> String {
+        String::from_utf8_lossy(self.type_url).into_owned()
+    }
+}
+
+impl SotwResponse {
+    /// Reads `frame`, one encoded `DiscoveryResponse`.
+    pub(crate) fn parse(frame: Bytes) -> Result<SotwResponse, WireError> {
+        let mut out = SotwResponse::default();
+        let all: &[u8] = &frame;
+        let mut rest = all;
+        while !rest.is_empty() {
+            let (tag, wire) = decode_key(&mut rest)?;
+            if !matches!(tag, 1 | 2 | 4 | 5) {
+                skip_field(wire, tag, &mut rest, DecodeContext::default())?;
+                continue;
+            }
+            check_wire_type(WireType::LengthDelimited, wire)?;
+            let (start, end) = delimited(tag, all, &mut rest)?;
+            let field = &all[start..end];
+            match tag {
+                1 => out.version_info = utf8(tag, "version_info", field)?,
+                2 => out.resources.push(slot(all, start, end)?),
+                4 => out.type_url = utf8(tag, "type_url", field)?,
+                _ => out.nonce = utf8(tag, "nonce", field)?,
+            }
+        }
+        out.frame = frame;
+        Ok(out)
+    }
+
+    /// The resources, in the order they arrived.
+    pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = Payload<'_>> + '_ {
+        self.resources.iter().map(|slot| Payload {
+            type_url: &self.frame[slot.type_url.0..slot.type_url.1],
+            value: &self.frame[slot.value.0..slot.value.1],
+        })
+    }
+}
+
+/// The bounds of the length-delimited field (number `tag`) at the start of
+/// `rest` within `all`, stepping over it.
+fn delimited(tag: u32, all: &[u8], rest: &mut &[u8]) -> Result<(usize, usize), WireError> {
+    let len = decode_varint(rest)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|len| *len <= rest.len())
+        .ok_or(WireError::Truncated(tag))?;
+    let start = all.len() - rest.len();
+    *rest = &rest[len..];
+    Ok((start, start + len))
+}
+
+/// The `Any` in `all[start..end]`: where its type URL and value lie.
+fn slot(all: &[u8], start: usize, end: usize) -> Result<Slot, WireError> {
+    let inner = &all[..end];
+    let mut rest = &all[start..end];
+    let mut slot = Slot {
+        type_url: (start, start),
+        value: (start, start),
+    };
+    while !rest.is_empty() {
+        let (tag, wire) = decode_key(&mut rest)?;
+        if !matches!(tag, 1 | 2) {
+            skip_field(wire, tag, &mut rest, DecodeContext::default())?;
+            continue;
+        }
+        check_wire_type(WireType::LengthDelimited, wire)?;
+        let bounds = delimited(tag, inner, &mut rest)?;
+        match tag {
+            1 => slot.type_url = bounds,
+            _ => slot.value = bounds,
+        }
+    }
+    Ok(slot)
+}
+
+fn utf8(tag: u32, name: &'static str, field: &[u8]) -> Result<String, WireError> {
+    std::str::from_utf8(field)
+        .map(str::to_owned)
+        .map_err(|_| WireError::NotUtf8(tag, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn an_any(url: &str, value: &[u8]) -> Any {
+        Any {
+            type_url: url.into(),
+            value: value.to_vec(),
+        }
+    }
+
+    /// A `DiscoveryResponse` knowing only the fields read here: what prost
+    /// makes of a frame is the reference (protobuf's rules for a reader
+    /// that takes every other field for an unknown one).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Reference {
+        #[prost(string, tag = "1")]
+        version_info: String,
+        #[prost(message, repeated, tag = "2")]
+        resources: Vec<Any>,
+        #[prost(string, tag = "4")]
+        type_url: String,
+        #[prost(string, tag = "5")]
+        nonce: String,
+    }
+
+    /// A parse, in the reference's terms.
+    fn as_reference(read: &SotwResponse) -> Reference {
+        Reference {
+            version_info: read.version_info.clone(),
+            resources: read
+                .resources()
+                .map(|p| an_any(&String::from_utf8_lossy(p.type_url), p.value))
+                .collect(),
+            type_url: read.type_url.clone(),
+            nonce: read.nonce.clone(),
+        }
+    }
+
+    fn prost_reads(frame: &[u8]) -> Result<Reference, prost::DecodeError> {
+        Reference::decode(frame)
+    }
+
+    #[test]
+    fn reads_what_envoy_types_writes_and_skips_the_rest() {
+        let full = DiscoveryResponse {
+            version_info: "v7".into(),
+            resources: vec![
+                an_any("type.example/A", b"\x0a\x01a"),
+                an_any("type.example/B", b""),
+            ],
+            canary: true,
+            type_url: "type.example/A".into(),
+            nonce: "n3".into(),
+            control_plane: Some(ControlPlane {
+                identifier: "cp".into(),
+            }),
+            ..Default::default()
+        };
+        let frame = Bytes::from(full.encode_to_vec());
+        let read = SotwResponse::parse(frame.clone()).unwrap();
+        assert_eq!(as_reference(&read), prost_reads(&frame).unwrap());
+        assert_eq!(read.resources().len(), 2);
+        let first = read.resources().next().unwrap();
+        assert!(first.is_of("type.example/A"));
+        assert!(!read.resources().nth(1).unwrap().is_of("type.example/A"));
+        // The value lies in the frame: nothing was copied.
+        assert!(frame.as_ptr_range().contains(&first.value.as_ptr()));
+    }
+
+    #[test]
+    fn a_type_url_that_is_not_utf8_is_read_and_shown_lossily() {
+        // field 2 (resources), length 4: field 1 (type_url), length 2, 0xff 0xfe
+        let read =
+            SotwResponse::parse(Bytes::from_static(&[0x12, 4, 0x0a, 2, 0xff, 0xfe])).unwrap();
+        let payload = read.resources().next().unwrap();
+        assert_eq!(payload.type_url_lossy(), "\u{fffd}\u{fffd}");
+    }
+
+    #[test]
+    fn broken_frames_are_errors() {
+        for (frame, why) in [
+            (&[0x12, 5, 0x0a][..], "a resource runs past the end"),
+            (&[0x12, 2, 0x0a, 5][..], "a type URL runs past its resource"),
+            (&[0x08, 1][..], "version_info as a varint"),
+            (&[0x12, 2, 0x10, 1][..], "a value as a varint"),
+            (&[0x2a, 1, 0xff][..], "a nonce that is not UTF-8"),
+            (&[0x00][..], "field 0"),
+            (&[0x33][..], "a group that never ends"),
+            (&[0x0a][..], "a key without its length"),
+        ] {
+            assert!(
+                SotwResponse::parse(Bytes::from_static(frame)).is_err(),
+                "{why}"
+            );
+            assert!(prost_reads(frame).is_err(), "prost too: {why}");
+        }
+    }
+
+    fn response() -> impl Strategy<Value = DiscoveryResponse> {
+        let url = prop_oneof![
+            Just("type.googleapis.com/envoy.config.cluster.v3.Cluster".to_owned()),
+            "[a-z./]{0,12}",
+        ];
+        let anys = prop::collection::vec(
+            (url, prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(u, v)| an_any(&u, &v)),
+            0..12,
+        );
+        (".{0,8}", anys, ".{0,8}", ".{0,8}", any::<bool>()).prop_map(
+            |(version_info, resources, type_url, nonce, canary)| DiscoveryResponse {
+                version_info,
+                resources,
+                type_url,
+                nonce,
+                canary,
+                control_plane: canary.then(|| ControlPlane {
+                    identifier: "cp".into(),
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Every encoding, and every mutation of one (a byte changed, cut
+    /// short, or bytes spliced in), reads as prost reads it: the same
+    /// fields, or an error for both. The one difference allowed is a
+    /// resource's type URL that is not UTF-8, which prost refuses and this
+    /// parse leaves to the type check.
+    fn agrees_with_prost(frame: &[u8]) -> Result<(), TestCaseError> {
+        let ours = SotwResponse::parse(Bytes::copy_from_slice(frame));
+        match (ours, prost_reads(frame)) {
+            (Ok(read), Ok(theirs)) => prop_assert_eq!(as_reference(&read), theirs),
+            (Err(_), Err(_)) => {}
+            (Ok(read), Err(e)) => prop_assert!(
+                read.resources()
+                    .any(|p| std::str::from_utf8(p.type_url).is_err()),
+                "only a non-UTF-8 type URL may part us: prost said {e}"
+            ),
+            (Err(e), Ok(_)) => prop_assert!(false, "prost read it, we said {e}"),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(512))]
+
+        #[test]
+        fn reads_as_prost_does(
+            message in response(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            cut in any::<prop::sample::Index>(),
+            splice in prop::collection::vec(any::<u8>(), 0..6),
+        ) {
+            let frame = message.encode_to_vec();
+            agrees_with_prost(&frame)?;
+            if frame.is_empty() {
+                return Ok(());
+            }
+            let mut changed = frame.clone();
+            changed[at.index(frame.len())] = byte;
+            agrees_with_prost(&changed)?;
+            agrees_with_prost(&frame[..cut.index(frame.len())])?;
+            let mut spliced = frame.clone();
+            let place = at.index(frame.len());
+            spliced.splice(place..place, splice);
+            agrees_with_prost(&spliced)?;
+        }
+    }
+}
