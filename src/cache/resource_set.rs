@@ -228,7 +228,25 @@ fn answer_hash<'a>(payloads: &[&'a [u8]]) -> (Vec<Hashed<'a>>, (usize, u64)) {
     (hashed, (payloads.len(), sum))
 }
 
+/// The set `found` points to, if it is still held and holds exactly the
+/// payloads of `hashed` (sorted here).
+fn confirmed(found: &Weak<ResourceSet>, hashed: &mut [Hashed<'_>]) -> Option<Arc<ResourceSet>> {
+    let set = found.upgrade()?;
+    hashed.sort_unstable();
+    set.repeats(hashed).then_some(set)
+}
+
 impl SharedAnswers {
+    /// The set another session took the answer of `kind` with `payloads`
+    /// to, if one is held: found and confirmed like [`take`](Self::take)
+    /// does, but never decoding and never waiting for a decode under way.
+    /// What the stream tasks try in place before handing a decode to a
+    /// blocking thread.
+    pub(crate) fn find(&self, kind: ResourceType, payloads: &[&[u8]]) -> Option<Arc<ResourceSet>> {
+        let (mut hashed, (count, sum)) = answer_hash(payloads);
+        confirmed(&self.sets.get(&(kind, count, sum))?, &mut hashed)
+    }
+
     /// The set of the answer of `kind` whose resources' payloads are
     /// `payloads` (all of them plain resources of `kind`): the set decoded
     /// before from the same bytes, or `decode`'s. Sessions taking the same
@@ -257,11 +275,8 @@ impl SharedAnswers {
         if let Some(set) = made {
             return Ok(Taken::Decoded(set));
         }
-        if let Some(set) = found.upgrade() {
-            hashed.sort_unstable();
-            if set.repeats(&hashed) {
-                return Ok(Taken::Shared(set));
-            }
+        if let Some(set) = confirmed(&found, &mut hashed) {
+            return Ok(Taken::Shared(set));
         }
         // The set is gone (no state holds it any more) or another answer
         // has the same hash: decode these bytes, and remember them if the
@@ -375,6 +390,26 @@ mod tests {
         ] {
             assert!(!repeats(&not));
         }
+    }
+
+    #[test]
+    fn find_takes_only_a_held_set_of_the_same_bytes() {
+        let r = Renderer::new(Codec::embedded());
+        let shared = SharedAnswers::default();
+        let decodes = AtomicU64::new(0);
+        let a = answer(&r, &["a", "b"], 1);
+        assert!(shared.find(CDS, &slices(&a)).is_none(), "nothing taken yet");
+        let Taken::Decoded(held) = take(&shared, &r, &a, &decodes) else {
+            panic!("decoded")
+        };
+        let found = shared.find(CDS, &slices(&answer(&r, &["b", "a"], 1)));
+        assert!(found.is_some_and(|set| Arc::ptr_eq(&set, &held)));
+        assert!(shared
+            .find(CDS, &slices(&answer(&r, &["a", "b"], 2)))
+            .is_none());
+        drop(held);
+        assert!(shared.find(CDS, &slices(&a)).is_none(), "no state holds it");
+        assert_eq!(decodes.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -361,14 +361,51 @@ pub(super) fn decode_all(
     })
 }
 
-/// [`decode_all`] of `response`'s resources on a blocking thread (big
-/// responses take a while to render).
+/// The largest answer whose set is looked for in place, on the stream's
+/// own task (see [`decode_all_off_thread`]): hashing, sorting and comparing
+/// 256 KiB takes about 100 µs, the most a task should run between awaits.
+const SHARED_IN_PLACE_MAX: usize = 256 * 1024;
+
+/// The answer `response` as a set another session already took, if one
+/// is held (`SharedAnswers::find`).
+fn already_shared(
+    renderer: &Renderer,
+    kind: ResourceType,
+    response: &SotwResponse,
+) -> Option<Decoded> {
+    let url = kind.type_url();
+    let plain = response
+        .resources()
+        .map(|any| any.is_of(url).then_some(any.value));
+    let payloads: Vec<&[u8]> = plain
+        .collect::<Option<_>>()
+        .filter(|p: &Vec<_>| !p.is_empty())?;
+    let resources = renderer.answers().find(kind, &payloads)?;
+    Some(Decoded {
+        reused: resources.len(),
+        decoded: 0,
+        resources,
+        ttls: BTreeMap::new(),
+        heartbeats: BTreeSet::new(),
+    })
+}
+
+/// [`decode_all`] of `response`'s resources. An answer another session
+/// took already (999 of 1,000 identities after a push) is found in place;
+/// anything else goes to a blocking thread (big responses take a while to
+/// render), as does a big answer. Handing each session's push to another
+/// thread cost more than finding its set.
 pub(super) async fn decode_all_off_thread(
     renderer: &Renderer,
     kind: ResourceType,
     response: SotwResponse,
     previous: Option<Arc<TypeState>>,
 ) -> Result<Decoded, Rejection> {
+    if response.frame_len() <= SHARED_IN_PLACE_MAX {
+        if let Some(shared) = already_shared(renderer, kind, &response) {
+            return Ok(shared);
+        }
+    }
     let renderer = renderer.clone();
     let decode = move || {
         let anys: Vec<Payload<'_>> = response.resources().collect();

@@ -19,6 +19,8 @@
 //!
 //! Inside, the stream tasks share one driver ([`stream`]), which coalesces
 //! subscription changes ([`coalesce`]) and reconnects with [`backoff`];
+//! every upstream response arrives through [`frame_codec`], and a SotW one
+//! is read in place, its resources left in the frame ([`wire`]);
 //! `tonic::Status` is classified here only, and nothing here serves HTTP.
 //! What the admin face sees of sessions is typed in [`view`].
 

@@ -116,6 +116,11 @@ impl SotwResponse {
         Ok(out)
     }
 
+    /// How many bytes the frame has.
+    pub(crate) fn frame_len(&self) -> usize {
+        self.frame.len()
+    }
+
     /// The resources, in the order they arrived.
     pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = Payload<'_>> + '_ {
         self.resources.iter().map(|slot| Payload {
