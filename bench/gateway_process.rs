@@ -93,6 +93,24 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
+/// The CPU time every process of the machine has used since boot
+/// (`/proc/stat`: user, nice, system, irq, softirq and steal; not idle or
+/// iowait), in all cores.
+pub fn machine_busy_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let first = stat.lines().next().unwrap_or_default();
+    let ticks: Vec<u64> = first
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| ticks.get(i).copied().unwrap_or(0))
+        .sum();
+    Duration::from_millis(busy * 10)
+}
+
 /// The resident set size of process `pid`, in bytes (Linux `/proc`).
 #[allow(dead_code)] // used by some benches only
 pub fn rss_bytes(pid: u32) -> u64 {

@@ -17,7 +17,10 @@
 //!   push to each held poll's 200 (p50 / p99 / max over all identities and
 //!   rounds), the gateway's CPU per push per identity, and the resources it
 //!   decoded and reused per push (O(changed): the metrics
-//!   `xds_gateway_upstream_resources_{decoded,reused}_total`);
+//!   `xds_gateway_upstream_resources_{decoded,reused}_total`), and every
+//!   process's CPU over the same time divided by the cores (the upstream
+//!   and the clients run on this machine too: the least time in which
+//!   every held poll could have had its answer);
 //! - **the floors**: every identity polls at once with nothing to wait for
 //!   (the REST side: the same bodies, moved); pushes with no poll held (the
 //!   gateway's CPU for its upstream side alone, until every session took
@@ -195,6 +198,10 @@ struct Figures {
     /// Long polls answered before the push (their version was not current).
     early: usize,
     cpu_per_push: Duration,
+    /// Every process's CPU per push over the same time (the upstream and
+    /// the polling clients run here too): divided by the cores, the least
+    /// time in which every poll could have had its answer.
+    machine_per_push: Duration,
     decoded_per_push: f64,
     reused_per_push: f64,
     /// Every identity polls at once with no version (no push, no wait):
@@ -311,6 +318,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
 
     // One cluster changes while every identity holds a long poll.
     let (mut cpu, mut decoded, mut reused) = (Duration::ZERO, 0.0, 0.0);
+    let mut machine = Duration::ZERO;
     for round in 1..=setup.rounds {
         let held_before = metric(&client, admin, "xds_gateway_long_polls_held").await;
         let mut polls = Vec::with_capacity(identities);
@@ -354,6 +362,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
         );
         let early: Vec<bool> = polls.iter().map(|p| p.is_finished()).collect();
         let cpu0 = gateway_process::cpu_time(pid);
+        let machine0 = gateway_process::machine_busy_time();
         let pushed = Instant::now();
         upstream.set(CDS, &format!("c{round}"), clusters(codec, n, round));
         for (i, poll) in polls.into_iter().enumerate() {
@@ -377,6 +386,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
             }
         }
         cpu += gateway_process::cpu_time(pid).saturating_sub(cpu0);
+        machine += gateway_process::machine_busy_time().saturating_sub(machine0);
         decoded += metric(
             &client,
             admin,
@@ -421,6 +431,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     }
     let rounds = setup.rounds as u32;
     figures.cpu_per_push = cpu / rounds;
+    figures.machine_per_push = machine / rounds;
     figures.decoded_per_push = decoded / f64::from(rounds);
     figures.reused_per_push = reused / f64::from(rounds);
     drop(gateway);
@@ -529,7 +540,7 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
     let mut reader = f.reader_all_received.clone();
     let ids = setup.identities;
     println!(
-        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms | {:.0} ms | {:.0} ms, all in {:.0} ms, {:.1} MB | {} |",
+        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} ms ÷ {} = {:.0} ms | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms | {:.0} ms | {:.0} ms, all in {:.0} ms, {:.1} MB | {} |",
         f.cold_all_served.as_secs_f64(),
         f.cold_failures,
         f.requests_per_identity,
@@ -544,6 +555,9 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
         f.early,
         ms(f.cpu_per_push),
         f.cpu_per_push.as_secs_f64() * 1e6 / ids as f64,
+        ms(f.machine_per_push),
+        cores(),
+        ms(f.machine_per_push) / cores() as f64,
         f.decoded_per_push,
         f.reused_per_push,
         ms(percentile(&mut at_once, 0.5)),
@@ -559,6 +573,11 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
             f.reader_cpu_per_push.as_secs_f64()
         ),
     );
+}
+
+/// The cores this machine has.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -612,8 +631,8 @@ async fn bench() {
          (wildcard CDS) and {clusters} ClusterLoadAssignments (EDS, one name per identity); \
          {rounds} rounds of a one-cluster change\n"
     );
-    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | decoded / reused per push | every identity polls at once, no push: p50 / p99 | gateway CPU per push, no poll held | the same streams only read: CPU per push, every stream had it (p50 of rounds), bytes per push | CPU no poll held / only read |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | every process's CPU per push ÷ cores | decoded / reused per push | every identity polls at once, no push: p50 / p99 | gateway CPU per push, no poll held | the same streams only read: CPU per push, every stream had it (p50 of rounds), bytes per push | CPU no poll held / only read |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let before = match &baseline {
