@@ -96,6 +96,7 @@ pub fn cpu_time(pid: u32) -> Duration {
 /// The CPU time every process of the machine has used since boot
 /// (`/proc/stat`: user, nice, system, irq, softirq and steal; not idle or
 /// iowait), in all cores.
+#[allow(dead_code)] // used by some benches only
 pub fn machine_busy_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
     let first = stat.lines().next().unwrap_or_default();
