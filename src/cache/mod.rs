@@ -10,6 +10,7 @@ mod clients;
 mod config_history;
 mod identity;
 mod node_json;
+mod payload_index;
 mod rejection;
 mod request;
 mod resource;

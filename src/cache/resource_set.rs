@@ -9,9 +9,10 @@
 //! confirmed byte for byte) and holds a reference to it: one map of names
 //! for all of them, not one each. The order of the resources does not
 //! matter: go-control-plane sends a snapshot's resources in Go's map order,
-//! which differs from one response to the next. So the confirmation sorts
-//! both sides by each payload's hash and compares them pairwise: no name
-//! is parsed and no map walked for the sessions that share a set.
+//! which differs from one response to the next. The confirmation looks
+//! each payload up by its hash in the set's [`PayloadIndex`] and compares
+//! the bytes: no name is parsed and no map of names walked for the
+//! sessions that share a set.
 //!
 //! A set is immutable and has an id, which keys what is worked out from it
 //! once for every state holding it: the selection digest a request's names
@@ -23,11 +24,11 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use bytes::Bytes;
 use moka::sync::Cache;
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::payload_index::{Hashed, PayloadIndex};
 use super::resource::{resource_name, Resource};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
@@ -64,14 +65,10 @@ pub(crate) struct ResourceSet {
     id: u64,
     map: ResourceMap,
     selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
-    /// The payloads in [`Hashed`] order, worked out the first time an
-    /// answer is compared with the set.
-    payloads: OnceLock<Vec<(u64, Bytes)>>,
+    /// The payloads by hash, worked out the first time an answer is
+    /// compared with the set.
+    payloads: OnceLock<PayloadIndex>,
 }
-
-/// A payload with its xxh3. In (hash, bytes) order, two answers holding
-/// the same payloads in any order line up pairwise.
-type Hashed<'a> = (u64, &'a [u8]);
 
 impl Deref for ResourceSet {
     type Target = ResourceMap;
@@ -109,25 +106,17 @@ impl ResourceSet {
         (held.payload.as_ref() == payload).then_some(held)
     }
 
-    /// Whether `sorted` (payloads in [`Hashed`] order) are exactly the
-    /// payloads of this set's resources, byte for byte. Equal sorted
-    /// sequences are equal multisets, and the set's payloads are distinct
-    /// (each carries its own name), so a name twice never matches.
-    fn repeats(&self, sorted: &[Hashed<'_>]) -> bool {
-        let held = self.payloads.get_or_init(|| {
-            let mut held: Vec<(u64, Bytes)> = self
+    /// Whether `answer` (payloads with their hashes, in any order) is
+    /// exactly the payloads of this set's resources, byte for byte.
+    fn repeats(&self, answer: &mut [Hashed<'_>]) -> bool {
+        let index = self.payloads.get_or_init(|| {
+            let payloads = self
                 .map
                 .values()
-                .map(|r| (xxh3_64(&r.payload), r.payload.clone()))
-                .collect();
-            held.sort_unstable_by(|a, b| (a.0, a.1.as_ref()).cmp(&(b.0, b.1.as_ref())));
-            held
+                .map(|r| (xxh3_64(&r.payload), r.payload.clone()));
+            PayloadIndex::new(payloads.collect())
         });
-        held.len() == sorted.len()
-            && held
-                .iter()
-                .zip(sorted)
-                .all(|((h, held), (s, bytes))| h == s && held.as_ref() == *bytes)
+        index.repeats(answer)
     }
 
     /// The selection digest of (`kind`, `names`, `target`) on this set:
@@ -229,10 +218,9 @@ fn answer_hash<'a>(payloads: &[&'a [u8]]) -> (Vec<Hashed<'a>>, (usize, u64)) {
 }
 
 /// The set `found` points to, if it is still held and holds exactly the
-/// payloads of `hashed` (sorted here).
+/// payloads of `hashed`.
 fn confirmed(found: &Weak<ResourceSet>, hashed: &mut [Hashed<'_>]) -> Option<Arc<ResourceSet>> {
     let set = found.upgrade()?;
-    hashed.sort_unstable();
     set.repeats(hashed).then_some(set)
 }
 
@@ -375,8 +363,7 @@ mod tests {
         let set = ResourceSet::new(decode(&r, &ab).unwrap());
         let repeats = |payloads: &[Vec<u8>]| {
             let (mut hashed, _) = answer_hash(&slices(payloads));
-            hashed.sort_unstable();
-            set.repeats(&hashed)
+            set.repeats(&mut hashed)
         };
         assert!(repeats(&ab));
         assert!(repeats(&answer(&r, &["b", "a"], 1)));
