@@ -26,6 +26,21 @@ fn main() {
     seeds.auth_policy();
     seeds.config_toml();
     seeds.snapshot();
+    seeds.upstream_response();
+}
+
+/// `bytes` as field `tag` (length-delimited) of a protobuf message.
+fn delimited(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    fn varint(mut n: u64, out: &mut Vec<u8>) {
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+    varint(u64::from(tag << 3 | 2), out);
+    varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
 }
 
 /// Protobuf bytes of a TypedExtensionConfig (name `x`) whose typed_config
@@ -322,6 +337,41 @@ types = ["clusters"]
     /// The demo snapshot (whole, and file by file), each resource of
     /// `tests/corpus/` (and `invalid/`) as a JSON snapshot file, and a
     /// layered snapshot.
+    /// SotW `DiscoveryResponse`s as an upstream sends them: one per type
+    /// of `tests/corpus/` with every resource of it, one with the fields
+    /// the gateway skips (`canary`, `control_plane`), and an empty one.
+    fn upstream_response(&self) {
+        let codec = Codec::embedded();
+        let mut by_type: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+        for (_, text) in self.files("tests/corpus", "json") {
+            let any = codec.parse_any(text.as_bytes()).expect("the corpus parses");
+            let mut encoded = Vec::new();
+            delimited(1, any.type_url.as_bytes(), &mut encoded);
+            delimited(2, &any.value, &mut encoded);
+            let response = by_type.entry(any.type_url.clone()).or_insert_with(|| {
+                let mut head = Vec::new();
+                delimited(1, b"v1", &mut head);
+                delimited(4, any.type_url.as_bytes(), &mut head);
+                delimited(5, b"n1", &mut head);
+                head
+            });
+            delimited(2, &encoded, response);
+        }
+        for (url, response) in &by_type {
+            let stem = url.rsplit('.').next().unwrap_or("any");
+            self.write("upstream_response", stem, response);
+        }
+        if let Some(response) = by_type.values().next() {
+            let mut skipped = response.clone();
+            skipped.extend_from_slice(&[0x18, 1]); // canary: true
+            let mut control_plane = Vec::new();
+            delimited(1, b"cp", &mut control_plane);
+            delimited(6, &control_plane, &mut skipped);
+            self.write("upstream_response", "skipped-fields", &skipped);
+        }
+        self.write("upstream_response", "empty", b"");
+    }
+
     fn snapshot(&self) {
         let demo = self.files("examples/demo", "yaml");
         let mut whole = String::new();

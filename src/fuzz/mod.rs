@@ -17,7 +17,8 @@
 //! reaches that code and not only early rejections.
 //!
 //! The bodies live beside the code they fuzz (`http::fuzz`, `xds::fuzz`,
-//! `config::fuzz`, `auth::policy::fuzz`, `source::snapshot::fuzz`), where
+//! `config::fuzz`, `auth::policy::fuzz`, `source::snapshot::fuzz`,
+//! `source::wire::fuzz`), where
 //! their properties are documented. Input formats (a leading byte picks one
 //! of a fixed list, so every input is some case):
 //!
@@ -32,6 +33,7 @@
 //! | `auth_policy` | an `--auth-policy` TOML file |
 //! | `config_toml` | a `--config` TOML file |
 //! | `snapshot` | snapshot files: text, split by `#! <relative path>` lines |
+//! | `upstream_response` | an upstream's SotW `DiscoveryResponse`, protobuf bytes |
 //!
 //! `fuzz/README.md` says how to run them, with what they found.
 
@@ -52,7 +54,7 @@ pub struct Target {
 }
 
 /// Every target, in the order of the table above.
-pub const TARGETS: [Target; 9] = [
+pub const TARGETS: [Target; 10] = [
     Target {
         name: "discovery_post",
         run: discovery_post,
@@ -88,6 +90,10 @@ pub const TARGETS: [Target; 9] = [
     Target {
         name: "snapshot",
         run: snapshot,
+    },
+    Target {
+        name: "upstream_response",
+        run: upstream_response,
     },
 ];
 
@@ -134,4 +140,9 @@ pub fn config_toml(data: &[u8]) -> bool {
 /// The snapshot loader (parse, validate, layer), and its views.
 pub fn snapshot(data: &[u8]) -> bool {
     crate::source::fuzz_snapshot(data)
+}
+
+/// An upstream's SotW response read in place, against prost's reading.
+pub fn upstream_response(data: &[u8]) -> bool {
+    crate::source::fuzz_upstream_response(data)
 }

@@ -54,6 +54,11 @@ fn replay(name: &str) {
 }
 
 #[test]
+fn replay_upstream_response() {
+    replay("upstream_response");
+}
+
+#[test]
 fn replay_discovery_post() {
     replay("discovery_post");
 }

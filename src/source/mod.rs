@@ -74,6 +74,8 @@ pub(crate) use polled::Polled;
 pub(crate) use sessions::Sessions;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use wire::fuzz::upstream_response as fuzz_upstream_response;
 
 /// Sessions fed by a SotW `StreamAggregatedResources` stream each.
 pub(crate) type SotwFeeder = stream::StreamFeeder<sotw::Sotw>;

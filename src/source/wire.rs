@@ -173,8 +173,12 @@ fn utf8(tag: u32, name: &'static str, field: &[u8]) -> Result<String, WireError>
         .map_err(|_| WireError::NotUtf8(tag, name))
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) mod fuzz;
+
 #[cfg(test)]
 mod tests {
+    use super::fuzz::{agree, as_reference, Reference};
     use super::*;
     use envoy_types::pb::envoy::config::core::v3::ControlPlane;
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
@@ -185,34 +189,6 @@ mod tests {
         Any {
             type_url: url.into(),
             value: value.to_vec(),
-        }
-    }
-
-    /// A `DiscoveryResponse` knowing only the fields read here: what prost
-    /// makes of a frame is the reference (protobuf's rules for a reader
-    /// that takes every other field for an unknown one).
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct Reference {
-        #[prost(string, tag = "1")]
-        version_info: String,
-        #[prost(message, repeated, tag = "2")]
-        resources: Vec<Any>,
-        #[prost(string, tag = "4")]
-        type_url: String,
-        #[prost(string, tag = "5")]
-        nonce: String,
-    }
-
-    /// A parse, in the reference's terms.
-    fn as_reference(read: &SotwResponse) -> Reference {
-        Reference {
-            version_info: read.version_info.clone(),
-            resources: read
-                .resources()
-                .map(|p| an_any(&String::from_utf8_lossy(p.type_url), p.value))
-                .collect(),
-            type_url: read.type_url.clone(),
-            nonce: read.nonce.clone(),
         }
     }
 
@@ -301,23 +277,9 @@ mod tests {
     }
 
     /// Every encoding, and every mutation of one (a byte changed, cut
-    /// short, or bytes spliced in), reads as prost reads it: the same
-    /// fields, or an error for both. The one difference allowed is a
-    /// resource's type URL that is not UTF-8, which prost refuses and this
-    /// parse leaves to the type check.
+    /// short, or bytes spliced in), reads as prost reads it (`fuzz::agree`).
     fn agrees_with_prost(frame: &[u8]) -> Result<(), TestCaseError> {
-        let ours = SotwResponse::parse(Bytes::copy_from_slice(frame));
-        match (ours, prost_reads(frame)) {
-            (Ok(read), Ok(theirs)) => prop_assert_eq!(as_reference(&read), theirs),
-            (Err(_), Err(_)) => {}
-            (Ok(read), Err(e)) => prop_assert!(
-                read.resources()
-                    .any(|p| std::str::from_utf8(p.type_url).is_err()),
-                "only a non-UTF-8 type URL may part us: prost said {e}"
-            ),
-            (Err(e), Ok(_)) => prop_assert!(false, "prost read it, we said {e}"),
-        }
-        Ok(())
+        agree(frame).map(drop).map_err(TestCaseError::fail)
     }
 
     proptest! {

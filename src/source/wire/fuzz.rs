@@ -1,0 +1,74 @@
+//! The `upstream_response` fuzz target's body (see `crate::fuzz`): a frame
+//! read by [`SotwResponse::parse`] and by prost, which must agree. The
+//! reference is a prost message knowing only the fields the parse reads
+//! (protobuf's rules for a reader that takes every other field for an
+//! unknown one). The one difference allowed: a resource's type URL that
+//! is not UTF-8, which prost refuses and the parse leaves to the type
+//! check.
+
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+
+use super::SotwResponse;
+
+/// `DiscoveryResponse` with only the fields the parse reads.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Reference {
+    #[prost(string, tag = "1")]
+    pub(crate) version_info: String,
+    #[prost(message, repeated, tag = "2")]
+    pub(crate) resources: Vec<Any>,
+    #[prost(string, tag = "4")]
+    pub(crate) type_url: String,
+    #[prost(string, tag = "5")]
+    pub(crate) nonce: String,
+}
+
+/// A parse, in the reference's terms.
+pub(crate) fn as_reference(read: &SotwResponse) -> Reference {
+    Reference {
+        version_info: read.version_info.clone(),
+        resources: read
+            .resources()
+            .map(|p| Any {
+                type_url: String::from_utf8_lossy(p.type_url).into_owned(),
+                value: p.value.to_vec(),
+            })
+            .collect(),
+        type_url: read.type_url.clone(),
+        nonce: read.nonce.clone(),
+    }
+}
+
+/// Whether the parse of `frame` agrees with prost's (`Err`: how not), and
+/// if so whether it was accepted.
+pub(crate) fn agree(frame: &[u8]) -> Result<bool, String> {
+    let ours = SotwResponse::parse(bytes::Bytes::copy_from_slice(frame));
+    match (ours, Reference::decode(frame)) {
+        (Ok(read), Ok(theirs)) => {
+            let read = as_reference(&read);
+            if read == theirs {
+                Ok(true)
+            } else {
+                Err(format!("parsed {read:?}, prost read {theirs:?}"))
+            }
+        }
+        (Err(_), Err(_)) => Ok(false),
+        (Ok(read), Err(e)) => {
+            if read
+                .resources()
+                .any(|p| std::str::from_utf8(p.type_url).is_err())
+            {
+                Ok(true)
+            } else {
+                Err(format!("prost refused it ({e}), the parse did not"))
+            }
+        }
+        (Err(e), Ok(_)) => Err(format!("prost read it, the parse said {e}")),
+    }
+}
+
+/// The target: panics where the two disagree.
+pub(crate) fn upstream_response(frame: &[u8]) -> bool {
+    agree(frame).unwrap_or_else(|why| panic!("{why}"))
+}
