@@ -17,7 +17,8 @@
 //! compare the two on generated and mutated encodings): the last of a
 //! repeated scalar wins, every element of `resources` counts, fields not
 //! read here (`canary`, `control_plane`, `resource_errors`, unknown ones,
-//! groups included) are skipped by prost's own `skip_field`, a known field
+//! groups included) are skipped as prost's `skip_field` does (nesting
+//! bounded as prost bounds it), a known field
 //! of the wrong wire type and a truncated field are errors, and the three
 //! strings must be UTF-8. A resource's type URL is compared as bytes with
 //! the URLs the gateway knows, so one that is not UTF-8 is rejected by the
@@ -29,8 +30,7 @@
 
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
-use prost::encoding::{check_wire_type, decode_key, decode_varint, skip_field};
-use prost::encoding::{DecodeContext, WireType};
+use prost::encoding::{check_wire_type, decode_key, decode_varint, WireType};
 
 /// Why a frame is not a `DiscoveryResponse`.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,15 @@ pub(crate) enum WireError {
     Truncated(u32),
     #[error("field {0} ({1}) is not UTF-8")]
     NotUtf8(u32, &'static str),
+    #[error("groups nested deeper than {RECURSION_LIMIT} levels")]
+    TooDeep,
+    #[error("a group of field {0} ends without having started")]
+    UnmatchedGroup(u32),
 }
+
+/// How deep messages and groups may nest: prost's limit, counted as prost
+/// counts it (the response is level 0, a resource's `Any` level 1).
+const RECURSION_LIMIT: u32 = 100;
 
 /// `envoy.service.discovery.v3.DiscoveryResponse`, as the SotW stream and
 /// unary Fetch read it.
@@ -99,7 +107,7 @@ impl SotwResponse {
         while !rest.is_empty() {
             let (tag, wire) = decode_key(&mut rest)?;
             if !matches!(tag, 1 | 2 | 4 | 5) {
-                skip_field(wire, tag, &mut rest, DecodeContext::default())?;
+                skip(wire, tag, &mut rest, RECURSION_LIMIT)?;
                 continue;
             }
             check_wire_type(WireType::LengthDelimited, wire)?;
@@ -154,7 +162,7 @@ fn slot(all: &[u8], start: usize, end: usize) -> Result<Slot, WireError> {
     while !rest.is_empty() {
         let (tag, wire) = decode_key(&mut rest)?;
         if !matches!(tag, 1 | 2) {
-            skip_field(wire, tag, &mut rest, DecodeContext::default())?;
+            skip(wire, tag, &mut rest, RECURSION_LIMIT - 1)?;
             continue;
         }
         check_wire_type(WireType::LengthDelimited, wire)?;
@@ -165,6 +173,41 @@ fn slot(all: &[u8], start: usize, end: usize) -> Result<Slot, WireError> {
         }
     }
     Ok(slot)
+}
+
+/// Steps over the field `tag` of type `wire` at the start of `rest` (a
+/// field the parse does not read), with `budget` levels of nesting left:
+/// what prost's `skip_field` does, with the same errors.
+fn skip(wire: WireType, tag: u32, rest: &mut &[u8], budget: u32) -> Result<(), WireError> {
+    if budget == 0 {
+        return Err(WireError::TooDeep);
+    }
+    let len = match wire {
+        WireType::Varint => {
+            decode_varint(rest)?;
+            0
+        }
+        WireType::ThirtyTwoBit => 4,
+        WireType::SixtyFourBit => 8,
+        WireType::LengthDelimited => decode_varint(rest)?,
+        WireType::StartGroup => loop {
+            let (inner, inner_wire) = decode_key(rest)?;
+            if inner_wire == WireType::EndGroup {
+                if inner != tag {
+                    return Err(WireError::UnmatchedGroup(inner));
+                }
+                break 0;
+            }
+            skip(inner_wire, inner, rest, budget - 1)?;
+        },
+        WireType::EndGroup => return Err(WireError::UnmatchedGroup(tag)),
+    };
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|len| *len <= rest.len())
+        .ok_or(WireError::Truncated(tag))?;
+    *rest = &rest[len..];
+    Ok(())
 }
 
 fn utf8(tag: u32, name: &'static str, field: &[u8]) -> Result<String, WireError> {
@@ -250,6 +293,34 @@ mod tests {
             );
             assert!(prost_reads(frame).is_err(), "prost too: {why}");
         }
+    }
+
+    /// Unknown groups nested to prost's limit and one past it, at the top
+    /// and inside a resource: read and refused as prost reads and refuses
+    /// them.
+    #[test]
+    fn nesting_is_bounded_where_prost_bounds_it() {
+        fn groups(depth: usize) -> Vec<u8> {
+            // field 9, start group (0x4b) ... end group (0x4c)
+            let mut out = vec![0x4b; depth];
+            out.extend(std::iter::repeat_n(0x4c, depth));
+            out
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for depth in 97..=101 {
+            let top = groups(depth);
+            let mut inside = vec![0x12];
+            prost::encoding::encode_varint(top.len() as u64, &mut inside);
+            inside.extend_from_slice(&top);
+            for (place, frame) in [("top", top), ("inside", inside)] {
+                let ours = SotwResponse::parse(Bytes::from(frame.clone())).is_ok();
+                let theirs = prost_reads(&frame).is_ok();
+                assert_eq!(ours, theirs, "{place}, depth {depth}");
+                seen.insert((place, theirs));
+            }
+        }
+        // Both places were read and refused somewhere in the range.
+        assert_eq!(seen.len(), 4, "{seen:?}");
     }
 
     fn response() -> impl Strategy<Value = DiscoveryResponse> {
