@@ -347,6 +347,20 @@ mod tests {
         )
     }
 
+    /// A type URL that is not UTF-8, then another for the same resource
+    /// (the last wins): read, as prost reads the URL as bytes. Found by the
+    /// `upstream_response` fuzz target, whose oracle then wrongly expected
+    /// prost's `string` refusal.
+    #[test]
+    fn a_type_url_that_is_not_utf8_and_then_replaced_is_read() {
+        // resources: type_url 0xff, type_url "t", value "v"
+        let frame = [0x12, 9, 0x0a, 1, 0xff, 0x0a, 1, b't', 0x12, 1, b'v'];
+        let read = SotwResponse::parse(Bytes::copy_from_slice(&frame)).unwrap();
+        let payload = read.resources().next().unwrap();
+        assert_eq!((payload.type_url, payload.value), (&b"t"[..], &b"v"[..]));
+        assert_eq!(agree(&frame), Ok(true));
+    }
+
     /// Every encoding, and every mutation of one (a byte changed, cut
     /// short, or bytes spliced in), reads as prost reads it (`fuzz::agree`).
     fn agrees_with_prost(frame: &[u8]) -> Result<(), TestCaseError> {
