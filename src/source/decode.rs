@@ -214,6 +214,24 @@ pub(super) struct Decoded {
 }
 
 impl Decoded {
+    /// A plain answer (no TTLs, no heartbeats) of `resources`, with what
+    /// taking it cost: (decoded, reused).
+    fn plain(resources: Arc<ResourceSet>, (decoded, reused): (usize, usize)) -> Decoded {
+        Decoded {
+            resources,
+            ttls: BTreeMap::new(),
+            heartbeats: BTreeSet::new(),
+            reused,
+            decoded,
+        }
+    }
+
+    /// A plain answer another session took already: every resource reused.
+    fn shared(resources: Arc<ResourceSet>) -> Decoded {
+        let all = resources.len();
+        Decoded::plain(resources, (0, all))
+    }
+
     /// The resources of an answer that stands alone (a unary Fetch), where
     /// a heartbeat has nothing to refresh: an error.
     pub(super) fn standalone(self) -> Result<Arc<ResourceSet>, Rejection> {
@@ -334,31 +352,33 @@ pub(super) fn decode_all(
     anys: &[Payload<'_>],
     previous: Option<&TypeState>,
 ) -> Result<Decoded, Rejection> {
-    let plain = !anys.is_empty() && anys.iter().all(|any| any.is_of(kind.type_url()));
-    if !plain {
+    let Some(payloads) = plain_payloads(kind, anys.iter().copied()) else {
         return Ok(Taking::all(renderer, kind, anys, previous)?.done());
-    }
-    let payloads: Vec<&[u8]> = anys.iter().map(|any| any.value).collect();
+    };
     let mut counts = (0, 0);
     let taken = renderer.answers().take(kind, &payloads, || {
         let taken = Taking::all(renderer, kind, anys, previous)?;
         counts = (taken.decoded, taken.reused);
         Ok::<_, Rejection>(taken.resources)
     });
-    let (resources, (decoded, reused)) = match taken.map_err(Arc::unwrap_or_clone)? {
-        Taken::Decoded(set) => (set, counts),
-        Taken::Shared(set) => {
-            let all = set.len();
-            (set, (0, all))
-        }
-    };
-    Ok(Decoded {
-        resources,
-        ttls: BTreeMap::new(),
-        heartbeats: BTreeSet::new(),
-        reused,
-        decoded,
+    Ok(match taken.map_err(Arc::unwrap_or_clone)? {
+        Taken::Decoded(set) => Decoded::plain(set, counts),
+        Taken::Shared(set) => Decoded::shared(set),
     })
+}
+
+/// The payloads of an answer of plain resources of `kind` (no wrappers:
+/// no TTLs, no heartbeats), the only answers whose sets are shared; `None`
+/// for any other, or an empty one.
+fn plain_payloads<'a>(
+    kind: ResourceType,
+    anys: impl Iterator<Item = Payload<'a>>,
+) -> Option<Vec<&'a [u8]>> {
+    let url = kind.type_url();
+    let payloads: Vec<&[u8]> = anys
+        .map(|any| any.is_of(url).then_some(any.value))
+        .collect::<Option<_>>()?;
+    (!payloads.is_empty()).then_some(payloads)
 }
 
 /// The largest answer whose set is looked for in place, on the stream's
@@ -375,21 +395,9 @@ fn already_shared(
     kind: ResourceType,
     response: &SotwResponse,
 ) -> Option<Decoded> {
-    let url = kind.type_url();
-    let plain = response
-        .resources()
-        .map(|any| any.is_of(url).then_some(any.value));
-    let payloads: Vec<&[u8]> = plain
-        .collect::<Option<_>>()
-        .filter(|p: &Vec<_>| !p.is_empty())?;
-    let resources = renderer.answers().find(kind, &payloads)?;
-    Some(Decoded {
-        reused: resources.len(),
-        decoded: 0,
-        resources,
-        ttls: BTreeMap::new(),
-        heartbeats: BTreeSet::new(),
-    })
+    let payloads = plain_payloads(kind, response.resources())?;
+    let set = renderer.answers().find(kind, &payloads)?;
+    Some(Decoded::shared(set))
 }
 
 /// [`decode_all`] of `response`'s resources. An answer another session
