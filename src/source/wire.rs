@@ -103,23 +103,23 @@ impl SotwResponse {
     pub(crate) fn parse(frame: Bytes) -> Result<SotwResponse, WireError> {
         let mut out = SotwResponse::default();
         let all: &[u8] = &frame;
-        let mut rest = all;
-        while !rest.is_empty() {
-            let (tag, wire) = decode_key(&mut rest)?;
-            if !matches!(tag, 1 | 2 | 4 | 5) {
-                skip(wire, tag, &mut rest, RECURSION_LIMIT)?;
-                continue;
-            }
-            check_wire_type(WireType::LengthDelimited, wire)?;
-            let (start, end) = delimited(tag, all, &mut rest)?;
-            let field = &all[start..end];
-            match tag {
-                1 => out.version_info = utf8(tag, "version_info", field)?,
-                2 => out.resources.push(slot(all, start, end)?),
-                4 => out.type_url = utf8(tag, "type_url", field)?,
-                _ => out.nonce = utf8(tag, "nonce", field)?,
-            }
-        }
+        let read = |tag| matches!(tag, 1 | 2 | 4 | 5);
+        each_field(
+            all,
+            (0, all.len()),
+            read,
+            RECURSION_LIMIT,
+            |tag, (start, end)| {
+                let field = &all[start..end];
+                match tag {
+                    1 => out.version_info = utf8(tag, "version_info", field)?,
+                    2 => out.resources.push(slot(all, start, end)?),
+                    4 => out.type_url = utf8(tag, "type_url", field)?,
+                    _ => out.nonce = utf8(tag, "nonce", field)?,
+                }
+                Ok(())
+            },
+        )?;
         out.frame = frame;
         Ok(out)
     }
@@ -138,41 +138,64 @@ impl SotwResponse {
     }
 }
 
-/// The bounds of the length-delimited field (number `tag`) at the start of
-/// `rest` within `all`, stepping over it.
-fn delimited(tag: u32, all: &[u8], rest: &mut &[u8]) -> Result<(usize, usize), WireError> {
-    let len = decode_varint(rest)?;
-    let len = usize::try_from(len)
-        .ok()
-        .filter(|len| *len <= rest.len())
-        .ok_or(WireError::Truncated(tag))?;
-    let start = all.len() - rest.len();
-    *rest = &rest[len..];
-    Ok((start, start + len))
+/// Calls `take` with the number and bounds of every field of the message
+/// in `all[start..end]` that `read` names (each must be length-delimited),
+/// in order; steps over the others with `budget` levels of nesting left.
+fn each_field(
+    all: &[u8],
+    (start, end): (usize, usize),
+    read: impl Fn(u32) -> bool,
+    budget: u32,
+    mut take: impl FnMut(u32, (usize, usize)) -> Result<(), WireError>,
+) -> Result<(), WireError> {
+    let scope = &all[..end];
+    let mut rest = &all[start..end];
+    while !rest.is_empty() {
+        let (tag, wire) = decode_key(&mut rest)?;
+        if !read(tag) {
+            skip(wire, tag, &mut rest, budget)?;
+            continue;
+        }
+        check_wire_type(WireType::LengthDelimited, wire)?;
+        let len = decode_varint(&mut rest)?;
+        let field_start = scope.len() - rest.len();
+        advance(tag, len, &mut rest)?;
+        take(tag, (field_start, scope.len() - rest.len()))?;
+    }
+    Ok(())
 }
 
 /// The `Any` in `all[start..end]`: where its type URL and value lie.
 fn slot(all: &[u8], start: usize, end: usize) -> Result<Slot, WireError> {
-    let inner = &all[..end];
-    let mut rest = &all[start..end];
     let mut slot = Slot {
         type_url: (start, start),
         value: (start, start),
     };
-    while !rest.is_empty() {
-        let (tag, wire) = decode_key(&mut rest)?;
-        if !matches!(tag, 1 | 2) {
-            skip(wire, tag, &mut rest, RECURSION_LIMIT - 1)?;
-            continue;
-        }
-        check_wire_type(WireType::LengthDelimited, wire)?;
-        let bounds = delimited(tag, inner, &mut rest)?;
-        match tag {
-            1 => slot.type_url = bounds,
-            _ => slot.value = bounds,
-        }
-    }
+    let read = |tag| matches!(tag, 1 | 2);
+    each_field(
+        all,
+        (start, end),
+        read,
+        RECURSION_LIMIT - 1,
+        |tag, bounds| {
+            match tag {
+                1 => slot.type_url = bounds,
+                _ => slot.value = bounds,
+            }
+            Ok(())
+        },
+    )?;
     Ok(slot)
+}
+
+/// Steps `rest` over its first `len` bytes, the rest of field `tag`.
+fn advance(tag: u32, len: u64, rest: &mut &[u8]) -> Result<(), WireError> {
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|len| *len <= rest.len())
+        .ok_or(WireError::Truncated(tag))?;
+    *rest = &rest[len..];
+    Ok(())
 }
 
 /// Steps over the field `tag` of type `wire` at the start of `rest` (a
@@ -202,12 +225,7 @@ fn skip(wire: WireType, tag: u32, rest: &mut &[u8], budget: u32) -> Result<(), W
         },
         WireType::EndGroup => return Err(WireError::UnmatchedGroup(tag)),
     };
-    let len = usize::try_from(len)
-        .ok()
-        .filter(|len| *len <= rest.len())
-        .ok_or(WireError::Truncated(tag))?;
-    *rest = &rest[len..];
-    Ok(())
+    advance(tag, len, rest)
 }
 
 fn utf8(tag: u32, name: &'static str, field: &[u8]) -> Result<String, WireError> {
