@@ -3,7 +3,9 @@
 //! many EDS clusters) must reach the control plane as a few requests, not
 //! one per name: each request is answered with the whole named set, so one
 //! request per name is O(names²) work on both sides. The control plane is
-//! the in-process scripted fake, which records every request.
+//! the in-process scripted fake, which records every request. The last
+//! test checks that fake's delta server itself (what the identities bench
+//! pushes through): it sends each stream exactly what changed.
 
 #[path = "support/fake_ads.rs"]
 mod fake_ads;
@@ -93,4 +95,133 @@ async fn a_burst_of_new_names_reaches_the_upstream_in_a_few_requests() {
         "the last request names them all"
     );
     gw.stop().await;
+}
+
+/// One `ClusterLoadAssignment` named `name`, its endpoint's port telling
+/// its versions apart.
+fn assignment(name: &str, port: u32) -> envoy_types::pb::google::protobuf::Any {
+    let json = format!(
+        r#"{{"@type":"{EDS}","cluster_name":"{name}","endpoints":[{{"lb_endpoints":[
+        {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{port}}}}}}}}}]}}]}}"#
+    );
+    let any = Codec::embedded()
+        .parse_any(json.as_bytes())
+        .expect("fixture");
+    envoy_types::pb::google::protobuf::Any {
+        type_url: any.type_url,
+        value: any.value,
+    }
+}
+
+/// The scripted delta server (what the identities bench pushes through)
+/// sends a stream exactly what changed since what it sent that stream:
+/// changed or added resources it subscribes to, and the names gone, whether
+/// the stream is up to date with the entry before (only the change is
+/// looked at) or behind (every resource is compared).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripted_delta_server_sends_what_changed_and_what_is_gone() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+    };
+    use std::collections::BTreeMap;
+
+    type Seen = (BTreeMap<String, Vec<u8>>, Vec<String>);
+    /// The resources (name → bytes) and removed names of one response.
+    fn seen(response: &DeltaDiscoveryResponse) -> Seen {
+        let resources = response
+            .resources
+            .iter()
+            .map(|r| {
+                let value = r.resource.as_ref().map(|a| a.value.clone());
+                (r.name.clone(), value.unwrap_or_default())
+            })
+            .collect();
+        let mut removed = response.removed_resources.clone();
+        removed.sort();
+        (resources, removed)
+    }
+    let bytes = |name: &str, port: u32| (name.to_owned(), assignment(name, port).value);
+
+    let ads = fake_ads::FakeAds::start_delta().await;
+    ads.set(
+        EDS,
+        "v1",
+        vec![assignment("a", 1), assignment("b", 1), assignment("c", 1)],
+    );
+    let mut client = AggregatedDiscoveryServiceClient::connect(ads.url())
+        .await
+        .expect("the scripted server answers");
+    let open = |names: Vec<String>| {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let first = DeltaDiscoveryRequest {
+            node: Some(envoy_types::pb::envoy::config::core::v3::Node {
+                id: "n".into(),
+                ..Default::default()
+            }),
+            type_url: EDS.into(),
+            resource_names_subscribe: names,
+            ..Default::default()
+        };
+        tx.try_send(first).expect("room for the first request");
+        (tx, tokio_stream::wrappers::ReceiverStream::new(rx))
+    };
+    let (_wildcard_tx, requests) = open(vec![]);
+    let mut wildcard = client
+        .delta_aggregated_resources(requests)
+        .await
+        .expect("a delta stream")
+        .into_inner();
+    let (_named_tx, requests) = open(vec!["b".into()]);
+    let mut named = client
+        .delta_aggregated_resources(requests)
+        .await
+        .expect("a delta stream")
+        .into_inner();
+    async fn next(stream: &mut tonic::Streaming<DeltaDiscoveryResponse>) -> Seen {
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("a response in time")
+            .expect("no stream error")
+            .expect("the stream goes on");
+        seen(&response)
+    }
+    let all = |list: &[(&str, u32)]| -> BTreeMap<String, Vec<u8>> {
+        list.iter().map(|(n, p)| bytes(n, *p)).collect()
+    };
+    assert_eq!(
+        next(&mut wildcard).await,
+        (all(&[("a", 1), ("b", 1), ("c", 1)]), vec![])
+    );
+    assert_eq!(next(&mut named).await, (all(&[("b", 1)]), vec![]));
+
+    // b changed, c gone, d new: each stream was up to date with v1.
+    ads.set(
+        EDS,
+        "v2",
+        vec![assignment("a", 1), assignment("b", 2), assignment("d", 1)],
+    );
+    assert_eq!(
+        next(&mut wildcard).await,
+        (all(&[("b", 2), ("d", 1)]), vec!["c".into()])
+    );
+    assert_eq!(next(&mut named).await, (all(&[("b", 2)]), vec![]));
+
+    // Two changes at once: a stream that takes both in one look compares
+    // everything, one that takes each compares each change; either way the
+    // sum is a's new version and b gone (and nothing about d).
+    ads.set(
+        EDS,
+        "v3",
+        vec![assignment("a", 2), assignment("b", 2), assignment("d", 1)],
+    );
+    ads.set(EDS, "v4", vec![assignment("a", 2), assignment("d", 1)]);
+    let (mut resources, mut removed) = next(&mut wildcard).await;
+    if resources.is_empty() || removed.is_empty() {
+        let (more, gone) = next(&mut wildcard).await;
+        resources.extend(more);
+        removed.extend(gone);
+    }
+    assert_eq!((resources, removed), (all(&[("a", 2)]), vec!["b".into()]));
+    assert_eq!(next(&mut named).await, (all(&[]), vec!["b".into()]));
 }

@@ -16,7 +16,8 @@
 //!   1, which is `name` or `cluster_name` in every xDS resource type);
 //! - a type missing from the snapshot is not answered until it is set;
 //! - every request is recorded ([`Recorded`]), every response too
-//!   ([`Sent`]), every stream counted.
+//!   ([`Sent`]), every stream counted, and when each node was last sent a
+//!   response ([`FakeAds::last_sent`]).
 //!
 //! Nonces are per stream and increasing ("1", "2", ...). The delta ADS
 //! method answers UNIMPLEMENTED, unless started with
@@ -24,7 +25,10 @@
 //! resources it subscribes to (a first request without names, or `*`, is
 //! the wildcard) whose version (a hash of their bytes) it was not sent yet,
 //! and the names it was sent that are gone; [`FakeAds::set`] pushes only
-//! what changed. The server task stops when the `FakeAds` drops.
+//! what changed, and a stream that had the entry before it looks only at
+//! what it changed (O(changed) per stream, as a delta server should be;
+//! any other stream compares every resource). The server task stops when
+//! the `FakeAds` drops.
 
 #![allow(dead_code)] // each test crate uses its own subset of the helpers
 
@@ -33,6 +37,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -86,6 +91,40 @@ struct Entry {
     resources: Arc<Vec<Held>>,
     /// Bumped by every [`FakeAds::set`]: what streams compare to decide a push.
     generation: u64,
+    /// What changed from the generation before (none for the first).
+    changes: Option<Arc<Changes>>,
+}
+
+/// The difference between an entry and the one it replaced.
+#[derive(Debug)]
+struct Changes {
+    /// Indices (into the new resources) of the resources added or changed.
+    changed: Vec<usize>,
+    /// Names the replaced entry had and this one has not.
+    removed: Vec<String>,
+}
+
+impl Changes {
+    fn between(before: &[Held], after: &[Held]) -> Changes {
+        let old: HashMap<&str, &str> = before
+            .iter()
+            .map(|(name, _, version)| (name.as_str(), version.as_str()))
+            .collect();
+        let new: BTreeSet<&str> = after.iter().map(|(name, _, _)| name.as_str()).collect();
+        Changes {
+            changed: after
+                .iter()
+                .enumerate()
+                .filter(|(_, (name, _, version))| old.get(name.as_str()) != Some(&version.as_str()))
+                .map(|(i, _)| i)
+                .collect(),
+            removed: before
+                .iter()
+                .filter(|(name, _, _)| !new.contains(name.as_str()))
+                .map(|(name, _, _)| name.clone())
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -101,6 +140,23 @@ struct Shared {
     delta: AtomicBool,
     /// Resources sent on delta streams (all streams, all responses).
     delta_resources_sent: AtomicUsize,
+    /// When a response was last handed to each node's stream, by node id.
+    last_sent: Mutex<HashMap<String, Instant>>,
+}
+
+impl Shared {
+    /// Notes that a response was just handed to the stream of `node`.
+    fn sent_to(&self, node: Option<&str>) {
+        let Some(node) = node else { return };
+        let now = Instant::now();
+        let mut last = lock(&self.last_sent);
+        match last.get_mut(node) {
+            Some(at) => *at = now,
+            None => {
+                last.insert(node.to_owned(), now);
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -182,7 +238,7 @@ impl FakeAds {
     /// Replaces `type_url`'s version and resources and pushes them to every
     /// open stream subscribed to that type.
     pub fn set(&self, type_url: &str, version: &str, resources: Vec<Any>) {
-        let resources = Arc::new(
+        let resources: Arc<Vec<Held>> = Arc::new(
             resources
                 .into_iter()
                 .map(|any| {
@@ -193,18 +249,27 @@ impl FakeAds {
         );
         {
             let mut snapshot = lock(&self.shared.snapshot);
-            let generation = snapshot.get(type_url).map_or(0, |e| e.generation) + 1;
+            let before = snapshot.get(type_url);
+            let generation = before.map_or(0, |e| e.generation) + 1;
+            let changes = before.map(|e| Arc::new(Changes::between(&e.resources, &resources)));
             snapshot.insert(
                 type_url.to_owned(),
                 Entry {
                     version: version.to_owned(),
                     resources,
                     generation,
+                    changes,
                 },
             );
         }
         self.changed
             .send_modify(|tick| *tick = tick.wrapping_add(1));
+    }
+
+    /// When a response was last handed to each node's stream (SotW or
+    /// delta), by the node id of the stream's first request.
+    pub fn last_sent(&self) -> HashMap<String, Instant> {
+        lock(&self.shared.last_sent).clone()
     }
 
     /// Every request received so far, in arrival order.
@@ -290,6 +355,7 @@ impl AggregatedDiscoveryService for Service {
             tx,
             subscribed: BTreeMap::new(),
             nonce: 0,
+            node: None,
         };
         tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -312,6 +378,7 @@ impl AggregatedDiscoveryService for Service {
             tx,
             subscribed: BTreeMap::new(),
             nonce: 0,
+            node: None,
         };
         tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -331,6 +398,8 @@ struct StreamTask {
     tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
     subscribed: BTreeMap<String, Subscribed>,
     nonce: u64,
+    /// The node id of the stream's first request that had a node.
+    node: Option<String>,
 }
 
 impl StreamTask {
@@ -370,6 +439,9 @@ impl StreamTask {
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
         });
+        if self.node.is_none() {
+            self.node = request.node.as_ref().map(|n| n.id.clone());
+        }
         let mut names = request.resource_names;
         names.sort();
         names.dedup();
@@ -444,6 +516,7 @@ impl StreamTask {
             names,
         });
         let _ = self.tx.send(Ok(response)).await;
+        self.shared.sent_to(self.node.as_deref());
     }
 }
 
@@ -454,6 +527,9 @@ struct DeltaSubscribed {
     names: BTreeSet<String>,
     /// Version of every resource sent, by name.
     sent: HashMap<String, String>,
+    /// The entry generation `sent` is up to date with, for these names
+    /// (`None`: compare every resource next time).
+    generation: Option<u64>,
 }
 
 impl DeltaSubscribed {
@@ -468,6 +544,8 @@ struct DeltaTask {
     tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
     subscribed: BTreeMap<String, DeltaSubscribed>,
     nonce: u64,
+    /// The node id of the stream's first request that had a node.
+    node: Option<String>,
 }
 
 impl DeltaTask {
@@ -510,6 +588,9 @@ impl DeltaTask {
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
         });
+        if self.node.is_none() {
+            self.node = request.node.as_ref().map(|n| n.id.clone());
+        }
         let first = !self.subscribed.contains_key(&request.type_url);
         let sub = self.subscribed.entry(request.type_url.clone()).or_default();
         if first && request.resource_names_subscribe.is_empty() {
@@ -533,6 +614,7 @@ impl DeltaTask {
             || !request.resource_names_subscribe.is_empty()
             || !request.resource_names_unsubscribe.is_empty();
         if changed {
+            sub.generation = None;
             self.send(&request.type_url, first).await;
         }
     }
@@ -547,15 +629,13 @@ impl DeltaTask {
         let Some(entry) = lock(&self.shared.snapshot).get(type_url).cloned() else {
             return;
         };
+        if sub.generation == Some(entry.generation) && !always {
+            return;
+        }
         let mut resources = Vec::new();
-        let mut present = BTreeSet::new();
-        for (name, any, version) in entry.resources.iter() {
-            if !sub.wants(name) {
-                continue;
-            }
-            present.insert(name.as_str());
+        let mut add = |sub: &mut DeltaSubscribed, (name, any, version): &Held| {
             if sub.sent.get(name) == Some(version) {
-                continue;
+                return;
             }
             sub.sent.insert(name.clone(), version.clone());
             resources.push(DeltaResource {
@@ -564,16 +644,43 @@ impl DeltaTask {
                 resource: Some(any.clone()),
                 ..Default::default()
             });
-        }
-        let removed: Vec<String> = sub
-            .sent
-            .keys()
-            .filter(|n| !present.contains(n.as_str()))
-            .cloned()
-            .collect();
-        for name in &removed {
-            sub.sent.remove(name);
-        }
+        };
+        let removed: Vec<String> = match &entry.changes {
+            // Up to date with the entry before: only what it changed.
+            Some(changes) if sub.generation == Some(entry.generation - 1) => {
+                for &i in &changes.changed {
+                    if sub.wants(&entry.resources[i].0) {
+                        add(sub, &entry.resources[i]);
+                    }
+                }
+                changes
+                    .removed
+                    .iter()
+                    .filter(|name| sub.sent.remove(*name).is_some())
+                    .cloned()
+                    .collect()
+            }
+            _ => {
+                let mut present = BTreeSet::new();
+                for held in entry.resources.iter() {
+                    if sub.wants(&held.0) {
+                        present.insert(held.0.as_str());
+                        add(sub, held);
+                    }
+                }
+                let removed: Vec<String> = sub
+                    .sent
+                    .keys()
+                    .filter(|n| !present.contains(n.as_str()))
+                    .cloned()
+                    .collect();
+                for name in &removed {
+                    sub.sent.remove(name);
+                }
+                removed
+            }
+        };
+        sub.generation = Some(entry.generation);
         if resources.is_empty() && removed.is_empty() && !always {
             return;
         }
@@ -590,5 +697,6 @@ impl DeltaTask {
             ..Default::default()
         };
         let _ = self.tx.send(Ok(response)).await;
+        self.shared.sent_to(self.node.as_deref());
     }
 }
