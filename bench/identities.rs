@@ -2,8 +2,10 @@
 //! default), each sending Envoy 1.40's real node (516 extensions, 77 KB of
 //! JSON) with an id of its own, polling CDS with C clusters (1,000,
 //! wildcard) and EDS with one name, as Envoy does, through the release
-//! gateway binary (2 worker threads) in front of the scripted ADS control
-//! plane, over SotW and over delta streams.
+//! gateway binary (2 worker threads) in front of a control plane, over SotW
+//! and over delta streams: the scripted ADS server of the tests, or
+//! go-control-plane with `IDENTITIES_UPSTREAM=go-control-plane`
+//! (`upstreams.rs`).
 //!
 //! For each upstream mode:
 //! - **cold start**: the N identities arrive spread evenly over 10 s, each
@@ -42,10 +44,17 @@
 
 #[path = "../tests/support/fake_ads.rs"]
 mod fake_ads;
+#[path = "../tests/support/gateway.rs"]
+mod gateway;
+#[path = "../tests/support/go_peer.rs"]
+mod go_peer;
+#[path = "../tests/support/process.rs"]
+mod process;
 
 mod cds_fixtures;
 mod gateway_process;
 mod stream_reader;
+mod upstreams;
 
 use cds_fixtures::{clusters, endpoints, env_number};
 
@@ -189,11 +198,16 @@ struct Figures {
     cold_failures: usize,
     /// (CDS, EDS) statuses of the identities not served both (0: no answer).
     failed_statuses: std::collections::BTreeMap<(u16, u16), usize>,
-    requests_per_identity: f64,
-    subscription_changes_per_identity: f64,
+    /// What the upstream received per identity (requests, subscription
+    /// changes); `None` when it does not record them (go-control-plane).
+    requests_per_identity: Option<(f64, f64)>,
     rss_idle: u64,
     rss_loaded: u64,
     held: Vec<Duration>,
+    /// For each held poll answered, the time since the upstream handed
+    /// that identity's push to its stream: the part of `held` that came
+    /// after the upstream (empty when the upstream does not say when).
+    after_upstream: Vec<Duration>,
     held_failures: usize,
     /// Long polls answered before the push (their version was not current).
     early: usize,
@@ -202,6 +216,8 @@ struct Figures {
     /// the polling clients run here too): divided by the cores, the least
     /// time in which every poll could have had its answer.
     machine_per_push: Duration,
+    /// The upstream's own CPU per push, when it is a process of its own.
+    upstream_per_push: Option<Duration>,
     decoded_per_push: f64,
     reused_per_push: f64,
     /// Every identity polls at once with no version (no push, no wait):
@@ -251,19 +267,16 @@ struct Setup {
     rounds: usize,
     codec: Codec,
     bodies: Arc<Bodies>,
+    upstream: upstreams::Kind,
 }
 
 async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     let (n, identities) = (setup.clusters, setup.identities);
     let codec = &setup.codec;
     let delta = mode == "delta";
-    let upstream = if delta {
-        fake_ads::FakeAds::start_delta().await
-    } else {
-        fake_ads::FakeAds::start().await
-    };
-    upstream.set(CDS, "c0", clusters(codec, n, 0));
-    upstream.set(EDS, "e0", endpoints(codec, n));
+    let upstream = upstreams::Upstream::start(setup.upstream, delta).await;
+    upstream.set(EDS, "e0", endpoints(codec, n)).await;
+    upstream.set(CDS, "c0", clusters(codec, n, 0)).await;
     let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
     let log = tempfile::NamedTempFile::new().expect("log file");
     let gateway = gateway_process::start_gateway_with(
@@ -310,15 +323,18 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
         versions.push(version);
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let requests = upstream.requests();
-    figures.requests_per_identity = requests.len() as f64 / identities as f64;
-    figures.subscription_changes_per_identity =
-        subscription_changes(&requests, delta) as f64 / identities as f64;
+    figures.requests_per_identity = upstream.requests().map(|requests| {
+        (
+            requests.len() as f64 / identities as f64,
+            subscription_changes(&requests, delta) as f64 / identities as f64,
+        )
+    });
     figures.rss_loaded = gateway_process::rss_bytes(pid);
 
     // One cluster changes while every identity holds a long poll.
     let (mut cpu, mut decoded, mut reused) = (Duration::ZERO, 0.0, 0.0);
     let mut machine = Duration::ZERO;
+    let mut upstream_cpu = Duration::ZERO;
     for round in 1..=setup.rounds {
         let held_before = metric(&client, admin, "xds_gateway_long_polls_held").await;
         let mut polls = Vec::with_capacity(identities);
@@ -361,10 +377,14 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
             .await,
         );
         let early: Vec<bool> = polls.iter().map(|p| p.is_finished()).collect();
+        let mut answered = Vec::with_capacity(identities);
         let cpu0 = gateway_process::cpu_time(pid);
         let machine0 = gateway_process::machine_busy_time();
+        let upstream0 = upstream.pid().map(gateway_process::cpu_time);
         let pushed = Instant::now();
-        upstream.set(CDS, &format!("c{round}"), clusters(codec, n, round));
+        upstream
+            .set(CDS, &format!("c{round}"), clusters(codec, n, round))
+            .await;
         for (i, poll) in polls.into_iter().enumerate() {
             let ((status, version), at) = poll.await.expect("long poll task");
             if early[i] {
@@ -380,6 +400,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
                 }
             } else if status == 200 && version != versions[i] {
                 figures.held.push(at.duration_since(pushed));
+                answered.push((i, at));
                 versions[i] = version;
             } else {
                 figures.held_failures += 1;
@@ -387,6 +408,18 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
         }
         cpu += gateway_process::cpu_time(pid).saturating_sub(cpu0);
         machine += gateway_process::machine_busy_time().saturating_sub(machine0);
+        if let Some(sent) = upstream.last_sent() {
+            for (i, at) in answered {
+                if let Some(sent) = sent.get(&node(i)).filter(|s| **s >= pushed) {
+                    figures
+                        .after_upstream
+                        .push(at.saturating_duration_since(*sent));
+                }
+            }
+        }
+        if let (Some(pid), Some(before)) = (upstream.pid(), upstream0) {
+            upstream_cpu += gateway_process::cpu_time(pid).saturating_sub(before);
+        }
         decoded += metric(
             &client,
             admin,
@@ -432,6 +465,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     let rounds = setup.rounds as u32;
     figures.cpu_per_push = cpu / rounds;
     figures.machine_per_push = machine / rounds;
+    figures.upstream_per_push = upstream.pid().map(|_| upstream_cpu / rounds);
     figures.decoded_per_push = decoded / f64::from(rounds);
     figures.reused_per_push = reused / f64::from(rounds);
     drop(gateway);
@@ -455,7 +489,7 @@ async fn taken(client: &HttpClient, admin: SocketAddr) -> f64 {
 /// (each SotW session takes all the clusters; each delta one the changed).
 async fn unheld_pushes(
     setup: &Setup,
-    upstream: &fake_ads::FakeAds,
+    upstream: &upstreams::Upstream,
     client: &HttpClient,
     admin: SocketAddr,
     pid: u32,
@@ -468,11 +502,13 @@ async fn unheld_pushes(
         let before = taken(client, admin).await;
         let cpu0 = gateway_process::cpu_time(pid);
         let generation = setup.rounds + round;
-        upstream.set(
-            CDS,
-            &format!("u{round}"),
-            clusters(&setup.codec, setup.clusters, generation),
-        );
+        upstream
+            .set(
+                CDS,
+                &format!("u{round}"),
+                clusters(&setup.codec, setup.clusters, generation),
+            )
+            .await;
         // Each look costs the gateway a /metrics render, counted in its
         // CPU: look rarely (waiting costs it nothing).
         let deadline = Instant::now() + WITHIN;
@@ -492,9 +528,10 @@ async fn unheld_pushes(
 /// The floor of the upstream side (`stream_reader.rs`): the same streams,
 /// read by a process that does nothing else, through more rounds of a
 /// one-cluster change (generations after the unheld rounds').
-async fn read_floor(setup: &Setup, upstream: &fake_ads::FakeAds, mode: &str, f: &mut Figures) {
+async fn read_floor(setup: &Setup, upstream: &upstreams::Upstream, mode: &str, f: &mut Figures) {
     let ids = setup.identities;
-    let mut reader = stream_reader::Reader::start(&upstream.url(), ids, mode);
+    let mut reader =
+        stream_reader::Reader::start(&upstream.url(), ids, mode, upstream.needs_acks());
     if !reader.ready(WITHIN).await {
         eprintln!("reader ({mode}): its streams never all had a first answer");
         return;
@@ -509,11 +546,13 @@ async fn read_floor(setup: &Setup, upstream: &fake_ads::FakeAds, mode: &str, f: 
         let cpu0 = gateway_process::cpu_time(pid);
         let pushed = Instant::now();
         let generation = 2 * setup.rounds + round;
-        upstream.set(
-            CDS,
-            &format!("r{round}"),
-            clusters(&setup.codec, setup.clusters, generation),
-        );
+        upstream
+            .set(
+                CDS,
+                &format!("r{round}"),
+                clusters(&setup.codec, setup.clusters, generation),
+            )
+            .await;
         let Some(now) = reader.received(ids * (round + 1), WITHIN).await else {
             eprintln!("reader ({mode}): round {round} never reached every stream");
             return;
@@ -539,12 +578,29 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
     let mut at_once = f.at_once.clone();
     let mut reader = f.reader_all_received.clone();
     let ids = setup.identities;
+    let requests = f
+        .requests_per_identity
+        .map_or("–".to_owned(), |(all, changes)| {
+            format!("{all:.1} / {changes:.1}")
+        });
+    let mut after = f.after_upstream.clone();
+    let after = if after.is_empty() {
+        "–".to_owned()
+    } else {
+        format!(
+            "{:.0} / {:.0} ms",
+            ms(percentile(&mut after, 0.5)),
+            ms(percentile(&mut after, 0.99))
+        )
+    };
+    let upstream = f.upstream_per_push.map_or(String::new(), |cpu| {
+        format!(" (upstream {:.0} ms)", ms(cpu))
+    });
     println!(
-        "| {label} | {mode} | {:.1} s | {} | {:.1} / {:.1} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} ms ÷ {} = {:.0} ms | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms | {:.0} ms | {:.0} ms, all in {:.0} ms, {:.1} MB | {} |",
+        "| {label} | {} {mode} | {:.1} s | {} | {requests} | {:.1} → {:.1} MiB | {:.1} KiB | {:.0} / {:.0} / {:.0} ms | {after} | {} / {} | {:.0} ms ({:.0} µs per identity) | {:.0} ms ÷ {} = {:.0} ms{upstream} | {:.0} / {:.0} | {:.0} / {:.0} ms ({} answered), CPU {:.0} ms | {:.0} ms | {:.0} ms, all in {:.0} ms, {:.1} MB | {} |",
+        setup.upstream.label(),
         f.cold_all_served.as_secs_f64(),
         f.cold_failures,
-        f.requests_per_identity,
-        f.subscription_changes_per_identity,
         mib(f.rss_idle),
         mib(f.rss_loaded),
         f.per_identity(ids) as f64 / 1024.0,
@@ -617,6 +673,7 @@ async fn bench() {
         rounds,
         codec: Codec::embedded(),
         bodies: Arc::new(Bodies::new(&template)),
+        upstream: upstreams::Kind::from_env(),
     };
     let this = gateway_process::gateway_binary();
     let baseline = std::env::var_os("IDENTITIES_BASELINE_BIN")
@@ -631,8 +688,8 @@ async fn bench() {
          (wildcard CDS) and {clusters} ClusterLoadAssignments (EDS, one name per identity); \
          {rounds} rounds of a one-cluster change\n"
     );
-    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | not answered / answered before the push | gateway CPU per push | every process's CPU per push ÷ cores | decoded / reused per push | every identity polls at once, no push: p50 / p99 | gateway CPU per push, no poll held | the same streams only read: CPU per push, every stream had it (p50 of rounds), bytes per push | CPU no poll held / only read |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| binary | upstream | cold start: all served | failures | upstream requests / subscription changes per identity | RSS idle → loaded | RSS per identity | held long poll p50 / p99 / max | of it after the upstream sent that identity's push: p50 / p99 | not answered / answered before the push | gateway CPU per push | every process's CPU per push ÷ cores | decoded / reused per push | every identity polls at once, no push: p50 / p99 | gateway CPU per push, no poll held | the same streams only read: CPU per push, every stream had it (p50 of rounds), bytes per push | CPU no poll held / only read |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let before = match &baseline {

@@ -2,12 +2,16 @@
 //! ADS streams the gateway holds (one per identity, every one on one HTTP/2
 //! connection, as the gateway's upstream channel does, each subscribed to
 //! every cluster) and only reads each response's bytes off its stream:
-//! gRPC framing and HTTP/2 included, no protobuf decode, no ACK (the
-//! scripted upstream pushes without one).
+//! gRPC framing and HTTP/2 included, no protobuf decode, and no ACK for
+//! the scripted upstream, which pushes without one. go-control-plane sends
+//! a stream's next response only after the ACK of its last (its watch is
+//! made again from each request), so against it the reader ACKs, as the
+//! gateway does: it reads the response's `version_info` and `nonce` (prost,
+//! the resources skipped by their length) and sends them back.
 //!
 //! The identities bench runs it as a child of its own binary (so its CPU is
 //! its own, apart from the upstream's, which runs in the bench): with
-//! `IDENTITIES_READER=<upstream url> <streams> <sotw|delta>` set, `main`
+//! `IDENTITIES_READER=<upstream url> <streams> <sotw|delta> [ack]` set, `main`
 //! calls [`serve`] instead of benchmarking. It says `ready` once every
 //! stream has its first response; then, for each `wait <count>` line on its
 //! stdin, `done` once its streams have received `count` responses in all.
@@ -89,11 +93,50 @@ impl Received {
     }
 }
 
-/// One stream: subscribe as identity `node` to every cluster, then read.
+/// What an ACK needs of a response (SotW `version_info`, delta
+/// `system_version_info`: both field 1; `nonce`: field 5 in both); the
+/// resources between them are skipped by their length.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Acked {
+    #[prost(string, tag = "1")]
+    version: String,
+    #[prost(string, tag = "5")]
+    nonce: String,
+}
+
+fn acked(response: &Bytes) -> Acked {
+    <Acked as prost::Message>::decode(response.as_ref()).expect("a response the reader can ACK")
+}
+
+fn sotw_ack(response: &Bytes) -> DiscoveryRequest {
+    let Acked { version, nonce } = acked(response);
+    DiscoveryRequest {
+        type_url: xds_gateway::xds::ResourceType::Clusters
+            .type_url()
+            .to_owned(),
+        version_info: version,
+        response_nonce: nonce,
+        ..Default::default()
+    }
+}
+
+fn delta_ack(response: &Bytes) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        type_url: xds_gateway::xds::ResourceType::Clusters
+            .type_url()
+            .to_owned(),
+        response_nonce: acked(response).nonce,
+        ..Default::default()
+    }
+}
+
+/// One stream: subscribe as identity `node` to every cluster, then read
+/// (and ACK each response when `ack`).
 async fn read_stream(
     channel: tonic::transport::Channel,
     node: String,
     delta: bool,
+    ack: bool,
     received: Arc<Received>,
 ) {
     let node = Some(Node {
@@ -111,24 +154,27 @@ async fn read_stream(
             resource_names_subscribe: vec!["*".into()],
             ..Default::default()
         };
-        read(channel, first, DELTA_PATH, &received).await;
+        let ack = ack.then_some(delta_ack as fn(&Bytes) -> DeltaDiscoveryRequest);
+        read(channel, first, DELTA_PATH, ack, &received).await;
     } else {
         let first = DiscoveryRequest {
             node,
             type_url,
             ..Default::default()
         };
-        read(channel, first, SOTW_PATH, &received).await;
+        let ack = ack.then_some(sotw_ack as fn(&Bytes) -> DiscoveryRequest);
+        read(channel, first, SOTW_PATH, ack, &received).await;
     }
 }
 
 /// Opens a stream at `path` with `first`, and counts its responses until
-/// it ends. Its requests stay open meanwhile (a closed request stream would
-/// end the upstream's).
+/// it ends, answering each with `ack` of it if given. Its requests stay
+/// open meanwhile (a closed request stream would end the upstream's).
 async fn read<M>(
     channel: tonic::transport::Channel,
     first: M,
     path: &'static str,
+    ack: Option<fn(&Bytes) -> M>,
     received: &Received,
 ) where
     M: prost::Message + Send + Sync + 'static,
@@ -152,6 +198,9 @@ async fn read<M>(
     loop {
         match responses.message().await {
             Ok(Some(bytes)) => {
+                if let Some(ack) = ack {
+                    let _ = requests.send(ack(&bytes)).await;
+                }
                 received.bytes.fetch_add(bytes.len(), Ordering::SeqCst);
                 received.count.fetch_add(1, Ordering::SeqCst);
                 received.changed.notify_waiters();
@@ -164,12 +213,13 @@ async fn read<M>(
 }
 
 /// Runs the reader described in the module docs; `spec` is
-/// `<upstream url> <streams> <sotw|delta>`.
+/// `<upstream url> <streams> <sotw|delta> [ack]`.
 pub fn serve(spec: &str) {
     let mut parts = spec.split_whitespace();
     let (Some(url), Some(streams), Some(mode)) = (parts.next(), parts.next(), parts.next()) else {
-        panic!("IDENTITIES_READER: expected `<url> <streams> <sotw|delta>`, got {spec:?}");
+        panic!("IDENTITIES_READER: expected `<url> <streams> <sotw|delta> [ack]`, got {spec:?}");
     };
+    let ack = parts.next() == Some("ack");
     let streams: usize = streams.parse().expect("a number of streams");
     let delta = mode == "delta";
     // Two worker threads, as the gateway has.
@@ -187,7 +237,13 @@ pub fn serve(spec: &str) {
         let received = Arc::new(Received::default());
         for i in 0..streams {
             let (channel, received) = (channel.clone(), received.clone());
-            tokio::spawn(read_stream(channel, format!("pod-{i}"), delta, received));
+            tokio::spawn(read_stream(
+                channel,
+                format!("pod-{i}"),
+                delta,
+                ack,
+                received,
+            ));
         }
         received.reach(streams).await;
         say("ready");
@@ -211,11 +267,13 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Starts a reader of `streams` streams of `mode` on the upstream at `url`.
-    pub fn start(url: &str, streams: usize, mode: &str) -> Reader {
+    /// Starts a reader of `streams` streams of `mode` on the upstream at
+    /// `url`, ACKing every response if `ack`.
+    pub fn start(url: &str, streams: usize, mode: &str, ack: bool) -> Reader {
         let exe = std::env::current_exe().expect("this bench's binary");
+        let ack = if ack { " ack" } else { "" };
         let mut child = tokio::process::Command::new(exe)
-            .env("IDENTITIES_READER", format!("{url} {streams} {mode}"))
+            .env("IDENTITIES_READER", format!("{url} {streams} {mode}{ack}"))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
