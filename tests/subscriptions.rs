@@ -225,3 +225,56 @@ async fn the_scripted_delta_server_sends_what_changed_and_what_is_gone() {
     assert_eq!((resources, removed), (all(&[("a", 2)]), vec!["b".into()]));
     assert_eq!(next(&mut named).await, (all(&[]), vec!["b".into()]));
 }
+
+/// The scripted SotW server sends each response as bytes it encoded itself
+/// (an entry's resources once for every stream): prost reads them as the
+/// response it would have encoded, for a wildcard stream and a named one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripted_sotw_server_encodes_what_prost_reads() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+
+    let ads = fake_ads::FakeAds::start().await;
+    let all = vec![assignment("a", 1), assignment("b", 1), assignment("c", 1)];
+    ads.set(EDS, "v1", all.clone());
+    let mut client = AggregatedDiscoveryServiceClient::connect(ads.url())
+        .await
+        .expect("the scripted server answers");
+    type Client = AggregatedDiscoveryServiceClient<tonic::transport::Channel>;
+    type Open = tokio::sync::mpsc::Sender<DiscoveryRequest>;
+    /// A stream's first response (and its request side, kept open).
+    async fn first(client: &mut Client, names: &[&str]) -> (DiscoveryResponse, Open) {
+        let request = DiscoveryRequest {
+            type_url: EDS.into(),
+            resource_names: names.iter().map(|n| (*n).to_owned()).collect(),
+            ..Default::default()
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.try_send(request).expect("room for the first request");
+        let mut stream = client
+            .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .expect("a SotW stream")
+            .into_inner();
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("a response in time")
+            .expect("prost reads it")
+            .expect("the stream goes on");
+        (response, tx)
+    }
+    let expected =
+        |resources: Vec<envoy_types::pb::google::protobuf::Any>, nonce: &str| DiscoveryResponse {
+            version_info: "v1".into(),
+            resources,
+            type_url: EDS.into(),
+            nonce: nonce.into(),
+            ..Default::default()
+        };
+    let (wildcard, _open) = first(&mut client, &[]).await;
+    assert_eq!(wildcard, expected(all.clone(), "1"));
+    let (named, _open) = first(&mut client, &["c", "a"]).await;
+    assert_eq!(named, expected(vec![all[0].clone(), all[2].clone()], "1"));
+    let names: Vec<Vec<String>> = ads.responses().into_iter().map(|r| r.names).collect();
+    assert_eq!(names, [vec!["a", "b", "c"], vec!["a", "c"]]);
+}

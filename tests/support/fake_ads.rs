@@ -36,21 +36,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
+use bytes::{BufMut, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-    Resource as DeltaResource,
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, Resource as DeltaResource,
 };
 use envoy_types::pb::google::protobuf::Any;
 use futures::Stream;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Request, Response, Status, Streaming};
 
 /// One request the server received.
@@ -72,7 +70,7 @@ pub struct Recorded {
 /// (a hash of its bytes).
 type Held = (String, Any, String);
 
-/// One response the server sent.
+/// One response the server sent, as [`FakeAds::responses`] gives it.
 #[derive(Debug, Clone)]
 pub struct Sent {
     /// Which stream (1-based, in opening order) carried it.
@@ -84,11 +82,48 @@ pub struct Sent {
     pub names: Vec<String>,
 }
 
+/// One response as recorded: a wildcard one's names are its entry's.
+#[derive(Debug)]
+struct SentRecord {
+    stream: usize,
+    type_url: String,
+    version_info: String,
+    nonce: String,
+    names: SentNames,
+}
+
+#[derive(Debug)]
+enum SentNames {
+    /// Every resource of the entry, in its order.
+    All(Arc<Vec<Held>>),
+    These(Vec<String>),
+}
+
+impl SentRecord {
+    fn to_sent(&self) -> Sent {
+        Sent {
+            stream: self.stream,
+            type_url: self.type_url.clone(),
+            version_info: self.version_info.clone(),
+            nonce: self.nonce.clone(),
+            names: match &self.names {
+                SentNames::All(resources) => {
+                    resources.iter().map(|(name, _, _)| name.clone()).collect()
+                }
+                SentNames::These(names) => names.clone(),
+            },
+        }
+    }
+}
+
 /// One type's entry in the snapshot.
 #[derive(Debug, Clone)]
 struct Entry {
     version: String,
     resources: Arc<Vec<Held>>,
+    /// Every resource encoded as the `resources` field of a SotW response,
+    /// once for every stream that takes them all.
+    encoded: Arc<OnceLock<Bytes>>,
     /// Bumped by every [`FakeAds::set`]: what streams compare to decide a push.
     generation: u64,
     /// What changed from the generation before (none for the first).
@@ -131,7 +166,7 @@ impl Changes {
 struct Shared {
     snapshot: Mutex<HashMap<String, Entry>>,
     requests: Mutex<Vec<Recorded>>,
-    responses: Mutex<Vec<Sent>>,
+    responses: Mutex<Vec<SentRecord>>,
     /// ASCII metadata of every stream, in opening order.
     metadata: Mutex<Vec<Vec<(String, String)>>>,
     streams: AtomicUsize,
@@ -213,7 +248,7 @@ impl FakeAds {
                 builder = builder.tls_config(tls).expect("fake ADS TLS config");
             }
             builder
-                .add_service(AggregatedDiscoveryServiceServer::new(service))
+                .add_service(Routes(Arc::new(service)))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
                 .expect("fake ADS server");
@@ -257,6 +292,7 @@ impl FakeAds {
                 Entry {
                     version: version.to_owned(),
                     resources,
+                    encoded: Arc::default(),
                     generation,
                     changes,
                 },
@@ -279,7 +315,10 @@ impl FakeAds {
 
     /// Every response sent so far, in sending order.
     pub fn responses(&self) -> Vec<Sent> {
-        lock(&self.shared.responses).clone()
+        lock(&self.shared.responses)
+            .iter()
+            .map(SentRecord::to_sent)
+            .collect()
     }
 
     /// The ASCII metadata each stream was opened with, in opening order.
@@ -317,21 +356,140 @@ fn resource_name(any: &Any) -> String {
         .name
 }
 
-#[derive(Clone)]
 struct Service {
     shared: Arc<Shared>,
     changed: watch::Sender<u64>,
 }
 
-type ResponseStream = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
+const SOTW_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+const DELTA_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+
+/// A SotW stream's responses, each already encoded (see [`SotwCodec`]).
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 type DeltaStream = Pin<Box<dyn Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
+type Answer = Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<http::Response<tonic::body::Body>, std::convert::Infallible>,
+            > + Send,
+    >,
+>;
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for Service {
-    type StreamAggregatedResourcesStream = ResponseStream;
-    type DeltaAggregatedResourcesStream = DeltaStream;
+/// The ADS service, each method served by tonic's `Grpc` as a generated
+/// server does, but SotW responses go out as the bytes their stream task
+/// encoded: an entry's resources are encoded once for every stream that
+/// takes them all (as a control plane that caches marshalled resources
+/// does), where prost would clone and encode each resource per stream.
+#[derive(Clone)]
+struct Routes(Arc<Service>);
 
-    async fn stream_aggregated_resources(
+impl tonic::server::NamedService for Routes {
+    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Routes {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = Answer;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Answer {
+        let service = self.0.clone();
+        Box::pin(async move {
+            Ok(match request.uri().path() {
+                SOTW_PATH => {
+                    let mut grpc = tonic::server::Grpc::new(SotwCodec);
+                    grpc.streaming(Sotw(service), request).await
+                }
+                DELTA_PATH => {
+                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                    grpc.streaming(Delta(service), request).await
+                }
+                path => {
+                    Status::unimplemented(format!("the fake ADS server has no {path}")).into_http()
+                }
+            })
+        })
+    }
+}
+
+/// Requests decoded by prost; responses sent as the bytes they are.
+struct SotwCodec;
+
+impl Codec for SotwCodec {
+    type Encode = Bytes;
+    type Decode = DiscoveryRequest;
+    type Encoder = SotwCodec;
+    type Decoder = SotwCodec;
+
+    fn encoder(&mut self) -> SotwCodec {
+        SotwCodec
+    }
+
+    fn decoder(&mut self) -> SotwCodec {
+        SotwCodec
+    }
+}
+
+impl Encoder for SotwCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for SotwCodec {
+    type Item = DiscoveryRequest;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DiscoveryRequest>, Status> {
+        DiscoveryRequest::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("fake ADS: a request prost cannot read: {e}")))
+    }
+}
+
+type Opened<S> = Pin<Box<dyn std::future::Future<Output = Result<Response<S>, Status>> + Send>>;
+
+struct Sotw(Arc<Service>);
+
+impl tonic::server::StreamingService<DiscoveryRequest> for Sotw {
+    type Response = Bytes;
+    type ResponseStream = ResponseStream;
+    type Future = Opened<ResponseStream>;
+
+    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.stream_aggregated_resources(request) })
+    }
+}
+
+struct Delta(Arc<Service>);
+
+impl tonic::server::StreamingService<DeltaDiscoveryRequest> for Delta {
+    type Response = DeltaDiscoveryResponse;
+    type ResponseStream = DeltaStream;
+    type Future = Opened<DeltaStream>;
+
+    fn call(&mut self, request: Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.delta_aggregated_resources(request) })
+    }
+}
+
+impl Service {
+    fn stream_aggregated_resources(
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<ResponseStream>, Status> {
@@ -361,7 +519,7 @@ impl AggregatedDiscoveryService for Service {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn delta_aggregated_resources(
+    fn delta_aggregated_resources(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<DeltaStream>, Status> {
@@ -385,6 +543,35 @@ impl AggregatedDiscoveryService for Service {
     }
 }
 
+/// `resources` as the `resources` field (2) of a `DiscoveryResponse`.
+fn encode_resources<'a>(resources: impl Iterator<Item = &'a Any>) -> Bytes {
+    let mut buf = Vec::new();
+    for any in resources {
+        prost::encoding::message::encode(2, any, &mut buf);
+    }
+    Bytes::from(buf)
+}
+
+/// A `DiscoveryResponse` as prost encodes it (fields in tag order, empty
+/// strings left out), its `resources` field given already encoded.
+fn encode_response(version: &str, resources: &[u8], type_url: &str, nonce: &str) -> Bytes {
+    let mut buf = Vec::with_capacity(resources.len() + version.len() + type_url.len() + 32);
+    put_string(1, version, &mut buf);
+    buf.extend_from_slice(resources);
+    put_string(4, type_url, &mut buf);
+    put_string(5, nonce, &mut buf);
+    Bytes::from(buf)
+}
+
+/// A `string` field, unless empty (proto3 leaves it out).
+fn put_string(tag: u32, text: &str, buf: &mut Vec<u8>) {
+    if !text.is_empty() {
+        prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, buf);
+        prost::encoding::encode_varint(text.len() as u64, buf);
+        buf.extend_from_slice(text.as_bytes());
+    }
+}
+
 /// One stream's subscription to one type.
 struct Subscribed {
     names: Vec<String>,
@@ -395,7 +582,7 @@ struct Subscribed {
 struct StreamTask {
     id: usize,
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    tx: mpsc::Sender<Result<Bytes, Status>>,
     subscribed: BTreeMap<String, Subscribed>,
     nonce: u64,
     /// The node id of the stream's first request that had a node.
@@ -492,27 +679,32 @@ impl StreamTask {
             return;
         };
         let wildcard = sub.names.is_empty() || sub.names.iter().any(|n| n == "*");
-        let (names, resources): (Vec<String>, Vec<Any>) = entry
-            .resources
-            .iter()
+        let (names, resources) = if wildcard {
+            let encoded = entry
+                .encoded
+                .get_or_init(|| encode_resources(entry.resources.iter().map(|(_, any, _)| any)));
+            (SentNames::All(entry.resources.clone()), encoded.clone())
+        } else {
             // `names` is sorted and de-duplicated (see `subscribe`).
-            .filter(|(name, _, _)| wildcard || sub.names.binary_search(name).is_ok())
-            .map(|(name, any, _)| (name.clone(), any.clone()))
-            .unzip();
+            let taken: Vec<&Held> = entry
+                .resources
+                .iter()
+                .filter(|(name, _, _)| sub.names.binary_search(name).is_ok())
+                .collect();
+            (
+                SentNames::These(taken.iter().map(|(name, _, _)| name.clone()).collect()),
+                encode_resources(taken.iter().map(|(_, any, _)| any)),
+            )
+        };
         sub.sent = entry.generation;
         self.nonce += 1;
-        let response = DiscoveryResponse {
-            version_info: entry.version,
-            resources,
-            type_url: type_url.to_owned(),
-            nonce: self.nonce.to_string(),
-            ..Default::default()
-        };
-        lock(&self.shared.responses).push(Sent {
+        let nonce = self.nonce.to_string();
+        let response = encode_response(&entry.version, &resources, type_url, &nonce);
+        lock(&self.shared.responses).push(SentRecord {
             stream: self.id,
             type_url: type_url.to_owned(),
-            version_info: response.version_info.clone(),
-            nonce: response.nonce.clone(),
+            version_info: entry.version,
+            nonce,
             names,
         });
         let _ = self.tx.send(Ok(response)).await;
