@@ -17,6 +17,7 @@ impl Drop for Guard {
 }
 
 /// Waits until something accepts connections on `port`.
+#[allow(dead_code)] // used by some benches only
 pub fn wait_listening(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -65,6 +66,46 @@ pub fn start_gateway_with(
         .spawn()
         .expect("start the gateway binary");
     Guard(child)
+}
+
+/// Starts the gateway as [`start_gateway_with`] does, on free ports, and
+/// waits until it listens; if it exits first, starts it again on other
+/// ports (a port found free can be taken before the gateway binds it: by an
+/// outgoing connection's ephemeral port, with 1,000 clients about). Panics
+/// with the gateway's log after three tries, or when a live gateway does
+/// not listen within 20 s.
+#[allow(dead_code)] // used by some benches only
+pub fn start_gateway_listening(
+    bin: &Path,
+    extra: &[&str],
+    upstream: &str,
+    log: &Path,
+) -> (Guard, u16, u16) {
+    let logged = || std::fs::read_to_string(log).unwrap_or_default();
+    for attempt in 1..=3 {
+        let (port, admin) = (free_port(), free_port());
+        let mut gateway = start_gateway_with(bin, extra, upstream, port, admin, log);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = gateway.0.try_wait() {
+                eprintln!(
+                    "the gateway exited ({status}) before it listened on {port} (try {attempt}):\n{}",
+                    logged()
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nothing listens on {port}:\n{}",
+                logged()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return (gateway, port, admin);
+        }
+    }
+    panic!("the gateway never started:\n{}", logged());
 }
 
 /// A free loopback port (bound, then released).
