@@ -17,12 +17,15 @@
 //! - **a one-cluster change**: every identity holds a CDS long poll at its
 //!   version; the upstream changes 1 of the C clusters; the latency from the
 //!   push to each held poll's 200 (p50 / p99 / max over all identities and
-//!   rounds), the gateway's CPU per push per identity, and the resources it
+//!   rounds), and of it the part after the upstream handed that identity's
+//!   push to its stream (the scripted upstream notes when; go-control-plane
+//!   does not say), the gateway's CPU per push per identity, and the resources it
 //!   decoded and reused per push (O(changed): the metrics
 //!   `xds_gateway_upstream_resources_{decoded,reused}_total`), and every
 //!   process's CPU over the same time divided by the cores (the upstream
 //!   and the clients run on this machine too: the least time in which
-//!   every held poll could have had its answer);
+//!   every held poll could have had its answer), and the upstream's own CPU
+//!   per push when it is a process of its own;
 //! - **the floors**: every identity polls at once with nothing to wait for
 //!   (the REST side: the same bodies, moved); pushes with no poll held (the
 //!   gateway's CPU for its upstream side alone, until every session took
@@ -30,7 +33,11 @@
 //!   reads their bytes (`stream_reader.rs`: its CPU per push is the cost of
 //!   reading the sessions' bytes off the stream, the goal's floor, and its
 //!   latency the upstream half of the held polls'). The last column is the
-//!   gateway's upstream-side CPU over that floor (the goal: at most 2).
+//!   gateway's upstream-side CPU over that floor (the goal: at most 2);
+//! - **the REST side's floor**, once after the modes: the same held polls
+//!   from the same clients, held by a plain hyper server and answered at
+//!   once with the gateway's own CDS answer (`held_floor.rs`): the least
+//!   time in which every held poll can have that answer on this machine.
 //!
 //! `IDENTITIES_BASELINE_BIN=<another gateway binary>` measures that build
 //! too, in the same run, each mode on the baseline first, and prints the
@@ -38,9 +45,11 @@
 //!
 //! Run: `cargo bench --bench identities` (about 2 minutes per mode and
 //! binary at 1,000 identities). `IDENTITIES` (1000), `IDENTITIES_CLUSTERS`
-//! (1000), `IDENTITIES_ROUNDS` (5) and `IDENTITIES_MODES` (`sotw,delta`)
-//! shape it; `XDS_GATEWAY_BIN` replaces this build's binary. Loopback only;
-//! every wait is bounded.
+//! (1000), `IDENTITIES_ROUNDS` (5), `IDENTITIES_MODES` (`sotw,delta`) and
+//! `IDENTITIES_UPSTREAM` (`scripted`, or `go-control-plane`: the Go peer,
+//! built as the tests build it or `GO_CONTROL_PLANE_PEER`) shape it;
+//! `XDS_GATEWAY_BIN` replaces this build's binary. Loopback only; every
+//! wait is bounded.
 
 #[path = "../tests/support/fake_ads.rs"]
 mod fake_ads;
@@ -53,6 +62,7 @@ mod process;
 
 mod cds_fixtures;
 mod gateway_process;
+mod held_floor;
 mod stream_reader;
 mod upstreams;
 
@@ -233,6 +243,8 @@ struct Figures {
     reader_cpu_per_push: Duration,
     reader_all_received: Vec<Duration>,
     reader_bytes_per_push: usize,
+    /// A whole CDS answer of the gateway (what the floor server sends).
+    answer: Bytes,
 }
 
 impl Figures {
@@ -277,17 +289,13 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     let upstream = upstreams::Upstream::start(setup.upstream, delta).await;
     upstream.set(EDS, "e0", endpoints(codec, n)).await;
     upstream.set(CDS, "c0", clusters(codec, n, 0)).await;
-    let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
     let log = tempfile::NamedTempFile::new().expect("log file");
-    let gateway = gateway_process::start_gateway_with(
+    let (gateway, port, admin) = gateway_process::start_gateway_listening(
         bin,
         &["--upstream-mode", mode],
         &upstream.url(),
-        port,
-        admin,
         log.path(),
     );
-    gateway_process::wait_listening(port);
     let pid = gateway.0.id();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let admin = SocketAddr::from(([127, 0, 0, 1], admin));
@@ -457,6 +465,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     }
     figures.at_once_cpu = gateway_process::cpu_time(pid).saturating_sub(cpu0);
     figures.unheld_cpu_per_push = unheld_pushes(setup, &upstream, &client, admin, pid, delta).await;
+    figures.answer = whole_answer(&client, addr, setup.bodies.body(&node(0), CDS, &[], "")).await;
     // What the gateway warned of (it logs at `warn`): the first lines.
     let warned = std::fs::read_to_string(log.path()).unwrap_or_default();
     for line in warned.lines().take(5) {
@@ -471,6 +480,81 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     drop(gateway);
     read_floor(setup, &upstream, mode, &mut figures).await;
     figures
+}
+
+/// The body of a 200 to `body` (empty if it was not one).
+async fn whole_answer(client: &HttpClient, addr: SocketAddr, body: Bytes) -> Bytes {
+    let req = Request::post(format!("http://{addr}/v3/discovery:clusters"))
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .expect("request");
+    let Ok(Ok(resp)) = tokio::time::timeout(WITHIN, client.request(req)).await else {
+        return Bytes::new();
+    };
+    if resp.status() != 200 {
+        return Bytes::new();
+    }
+    match resp.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    }
+}
+
+/// The REST side's floor, measured against `held_floor.rs`.
+#[derive(Default)]
+struct Floor {
+    /// From each release to each answer, over all rounds.
+    answered: Vec<Duration>,
+    machine_per_release: Duration,
+    server_per_release: Duration,
+}
+
+/// The identities' held CDS polls, the same requests from the same kind of
+/// client, held by a plain hyper server and answered at once with `answer`
+/// (`held_floor.rs`), for `setup.rounds` rounds.
+async fn held_floor(setup: &Setup, answer: &Bytes) -> Option<Floor> {
+    let ids = setup.identities;
+    let file = tempfile::NamedTempFile::new().expect("a file for the answer");
+    std::fs::write(file.path(), answer).expect("write the answer");
+    let mut server = held_floor::FloorServer::start(file.path(), ids, WITHIN).await?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], server.port));
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let mut floor = Floor::default();
+    let (mut machine, mut cpu) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..setup.rounds {
+        let polls: Vec<_> = (0..ids)
+            .map(|i| {
+                let body = setup.bodies.body(&format!("pod-{i}"), CDS, &[], "held");
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let (status, _) =
+                        post(&client, addr, "/v3/discovery:clusters?wait=60s", body).await;
+                    (status, Instant::now())
+                })
+            })
+            .collect();
+        if !server.all_held(WITHIN).await {
+            eprintln!("floor server: the polls were never all held");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let machine0 = gateway_process::machine_busy_time();
+        let cpu0 = gateway_process::cpu_time(server.pid());
+        let released = Instant::now();
+        server.release().await;
+        for poll in polls {
+            let (status, at) = poll.await.expect("poll task");
+            if status == 200 {
+                floor.answered.push(at.duration_since(released));
+            }
+        }
+        machine += gateway_process::machine_busy_time().saturating_sub(machine0);
+        cpu += gateway_process::cpu_time(server.pid()).saturating_sub(cpu0);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    floor.machine_per_release = machine / setup.rounds as u32;
+    floor.server_per_release = cpu / setup.rounds as u32;
+    Some(floor)
 }
 
 /// Resources the gateway took from upstream answers so far (decoded or reused).
@@ -644,10 +728,27 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// The bench's own processes (the 1,000 polling clients with the scripted
+/// upstream, and the reader child) allocate as the gateway does: mimalloc,
+/// transparent huge pages off (`src/main.rs`). With glibc's malloc the
+/// clients and the upstream cost the machine more per push than the
+/// gateway, and by more from one run to the next.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+        eprintln!("warning: cannot turn transparent huge pages off: {e}");
+    }
     // The reader child (`stream_reader.rs`) of a run of this bench.
     if let Ok(spec) = std::env::var("IDENTITIES_READER") {
         stream_reader::serve(&spec);
+        return;
+    }
+    // The floor server child (`held_floor.rs`).
+    if let Ok(spec) = std::env::var("IDENTITIES_HELD_FLOOR") {
+        held_floor::serve(&spec);
         return;
     }
     tokio::runtime::Builder::new_multi_thread()
@@ -703,6 +804,30 @@ async fn bench() {
         let after = run(&setup, &this, mode).await;
         print(&setup, "this build", mode, &after);
         results.push((mode.to_owned(), before, after));
+    }
+    if let Some(answer) = results
+        .last()
+        .map(|(_, _, after)| after.answer.clone())
+        .filter(|a| !a.is_empty())
+    {
+        match held_floor(&setup, &answer).await {
+            Some(mut floor) => println!(
+                "\nThe REST side's floor: the same {identities} held polls, held by a plain hyper server \
+                 (`held_floor.rs`) and answered at once with the gateway's {:.0} KB answer: \
+                 p50 / p99 / max {:.0} / {:.0} / {:.0} ms ({} answered); every process's CPU per \
+                 release {:.0} ms ÷ {} = {:.0} ms, the server's own {:.0} ms.",
+                answer.len() as f64 / 1e3,
+                ms(percentile(&mut floor.answered, 0.5)),
+                ms(percentile(&mut floor.answered, 0.99)),
+                ms(percentile(&mut floor.answered, 1.0)),
+                floor.answered.len(),
+                ms(floor.machine_per_release),
+                cores(),
+                ms(floor.machine_per_release) / cores() as f64,
+                ms(floor.server_per_release),
+            ),
+            None => eprintln!("the REST side's floor could not be measured"),
+        }
     }
     if baseline.is_none() {
         return;
