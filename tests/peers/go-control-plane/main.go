@@ -253,6 +253,11 @@ func (g *grpcCtl) running() bool {
 type nodeSnap struct {
 	version   string
 	resources map[string][]types.Resource // type URL -> resources
+	// snap is built on first use and shared by every node set from this
+	// nodeSnap (a node=* snapshot and the default): go-control-plane's
+	// snapshots are immutable, and one computes its delta version map
+	// (a marshal and a hash of every resource) once, not once per node.
+	snap *cachev3.Snapshot
 }
 
 // metadataHash keys a node's snapshot by the string its metadata holds at
@@ -279,18 +284,21 @@ type peer struct {
 	record    bool // false: the callbacks keep no stats (decoding every resource of every response costs)
 }
 
-// setLocked builds a cache.Snapshot and sets it for node. Consistent() is
+// setLocked sets ns's cache.Snapshot (built once per nodeSnap) for node. Consistent() is
 // only reported, never enforced. p.mu must be held.
 func (p *peer) setLocked(node string, ns *nodeSnap) (consistentErr error, err error) {
-	snap, err := cachev3.NewSnapshot(ns.version, ns.resources)
-	if err != nil {
-		return nil, err
+	if ns.snap == nil {
+		snap, err := cachev3.NewSnapshot(ns.version, ns.resources)
+		if err != nil {
+			return nil, err
+		}
+		ns.snap = snap
 	}
-	if err := p.cache.SetSnapshot(context.Background(), node, snap); err != nil {
+	if err := p.cache.SetSnapshot(context.Background(), node, ns.snap); err != nil {
 		return nil, err
 	}
 	p.snaps[node] = ns
-	return snap.Consistent(), nil
+	return ns.snap.Consistent(), nil
 }
 
 // sawNode is called from the request callbacks (with the node's hash): the first time a node
