@@ -14,7 +14,6 @@
 //! each `release` line on its stdin answers the held ones.
 
 use std::convert::Infallible;
-use std::io::Write;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,6 +23,8 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{watch, Notify};
+
+use crate::bench_child::{say, BenchChild};
 
 /// Requests held now, and the round they wait for.
 struct Held {
@@ -61,12 +62,7 @@ pub fn serve(spec: &str) {
         panic!("IDENTITIES_HELD_FLOOR: expected `<body file> <polls>`, got {spec:?}");
     };
     let body = Bytes::from(std::fs::read(&file).expect("the answer's body"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
+    crate::bench_child::runtime().block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
@@ -114,9 +110,7 @@ pub fn serve(spec: &str) {
 /// The floor server as its parent sees it: a child process of this
 /// bench's binary, killed when dropped.
 pub struct FloorServer {
-    child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    child: BenchChild,
     pub port: u16,
 }
 
@@ -128,60 +122,23 @@ impl FloorServer {
         polls: usize,
         within: std::time::Duration,
     ) -> Option<FloorServer> {
-        let exe = std::env::current_exe().expect("this bench's binary");
-        let mut child = tokio::process::Command::new(exe)
-            .env(
-                "IDENTITIES_HELD_FLOOR",
-                format!("{} {polls}", body_file.display()),
-            )
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the floor server");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut server = FloorServer {
-            child,
-            stdin,
-            lines: tokio::io::BufReader::new(stdout).lines(),
-            port: 0,
-        };
-        server.port = server.line("port", within).await?.parse().ok()?;
-        Some(server)
+        let spec = format!("{} {polls}", body_file.display());
+        let mut child = BenchChild::start("IDENTITIES_HELD_FLOOR", &spec, "floor server");
+        let port = child.line("port", within).await?.parse().ok()?;
+        Some(FloorServer { child, port })
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id().expect("a running floor server")
-    }
-
-    /// Waits (at most `within`) for the line starting with `word`; its rest.
-    async fn line(&mut self, word: &str, within: std::time::Duration) -> Option<String> {
-        let read = async {
-            while let Ok(Some(line)) = self.lines.next_line().await {
-                if let Some(rest) = line.strip_prefix(word) {
-                    return Some(rest.trim().to_owned());
-                }
-            }
-            None
-        };
-        tokio::time::timeout(within, read).await.ok().flatten()
+        self.child.pid()
     }
 
     /// Whether a round's requests were all held within `within`.
     pub async fn all_held(&mut self, within: std::time::Duration) -> bool {
-        self.line("held", within).await.is_some()
+        self.child.line("held", within).await.is_some()
     }
 
     /// Answers every held request.
     pub async fn release(&mut self) -> bool {
-        use tokio::io::AsyncWriteExt;
-        self.stdin.write_all(b"release\n").await.is_ok() && self.stdin.flush().await.is_ok()
+        self.child.tell("release").await
     }
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }

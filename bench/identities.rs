@@ -60,6 +60,7 @@ mod go_peer;
 #[path = "../tests/support/process.rs"]
 mod process;
 
+mod bench_child;
 mod cds_fixtures;
 mod gateway_process;
 mod held_floor;

@@ -16,10 +16,11 @@
 //! stream has its first response; then, for each `wait <count>` line on its
 //! stdin, `done` once its streams have received `count` responses in all.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncBufReadExt;
+
+use crate::bench_child::{say, BenchChild};
 
 use bytes::{Buf, Bytes};
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -222,13 +223,7 @@ pub fn serve(spec: &str) {
     let ack = parts.next() == Some("ack");
     let streams: usize = streams.parse().expect("a number of streams");
     let delta = mode == "delta";
-    // Two worker threads, as the gateway has.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
+    crate::bench_child::runtime().block_on(async move {
         let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
             .expect("upstream url")
             .connect()
@@ -260,69 +255,32 @@ pub fn serve(spec: &str) {
 
 /// The reader as its parent sees it: a child process of this bench's
 /// binary, killed when dropped.
-pub struct Reader {
-    child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-}
+pub struct Reader(BenchChild);
 
 impl Reader {
     /// Starts a reader of `streams` streams of `mode` on the upstream at
     /// `url`, ACKing every response if `ack`.
     pub fn start(url: &str, streams: usize, mode: &str, ack: bool) -> Reader {
-        let exe = std::env::current_exe().expect("this bench's binary");
         let ack = if ack { " ack" } else { "" };
-        let mut child = tokio::process::Command::new(exe)
-            .env("IDENTITIES_READER", format!("{url} {streams} {mode}{ack}"))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the reader");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        Reader {
-            child,
-            stdin,
-            lines: tokio::io::BufReader::new(stdout).lines(),
-        }
+        let spec = format!("{url} {streams} {mode}{ack}");
+        Reader(BenchChild::start("IDENTITIES_READER", &spec, "reader"))
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id().expect("a running reader")
-    }
-
-    /// Waits (at most `within`) for the line starting with `word`; its rest.
-    async fn line(&mut self, word: &str, within: std::time::Duration) -> Option<String> {
-        let read = async {
-            while let Ok(Some(line)) = self.lines.next_line().await {
-                if let Some(rest) = line.strip_prefix(word) {
-                    return Some(rest.trim().to_owned());
-                }
-            }
-            None
-        };
-        tokio::time::timeout(within, read).await.ok().flatten()
+        self.0.pid()
     }
 
     /// Whether every stream had its first response within `within`.
     pub async fn ready(&mut self, within: std::time::Duration) -> bool {
-        self.line("ready", within).await.is_some()
+        self.0.line("ready", within).await.is_some()
     }
 
     /// Waits (at most `within`) until the streams have received `count`
     /// responses in all; the bytes received so far, `None` on time out.
     pub async fn received(&mut self, count: usize, within: std::time::Duration) -> Option<usize> {
-        use tokio::io::AsyncWriteExt;
-        let order = format!("wait {count}\n");
-        self.stdin.write_all(order.as_bytes()).await.ok()?;
-        self.stdin.flush().await.ok()?;
-        self.line("done", within).await?.parse().ok()
+        if !self.0.tell(&format!("wait {count}")).await {
+            return None;
+        }
+        self.0.line("done", within).await?.parse().ok()
     }
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
