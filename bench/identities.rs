@@ -731,17 +731,14 @@ fn ratio(a: f64, b: f64) -> String {
 
 /// The bench's own processes (the 1,000 polling clients with the scripted
 /// upstream, and the reader child) allocate as the gateway does: mimalloc,
-/// transparent huge pages off (`src/main.rs`). With glibc's malloc the
+/// transparent huge pages off (`src/huge_pages.rs`). With glibc's malloc the
 /// clients and the upstream cost the machine more per push than the
 /// gateway, and by more from one run to the next.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-        eprintln!("warning: cannot turn transparent huge pages off: {e}");
-    }
+    xds_gateway::app::transparent_huge_pages_off();
     // The reader child (`stream_reader.rs`) of a run of this bench.
     if let Ok(spec) = std::env::var("IDENTITIES_READER") {
         stream_reader::serve(&spec);

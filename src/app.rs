@@ -28,6 +28,8 @@ use crate::source::{
 use crate::tls::ServerTls;
 use crate::xds::{Codec, JsonError};
 
+pub use crate::huge_pages::transparent_huge_pages_off;
+
 pub use crate::source::StartError;
 pub use crate::tls::TlsError;
 

@@ -28,6 +28,8 @@
 //!   node a GET's query says.
 //! - `metrics`: every metric name.
 //! - `history_file`: the config history's JSON-lines file, rotated by size.
+//! - `huge_pages`: transparent huge pages off for the process, for mimalloc (the binary and
+//!   the benchmarks call it through `app`).
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
@@ -84,6 +86,7 @@ mod cache;
 mod drain;
 mod history_file;
 mod http;
+mod huge_pages;
 mod log_escape;
 mod metrics;
 #[cfg(test)]

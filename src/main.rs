@@ -13,24 +13,8 @@ use xds_gateway::config::{Config, LogFormat, Settings};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Transparent huge pages off for this process, unless `MIMALLOC_ALLOW_THP`
-/// decides (mimalloc reads it itself). mimalloc asks for huge pages on its
-/// arenas, so where THP is `always` or `madvise` (most distributions) a
-/// page fault zeroes 2 MiB, and every purge of a freed 64 KiB span splits
-/// one to be faulted and zeroed again. At 1,000 identities that zeroing was
-/// 15 % of the gateway's CPU, and the pages held 25 % of its RSS
-/// (bench/RESULTS.md, "Stop 23").
-fn transparent_huge_pages_off() {
-    #[cfg(target_os = "linux")]
-    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
-        if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-            eprintln!("warning: cannot turn transparent huge pages off: {e}");
-        }
-    }
-}
-
 fn main() -> std::process::ExitCode {
-    transparent_huge_pages_off();
+    xds_gateway::app::transparent_huge_pages_off();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
