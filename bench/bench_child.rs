@@ -60,7 +60,8 @@ impl BenchChild {
     }
 }
 
-/// A child's runtime: two worker threads, as the gateway has.
+/// The runtime of the bench and of its children: two worker threads, as
+/// the gateway has.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -124,9 +124,14 @@ impl Bodies {
     }
 }
 
-/// One POST: the status and the `versionInfo` of a 200 ("" otherwise);
-/// status 0 when it failed or took longer than [`WITHIN`].
-async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) -> (u16, String) {
+/// One POST as the identities send it: the status and the whole body;
+/// `None` when it failed or took longer than [`WITHIN`].
+async fn exchange(
+    client: &HttpClient,
+    addr: SocketAddr,
+    path: &str,
+    body: Bytes,
+) -> Option<(u16, Bytes)> {
     let req = Request::post(format!("http://{addr}{path}"))
         .header("content-type", "application/json")
         .header("host", "xds_cluster")
@@ -139,15 +144,21 @@ async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) ->
             if SHOWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3 {
                 eprintln!("request failed: {e:?}");
             }
-            return (0, String::new());
+            return None;
         }
-        Err(_) => return (0, String::new()),
+        Err(_) => return None,
     };
     let status = resp.status().as_u16();
-    let Ok(collected) = resp.into_body().collect().await else {
+    let collected = resp.into_body().collect().await.ok()?;
+    Some((status, collected.to_bytes()))
+}
+
+/// One POST: the status and the `versionInfo` of a 200 ("" otherwise);
+/// status 0 when it failed or took longer than [`WITHIN`].
+async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) -> (u16, String) {
+    let Some((status, bytes)) = exchange(client, addr, path, body).await else {
         return (0, String::new());
     };
-    let bytes = collected.to_bytes();
     // The gateway writes versionInfo first.
     let version = if status == 200 {
         let text = std::str::from_utf8(&bytes[..bytes.len().min(512)]).unwrap_or_default();
@@ -289,7 +300,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     let delta = mode == "delta";
     let upstream = upstreams::Upstream::start(setup.upstream, delta).await;
     upstream.set(EDS, "e0", endpoints(codec, n)).await;
-    upstream.set(CDS, "c0", clusters(codec, n, 0)).await;
+    change_one_cluster(setup, &upstream, "c0", 0).await;
     let log = tempfile::NamedTempFile::new().expect("log file");
     let (gateway, port, admin) = gateway_process::start_gateway_listening(
         bin,
@@ -391,9 +402,7 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
         let machine0 = gateway_process::machine_busy_time();
         let upstream0 = upstream.pid().map(gateway_process::cpu_time);
         let pushed = Instant::now();
-        upstream
-            .set(CDS, &format!("c{round}"), clusters(codec, n, round))
-            .await;
+        change_one_cluster(setup, &upstream, &format!("c{round}"), round).await;
         for (i, poll) in polls.into_iter().enumerate() {
             let ((status, version), at) = poll.await.expect("long poll task");
             if early[i] {
@@ -483,21 +492,11 @@ async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
     figures
 }
 
-/// The body of a 200 to `body` (empty if it was not one).
+/// The body of a 200 to the CDS poll `body` (empty if it was not one).
 async fn whole_answer(client: &HttpClient, addr: SocketAddr, body: Bytes) -> Bytes {
-    let req = Request::post(format!("http://{addr}/v3/discovery:clusters"))
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .expect("request");
-    let Ok(Ok(resp)) = tokio::time::timeout(WITHIN, client.request(req)).await else {
-        return Bytes::new();
-    };
-    if resp.status() != 200 {
-        return Bytes::new();
-    }
-    match resp.into_body().collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => Bytes::new(),
+    match exchange(client, addr, "/v3/discovery:clusters", body).await {
+        Some((200, bytes)) => bytes,
+        _ => Bytes::new(),
     }
 }
 
@@ -558,6 +557,18 @@ async fn held_floor(setup: &Setup, answer: &Bytes) -> Option<Floor> {
     Some(floor)
 }
 
+/// The upstream serves the clusters of `generation` (cluster-0 changed,
+/// `cds_fixtures::clusters`) at `version`, pushed to every stream.
+async fn change_one_cluster(
+    setup: &Setup,
+    upstream: &upstreams::Upstream,
+    version: &str,
+    generation: usize,
+) {
+    let clusters = clusters(&setup.codec, setup.clusters, generation);
+    upstream.set(CDS, version, clusters).await;
+}
+
 /// Resources the gateway took from upstream answers so far (decoded or reused).
 async fn taken(client: &HttpClient, admin: SocketAddr) -> f64 {
     metric(
@@ -587,13 +598,7 @@ async fn unheld_pushes(
         let before = taken(client, admin).await;
         let cpu0 = gateway_process::cpu_time(pid);
         let generation = setup.rounds + round;
-        upstream
-            .set(
-                CDS,
-                &format!("u{round}"),
-                clusters(&setup.codec, setup.clusters, generation),
-            )
-            .await;
+        change_one_cluster(setup, upstream, &format!("u{round}"), generation).await;
         // Each look costs the gateway a /metrics render, counted in its
         // CPU: look rarely (waiting costs it nothing).
         let deadline = Instant::now() + WITHIN;
@@ -631,13 +636,7 @@ async fn read_floor(setup: &Setup, upstream: &upstreams::Upstream, mode: &str, f
         let cpu0 = gateway_process::cpu_time(pid);
         let pushed = Instant::now();
         let generation = 2 * setup.rounds + round;
-        upstream
-            .set(
-                CDS,
-                &format!("r{round}"),
-                clusters(&setup.codec, setup.clusters, generation),
-            )
-            .await;
+        change_one_cluster(setup, upstream, &format!("r{round}"), generation).await;
         let Some(now) = reader.received(ids * (round + 1), WITHIN).await else {
             eprintln!("reader ({mode}): round {round} never reached every stream");
             return;
@@ -749,12 +748,7 @@ fn main() {
         held_floor::serve(&spec);
         return;
     }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(bench());
+    bench_child::runtime().block_on(bench());
 }
 
 async fn bench() {
