@@ -25,21 +25,27 @@ const EDS: &str = ResourceType::Endpoints.type_url();
 const CLUSTERS: usize = 200;
 
 fn endpoints() -> Vec<envoy_types::pb::google::protobuf::Any> {
-    let codec = Codec::embedded();
     (0..CLUSTERS)
-        .map(|i| {
-            let json = format!(
-                r#"{{"@type":"{EDS}","cluster_name":"cluster-{i}","endpoints":[{{"lb_endpoints":[
-                {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{}}}}}}}}}]}}]}}"#,
-                10_000 + i
-            );
-            let any = codec.parse_any(json.as_bytes()).expect("fixture");
-            envoy_types::pb::google::protobuf::Any {
-                type_url: any.type_url,
-                value: any.value,
-            }
-        })
+        .map(|i| assignment(&format!("cluster-{i}"), 10_000 + i as u32))
         .collect()
+}
+
+/// One `ClusterLoadAssignment` named `name`, its endpoint's port telling
+/// its versions apart.
+fn assignment(name: &str, port: u32) -> envoy_types::pb::google::protobuf::Any {
+    static CODEC: std::sync::OnceLock<Codec> = std::sync::OnceLock::new();
+    let json = format!(
+        r#"{{"@type":"{EDS}","cluster_name":"{name}","endpoints":[{{"lb_endpoints":[
+        {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{port}}}}}}}}}]}}]}}"#
+    );
+    let any = CODEC
+        .get_or_init(Codec::embedded)
+        .parse_any(json.as_bytes())
+        .expect("fixture");
+    envoy_types::pb::google::protobuf::Any {
+        type_url: any.type_url,
+        value: any.value,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,22 +101,6 @@ async fn a_burst_of_new_names_reaches_the_upstream_in_a_few_requests() {
         "the last request names them all"
     );
     gw.stop().await;
-}
-
-/// One `ClusterLoadAssignment` named `name`, its endpoint's port telling
-/// its versions apart.
-fn assignment(name: &str, port: u32) -> envoy_types::pb::google::protobuf::Any {
-    let json = format!(
-        r#"{{"@type":"{EDS}","cluster_name":"{name}","endpoints":[{{"lb_endpoints":[
-        {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{port}}}}}}}}}]}}]}}"#
-    );
-    let any = Codec::embedded()
-        .parse_any(json.as_bytes())
-        .expect("fixture");
-    envoy_types::pb::google::protobuf::Any {
-        type_url: any.type_url,
-        value: any.value,
-    }
 }
 
 /// The scripted delta server (what the identities bench pushes through)
