@@ -38,7 +38,7 @@ pub fn require_chromium(test: &str) -> PathBuf {
     assert!(
         ok,
         "{test}: a headless browser is needed to check the admin status page: `{}` does not run; \
-         install it (Debian: apt-get install -y chromium; .ci/run does it) or point $CHROMIUM at one",
+         install it (Debian: apt-get install -y chromium; scripts/test does it) or point $CHROMIUM at one",
         bin.display()
     );
     bin

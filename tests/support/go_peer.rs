@@ -68,7 +68,7 @@ fn build() -> Result<PathBuf, String> {
         .map_err(|e| {
             format!(
                 "the go-control-plane test peer needs a Go toolchain, 1.26 or newer (the pins of its go.mod need it), on the PATH \
-                 (`go` does not run: {e}); install it (https://go.dev/doc/install; .ci/run does) \
+                 (`go` does not run: {e}); install it (scripts/test does) \
                  or set GO_CONTROL_PLANE_PEER to a built peer"
             )
         })?;

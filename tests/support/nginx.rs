@@ -19,7 +19,7 @@ use super::process::{eventually, free_port, http_get, ChildGuard};
 pub const EXAMPLE: &str = "deploy/nginx/xds-gateway-cache.conf";
 
 /// nginx on PATH, else Debian's /usr/sbin/nginx; panics saying how to
-/// install it (`.ci/run` does).
+/// install it (`scripts/test` does).
 pub fn nginx_bin() -> PathBuf {
     let on_path = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -28,7 +28,7 @@ pub fn nginx_bin() -> PathBuf {
     });
     on_path
         .or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
-        .expect("nginx is not installed: apt-get install -y nginx (.ci/run installs it)")
+        .expect("nginx is not installed: apt-get install -y nginx (scripts/test installs it)")
 }
 
 /// A running nginx.
