@@ -7,8 +7,16 @@
 //! `error_detail` what did not (keeping the last good state), and forwards
 //! suspected REST rejections as NACKs. On a new stream it resubscribes,
 //! presenting the versions it holds.
+//!
+//! Grouping is per type, as the xDS transport protocol defines it: a
+//! Listener or Cluster response is the type's complete state; a response of
+//! any other type updates the resources it names and leaves the others as
+//! they were (Istio sends only the added route configuration when an RDS
+//! subscription grows, only the changed services on an incremental EDS
+//! push). Such a resource leaves the session's state when its subscription
+//! no longer wants it, or when its TTL runs out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
@@ -22,7 +30,7 @@ use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::wire::SotwResponse;
 use super::UpstreamContext;
-use crate::cache::{Coverage, IntoResourceSet, Resource, ResourceMap, TypeState};
+use crate::cache::{Coverage, IntoResourceSet, Resource, ResourceMap, ResourceSet, TypeState};
 use crate::log_escape::Escaped;
 use crate::xds::ResourceType;
 
@@ -214,6 +222,10 @@ pub(crate) struct Sotw {
     stream: StreamState,
     /// When resources sent with a TTL expire, across streams.
     expiries: Expiries,
+    /// Types whose next response replaces the state whatever its grouping:
+    /// the first from an upstream switched to, which knows nothing of what
+    /// the last one sent.
+    replace_next: BTreeSet<ResourceType>,
 }
 
 impl Protocol for Sotw {
@@ -232,6 +244,7 @@ impl Protocol for Sotw {
             acked: BTreeMap::new(),
             stream: StreamState::default(),
             expiries: Expiries::default(),
+            replace_next: BTreeSet::new(),
         }
     }
 
@@ -243,6 +256,7 @@ impl Protocol for Sotw {
     /// from none, so it sends its whole state, which replaces this one's.
     fn switch_upstream(&mut self) {
         self.acked.clear();
+        self.replace_next = ResourceType::ALL.into_iter().collect();
     }
 
     /// Sends the session's current subscription for `kind`, if it has one
@@ -260,6 +274,7 @@ impl Protocol for Sotw {
         if self.stream.sent.get(&kind) == Some(&coverage) {
             return None;
         }
+        self.drop_unwanted(kind, &coverage);
         self.stream.sent.insert(kind, coverage.clone());
         self.stream.sent_log.entry(kind).or_default().push(coverage);
         let version = self.acked.get(&kind).cloned().unwrap_or_default();
@@ -326,6 +341,70 @@ impl Protocol for Sotw {
 }
 
 impl Sotw {
+    /// The resources of `kind` the session holds once `answer` is taken: the
+    /// answer alone for a type whose responses are its complete state (or
+    /// the first answer of an upstream switched to); else the answer, and
+    /// every resource held before that it does not name and that this
+    /// stream's subscription still wants.
+    fn state_after(&mut self, kind: ResourceType, answer: &Arc<ResourceSet>) -> Arc<ResourceSet> {
+        let replace = self.replace_next.remove(&kind);
+        if kind.sotw_complete_state() || replace {
+            return Arc::clone(answer);
+        }
+        let (Some(held), Some(wanted)) = (self.session.state(kind), self.stream.sent.get(&kind))
+        else {
+            return Arc::clone(answer);
+        };
+        let mut kept = held
+            .resources
+            .iter()
+            .filter(|(name, resource)| {
+                !answer.contains_key(*name) && wanted.wants_resource(resource)
+            })
+            .peekable();
+        if kept.peek().is_none() {
+            // Nothing else held: the answer's set, shared with every session
+            // that decoded the same answer, is the state as it is.
+            return Arc::clone(answer);
+        }
+        let mut resources: ResourceMap = answer.map().clone();
+        resources.extend(kept.map(|(name, resource)| (name.clone(), Arc::clone(resource))));
+        resources.into_set()
+    }
+
+    /// Drops from the state of `kind` what the subscription `wanted`, about
+    /// to be sent, no longer asks for, where the upstream would never say
+    /// so itself: a SotW server tells no removal of a type other than
+    /// Listener and Cluster, and need not answer a subscription that only
+    /// shrank.
+    fn drop_unwanted(&mut self, kind: ResourceType, wanted: &Coverage) {
+        if kind.sotw_complete_state() {
+            return;
+        }
+        let Some(state) = self.session.state(kind) else {
+            return;
+        };
+        if state.resources.values().all(|r| wanted.wants_resource(r)) {
+            return;
+        }
+        let resources: ResourceMap = state
+            .resources
+            .iter()
+            .filter(|(_, resource)| wanted.wants_resource(resource))
+            .map(|(name, resource)| (name.clone(), Arc::clone(resource)))
+            .collect();
+        debug!(%kind, dropped = state.resources.len() - resources.len(), "no longer subscribed");
+        self.expiries
+            .retain(kind, |name| resources.contains_key(name));
+        self.session.publish(TypeState::new(
+            kind,
+            state.version.clone(),
+            state.nonce.clone(),
+            resources,
+            intersection(state.coverage.clone(), wanted),
+        ));
+    }
+
     /// Takes the heartbeats of a decoded response: a wrapper without a
     /// resource repeats the version last accepted and keeps the resource
     /// held under its name (one that expired stays gone, as in Envoy); in a
@@ -411,19 +490,22 @@ impl Sotw {
             .and_then(|d| self.heartbeats(kind, &version, d))
         {
             Ok(Decoded {
-                resources, ttls, ..
+                resources: answer,
+                ttls,
+                ..
             }) => {
+                let resources = self.state_after(kind, &answer);
                 if !ttls.is_empty() || self.expiries.tracks(kind) {
                     let now = Instant::now();
-                    for name in resources.keys() {
+                    for name in answer.keys() {
                         self.expiries
                             .arrived(kind, name, ttls.get(name).copied(), now);
                     }
                     self.expiries
                         .retain(kind, |name| resources.contains_key(name));
                 }
-                debug!(%kind, version = %Escaped(&version), count = resources.len(), "accepted");
-                let names = resources.keys().map(String::as_str);
+                debug!(%kind, version = %Escaped(&version), count = answer.len(), held = resources.len(), "accepted");
+                let names = answer.keys().map(String::as_str);
                 let coverage = match self.stream.sent.get(&kind) {
                     Some(_) => self
                         .stream
@@ -461,6 +543,9 @@ impl Sotw {
         }
     }
 }
+
+#[cfg(test)]
+mod grouping_tests;
 
 #[cfg(test)]
 mod tests {

@@ -212,6 +212,25 @@ impl ResourceType {
         self.row().path_suffix
     }
 
+    /// Whether a SotW response of this type carries the type's complete
+    /// state (Listener and Cluster). Every other type is grouped into SotW
+    /// responses as in the incremental variants (xDS transport protocol,
+    /// "Grouping Resources into Responses"): a response may carry only the
+    /// resources that changed, and a client must not delete the others.
+    pub(crate) fn sotw_complete_state(self) -> bool {
+        match self {
+            ResourceType::Listeners | ResourceType::Clusters => true,
+            ResourceType::Routes
+            | ResourceType::ScopedRoutes
+            | ResourceType::Endpoints
+            | ResourceType::Secrets
+            | ResourceType::Runtime
+            | ResourceType::ExtensionConfigs
+            | ResourceType::VirtualHosts
+            | ResourceType::LbEndpoints => false,
+        }
+    }
+
     /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
     pub(crate) fn wildcard_when_unnamed(self) -> bool {
         match self {
