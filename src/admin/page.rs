@@ -159,13 +159,14 @@ fn header_section(out: &mut String, views: &Views) {
     let _ = write!(
         out,
         "<header><h1>xds-gateway</h1><p id=\"readiness\" class=\"{class}\">{word}</p>\
-         <p>Source: <code>{}</code> · {} sessions ({} waiting, {} stale, {} on a failover) · \
-         {} upstream streams open</p>",
+         <p>Source: <code>{}</code> · {} sessions ({} waiting, {} stale, {} on a failover, \
+         {} refusing upstream answers) · {} upstream streams open</p>",
         escape(&readiness.source),
         readiness.sessions,
         readiness.waiting_sessions,
         readiness.stale_sessions,
         readiness.failed_over_sessions,
+        readiness.refusing_sessions,
         readiness.upstream_streams_open,
     );
     let refresh = if views.refresh > 0 {

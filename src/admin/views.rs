@@ -34,6 +34,9 @@ pub(super) struct Readiness {
     /// Per stale or waiting session whose stream failed: the node and the
     /// upstream's last error.
     pub(super) session_errors: Vec<String>,
+    /// Sessions whose upstream's answers of some type are being refused
+    /// (NACKed); each is named in `problems`.
+    pub(super) refusing_sessions: usize,
     pub(super) upstream_streams_open: i64,
 }
 
@@ -79,6 +82,7 @@ impl Admin {
             failed_over_sessions: status.failed_over_sessions,
             failovers: status.failovers,
             session_errors: status.session_errors,
+            refusing_sessions: status.refusing_sessions,
             upstream_streams_open: self.metrics.streams_open(),
         }
     }

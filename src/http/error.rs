@@ -123,6 +123,7 @@ impl From<SourceError> for ApiError {
             | SourceError::NotLoaded { .. }
             | SourceError::Probing
             | SourceError::NoAnswer { .. }
+            | SourceError::Refused { .. }
             | SourceError::Upstream(_) => ApiError::unavailable(err.to_string()),
         }
     }

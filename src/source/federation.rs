@@ -195,6 +195,7 @@ impl Source for Federation {
             status.stale_sessions += part.stale_sessions;
             status.waiting_sessions += part.waiting_sessions;
             status.failed_over_sessions += part.failed_over_sessions;
+            status.refusing_sessions += part.refusing_sessions;
             for failover in part.failovers {
                 if status.failovers.len() < SESSION_ERRORS_SHOWN {
                     status.failovers.push(format!("{}: {failover}", slot.name));

@@ -197,6 +197,9 @@ pub(crate) struct Status {
     /// Per stale or waiting session whose stream failed: the node and the
     /// upstream's last error (at most [`SESSION_ERRORS_SHOWN`]).
     pub(crate) session_errors: Vec<String>,
+    /// Sessions whose last reply to some type was a NACK: the upstream's
+    /// answers are being refused.
+    pub(crate) refusing_sessions: usize,
 }
 
 /// How many session errors `/readyz` lists at most.
@@ -235,6 +238,10 @@ pub(crate) enum SourceError {
         kind: ResourceType,
         within: Duration,
     },
+    /// The upstream answered, and the gateway refused (NACKed) the answer:
+    /// never reported as an upstream that did not answer.
+    #[error("the upstream answered {} but the gateway refused the answer (NACK): {detail}; it serves the type again once the upstream sends an answer it accepts (see the admin /debug/sessions)", kind.type_url())]
+    Refused { kind: ResourceType, detail: String },
     #[error(transparent)]
     Upstream(#[from] CallError),
     #[error("{what} is passed through to a gRPC upstream; this gateway serves a snapshot (start it with --upstream)")]

@@ -285,10 +285,13 @@ impl<F: Feeder> Sessions<F> {
         let first_wait = if settled { Duration::ZERO } else { within };
         let state = wait_for_coverage(rx.clone(), names, first_wait)
             .await
-            .ok_or(SourceError::NoAnswer {
-                from: self.feeder.answers_from(),
-                kind,
-                within,
+            .ok_or_else(|| match session.upstream.refusal(kind) {
+                Some(detail) => SourceError::Refused { kind, detail },
+                None => SourceError::NoAnswer {
+                    from: self.feeder.answers_from(),
+                    kind,
+                    within,
+                },
             })?;
         let feed = SessionChannel {
             kind,
@@ -364,6 +367,18 @@ impl<F: Feeder> Source for Sessions<F> {
                         session.node.cluster,
                         placements.join("; ").trim_start()
                     ));
+                }
+            }
+            let refusals = session.upstream.refusals();
+            if !refusals.is_empty() {
+                status.refusing_sessions += 1;
+                if status.problems.len() < SESSION_ERRORS_SHOWN {
+                    for (kind, version, detail) in refusals {
+                        status.problems.push(format!(
+                            "node {:?} (cluster {:?}): the gateway refuses the upstream's answers of {} (NACK, presenting version {version:?}): {detail}",
+                            session.node.id, session.node.cluster, kind.type_url()
+                        ));
+                    }
                 }
             }
             let state = if session.stale_since().is_some() {

@@ -95,6 +95,23 @@ impl UpstreamLog {
         (log.phase, stamp(log.since))
     }
 
+    /// The types whose last reply was a NACK, with the version presented
+    /// and the reason: answers the gateway is refusing now.
+    pub(super) fn refusals(&self) -> Vec<(ResourceType, String, String)> {
+        let log = self.lock();
+        let refused = log.replies.iter().filter_map(|(kind, reply)| {
+            let detail = reply.nack.as_ref()?;
+            Some((*kind, reply.version.clone(), detail.clone()))
+        });
+        refused.collect()
+    }
+
+    /// Why the last answer of `kind` was refused, if the last reply to it
+    /// was a NACK.
+    pub(super) fn refusal(&self, kind: ResourceType) -> Option<String> {
+        self.lock().replies.get(&kind)?.nack.clone()
+    }
+
     /// The last reply sent for `kind`, if any.
     pub(super) fn last_reply(&self, kind: ResourceType) -> Option<ReplyView> {
         self.lock().replies.get(&kind).map(|reply| ReplyView {
