@@ -1,4 +1,5 @@
-//! Compiles Envoy's v3 API into one `FileDescriptorSet` embedded in the binary.
+//! Compiles Envoy's v3 API, and the project's own messages in `proto/`, into
+//! one `FileDescriptorSet` embedded in the binary.
 //!
 //! The `.proto` files are not in this repository. They come from two crates
 //! pinned in `Cargo.lock`:
@@ -63,6 +64,9 @@ const EXTRA_XDS_ROOTS: &[&str] = &[
     "xds/core/v3/resource_name.proto",
 ];
 
+/// The project's own .proto files (under proto/), compiled into the same set.
+const OWN_ROOTS: &[&str] = &["xds_gateway/v1/opaque.proto"];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     embed_demo_snapshot();
@@ -77,6 +81,10 @@ fn main() {
     if let Some(extra) = &data_plane_api {
         includes.extend(DATA_PLANE_API_INCLUDES.iter().map(|dir| extra.join(dir)));
     }
+    // The project's own messages (proto/xds_gateway/...).
+    let own = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo")).join("proto");
+    println!("cargo:rerun-if-changed=proto");
+    includes.push(own);
 
     let mut roots = Vec::new();
     collect_protos(&envoy_types.join("proto/data-plane-api"), &mut roots);
@@ -95,6 +103,8 @@ fn main() {
     } else {
         println!("cargo:warning=data-plane-api sources not found: TypedStruct and some xds matcher types will be unknown");
     }
+
+    roots.extend(OWN_ROOTS.iter().map(|s| s.to_string()));
 
     let mut merged: BTreeMap<String, RawFile> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -116,6 +126,7 @@ fn main() {
         "envoy/service/discovery/v3/discovery.proto",
         "envoy/config/listener/v3/listener.proto",
         "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto",
+        "xds_gateway/v1/opaque.proto",
     ] {
         assert!(
             merged.contains_key(required),

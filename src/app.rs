@@ -153,7 +153,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     let history = ConfigHistory::with_max_bytes(config.history_max_bytes).with_sink(history_file);
     let renderer = Renderer::new(codec)
         .validating(config.validate == Validation::On)
-        .counting(metrics.resources_rendered())
+        .counting(metrics.resources_rendered(), metrics.opaque_resources())
         .with_history(history);
     let source = build_source(&config, &renderer, &metrics)?;
     Ok(Prepared {

@@ -72,6 +72,7 @@ pub struct Metrics {
     resources_decoded: Family<TypeLabel, Counter>,
     resources_reused: Family<TypeLabel, Counter>,
     resources_rendered: Counter,
+    opaque_resources: Counter,
     delta_sets_built: Family<TypeLabel, Counter>,
     delta_sets_shared: Family<TypeLabel, Counter>,
     long_polls_held: Gauge,
@@ -136,6 +137,12 @@ impl Metrics {
             "resources_rendered",
             "Resources of a content not seen before: decoded in full, checked against Envoy's rules and rendered (once per content, whatever the number of sessions holding it)",
             resources_rendered.clone(),
+        );
+        let opaque_resources = Counter::default();
+        registry.register(
+            "opaque_resources",
+            "Resources of a content not seen before holding an Any of a type the gateway has no descriptor for, served with that Any as an xds_gateway.v1.OpaqueAny (never NACKed; /readyz names the types; --descriptor-set renders them)",
+            opaque_resources.clone(),
         );
         registry.register(
             "upstream_switches",
@@ -274,6 +281,7 @@ impl Metrics {
             resources_decoded,
             resources_reused,
             resources_rendered,
+            opaque_resources,
             delta_sets_built,
             delta_sets_shared,
             long_polls_held,
@@ -344,6 +352,12 @@ impl Metrics {
     /// The counter of resources rendered (for the renderer to count with).
     pub(crate) fn resources_rendered(&self) -> Counter {
         self.resources_rendered.clone()
+    }
+
+    /// The counter of resources rendered with an opaque `Any` (for the
+    /// renderer to count with).
+    pub(crate) fn opaque_resources(&self) -> Counter {
+        self.opaque_resources.clone()
     }
 
     /// A session's stream moved from upstream `from` to `to`.

@@ -108,10 +108,10 @@ async fn a_partial_sotw_endpoints_push_leaves_the_other_assignments_served() {
     }
     // An incremental push, as Istio sends one: only the changed assignment.
     upstream.set(EDS, "e2", vec![assignment("a", 2001)]);
-    let a = format!("/v3/discovery:endpoints?node=n&names=a");
+    let a = "/v3/discovery:endpoints?node=n&names=a";
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, body) = get_json(port, &a).await;
+        let (_, body) = get_json(port, a).await;
         if body.to_string().contains("2001") {
             break;
         }
@@ -130,5 +130,114 @@ async fn a_partial_sotw_endpoints_push_leaves_the_other_assignments_served() {
         "b is still served after a push naming only a: {body}"
     );
     assert_eq!(resources[0]["clusterName"], "b");
+    gw.stop().await;
+}
+
+/// An Istio-like listener: an HTTP connection manager whose one HTTP filter
+/// is Istio's ALPN filter, a type Envoy's API does not have.
+fn istio_listener(alpn: &[u8]) -> Any {
+    use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::RouteSpecifier, http_filter, HttpConnectionManager, HttpFilter,
+    };
+    use prost::{Message, Name};
+    let hcm = HttpConnectionManager {
+        stat_prefix: "inbound_0.0.0.0_9080".into(),
+        route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+            name: "inbound|9080||".into(),
+            ..Default::default()
+        })),
+        http_filters: vec![HttpFilter {
+            name: "istio.alpn".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+                type_url: ALPN.into(),
+                value: alpn.to_vec(),
+            })),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let listener = Listener {
+        name: "virtualInbound".into(),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(Any {
+                    type_url: HttpConnectionManager::type_url(),
+                    value: hcm.encode_to_vec(),
+                })),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Any {
+        type_url: Listener::type_url(),
+        value: listener.encode_to_vec(),
+    }
+}
+
+const ALPN: &str = "type.googleapis.com/istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig";
+
+/// A type the gateway has no descriptor for is its own limit, not the
+/// upstream's fault: never NACKed; the resource is served with that Any as
+/// an `xds_gateway.v1.OpaqueAny` (type URL and bytes kept), the answer says
+/// so in a header, `/metrics` counts it, and `/readyz` names the type and
+/// the remedy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_without_a_descriptor_is_served_opaque_and_never_nacked() {
+    let upstream = fake_ads::FakeAds::start().await;
+    let alpn = [0x0a, 0x04, 0x0a, 0x02, 0x68, 0x32];
+    upstream.set(
+        ResourceType::Listeners.type_url(),
+        "l1",
+        vec![istio_listener(&alpn)],
+    );
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    let (status, headers, body) = process::http_exchange(
+        gw.rest_port,
+        http::Method::GET,
+        "/v3/discovery:listeners?node=sidecar",
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(headers["x-xds-gateway-opaque-types"], ALPN);
+    let body: Value = serde_json::from_slice(&body).expect("JSON");
+    let filter = &body["resources"][0]["filterChains"][0]["filters"][0]["typedConfig"];
+    let opaque = &filter["httpFilters"][0]["typedConfig"];
+    assert_eq!(opaque["@type"], xds_gateway::xds::OPAQUE_TYPE_URL, "{body}");
+    assert_eq!(opaque["typeUrl"], ALPN);
+    use base64::Engine as _;
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(opaque["value"].as_str().expect("base64 bytes"))
+        .expect("base64");
+    assert_eq!(value, alpn, "the bytes as the upstream sent them");
+    let nacks: Vec<_> = upstream
+        .requests()
+        .into_iter()
+        .filter(|r| r.error_detail.is_some())
+        .collect();
+    assert!(nacks.is_empty(), "no NACK reaches the upstream: {nacks:?}");
+    let (_, ready) = get_json(gw.admin_port, "/readyz").await;
+    let problems = ready["problems"].to_string();
+    assert!(
+        problems.contains(ALPN) && problems.contains("--descriptor-set"),
+        "/readyz names the type and the remedy: {ready}"
+    );
+    let (_, metrics) = http_get(gw.admin_port, "/metrics").await.expect("metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "xds_gateway_opaque_resources_total 1"),
+        "{metrics}"
+    );
     gw.stop().await;
 }

@@ -12,6 +12,7 @@
 //! the wrapper, so two resources with the same body and different names
 //! never share a memo entry, and a REST answer keeps every name.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -57,6 +58,10 @@ pub(crate) struct Resource {
     /// a delta-only type, of its `envoy.service.discovery.v3.Resource`
     /// wrapper holding it.
     pub(crate) json: Bytes,
+    /// The types of the `Any`s inside it the gateway has no descriptor
+    /// for, served as `xds_gateway.v1.OpaqueAny` (`xds::opaque`); almost
+    /// always none.
+    pub(crate) opaque: Box<[String]>,
 }
 
 /// How a delta upstream named a resource of a delta-only type.
@@ -111,6 +116,11 @@ pub(crate) struct Renderer {
     validator: Option<Arc<Validator>>,
     /// Counts resources decoded in full, checked and rendered (memo misses).
     rendered: Counter,
+    /// Counts those of them served with an opaque `Any`.
+    rendered_opaque: Counter,
+    /// Each type the gateway had no descriptor for, and how many resources
+    /// of a new content held it: what `/readyz` names.
+    opaque_types: Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -131,10 +141,33 @@ impl Renderer {
         self
     }
 
-    /// Counts its renders with `counter` (a metric).
-    pub(crate) fn counting(mut self, counter: Counter) -> Renderer {
-        self.rendered = counter;
+    /// Counts its renders with `rendered`, and those served with an opaque
+    /// `Any` with `opaque` (metrics).
+    pub(crate) fn counting(mut self, rendered: Counter, opaque: Counter) -> Renderer {
+        self.rendered = rendered;
+        self.rendered_opaque = opaque;
         self
+    }
+
+    /// Each type the gateway had no descriptor for, with how many resources
+    /// of a new content held it.
+    pub(crate) fn opaque_types(&self) -> Vec<(String, u64)> {
+        let seen = crate::sync::lock(&self.opaque_types);
+        seen.iter().map(|(t, n)| (t.clone(), *n)).collect()
+    }
+
+    /// The types of `message`'s `Any`s the codec does not know, noted.
+    fn note_opaque(&self, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
+        let unknown = crate::xds::opaque::unknown_types(&self.codec, message);
+        if unknown.is_empty() {
+            return Box::default();
+        }
+        self.rendered_opaque.inc();
+        let mut seen = crate::sync::lock(&self.opaque_types);
+        for type_url in &unknown {
+            *seen.entry(type_url.clone()).or_default() += 1;
+        }
+        unknown.into_iter().collect()
     }
 
     /// Resources rendered so far (decoded in full, checked, rendered).
@@ -159,6 +192,8 @@ impl Renderer {
             history: ConfigHistory::default(),
             validator: None,
             rendered: Counter::default(),
+            rendered_opaque: Counter::default(),
+            opaque_types: Arc::default(),
         }
     }
 
@@ -238,6 +273,7 @@ impl Renderer {
             digest,
             payload,
             json,
+            opaque: self.note_opaque(&message),
         }))
     }
 
@@ -267,7 +303,7 @@ impl Renderer {
         let digest: Digest = Sha256::digest(&encoded).into();
         self.plain
             .try_get_with((kind, digest), || {
-                self.checked(kind, &payload, &wrapper.name)?;
+                let message = self.checked(kind, &payload, &wrapper.name)?;
                 let json = self.codec.render_any(RESOURCE_WRAPPER, &encoded)?;
                 Ok(Arc::new(Resource {
                     kind,
@@ -276,6 +312,7 @@ impl Renderer {
                     digest,
                     payload,
                     json,
+                    opaque: self.note_opaque(&message),
                 }))
             })
             .map_err(|e: Arc<ResourceError>| (*e).clone())

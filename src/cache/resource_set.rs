@@ -68,6 +68,8 @@ pub(crate) struct ResourceSet {
     /// The payloads by hash, worked out the first time an answer is
     /// compared with the set.
     payloads: OnceLock<PayloadIndex>,
+    /// Whether any resource holds an `Any` served opaque (`xds::opaque`).
+    opaque: bool,
 }
 
 impl Deref for ResourceSet {
@@ -82,10 +84,16 @@ impl ResourceSet {
     pub(crate) fn new(map: ResourceMap) -> ResourceSet {
         ResourceSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
+            opaque: map.values().any(|r| !r.opaque.is_empty()),
             map,
             selections: Mutex::new(Vec::new()),
             payloads: OnceLock::new(),
         }
+    }
+
+    /// Whether any resource holds an `Any` served opaque.
+    pub(crate) fn has_opaque(&self) -> bool {
+        self.opaque
     }
 
     /// What tells this set from every other (sets are immutable).

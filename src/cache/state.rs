@@ -408,6 +408,17 @@ impl TypeState {
         })
     }
 
+    /// The types the gateway has no descriptor for inside what a client
+    /// asking `names` is answered (served as `xds_gateway.v1.OpaqueAny`),
+    /// sorted; none, without a walk, unless the state holds such a resource.
+    pub(crate) fn opaque_types(&self, names: &Names) -> Vec<String> {
+        if !self.resources.has_opaque() {
+            return Vec::new();
+        }
+        let types: BTreeSet<&String> = self.select(names).flat_map(|r| r.opaque.iter()).collect();
+        types.into_iter().cloned().collect()
+    }
+
     /// `<upstream version>~<digest>` of what a client asking `names` with
     /// `target` is answered (see the module docs): what the config history
     /// and `/debug/diff` show a version as.

@@ -32,7 +32,7 @@ use super::body::{check_json, read_body};
 use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
 use super::long_poll;
-use super::present::{mark_stale, version_from_if_none_match, Presentation};
+use super::present::{mark_opaque, mark_stale, version_from_if_none_match, Presentation};
 use super::query::switch;
 use super::wait::requested_wait;
 use super::watch;
@@ -210,6 +210,10 @@ async fn poll(
     }
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     mark_stale(response.headers_mut(), polled.stale_since());
+    if body {
+        let opaque = polled.opaque_types(asked.request.names());
+        mark_opaque(response.headers_mut(), &opaque);
+    }
     Ok(response)
 }
 

@@ -109,6 +109,27 @@ pub(super) fn mark_stale(headers: &mut HeaderMap, since: Option<SystemTime>) {
     }
 }
 
+/// Response header naming, comma-separated, the types of the `Any`s in the
+/// answer the gateway has no descriptor for, served as
+/// `xds_gateway.v1.OpaqueAny` (`docs/protocol.md`).
+pub(super) const OPAQUE_HEADER: &str = "x-xds-gateway-opaque-types";
+
+/// Marks a response whose body holds `types` served opaque, if any.
+pub(super) fn mark_opaque(headers: &mut HeaderMap, types: &[String]) {
+    if types.is_empty() {
+        return;
+    }
+    // Type URLs an upstream chose: only those a header can carry as they are.
+    let listed: Vec<&str> = types
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.bytes().all(|b| b.is_ascii_graphic() && b != b','))
+        .collect();
+    if let Ok(value) = HeaderValue::from_str(&listed.join(",")) {
+        headers.insert(OPAQUE_HEADER, value);
+    }
+}
+
 fn parse(json: &[u8]) -> Result<serde_json::Value, ApiError> {
     crate::xds::plain_json::from_slice(json)
         .map_err(|e| ApiError::Internal(format!("response is not JSON: {e}")))

@@ -102,7 +102,11 @@ impl Polled {
         let answer =
             self.state
                 .answer(renderer, request.names(), request.version_info(), target)?;
-        if !remote.is_one_client() {
+        // A client refusing an answer that holds an Any served opaque is not
+        // suspected of a rejection (nor is it forwarded upstream): the
+        // gateway knows why, and it is its own limit, not the upstream's.
+        let opaque = !self.state.opaque_types(request.names()).is_empty();
+        if !remote.is_one_client() || opaque {
             self.sync = match answer {
                 Answer::NotModified { .. } => Standing::InStep,
                 Answer::Body { .. } => Standing::CatchingUp,
@@ -138,6 +142,12 @@ impl Polled {
     /// Since when the state served is stale (its upstream is down), if it is.
     pub(crate) fn stale_since(&self) -> Option<SystemTime> {
         self.feed.stale_since()
+    }
+
+    /// The types served opaque in the answer to `names` (none, almost
+    /// always): what the `x-xds-gateway-opaque-types` header says.
+    pub(crate) fn opaque_types(&self, names: &crate::cache::Names) -> Vec<String> {
+        self.state.opaque_types(names)
     }
 
     /// Where the client stood when it was last answered.

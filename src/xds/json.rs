@@ -3,7 +3,8 @@
 //! The pool holds Envoy's whole v3 API (compiled by `build.rs` and embedded)
 //! plus any FileDescriptorSets given with `--descriptor-set`, so an `Any` at
 //! any depth renders as `{"@type": ..., ...fields}` whatever extension it
-//! carries. Output is deterministic: object keys are sorted (protobuf maps come
+//! carries (one of a type the pool lacks renders whole, as the
+//! `xds_gateway.v1.OpaqueAny` holding it: [`super::opaque`]). Output is deterministic: object keys are sorted (protobuf maps come
 //! out of prost-reflect in hash order), 64-bit integers are strings, defaults
 //! are omitted, names are lowerCamelCase.
 //!
@@ -182,6 +183,9 @@ impl Codec {
         // ("0.10000000149011612"). Then through Value, whose objects are
         // BTreeMaps, to put protobuf map entries (hash order in prost-reflect)
         // in a stable order; `float_roundtrip` keeps the re-parse exact.
+        // An Any of a type the pool lacks renders as the OpaqueAny holding it.
+        let wrapped = super::opaque::wrapped(self, msg);
+        let msg = wrapped.as_ref().unwrap_or(msg);
         let mut text = Vec::with_capacity(256);
         msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), &self.serialize)
             .map_err(render_error)?;

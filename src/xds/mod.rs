@@ -7,6 +7,7 @@ pub(crate) mod fuzz;
 mod json;
 pub(crate) mod membership;
 mod nesting;
+pub(crate) mod opaque;
 pub(crate) mod plain_json;
 mod request;
 mod resource_type;
@@ -15,6 +16,7 @@ mod validate;
 pub(crate) mod xdstp;
 
 pub use json::{Codec, JsonError};
+pub use opaque::OPAQUE_TYPE_URL;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
 pub use resource_type::{Endpoint, ResourceType};

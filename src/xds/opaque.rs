@@ -1,0 +1,247 @@
+//! `Any`s of a type the descriptor pool does not know, kept whole.
+//!
+//! Control planes put their own extension types inside Envoy config: Istio's
+//! listeners carry `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`.
+//! Without a type's descriptor the gateway cannot render it as canonical
+//! JSON; but nothing is wrong with it that a client would reject, so the
+//! gateway must not refuse (NACK) it either. Each such `Any`, at any depth,
+//! is served as an `xds_gateway.v1.OpaqueAny` (`proto/xds_gateway/v1/
+//! opaque.proto`) holding the original type URL and bytes: canonical proto3
+//! JSON of a real message, lossless, and refused by a REST Envoy as a type
+//! it does not know, never taken with the extension's fields silently
+//! dropped. `--descriptor-set` with the type's descriptors renders it in full.
+//!
+//! No I/O; walks decode each nested `Any` payload without copying it (the
+//! nesting bound of [`super::nesting`] has been checked by then).
+
+use std::collections::BTreeSet;
+
+use prost::Message;
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+
+use super::json::Codec;
+
+/// The type URL an unknown `Any` is served under.
+pub const OPAQUE_TYPE_URL: &str = "type.googleapis.com/xds_gateway.v1.OpaqueAny";
+
+const ANY: &str = "google.protobuf.Any";
+
+/// The type URLs of the `Any`s inside `msg`, at any depth (through the
+/// payloads of the `Any`s it knows), that the codec has no descriptor for.
+/// Empty for almost every resource.
+pub(crate) fn unknown_types(codec: &Codec, msg: &DynamicMessage) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    walk(codec, msg, &mut found);
+    found
+}
+
+fn walk(codec: &Codec, msg: &DynamicMessage, found: &mut BTreeSet<String>) {
+    if let Some((type_url, payload)) = any_parts(msg) {
+        match inner(codec, type_url, payload) {
+            Inner::Known(inner) => walk(codec, &inner, found),
+            Inner::Unknown => {
+                found.insert(type_url.to_owned());
+            }
+            Inner::Undecodable => {}
+        }
+        return;
+    }
+    for (_, value) in msg.fields() {
+        walk_value(codec, value, found);
+    }
+}
+
+fn walk_value(codec: &Codec, value: &Value, found: &mut BTreeSet<String>) {
+    match value {
+        Value::Message(sub) => walk(codec, sub, found),
+        Value::List(items) => items.iter().for_each(|v| walk_value(codec, v, found)),
+        Value::Map(entries) => entries.values().for_each(|v| walk_value(codec, v, found)),
+        _ => {}
+    }
+}
+
+/// `msg` with every `Any` of an unknown type replaced by an `OpaqueAny`
+/// holding it; `None` when it holds none (nothing to change).
+pub(crate) fn wrapped(codec: &Codec, msg: &DynamicMessage) -> Option<DynamicMessage> {
+    if unknown_types(codec, msg).is_empty() {
+        return None;
+    }
+    let mut copy = msg.clone();
+    wrap(codec, &mut copy);
+    Some(copy)
+}
+
+/// Wraps the unknown `Any`s inside `msg`; returns whether it changed it.
+fn wrap(codec: &Codec, msg: &mut DynamicMessage) -> bool {
+    if let Some((type_url, payload)) = any_parts(msg) {
+        let (type_url, payload) = (type_url.to_owned(), payload.clone());
+        let replaced = match inner(codec, &type_url, &payload) {
+            Inner::Unknown => Some((OPAQUE_TYPE_URL.to_owned(), opaque(type_url, &payload))),
+            Inner::Known(mut inner) => wrap(codec, &mut inner)
+                .then(|| (type_url, bytes::Bytes::from(inner.encode_to_vec()))),
+            Inner::Undecodable => None,
+        };
+        let Some((type_url, value)) = replaced else {
+            return false;
+        };
+        msg.set_field_by_name("type_url", Value::String(type_url));
+        msg.set_field_by_name("value", Value::Bytes(value));
+        return true;
+    }
+    let mut changed = false;
+    for (_, value) in msg.fields_mut() {
+        changed |= wrap_value(codec, value);
+    }
+    changed
+}
+
+fn wrap_value(codec: &Codec, value: &mut Value) -> bool {
+    match value {
+        Value::Message(sub) => wrap(codec, sub),
+        Value::List(items) => items
+            .iter_mut()
+            .fold(false, |changed, v| wrap_value(codec, v) | changed),
+        Value::Map(entries) => entries
+            .values_mut()
+            .fold(false, |changed, v| wrap_value(codec, v) | changed),
+        _ => false,
+    }
+}
+
+/// The bytes of an `OpaqueAny` holding `type_url` and `payload`: `Any`'s
+/// own wire layout (the same two fields).
+fn opaque(type_url: String, payload: &[u8]) -> bytes::Bytes {
+    prost_types::Any {
+        type_url,
+        value: payload.to_vec(),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// An `Any`'s type URL and payload, if `msg` is an `Any`.
+fn any_parts(msg: &DynamicMessage) -> Option<(&str, &bytes::Bytes)> {
+    if msg.descriptor().full_name() != ANY {
+        return None;
+    }
+    let type_url = msg.get_field_by_name("type_url")?;
+    let payload = msg.get_field_by_name("value")?;
+    // Both borrow from `msg` (fields that are set are returned borrowed).
+    match (type_url, payload) {
+        (
+            std::borrow::Cow::Borrowed(Value::String(t)),
+            std::borrow::Cow::Borrowed(Value::Bytes(p)),
+        ) => Some((t.as_str(), p)),
+        _ => None,
+    }
+}
+
+/// What an `Any`'s payload is to the codec.
+enum Inner {
+    Known(DynamicMessage),
+    /// No descriptor for its type (or a type URL of no known form).
+    Unknown,
+    /// A known type whose bytes do not decode: left for the renderer to
+    /// refuse, as before.
+    Undecodable,
+}
+
+fn inner(codec: &Codec, type_url: &str, payload: &bytes::Bytes) -> Inner {
+    if type_url.is_empty() {
+        // An empty Any renders as {} whatever its (absent) type.
+        return Inner::Undecodable;
+    }
+    match codec.descriptor_for_type_url(type_url) {
+        Err(_) => Inner::Unknown,
+        Ok(desc) => match DynamicMessage::decode(desc, payload.clone()) {
+            Ok(inner) => Inner::Known(inner),
+            Err(_) => Inner::Undecodable,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_filter, HttpConnectionManager, HttpFilter,
+    };
+    use envoy_types::pb::google::protobuf::Any;
+
+    const ALPN: &str =
+        "type.googleapis.com/istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig";
+    const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+
+    /// An Istio-like listener: an HTTP connection manager whose first HTTP
+    /// filter is of a type Envoy's API does not have.
+    fn listener(alpn_payload: &[u8]) -> Vec<u8> {
+        let hcm = HttpConnectionManager {
+            stat_prefix: "in".into(),
+            http_filters: vec![HttpFilter {
+                name: "istio.alpn".into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+                    type_url: ALPN.into(),
+                    value: alpn_payload.to_vec(),
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        Listener {
+            name: "virtualInbound".into(),
+            filter_chains: vec![FilterChain {
+                filters: vec![Filter {
+                    name: "envoy.filters.network.http_connection_manager".into(),
+                    config_type: Some(filter::ConfigType::TypedConfig(Any {
+                        type_url: format!(
+                            "type.googleapis.com/{}",
+                            "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+                        ),
+                        value: hcm.encode_to_vec(),
+                    })),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn an_unknown_type_two_anys_deep_renders_whole_as_an_opaque_any() {
+        let codec = Codec::embedded();
+        // Any bytes at all: the gateway cannot read them, and keeps them.
+        let alpn = [0x0a, 0x03, 0x08, 0x02, 0x0a, 0xff, 0x00];
+        let msg = codec.decode_any(LDS, &listener(&alpn)).expect("decodes");
+        assert_eq!(
+            unknown_types(&codec, &msg),
+            BTreeSet::from([ALPN.to_owned()])
+        );
+        let json = codec.render_resource(LDS, &msg).expect("renders");
+        let json: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+        let hcm = &json["filterChains"][0]["filters"][0]["typedConfig"];
+        let opaque = &hcm["httpFilters"][0]["typedConfig"];
+        assert_eq!(opaque["@type"], OPAQUE_TYPE_URL, "{json}");
+        assert_eq!(opaque["typeUrl"], ALPN);
+        use base64::Engine as _;
+        let value = base64::engine::general_purpose::STANDARD
+            .decode(opaque["value"].as_str().expect("base64"))
+            .expect("base64");
+        assert_eq!(value, alpn, "the bytes, exactly as sent");
+        assert_eq!(hcm["statPrefix"], "in", "the known parts render as ever");
+    }
+
+    #[test]
+    fn a_message_of_known_types_only_is_left_alone() {
+        let codec = Codec::embedded();
+        let bytes = Listener {
+            name: "l".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let msg = codec.decode_any(LDS, &bytes).expect("decodes");
+        assert!(unknown_types(&codec, &msg).is_empty());
+        assert!(wrapped(&codec, &msg).is_none());
+    }
+}
