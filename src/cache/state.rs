@@ -64,9 +64,14 @@ pub(crate) enum Names {
 
 impl Names {
     /// An empty list means wildcard (what LDS/CDS mean by it; for other
-    /// types the upstream decides what "all" is).
+    /// types the upstream decides what "all" is), and so does a list naming
+    /// `*` (xDS's explicit wildcard), whatever else it names: everything
+    /// holds those names too.
     pub(crate) fn from_request(names: Vec<String>) -> Names {
-        let set: BTreeSet<String> = names.into_iter().filter(|n| n != "*").collect();
+        if names.iter().any(|n| n == "*") {
+            return Names::Wildcard;
+        }
+        let set: BTreeSet<String> = names.into_iter().collect();
         if set.is_empty() {
             Names::Wildcard
         } else {

@@ -352,3 +352,13 @@ fn an_answer_whose_piece_was_evicted_is_assembled_again() {
     assert!(matches!(again, Answer::Body { cached: false, .. }));
     assert_eq!(again, first);
 }
+
+/// `*` is xDS's explicit wildcard: a list naming it and other names asks
+/// for everything, not for the other names alone.
+#[test]
+fn a_list_naming_the_wildcard_asks_for_everything() {
+    assert_eq!(named(&["*", "a"]), Names::Wildcard);
+    assert_eq!(named(&["*"]), Names::Wildcard);
+    assert_eq!(named(&[]), Names::Wildcard);
+    assert!(matches!(named(&["a"]), Names::Named(set) if set.len() == 1));
+}
