@@ -25,15 +25,23 @@ impl Backoff {
     /// Counts a failure; the delay before the next attempt.
     pub(super) fn next_delay(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
-        let exp = BACKOFF_BASE.saturating_mul(1u32 << (self.failures - 1).min(16));
         let factor = rand::rng().random_range((1.0 - BACKOFF_JITTER)..=(1.0 + BACKOFF_JITTER));
-        exp.min(BACKOFF_MAX).mul_f64(factor)
+        delay(self.failures, factor)
     }
 
     /// An attempt succeeded: the next failure starts over.
     pub(super) fn reset(&mut self) {
         self.failures = 0;
     }
+}
+
+/// The delay after `failures` consecutive failures (at least 1), scaled by
+/// the jitter `factor`: jitter first, then the cap, so no delay is ever
+/// longer than [`BACKOFF_MAX`] (applied the other way round, a capped delay
+/// jittered up reached 7.5 s: a reconnect logged `retry_in=7.127s`).
+fn delay(failures: u32, factor: f64) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    exp.min(BACKOFF_MAX).mul_f64(factor).min(BACKOFF_MAX)
 }
 
 #[cfg(test)]
@@ -45,11 +53,25 @@ mod tests {
         let mut backoff = Backoff::default();
         let delays: Vec<Duration> = (0..40).map(|_| backoff.next_delay()).collect();
         for d in &delays {
-            assert!(*d <= BACKOFF_MAX.mul_f64(1.0 + BACKOFF_JITTER), "{d:?}");
+            assert!(*d <= BACKOFF_MAX, "{d:?}");
             assert!(*d >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{d:?}");
         }
         assert!(delays[30] > delays[0]);
         backoff.reset();
         assert!(backoff.next_delay() <= BACKOFF_BASE.mul_f64(1.0 + BACKOFF_JITTER));
+    }
+
+    /// The cap holds at the jitter's extremes, at every failure count.
+    #[test]
+    fn the_cap_holds_with_the_jitter_at_its_highest() {
+        for failures in 1..=64 {
+            let highest = delay(failures, 1.0 + BACKOFF_JITTER);
+            assert!(highest <= BACKOFF_MAX, "{failures}: {highest:?}");
+            let lowest = delay(failures, 1.0 - BACKOFF_JITTER);
+            assert!(lowest >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{failures}: {lowest:?}");
+        }
+        assert_eq!(delay(40, 1.0 + BACKOFF_JITTER), BACKOFF_MAX);
+        assert_eq!(delay(40, 1.0 - BACKOFF_JITTER), BACKOFF_MAX.mul_f64(0.5), "jitter below the cap stays");
+        assert_eq!(delay(1, 1.0), BACKOFF_BASE);
     }
 }
