@@ -36,6 +36,7 @@ mod fetch;
 mod file;
 mod frame_codec;
 mod health;
+mod nack_log;
 mod namespace;
 mod node;
 pub(crate) mod pipeline;

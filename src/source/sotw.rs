@@ -21,9 +21,10 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::decode::{decode_all_off_thread, Decoded, Rejection};
+use super::nack_log::NackLog;
 use super::namespace::Namespace;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
@@ -226,6 +227,8 @@ pub(crate) struct Sotw {
     /// the first from an upstream switched to, which knows nothing of what
     /// the last one sent.
     replace_next: BTreeSet<ResourceType>,
+    /// The NACKs logged, one line per run of identical ones.
+    nack_log: NackLog,
 }
 
 impl Protocol for Sotw {
@@ -245,6 +248,7 @@ impl Protocol for Sotw {
             stream: StreamState::default(),
             expiries: Expiries::default(),
             replace_next: BTreeSet::new(),
+            nack_log: NackLog::default(),
         }
     }
 
@@ -524,18 +528,19 @@ impl Sotw {
                     coverage,
                 ));
                 self.acked.insert(kind, version.clone());
+                self.nack_log.accepted(kind);
                 self.ctx.metrics.ack(kind);
                 self.session.upstream.acked(kind, &version);
                 self.request(kind, version, nonce, None)
             }
             Err(reason) => {
-                warn!(%kind, version = %Escaped(&version), reason = %Escaped(&reason), "rejected upstream response (NACK)");
+                let detail = reason.to_string();
+                self.nack_log.refused(kind, Self::MODE, &version, &detail);
                 if reason.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);
                 }
                 let previous = self.acked.get(&kind).cloned().unwrap_or_default();
                 self.ctx.metrics.nack(kind);
-                let detail = reason.to_string();
                 self.session.upstream.nacked(kind, &previous, &detail);
                 self.session.record_nack(kind, &version, &nonce, &detail);
                 self.request(kind, previous, nonce, Some(detail))

@@ -73,6 +73,7 @@ mod update;
 pub(super) use self::held::HeldSets;
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
+use super::nack_log::NackLog;
 use super::namespace::Namespace;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
@@ -108,6 +109,8 @@ pub(crate) struct Delta {
     node_sent: bool,
     /// When resources sent with a TTL expire, across streams.
     expiries: Expiries,
+    /// The NACKs logged, one line per run of identical ones.
+    nack_log: NackLog,
 }
 
 impl Protocol for Delta {
@@ -129,6 +132,7 @@ impl Protocol for Delta {
             wires: BTreeMap::new(),
             node_sent: false,
             expiries: Expiries::default(),
+            nack_log: NackLog::default(),
         }
     }
 
@@ -330,17 +334,19 @@ impl Delta {
                 self.expiries
                     .retain(kind, |name| tracked.held.contains_key(name));
                 self.publish(kind);
+                self.nack_log.accepted(kind);
                 self.ctx.metrics.ack(kind);
                 self.session.upstream.acked(kind, &system_version);
                 Some(self.request(kind, Diff::default(), nonce, None))
             }
             Err(reason) => {
-                warn!(%kind, system_version = %Escaped(&system_version), reason = %Escaped(&reason), "rejected upstream delta response (NACK)");
+                let detail = reason.to_string();
+                self.nack_log
+                    .refused(kind, Self::MODE, &system_version, &detail);
                 if reason.breaks_rules() {
                     self.ctx.metrics.invalid_resource(kind);
                 }
                 self.ctx.metrics.nack(kind);
-                let detail = reason.to_string();
                 self.session.upstream.nacked(kind, &system_version, &detail);
                 self.session
                     .record_nack(kind, &system_version, &nonce, &detail);
