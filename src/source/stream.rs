@@ -8,9 +8,14 @@
 //!
 //! Per stream: send what opens it, open the call while still taking the
 //! session's commands (they may come before the response headers), then
-//! select on responses, commands and the protocol's timer. Every response
-//! marks the upstream answered and the session fresh before the protocol
-//! takes it. When the stream breaks, the session is marked stale (it keeps
+//! select on responses, commands and the protocol's timer. The session is
+//! fresh again once the stream is up: the server took it (its response
+//! headers), or the upstream answers gRPC health checks while the stream
+//! waits, since a server need not answer a resubscription at the versions
+//! the session holds (java-control-plane's SotW cache answers nothing).
+//! Every response marks the upstream answered before the protocol takes it.
+//! A stream silent past a failover's `failover-after` is down only if its
+//! upstream also fails a health check. When the stream breaks, the session is marked stale (it keeps
 //! serving its last state) and the driver reconnects after a jittered,
 //! capped [`Backoff`]; it ends when the session's command channel closes.
 //! A [`Protocol`] says what to send and how to take what arrives.
@@ -21,6 +26,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::google::rpc::Status;
 use tokio::sync::mpsc;
@@ -36,7 +42,9 @@ use super::backoff::Backoff;
 use super::coalesce::{send, PendingSubscriptions};
 use super::failover::{Placement, Route, FAILBACK_REASON, FAILOVER_REASON};
 use super::feeder::Feeder;
+use super::health::Health;
 use super::namespace::Namespace;
+use super::probe;
 use super::session::{Command, Session};
 use super::upstream_log::Phase;
 use super::UpstreamContext;
@@ -48,6 +56,9 @@ use crate::xds::ResourceType;
 const OUTBOUND_QUEUE: usize = 64;
 /// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
 const INVALID_ARGUMENT: i32 = 3;
+/// How often a stream silent past its failover-after checks again that
+/// its upstream still answers health checks.
+const SILENCE_RECHECK: Duration = Duration::from_secs(1);
 
 /// One xDS protocol variant over an ADS stream: what to send, how to take
 /// what arrives. One value per session, living across its streams.
@@ -422,7 +433,7 @@ impl Lane {
 /// Ok when the session closed (its command channel is gone); Err when the
 /// stream broke. Sets `answered` once a response arrived.
 async fn one_stream<P: Protocol>(
-    ctx: &UpstreamContext,
+    ctx: &Arc<UpstreamContext>,
     session: &Session,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     protocol: &mut P,
@@ -431,9 +442,15 @@ async fn one_stream<P: Protocol>(
     silence: Option<std::time::Duration>,
 ) -> Result<(), StreamError> {
     // With a failover to go to, an upstream that does not answer within
-    // its failover-after (a listener that accepts and never speaks) is down.
+    // its failover-after and fails a health check then (a listener that
+    // accepts and never speaks) is down. One that answers health checks
+    // has only nothing new to say: a server need not answer a
+    // resubscription at the versions the session holds.
     let deadline = silence.map(|after| Instant::now() + after);
     let silent = || StreamError::Silent(silence.unwrap_or_default());
+    // Whether the upstream is known up while the stream waits for its first
+    // answer: the session is then fresh, its state current.
+    let mut up = false;
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
     session.upstream.phase(Phase::Connecting);
     protocol.reset_stream();
@@ -456,12 +473,20 @@ async fn one_stream<P: Protocol>(
             },
             () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
             () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
-            () = sleep_until(deadline) => return Err(silent()),
+            () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
+                info!("upstream answers health checks; the stream has nothing new to say yet");
+                up = stream_up(session, lane, answered);
+            }
+            () = silent_and_down(ctx, deadline) => return Err(silent()),
         }
     };
     let _open = StreamGuard::open(ctx);
-    session.upstream.phase(Phase::Open);
     info!("upstream stream open");
+    // The server took the stream: it is up, whether or not it has anything
+    // to send.
+    if !up {
+        stream_up(session, lane, answered);
+    }
     loop {
         let timer = protocol
             .next_timer()
@@ -497,8 +522,32 @@ async fn one_stream<P: Protocol>(
                 protocol.timer(now);
                 protocol.expire(now);
             }
-            () = sleep_until(deadline.filter(|_| !*answered)) => return Err(silent()),
+            () = silent_and_down(ctx, deadline.filter(|_| !*answered)) => return Err(silent()),
         }
+    }
+}
+
+/// The stream on `lane` is up (the server took it, or the upstream answers
+/// health checks), though nothing may have arrived on it: a server need not
+/// answer a resubscription at the versions held. The session is fresh, and
+/// the upstream counts as answered for backoff and failover. Returns true.
+fn stream_up(session: &Session, lane: Option<ResourceType>, answered: &mut bool) -> bool {
+    *answered = true;
+    session.upstream.phase(Phase::Open);
+    session.mark_fresh(lane);
+    true
+}
+
+/// Resolves when a stream silent until `deadline` is down: its upstream
+/// fails a health check at the deadline or after it (checked every
+/// [`SILENCE_RECHECK`] while it passes); never without a deadline.
+async fn silent_and_down(ctx: &UpstreamContext, deadline: Option<Instant>) {
+    let Some(deadline) = deadline else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(deadline).await;
+    while probe::answers_health_check(ctx).await.is_ok() {
+        tokio::time::sleep(SILENCE_RECHECK).await;
     }
 }
 

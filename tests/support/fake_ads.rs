@@ -177,6 +177,12 @@ struct Shared {
     delta_resources_sent: AtomicUsize,
     /// When a response was last handed to each node's stream, by node id.
     last_sent: Mutex<HashMap<String, Instant>>,
+    /// Whether a SotW stream's first request of a type presenting the
+    /// current version is answered with nothing, as java-control-plane's
+    /// `SimpleCache` does (the protocol allows it).
+    quiet_on_current: AtomicBool,
+    /// Ticks to end every open SotW stream, as a restart would.
+    breaks: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -218,6 +224,20 @@ impl FakeAds {
         let ads = FakeAds::start_with(None).await;
         ads.shared.delta.store(true, Ordering::SeqCst);
         ads
+    }
+
+    /// From now on, a SotW stream's first request of a type that presents
+    /// the current version gets no answer (java-control-plane's way).
+    pub fn quiet_on_current_version(&self) {
+        self.shared.quiet_on_current.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends every open SotW stream with UNAVAILABLE, as a restart of the
+    /// control plane would; the state is kept, and new streams are served.
+    pub fn break_streams(&self) {
+        self.shared
+            .breaks
+            .send_modify(|tick| *tick = tick.wrapping_add(1));
     }
 
     /// Resources sent on delta streams so far, all streams together.
@@ -515,7 +535,8 @@ impl Service {
             nonce: 0,
             node: None,
         };
-        tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe()));
+        let breaks = self.shared.breaks.subscribe();
+        tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe(), breaks));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -594,6 +615,7 @@ impl StreamTask {
         mut self,
         mut inbound: Streaming<DiscoveryRequest>,
         mut changed: watch::Receiver<u64>,
+        mut breaks: watch::Receiver<u64>,
     ) {
         self.shared.open.fetch_add(1, Ordering::SeqCst);
         loop {
@@ -602,6 +624,10 @@ impl StreamTask {
                     Ok(Some(request)) => self.request(request).await,
                     _ => break,
                 },
+                _ = breaks.changed() => {
+                    let _ = self.tx.send(Err(Status::unavailable("the fake control plane restarts"))).await;
+                    break;
+                }
                 tick = changed.changed() => {
                     if tick.is_err() {
                         break;
@@ -641,9 +667,16 @@ impl StreamTask {
                 true
             }
             None => {
+                let quiet = self.shared.quiet_on_current.load(Ordering::SeqCst);
+                let current = lock(&self.shared.snapshot)
+                    .get(&type_url)
+                    .filter(|entry| quiet && entry.version == request.version_info)
+                    .map(|entry| entry.generation);
+                // Quiet: the client holds the current version, nothing to say.
+                let sent = current.unwrap_or(0);
                 self.subscribed
-                    .insert(type_url.clone(), Subscribed { names, sent: 0 });
-                true
+                    .insert(type_url.clone(), Subscribed { names, sent });
+                current.is_none()
             }
         };
         if answer {
