@@ -61,6 +61,9 @@ pub(crate) enum ApiError {
     },
     #[error("{0}")]
     NotImplemented(String),
+    /// The upstream failed on what was asked (502).
+    #[error("{0}")]
+    BadGateway(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -78,6 +81,7 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -90,7 +94,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => code::RESOURCE_EXHAUSTED,
             ApiError::Unauthenticated(_) => code::UNAUTHENTICATED,
             ApiError::Forbidden(_) => code::PERMISSION_DENIED,
-            ApiError::Unavailable { .. } => code::UNAVAILABLE,
+            ApiError::Unavailable { .. } | ApiError::BadGateway(_) => code::UNAVAILABLE,
             ApiError::RequestTimeout(_) => code::DEADLINE_EXCEEDED,
             ApiError::Internal(_) => code::INTERNAL,
         }
@@ -116,6 +120,11 @@ impl From<SourceError> for ApiError {
             SourceError::NoUpstream { .. } | SourceError::DeltaOnly { .. } => {
                 ApiError::NotImplemented(err.to_string())
             }
+            SourceError::Unserved {
+                refused: crate::source::Refused::Unimplemented(_),
+                ..
+            } => ApiError::NotImplemented(err.to_string()),
+            SourceError::Unserved { .. } => ApiError::BadGateway(err.to_string()),
             SourceError::TooManySessions { .. }
             | SourceError::OverShare(_)
             | SourceError::SessionBytes { .. }

@@ -48,6 +48,7 @@ mod snapshot;
 mod sotw;
 mod stream;
 mod ttl;
+mod unserved;
 mod upstream;
 mod upstream_log;
 pub(crate) mod view;
@@ -75,6 +76,7 @@ pub(crate) use polled::Polled;
 pub(crate) use sessions::Sessions;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
+pub(crate) use unserved::Refused;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use wire::fuzz::upstream_response as fuzz_upstream_response;
 
@@ -238,6 +240,14 @@ pub(crate) enum SourceError {
         from: &'static str,
         kind: ResourceType,
         within: Duration,
+    },
+    /// The upstream refused the type for this session: it is set aside
+    /// (`unserved.rs`) and not asked for again until `retry_in` has passed.
+    #[error("{} is not served for this node: {refused}; the gateway asks the upstream again in {}s if a client still asks (the node's other types are unaffected)", kind.type_url(), retry_in.as_secs())]
+    Unserved {
+        kind: ResourceType,
+        refused: unserved::Refused,
+        retry_in: Duration,
     },
     /// The upstream answered, and the gateway refused (NACKed) the answer:
     /// never reported as an upstream that did not answer.

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::failover::{Placement, FAILOVER_REASON};
 use super::node::SessionNode;
+use super::unserved::Unserved;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, Recorder, RejectionTracker, TypeState};
@@ -186,6 +187,8 @@ pub(crate) struct Session {
     /// Where every state published and every NACK sent is recorded (the
     /// config history, which outlives the session); `None` in unit tests.
     history: Option<Recorder>,
+    /// The types the upstream refused, set aside (`unserved.rs`).
+    pub(super) unserved: Unserved,
 }
 
 impl Session {
@@ -225,6 +228,7 @@ impl Session {
             placements: Mutex::default(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             history,
+            unserved: Unserved::default(),
         });
         (session, rx)
     }
@@ -374,8 +378,27 @@ impl Session {
     /// The subscription to send upstream for `kind`, or `None` if no client
     /// has asked for it.
     pub(super) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+        if self.unserved.check(kind, Instant::now()).is_some() {
+            // Set aside: the upstream refused it; not asked again yet.
+            return None;
+        }
         let sub = lock(&self.slot(kind).subscription);
         (sub.wildcard.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
+    }
+
+    /// The types subscribed and never answered, each with when a client
+    /// first asked for it: what an aggregated stream ending with an
+    /// application error may have ended for.
+    pub(super) fn unanswered(&self) -> Vec<(ResourceType, Instant)> {
+        ResourceType::ALL
+            .into_iter()
+            .filter(|kind| self.state(*kind).is_none())
+            .filter_map(|kind| {
+                let sub = lock(&self.slot(kind).subscription);
+                let firsts = sub.wildcard.iter().chain(sub.names.values());
+                firsts.map(|i| i.first).min().map(|first| (kind, first))
+            })
+            .collect()
     }
 
     /// Names to put in a SotW request: empty for a plain wildcard, `*` plus

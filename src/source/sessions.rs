@@ -258,6 +258,32 @@ impl<F: Feeder> Sessions<F> {
         self.metrics.set_sessions(registry.sessions.len());
     }
 
+    /// Waits up to `wait` for a state covering `names` (see
+    /// `wait_for_coverage`), and ends the wait at once, with the error its
+    /// polls get, if the upstream refuses the type meanwhile.
+    async fn first_state(
+        session: &Session,
+        kind: ResourceType,
+        rx: super::session::StateRx,
+        names: &crate::cache::Names,
+        wait: Duration,
+    ) -> Result<Option<Arc<TypeState>>, SourceError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let set_aside = session.unserved.next_set_aside();
+            let waiting =
+                wait_for_coverage(rx.clone(), names, deadline - tokio::time::Instant::now());
+            tokio::select! {
+                state = waiting => return Ok(state),
+                () = set_aside => {
+                    if let Some(aside) = session.unserved.check(kind, tokio::time::Instant::now()) {
+                        return Err(SourceError::Unserved { kind, refused: aside.refused, retry_in: aside.retry_in });
+                    }
+                }
+            }
+        }
+    }
+
     async fn poll_session(
         &self,
         kind: ResourceType,
@@ -275,16 +301,28 @@ impl<F: Feeder> Sessions<F> {
             return Err(SourceError::NoNodeId);
         }
         let session = self.session(request, tenant).await?;
+        let now = tokio::time::Instant::now();
+        if let Some(aside) = session.unserved.check(kind, now) {
+            return Err(SourceError::Unserved {
+                kind,
+                refused: aside.refused,
+                retry_in: aside.retry_in,
+            });
+        }
         let serving = session.serving();
         let names = request.names();
         let max = self.limits.max_names_per_session;
         let (rx, settled) = session
             .want(kind, names, SETTLE, max)
             .map_err(|e| SourceError::TooManyNames { kind, max: e.max })?;
+        if session.unserved.due(kind, now) {
+            // Set aside, and its time is up: ask the upstream again.
+            session.send(Command::Resubscribe(kind));
+        }
         let within = self.limits.first_response_timeout;
         let first_wait = if settled { Duration::ZERO } else { within };
-        let state = wait_for_coverage(rx.clone(), names, first_wait)
-            .await
+        let state = Self::first_state(&session, kind, rx.clone(), names, first_wait)
+            .await?
             .ok_or_else(|| match session.upstream.refusal(kind) {
                 Some(detail) => SourceError::Refused { kind, detail },
                 None => SourceError::NoAnswer {
@@ -366,6 +404,17 @@ impl<F: Feeder> Source for Sessions<F> {
                         session.node.id,
                         session.node.cluster,
                         placements.join("; ").trim_start()
+                    ));
+                }
+            }
+            for (kind, refused, since) in session.unserved.listed(tokio::time::Instant::now()) {
+                if status.problems.len() < SESSION_ERRORS_SHOWN {
+                    status.problems.push(format!(
+                        "node {:?} (cluster {:?}): {} set aside since {}: {refused}; its polls get an error until the upstream is asked again",
+                        session.node.id,
+                        session.node.cluster,
+                        kind.type_url(),
+                        humantime::format_rfc3339_seconds(since)
                     ));
                 }
             }

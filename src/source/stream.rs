@@ -46,6 +46,7 @@ use super::health::Health;
 use super::namespace::Namespace;
 use super::probe;
 use super::session::{Command, Session};
+use super::unserved::Refused;
 use super::upstream_log::Phase;
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
@@ -307,6 +308,17 @@ async fn run<P: Protocol>(
             };
             let Err(err) = ended else { return };
             session.upstream.phase(Phase::Connecting);
+            if let Some(kind) = set_aside(&session, lane, &err) {
+                info!(%kind, error = %Escaped(&err), "the upstream refused the type: set aside; the session's other types go on");
+                if lane.is_some() {
+                    // Its own stream: nothing else rides on it. Wait for a
+                    // client to ask again once its time is up.
+                    match commands.recv().await {
+                        Some(_) => continue,
+                        None => return,
+                    }
+                }
+            }
             session.stream_failed(lane, err.to_string());
             ctx.health.broke();
             if answered {
@@ -344,6 +356,48 @@ async fn run<P: Protocol>(
     }
     .instrument(span)
     .await
+}
+
+/// The type to set aside after the stream `lane` ended with `err`, if the
+/// upstream refused a type rather than failed: on a type's own stream, an
+/// UNIMPLEMENTED method or an application error before the type was ever
+/// answered; on the aggregated stream, an application error (not a
+/// transport one) while some subscription was never answered, the newest
+/// of them being the suspect (`unserved.rs`).
+fn set_aside(
+    session: &Session,
+    lane: Option<ResourceType>,
+    err: &StreamError,
+) -> Option<ResourceType> {
+    let now = Instant::now();
+    let (refused, code) = match err {
+        StreamError::NoStream(..) => (
+            Refused::Unimplemented(err.to_string()),
+            tonic::Code::Unimplemented,
+        ),
+        StreamError::Status(status) => {
+            let text = format!("{:?}: {}", status.code(), status.message());
+            match status.code() {
+                tonic::Code::Unimplemented => (Refused::Unimplemented(text), status.code()),
+                tonic::Code::Unknown
+                | tonic::Code::Internal
+                | tonic::Code::InvalidArgument
+                | tonic::Code::FailedPrecondition
+                | tonic::Code::NotFound => (Refused::EndedTheStream(text), status.code()),
+                _ => return None,
+            }
+        }
+        StreamError::Closed | StreamError::Silent(_) => return None,
+    };
+    let kind = match lane {
+        Some(kind) => {
+            let never_answered = session.state(kind).is_none();
+            (never_answered || code == tonic::Code::Unimplemented).then_some(kind)?
+        }
+        None => session.unserved.suspect(session.unanswered(), now)?,
+    };
+    session.unserved.set_aside(kind, refused, now);
+    Some(kind)
 }
 
 /// What a lane does after one of its streams failed.
@@ -504,6 +558,7 @@ async fn one_stream<P: Protocol>(
                         warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve");
                         continue;
                     };
+                    session.unserved.served(kind);
                     if lane.is_some_and(|only| only != kind) {
                         warn!(type_url = %Escaped(type_url), "response for another type on a per-type stream; ignored");
                         continue;

@@ -183,6 +183,9 @@ struct Shared {
     quiet_on_current: AtomicBool,
     /// Ticks to end every open SotW stream, as a restart would.
     breaks: watch::Sender<u64>,
+    /// Type URLs whose subscription ends the SotW stream with UNKNOWN, as
+    /// java-control-plane ends an ADS stream asked for a type it lacks.
+    fatal_types: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -230,6 +233,13 @@ impl FakeAds {
     /// the current version gets no answer (java-control-plane's way).
     pub fn quiet_on_current_version(&self) {
         self.shared.quiet_on_current.store(true, Ordering::SeqCst);
+    }
+
+    /// From now on, a SotW request for `type_url` ends its stream with
+    /// UNKNOWN ("Application error processing RPC", what grpc-java says
+    /// when a handler throws), before anything is answered.
+    pub fn end_streams_asked_for(&self, type_url: &str) {
+        lock(&self.shared.fatal_types).push(type_url.to_owned());
     }
 
     /// Ends every open SotW stream with UNAVAILABLE, as a restart of the
@@ -621,6 +631,11 @@ impl StreamTask {
         loop {
             tokio::select! {
                 message = inbound.message() => match message {
+                    Ok(Some(request)) if lock(&self.shared.fatal_types).contains(&request.type_url) => {
+                        self.record(&request);
+                        let _ = self.tx.send(Err(Status::unknown("Application error processing RPC"))).await;
+                        break;
+                    }
                     Ok(Some(request)) => self.request(request).await,
                     _ => break,
                 },
@@ -643,6 +658,11 @@ impl StreamTask {
     }
 
     async fn request(&mut self, request: DiscoveryRequest) {
+        self.record(&request);
+        self.answer(request).await;
+    }
+
+    fn record(&self, request: &DiscoveryRequest) {
         lock(&self.shared.requests).push(Recorded {
             stream: self.id,
             type_url: request.type_url.clone(),
@@ -652,6 +672,9 @@ impl StreamTask {
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
         });
+    }
+
+    async fn answer(&mut self, request: DiscoveryRequest) {
         if self.node.is_none() {
             self.node = request.node.as_ref().map(|n| n.id.clone());
         }
