@@ -529,7 +529,7 @@ async fn one_stream<P: Protocol>(
             () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
             () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
                 info!("upstream answers health checks; the stream has nothing new to say yet");
-                up = stream_up(session, lane, answered);
+                up = stream_up(session, lane);
             }
             () = silent_and_down(ctx, deadline) => return Err(silent()),
         }
@@ -539,7 +539,7 @@ async fn one_stream<P: Protocol>(
     // The server took the stream: it is up, whether or not it has anything
     // to send.
     if !up {
-        stream_up(session, lane, answered);
+        stream_up(session, lane);
     }
     loop {
         let timer = protocol
@@ -584,10 +584,12 @@ async fn one_stream<P: Protocol>(
 
 /// The stream on `lane` is up (the server took it, or the upstream answers
 /// health checks), though nothing may have arrived on it: a server need not
-/// answer a resubscription at the versions held. The session is fresh, and
-/// the upstream counts as answered for backoff and failover. Returns true.
-fn stream_up(session: &Session, lane: Option<ResourceType>, answered: &mut bool) -> bool {
-    *answered = true;
+/// answer a resubscription at the versions held. The session is fresh. It
+/// does not count as an answer for backoff and failover, which go by what
+/// arrived (a health check passing while the stream's own connection fails
+/// kept resetting the time a primary had been down, and it never failed
+/// over). Returns true.
+fn stream_up(session: &Session, lane: Option<ResourceType>) -> bool {
     session.upstream.phase(Phase::Open);
     session.mark_fresh(lane);
     true
