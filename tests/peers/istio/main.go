@@ -50,7 +50,7 @@ import (
 func main() {
 	grpcAddr := flag.String("grpc", "127.0.0.1:0", "loopback address for Istio's gRPC ADS server")
 	httpAddr := flag.String("http", "127.0.0.1:0", "loopback address for the JSON control API")
-	debounce := flag.Duration("debounce", 0, "Istio's push debounce (DebounceAfter): 0 as in Istio's own tests; istiod's default is 100ms")
+	debounce := flag.Duration("debounce", 100*time.Millisecond, "Istio's push debounce (PILOT_DEBOUNCE_AFTER): istiod's default; 0 (as Istio's own tests run) pushes each event on its own")
 	logLevels := flag.String("log-level", "default:info,ads:info,model:warn,klog:warn,krt:warn", "Istio log output levels (scope:level,...)")
 	flag.Parse()
 
