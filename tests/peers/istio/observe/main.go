@@ -21,6 +21,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -237,6 +238,21 @@ spec:
 	s.send(&discovery.DiscoveryRequest{Node: productpage, TypeUrl: "type.googleapis.com/acme.Nothing"})
 	fmt.Printf("SotW unknown type acme.Nothing -> %s\n", s.describe(s.next(3*time.Second)))
 	s.close()
+
+	// Per-type services and Fetch.
+	fmt.Println("\n== per-type CDS service and FetchClusters")
+	cs := clusterservice.NewClusterDiscoveryServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	if st, err := cs.StreamClusters(ctx); err != nil {
+		fmt.Printf("StreamClusters: %v\n", err)
+	} else {
+		_ = st.Send(&discovery.DiscoveryRequest{Node: productpage, TypeUrl: cdsType})
+		_, err := st.Recv()
+		fmt.Printf("StreamClusters: %v\n", err)
+	}
+	_, err = cs.FetchClusters(ctx, &discovery.DiscoveryRequest{Node: productpage, TypeUrl: cdsType})
+	fmt.Printf("FetchClusters: %v\n", err)
+	cancel()
 
 	// (5) A fresh stream that presents the current version.
 	fmt.Println("\n== (5) a fresh stream presenting the current version")
