@@ -92,6 +92,11 @@ const SETTINGS: &[Setting] = &[
         "upstream-keepalive",
     ),
     setting(
+        "--upstream-node-first-only",
+        "XDS_GATEWAY_UPSTREAM_NODE_FIRST_ONLY",
+        "upstream-node-first-only",
+    ),
+    setting(
         "--fetch-cache-ttl",
         "XDS_GATEWAY_FETCH_CACHE_TTL",
         "fetch-cache-ttl",
@@ -1005,6 +1010,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.upstream_headers.is_empty()
             }
             "upstream-keepalive" => duration() == d.upstream_keepalive,
+            "upstream-node-first-only" => value.as_bool() == Some(d.upstream_node_first_only),
             "fetch-cache-ttl" => duration() == d.fetch_cache_ttl,
             "listen" => address() == d.listen,
             "admin" => address() == d.admin,

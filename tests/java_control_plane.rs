@@ -8,12 +8,12 @@
 //! assignment, and REST GETs of clusters and endpoints for a node return
 //! exactly those names.
 //!
-//! The snapshot is set for every node (`*`): java-control-plane hashes each
-//! request by the node *that request* carries, and the gateway (as the
-//! protocol allows) sends the node on a stream's first request only, so a
-//! later request of the same stream (EDS after CDS) is served from node
-//! `""`'s snapshot; the peer gives `""` the default snapshot like any node
-//! it sees (README.md of the peer, observed behaviour (g)).
+//! The node has a snapshot of its own, and every other node a default one:
+//! java-control-plane looks each request up by the node *that request*
+//! carries (README.md of the peer, observed behaviour (g)), so the gateway
+//! sends the node on every request by default, as Envoy does (with the node
+//! on the first request only, the ACK and the EDS request were served the
+//! default snapshot of node `""`).
 //!
 //! The gateway runs in process on kernel-chosen loopback ports; the peer is
 //! a child process (`java -jar`), killed when the test ends.
@@ -74,9 +74,15 @@ async fn sotw_ads_serves_java_control_plane_clusters_and_endpoints() {
                 "connect_timeout": "1s"
             })
         };
+        cp.set_snapshot(
+            "*",
+            "default-1",
+            &[(CDS, vec![eds_cluster("default-only")])],
+        )
+        .await;
         let answer = cp
             .set_snapshot(
-                "*",
+                "java-smoke",
                 "java-1",
                 &[
                     (CDS, vec![eds_cluster("backend"), eds_cluster("payments")]),
@@ -120,6 +126,9 @@ async fn sotw_ads_serves_java_control_plane_clusters_and_endpoints() {
 
         let endpoints =
             get("/v3/discovery:endpoints?node=java-smoke&names=backend".to_owned()).await;
+        // After the ACKs, still the node's own snapshot.
+        let again = get("/v3/discovery:clusters?node=java-smoke".to_owned()).await;
+        assert_eq!(names(&again), ["backend", "payments"], "{again}");
         assert_eq!(endpoints["typeUrl"], EDS, "{endpoints}");
         assert_eq!(names(&endpoints), ["backend"], "{endpoints}");
         let address = &endpoints["resources"][0]["endpoints"][0]["lbEndpoints"][0]["endpoint"]

@@ -154,6 +154,15 @@ settings! {
         #[arg(long, env = "XDS_GATEWAY_UPSTREAM_KEEPALIVE", value_parser = humantime::parse_duration)]
         #[serde(default, with = "opt_duration")]
         upstream_keepalive: Duration = Duration::from_secs(30),
+        /// Send the node on the first request of each upstream stream only, as Envoy's
+        /// `set_node_on_first_message_only` does. By default it goes on every request, as
+        /// Envoy's own default: the protocol guarantees it on the first only, and control
+        /// planes that key each request on its own node (java-control-plane) need it on every
+        /// one; go-control-plane and Istio keep the first, so this saves each ACK the node's
+        /// bytes there (a REST Envoy's node is about 77 KB).
+        #[arg(long, env = "XDS_GATEWAY_UPSTREAM_NODE_FIRST_ONLY", num_args = 0..=1, default_missing_value = "true",
+              value_parser = clap::builder::BoolishValueParser::new())]
+        upstream_node_first_only: bool = false,
         /// Fetch mode: how long an upstream answer is reused for identical requests [default: 500ms].
         #[arg(long, env = "XDS_GATEWAY_FETCH_CACHE_TTL", value_parser = humantime::parse_duration)]
         #[serde(default, with = "opt_duration")]

@@ -354,6 +354,7 @@ impl Config {
             streams: self.upstream_streams,
             headers: &self.upstream_headers,
             keepalive: self.upstream_keepalive,
+            node_first_only: self.upstream_node_first_only,
         };
         if self.upstream_tables.is_empty() {
             self.upstreams = match &self.upstream {
@@ -392,6 +393,7 @@ impl Config {
                     streams: self.upstream_streams,
                     headers: &self.upstream_headers,
                     keepalive: self.upstream_keepalive,
+                    node_first_only: self.upstream_node_first_only,
                 },
             ),
             None => Upstreams::default(),

@@ -143,6 +143,9 @@ pub struct UpstreamSpec {
     pub tls: UpstreamTls,
     pub headers: Vec<(String, String)>,
     pub keepalive: Duration,
+    /// Whether the node goes on the first request of a stream only
+    /// (`--upstream-node-first-only`), else on every request.
+    pub node_first_only: bool,
     /// xdstp authorities this upstream claims.
     pub authorities: Vec<String>,
     pub failover: Option<Failover>,
@@ -154,6 +157,7 @@ pub(super) struct Inherited<'a> {
     pub(super) streams: UpstreamStreams,
     pub(super) headers: &'a [(String, String)],
     pub(super) keepalive: Duration,
+    pub(super) node_first_only: bool,
 }
 
 /// Every upstream the gateway talks to, the default first.
@@ -242,6 +246,7 @@ impl Upstreams {
                 tls,
                 headers: inherited.headers.to_vec(),
                 keepalive: inherited.keepalive,
+                node_first_only: inherited.node_first_only,
                 authorities: Vec::new(),
                 failover: None,
             }],
@@ -443,6 +448,7 @@ fn spec_of(table: UpstreamTable, inherited: &Inherited<'_>) -> Result<UpstreamSp
         tls,
         headers,
         keepalive: table.keepalive.unwrap_or(inherited.keepalive),
+        node_first_only: inherited.node_first_only,
         authorities: table.authorities,
         failover,
     })
@@ -458,6 +464,7 @@ mod tests {
             streams: UpstreamStreams::Aggregated,
             headers: &[],
             keepalive: Duration::from_secs(30),
+            node_first_only: false,
         }
     }
 

@@ -458,7 +458,8 @@ impl Sotw {
             .get(&kind)
             .map(Session::request_names)
             .unwrap_or_default();
-        let node = (!self.stream.node_sent).then(|| self.session.node.node());
+        let with_node = !self.stream.node_sent || !self.ctx.node_first_only;
+        let node = with_node.then(|| self.session.node.node());
         self.stream.node_sent = true;
         DiscoveryRequest {
             version_info: version,

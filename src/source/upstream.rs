@@ -74,6 +74,8 @@ pub(crate) struct UpstreamContext {
     pub(super) health: Health,
     /// What this upstream's delta sessions hold, shared among them.
     pub(super) held_sets: Arc<HeldSets>,
+    /// Whether the node goes on a stream's first request only.
+    pub(super) node_first_only: bool,
 }
 
 impl UpstreamContext {
@@ -114,6 +116,7 @@ impl UpstreamContext {
         }
         Ok(Arc::new(UpstreamContext {
             held_sets: Arc::new(HeldSets::new(metrics.clone())),
+            node_first_only: spec.node_first_only,
             name: spec.name.clone(),
             uri: uri.to_owned(),
             channel: endpoint.connect_lazy(),
@@ -332,6 +335,7 @@ pub(super) fn unused_context() -> Arc<UpstreamContext> {
         tls: UpstreamTls::default(),
         headers: Vec::new(),
         keepalive: Duration::from_secs(30),
+        node_first_only: false,
         authorities: Vec::new(),
         failover: None,
     };

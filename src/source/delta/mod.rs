@@ -267,7 +267,8 @@ impl Delta {
         nonce: String,
         error: Option<String>,
     ) -> DeltaDiscoveryRequest {
-        let node = (!self.node_sent).then(|| self.session.node.node());
+        let with_node = !self.node_sent || !self.ctx.node_first_only;
+        let node = with_node.then(|| self.session.node.node());
         self.node_sent = true;
         DeltaDiscoveryRequest {
             node,
