@@ -68,10 +68,17 @@ mod tests {
             let highest = delay(failures, 1.0 + BACKOFF_JITTER);
             assert!(highest <= BACKOFF_MAX, "{failures}: {highest:?}");
             let lowest = delay(failures, 1.0 - BACKOFF_JITTER);
-            assert!(lowest >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER), "{failures}: {lowest:?}");
+            assert!(
+                lowest >= BACKOFF_BASE.mul_f64(1.0 - BACKOFF_JITTER),
+                "{failures}: {lowest:?}"
+            );
         }
         assert_eq!(delay(40, 1.0 + BACKOFF_JITTER), BACKOFF_MAX);
-        assert_eq!(delay(40, 1.0 - BACKOFF_JITTER), BACKOFF_MAX.mul_f64(0.5), "jitter below the cap stays");
+        assert_eq!(
+            delay(40, 1.0 - BACKOFF_JITTER),
+            BACKOFF_MAX.mul_f64(0.5),
+            "jitter below the cap stays"
+        );
         assert_eq!(delay(1, 1.0), BACKOFF_BASE);
     }
 }
