@@ -56,6 +56,7 @@ pub(crate) fn presented_node(
     };
     if let Some(id) = query.get("node") {
         node.insert("id".into(), Value::String(id.clone()));
+        present_the_pod_named(&mut node, id);
     }
     if let Some(cluster) = query.get("cluster") {
         node.insert("cluster".into(), Value::String(cluster.clone()));
@@ -93,6 +94,40 @@ pub(crate) fn presented_node(
         }
     }
     Ok(node)
+}
+
+/// The metadata keys of an Istio proxy's node that name its pod, which
+/// istiod reads with the node id (see `tests/peers/istio/README.md`).
+const ISTIO_POD_KEYS: [&str; 3] = ["INSTANCE_IPS", "NAME", "NAMESPACE"];
+
+/// An Istio proxy's node (its metadata has `ISTIO_VERSION`) whose id names
+/// a pod, `TYPE~IP~POD.NAMESPACE~DOMAIN`, presents that pod: its
+/// `INSTANCE_IPS`, `NAME` and `NAMESPACE` are set from the id, so that a
+/// profile written for one pod, asked for with another pod's id, gets that
+/// pod's view (istiod finds the pod by the id's name only when `NAMESPACE`
+/// agrees, and otherwise falls back to the profile's labels: another pod's
+/// view). An id of another shape, or a profile of no Istio proxy, is left
+/// as it is; `?metadata=` still wins.
+fn present_the_pod_named(node: &mut Map<String, Value>, id: &str) {
+    let Some(Value::Object(metadata)) = node.get_mut("metadata") else {
+        return;
+    };
+    if !metadata.contains_key("ISTIO_VERSION") {
+        return;
+    }
+    let parts: Vec<&str> = id.split('~').collect();
+    let [_, ip, proxy, _] = parts.as_slice() else {
+        return;
+    };
+    let Some((pod, namespace)) = proxy.rsplit_once('.') else {
+        return;
+    };
+    if ip.is_empty() || pod.is_empty() || namespace.is_empty() {
+        return;
+    }
+    for (key, value) in ISTIO_POD_KEYS.into_iter().zip([ip, pod, namespace]) {
+        metadata.insert(key.into(), Value::String((*value).to_owned()));
+    }
 }
 
 fn unknown_profile(name: &str, profiles: &NodeProfiles) -> String {
@@ -223,6 +258,54 @@ mod tests {
         assert_eq!(node(&[("profile", "sidecar")]).unwrap()["id"], "template");
         let other = node(&[("profile", "sidecar"), ("cluster", "other")]).unwrap();
         assert_eq!(other["cluster"], "other");
+    }
+
+    /// A profile of an Istio sidecar asked for with another pod's id
+    /// presents that pod (istiod keys the view on it), not the template's.
+    #[test]
+    fn an_istio_profile_presents_the_pod_its_id_names() {
+        let profiles = NodeProfiles::with(&[(
+            "istio",
+            serde_json::json!({
+                "id": "sidecar~10.244.1.12~reviews-v1-1.default~default.svc.cluster.local",
+                "metadata": {"ISTIO_VERSION": "1.31.0", "INSTANCE_IPS": "10.244.1.12",
+                             "NAME": "reviews-v1-1", "NAMESPACE": "default", "CLUSTER_ID": "Kubernetes"}
+            }),
+        )]);
+        let codec = test_codec();
+        let got = presented_node(
+            &query_of(&[
+                ("profile", "istio"),
+                ("node", "sidecar~10.244.1.13~reviews-v2-2.other~other.svc.cluster.local"),
+            ]),
+            &profiles,
+            codec,
+        )
+        .unwrap();
+        let metadata = &got["metadata"];
+        assert_eq!(metadata["INSTANCE_IPS"], "10.244.1.13");
+        assert_eq!(metadata["NAME"], "reviews-v2-2");
+        assert_eq!(metadata["NAMESPACE"], "other");
+        assert_eq!(metadata["CLUSTER_ID"], "Kubernetes", "the rest is the profile's");
+        // ?metadata= still wins, and an id of another shape is left alone.
+        let got = presented_node(
+            &query_of(&[
+                ("profile", "istio"),
+                ("node", "sidecar~10.244.1.13~reviews-v2-2.other~other.svc.cluster.local"),
+                ("metadata", r#"{"NAMESPACE":"third"}"#),
+            ]),
+            &profiles,
+            codec,
+        )
+        .unwrap();
+        assert_eq!(got["metadata"]["NAMESPACE"], "third");
+        let got = presented_node(
+            &query_of(&[("profile", "istio"), ("node", "plain-id")]),
+            &profiles,
+            codec,
+        )
+        .unwrap();
+        assert_eq!(got["metadata"]["NAME"], "reviews-v1-1");
     }
 
     #[test]
