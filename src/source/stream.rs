@@ -308,7 +308,7 @@ async fn run<P: Protocol>(
             };
             let Err(err) = ended else { return };
             session.upstream.phase(Phase::Connecting);
-            if let Some(kind) = set_aside(&session, lane, &err) {
+            if let Some(kind) = set_aside(&session, lane, &err, answered) {
                 info!(%kind, error = %Escaped(&err), "the upstream refused the type: set aside; the session's other types go on");
                 if lane.is_some() {
                     // Its own stream: nothing else rides on it. Wait for a
@@ -360,41 +360,49 @@ async fn run<P: Protocol>(
 
 /// The type to set aside after the stream `lane` ended with `err`, if the
 /// upstream refused a type rather than failed: on a type's own stream, an
-/// UNIMPLEMENTED method or an application error before the type was ever
+/// UNIMPLEMENTED method, or an application error before the type was ever
 /// answered; on the aggregated stream, an application error (not a
 /// transport one) while some subscription was never answered, the newest
-/// of them being the suspect (`unserved.rs`).
+/// of them being the suspect (`unserved.rs`), once the upstream has served
+/// the session something (this stream `answered`, or a state held): a
+/// stream refused before anything may be refused as a whole. java-control-
+/// plane ends the stream with UNKNOWN, Istio with UNAUTHENTICATED ("the api
+/// generator requires an authenticated control-plane identity").
 fn set_aside(
     session: &Session,
     lane: Option<ResourceType>,
     err: &StreamError,
+    answered: bool,
 ) -> Option<ResourceType> {
+    use tonic::Code;
     let now = Instant::now();
     let (refused, code) = match err {
-        StreamError::NoStream(..) => (
-            Refused::Unimplemented(err.to_string()),
-            tonic::Code::Unimplemented,
-        ),
+        StreamError::NoStream(..) => (Refused::Unimplemented(err.to_string()), Code::Unimplemented),
         StreamError::Status(status) => {
             let text = format!("{:?}: {}", status.code(), status.message());
             match status.code() {
-                tonic::Code::Unimplemented => (Refused::Unimplemented(text), status.code()),
-                tonic::Code::Unknown
-                | tonic::Code::Internal
-                | tonic::Code::InvalidArgument
-                | tonic::Code::FailedPrecondition
-                | tonic::Code::NotFound => (Refused::EndedTheStream(text), status.code()),
+                Code::Unimplemented => (Refused::Unimplemented(text), status.code()),
+                Code::Unknown
+                | Code::Internal
+                | Code::InvalidArgument
+                | Code::FailedPrecondition
+                | Code::NotFound
+                | Code::Unauthenticated
+                | Code::PermissionDenied => (Refused::EndedTheStream(text), status.code()),
                 _ => return None,
             }
         }
         StreamError::Closed | StreamError::Silent(_) => return None,
     };
+    let served_before = answered || session.has_state();
     let kind = match lane {
-        Some(kind) => {
-            let never_answered = session.state(kind).is_none();
-            (never_answered || code == tonic::Code::Unimplemented).then_some(kind)?
-        }
-        None => session.unserved.suspect(session.unanswered(), now)?,
+        Some(kind) if code == Code::Unimplemented => kind,
+        // Its own stream: refused before the type was ever answered, while
+        // the upstream served the session something.
+        Some(kind) if session.state(kind).is_none() && served_before => kind,
+        Some(_) => return None,
+        None if served_before => session.unserved.suspect(session.unanswered(), now)?,
+        None => return None,
     };
     session.unserved.set_aside(kind, refused, now);
     Some(kind)
