@@ -276,7 +276,10 @@ mod tests {
         let got = presented_node(
             &query_of(&[
                 ("profile", "istio"),
-                ("node", "sidecar~10.244.1.13~reviews-v2-2.other~other.svc.cluster.local"),
+                (
+                    "node",
+                    "sidecar~10.244.1.13~reviews-v2-2.other~other.svc.cluster.local",
+                ),
             ]),
             &profiles,
             codec,
@@ -286,12 +289,18 @@ mod tests {
         assert_eq!(metadata["INSTANCE_IPS"], "10.244.1.13");
         assert_eq!(metadata["NAME"], "reviews-v2-2");
         assert_eq!(metadata["NAMESPACE"], "other");
-        assert_eq!(metadata["CLUSTER_ID"], "Kubernetes", "the rest is the profile's");
+        assert_eq!(
+            metadata["CLUSTER_ID"], "Kubernetes",
+            "the rest is the profile's"
+        );
         // ?metadata= still wins, and an id of another shape is left alone.
         let got = presented_node(
             &query_of(&[
                 ("profile", "istio"),
-                ("node", "sidecar~10.244.1.13~reviews-v2-2.other~other.svc.cluster.local"),
+                (
+                    "node",
+                    "sidecar~10.244.1.13~reviews-v2-2.other~other.svc.cluster.local",
+                ),
                 ("metadata", r#"{"NAMESPACE":"third"}"#),
             ]),
             &profiles,
