@@ -37,10 +37,10 @@ pub(crate) fn unknown_types(codec: &Codec, msg: &DynamicMessage) -> BTreeSet<Str
 
 fn walk(codec: &Codec, msg: &DynamicMessage, found: &mut BTreeSet<String>) {
     if let Some((type_url, payload)) = any_parts(msg) {
-        match inner(codec, type_url, payload) {
+        match inner(codec, &type_url, &payload) {
             Inner::Known(inner) => walk(codec, &inner, found),
             Inner::Unknown => {
-                found.insert(type_url.to_owned());
+                found.insert(type_url);
             }
             Inner::Undecodable => {}
         }
@@ -74,7 +74,6 @@ pub(crate) fn wrapped(codec: &Codec, msg: &DynamicMessage) -> Option<DynamicMess
 /// Wraps the unknown `Any`s inside `msg`; returns whether it changed it.
 fn wrap(codec: &Codec, msg: &mut DynamicMessage) -> bool {
     if let Some((type_url, payload)) = any_parts(msg) {
-        let (type_url, payload) = (type_url.to_owned(), payload.clone());
         let replaced = match inner(codec, &type_url, &payload) {
             Inner::Unknown => Some((OPAQUE_TYPE_URL.to_owned(), opaque(type_url, &payload))),
             Inner::Known(mut inner) => wrap(codec, &mut inner)
@@ -119,21 +118,16 @@ fn opaque(type_url: String, payload: &[u8]) -> bytes::Bytes {
     .into()
 }
 
-/// An `Any`'s type URL and payload, if `msg` is an `Any`.
-fn any_parts(msg: &DynamicMessage) -> Option<(&str, &bytes::Bytes)> {
+/// An `Any`'s type URL and payload, if `msg` is an `Any`. Either may be
+/// unset, and then comes as its default: an `Any` of an empty message
+/// (Istio's `stats.PluginConfig` often is) has no `value` field at all.
+fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
     if msg.descriptor().full_name() != ANY {
         return None;
     }
     let type_url = msg.get_field_by_name("type_url")?;
     let payload = msg.get_field_by_name("value")?;
-    // Both borrow from `msg` (fields that are set are returned borrowed).
-    match (type_url, payload) {
-        (
-            std::borrow::Cow::Borrowed(Value::String(t)),
-            std::borrow::Cow::Borrowed(Value::Bytes(p)),
-        ) => Some((t.as_str(), p)),
-        _ => None,
-    }
+    Some((type_url.as_str()?.to_owned(), payload.as_bytes()?.clone()))
 }
 
 /// What an `Any`'s payload is to the codec.
@@ -230,6 +224,23 @@ mod tests {
             .expect("base64");
         assert_eq!(value, alpn, "the bytes, exactly as sent");
         assert_eq!(hcm["statPrefix"], "in", "the known parts render as ever");
+    }
+
+    /// Istio's stats filter config is often empty: an `Any` with a type URL
+    /// and no `value` field at all.
+    #[test]
+    fn an_unknown_type_with_no_bytes_is_kept_too() {
+        let codec = Codec::embedded();
+        let msg = codec.decode_any(LDS, &listener(&[])).expect("decodes");
+        assert_eq!(
+            unknown_types(&codec, &msg),
+            BTreeSet::from([ALPN.to_owned()])
+        );
+        let json = codec.render_resource(LDS, &msg).expect("renders");
+        let json: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+        let filter = &json["filterChains"][0]["filters"][0]["typedConfig"]["httpFilters"][0];
+        assert_eq!(filter["typedConfig"]["@type"], OPAQUE_TYPE_URL, "{json}");
+        assert_eq!(filter["typedConfig"]["typeUrl"], ALPN);
     }
 
     #[test]
