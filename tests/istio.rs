@@ -38,8 +38,8 @@ use serde_json::Value;
 
 use inproc::InProcess;
 use istio_peer::{
-    IstioPeer, CLUSTER_TYPE, ENDPOINT_TYPE, INGRESS_POD, LISTENER_TYPE, PRODUCTPAGE_POD,
-    REVIEWS_V2_POD, ROUTE_TYPE,
+    IstioPeer, CLUSTER_TYPE, DETAILS_POD, ENDPOINT_TYPE, INGRESS_POD, LISTENER_TYPE,
+    PRODUCTPAGE_POD, REVIEWS_V2_POD, ROUTE_TYPE,
 };
 use xds_gateway::config::{Config, RewritePolicy, UpstreamMode};
 
@@ -281,13 +281,14 @@ async fn against_istio(test: &str, mode: UpstreamMode) {
         )
         .await;
 
-        // An RDS subscription that grows, then shrinks.
-        let id = peer.node(PRODUCTPAGE_POD).await["id"]
+        // An RDS subscription that grows, then shrinks (a node of its own:
+        // productpage's session subscribed all three above).
+        let details = peer.node(DETAILS_POD).await["id"]
             .as_str()
             .expect("id")
             .to_owned();
-        let base = format!("profile=istio-sidecar&node={}", encode(&id));
-        let rds = |names: &str| format!("/v3/discovery:routes?{base}&names={names}");
+        let details = format!("profile=istio-sidecar&node={}", encode(&details));
+        let rds = |names: &str| format!("/v3/discovery:routes?{details}&names={names}");
         assert_eq!(names_of(&gw, &rds("9080")).await, ["9080"]);
         assert_eq!(
             names_of(&gw, &rds("80,8000,9080")).await,
@@ -295,6 +296,12 @@ async fn against_istio(test: &str, mode: UpstreamMode) {
             "the subscription grew"
         );
         assert_eq!(names_of(&gw, &rds("9080")).await, ["9080"], "and shrank");
+
+        let id = peer.node(PRODUCTPAGE_POD).await["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let base = format!("profile=istio-sidecar&node={}", encode(&id));
 
         // A pod leaves and joins: an incremental EDS push of one service.
         let all = format!(
