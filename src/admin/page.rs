@@ -218,8 +218,12 @@ fn problems_section(out: &mut String, views: &Views) {
                 continue;
             };
             if reply.kind == ReplyKind::Nack {
+                let looping = match reply.in_a_row {
+                    1 => String::new(),
+                    n => format!(" ({n} NACKs in a row: a NACK loop)"),
+                };
                 problems.push(format!(
-                    "Node <code>{}</code>: NACK of {} version <code>{}</code> sent upstream: {}",
+                    "Node <code>{}</code>: NACK of {} version <code>{}</code> sent upstream{looping}: {}",
                     escape(&session.node_id),
                     escape(kind),
                     escape(&reply.version),

@@ -31,6 +31,9 @@ struct Reply {
     version: String,
     /// `None` for an ACK; the `error_detail` of a NACK.
     nack: Option<String>,
+    /// How many replies of the type in a row were this one (the same kind,
+    /// the same `error_detail`): a NACK loop shows as a count that runs up.
+    in_a_row: u64,
 }
 
 #[derive(Debug)]
@@ -79,12 +82,18 @@ impl UpstreamLog {
     }
 
     fn reply(&self, kind: ResourceType, version: &str, nack: Option<String>) {
-        self.lock().replies.insert(
+        let mut log = self.lock();
+        let in_a_row = match log.replies.get(&kind) {
+            Some(last) if last.nack == nack => last.in_a_row.saturating_add(1),
+            _ => 1,
+        };
+        log.replies.insert(
             kind,
             Reply {
                 at: SystemTime::now(),
                 version: version.to_owned(),
                 nack,
+                in_a_row,
             },
         );
     }
@@ -122,6 +131,7 @@ impl UpstreamLog {
             version: reply.version.clone(),
             at: stamp(reply.at),
             error_detail: reply.nack.clone(),
+            in_a_row: reply.in_a_row,
         })
     }
 }
@@ -163,5 +173,22 @@ mod tests {
         assert_eq!(reply["version"], "1");
         assert_eq!(reply["error_detail"], "cluster a: connect_timeout");
         assert_eq!(json(log.last_reply(ResourceType::Listeners)), null);
+    }
+
+    /// A NACK loop runs the count of identical replies up; another reply
+    /// starts over.
+    #[test]
+    fn identical_replies_in_a_row_are_counted() {
+        let log = UpstreamLog::default();
+        let kind = ResourceType::Clusters;
+        for _ in 0..5 {
+            log.nacked(kind, "v0", "bad cluster");
+        }
+        assert_eq!(log.last_reply(kind).map(|r| r.in_a_row), Some(5));
+        log.nacked(kind, "v0", "another reason");
+        assert_eq!(log.last_reply(kind).map(|r| r.in_a_row), Some(1));
+        log.acked(kind, "v1");
+        log.acked(kind, "v2");
+        assert_eq!(log.last_reply(kind).map(|r| r.in_a_row), Some(2));
     }
 }

@@ -99,6 +99,9 @@ pub(crate) struct ReplyView {
     pub(crate) at: String,
     /// A NACK's `error_detail`; `None` for an ACK.
     pub(crate) error_detail: Option<String>,
+    /// How many replies of the type in a row were this one (same kind,
+    /// same `error_detail`): a NACK loop runs it up.
+    pub(crate) in_a_row: u64,
 }
 
 /// Which reply.

@@ -55,6 +55,7 @@ fn session(node: &str) -> SessionsView {
         version: "2".into(),
         at: "2026-01-01T00:00:00Z".into(),
         error_detail: Some("<i>bad</i>".into()),
+        in_a_row: 1,
     };
     let session = SessionView {
         node_id: node.into(),
