@@ -378,6 +378,10 @@ fn set_aside(
     let now = Instant::now();
     let (refused, code) = match err {
         StreamError::NoStream(..) => (Refused::Unimplemented(err.to_string()), Code::Unimplemented),
+        // A status the client made of a transport failure ("transport
+        // error", often UNKNOWN) carries its cause: only what the upstream
+        // itself said can refuse a type.
+        StreamError::Status(status) if std::error::Error::source(status).is_some() => return None,
         StreamError::Status(status) => {
             let text = format!("{:?}: {}", status.code(), status.message());
             match status.code() {
@@ -401,7 +405,11 @@ fn set_aside(
         // the upstream served the session something.
         Some(kind) if session.state(kind).is_none() && served_before => kind,
         Some(_) => return None,
-        None if served_before => session.unserved.suspect(session.unanswered(), now)?,
+        // An UNIMPLEMENTED aggregated method is no type's doing: every type
+        // rides on it (auto mode probes for another).
+        None if served_before && code != Code::Unimplemented => {
+            session.unserved.suspect(session.unanswered(), now)?
+        }
         None => return None,
     };
     session.unserved.set_aside(kind, refused, now);
@@ -647,5 +655,62 @@ impl<'a> StreamGuard<'a> {
 impl Drop for StreamGuard<'_> {
     fn drop(&mut self) {
         self.0.metrics.stream_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::node::SessionNode;
+
+    /// A session that was served clusters and subscribes runtime too.
+    fn served_session() -> Arc<Session> {
+        let (session, _commands) = Session::new(SessionNode::default());
+        for kind in [ResourceType::Clusters, ResourceType::Runtime] {
+            let names = crate::cache::Names::Wildcard;
+            session
+                .want(kind, &names, super::super::session::SETTLE, 10)
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        }
+        session.publish(crate::cache::TypeState::new(
+            ResourceType::Clusters,
+            "v1".into(),
+            "n1".into(),
+            crate::cache::ResourceMap::new(),
+            crate::cache::Coverage::default(),
+        ));
+        session
+    }
+
+    #[test]
+    fn only_what_the_upstream_said_sets_a_type_aside() {
+        let transport =
+            tonic::Status::from_error(Box::new(std::io::Error::other("connection reset")));
+        assert!(std::error::Error::source(&transport).is_some());
+        let cases = [
+            (
+                tonic::Status::unknown("Application error processing RPC"),
+                None,
+                Some(ResourceType::Runtime),
+            ),
+            (transport, None, None),
+            (tonic::Status::unavailable("restarting"), None, None),
+            (tonic::Status::unimplemented("no delta"), None, None),
+            (
+                tonic::Status::unimplemented("no RTDS"),
+                Some(ResourceType::Runtime),
+                Some(ResourceType::Runtime),
+            ),
+        ];
+        for (status, lane, expected) in cases {
+            let session = served_session();
+            let what = format!("{:?} on {lane:?}", status.code());
+            let err = StreamError::Status(status);
+            assert_eq!(set_aside(&session, lane, &err, true), expected, "{what}");
+        }
+        // A stream refused before anything was served sets nothing aside.
+        let (fresh, _commands) = Session::new(SessionNode::default());
+        let err = StreamError::Status(tonic::Status::unknown("x"));
+        assert_eq!(set_aside(&fresh, None, &err, false), None);
     }
 }
