@@ -112,10 +112,23 @@ fn sidecar(cluster_id: &str) -> Value {
     })
 }
 
-/// `node` with its id (and cluster, if given) replaced.
+/// `node` with its id (and cluster, if given) replaced: the node a GET of
+/// its profile with `?node=id` presents. An Istio proxy's node whose id
+/// names a pod (`TYPE~IP~POD.NAMESPACE~DOMAIN`) presents that pod: its
+/// `INSTANCE_IPS`, `NAME` and `NAMESPACE` (issue 37; docs/usage.md).
 fn with_id(node: &Value, id: &str, cluster: Option<&str>) -> Value {
     let mut node = node.clone();
     node["id"] = json!(id);
+    let parts: Vec<&str> = id.split('~').collect();
+    if let (Some(metadata), [_, ip, proxy, _]) = (node["metadata"].as_object_mut(), &parts[..]) {
+        if metadata.contains_key("ISTIO_VERSION") {
+            if let Some((pod, namespace)) = proxy.rsplit_once('.') {
+                metadata.insert("INSTANCE_IPS".into(), json!(ip));
+                metadata.insert("NAME".into(), json!(pod));
+                metadata.insert("NAMESPACE".into(), json!(namespace));
+            }
+        }
+    }
     if let Some(cluster) = cluster {
         node["cluster"] = json!(cluster);
     }

@@ -465,8 +465,11 @@ mod tests {
         assert!(err.to_string().contains("acme.Nope"), "{err}");
     }
 
+    /// A type the pool lacks is the gateway's limit, not a broken resource:
+    /// it renders whole as an `xds_gateway.v1.OpaqueAny` (issue 37), where
+    /// it used to fail the render (and NACK the upstream).
     #[test]
-    fn nested_unknown_any_fails_the_render() {
+    fn nested_unknown_any_renders_opaque() {
         // A Listener whose filter's typed_config names a type the pool lacks.
         let any = prost_types::Any {
             type_url: "type.googleapis.com/acme.Filter".into(),
@@ -489,13 +492,19 @@ mod tests {
             c
         };
         prost::encoding::bytes::encode(3, &chain, &mut bytes);
-        let err = c
+        let json = c
             .render_any(
                 "type.googleapis.com/envoy.config.listener.v3.Listener",
                 &bytes,
             )
-            .unwrap_err();
-        assert!(err.to_string().contains("acme.Filter"), "{err}");
+            .expect("renders");
+        let json: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+        let typed = &json["filterChains"][0]["filters"][0]["typedConfig"];
+        assert_eq!(typed["@type"], super::super::OPAQUE_TYPE_URL, "{json}");
+        assert_eq!(
+            typed["typeUrl"], "type.googleapis.com/acme.Filter",
+            "{json}"
+        );
     }
 
     #[test]
