@@ -556,8 +556,12 @@ fn the_full_values_render_every_optional_resource() {
     let deployment = deployment(&docs);
     assert!(deployment["spec"].get("replicas").is_none());
     let c = &deployment["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    // On the admin port, over HTTPS since the admin listener has TLS.
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        assert_eq!(c[probe]["httpGet"]["path"], path, "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], "admin", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(
         deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
@@ -587,6 +591,15 @@ fn contradictory_values_fail_the_rendering() {
         (
             vec!["--set", "tls.clientCA.secretName=ca"],
             "clientCA (mTLS) needs the listener's TLS secretName",
+        ),
+        (
+            vec![
+                "--set",
+                "adminTLS.secretName=t",
+                "--set",
+                "adminTLS.clientCA.secretName=ca",
+            ],
+            "adminTLS.clientCA needs adminTLS.clientAuth: optional",
         ),
     ] {
         let err = template(&set).expect_err("rendered");

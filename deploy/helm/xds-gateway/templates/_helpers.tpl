@@ -78,6 +78,9 @@ app.kubernetes.io/part-of: xds-gateway
 {{- fail "clientCA (mTLS) needs the listener's TLS secretName" }}
 {{- end }}
 {{- end }}
+{{- if and (or .Values.adminTLS.clientCA.secretName .Values.adminTLS.clientCA.configMapName) (ne .Values.adminTLS.clientAuth "optional") }}
+{{- fail "adminTLS.clientCA needs adminTLS.clientAuth: optional (the kubelet's probes present no client certificate)" }}
+{{- end }}
 {{- end }}
 
 {{/* The auth policy's Secret name, if any. */}}
