@@ -17,7 +17,8 @@
 //! - each rendered Deployment's container args are accepted by the binary
 //!   (its own parser and validation, with the rendered `--config` file), and
 //!   mean what the values said;
-//! - contradictory values (two sources) fail the rendering, saying why.
+//! - contradictory values (two sources) fail the rendering, saying why;
+//! - the chart's README documents every top-level value.
 //!
 //! Helm comes from `$HELM_BIN` or is built from `tests/peers/helm`
 //! (`tests/support/helm.rs`).
@@ -604,5 +605,20 @@ fn contradictory_values_fail_the_rendering() {
     ] {
         let err = template(&set).expect_err("rendered");
         assert!(err.contains(says), "{set:?}: {err}");
+    }
+}
+
+#[test]
+fn the_chart_readme_documents_every_value() {
+    let values: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(path(&format!("{CHART}/values.yaml"))).unwrap(),
+    )
+    .unwrap();
+    let readme = std::fs::read_to_string(path(&format!("{CHART}/README.md"))).unwrap();
+    for key in values.as_object().expect("values.yaml is a mapping").keys() {
+        assert!(
+            readme.contains(&format!("`{key}")),
+            "{CHART}/README.md does not document the value {key}"
+        );
     }
 }
