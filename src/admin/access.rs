@@ -152,7 +152,7 @@ impl Sight {
     pub(super) fn may_see_node(&self, kind: ResourceType, id: &str) -> bool {
         match self {
             Sight::All => true,
-            Sight::Principal { index, policy, .. } => policy.names_node(*index, kind, id),
+            Sight::Principal { index, policy, .. } => policy.names_node(*index, None, kind, id),
         }
     }
 
@@ -160,7 +160,9 @@ impl Sight {
     pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: &str) -> bool {
         match self {
             Sight::All => true,
-            Sight::Principal { index, policy, .. } => policy.allows(*index, kind, id, cluster),
+            Sight::Principal { index, policy, .. } => {
+                policy.allows(*index, None, kind, id, cluster)
+            }
         }
     }
 

@@ -20,13 +20,15 @@
 //!
 //! [[principal]]
 //! name = "edge"                       # named in logs and 403s
-//! uri-san = ["spiffe://mesh.example/ns/edge/*"]   # exact or glob
+//! uri-san = ["spiffe://mesh.example/ns/edge/*"]   # exact or glob, or a
+//!                                     # template: ".../ns/{namespace}/sa/{sa}"
 //! dns-san = ["edge-*.mesh.example"]
 //! token-sha256 = ["<hex>"]            # Authorization: Bearer <token>
 //! hds = false                         # HDS for the nodes its rules bind
 //! csds = false                        # upstream CSDS about the nodes its rules name
 //! [[principal.allow]]
-//! nodes = ["edge-*"]                  # node ids, exact or glob (required; "*" for any)
+//! nodes = ["edge-*"]                  # node ids, exact or glob (required; "*" for any),
+//!                                     # or captures of the template: ["{sa}"]
 //! clusters = ["edge"]                 # node clusters, exact or glob (required; "*" for any)
 //! types = ["listeners", "clusters"]   # default: every type but secrets
 //! ```

@@ -17,7 +17,7 @@ token-sha256 = ["{admin}"]
 
 [[principal]]
 name = "edge"
-uri-san = ["spiffe://mesh.example/ns/edge/*"]
+uri-san = ["spiffe://mesh.example/ns/edge/sa/envoy"]
 token-sha256 = ["{edge}"]
 hds = true
 [[principal.allow]]
@@ -100,40 +100,40 @@ fn identities_come_from_tokens_then_certificates() {
 fn grants_bind_nodes_clusters_and_types() {
     let p = example();
     let eds = ResourceType::Endpoints;
-    assert!(p.allows(0, eds, "edge-1", "edge"));
+    assert!(p.allows(0, None, eds, "edge-1", "edge"));
     assert!(
-        !p.allows(0, eds, "edge-1", "other"),
+        !p.allows(0, None, eds, "edge-1", "other"),
         "both node and cluster must match"
     );
-    assert!(!p.allows(0, eds, "core-1", "edge"));
-    assert!(p.allows(0, ResourceType::Clusters, "anyone", "shared"));
+    assert!(!p.allows(0, None, eds, "core-1", "edge"));
+    assert!(p.allows(0, None, ResourceType::Clusters, "anyone", "shared"));
     assert!(
-        !p.allows(0, eds, "anyone", "shared"),
+        !p.allows(0, None, eds, "anyone", "shared"),
         "only the types named"
     );
     // Secrets only where a rule names them, for the clusters it names:
     // the client does not choose the half of its identity a rule binds.
-    assert!(p.allows(0, ResourceType::Secrets, "edge-1", "edge-canary"));
-    assert!(!p.allows(0, ResourceType::Secrets, "edge-1", "payments"));
-    assert!(!p.allows(0, ResourceType::Secrets, "edge-2", "edge"));
-    assert!(p.allows(1, ResourceType::Listeners, "x", "y"));
-    assert!(!p.allows(1, ResourceType::Secrets, "x", "y"));
-    assert!(!p.allows(7, ResourceType::Listeners, "x", "y"));
+    assert!(p.allows(0, None, ResourceType::Secrets, "edge-1", "edge-canary"));
+    assert!(!p.allows(0, None, ResourceType::Secrets, "edge-1", "payments"));
+    assert!(!p.allows(0, None, ResourceType::Secrets, "edge-2", "edge"));
+    assert!(p.allows(1, None, ResourceType::Listeners, "x", "y"));
+    assert!(!p.allows(1, None, ResourceType::Secrets, "x", "y"));
+    assert!(!p.allows(7, None, ResourceType::Listeners, "x", "y"));
 }
 
 #[test]
 fn hds_and_csds_are_separate_switches_bound_to_the_rules() {
     let p = example();
     // HDS: the switch, and a rule binding the node (of any type).
-    assert!(p.allows_hds(0, "edge-3", "edge"));
-    assert!(p.allows_hds(0, "anyone", "shared"));
-    assert!(!p.allows_hds(0, "edge-3", "core"));
-    assert!(!p.allows_hds(1, "x", "y"), "ci has csds, not hds");
+    assert!(p.allows_hds(0, None, "edge-3", "edge"));
+    assert!(p.allows_hds(0, None, "anyone", "shared"));
+    assert!(!p.allows_hds(0, None, "edge-3", "core"));
+    assert!(!p.allows_hds(1, None, "x", "y"), "ci has csds, not hds");
     // CSDS: the switch, and a rule naming the node id.
     assert!(p.csds_enabled(1) && !p.csds_enabled(0));
-    assert!(p.allows_csds(1, "any-node"));
-    assert!(!p.allows_csds(0, "edge-1"), "edge has hds, not csds");
-    assert!(!p.allows_csds(7, "x"));
+    assert!(p.allows_csds(1, None, "any-node"));
+    assert!(!p.allows_csds(0, None, "edge-1"), "edge has hds, not csds");
+    assert!(!p.allows_csds(7, None, "x"));
 }
 
 #[test]
@@ -242,20 +242,24 @@ fn the_example_policy_loads_and_means_what_its_comments_say() {
     assert!(policy.admin_needs_token());
     assert!(policy.admin_token_ok(Some("example-admin-token")));
 
-    let edge = index(&policy.identify(
-        None,
-        Some(&peer(&["spiffe://mesh.example/ns/edge/sa/envoy"], &[])),
-    ));
-    assert!(policy.allows(edge, ResourceType::Clusters, "edge-1", "edge"));
-    assert!(policy.allows(edge, ResourceType::Secrets, "edge-1", "edge"));
-    assert!(!policy.allows(edge, ResourceType::Clusters, "edge-1", "core"));
-    assert!(!policy.allows(edge, ResourceType::Clusters, "core-1", "edge"));
+    // A workload's certificate is its node: id = service account,
+    // cluster = namespace, and no other.
+    let edge_1 = peer(&["spiffe://mesh.example/ns/edge/sa/edge-1"], &[]);
+    let edge_2 = peer(&["spiffe://mesh.example/ns/edge/sa/edge-2"], &[]);
+    let workloads = index(&policy.identify(None, Some(&edge_1)));
+    assert_eq!(index(&policy.identify(None, Some(&edge_2))), workloads);
+    for kind in [ResourceType::Clusters, ResourceType::Secrets] {
+        assert!(policy.allows(workloads, Some(&edge_1), kind, "edge-1", "edge"));
+        assert!(!policy.allows(workloads, Some(&edge_2), kind, "edge-1", "edge"));
+        assert!(!policy.allows(workloads, Some(&edge_1), kind, "edge-1", "core"));
+        assert!(!policy.allows(workloads, None, kind, "edge-1", "edge"));
+    }
 
     let ci = index(&policy.identify(Some("example-ci-token"), None));
-    assert!(policy.allows(ci, ResourceType::Listeners, "any-node", "any"));
-    assert!(!policy.allows(ci, ResourceType::Endpoints, "any-node", "any"));
-    assert!(!policy.allows(ci, ResourceType::Secrets, "any-node", "any"));
-    assert!(!policy.allows_hds(ci, "any-node", "any"));
+    assert!(policy.allows(ci, None, ResourceType::Listeners, "any-node", "any"));
+    assert!(!policy.allows(ci, None, ResourceType::Endpoints, "any-node", "any"));
+    assert!(!policy.allows(ci, None, ResourceType::Secrets, "any-node", "any"));
+    assert!(!policy.allows_hds(ci, None, "any-node", "any"));
     assert!(!policy.csds_enabled(ci));
     assert!(matches!(
         policy.identify(Some("example-admin-token"), None),
@@ -304,6 +308,113 @@ fn secrets_for_patterns_that_name_something_are_fine() {
         "[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-?\"]\nclusters = [\"*edge*\"]\ntypes = [\"secrets\"]\n",
     )
     .unwrap();
-    assert!(policy.allows(0, ResourceType::Secrets, "edge-1", "edge"));
-    assert!(!policy.allows(0, ResourceType::Secrets, "core-1", "edge"));
+    assert!(policy.allows(0, None, ResourceType::Secrets, "edge-1", "edge"));
+    assert!(!policy.allows(0, None, ResourceType::Secrets, "core-1", "edge"));
+}
+
+/// Issue 38, finding 1: a principal of many certificates is granted a
+/// node's secrets only by a rule that ties the node to the certificate.
+#[test]
+fn secrets_of_many_certificates_are_bound_to_each_certificate() {
+    let bound = Policy::parse(
+        r#"
+[[principal]]
+name = "mesh"
+uri-san = ["spiffe://cluster.local/ns/{namespace}/sa/{sa}"]
+[[principal.allow]]
+nodes = ["{sa}"]
+clusters = ["{namespace}"]
+types = ["secrets"]
+[[principal.allow]]
+nodes = ["{sa}-*"]
+clusters = ["{namespace}"]
+types = ["clusters"]
+"#,
+    )
+    .unwrap();
+    let cert =
+        |ns: &str, sa: &str| peer(&[&format!("spiffe://cluster.local/ns/{ns}/sa/{sa}")], &[]);
+    let secrets = ResourceType::Secrets;
+    assert!(bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-2", "edge"));
+    assert!(!bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-1", "edge"));
+    assert!(!bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-2", "core"));
+    assert!(!bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-*", "edge"));
+    assert!(bound.allows(
+        0,
+        Some(&cert("edge", "edge-2")),
+        ResourceType::Clusters,
+        "edge-2-canary",
+        "edge"
+    ));
+    // Two SANs: each binds as a whole, never one's namespace with the
+    // other's service account.
+    let two = peer(
+        &[
+            "spiffe://cluster.local/ns/a/sa/x",
+            "spiffe://cluster.local/ns/b/sa/y",
+        ],
+        &[],
+    );
+    assert!(bound.allows(0, Some(&two), secrets, "x", "a"));
+    assert!(bound.allows(0, Some(&two), secrets, "y", "b"));
+    assert!(!bound.allows(0, Some(&two), secrets, "x", "b"));
+    assert!(bound.names_node(0, Some(&two), secrets, "y"));
+    assert!(!bound.names_node(0, Some(&two), secrets, "z"));
+
+    let principal = |sans: &str, nodes: &str| {
+        format!("[[principal]]\nname = \"p\"\n{sans}\n[[principal.allow]]\nnodes = [{nodes}]\nclusters = [\"edge\"]\ntypes = [\"secrets\"]\n")
+    };
+    for (text, needle) in [
+        // The shape the example taught before: any edge certificate read
+        // every edge node's secrets.
+        (
+            principal("uri-san = [\"spiffe://mesh.example/ns/edge/sa/*\"]", "\"edge-*\""),
+            "names many certificates",
+        ),
+        (
+            principal("dns-san = [\"*.edge.example\"]", "\"edge-1\""),
+            "names many certificates",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"edge-1\""),
+            "names many certificates",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"{sa}*\""),
+            "not tied to it",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"{sa}\", \"edge-1\""),
+            "not tied to it",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"{pod}\""),
+            "does not capture",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/x\"]", "\"{sa}\""),
+            "no uri-san of the principal captures",
+        ),
+        (
+            principal(
+                "uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]\ntoken-sha256 = [\"0000000000000000000000000000000000000000000000000000000000000000\"]",
+                "\"{sa}\"",
+            ),
+            "uri-san templates alone",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}*\"]", "\"{sa}\""),
+            "no wildcards",
+        ),
+    ] {
+        let err = Policy::parse(&text).unwrap_err();
+        assert!(err.contains(needle), "{text}\n=> {err}");
+    }
+    // One certificate (an exact SAN) or a token may still be granted the
+    // nodes named for it.
+    Policy::parse(&principal(
+        "uri-san = [\"spiffe://td/ns/edge/sa/edge-1\"]",
+        "\"edge-1\"",
+    ))
+    .unwrap();
 }
