@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::{ConfigHistory, HistorySink, Renderer};
-use crate::config::{Config, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
+use crate::config::{Config, SessionKey, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
 use crate::history_file::{HistoryFile, HistoryFileError};
 use crate::http::{self, Gateway};
@@ -331,7 +331,13 @@ impl Security {
         let auth = config
             .auth_policy
             .as_deref()
-            .map(|path| AuthPolicy::start(path, metrics.clone()))
+            .map(|path| {
+                AuthPolicy::start(
+                    path,
+                    config.session_key == SessionKey::Cluster,
+                    metrics.clone(),
+                )
+            })
             .transpose()?;
         let security = Security {
             tls,

@@ -781,6 +781,40 @@ async fn secrets_off_loopback_with_server_only_tls_are_refused() {
     }
 }
 
+/// Issue 38, finding 2: `--session-key cluster` serves every node of a
+/// cluster what the upstream made for the first, so it is refused with
+/// `--allow-secrets`, and with an auth policy whose rules name nodes.
+#[tokio::test]
+async fn cluster_sessions_with_secrets_or_node_rules_are_refused() {
+    let listeners = unused_listeners();
+    let args = with_unused_listeners(&["--session-key", "cluster", "--allow-secrets"], &listeners);
+    expect_rejected(
+        gateway(&args, &[]),
+        "--session-key cluster with --allow-secrets",
+        &["session-key", "--allow-secrets", "--session-key node"],
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[principal]]\nname = \"edge\"\ntoken-sha256 = [\"0000000000000000000000000000000000000000000000000000000000000000\"]\n\
+         [[principal.allow]]\nnodes = [\"edge-2\"]\nclusters = [\"edge\"]\n",
+    )
+    .expect("write the policy");
+    let policy = policy.to_str().expect("a UTF-8 path");
+    let args = with_unused_listeners(
+        &["--session-key", "cluster", "--auth-policy", policy],
+        &listeners,
+    );
+    expect_rejected(
+        gateway(&args, &[]),
+        "--session-key cluster with a policy naming nodes",
+        &["--session-key cluster", "edge-2", "nodes = [\"*\"]"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn upstream_and_snapshot_together_are_refused() {
     let dir = tempfile::tempdir().expect("temporary directory");

@@ -52,6 +52,9 @@ pub(crate) use policy::{sha256, Identity, Policy};
 #[derive(Debug)]
 pub(crate) struct AuthPolicy {
     path: PathBuf,
+    /// `--session-key cluster`: a rule may not name nodes
+    /// ([`Policy::check_cluster_sessions`]).
+    cluster_sessions: bool,
     /// The policy in service; every reload is sent to the subscribers.
     current: tokio::sync::watch::Sender<Arc<Policy>>,
     metrics: Arc<Metrics>,
@@ -60,15 +63,18 @@ pub(crate) struct AuthPolicy {
 
 impl AuthPolicy {
     /// Loads the policy at `path` (an error says where and why) and
-    /// watches it.
+    /// watches it; with `cluster_sessions` (`--session-key cluster`) a
+    /// policy whose rules name nodes is refused, at start and on reload.
     pub(crate) fn start(
         path: &Path,
+        cluster_sessions: bool,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<AuthPolicy>, PolicyError> {
-        let policy = Policy::load(path)?;
+        let policy = Policy::load(path, cluster_sessions)?;
         info!(path = %path.display(), principals = policy.principal_count(), "auth policy loaded");
         let auth = Arc::new(AuthPolicy {
             path: path.to_owned(),
+            cluster_sessions,
             current: tokio::sync::watch::Sender::new(Arc::new(policy)),
             metrics,
             watcher: std::sync::Mutex::default(),
@@ -94,7 +100,7 @@ impl AuthPolicy {
     }
 
     fn reload(&self) {
-        match Policy::load(&self.path) {
+        match Policy::load(&self.path, self.cluster_sessions) {
             Ok(policy) => {
                 info!(path = %self.path.display(), principals = policy.principal_count(), "auth policy reloaded");
                 self.current.send_replace(Arc::new(policy));

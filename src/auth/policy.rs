@@ -73,6 +73,8 @@ struct Grant {
     nodes: Vec<NamePattern>,
     clusters: Vec<NamePattern>,
     types: Vec<ResourceType>,
+    /// The `nodes` entries as written.
+    raw_nodes: Vec<String>,
     /// Whether a pattern names a capture: the rule then binds only a
     /// request whose certificate's URI SAN a template of the principal
     /// captured, with those values.
@@ -147,14 +149,41 @@ struct GrantFile {
 }
 
 impl Policy {
-    /// Reads and validates the policy at `path`.
-    pub(crate) fn load(path: &Path) -> Result<Policy, PolicyError> {
+    /// Reads and validates the policy at `path`, for sessions keyed by
+    /// cluster if `cluster_sessions` ([`Policy::check_cluster_sessions`]).
+    pub(crate) fn load(path: &Path, cluster_sessions: bool) -> Result<Policy, PolicyError> {
         let fail = |reason: String| PolicyError {
             path: path.to_owned(),
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        Policy::parse(&text).map_err(fail)
+        let policy = Policy::parse(&text).map_err(fail)?;
+        if cluster_sessions {
+            policy.check_cluster_sessions().map_err(fail)?;
+        }
+        Ok(policy)
+    }
+
+    /// With `--session-key cluster` every node of a cluster shares one
+    /// upstream session, and the upstream sees the id of the node that
+    /// opened it: a rule's node half would bind nothing (a principal
+    /// allowed edge-2 gets what was made for edge-1). So every rule says
+    /// `nodes = ["*"]` there, and only the cluster binds.
+    pub(crate) fn check_cluster_sessions(&self) -> Result<(), String> {
+        for p in &self.principals {
+            for raw in p.grants.iter().flat_map(|g| &g.raw_nodes) {
+                if raw != "*" {
+                    return Err(format!(
+                        "principal {:?}: an allow rule names nodes = [{raw:?}], but with --session-key cluster \
+                         all nodes of a cluster share one upstream session, which the upstream keys on the \
+                         first node's id: the node half binds nothing. Write nodes = [\"*\"] and bind \
+                         clusters, or use --session-key node",
+                        p.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates a policy's TOML text.
@@ -552,6 +581,7 @@ fn grant(g: &GrantFile, what: &str, sans: &Sans, tokens: bool) -> Result<Grant, 
         nodes: node_patterns,
         clusters: cluster_patterns,
         types,
+        raw_nodes: nodes.clone(),
         bound,
     })
 }

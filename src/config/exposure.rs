@@ -1,16 +1,19 @@
 //! Who may reach what the gateway serves: the rules for listeners off
 //! loopback. A REST listener there needs TLS or an auth policy (or the
 //! operator's word that the network is trusted), and `--allow-secrets`
-//! there needs callers told apart (a policy, or required mTLS). Checked by
+//! there needs callers told apart (a policy, or required mTLS). Secrets
+//! are never served over sessions keyed by cluster, which give every node
+//! of a cluster what the upstream made for the first. Checked by
 //! [`Config::validate`] before anything binds.
 
-use super::{ClientAuth, Config, ConfigError};
+use super::{ClientAuth, Config, ConfigError, SessionKey};
 
 impl Config {
     /// A REST listener off loopback must be protected (TLS or an auth
     /// policy) unless the operator says otherwise: anyone who reaches an
     /// unprotected one can name any node and get its config.
     pub(super) fn validate_exposure(&self) -> Result<(), ConfigError> {
+        self.validate_session_key()?;
         if self.listen.ip().is_loopback() {
             return Ok(());
         }
@@ -55,6 +58,26 @@ impl Config {
                  required client certificates (--client-ca, --client-auth required)",
                 self.listen
             ),
+        })
+    }
+
+    /// `--session-key cluster` with `--allow-secrets` is refused (issue 38,
+    /// finding 2): one upstream session serves every node of a cluster,
+    /// opened with the first node's id, so each would get the secrets the
+    /// control plane made for that first node, whatever the auth policy
+    /// binds. (A policy whose rules name nodes is refused with it too, when
+    /// the policy is loaded.)
+    fn validate_session_key(&self) -> Result<(), ConfigError> {
+        if self.session_key != SessionKey::Cluster || !self.allow_secrets {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            key: "session-key",
+            reason: "--session-key cluster cannot go with --allow-secrets: every node of a cluster \
+                     shares one upstream session, opened with the first node's id, so each node would \
+                     be served the secrets the control plane made for that first node (edge-2 gets \
+                     edge-1's private key). Use --session-key node (the default) to serve secrets"
+                .into(),
         })
     }
 }

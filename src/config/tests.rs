@@ -446,6 +446,30 @@ fn secrets_off_loopback_need_a_policy_or_required_mtls() {
     assert!(Config::from_settings(cli(&plain)).is_ok());
 }
 
+/// Issue 38, finding 2: sessions keyed by cluster serve every node of a
+/// cluster what the upstream made for the first, so they never serve
+/// secrets, on loopback or off it, with a policy or without.
+#[test]
+fn cluster_sessions_and_secrets_are_refused_together() {
+    for extra in [
+        &[][..],
+        &["--auth-policy", "policy.toml"][..],
+        &["--listen", "0.0.0.0:8080", "--auth-policy", "policy.toml"][..],
+    ] {
+        let args: Vec<&str> = ["--session-key", "cluster", "--allow-secrets"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let text = Config::from_settings(cli(&args)).unwrap_err().to_string();
+        assert!(text.starts_with("session-key: "), "{extra:?}: {text}");
+        assert!(text.contains("--allow-secrets"), "{text}");
+        assert!(text.contains("--session-key node"), "{text}");
+    }
+    assert!(Config::from_settings(cli(&["--session-key", "cluster"])).is_ok());
+    assert!(Config::from_settings(cli(&["--session-key", "node", "--allow-secrets"])).is_ok());
+}
+
 #[test]
 fn limits_are_validated() {
     for (args, key) in [

@@ -238,7 +238,7 @@ fn bad_policies_say_what_is_wrong_without_echoing_tokens() {
 #[test]
 fn the_example_policy_loads_and_means_what_its_comments_say() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/auth-policy.toml");
-    let policy = Policy::load(&path).unwrap();
+    let policy = Policy::load(&path, false).unwrap();
     assert!(policy.admin_needs_token());
     assert!(policy.admin_token_ok(Some("example-admin-token")));
 
@@ -417,4 +417,26 @@ types = ["clusters"]
         "\"edge-1\"",
     ))
     .unwrap();
+}
+
+/// Issue 38, finding 2: with `--session-key cluster` the upstream sees the
+/// first node's id for every node of a cluster, so a rule's node half
+/// would bind nothing: a policy naming nodes is refused (at start and on
+/// reload), one binding clusters alone loads.
+#[test]
+fn cluster_sessions_refuse_rules_that_name_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    let rule = |nodes: &str| {
+        format!("[[principal]]\nname = \"p\"\ntoken-sha256 = [\"{}\"]\n[[principal.allow]]\nnodes = [{nodes}]\nclusters = [\"edge\"]\n", hex_sha256("t"))
+    };
+    for nodes in ["\"edge-2\"", "\"edge-*\"", "\"*\", \"edge-2\""] {
+        std::fs::write(&path, rule(nodes)).unwrap();
+        assert!(Policy::load(&path, false).is_ok(), "{nodes}");
+        let err = Policy::load(&path, true).unwrap_err().to_string();
+        assert!(err.contains("--session-key cluster"), "{nodes}: {err}");
+        assert!(err.contains("nodes = [\"*\"]"), "{nodes}: {err}");
+    }
+    std::fs::write(&path, rule("\"*\"")).unwrap();
+    assert!(Policy::load(&path, true).is_ok());
 }
