@@ -55,6 +55,14 @@ pub enum AppError {
     Profiles(#[from] ProfileError),
     #[error(transparent)]
     HistoryFile(#[from] HistoryFileError),
+    /// The admin listener off loopback would serve secrets without a
+    /// credential.
+    #[error(
+        "admin {0}: not a loopback address, and with --allow-secrets its /debug/config and CSDS \
+         serve every node's private keys; the auth policy has no admin token \
+         ([admin] token-sha256) and there are no admin client certificates (--admin-client-ca)"
+    )]
+    AdminUnguarded(SocketAddr),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -345,6 +353,9 @@ impl Security {
             auth,
         };
         if !config.admin.ip().is_loopback() && !security.admin_guarded() {
+            if config.allow_secrets {
+                return Err(AppError::AdminUnguarded(config.admin));
+            }
             warn!(
                 admin = %config.admin,
                 "the admin listener is off loopback without an admin token in the auth policy \

@@ -44,6 +44,14 @@ impl Admin {
         let tokens = policy.is_some_and(Policy::admin_needs_token);
         let certificates = self.client_trust.as_ref();
         if !tokens && certificates.is_none() {
+            if self.config.needs_credential {
+                // Start-up refuses this; a reloaded policy without admin
+                // tokens must not open secrets off loopback either.
+                return Err(format!(
+                    "{what} needs an admin credential: the admin listener is off loopback and serves \
+                     secrets (--allow-secrets), but the auth policy in service has no admin token"
+                ));
+            }
             return Ok(());
         }
         let refuse = |why: Option<String>| {

@@ -14,6 +14,7 @@ impl Config {
     /// unprotected one can name any node and get its config.
     pub(super) fn validate_exposure(&self) -> Result<(), ConfigError> {
         self.validate_session_key()?;
+        self.validate_admin_exposure()?;
         if self.listen.ip().is_loopback() {
             return Ok(());
         }
@@ -57,6 +58,35 @@ impl Config {
                  authorization policy (--auth-policy) naming who may have secrets, or mTLS with \
                  required client certificates (--client-ca, --client-auth required)",
                 self.listen
+            ),
+        })
+    }
+
+    /// The admin listener off loopback with `--allow-secrets` serves every
+    /// node's private keys (`/debug/config`, CSDS), so it needs a
+    /// credential, as the REST listener does (issue 38, finding 5): admin
+    /// client certificates (`--admin-client-ca`), or an auth policy (whose
+    /// `[admin]` must then hold a token: checked when it is loaded).
+    fn validate_admin_exposure(&self) -> Result<(), ConfigError> {
+        let certificates = self
+            .admin_tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca.is_some());
+        if !self.allow_secrets
+            || self.admin.ip().is_loopback()
+            || certificates
+            || self.auth_policy.is_some()
+        {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            key: "admin",
+            reason: format!(
+                "--admin {} is not a loopback address, and with --allow-secrets its /debug/config and \
+                 CSDS serve every node's private keys to anyone who reaches it. Off loopback, the admin \
+                 listener needs a credential: an admin token in the auth policy (--auth-policy, \
+                 [admin] token-sha256) or admin client certificates (--admin-client-ca)",
+                self.admin
             ),
         })
     }

@@ -63,6 +63,9 @@ pub struct RestConfig {
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub allow_secrets: bool,
+    /// The details carry secrets and the admin listener is off loopback:
+    /// they are never open without a credential (issue 38, finding 5).
+    pub needs_credential: bool,
     pub rewrite: RestRewrite,
 }
 
@@ -101,6 +104,7 @@ impl Config {
     pub fn admin_views(&self) -> AdminConfig {
         AdminConfig {
             allow_secrets: self.allow_secrets,
+            needs_credential: self.allow_secrets && !self.admin.ip().is_loopback(),
             rewrite: self.rest_rewrite(),
         }
     }

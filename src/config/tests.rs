@@ -470,6 +470,38 @@ fn cluster_sessions_and_secrets_are_refused_together() {
     assert!(Config::from_settings(cli(&["--session-key", "node", "--allow-secrets"])).is_ok());
 }
 
+/// Issue 38, finding 5: off loopback with --allow-secrets, the admin
+/// listener needs a credential (admin client certificates, or a policy,
+/// whose admin token is checked when it is loaded).
+#[test]
+fn an_admin_listener_off_loopback_with_secrets_needs_a_credential() {
+    let with = |extra: &[&'static str]| {
+        let args: Vec<&str> = ["--admin", "0.0.0.0:9901", "--allow-secrets"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        Config::from_settings(cli(&args))
+    };
+    let text = with(&[]).unwrap_err().to_string();
+    assert!(text.starts_with("admin: "), "{text}");
+    for needle in ["0.0.0.0:9901", "--auth-policy", "--admin-client-ca"] {
+        assert!(text.contains(needle), "{text}");
+    }
+    assert!(with(&["--auth-policy", "policy.toml"]).is_ok());
+    let mtls = [
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "k.pem",
+        "--admin-client-ca",
+        "ca.pem",
+    ];
+    assert!(with(&mtls).is_ok());
+    assert!(Config::from_settings(cli(&["--admin", "0.0.0.0:9901"])).is_ok());
+    assert!(Config::from_settings(cli(&["--admin", "[::1]:9901", "--allow-secrets"])).is_ok());
+}
+
 #[test]
 fn limits_are_validated() {
     for (args, key) in [
