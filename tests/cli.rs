@@ -192,6 +192,11 @@ const SETTINGS: &[Setting] = &[
         "allow-insecure-listen",
     ),
     setting(
+        "--allowed-hosts",
+        "XDS_GATEWAY_ALLOWED_HOSTS",
+        "allowed-hosts",
+    ),
+    setting(
         "--max-connections",
         "XDS_GATEWAY_MAX_CONNECTIONS",
         "max-connections",
@@ -1037,6 +1042,9 @@ fn sample_config_has_every_key_documented_at_its_default() {
             }
             "upstream-headers" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.upstream_headers.is_empty()
+            }
+            "allowed-hosts" => {
+                value.as_array().is_some_and(|a| a.is_empty()) && d.allowed_hosts.is_empty()
             }
             "upstream-keepalive" => duration() == d.upstream_keepalive,
             "fetch-cache-ttl" => duration() == d.fetch_cache_ttl,

@@ -87,6 +87,16 @@ impl Admin {
         }
     }
 
+    /// Whether the details ask for a credential (admin tokens in the
+    /// policy in service, or admin client certificates).
+    pub(super) fn asks_for_credentials(&self) -> bool {
+        self.client_trust.is_some()
+            || self
+                .auth
+                .as_ref()
+                .is_some_and(|auth| auth.current().admin_needs_token())
+    }
+
     /// Which nodes a request may see the history and diffs of; `Err` is
     /// the 401's message (neither what opens the details nor a principal's
     /// token).

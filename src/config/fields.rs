@@ -202,6 +202,11 @@ settings! {
         #[arg(long, env = "XDS_GATEWAY_ALLOW_INSECURE_LISTEN", num_args = 0..=1, default_missing_value = "true",
               value_parser = clap::builder::BoolishValueParser::new())]
         allow_insecure_listen: bool = false,
+        /// Host names both listeners answer without authentication, besides IP addresses,
+        /// localhost and names without a dot (a web page could reach an open listener under any
+        /// other name by DNS rebinding).
+        #[arg(long, env = "XDS_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',', value_name = "NAME,...")]
+        allowed_hosts: Vec<String> = Vec::new(),
         /// At most this many open REST connections; more are answered 503 and closed [default: 10000].
         #[arg(long, env = "XDS_GATEWAY_MAX_CONNECTIONS")]
         max_connections: usize = 10_000,
@@ -431,6 +436,12 @@ mod help_text {
     impl HelpText for Duration {
         fn help_text(&self) -> String {
             humantime::format_duration(*self).to_string()
+        }
+    }
+
+    impl HelpText for Vec<String> {
+        fn help_text(&self) -> String {
+            format!("{self:?}")
         }
     }
 

@@ -56,6 +56,8 @@ pub struct RestConfig {
     pub allow_secrets: bool,
     pub rewrite: RestRewrite,
     pub trusted_proxies: Option<TrustedProxies>,
+    /// `--allowed-hosts`: names answered without authentication.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// What the admin views read besides the source: whether secrets may be
@@ -66,6 +68,8 @@ pub struct AdminConfig {
     /// The details carry secrets and the admin listener is off loopback:
     /// they are never open without a credential (issue 38, finding 5).
     pub needs_credential: bool,
+    /// `--allowed-hosts`: names answered without authentication.
+    pub allowed_hosts: Vec<String>,
     pub rewrite: RestRewrite,
 }
 
@@ -97,6 +101,7 @@ impl Config {
             allow_secrets: self.allow_secrets,
             rewrite: self.rest_rewrite(),
             trusted_proxies: self.trusted_proxies.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
         }
     }
 
@@ -105,6 +110,7 @@ impl Config {
         AdminConfig {
             allow_secrets: self.allow_secrets,
             needs_credential: self.allow_secrets && !self.admin.ip().is_loopback(),
+            allowed_hosts: self.allowed_hosts.clone(),
             rewrite: self.rest_rewrite(),
         }
     }
