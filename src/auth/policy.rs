@@ -10,7 +10,8 @@
 //! `"*"` is written where any value is meant. A rule that left one out
 //! would let the client choose it, and so choose config meant for others.
 //! Secrets are stricter: a rule that grants them must bind both halves to
-//! something narrower than "anything", and a principal whose SANs name
+//! something narrower than "anything" (a pattern pinned by a literal
+//! character at its start or end: [`pinned`]), and a principal whose SANs name
 //! many certificates (a glob, a template) gets secrets only by a rule that
 //! ties the node to the certificate ([`binding`]: `uri-san =
 //! ["spiffe://td/ns/{namespace}/sa/{sa}"]`, `nodes = ["{sa}"]`), so one
@@ -567,12 +568,22 @@ fn grant(g: &GrantFile, what: &str, sans: &Sans, tokens: bool) -> Result<Grant, 
                  uri-san = [\"spiffe://trust-domain/ns/{{namespace}}/sa/{{sa}}\"] and nodes = [\"{{sa}}\"]"
             ));
         }
-        for (list, half) in [(nodes, "nodes"), (clusters, "clusters")] {
-            if let Some(open) = list.iter().find(|p| matches_anything(p)) {
+        for (list, patterns, half) in [
+            (nodes, &node_patterns, "nodes"),
+            (clusters, &cluster_patterns, "clusters"),
+        ] {
+            // A template is pinned by what the certificate captured.
+            let open = list
+                .iter()
+                .zip(patterns)
+                .find(|(raw, p)| matches!(p, NamePattern::Glob(_)) && !pinned::is_pinned(raw));
+            if let Some((open, _)) = open {
                 return Err(format!(
-                    "{what}: an allow rule grants secrets with {half} = [{open:?}]: a client could claim any \
-                     value there and read the secrets it selects (a snapshot's per-node or per-cluster layer, \
-                     a control plane's per-identity secrets); name the {half} the principal is"
+                    "{what}: an allow rule grants secrets with {half} = [{open:?}], which neither begins nor \
+                     ends with a literal character: it matches values a client chooses (\"*\", \"[!~]*\" and \
+                     \"*edge*\" alike), and the client would read the secrets they select (a snapshot's \
+                     per-node or per-cluster layer, a control plane's per-identity secrets); name the {half} \
+                     the principal is, or pin the pattern (\"edge-*\")"
                 ));
             }
         }
@@ -620,13 +631,6 @@ fn name_patterns(raw: &[String], what: &str) -> Result<Vec<NamePattern>, String>
         .collect()
 }
 
-/// Whether a pattern names no character of the value, only wildcards
-/// (`*`, `**`, `?*`, `??`, ...): it matches every value at least as long as
-/// its `?`s, and a client chooses its value.
-fn matches_anything(pattern: &str) -> bool {
-    !pattern.is_empty() && pattern.chars().all(|c| c == '*' || c == '?')
-}
-
 fn patterns(raw: &[String], what: &str) -> Result<Vec<Pattern>, String> {
     raw.iter()
         .map(|p| Pattern::new(p).map_err(|e| format!("{what}: bad pattern {p:?}: {e}")))
@@ -655,5 +659,6 @@ pub(crate) fn sha256(token: &str) -> [u8; 32] {
 mod binding;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+mod pinned;
 #[cfg(test)]
 mod tests;

@@ -305,7 +305,7 @@ fn admin_certificates_are_named_as_principals_are() {
 #[test]
 fn secrets_for_patterns_that_name_something_are_fine() {
     let policy = Policy::parse(
-        "[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-?\"]\nclusters = [\"*edge*\"]\ntypes = [\"secrets\"]\n",
+        "[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-?\"]\nclusters = [\"edge*\"]\ntypes = [\"secrets\"]\n",
     )
     .unwrap();
     assert!(policy.allows(0, None, ResourceType::Secrets, "edge-1", "edge"));
@@ -439,4 +439,32 @@ fn cluster_sessions_refuse_rules_that_name_nodes() {
     }
     std::fs::write(&path, rule("\"*\"")).unwrap();
     assert!(Policy::load(&path, true).is_ok());
+}
+
+/// Issue 38, finding 11: "no match-all for secrets" goes by what a pattern
+/// can match: one that neither begins nor ends with a literal character
+/// is refused, however it is spelled. `"[!~]*"` read three nodes' keys.
+#[test]
+fn secrets_patterns_are_pinned_by_meaning_not_spelling() {
+    let rule = |nodes: &str, clusters: &str| {
+        format!("[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [{nodes:?}]\nclusters = [{clusters:?}]\ntypes = [\"secrets\"]\n")
+    };
+    for open in ["[!~]*", "*[!~]", "[[:alnum:]]*", "*edge*", "?*?", "[a-z]*"] {
+        for (text, half) in [
+            (rule(open, "edge"), "nodes"),
+            (rule("edge-1", open), "clusters"),
+        ] {
+            let err = Policy::parse(&text).unwrap_err();
+            assert!(
+                err.contains(&format!("grants secrets with {half} = [{open:?}]")),
+                "{text}\n=> {err}"
+            );
+        }
+        // The same pattern for other types is the operator's to write.
+        let other = rule(open, open).replace("\"secrets\"", "\"clusters\"");
+        Policy::parse(&other).unwrap();
+    }
+    for pinned in ["edge-*", "*-edge", "edge-[0-9]"] {
+        Policy::parse(&rule(pinned, pinned)).unwrap();
+    }
 }
