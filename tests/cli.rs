@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use process::{eventually, free_port, http_get, ChildGuard};
 use xds_gateway::config::{
-    Config, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams, Validation,
+    Config, ForwardedHeader, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams,
+    Validation,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_xds-gateway");
@@ -190,6 +191,11 @@ const SETTINGS: &[Setting] = &[
         "--allow-insecure-listen",
         "XDS_GATEWAY_ALLOW_INSECURE_LISTEN",
         "allow-insecure-listen",
+    ),
+    setting(
+        "--forwarded-header",
+        "XDS_GATEWAY_FORWARDED_HEADER",
+        "forwarded-header",
     ),
     setting(
         "--allowed-hosts",
@@ -1042,6 +1048,9 @@ fn sample_config_has_every_key_documented_at_its_default() {
             }
             "upstream-headers" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.upstream_headers.is_empty()
+            }
+            "forwarded-header" => {
+                value.clone().try_into::<ForwardedHeader>().ok() == Some(d.forwarded_header)
             }
             "allowed-hosts" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.allowed_hosts.is_empty()

@@ -25,7 +25,7 @@ use clap::Parser;
 use serde::Deserialize;
 
 use super::profiles::ProfileTable;
-use super::proxies::TrustedProxies;
+use super::proxies::{ForwardedHeader, TrustedProxies};
 use super::settings::opt_duration;
 use super::upstreams::{UpstreamSetting, UpstreamTable, Upstreams};
 use super::{
@@ -302,6 +302,11 @@ settings! {
             value_name = "CIDR,..."
         )]
         trusted_proxies: Option<Vec<String>>,
+        /// The header --trusted-proxies write the client into, and the only one read from them:
+        /// x-forwarded-for (nginx's proxy_add_x_forwarded_for, Envoy) or forwarded (RFC 7239)
+        /// [default: x-forwarded-for].
+        #[arg(long, env = "XDS_GATEWAY_FORWARDED_HEADER")]
+        forwarded_header: ForwardedHeader = ForwardedHeader::XForwardedFor,
         /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice). Off loopback
         /// it needs --auth-policy or required mTLS (--client-ca), else start-up is refused.
         #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
@@ -430,7 +435,8 @@ mod help_text {
         SessionKey,
         RewritePolicy,
         Validation,
-        LogFormat
+        LogFormat,
+        ForwardedHeader
     );
 
     impl HelpText for Duration {

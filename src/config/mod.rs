@@ -24,7 +24,7 @@ mod upstreams;
 
 pub use fields::{Config, Settings};
 pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
-pub use proxies::TrustedProxies;
+pub use proxies::{ForwardedHeader, TrustedProxies};
 pub use slices::{AdminConfig, RestConfig, RestRewrite};
 pub use upstreams::{Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams};
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{Config, RewritePolicy, SessionKey, TrustedProxies};
+use super::{Config, ForwardedHeader, RewritePolicy, SessionKey, TrustedProxies};
 
 /// How config sources in answers are rewritten to point at the gateway's
 /// own REST endpoints (`--rewrite-config-sources`, and the `refresh_delay`
@@ -56,6 +56,8 @@ pub struct RestConfig {
     pub allow_secrets: bool,
     pub rewrite: RestRewrite,
     pub trusted_proxies: Option<TrustedProxies>,
+    /// The one header the trusted proxies are read from.
+    pub forwarded_header: ForwardedHeader,
     /// `--allowed-hosts`: names answered without authentication.
     pub allowed_hosts: Vec<String>,
 }
@@ -101,6 +103,7 @@ impl Config {
             allow_secrets: self.allow_secrets,
             rewrite: self.rest_rewrite(),
             trusted_proxies: self.trusted_proxies.clone(),
+            forwarded_header: self.forwarded_header,
             allowed_hosts: self.allowed_hosts.clone(),
         }
     }
