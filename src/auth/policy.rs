@@ -359,6 +359,25 @@ impl Policy {
                 .any(|g| g.binds(Some(id), None, &captures))
     }
 
+    /// Whether CSDS's answer about the node `id` of `cluster` may reach
+    /// principal `index`: `csds = true`, and a rule of its binds both (the
+    /// question was asked by id alone; the answer says each node's cluster,
+    /// and a node of a cluster the rules do not name is not the caller's
+    /// to see: issue 38, finding 4).
+    pub(crate) fn allows_csds_answer(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        id: &str,
+        cluster: &str,
+    ) -> bool {
+        let captures = self.captures(index, peer);
+        self.principals.get(index).is_some_and(|p| p.csds)
+            && self
+                .grants_of(index)
+                .any(|g| g.binds(Some(id), Some(cluster), &captures))
+    }
+
     /// What `peer`'s URI SANs capture by principal `index`'s templates
     /// (one set per SAN a template matches).
     fn captures(&self, index: usize, peer: Option<&PeerIdentity>) -> Vec<Captures> {

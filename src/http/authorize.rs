@@ -271,11 +271,13 @@ impl Caller {
         }
     }
 
-    /// Whether CSDS's answer about node `id` may reach this caller.
-    pub(crate) fn may_see_csds_of(&self, id: &str) -> bool {
-        self.principal
-            .as_ref()
-            .is_none_or(|p| p.policy.allows_csds(p.index, p.peer.as_deref(), id))
+    /// Whether CSDS's answer about node `id` of `cluster` may reach this
+    /// caller: a rule must allow both.
+    pub(crate) fn may_see_csds_of(&self, id: &str, cluster: &str) -> bool {
+        self.principal.as_ref().is_none_or(|p| {
+            p.policy
+                .allows_csds_answer(p.index, p.peer.as_deref(), id, cluster)
+        })
     }
 }
 

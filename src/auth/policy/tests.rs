@@ -468,3 +468,19 @@ fn secrets_patterns_are_pinned_by_meaning_not_spelling() {
         Policy::parse(&rule(pinned, pinned)).unwrap();
     }
 }
+
+/// Issue 38, finding 4: CSDS is asked by node id, but its answer names
+/// each node's cluster too: an entry is the caller's only if a rule allows
+/// both (edge-2 of cluster payments is not edge-2 of cluster edge).
+#[test]
+fn csds_answers_are_bound_by_id_and_cluster() {
+    let p = Policy::parse(&format!(
+        "[[principal]]\nname = \"ops\"\ntoken-sha256 = [\"{}\"]\ncsds = true\n[[principal.allow]]\nnodes = [\"edge-*\"]\nclusters = [\"edge\"]\ntypes = [\"clusters\"]\n",
+        hex_sha256("t")
+    ))
+    .unwrap();
+    assert!(p.allows_csds(0, None, "edge-2"), "asked by id");
+    assert!(p.allows_csds_answer(0, None, "edge-2", "edge"));
+    assert!(!p.allows_csds_answer(0, None, "edge-2", "payments"));
+    assert!(!p.allows_csds_answer(0, None, "core-1", "edge"));
+}
