@@ -8,10 +8,10 @@
 
 #[path = "support/gateway.rs"]
 mod gateway;
-#[path = "support/process.rs"]
-mod process;
 #[path = "support/inproc.rs"]
 mod inproc;
+#[path = "support/process.rs"]
+mod process;
 
 use std::time::Duration;
 
@@ -33,7 +33,8 @@ struct TwoClusters;
 
 #[tonic::async_trait]
 impl ClientStatusDiscoveryService for TwoClusters {
-    type StreamClientStatusStream = futures::stream::Empty<Result<ClientStatusResponse, tonic::Status>>;
+    type StreamClientStatusStream =
+        futures::stream::Empty<Result<ClientStatusResponse, tonic::Status>>;
 
     async fn stream_client_status(
         &self,
