@@ -392,7 +392,17 @@ fn rest_limits(config: &Config) -> ServeLimits {
         drain_timeout: config.drain_timeout,
         max_streams_per_connection: config.max_streams_per_connection,
         write_stall_timeout: config.write_stall_timeout(),
+        max_per_source: rest_max_per_source(config),
+        exempt_sources: config.trusted_proxies.clone(),
     }
+}
+
+/// `--source-connection-share` of the REST listener's connections (`None`
+/// at 100: no cap), at least one.
+fn rest_max_per_source(config: &Config) -> Option<usize> {
+    let max = serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS);
+    (config.source_connection_share < 100)
+        .then(|| (max * usize::from(config.source_connection_share) / 100).max(1))
 }
 
 /// The admin listener's limits: its own, small, apart from REST's.
@@ -404,6 +414,9 @@ fn admin_limits(config: &Config) -> ServeLimits {
         drain_timeout: ADMIN_DRAIN,
         max_streams_per_connection: ADMIN_MAX_STREAMS,
         write_stall_timeout: config.write_stall_timeout(),
+        // Probes and scrapers come from a few addresses: no per-source cap.
+        max_per_source: None,
+        exempt_sources: None,
     }
 }
 

@@ -203,6 +203,11 @@ const SETTINGS: &[Setting] = &[
         "allowed-hosts",
     ),
     setting(
+        "--source-connection-share",
+        "XDS_GATEWAY_SOURCE_CONNECTION_SHARE",
+        "source-connection-share",
+    ),
+    setting(
         "--max-connections",
         "XDS_GATEWAY_MAX_CONNECTIONS",
         "max-connections",
@@ -1079,6 +1084,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "max-body-bytes" => integer() == d.max_body_bytes as i64,
             "allow-insecure-listen" => value.as_bool() == Some(d.allow_insecure_listen),
             "max-connections" => integer() == d.max_connections as i64,
+            "source-connection-share" => integer() == i64::from(d.source_connection_share),
             "max-long-polls" => integer() == d.max_long_polls as i64,
             "max-watches" => integer() == d.max_watches as i64,
             "principal-share" => integer() == i64::from(d.principal_share),

@@ -207,6 +207,11 @@ settings! {
         /// other name by DNS rebinding).
         #[arg(long, env = "XDS_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',', value_name = "NAME,...")]
         allowed_hosts: Vec<String> = Vec::new(),
+        /// One source address may hold at most this percentage of --max-connections (more are
+        /// answered 503 and closed), so one client cannot hold them all; --trusted-proxies are
+        /// exempt (every client behind them shares their address); 100 turns it off [default: 25].
+        #[arg(long, env = "XDS_GATEWAY_SOURCE_CONNECTION_SHARE", value_name = "PERCENT")]
+        source_connection_share: u8 = 25,
         /// At most this many open REST connections; more are answered 503 and closed [default: 10000].
         #[arg(long, env = "XDS_GATEWAY_MAX_CONNECTIONS")]
         max_connections: usize = 10_000,

@@ -14,6 +14,8 @@ use tokio::time::Instant;
 pub(super) struct Activity {
     in_flight: AtomicUsize,
     started_any: AtomicBool,
+    /// A request was answered 401: the connection is closed after it.
+    close_requested: AtomicBool,
     last: Mutex<Instant>,
     /// Streaming bodies open.
     streams: AtomicUsize,
@@ -30,6 +32,7 @@ impl Activity {
         Activity {
             in_flight: AtomicUsize::new(0),
             started_any: AtomicBool::new(false),
+            close_requested: AtomicBool::new(false),
             last: Mutex::new(now),
             streams: AtomicUsize::new(0),
             opened: now,
@@ -51,6 +54,16 @@ impl Activity {
         }
         let last = self.opened + Duration::from_millis(self.last_write_ms.load(Ordering::Acquire));
         now.saturating_duration_since(last)
+    }
+
+    /// Asks for the connection to be closed once what is in flight ends.
+    pub(super) fn request_close(&self) {
+        self.close_requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Activity::request_close`] was called.
+    pub(super) fn close_requested(&self) -> bool {
+        self.close_requested.load(Ordering::Relaxed)
     }
 
     pub(super) fn started_any(&self) -> bool {

@@ -41,8 +41,21 @@ impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
         }
         request.extensions_mut().insert(self.remote);
         let router = self.router.clone();
+        let activity = self.activity.clone();
         Box::pin(async move {
-            let response = router.oneshot(request).await;
+            let response = router.oneshot(request).await.map(|mut r| {
+                // Holding a connection takes a credential (issue 38,
+                // finding 8): after a 401 it closes, so requests without
+                // one cannot keep connections open for themselves.
+                if r.status() == axum::http::StatusCode::UNAUTHORIZED {
+                    activity.request_close();
+                    r.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                r
+            });
             // A stream (a watch) is in flight for as long as it is open;
             // any other request until its head is ready, so a client that
             // does not read a response is still closed as idle.
