@@ -338,3 +338,24 @@ async fn connections_need_a_credential_to_be_held() {
     drop(held);
     gw.stop().await;
 }
+
+/// Issue 38 (smaller ones): a body announced over --max-body-bytes is a
+/// 413 before `100 Continue` is sent, so a client that asked to wait is
+/// not invited to send what will be refused.
+#[tokio::test]
+async fn an_oversized_content_length_gets_its_413_without_100_continue() {
+    let gw = InProcess::start(Config::default()).await;
+    let mut stream = connect(gw.rest_port).await;
+    send(
+        &mut stream,
+        b"POST /v3/discovery:clusters HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 100000000\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await;
+    let answer = read_until_closed(&mut stream, WITHIN)
+        .await
+        .expect("the connection was not closed after the 413");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    gw.stop().await;
+}
