@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
 use crate::cache::{ConfigHistory, HistorySink, Renderer};
-use crate::config::{Config, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
+use crate::config::{Config, SessionKey, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
 use crate::history_file::{HistoryFile, HistoryFileError};
 use crate::http::{self, Gateway};
@@ -55,6 +55,14 @@ pub enum AppError {
     Profiles(#[from] ProfileError),
     #[error(transparent)]
     HistoryFile(#[from] HistoryFileError),
+    /// The admin listener off loopback would serve secrets without a
+    /// credential.
+    #[error(
+        "admin {0}: not a loopback address, and with --allow-secrets its /debug/config and CSDS \
+         serve every node's private keys; the auth policy has no admin token \
+         ([admin] token-sha256) and there are no admin client certificates (--admin-client-ca)"
+    )]
+    AdminUnguarded(SocketAddr),
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
 }
@@ -331,7 +339,13 @@ impl Security {
         let auth = config
             .auth_policy
             .as_deref()
-            .map(|path| AuthPolicy::start(path, metrics.clone()))
+            .map(|path| {
+                AuthPolicy::start(
+                    path,
+                    config.session_key == SessionKey::Cluster,
+                    metrics.clone(),
+                )
+            })
             .transpose()?;
         let security = Security {
             tls,
@@ -339,6 +353,9 @@ impl Security {
             auth,
         };
         if !config.admin.ip().is_loopback() && !security.admin_guarded() {
+            if config.allow_secrets {
+                return Err(AppError::AdminUnguarded(config.admin));
+            }
             warn!(
                 admin = %config.admin,
                 "the admin listener is off loopback without an admin token in the auth policy \
@@ -375,7 +392,17 @@ fn rest_limits(config: &Config) -> ServeLimits {
         drain_timeout: config.drain_timeout,
         max_streams_per_connection: config.max_streams_per_connection,
         write_stall_timeout: config.write_stall_timeout(),
+        max_per_source: rest_max_per_source(config),
+        exempt_sources: config.trusted_proxies.clone(),
     }
+}
+
+/// `--source-connection-share` of the REST listener's connections (`None`
+/// at 100: no cap), at least one.
+fn rest_max_per_source(config: &Config) -> Option<usize> {
+    let max = serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS);
+    (config.source_connection_share < 100)
+        .then(|| (max * usize::from(config.source_connection_share) / 100).max(1))
 }
 
 /// The admin listener's limits: its own, small, apart from REST's.
@@ -387,6 +414,9 @@ fn admin_limits(config: &Config) -> ServeLimits {
         drain_timeout: ADMIN_DRAIN,
         max_streams_per_connection: ADMIN_MAX_STREAMS,
         write_stall_timeout: config.write_stall_timeout(),
+        // Probes and scrapers come from a few addresses: no per-source cap.
+        max_per_source: None,
+        exempt_sources: None,
     }
 }
 

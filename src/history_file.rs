@@ -160,9 +160,15 @@ impl Writer {
     }
 }
 
-/// `path` opened for appending (created if missing), and its size.
+/// `path` opened for appending (created if missing, readable by its owner
+/// alone: it names every node and what it was served, issue 38), and its
+/// size.
 fn append(path: &Path) -> std::io::Result<(File, u64)> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
     let size = file.metadata()?.len();
     Ok((file, size))
 }
@@ -216,6 +222,24 @@ mod tests {
         again.file.flush().unwrap();
         assert_eq!(numbers(&path), [10]);
         assert_eq!(numbers(&rotated(&path, 1)), [8, 9]);
+    }
+
+    /// Issue 38: the file (and each file rotation starts) is created 0600,
+    /// whatever the umask lets through.
+    #[cfg(unix)]
+    #[test]
+    fn files_are_created_for_their_owner_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let mut writer = Writer::open(path.clone(), 10).unwrap();
+        writer.line(b"{\"a\":\"0123456789\"}\n");
+        writer.line(b"{\"b\":1}\n");
+        writer.file.flush().unwrap();
+        for file in [path.clone(), rotated(&path, 1)] {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
+        }
     }
 
     #[test]

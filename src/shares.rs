@@ -1,7 +1,8 @@
 //! Per-principal shares of the global limits (`--principal-share`): of
-//! `--max-sessions`, `--max-watches` and `--max-long-polls`, one principal
-//! of the auth policy may hold at most its share, so one tenant cannot fill
-//! a limit and starve every other (issue 20, finding 5).
+//! `--max-sessions`, `--max-watches`, `--max-long-polls` and (weighed in
+//! bytes, issue 38, finding 6) `--max-session-bytes`, one principal of the
+//! auth policy may hold at most its share, so one tenant cannot fill a
+//! limit and starve every other (issue 20, finding 5).
 //!
 //! Only principals are counted: without a policy there are none, and a
 //! policy of a single principal has nobody to starve, so neither is limited
@@ -69,13 +70,15 @@ pub(crate) struct Share {
 pub(crate) struct Taken {
     held: Arc<Mutex<HashMap<Arc<str>, usize>>>,
     principal: Arc<str>,
+    /// What it weighs: 1 place, or its bytes.
+    amount: usize,
 }
 
 impl Drop for Taken {
     fn drop(&mut self) {
         let mut held = lock(&self.held);
         if let Some(count) = held.get_mut(&self.principal) {
-            *count = count.saturating_sub(1);
+            *count = count.saturating_sub(self.amount);
             if *count == 0 {
                 held.remove(&self.principal);
             }
@@ -108,18 +111,43 @@ impl Share {
     /// Takes one place for `tenant` (nothing to take without a tenant), or
     /// says it holds its share already.
     pub(crate) fn take(&self, tenant: Option<&Tenant>) -> Result<Option<Taken>, OverShare> {
+        self.take_weighing(tenant, 1)
+    }
+
+    /// Whether `tenant` may take `amount` more (bytes) now.
+    pub(crate) fn check_weighing(
+        &self,
+        tenant: Option<&Tenant>,
+        amount: usize,
+    ) -> Result<(), OverShare> {
+        match tenant {
+            Some(tenant) if self.held_by(tenant.name()).saturating_add(amount) > self.cap => {
+                Err(self.over(tenant))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes `amount` (1 place, or bytes) for `tenant`, or says it would
+    /// hold more than its share.
+    pub(crate) fn take_weighing(
+        &self,
+        tenant: Option<&Tenant>,
+        amount: usize,
+    ) -> Result<Option<Taken>, OverShare> {
         let Some(tenant) = tenant else {
             return Ok(None);
         };
         let mut held = lock(&self.held);
         let count = held.entry(tenant.0.clone()).or_default();
-        if *count >= self.cap {
+        if count.saturating_add(amount) > self.cap {
             return Err(self.over(tenant));
         }
-        *count += 1;
+        *count += amount;
         Ok(Some(Taken {
             held: self.held.clone(),
             principal: tenant.0.clone(),
+            amount,
         }))
     }
 
@@ -161,6 +189,20 @@ mod tests {
         drop(taken);
         assert_eq!(share.held_by("a"), 0);
         assert!(share.take(a.as_ref()).unwrap().is_some());
+    }
+
+    /// Issue 38, finding 6: a share weighed in bytes.
+    #[test]
+    fn a_share_in_bytes_holds_what_fits() {
+        let share = Share::new("max-session-bytes", "bytes of nodes", 1000, 50);
+        let a = Tenant::of(Some("a"), 2);
+        let first = share.take_weighing(a.as_ref(), 300).unwrap();
+        let _second = share.take_weighing(a.as_ref(), 200).unwrap();
+        assert!(share.check_weighing(a.as_ref(), 1).is_err());
+        assert!(share.take_weighing(a.as_ref(), 1).is_err());
+        drop(first);
+        assert_eq!(share.held_by("a"), 200);
+        assert!(share.take_weighing(a.as_ref(), 300).unwrap().is_some());
     }
 
     #[test]

@@ -437,3 +437,97 @@ async fn a_changed_policy_file_is_reloaded_and_a_broken_one_is_not() {
     );
     gw.stop().await;
 }
+
+/// Issue 38, finding 5: an admin listener off loopback with
+/// `--allow-secrets` serves private keys from `/debug/config`, so it needs
+/// a credential, as the REST listener does. A policy without an admin
+/// token does not start such a gateway; a reload that drops the admin
+/// token closes the details instead of opening them. (The in-process
+/// gateway is handed loopback listeners; its configured `--admin` address
+/// is what the rule reads.)
+#[tokio::test]
+async fn an_admin_listener_off_loopback_with_secrets_needs_a_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    let strip_admin = |text: &str| {
+        text.replacen(
+            &format!("[admin]\ntoken-sha256 = [\"{}\"]\n", sha(ADMIN)),
+            "",
+            1,
+        )
+    };
+    let without_admin = strip_admin(&policy(EDGE));
+    assert!(!without_admin.contains("[admin]"));
+    std::fs::write(&path, &without_admin).unwrap();
+    let config = || Config {
+        auth_policy: Some(path.clone()),
+        allow_secrets: true,
+        admin: "0.0.0.0:9901".parse().unwrap(),
+        ..Config::default()
+    };
+    let rest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_port = admin.local_addr().unwrap().port();
+    let mut run = tokio::spawn(xds_gateway::app::run(
+        config().validate().unwrap(),
+        rest,
+        admin,
+        std::future::pending(),
+    ));
+    match tokio::time::timeout(Duration::from_secs(5), &mut run).await {
+        Ok(result) => {
+            let err = result.unwrap().expect_err("started").to_string();
+            for needle in [
+                "0.0.0.0:9901",
+                "--allow-secrets",
+                "token-sha256",
+                "--admin-client-ca",
+            ] {
+                assert!(err.contains(needle), "{needle}: {err}");
+            }
+        }
+        Err(_) => {
+            let reply = get(admin_port, "/debug/config?node=edge-1", None).await;
+            run.abort();
+            panic!(
+                "it started; /debug/config without a credential: {}",
+                reply.status
+            );
+        }
+    }
+
+    // Started with an admin token, then reloaded without one: closed.
+    std::fs::write(&path, policy(EDGE)).unwrap();
+    let gw = InProcess::start(config().validate().unwrap()).await;
+    assert_eq!(
+        get(gw.admin_port, "/debug/config?node=edge-1", None)
+            .await
+            .status,
+        401
+    );
+    // The reloaded policy rotates the edge token too: the sign it is in
+    // service.
+    let rotated = "edge-token-rotated-38";
+    std::fs::write(&path, strip_admin(&policy(rotated))).unwrap();
+    let (rest_port, admin_port) = (gw.rest_port, gw.admin_port);
+    let reloaded = eventually(TIMEOUT, Duration::from_millis(100), || async move {
+        (post(rest_port, "clusters", "edge-1", "e", Some(rotated))
+            .await
+            .status
+            == 200)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        reloaded.is_some(),
+        "the policy without an admin token was never loaded"
+    );
+    let closed = get(admin_port, "/debug/config?node=edge-1", None).await;
+    assert_eq!(closed.status, 401, "{}", closed.text());
+    assert!(
+        message(&closed).contains("admin credential"),
+        "{}",
+        closed.text()
+    );
+    gw.stop().await;
+}

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use process::{eventually, free_port, http_get, ChildGuard};
 use xds_gateway::config::{
-    Config, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams, Validation,
+    Config, ForwardedHeader, LogFormat, RewritePolicy, SessionKey, UpstreamMode, UpstreamStreams,
+    Validation,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_xds-gateway");
@@ -195,6 +196,21 @@ const SETTINGS: &[Setting] = &[
         "--allow-insecure-listen",
         "XDS_GATEWAY_ALLOW_INSECURE_LISTEN",
         "allow-insecure-listen",
+    ),
+    setting(
+        "--forwarded-header",
+        "XDS_GATEWAY_FORWARDED_HEADER",
+        "forwarded-header",
+    ),
+    setting(
+        "--allowed-hosts",
+        "XDS_GATEWAY_ALLOWED_HOSTS",
+        "allowed-hosts",
+    ),
+    setting(
+        "--source-connection-share",
+        "XDS_GATEWAY_SOURCE_CONNECTION_SHARE",
+        "source-connection-share",
     ),
     setting(
         "--max-connections",
@@ -786,6 +802,40 @@ async fn secrets_off_loopback_with_server_only_tls_are_refused() {
     }
 }
 
+/// Issue 38, finding 2: `--session-key cluster` serves every node of a
+/// cluster what the upstream made for the first, so it is refused with
+/// `--allow-secrets`, and with an auth policy whose rules name nodes.
+#[tokio::test]
+async fn cluster_sessions_with_secrets_or_node_rules_are_refused() {
+    let listeners = unused_listeners();
+    let args = with_unused_listeners(&["--session-key", "cluster", "--allow-secrets"], &listeners);
+    expect_rejected(
+        gateway(&args, &[]),
+        "--session-key cluster with --allow-secrets",
+        &["session-key", "--allow-secrets", "--session-key node"],
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[principal]]\nname = \"edge\"\ntoken-sha256 = [\"0000000000000000000000000000000000000000000000000000000000000000\"]\n\
+         [[principal.allow]]\nnodes = [\"edge-2\"]\nclusters = [\"edge\"]\n",
+    )
+    .expect("write the policy");
+    let policy = policy.to_str().expect("a UTF-8 path");
+    let args = with_unused_listeners(
+        &["--session-key", "cluster", "--auth-policy", policy],
+        &listeners,
+    );
+    expect_rejected(
+        gateway(&args, &[]),
+        "--session-key cluster with a policy naming nodes",
+        &["--session-key cluster", "edge-2", "nodes = [\"*\"]"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn upstream_and_snapshot_together_are_refused() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -1009,6 +1059,12 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "upstream-headers" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.upstream_headers.is_empty()
             }
+            "forwarded-header" => {
+                value.clone().try_into::<ForwardedHeader>().ok() == Some(d.forwarded_header)
+            }
+            "allowed-hosts" => {
+                value.as_array().is_some_and(|a| a.is_empty()) && d.allowed_hosts.is_empty()
+            }
             "upstream-keepalive" => duration() == d.upstream_keepalive,
             "upstream-node-first-only" => value.as_bool() == Some(d.upstream_node_first_only),
             "fetch-cache-ttl" => duration() == d.fetch_cache_ttl,
@@ -1034,6 +1090,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "max-body-bytes" => integer() == d.max_body_bytes as i64,
             "allow-insecure-listen" => value.as_bool() == Some(d.allow_insecure_listen),
             "max-connections" => integer() == d.max_connections as i64,
+            "source-connection-share" => integer() == i64::from(d.source_connection_share),
             "max-long-polls" => integer() == d.max_long_polls as i64,
             "max-watches" => integer() == d.max_watches as i64,
             "principal-share" => integer() == i64::from(d.principal_share),

@@ -176,6 +176,8 @@ async fn connections_are_capped_and_admin_stays_responsive() {
         max_connections: 20,
         header_read_timeout: Duration::from_secs(30),
         keep_alive_timeout: Duration::from_secs(30),
+        // Every connection here comes from 127.0.0.1: no per-source cap.
+        source_connection_share: 100,
         ..Config::default()
     })
     .await;
@@ -253,5 +255,107 @@ async fn long_polls_are_capped() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("--max-long-polls"), "{body}");
     first.abort();
+    gw.stop().await;
+}
+
+/// A connection to 127.0.0.1:`port` from the loopback address `from`.
+async fn connect_from(from: &str, port: u16) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(format!("{from}:0").parse().unwrap())
+        .expect("bind a loopback source address");
+    socket
+        .connect(([127, 0, 0, 1], port).into())
+        .await
+        .expect("connect to the gateway")
+}
+
+/// Issue 38, finding 8: connections need a credential to be held. One
+/// source address holds at most its share of --max-connections (here 5
+/// of 20), so idle connections from it cannot keep a client with a token
+/// (from another address) out; and a request answered 401 closes its
+/// connection, so unauthenticated requests do not keep it alive.
+#[tokio::test]
+async fn connections_need_a_credential_to_be_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "holder-token-38";
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[principal]]\nname = \"edge\"\ntoken-sha256 = [\"{}\"]\n[[principal.allow]]\nnodes = [\"*\"]\nclusters = [\"*\"]\n",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()))
+        ),
+    )
+    .unwrap();
+    let gw = InProcess::start(Config {
+        auth_policy: Some(policy),
+        max_connections: 20,
+        header_read_timeout: Duration::from_secs(30),
+        keep_alive_timeout: Duration::from_secs(30),
+        ..Config::default()
+    })
+    .await;
+    // 127.0.0.1 opens every slot it can and holds them, idle.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(connect_from("127.0.0.1", gw.rest_port).await);
+    }
+    let refused = eventually(WITHIN, Duration::from_millis(20), || async {
+        let mut extra = connect_from("127.0.0.1", gw.rest_port).await;
+        send(&mut extra, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let text = read_until_closed(&mut extra, WITHIN).await?;
+        text.starts_with("HTTP/1.1 503").then_some(text)
+    })
+    .await
+    .expect("a sixth connection from one address was not refused");
+    assert!(refused.contains("at most 5"), "{refused}");
+    // A client with a token, from another address, is served.
+    let mut client = connect_from("127.0.0.2", gw.rest_port).await;
+    let request = format!(
+        "GET /v3/discovery:clusters?node=edge-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    send(&mut client, request.as_bytes()).await;
+    let answer = read_until_closed(&mut client, WITHIN)
+        .await
+        .expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // A 401 closes its connection (which asked to be kept alive).
+    let mut anonymous = connect_from("127.0.0.3", gw.rest_port).await;
+    send(
+        &mut anonymous,
+        b"GET /v3/discovery:clusters?node=edge-1 HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
+    )
+    .await;
+    let answer = read_until_closed(&mut anonymous, Duration::from_secs(5))
+        .await
+        .expect("the connection was kept open after its 401");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    drop(held);
+    gw.stop().await;
+}
+
+/// Issue 38 (smaller ones): a body announced over --max-body-bytes is a
+/// 413 before `100 Continue` is sent, so a client that asked to wait is
+/// not invited to send what will be refused.
+#[tokio::test]
+async fn an_oversized_content_length_gets_its_413_without_100_continue() {
+    let gw = InProcess::start(Config::default()).await;
+    let mut stream = connect(gw.rest_port).await;
+    send(
+        &mut stream,
+        b"POST /v3/discovery:clusters HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 100000000\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await;
+    let answer = read_until_closed(&mut stream, WITHIN)
+        .await
+        .expect("the connection was not closed after the 413");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
     gw.stop().await;
 }

@@ -185,3 +185,46 @@ async fn one_principal_cannot_hold_every_watch() {
     assert!(status.contains(" 200 "), "b's watch: {status}");
     gw.stop().await;
 }
+
+/// A GET for `node` whose node carries ~`kib` KiB of metadata.
+async fn poll_big(port: u16, node: &str, token: &str, kib: usize) -> Reply {
+    let metadata = format!("%7B%22pad%22%3A%22{}%22%7D", "x".repeat(kib * 1024));
+    get(
+        port,
+        &format!("/v3/discovery:clusters?node={node}&metadata={metadata}"),
+        token,
+        TIMEOUT,
+    )
+    .await
+    .unwrap()
+}
+
+/// Issue 38, finding 6: the bytes of nodes sessions hold
+/// (`--max-session-bytes`) are shared too: one principal's few large
+/// sessions fill at most its share, and the other still opens sessions.
+#[tokio::test]
+async fn one_principal_cannot_fill_the_session_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        max_node_bytes: 64 * 1024,
+        max_session_bytes: 200 * 1024,
+        max_body_bytes: 256 * 1024,
+        ..Config::default()
+    };
+    let gw = start(dir.path(), &[("a", A), ("b", B)], config).await;
+    // ~40 KiB each: two fit in a's 100 KiB, the third does not.
+    for node in ["a-1", "a-2"] {
+        let reply = poll_big(gw.rest_port, node, A, 40).await;
+        assert_eq!(reply.status, 200, "{node}: {}", reply.text());
+    }
+    let over = poll_big(gw.rest_port, "a-3", A, 40).await;
+    assert_over_share(&over, "a", "--max-session-bytes");
+    // b is still served: its share is untouched.
+    for node in ["b-1", "b-2"] {
+        let reply = poll_big(gw.rest_port, node, B, 40).await;
+        assert_eq!(reply.status, 200, "{node}: {}", reply.text());
+    }
+    // a's sessions already open are still answered.
+    assert_eq!(poll_big(gw.rest_port, "a-1", A, 40).await.status, 200);
+    gw.stop().await;
+}

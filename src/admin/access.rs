@@ -44,6 +44,14 @@ impl Admin {
         let tokens = policy.is_some_and(Policy::admin_needs_token);
         let certificates = self.client_trust.as_ref();
         if !tokens && certificates.is_none() {
+            if self.config.needs_credential {
+                // Start-up refuses this; a reloaded policy without admin
+                // tokens must not open secrets off loopback either.
+                return Err(format!(
+                    "{what} needs an admin credential: the admin listener is off loopback and serves \
+                     secrets (--allow-secrets), but the auth policy in service has no admin token"
+                ));
+            }
             return Ok(());
         }
         let refuse = |why: Option<String>| {
@@ -77,6 +85,16 @@ impl Admin {
                 "{names}, which the auth policy's [admin] uri-san and dns-san do not name"
             ))),
         }
+    }
+
+    /// Whether the details ask for a credential (admin tokens in the
+    /// policy in service, or admin client certificates).
+    pub(super) fn asks_for_credentials(&self) -> bool {
+        self.client_trust.is_some()
+            || self
+                .auth
+                .as_ref()
+                .is_some_and(|auth| auth.current().admin_needs_token())
     }
 
     /// Which nodes a request may see the history and diffs of; `Err` is
@@ -152,7 +170,7 @@ impl Sight {
     pub(super) fn may_see_node(&self, kind: ResourceType, id: &str) -> bool {
         match self {
             Sight::All => true,
-            Sight::Principal { index, policy, .. } => policy.names_node(*index, kind, id),
+            Sight::Principal { index, policy, .. } => policy.names_node(*index, None, kind, id),
         }
     }
 
@@ -160,7 +178,9 @@ impl Sight {
     pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: &str) -> bool {
         match self {
             Sight::All => true,
-            Sight::Principal { index, policy, .. } => policy.allows(*index, kind, id, cluster),
+            Sight::Principal { index, policy, .. } => {
+                policy.allows(*index, None, kind, id, cluster)
+            }
         }
     }
 

@@ -195,6 +195,7 @@ fn held(
     if !sight.may_see_node(kind, node) {
         return Err(not_visible(sight, kind, node, None));
     }
+    refuse_past_secrets(kind)?;
     let history = admin.renderer.history();
     let found = history
         .version(node, None, kind, version)
@@ -208,8 +209,22 @@ fn held(
     })
 }
 
+/// Diffs of secrets compare only what nodes are served now: a held
+/// version may be a rotated-away private key (issue 38).
+fn refuse_past_secrets(kind: ResourceType) -> Result<(), ApiError> {
+    if kind != ResourceType::Secrets {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(
+        "diffs of secrets compare only what two nodes are served now (no from= or to=, and with=): \
+         a version held in the history may be a rotated-away private key"
+            .into(),
+    ))
+}
+
 /// The version of `node` held before the one `after` is served from.
 fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Result<Found, ApiError> {
+    refuse_past_secrets(kind)?;
     let found = admin
         .renderer
         .history()

@@ -175,6 +175,27 @@ fn version_view(
         .history()
         .version(node, cluster, kind, version)
         .ok_or_else(|| not_held(node, kind, version, timelines))?;
+    if kind == ResourceType::Secrets {
+        // A rotated-away private key stays secret (issue 38): of secrets,
+        // only the version served now is shown whole.
+        let newest = timelines
+            .iter()
+            .filter(|t| t.identity == held.identity)
+            .flat_map(|t| {
+                t.events
+                    .iter()
+                    .rev()
+                    .filter_map(|e| e.version.as_deref())
+                    .next()
+            })
+            .next();
+        if held.event.version.as_deref() != newest {
+            return Err(ApiError::Forbidden(format!(
+                "version {version:?} of secrets for node {node:?} is no longer served: the content of \
+                 a rotated-away secret is not shown (its timeline entry is)"
+            )));
+        }
+    }
     Ok(VersionView {
         node_id: node.to_owned(),
         kind: kind.short_name(),

@@ -188,12 +188,41 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/debug/history", get(history::history))
         .route("/debug/diff", get(diff::diff_view))
         .merge(guarded)
-        .with_state(admin)
+        .with_state(admin.clone())
         .merge(csds)
         // tonic's router answers any other path with a 200 carrying
         // grpc-status UNIMPLEMENTED; a person's browser or curl needs a 404
         // (gRPC clients read an HTTP 404 as UNIMPLEMENTED too).
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(admin, answer_host))
+}
+
+/// Refuses a request whose `Host` the admin listener does not answer
+/// (`http::host::check`): while it asks for no credential, only the hosts
+/// a DNS rebinding page cannot be.
+async fn answer_host(
+    State(admin): State<Arc<Admin>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let checked = crate::http::host::check(
+        request.headers(),
+        !admin.asks_for_credentials(),
+        &admin.config.allowed_hosts,
+    );
+    let (status, code) = match &checked {
+        Ok(()) => return next.run(request).await,
+        Err(crate::http::host::HostError::Repeated(_)) => (StatusCode::BAD_REQUEST, 3),
+        Err(crate::http::host::HostError::NotAllowed(_)) => (StatusCode::FORBIDDEN, 7),
+    };
+    let message = checked.err().map(|e| e.to_string()).unwrap_or_default();
+    let body = serde_json::json!({"code": code, "message": message});
+    let mut response = (status, format!("{body}\n")).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// Any other path: a JSON 404 naming what the admin listener serves.

@@ -20,13 +20,15 @@
 //!
 //! [[principal]]
 //! name = "edge"                       # named in logs and 403s
-//! uri-san = ["spiffe://mesh.example/ns/edge/*"]   # exact or glob
+//! uri-san = ["spiffe://mesh.example/ns/edge/*"]   # exact or glob, or a
+//!                                     # template: ".../ns/{namespace}/sa/{sa}"
 //! dns-san = ["edge-*.mesh.example"]
 //! token-sha256 = ["<hex>"]            # Authorization: Bearer <token>
 //! hds = false                         # HDS for the nodes its rules bind
 //! csds = false                        # upstream CSDS about the nodes its rules name
 //! [[principal.allow]]
-//! nodes = ["edge-*"]                  # node ids, exact or glob (required; "*" for any)
+//! nodes = ["edge-*"]                  # node ids, exact or glob (required; "*" for any),
+//!                                     # or captures of the template: ["{sa}"]
 //! clusters = ["edge"]                 # node clusters, exact or glob (required; "*" for any)
 //! types = ["listeners", "clusters"]   # default: every type but secrets
 //! ```
@@ -50,6 +52,9 @@ pub(crate) use policy::{sha256, Identity, Policy};
 #[derive(Debug)]
 pub(crate) struct AuthPolicy {
     path: PathBuf,
+    /// `--session-key cluster`: a rule may not name nodes
+    /// ([`Policy::check_cluster_sessions`]).
+    cluster_sessions: bool,
     /// The policy in service; every reload is sent to the subscribers.
     current: tokio::sync::watch::Sender<Arc<Policy>>,
     metrics: Arc<Metrics>,
@@ -58,15 +63,18 @@ pub(crate) struct AuthPolicy {
 
 impl AuthPolicy {
     /// Loads the policy at `path` (an error says where and why) and
-    /// watches it.
+    /// watches it; with `cluster_sessions` (`--session-key cluster`) a
+    /// policy whose rules name nodes is refused, at start and on reload.
     pub(crate) fn start(
         path: &Path,
+        cluster_sessions: bool,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<AuthPolicy>, PolicyError> {
-        let policy = Policy::load(path)?;
+        let policy = Policy::load(path, cluster_sessions)?;
         info!(path = %path.display(), principals = policy.principal_count(), "auth policy loaded");
         let auth = Arc::new(AuthPolicy {
             path: path.to_owned(),
+            cluster_sessions,
             current: tokio::sync::watch::Sender::new(Arc::new(policy)),
             metrics,
             watcher: std::sync::Mutex::default(),
@@ -92,7 +100,7 @@ impl AuthPolicy {
     }
 
     fn reload(&self) {
-        match Policy::load(&self.path) {
+        match Policy::load(&self.path, self.cluster_sessions) {
             Ok(policy) => {
                 info!(path = %self.path.display(), principals = policy.principal_count(), "auth policy reloaded");
                 self.current.send_replace(Arc::new(policy));

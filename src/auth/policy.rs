@@ -10,7 +10,12 @@
 //! `"*"` is written where any value is meant. A rule that left one out
 //! would let the client choose it, and so choose config meant for others.
 //! Secrets are stricter: a rule that grants them must bind both halves to
-//! something narrower than "anything".
+//! something narrower than "anything" (a pattern pinned by a literal
+//! character at its start or end: [`pinned`]), and a principal whose SANs name
+//! many certificates (a glob, a template) gets secrets only by a rule that
+//! ties the node to the certificate ([`binding`]: `uri-san =
+//! ["spiffe://td/ns/{namespace}/sa/{sa}"]`, `nodes = ["{sa}"]`), so one
+//! certificate of many cannot read every node's secrets.
 //!
 //! Patterns are globs (`*` any run of characters, `/` included; `?` one
 //! character; `[...]` a class); a pattern without those is an exact name.
@@ -18,6 +23,7 @@
 
 use std::path::{Path, PathBuf};
 
+use binding::{has_wildcard, Captures, NamePattern, SanTemplate};
 use glob::Pattern;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -48,6 +54,8 @@ pub(crate) struct Policy {
 #[derive(Debug, Default)]
 struct Sans {
     uri: Vec<Pattern>,
+    /// `uri-san` entries that capture (`.../sa/{sa}`).
+    templates: Vec<SanTemplate>,
     dns: Vec<Pattern>,
 }
 
@@ -63,9 +71,15 @@ struct Principal {
 
 #[derive(Debug)]
 struct Grant {
-    nodes: Vec<Pattern>,
-    clusters: Vec<Pattern>,
+    nodes: Vec<NamePattern>,
+    clusters: Vec<NamePattern>,
     types: Vec<ResourceType>,
+    /// The `nodes` entries as written.
+    raw_nodes: Vec<String>,
+    /// Whether a pattern names a capture: the rule then binds only a
+    /// request whose certificate's URI SAN a template of the principal
+    /// captured, with those values.
+    bound: bool,
 }
 
 /// Who a request is, as the policy sees it.
@@ -136,24 +150,48 @@ struct GrantFile {
 }
 
 impl Policy {
-    /// Reads and validates the policy at `path`.
-    pub(crate) fn load(path: &Path) -> Result<Policy, PolicyError> {
+    /// Reads and validates the policy at `path`, for sessions keyed by
+    /// cluster if `cluster_sessions` ([`Policy::check_cluster_sessions`]).
+    pub(crate) fn load(path: &Path, cluster_sessions: bool) -> Result<Policy, PolicyError> {
         let fail = |reason: String| PolicyError {
             path: path.to_owned(),
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        Policy::parse(&text).map_err(fail)
+        let policy = Policy::parse(&text).map_err(fail)?;
+        if cluster_sessions {
+            policy.check_cluster_sessions().map_err(fail)?;
+        }
+        Ok(policy)
+    }
+
+    /// With `--session-key cluster` every node of a cluster shares one
+    /// upstream session, and the upstream sees the id of the node that
+    /// opened it: a rule's node half would bind nothing (a principal
+    /// allowed edge-2 gets what was made for edge-1). So every rule says
+    /// `nodes = ["*"]` there, and only the cluster binds.
+    pub(crate) fn check_cluster_sessions(&self) -> Result<(), String> {
+        for p in &self.principals {
+            for raw in p.grants.iter().flat_map(|g| &g.raw_nodes) {
+                if raw != "*" {
+                    return Err(format!(
+                        "principal {:?}: an allow rule names nodes = [{raw:?}], but with --session-key cluster \
+                         all nodes of a cluster share one upstream session, which the upstream keys on the \
+                         first node's id: the node half binds nothing. Write nodes = [\"*\"] and bind \
+                         clusters, or use --session-key node",
+                        p.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates a policy's TOML text.
     pub(crate) fn parse(text: &str) -> Result<Policy, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         let admin_tokens = digests(&file.admin.token_sha256, "[admin] token-sha256")?;
-        let admin_sans = Sans {
-            uri: patterns(&file.admin.uri_san, "[admin] uri-san")?,
-            dns: patterns(&file.admin.dns_san, "[admin] dns-san")?,
-        };
+        let admin_sans = Sans::parse(&file.admin.uri_san, &file.admin.dns_san, "[admin]")?;
         let mut principals = Vec::new();
         for p in file.principal {
             let what = format!("principal {:?}", p.name);
@@ -174,16 +212,14 @@ impl Policy {
                      csds = true lets it ask the control plane's CSDS about those nodes"
                 ));
             }
+            let sans = Sans::parse(&p.uri_san, &p.dns_san, &what)?;
             let grants = p
                 .allow
                 .iter()
-                .map(|g| grant(g, &what))
+                .map(|g| grant(g, &what, &sans, !p.token_sha256.is_empty()))
                 .collect::<Result<Vec<_>, _>>()?;
             principals.push(Principal {
-                sans: Sans {
-                    uri: patterns(&p.uri_san, &format!("{what} uri-san"))?,
-                    dns: patterns(&p.dns_san, &format!("{what} dns-san"))?,
-                },
+                sans,
                 tokens: digests(&p.token_sha256, &format!("{what} token-sha256"))?,
                 hds: p.hds,
                 csds: p.csds,
@@ -263,37 +299,96 @@ impl Policy {
         Identity::UnknownCertificate(certificate_names(peer))
     }
 
-    /// Whether principal `index` may fetch `kind` for the node `id` of
-    /// `cluster`.
-    pub(crate) fn allows(&self, index: usize, kind: ResourceType, id: &str, cluster: &str) -> bool {
+    /// Whether principal `index`, over a connection whose client
+    /// certificate is `peer`, may fetch `kind` for the node `id` of
+    /// `cluster`. A rule bound to the certificate ([`binding`]) binds only
+    /// with what `peer`'s URI SANs capture.
+    pub(crate) fn allows(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        kind: ResourceType,
+        id: &str,
+        cluster: &str,
+    ) -> bool {
+        let captures = self.captures(index, peer);
         self.grants_of(index)
-            .any(|g| g.binds(id, cluster) && g.types.contains(&kind))
+            .any(|g| g.types.contains(&kind) && g.binds(Some(id), Some(cluster), &captures))
     }
 
     /// Whether a rule of principal `index` names the node `id` for `kind`,
     /// of some cluster (what a view selecting nodes by id checks before it
     /// looks; [`Policy::allows`] then decides each cluster it shows).
-    pub(crate) fn names_node(&self, index: usize, kind: ResourceType, id: &str) -> bool {
+    pub(crate) fn names_node(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        kind: ResourceType,
+        id: &str,
+    ) -> bool {
+        let captures = self.captures(index, peer);
         self.grants_of(index)
-            .any(|g| g.types.contains(&kind) && g.nodes.iter().any(|pat| pat.matches(id)))
+            .any(|g| g.types.contains(&kind) && g.binds(Some(id), None, &captures))
     }
 
     /// Whether principal `index` may use HDS as the node `id` of `cluster`:
     /// `hds = true`, and a rule of its binds that node (of any type).
-    pub(crate) fn allows_hds(&self, index: usize, id: &str, cluster: &str) -> bool {
+    pub(crate) fn allows_hds(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        id: &str,
+        cluster: &str,
+    ) -> bool {
+        let captures = self.captures(index, peer);
         self.principals.get(index).is_some_and(|p| p.hds)
-            && self.grants_of(index).any(|g| g.binds(id, cluster))
+            && self
+                .grants_of(index)
+                .any(|g| g.binds(Some(id), Some(cluster), &captures))
     }
 
     /// Whether principal `index` may ask the upstream's CSDS about the node
     /// `id`: `csds = true`, and a rule of its names that node. CSDS selects
     /// nodes by id alone, so the rule's clusters cannot be checked here:
     /// a principal sees the status of the nodes its rules name.
-    pub(crate) fn allows_csds(&self, index: usize, id: &str) -> bool {
+    pub(crate) fn allows_csds(&self, index: usize, peer: Option<&PeerIdentity>, id: &str) -> bool {
+        let captures = self.captures(index, peer);
         self.principals.get(index).is_some_and(|p| p.csds)
             && self
                 .grants_of(index)
-                .any(|g| g.nodes.iter().any(|pat| pat.matches(id)))
+                .any(|g| g.binds(Some(id), None, &captures))
+    }
+
+    /// Whether CSDS's answer about the node `id` of `cluster` may reach
+    /// principal `index`: `csds = true`, and a rule of its binds both (the
+    /// question was asked by id alone; the answer says each node's cluster,
+    /// and a node of a cluster the rules do not name is not the caller's
+    /// to see: issue 38, finding 4).
+    pub(crate) fn allows_csds_answer(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        id: &str,
+        cluster: &str,
+    ) -> bool {
+        let captures = self.captures(index, peer);
+        self.principals.get(index).is_some_and(|p| p.csds)
+            && self
+                .grants_of(index)
+                .any(|g| g.binds(Some(id), Some(cluster), &captures))
+    }
+
+    /// What `peer`'s URI SANs capture by principal `index`'s templates
+    /// (one set per SAN a template matches).
+    fn captures(&self, index: usize, peer: Option<&PeerIdentity>) -> Vec<Captures> {
+        let (Some(p), Some(peer)) = (self.principals.get(index), peer) else {
+            return Vec::new();
+        };
+        p.sans
+            .templates
+            .iter()
+            .flat_map(|t| peer.uris.iter().filter_map(|u| t.capture(u)))
+            .collect()
     }
 
     /// Whether principal `index` may use CSDS at all.
@@ -320,7 +415,9 @@ impl Policy {
 
     /// Whether `[admin]` names the SANs of admin client certificates.
     pub(crate) fn admin_names_certificates(&self) -> bool {
-        !self.admin_sans.uri.is_empty() || !self.admin_sans.dns.is_empty()
+        !self.admin_sans.uri.is_empty()
+            || !self.admin_sans.templates.is_empty()
+            || !self.admin_sans.dns.is_empty()
     }
 
     /// Whether the client certificate `peer` (one the admin listener's
@@ -339,13 +436,42 @@ impl Policy {
 }
 
 impl Sans {
+    /// `uri-san` (patterns or templates) and `dns-san` of `what`.
+    fn parse(uri: &[String], dns: &[String], what: &str) -> Result<Sans, String> {
+        let mut sans = Sans {
+            dns: patterns(dns, &format!("{what} dns-san"))?,
+            ..Sans::default()
+        };
+        for raw in uri {
+            match SanTemplate::parse(raw).map_err(|e| format!("{what} uri-san: {e}"))? {
+                Some(template) => sans.templates.push(template),
+                None => sans.uri.extend(patterns(
+                    std::slice::from_ref(raw),
+                    &format!("{what} uri-san"),
+                )?),
+            }
+        }
+        Ok(sans)
+    }
+
+    /// Whether these SANs can name more than one certificate: a glob or
+    /// a template.
+    fn name_many(&self) -> bool {
+        !self.templates.is_empty()
+            || self
+                .uri
+                .iter()
+                .chain(&self.dns)
+                .any(|p| has_wildcard(p.as_str()))
+    }
+
     /// How `peer` matches these patterns ("client certificate URI SAN
     /// ..."): the first URI SAN that matches, else the first DNS SAN.
     fn matching(&self, peer: &PeerIdentity) -> Option<String> {
-        let uri = peer
-            .uris
-            .iter()
-            .find(|u| self.uri.iter().any(|pat| pat.matches(u)));
+        let uri = peer.uris.iter().find(|u| {
+            self.uri.iter().any(|pat| pat.matches(u))
+                || self.templates.iter().any(|t| t.capture(u).is_some())
+        });
         let dns = peer
             .dns
             .iter()
@@ -374,14 +500,21 @@ fn certificate_names(peer: &PeerIdentity) -> String {
 }
 
 impl Grant {
-    /// Whether this rule binds the node `id` of `cluster` (both must match).
-    fn binds(&self, id: &str, cluster: &str) -> bool {
-        self.nodes.iter().any(|pat| pat.matches(id))
-            && self.clusters.iter().any(|pat| pat.matches(cluster))
+    /// Whether this rule binds the node `id` of `cluster` (both must
+    /// match; `None` is not checked), a bound rule with one of `captures`.
+    fn binds(&self, id: Option<&str>, cluster: Option<&str>, captures: &[Captures]) -> bool {
+        let with = |c: Option<&Captures>| {
+            id.is_none_or(|id| self.nodes.iter().any(|pat| pat.matches(id, c)))
+                && cluster.is_none_or(|cl| self.clusters.iter().any(|pat| pat.matches(cl, c)))
+        };
+        match self.bound {
+            false => with(None),
+            true => captures.iter().any(|c| with(Some(c))),
+        }
     }
 }
 
-fn grant(g: &GrantFile, what: &str) -> Result<Grant, String> {
+fn grant(g: &GrantFile, what: &str, sans: &Sans, tokens: bool) -> Result<Grant, String> {
     let (Some(nodes), Some(clusters)) = (&g.nodes, &g.clusters) else {
         let (missing, example) = match g.nodes {
             None => ("nodes", "nodes = [\"*\"] for any node id"),
@@ -421,29 +554,100 @@ fn grant(g: &GrantFile, what: &str) -> Result<Grant, String> {
             })
             .collect::<Result<Vec<_>, _>>()?,
     };
+    let node_patterns = name_patterns(nodes, &format!("{what} nodes"))?;
+    let cluster_patterns = name_patterns(clusters, &format!("{what} clusters"))?;
+    let used: Vec<&str> = node_patterns
+        .iter()
+        .chain(&cluster_patterns)
+        .flat_map(NamePattern::names)
+        .collect();
+    let bound = !used.is_empty();
+    if bound {
+        check_captures(&used, sans, tokens, what)?;
+    }
     if types.contains(&ResourceType::Secrets) {
-        for (list, half) in [(nodes, "nodes"), (clusters, "clusters")] {
-            if let Some(open) = list.iter().find(|p| matches_anything(p)) {
+        if bound {
+            if let Some(loose) = nodes
+                .iter()
+                .zip(&node_patterns)
+                .find(|(_, p)| !p.is_pinned_template())
+            {
                 return Err(format!(
-                    "{what}: an allow rule grants secrets with {half} = [{open:?}]: a client could claim any \
-                     value there and read the secrets it selects (a snapshot's per-node or per-cluster layer, \
-                     a control plane's per-identity secrets); name the {half} the principal is"
+                    "{what}: an allow rule grants secrets bound to the certificate, but nodes = [{:?}] is not \
+                     tied to it: every node pattern of such a rule is a template of captures without wildcards \
+                     (nodes = [\"{{sa}}\"]), so each certificate reads its own node's secrets only",
+                    loose.0
+                ));
+            }
+        } else if sans.name_many() {
+            return Err(format!(
+                "{what}: an allow rule grants secrets for nodes = {nodes:?} to a principal whose uri-san or \
+                 dns-san names many certificates: any one of them (one stolen certificate) could read every \
+                 node the rule names; tie the node to the certificate by capture instead: \
+                 uri-san = [\"spiffe://trust-domain/ns/{{namespace}}/sa/{{sa}}\"] and nodes = [\"{{sa}}\"]"
+            ));
+        }
+        for (list, patterns, half) in [
+            (nodes, &node_patterns, "nodes"),
+            (clusters, &cluster_patterns, "clusters"),
+        ] {
+            // A template is pinned by what the certificate captured.
+            let open = list
+                .iter()
+                .zip(patterns)
+                .find(|(raw, p)| matches!(p, NamePattern::Glob(_)) && !pinned::is_pinned(raw));
+            if let Some((open, _)) = open {
+                return Err(format!(
+                    "{what}: an allow rule grants secrets with {half} = [{open:?}], which neither begins nor \
+                     ends with a literal character: it matches values a client chooses (\"*\", \"[!~]*\" and \
+                     \"*edge*\" alike), and the client would read the secrets they select (a snapshot's \
+                     per-node or per-cluster layer, a control plane's per-identity secrets); name the {half} \
+                     the principal is, or pin the pattern (\"edge-*\")"
                 ));
             }
         }
     }
     Ok(Grant {
-        nodes: patterns(nodes, &format!("{what} nodes"))?,
-        clusters: patterns(clusters, &format!("{what} clusters"))?,
+        nodes: node_patterns,
+        clusters: cluster_patterns,
         types,
+        raw_nodes: nodes.clone(),
+        bound,
     })
 }
 
-/// Whether a pattern names no character of the value, only wildcards
-/// (`*`, `**`, `?*`, `??`, ...): it matches every value at least as long as
-/// its `?`s, and a client chooses its value.
-fn matches_anything(pattern: &str) -> bool {
-    !pattern.is_empty() && pattern.chars().all(|c| c == '*' || c == '?')
+/// A rule naming captures `used` must belong to a principal identified by
+/// its uri-san templates alone, each defining them all: a token or a
+/// plain SAN captures nothing to bind with.
+fn check_captures(used: &[&str], sans: &Sans, tokens: bool, what: &str) -> Result<(), String> {
+    let first = used.first().copied().unwrap_or_default();
+    if sans.templates.is_empty() {
+        return Err(format!(
+            "{what}: an allow rule names the capture {{{first}}}, but no uri-san of the principal captures \
+             (uri-san = [\"spiffe://trust-domain/ns/{{namespace}}/sa/{{sa}}\"])"
+        ));
+    }
+    if tokens || !sans.uri.is_empty() || !sans.dns.is_empty() {
+        return Err(format!(
+            "{what}: an allow rule bound by captures needs a principal identified by uri-san templates \
+             alone: a token, a dns-san or a uri-san without captures would present no value for {{{first}}}"
+        ));
+    }
+    for template in &sans.templates {
+        if let Some(missing) = used.iter().find(|u| !template.names().any(|n| n == **u)) {
+            return Err(format!(
+                "{what}: an allow rule names the capture {{{missing}}}, which uri-san {:?} does not capture",
+                template.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn name_patterns(raw: &[String], what: &str) -> Result<Vec<NamePattern>, String> {
+    raw.iter()
+        .map(|p| NamePattern::parse(p).map_err(|e| format!("{what}: {e}")))
+        .collect()
 }
 
 fn patterns(raw: &[String], what: &str) -> Result<Vec<Pattern>, String> {
@@ -471,7 +675,9 @@ pub(crate) fn sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+mod binding;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+mod pinned;
 #[cfg(test)]
 mod tests;

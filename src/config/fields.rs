@@ -25,7 +25,7 @@ use clap::Parser;
 use serde::Deserialize;
 
 use super::profiles::ProfileTable;
-use super::proxies::TrustedProxies;
+use super::proxies::{ForwardedHeader, TrustedProxies};
 use super::settings::opt_duration;
 use super::upstreams::{UpstreamSetting, UpstreamTable, Upstreams};
 use super::{
@@ -211,6 +211,16 @@ settings! {
         #[arg(long, env = "XDS_GATEWAY_ALLOW_INSECURE_LISTEN", num_args = 0..=1, default_missing_value = "true",
               value_parser = clap::builder::BoolishValueParser::new())]
         allow_insecure_listen: bool = false,
+        /// Host names both listeners answer without authentication, besides IP addresses,
+        /// localhost and names without a dot (a web page could reach an open listener under any
+        /// other name by DNS rebinding).
+        #[arg(long, env = "XDS_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',', value_name = "NAME,...")]
+        allowed_hosts: Vec<String> = Vec::new(),
+        /// One source address may hold at most this percentage of --max-connections (more are
+        /// answered 503 and closed), so one client cannot hold them all; --trusted-proxies are
+        /// exempt (every client behind them shares their address); 100 turns it off [default: 25].
+        #[arg(long, env = "XDS_GATEWAY_SOURCE_CONNECTION_SHARE", value_name = "PERCENT")]
+        source_connection_share: u8 = 25,
         /// At most this many open REST connections; more are answered 503 and closed [default: 10000].
         #[arg(long, env = "XDS_GATEWAY_MAX_CONNECTIONS")]
         max_connections: usize = 10_000,
@@ -306,6 +316,11 @@ settings! {
             value_name = "CIDR,..."
         )]
         trusted_proxies: Option<Vec<String>>,
+        /// The header --trusted-proxies write the client into, and the only one read from them:
+        /// x-forwarded-for (nginx's proxy_add_x_forwarded_for, Envoy) or forwarded (RFC 7239)
+        /// [default: x-forwarded-for].
+        #[arg(long, env = "XDS_GATEWAY_FORWARDED_HEADER")]
+        forwarded_header: ForwardedHeader = ForwardedHeader::XForwardedFor,
         /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice). Off loopback
         /// it needs --auth-policy or required mTLS (--client-ca), else start-up is refused.
         #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
@@ -434,12 +449,19 @@ mod help_text {
         SessionKey,
         RewritePolicy,
         Validation,
-        LogFormat
+        LogFormat,
+        ForwardedHeader
     );
 
     impl HelpText for Duration {
         fn help_text(&self) -> String {
             humantime::format_duration(*self).to_string()
+        }
+    }
+
+    impl HelpText for Vec<String> {
+        fn help_text(&self) -> String {
+            format!("{self:?}")
         }
     }
 

@@ -24,7 +24,7 @@ mod upstreams;
 
 pub use fields::{Config, Settings};
 pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
-pub use proxies::TrustedProxies;
+pub use proxies::{ForwardedHeader, TrustedProxies};
 pub use slices::{AdminConfig, RestConfig, RestRewrite};
 pub use upstreams::{Failover, UpstreamSetting, UpstreamSpec, UpstreamTable, Upstreams};
 
@@ -522,6 +522,12 @@ impl Config {
         }
         if self.history_file_max_bytes < 4096 {
             return Err(invalid("history-file-max-bytes", "must be at least 4096"));
+        }
+        if !(1..=100).contains(&self.source_connection_share) {
+            return Err(invalid(
+                "source-connection-share",
+                "must be a percentage from 1 to 100 (100: no per-source cap)",
+            ));
         }
         if !(1..=100).contains(&self.principal_share) {
             return Err(invalid(

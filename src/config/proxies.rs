@@ -8,8 +8,23 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use serde::Deserialize;
 
 use super::{invalid, Config, ConfigError};
+
+/// Which header the trusted proxies write the client into
+/// (`--forwarded-header`): only that one is read (issue 38, finding 10).
+/// A proxy passes the other one on as the client wrote it, so reading it
+/// would let a client name itself someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For`, as nginx's `proxy_add_x_forwarded_for` and Envoy
+    /// append it.
+    XForwardedFor,
+    /// `Forwarded: for=` (RFC 7239).
+    Forwarded,
+}
 
 /// The networks whose connections are proxies' (may be empty: `none`, the
 /// operator's word that every client connects directly).

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{Config, RewritePolicy, SessionKey, TrustedProxies};
+use super::{Config, ForwardedHeader, RewritePolicy, SessionKey, TrustedProxies};
 
 /// How config sources in answers are rewritten to point at the gateway's
 /// own REST endpoints (`--rewrite-config-sources`, and the `refresh_delay`
@@ -56,6 +56,10 @@ pub struct RestConfig {
     pub allow_secrets: bool,
     pub rewrite: RestRewrite,
     pub trusted_proxies: Option<TrustedProxies>,
+    /// The one header the trusted proxies are read from.
+    pub forwarded_header: ForwardedHeader,
+    /// `--allowed-hosts`: names answered without authentication.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// What the admin views read besides the source: whether secrets may be
@@ -63,6 +67,11 @@ pub struct RestConfig {
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub allow_secrets: bool,
+    /// The details carry secrets and the admin listener is off loopback:
+    /// they are never open without a credential (issue 38, finding 5).
+    pub needs_credential: bool,
+    /// `--allowed-hosts`: names answered without authentication.
+    pub allowed_hosts: Vec<String>,
     pub rewrite: RestRewrite,
 }
 
@@ -94,6 +103,8 @@ impl Config {
             allow_secrets: self.allow_secrets,
             rewrite: self.rest_rewrite(),
             trusted_proxies: self.trusted_proxies.clone(),
+            forwarded_header: self.forwarded_header,
+            allowed_hosts: self.allowed_hosts.clone(),
         }
     }
 
@@ -101,6 +112,8 @@ impl Config {
     pub fn admin_views(&self) -> AdminConfig {
         AdminConfig {
             allow_secrets: self.allow_secrets,
+            needs_credential: self.allow_secrets && !self.admin.ip().is_loopback(),
+            allowed_hosts: self.allowed_hosts.clone(),
             rewrite: self.rest_rewrite(),
         }
     }

@@ -446,6 +446,62 @@ fn secrets_off_loopback_need_a_policy_or_required_mtls() {
     assert!(Config::from_settings(cli(&plain)).is_ok());
 }
 
+/// Issue 38, finding 2: sessions keyed by cluster serve every node of a
+/// cluster what the upstream made for the first, so they never serve
+/// secrets, on loopback or off it, with a policy or without.
+#[test]
+fn cluster_sessions_and_secrets_are_refused_together() {
+    for extra in [
+        &[][..],
+        &["--auth-policy", "policy.toml"][..],
+        &["--listen", "0.0.0.0:8080", "--auth-policy", "policy.toml"][..],
+    ] {
+        let args: Vec<&str> = ["--session-key", "cluster", "--allow-secrets"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let text = Config::from_settings(cli(&args)).unwrap_err().to_string();
+        assert!(text.starts_with("session-key: "), "{extra:?}: {text}");
+        assert!(text.contains("--allow-secrets"), "{text}");
+        assert!(text.contains("--session-key node"), "{text}");
+    }
+    assert!(Config::from_settings(cli(&["--session-key", "cluster"])).is_ok());
+    assert!(Config::from_settings(cli(&["--session-key", "node", "--allow-secrets"])).is_ok());
+}
+
+/// Issue 38, finding 5: off loopback with --allow-secrets, the admin
+/// listener needs a credential (admin client certificates, or a policy,
+/// whose admin token is checked when it is loaded).
+#[test]
+fn an_admin_listener_off_loopback_with_secrets_needs_a_credential() {
+    let with = |extra: &[&'static str]| {
+        let args: Vec<&str> = ["--admin", "0.0.0.0:9901", "--allow-secrets"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        Config::from_settings(cli(&args))
+    };
+    let text = with(&[]).unwrap_err().to_string();
+    assert!(text.starts_with("admin: "), "{text}");
+    for needle in ["0.0.0.0:9901", "--auth-policy", "--admin-client-ca"] {
+        assert!(text.contains(needle), "{text}");
+    }
+    assert!(with(&["--auth-policy", "policy.toml"]).is_ok());
+    let mtls = [
+        "--admin-tls-cert",
+        "a.pem",
+        "--admin-tls-key",
+        "k.pem",
+        "--admin-client-ca",
+        "ca.pem",
+    ];
+    assert!(with(&mtls).is_ok());
+    assert!(Config::from_settings(cli(&["--admin", "0.0.0.0:9901"])).is_ok());
+    assert!(Config::from_settings(cli(&["--admin", "[::1]:9901", "--allow-secrets"])).is_ok());
+}
+
 #[test]
 fn limits_are_validated() {
     for (args, key) in [

@@ -227,7 +227,9 @@ impl Caller {
             return Ok(());
         };
         match node {
-            Some((id, cluster)) if p.policy.allows_hds(p.index, id, cluster) => Ok(()),
+            Some((id, cluster)) if p.policy.allows_hds(p.index, p.peer.as_deref(), id, cluster) => {
+                Ok(())
+            }
             Some((id, cluster)) => Err(AuthError::Forbidden(format!(
                 "principal {:?} ({}) may not use HDS as node {id:?} (cluster {cluster:?}): it needs hds = true \
                  and an allow rule that binds the node",
@@ -260,17 +262,22 @@ impl Caller {
                 "must name the nodes it asks CSDS about: one exact node_id matcher per node its rules allow".into(),
             ));
         }
-        match ids.iter().find(|id| !p.policy.allows_csds(p.index, id)) {
+        match ids
+            .iter()
+            .find(|id| !p.policy.allows_csds(p.index, p.peer.as_deref(), id))
+        {
             Some(id) => Err(refuse(format!("may not ask CSDS about node {id:?}"))),
             None => Ok(()),
         }
     }
 
-    /// Whether CSDS's answer about node `id` may reach this caller.
-    pub(crate) fn may_see_csds_of(&self, id: &str) -> bool {
-        self.principal
-            .as_ref()
-            .is_none_or(|p| p.policy.allows_csds(p.index, id))
+    /// Whether CSDS's answer about node `id` of `cluster` may reach this
+    /// caller: a rule must allow both.
+    pub(crate) fn may_see_csds_of(&self, id: &str, cluster: &str) -> bool {
+        self.principal.as_ref().is_none_or(|p| {
+            p.policy
+                .allows_csds_answer(p.index, p.peer.as_deref(), id, cluster)
+        })
     }
 }
 
@@ -294,7 +301,7 @@ impl Principal {
         id: &str,
         cluster: &str,
     ) -> Result<(), AuthError> {
-        if policy.allows(index, kind, id, cluster) {
+        if policy.allows(index, self.peer.as_deref(), kind, id, cluster) {
             return Ok(());
         }
         Err(AuthError::Forbidden(format!(

@@ -50,6 +50,13 @@ pub(super) async fn read_body(
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<Bytes, BodyError> {
+    // A Content-Length over the limit is refused before the body is
+    // polled: polling it is what sends `100 Continue`, inviting a client
+    // that asked (`Expect: 100-continue`) to send what will be refused.
+    let announced = http_body::Body::size_hint(&body).lower();
+    if usize::try_from(announced).map_or(true, |n| n > limit) {
+        return Err(BodyError::TooLarge { limit });
+    }
     let read = axum::body::to_bytes(body, limit);
     let read = tokio::time::timeout(timeout, read)
         .await

@@ -236,6 +236,15 @@ fn check_secrets(gateway: &Gateway, kind: ResourceType) -> Result<(), ApiError> 
     Ok(())
 }
 
+/// The longest node id or cluster a request may present (issue 38,
+/// finding 7): both key sessions and the history and are written in every
+/// log line and history line about the node, so one client could fill the
+/// log, the history files and the status page with a few huge ids.
+pub(crate) const MAX_NODE_ID_BYTES: usize = 512;
+/// The longest resource name, user agent name or presented version: they
+/// reach logs and history lines too.
+pub(crate) const MAX_CLIENT_STRING_BYTES: usize = 2048;
+
 /// What one request may make the gateway hold: its names and its node.
 fn check_size(config: &RestConfig, request: &ParsedRequest) -> Result<(), ApiError> {
     if let Names::Named(names) = request.names() {
@@ -244,6 +253,34 @@ fn check_size(config: &RestConfig, request: &ParsedRequest) -> Result<(), ApiErr
                 "the request names {} resources; at most {} per request (--max-names-per-request)",
                 names.len(),
                 config.max_names_per_request
+            )));
+        }
+        if let Some(long) = names.iter().find(|n| n.len() > MAX_CLIENT_STRING_BYTES) {
+            return Err(ApiError::BadRequest(format!(
+                "a resource name is {} bytes; at most {MAX_CLIENT_STRING_BYTES}",
+                long.len()
+            )));
+        }
+    }
+    for (what, value, limit) in [
+        ("node id", request.node_id(), MAX_NODE_ID_BYTES),
+        ("node cluster", request.node_cluster(), MAX_NODE_ID_BYTES),
+        (
+            "node user agent name",
+            request.user_agent_name(),
+            MAX_CLIENT_STRING_BYTES,
+        ),
+        (
+            "version_info",
+            request.version_info(),
+            MAX_CLIENT_STRING_BYTES,
+        ),
+    ] {
+        if value.len() > limit {
+            // Never echoed: it may be the megabyte it is refused for.
+            return Err(ApiError::BadRequest(format!(
+                "the request's {what} is {} bytes; at most {limit}",
+                value.len()
             )));
         }
     }

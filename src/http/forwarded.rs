@@ -1,7 +1,12 @@
 //! Which client a REST request comes from ([`client_addr`]): the
 //! connection's peer, unless that peer is a proxy the operator trusts
-//! (`--trusted-proxies`); then the client its `Forwarded: for=` (RFC 7239)
-//! names, else its `X-Forwarded-For`. Either list is walked from the right
+//! (`--trusted-proxies`); then the client named by the one header those
+//! proxies are configured to write (`--forwarded-header`: `X-Forwarded-For`
+//! by default, or `Forwarded: for=`, RFC 7239). The other header is never
+//! read: a proxy passes it on as the client wrote it (nginx's
+//! `proxy_add_x_forwarded_for` and Envoy append to `X-Forwarded-For` and
+//! leave `Forwarded` alone), so a client could name itself anyone there
+//! (issue 38, finding 10). The list is walked from the right
 //! (the entry the nearest proxy wrote) past trusted proxies to the first
 //! address that is not one: entries further left were written by whoever
 //! sent the request and prove nothing. A peer that is not trusted is the
@@ -24,7 +29,7 @@ use tracing::warn;
 
 use super::Gateway;
 use crate::cache::ClientAddr;
-use crate::config::TrustedProxies;
+use crate::config::{ForwardedHeader, TrustedProxies};
 use crate::serve::RemoteAddr;
 
 /// The standard header (RFC 7239).
@@ -53,15 +58,21 @@ impl Gateway {
         let Some(RemoteAddr(peer)) = remote else {
             return ClientAddr::Unknown;
         };
-        let client = client_addr(peer.ip(), headers, self.config.trusted_proxies.as_ref());
+        let client = client_addr(
+            peer.ip(),
+            headers,
+            self.config.trusted_proxies.as_ref(),
+            self.config.forwarded_header,
+        );
         if let ClientAddr::Proxy(proxy) = client {
             if !self.unnamed_proxy_seen.swap(true, Ordering::Relaxed) {
                 warn!(
                     %proxy,
-                    "a request came through a trusted proxy that names no client (no Forwarded: for= \
-                     or X-Forwarded-For the gateway can read): the clients behind it cannot be told \
-                     apart, so their polls are not counted toward suspected rejections; have it send \
-                     X-Forwarded-For (said once)"
+                    header = ?self.config.forwarded_header,
+                    "a request came through a trusted proxy that names no client (no --forwarded-header \
+                     entry the gateway can read): the clients behind it cannot be told apart, so their \
+                     polls are not counted toward suspected rejections; have it write that header, or \
+                     set --forwarded-header to the one it writes (said once)"
                 );
             }
         }
@@ -71,17 +82,21 @@ impl Gateway {
 
 /// The client of a request whose connection came from `peer`, with
 /// `headers`, given the trusted proxies (`None`: not configured, every peer
-/// is a client).
+/// is a client) and the header they write.
 pub(super) fn client_addr(
     peer: IpAddr,
     headers: &HeaderMap,
     trusted: Option<&TrustedProxies>,
+    header: ForwardedHeader,
 ) -> ClientAddr {
     let peer = peer.to_canonical();
     let Some(trusted) = trusted.filter(|t| t.contains(peer)) else {
         return ClientAddr::Client(peer);
     };
-    let nodes = forwarded_for(headers).unwrap_or_else(|| x_forwarded_for(headers));
+    let nodes = match header {
+        ForwardedHeader::XForwardedFor => x_forwarded_for(headers),
+        ForwardedHeader::Forwarded => forwarded_for(headers).unwrap_or_default(),
+    };
     let mut leftmost = None;
     for node in nodes.iter().rev() {
         match *node {
@@ -210,10 +225,15 @@ mod tests {
     const BALANCER: &str = "10.0.0.5";
 
     fn via_balancer(pairs: &[(&'static str, &str)]) -> ClientAddr {
+        via_balancer_writing(ForwardedHeader::XForwardedFor, pairs)
+    }
+
+    fn via_balancer_writing(header: ForwardedHeader, pairs: &[(&'static str, &str)]) -> ClientAddr {
         client_addr(
             ip(BALANCER),
             &headers(pairs),
             Some(&trusted(&["10.0.0.0/24", "fd00::/8"])),
+            header,
         )
     }
 
@@ -230,7 +250,12 @@ mod tests {
             Some(trusted(&["none"])),
         ] {
             assert_eq!(
-                client_addr(peer, &spoofing, proxies.as_ref()),
+                client_addr(
+                    peer,
+                    &spoofing,
+                    proxies.as_ref(),
+                    ForwardedHeader::XForwardedFor
+                ),
                 ClientAddr::Client(peer),
                 "{proxies:?}"
             );
@@ -289,17 +314,47 @@ mod tests {
             via_balancer(&[("x-forwarded-for", "192.0.2.1, garbage")]),
             proxy
         );
-        assert_eq!(via_balancer(&[("forwarded", "for=unknown")]), proxy);
-        assert_eq!(via_balancer(&[("forwarded", "for=_hidden")]), proxy);
+        let forwarded =
+            |value| via_balancer_writing(ForwardedHeader::Forwarded, &[("forwarded", value)]);
+        assert_eq!(forwarded("for=unknown"), proxy);
+        assert_eq!(forwarded("for=_hidden"), proxy);
+    }
+
+    /// Issue 38, finding 10: a client-written `Forwarded` passes through
+    /// nginx and Envoy untouched while they append to `X-Forwarded-For`;
+    /// only the header the proxies are configured to write is read.
+    #[test]
+    fn only_the_header_the_proxies_write_is_read() {
+        let spoofed = [
+            ("forwarded", "for=192.0.2.60"),
+            ("x-forwarded-for", "192.0.2.99"),
+        ];
+        assert_eq!(via_balancer(&spoofed), ClientAddr::Client(ip("192.0.2.99")));
+        assert_eq!(
+            via_balancer(&[("forwarded", "for=192.0.2.60")]),
+            ClientAddr::Proxy(ip(BALANCER)),
+            "a Forwarded alone names nobody when X-Forwarded-For is what the proxy writes"
+        );
+        assert_eq!(
+            via_balancer_writing(ForwardedHeader::Forwarded, &spoofed),
+            ClientAddr::Client(ip("192.0.2.60"))
+        );
+        assert_eq!(
+            via_balancer_writing(
+                ForwardedHeader::Forwarded,
+                &[("x-forwarded-for", "192.0.2.99")]
+            ),
+            ClientAddr::Proxy(ip(BALANCER))
+        );
     }
 
     #[test]
-    fn forwarded_is_read_before_x_forwarded_for() {
+    fn forwarded_is_read_from_the_right_when_it_is_the_one_written() {
+        let via_balancer = |pairs: &[(&'static str, &str)]| {
+            via_balancer_writing(ForwardedHeader::Forwarded, pairs)
+        };
         assert_eq!(
-            via_balancer(&[
-                ("forwarded", "for=192.0.2.60;proto=http;by=10.0.0.5"),
-                ("x-forwarded-for", "192.0.2.99"),
-            ]),
+            via_balancer(&[("forwarded", "for=192.0.2.60;proto=http;by=10.0.0.5")]),
             ClientAddr::Client(ip("192.0.2.60"))
         );
         // Quoted IPv6 with a port, case-insensitive names, several elements.
@@ -326,13 +381,13 @@ mod tests {
             via_balancer(&[("forwarded", "for=192.0.2.60, proto=https")]),
             ClientAddr::Proxy(ip(BALANCER))
         );
-        // No element names anyone: X-Forwarded-For is read.
+        // No element names anyone: no client (X-Forwarded-For is not read).
         assert_eq!(
             via_balancer(&[
                 ("forwarded", "proto=https"),
                 ("x-forwarded-for", "192.0.2.99")
             ]),
-            ClientAddr::Client(ip("192.0.2.99"))
+            ClientAddr::Proxy(ip(BALANCER))
         );
     }
 
@@ -343,7 +398,8 @@ mod tests {
             client_addr(
                 ip("::ffff:127.0.0.1"),
                 &headers(&[("x-forwarded-for", "::ffff:192.0.2.1")]),
-                Some(&proxies)
+                Some(&proxies),
+                ForwardedHeader::XForwardedFor
             ),
             ClientAddr::Client(ip("192.0.2.1"))
         );

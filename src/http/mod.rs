@@ -27,6 +27,7 @@ mod error;
 mod forwarded;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+pub(crate) mod host;
 mod long_poll;
 mod passthrough;
 mod pieces;
@@ -39,6 +40,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
@@ -227,8 +229,35 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             get(index).fallback(|method, uri| method_not_allowed(method, uri, "GET")),
         )
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            answer_host,
+        ))
         .layer(axum::middleware::map_request(authority_as_host))
         .with_state(gateway)
+}
+
+/// Refuses a request whose `Host` this listener does not answer
+/// ([`host::check`]): without an auth policy or TLS, only the hosts a DNS
+/// rebinding page cannot be.
+async fn answer_host(
+    State(gw): State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match host::check(
+        request.headers(),
+        // Open: no policy, and plaintext (a rebound name fails TLS's
+        // check of the server's certificate).
+        gw.auth.is_none() && gw.client_trust.is_none(),
+        &gw.config.allowed_hosts,
+    ) {
+        Ok(()) => next.run(request).await,
+        Err(err @ host::HostError::Repeated(_)) => {
+            ApiError::BadRequest(err.to_string()).into_response()
+        }
+        Err(err) => ApiError::Forbidden(err.to_string()).into_response(),
+    }
 }
 
 /// HTTP/2 carries the host in the `:authority` pseudo-header, which hyper

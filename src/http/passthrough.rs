@@ -10,7 +10,7 @@
 //! credentials, so the question is authorized here first: HDS only as a
 //! node the principal's rules bind (`hds = true`), CSDS only about nodes
 //! named by exact id that its rules name (`csds = true`), and CSDS's answer
-//! keeps only those nodes. There is
+//! keeps only the nodes a rule allows by id *and* cluster. There is
 //! no caching: these are questions, not config. A source without an
 //! upstream (a snapshot) answers 501.
 
@@ -124,8 +124,13 @@ fn answer_json(
         PassedThrough::ClientStatus(mut answer) => {
             // The upstream is asked with the gateway's credentials: what
             // it says of nodes this caller may not see does not reach it.
+            // Both halves of each node: its id and its cluster.
             answer.config.retain(|config| {
-                caller.may_see_csds_of(config.node.as_ref().map_or("", |n| n.id.as_str()))
+                let (id, cluster) = config
+                    .node
+                    .as_ref()
+                    .map_or(("", ""), |n| (n.id.as_str(), n.cluster.as_str()));
+                caller.may_see_csds_of(id, cluster)
             });
             codec.render_prost(endpoint.message(), &answer)?
         }

@@ -14,6 +14,8 @@ use tokio::time::Instant;
 pub(super) struct Activity {
     in_flight: AtomicUsize,
     started_any: AtomicBool,
+    /// A request was answered 401: the connection is closed after it.
+    close_requested: AtomicBool,
     last: Mutex<Instant>,
     /// Streaming bodies open.
     streams: AtomicUsize,
@@ -22,6 +24,14 @@ pub(super) struct Activity {
     /// Milliseconds from `opened` to the last write that moved bytes, or
     /// to the opening of a stream, whichever is later.
     last_write_ms: AtomicU64,
+    /// Bytes of answer bodies rendered on this connection (issue 38,
+    /// finding 3); with `written` and `dropped`, what is held unsent.
+    produced: AtomicUsize,
+    /// Bytes the connection wrote to its transport (framing included).
+    written: AtomicUsize,
+    /// Bytes of answer bodies dropped without being handed to the
+    /// connection (a stream reset).
+    dropped: AtomicUsize,
 }
 
 impl Activity {
@@ -30,15 +40,56 @@ impl Activity {
         Activity {
             in_flight: AtomicUsize::new(0),
             started_any: AtomicBool::new(false),
+            close_requested: AtomicBool::new(false),
             last: Mutex::new(now),
             streams: AtomicUsize::new(0),
             opened: now,
             last_write_ms: AtomicU64::new(0),
+            produced: AtomicUsize::new(0),
+            written: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(0),
         }
     }
 
-    /// The connection moved bytes out now.
-    pub(super) fn wrote(&self) {
+    /// Counts `bytes` more of answers not yet sent, unless that would
+    /// take the connection past `max` (then `false`, nothing counted). A
+    /// connection holding nothing unsent takes any one answer, however
+    /// large.
+    /// (Answer bodies are counted as rendered, and as the connection
+    /// writes to its transport: what an HTTP/2 connection has taken into
+    /// its own buffers but not written still counts.)
+    pub(super) fn hold_unsent(&self, bytes: usize, max: usize) -> bool {
+        let held = self.unsent();
+        if held != 0 && held.saturating_add(bytes) > max {
+            return false;
+        }
+        self.produced.fetch_add(bytes, Ordering::AcqRel);
+        true
+    }
+
+    /// Bytes of answers rendered and not yet written.
+    pub(super) fn unsent(&self) -> usize {
+        let produced = self.produced.load(Ordering::Acquire);
+        let gone = self
+            .written
+            .load(Ordering::Acquire)
+            .saturating_add(self.dropped.load(Ordering::Acquire));
+        produced.saturating_sub(gone)
+    }
+
+    /// `bytes` of an answer body were dropped, never handed over.
+    pub(super) fn dropped(&self, bytes: usize) {
+        self.dropped.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// The connection moved `bytes` out now.
+    pub(super) fn wrote(&self, bytes: usize) {
+        self.written.fetch_add(bytes, Ordering::AcqRel);
+        self.moved();
+    }
+
+    /// The connection moved bytes out now (or a stream opened).
+    fn moved(&self) {
         let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_write_ms.store(ms, Ordering::Release);
     }
@@ -51,6 +102,16 @@ impl Activity {
         }
         let last = self.opened + Duration::from_millis(self.last_write_ms.load(Ordering::Acquire));
         now.saturating_duration_since(last)
+    }
+
+    /// Asks for the connection to be closed once what is in flight ends.
+    pub(super) fn request_close(&self) {
+        self.close_requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Activity::request_close`] was called.
+    pub(super) fn close_requested(&self) -> bool {
+        self.close_requested.load(Ordering::Relaxed)
     }
 
     pub(super) fn started_any(&self) -> bool {
@@ -88,7 +149,7 @@ pub(super) struct StreamOpen(Arc<Activity>);
 impl StreamOpen {
     pub(super) fn new(activity: Arc<Activity>) -> StreamOpen {
         // A new stream has not stalled yet: it counts from now.
-        activity.wrote();
+        activity.moved();
         activity.streams.fetch_add(1, Ordering::AcqRel);
         StreamOpen(activity)
     }
@@ -117,6 +178,24 @@ mod tests {
         assert_eq!(activity.idle_for(Instant::now()), Duration::from_secs(3));
     }
 
+    /// Issue 38, finding 3: answers count as unsent until the connection
+    /// writes as many bytes (or drops them); past the bound, no more, but
+    /// a connection holding nothing takes any one answer.
+    #[test]
+    fn unsent_answers_are_bounded_per_connection() {
+        let activity = Activity::new();
+        assert!(activity.hold_unsent(100, 10), "the first, however large");
+        assert!(!activity.hold_unsent(1, 10));
+        activity.wrote(60);
+        activity.dropped(40);
+        assert_eq!(activity.unsent(), 0);
+        assert!(activity.hold_unsent(6, 10));
+        assert!(activity.hold_unsent(4, 10));
+        assert!(!activity.hold_unsent(1, 10));
+        activity.wrote(10);
+        assert!(activity.hold_unsent(10, 10));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn only_an_open_stream_that_writes_nothing_stalls() {
         let activity = Arc::new(Activity::new());
@@ -126,7 +205,7 @@ mod tests {
         let stream = StreamOpen::new(activity.clone());
         tokio::time::advance(Duration::from_secs(4)).await;
         assert_eq!(activity.stalled_for(Instant::now()), Duration::from_secs(4));
-        activity.wrote();
+        activity.wrote(1);
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(activity.stalled_for(Instant::now()), Duration::from_secs(1));
         drop(stream);

@@ -112,6 +112,11 @@ impl Connection {
                             return;
                         }
                         Some(_) => {}
+                        None if activity.close_requested() => {
+                            debug!(listener = self.name, peer = %self.peer, "closing a connection after a 401");
+                            conn.as_mut().graceful_shutdown();
+                            closing_by = Some(now + limits.header_read_timeout);
+                        }
                         None => {
                             let limit = if activity.started_any() {
                                 limits.keep_alive_timeout

@@ -27,8 +27,10 @@ impl<I: AsyncRead + Unpin> AsyncRead for CountedIo<I> {
 
 impl<I: AsyncWrite + Unpin> CountedIo<I> {
     fn noted(&self, polled: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.wrote();
+        if let Poll::Ready(Ok(n)) = polled {
+            if n > 0 {
+                self.activity.wrote(n);
+            }
         }
         polled
     }

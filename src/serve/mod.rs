@@ -23,6 +23,12 @@
 //!   reading client always sees bytes within it), and its watch slot is
 //!   freed. The kernel's buffers must fill first, so a client that never
 //!   reads is closed once what it was sent no longer fits;
+//! - at most `max_per_source` of them from one source address (the
+//!   trusted proxies exempt), so one client cannot hold them all while a
+//!   credential-holding one is refused ([`sources`]);
+//! - a connection whose request was answered 401 is closed after that
+//!   answer (`Connection: close`; HTTP/2 a graceful GOAWAY): holding a
+//!   connection takes a credential;
 //! - accept errors (out of file descriptors) are logged and retried after a
 //!   pause instead of spinning.
 //!
@@ -43,6 +49,7 @@ mod counted;
 mod fd_limit;
 mod refuse;
 mod service;
+mod sources;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -62,6 +69,7 @@ use connection::{Connection, IDLE_CHECK_MAX};
 pub(crate) use fd_limit::fit_fd_limit;
 use refuse::refuse;
 pub(crate) use service::{RemoteAddr, Streaming};
+use sources::Sources;
 
 /// Connections being refused (answered a 503) at once, at most; beyond
 /// that, extra connections are closed without an answer.
@@ -87,6 +95,11 @@ pub(crate) struct ServeLimits {
     /// A connection with a stream open that writes nothing this long is
     /// closed (its client stopped reading).
     pub(crate) write_stall_timeout: Duration,
+    /// Open connections from one source address at most (`None`: no cap).
+    pub(crate) max_per_source: Option<usize>,
+    /// Source addresses the per-source cap does not apply to (the trusted
+    /// proxies, behind which many clients share one address).
+    pub(crate) exempt_sources: Option<crate::config::TrustedProxies>,
 }
 
 /// One listener: a name for logs and metrics, its limits, TLS if any.
@@ -108,6 +121,7 @@ pub(crate) async fn serve(
     let limits = Arc::new(spec.limits.clone());
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let sources = Sources::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -140,6 +154,19 @@ pub(crate) async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
+        let Some(from_source) = sources.admit(peer.ip(), &limits) else {
+            metrics.connection_refused(spec.name);
+            debug!(listener = spec.name, %peer, "connection refused: its address is at its share");
+            if let Ok(slot) = refusing.clone().try_acquire_owned() {
+                let tls = spec.tls.clone();
+                let max = limits.max_per_source.unwrap_or(limits.max_connections);
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, refuse(stream, tls, max)).await;
+                });
+            }
+            continue;
+        };
         let Ok(permit) = open.clone().try_acquire_owned() else {
             metrics.connection_refused(spec.name);
             debug!(listener = spec.name, %peer, "connection refused: at the limit");
@@ -165,6 +192,7 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             let _open = metrics.connection_opened(connection.name);
             connection.run(stream).await;
+            drop(from_source);
             drop(permit);
         });
     }

@@ -41,15 +41,28 @@ impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
         }
         request.extensions_mut().insert(self.remote);
         let router = self.router.clone();
+        let activity = self.activity.clone();
         Box::pin(async move {
-            let response = router.oneshot(request).await;
+            let response = router.oneshot(request).await.map(|mut r| {
+                // Holding a connection takes a credential (issue 38,
+                // finding 8): after a 401 it closes, so requests without
+                // one cannot keep connections open for themselves.
+                if r.status() == axum::http::StatusCode::UNAUTHORIZED {
+                    activity.request_close();
+                    r.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                r
+            });
             // A stream (a watch) is in flight for as long as it is open;
             // any other request until its head is ready, so a client that
             // does not read a response is still closed as idle.
             response.map(|r| {
                 if r.extensions().get::<Streaming>().is_none() {
                     drop(in_flight);
-                    return r;
+                    return unsent(r, &activity);
                 }
                 let open = StreamOpen::new(in_flight.0.clone());
                 r.map(|body| {
@@ -61,6 +74,107 @@ impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
                 })
             })
         })
+    }
+}
+
+/// Bytes of rendered answers one connection may hold unsent (its client
+/// has not read them) before further answers on it are refused (issue 38,
+/// finding 3: one HTTP/2 connection that never read took gigabytes with
+/// 600 `?pretty` answers in flight).
+pub(crate) const MAX_UNSENT_PER_CONNECTION: usize = 64 << 20;
+
+/// `response` counted in its connection's unsent bytes until its body is
+/// sent, and open for the stall check meanwhile (a client that never
+/// reads is closed after `write_stall_timeout`); or, when the connection
+/// already holds [`MAX_UNSENT_PER_CONNECTION`], a JSON 503 in its place,
+/// the connection asked to close, and the rendered answer dropped.
+fn unsent(
+    response: axum::response::Response,
+    activity: &Arc<Activity>,
+) -> axum::response::Response {
+    use hyper::body::Body as _;
+    let Some(size) = response
+        .body()
+        .size_hint()
+        .exact()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n > 0)
+    else {
+        return response;
+    };
+    if !activity.hold_unsent(size, MAX_UNSENT_PER_CONNECTION) {
+        activity.request_close();
+        let body = format!(
+            "{{\"code\":14,\"message\":\"this connection already holds {MAX_UNSENT_PER_CONNECTION} bytes of \
+             answers its client has not read; read them, or use another connection\"}}\n"
+        );
+        let mut refused = axum::response::Response::new(Body::from(body));
+        *refused.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        let headers = refused.headers_mut();
+        headers.insert(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(crate::http::RETRY_AFTER_SECS),
+        );
+        headers.insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return refused;
+    }
+    let open = StreamOpen::new(activity.clone());
+    response.map(|body| {
+        Body::new(Unsent {
+            body,
+            activity: activity.clone(),
+            left: size,
+            _open: open,
+        })
+    })
+}
+
+/// A response body counted in its connection's unsent bytes until sent.
+struct Unsent {
+    body: Body,
+    activity: Arc<Activity>,
+    left: usize,
+    _open: StreamOpen,
+}
+
+impl hyper::body::Body for Unsent {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                let n = data.len().min(self.left);
+                self.left -= n;
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        // What was never handed to the connection will never be written.
+        self.activity.dropped(self.left);
     }
 }
 

@@ -105,6 +105,24 @@ mod tests {
         assert_eq!(ns.owner_of("plain"), "mesh");
     }
 
+    /// Issue 38 (smaller ones): authorities are opaque in the xDS API
+    /// (`xds.core.v3.ResourceName`: "Authorities are opaque"), so they are
+    /// compared as written: `Edge.Example` is another authority than the
+    /// claimed `edge.example`: unclaimed, the default upstream's. The
+    /// issue left the choice open; this is it, and docs/federation.md says so.
+    #[test]
+    fn authorities_are_opaque_and_compared_as_written() {
+        let ns = mesh();
+        assert_eq!(ns.owner_of("xdstp://Edge.Example/T/a"), "mesh");
+        assert_eq!(ns.owner_of("xdstp://EDGE.EXAMPLE/T/a"), "mesh");
+        assert_eq!(
+            ns.for_owner("edge")
+                .foreign("xdstp://Edge.Example/T/a")
+                .map(|f| f.owner),
+            Some("mesh".into())
+        );
+    }
+
     #[test]
     fn an_upstream_may_send_only_its_own_names() {
         let mesh = mesh();

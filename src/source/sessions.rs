@@ -83,6 +83,8 @@ pub(crate) struct Sessions<F> {
     limits: Limits,
     /// What each principal holds of `--max-sessions`.
     share: Share,
+    /// What each principal's sessions hold of `--max-session-bytes`.
+    bytes_share: Share,
     sweeper: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -101,6 +103,8 @@ struct Entry {
     /// Its place in the share of the principal that opened it (given
     /// back when the entry goes: the session closed).
     _share: Option<Taken>,
+    /// Its bytes in that principal's share of `--max-session-bytes`.
+    _bytes_share: Option<Taken>,
 }
 
 impl Registry {
@@ -159,6 +163,12 @@ impl<F: Feeder> Sessions<F> {
                 config.max_sessions,
                 config.principal_share,
             ),
+            bytes_share: Share::new(
+                "max-session-bytes",
+                "bytes of nodes",
+                config.max_session_bytes,
+                config.principal_share,
+            ),
             sweeper: Mutex::default(),
         });
         let sweeper = spawn_sweeper(Arc::downgrade(&sessions), sessions.sweep_every());
@@ -196,6 +206,7 @@ impl<F: Feeder> Sessions<F> {
                 return Ok(session);
             }
             self.share.check(tenant)?;
+            self.bytes_share.check_weighing(tenant, bytes)?;
             registry.room_for(bytes, &self.limits)?;
         }
         // The semaphore is never closed.
@@ -217,6 +228,7 @@ impl<F: Feeder> Sessions<F> {
         }
         registry.room_for(bytes, &self.limits)?;
         let share = self.share.take(tenant)?;
+        let bytes_share = self.bytes_share.take_weighing(tenant, bytes)?;
         let history = self
             .renderer
             .history()
@@ -230,6 +242,7 @@ impl<F: Feeder> Sessions<F> {
                 session: session.clone(),
                 bytes,
                 _share: share,
+                _bytes_share: bytes_share,
             },
         );
         registry.bytes += bytes;

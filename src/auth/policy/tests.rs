@@ -17,7 +17,7 @@ token-sha256 = ["{admin}"]
 
 [[principal]]
 name = "edge"
-uri-san = ["spiffe://mesh.example/ns/edge/*"]
+uri-san = ["spiffe://mesh.example/ns/edge/sa/envoy"]
 token-sha256 = ["{edge}"]
 hds = true
 [[principal.allow]]
@@ -100,40 +100,40 @@ fn identities_come_from_tokens_then_certificates() {
 fn grants_bind_nodes_clusters_and_types() {
     let p = example();
     let eds = ResourceType::Endpoints;
-    assert!(p.allows(0, eds, "edge-1", "edge"));
+    assert!(p.allows(0, None, eds, "edge-1", "edge"));
     assert!(
-        !p.allows(0, eds, "edge-1", "other"),
+        !p.allows(0, None, eds, "edge-1", "other"),
         "both node and cluster must match"
     );
-    assert!(!p.allows(0, eds, "core-1", "edge"));
-    assert!(p.allows(0, ResourceType::Clusters, "anyone", "shared"));
+    assert!(!p.allows(0, None, eds, "core-1", "edge"));
+    assert!(p.allows(0, None, ResourceType::Clusters, "anyone", "shared"));
     assert!(
-        !p.allows(0, eds, "anyone", "shared"),
+        !p.allows(0, None, eds, "anyone", "shared"),
         "only the types named"
     );
     // Secrets only where a rule names them, for the clusters it names:
     // the client does not choose the half of its identity a rule binds.
-    assert!(p.allows(0, ResourceType::Secrets, "edge-1", "edge-canary"));
-    assert!(!p.allows(0, ResourceType::Secrets, "edge-1", "payments"));
-    assert!(!p.allows(0, ResourceType::Secrets, "edge-2", "edge"));
-    assert!(p.allows(1, ResourceType::Listeners, "x", "y"));
-    assert!(!p.allows(1, ResourceType::Secrets, "x", "y"));
-    assert!(!p.allows(7, ResourceType::Listeners, "x", "y"));
+    assert!(p.allows(0, None, ResourceType::Secrets, "edge-1", "edge-canary"));
+    assert!(!p.allows(0, None, ResourceType::Secrets, "edge-1", "payments"));
+    assert!(!p.allows(0, None, ResourceType::Secrets, "edge-2", "edge"));
+    assert!(p.allows(1, None, ResourceType::Listeners, "x", "y"));
+    assert!(!p.allows(1, None, ResourceType::Secrets, "x", "y"));
+    assert!(!p.allows(7, None, ResourceType::Listeners, "x", "y"));
 }
 
 #[test]
 fn hds_and_csds_are_separate_switches_bound_to_the_rules() {
     let p = example();
     // HDS: the switch, and a rule binding the node (of any type).
-    assert!(p.allows_hds(0, "edge-3", "edge"));
-    assert!(p.allows_hds(0, "anyone", "shared"));
-    assert!(!p.allows_hds(0, "edge-3", "core"));
-    assert!(!p.allows_hds(1, "x", "y"), "ci has csds, not hds");
+    assert!(p.allows_hds(0, None, "edge-3", "edge"));
+    assert!(p.allows_hds(0, None, "anyone", "shared"));
+    assert!(!p.allows_hds(0, None, "edge-3", "core"));
+    assert!(!p.allows_hds(1, None, "x", "y"), "ci has csds, not hds");
     // CSDS: the switch, and a rule naming the node id.
     assert!(p.csds_enabled(1) && !p.csds_enabled(0));
-    assert!(p.allows_csds(1, "any-node"));
-    assert!(!p.allows_csds(0, "edge-1"), "edge has hds, not csds");
-    assert!(!p.allows_csds(7, "x"));
+    assert!(p.allows_csds(1, None, "any-node"));
+    assert!(!p.allows_csds(0, None, "edge-1"), "edge has hds, not csds");
+    assert!(!p.allows_csds(7, None, "x"));
 }
 
 #[test]
@@ -238,24 +238,28 @@ fn bad_policies_say_what_is_wrong_without_echoing_tokens() {
 #[test]
 fn the_example_policy_loads_and_means_what_its_comments_say() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/auth-policy.toml");
-    let policy = Policy::load(&path).unwrap();
+    let policy = Policy::load(&path, false).unwrap();
     assert!(policy.admin_needs_token());
     assert!(policy.admin_token_ok(Some("example-admin-token")));
 
-    let edge = index(&policy.identify(
-        None,
-        Some(&peer(&["spiffe://mesh.example/ns/edge/sa/envoy"], &[])),
-    ));
-    assert!(policy.allows(edge, ResourceType::Clusters, "edge-1", "edge"));
-    assert!(policy.allows(edge, ResourceType::Secrets, "edge-1", "edge"));
-    assert!(!policy.allows(edge, ResourceType::Clusters, "edge-1", "core"));
-    assert!(!policy.allows(edge, ResourceType::Clusters, "core-1", "edge"));
+    // A workload's certificate is its node: id = service account,
+    // cluster = namespace, and no other.
+    let edge_1 = peer(&["spiffe://mesh.example/ns/edge/sa/edge-1"], &[]);
+    let edge_2 = peer(&["spiffe://mesh.example/ns/edge/sa/edge-2"], &[]);
+    let workloads = index(&policy.identify(None, Some(&edge_1)));
+    assert_eq!(index(&policy.identify(None, Some(&edge_2))), workloads);
+    for kind in [ResourceType::Clusters, ResourceType::Secrets] {
+        assert!(policy.allows(workloads, Some(&edge_1), kind, "edge-1", "edge"));
+        assert!(!policy.allows(workloads, Some(&edge_2), kind, "edge-1", "edge"));
+        assert!(!policy.allows(workloads, Some(&edge_1), kind, "edge-1", "core"));
+        assert!(!policy.allows(workloads, None, kind, "edge-1", "edge"));
+    }
 
     let ci = index(&policy.identify(Some("example-ci-token"), None));
-    assert!(policy.allows(ci, ResourceType::Listeners, "any-node", "any"));
-    assert!(!policy.allows(ci, ResourceType::Endpoints, "any-node", "any"));
-    assert!(!policy.allows(ci, ResourceType::Secrets, "any-node", "any"));
-    assert!(!policy.allows_hds(ci, "any-node", "any"));
+    assert!(policy.allows(ci, None, ResourceType::Listeners, "any-node", "any"));
+    assert!(!policy.allows(ci, None, ResourceType::Endpoints, "any-node", "any"));
+    assert!(!policy.allows(ci, None, ResourceType::Secrets, "any-node", "any"));
+    assert!(!policy.allows_hds(ci, None, "any-node", "any"));
     assert!(!policy.csds_enabled(ci));
     assert!(matches!(
         policy.identify(Some("example-admin-token"), None),
@@ -301,9 +305,182 @@ fn admin_certificates_are_named_as_principals_are() {
 #[test]
 fn secrets_for_patterns_that_name_something_are_fine() {
     let policy = Policy::parse(
-        "[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-?\"]\nclusters = [\"*edge*\"]\ntypes = [\"secrets\"]\n",
+        "[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [\"edge-?\"]\nclusters = [\"edge*\"]\ntypes = [\"secrets\"]\n",
     )
     .unwrap();
-    assert!(policy.allows(0, ResourceType::Secrets, "edge-1", "edge"));
-    assert!(!policy.allows(0, ResourceType::Secrets, "core-1", "edge"));
+    assert!(policy.allows(0, None, ResourceType::Secrets, "edge-1", "edge"));
+    assert!(!policy.allows(0, None, ResourceType::Secrets, "core-1", "edge"));
+}
+
+/// Issue 38, finding 1: a principal of many certificates is granted a
+/// node's secrets only by a rule that ties the node to the certificate.
+#[test]
+fn secrets_of_many_certificates_are_bound_to_each_certificate() {
+    let bound = Policy::parse(
+        r#"
+[[principal]]
+name = "mesh"
+uri-san = ["spiffe://cluster.local/ns/{namespace}/sa/{sa}"]
+[[principal.allow]]
+nodes = ["{sa}"]
+clusters = ["{namespace}"]
+types = ["secrets"]
+[[principal.allow]]
+nodes = ["{sa}-*"]
+clusters = ["{namespace}"]
+types = ["clusters"]
+"#,
+    )
+    .unwrap();
+    let cert =
+        |ns: &str, sa: &str| peer(&[&format!("spiffe://cluster.local/ns/{ns}/sa/{sa}")], &[]);
+    let secrets = ResourceType::Secrets;
+    assert!(bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-2", "edge"));
+    assert!(!bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-1", "edge"));
+    assert!(!bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-2", "core"));
+    assert!(!bound.allows(0, Some(&cert("edge", "edge-2")), secrets, "edge-*", "edge"));
+    assert!(bound.allows(
+        0,
+        Some(&cert("edge", "edge-2")),
+        ResourceType::Clusters,
+        "edge-2-canary",
+        "edge"
+    ));
+    // Two SANs: each binds as a whole, never one's namespace with the
+    // other's service account.
+    let two = peer(
+        &[
+            "spiffe://cluster.local/ns/a/sa/x",
+            "spiffe://cluster.local/ns/b/sa/y",
+        ],
+        &[],
+    );
+    assert!(bound.allows(0, Some(&two), secrets, "x", "a"));
+    assert!(bound.allows(0, Some(&two), secrets, "y", "b"));
+    assert!(!bound.allows(0, Some(&two), secrets, "x", "b"));
+    assert!(bound.names_node(0, Some(&two), secrets, "y"));
+    assert!(!bound.names_node(0, Some(&two), secrets, "z"));
+
+    let principal = |sans: &str, nodes: &str| {
+        format!("[[principal]]\nname = \"p\"\n{sans}\n[[principal.allow]]\nnodes = [{nodes}]\nclusters = [\"edge\"]\ntypes = [\"secrets\"]\n")
+    };
+    for (text, needle) in [
+        // The shape the example taught before: any edge certificate read
+        // every edge node's secrets.
+        (
+            principal("uri-san = [\"spiffe://mesh.example/ns/edge/sa/*\"]", "\"edge-*\""),
+            "names many certificates",
+        ),
+        (
+            principal("dns-san = [\"*.edge.example\"]", "\"edge-1\""),
+            "names many certificates",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"edge-1\""),
+            "names many certificates",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"{sa}*\""),
+            "not tied to it",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"{sa}\", \"edge-1\""),
+            "not tied to it",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]", "\"{pod}\""),
+            "does not capture",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/x\"]", "\"{sa}\""),
+            "no uri-san of the principal captures",
+        ),
+        (
+            principal(
+                "uri-san = [\"spiffe://td/ns/edge/sa/{sa}\"]\ntoken-sha256 = [\"0000000000000000000000000000000000000000000000000000000000000000\"]",
+                "\"{sa}\"",
+            ),
+            "uri-san templates alone",
+        ),
+        (
+            principal("uri-san = [\"spiffe://td/ns/edge/sa/{sa}*\"]", "\"{sa}\""),
+            "no wildcards",
+        ),
+    ] {
+        let err = Policy::parse(&text).unwrap_err();
+        assert!(err.contains(needle), "{text}\n=> {err}");
+    }
+    // One certificate (an exact SAN) or a token may still be granted the
+    // nodes named for it.
+    Policy::parse(&principal(
+        "uri-san = [\"spiffe://td/ns/edge/sa/edge-1\"]",
+        "\"edge-1\"",
+    ))
+    .unwrap();
+}
+
+/// Issue 38, finding 2: with `--session-key cluster` the upstream sees the
+/// first node's id for every node of a cluster, so a rule's node half
+/// would bind nothing: a policy naming nodes is refused (at start and on
+/// reload), one binding clusters alone loads.
+#[test]
+fn cluster_sessions_refuse_rules_that_name_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    let rule = |nodes: &str| {
+        format!("[[principal]]\nname = \"p\"\ntoken-sha256 = [\"{}\"]\n[[principal.allow]]\nnodes = [{nodes}]\nclusters = [\"edge\"]\n", hex_sha256("t"))
+    };
+    for nodes in ["\"edge-2\"", "\"edge-*\"", "\"*\", \"edge-2\""] {
+        std::fs::write(&path, rule(nodes)).unwrap();
+        assert!(Policy::load(&path, false).is_ok(), "{nodes}");
+        let err = Policy::load(&path, true).unwrap_err().to_string();
+        assert!(err.contains("--session-key cluster"), "{nodes}: {err}");
+        assert!(err.contains("nodes = [\"*\"]"), "{nodes}: {err}");
+    }
+    std::fs::write(&path, rule("\"*\"")).unwrap();
+    assert!(Policy::load(&path, true).is_ok());
+}
+
+/// Issue 38, finding 11: "no match-all for secrets" goes by what a pattern
+/// can match: one that neither begins nor ends with a literal character
+/// is refused, however it is spelled. `"[!~]*"` read three nodes' keys.
+#[test]
+fn secrets_patterns_are_pinned_by_meaning_not_spelling() {
+    let rule = |nodes: &str, clusters: &str| {
+        format!("[[principal]]\nname = \"p\"\nuri-san = [\"x\"]\n[[principal.allow]]\nnodes = [{nodes:?}]\nclusters = [{clusters:?}]\ntypes = [\"secrets\"]\n")
+    };
+    for open in ["[!~]*", "*[!~]", "[[:alnum:]]*", "*edge*", "?*?", "[a-z]*"] {
+        for (text, half) in [
+            (rule(open, "edge"), "nodes"),
+            (rule("edge-1", open), "clusters"),
+        ] {
+            let err = Policy::parse(&text).unwrap_err();
+            assert!(
+                err.contains(&format!("grants secrets with {half} = [{open:?}]")),
+                "{text}\n=> {err}"
+            );
+        }
+        // The same pattern for other types is the operator's to write.
+        let other = rule(open, open).replace("\"secrets\"", "\"clusters\"");
+        Policy::parse(&other).unwrap();
+    }
+    for pinned in ["edge-*", "*-edge", "edge-[0-9]"] {
+        Policy::parse(&rule(pinned, pinned)).unwrap();
+    }
+}
+
+/// Issue 38, finding 4: CSDS is asked by node id, but its answer names
+/// each node's cluster too: an entry is the caller's only if a rule allows
+/// both (edge-2 of cluster payments is not edge-2 of cluster edge).
+#[test]
+fn csds_answers_are_bound_by_id_and_cluster() {
+    let p = Policy::parse(&format!(
+        "[[principal]]\nname = \"ops\"\ntoken-sha256 = [\"{}\"]\ncsds = true\n[[principal.allow]]\nnodes = [\"edge-*\"]\nclusters = [\"edge\"]\ntypes = [\"clusters\"]\n",
+        hex_sha256("t")
+    ))
+    .unwrap();
+    assert!(p.allows_csds(0, None, "edge-2"), "asked by id");
+    assert!(p.allows_csds_answer(0, None, "edge-2", "edge"));
+    assert!(!p.allows_csds_answer(0, None, "edge-2", "payments"));
+    assert!(!p.allows_csds_answer(0, None, "core-1", "edge"));
 }

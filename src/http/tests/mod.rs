@@ -16,6 +16,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
+use super::discovery::{MAX_CLIENT_STRING_BYTES, MAX_NODE_ID_BYTES};
 use super::{router, served_routes, Gateway};
 use crate::cache::Renderer;
 use crate::config::Config;
@@ -558,4 +559,66 @@ async fn per_node_layers_are_refused_when_sessions_are_keyed_by_cluster() {
         !body.contains("only_for_a"),
         "nodeB got nodeA's layer: {body}"
     );
+}
+
+/// Issue 38, finding 7: a node id (or cluster, resource name, user agent,
+/// version) long enough to fill the log, the history files and the status
+/// page is a 400 that does not echo it, before any session or history
+/// holds it; one at the limit is served.
+#[tokio::test]
+async fn client_strings_that_reach_logs_and_history_are_bounded() {
+    let gw = demo_gateway(Config::default());
+    let long_id = "x".repeat(MAX_NODE_ID_BYTES + 1);
+    let long_name = "n".repeat(MAX_CLIENT_STRING_BYTES + 1);
+    for (what, body) in [
+        ("node id", serde_json::json!({"node": {"id": long_id}})),
+        (
+            "node cluster",
+            serde_json::json!({"node": {"id": "edge-1", "cluster": long_id}}),
+        ),
+        (
+            "resource name",
+            serde_json::json!({"node": {"id": "edge-1"}, "resource_names": [long_name]}),
+        ),
+        (
+            "user agent name",
+            serde_json::json!({"node": {"id": "edge-1", "user_agent_name": long_name}}),
+        ),
+        (
+            "version_info",
+            serde_json::json!({"node": {"id": "edge-1"}, "version_info": long_name}),
+        ),
+    ] {
+        let (status, json) = post_json(&gw, body.to_string()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {json}");
+        let message = json["message"].as_str().unwrap();
+        assert!(message.contains("at most"), "{what}: {message}");
+        assert!(message.len() < 200, "{what}: echoed: {message}");
+    }
+    // A GET's ?node= is bounded the same way.
+    let (status, text) = send(
+        gw.clone(),
+        "GET",
+        &format!("/v3/discovery:clusters?node={long_id}"),
+        String::new(),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
+    assert_eq!(
+        gw.history.held().entries,
+        0,
+        "nothing refused was remembered"
+    );
+    let at_limit = "y".repeat(MAX_NODE_ID_BYTES);
+    let (status, json) = post_json(
+        &gw,
+        serde_json::json!({"node": {"id": at_limit, "cluster": at_limit}}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
 }
