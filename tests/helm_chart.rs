@@ -340,7 +340,22 @@ fn the_kubernetes_values_render_deploy_kubernetes() {
     let mut args = container_args(&plain[&key]);
     let at = args.iter().position(|a| a == "--snapshot").unwrap();
     args.drain(at..at + 2);
-    assert_eq!(container_args(got), args);
+    // The chart knows its namespace, the plain manifests do not: it adds the
+    // Services' in-cluster names to --allowed-hosts (allowServiceHosts).
+    let mut rendered = container_args(got);
+    let at = rendered
+        .iter()
+        .position(|a| a == "--allowed-hosts")
+        .expect("the chart lists the Services' names in --allowed-hosts");
+    let hosts: Vec<String> = rendered.drain(at..at + 2).collect();
+    let names: Vec<String> = [RELEASE.to_owned(), format!("{RELEASE}-admin")]
+        .iter()
+        .flat_map(|svc| {
+            ["", ".svc", ".svc.cluster.local"].map(|suffix| format!("{svc}.xds{suffix}"))
+        })
+        .collect();
+    assert_eq!(hosts[1], names.join(","));
+    assert_eq!(rendered, args);
 }
 
 /// The control-plane overlay's JSON patch applied to the base Deployment.
@@ -381,7 +396,14 @@ fn with_an_upstream_the_chart_renders_the_control_plane_overlay() {
     let upstream = format!("upstream={}", args[at + 1]);
     // The chart's defaults (replicas, no HPA: the overlay patches only the
     // Deployment, which the HPA does not change).
-    let docs = keyed(render(&["--set", upstream.as_str()]));
+    // Without the Services' names in --allowed-hosts: the plain manifests
+    // know no namespace (the defaults' test checks the names the chart adds).
+    let docs = keyed(render(&[
+        "--set",
+        upstream.as_str(),
+        "--set",
+        "allowServiceHosts=false",
+    ]));
     let got = &docs[&("Deployment".to_owned(), RELEASE.to_owned())];
     assert_eq!(
         got,
