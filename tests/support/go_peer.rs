@@ -14,8 +14,11 @@
 
 #![allow(dead_code)] // each test crate uses its own subset of the helpers
 
+#[path = "go_build.rs"]
+mod go_build;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -24,6 +27,7 @@ use serde_json::{json, Value};
 
 use crate::gateway::http_request;
 use crate::process::ChildGuard;
+use go_build::GoProgram;
 
 /// Bound on one control API call.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,70 +36,21 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on `go build` (a cold module download and build included).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The peer's module directory.
-fn module_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/go-control-plane")
-}
+/// The go-control-plane peer, a Go module of its own.
+static PROGRAM: GoProgram = GoProgram {
+    what: "the go-control-plane test peer",
+    env: "GO_CONTROL_PLANE_PEER",
+    module: "tests/peers/go-control-plane",
+    package: ".",
+    output: "go-control-plane-peer",
+    strip: false,
+    timeout: BUILD_TIMEOUT,
+};
 
 /// The peer binary: `$GO_CONTROL_PLANE_PEER`, else built here once.
 pub fn binary(test: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os("GO_CONTROL_PLANE_PEER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(build)
-        .clone()
-        .unwrap_or_else(|e| panic!("{test}: {e}"))
-}
-
-/// `go build` of the peer into the target directory: to a name of this
-/// process's own, then renamed into place (test binaries build in parallel).
-fn build() -> Result<PathBuf, String> {
-    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("peers");
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let target = out_dir.join("go-control-plane-peer");
-    let partial = out_dir.join(format!("go-control-plane-peer.{}", std::process::id()));
-    let mut child = Command::new("go")
-        .args(["build", "-trimpath", "-o"])
-        .arg(&partial)
-        .arg(".")
-        .current_dir(module_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "the go-control-plane test peer needs a Go toolchain, 1.26 or newer (the pins of its go.mod need it), on the PATH \
-                 (`go` does not run: {e}); install it (scripts/test does) \
-                 or set GO_CONTROL_PLANE_PEER to a built peer"
-            )
-        })?;
-    let deadline = std::time::Instant::now() + BUILD_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "go build of the peer ran past {BUILD_TIMEOUT:?}; killed"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!(
-            "go build of {} failed ({status}):\n{}",
-            module_dir().display(),
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    std::fs::rename(&partial, &target).map_err(|e| format!("{}: {e}", target.display()))?;
-    Ok(target)
+    PROGRAM.binary(test, &BUILT)
 }
 
 /// A running go-control-plane peer.

@@ -18,6 +18,9 @@
 
 #![allow(dead_code)] // each test crate uses its own subset of the helpers
 
+#[path = "go_build.rs"]
+mod go_build;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -29,6 +32,7 @@ use serde_json::{json, Value};
 
 use crate::gateway::{http_request, Reply};
 use crate::process::ChildGuard;
+use go_build::GoProgram;
 
 /// Bound on one control API call.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -59,78 +63,21 @@ pub const RATINGS_POD: &str = "ratings-v1-7dc98c7588-x7k5n";
 pub const HTTPBIN_POD: &str = "httpbin-5c5c5f8c6b-k2v9d";
 pub const INGRESS_POD: &str = "istio-ingressgateway-7b5c9c6d8f-q9xzm";
 
-/// The peer's module directory.
-fn module_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/istio")
-}
+/// The Istio peer, a Go module of its own.
+static PROGRAM: GoProgram = GoProgram {
+    what: "the Istio test peer",
+    env: "ISTIO_PEER",
+    module: "tests/peers/istio",
+    package: ".",
+    output: "istio-peer",
+    strip: true,
+    timeout: BUILD_TIMEOUT,
+};
 
 /// The peer binary: `$ISTIO_PEER`, else built here once.
 pub fn binary(test: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os("ISTIO_PEER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(build)
-        .clone()
-        .unwrap_or_else(|e| panic!("{test}: {e}"))
-}
-
-/// `go build` of the peer into the target directory: to a name of this
-/// process's own, then renamed into place (test binaries build in parallel).
-fn build() -> Result<PathBuf, String> {
-    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("peers");
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let target = out_dir.join("istio-peer");
-    let partial = out_dir.join(format!("istio-peer.{}", std::process::id()));
-    let mut child = Command::new("go")
-        .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
-        .arg(&partial)
-        .arg(".")
-        .current_dir(module_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "the Istio test peer needs a Go toolchain, 1.26 or newer (the pins of its go.mod need it), on the PATH \
-                 (`go` does not run: {e}); install it (scripts/test does) \
-                 or set ISTIO_PEER to a built peer"
-            )
-        })?;
-    // stderr is drained on a thread of its own: a cold build can write more
-    // than a pipe holds.
-    let stderr = child.stderr.take().map(|mut s| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut s, &mut text);
-            text
-        })
-    });
-    let deadline = std::time::Instant::now() + BUILD_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "go build of the Istio peer ran past {BUILD_TIMEOUT:?}; killed"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
-    if !status.success() {
-        return Err(format!(
-            "go build of {} failed ({status}):\n{stderr}",
-            module_dir().display()
-        ));
-    }
-    std::fs::rename(&partial, &target).map_err(|e| format!("{}: {e}", target.display()))?;
-    Ok(target)
+    PROGRAM.binary(test, &BUILT)
 }
 
 /// A running Istio peer.
