@@ -389,7 +389,7 @@ fn respond(
             } else {
                 gateway.metrics.cache_miss(kind);
             }
-            presentation.ok(json, &version)?
+            presentation.ok(json, &version, &gateway.renditions)?
         }
     };
     cache_headers.apply(&mut response);

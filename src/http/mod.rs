@@ -33,6 +33,7 @@ mod passthrough;
 mod pieces;
 mod present;
 mod query;
+mod renditions;
 mod wait;
 mod watch;
 
@@ -60,6 +61,7 @@ use crate::xds::{Endpoint, ResourceType};
 use admission::{Held, Places};
 pub(crate) use error::{ApiError, RETRY_AFTER_SECS};
 pub(crate) use query::Params;
+use renditions::Renditions;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -70,6 +72,8 @@ pub(crate) struct Gateway {
     metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
     parsed: ParsedRequests,
+    /// YAML and `?pretty` answers, rendered once per body and shared.
+    renditions: Renditions,
     /// The long polls that may be held at once (`--max-long-polls`), and
     /// each principal's share of them.
     long_polls: Places,
@@ -105,6 +109,7 @@ impl Gateway {
     ) -> Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
+            renditions: Renditions::default(),
             long_polls: Places::new(
                 Held::LongPoll,
                 config.max_long_polls,

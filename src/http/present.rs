@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::pieces::Pieces;
+use super::renditions::{Rendition, Renditions};
 use crate::cache::JsonBody;
 
 /// How the client wants the body.
@@ -58,24 +59,33 @@ impl Presentation {
     }
 
     /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
-    /// The compact JSON goes out in the pieces it was assembled from.
-    pub(super) fn ok(self, json: JsonBody, version: &str) -> Result<Response, ApiError> {
-        let (body, content_type) = if self.yaml {
-            let value: serde_json::Value = parse(&json.to_bytes())?;
-            let text = serde_yaml_ng::to_string(&value)
-                .map_err(|e| ApiError::Internal(format!("YAML rendering failed: {e}")))?;
-            (axum::body::Body::from(text), "application/yaml")
+    /// The compact JSON goes out in the pieces it was assembled from; YAML
+    /// and indented JSON are rendered once per body and shared
+    /// ([`Renditions`]).
+    pub(super) fn ok(
+        self,
+        json: JsonBody,
+        version: &str,
+        renditions: &Renditions,
+    ) -> Result<Response, ApiError> {
+        let rendition = if self.yaml {
+            Some((Rendition::Yaml, "application/yaml"))
         } else if self.pretty {
-            let value: serde_json::Value = parse(&json.to_bytes())?;
-            let mut text =
-                serde_json::to_vec_pretty(&value).map_err(|e| ApiError::Internal(e.to_string()))?;
-            text.push(b'\n');
-            (axum::body::Body::from(text), "application/json")
+            Some((Rendition::Pretty, "application/json"))
         } else {
-            (
+            None
+        };
+        let (body, content_type) = match rendition {
+            Some((rendition, content_type)) => {
+                let text = renditions
+                    .render(&json, rendition)
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                (axum::body::Body::from(text), content_type)
+            }
+            None => (
                 axum::body::Body::new(Pieces::from(json)),
                 "application/json",
-            )
+            ),
         };
         let mut response = (StatusCode::OK, body).into_response();
         response
@@ -128,11 +138,6 @@ pub(super) fn mark_opaque(headers: &mut HeaderMap, types: &[String]) {
     if let Ok(value) = HeaderValue::from_str(&listed.join(",")) {
         headers.insert(OPAQUE_HEADER, value);
     }
-}
-
-fn parse(json: &[u8]) -> Result<serde_json::Value, ApiError> {
-    crate::xds::plain_json::from_slice(json)
-        .map_err(|e| ApiError::Internal(format!("response is not JSON: {e}")))
 }
 
 /// `ETag: "<version>"` (a strong validator: the same version is the same bytes
@@ -271,7 +276,7 @@ mod tests {
             pretty: false,
             yaml: true,
         }
-        .ok(json.clone(), "1")
+        .ok(json.clone(), "1", &Renditions::default())
         .unwrap();
         assert_eq!(r.headers()[header::ETAG], "\"1\"");
         let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
@@ -284,7 +289,7 @@ mod tests {
             pretty: true,
             yaml: false,
         }
-        .ok(json, "1")
+        .ok(json, "1", &Renditions::default())
         .unwrap();
         let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
         assert!(body.starts_with(b"{\n  \""));

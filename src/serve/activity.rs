@@ -94,10 +94,14 @@ impl Activity {
         self.last_write_ms.store(ms, Ordering::Release);
     }
 
-    /// How long a connection with a stream open has written nothing (zero
-    /// without one).
+    /// How long a connection with a stream open, or with answer bytes it
+    /// has not written, has written nothing (zero with neither). An HTTP/2
+    /// answer's body ends as soon as the connection has taken it into its
+    /// own send buffer, however little of it the client has let it write:
+    /// what is unsent then is the only sign that the client stopped
+    /// reading.
     pub(super) fn stalled_for(&self, now: Instant) -> Duration {
-        if self.streams.load(Ordering::Acquire) == 0 {
+        if self.streams.load(Ordering::Acquire) == 0 && self.unsent() == 0 {
             return Duration::ZERO;
         }
         let last = self.opened + Duration::from_millis(self.last_write_ms.load(Ordering::Acquire));
@@ -209,6 +213,13 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(activity.stalled_for(Instant::now()), Duration::from_secs(1));
         drop(stream);
+        assert_eq!(activity.stalled_for(Instant::now()), Duration::ZERO);
+        // An answer taken whole into the connection's buffer and not yet
+        // written: pending, though no stream is open.
+        assert!(activity.hold_unsent(100, 1000));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(activity.stalled_for(Instant::now()), Duration::from_secs(3));
+        activity.wrote(100);
         assert_eq!(activity.stalled_for(Instant::now()), Duration::ZERO);
     }
 }

@@ -1,0 +1,241 @@
+//! The YAML and indented-JSON renditions of answer bodies, rendered once
+//! per body and shared by every request that asks for the same one (issue
+//! 38, finding 3: 600 `?pretty` streams each holding a rendering of its
+//! own took 1.2 GB; they now hold one).
+//!
+//! A body is known by its pieces ([`JsonBody`]): the resources piece is
+//! shared by every answer of the same resources, so it is compared by
+//! identity (its address and length, kept alive by the entry that names
+//! it, so the address cannot be reused while the entry exists); the
+//! opening and closing, a few dozen bytes, by content. Concurrent requests
+//! for a rendition not yet made wait for the one rendering. Entries are
+//! weighed by what they keep alive, rendition and resources, and the least
+//! used go first past [`MAX_BYTES`].
+
+use std::hash::{Hash, Hasher};
+
+use bytes::Bytes;
+use moka::sync::Cache;
+
+use crate::cache::JsonBody;
+
+/// What the memo may keep alive at once, renditions and the resources
+/// pieces they were made from.
+pub(super) const MAX_BYTES: u64 = 256 << 20;
+
+/// A text rendition of a `DiscoveryResponse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Rendition {
+    /// `?pretty`: indented JSON and a newline.
+    Pretty,
+    /// `?format=yaml`.
+    Yaml,
+}
+
+/// Why a body could not be rendered (the gateway's fault: the body is its
+/// own canonical JSON).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum RenditionError {
+    #[error("response is not JSON: {0}")]
+    NotJson(String),
+    #[error("YAML rendering failed: {0}")]
+    Yaml(String),
+    #[error("JSON rendering failed: {0}")]
+    Json(String),
+}
+
+/// Renditions made recently, shared.
+pub(super) struct Renditions {
+    made: Cache<Key, Made>,
+}
+
+impl std::fmt::Debug for Renditions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renditions")
+            .field("entries", &self.made.entry_count())
+            .finish()
+    }
+}
+
+impl Default for Renditions {
+    fn default() -> Renditions {
+        Renditions::with_capacity(MAX_BYTES)
+    }
+}
+
+impl Renditions {
+    /// A memo keeping at most `bytes` alive.
+    pub(super) fn with_capacity(bytes: u64) -> Renditions {
+        Renditions {
+            made: Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|_: &Key, made: &Made| {
+                    u32::try_from(made.text.len() + made.resources.len()).unwrap_or(u32::MAX)
+                })
+                .build(),
+        }
+    }
+
+    /// `json` rendered as `rendition`: the shared rendering when one is
+    /// held, else made now (once, however many ask at the same time).
+    pub(super) fn render(
+        &self,
+        json: &JsonBody,
+        rendition: Rendition,
+    ) -> Result<Bytes, RenditionError> {
+        let [head, resources, tail] = json.clone().into_pieces();
+        let key = Key {
+            resources: resources.as_ptr() as usize,
+            resources_len: resources.len(),
+            head,
+            tail,
+            rendition,
+        };
+        self.made
+            .try_get_with(key, || {
+                render(json, rendition).map(|text| Made { text, resources })
+            })
+            .map(|made| made.text)
+            .map_err(|e| (*e).clone())
+    }
+
+    /// Renditions held now (for tests).
+    #[cfg(test)]
+    fn held(&self) -> u64 {
+        self.made.run_pending_tasks();
+        self.made.entry_count()
+    }
+}
+
+/// A body as the memo knows it.
+#[derive(Debug, Clone)]
+struct Key {
+    /// The resources piece's address: the entry keeps it alive.
+    resources: usize,
+    resources_len: usize,
+    head: Bytes,
+    tail: Bytes,
+    rendition: Rendition,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.resources == other.resources
+            && self.resources_len == other.resources_len
+            && self.rendition == other.rendition
+            && self.head == other.head
+            && self.tail == other.tail
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.resources.hash(state);
+        self.resources_len.hash(state);
+        self.head.hash(state);
+        self.tail.hash(state);
+        self.rendition.hash(state);
+    }
+}
+
+/// A rendition, and the resources piece its key names (kept alive so that
+/// its address names nothing else while the entry exists).
+#[derive(Clone)]
+struct Made {
+    text: Bytes,
+    resources: Bytes,
+}
+
+fn render(json: &JsonBody, rendition: Rendition) -> Result<Bytes, RenditionError> {
+    let value: serde_json::Value = crate::xds::plain_json::from_slice(&json.to_bytes())
+        .map_err(|e| RenditionError::NotJson(e.to_string()))?;
+    let text = match rendition {
+        Rendition::Yaml => serde_yaml_ng::to_string(&value)
+            .map_err(|e| RenditionError::Yaml(e.to_string()))?
+            .into_bytes(),
+        Rendition::Pretty => {
+            let mut text = serde_json::to_vec_pretty(&value)
+                .map_err(|e| RenditionError::Json(e.to_string()))?;
+            text.push(b'\n');
+            text
+        }
+    };
+    Ok(Bytes::from(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(head: &'static [u8], resources: &Bytes, tail: &'static [u8]) -> JsonBody {
+        JsonBody::new(
+            Bytes::from_static(head),
+            resources.clone(),
+            Bytes::from_static(tail),
+        )
+    }
+
+    #[test]
+    fn one_rendering_per_body_shared_by_every_request() {
+        let renditions = Renditions::default();
+        let resources = Bytes::from_static(b"{\"a\":1},{\"b\":2}");
+        let json = body(
+            b"{\"version_info\":\"1\",\"resources\":[",
+            &resources,
+            b"]}",
+        );
+        let first = renditions.render(&json, Rendition::Yaml).unwrap();
+        let again = renditions.render(&json, Rendition::Yaml).unwrap();
+        assert_eq!(first.as_ptr(), again.as_ptr(), "the same bytes, shared");
+        assert_eq!(
+            std::str::from_utf8(&first).unwrap(),
+            "resources:\n- a: 1\n- b: 2\nversion_info: '1'\n"
+        );
+        let pretty = renditions.render(&json, Rendition::Pretty).unwrap();
+        assert!(pretty.ends_with(b"}\n") && pretty.starts_with(b"{\n  \""));
+        assert_eq!(renditions.held(), 2);
+    }
+
+    /// The memo never answers one body with another's rendering: equal
+    /// resources bytes in another buffer, or another opening or closing,
+    /// are rendered afresh, and each rendering is what its body says.
+    #[test]
+    fn another_body_is_rendered_afresh() {
+        let renditions = Renditions::default();
+        let resources = Bytes::from_static(b"{\"a\":1}");
+        let copy = Bytes::copy_from_slice(&resources);
+        let v1 = body(
+            b"{\"version_info\":\"1\",\"resources\":[",
+            &resources,
+            b"]}",
+        );
+        let v2 = body(
+            b"{\"version_info\":\"2\",\"resources\":[",
+            &resources,
+            b"]}",
+        );
+        let nonce = body(
+            b"{\"version_info\":\"1\",\"resources\":[",
+            &resources,
+            b"],\"nonce\":\"n\"}",
+        );
+        let copied = body(b"{\"version_info\":\"1\",\"resources\":[", &copy, b"]}");
+        let text = |json: &JsonBody| renditions.render(json, Rendition::Pretty).unwrap();
+        let (a, b, c, d) = (text(&v1), text(&v2), text(&nonce), text(&copied));
+        assert!(a.windows(3).any(|w| w == b"\"1\"") && b.windows(3).any(|w| w == b"\"2\""));
+        assert!(c.windows(7).any(|w| w == b"\"nonce\""));
+        assert_eq!(a, d, "the same text");
+        assert_ne!(a.as_ptr(), d.as_ptr(), "from a rendering of its own");
+        assert_eq!(renditions.held(), 4);
+    }
+
+    #[test]
+    fn what_is_not_json_is_the_gateways_error() {
+        let renditions = Renditions::default();
+        let json = JsonBody::from(Bytes::from_static(b"{not json"));
+        let err = renditions.render(&json, Rendition::Yaml).unwrap_err();
+        assert!(matches!(err, RenditionError::NotJson(_)), "{err}");
+    }
+}
