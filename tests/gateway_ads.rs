@@ -430,6 +430,53 @@ async fn clients_of_one_node_share_one_upstream_stream() {
     .await;
 }
 
+/// Issue 38, finding 12: the node fields outside the session key are the
+/// first client's, for every client of the identity; `/debug/sessions`
+/// shows what the upstream was sent, and the upstream saw the same.
+#[tokio::test]
+async fn the_first_clients_user_agent_is_what_the_upstream_sees_and_is_shown() {
+    with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        cp.set(CDS, "1", &[cluster("a")]).await;
+        let gw = Gateway::start(&cp.upstream(), &[]).await;
+        let mut first = node("agents");
+        first["user_agent_name"] = json!("evil");
+        first["user_agent_build_version"] =
+            json!({"version": {"major_number": 6, "minor_number": 6, "patch": 6}});
+        first["client_features"] = json!(["feature.a"]);
+        first["extensions"] = json!([{"name": "ext.one", "category": "c"}]);
+        let mut later = node("agents");
+        later["user_agent_name"] = json!("envoy");
+        later["user_agent_version"] = json!("1.40.0");
+        assert_ok(
+            &gw.discover("clusters", &request(&first, "", &[])).await,
+            "first",
+        );
+        assert_ok(
+            &gw.discover("clusters", &request(&later, "", &[])).await,
+            "later",
+        );
+        let view = gw.admin_json("/debug/sessions").await;
+        let sessions = view["sessions"].as_array().expect("sessions");
+        assert_eq!(sessions.len(), 1, "one identity, one session: {view}");
+        assert_eq!(
+            sessions[0]["node_sent"],
+            json!({
+                "user_agent_name": "evil",
+                "user_agent_version": "6.6.6",
+                "client_features": ["feature.a"],
+                "extensions": 1
+            }),
+            "{view}"
+        );
+        let stats = cp.stats().await;
+        assert!(
+            requests_of(&stats, CDS).all(|r| r["user_agent_name"] == "evil"),
+            "the upstream is sent the first client's node on every request: {stats}"
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn idle_session_closes_its_upstream_stream() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {

@@ -17,9 +17,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::Message;
 use sha2::{Digest as _, Sha256};
+
+use super::view::SentNodeView;
 
 /// A session's node: its own fields, encoded, and its shared extension list.
 #[derive(Debug, Clone)]
@@ -31,6 +34,8 @@ pub(crate) struct SessionNode {
     /// Its `extensions` field alone, encoded; shared by every node sending
     /// the same list.
     extensions: Arc<Bytes>,
+    /// How many extensions that list holds.
+    extension_count: usize,
 }
 
 impl SessionNode {
@@ -41,6 +46,28 @@ impl SessionNode {
         bytes.extend_from_slice(&self.own);
         bytes.extend_from_slice(&self.extensions);
         Node::decode(bytes.as_slice()).unwrap_or_default()
+    }
+
+    /// What the upstream is told of the client beyond the session key:
+    /// the fields of the node that opened the session (issue 38, finding
+    /// 12). Decodes the node's own bytes, not its extension list.
+    pub(crate) fn sent_view(&self) -> SentNodeView {
+        let node = Node::decode(self.own.as_ref()).unwrap_or_default();
+        SentNodeView {
+            user_agent_name: node.user_agent_name,
+            user_agent_version: node
+                .user_agent_version_type
+                .map(|version| match version {
+                    UserAgentVersionType::UserAgentVersion(version) => version,
+                    UserAgentVersionType::UserAgentBuildVersion(build) => {
+                        let v = build.version.unwrap_or_default();
+                        format!("{}.{}.{}", v.major_number, v.minor_number, v.patch)
+                    }
+                })
+                .unwrap_or_default(),
+            client_features: node.client_features,
+            extensions: self.extension_count,
+        }
     }
 
     /// Bytes it holds of its own (the shared list not counted).
@@ -86,6 +113,7 @@ impl NodeInterner {
     /// `node` as a session holds it: its extension list taken from a
     /// session that holds the same one, if any.
     pub(crate) fn intern(&self, mut node: Node) -> SessionNode {
+        let extension_count = node.extensions.len();
         let extensions = Node {
             extensions: std::mem::take(&mut node.extensions),
             ..Node::default()
@@ -109,6 +137,7 @@ impl NodeInterner {
             id: node.id,
             cluster: node.cluster,
             extensions,
+            extension_count,
         }
     }
 

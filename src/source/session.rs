@@ -493,6 +493,7 @@ impl Session {
             source,
             serves: None,
             stream: streamed.then(|| self.stream_view()),
+            node_sent: self.node.sent_view(),
             requests_in_flight: self.in_flight.load(std::sync::atomic::Ordering::Acquire),
             types,
         }

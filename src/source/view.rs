@@ -33,10 +33,29 @@ pub(crate) struct SessionView {
     /// for a snapshot.
     #[serde(flatten)]
     pub(crate) stream: Option<StreamView>,
+    /// The node fields outside the session key, as the upstream was sent
+    /// them: those of the client that opened the session, whichever client
+    /// of the identity asks now.
+    pub(crate) node_sent: SentNodeView,
     /// Requests being served now (held long polls and watches included).
     pub(crate) requests_in_flight: usize,
     /// Every type wanted or served, keyed by short name (`clusters`, ...).
     pub(crate) types: BTreeMap<&'static str, SessionTypeView>,
+}
+
+/// What the upstream is told of a session's clients beyond the session
+/// key (node id, cluster, metadata and locality by default): the first
+/// client's user agent, version, client features and extension count. An
+/// upstream must not key config on them (`docs/production.md`); this shows
+/// what it was sent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct SentNodeView {
+    pub(crate) user_agent_name: String,
+    /// `user_agent_version`, or the build version as `major.minor.patch`.
+    pub(crate) user_agent_version: String,
+    pub(crate) client_features: Vec<String>,
+    /// How many `extensions` the node lists.
+    pub(crate) extensions: usize,
 }
 
 /// A session's upstream stream.
@@ -154,6 +173,7 @@ mod tests {
                 source: "s".into(),
                 serves: None,
                 stream: Some(stream),
+                node_sent: Default::default(),
                 requests_in_flight: 0,
                 types: BTreeMap::new(),
             };

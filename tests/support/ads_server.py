@@ -347,6 +347,9 @@ class ControlPlane:
                     "error_detail": status_of(request),
                     "has_node": request.HasField("node"),
                     "node_id": request.node.id if request.HasField("node") else None,
+                    "user_agent_name": (
+                        request.node.user_agent_name if request.HasField("node") else None
+                    ),
                     "kind": kind,
                 }
             )
@@ -389,6 +392,9 @@ class ControlPlane:
                     "error_detail": error,
                     "has_node": request.HasField("node"),
                     "node_id": request.node.id if request.HasField("node") else None,
+                    "user_agent_name": (
+                        request.node.user_agent_name if request.HasField("node") else None
+                    ),
                     "kind": kind,
                 }
             )

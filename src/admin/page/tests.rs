@@ -72,6 +72,7 @@ fn session(node: &str) -> SessionsView {
             }),
             placement: None,
         }),
+        node_sent: Default::default(),
         requests_in_flight: 1,
         types: [
             ("listeners", kind(Some("2"), Some(2), Some(nack))),
