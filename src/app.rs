@@ -155,10 +155,13 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         Some(path) => Some(HistoryFile::start(
             path.clone(),
             config.history_file_max_bytes,
+            config.principal_share,
         )?),
         None => None,
     };
-    let history = ConfigHistory::with_max_bytes(config.history_max_bytes).with_sink(history_file);
+    let history = ConfigHistory::with_max_bytes(config.history_max_bytes)
+        .with_principal_share(config.principal_share)
+        .with_sink(history_file);
     let renderer = Renderer::new(codec)
         .validating(config.validate == Validation::On)
         .counting(metrics.resources_rendered(), metrics.opaque_resources())

@@ -14,7 +14,15 @@
 //! behind, further lines are dropped and counted (logged once per
 //! [`DROP_LOG_EVERY`]); a failed write or rotation is logged and the writer
 //! goes on with the next line.
+//!
+//! Under a policy of several principals, a principal's lines take at most
+//! `--principal-share` of each file (issue 38, finding 7: one principal's
+//! churn filled all four files, and every other tenant's lines were gone).
+//! Its lines past that are dropped until the file rotates, logged once per
+//! file; its first line in a file always goes in. The others' lines stay in
+//! the files; one principal's churn can at most hasten the rotations.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -45,18 +53,26 @@ pub struct HistoryFileError {
 /// The sink writing the history's JSON lines.
 #[derive(Debug)]
 pub(crate) struct HistoryFile {
-    lines: SyncSender<Vec<u8>>,
+    lines: SyncSender<Line>,
     dropped: AtomicU64,
+}
+
+/// A line to write, and the principal whose share it counts against.
+struct Line {
+    owner: Option<Arc<str>>,
+    bytes: Vec<u8>,
 }
 
 impl HistoryFile {
     /// Opens `path` for appending (creating it) and starts the writer,
-    /// rotating at `max_bytes`.
+    /// rotating at `max_bytes`, a principal's lines taking at most
+    /// `principal_share`% of each file.
     pub(crate) fn start(
         path: PathBuf,
         max_bytes: u64,
+        principal_share: u8,
     ) -> Result<Arc<HistoryFile>, HistoryFileError> {
-        let writer = Writer::open(path, max_bytes)?;
+        let writer = Writer::open(path, max_bytes)?.with_principal_share(principal_share);
         let (lines, queue) = sync_channel(QUEUE);
         std::thread::Builder::new()
             .name("history-file".into())
@@ -80,7 +96,11 @@ impl HistorySink for HistoryFile {
             Err(_) => return,
         };
         bytes.push(b'\n');
-        if let Err(TrySendError::Full(_)) = self.lines.try_send(bytes) {
+        let line = Line {
+            owner: line.owner,
+            bytes,
+        };
+        if let Err(TrySendError::Full(_)) = self.lines.try_send(line) {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped % DROP_LOG_EVERY == 1 {
                 warn!(
@@ -98,6 +118,11 @@ struct Writer {
     max_bytes: u64,
     file: BufWriter<File>,
     size: u64,
+    /// What one principal's lines may take of a file.
+    share: u64,
+    /// Bytes each principal wrote to the open file, and whether its lines
+    /// past the share were logged yet.
+    written: HashMap<Arc<str>, (u64, bool)>,
 }
 
 impl Writer {
@@ -111,16 +136,25 @@ impl Writer {
             max_bytes,
             file: BufWriter::new(file),
             size,
+            share: max_bytes,
+            written: HashMap::new(),
         })
+    }
+
+    /// The same writer, a principal's lines taking at most `percent`% of
+    /// each file.
+    fn with_principal_share(mut self, percent: u8) -> Writer {
+        self.share = self.max_bytes.saturating_mul(u64::from(percent.min(100))) / 100;
+        self
     }
 
     /// Writes every line sent, flushing whenever the queue runs dry; ends
     /// when the sink is dropped.
-    fn run(mut self, queue: Receiver<Vec<u8>>) {
+    fn run(mut self, queue: Receiver<Line>) {
         while let Ok(line) = queue.recv() {
-            self.line(&line);
+            self.owned_line(line.owner, &line.bytes);
             while let Ok(line) = queue.try_recv() {
-                self.line(&line);
+                self.owned_line(line.owner, &line.bytes);
             }
             if let Err(e) = self.file.flush() {
                 warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: flush failed");
@@ -128,12 +162,38 @@ impl Writer {
         }
     }
 
+    /// Writes `line` of `owner`, unless that principal's lines in this
+    /// file already take its share.
+    fn owned_line(&mut self, owner: Option<Arc<str>>, line: &[u8]) {
+        let Some(owner) = owner else {
+            return self.line(line);
+        };
+        let len = line.len() as u64;
+        if self.size > 0 && self.size + len > self.max_bytes {
+            self.rotate_or_warn();
+        }
+        let share = self.share;
+        let (written, logged) = self.written.entry(owner.clone()).or_default();
+        if *written > 0 && *written + len > share {
+            if !*logged {
+                *logged = true;
+                warn!(
+                    principal = %Escaped(&owner),
+                    share_bytes = share,
+                    "history file: this principal's lines take its share of the file \
+                     (--principal-share); its further lines are dropped until the file rotates"
+                );
+            }
+            return;
+        }
+        *written += len;
+        self.line(line);
+    }
+
     fn line(&mut self, line: &[u8]) {
         let len = line.len() as u64;
         if self.size > 0 && self.size + len > self.max_bytes {
-            if let Err(e) = self.rotate() {
-                warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
-            }
+            self.rotate_or_warn();
         }
         match self.file.write_all(line) {
             Ok(()) => self.size += len,
@@ -143,8 +203,15 @@ impl Writer {
         }
     }
 
+    fn rotate_or_warn(&mut self) {
+        if let Err(e) = self.rotate() {
+            warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
+        }
+    }
+
     /// `PATH.{KEEP-1}` to `PATH.{KEEP}` ... `PATH` to `PATH.1`, and a new `PATH`.
     fn rotate(&mut self) -> std::io::Result<()> {
+        self.written.clear();
         self.file.flush()?;
         for n in (1..KEEP).rev() {
             let from = rotated(&self.path, n);
@@ -240,6 +307,41 @@ mod tests {
             let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
         }
+    }
+
+    /// Issue 38, finding 7: one principal's lines take at most its share
+    /// of a file, so another's stay in the files however much the first
+    /// writes; lines of no principal are not counted.
+    #[test]
+    fn a_principals_lines_take_at_most_its_share_of_each_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let mut writer = Writer::open(path.clone(), 110)
+            .unwrap()
+            .with_principal_share(50);
+        let (quiet, flood): (Arc<str>, Arc<str>) = ("quiet".into(), "flood".into());
+        // Lines of 22 bytes: five fit a file, a principal's share is 55.
+        let line = |who: &str, i: usize| format!("{{\"{who:>5}\":{i:05},\"p\":1}}\n");
+        assert_eq!(line("quiet", 0).len(), 22);
+        writer.owned_line(Some(quiet.clone()), line("quiet", 0).as_bytes());
+        for i in 0..40 {
+            writer.owned_line(Some(flood.clone()), line("flood", i).as_bytes());
+        }
+        writer.owned_line(None, line(" none", 0).as_bytes());
+        writer.file.flush().unwrap();
+        let lines = lines_of(&path);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[0].contains("quiet"), "{lines:?}");
+        assert_eq!(lines.iter().filter(|l| l.contains("flood")).count(), 2);
+        assert!(
+            !rotated(&path, 1).exists(),
+            "the flood did not rotate the file"
+        );
+        // After a rotation the share starts again.
+        writer.line(format!("{}\n", "x".repeat(29)).as_bytes());
+        writer.owned_line(Some(flood.clone()), line("flood", 99).as_bytes());
+        writer.file.flush().unwrap();
+        assert!(lines_of(&path).iter().any(|l| l.contains("00099")));
     }
 
     #[test]

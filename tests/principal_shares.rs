@@ -228,3 +228,84 @@ async fn one_principal_cannot_fill_the_session_bytes() {
     assert_eq!(poll_big(gw.rest_port, "a-1", A, 40).await.status, 200);
     gw.stop().await;
 }
+
+/// Issue 38, finding 7: the config history and its file are shared too.
+/// One principal opening node after node (each a session, each a version
+/// recorded) evicts its own oldest events once it holds its share of
+/// `--history-max-bytes`, and takes at most its share of each history
+/// file: the other principal's history is still served, and its line is
+/// still in the files.
+#[tokio::test]
+async fn one_principal_cannot_drain_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("history.jsonl");
+    let config = Config {
+        history_max_bytes: 24 * 1024,
+        history_file: Some(file.clone()),
+        history_file_max_bytes: 2 * 1024,
+        ..Config::default()
+    };
+    let gw = start(dir.path(), &[("a", A), ("b", B)], config).await;
+    assert_eq!(poll(gw.rest_port, "b-1", B).await.status, 200);
+    for n in 0..80 {
+        let node = format!("a-{n}");
+        let reply = poll(gw.rest_port, &node, A).await;
+        assert_eq!(reply.status, 200, "{node}: {}", reply.text());
+    }
+    let history = |node: &str| format!("/debug/history?node={node}&type=clusters");
+    let b = get(gw.admin_port, &history("b-1"), B, TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.status,
+        200,
+        "b's history after a's 80 nodes: {}",
+        b.text()
+    );
+    let newest = get(gw.admin_port, &history("a-79"), A, TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(newest.status, 200, "{}", newest.text());
+    let oldest = get(gw.admin_port, &history("a-0"), A, TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        oldest.status,
+        404,
+        "a's oldest went first: {}",
+        oldest.text()
+    );
+    let files = || {
+        let mut text = String::new();
+        for n in 0..=3 {
+            let path = if n == 0 {
+                file.clone()
+            } else {
+                std::path::PathBuf::from(format!("{}.{n}", file.display()))
+            };
+            text.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        text
+    };
+    // The file's writer runs on a thread of its own: wait until the files
+    // stop changing (a's later lines may be dropped, over its share).
+    let mut text = files();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = files();
+        if now == text {
+            break;
+        }
+        text = now;
+    }
+    assert!(
+        text.contains("\"node_id\":\"a-"),
+        "a's lines are in the files too"
+    );
+    assert!(
+        text.contains("\"node_id\":\"b-1\""),
+        "b's line was pushed out of every history file by a's: {} lines",
+        text.lines().count()
+    );
+    gw.stop().await;
+}

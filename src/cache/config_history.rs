@@ -23,6 +23,17 @@
 //! as all added (`since` is absent; it is absent too once the version an
 //! event was compared with is evicted).
 //!
+//! # Each principal's share
+//!
+//! Under a policy of several principals, the events of a session count
+//! against the principal whose request opened it, up to `--principal-share`
+//! of the bound (issue 38, finding 7: one principal's 80 nodes emptied
+//! every other tenant's history). An event that takes its principal past
+//! the share evicts that principal's own oldest events first, wherever they
+//! are, so one tenant's churn never pushes out another's history. An event
+//! is charged what it added to the store when it came (its own bytes, and
+//! the resources no event held before), and given back exactly that.
+//!
 //! Every event can also go to a [`HistorySink`] as a [`HistoryLine`] (the
 //! JSON-lines file of `--history-file`), whatever the bound keeps; the
 //! sink does the I/O, off the push path.
@@ -109,6 +120,20 @@ struct Event {
     happened: Happened,
     /// What it adds to the store's count besides the resources it holds.
     bytes: u64,
+    /// The principal it counts against, and what it was charged.
+    owner: Option<(Owner, u64)>,
+}
+
+/// A principal of a policy with several, as the history counts it.
+pub(crate) type Owner = Arc<str>;
+
+/// What one principal's events hold.
+#[derive(Debug, Default)]
+struct Owned {
+    /// Charged to it, in bytes.
+    bytes: u64,
+    /// Its events, oldest first (some may be gone already).
+    order: VecDeque<(u64, TimelineKey)>,
 }
 
 #[derive(Debug)]
@@ -213,8 +238,19 @@ struct Store {
     changes: Shares,
     /// The latest [`changes`] worked out, by (old set id, new set id).
     recent_changes: VecDeque<((u64, u64), Arc<Changes>)>,
+    /// What each principal's events hold.
+    owners: HashMap<Owner, Owned>,
     bytes: u64,
     next_seq: u64,
+}
+
+/// The bounds an event is pushed under.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// The whole store's.
+    max: u64,
+    /// One principal's.
+    share: u64,
 }
 
 impl Store {
@@ -277,14 +313,16 @@ impl Store {
         self.recent_changes.push_back((ids, changes));
     }
 
-    /// Adds an event to `key`'s timeline (evicting the oldest past `max`);
-    /// returns it as the views show it when `view` (a sink wants it).
+    /// Adds an event to `key`'s timeline, charged to `owner` if any
+    /// (evicting the owner's oldest past its share, then the store's oldest
+    /// past the bound); returns it as the views show it when `view` (a sink
+    /// wants it).
     fn push(
         &mut self,
         key: TimelineKey,
         node: (&str, &str),
         happened: Happened,
-        max: u64,
+        (owner, bounds): (Option<&Owner>, Bounds),
         view: bool,
     ) -> Option<EventView> {
         let mut bytes = EVENT_OVERHEAD + happened_bytes(&happened);
@@ -303,20 +341,25 @@ impl Store {
             at: SystemTime::now(),
             happened,
             bytes,
+            owner: None,
         };
         let view = view.then(|| event_view(timeline, &event));
         timeline.events.push_back(event);
+        let mut charged = bytes;
         if let Some(Event {
             happened: Happened::Version { state, changes, .. },
             ..
         }) = timeline.events.back()
         {
             let (state, changes) = (state.clone(), changes.clone());
-            bytes += self.hold(&state, &changes);
+            charged += self.hold(&state, &changes);
         }
         self.order.push_back((seq, key));
-        self.bytes += bytes;
-        while self.bytes > max {
+        self.bytes += charged;
+        if let Some(owner) = owner {
+            self.charge(key, seq, owner, charged, bounds.share);
+        }
+        while self.bytes > bounds.max {
             if !self.evict_oldest() {
                 break;
             }
@@ -324,20 +367,72 @@ impl Store {
         view
     }
 
+    /// Charges the event `seq` of `key` to `owner`, then evicts the owner's
+    /// oldest events while it holds more than `share`.
+    fn charge(&mut self, key: TimelineKey, seq: u64, owner: &Owner, bytes: u64, share: u64) {
+        if let Some(event) = self
+            .timelines
+            .get_mut(&key)
+            .and_then(|t| t.events.back_mut())
+        {
+            event.owner = Some((owner.clone(), bytes));
+        }
+        let owned = self.owners.entry(owner.clone()).or_default();
+        owned.bytes += bytes;
+        owned.order.push_back((seq, key));
+        while self.owners.get(owner).is_some_and(|o| o.bytes > share) {
+            if !self.evict_oldest_of(owner) {
+                break;
+            }
+        }
+    }
+
     /// Drops the oldest event of the store; `false` when there is none.
     fn evict_oldest(&mut self) -> bool {
         let Some((seq, key)) = self.order.pop_front() else {
             return false;
         };
-        let Some(timeline) = self.timelines.get_mut(&key) else {
-            return true;
-        };
-        let oldest = timeline.events.front().map(|e| e.seq);
-        if oldest != Some(seq) {
-            return true;
+        // An entry whose event went already (evicted from its owner's
+        // share) is passed over.
+        let front = self
+            .timelines
+            .get(&key)
+            .and_then(|t| t.events.front())
+            .map(|e| e.seq);
+        if front == Some(seq) {
+            self.remove(key, 0);
         }
-        let Some(event) = timeline.events.pop_front() else {
-            return true;
+        true
+    }
+
+    /// Drops the oldest event still held of `owner`; `false` when it holds
+    /// none.
+    fn evict_oldest_of(&mut self, owner: &Owner) -> bool {
+        loop {
+            let Some((seq, key)) = self.owners.get_mut(owner).and_then(|o| o.order.pop_front())
+            else {
+                return false;
+            };
+            let at = self
+                .timelines
+                .get(&key)
+                .and_then(|t| t.events.binary_search_by_key(&seq, |e| e.seq).ok());
+            if let Some(at) = at {
+                self.remove(key, at);
+                return true;
+            }
+        }
+    }
+
+    /// Removes the event at `at` in `key`'s timeline, giving back what it
+    /// holds (and its timeline, when it was the last) to the store and to
+    /// its owner.
+    fn remove(&mut self, key: TimelineKey, at: usize) {
+        let Some(timeline) = self.timelines.get_mut(&key) else {
+            return;
+        };
+        let Some(event) = timeline.events.remove(at) else {
+            return;
         };
         let mut freed = event.bytes;
         if timeline.events.is_empty() {
@@ -348,7 +443,14 @@ impl Store {
             freed += self.release(state, changes);
         }
         self.bytes = self.bytes.saturating_sub(freed);
-        true
+        if let Some((owner, charged)) = &event.owner {
+            if let Some(owned) = self.owners.get_mut(owner) {
+                owned.bytes = owned.bytes.saturating_sub(*charged);
+                if owned.bytes == 0 {
+                    self.owners.remove(owner);
+                }
+            }
+        }
     }
 }
 
@@ -446,6 +548,10 @@ pub(crate) struct HistoryLine {
     pub(crate) kind: &'static str,
     #[serde(flatten)]
     pub(crate) event: EventView,
+    /// The principal whose share of the file it counts against (not
+    /// written).
+    #[serde(skip)]
+    pub(crate) owner: Option<Owner>,
 }
 
 /// Where every event goes besides the store (the JSON-lines file).
@@ -459,6 +565,8 @@ pub(crate) trait HistorySink: Send + Sync + std::fmt::Debug {
 pub(crate) struct ConfigHistory {
     store: Arc<Mutex<Store>>,
     max_bytes: u64,
+    /// `--principal-share`, in percent of `max_bytes`.
+    principal_share: u8,
     sink: Option<Arc<dyn HistorySink>>,
 }
 
@@ -474,7 +582,26 @@ impl ConfigHistory {
         ConfigHistory {
             store: Arc::default(),
             max_bytes,
+            principal_share: 100,
             sink: None,
+        }
+    }
+
+    /// The same history, a principal's events holding at most `percent`%
+    /// of its bytes (`--principal-share`).
+    pub(crate) fn with_principal_share(mut self, percent: u8) -> ConfigHistory {
+        self.principal_share = percent.min(100);
+        self
+    }
+
+    /// The bounds events are pushed under.
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            max: self.max_bytes,
+            share: self
+                .max_bytes
+                .saturating_mul(u64::from(self.principal_share))
+                / 100,
         }
     }
 
@@ -496,6 +623,7 @@ impl ConfigHistory {
             identity: IdentityDigest::of(identity),
             node_id: node_id.to_owned(),
             cluster: cluster.to_owned(),
+            owner: None,
         }
     }
 
@@ -631,9 +759,19 @@ pub(crate) struct Recorder {
     identity: IdentityDigest,
     node_id: String,
     cluster: String,
+    /// The principal whose share its events count against, if any.
+    owner: Option<Owner>,
 }
 
 impl Recorder {
+    /// The same recorder, its events counting against `owner`'s share
+    /// (the principal whose request opened the session, under a policy of
+    /// several).
+    pub(crate) fn owned_by(mut self, owner: Option<&str>) -> Recorder {
+        self.owner = owner.map(Owner::from);
+        self
+    }
+
     /// The session published `state`.
     pub(crate) fn published(&self, state: &Arc<TypeState>) {
         let key = (self.identity, state.kind);
@@ -672,7 +810,7 @@ impl Recorder {
             key,
             (&self.node_id, &self.cluster),
             happened,
-            self.history.max_bytes,
+            (self.owner.as_ref(), self.history.bounds()),
             self.history.sink.is_some(),
         );
         self.sink(state.kind, view);
@@ -687,6 +825,7 @@ impl Recorder {
                 identity: self.identity.short(),
                 kind: kind.short_name(),
                 event,
+                owner: self.owner.clone(),
             });
         }
     }
@@ -709,7 +848,7 @@ impl Recorder {
             (self.identity, kind),
             (&self.node_id, &self.cluster),
             happened,
-            self.history.max_bytes,
+            (self.owner.as_ref(), self.history.bounds()),
             self.history.sink.is_some(),
         );
         self.sink(kind, view);

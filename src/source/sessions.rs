@@ -232,7 +232,8 @@ impl<F: Feeder> Sessions<F> {
         let history = self
             .renderer
             .history()
-            .recorder(key.as_str(), &node.id, &node.cluster);
+            .recorder(key.as_str(), &node.id, &node.cluster)
+            .owned_by(tenant.map(Tenant::name));
         let (session, commands) = Session::recorded(self.nodes.intern(node), Some(history));
         session.attach_task(self.feeder.start(session.clone(), commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");

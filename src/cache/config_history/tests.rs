@@ -196,3 +196,75 @@ fn a_timeline_whose_events_were_all_evicted_starts_again() {
     assert_eq!(t[0].events[0].added.as_deref(), Some(&["x".into()][..]));
     assert_eq!(t[0].identity, IdentityDigest::of("identity-a").short());
 }
+
+/// Issue 38, finding 7: under a policy of several principals, one
+/// principal's churn evicts its own oldest events once it holds its share,
+/// never another principal's, however much older theirs are; every byte
+/// charged is given back.
+#[test]
+fn a_principal_past_its_share_evicts_its_own_events_first() {
+    let renderer = Renderer::new(Codec::embedded());
+    let only = "o".repeat(4000);
+    let only = only.as_str();
+    let probe = ConfigHistory::default();
+    probe
+        .recorder("p", "p", "c")
+        .published(&state(&renderer, "0", &[(only, "9s")]));
+    let one = probe.held_bytes().0;
+    // Room for ten versions; a principal may hold half of it.
+    let history = ConfigHistory::with_max_bytes(one * 10).with_principal_share(50);
+    let quiet = history
+        .recorder("identity-q", "quiet", "c")
+        .owned_by(Some("quiet-team"));
+    for i in 1..=3 {
+        quiet.published(&state(
+            &renderer,
+            &format!("q{i}"),
+            &[(only, &format!("{i}s"))],
+        ));
+    }
+    // The flooding principal: 40 nodes, a version each.
+    for n in 0..40 {
+        history
+            .recorder(&format!("identity-f{n}"), &format!("f{n}"), "c")
+            .owned_by(Some("flooder"))
+            .published(&state(
+                &renderer,
+                &format!("f{n}"),
+                &[(only, &format!("{}s", n + 100))],
+            ));
+        let (held, max) = history.held_bytes();
+        assert!(held <= max, "{held} > {max}");
+    }
+    assert_eq!(upstream_versions(&history, "quiet"), ["q1", "q2", "q3"]);
+    let flooded: Vec<String> = (0..40)
+        .flat_map(|n| upstream_versions(&history, &format!("f{n}")))
+        .collect();
+    assert!(
+        (3..=5).contains(&flooded.len()) && flooded.last().map(String::as_str) == Some("f39"),
+        "the flooder keeps its newest, within its share: {flooded:?}"
+    );
+    {
+        let store = history.lock();
+        let flooder = store.owners.get("flooder").map_or(0, |o| o.bytes);
+        assert!(flooder <= one * 5, "{flooder} > {}", one * 5);
+    }
+    // Without a principal, nothing is charged: the store's oldest go first.
+    let open = ConfigHistory::with_max_bytes(one * 10).with_principal_share(50);
+    for n in 0..12 {
+        open.recorder(&format!("identity-{n}"), &format!("n{n}"), "c")
+            .published(&state(
+                &renderer,
+                &format!("v{n}"),
+                &[(only, &format!("{}s", n + 1))],
+            ));
+    }
+    assert!(upstream_versions(&open, "n0").is_empty());
+    assert_eq!(upstream_versions(&open, "n11"), ["v11"]);
+    assert!(open.lock().owners.is_empty());
+    // Evicting everything gives every principal's bytes back.
+    let mut store = history.lock();
+    while store.evict_oldest() {}
+    assert_eq!(store.bytes, 0);
+    assert!(store.owners.is_empty() && store.timelines.is_empty());
+}
