@@ -78,6 +78,25 @@ pub mod fuzz;
 #[doc(hidden)]
 pub mod bench_support {
     pub use crate::source::pipeline::{Pipeline, Pushed};
+
+    /// The gateway's memo of parsed request bodies (what a poll's body
+    /// goes through), for the codec benchmark.
+    pub struct RequestBodies(crate::cache::ParsedRequests);
+
+    impl Default for RequestBodies {
+        fn default() -> RequestBodies {
+            RequestBodies(crate::cache::ParsedRequests::new(
+                crate::config::SessionKey::Node,
+            ))
+        }
+    }
+
+    impl RequestBodies {
+        /// Parses a POSTed `body` as a poll's is; whether it parsed.
+        pub fn parse(&self, body: bytes::Bytes) -> bool {
+            self.0.parse(body).is_ok()
+        }
+    }
 }
 
 mod admin;

@@ -13,6 +13,7 @@ mod node_json;
 mod payload_index;
 mod rejection;
 mod request;
+mod request_frame;
 mod resource;
 mod resource_set;
 mod state;

@@ -15,6 +15,12 @@
 //! A body is kept as the bytes around its node and the node, interned
 //! ([`super::node_json`]): the entries of one Envoy's many name sets share
 //! one copy of its 77 KB node, and weigh only their own bytes.
+//!
+//! After a version change every poll is a new body, differing from the
+//! client's previous one only in its `version_info` (and nonce). A second
+//! memo keys parses by their [`Frame`], the body without those values: a
+//! body whose frame matches one parsed before, byte for byte, is that parse
+//! presenting its own version, with no parse at all (issue 41).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -24,6 +30,7 @@ use moka::sync::Cache;
 
 use super::identity::IdentityKey;
 use super::node_json::{NodeJson, NodeJsons};
+use super::request_frame::Frame;
 use super::state::Names;
 use crate::config::SessionKey;
 use crate::xds::{DiscoveryRequestView, RequestError};
@@ -52,19 +59,26 @@ const KEY_SAMPLE: usize = 32;
 /// `response_nonce` after the node. Bodies that differ only between samples
 /// share a key and cost each other a parse (the comparison tells them apart).
 fn memo_key(body: &[u8]) -> u64 {
+    sampled_key(&[body])
+}
+
+/// [`memo_key`] of bytes in pieces: each piece's length, edges and samples.
+fn sampled_key(pieces: &[&[u8]]) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    hasher.update(&(body.len() as u64).to_le_bytes());
-    if body.len() <= 2 * KEY_EDGE {
-        hasher.update(body);
-        return hasher.digest();
+    for piece in pieces {
+        hasher.update(&(piece.len() as u64).to_le_bytes());
+        if piece.len() <= 2 * KEY_EDGE {
+            hasher.update(piece);
+            continue;
+        }
+        let (head, rest) = piece.split_at(KEY_EDGE);
+        let (middle, tail) = rest.split_at(rest.len() - KEY_EDGE);
+        hasher.update(head);
+        for chunk in middle.chunks(KEY_STRIDE) {
+            hasher.update(&chunk[..chunk.len().min(KEY_SAMPLE)]);
+        }
+        hasher.update(tail);
     }
-    let (head, rest) = body.split_at(KEY_EDGE);
-    let (middle, tail) = rest.split_at(rest.len() - KEY_EDGE);
-    hasher.update(head);
-    for chunk in middle.chunks(KEY_STRIDE) {
-        hasher.update(&chunk[..chunk.len().min(KEY_SAMPLE)]);
-    }
-    hasher.update(tail);
     hasher.digest()
 }
 
@@ -109,6 +123,49 @@ impl Body {
             && body[..before] == self.before[..]
             && body[before..before + node] == *self.node()
             && body[before + node..] == self.after[..]
+    }
+
+    /// The parts of its pieces that make up `range` of the body, in order.
+    fn slice(&self, range: std::ops::Range<usize>) -> Option<Vec<&[u8]>> {
+        if range.end > self.len() || range.start > range.end {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(3);
+        let mut at = 0;
+        for piece in [&self.before[..], self.node(), &self.after[..]] {
+            let (start, end) = (range.start.max(at), range.end.min(at + piece.len()));
+            if start < end {
+                parts.push(&piece[start - at..end - at]);
+            }
+            at += piece.len();
+        }
+        Some(parts)
+    }
+
+    /// Where its node lies: offset and length.
+    fn node_span(&self) -> Option<(usize, usize)> {
+        self.node
+            .as_ref()
+            .map(|n| (self.before.len(), n.bytes().len()))
+    }
+
+    /// `body`, whose node is `node` at `at` (the bytes are those of a body
+    /// that held it), sharing it.
+    fn around(body: &Bytes, node: Option<(&Arc<NodeJson>, usize)>) -> Option<Body> {
+        let Some((node, at)) = node else {
+            return Some(Body {
+                before: body.clone(),
+                node: None,
+                after: Bytes::new(),
+            });
+        };
+        let end = at.checked_add(node.bytes().len())?;
+        let held = Body {
+            before: Bytes::copy_from_slice(body.get(..at)?),
+            after: Bytes::copy_from_slice(body.get(end..)?),
+            node: Some(node.clone()),
+        };
+        held.is(body).then_some(held)
     }
 
     /// Bytes held of its own (an interned node is not).
@@ -183,6 +240,32 @@ impl ParsedRequest {
             identity,
             subscription,
             via_get,
+        })
+    }
+
+    /// The parse of `body`, whose frame (`frame`) is the same as this
+    /// parse's body's: this request presenting `body`'s version, holding
+    /// `body`. Nothing else can differ: the bytes around the two values are
+    /// the same. `None` only if the two do not fit together after all.
+    fn reframed(&self, body: &Bytes, frame: &Frame) -> Option<ParsedRequest> {
+        let version = frame.version(body);
+        let node = match (self.body.node.as_ref(), self.body.node_span()) {
+            (Some(node), Some((at, _))) => {
+                // The version is the first member, before the node: the
+                // node moves by the change in the version's length (a
+                // plain string's bytes are its text).
+                let at = match version {
+                    Some(v) => at.checked_sub(self.version_info.len())? + v.len(),
+                    None => at,
+                };
+                Some((node, at))
+            }
+            _ => None,
+        };
+        Some(ParsedRequest {
+            body: Body::around(body, node)?,
+            version_info: version.map_or_else(|| self.version_info.clone(), str::to_owned),
+            ..self.clone()
         })
     }
 
@@ -328,8 +411,17 @@ pub(crate) struct Held {
 #[derive(Debug, Clone)]
 pub(crate) struct ParsedRequests {
     memo: Cache<u64, Arc<ParsedRequest>>,
+    /// Parses by the frame of their body (see [`Frame`]).
+    frames: Cache<u64, Framed>,
     session_key: SessionKey,
     nodes: Arc<NodeJsons>,
+}
+
+/// A parse and the frame of its body.
+#[derive(Debug, Clone)]
+struct Framed {
+    frame: Arc<Frame>,
+    parsed: Arc<ParsedRequest>,
 }
 
 impl ParsedRequests {
@@ -346,8 +438,17 @@ impl ParsedRequests {
                 u32::try_from(parsed.held_bytes()).unwrap_or(u32::MAX)
             })
             .build();
+        // Its entries share their parses with the memo's: weighed alike.
+        let frames = Cache::builder()
+            .max_capacity(bytes)
+            .time_to_idle(MEMO_IDLE)
+            .weigher(|_, framed: &Framed| {
+                u32::try_from(framed.parsed.held_bytes()).unwrap_or(u32::MAX)
+            })
+            .build();
         ParsedRequests {
             memo,
+            frames,
             session_key,
             nodes: Arc::default(),
         }
@@ -385,12 +486,35 @@ impl ParsedRequests {
                 return Ok(hit);
             }
         }
-        let parsed = Arc::new(ParsedRequest::parse(
-            body,
-            self.session_key,
-            &self.nodes,
-            via_get,
-        )?);
+        let framed = Frame::of(&body).map(|frame| {
+            let key = frame.key(&body, sampled_key) ^ u64::from(via_get);
+            (Arc::new(frame), key)
+        });
+        let reframed = framed.as_ref().and_then(|(frame, key)| {
+            let known = self.frames.get(key)?;
+            let same = known.parsed.via_get == via_get
+                && frame.same_as(&body, &known.frame, |r| known.parsed.body.slice(r));
+            same.then(|| known.parsed.reframed(&body, frame))?
+        });
+        let parsed = match reframed {
+            Some(parsed) => Arc::new(parsed),
+            None => {
+                let parsed = Arc::new(ParsedRequest::parse(
+                    body,
+                    self.session_key,
+                    &self.nodes,
+                    via_get,
+                )?);
+                if let Some((frame, key)) = framed {
+                    let entry = Framed {
+                        frame,
+                        parsed: parsed.clone(),
+                    };
+                    self.frames.insert(key, entry);
+                }
+                parsed
+            }
+        };
         self.memo.insert(hash, parsed.clone());
         Ok(parsed)
     }
@@ -511,5 +635,185 @@ mod tests {
             parsed[0].node_json().unwrap().len()
         );
         assert!(parsed[7].node_json().unwrap().ends_with(b"}"));
+    }
+}
+
+/// Issue 41: the memo of frames, against a full parse.
+#[cfg(test)]
+mod frame_tests {
+    use super::*;
+    use rand::{Rng, RngCore, SeedableRng};
+
+    /// Every field a parse is read by, and the body it holds.
+    fn same(a: &ParsedRequest, b: &ParsedRequest) -> bool {
+        a.body().as_slice() == b.body().as_slice()
+            && a.version_info == b.version_info
+            && a.type_url == b.type_url
+            && a.names == b.names
+            && a.node_id == b.node_id
+            && a.node_cluster == b.node_cluster
+            && a.user_agent_name == b.user_agent_name
+            && a.node_bytes == b.node_bytes
+            && a.identity == b.identity
+            && a.subscription == b.subscription
+            && a.via_get == b.via_get
+            && a.node_json() == b.node_json()
+    }
+
+    /// A poll after a change: the same frame, another version: no parse,
+    /// the node shared, and the answer a parse would give.
+    #[test]
+    fn a_body_differing_only_in_its_version_and_nonce_is_not_parsed_again() {
+        let memo = ParsedRequests::new(SessionKey::Node);
+        let pad = "x".repeat(40_000);
+        let body = |version: &str, nonce: &str| {
+            Bytes::from(format!(
+                r#"{{"version_info":"{version}","node":{{"id":"n","user_agent_name":"envoy","metadata":{{"pad":"{pad}"}}}},"resource_names":["a"],"type_url":"t","response_nonce":"{nonce}"}}"#
+            ))
+        };
+        let first = memo.parse(body("1", "a")).unwrap();
+        let second = memo.parse(body("v-22", "bb")).unwrap();
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(second.version_info(), "v-22");
+        assert!(Arc::ptr_eq(
+            first.body.node.as_ref().unwrap(),
+            second.body.node.as_ref().unwrap()
+        ));
+        let fresh = ParsedRequest::parse(
+            body("v-22", "bb"),
+            SessionKey::Node,
+            &NodeJsons::default(),
+            false,
+        )
+        .unwrap();
+        assert!(same(&second, &fresh));
+        // And it is remembered whole: the same bytes again are a hit.
+        assert!(Arc::ptr_eq(
+            &second,
+            &memo.parse(body("v-22", "bb")).unwrap()
+        ));
+    }
+
+    /// Property: whatever a body is, the memo answers it as a fresh parse
+    /// would (the same error, or the same request), whichever frames were
+    /// parsed before. Bodies are Envoy's, with other versions and nonces
+    /// (plain, escaped, quoted, control characters, not UTF-8), and with a
+    /// byte changed, added or removed anywhere. A fresh seed each run,
+    /// printed; `XDS_FRAME_SEED` replays one.
+    #[test]
+    fn the_frame_memo_answers_as_a_fresh_parse_would() {
+        let seed: u64 = std::env::var("XDS_FRAME_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random);
+        println!("frame memo seed: {seed} (XDS_FRAME_SEED={seed} replays it)");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let corpus = crate::fuzz::envoy_requests();
+        let memo = ParsedRequests::new(SessionKey::Node);
+        let values: &[&[u8]] = &[
+            b"",
+            b"2",
+            b"v~abc",
+            b"\xc3\xa9t\xc3\xa9",
+            b"a\\\"b",
+            b"\\u0031",
+            b"a\tb",
+            b"\xff",
+            b"\"",
+            b"\\",
+            b"x\"}",
+            b"1\",\"version_info\":\"2",
+        ];
+        let mut reframed = 0;
+        for case in 0..1500 {
+            let base = &corpus[rng.random_range(0..corpus.len())];
+            let text = String::from_utf8_lossy(base).into_owned();
+            let body_of = |version: &[u8], nonce: Option<&[u8]>| -> Vec<u8> {
+                let rest = text
+                    .strip_prefix(r#"{"version_info":"1""#)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| text[1..].to_owned());
+                let mut out = b"{\"version_info\":\"".to_vec();
+                out.extend_from_slice(version);
+                out.push(b'"');
+                if !rest.starts_with(',') && !rest.starts_with('}') {
+                    out.push(b',');
+                }
+                out.extend_from_slice(rest.as_bytes());
+                if let Some(nonce) = nonce {
+                    out.pop();
+                    out.extend_from_slice(b",\"response_nonce\":\"");
+                    out.extend_from_slice(nonce);
+                    out.extend_from_slice(b"\"}");
+                }
+                out
+            };
+            let pick = |rng: &mut rand::rngs::StdRng| -> Vec<u8> {
+                if rng.random_bool(0.5) {
+                    values[rng.random_range(0..values.len())].to_vec()
+                } else {
+                    let mut v = vec![0u8; rng.random_range(0..12)];
+                    rng.fill_bytes(&mut v);
+                    v.iter()
+                        .map(|b| {
+                            if rng.random_bool(0.8) {
+                                b'a' + b % 26
+                            } else {
+                                *b
+                            }
+                        })
+                        .collect()
+                }
+            };
+            let (version, nonce) = (pick(&mut rng), rng.random_bool(0.5).then(|| pick(&mut rng)));
+            let mut body = body_of(&version, nonce.as_deref());
+            if rng.random_bool(0.3) && !body.is_empty() {
+                let at = rng.random_range(0..body.len());
+                match rng.random_range(0..3) {
+                    0 => body[at] = rng.random(),
+                    1 => body.insert(at, b"\"\\{}[],:x 0"[rng.random_range(0..11)]),
+                    _ => {
+                        body.remove(at);
+                    }
+                }
+            }
+            let via_get = rng.random_bool(0.1);
+            let body = Bytes::from(body);
+            let fresh = ParsedRequest::parse(
+                body.clone(),
+                SessionKey::Node,
+                &NodeJsons::default(),
+                via_get,
+            );
+            let frames_before = memo.frames.entry_count();
+            let memoised = memo.parse_as(body.clone(), via_get);
+            match (&fresh, &memoised) {
+                (Ok(f), Ok(m)) => {
+                    assert!(
+                        same(f, m),
+                        "seed {seed} case {case}: the memo's parse presents {:?}, a fresh one {:?}",
+                        m.version_info(),
+                        f.version_info()
+                    );
+                    if memo.frames.entry_count() == frames_before {
+                        reframed += 1;
+                    }
+                }
+                (Err(f), Err(m)) => {
+                    assert_eq!(f.to_string(), m.to_string(), "seed {seed} case {case}")
+                }
+                _ => panic!(
+                    "seed {seed} case {case}: fresh {:?}, memo {:?}, body {}",
+                    fresh.as_ref().map(|p| p.version_info().to_owned()),
+                    memoised.as_ref().map(|p| p.version_info().to_owned()),
+                    String::from_utf8_lossy(&body[..body.len().min(120)])
+                ),
+            }
+        }
+        println!("frame memo: {reframed} of 1500 answered without a parse");
+        assert!(
+            reframed > 100,
+            "seed {seed}: the memo of frames was hardly used ({reframed})"
+        );
     }
 }
