@@ -717,7 +717,13 @@ fn docs_docker_section_names_what_was_validated() {
         .split("\n## ")
         .find(|s| s.starts_with("Docker\n"))
         .unwrap_or_else(|| panic!("{DOCKER_DOC} has no \"## Docker\" section"));
-    for needle in ["docker compose", "docker_files", "no Docker engine"] {
+    for needle in [
+        "docker compose",
+        "docker_files",
+        "no Docker engine",
+        "scripts/container-run",
+        "stripped",
+    ] {
         assert!(
             section.contains(needle),
             "{DOCKER_DOC}'s Docker section lacks {needle:?}"
