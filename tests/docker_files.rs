@@ -13,8 +13,9 @@
 //!   service's command line; an `--config-yaml` override of `xds_cluster`
 //!   is refused as a duplicate cluster (why compose shares the namespace);
 //! - the Dockerfile: rust:1-bookworm builder, debian:bookworm-slim runtime,
-//!   non-root user, the binary in /usr/local/bin, `ENTRYPOINT
-//!   ["xds-gateway"]`, `EXPOSE` and `ENV` on the binary's default ports;
+//!   the binary stripped in the builder (only it copied out), non-root user,
+//!   the binary in /usr/local/bin, `ENTRYPOINT ["xds-gateway"]`, `EXPOSE` and
+//!   `ENV` on the binary's default ports;
 //! - `.dockerignore` keeps every build input and drops target/ and .venv/;
 //! - the Docker section of `docs/production.md` says what was checked here.
 //!
@@ -525,11 +526,41 @@ fn dockerfile_matches_the_binary() {
             && build.contains(&format!("--bin {binary}")),
         "{build}"
     );
+    // The image ships a stripped binary: the builder writes what cargo built,
+    // without symbols or debug info, to /out, and nothing overwrites it
+    // afterwards but a chmod (scripts/container-run checks the ELF itself).
+    let built = format!("target/release/{binary}");
+    let out = format!("/out/{binary}");
+    let commands: Vec<Vec<&str>> = build
+        .split("&&")
+        .map(|c| c.split_whitespace().collect())
+        .collect();
+    let strip = commands
+        .iter()
+        .position(|words| match words.first() {
+            Some(&"objcopy") => {
+                words.contains(&"--strip-all") && words.ends_with(&[built.as_str(), out.as_str()])
+            }
+            Some(&"strip") => {
+                words.contains(&"--strip-all")
+                    && words.windows(2).any(|w| w == ["-o", out.as_str()])
+                    && words.last() == Some(&built.as_str())
+            }
+            _ => false,
+        })
+        .unwrap_or_else(|| panic!("no `objcopy --strip-all ... {built} {out}` in {build}"));
+    for later in &commands[strip + 1..] {
+        assert!(
+            later.first() == Some(&"chmod") || !later.contains(&out.as_str()),
+            "{later:?} rewrites the stripped {out}"
+        );
+    }
     // The runtime: the binary on PATH, a non-root user, the entrypoint.
     let copy = one(runtime, "COPY");
-    assert!(
-        copy.starts_with("--from=builder ") && copy.ends_with(&format!(" /usr/local/bin/{binary}")),
-        "{copy}"
+    assert_eq!(
+        copy,
+        format!("--from=builder {out} /usr/local/bin/{binary}"),
+        "the stripped binary, and only it (not its debug file)"
     );
     let user = one(runtime, "USER");
     let uid = user.split(':').next().unwrap();
@@ -686,7 +717,13 @@ fn docs_docker_section_names_what_was_validated() {
         .split("\n## ")
         .find(|s| s.starts_with("Docker\n"))
         .unwrap_or_else(|| panic!("{DOCKER_DOC} has no \"## Docker\" section"));
-    for needle in ["docker compose", "docker_files", "no Docker engine"] {
+    for needle in [
+        "docker compose",
+        "docker_files",
+        "no Docker engine",
+        "scripts/container-run",
+        "stripped",
+    ] {
         assert!(
             section.contains(needle),
             "{DOCKER_DOC}'s Docker section lacks {needle:?}"
