@@ -22,6 +22,9 @@ struct RequestLabel {
     status: u16,
 }
 
+/// The gateway's listeners, as the `listener` label names them.
+const LISTENERS: [&str; 2] = ["rest", "admin"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabel {
     listener: &'static str,
@@ -265,6 +268,35 @@ impl Metrics {
             "Bytes the config history holds (bounded by --history-max-bytes; read when /metrics is scraped)",
             history_bytes.clone(),
         );
+        // The label sets known in advance are written out from the start,
+        // at 0: a family with no sample has no line at all, and a panel or
+        // an `absent()` alert would read "no data" for "none yet".
+        for kind in ResourceType::ALL {
+            let label = Metrics::label(kind);
+            for family in [
+                &cache_hits,
+                &cache_misses,
+                &resources_decoded,
+                &resources_reused,
+                &delta_sets_built,
+                &delta_sets_shared,
+                &watch_events,
+                &acks,
+                &nacks,
+                &suspected_rejections,
+                &invalid_resources,
+                &ttl_expired,
+            ] {
+                let _ = family.get_or_create(&label);
+            }
+            let _ = request_seconds.get_or_create(&label);
+        }
+        for listener in LISTENERS {
+            let label = ListenerLabel { listener };
+            let _ = connections_open.get_or_create(&label);
+            let _ = connections_refused.get_or_create(&label);
+            let _ = accept_errors.get_or_create(&label);
+        }
         Metrics {
             registry,
             reloads,
@@ -484,5 +516,30 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40: the label sets known in advance are there before anything
+    /// happens, at 0, so a dashboard reads 0 rather than "no data".
+    #[test]
+    fn known_label_sets_are_exported_at_zero_from_the_start() {
+        let text = Metrics::new().encode();
+        for line in [
+            "xds_gateway_upstream_nacks_total{type=\"clusters\"} 0",
+            "xds_gateway_suspected_rejections_total{type=\"endpoints\"} 0",
+            "xds_gateway_cache_hits_total{type=\"secrets\"} 0",
+            "xds_gateway_connections_refused_total{listener=\"admin\"} 0",
+            "xds_gateway_connections_open{listener=\"rest\"} 0",
+            "xds_gateway_request_duration_seconds_count{type=\"listeners\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
     }
 }
