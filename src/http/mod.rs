@@ -58,7 +58,7 @@ use crate::tls::{PeerIdentity, ServerTls};
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 use admission::{Held, Places};
-pub(crate) use error::{ApiError, RETRY_AFTER_SECS};
+pub(crate) use error::ApiError;
 pub(crate) use query::Params;
 
 /// What every handler shares.
