@@ -52,12 +52,11 @@ use crate::cache::{ClientBook, Renderer};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
+use crate::http::credential::{self, Credential};
 use crate::metrics::Metrics;
+use crate::serve::Peer;
 use crate::source::Source;
 use crate::tls::{PeerIdentity, ServerTls};
-
-/// The TLS client certificate `serve` put on a request, if any.
-type Peer = Option<Extension<Arc<PeerIdentity>>>;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -134,21 +133,11 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 /// `Basic base64(user:token)` (what a browser sends once a person typed the
 /// token as the password; the user name is ignored).
 fn admin_token(value: &str) -> Option<String> {
-    use base64::Engine;
-    let (scheme, credentials) = value.trim().split_once(' ')?;
-    let credentials = credentials.trim();
-    if scheme.eq_ignore_ascii_case("bearer") {
-        return Some(credentials.to_owned());
+    match credential::of(value)? {
+        Credential::Bearer(token) => Some(token.to_owned()),
+        Credential::Basic(password) => password,
+        Credential::Other => None,
     }
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(credentials)
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (_user, password) = text.split_once(':')?;
-    Some(password.to_owned())
 }
 
 #[cfg(test)]

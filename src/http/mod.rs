@@ -22,6 +22,7 @@ mod asked;
 mod authorize;
 mod body;
 mod caching;
+pub(crate) mod credential;
 mod discovery;
 mod error;
 mod forwarded;
@@ -51,10 +52,10 @@ use crate::config::RestConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::profiles::NodeProfiles;
-use crate::serve::RemoteAddr;
+use crate::serve::{Peer, RemoteAddr};
 use crate::shares::Tenant;
 use crate::source::Source;
-use crate::tls::{PeerIdentity, ServerTls};
+use crate::tls::ServerTls;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 use admission::{Held, Places};
@@ -173,8 +174,6 @@ impl Gateway {
     }
 }
 
-/// The TLS client's identity `serve` put on the request, if any.
-type Peer = Option<Extension<Arc<PeerIdentity>>>;
 /// The address the connection came from, as `serve` put it on the request.
 type Remote = Option<Extension<RemoteAddr>>;
 

@@ -24,6 +24,10 @@ pub(super) struct TrackedService {
     pub(super) remote: RemoteAddr,
 }
 
+/// The TLS client certificate a request's connection presented, if any, as
+/// a handler extracts it (the extension this service puts on the request).
+pub(crate) type Peer = Option<axum::Extension<Arc<PeerIdentity>>>;
+
 /// The address a request's connection came from (a request extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RemoteAddr(pub(crate) SocketAddr);
