@@ -39,7 +39,7 @@ use super::debug::{json_response, params_of, pretty_value};
 use super::history::{kind_of, not_held, not_visible, required};
 use super::json_diff::{diff, FieldChange};
 use super::{authorization, needs_token, Admin, Peer};
-use crate::cache::{covered_names, TypeState};
+use crate::cache::{by_name, covered_names, Paired, TypeState};
 use crate::http::ApiError;
 use crate::xds::ResourceType;
 
@@ -276,10 +276,11 @@ fn compare(kind: ResourceType, a: Found, b: Found) -> DiffView {
         differing: Vec::new(),
         identical: 0,
     };
-    for (name, x) in &left {
-        match right.get(name) {
-            None => view.only_in_a.push(name.clone()),
-            Some(y) => {
+    for (name, paired) in by_name(&left, &right) {
+        match paired {
+            Paired::Old(_) => view.only_in_a.push(name.clone()),
+            Paired::New(_) => view.only_in_b.push(name.clone()),
+            Paired::Both(x, y) => {
                 let fields = diff(x, y);
                 if fields.is_empty() {
                     view.identical += 1;
@@ -294,11 +295,6 @@ fn compare(kind: ResourceType, a: Found, b: Found) -> DiffView {
             }
         }
     }
-    view.only_in_b = right
-        .keys()
-        .filter(|name| !left.contains_key(*name))
-        .cloned()
-        .collect();
     view
 }
 

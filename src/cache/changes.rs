@@ -35,6 +35,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
 
+use super::by_name::{by_name, Paired};
 use super::request::ParsedRequest;
 use super::resource::Renderer;
 use super::state::{Names, TypeState};
@@ -85,13 +86,31 @@ impl Served {
         });
         let mut pieces = Vec::new();
         let mut removed = Vec::new();
-        for resource in self.state.select(&self.names) {
-            let unchanged = since.is_some_and(|s| {
-                s.state
-                    .resources
-                    .get(&resource.name)
-                    .is_some_and(|old| old.digest == resource.digest)
-            });
+        let now = self.state.select(&self.names).map(|r| (&r.name, r));
+        let before = since
+            .into_iter()
+            .flat_map(|s| s.state.select(&s.names))
+            .map(|r| (&r.name, r));
+        for (name, paired) in by_name(before, now) {
+            let (resource, unchanged) = match paired {
+                Paired::Old(_) => {
+                    removed.push(json_string(name));
+                    continue;
+                }
+                Paired::Both(old, resource) => (resource, old.digest == resource.digest),
+                // Outside what was served before, yet maybe in the state
+                // it was served from (a set's members are chosen by their
+                // aliases, which a content change may change).
+                Paired::New(resource) => (
+                    resource,
+                    since.is_some_and(|s| {
+                        s.state
+                            .resources
+                            .get(name)
+                            .is_some_and(|old| old.digest == resource.digest)
+                    }),
+                ),
+            };
             if unchanged {
                 continue;
             }
@@ -101,15 +120,7 @@ impl Served {
             };
             let mut digest = hex::encode(resource.digest);
             digest.truncate(RESOURCE_VERSION_HEX);
-            pieces.push((json_string(&resource.name), digest, json));
-        }
-        if let Some(since) = since {
-            for old in since.state.select(&since.names) {
-                let present = self.state.select(&self.names).any(|r| r.name == old.name);
-                if !present {
-                    removed.push(json_string(&old.name));
-                }
-            }
+            pieces.push((json_string(name), digest, json));
         }
         let size: usize = pieces
             .iter()
