@@ -42,6 +42,7 @@ mod node;
 pub(crate) mod pipeline;
 mod polled;
 mod probe;
+mod replies;
 mod session;
 mod sessions;
 mod snapshot;
