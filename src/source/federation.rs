@@ -33,12 +33,10 @@ use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
 use super::namespace::Namespace;
-use super::polled::{report_suspicion, suspect, PollChannel, Polled};
+use super::polled::{PollChannel, Polled, Rejections};
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
-use crate::cache::{
-    Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, Standing, TypeState,
-};
+use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
 use crate::metrics::Metrics;
 use crate::shares::Tenant;
 use crate::xds::ResourceType;
@@ -311,22 +309,13 @@ impl PollChannel for Merged {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
-        let (sync, suspicion) = suspect(&self.tracker, request, client, current, self.threshold);
-        if let Some(suspicion) = suspicion {
-            report_suspicion(
-                &self.metrics,
-                self.kind,
-                request.node_id(),
-                &suspicion,
-                false,
-            );
+    fn rejections(&self) -> Rejections<'_> {
+        Rejections {
+            kind: self.kind,
+            tracker: &self.tracker,
+            threshold: self.threshold,
+            metrics: &self.metrics,
         }
-        sync
-    }
-
-    fn served(&self, client: u64, version: &str) {
-        super::polled::record_served(&self.tracker, client, version);
     }
 
     fn stale_since(&self) -> Option<SystemTime> {
