@@ -68,7 +68,7 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::future::BoxFuture;
 
 pub(crate) use auto::AutoSource;
-pub(crate) use failover::{Placement, Route};
+pub(crate) use failover::{Route, FAILOVER_REASON};
 pub(crate) use federation::{Federation, Slot};
 pub(crate) use fetch::FetchSource;
 pub(crate) use file::{FileFeeder, Origin};
@@ -78,6 +78,7 @@ pub(crate) use sessions::Sessions;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
 pub(crate) use unserved::Refused;
+pub(crate) use view::Placement;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use wire::fuzz::upstream_response as fuzz_upstream_response;
 
