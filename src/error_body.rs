@@ -1,6 +1,7 @@
 //! The one JSON error body of both listeners: a `google.rpc.Status`-shaped
 //! object, `{"code": <google.rpc.Code number>, "message": "<what was
-//! wrong>"}` and a newline, served as `application/json`; the google.rpc.Code
+//! wrong>"}` and a newline, served as `application/json` (the response
+//! the admin listener's JSON views use too, [`json`]); the google.rpc.Code
 //! numbers the gateway uses; and the `Retry-After` a 503 asks for. The REST
 //! error table (`http/error.rs`), the admin listener's refusals and the
 //! listener's own refusals (`serve`) all write their bodies here, so they
@@ -42,9 +43,15 @@ pub(crate) fn body(code: i32, message: &str) -> String {
     text
 }
 
-/// A response of `status` carrying [`body`], as `application/json`.
+/// A response of `status` carrying [`body`].
 pub(crate) fn response(status: StatusCode, code: i32, message: &str) -> Response {
-    let mut response = (status, body(code, message)).into_response();
+    json(status, body(code, message))
+}
+
+/// A response of `status` carrying `text` (JSON) as `application/json`:
+/// every error, and the admin listener's JSON views.
+pub(crate) fn json(status: StatusCode, text: String) -> Response {
+    let mut response = (status, text).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -237,12 +237,7 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer)
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut response = (status, format!("{body}\n")).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    error_body::json(status, format!("{body}\n"))
 }
 
 /// The 401 of a detail asked for without an admin credential, saying why.
