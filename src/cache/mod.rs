@@ -22,7 +22,7 @@ pub(crate) mod test_states;
 
 pub(crate) use body::JsonBody;
 pub(crate) use by_name::{by_name, Paired};
-pub(crate) use changes::{History, Served};
+pub(crate) use changes::{History, ServedAnswer};
 pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,

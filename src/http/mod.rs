@@ -58,7 +58,7 @@ use crate::source::Source;
 use crate::tls::ServerTls;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
-use admission::{Held, Places};
+use admission::{Hold, Places};
 pub(crate) use error::ApiError;
 pub(crate) use query::Params;
 
@@ -107,11 +107,11 @@ impl Gateway {
         Gateway {
             parsed: ParsedRequests::new(config.session_key),
             long_polls: Places::new(
-                Held::LongPoll,
+                Hold::LongPoll,
                 config.max_long_polls,
                 config.principal_share,
             ),
-            watches: Places::new(Held::Watch, config.max_watches, config.principal_share),
+            watches: Places::new(Hold::Watch, config.max_watches, config.principal_share),
             auth: None,
             client_trust: None,
             admin_address: None,

@@ -49,7 +49,7 @@ const TRACKERS_KEPT: u64 = 100_000;
 
 /// One upstream that owns names, and the source serving them.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct UpstreamSlot {
     pub(crate) name: String,
     pub(crate) source: Arc<dyn Source>,
 }
@@ -57,7 +57,7 @@ pub(crate) struct Slot {
 /// Sources of several upstreams as one.
 pub(crate) struct Federation {
     /// The default slot first.
-    slots: Vec<Slot>,
+    slots: Vec<UpstreamSlot>,
     namespace: Namespace,
     merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
     trackers: moka::sync::Cache<(IdentityKey, ResourceType), Arc<Mutex<RejectionTracker>>>,
@@ -78,7 +78,7 @@ impl Federation {
     /// subscription's rejection tracking is forgotten after `idle_timeout`
     /// without polls.
     pub(crate) fn new(
-        slots: Vec<Slot>,
+        slots: Vec<UpstreamSlot>,
         namespace: Namespace,
         metrics: Arc<Metrics>,
         threshold: u32,
@@ -227,7 +227,7 @@ impl Source for Federation {
             .collect()
     }
 
-    fn placements_of(&self, node_id: &str) -> Vec<super::Served> {
+    fn placements_of(&self, node_id: &str) -> Vec<super::StreamPlacement> {
         self.slots
             .iter()
             .flat_map(|slot| slot.source.placements_of(node_id))

@@ -69,7 +69,7 @@ use futures::future::BoxFuture;
 
 pub(crate) use auto::AutoSource;
 pub(crate) use failover::{Route, FAILOVER_REASON};
-pub(crate) use federation::{Federation, Slot};
+pub(crate) use federation::{Federation, UpstreamSlot};
 pub(crate) use fetch::FetchSource;
 pub(crate) use file::{FileFeeder, Origin};
 pub(crate) use namespace::Namespace;
@@ -123,7 +123,7 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
     /// Where the streams of node `node_id`'s sessions are, with failover
     /// configured: per session, the upstream whose names it serves, and
     /// the upstream its stream is on (for CSDS).
-    fn placements_of(&self, _node_id: &str) -> Vec<Served> {
+    fn placements_of(&self, _node_id: &str) -> Vec<StreamPlacement> {
         Vec::new()
     }
 
@@ -140,7 +140,7 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
 /// Which upstream a session's stream is on, for the upstream whose names
 /// it serves.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct Served {
+pub(crate) struct StreamPlacement {
     /// The `[[upstream]]` whose names the session serves.
     pub(crate) serves: String,
     /// The stream: `ads`, or a type's short name (per-type streams).

@@ -19,8 +19,8 @@ use futures::future::BoxFuture;
 use tracing::warn;
 
 use crate::cache::{
-    Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, Served, Standing,
-    Suspicion, TypeState,
+    Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, ServedAnswer,
+    Standing, Suspicion, TypeState,
 };
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
@@ -192,8 +192,12 @@ impl Polled {
 
     /// The current state as answered to `request` with `target` (what
     /// `?changes` diffs against later).
-    pub(crate) fn served(&self, request: &ParsedRequest, target: Option<&RestTarget>) -> Served {
-        Served::new(self.state.clone(), request.names(), target)
+    pub(crate) fn served(
+        &self,
+        request: &ParsedRequest,
+        target: Option<&RestTarget>,
+    ) -> ServedAnswer {
+        ServedAnswer::new(self.state.clone(), request.names(), target)
     }
 
     /// Since when the state served is stale (its upstream is down), if it is.

@@ -472,7 +472,7 @@ impl<F: Feeder> Source for Sessions<F> {
         session.map(|e| e.session.states()).unwrap_or_default()
     }
 
-    fn placements_of(&self, node_id: &str) -> Vec<super::Served> {
+    fn placements_of(&self, node_id: &str) -> Vec<super::StreamPlacement> {
         let registry = self.lock();
         let serves = self
             .feeder
@@ -484,7 +484,7 @@ impl<F: Feeder> Source for Sessions<F> {
             .values()
             .filter(|entry| entry.session.node.id == node_id)
             .flat_map(|entry| entry.session.placements())
-            .map(|(lane, placement)| super::Served {
+            .map(|(lane, placement)| super::StreamPlacement {
                 serves: serves.clone(),
                 stream: lane.map_or("ads", ResourceType::short_name),
                 placement,
