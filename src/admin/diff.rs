@@ -389,6 +389,46 @@ mod tests {
         }
     }
 
+    /// Names only in A and only in B, the differing and the identical,
+    /// each in name order (what `compare` gave before it walked the two
+    /// sides with `cache::by_name`).
+    #[test]
+    fn compare_sorts_every_name_into_one_list_in_name_order() {
+        let renderer = crate::cache::Renderer::new(crate::xds::Codec::embedded());
+        let found = |node: &str, clusters: &[(&str, &str)]| Found {
+            node: node.into(),
+            state: Arc::new(crate::cache::test_states::clusters(
+                &renderer, "1", "n", clusters,
+            )),
+        };
+        let a = found(
+            "a",
+            &[
+                ("c", "1s"),
+                ("d", "1s"),
+                ("e", "1s"),
+                ("x", "1s"),
+                ("z", "1s"),
+            ],
+        );
+        let b = found(
+            "b",
+            &[
+                ("a", "1s"),
+                ("d", "2s"),
+                ("e", "1s"),
+                ("y", "1s"),
+                ("z", "3s"),
+            ],
+        );
+        let view = compare(ResourceType::Clusters, a, b);
+        assert_eq!(view.only_in_a, ["c", "x"]);
+        assert_eq!(view.only_in_b, ["a", "y"]);
+        let differing: Vec<&str> = view.differing.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(differing, ["d", "z"]);
+        assert_eq!(view.identical, 1);
+    }
+
     #[test]
     fn the_text_form_reads_like_diff_u() {
         let view = DiffView {
