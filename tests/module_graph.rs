@@ -8,7 +8,7 @@
 //! parent's `pub use` is followed to where the item is): the top-level
 //! modules of the crate, and the children of every module that has
 //! children (`cache`, `source`, `xds`, `xds::validate`, ...). A path to an
-//! item of the parent itself (`super::SourceError` in `source/sessions.rs`)
+//! item of the parent itself (`super::SourceError` in `source/session_registry.rs`)
 //! is no edge: the parent is no node of its children's graph.
 //!
 //! Every simple circle of those graphs is printed, and the set must be

@@ -44,7 +44,7 @@ mod polled;
 mod probe;
 mod replies;
 mod session;
-mod sessions;
+mod session_registry;
 mod snapshot;
 mod sotw;
 mod stream;
@@ -74,7 +74,7 @@ pub(crate) use fetch::FetchSource;
 pub(crate) use file::{FileFeeder, Origin};
 pub(crate) use namespace::Namespace;
 pub(crate) use polled::Polled;
-pub(crate) use sessions::Sessions;
+pub(crate) use session_registry::Sessions;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
 pub(crate) use unserved::Refused;
