@@ -23,7 +23,7 @@ use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{
     AutoSource, DeltaFeeder, Federation, FetchSource, FileFeeder, Namespace, Origin, Route,
-    Sessions, Slot, SotwFeeder, Source, UpstreamContext,
+    Sessions, SotwFeeder, Source, UpstreamContext, UpstreamSlot,
 };
 use crate::tls::ServerTls;
 use crate::xds::{Codec, JsonError};
@@ -479,7 +479,7 @@ fn build_source(
             .into_iter()
             .filter_map(|s| Some((contexts.get(&s.name)?.clone(), s.failover.clone())))
             .collect();
-        let slot = Slot {
+        let slot = UpstreamSlot {
             name: spec.name.clone(),
             source: upstream_source(
                 spec,

@@ -30,6 +30,8 @@
 //! - `history_file`: the config history's JSON-lines file, rotated by size.
 //! - `huge_pages`: transparent huge pages off for the process, for mimalloc (the binary and
 //!   the benchmarks call it through `app`).
+//! - `error_body`: the one JSON error body (`{"code", "message"}`, google.rpc.Status-shaped)
+//!   of both listeners, and the `Retry-After` of a 503.
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
@@ -103,6 +105,7 @@ mod admin;
 mod auth;
 mod cache;
 mod drain;
+mod error_body;
 mod history_file;
 mod http;
 mod huge_pages;

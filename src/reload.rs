@@ -1,12 +1,15 @@
 //! Files watched for changes: a fingerprint of a set of paths (size,
 //! modification time and, on Unix, inode and change time, through
-//! symlinks, so a Kubernetes secret's `..data` swap or a `cp -p` is seen),
-//! and a task that calls a reload function whenever it changes.
+//! symlinks, so a Kubernetes secret's `..data` swap or a `cp -p`, `rsync -a`
+//! or `touch -d` rewrite is seen), and a task that calls a reload function
+//! whenever it changes. The set is either fixed (certificates, the auth
+//! policy: [`watch`]) or listed again at each check (the snapshot
+//! directory, where a file added or removed is a change: [`watch_listed`]).
 //!
 //! A reload that fails is the caller's to report; the watcher simply tries
 //! again on the next change. Nothing here parses the files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Weak;
 use std::time::{Duration, SystemTime};
 
@@ -15,24 +18,28 @@ use tokio::task::JoinHandle;
 /// How often watched files are checked.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// One file at one check; `None`: it could not be read.
 type Stamp = Option<(u64, Option<SystemTime>, (u64, i64, i64))>;
 
-/// What the files looked like at one check.
+/// What the files looked like at one check: each path, in the order
+/// given, with its stamp.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fingerprint(Vec<Stamp>);
+pub(crate) struct Fingerprint(Vec<(PathBuf, Stamp)>);
 
 impl Fingerprint {
     pub(crate) fn of(paths: &[PathBuf]) -> Fingerprint {
         Fingerprint(
             paths
                 .iter()
-                .map(|path| {
-                    let meta = std::fs::metadata(path).ok()?;
-                    Some((meta.len(), meta.modified().ok(), unix_identity(&meta)))
-                })
+                .map(|path| (path.clone(), stamp(path)))
                 .collect(),
         )
     }
+}
+
+fn stamp(path: &Path) -> Stamp {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok(), unix_identity(&meta)))
 }
 
 #[cfg(unix)]
@@ -63,15 +70,30 @@ pub(crate) fn watch<T: Send + Sync + 'static>(
     target: Weak<T>,
     reload: fn(&T),
 ) -> Watcher {
+    let seen = Fingerprint::of(&paths);
+    watch_listed(seen, move || paths.clone(), CHECK_EVERY, target, reload)
+}
+
+/// Calls `reload(target)` whenever the files `list` gives at a check
+/// (every `every`) differ from those `seen` last, the first time from
+/// `seen` (taken by the caller before its first load, so that a change
+/// during that load is not missed); until `target` or the returned
+/// [`Watcher`] is dropped.
+pub(crate) fn watch_listed<T: Send + Sync + 'static>(
+    mut seen: Fingerprint,
+    list: impl Fn() -> Vec<PathBuf> + Send + 'static,
+    every: Duration,
+    target: Weak<T>,
+    reload: fn(&T),
+) -> Watcher {
     Watcher(tokio::spawn(async move {
-        let mut seen = Fingerprint::of(&paths);
-        let mut tick = tokio::time::interval(CHECK_EVERY);
+        let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
             let Some(target) = target.upgrade() else {
                 return;
             };
-            let now = Fingerprint::of(&paths);
+            let now = Fingerprint::of(&list());
             if now != seen {
                 seen = now;
                 reload(&target);

@@ -37,7 +37,7 @@ use tokio_stream::StreamExt;
 
 use super::Admin;
 use crate::cache::{NodeClients, Standing, SubscriptionStatus, TypeState};
-use crate::source::Served;
+use crate::source::StreamPlacement;
 use crate::tls::PeerIdentity;
 
 /// Why a CSDS request cannot be answered.
@@ -120,7 +120,7 @@ fn matches(matcher: &StringMatcher, id: &str) -> bool {
 /// each of the node's sessions streams from and why:
 /// `{"xds_gateway": {"upstreams": [{"serves", "stream", "upstream",
 /// "since", "reason"}]}}` (CSDS has no field of its own for it).
-fn placement_metadata(placements: &[Served]) -> Struct {
+fn placement_metadata(placements: &[StreamPlacement]) -> Struct {
     let text = |s: &str| Value {
         kind: Some(Kind::StringValue(s.to_owned())),
     };

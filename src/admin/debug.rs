@@ -25,8 +25,8 @@
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
@@ -277,12 +277,7 @@ pub(super) fn pretty_value(value: Option<&str>) -> bool {
 
 /// `view` as a JSON response, indented when `pretty`.
 pub(super) fn json_response(view: &impl Serialize, pretty: bool) -> Response {
-    let mut response = format!("{}\n", views::json(view, pretty)).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    crate::error_body::json(StatusCode::OK, format!("{}\n", views::json(view, pretty)))
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ use super::debug::{json_response, params_of, pretty_value};
 use super::history::{kind_of, not_held, not_visible, required};
 use super::json_diff::{diff, FieldChange};
 use super::{authorization, needs_token, Admin, Peer};
-use crate::cache::{covered_names, TypeState};
+use crate::cache::{by_name, covered_names, Paired, TypeState};
 use crate::http::ApiError;
 use crate::xds::ResourceType;
 
@@ -276,10 +276,11 @@ fn compare(kind: ResourceType, a: Found, b: Found) -> DiffView {
         differing: Vec::new(),
         identical: 0,
     };
-    for (name, x) in &left {
-        match right.get(name) {
-            None => view.only_in_a.push(name.clone()),
-            Some(y) => {
+    for (name, paired) in by_name(&left, &right) {
+        match paired {
+            Paired::Old(_) => view.only_in_a.push(name.clone()),
+            Paired::New(_) => view.only_in_b.push(name.clone()),
+            Paired::Both(x, y) => {
                 let fields = diff(x, y);
                 if fields.is_empty() {
                     view.identical += 1;
@@ -294,11 +295,6 @@ fn compare(kind: ResourceType, a: Found, b: Found) -> DiffView {
             }
         }
     }
-    view.only_in_b = right
-        .keys()
-        .filter(|name| !left.contains_key(*name))
-        .cloned()
-        .collect();
     view
 }
 
@@ -391,6 +387,46 @@ mod tests {
             version: "1~abc".into(),
             upstream_version: "1".into(),
         }
+    }
+
+    /// Names only in A and only in B, the differing and the identical,
+    /// each in name order (what `compare` gave before it walked the two
+    /// sides with `cache::by_name`).
+    #[test]
+    fn compare_sorts_every_name_into_one_list_in_name_order() {
+        let renderer = crate::cache::Renderer::new(crate::xds::Codec::embedded());
+        let found = |node: &str, clusters: &[(&str, &str)]| Found {
+            node: node.into(),
+            state: Arc::new(crate::cache::test_states::clusters(
+                &renderer, "1", "n", clusters,
+            )),
+        };
+        let a = found(
+            "a",
+            &[
+                ("c", "1s"),
+                ("d", "1s"),
+                ("e", "1s"),
+                ("x", "1s"),
+                ("z", "1s"),
+            ],
+        );
+        let b = found(
+            "b",
+            &[
+                ("a", "1s"),
+                ("d", "2s"),
+                ("e", "1s"),
+                ("y", "1s"),
+                ("z", "3s"),
+            ],
+        );
+        let view = compare(ResourceType::Clusters, a, b);
+        assert_eq!(view.only_in_a, ["c", "x"]);
+        assert_eq!(view.only_in_b, ["a", "y"]);
+        let differing: Vec<&str> = view.differing.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(differing, ["d", "z"]);
+        assert_eq!(view.identical, 1);
     }
 
     #[test]

@@ -51,12 +51,12 @@ use crate::auth::AuthPolicy;
 use crate::cache::{ClientBook, Renderer};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
+use crate::error_body::{self, code};
+use crate::http::credential::{self, Credential};
 use crate::metrics::Metrics;
+use crate::serve::Peer;
 use crate::source::Source;
 use crate::tls::{PeerIdentity, ServerTls};
-
-/// The TLS client certificate `serve` put on a request, if any.
-type Peer = Option<Extension<Arc<PeerIdentity>>>;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -133,21 +133,11 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 /// `Basic base64(user:token)` (what a browser sends once a person typed the
 /// token as the password; the user name is ignored).
 fn admin_token(value: &str) -> Option<String> {
-    use base64::Engine;
-    let (scheme, credentials) = value.trim().split_once(' ')?;
-    let credentials = credentials.trim();
-    if scheme.eq_ignore_ascii_case("bearer") {
-        return Some(credentials.to_owned());
+    match credential::of(value)? {
+        Credential::Bearer(token) => Some(token.to_owned()),
+        Credential::Basic(password) => password,
+        Credential::Other => None,
     }
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(credentials)
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (_user, password) = text.split_once(':')?;
-    Some(password.to_owned())
 }
 
 #[cfg(test)]
@@ -210,38 +200,28 @@ async fn answer_host(
         !admin.asks_for_credentials(),
         &admin.config.allowed_hosts,
     );
-    let (status, code) = match &checked {
+    let (status, rpc_code) = match &checked {
         Ok(()) => return next.run(request).await,
-        Err(crate::http::host::HostError::Repeated(_)) => (StatusCode::BAD_REQUEST, 3),
-        Err(crate::http::host::HostError::NotAllowed(_)) => (StatusCode::FORBIDDEN, 7),
+        Err(crate::http::host::HostError::Repeated(_)) => {
+            (StatusCode::BAD_REQUEST, code::INVALID_ARGUMENT)
+        }
+        Err(crate::http::host::HostError::NotAllowed(_)) => {
+            (StatusCode::FORBIDDEN, code::PERMISSION_DENIED)
+        }
     };
     let message = checked.err().map(|e| e.to_string()).unwrap_or_default();
-    let body = serde_json::json!({"code": code, "message": message});
-    let mut response = (status, format!("{body}\n")).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    error_body::response(status, rpc_code, &message)
 }
 
 /// Any other path: a JSON 404 naming what the admin listener serves.
 async fn not_found(uri: axum::http::Uri) -> Response {
-    let body = serde_json::json!({
-        "code": 5,
-        "message": format!(
-            "no admin endpoint {}; the admin listener serves / (status page), /healthz, /readyz, /metrics, \
-             /debug/sessions, /debug/clients, /debug/config?node=ID, /debug/client_status, \
-             /debug/history?node=ID&type=T, /debug/diff?node=A&with=B&type=T and gRPC CSDS",
-            uri.path()
-        ),
-    });
-    let mut response = (StatusCode::NOT_FOUND, format!("{body}\n")).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+    let message = format!(
+        "no admin endpoint {}; the admin listener serves / (status page), /healthz, /readyz, /metrics, \
+         /debug/sessions, /debug/clients, /debug/config?node=ID, /debug/client_status, \
+         /debug/history?node=ID&type=T, /debug/diff?node=A&with=B&type=T and gRPC CSDS",
+        uri.path()
     );
-    response
+    error_body::response(StatusCode::NOT_FOUND, code::NOT_FOUND, &message)
 }
 
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer) -> Response {
@@ -257,27 +237,14 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer)
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut response = (status, format!("{body}\n")).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    error_body::json(status, format!("{body}\n"))
 }
 
 /// The 401 of a detail asked for without an admin credential, saying why.
 fn needs_token(message: String) -> Response {
-    let body = serde_json::json!({
-        "code": 16,
-        "message": message,
-    });
-    let mut response = (StatusCode::UNAUTHORIZED, format!("{body}\n")).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
+    let mut response =
+        error_body::response(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, &message);
+    response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"xds-gateway-admin\""),
     );

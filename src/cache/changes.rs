@@ -35,6 +35,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
 
+use super::by_name::{by_name, Paired};
 use super::request::ParsedRequest;
 use super::resource::Renderer;
 use super::state::{Names, TypeState};
@@ -55,15 +56,19 @@ const RESOURCE_VERSION_HEX: usize = 16;
 
 /// One answer as served: the state, the names and where config sources pointed.
 #[derive(Debug, Clone)]
-pub(crate) struct Served {
+pub(crate) struct ServedAnswer {
     state: Arc<TypeState>,
     names: Names,
     target: Option<RestTarget>,
 }
 
-impl Served {
-    pub(crate) fn new(state: Arc<TypeState>, names: &Names, target: Option<&RestTarget>) -> Served {
-        Served {
+impl ServedAnswer {
+    pub(crate) fn new(
+        state: Arc<TypeState>,
+        names: &Names,
+        target: Option<&RestTarget>,
+    ) -> ServedAnswer {
+        ServedAnswer {
             state,
             names: names.clone(),
             target: target.cloned(),
@@ -76,7 +81,7 @@ impl Served {
         &self,
         renderer: &Renderer,
         version: &str,
-        since: Option<&Served>,
+        since: Option<&ServedAnswer>,
     ) -> Result<Bytes, JsonError> {
         // Only the same type, names and rewrite can be compared resource by
         // resource.
@@ -85,13 +90,31 @@ impl Served {
         });
         let mut pieces = Vec::new();
         let mut removed = Vec::new();
-        for resource in self.state.select(&self.names) {
-            let unchanged = since.is_some_and(|s| {
-                s.state
-                    .resources
-                    .get(&resource.name)
-                    .is_some_and(|old| old.digest == resource.digest)
-            });
+        let now = self.state.select(&self.names).map(|r| (&r.name, r));
+        let before = since
+            .into_iter()
+            .flat_map(|s| s.state.select(&s.names))
+            .map(|r| (&r.name, r));
+        for (name, paired) in by_name(before, now) {
+            let (resource, unchanged) = match paired {
+                Paired::Old(_) => {
+                    removed.push(json_string(name));
+                    continue;
+                }
+                Paired::Both(old, resource) => (resource, old.digest == resource.digest),
+                // Outside what was served before, yet maybe in the state
+                // it was served from (a set's members are chosen by their
+                // aliases, which a content change may change).
+                Paired::New(resource) => (
+                    resource,
+                    since.is_some_and(|s| {
+                        s.state
+                            .resources
+                            .get(name)
+                            .is_some_and(|old| old.digest == resource.digest)
+                    }),
+                ),
+            };
             if unchanged {
                 continue;
             }
@@ -101,15 +124,7 @@ impl Served {
             };
             let mut digest = hex::encode(resource.digest);
             digest.truncate(RESOURCE_VERSION_HEX);
-            pieces.push((json_string(&resource.name), digest, json));
-        }
-        if let Some(since) = since {
-            for old in since.state.select(&since.names) {
-                let present = self.state.select(&self.names).any(|r| r.name == old.name);
-                if !present {
-                    removed.push(json_string(&old.name));
-                }
-            }
+            pieces.push((json_string(name), digest, json));
         }
         let size: usize = pieces
             .iter()
@@ -167,7 +182,7 @@ impl Requester {
 /// served which version.
 #[derive(Debug, Clone)]
 pub(crate) struct History {
-    answers: Cache<String, Arc<Served>>,
+    answers: Cache<String, Arc<ServedAnswer>>,
     served_to: Cache<(Requester, String), ()>,
 }
 
@@ -192,7 +207,7 @@ impl History {
             answers: Cache::builder()
                 .max_capacity(HISTORY_ITEMS)
                 .time_to_idle(idle)
-                .weigher(|_, served: &Arc<Served>| {
+                .weigher(|_, served: &Arc<ServedAnswer>| {
                     let names = match &served.names {
                         Names::Wildcard => 0,
                         Names::Named(set) => set.len(),
@@ -215,7 +230,7 @@ impl History {
         &self,
         request: &ParsedRequest,
         version: &str,
-        served: impl FnOnce() -> Arc<Served>,
+        served: impl FnOnce() -> Arc<ServedAnswer>,
     ) {
         if !self.answers.contains_key(version) {
             self.answers.insert(version.to_owned(), served());
@@ -228,7 +243,11 @@ impl History {
 
     /// What `version` was served as, if still remembered and served to the
     /// requester of `request`; `None` for a version served only to others.
-    pub(crate) fn recall(&self, request: &ParsedRequest, version: &str) -> Option<Arc<Served>> {
+    pub(crate) fn recall(
+        &self,
+        request: &ParsedRequest,
+        version: &str,
+    ) -> Option<Arc<ServedAnswer>> {
         if version.is_empty() {
             return None;
         }
@@ -241,9 +260,9 @@ impl History {
 
     /// Answers remembered now, and the resources and names they weigh.
     #[cfg(test)]
-    pub(crate) fn held(&self) -> super::request::Held {
+    pub(crate) fn held(&self) -> super::request::MemoSize {
         self.answers.run_pending_tasks();
-        super::request::Held {
+        super::request::MemoSize {
             entries: self.answers.entry_count(),
             bytes: self.answers.weighted_size(),
         }
@@ -281,8 +300,8 @@ mod tests {
         let old = state(&renderer, "1", &[("a", "1s"), ("b", "1s"), ("c", "1s")]);
         let new = state(&renderer, "2", &[("a", "1s"), ("b", "2s"), ("d", "1s")]);
         let all = Names::Wildcard;
-        let since = Served::new(old, &all, None);
-        let body = Served::new(new.clone(), &all, None)
+        let since = ServedAnswer::new(old, &all, None);
+        let body = ServedAnswer::new(new.clone(), &all, None)
             .changes(&renderer, "2~x", Some(&since))
             .unwrap();
         let v: Value = serde_json::from_slice(&body).unwrap();
@@ -295,15 +314,16 @@ mod tests {
         assert_eq!(v["typeUrl"], ResourceType::Clusters.type_url());
 
         // Unknown (or other names): the whole state, saying so.
-        let full = Served::new(new.clone(), &all, None)
+        let full = ServedAnswer::new(new.clone(), &all, None)
             .changes(&renderer, "2~x", None)
             .unwrap();
         let v: Value = serde_json::from_slice(&full).unwrap();
         assert_eq!(names_of(&v["resources"]), ["a", "b", "d"]);
         assert_eq!(v["fullState"], true);
-        let other_names = Served::new(new.clone(), &Names::from_request(vec!["a".into()]), None);
+        let other_names =
+            ServedAnswer::new(new.clone(), &Names::from_request(vec!["a".into()]), None);
         let v: Value = serde_json::from_slice(
-            &Served::new(new, &all, None)
+            &ServedAnswer::new(new, &all, None)
                 .changes(&renderer, "2~x", Some(&other_names))
                 .unwrap(),
         )
@@ -324,7 +344,7 @@ mod tests {
         let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         let s = state(&renderer, "1", &[("a", "1s")]);
         history.remember(&a, "1~x", || {
-            Arc::new(Served::new(s, &Names::Wildcard, None))
+            Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
         assert!(history.recall(&a, "1~x").is_some());
         assert!(history.recall(&a, "").is_none());
@@ -341,7 +361,7 @@ mod tests {
         let a = request(r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#);
         let s = state(&renderer, "1", &[("secret-name", "1s")]);
         history.remember(&a, "1~x", || {
-            Arc::new(Served::new(s, &Names::Wildcard, None))
+            Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
         assert!(history.recall(&a, "1~x").is_some());
         for other in [
@@ -364,11 +384,11 @@ mod tests {
         assert_eq!(ca.identity(), cb.identity());
         let s = state(&renderer, "2", &[("x", "1s")]);
         history.remember(&ca, "2~x", || {
-            Arc::new(Served::new(s, &Names::Wildcard, None))
+            Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
         assert!(history.recall(&ca, "2~x").is_some());
         assert!(history.recall(&cb, "2~x").is_none());
-        // Served to both, the version is recalled for both, and its answer
+        // ServedAnswer to both, the version is recalled for both, and its answer
         // is held once (it counts once against the resource bound).
         history.remember(&cb, "2~x", || unreachable!("already held"));
         let (a, b) = (history.recall(&ca, "2~x"), history.recall(&cb, "2~x"));
@@ -386,7 +406,7 @@ mod tests {
         for i in 0..30 {
             let names: Vec<String> = (0..10_000).map(|n| format!("c{i}-{n}")).collect();
             let names = Names::from_request(names);
-            let served = Served::new(state.clone(), &names, None);
+            let served = ServedAnswer::new(state.clone(), &names, None);
             history.remember(&a, &format!("1~{i:012x}"), || Arc::new(served));
         }
         let held = history.held();

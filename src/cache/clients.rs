@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use super::rejection::Standing;
 #[cfg(test)]
-use super::request::Held;
+use super::request::MemoSize;
 use super::request::ParsedRequest;
 use super::state::{upstream_version, Names};
 use crate::xds::ResourceType;
@@ -272,8 +272,8 @@ impl ClientBook {
     /// What the clients of `node_id` hold now: their subscriptions, and the
     /// bytes those weigh.
     #[cfg(test)]
-    pub(crate) fn held_by(&self, node_id: &str) -> Held {
-        let mut held = Held {
+    pub(crate) fn held_by(&self, node_id: &str) -> MemoSize {
+        let mut held = MemoSize {
             entries: 0,
             bytes: 0,
         };

@@ -45,6 +45,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
+use super::by_name::{by_name, Paired};
 use super::resource::Resource;
 use super::state::{upstream_version, Names, TypeState};
 use crate::xds::ResourceType;
@@ -515,25 +516,22 @@ pub(crate) fn covered_names(state: &TypeState) -> Names {
 fn changes(old: Option<&TypeState>, new: &TypeState) -> Changes {
     let empty = BTreeMap::new();
     let before = old.map_or(&empty, |s| s.resources.map());
-    let mut added = Vec::new();
-    let mut modified = Vec::new();
-    for (name, resource) in new.resources.iter() {
-        match before.get(name) {
-            None => added.push(name.clone()),
-            Some(was) if was.digest != resource.digest => modified.push(name.clone()),
-            Some(_) => {}
+    let mut changes = Changes {
+        added: Vec::new(),
+        modified: Vec::new(),
+        removed: Vec::new(),
+    };
+    for (name, paired) in by_name(before, new.resources.iter()) {
+        match paired {
+            Paired::New(_) => changes.added.push(name.clone()),
+            Paired::Both(was, now) if was.digest != now.digest => {
+                changes.modified.push(name.clone())
+            }
+            Paired::Both(..) => {}
+            Paired::Old(_) => changes.removed.push(name.clone()),
         }
     }
-    let removed = before
-        .keys()
-        .filter(|name| !new.resources.contains_key(*name))
-        .cloned()
-        .collect();
-    Changes {
-        added,
-        modified,
-        removed,
-    }
+    changes
 }
 
 /// One event, with whose it is: what a [`HistorySink`] is given.

@@ -4,6 +4,7 @@
 //! network I/O, no HTTP.
 
 mod body;
+mod by_name;
 mod changes;
 mod client_addr;
 mod clients;
@@ -21,7 +22,8 @@ mod state;
 pub(crate) mod test_states;
 
 pub(crate) use body::JsonBody;
-pub(crate) use changes::{History, Served};
+pub(crate) use by_name::{by_name, Paired};
+pub(crate) use changes::{History, ServedAnswer};
 pub(crate) use client_addr::ClientAddr;
 pub(crate) use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,

@@ -402,7 +402,7 @@ impl ParsedRequest {
 /// What a memo holds now: entries and their weight.
 #[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Held {
+pub(crate) struct MemoSize {
     pub(crate) entries: u64,
     pub(crate) bytes: u64,
 }
@@ -456,9 +456,9 @@ impl ParsedRequests {
 
     /// What the memo holds now (pending evictions done first).
     #[cfg(test)]
-    pub(crate) fn held(&self) -> Held {
+    pub(crate) fn held(&self) -> MemoSize {
         self.memo.run_pending_tasks();
-        Held {
+        MemoSize {
             entries: self.memo.entry_count(),
             bytes: self.memo.weighted_size(),
         }

@@ -14,45 +14,45 @@ use crate::shares::{Share, Taken, Tenant};
 
 /// What a request asks the gateway to hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Held {
+pub(super) enum Hold {
     /// A 304 held until the state changes (`?wait=`).
     LongPoll,
     /// A stream of every new version (`?watch`).
     Watch,
 }
 
-impl Held {
+impl Hold {
     /// The flag of its limit.
     fn limit(self) -> &'static str {
         match self {
-            Held::LongPoll => "max-long-polls",
-            Held::Watch => "max-watches",
+            Hold::LongPoll => "max-long-polls",
+            Hold::Watch => "max-watches",
         }
     }
 
     /// What its limit counts.
     fn counted(self) -> &'static str {
         match self {
-            Held::LongPoll => "long polls",
-            Held::Watch => "watches",
+            Hold::LongPoll => "long polls",
+            Hold::Watch => "watches",
         }
     }
 
     /// Why it is refused while the gateway drains, and what to do.
     fn draining(self) -> &'static str {
         match self {
-            Held::LongPoll => "this gateway is shutting down and holds no new long polls; poll again (another replica answers)",
-            Held::Watch => "this gateway is shutting down and opens no new watches; reconnect (another replica answers)",
+            Hold::LongPoll => "this gateway is shutting down and holds no new long polls; poll again (another replica answers)",
+            Hold::Watch => "this gateway is shutting down and opens no new watches; reconnect (another replica answers)",
         }
     }
 
     /// Why it is refused with every place taken, and what to do.
     fn full(self, max: usize) -> String {
         match self {
-            Held::LongPoll => format!(
+            Hold::LongPoll => format!(
                 "too many long polls held now (at most {max}, --max-long-polls); poll again later or without ?wait="
             ),
-            Held::Watch => format!(
+            Hold::Watch => format!(
                 "too many watches open now (at most {max}, --max-watches); reconnect later, or poll"
             ),
         }
@@ -63,7 +63,7 @@ impl Held {
 /// principal's share of them.
 #[derive(Debug)]
 pub(super) struct Places {
-    held: Held,
+    held: Hold,
     max: usize,
     permits: Arc<Semaphore>,
     share: Share,
@@ -72,7 +72,7 @@ pub(super) struct Places {
 impl Places {
     /// `max` places of `held`, a principal taking at most `principal_share`
     /// percent of them.
-    pub(super) fn new(held: Held, max: usize, principal_share: u8) -> Places {
+    pub(super) fn new(held: Hold, max: usize, principal_share: u8) -> Places {
         Places {
             held,
             max,
@@ -84,11 +84,11 @@ impl Places {
 
 /// A held request's place, and its place in its principal's share: both
 /// given back when it drops (the long poll answered, the watch ended).
-pub(super) type Slot = (OwnedSemaphorePermit, Option<Taken>);
+pub(super) type Place = (OwnedSemaphorePermit, Option<Taken>);
 
 impl Places {
     /// A place on behalf of `tenant`, or the 503 saying why not.
-    pub(super) fn admit(&self, drain: &Drain, tenant: Option<&Tenant>) -> Result<Slot, ApiError> {
+    pub(super) fn admit(&self, drain: &Drain, tenant: Option<&Tenant>) -> Result<Place, ApiError> {
         if drain.is_draining() {
             return Err(ApiError::unavailable(self.held.draining().to_owned()));
         }
@@ -104,7 +104,7 @@ impl Places {
 mod tests {
     use super::*;
 
-    fn refusal(result: Result<Slot, ApiError>) -> String {
+    fn refusal(result: Result<Place, ApiError>) -> String {
         match result {
             Err(err @ ApiError::Unavailable { .. }) => err.to_string(),
             Err(other) => panic!("not a 503: {other}"),
@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn places_are_given_back() {
         let drain = Drain::default();
-        let long_polls = Places::new(Held::LongPoll, 2, 50);
+        let long_polls = Places::new(Hold::LongPoll, 2, 50);
         let held = [
             long_polls.admit(&drain, None).unwrap(),
             long_polls.admit(&drain, None).unwrap(),
@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn a_principal_takes_its_share_and_no_more() {
         let drain = Drain::default();
-        let watches = Places::new(Held::Watch, 4, 50);
+        let watches = Places::new(Hold::Watch, 4, 50);
         let tenant = Tenant::of(Some("team-a"), 2);
         let _held = [
             watches.admit(&drain, tenant.as_ref()).unwrap(),
@@ -145,7 +145,7 @@ mod tests {
     fn nothing_new_is_held_while_draining() {
         let drain = Drain::default();
         drain.begin();
-        for held in [Held::LongPoll, Held::Watch] {
+        for held in [Hold::LongPoll, Hold::Watch] {
             let why = refusal(Places::new(held, 10, 50).admit(&drain, None));
             assert!(why.contains("shutting down"), "{held:?}: {why}");
         }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use super::authorize::{AuthError, Caller};
 use super::Gateway;
-use crate::cache::{Answer, AnsweredPoll, ClientAddr, JsonBody, ParsedRequest, Served, Standing};
+use crate::cache::{
+    Answer, AnsweredPoll, ClientAddr, JsonBody, ParsedRequest, ServedAnswer, Standing,
+};
 use crate::shares::Tenant;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
@@ -103,8 +105,8 @@ impl Answered<'_> {
         json: JsonBody,
         version: &str,
         changes: bool,
-        last: Option<Arc<Served>>,
-    ) -> Result<(JsonBody, Option<Arc<Served>>), JsonError> {
+        last: Option<Arc<ServedAnswer>>,
+    ) -> Result<(JsonBody, Option<Arc<ServedAnswer>>), JsonError> {
         let history = &gateway.history;
         let served = || Arc::new(polled.served(self.request, self.target));
         if !changes {

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use axum::http::{header, HeaderMap};
 use tokio::sync::watch;
 
+use super::credential::{self, Credential};
 use super::Gateway;
 use crate::auth::{sha256, Identity, Policy};
 use crate::tls::{ClientTrust, PeerIdentity};
@@ -138,12 +139,10 @@ fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
     let malformed =
         || AuthError::Unauthenticated("the Authorization header must be `Bearer <token>`".into());
     let text = value.to_str().map_err(|_| malformed())?;
-    let (scheme, token) = text.trim().split_once(' ').ok_or_else(malformed)?;
-    let token = token.trim();
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-        return Err(malformed());
+    match credential::of(text) {
+        Some(Credential::Bearer(token)) if !token.is_empty() => Ok(Some(token)),
+        _ => Err(malformed()),
     }
-    Ok(Some(token))
 }
 
 impl Caller {

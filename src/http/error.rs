@@ -4,8 +4,9 @@
 //! status for an error.
 //!
 //! Every error body is a `google.rpc.Status`-shaped JSON object,
-//! `{"code": <google.rpc.Code number>, "message": "<what was wrong>"}`, so a
-//! client can always tell what happened. Client mistakes are 4xx; only the
+//! `{"code": <google.rpc.Code number>, "message": "<what was wrong>"}`
+//! (written by `crate::error_body`), so a client can always tell what
+//! happened. Client mistakes are 4xx; only the
 //! gateway's own failures are 5xx.
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -13,26 +14,11 @@ use axum::response::{IntoResponse, Response};
 
 use super::authorize::AuthError;
 use super::body::BodyError;
+use crate::error_body::{self, code, RETRY_AFTER_SECS};
 use crate::profiles::query::QueryError;
 use crate::shares::OverShare;
 use crate::source::SourceError;
 use crate::xds::{JsonError, RequestError};
-
-/// Seconds a 503 asks the client to wait before retrying.
-pub(crate) const RETRY_AFTER_SECS: u64 = 1;
-
-/// google.rpc.Code numbers used here.
-mod code {
-    pub const INVALID_ARGUMENT: i32 = 3;
-    pub const DEADLINE_EXCEEDED: i32 = 4;
-    pub const RESOURCE_EXHAUSTED: i32 = 8;
-    pub const NOT_FOUND: i32 = 5;
-    pub const PERMISSION_DENIED: i32 = 7;
-    pub const UNAUTHENTICATED: i32 = 16;
-    pub const UNIMPLEMENTED: i32 = 12;
-    pub const INTERNAL: i32 = 13;
-    pub const UNAVAILABLE: i32 = 14;
-}
 
 /// Everything a REST request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -193,13 +179,8 @@ impl From<JsonError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"code": self.rpc_code(), "message": self.to_string()});
-        let mut response = (self.status(), format!("{body}\n")).into_response();
+        let mut response = error_body::response(self.status(), self.rpc_code(), &self.to_string());
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
         // An error is one moment's (503) or one caller's (401, 403): never
         // for an HTTP cache to give to anyone else.
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -22,6 +22,7 @@ mod asked;
 mod authorize;
 mod body;
 mod caching;
+pub(crate) mod credential;
 mod discovery;
 mod error;
 mod forwarded;
@@ -52,14 +53,14 @@ use crate::config::RestConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::profiles::NodeProfiles;
-use crate::serve::RemoteAddr;
+use crate::serve::{Peer, RemoteAddr};
 use crate::shares::Tenant;
 use crate::source::Source;
-use crate::tls::{PeerIdentity, ServerTls};
+use crate::tls::ServerTls;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
-use admission::{Held, Places};
-pub(crate) use error::{ApiError, RETRY_AFTER_SECS};
+use admission::{Hold, Places};
+pub(crate) use error::ApiError;
 pub(crate) use query::Params;
 use renditions::Renditions;
 
@@ -111,11 +112,11 @@ impl Gateway {
             parsed: ParsedRequests::new(config.session_key),
             renditions: Renditions::default(),
             long_polls: Places::new(
-                Held::LongPoll,
+                Hold::LongPoll,
                 config.max_long_polls,
                 config.principal_share,
             ),
-            watches: Places::new(Held::Watch, config.max_watches, config.principal_share),
+            watches: Places::new(Hold::Watch, config.max_watches, config.principal_share),
             auth: None,
             client_trust: None,
             admin_address: None,
@@ -178,8 +179,6 @@ impl Gateway {
     }
 }
 
-/// The TLS client's identity `serve` put on the request, if any.
-type Peer = Option<Extension<Arc<PeerIdentity>>>;
 /// The address the connection came from, as `serve` put it on the request.
 type Remote = Option<Extension<RemoteAddr>>;
 

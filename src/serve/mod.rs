@@ -68,7 +68,7 @@ use crate::tls::ServerTls;
 use connection::{Connection, IDLE_CHECK_MAX};
 pub(crate) use fd_limit::fit_fd_limit;
 use refuse::refuse;
-pub(crate) use service::{RemoteAddr, Streaming};
+pub(crate) use service::{Peer, RemoteAddr, Streaming};
 use sources::Sources;
 
 /// Connections being refused (answered a 503) at once, at most; beyond

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::http::RETRY_AFTER_SECS;
+use crate::error_body::{self, code, RETRY_AFTER_SECS};
 use crate::tls::ServerTls;
 
 /// Answers a connection over the limit with a 503 and closes it.
 pub(super) async fn refuse(stream: TcpStream, tls: Option<Arc<ServerTls>>, max: usize) {
-    let body = format!(
-        "{{\"code\":14,\"message\":\"too many connections to this listener (at most {max}); try again later\"}}\n"
+    let body = error_body::body(
+        code::UNAVAILABLE,
+        &format!("too many connections to this listener (at most {max}); try again later"),
     );
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {RETRY_AFTER_SECS}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",

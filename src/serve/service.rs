@@ -24,6 +24,10 @@ pub(super) struct TrackedService {
     pub(super) remote: RemoteAddr,
 }
 
+/// The TLS client certificate a request's connection presented, if any, as
+/// a handler extracts it (the extension this service puts on the request).
+pub(crate) type Peer = Option<axum::Extension<Arc<PeerIdentity>>>;
+
 /// The address a request's connection came from (a request extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RemoteAddr(pub(crate) SocketAddr);
@@ -104,20 +108,18 @@ fn unsent(
     };
     if !activity.hold_unsent(size, MAX_UNSENT_PER_CONNECTION) {
         activity.request_close();
-        let body = format!(
-            "{{\"code\":14,\"message\":\"this connection already holds {MAX_UNSENT_PER_CONNECTION} bytes of \
-             answers its client has not read; read them, or use another connection\"}}\n"
+        let mut refused = crate::error_body::response(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            crate::error_body::code::UNAVAILABLE,
+            &format!(
+                "this connection already holds {MAX_UNSENT_PER_CONNECTION} bytes of \
+                 answers its client has not read; read them, or use another connection"
+            ),
         );
-        let mut refused = axum::response::Response::new(Body::from(body));
-        *refused.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
         let headers = refused.headers_mut();
         headers.insert(
-            axum::http::header::CONTENT_TYPE,
-            axum::http::HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
             axum::http::header::RETRY_AFTER,
-            axum::http::HeaderValue::from(crate::http::RETRY_AFTER_SECS),
+            axum::http::HeaderValue::from(crate::error_body::RETRY_AFTER_SECS),
         );
         headers.insert(
             axum::http::header::CONNECTION,

@@ -12,10 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
-
 use super::health::Health;
 use super::upstream_log::stamp;
+use super::view::Placement;
 use super::UpstreamContext;
 use crate::config::Failover;
 
@@ -122,17 +121,6 @@ impl Route {
     pub(crate) fn has_answered(&self) -> bool {
         self.links.iter().any(|l| l.ctx.has_answered())
     }
-}
-
-/// Which upstream a session's stream is on, since when and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Placement {
-    /// The upstream's `[[upstream]]` name.
-    pub(crate) upstream: String,
-    /// RFC 3339, as every time in the admin views.
-    pub(crate) since: String,
-    /// `primary`, or what moved it (`failover: ...`, `failback: ...`).
-    pub(crate) reason: String,
 }
 
 impl Placement {

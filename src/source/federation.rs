@@ -33,12 +33,10 @@ use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
 use super::namespace::Namespace;
-use super::polled::{report_suspicion, suspect, PollChannel, Polled};
+use super::polled::{PollChannel, Polled, Rejections};
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
-use crate::cache::{
-    Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, Standing, TypeState,
-};
+use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
 use crate::metrics::Metrics;
 use crate::shares::Tenant;
 use crate::xds::ResourceType;
@@ -51,7 +49,7 @@ const TRACKERS_KEPT: u64 = 100_000;
 
 /// One upstream that owns names, and the source serving them.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct UpstreamSlot {
     pub(crate) name: String,
     pub(crate) source: Arc<dyn Source>,
 }
@@ -59,7 +57,7 @@ pub(crate) struct Slot {
 /// Sources of several upstreams as one.
 pub(crate) struct Federation {
     /// The default slot first.
-    slots: Vec<Slot>,
+    slots: Vec<UpstreamSlot>,
     namespace: Namespace,
     merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
     trackers: moka::sync::Cache<(IdentityKey, ResourceType), Arc<Mutex<RejectionTracker>>>,
@@ -80,7 +78,7 @@ impl Federation {
     /// subscription's rejection tracking is forgotten after `idle_timeout`
     /// without polls.
     pub(crate) fn new(
-        slots: Vec<Slot>,
+        slots: Vec<UpstreamSlot>,
         namespace: Namespace,
         metrics: Arc<Metrics>,
         threshold: u32,
@@ -229,7 +227,7 @@ impl Source for Federation {
             .collect()
     }
 
-    fn placements_of(&self, node_id: &str) -> Vec<super::Served> {
+    fn placements_of(&self, node_id: &str) -> Vec<super::StreamPlacement> {
         self.slots
             .iter()
             .flat_map(|slot| slot.source.placements_of(node_id))
@@ -311,22 +309,13 @@ impl PollChannel for Merged {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
-        let (sync, suspicion) = suspect(&self.tracker, request, client, current, self.threshold);
-        if let Some(suspicion) = suspicion {
-            report_suspicion(
-                &self.metrics,
-                self.kind,
-                request.node_id(),
-                &suspicion,
-                false,
-            );
+    fn rejections(&self) -> Rejections<'_> {
+        Rejections {
+            kind: self.kind,
+            tracker: &self.tracker,
+            threshold: self.threshold,
+            metrics: &self.metrics,
         }
-        sync
-    }
-
-    fn served(&self, client: u64, version: &str) {
-        super::polled::record_served(&self.tracker, client, version);
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

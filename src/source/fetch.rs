@@ -43,11 +43,10 @@ use tracing::{info, warn};
 
 use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::namespace::Namespace;
-use super::polled::{record_served, report_suspicion, suspect, PollChannel, Polled};
+use super::polled::{PollChannel, Polled, Rejections};
 use super::upstream::CallError;
 use super::wire::SotwResponse;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
-use crate::cache::Standing;
 use crate::cache::{
     upstream_version, Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState,
 };
@@ -447,27 +446,14 @@ impl PollChannel for FetchChannel {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
-        let kind = self.key.kind;
-        let tracker = self.trackers.of(kind);
-        let threshold = self.fetcher.rejection_threshold;
-        let (sync, suspicion) = suspect(tracker, request, client, current, threshold);
-        let Some(suspicion) = suspicion else {
-            return sync;
-        };
-        // Fetch mode has no stream to NACK it on.
-        report_suspicion(
-            &self.fetcher.ctx.metrics,
-            kind,
-            request.node_id(),
-            &suspicion,
-            false,
-        );
-        sync
-    }
-
-    fn served(&self, client: u64, version: &str) {
-        record_served(self.trackers.of(self.key.kind), client, version);
+    /// Fetch mode has no stream to NACK a suspicion on.
+    fn rejections(&self) -> Rejections<'_> {
+        Rejections {
+            kind: self.key.kind,
+            tracker: self.trackers.of(self.key.kind),
+            threshold: self.fetcher.rejection_threshold,
+            metrics: &self.fetcher.ctx.metrics,
+        }
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

@@ -2,17 +2,18 @@
 //! the snapshot directory (or the embedded demo), watches it, and feeds
 //! sessions from it.
 //!
-//! The directory is re-read when any file's size or modification time
-//! changes (checked every [`WATCH_INTERVAL`]). A reload that fails keeps the
+//! The directory is re-read when a file is added or removed or any file's
+//! size, modification time, inode or change time changes (checked every
+//! [`WATCH_INTERVAL`] by `crate::reload`). A reload that fails keeps the
 //! last good snapshot in service and records the problems (path, line,
 //! reason) for the log and `/readyz`; nothing is half-applied. Each session
 //! publishes the layered view of its node whenever a type's version changes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -27,6 +28,7 @@ use super::SourceError;
 use crate::cache::{Coverage, Renderer, TypeState};
 use crate::config::SessionKey;
 use crate::log_escape::Escaped;
+use crate::reload::{self, Fingerprint, Watcher};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -69,12 +71,10 @@ struct FileSource {
     problems: Mutex<Vec<String>>,
     /// Set once a snapshot loaded; never unset.
     loaded_once: AtomicBool,
+    /// The directory's watch (none for the embedded demo); it ends with
+    /// the source.
+    watcher: Mutex<Option<Watcher>>,
 }
-
-/// Per snapshot file, in path order: size, modification time and, on Unix,
-/// inode and change time (which `cp -p`, `rsync -a` or `touch -d` cannot set
-/// back, so a same-size rewrite with an old mtime is still seen).
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>, (u64, i64, i64))>;
 
 impl FileFeeder {
     /// Loads the snapshot now (a failed first load leaves the feeder empty
@@ -88,26 +88,23 @@ impl FileFeeder {
             snapshot: watch::Sender::new(None),
             problems: Mutex::default(),
             loaded_once: AtomicBool::new(false),
+            watcher: Mutex::default(),
         });
         let Origin::Dir(dir) = source.origin.clone() else {
             source.reload();
             return FileFeeder { source };
         };
-        let mut seen = fingerprint(&dir);
+        // Taken before the first load: a change during it is reloaded.
+        let seen = Fingerprint::of(&snapshot_paths(&dir));
         source.reload();
-        let weak = Arc::downgrade(&source);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(WATCH_INTERVAL);
-            loop {
-                tick.tick().await;
-                let Some(source) = weak.upgrade() else { return };
-                let now = fingerprint(&dir);
-                if now != seen {
-                    seen = now;
-                    source.reload();
-                }
-            }
-        });
+        let watcher = reload::watch_listed(
+            seen,
+            move || snapshot_paths(&dir),
+            WATCH_INTERVAL,
+            Arc::downgrade(&source),
+            FileSource::reload,
+        );
+        *lock(&source.watcher) = Some(watcher);
         FileFeeder { source }
     }
 }
@@ -224,30 +221,6 @@ impl FileSource {
             })
             .collect())
     }
-}
-
-fn fingerprint(dir: &Path) -> Fingerprint {
-    snapshot_paths(dir)
-        .into_iter()
-        .map(|path| {
-            let meta = std::fs::metadata(&path).ok();
-            let len = meta.as_ref().map_or(0, |m| m.len());
-            let changed = meta.as_ref().map_or((0, 0, 0), unix_identity);
-            let modified = meta.and_then(|m| m.modified().ok());
-            (path, len, modified, changed)
-        })
-        .collect()
-}
-
-#[cfg(unix)]
-fn unix_identity(meta: &std::fs::Metadata) -> (u64, i64, i64) {
-    use std::os::unix::fs::MetadataExt;
-    (meta.ino(), meta.ctime(), meta.ctime_nsec())
-}
-
-#[cfg(not(unix))]
-fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
-    (0, 0, 0)
 }
 
 /// Feeds `session` from `source` until the session closes.

@@ -42,8 +42,9 @@ mod node;
 pub(crate) mod pipeline;
 mod polled;
 mod probe;
+mod replies;
 mod session;
-mod sessions;
+mod session_registry;
 mod snapshot;
 mod sotw;
 mod stream;
@@ -67,16 +68,17 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::future::BoxFuture;
 
 pub(crate) use auto::AutoSource;
-pub(crate) use failover::{Placement, Route};
-pub(crate) use federation::{Federation, Slot};
+pub(crate) use failover::{Route, FAILOVER_REASON};
+pub(crate) use federation::{Federation, UpstreamSlot};
 pub(crate) use fetch::FetchSource;
 pub(crate) use file::{FileFeeder, Origin};
 pub(crate) use namespace::Namespace;
 pub(crate) use polled::Polled;
-pub(crate) use sessions::Sessions;
+pub(crate) use session_registry::Sessions;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;
 pub(crate) use unserved::Refused;
+pub(crate) use view::Placement;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use wire::fuzz::upstream_response as fuzz_upstream_response;
 
@@ -121,7 +123,7 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
     /// Where the streams of node `node_id`'s sessions are, with failover
     /// configured: per session, the upstream whose names it serves, and
     /// the upstream its stream is on (for CSDS).
-    fn placements_of(&self, _node_id: &str) -> Vec<Served> {
+    fn placements_of(&self, _node_id: &str) -> Vec<StreamPlacement> {
         Vec::new()
     }
 
@@ -138,7 +140,7 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
 /// Which upstream a session's stream is on, for the upstream whose names
 /// it serves.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct Served {
+pub(crate) struct StreamPlacement {
     /// The `[[upstream]]` whose names the session serves.
     pub(crate) serves: String,
     /// The stream: `ads`, or a type's short name (per-type streams).

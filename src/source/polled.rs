@@ -2,10 +2,12 @@
 //! REST client now, over the source's own [`PollChannel`] (how a long poll learns of
 //! the next state, where rejections are counted, whether the state is stale).
 //!
-//! Rejection tracking is the same for every feed ([`suspect`]): REST has no
-//! NACK, so a client that keeps presenting an older version after the current
-//! one was served to it has probably rejected it. What a feed does with a
-//! suspicion (NACK upstream, or only log and count) is its own business.
+//! Rejection tracking is the same for every feed (the provided
+//! [`PollChannel::observe`] and [`PollChannel::served`] over the feed's
+//! [`Rejections`]): REST has no NACK, so a client that keeps presenting an
+//! older version after the current one was served to it has probably
+//! rejected it. Every suspicion is logged and counted; whether it is also
+//! NACKed upstream is the feed's business ([`PollChannel::forward`]).
 //! A poll through a trusted proxy that did not say whose it is is never
 //! counted: its client cannot be told from the others behind that proxy
 //! (see [`Polled::answer`]).
@@ -17,8 +19,8 @@ use futures::future::BoxFuture;
 use tracing::warn;
 
 use crate::cache::{
-    Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, Served, Standing,
-    Suspicion, TypeState,
+    Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, ServedAnswer,
+    Standing, Suspicion, TypeState,
 };
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
@@ -37,16 +39,71 @@ pub(super) trait PollChannel: Send + Sync {
         wait: Duration,
     ) -> BoxFuture<'a, Option<Arc<TypeState>>>;
 
-    /// `request` of `client` (see [`ParsedRequest::subscription_from`]) is
-    /// about to be answered at `current` (before a body at `current` is
-    /// recorded as served): rejection bookkeeping; where the client stands.
-    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing;
-
-    /// A body at `version` was served to `client`.
-    fn served(&self, client: u64, version: &str);
-
     /// Since when the state served is stale (its upstream is down), if it is.
     fn stale_since(&self) -> Option<SystemTime>;
+
+    /// The rejection bookkeeping of the polled (node, type).
+    fn rejections(&self) -> Rejections<'_>;
+
+    /// Whether a suspected rejection is NACKed upstream ([`Self::forward`]);
+    /// by default it is only logged and counted.
+    fn forwards(&self) -> bool {
+        false
+    }
+
+    /// NACKs `suspicion` (of a client polling `request`) upstream; called
+    /// only when [`Self::forwards`].
+    fn forward(&self, _request: &ParsedRequest, _suspicion: &Suspicion) {}
+
+    /// `request` of `client` (see [`ParsedRequest::subscription_from`]) is
+    /// about to be answered at `current` (before a body at `current` is
+    /// recorded as served): where the client stands, and a suspicion the
+    /// first time it has presented the same older version `threshold`
+    /// times after being served `current` (see `cache::rejection`), logged,
+    /// counted and perhaps forwarded.
+    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
+        let rejections = self.rejections();
+        let observation = Observation {
+            subscription: client,
+            presented: request.version_info(),
+            current,
+            envoy: request.may_be_envoy(),
+        };
+        let (sync, suspicion) = {
+            let mut tracker = lock(rejections.tracker);
+            let suspicion = tracker.observe(observation, rejections.threshold);
+            (tracker.sync(observation, rejections.threshold), suspicion)
+        };
+        if let Some(suspicion) = suspicion {
+            let nacked = self.forwards();
+            warn!(
+                node = %Escaped(request.node_id()), kind = %rejections.kind,
+                presented = %Escaped(&suspicion.presented),
+                current = %Escaped(&suspicion.current),
+                polls = suspicion.polls, nacked,
+                "suspected rejection: a REST client keeps presenting an older version"
+            );
+            rejections.metrics.suspected_rejection(rejections.kind);
+            if nacked {
+                self.forward(request, &suspicion);
+            }
+        }
+        sync
+    }
+
+    /// A body at `version` was served to `client`.
+    fn served(&self, client: u64, version: &str) {
+        lock(self.rejections().tracker).served(client, version);
+    }
+}
+
+/// Where a [`PollChannel`] keeps its rejection bookkeeping.
+pub(super) struct Rejections<'a> {
+    pub(super) kind: ResourceType,
+    pub(super) tracker: &'a Mutex<RejectionTracker>,
+    /// Polls presenting the same older version that make a suspicion.
+    pub(super) threshold: u32,
+    pub(super) metrics: &'a Metrics,
 }
 
 /// The state that answers one poll, and what the source does around it.
@@ -135,8 +192,12 @@ impl Polled {
 
     /// The current state as answered to `request` with `target` (what
     /// `?changes` diffs against later).
-    pub(crate) fn served(&self, request: &ParsedRequest, target: Option<&RestTarget>) -> Served {
-        Served::new(self.state.clone(), request.names(), target)
+    pub(crate) fn served(
+        &self,
+        request: &ParsedRequest,
+        target: Option<&RestTarget>,
+    ) -> ServedAnswer {
+        ServedAnswer::new(self.state.clone(), request.names(), target)
     }
 
     /// Since when the state served is stale (its upstream is down), if it is.
@@ -154,51 +215,6 @@ impl Polled {
     pub(crate) fn standing(&self) -> Standing {
         self.sync
     }
-}
-
-/// Records a poll of `request` by `client` answered at `current`: where
-/// the client stands, and a suspicion the first time it has presented the
-/// same older version `threshold` times after being served `current` (see
-/// `cache::rejection`).
-pub(super) fn suspect(
-    tracker: &Mutex<RejectionTracker>,
-    request: &ParsedRequest,
-    client: u64,
-    current: &str,
-    threshold: u32,
-) -> (Standing, Option<Suspicion>) {
-    let observation = Observation {
-        subscription: client,
-        presented: request.version_info(),
-        current,
-        envoy: request.may_be_envoy(),
-    };
-    let mut tracker = lock(tracker);
-    let suspicion = tracker.observe(observation, threshold);
-    (tracker.sync(observation, threshold), suspicion)
-}
-
-/// Records that a body at `version` went out to `client`.
-pub(super) fn record_served(tracker: &Mutex<RejectionTracker>, client: u64, version: &str) {
-    lock(tracker).served(client, version);
-}
-
-/// Logs and counts a suspected rejection of `kind` by a client of `node_id`;
-/// `nacked` says whether it goes upstream as a NACK too.
-pub(super) fn report_suspicion(
-    metrics: &Metrics,
-    kind: ResourceType,
-    node_id: &str,
-    suspicion: &Suspicion,
-    nacked: bool,
-) {
-    warn!(
-        node = %Escaped(node_id), %kind, presented = %Escaped(&suspicion.presented),
-        current = %Escaped(&suspicion.current),
-        polls = suspicion.polls, nacked,
-        "suspected rejection: a REST client keeps presenting an older version"
-    );
-    metrics.suspected_rejection(kind);
 }
 
 /// The message a NACK carries for a suspicion.

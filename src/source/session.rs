@@ -15,11 +15,11 @@ use tokio::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::failover::{Placement, FAILOVER_REASON};
+use super::failover::FAILOVER_REASON;
 use super::node::SessionNode;
 use super::unserved::Unserved;
 use super::upstream_log::{stamp, UpstreamLog};
-use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
+use super::view::{LastError, Placement, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, Recorder, RejectionTracker, TypeState};
 use crate::sync::lock;
 use crate::xds::ResourceType;

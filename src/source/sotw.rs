@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::decode::{decode_all_off_thread, Decoded, Rejection};
-use super::nack_log::NackLog;
 use super::namespace::Namespace;
+use super::replies::Replies;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
@@ -227,8 +227,8 @@ pub(crate) struct Sotw {
     /// the first from an upstream switched to, which knows nothing of what
     /// the last one sent.
     replace_next: BTreeSet<ResourceType>,
-    /// The NACKs logged, one line per run of identical ones.
-    nack_log: NackLog,
+    /// What the replies sent upstream record.
+    replies: Replies,
 }
 
 impl Protocol for Sotw {
@@ -241,6 +241,7 @@ impl Protocol for Sotw {
 
     fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Sotw {
         Sotw {
+            replies: Replies::new(Self::MODE, ctx.metrics.clone(), session.clone()),
             ctx,
             session,
             namespace,
@@ -248,7 +249,6 @@ impl Protocol for Sotw {
             stream: StreamState::default(),
             expiries: Expiries::default(),
             replace_next: BTreeSet::new(),
-            nack_log: NackLog::default(),
         }
     }
 
@@ -297,9 +297,8 @@ impl Protocol for Sotw {
             debug!(%kind, "no response to NACK on this stream");
             return None;
         };
-        self.ctx.metrics.nack(kind);
-        self.session.upstream.nacked(kind, &presented, &message);
-        self.session.record_nack(kind, &presented, &nonce, &message);
+        self.replies
+            .nack(kind, &presented, &presented, &nonce, &message);
         Some(self.request(kind, presented, nonce, Some(message)))
     }
 
@@ -529,21 +528,14 @@ impl Sotw {
                     coverage,
                 ));
                 self.acked.insert(kind, version.clone());
-                self.nack_log.accepted(kind);
-                self.ctx.metrics.ack(kind);
-                self.session.upstream.acked(kind, &version);
+                self.replies.ack(kind, &version);
                 self.request(kind, version, nonce, None)
             }
             Err(reason) => {
-                let detail = reason.to_string();
-                self.nack_log.refused(kind, Self::MODE, &version, &detail);
-                if reason.breaks_rules() {
-                    self.ctx.metrics.invalid_resource(kind);
-                }
                 let previous = self.acked.get(&kind).cloned().unwrap_or_default();
-                self.ctx.metrics.nack(kind);
-                self.session.upstream.nacked(kind, &previous, &detail);
-                self.session.record_nack(kind, &version, &nonce, &detail);
+                let detail = self
+                    .replies
+                    .refuse(kind, &reason, &version, &previous, &nonce);
                 self.request(kind, previous, nonce, Some(detail))
             }
         }

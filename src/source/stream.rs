@@ -40,14 +40,14 @@ use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
 use super::coalesce::{send, PendingSubscriptions};
-use super::failover::{Placement, Route, FAILBACK_REASON, FAILOVER_REASON};
+use super::failover::{Route, FAILBACK_REASON, FAILOVER_REASON};
 use super::feeder::Feeder;
 use super::health::Health;
 use super::namespace::Namespace;
 use super::probe;
 use super::session::{Command, Session};
 use super::unserved::Refused;
-use super::upstream_log::Phase;
+use super::view::{Phase, Placement};
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;

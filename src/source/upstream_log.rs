@@ -7,22 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use serde::Serialize;
-
-use super::view::{ReplyKind, ReplyView};
+use super::view::{Phase, ReplyKind, ReplyView};
 use crate::xds::ResourceType;
-
-/// Where the upstream stream is (shown as `idle`, `connecting`, `open`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Phase {
-    /// Not yet asked to connect (a session starts here).
-    Idle,
-    /// Opening the stream (TCP, TLS, HTTP/2, the gRPC call).
-    Connecting,
-    /// The stream is open.
-    Open,
-}
 
 /// One reply the gateway sent upstream for a response.
 #[derive(Debug, Clone)]

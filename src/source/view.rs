@@ -7,14 +7,36 @@
 //! To show something more of a session, add a field here and fill it in
 //! [`Session::view`](super::session::Session::view); `openapi/admin.yaml`
 //! documents each field (its `Session` schema has `additionalProperties:
-//! false`, so the document must learn the field too).
+//! false`, so the document must learn the field too). It names no other
+//! module of `source`: they fill it in.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub(crate) use super::failover::{Placement, FAILOVER_REASON};
-pub(crate) use super::upstream_log::Phase;
+/// Where the upstream stream is (shown as `idle`, `connecting`, `open`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Phase {
+    /// Not yet asked to connect (a session starts here).
+    Idle,
+    /// Opening the stream (TCP, TLS, HTTP/2, the gRPC call).
+    Connecting,
+    /// The stream is open.
+    Open,
+}
+
+/// Which upstream a session's stream is on, since when and why (set by
+/// `failover.rs`, `Placement::now`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Placement {
+    /// The upstream's `[[upstream]]` name.
+    pub(crate) upstream: String,
+    /// RFC 3339, as every time in the admin views.
+    pub(crate) since: String,
+    /// `primary`, or what moved it (`failover: ...`, `failback: ...`).
+    pub(crate) reason: String,
+}
 
 /// One session (one node identity) as `/debug/sessions` shows it.
 #[derive(Debug, Clone, Serialize)]

@@ -58,13 +58,13 @@ pub(crate) struct SotwResponse {
     pub(crate) version_info: String,
     pub(crate) type_url: String,
     pub(crate) nonce: String,
-    resources: Vec<Slot>,
+    resources: Vec<AnySpan>,
     frame: Bytes,
 }
 
 /// Where one `google.protobuf.Any` of `resources` lies in the frame.
 #[derive(Debug, Clone, Copy, Default)]
-struct Slot {
+struct AnySpan {
     type_url: (usize, usize),
     value: (usize, usize),
 }
@@ -113,7 +113,7 @@ impl SotwResponse {
                 let field = &all[start..end];
                 match tag {
                     1 => out.version_info = utf8(tag, "version_info", field)?,
-                    2 => out.resources.push(slot(all, start, end)?),
+                    2 => out.resources.push(any_span(all, start, end)?),
                     4 => out.type_url = utf8(tag, "type_url", field)?,
                     _ => out.nonce = utf8(tag, "nonce", field)?,
                 }
@@ -166,8 +166,8 @@ fn each_field(
 }
 
 /// The `Any` in `all[start..end]`: where its type URL and value lie.
-fn slot(all: &[u8], start: usize, end: usize) -> Result<Slot, WireError> {
-    let mut slot = Slot {
+fn any_span(all: &[u8], start: usize, end: usize) -> Result<AnySpan, WireError> {
+    let mut slot = AnySpan {
         type_url: (start, start),
         value: (start, start),
     };

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, Served, Standing};
-use crate::http::admission::Slot;
+use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, ServedAnswer, Standing};
+use crate::http::admission::Place;
 use crate::http::asked::Answered;
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
@@ -75,9 +75,9 @@ pub(super) struct Watch {
     /// `?changes`: events say what changed since the last one.
     changes: bool,
     /// The answer last sent (what the next changes are relative to).
-    last: Option<Arc<Served>>,
+    last: Option<Arc<ServedAnswer>>,
     _open: OpenConnection,
-    _slot: Slot,
+    _slot: Place,
 }
 
 /// What [`Watch::open`] needs beyond the gateway.
@@ -89,7 +89,7 @@ pub(super) struct Opening {
     pub(super) remote: ClientAddr,
     pub(super) format: Format,
     pub(super) polled: Polled,
-    pub(super) slot: Slot,
+    pub(super) slot: Place,
     pub(super) changes: bool,
 }
 

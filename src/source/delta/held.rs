@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 
-use super::update::{digest, Held};
+use super::update::{digest, HeldResource};
 use crate::cache::{idle_memo, IntoResourceSet, ResourceMap, ResourceSet};
 use crate::metrics::Metrics;
 use crate::xds::ResourceType;
@@ -39,7 +39,7 @@ const IDLE: Duration = Duration::from_secs(600);
 /// version and set. Immutable: an edit makes another.
 #[derive(Debug)]
 pub(super) struct HeldSet {
-    map: BTreeMap<String, Held>,
+    map: BTreeMap<String, HeldResource>,
     /// The published version: [`digest`] of `map`.
     version: String,
     /// The resources as published (one set for every state holding them).
@@ -47,9 +47,9 @@ pub(super) struct HeldSet {
 }
 
 impl Deref for HeldSet {
-    type Target = BTreeMap<String, Held>;
+    type Target = BTreeMap<String, HeldResource>;
 
-    fn deref(&self) -> &BTreeMap<String, Held> {
+    fn deref(&self) -> &BTreeMap<String, HeldResource> {
         &self.map
     }
 }
@@ -61,7 +61,7 @@ impl Default for HeldSet {
 }
 
 impl HeldSet {
-    fn new(map: BTreeMap<String, Held>) -> HeldSet {
+    fn new(map: BTreeMap<String, HeldResource>) -> HeldSet {
         let version = digest(&map);
         let resources: ResourceMap = map
             .iter()
@@ -84,7 +84,7 @@ impl HeldSet {
 
     /// Whether `self` holds exactly `map` (the same resources, not only
     /// equal ones).
-    fn holds(&self, map: &BTreeMap<String, Held>) -> bool {
+    fn holds(&self, map: &BTreeMap<String, HeldResource>) -> bool {
         self.map.len() == map.len()
             && self
                 .map
@@ -95,7 +95,7 @@ impl HeldSet {
 }
 
 /// The same version of the same resource.
-fn same(a: &Held, b: &Held) -> bool {
+fn same(a: &HeldResource, b: &HeldResource) -> bool {
     a.version == b.version && Arc::ptr_eq(&a.resource, &b.resource)
 }
 
@@ -103,12 +103,12 @@ fn same(a: &Held, b: &Held) -> bool {
 /// resource now held (new, or another version) or `None` (held, now gone).
 #[derive(Debug, Default)]
 pub(super) struct Edit {
-    changes: BTreeMap<String, Option<Held>>,
+    changes: BTreeMap<String, Option<HeldResource>>,
 }
 
 impl Edit {
     /// An edit of `from` that holds `held` under `name`, unless it already does.
-    pub(super) fn put(&mut self, from: &HeldSet, name: String, held: Held) {
+    pub(super) fn put(&mut self, from: &HeldSet, name: String, held: HeldResource) {
         if !from.get(&name).is_some_and(|h| same(h, &held)) {
             self.changes.insert(name, Some(held));
         }
@@ -282,7 +282,7 @@ impl HeldSets {
     }
 
     /// The set holding exactly `map`: one a session holds, or a new one.
-    fn interned(&self, kind: ResourceType, map: BTreeMap<String, Held>) -> Arc<HeldSet> {
+    fn interned(&self, kind: ResourceType, map: BTreeMap<String, HeldResource>) -> Arc<HeldSet> {
         let version = digest(&map);
         let key = (
             kind,
@@ -313,9 +313,9 @@ mod tests {
         r.resource(CDS, payload).unwrap()
     }
 
-    fn held(r: &Renderer, name: &str, version: &str) -> Held {
+    fn held(r: &Renderer, name: &str, version: &str) -> HeldResource {
         let timeout = version.len() as u32;
-        Held {
+        HeldResource {
             version: version.to_owned(),
             resource: resource(r, name, timeout),
         }
@@ -325,7 +325,7 @@ mod tests {
     fn edited(
         sets: &HeldSets,
         from: &Arc<HeldSet>,
-        puts: &[(&str, Held)],
+        puts: &[(&str, HeldResource)],
         forgets: &[&str],
     ) -> Arc<HeldSet> {
         let mut edit = Edit::default();
@@ -373,7 +373,7 @@ mod tests {
         let again = edited(&sets, &set, &[("a", a)], &["not-held"]);
         assert!(Arc::ptr_eq(&set, &again));
         // Another version of the same resource is a change.
-        let other = Held {
+        let other = HeldResource {
             version: "2".into(),
             resource: set["a"].resource.clone(),
         };
@@ -442,7 +442,7 @@ mod tests {
         let two = edited(&sets, &Arc::default(), &[("a", a), ("b", b)], &[]);
         assert!(Arc::ptr_eq(&one, &two));
         // The same names and versions over other resources are not the same.
-        let other = Held {
+        let other = HeldResource {
             version: "1".into(),
             resource: resource(&r, "b", 9),
         };

@@ -73,8 +73,8 @@ mod update;
 pub(super) use self::held::HeldSets;
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
-use super::nack_log::NackLog;
 use super::namespace::Namespace;
+use super::replies::Replies;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
@@ -109,8 +109,8 @@ pub(crate) struct Delta {
     node_sent: bool,
     /// When resources sent with a TTL expire, across streams.
     expiries: Expiries,
-    /// The NACKs logged, one line per run of identical ones.
-    nack_log: NackLog,
+    /// What the replies sent upstream record.
+    replies: Replies,
 }
 
 impl Protocol for Delta {
@@ -124,6 +124,7 @@ impl Protocol for Delta {
 
     fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Delta {
         Delta {
+            replies: Replies::new(Self::MODE, ctx.metrics.clone(), session.clone()),
             ctx,
             session,
             namespace,
@@ -132,7 +133,6 @@ impl Protocol for Delta {
             wires: BTreeMap::new(),
             node_sent: false,
             expiries: Expiries::default(),
-            nack_log: NackLog::default(),
         }
     }
 
@@ -208,9 +208,8 @@ impl Protocol for Delta {
             debug!(%kind, "no response to NACK on this stream");
             return None;
         }
-        self.ctx.metrics.nack(kind);
-        self.session.upstream.nacked(kind, &presented, &message);
-        self.session.record_nack(kind, &presented, &nonce, &message);
+        self.replies
+            .nack(kind, &presented, &presented, &nonce, &message);
         Some(self.request(kind, Diff::default(), nonce, Some(message)))
     }
 
@@ -335,22 +334,13 @@ impl Delta {
                 self.expiries
                     .retain(kind, |name| tracked.held.contains_key(name));
                 self.publish(kind);
-                self.nack_log.accepted(kind);
-                self.ctx.metrics.ack(kind);
-                self.session.upstream.acked(kind, &system_version);
+                self.replies.ack(kind, &system_version);
                 Some(self.request(kind, Diff::default(), nonce, None))
             }
             Err(reason) => {
-                let detail = reason.to_string();
-                self.nack_log
-                    .refused(kind, Self::MODE, &system_version, &detail);
-                if reason.breaks_rules() {
-                    self.ctx.metrics.invalid_resource(kind);
-                }
-                self.ctx.metrics.nack(kind);
-                self.session.upstream.nacked(kind, &system_version, &detail);
-                self.session
-                    .record_nack(kind, &system_version, &nonce, &detail);
+                let detail =
+                    self.replies
+                        .refuse(kind, &reason, &system_version, &system_version, &nonce);
                 Some(self.request(kind, Diff::default(), nonce, Some(detail)))
             }
         }

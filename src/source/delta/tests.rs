@@ -44,10 +44,10 @@ fn tracked() -> Tracked {
     Tracked::new(Arc::new(HeldSets::new(Arc::default())))
 }
 
-fn held(name: &str, version: &str) -> (String, Held) {
+fn held(name: &str, version: &str) -> (String, HeldResource) {
     (
         name.to_owned(),
-        Held {
+        HeldResource {
             version: version.to_owned(),
             resource: resource(name, 1),
         },
@@ -56,24 +56,25 @@ fn held(name: &str, version: &str) -> (String, Held) {
 
 #[test]
 fn digest_is_deterministic_and_order_free() {
-    let a: BTreeMap<String, Held> = [held("a", "1"), held("b", "2")].into_iter().collect();
-    let b: Vec<(String, Held)> = vec![held("b", "2"), held("a", "1")];
+    let a: BTreeMap<String, HeldResource> = [held("a", "1"), held("b", "2")].into_iter().collect();
+    let b: Vec<(String, HeldResource)> = vec![held("b", "2"), held("a", "1")];
     let d = digest(&a);
     assert_eq!(d.len(), VERSION_HEX_DIGITS);
     assert!(d.bytes().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(d, digest(b.iter().map(|(n, h)| (n, h))));
     assert_eq!(d, digest(&a), "stable across calls");
     // Any change of a version, a name, or the set changes it.
-    let changed: BTreeMap<String, Held> = [held("a", "1"), held("b", "3")].into_iter().collect();
+    let changed: BTreeMap<String, HeldResource> =
+        [held("a", "1"), held("b", "3")].into_iter().collect();
     assert_ne!(d, digest(&changed));
-    let fewer: BTreeMap<String, Held> = [held("a", "1")].into_iter().collect();
+    let fewer: BTreeMap<String, HeldResource> = [held("a", "1")].into_iter().collect();
     assert_ne!(d, digest(&fewer));
     // No ambiguity from concatenation.
-    let x: BTreeMap<String, Held> = [held("ab", "c")].into_iter().collect();
-    let y: BTreeMap<String, Held> = [held("a", "bc")].into_iter().collect();
+    let x: BTreeMap<String, HeldResource> = [held("ab", "c")].into_iter().collect();
+    let y: BTreeMap<String, HeldResource> = [held("a", "bc")].into_iter().collect();
     assert_ne!(digest(&x), digest(&y));
     // Empty versions are digested by content.
-    let mut e1: BTreeMap<String, Held> = [held("a", "")].into_iter().collect();
+    let mut e1: BTreeMap<String, HeldResource> = [held("a", "")].into_iter().collect();
     let before = digest(&e1);
     e1.get_mut("a").unwrap().resource = resource("a", 2);
     assert_ne!(before, digest(&e1));
@@ -362,7 +363,7 @@ fn a_vhds_namespace_holds_its_virtual_hosts_and_an_alias_its_resolution() {
     let host = |name: &str, aliases: &[&str]| {
         (
             name.to_owned(),
-            Held {
+            HeldResource {
                 version: "1".into(),
                 resource: resource_of(vh, name, aliases, 1),
             },
@@ -495,7 +496,7 @@ async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
 #[test]
 fn digest_hashes_the_same_bytes_as_ever() {
     use sha2::{Digest as _, Sha256};
-    let held: BTreeMap<String, Held> = [held("a", "1"), held("b", ""), held("c", "7")]
+    let held: BTreeMap<String, HeldResource> = [held("a", "1"), held("b", ""), held("c", "7")]
         .into_iter()
         .collect();
     let mut hasher = Sha256::new();

@@ -17,7 +17,7 @@ use crate::xds::ResourceType;
 
 /// One resource held: the upstream's per-resource version and the resource.
 #[derive(Debug, Clone)]
-pub(super) struct Held {
+pub(super) struct HeldResource {
     pub(super) version: String,
     pub(super) resource: Arc<Resource>,
 }
@@ -25,8 +25,8 @@ pub(super) struct Held {
 /// The published version of `held`: SHA-256 over the sorted (name,
 /// version) pairs, first [`VERSION_HEX_DIGITS`] hex digits. A resource with
 /// an empty upstream version is digested by its content instead.
-pub(super) fn digest<'a>(held: impl IntoIterator<Item = (&'a String, &'a Held)>) -> String {
-    let mut pairs: Vec<(&str, &Held)> = held
+pub(super) fn digest<'a>(held: impl IntoIterator<Item = (&'a String, &'a HeldResource)>) -> String {
+    let mut pairs: Vec<(&str, &HeldResource)> = held
         .into_iter()
         .map(|(name, h)| (name.as_str(), h))
         .collect();
@@ -93,7 +93,7 @@ pub(super) fn diff(sent: &Coverage, want: &Coverage) -> Diff {
 #[derive(Debug, Default)]
 pub(super) struct Update {
     /// Added or changed resources, by name.
-    pub(super) added: Vec<(String, Held)>,
+    pub(super) added: Vec<(String, HeldResource)>,
     /// Names sent without a payload, with their version: a TTL heartbeat if
     /// the gateway holds that version, else "does not exist".
     pub(super) name_only: Vec<(String, String)>,
@@ -162,7 +162,7 @@ pub(super) fn decode_update(
                 update.ttls.push((name.clone(), ttl));
                 update.added.push((
                     name,
-                    Held {
+                    HeldResource {
                         version: resource.version,
                         resource: decoded,
                     },

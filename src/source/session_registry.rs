@@ -36,13 +36,11 @@ use tracing::info;
 use super::decode::decode_node;
 use super::feeder::Feeder;
 use super::node::NodeInterner;
-use super::polled::{
-    record_served, report_suspicion, suspect, suspicion_message, PollChannel, Polled,
-};
+use super::polled::{suspicion_message, PollChannel, Polled, Rejections};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
-use crate::cache::Standing;
+use crate::cache::Suspicion;
 use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
 use crate::log_escape::Escaped;
@@ -475,7 +473,7 @@ impl<F: Feeder> Source for Sessions<F> {
         session.map(|e| e.session.states()).unwrap_or_default()
     }
 
-    fn placements_of(&self, node_id: &str) -> Vec<super::Served> {
+    fn placements_of(&self, node_id: &str) -> Vec<super::StreamPlacement> {
         let registry = self.lock();
         let serves = self
             .feeder
@@ -487,7 +485,7 @@ impl<F: Feeder> Source for Sessions<F> {
             .values()
             .filter(|entry| entry.session.node.id == node_id)
             .flat_map(|entry| entry.session.placements())
-            .map(|(lane, placement)| super::Served {
+            .map(|(lane, placement)| super::StreamPlacement {
                 serves: serves.clone(),
                 stream: lane.map_or("ads", ResourceType::short_name),
                 placement,
@@ -549,33 +547,25 @@ impl PollChannel for SessionChannel {
         .boxed()
     }
 
-    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
-        let kind = self.kind;
-        let tracker = self.session.rejections(kind);
-        let (sync, suspicion) = suspect(tracker, request, client, current, self.threshold);
-        let Some(suspicion) = suspicion else {
-            return sync;
-        };
-        report_suspicion(
-            &self.metrics,
-            kind,
-            request.node_id(),
-            &suspicion,
-            self.forward,
-        );
-        if self.forward {
-            let message = suspicion_message(request.node_id(), &suspicion);
-            self.session.send(Command::Nack {
-                kind,
-                presented: upstream_version(&suspicion.presented).to_owned(),
-                message,
-            });
+    fn rejections(&self) -> Rejections<'_> {
+        Rejections {
+            kind: self.kind,
+            tracker: self.session.rejections(self.kind),
+            threshold: self.threshold,
+            metrics: &self.metrics,
         }
-        sync
     }
 
-    fn served(&self, client: u64, version: &str) {
-        record_served(self.session.rejections(self.kind), client, version);
+    fn forwards(&self) -> bool {
+        self.forward
+    }
+
+    fn forward(&self, request: &ParsedRequest, suspicion: &Suspicion) {
+        self.session.send(Command::Nack {
+            kind: self.kind,
+            presented: upstream_version(&suspicion.presented).to_owned(),
+            message: suspicion_message(request.node_id(), suspicion),
+        });
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

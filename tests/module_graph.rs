@@ -1,0 +1,520 @@
+//! The crate's import graph has no circle but the ones [`ALLOWED`] names.
+//!
+//! Every production file under `src/` (test-only modules and items left
+//! out: `#[cfg(test)]` items and the files they declare) is read for the
+//! paths it names through `crate::`, `super::` and `self::`, braces of `use`
+//! trees expanded. Each path is resolved to the module it names, and from
+//! that come graphs between modules that share a parent (a path through a
+//! parent's `pub use` is followed to where the item is): the top-level
+//! modules of the crate, and the children of every module that has
+//! children (`cache`, `source`, `xds`, `xds::validate`, ...). A path to an
+//! item of the parent itself (`super::SourceError` in `source/session_registry.rs`)
+//! is no edge: the parent is no node of its children's graph.
+//!
+//! Every simple circle of those graphs is printed, and the set must be
+//! exactly [`ALLOWED`]: a new circle fails (break it instead), and so does a
+//! listed circle that is gone (take it off the list: the list only
+//! shrinks). A circle is written from its smallest member, as
+//! `parent: a -> b -> c` (`c` names `a` again; `crate` is the top level).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The circles the crate has now. Each is a tangle to untie (issue 39);
+/// none may be added. (Gone so far: `crate: http -> serve`, when the JSON
+/// error body moved to `error_body.rs`; every circle through `source::view`,
+/// when the view types `Phase` and `Placement` moved into it.) A path
+/// through a re-export (`super::UpstreamContext` in `source/probe.rs`) is
+/// an edge to the module the item is defined in (`source::upstream`).
+const ALLOWED: &[&str] = &[
+    // cache: a resource knows the config history's weighing, the states
+    // and the sets; they know it back.
+    "cache: config_history -> resource",
+    "cache: config_history -> resource_set -> resource",
+    "cache: config_history -> state -> resource",
+    "cache: config_history -> state -> resource_set -> resource",
+    "cache: resource -> resource_set",
+    "cache: resource -> state",
+    "cache: resource -> state -> resource_set",
+    // config: every setting once (fields.rs) and the tables that parse
+    // parts of them, which name the settings back.
+    "config: fields -> proxies",
+    "config: fields -> settings",
+    "config: fields -> upstreams -> settings",
+    // source: UpstreamContext (upstream.rs) is everyone's, and knows the
+    // held sets of delta, health and probe; the session, its stream driver
+    // and the failover know each other.
+    "source: coalesce -> session -> failover -> health -> probe -> upstream -> delta -> stream",
+    "source: coalesce -> session -> failover -> health -> upstream -> delta -> stream",
+    "source: coalesce -> session -> failover -> upstream -> delta -> stream",
+    "source: coalesce -> stream",
+    "source: delta -> replies -> session -> failover -> health -> probe -> upstream",
+    "source: delta -> replies -> session -> failover -> health -> upstream",
+    "source: delta -> replies -> session -> failover -> upstream",
+    "source: delta -> session -> failover -> health -> probe -> upstream",
+    "source: delta -> session -> failover -> health -> upstream",
+    "source: delta -> session -> failover -> upstream",
+    "source: delta -> stream -> failover -> health -> probe -> upstream",
+    "source: delta -> stream -> failover -> health -> upstream",
+    "source: delta -> stream -> failover -> upstream",
+    "source: delta -> stream -> feeder -> session -> failover -> health -> probe -> upstream",
+    "source: delta -> stream -> feeder -> session -> failover -> health -> upstream",
+    "source: delta -> stream -> feeder -> session -> failover -> upstream",
+    "source: delta -> stream -> feeder -> upstream",
+    "source: delta -> stream -> health -> probe -> upstream",
+    "source: delta -> stream -> health -> upstream",
+    "source: delta -> stream -> probe -> upstream",
+    "source: delta -> stream -> session -> failover -> health -> probe -> upstream",
+    "source: delta -> stream -> session -> failover -> health -> upstream",
+    "source: delta -> stream -> session -> failover -> upstream",
+    "source: delta -> stream -> upstream",
+    "source: delta -> upstream",
+    "source: health -> probe -> upstream",
+    "source: health -> upstream",
+    "source: probe -> upstream",
+    // xds: the codec and the JSON pieces it calls back into.
+    "xds: canonical -> json",
+    "xds: json -> nesting",
+    "xds: json -> opaque",
+    "xds::validate: bounds -> rules",
+    "xds::validate: rules -> text",
+];
+
+/// More circles than this in one graph: the graph is a knot, and listing
+/// them would not help anyone.
+const MAX_CIRCLES: usize = 1_000;
+
+type Module = Vec<String>;
+
+/// A graph between the children of one module: child → children it names.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+#[test]
+fn no_import_circle_but_the_allowed_ones() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let names = production_files(&src);
+    let modules: BTreeSet<Module> = names.values().cloned().collect();
+    let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    let mut reexported = Reexports::new();
+    for (file, module) in &names {
+        let text = std::fs::read_to_string(file).expect("a source file reads");
+        let code = strip_tests(&text).0;
+        reexports(&code, module, &mut reexported);
+        let named = edges.entry(module.clone()).or_default();
+        for path in named_paths(&code, module) {
+            named.insert(path);
+        }
+    }
+    for named in edges.values_mut() {
+        *named = named.iter().map(|p| through(p, &reexported)).collect();
+    }
+    let mut found = BTreeSet::new();
+    let parents: BTreeSet<Module> = modules
+        .iter()
+        .filter(|m| !m.is_empty())
+        .map(|m| m[..m.len() - 1].to_vec())
+        .collect();
+    for parent in &parents {
+        let graph = graph_under(parent, &edges, &modules);
+        let label = if parent.is_empty() {
+            "crate".to_owned()
+        } else {
+            parent.join("::")
+        };
+        for circle in circles(&graph) {
+            found.insert(format!("{label}: {}", circle.join(" -> ")));
+        }
+    }
+    println!("import circles found ({}):", found.len());
+    for circle in &found {
+        println!("  {circle}");
+    }
+    let allowed: BTreeSet<String> = ALLOWED.iter().map(|c| c.to_string()).collect();
+    let new: Vec<&String> = found.difference(&allowed).collect();
+    let gone: Vec<&String> = allowed.difference(&found).collect();
+    assert!(
+        new.is_empty() && gone.is_empty(),
+        "new import circles (break them; ALLOWED may only shrink): {new:#?}\n\
+         circles ALLOWED lists that are gone (take them off the list): {gone:#?}"
+    );
+}
+
+/// Every production `.rs` file under `src` with the module it is, from
+/// `lib.rs` down through `mod` declarations not gated by `#[cfg(test)]`
+/// (`main.rs`, the binary, names the crate as `xds_gateway::`, not
+/// `crate::`).
+fn production_files(src: &Path) -> BTreeMap<PathBuf, Module> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![(src.join("lib.rs"), Vec::new())];
+    while let Some((file, module)) = pending.pop() {
+        let text = std::fs::read_to_string(&file).expect("a module file reads");
+        let (_, test_only) = strip_tests(&text);
+        let dir = match file.file_name().and_then(|n| n.to_str()) {
+            Some("lib.rs" | "mod.rs") => file.parent().expect("in a directory").to_owned(),
+            _ => file.with_extension(""),
+        };
+        for child in declared_modules(&text) {
+            if test_only.contains(&child) {
+                continue;
+            }
+            let flat = dir.join(format!("{child}.rs"));
+            let nested = dir.join(&child).join("mod.rs");
+            let path = if flat.exists() { flat } else { nested };
+            assert!(
+                path.exists(),
+                "module {child} of {} has a file",
+                file.display()
+            );
+            let mut child_module = module.clone();
+            child_module.push(child);
+            pending.push((path, child_module));
+        }
+        files.insert(file, module);
+    }
+    files
+}
+
+/// The modules `text` declares with a file of their own (`mod name;`).
+fn declared_modules(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let rest = line.strip_prefix("pub(crate) mod ").or_else(|| {
+                line.strip_prefix("pub mod ")
+                    .or_else(|| line.strip_prefix("mod "))
+            })?;
+            let name = rest.strip_suffix(';')?;
+            is_ident(name).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// `text` without comments and without the items `#[cfg(test)]`
+/// gates; and the names of the modules such items declare (`mod name;`).
+fn strip_tests(text: &str) -> (String, BTreeSet<String>) {
+    let mut kept = String::new();
+    let mut test_modules = BTreeSet::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        if trimmed != "#[cfg(test)]" {
+            // A trailing comment (a string holding " // " would be cut
+            // too: none names a path).
+            let line = line.split(" // ").next().unwrap_or_default();
+            kept.push_str(line);
+            kept.push('\n');
+            continue;
+        }
+        // Skip the gated item: to its `;` before any brace, or to the
+        // brace that closes its first one.
+        let mut depth = 0i32;
+        let mut opened = false;
+        for item in lines.by_ref() {
+            let item = item.trim();
+            if item.starts_with("//") || item.starts_with("#[") {
+                continue;
+            }
+            if !opened {
+                if let Some(name) = item
+                    .trim_start_matches("pub(crate) ")
+                    .trim_start_matches("pub ")
+                    .strip_prefix("mod ")
+                    .and_then(|rest| rest.strip_suffix(';'))
+                {
+                    test_modules.insert(name.to_owned());
+                }
+            }
+            for c in item.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if (opened && depth <= 0) || (!opened && item.ends_with(';')) {
+                break;
+            }
+        }
+    }
+    (kept, test_modules)
+}
+
+/// The modules (and items) `text`, the code of `module`, names through
+/// `crate::`, `super::` and `self::` paths, resolved to absolute paths.
+fn named_paths(text: &str, module: &Module) -> Vec<Module> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_word = i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric()
+                || bytes[i - 1] == b'_'
+                || bytes[i - 1] == b'$');
+        let head = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|h| starts_word && bytes[i..].starts_with(h.as_bytes()));
+        let Some(head) = head else {
+            i += 1;
+            continue;
+        };
+        i += head.len();
+        let mut base: Module = match head {
+            "crate::" => Vec::new(),
+            "self::" => module.clone(),
+            _ => module[..module.len().saturating_sub(1)].to_vec(),
+        };
+        while head == "super::" && bytes[i..].starts_with(b"super::") {
+            base.pop();
+            i += "super::".len();
+        }
+        use_tree(bytes, &mut i, base, &mut out);
+    }
+    out
+}
+
+/// What a module's `pub use` lines re-export: the path an item is named by
+/// in it → the path of the item re-exported.
+type Reexports = BTreeMap<Module, Module>;
+
+/// Adds the re-exports of `text`, the code of `module` (`pub(crate) use
+/// session::Session;` in `source/mod.rs`: `source::Session` is
+/// `source::session::Session`), to `out`.
+fn reexports(text: &str, module: &Module, out: &mut Reexports) {
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(tree) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p))
+        else {
+            continue;
+        };
+        let mut paths = Vec::new();
+        if let Some(path) = named_paths(tree, module).into_iter().next() {
+            // `pub use crate::..`, `super::..` or `self::..`: one path.
+            paths.push(path);
+        } else {
+            use_tree(tree.as_bytes(), &mut 0, module.clone(), &mut paths);
+        }
+        for path in paths {
+            if let Some(name) = path.last() {
+                let mut alias = module.clone();
+                alias.push(name.clone());
+                if alias != path {
+                    out.insert(alias, path);
+                }
+            }
+        }
+    }
+}
+
+/// `path` with the re-exports it goes through followed.
+fn through(path: &Module, reexports: &Reexports) -> Module {
+    let mut path = path.clone();
+    for _ in 0..8 {
+        let Some((alias, target)) = (1..=path.len())
+            .rev()
+            .find_map(|n| reexports.get_key_value(&path[..n]))
+        else {
+            break;
+        };
+        let mut followed = target.clone();
+        followed.extend_from_slice(&path[alias.len()..]);
+        path = followed;
+    }
+    path
+}
+
+/// Expands the use tree (or path) at `i` under `prefix` into `out`.
+fn use_tree(bytes: &[u8], i: &mut usize, prefix: Module, out: &mut Vec<Module>) {
+    skip_space(bytes, i);
+    if bytes.get(*i) == Some(&b'{') {
+        *i += 1;
+        loop {
+            skip_space(bytes, i);
+            match bytes.get(*i) {
+                None => return,
+                Some(b'}') => {
+                    *i += 1;
+                    return;
+                }
+                Some(b',') => *i += 1,
+                Some(_) => {
+                    let before = *i;
+                    use_tree(bytes, i, prefix.clone(), out);
+                    if *i == before {
+                        *i += 1;
+                    }
+                }
+            }
+        }
+    }
+    let start = *i;
+    while bytes
+        .get(*i)
+        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    {
+        *i += 1;
+    }
+    let segment = String::from_utf8_lossy(&bytes[start..*i]).into_owned();
+    let more = bytes[*i..].starts_with(b"::") && !segment.is_empty();
+    let mut path = prefix;
+    if !segment.is_empty() && segment != "self" {
+        path.push(segment);
+    }
+    if more {
+        *i += 2;
+        use_tree(bytes, i, path, out);
+    } else {
+        out.push(path);
+    }
+}
+
+fn skip_space(bytes: &[u8], i: &mut usize) {
+    while bytes.get(*i).is_some_and(u8::is_ascii_whitespace) {
+        *i += 1;
+    }
+}
+
+/// The graph between the children of `parent`: a child names another when
+/// any module inside it names anything inside the other.
+fn graph_under(
+    parent: &Module,
+    edges: &BTreeMap<Module, BTreeSet<Module>>,
+    modules: &BTreeSet<Module>,
+) -> Graph {
+    let depth = parent.len();
+    let child_of = |m: &Module| -> Option<String> {
+        (m.len() > depth && m[..depth] == parent[..]).then(|| m[depth].clone())
+    };
+    let children: BTreeSet<String> = modules.iter().filter_map(child_of).collect();
+    let mut graph = Graph::new();
+    for (from, named) in edges {
+        let Some(a) = child_of(from) else { continue };
+        for to in named {
+            let Some(b) = child_of(to) else { continue };
+            if a != b && children.contains(&b) {
+                graph.entry(a.clone()).or_default().insert(b);
+            }
+        }
+    }
+    graph
+}
+
+/// Every simple circle of `graph`, each from its smallest node, sorted.
+fn circles(graph: &Graph) -> Vec<Vec<String>> {
+    let nodes: BTreeSet<&String> = graph
+        .iter()
+        .flat_map(|(a, bs)| std::iter::once(a).chain(bs))
+        .collect();
+    let mut found = BTreeSet::new();
+    for start in nodes {
+        // Circles through `start` over nodes greater than it only: each
+        // circle is found once, from its smallest node.
+        let mut stack = vec![vec![start.clone()]];
+        while let Some(path) = stack.pop() {
+            let last = path.last().expect("a path is never empty");
+            for next in graph.get(last).into_iter().flatten() {
+                if next == start {
+                    found.insert(path.clone());
+                    assert!(
+                        found.len() <= MAX_CIRCLES,
+                        "more than {MAX_CIRCLES} circles"
+                    );
+                } else if next > start && !path.contains(next) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push(longer);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+#[test]
+fn the_circle_finder_finds_circles_and_only_them() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut graph = Graph::new();
+        for (a, b) in edges {
+            graph
+                .entry(a.to_string())
+                .or_default()
+                .insert(b.to_string());
+        }
+        graph
+    };
+    let chain = graph(&[("a", "b"), ("b", "c")]);
+    assert!(circles(&chain).is_empty(), "a chain is no circle");
+    let knot = graph(&[("a", "b"), ("b", "c"), ("c", "a"), ("b", "a"), ("c", "d")]);
+    assert_eq!(
+        circles(&knot),
+        [vec!["a", "b"], vec!["a", "b", "c"]],
+        "each circle once, from its smallest node"
+    );
+}
+
+#[test]
+fn paths_are_read_and_resolved_as_rustc_would() {
+    let module: Module = vec!["source".into(), "sotw".into()];
+    let text = "use super::{decode::{self, Rejection}, Source};\n\
+                use crate::cache::{Names, TypeState};\n\
+                let x = crate::metrics::Metrics::new(); self::inner::f(); super::super::app::run();\n\
+                let y = $crate::nope::X; // crate::comment\n";
+    let (code, _) = strip_tests(text);
+    let paths: BTreeSet<String> = named_paths(&code, &module)
+        .into_iter()
+        .map(|p| p.join("::"))
+        .collect();
+    let expected = [
+        "source::decode",
+        "source::decode::Rejection",
+        "source::Source",
+        "cache::Names",
+        "cache::TypeState",
+        "metrics::Metrics::new",
+        "source::sotw::inner::f",
+        "app::run",
+    ];
+    assert_eq!(paths, expected.iter().map(|p| p.to_string()).collect());
+}
+
+#[test]
+fn test_only_items_are_left_out() {
+    let text = "use crate::a::X;\n#[cfg(test)]\nuse crate::b::Y;\n#[cfg(test)]\nmod tests;\n\
+                #[cfg(test)]\nmod inline {\n    use crate::c::Z;\n}\nfn f() {}\n";
+    let (code, test_modules) = strip_tests(text);
+    assert_eq!(code, "use crate::a::X;\nfn f() {}\n");
+    assert_eq!(test_modules, BTreeSet::from(["tests".to_owned()]));
+}
+
+#[test]
+fn a_path_through_a_reexport_names_where_the_item_is() {
+    let source: Module = vec!["source".into()];
+    let mut reexported = Reexports::new();
+    reexports(
+        "pub(crate) use upstream::{CallError, UpstreamContext};\nuse probe::Probe;\n",
+        &source,
+        &mut reexported,
+    );
+    let via = |p: &str| {
+        let path: Module = p.split("::").map(str::to_owned).collect();
+        through(&path, &reexported).join("::")
+    };
+    assert_eq!(
+        via("source::UpstreamContext"),
+        "source::upstream::UpstreamContext"
+    );
+    assert_eq!(via("source::Probe"), "source::Probe", "not re-exported");
+}
