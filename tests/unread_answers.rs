@@ -46,19 +46,10 @@ fn write_snapshot(dir: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_never_reads_holds_a_bounded_amount() {
     let _one = MEASURING.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    write_snapshot(dir.path());
-    let gw = InProcess::start(Config {
-        snapshot: Some(dir.path().to_owned()),
-        ..Config::default()
-    })
-    .await;
+    let (_dir, gw) = start_large(Config::default()).await;
     let port = gw.rest_port;
     let path = "/v3/discovery:clusters?node=reader&format=yaml";
-    // Warm: the session, the cache, one answer read whole.
-    let (status, size) = inproc_get(port, path).await;
-    assert_eq!(status, 200);
-    assert!(size > 400_000, "the answer is {size} bytes");
+    let size = warm(port, path).await;
     let before = rss_mib();
 
     let (_conn, responses, refused) = unread_streams(port, path, STREAMS).await;
@@ -91,17 +82,10 @@ async fn connections_that_never_read_share_one_rendering() {
     const CONNECTIONS: usize = 6;
     const PER_CONNECTION: usize = 50;
     let _one = MEASURING.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    write_snapshot(dir.path());
-    let gw = InProcess::start(Config {
-        snapshot: Some(dir.path().to_owned()),
-        ..Config::default()
-    })
-    .await;
+    let (_dir, gw) = start_large(Config::default()).await;
     let port = gw.rest_port;
     let path = "/v3/discovery:clusters?node=sharer&format=yaml";
-    let (status, size) = inproc_get(port, path).await;
-    assert_eq!(status, 200);
+    let size = warm(port, path).await;
     let before = rss_mib();
     let mut held = Vec::new();
     for _ in 0..CONNECTIONS {
@@ -129,17 +113,14 @@ async fn connections_that_never_read_share_one_rendering() {
 /// answer until the keep-alive timeout (60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_stops_reading_is_closed_after_the_stall_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    write_snapshot(dir.path());
     let config = Config {
-        snapshot: Some(dir.path().to_owned()),
         watch_heartbeat: Duration::from_secs(1),
         header_read_timeout: Duration::from_secs(1),
         keep_alive_timeout: Duration::from_secs(60),
         ..Config::default()
     };
     let stall = config.write_stall_timeout();
-    let gw = InProcess::start(config).await;
+    let (_dir, gw) = start_large(config).await;
     let port = gw.rest_port;
     let path = "/v3/discovery:clusters?node=staller&format=yaml";
     let started = Instant::now();
@@ -157,6 +138,28 @@ async fn a_connection_that_stops_reading_is_closed_after_the_stall_timeout() {
     assert!(closed_after >= stall, "{closed_after:?}");
     drop(responses);
     gw.stop().await;
+}
+
+/// The gateway in process on a snapshot of ~0.5 MB of clusters (`config`
+/// otherwise), and the snapshot's directory (removed when dropped).
+async fn start_large(config: Config) -> (tempfile::TempDir, InProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    write_snapshot(dir.path());
+    let gw = InProcess::start(Config {
+        snapshot: Some(dir.path().to_owned()),
+        ..config
+    })
+    .await;
+    (dir, gw)
+}
+
+/// Warms the session and the cache with one answer of `path` read whole;
+/// its size.
+async fn warm(port: u16, path: &str) -> usize {
+    let (status, size) = inproc_get(port, path).await;
+    assert_eq!(status, 200);
+    assert!(size > 400_000, "the answer is {size} bytes");
+    size
 }
 
 /// Opens one HTTP/2 connection and `streams` GETs of `path` on it, reading

@@ -19,6 +19,17 @@ fn upstream_versions(history: &ConfigHistory, node: &str) -> Vec<String> {
         .collect()
 }
 
+/// What one version of a cluster named `only` costs, measured in an
+/// unbounded store (a long name makes the resource outweigh the
+/// bookkeeping by far).
+fn one_version(renderer: &Renderer, only: &str) -> u64 {
+    let probe = ConfigHistory::default();
+    probe
+        .recorder("p", "p", "c")
+        .published(&state(renderer, "0", &[(only, "9s")]));
+    probe.held_bytes().0
+}
+
 #[test]
 fn lists_each_version_with_its_changes_and_each_nack() {
     let renderer = Renderer::new(Codec::embedded());
@@ -122,16 +133,10 @@ fn a_resource_shared_by_versions_is_counted_once() {
 #[test]
 fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
     let renderer = Renderer::new(Codec::embedded());
-    // Measure one version's cost with an unbounded store, then bound a
-    // store to about three and a half of them (a long name makes the
-    // resource outweigh the bookkeeping by far).
+    // Bound a store to about three and a half versions.
     let only = "o".repeat(4000);
     let only = only.as_str();
-    let probe = ConfigHistory::default();
-    probe
-        .recorder("p", "p", "c")
-        .published(&state(&renderer, "0", &[(only, "9s")]));
-    let one = probe.held_bytes().0;
+    let one = one_version(&renderer, only);
     let history = ConfigHistory::with_max_bytes(one * 3 + one / 2);
     let (a, b) = (
         history.recorder("identity-a", "a", "c"),
@@ -206,11 +211,7 @@ fn a_principal_past_its_share_evicts_its_own_events_first() {
     let renderer = Renderer::new(Codec::embedded());
     let only = "o".repeat(4000);
     let only = only.as_str();
-    let probe = ConfigHistory::default();
-    probe
-        .recorder("p", "p", "c")
-        .published(&state(&renderer, "0", &[(only, "9s")]));
-    let one = probe.held_bytes().0;
+    let one = one_version(&renderer, only);
     // Room for ten versions; a principal may hold half of it.
     let history = ConfigHistory::with_max_bytes(one * 10).with_principal_share(50);
     let quiet = history
