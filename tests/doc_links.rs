@@ -233,3 +233,96 @@ fn the_checks_themselves() {
         ["t".to_owned(), "the-source-seam".to_owned()].into()
     );
 }
+
+/// The identifiers a code span names (`Type`, `module::item`, `value.method()`,
+/// `f()`): each part that reads as a Rust identifier of three characters or
+/// more. Spans with spaces, paths, flags or file names name no identifier.
+fn identifiers(span: &str) -> Vec<&str> {
+    let core = span.trim().trim_end_matches("()");
+    let is_file = [".rs", ".md", ".toml", ".yaml", ".py", ".sh", ".json"]
+        .iter()
+        .any(|ext| core.ends_with(ext));
+    if core.is_empty() || is_file || core.contains([' ', '/', '-', '?', '=', '"', '{']) {
+        return Vec::new();
+    }
+    core.split("::")
+        .flat_map(|p| p.split('.'))
+        .map(|p| p.trim_matches(|c: char| "()&*<>,;:[]!".contains(c)))
+        .filter(|p| {
+            p.len() > 2
+                && p.chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .collect()
+}
+
+/// Every word (identifier) of the Rust sources under `dirs`.
+fn source_words(dirs: &[&str]) -> BTreeSet<String> {
+    fn walk(dir: &Path, words: &mut BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_dir() {
+                walk(&path, words);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                words.extend(
+                    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .filter(|w| !w.is_empty())
+                        .map(str::to_owned),
+                );
+            }
+        }
+    }
+    let mut words = BTreeSet::new();
+    for dir in dirs {
+        walk(&Path::new(ROOT).join(dir), &mut words);
+    }
+    words
+}
+
+/// Issue 39: `docs/architecture.md` names only what exists. Every identifier
+/// in its code spans, and every `a.b` or `a::b` path in its code blocks, is a
+/// word of the Rust sources (`src/`, `tests/`, `bench/`), so a renamed type
+/// or a removed method fails here instead of leaving the map wrong.
+#[test]
+fn the_architecture_names_only_identifiers_that_exist() {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("docs/architecture.md")).unwrap();
+    let words = source_words(&["src", "tests", "bench"]);
+    let mut spans: Vec<&str> = text.lines().flat_map(code_spans).collect();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            spans.extend(line.split_whitespace().filter(|w| {
+                w.contains("::")
+                    || (w.contains('.')
+                        && w.chars()
+                            .all(|c| c.is_ascii_lowercase() || "._()".contains(c)))
+            }));
+        }
+    }
+    let missing: BTreeSet<String> = spans
+        .iter()
+        .flat_map(|span| identifiers(span).into_iter().map(move |id| (span, id)))
+        .filter(|(_, id)| !words.contains(*id))
+        .map(|(span, id)| format!("`{span}`: {id}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names what the sources do not:\n{}",
+        missing.into_iter().collect::<Vec<_>>().join("\n")
+    );
+    assert_eq!(identifiers("Renderer::resource"), ["Renderer", "resource"]);
+    assert_eq!(
+        identifiers("long_poll_share.take"),
+        ["long_poll_share", "take"]
+    );
+    assert!(identifiers("src/lib.rs").is_empty() && identifiers("--max-sessions").is_empty());
+}
