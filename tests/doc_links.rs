@@ -320,9 +320,6 @@ fn the_architecture_names_only_identifiers_that_exist() {
         missing.into_iter().collect::<Vec<_>>().join("\n")
     );
     assert_eq!(identifiers("Renderer::resource"), ["Renderer", "resource"]);
-    assert_eq!(
-        identifiers("long_poll_share.take"),
-        ["long_poll_share", "take"]
-    );
+    assert_eq!(identifiers("held_polls.take"), ["held_polls", "take"]);
     assert!(identifiers("src/lib.rs").is_empty() && identifiers("--max-sessions").is_empty());
 }
