@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 /// `resource.rs` and the `Renderer` moved to `renderer.rs`, the memo of
 /// assembled bodies out of `state.rs` into `bodies.rs`, and the config
 /// history out of the renderer, handed to the sessions and the admin
-/// apart.) A path through a re-export (`super::UpstreamContext` in
+/// apart; `source: coalesce -> stream`, when the coalescing was handed the
+/// stream's `nack` and `subscribe` instead of naming its `Protocol`.) A
+/// path through a re-export (`super::UpstreamContext` in
 /// `source/failover.rs`) is an edge to the module the item is defined in
 /// (`source::upstream`).
 const ALLOWED: &[&str] = &[
@@ -40,9 +42,6 @@ const ALLOWED: &[&str] = &[
     "config: fields -> proxies",
     "config: fields -> settings",
     "config: fields -> upstreams -> settings",
-    // source: the stream driver and the coalescing of subscription
-    // changes it sends through know each other.
-    "source: coalesce -> stream",
     // xds: the codec and the JSON pieces it calls back into.
     "xds: canonical -> json",
     "xds: json -> nesting",
