@@ -89,6 +89,8 @@ pub struct Prepared {
     config: Config,
     metrics: Arc<Metrics>,
     renderer: Renderer,
+    /// What the sessions record and the admin views read.
+    history: ConfigHistory,
     source: Arc<dyn Source>,
     auth: Option<Arc<AuthPolicy>>,
     profiles: Arc<NodeProfiles>,
@@ -164,13 +166,18 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         .with_sink(history_file);
     let renderer = Renderer::new(codec)
         .validating(config.validate == Validation::On)
-        .counting(metrics.resources_rendered(), metrics.opaque_resources())
-        .with_history(history);
-    let source = build_source(&config, &renderer, &metrics)?;
+        .counting(metrics.resources_rendered(), metrics.opaque_resources());
+    let parts = SourceParts {
+        renderer: renderer.clone(),
+        history: history.clone(),
+        metrics: metrics.clone(),
+    };
+    let source = build_source(&config, &parts)?;
     Ok(Prepared {
         config,
         metrics,
         renderer,
+        history,
         source,
         auth,
         profiles,
@@ -219,6 +226,7 @@ impl Prepared {
             config,
             metrics,
             renderer,
+            history,
             source,
             auth,
             profiles,
@@ -244,6 +252,7 @@ impl Prepared {
                 metrics.clone(),
                 gateway.clients(),
                 renderer,
+                history,
                 config.admin_views(),
             )
             .with_auth(auth)
@@ -423,15 +432,26 @@ fn admin_limits(config: &Config) -> ServeLimits {
     }
 }
 
+/// What every source is built with, whichever kind: the renderer, the
+/// config history its sessions record into (the admin views read the
+/// same), and the metrics.
+#[derive(Clone)]
+struct SourceParts {
+    renderer: Renderer,
+    history: ConfigHistory,
+    metrics: Arc<Metrics>,
+}
+
 /// What feeds the gateway: the snapshot without an upstream; one upstream
 /// in its configured mode (`auto` probes, then builds the source of the
 /// mode it finds with [`grpc_source`]); or, for several upstreams, a
 /// [`Federation`] of one source per upstream that owns names.
-fn build_source(
-    config: &Config,
-    renderer: &Renderer,
-    metrics: &Arc<Metrics>,
-) -> Result<Arc<dyn Source>, StartError> {
+fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Source>, StartError> {
+    let SourceParts {
+        renderer,
+        history,
+        metrics,
+    } = parts;
     let upstreams = config.upstream_set();
     if upstreams.specs.is_empty() {
         let origin = match &config.snapshot {
@@ -442,6 +462,7 @@ fn build_source(
         return Ok(Sessions::start(
             feeder,
             renderer.clone(),
+            history.clone(),
             metrics.clone(),
             config,
         ));
@@ -486,8 +507,7 @@ fn build_source(
                 Route::chain(chain),
                 namespace.for_owner(&spec.name),
                 config,
-                renderer,
-                metrics,
+                parts,
             ),
         };
         slots.push(slot);
@@ -513,36 +533,19 @@ fn upstream_source(
     route: Route,
     namespace: Namespace,
     config: &Config,
-    renderer: &Renderer,
-    metrics: &Arc<Metrics>,
+    parts: &SourceParts,
 ) -> Arc<dyn Source> {
     if spec.mode != UpstreamMode::Auto {
-        return grpc_source(
-            spec.mode,
-            spec.streams,
-            route,
-            namespace,
-            config,
-            renderer,
-            metrics,
-        );
+        return grpc_source(spec.mode, spec.streams, route, namespace, config, parts);
     }
     let ctx = route.primary().clone();
-    let (config, renderer, metrics) = (config.clone(), renderer.clone(), metrics.clone());
+    let (config, parts) = (config.clone(), parts.clone());
     let first_wait = config.first_response_timeout;
     let choose = {
         let ctx = ctx.clone();
         Box::new(move |mode, streams| {
             let route = Route::single(ctx.clone());
-            grpc_source(
-                mode,
-                streams,
-                route,
-                namespace.clone(),
-                &config,
-                &renderer,
-                &metrics,
-            )
+            grpc_source(mode, streams, route, namespace.clone(), &config, &parts)
         })
     };
     AutoSource::start(ctx, first_wait, choose)
@@ -555,19 +558,22 @@ fn grpc_source(
     route: Route,
     namespace: Namespace,
     config: &Config,
-    renderer: &Renderer,
-    metrics: &Arc<Metrics>,
+    parts: &SourceParts,
 ) -> Arc<dyn Source> {
-    let (renderer, metrics) = (renderer.clone(), metrics.clone());
+    let SourceParts {
+        renderer,
+        history,
+        metrics,
+    } = parts.clone();
     match mode {
         // The probe never answers auto; SotW is the mode every ADS server has.
         UpstreamMode::Sotw | UpstreamMode::Auto => {
             let feeder = SotwFeeder::new(route, streams, namespace);
-            Sessions::start(feeder, renderer, metrics, config)
+            Sessions::start(feeder, renderer, history, metrics, config)
         }
         UpstreamMode::Delta => {
             let feeder = DeltaFeeder::new(route, streams, namespace);
-            Sessions::start(feeder, renderer, metrics, config)
+            Sessions::start(feeder, renderer, history, metrics, config)
         }
         UpstreamMode::Fetch => {
             Arc::new(FetchSource::new(route.primary().clone(), config, namespace))

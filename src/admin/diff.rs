@@ -196,7 +196,7 @@ fn held(
         return Err(not_visible(sight, kind, node, None));
     }
     refuse_past_secrets(kind)?;
-    let history = admin.renderer.history();
+    let history = &admin.history;
     let found = history
         .version(node, None, kind, version)
         .ok_or_else(|| not_held(node, kind, version, &history.timelines(node, None, kind)))?;
@@ -226,8 +226,7 @@ fn refuse_past_secrets(kind: ResourceType) -> Result<(), ApiError> {
 fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Result<Found, ApiError> {
     refuse_past_secrets(kind)?;
     let found = admin
-        .renderer
-        .history()
+        .history
         .before(node, kind, &after.state)
         .ok_or_else(|| {
             ApiError::NotFound(format!(

@@ -130,7 +130,7 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
     if !sight.may_see_node(kind, node) || cluster.is_some_and(|c| !sight.may_see(kind, node, c)) {
         return Err(not_visible(sight, kind, node, cluster));
     }
-    let history = admin.renderer.history();
+    let history = &admin.history;
     let pretty = pretty_value(params.get("pretty").map(String::as_str));
     let timelines = history.timelines(node, cluster, kind);
     if timelines.is_empty() {
@@ -171,8 +171,7 @@ fn version_view(
     timelines: &[TimelineView],
 ) -> Result<VersionView, ApiError> {
     let held = admin
-        .renderer
-        .history()
+        .history
         .version(node, cluster, kind, version)
         .ok_or_else(|| not_held(node, kind, version, timelines))?;
     if kind == ResourceType::Secrets {

@@ -48,7 +48,7 @@ mod page;
 mod views;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{ClientBook, Renderer};
+use crate::cache::{ClientBook, ConfigHistory, Renderer};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
@@ -67,6 +67,9 @@ pub(crate) struct Admin {
     clients: Arc<ClientBook>,
     /// Renders `/debug/config` as the REST side would.
     renderer: Renderer,
+    /// What `/debug/history` and `/debug/diff` read (the sessions record
+    /// into the same).
+    history: ConfigHistory,
     config: AdminConfig,
     drain: Drain,
     /// The admin listener's TLS when it asks for client certificates
@@ -80,6 +83,7 @@ impl Admin {
         metrics: Arc<Metrics>,
         clients: Arc<ClientBook>,
         renderer: Renderer,
+        history: ConfigHistory,
         config: AdminConfig,
     ) -> Admin {
         Admin {
@@ -88,6 +92,7 @@ impl Admin {
             auth: None,
             clients,
             renderer,
+            history,
             config,
             drain: Drain::default(),
             client_trust: None,
@@ -277,7 +282,7 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
         .set_stale_sessions(admin.source.status().stale_sessions);
     admin
         .metrics
-        .set_history_bytes(admin.renderer.history().held_bytes().0);
+        .set_history_bytes(admin.history.held_bytes().0);
     let mut response = admin.metrics.encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -21,13 +21,21 @@ fn admin() -> Arc<Admin> {
     let renderer = Renderer::new(Codec::embedded());
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let history = crate::cache::ConfigHistory::default();
+    let source = Sessions::start(
+        feeder,
+        renderer.clone(),
+        history.clone(),
+        metrics.clone(),
+        &config,
+    );
     let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
     Arc::new(Admin::new(
         source,
         metrics,
         clients,
         renderer,
+        history,
         config.admin_views(),
     ))
 }

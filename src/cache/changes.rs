@@ -36,8 +36,8 @@ use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
 
 use super::by_name::{by_name, Paired};
+use super::renderer::Renderer;
 use super::request::ParsedRequest;
-use super::resource::Renderer;
 use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;

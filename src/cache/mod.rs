@@ -3,6 +3,7 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
+mod bodies;
 mod body;
 mod by_name;
 mod changes;
@@ -13,6 +14,7 @@ mod identity;
 mod node_json;
 mod payload_index;
 mod rejection;
+mod renderer;
 mod request;
 mod request_frame;
 mod resource;
@@ -34,9 +36,8 @@ pub(crate) use config_history::{
 };
 pub(crate) use identity::IdentityKey;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
+pub(crate) use renderer::Renderer;
 pub(crate) use request::{ParsedRequest, ParsedRequests};
-pub(crate) use resource::{
-    idle_memo, Renderer, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
-};
+pub(crate) use resource::{idle_memo, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
 pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
 pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};

@@ -1,30 +1,17 @@
-//! One upstream resource, decoded and rendered once per content version, and
-//! the render memo that makes "once" true across responses and sessions.
+//! One upstream resource, decoded and rendered ([`Resource`]), and the
+//! small things that go with it: its name read straight from the wire
+//! ([`resource_name`]), how a delta upstream named one of a delta-only type
+//! ([`WrapperName`]), why one could not be taken ([`ResourceError`]), and
+//! the idle-bounded memo every cache memo is built as ([`idle_memo`]).
 //!
-//! A resource is identified by (type, SHA-256 of its protobuf bytes): an
-//! update in which one of N resources changed costs one decode and render; the
-//! N-1 others come from the memo. Renders for REST clients (with config
-//! sources rewritten) are memoised per (resource digest, target) the same way.
-//!
-//! The delta-only types (VHDS, LEDS) are named by their delta `Resource`
-//! wrapper, not by a field of their own, so they are kept and rendered in
-//! that wrapper (name, aliases, version and the resource): the digest is of
-//! the wrapper, so two resources with the same body and different names
-//! never share a memo entry, and a REST answer keeps every name.
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! A leaf of `cache`: it names nothing of it, so the states, the sets and
+//! the history that hold resources, and the renderer that makes them
+//! (`renderer.rs`), name it without being named back.
 
 use bytes::Bytes;
 use moka::sync::Cache;
-use prometheus_client::metrics::counter::Counter;
-use sha2::{Digest as _, Sha256};
 
-use super::config_history::ConfigHistory;
-use super::resource_set::SharedAnswers;
-use super::state::Bodies;
-use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
-use crate::xds::{Codec, JsonError, ResourceType, Validator, Violation};
+use crate::xds::{JsonError, ResourceType, Violation};
 
 /// Why a resource could not be taken.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -76,16 +63,6 @@ pub(crate) struct WrapperName {
 /// Type URL of the delta wrapper the delta-only types are rendered in.
 pub(crate) const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
-/// How many rendered resources (plain and rewritten) the memo keeps.
-const RENDER_MEMO_ENTRIES: u64 = 200_000;
-
-/// How long a render nobody looked up stays in the memo. Without it, every
-/// content an upstream ever sent stayed until the entry bound (a cluster
-/// changed every second is 3,600 dead renders an hour, RSS growing for
-/// days); what a state still holds lives on in the state, and a miss
-/// costs one render.
-const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// A memo of at most `entries` entries, each dropped after `idle` without
 /// a lookup.
 pub(crate) fn idle_memo<K, V>(entries: u64, idle: std::time::Duration) -> Cache<K, V>
@@ -97,271 +74,6 @@ where
         .max_capacity(entries)
         .time_to_idle(idle)
         .build()
-}
-
-/// Decodes and renders resources, remembering every render by digest, and
-/// holds the memo of assembled response bodies and the config history
-/// (what sessions publish is recorded there; the admin views read it).
-#[derive(Clone)]
-pub(crate) struct Renderer {
-    codec: Codec,
-    plain: Cache<(ResourceType, Digest), Arc<Resource>>,
-    rewritten: Cache<(Digest, RestTarget), Bytes>,
-    bodies: Bodies,
-    /// The sets upstream answers decoded to, shared by the sessions that
-    /// receive the same answer.
-    answers: SharedAnswers,
-    history: ConfigHistory,
-    /// Envoy's field rules, checked on every new resource (`--validate`).
-    validator: Option<Arc<Validator>>,
-    /// Counts resources decoded in full, checked and rendered (memo misses).
-    rendered: Counter,
-    /// Counts those of them served with an opaque `Any`.
-    rendered_opaque: Counter,
-    /// Each type the gateway had no descriptor for, and how many resources
-    /// of a new content held it: what `/readyz` names.
-    opaque_types: Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
-}
-
-impl std::fmt::Debug for Renderer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renderer").finish_non_exhaustive()
-    }
-}
-
-impl Renderer {
-    /// A renderer that checks every resource against Envoy's field rules.
-    pub(crate) fn new(codec: Codec) -> Renderer {
-        Renderer::with_bodies(codec, Bodies::default()).validating(true)
-    }
-
-    /// Whether resources are checked against Envoy's field rules.
-    pub(crate) fn validating(mut self, on: bool) -> Renderer {
-        self.validator = on.then(|| Arc::new(Validator::new(self.codec.pool().clone())));
-        self
-    }
-
-    /// Counts its renders with `rendered`, and those served with an opaque
-    /// `Any` with `opaque` (metrics).
-    pub(crate) fn counting(mut self, rendered: Counter, opaque: Counter) -> Renderer {
-        self.rendered = rendered;
-        self.rendered_opaque = opaque;
-        self
-    }
-
-    /// Each type the gateway had no descriptor for, with how many resources
-    /// of a new content held it.
-    pub(crate) fn opaque_types(&self) -> Vec<(String, u64)> {
-        let seen = crate::sync::lock(&self.opaque_types);
-        seen.iter().map(|(t, n)| (t.clone(), *n)).collect()
-    }
-
-    /// The types of `message`'s `Any`s the codec does not know, noted.
-    fn note_opaque(&self, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
-        let unknown = crate::xds::opaque::unknown_types(&self.codec, message);
-        if unknown.is_empty() {
-            return Box::default();
-        }
-        self.rendered_opaque.inc();
-        let mut seen = crate::sync::lock(&self.opaque_types);
-        for type_url in &unknown {
-            *seen.entry(type_url.clone()).or_default() += 1;
-        }
-        unknown.into_iter().collect()
-    }
-
-    /// Resources rendered so far (decoded in full, checked, rendered).
-    #[cfg(test)]
-    pub(crate) fn rendered(&self) -> u64 {
-        self.rendered.get()
-    }
-
-    /// A renderer whose body memo holds at most `bytes` (tests of eviction;
-    /// none at all for the benchmarks' pipeline, `source/pipeline.rs`).
-    pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Renderer {
-        Renderer::with_bodies(codec, Bodies::with_capacity(bytes)).validating(true)
-    }
-
-    fn with_bodies(codec: Codec, bodies: Bodies) -> Renderer {
-        Renderer {
-            codec,
-            plain: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
-            rewritten: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
-            bodies,
-            answers: SharedAnswers::default(),
-            history: ConfigHistory::default(),
-            validator: None,
-            rendered: Counter::default(),
-            rendered_opaque: Counter::default(),
-            opaque_types: Arc::default(),
-        }
-    }
-
-    /// The same renderer, keeping `history` (`--history-max-bytes`,
-    /// `--history-file`).
-    pub(crate) fn with_history(mut self, history: ConfigHistory) -> Renderer {
-        self.history = history;
-        self
-    }
-
-    /// The config history (`config_history.rs`).
-    pub(crate) fn history(&self) -> &ConfigHistory {
-        &self.history
-    }
-
-    pub(crate) fn codec(&self) -> &Codec {
-        &self.codec
-    }
-
-    /// The sets upstream answers decoded to ([`SharedAnswers`]).
-    pub(crate) fn answers(&self) -> &SharedAnswers {
-        &self.answers
-    }
-
-    /// The memo of assembled bodies.
-    pub(crate) fn bodies(&self) -> &Bodies {
-        &self.bodies
-    }
-
-    /// The rendered resource for `payload` of `kind`: from the memo, or
-    /// decoded, checked against Envoy's rules and rendered now. Fails if the
-    /// bytes do not decode, any nested `Any` names an unknown type, or a rule
-    /// is broken. Only good resources are remembered.
-    ///
-    /// Once per content, however many sessions decode it at the same time
-    /// (a SotW push brings the same new resource to every session at once,
-    /// each on a blocking thread of its own): the first renders, the others
-    /// wait for its result (`try_get_with`).
-    pub(crate) fn resource(
-        &self,
-        kind: ResourceType,
-        payload: Bytes,
-    ) -> Result<Arc<Resource>, ResourceError> {
-        let digest: Digest = Sha256::digest(&payload).into();
-        self.plain
-            .try_get_with((kind, digest), || self.render(kind, digest, payload))
-            .map_err(|e| (*e).clone())
-    }
-
-    /// [`resource`](Self::resource) on a memo miss.
-    fn render(
-        &self,
-        kind: ResourceType,
-        digest: Digest,
-        payload: Bytes,
-    ) -> Result<Arc<Resource>, ResourceError> {
-        let type_url = kind.type_url();
-        if kind.delta_only() {
-            return Err(JsonError::Decode {
-                type_url: type_url.to_owned(),
-                reason: "a delta-only type is named by its delta Resource wrapper".into(),
-            }
-            .into());
-        }
-        let name = resource_name(&payload)
-            .ok_or_else(|| JsonError::Decode {
-                type_url: type_url.to_owned(),
-                reason: "resource has no name (field 1)".into(),
-            })?
-            .to_owned();
-        let message = self.checked(kind, &payload, &name)?;
-        let json = self.codec.render_resource(type_url, &message)?;
-        Ok(Arc::new(Resource {
-            kind,
-            name,
-            aliases: Vec::new(),
-            digest,
-            payload,
-            json,
-            opaque: self.note_opaque(&message),
-        }))
-    }
-
-    /// The rendered resource for `payload` of a delta-only `kind`, named
-    /// (and versioned) as its delta wrapper says: decoded and checked like
-    /// any other, rendered inside an `envoy.service.discovery.v3.Resource`.
-    pub(crate) fn delta_named(
-        &self,
-        kind: ResourceType,
-        wrapper: WrapperName,
-        payload: Bytes,
-    ) -> Result<Arc<Resource>, ResourceError> {
-        use envoy_types::pb::envoy::service::discovery::v3::Resource as Wrapper;
-        use envoy_types::pb::google::protobuf::Any;
-        use prost::Message as _;
-        let encoded = Wrapper {
-            name: wrapper.name.clone(),
-            aliases: wrapper.aliases.clone(),
-            version: wrapper.version,
-            resource: Some(Any {
-                type_url: kind.type_url().to_owned(),
-                value: payload.to_vec(),
-            }),
-            ..Wrapper::default()
-        }
-        .encode_to_vec();
-        let digest: Digest = Sha256::digest(&encoded).into();
-        self.plain
-            .try_get_with((kind, digest), || {
-                let message = self.checked(kind, &payload, &wrapper.name)?;
-                let json = self.codec.render_any(RESOURCE_WRAPPER, &encoded)?;
-                Ok(Arc::new(Resource {
-                    kind,
-                    name: wrapper.name,
-                    aliases: wrapper.aliases,
-                    digest,
-                    payload,
-                    json,
-                    opaque: self.note_opaque(&message),
-                }))
-            })
-            .map_err(|e: Arc<ResourceError>| (*e).clone())
-    }
-
-    /// `payload` decoded as `kind`, checked against Envoy's field rules when
-    /// validating.
-    fn checked(
-        &self,
-        kind: ResourceType,
-        payload: &[u8],
-        name: &str,
-    ) -> Result<prost_reflect::DynamicMessage, ResourceError> {
-        self.rendered.inc();
-        let message = self.codec.decode_any(kind.type_url(), payload)?;
-        if let Some(validator) = &self.validator {
-            validator
-                .validate(&message)
-                .map_err(|violation| ResourceError::Invalid {
-                    type_name: kind.message_name(),
-                    name: name.to_owned(),
-                    violation,
-                })?;
-        }
-        Ok(message)
-    }
-
-    /// The resource's JSON with ADS/self config sources pointed at `target`.
-    pub(crate) fn rewritten(
-        &self,
-        resource: &Resource,
-        target: &RestTarget,
-    ) -> Result<Bytes, JsonError> {
-        if resource.kind.delta_only() {
-            // Tooling reads these; no REST Envoy follows their config sources.
-            return Ok(resource.json.clone());
-        }
-        let key = (resource.digest, target.clone());
-        if let Some(hit) = self.rewritten.get(&key) {
-            return Ok(hit);
-        }
-        let type_url = resource.kind.type_url();
-        let json = match rewrite_config_sources(&self.codec, type_url, &resource.payload, target)? {
-            Some(bytes) => self.codec.render_any(type_url, &bytes)?,
-            None => resource.json.clone(),
-        };
-        self.rewritten.insert(key, json.clone());
-        Ok(json)
-    }
 }
 
 /// The resource's name: field 1 (a string) in every REST-served type
@@ -396,6 +108,7 @@ pub(crate) fn resource_name(mut buf: &[u8]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::Codec;
     use prost_reflect::Kind;
 
     #[test]
@@ -411,56 +124,6 @@ mod tests {
                 field.name()
             );
         }
-    }
-
-    /// A renderer, and the payload of a Cluster `c1` with `connect_timeout`.
-    fn renderer_and_cluster(connect_timeout: &str) -> (Renderer, Bytes) {
-        let codec = Codec::embedded();
-        let payload = crate::cache::test_states::cluster_payload(&codec, "c1", connect_timeout);
-        (Renderer::new(codec), payload)
-    }
-
-    #[test]
-    fn renders_once_per_digest() {
-        let (r, payload) = renderer_and_cluster("1s");
-        let a = r.resource(ResourceType::Clusters, payload.clone()).unwrap();
-        let b = r.resource(ResourceType::Clusters, payload).unwrap();
-        assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.name, "c1");
-        assert_eq!(r.rendered(), 1, "the second is a memo hit");
-    }
-
-    /// The race `tests/push_work.rs` met in CI: 50 sessions decode a
-    /// push's one new resource at the same time, each on a thread of its
-    /// own; it is rendered once, and every session holds that one render.
-    #[test]
-    fn concurrent_decodes_of_one_content_render_it_once() {
-        let (r, payload) = renderer_and_cluster("7s");
-        let start = std::sync::Barrier::new(16);
-        let renders: Vec<Arc<Resource>> = std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..16)
-                .map(|_| {
-                    scope.spawn(|| {
-                        start.wait();
-                        r.resource(ResourceType::Clusters, payload.clone()).unwrap()
-                    })
-                })
-                .collect();
-            threads.into_iter().map(|t| t.join().unwrap()).collect()
-        });
-        assert_eq!(r.rendered(), 1, "one render for 16 decodes at once");
-        assert!(renders.iter().all(|x| Arc::ptr_eq(x, &renders[0])));
-    }
-
-    #[test]
-    fn a_bad_resource_is_an_error_every_time_and_not_remembered() {
-        let r = Renderer::new(Codec::embedded());
-        // Named "c1", then field 2 (`alt_stat_name`, a string) as a varint.
-        let garbage = Bytes::from_static(&[0x0a, 0x02, b'c', b'1', 0x10, 0x05]);
-        for _ in 0..2 {
-            assert!(r.resource(ResourceType::Clusters, garbage.clone()).is_err());
-        }
-        assert_eq!(r.rendered(), 2, "a failure is tried again, not memoised");
     }
 
     #[test]

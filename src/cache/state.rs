@@ -30,11 +30,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
 
+use super::bodies::{Assembled, Bodies};
 use super::body::JsonBody;
-use super::resource::{Renderer, Resource};
+use super::renderer::Renderer;
+use super::resource::Resource;
 use super::resource_set::{IntoResourceSet, ResourceSet};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{membership, xdstp, JsonError, ResourceType};
@@ -44,17 +45,6 @@ pub(crate) const DIGEST_SEPARATOR: char = '~';
 /// Hex digits of the selection digest (48 bits: enough to tell one client's
 /// versions apart, short enough to read).
 const DIGEST_HEX: usize = 12;
-/// Total bytes of assembled resources pieces kept, all states together.
-const BODIES_BYTES: u64 = 256 * 1024 * 1024;
-/// Total bytes of answers' own parts (versions, openings, closings) kept.
-const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
-/// A body nobody asked for this long is dropped: once a state is
-/// superseded its bodies are never asked for again, and without a time
-/// bound they stayed until the byte bound pushed them out (under a change a
-/// second, the soak's RSS grew for most of an hour). A body dropped while
-/// still current is assembled again at its next poll.
-const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// The names a request asks for: everything, or a sorted, de-duplicated set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Names {
@@ -191,34 +181,6 @@ pub(crate) struct TypeState {
     id: u64,
 }
 
-/// One answer as memoised: its version, and the body's own pieces around
-/// the resources, which are shared ([`Bodies`]).
-#[derive(Debug)]
-struct Assembled {
-    state: u64,
-    /// The SHA-256 of the names it answers ([`names_digest`]), not the
-    /// names: an answer for 19,000 names that match nothing is a ~100-byte
-    /// body, and holding its names made it weigh ~1.2 MB (issue 20,
-    /// finding 4). Collision-resistant, so a hit is still confirmed.
-    names: [u8; 32],
-    target: Option<RestTarget>,
-    version: String,
-    head: Bytes,
-    tail: Bytes,
-    /// The key of its shared resources piece, looked up on every hit (which
-    /// keeps the piece from idling out while it is served; a hit whose piece
-    /// was evicted is assembled again): answers, small to hold, never keep
-    /// big pieces alive past that memo's bounds.
-    piece: SharedKey,
-}
-
-impl Assembled {
-    /// What it holds of its own (what the memo weighs it by).
-    fn held_bytes(&self) -> usize {
-        std::mem::size_of::<Assembled>() + self.head.len() + self.tail.len() + self.version.len()
-    }
-}
-
 /// The SHA-256 of a request's names (each length-prefixed; the wildcard
 /// as `*` with no prefix, which no prefixed list can produce).
 fn names_digest(names: &Names) -> [u8; 32] {
@@ -233,106 +195,6 @@ fn names_digest(names: &Names) -> [u8; 32] {
         }
     }
     hasher.finalize().into()
-}
-
-/// What a shared resources piece is keyed by: the type and the full
-/// selection digest ([`TypeState::selection`]: the names asked, the rewrite
-/// target, and the name and content digest of every resource selected).
-type SharedKey = (ResourceType, [u8; 32]);
-
-/// The memo of assembled bodies, in two parts:
-///
-/// - answers, per (state, names, target): the version and the body's own
-///   opening and closing, keyed by a hash confirmed on every hit (a
-///   collision of the key costs an assembly, never a wrong body);
-/// - the resources pieces, by content ([`SharedKey`]): every state holding
-///   the same resources for the same names and target (every node identity
-///   after the same push) shares one piece, assembled once.
-///
-/// Both are byte-bounded LRUs.
-#[derive(Clone)]
-pub(crate) struct Bodies {
-    answers: Cache<u64, Arc<Assembled>>,
-    shared: Cache<SharedKey, Arc<Bytes>>,
-}
-
-impl std::fmt::Debug for Bodies {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Bodies")
-            .field("answers", &self.answers.entry_count())
-            .field("shared", &self.shared.entry_count())
-            .finish()
-    }
-}
-
-impl Default for Bodies {
-    fn default() -> Bodies {
-        Bodies::with_capacity(BODIES_BYTES)
-    }
-}
-
-impl Bodies {
-    /// A memo holding at most `bytes` of shared resources pieces, and at
-    /// most [`ANSWERS_BYTES`] (or `bytes`, if smaller) of answers' own parts.
-    pub(super) fn with_capacity(bytes: u64) -> Bodies {
-        Bodies {
-            answers: Cache::builder()
-                .max_capacity(bytes.min(ANSWERS_BYTES))
-                .time_to_idle(BODIES_IDLE)
-                .weigher(|_, a: &Arc<Assembled>| u32::try_from(a.held_bytes()).unwrap_or(u32::MAX))
-                .build(),
-            shared: Cache::builder()
-                .max_capacity(bytes)
-                .time_to_idle(BODIES_IDLE)
-                .weigher(|_, piece: &Arc<Bytes>| {
-                    u32::try_from(piece.len() + 96).unwrap_or(u32::MAX)
-                })
-                .build(),
-        }
-    }
-
-    fn key(state: u64, names: &[u8; 32], target: Option<&RestTarget>) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = xxhash_rust::xxh3::Xxh3::default();
-        state.hash(&mut hasher);
-        names.hash(&mut hasher);
-        target.hash(&mut hasher);
-        hasher.finish()
-    }
-
-    fn get(
-        &self,
-        key: u64,
-        state: u64,
-        names: &[u8; 32],
-        target: Option<&RestTarget>,
-    ) -> Option<Arc<Assembled>> {
-        self.answers
-            .get(&key)
-            .filter(|a| a.state == state && a.names == *names && a.target.as_ref() == target)
-    }
-
-    /// The shared resources piece of `key`, assembled by `make` if no state
-    /// holding the same resources was answered before.
-    fn shared(
-        &self,
-        key: SharedKey,
-        make: impl FnOnce() -> Result<Bytes, JsonError>,
-    ) -> Result<Arc<Bytes>, JsonError> {
-        if let Some(hit) = self.shared.get(&key) {
-            return Ok(hit);
-        }
-        let piece = Arc::new(make()?);
-        self.shared.insert(key, piece.clone());
-        Ok(piece)
-    }
-
-    /// How many resources pieces are held (tests of sharing).
-    #[cfg(test)]
-    pub(crate) fn shared_pieces(&self) -> u64 {
-        self.shared.run_pending_tasks();
-        self.shared.entry_count()
-    }
 }
 
 impl TypeState {

@@ -184,7 +184,13 @@ fn demo_gateway() -> Arc<Gateway> {
     };
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let source = Sessions::start(
+        feeder,
+        renderer.clone(),
+        crate::cache::ConfigHistory::default(),
+        metrics.clone(),
+        &config,
+    );
     Arc::new(Gateway::new(config.rest(), source, renderer, metrics))
 }
 

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::backoff::Backoff;
 use super::polled::Polled;
-use super::probe;
+use super::upstream::probe;
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
 use crate::cache::ParsedRequest;

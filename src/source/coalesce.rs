@@ -4,6 +4,10 @@
 //! start-up), and answering each with its own upstream request made the
 //! upstream send the growing set back thousands of times, O(names²) work on
 //! both sides. A NACK is never held back.
+//!
+//! What the requests are is the stream's protocol's business: this module
+//! asks for them through the functions it is handed, and names nothing of
+//! the stream driver (`stream.rs`), which names it.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,7 +16,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::session::Command;
-use super::stream::Protocol;
 use crate::xds::ResourceType;
 
 /// How long a subscription change waits for others to join it in one
@@ -30,13 +33,14 @@ pub(super) struct PendingSubscriptions {
 }
 
 impl PendingSubscriptions {
-    /// Takes a session command: a NACK's request at once; a subscription
-    /// change joins the window (opening one if none is open).
-    pub(super) fn take<P: Protocol>(
+    /// Takes a session command: a NACK's request (made by `nack`) at once;
+    /// a subscription change joins the window (opening one if none is
+    /// open).
+    pub(super) fn take<R>(
         &mut self,
-        protocol: &mut P,
         command: Command,
-    ) -> Option<P::Request> {
+        nack: impl FnOnce(ResourceType, String, String) -> Option<R>,
+    ) -> Option<R> {
         match command {
             Command::Resubscribe(kind) => {
                 self.kinds.insert(kind);
@@ -48,20 +52,21 @@ impl PendingSubscriptions {
                 kind,
                 presented,
                 message,
-            } => protocol.nack(kind, presented, message),
+            } => nack(kind, presented, message),
         }
     }
 
-    /// Sends one request per type that changed in the window (each with the
-    /// subscription as it is now) and closes the window.
-    pub(super) async fn flush<P: Protocol>(
+    /// Sends one request per type that changed in the window (each made by
+    /// `subscribe`, with the subscription as it is now) and closes the
+    /// window.
+    pub(super) async fn flush<R>(
         &mut self,
-        protocol: &mut P,
-        tx: &mpsc::Sender<P::Request>,
+        tx: &mpsc::Sender<R>,
+        mut subscribe: impl FnMut(ResourceType) -> Option<R>,
     ) {
         self.deadline = None;
         for kind in std::mem::take(&mut self.kinds) {
-            send(tx, protocol.subscribe(kind)).await;
+            send(tx, subscribe(kind)).await;
         }
     }
 }

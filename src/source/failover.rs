@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::health::Health;
+use super::upstream::Health;
 use super::upstream_log::stamp;
 use super::view::Placement;
 use super::UpstreamContext;

@@ -41,7 +41,9 @@ use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Sess
 use super::view::SessionView;
 use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
 use crate::cache::Suspicion;
-use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
+use crate::cache::{
+    upstream_version, ConfigHistory, IdentityKey, ParsedRequest, Renderer, TypeState,
+};
 use crate::config::Config;
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
@@ -77,6 +79,8 @@ pub(crate) struct Sessions<F> {
     /// The extension lists of the sessions' nodes, one per distinct list.
     nodes: NodeInterner,
     renderer: Renderer,
+    /// Where every session records what it publishes (and the NACKs).
+    history: ConfigHistory,
     metrics: Arc<Metrics>,
     limits: Limits,
     /// What each principal holds of `--max-sessions`.
@@ -136,6 +140,7 @@ impl<F: Feeder> Sessions<F> {
     pub(crate) fn start(
         feeder: F,
         renderer: Renderer,
+        history: ConfigHistory,
         metrics: Arc<Metrics>,
         config: &Config,
     ) -> Arc<Sessions<F>> {
@@ -145,6 +150,7 @@ impl<F: Feeder> Sessions<F> {
             decoding: Semaphore::new(DECODES_AT_ONCE),
             nodes: NodeInterner::default(),
             renderer,
+            history,
             metrics,
             limits: Limits {
                 max_sessions: config.max_sessions,
@@ -228,8 +234,7 @@ impl<F: Feeder> Sessions<F> {
         let share = self.share.take(tenant)?;
         let bytes_share = self.bytes_share.take_weighing(tenant, bytes)?;
         let history = self
-            .renderer
-            .history()
+            .history
             .recorder(key.as_str(), &node.id, &node.cluster)
             .owned_by(tenant.map(Tenant::name));
         let (session, commands) = Session::recorded(self.nodes.intern(node), Some(history));
@@ -605,8 +610,13 @@ mod tests {
         };
         let renderer = Renderer::new(Codec::embedded());
         let script = Script::new(renderer.clone());
-        let sessions =
-            Sessions::start(script.feeder(), renderer, Arc::new(Metrics::new()), &config);
+        let sessions = Sessions::start(
+            script.feeder(),
+            renderer,
+            crate::cache::ConfigHistory::default(),
+            Arc::new(Metrics::new()),
+            &config,
+        );
         script.set(ResourceType::Clusters, "1", &[]).await;
         let parsed = ParsedRequests::new(SessionKey::Node);
         let small = parsed.parse(node_request("small", 1)).unwrap();

@@ -42,11 +42,11 @@ use super::backoff::Backoff;
 use super::coalesce::{send, PendingSubscriptions};
 use super::failover::{Route, FAILBACK_REASON, FAILOVER_REASON};
 use super::feeder::Feeder;
-use super::health::Health;
 use super::namespace::Namespace;
-use super::probe;
 use super::session::{Command, Session};
 use super::unserved::Refused;
+use super::upstream::probe;
+use super::upstream::Health;
 use super::view::{Phase, Placement};
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
@@ -538,10 +538,17 @@ async fn one_stream<P: Protocol>(
         tokio::select! {
             response = &mut call => break response?,
             command = commands.recv() => match command {
-                Some(command) => send(&tx, pending.take(protocol, command)).await,
+                Some(command) => {
+                    let request = pending.take(command, |kind, presented, message| {
+                        protocol.nack(kind, presented, message)
+                    });
+                    send(&tx, request).await
+                }
                 None => return Ok(()),
             },
-            () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
+            () = sleep_until(pending.deadline) => {
+                pending.flush(&tx, |kind| protocol.subscribe(kind)).await
+            }
             () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
             () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
                 info!("upstream answers health checks; the stream has nothing new to say yet");
@@ -584,10 +591,17 @@ async fn one_stream<P: Protocol>(
                 None => return Err(StreamError::Closed),
             },
             command = commands.recv() => match command {
-                Some(command) => send(&tx, pending.take(protocol, command)).await,
+                Some(command) => {
+                    let request = pending.take(command, |kind, presented, message| {
+                        protocol.nack(kind, presented, message)
+                    });
+                    send(&tx, request).await
+                }
                 None => return Ok(()),
             },
-            () = sleep_until(pending.deadline) => pending.flush(protocol, &tx).await,
+            () = sleep_until(pending.deadline) => {
+                pending.flush(&tx, |kind| protocol.subscribe(kind)).await
+            }
             () = sleep_until(timer) => {
                 let now = Instant::now();
                 protocol.timer(now);

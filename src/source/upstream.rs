@@ -2,7 +2,17 @@
 //! one lazily connecting HTTP/2 channel (plaintext or TLS / mTLS),
 //! keepalive, message size limits, the metadata sent on every call, the
 //! "has answered" readiness mark, and unary calls (the `Fetch*` RPCs and the
-//! HDS/CSDS pass-through).
+//! HDS/CSDS pass-through): [`UpstreamContext`]. With it, what is known of
+//! one upstream beyond its channel: whether it answers now ([`health`], for
+//! failover) and which API it speaks ([`probe`], for `--upstream-mode
+//! auto` and readiness).
+//!
+//! Almost every module of `source` names the context; so that none of them
+//! is named back, this module names nothing of `source` but the leaves it
+//! is made of (`backoff`, `frame_codec`, `held`) and its own children.
+
+pub(crate) mod health;
+pub(crate) mod probe;
 
 use super::frame_codec::{FrameCodec, FromFrame};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,15 +29,14 @@ use tonic::Code;
 use tracing::{debug, info};
 
 use super::backoff::Backoff;
-use super::delta::HeldSets;
-use super::health::Health;
-use super::probe;
+use super::held::HeldSets;
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::cache::Renderer;
 use crate::config::{UpstreamSpec, UpstreamTls};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::xds::Endpoint;
+pub(super) use health::Health;
 
 /// Why a unary call failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -337,6 +337,7 @@ async fn page_of(
         metrics,
         clients,
         renderer,
+        crate::cache::ConfigHistory::default(),
         config.admin_views(),
     );
     let views = Views::of(&admin, 0);
@@ -359,7 +360,13 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
 
     let metrics = Arc::new(Metrics::new());
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
-    let snapshot = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let snapshot = Sessions::start(
+        feeder,
+        renderer.clone(),
+        crate::cache::ConfigHistory::default(),
+        metrics.clone(),
+        &config,
+    );
     let (views, html) = page_of(snapshot, metrics, config.clone()).await;
     let session = &views.sessions.sessions[0].session;
     assert!(session.stream.is_none(), "{session:?}");
@@ -390,7 +397,13 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     let ctx = UpstreamContext::new(spec, max_bytes, renderer.clone(), metrics.clone()).unwrap();
     let namespace = Namespace::new(Default::default(), &spec.name, &spec.name);
     let feeder = SotwFeeder::new(Route::single(ctx), UpstreamStreams::Aggregated, namespace);
-    let upstream = Sessions::start(feeder, renderer, metrics.clone(), &config);
+    let upstream = Sessions::start(
+        feeder,
+        renderer,
+        crate::cache::ConfigHistory::default(),
+        metrics.clone(),
+        &config,
+    );
     let (views, html) = page_of(upstream, metrics, config).await;
     let session = &views.sessions.sessions[0].session;
     let stream = session

@@ -30,7 +30,13 @@ fn scripted(config: Config) -> (Arc<Gateway>, Arc<Script>) {
     let renderer = Renderer::new(Codec::embedded());
     let script = Script::new(renderer.clone());
     let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(script.feeder(), renderer.clone(), metrics.clone(), &config);
+    let source = Sessions::start(
+        script.feeder(),
+        renderer.clone(),
+        crate::cache::ConfigHistory::default(),
+        metrics.clone(),
+        &config,
+    );
     (assemble(source, renderer, metrics, config), script)
 }
 
@@ -43,7 +49,13 @@ fn demo_gateway(config: Config) -> Arc<Gateway> {
     let renderer = Renderer::new(Codec::embedded());
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let source = Sessions::start(
+        feeder,
+        renderer.clone(),
+        crate::cache::ConfigHistory::default(),
+        metrics.clone(),
+        &config,
+    );
     assemble(source, renderer, metrics, config)
 }
 
@@ -502,7 +514,13 @@ fn snapshot_gateway(dir: &std::path::Path, config: Config) -> Arc<Gateway> {
     let origin = Origin::Dir(dir.to_owned());
     let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(feeder, renderer.clone(), metrics.clone(), &config);
+    let source = Sessions::start(
+        feeder,
+        renderer.clone(),
+        crate::cache::ConfigHistory::default(),
+        metrics.clone(),
+        &config,
+    );
     assemble(source, renderer, metrics, config)
 }
 

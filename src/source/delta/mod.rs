@@ -16,10 +16,11 @@
 //!
 //! A delta stream has no state-of-the-world version, so the published
 //! version is a digest of the sorted (name, per-resource version) pairs held:
-//! the first 16 hex digits of their SHA-256 (see [`digest`]). It is the same
-//! for the same upstream resources whichever order or stream they came by,
-//! and it changes whenever a resource is added, changed or removed. A
-//! resource the upstream sent without a version is digested by its content.
+//! the first 16 hex digits of their SHA-256 (see `digest` in
+//! `source/held.rs`). It is the same for the same upstream resources
+//! whichever order or stream they came by, and it changes whenever a
+//! resource is added, changed or removed. A resource the upstream sent
+//! without a version is digested by its content.
 //!
 //! # Coverage: which requests a state can answer
 //!
@@ -64,13 +65,11 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-mod held;
 mod state;
 #[cfg(test)]
 mod tests;
 mod update;
 
-pub(super) use self::held::HeldSets;
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
 use super::namespace::Namespace;
@@ -90,8 +89,6 @@ use super::session::SETTLE;
 use crate::log_escape::Escaped;
 /// The wildcard subscription name.
 const WILDCARD: &str = "*";
-/// Hex digits of SHA-256 in a published version.
-const VERSION_HEX_DIGITS: usize = 16;
 
 /// The delta protocol of one session.
 pub(crate) struct Delta {

@@ -10,11 +10,11 @@ use tracing::debug;
 
 use tokio::time::Instant;
 
-use super::held::{Edit, HeldSet, HeldSets};
 use super::update::Update;
 use super::SETTLE;
 use crate::cache::{Coverage, TypeState};
 use crate::log_escape::Escaped;
+use crate::source::held::{Edit, HeldSet, HeldSets};
 use crate::xds::{membership, ResourceType};
 
 /// What the gateway knows of one type, across streams.

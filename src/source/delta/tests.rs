@@ -1,10 +1,10 @@
 //! Unit tests of delta mode's pure parts: digests, diffs, decoding and coverage.
 
-use super::held::Edit;
 use super::state::*;
 use super::update::*;
 use super::*;
 use crate::cache::{Renderer, Resource};
+use crate::source::held::{digest, Edit, HeldResource, HeldSets, VERSION_HEX_DIGITS};
 use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
 use envoy_types::pb::google::protobuf::Any;
 use std::sync::Arc;

@@ -1,62 +1,19 @@
 //! Delta responses as data: what one response adds, marks absent or
-//! removes ([`Update`], validated as a whole), the published version digest,
-//! and the subscribe/unsubscribe diff between two subscriptions.
+//! removes ([`Update`], validated as a whole), and the
+//! subscribe/unsubscribe diff between two subscriptions. (The published
+//! version digest is the held sets', in `source/held.rs`.)
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
-use sha2::{Digest as _, Sha256};
 
-use super::{NOT_FOUND, VERSION_HEX_DIGITS, WILDCARD};
-use crate::cache::{Coverage, Renderer, Resource, WrapperName};
+use super::{NOT_FOUND, WILDCARD};
+use crate::cache::{Coverage, Renderer, WrapperName};
 use crate::source::decode::{decode_delta_named, decode_one, ttl_of, Rejection};
+use crate::source::held::HeldResource;
 use crate::source::wire::Payload;
 use crate::xds::ResourceType;
-
-/// One resource held: the upstream's per-resource version and the resource.
-#[derive(Debug, Clone)]
-pub(super) struct HeldResource {
-    pub(super) version: String,
-    pub(super) resource: Arc<Resource>,
-}
-
-/// The published version of `held`: SHA-256 over the sorted (name,
-/// version) pairs, first [`VERSION_HEX_DIGITS`] hex digits. A resource with
-/// an empty upstream version is digested by its content instead.
-pub(super) fn digest<'a>(held: impl IntoIterator<Item = (&'a String, &'a HeldResource)>) -> String {
-    let mut pairs: Vec<(&str, &HeldResource)> = held
-        .into_iter()
-        .map(|(name, h)| (name.as_str(), h))
-        .collect();
-    // The names of held resources are unique: their order is the pairs'.
-    if !pairs.is_sorted_by(|a, b| a.0 <= b.0) {
-        pairs.sort_by(|a, b| a.0.cmp(b.0));
-    }
-    let mut hasher = Sha256::new();
-    let mut content = [0u8; 64];
-    for (name, h) in &pairs {
-        // Length-prefixed, so no (name, version) split is ambiguous; the
-        // version is `v:<upstream version>`, or `sha256:<content digest>`.
-        hasher.update((name.len() as u64).to_be_bytes());
-        hasher.update(name.as_bytes());
-        if h.version.is_empty() {
-            // 32 bytes always fit in 64 hex digits.
-            let _ = hex::encode_to_slice(h.resource.digest, &mut content);
-            hasher.update(((7 + content.len()) as u64).to_be_bytes());
-            hasher.update(b"sha256:");
-            hasher.update(content);
-        } else {
-            hasher.update(((2 + h.version.len()) as u64).to_be_bytes());
-            hasher.update(b"v:");
-            hasher.update(h.version.as_bytes());
-        }
-    }
-    let mut hex = hex::encode(hasher.finalize());
-    hex.truncate(VERSION_HEX_DIGITS);
-    hex
-}
 
 /// What to send to move the upstream from subscription `sent` to `want`.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -24,7 +24,7 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// Since when one upstream has answered health checks without a break
 /// (`None`: it does not now, or nobody has asked since the last break).
 #[derive(Debug)]
-pub(super) struct Health {
+pub(in crate::source) struct Health {
     since: watch::Sender<Option<Instant>>,
     prober: Mutex<Option<JoinHandle<()>>>,
 }
@@ -40,14 +40,14 @@ impl Default for Health {
 
 impl Health {
     /// A stream to the upstream broke: whatever healthy run it had ends.
-    pub(super) fn broke(&self) {
+    pub(in crate::source) fn broke(&self) {
         self.since.send_replace(None);
     }
 
     /// Resolves once the upstream of `ctx` has answered health checks for
     /// `long` without a break, probing it meanwhile (with every other
     /// waiter: one prober per upstream, stopped when nobody waits).
-    pub(super) async fn healthy_for(ctx: &Arc<UpstreamContext>, long: Duration) {
+    pub(in crate::source) async fn healthy_for(ctx: &Arc<UpstreamContext>, long: Duration) {
         let mut rx = ctx.health.since.subscribe();
         ctx.health.ensure_prober(ctx);
         loop {

@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use tonic::Code;
 
-use super::upstream::CallError;
+use super::CallError;
 use super::UpstreamContext;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::xds::{Endpoint, ResourceType};
@@ -55,7 +55,7 @@ fn node() -> Node {
 
 /// Why no mode was found (this time).
 #[derive(Debug, thiserror::Error)]
-pub(super) enum ProbeError {
+pub(in crate::source) enum ProbeError {
     #[error("upstream unreachable: {0}")]
     Unreachable(String),
     #[error("the upstream implements neither ADS, the per-type streams nor the Fetch RPCs")]
@@ -69,7 +69,9 @@ pub(super) enum ProbeError {
 /// (UNIMPLEMENTED: it still answered). NOT_SERVING, UNAVAILABLE, a transport
 /// failure or no answer within [`PROBE_WAIT`] are errors. Any other status
 /// (an auth failure, say) is an answer too: the sessions will report it.
-pub(super) async fn answers_health_check(ctx: &UpstreamContext) -> Result<(), ProbeError> {
+pub(in crate::source) async fn answers_health_check(
+    ctx: &UpstreamContext,
+) -> Result<(), ProbeError> {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
@@ -98,7 +100,7 @@ pub(super) async fn answers_health_check(ctx: &UpstreamContext) -> Result<(), Pr
 /// serves only the types' own services, as Contour does), unary Fetch.
 /// Each is probed with a request for listeners by a probe node; only
 /// UNIMPLEMENTED moves on to the next.
-pub(super) async fn resolve(
+pub(in crate::source) async fn resolve(
     ctx: &UpstreamContext,
 ) -> Result<(UpstreamMode, UpstreamStreams), ProbeError> {
     let lds = ResourceType::Listeners;

@@ -1,6 +1,9 @@
 //! What a delta session holds of one type, shared by every session holding
-//! the same ([`HeldSet`]), and the memo of one upstream that finds those
-//! sets ([`HeldSets`]).
+//! the same ([`HeldSet`]): the resources with their per-resource versions
+//! ([`HeldResource`]) and the version published for them ([`digest`]); and
+//! the memo of one upstream that finds those sets ([`HeldSets`], which the
+//! upstream's context carries). Delta mode (`source/delta`) edits them;
+//! this module names nothing else of `source`.
 //!
 //! 1,000 node identities of one upstream receive the same change at the
 //! same moment. The first session to apply it builds the set it leads to;
@@ -22,11 +25,57 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use moka::sync::Cache;
+use sha2::{Digest as _, Sha256};
 
-use super::update::{digest, HeldResource};
-use crate::cache::{idle_memo, IntoResourceSet, ResourceMap, ResourceSet};
+use crate::cache::{idle_memo, IntoResourceSet, Resource, ResourceMap, ResourceSet};
 use crate::metrics::Metrics;
 use crate::xds::ResourceType;
+
+/// Hex digits of SHA-256 in a published version.
+pub(super) const VERSION_HEX_DIGITS: usize = 16;
+
+/// One resource held: the upstream's per-resource version and the resource.
+#[derive(Debug, Clone)]
+pub(super) struct HeldResource {
+    pub(super) version: String,
+    pub(super) resource: Arc<Resource>,
+}
+
+/// The published version of `held`: SHA-256 over the sorted (name,
+/// version) pairs, first [`VERSION_HEX_DIGITS`] hex digits. A resource with
+/// an empty upstream version is digested by its content instead.
+pub(super) fn digest<'a>(held: impl IntoIterator<Item = (&'a String, &'a HeldResource)>) -> String {
+    let mut pairs: Vec<(&str, &HeldResource)> = held
+        .into_iter()
+        .map(|(name, h)| (name.as_str(), h))
+        .collect();
+    // The names of held resources are unique: their order is the pairs'.
+    if !pairs.is_sorted_by(|a, b| a.0 <= b.0) {
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    let mut hasher = Sha256::new();
+    let mut content = [0u8; 64];
+    for (name, h) in &pairs {
+        // Length-prefixed, so no (name, version) split is ambiguous; the
+        // version is `v:<upstream version>`, or `sha256:<content digest>`.
+        hasher.update((name.len() as u64).to_be_bytes());
+        hasher.update(name.as_bytes());
+        if h.version.is_empty() {
+            // 32 bytes always fit in 64 hex digits.
+            let _ = hex::encode_to_slice(h.resource.digest, &mut content);
+            hasher.update(((7 + content.len()) as u64).to_be_bytes());
+            hasher.update(b"sha256:");
+            hasher.update(content);
+        } else {
+            hasher.update(((2 + h.version.len()) as u64).to_be_bytes());
+            hasher.update(b"v:");
+            hasher.update(h.version.as_bytes());
+        }
+    }
+    let mut hex = hex::encode(hasher.finalize());
+    hex.truncate(VERSION_HEX_DIGITS);
+    hex
+}
 
 /// Entries each memo of [`HeldSets`] keeps. Each is a few words and weak
 /// references: the sets live as long as a session holds them.
@@ -304,7 +353,7 @@ impl HeldSets {
 mod tests {
     use super::*;
     use crate::cache::test_states::cluster_payload;
-    use crate::cache::{Renderer, Resource};
+    use crate::cache::Renderer;
 
     const CDS: ResourceType = ResourceType::Clusters;
 
