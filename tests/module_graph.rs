@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 /// into `source/held.rs`, and `health` and `probe` became children of
 /// `upstream`; the 7 circles of `cache`, when `Resource` stayed in
 /// `resource.rs` and the `Renderer` moved to `renderer.rs`, the memo of
-/// assembled bodies out of `state.rs` into `bodies.rs`, and the config
+/// assembled bodies out of `state.rs` into `body_memo.rs`, and the config
 /// history out of the renderer, handed to the sessions and the admin
 /// apart; `source: coalesce -> stream`, when the coalescing was handed the
 /// stream's `nack` and `subscribe` instead of naming its `Protocol`.) A

@@ -3,8 +3,8 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
-mod bodies;
 mod body;
+mod body_memo;
 mod by_name;
 mod changes;
 mod client_addr;

@@ -21,7 +21,7 @@ use moka::sync::Cache;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
-use super::bodies::Bodies;
+use super::body_memo::Bodies;
 use super::resource::{
     idle_memo, resource_name, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };

@@ -32,8 +32,8 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest as _, Sha256};
 
-use super::bodies::{Assembled, Bodies};
 use super::body::JsonBody;
+use super::body_memo::{Assembled, Bodies};
 use super::renderer::Renderer;
 use super::resource::Resource;
 use super::resource_set::{IntoResourceSet, ResourceSet};
