@@ -46,8 +46,13 @@ fn gateway(config: Config) -> Arc<Gateway> {
 
 /// A gateway on the embedded demo snapshot.
 fn demo_gateway(config: Config) -> Arc<Gateway> {
+    file_gateway(Origin::EmbeddedDemo, config)
+}
+
+/// A gateway on the snapshot `origin`.
+fn file_gateway(origin: Origin, config: Config) -> Arc<Gateway> {
     let renderer = Renderer::new(Codec::embedded());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
+    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(
         feeder,
@@ -510,18 +515,7 @@ async fn node_bytes_are_bounded_per_request_and_across_sessions() {
 
 /// A gateway on the snapshot directory `dir`.
 fn snapshot_gateway(dir: &std::path::Path, config: Config) -> Arc<Gateway> {
-    let renderer = Renderer::new(Codec::embedded());
-    let origin = Origin::Dir(dir.to_owned());
-    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
-    let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(
-        feeder,
-        renderer.clone(),
-        crate::cache::ConfigHistory::default(),
-        metrics.clone(),
-        &config,
-    );
-    assemble(source, renderer, metrics, config)
+    file_gateway(Origin::Dir(dir.to_owned()), config)
 }
 
 /// Issue 10, finding 5: with `--session-key cluster`, a snapshot with a
