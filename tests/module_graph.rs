@@ -148,15 +148,22 @@ fn production_files(src: &Path) -> BTreeMap<PathBuf, Module> {
 fn declared_modules(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|line| {
-            let line = line.trim();
-            let rest = line.strip_prefix("pub(crate) mod ").or_else(|| {
-                line.strip_prefix("pub mod ")
-                    .or_else(|| line.strip_prefix("mod "))
-            })?;
+            let rest = without_visibility(line.trim()).strip_prefix("mod ")?;
             let name = rest.strip_suffix(';')?;
             is_ident(name).then(|| name.to_owned())
         })
         .collect()
+}
+
+/// `item` without its visibility (`pub`, `pub(crate)`, `pub(super)`,
+/// `pub(in path)`).
+fn without_visibility(item: &str) -> &str {
+    if let Some(rest) = item.strip_prefix("pub(") {
+        return rest
+            .split_once(')')
+            .map_or(item, |(_, rest)| rest.trim_start());
+    }
+    item.strip_prefix("pub ").unwrap_or(item)
 }
 
 fn is_ident(s: &str) -> bool {
@@ -194,9 +201,7 @@ fn strip_tests(text: &str) -> (String, BTreeSet<String>) {
                 continue;
             }
             if !opened {
-                if let Some(name) = item
-                    .trim_start_matches("pub(crate) ")
-                    .trim_start_matches("pub ")
+                if let Some(name) = without_visibility(item)
                     .strip_prefix("mod ")
                     .and_then(|rest| rest.strip_suffix(';'))
                 {
@@ -487,4 +492,12 @@ fn a_path_through_a_reexport_names_where_the_item_is() {
         "source::upstream::UpstreamContext"
     );
     assert_eq!(via("source::Probe"), "source::Probe", "not re-exported");
+}
+
+/// Modules declared with any visibility are in the graph
+/// (`pub(super) mod fuzz;` was skipped before).
+#[test]
+fn modules_of_every_visibility_are_read() {
+    let text = "mod a;\npub mod b;\npub(crate) mod c;\npub(super) mod d;\npub(in crate::x) mod e;\nmod f { }\n";
+    assert_eq!(declared_modules(text), ["a", "b", "c", "d", "e"]);
 }
