@@ -25,23 +25,22 @@
 
 #[path = "support/helm.rs"]
 mod helm;
+#[path = "support/kubernetes_validate.rs"]
+mod kubernetes_validate;
 #[path = "support/process.rs"]
 mod process;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use clap::Parser;
+use kubernetes_validate::KUBERNETES;
 use serde_json::{json, Value};
 use xds_gateway::config::{Config, Settings};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const CHART: &str = "deploy/helm/xds-gateway";
 const KUBERNETES_DIR: &str = "deploy/kubernetes";
-/// The Kubernetes version the renderings are validated against (the same as
-/// tests/kubernetes_manifests.rs).
-const KUBERNETES: &str = "1.33.0";
 /// The release name under which the chart's names are deploy/kubernetes' names.
 const RELEASE: &str = "xds-gateway";
 /// Labels the chart adds to what deploy/kubernetes/ writes.
@@ -51,8 +50,6 @@ const HELM_LABELS: [&str; 4] = [
     "app.kubernetes.io/version",
     "helm.sh/chart",
 ];
-const INSTALL: &str =
-    "run ./scripts/test, or `.venv/bin/pip install -r tests/support/requirements.txt`";
 
 fn path(rel: &str) -> PathBuf {
     Path::new(ROOT).join(rel)
@@ -152,23 +149,7 @@ fn container_args(deployment: &Value) -> Vec<String> {
 
 /// `kubernetes-validate --strict` on `files`: (success, output).
 fn validate(files: &[PathBuf]) -> (bool, String) {
-    let python = process::require_python("helm_chart");
-    let output = Command::new(&python)
-        .args(["-m", "kubernetes_validate", "--strict", "-k", KUBERNETES])
-        .args(files)
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", python.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        !text.contains("No module named kubernetes_validate"),
-        "kubernetes-validate is not installed in {}; {INSTALL}",
-        python.display()
-    );
-    (output.status.success(), text)
+    kubernetes_validate::validate(&process::require_python("helm_chart"), files)
 }
 
 /// The renderings every check runs on: (what, helm template arguments).

@@ -16,25 +16,23 @@
 
 #[path = "support/envoy.rs"]
 mod envoy;
+#[path = "support/kubernetes_validate.rs"]
+mod kubernetes_validate;
 #[path = "support/process.rs"]
 mod process;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use clap::Parser;
+use kubernetes_validate::KUBERNETES;
 use serde_json::Value;
 use xds_gateway::config::{Config, Settings};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const DIR: &str = "deploy/kubernetes";
 const OVERLAY: &str = "deploy/kubernetes/control-plane";
-/// The Kubernetes version the manifests are validated against.
-const KUBERNETES: &str = "1.33.0";
-const INSTALL: &str =
-    "run ./scripts/test, or `.venv/bin/pip install -r tests/support/requirements.txt`";
 
 fn path(rel: &str) -> PathBuf {
     Path::new(ROOT).join(rel)
@@ -69,23 +67,7 @@ fn by_kind() -> BTreeMap<String, Value> {
 
 /// `kubernetes-validate --strict` on `files`: (success, output).
 fn validate(files: &[PathBuf]) -> (bool, String) {
-    let python = process::require_python("kubernetes_manifests");
-    let output = Command::new(&python)
-        .args(["-m", "kubernetes_validate", "--strict", "-k", KUBERNETES])
-        .args(files)
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", python.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        !text.contains("No module named kubernetes_validate"),
-        "kubernetes-validate is not installed in {}; {INSTALL}",
-        python.display()
-    );
-    (output.status.success(), text)
+    kubernetes_validate::validate(&process::require_python("kubernetes_manifests"), files)
 }
 
 /// The overlay's Deployment: the base one with the overlay's JSON patch
