@@ -340,11 +340,7 @@ impl Policy {
         id: &str,
         cluster: &str,
     ) -> bool {
-        let captures = self.captures(index, peer);
-        self.principals.get(index).is_some_and(|p| p.hds)
-            && self
-                .grants_of(index)
-                .any(|g| g.binds(Some(id), Some(cluster), &captures))
+        self.passes_through(index, peer, |p| p.hds, id, Some(cluster))
     }
 
     /// Whether principal `index` may ask the upstream's CSDS about the node
@@ -352,11 +348,7 @@ impl Policy {
     /// nodes by id alone, so the rule's clusters cannot be checked here:
     /// a principal sees the status of the nodes its rules name.
     pub(crate) fn allows_csds(&self, index: usize, peer: Option<&PeerIdentity>, id: &str) -> bool {
-        let captures = self.captures(index, peer);
-        self.principals.get(index).is_some_and(|p| p.csds)
-            && self
-                .grants_of(index)
-                .any(|g| g.binds(Some(id), None, &captures))
+        self.passes_through(index, peer, |p| p.csds, id, None)
     }
 
     /// Whether CSDS's answer about the node `id` of `cluster` may reach
@@ -371,11 +363,24 @@ impl Policy {
         id: &str,
         cluster: &str,
     ) -> bool {
+        self.passes_through(index, peer, |p| p.csds, id, Some(cluster))
+    }
+
+    /// Whether principal `index` has the pass-through `allowed` says, and a
+    /// rule of its binds the node `id` (of `cluster`, when given).
+    fn passes_through(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        allowed: impl Fn(&Principal) -> bool,
+        id: &str,
+        cluster: Option<&str>,
+    ) -> bool {
         let captures = self.captures(index, peer);
-        self.principals.get(index).is_some_and(|p| p.csds)
+        self.principals.get(index).is_some_and(allowed)
             && self
                 .grants_of(index)
-                .any(|g| g.binds(Some(id), Some(cluster), &captures))
+                .any(|g| g.binds(Some(id), cluster, &captures))
     }
 
     /// What `peer`'s URI SANs capture by principal `index`'s templates
