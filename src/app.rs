@@ -22,8 +22,8 @@ use crate::metrics::Metrics;
 use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{
-    AutoSource, DeltaFeeder, Federation, FetchSource, FileFeeder, Namespace, Origin, Route,
-    Sessions, SotwFeeder, Source, UpstreamContext, UpstreamSlot,
+    AutoSource, DeltaFeeder, Federation, Feed, FetchSource, FileFeeder, Inspect, Namespace, Origin,
+    Route, Sessions, SotwFeeder, Source, UpstreamContext, UpstreamSlot,
 };
 use crate::tls::ServerTls;
 use crate::xds::{Codec, JsonError};
@@ -91,7 +91,7 @@ pub struct Prepared {
     renderer: Renderer,
     /// What the sessions record and the admin views read.
     history: ConfigHistory,
-    source: Arc<dyn Source>,
+    source: Arc<dyn Feed>,
     auth: Option<Arc<AuthPolicy>>,
     profiles: Arc<NodeProfiles>,
     rest_spec: ListenerSpec,
@@ -236,7 +236,7 @@ impl Prepared {
         let gateway = Arc::new(
             Gateway::new(
                 config.rest(),
-                source.clone(),
+                source.clone() as Arc<dyn Source>,
                 renderer.clone(),
                 metrics.clone(),
             )
@@ -248,7 +248,7 @@ impl Prepared {
         );
         let admin = Arc::new(
             Admin::new(
-                source.clone(),
+                source.clone() as Arc<dyn Inspect>,
                 metrics.clone(),
                 gateway.clients(),
                 renderer,
@@ -281,7 +281,7 @@ struct Listeners {
     rest_spec: ListenerSpec,
     admin_spec: ListenerSpec,
     metrics: Arc<Metrics>,
-    source: Arc<dyn Source>,
+    source: Arc<dyn Feed>,
 }
 
 impl Listeners {
@@ -446,7 +446,7 @@ struct SourceParts {
 /// in its configured mode (`auto` probes, then builds the source of the
 /// mode it finds with [`grpc_source`]); or, for several upstreams, a
 /// [`Federation`] of one source per upstream that owns names.
-fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Source>, StartError> {
+fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, StartError> {
     let SourceParts {
         renderer,
         history,
@@ -534,7 +534,7 @@ fn upstream_source(
     namespace: Namespace,
     config: &Config,
     parts: &SourceParts,
-) -> Arc<dyn Source> {
+) -> Arc<dyn Feed> {
     if spec.mode != UpstreamMode::Auto {
         return grpc_source(spec.mode, spec.streams, route, namespace, config, parts);
     }
@@ -559,7 +559,7 @@ fn grpc_source(
     namespace: Namespace,
     config: &Config,
     parts: &SourceParts,
-) -> Arc<dyn Source> {
+) -> Arc<dyn Feed> {
     let SourceParts {
         renderer,
         history,

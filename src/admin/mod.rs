@@ -55,13 +55,13 @@ use crate::error_body::{self, code};
 use crate::http::credential::{self, Credential};
 use crate::metrics::Metrics;
 use crate::serve::Peer;
-use crate::source::Source;
+use crate::source::Inspect;
 use crate::tls::{PeerIdentity, ServerTls};
 
 /// What the admin endpoints read.
 #[derive(Debug)]
 pub(crate) struct Admin {
-    source: Arc<dyn Source>,
+    source: Arc<dyn Inspect>,
     metrics: Arc<Metrics>,
     auth: Option<Arc<AuthPolicy>>,
     clients: Arc<ClientBook>,
@@ -79,7 +79,7 @@ pub(crate) struct Admin {
 
 impl Admin {
     pub(crate) fn new(
-        source: Arc<dyn Source>,
+        source: Arc<dyn Inspect>,
         metrics: Arc<Metrics>,
         clients: Arc<ClientBook>,
         renderer: Renderer,

@@ -19,7 +19,10 @@ use super::backoff::Backoff;
 use super::polled::Polled;
 use super::upstream::probe;
 use super::view::SessionView;
-use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use super::{
+    Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, StreamPlacement,
+    UpstreamContext,
+};
 use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
@@ -29,13 +32,13 @@ use crate::xds::ResourceType;
 
 /// Builds the source for the mode the probe found (`app.rs` decides what
 /// each mode is).
-pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Source> + Send>;
+pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Feed> + Send>;
 
 /// The probing source.
 #[derive(Debug)]
 pub(crate) struct AutoSource {
     ctx: Arc<UpstreamContext>,
-    chosen: watch::Sender<Option<Arc<dyn Source>>>,
+    chosen: watch::Sender<Option<Arc<dyn Feed>>>,
     first_wait: Duration,
     probe: Mutex<Option<JoinHandle<()>>>,
 }
@@ -65,7 +68,7 @@ impl AutoSource {
 
     /// The source in use, waiting up to the first-response timeout for the
     /// probe to decide.
-    async fn chosen(&self) -> Result<Arc<dyn Source>, SourceError> {
+    async fn chosen(&self) -> Result<Arc<dyn Feed>, SourceError> {
         let mut rx = self.chosen.subscribe();
         let decided = tokio::time::timeout(self.first_wait, rx.wait_for(Option::is_some)).await;
         match decided {
@@ -107,7 +110,9 @@ impl Source for AutoSource {
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
         self.ctx.pass_through(call).boxed()
     }
+}
 
+impl Inspect for AutoSource {
     fn status(&self) -> Status {
         let chosen = self.chosen.borrow().clone();
         match chosen {
@@ -132,6 +137,15 @@ impl Source for AutoSource {
         chosen.map(|source| source.sessions()).unwrap_or_default()
     }
 
+    fn placements_of(&self, node_id: &str) -> Vec<StreamPlacement> {
+        let chosen = self.chosen.borrow().clone();
+        chosen
+            .map(|source| source.placements_of(node_id))
+            .unwrap_or_default()
+    }
+}
+
+impl Feed for AutoSource {
     fn close(&self) {
         if let Some(probe) = lock(&self.probe).take() {
             probe.abort();

@@ -35,7 +35,9 @@ use futures::FutureExt;
 use super::namespace::Namespace;
 use super::polled::{PollChannel, Polled, Rejections};
 use super::view::SessionView;
-use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
+use super::{
+    Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
+};
 use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
 use crate::metrics::Metrics;
 use crate::shares::Tenant;
@@ -51,7 +53,7 @@ const TRACKERS_KEPT: u64 = 100_000;
 #[derive(Debug)]
 pub(crate) struct UpstreamSlot {
     pub(crate) name: String,
-    pub(crate) source: Arc<dyn Source>,
+    pub(crate) source: Arc<dyn Feed>,
 }
 
 /// Sources of several upstreams as one.
@@ -173,7 +175,9 @@ impl Source for Federation {
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
         self.slots[0].source.pass_through(call)
     }
+}
 
+impl Inspect for Federation {
     fn status(&self) -> Status {
         let mut status = Status {
             ready: true,
@@ -245,7 +249,9 @@ impl Source for Federation {
             })
             .collect()
     }
+}
 
+impl Feed for Federation {
     fn close(&self) {
         for slot in &self.slots {
             slot.source.close();

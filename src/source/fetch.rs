@@ -45,8 +45,12 @@ use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::namespace::Namespace;
 use super::polled::{PollChannel, Polled, Rejections};
 use super::upstream::CallError;
+use super::view::SessionView;
 use super::wire::SotwResponse;
-use super::{PassThrough, PassedThrough, Source, SourceError, Status, UpstreamContext};
+use super::{
+    Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, StreamPlacement,
+    UpstreamContext,
+};
 use crate::cache::{
     upstream_version, Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState,
 };
@@ -235,7 +239,10 @@ impl Source for FetchSource {
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
         self.inner.ctx.pass_through(call).boxed()
     }
+}
 
+/// Sessionless: readiness only.
+impl Inspect for FetchSource {
     fn status(&self) -> Status {
         Status {
             ready: self.inner.ctx.has_answered(),
@@ -244,6 +251,21 @@ impl Source for FetchSource {
         }
     }
 
+    fn states_of(&self, _node_id: &str) -> Vec<Arc<crate::cache::TypeState>> {
+        Vec::new()
+    }
+
+    fn placements_of(&self, _node_id: &str) -> Vec<StreamPlacement> {
+        Vec::new()
+    }
+
+    fn sessions(&self) -> Vec<SessionView> {
+        Vec::new()
+    }
+}
+
+/// Nothing runs between polls.
+impl Feed for FetchSource {
     fn close(&self) {}
 }
 

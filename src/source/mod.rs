@@ -1,4 +1,5 @@
-//! Where config comes from, behind one seam: [`Source`].
+//! Where config comes from, behind one serving seam, [`Source`], with
+//! introspection apart ([`Inspect`]) and both owned as a [`Feed`].
 //!
 //! The REST layer asks a source one thing per poll, [`Source::poll`]: the
 //! state that answers this client now. It gets a [`Polled`] that answers the
@@ -94,7 +95,8 @@ use crate::cache::ParsedRequest;
 use crate::shares::{OverShare, Tenant};
 use crate::xds::{Endpoint, ResourceType};
 
-/// What feeds the gateway, as the REST and admin faces see it.
+/// The serving seam: what the REST face asks of whatever feeds the
+/// gateway, and nothing else (no introspection, no lifecycle).
 pub(crate) trait Source: Send + Sync + fmt::Debug {
     /// The state that answers `request` for `kind`, waiting (bounded by the
     /// first-response timeout) for the upstream's first answer covering the
@@ -109,29 +111,32 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
 
     /// One HDS or CSDS question asked of the upstream as it is.
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>>;
+}
 
+/// What the admin face reads of a source: readiness and what its sessions
+/// hold. Apart from [`Source`], so that serving code cannot reach it.
+pub(crate) trait Inspect: Send + Sync + fmt::Debug {
     /// Readiness and what stands in its way, for `/readyz` and `/metrics`.
     fn status(&self) -> Status;
 
     /// What the session of node `node_id` holds now, every type it has
     /// (for `/debug/config`); empty when no session has that node.
-    fn states_of(&self, _node_id: &str) -> Vec<std::sync::Arc<crate::cache::TypeState>> {
-        Vec::new()
-    }
+    fn states_of(&self, node_id: &str) -> Vec<std::sync::Arc<crate::cache::TypeState>>;
 
     /// Where the streams of node `node_id`'s sessions are, with failover
     /// configured: per session, the upstream whose names it serves, and
     /// the upstream its stream is on (for CSDS).
-    fn placements_of(&self, _node_id: &str) -> Vec<StreamPlacement> {
-        Vec::new()
-    }
+    fn placements_of(&self, node_id: &str) -> Vec<StreamPlacement>;
 
     /// Every session, sorted by node id (per upstream, with several), for
     /// `/debug/sessions` and the status page (none for sessionless sources).
-    fn sessions(&self) -> Vec<view::SessionView> {
-        Vec::new()
-    }
+    fn sessions(&self) -> Vec<view::SessionView>;
+}
 
+/// A source as `app.rs` owns it: served through [`Source`], read through
+/// [`Inspect`], closed at shutdown. Federation and auto hold their parts
+/// as feeds too.
+pub(crate) trait Feed: Source + Inspect {
     /// Stops every task the source runs (at shutdown).
     fn close(&self);
 }

@@ -39,7 +39,9 @@ use super::node::NodeInterner;
 use super::polled::{suspicion_message, PollChannel, Polled, Rejections};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::view::SessionView;
-use super::{PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN};
+use super::{
+    Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
+};
 use crate::cache::Suspicion;
 use crate::cache::{
     upstream_version, ConfigHistory, IdentityKey, ParsedRequest, Renderer, TypeState,
@@ -393,7 +395,9 @@ impl<F: Feeder> Source for Sessions<F> {
         }
         .boxed()
     }
+}
 
+impl<F: Feeder> Inspect for Sessions<F> {
     fn status(&self) -> Status {
         let mut status = Status {
             ready: self.feeder.is_ready(),
@@ -511,7 +515,9 @@ impl<F: Feeder> Source for Sessions<F> {
         views.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         views
     }
+}
 
+impl<F: Feeder> Feed for Sessions<F> {
     fn close(&self) {
         if let Some(sweeper) = self.sweeper_lock().take() {
             sweeper.abort();

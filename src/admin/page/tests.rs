@@ -11,7 +11,7 @@ use crate::config::{Config, SessionKey, UpstreamStreams};
 use crate::metrics::Metrics;
 use crate::source::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
 use crate::source::{
-    FileFeeder, Namespace, Origin, Route, Sessions, SotwFeeder, Source, UpstreamContext,
+    Feed, FileFeeder, Inspect, Namespace, Origin, Route, Sessions, SotwFeeder, UpstreamContext,
 };
 use crate::xds::{Codec, ResourceType};
 
@@ -320,11 +320,7 @@ fn session_row(html: &str) -> &str {
 
 /// The views and the page of an admin over `source` once node `edge-1`
 /// polled its clusters (answered or not: the session stays either way).
-async fn page_of(
-    source: Arc<dyn Source>,
-    metrics: Arc<Metrics>,
-    config: Config,
-) -> (Views, String) {
+async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -> (Views, String) {
     let renderer = Renderer::new(Codec::embedded());
     let body = json!({"node": {"id": "edge-1", "cluster": "edge"}});
     let request = ParsedRequests::new(SessionKey::Node)
@@ -333,7 +329,7 @@ async fn page_of(
     let _ = source.poll(ResourceType::Clusters, &request, None).await;
     let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
     let admin = Admin::new(
-        source.clone(),
+        source.clone() as Arc<dyn Inspect>,
         metrics,
         clients,
         renderer,

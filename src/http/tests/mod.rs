@@ -22,11 +22,17 @@ use crate::cache::Renderer;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::scripted::Script;
-use crate::source::{FileFeeder, Origin, Sessions, Source};
+use crate::source::{FileFeeder, Inspect, Origin, Sessions, Source};
 use crate::xds::Codec;
 
 /// A gateway over sessions fed by a [`Script`], and the script.
 fn scripted(config: Config) -> (Arc<Gateway>, Arc<Script>) {
+    let (gw, script, _) = scripted_inspected(config);
+    (gw, script)
+}
+
+/// [`scripted`], and what the admin face would read of its sessions.
+fn scripted_inspected(config: Config) -> (Arc<Gateway>, Arc<Script>, Arc<dyn Inspect>) {
     let renderer = Renderer::new(Codec::embedded());
     let script = Script::new(renderer.clone());
     let metrics = Arc::new(Metrics::new());
@@ -37,7 +43,12 @@ fn scripted(config: Config) -> (Arc<Gateway>, Arc<Script>) {
         metrics.clone(),
         &config,
     );
-    (assemble(source, renderer, metrics, config), script)
+    let inspected = source.clone();
+    (
+        assemble(source, renderer, metrics, config),
+        script,
+        inspected,
+    )
 }
 
 fn gateway(config: Config) -> Arc<Gateway> {
@@ -51,6 +62,11 @@ fn demo_gateway(config: Config) -> Arc<Gateway> {
 
 /// A gateway on the snapshot `origin`.
 fn file_gateway(origin: Origin, config: Config) -> Arc<Gateway> {
+    file_gateway_inspected(origin, config).0
+}
+
+/// [`file_gateway`], and what the admin face would read of its sessions.
+fn file_gateway_inspected(origin: Origin, config: Config) -> (Arc<Gateway>, Arc<dyn Inspect>) {
     let renderer = Renderer::new(Codec::embedded());
     let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
@@ -61,7 +77,8 @@ fn file_gateway(origin: Origin, config: Config) -> Arc<Gateway> {
         metrics.clone(),
         &config,
     );
-    assemble(source, renderer, metrics, config)
+    let inspected = source.clone();
+    (assemble(source, renderer, metrics, config), inspected)
 }
 
 fn assemble(
@@ -542,8 +559,8 @@ async fn per_node_layers_are_refused_when_sessions_are_keyed_by_cluster() {
         (status, String::from_utf8_lossy(&bytes).into_owned())
     };
 
-    let by_cluster = snapshot_gateway(
-        dir.path(),
+    let (by_cluster, inspected) = file_gateway_inspected(
+        Origin::Dir(dir.path().to_owned()),
         Config {
             session_key: crate::config::SessionKey::Cluster,
             ..Config::default()
@@ -555,7 +572,7 @@ async fn per_node_layers_are_refused_when_sessions_are_keyed_by_cluster() {
         assert!(body.contains("--session-key cluster"), "{body}");
         assert!(!body.contains("only_for_a\""), "{body}");
     }
-    let problems = by_cluster.source.status().problems;
+    let problems = inspected.status().problems;
     assert!(
         problems.iter().any(|p| p.contains("nodes/nodeA")),
         "{problems:?}"

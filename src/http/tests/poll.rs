@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::scripted;
+use super::{scripted, scripted_inspected};
 use crate::cache::Coverage;
 use crate::config::Config;
 use crate::http::present::STALE_HEADER;
@@ -564,7 +564,7 @@ async fn idle_sessions_close_and_reopen_on_the_next_poll() {
         idle_timeout: Duration::from_secs(2),
         ..Config::default()
     };
-    let (gw, script) = scripted(config);
+    let (gw, script, inspected) = scripted_inspected(config);
     script.set(CDS, "v1", &[cluster("a")]).await;
     poll(&gw, CDS, "n", "", &[], "").await;
     assert_eq!(script.feeds_running(), 1);
@@ -574,7 +574,7 @@ async fn idle_sessions_close_and_reopen_on_the_next_poll() {
         0,
         "the idle session's feed was stopped"
     );
-    assert_eq!(gw.source.status().sessions, 0);
+    assert_eq!(inspected.status().sessions, 0);
     assert_eq!(
         poll(&gw, CDS, "n", "", &[], "").await.status,
         StatusCode::OK
