@@ -16,10 +16,11 @@
 //! the names they were served for (a client asking for thousands of names,
 //! a new set each time, must not make it hold thousands per answer without
 //! bound: issue 20, finding 4).
-//! A version is only ever compared against what was served to the
-//! requester presenting it ([`Requester`]: the session identity and the node
-//! id): presenting another node's version tells nothing about that node's
-//! names. The answers are kept once per version (a served version's digest
+//! A version is only ever compared against what was served to the client
+//! presenting it (its [`ClientKey`], the one key every ledger of what was
+//! served to whom uses: the session identity, node id, cluster, user agent,
+//! GET or POST, and address): presenting another client's version tells
+//! nothing about what that client held. The answers are kept once per version (a served version's digest
 //! covers the names, the rewrite target and every resource's content, so two
 //! requesters served one version were served the same answer), and apart
 //! from them, bounded by count, which requesters were served which version.
@@ -33,11 +34,10 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
-use sha2::{Digest as _, Sha256};
 
 use super::by_name::{by_name, Paired};
+use super::client_key::ClientKey;
 use super::renderer::Renderer;
-use super::request::ParsedRequest;
 use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
@@ -158,32 +158,12 @@ impl ServedAnswer {
     }
 }
 
-/// Who an answer was served to: the session identity (node id, cluster,
-/// metadata and locality; the cluster alone under `--session-key cluster`)
-/// and the node id, so two nodes sharing a session still keep apart
-/// histories. Held as a SHA-256 of both, length-prefixed (the identity key
-/// is injective, and the digest collision-resistant: a client cannot choose
-/// a node that poses as another's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Requester([u8; 32]);
-
-impl Requester {
-    fn of(request: &ParsedRequest) -> Requester {
-        let mut hasher = Sha256::new();
-        for field in [request.identity().as_str(), request.node_id()] {
-            hasher.update((field.len() as u64).to_le_bytes());
-            hasher.update(field.as_bytes());
-        }
-        Requester(hasher.finalize().into())
-    }
-}
-
 /// The answers served recently by served version, and which requester was
 /// served which version.
 #[derive(Debug, Clone)]
 pub(crate) struct History {
     answers: Cache<String, Arc<ServedAnswer>>,
-    served_to: Cache<(Requester, String), ()>,
+    served_to: Cache<(ClientKey, String), ()>,
 }
 
 impl Default for History {
@@ -223,35 +203,31 @@ impl History {
         }
     }
 
-    /// Remembers that `version` was served to the requester of `request` as
-    /// `served()` (made only when `version` is not remembered yet: a body
-    /// served again costs lookups).
+    /// Remembers that `version` was served to `client` as `served()` (made
+    /// only when `version` is not remembered yet: a body served again costs
+    /// lookups).
     pub(crate) fn remember(
         &self,
-        request: &ParsedRequest,
+        client: ClientKey,
         version: &str,
         served: impl FnOnce() -> Arc<ServedAnswer>,
     ) {
         if !self.answers.contains_key(version) {
             self.answers.insert(version.to_owned(), served());
         }
-        let key = (Requester::of(request), version.to_owned());
+        let key = (client, version.to_owned());
         if !self.served_to.contains_key(&key) {
             self.served_to.insert(key, ());
         }
     }
 
-    /// What `version` was served as, if still remembered and served to the
-    /// requester of `request`; `None` for a version served only to others.
-    pub(crate) fn recall(
-        &self,
-        request: &ParsedRequest,
-        version: &str,
-    ) -> Option<Arc<ServedAnswer>> {
+    /// What `version` was served as, if still remembered and served to
+    /// `client`; `None` for a version served only to others.
+    pub(crate) fn recall(&self, client: ClientKey, version: &str) -> Option<Arc<ServedAnswer>> {
         if version.is_empty() {
             return None;
         }
-        let key = (Requester::of(request), version.to_owned());
+        let key = (client, version.to_owned());
         if !self.served_to.contains_key(&key) {
             return None;
         }
@@ -277,6 +253,7 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::ParsedRequest;
     use crate::xds::{Codec, ResourceType};
     use serde_json::Value;
 
@@ -343,12 +320,12 @@ mod tests {
         let history = History::default();
         let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         let s = state(&renderer, "1", &[("a", "1s")]);
-        history.remember(&a, "1~x", || {
+        history.remember(a.client(None), "1~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
-        assert!(history.recall(&a, "1~x").is_some());
-        assert!(history.recall(&a, "").is_none());
-        assert!(history.recall(&a, "0~y").is_none());
+        assert!(history.recall(a.client(None), "1~x").is_some());
+        assert!(history.recall(a.client(None), "").is_none());
+        assert!(history.recall(a.client(None), "0~y").is_none());
     }
 
     /// Finding 6 of issue 20: a version is recalled only for the identity
@@ -360,17 +337,20 @@ mod tests {
         let history = History::default();
         let a = request(r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#);
         let s = state(&renderer, "1", &[("secret-name", "1s")]);
-        history.remember(&a, "1~x", || {
+        history.remember(a.client(None), "1~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
-        assert!(history.recall(&a, "1~x").is_some());
+        assert!(history.recall(a.client(None), "1~x").is_some());
         for other in [
             r#"{"node":{"id":"b","cluster":"c"}}"#,
             r#"{"node":{"id":"a","cluster":"other"}}"#,
             r#"{"node":{"id":"a","cluster":"c","metadata":{"k":"v"}}}"#,
             r#"{}"#,
         ] {
-            assert!(history.recall(&request(other), "1~x").is_none(), "{other}");
+            assert!(
+                history.recall(request(other).client(None), "1~x").is_none(),
+                "{other}"
+            );
         }
         // Two nodes sharing one session (`--session-key cluster`) still keep
         // apart histories.
@@ -383,15 +363,18 @@ mod tests {
         let cb = by_cluster(r#"{"node":{"id":"b","cluster":"c"}}"#);
         assert_eq!(ca.identity(), cb.identity());
         let s = state(&renderer, "2", &[("x", "1s")]);
-        history.remember(&ca, "2~x", || {
+        history.remember(ca.client(None), "2~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
-        assert!(history.recall(&ca, "2~x").is_some());
-        assert!(history.recall(&cb, "2~x").is_none());
+        assert!(history.recall(ca.client(None), "2~x").is_some());
+        assert!(history.recall(cb.client(None), "2~x").is_none());
         // ServedAnswer to both, the version is recalled for both, and its answer
         // is held once (it counts once against the resource bound).
-        history.remember(&cb, "2~x", || unreachable!("already held"));
-        let (a, b) = (history.recall(&ca, "2~x"), history.recall(&cb, "2~x"));
+        history.remember(cb.client(None), "2~x", || unreachable!("already held"));
+        let (a, b) = (
+            history.recall(ca.client(None), "2~x"),
+            history.recall(cb.client(None), "2~x"),
+        );
         assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
     }
 
@@ -407,7 +390,7 @@ mod tests {
             let names: Vec<String> = (0..10_000).map(|n| format!("c{i}-{n}")).collect();
             let names = Names::from_request(names);
             let served = ServedAnswer::new(state.clone(), &names, None);
-            history.remember(&a, &format!("1~{i:012x}"), || Arc::new(served));
+            history.remember(a.client(None), &format!("1~{i:012x}"), || Arc::new(served));
         }
         let held = history.held();
         assert!(held.bytes <= HISTORY_ITEMS, "{held:?}");

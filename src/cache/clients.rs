@@ -21,11 +21,11 @@
 //! (issue 20, finding 4).
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use super::client_key::{ClientKey, SubscriptionKey};
 use super::rejection::Standing;
 #[cfg(test)]
 use super::request::MemoSize;
@@ -95,7 +95,7 @@ pub(crate) struct NodeClients {
 /// Every REST client seen within the time-to-idle.
 #[derive(Debug)]
 pub(crate) struct ClientBook {
-    clients: moka::sync::Cache<u64, Arc<Mutex<Client>>>,
+    clients: moka::sync::Cache<ClientKey, Arc<Mutex<Client>>>,
     ttl: Duration,
 }
 
@@ -111,7 +111,7 @@ struct Client {
     subscriber: bool,
     first_seen: SystemTime,
     last_poll: SystemTime,
-    subscriptions: HashMap<(ResourceType, u64), Subscription>,
+    subscriptions: HashMap<(ResourceType, SubscriptionKey), Subscription>,
     /// What its subscriptions weigh (sum of [`Subscription::bytes`]).
     bytes: usize,
 }
@@ -124,7 +124,7 @@ impl Client {
 
     /// Forgets its least recently polled subscriptions (never `keep`, the
     /// one just polled) until it is within its bounds.
-    fn shed(&mut self, keep: (ResourceType, u64)) {
+    fn shed(&mut self, keep: (ResourceType, SubscriptionKey)) {
         while self.subscriptions.len() > CLIENT_SUBSCRIPTIONS
             || (self.bytes > CLIENT_BYTES && self.subscriptions.len() > 1)
         {
@@ -175,7 +175,7 @@ impl ClientBook {
     /// Records one answered poll.
     pub(crate) fn record(&self, poll: AnsweredPoll<'_>) {
         let request = poll.request;
-        let key = client_key(request, poll.remote);
+        let key = request.client(poll.remote);
         let now = SystemTime::now();
         let client = self.clients.get_with(key, || {
             Arc::new(Mutex::new(Client {
@@ -216,7 +216,7 @@ impl ClientBook {
         if client.rewritten_for.as_deref() != poll.rewritten_for {
             client.rewritten_for = poll.rewritten_for.map(str::to_owned);
         }
-        let key = (poll.kind, request.subscription());
+        let key = (poll.kind, request.subscription(poll.remote));
         let entry = client
             .subscriptions
             .entry(key)
@@ -344,19 +344,6 @@ impl ClientBook {
         }
         counts
     }
-}
-
-/// A client: node id, cluster, user agent, remote address, and whether it
-/// GETs (curl GETting an Envoy's profile from the Envoy's address is a
-/// reader of its own, not the Envoy).
-fn client_key(request: &ParsedRequest, remote: Option<IpAddr>) -> u64 {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::default();
-    request.node_id().hash(&mut hasher);
-    request.node_cluster().hash(&mut hasher);
-    request.user_agent_name().hash(&mut hasher);
-    remote.hash(&mut hasher);
-    request.via_get().hash(&mut hasher);
-    hasher.finish()
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod body_memo;
 mod by_name;
 mod changes;
 mod client_addr;
+mod client_key;
 mod clients;
 mod config_history;
 mod identity;
@@ -27,6 +28,7 @@ pub(crate) use body::JsonBody;
 pub(crate) use by_name::{by_name, Paired};
 pub(crate) use changes::{History, ServedAnswer};
 pub(crate) use client_addr::ClientAddr;
+pub(crate) use client_key::SubscriptionKey;
 pub(crate) use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
     SubscriptionStatus, SubscriptionView,

@@ -3,9 +3,9 @@
 //! REST has no NACK: an Envoy that rejects an update keeps polling with the
 //! version it had, which is the empty version when it rejected its very
 //! first one. To the gateway that looks like a client that has not caught up,
-//! so one such poll proves nothing. Per subscription (one client's node id,
-//! user agent, names, address and whether it GETs:
-//! `ParsedRequest::subscription_from`), the tracker remembers the versions
+//! so one such poll proves nothing. Per subscription (one client, as
+//! `client_key.rs` tells clients apart, and its names:
+//! `ParsedRequest::subscription`), the tracker remembers the versions
 //! served to it; a client that keeps presenting a
 //! version older than one it was already served (or, for an Envoy, an empty
 //! version after a body was served to it) `threshold` polls in a row is a
@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::client_key::SubscriptionKey;
 use super::state::same_selection;
 
 /// How many served versions are remembered per subscription.
@@ -52,8 +53,8 @@ pub(crate) enum Standing {
 /// One poll as the tracker sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observation<'a> {
-    /// Who asks: a hash of node id and names (see `ParsedRequest::subscription`).
-    pub(crate) subscription: u64,
+    /// Who asks, for which names (see `ParsedRequest::subscription`).
+    pub(crate) subscription: SubscriptionKey,
     pub(crate) presented: &'a str,
     /// The version this poll is served at.
     pub(crate) current: &'a str,
@@ -75,12 +76,12 @@ struct Log {
 /// The rejection bookkeeping of one (session, type).
 #[derive(Debug, Default)]
 pub(crate) struct RejectionTracker {
-    logs: HashMap<u64, Log>,
+    logs: HashMap<SubscriptionKey, Log>,
 }
 
 impl RejectionTracker {
     /// Records that `version` was served to `subscription`.
-    pub(crate) fn served(&mut self, subscription: u64, version: &str) {
+    pub(crate) fn served(&mut self, subscription: SubscriptionKey, version: &str) {
         let log = self.logs.entry(subscription).or_insert_with(|| Log {
             served: VecDeque::new(),
             behind: None,
@@ -180,11 +181,21 @@ impl RejectionTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::client_key::{ClientKey, ClientNode};
+    use crate::cache::IdentityKey;
+    use crate::config::SessionKey;
 
     const V1: &str = "1~aaaaaaaaaaaa";
     const V2: &str = "2~bbbbbbbbbbbb";
 
-    fn poll<'a>(sub: u64, presented: &'a str, current: &'a str) -> Observation<'a> {
+    /// Subscription `n` of one client.
+    fn key(n: u64) -> SubscriptionKey {
+        let identity = IdentityKey::of(None, SessionKey::Node);
+        let node = ClientNode::of(&identity, "n", "c", "envoy", false);
+        ClientKey::new(node, None).subscribing(n)
+    }
+
+    fn poll<'a>(sub: SubscriptionKey, presented: &'a str, current: &'a str) -> Observation<'a> {
         Observation {
             subscription: sub,
             presented,
@@ -196,16 +207,16 @@ mod tests {
     #[test]
     fn reports_once_after_threshold() {
         let mut t = RejectionTracker::default();
-        t.served(1, V1);
-        t.served(1, V2);
-        assert_eq!(t.observe(poll(1, V1, V2), 3), None);
-        assert_eq!(t.observe(poll(1, V1, V2), 3), None);
-        let s = t.observe(poll(1, V1, V2), 3).unwrap();
+        t.served(key(1), V1);
+        t.served(key(1), V2);
+        assert_eq!(t.observe(poll(key(1), V1, V2), 3), None);
+        assert_eq!(t.observe(poll(key(1), V1, V2), 3), None);
+        let s = t.observe(poll(key(1), V1, V2), 3).unwrap();
         assert_eq!(
             (s.presented.as_str(), s.current.as_str(), s.polls),
             (V1, V2, 3)
         );
-        assert_eq!(t.observe(poll(1, V1, V2), 3), None);
+        assert_eq!(t.observe(poll(key(1), V1, V2), 3), None);
     }
 
     #[test]
@@ -215,36 +226,39 @@ mod tests {
             t.observe(p, 2);
             t.sync(p, 2)
         };
-        assert_eq!(look(&mut t, poll(1, "", V1)), Standing::CatchingUp);
-        t.served(1, V1);
-        assert_eq!(look(&mut t, poll(1, V1, V1)), Standing::InStep);
-        assert_eq!(look(&mut t, poll(1, V1, V2)), Standing::CatchingUp);
-        t.served(1, V2);
-        assert_eq!(look(&mut t, poll(1, V1, V2)), Standing::Behind { polls: 1 });
+        assert_eq!(look(&mut t, poll(key(1), "", V1)), Standing::CatchingUp);
+        t.served(key(1), V1);
+        assert_eq!(look(&mut t, poll(key(1), V1, V1)), Standing::InStep);
+        assert_eq!(look(&mut t, poll(key(1), V1, V2)), Standing::CatchingUp);
+        t.served(key(1), V2);
         assert_eq!(
-            look(&mut t, poll(1, V1, V2)),
+            look(&mut t, poll(key(1), V1, V2)),
+            Standing::Behind { polls: 1 }
+        );
+        assert_eq!(
+            look(&mut t, poll(key(1), V1, V2)),
             Standing::Suspected { polls: 2 }
         );
         assert_eq!(
-            look(&mut t, poll(1, V1, V2)),
+            look(&mut t, poll(key(1), V1, V2)),
             Standing::Suspected { polls: 3 }
         );
-        assert_eq!(look(&mut t, poll(1, V2, V2)), Standing::InStep);
+        assert_eq!(look(&mut t, poll(key(1), V2, V2)), Standing::InStep);
     }
 
     #[test]
     fn a_rejected_first_version_is_seen_for_envoys_only() {
         let mut t = RejectionTracker::default();
-        t.served(1, V1);
-        assert_eq!(t.observe(poll(1, "", V1), 2), None);
-        assert!(t.observe(poll(1, "", V1), 2).is_some());
+        t.served(key(1), V1);
+        assert_eq!(t.observe(poll(key(1), "", V1), 2), None);
+        assert!(t.observe(poll(key(1), "", V1), 2).is_some());
         // curl and scripts present no version by design.
         let mut t = RejectionTracker::default();
-        t.served(1, V1);
+        t.served(key(1), V1);
         for _ in 0..5 {
             let curl = Observation {
                 envoy: false,
-                ..poll(1, "", V1)
+                ..poll(key(1), "", V1)
             };
             assert_eq!(t.observe(curl, 1), None);
         }
@@ -253,35 +267,35 @@ mod tests {
     #[test]
     fn catching_up_or_unknown_versions_are_not_rejections() {
         let mut t = RejectionTracker::default();
-        t.served(1, V1);
+        t.served(key(1), V1);
         for _ in 0..5 {
             // never served V2: catching up
-            assert_eq!(t.observe(poll(1, V1, V2), 1), None);
+            assert_eq!(t.observe(poll(key(1), V1, V2), 1), None);
             // a version this process never served (another replica's)
-            assert_eq!(t.observe(poll(1, "9~cccccccccccc", V1), 1), None);
+            assert_eq!(t.observe(poll(key(1), "9~cccccccccccc", V1), 1), None);
             // never seen at all
-            assert_eq!(t.observe(poll(99, V1, V2), 1), None);
+            assert_eq!(t.observe(poll(key(99), V1, V2), 1), None);
         }
         // the same selection under another upstream version is in step
-        t.served(1, V2);
-        assert_eq!(t.observe(poll(1, "7~bbbbbbbbbbbb", V2), 1), None);
+        t.served(key(1), V2);
+        assert_eq!(t.observe(poll(key(1), "7~bbbbbbbbbbbb", V2), 1), None);
     }
 
     #[test]
     fn subscriptions_are_counted_apart_and_pruned() {
         let mut t = RejectionTracker::default();
         for sub in [11, 12] {
-            t.served(sub, V1);
-            t.served(sub, V2);
+            t.served(key(sub), V1);
+            t.served(key(sub), V2);
         }
         // a sibling in step does not hide c1's rejection
-        assert_eq!(t.observe(poll(12, V2, V2), 2), None);
-        assert_eq!(t.observe(poll(11, V1, V2), 2), None);
-        assert!(t.observe(poll(11, V1, V2), 2).is_some());
+        assert_eq!(t.observe(poll(key(12), V2, V2), 2), None);
+        assert_eq!(t.observe(poll(key(11), V1, V2), 2), None);
+        assert!(t.observe(poll(key(11), V1, V2), 2).is_some());
         t.prune(
             Instant::now() + Duration::from_secs(10),
             Duration::from_secs(5),
         );
-        assert_eq!(t.observe(poll(11, V1, V2), 1), None, "forgotten");
+        assert_eq!(t.observe(poll(key(11), V1, V2), 1), None, "forgotten");
     }
 }

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use moka::sync::Cache;
 
+use super::client_key::{names_hash, ClientKey, ClientNode, SubscriptionKey};
 use super::identity::IdentityKey;
 use super::node_json::{NodeJson, NodeJsons};
 use super::request_frame::Frame;
@@ -194,26 +195,13 @@ pub(crate) struct ParsedRequest {
     user_agent_name: String,
     node_bytes: usize,
     identity: IdentityKey,
-    subscription: u64,
+    /// Who it is as a client ([`ClientKey`] without the address).
+    client_node: ClientNode,
+    /// Its names, hashed once (a [`SubscriptionKey`]'s part).
+    names_hash: u64,
     /// Made from a GET's query: never an Envoy, whatever its node says,
     /// and never the same subscriber as a POSTing client of its node.
     via_get: bool,
-}
-
-/// One REST subscription: its node id and names, the user agent its node
-/// says and whether a GET made it. A GET, or a script POSTing an Envoy's
-/// node as itself, presents that Envoy's session but is a subscriber of
-/// its own: were it the Envoy's, reading beside an Envoy (on its host,
-/// behind its NAT) would reset the Envoy's run of rejecting polls and
-/// overwrite where it stands in the client book.
-fn subscription_of(node_id: &str, user_agent: &str, names: &Names, via_get: bool) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = xxhash_rust::xxh3::Xxh3::default();
-    node_id.hash(&mut hasher);
-    user_agent.hash(&mut hasher);
-    names.hash(&mut hasher);
-    via_get.hash(&mut hasher);
-    hasher.finish()
 }
 
 impl ParsedRequest {
@@ -231,7 +219,14 @@ impl ParsedRequest {
             .map(|n| (n.id, n.cluster, n.user_agent_name, n.json_bytes))
             .unwrap_or_default();
         let names = Names::from_request(view.resource_names);
-        let subscription = subscription_of(&node_id, &user_agent_name, &names, via_get);
+        let client_node = ClientNode::of(
+            &identity,
+            &node_id,
+            &node_cluster,
+            &user_agent_name,
+            via_get,
+        );
+        let names_hash = names_hash(&names);
         Ok(ParsedRequest {
             body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
@@ -242,7 +237,8 @@ impl ParsedRequest {
             user_agent_name,
             node_bytes,
             identity,
-            subscription,
+            client_node,
+            names_hash,
             via_get,
         })
     }
@@ -273,12 +269,6 @@ impl ParsedRequest {
         })
     }
 
-    /// Whether a GET's query made it (a profile's node may say `envoy`,
-    /// but Envoy never GETs).
-    pub(crate) fn via_get(&self) -> bool {
-        self.via_get
-    }
-
     /// Whether an Envoy may have sent it: its node says `envoy` and it was
     /// POSTed. Only an Envoy's empty version says "I rejected what you
     /// sent" (curl, scripts and every GET present none by design).
@@ -298,11 +288,9 @@ impl ParsedRequest {
     /// The same request asking only for `names` (a part of a federated
     /// request, routed to the upstream that owns those names).
     pub(crate) fn narrowed(&self, names: Names) -> ParsedRequest {
-        let subscription =
-            subscription_of(&self.node_id, &self.user_agent_name, &names, self.via_get);
         ParsedRequest {
+            names_hash: names_hash(&names),
             names,
-            subscription,
             ..self.clone()
         }
     }
@@ -362,26 +350,15 @@ impl ParsedRequest {
         &self.user_agent_name
     }
 
-    /// One REST subscription (node id, user agent, names, whether a GET),
-    /// hashed.
-    pub(crate) fn subscription(&self) -> u64 {
-        self.subscription
+    /// The client that sent it from `remote` (see [`ClientKey`]).
+    pub(crate) fn client(&self, remote: Option<IpAddr>) -> ClientKey {
+        ClientKey::new(self.client_node, remote)
     }
 
-    /// This subscription as polled from `remote`: what rejection
-    /// bookkeeping counts polls under. Clients sharing a node id (the pods
-    /// of one Deployment started with the same `--service-node`) are told
-    /// apart by address; otherwise each one catching up after a change
-    /// would count as one more poll of a single client stuck behind.
-    pub(crate) fn subscription_from(&self, remote: Option<IpAddr>) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let Some(remote) = remote else {
-            return self.subscription;
-        };
-        let mut hasher = xxhash_rust::xxh3::Xxh3::default();
-        self.subscription.hash(&mut hasher);
-        remote.hash(&mut hasher);
-        hasher.finish()
+    /// That client's subscription to these names: what rejection
+    /// bookkeeping counts polls under.
+    pub(crate) fn subscription(&self, remote: Option<IpAddr>) -> SubscriptionKey {
+        self.client(remote).subscribing(self.names_hash)
     }
 
     /// Which session serves this client.
@@ -659,7 +636,8 @@ mod frame_tests {
             && a.user_agent_name == b.user_agent_name
             && a.node_bytes == b.node_bytes
             && a.identity == b.identity
-            && a.subscription == b.subscription
+            && a.client_node == b.client_node
+            && a.names_hash == b.names_hash
             && a.via_get == b.via_get
             && a.node_json() == b.node_json()
     }

@@ -96,7 +96,7 @@ impl Answered<'_> {
     /// served in the history (what a later `?changes` is relative to).
     /// With `changes`, the body is in changes form relative to `last` (the
     /// watch's last event) or else to the version the request presents, if
-    /// the history holds it as served to this requester; what was served is
+    /// the history holds it as served to this client; what was served is
     /// then returned (the next changes are relative to it).
     pub(super) fn body(
         &self,
@@ -108,17 +108,18 @@ impl Answered<'_> {
         last: Option<Arc<ServedAnswer>>,
     ) -> Result<(JsonBody, Option<Arc<ServedAnswer>>), JsonError> {
         let history = &gateway.history;
+        let client = self.request.client(self.remote.ip());
         let served = || Arc::new(polled.served(self.request, self.target));
         if !changes {
             // Made only when the history does not hold `version` yet.
-            history.remember(self.request, version, served);
+            history.remember(client, version, served);
             return Ok((json, None));
         }
         // Recalled before it is remembered: what the client held, not this.
-        let since = last.or_else(|| history.recall(self.request, self.request.version_info()));
+        let since = last.or_else(|| history.recall(client, self.request.version_info()));
         let served = served();
         let body = served.changes(&gateway.renderer, version, since.as_deref())?;
-        history.remember(self.request, version, || served.clone());
+        history.remember(client, version, || served.clone());
         Ok((JsonBody::from(body), Some(served)))
     }
 }

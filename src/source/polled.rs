@@ -20,7 +20,7 @@ use tracing::warn;
 
 use crate::cache::{
     Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, ServedAnswer,
-    Standing, Suspicion, TypeState,
+    Standing, SubscriptionKey, Suspicion, TypeState,
 };
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
@@ -55,13 +55,13 @@ pub(super) trait PollChannel: Send + Sync {
     /// only when [`Self::forwards`].
     fn forward(&self, _request: &ParsedRequest, _suspicion: &Suspicion) {}
 
-    /// `request` of `client` (see [`ParsedRequest::subscription_from`]) is
+    /// `request` of `client` (see [`ParsedRequest::subscription`]) is
     /// about to be answered at `current` (before a body at `current` is
     /// recorded as served): where the client stands, and a suspicion the
     /// first time it has presented the same older version `threshold`
     /// times after being served `current` (see `cache::rejection`), logged,
     /// counted and perhaps forwarded.
-    fn observe(&self, request: &ParsedRequest, client: u64, current: &str) -> Standing {
+    fn observe(&self, request: &ParsedRequest, client: SubscriptionKey, current: &str) -> Standing {
         let rejections = self.rejections();
         let observation = Observation {
             subscription: client,
@@ -92,7 +92,7 @@ pub(super) trait PollChannel: Send + Sync {
     }
 
     /// A body at `version` was served to `client`.
-    fn served(&self, client: u64, version: &str) {
+    fn served(&self, client: SubscriptionKey, version: &str) {
         lock(self.rejections().tracker).served(client, version);
     }
 }
@@ -170,7 +170,7 @@ impl Polled {
             };
             return Ok(answer);
         }
-        let client = request.subscription_from(remote.ip());
+        let client = request.subscription(remote.ip());
         self.sync = self.feed.observe(request, client, answer.version());
         if let Answer::Body { version, .. } = &answer {
             self.feed.served(client, version);
