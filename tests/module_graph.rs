@@ -32,16 +32,15 @@ use std::path::{Path, PathBuf};
 /// assembled bodies out of `state.rs` into `body_memo.rs`, and the config
 /// history out of the renderer, handed to the sessions and the admin
 /// apart; `source: coalesce -> stream`, when the coalescing was handed the
-/// stream's `nack` and `subscribe` instead of naming its `Protocol`.) A
+/// stream's `nack` and `subscribe` instead of naming its `Protocol`; the 3
+/// circles of `config` through `fields`, when the serde form of a duration
+/// (`opt_duration`) moved out of `settings.rs` into `opt_duration.rs`, and
+/// the forwarding rule of `proxies.rs` became a function of the three
+/// values it reads instead of a method of `Config`.) A
 /// path through a re-export (`super::UpstreamContext` in
 /// `source/failover.rs`) is an edge to the module the item is defined in
 /// (`source::upstream`).
 const ALLOWED: &[&str] = &[
-    // config: every setting once (fields.rs) and the tables that parse
-    // parts of them, which name the settings back.
-    "config: fields -> proxies",
-    "config: fields -> settings",
-    "config: fields -> upstreams -> settings",
     // xds: the codec and the JSON pieces it calls back into.
     "xds: canonical -> json",
     "xds: json -> nesting",
