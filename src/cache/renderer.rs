@@ -98,7 +98,7 @@ impl Renderer {
 
     /// The types of `message`'s `Any`s the codec does not know, noted.
     fn note_opaque(&self, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
-        let unknown = crate::xds::opaque::unknown_types(&self.codec, message);
+        let unknown = crate::xds::opaque::unknown_types(self.codec.descriptors(), message);
         if unknown.is_empty() {
             return Box::default();
         }

@@ -24,9 +24,9 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use super::opt_duration;
 use super::profiles::ProfileTable;
 use super::proxies::{ForwardedHeader, TrustedProxies};
-use super::settings::opt_duration;
 use super::upstreams::{UpstreamSetting, UpstreamTable, Upstreams};
 use super::{
     ClientAuth, LogFormat, RewritePolicy, ServerTlsFiles, SessionKey, UpstreamMode,

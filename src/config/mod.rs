@@ -14,6 +14,7 @@ mod exposure;
 mod fields;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+mod opt_duration;
 mod profiles;
 mod proxies;
 mod settings;
@@ -341,7 +342,11 @@ impl Config {
         profiles::check(&self.profiles)?;
         self.validate_limits()?;
         self.validate_exposure()?;
-        self.validate_forwarding()?;
+        proxies::check_forwarding(
+            self.forward_rejections,
+            self.listen,
+            self.trusted_proxies.as_ref(),
+        )?;
         Ok(self)
     }
 

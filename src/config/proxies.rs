@@ -5,12 +5,12 @@
 //! sharing an address could not be told apart, needs the operator to say
 //! where the proxies are (or `none`).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use super::{invalid, Config, ConfigError};
+use super::{invalid, ConfigError};
 
 /// Which header the trusted proxies write the client into
 /// (`--forwarded-header`): only that one is read (issue 38, finding 10).
@@ -84,32 +84,30 @@ fn parse_net(entry: &str) -> Result<IpNet, ConfigError> {
         .map_err(|_| why("is not a CIDR or an IP address"))
 }
 
-impl Config {
-    /// `--forward-rejections` NACKs upstream what it infers from clients
-    /// told apart by address; off loopback, where a balancer, a NAT or a
-    /// sidecar may put many clients behind one address (and their
-    /// catching up after a change would look like one client rejecting
-    /// it), the operator must say where the proxies are.
-    pub(super) fn validate_forwarding(&self) -> Result<(), ConfigError> {
-        if !self.forward_rejections
-            || self.listen.ip().is_loopback()
-            || self.trusted_proxies.is_some()
-        {
-            return Ok(());
-        }
-        Err(invalid(
-            "forward-rejections",
-            &format!(
-                "--listen {} is not a loopback address, and without --trusted-proxies the gateway \
-                 cannot tell clients behind one balancer, NAT or sidecar apart: after a change, \
-                 each of them presenting the old version once until it polls again would look like \
-                 one client rejecting it, and be NACKed upstream. Say where the proxies in front \
-                 of the gateway are (--trusted-proxies 10.0.0.0/8,...: their Forwarded or \
-                 X-Forwarded-For names the client, and what comes through one without naming it \
-                 is never taken for a rejection), or --trusted-proxies none if every client \
-                 connects directly",
-                self.listen
-            ),
-        ))
+/// `--forward-rejections` NACKs upstream what it infers from clients told
+/// apart by address; off loopback (`listen`), where a balancer, a NAT or a
+/// sidecar may put many clients behind one address (and their catching up
+/// after a change would look like one client rejecting it), the operator
+/// must say where the proxies are (`trusted`, `--trusted-proxies`).
+pub(super) fn check_forwarding(
+    forward_rejections: bool,
+    listen: SocketAddr,
+    trusted: Option<&TrustedProxies>,
+) -> Result<(), ConfigError> {
+    if !forward_rejections || listen.ip().is_loopback() || trusted.is_some() {
+        return Ok(());
     }
+    Err(invalid(
+        "forward-rejections",
+        &format!(
+            "--listen {listen} is not a loopback address, and without --trusted-proxies the gateway \
+             cannot tell clients behind one balancer, NAT or sidecar apart: after a change, \
+             each of them presenting the old version once until it polls again would look like \
+             one client rejecting it, and be NACKed upstream. Say where the proxies in front \
+             of the gateway are (--trusted-proxies 10.0.0.0/8,...: their Forwarded or \
+             X-Forwarded-For names the client, and what comes through one without naming it \
+             is never taken for a rejection), or --trusted-proxies none if every client \
+             connects directly"
+        ),
+    ))
 }

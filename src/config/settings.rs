@@ -24,19 +24,3 @@ impl Settings {
         toml::from_str(text).map_err(|e| e.to_string())
     }
 }
-
-pub(super) mod opt_duration {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        de: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        let Some(text) = Option::<String>::deserialize(de)? else {
-            return Ok(None);
-        };
-        humantime::parse_duration(&text).map(Some).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not a duration like 5s or 250ms: {e}"))
-        })
-    }
-}

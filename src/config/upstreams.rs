@@ -100,7 +100,7 @@ pub struct UpstreamTable {
     /// `name: value` metadata on every call. Default: `--upstream-header`.
     pub headers: Option<Vec<String>>,
     /// HTTP/2 keepalive interval. Default: `--upstream-keepalive`.
-    #[serde(default, with = "super::settings::opt_duration")]
+    #[serde(default, with = "super::opt_duration")]
     pub keepalive: Option<Duration>,
     /// xdstp authorities whose names are subscribed here.
     #[serde(default)]
@@ -113,11 +113,11 @@ pub struct UpstreamTable {
     pub failover: Option<String>,
     /// How long this upstream's stream may stay down before its sessions
     /// move to `failover` [default: 5s].
-    #[serde(default, with = "super::settings::opt_duration")]
+    #[serde(default, with = "super::opt_duration")]
     pub failover_after: Option<Duration>,
     /// How long this upstream must answer again before sessions move back
     /// from `failover` [default: 30s].
-    #[serde(default, with = "super::settings::opt_duration")]
+    #[serde(default, with = "super::opt_duration")]
     pub failback_after: Option<Duration>,
 }
 

@@ -16,24 +16,25 @@ use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 use prost_reflect::{DynamicMessage, Kind, ReflectMessage, Value};
 
-use super::json::Codec;
+use super::descriptors::Descriptors;
+use super::nesting;
 
 const ANY: &str = "google.protobuf.Any";
 
 /// `msg` encoded with map entries in key order, at any depth.
-pub(crate) fn encode(codec: &Codec, msg: &DynamicMessage) -> Vec<u8> {
+pub(crate) fn encode(descriptors: &Descriptors, msg: &DynamicMessage) -> Vec<u8> {
     let mut out = Vec::new();
-    write_message(codec, msg, &mut out);
+    write_message(descriptors, msg, &mut out);
     out
 }
 
-fn write_message(codec: &Codec, msg: &DynamicMessage, out: &mut Vec<u8>) {
+fn write_message(descriptors: &Descriptors, msg: &DynamicMessage, out: &mut Vec<u8>) {
     if !has_map_or_any(msg) {
         msg.encode_raw(out);
         return;
     }
     if msg.descriptor().full_name() == ANY {
-        write_any(codec, msg, out);
+        write_any(descriptors, msg, out);
         return;
     }
     for (field, value) in msg.fields() {
@@ -48,16 +49,16 @@ fn write_message(codec: &Codec, msg: &DynamicMessage, out: &mut Vec<u8>) {
                     let mut pair = DynamicMessage::new(entry.clone());
                     pair.set_field(&key_field, Value::from(key.clone()));
                     pair.set_field(&value_field, value.clone());
-                    write_delimited(number, &encode(codec, &pair), out);
+                    write_delimited(number, &encode(descriptors, &pair), out);
                 }
             }
             (Value::Message(sub), Kind::Message(_)) if !field.is_group() => {
-                write_delimited(number, &encode(codec, sub), out);
+                write_delimited(number, &encode(descriptors, sub), out);
             }
             (Value::List(items), Kind::Message(_)) if !field.is_group() => {
                 for item in items {
                     match item.as_message() {
-                        Some(sub) => write_delimited(number, &encode(codec, sub), out),
+                        Some(sub) => write_delimited(number, &encode(descriptors, sub), out),
                         None => write_alone(msg, &field, item, out),
                     }
                 }
@@ -78,7 +79,7 @@ fn write_message(codec: &Codec, msg: &DynamicMessage, out: &mut Vec<u8>) {
 
 /// An `Any` with its payload re-encoded (kept as it is when its type is
 /// unknown or it does not decode).
-fn write_any(codec: &Codec, any: &DynamicMessage, out: &mut Vec<u8>) {
+fn write_any(descriptors: &Descriptors, any: &DynamicMessage, out: &mut Vec<u8>) {
     let type_url = any
         .get_field_by_name("type_url")
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -87,8 +88,8 @@ fn write_any(codec: &Codec, any: &DynamicMessage, out: &mut Vec<u8>) {
         .get_field_by_name("value")
         .and_then(|v| v.as_bytes().cloned())
         .unwrap_or_default();
-    let payload = match codec.decode_any(&type_url, &value) {
-        Ok(inner) => encode(codec, &inner),
+    let payload = match nesting::decode_any(descriptors, &type_url, &value) {
+        Ok(inner) => encode(descriptors, &inner),
         Err(_) => value.to_vec(),
     };
     prost_types::Any {
@@ -134,6 +135,7 @@ fn value_has(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::json::Codec;
 
     const RUNTIME: &str = "envoy.service.runtime.v3.Runtime";
 
@@ -142,10 +144,13 @@ mod tests {
         let codec = Codec::embedded();
         let json =
             br#"{"name": "r", "layer": {"b": 1, "a": {"z": [1, {"y": 2, "x": 3}]}, "c": "s"}}"#;
-        let first = encode(&codec, &codec.parse_message(RUNTIME, json, false).unwrap());
+        let first = encode(
+            codec.descriptors(),
+            &codec.parse_message(RUNTIME, json, false).unwrap(),
+        );
         for _ in 0..16 {
             let msg = codec.parse_message(RUNTIME, json, false).unwrap();
-            let bytes = encode(&codec, &msg);
+            let bytes = encode(codec.descriptors(), &msg);
             assert_eq!(bytes, first);
             let decoded = DynamicMessage::decode(msg.descriptor(), bytes.as_slice()).unwrap();
             assert_eq!(decoded, msg);
@@ -172,7 +177,7 @@ mod tests {
             .as_slice(),
         )
         .unwrap();
-        let bytes = encode(&codec, &any);
+        let bytes = encode(codec.descriptors(), &any);
         let back = prost_types::Any::decode(bytes.as_slice()).unwrap();
         assert_eq!(back.value, [0xff, 0x01]);
     }

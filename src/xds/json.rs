@@ -1,7 +1,7 @@
 //! Canonical proto3 JSON ⇄ protobuf for every type in the descriptor pool.
 //!
-//! The pool holds Envoy's whole v3 API (compiled by `build.rs` and embedded)
-//! plus any FileDescriptorSets given with `--descriptor-set`, so an `Any` at
+//! The pool ([`super::descriptors`]) holds Envoy's whole v3 API plus any
+//! FileDescriptorSets given with `--descriptor-set`, so an `Any` at
 //! any depth renders as `{"@type": ..., ...fields}` whatever extension it
 //! carries (one of a type the pool lacks renders whole, as the
 //! `xds_gateway.v1.OpaqueAny` holding it: [`super::opaque`]). Output is deterministic: object keys are sorted (protobuf maps come
@@ -11,7 +11,7 @@
 //! This module does no I/O but reading descriptor-set files at start-up, and
 //! it never panics on input: every failure is a [`JsonError`] naming the type.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,112 +22,61 @@ use prost_reflect::{
 };
 
 use super::canonical;
+use super::descriptors::Descriptors;
+use super::json_error::JsonError;
 use super::nesting;
-use super::resource_type::TYPE_URL_PREFIX;
-
-/// Envoy's v3 API, compiled by build.rs.
-static EMBEDDED_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptor_set.bin"));
-
-/// Why a message could not be converted.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum JsonError {
-    #[error(
-        "type {type_url} is not known to this gateway (add its descriptors with --descriptor-set)"
-    )]
-    UnknownType { type_url: String },
-    #[error("type URL {type_url:?} does not have the form type.googleapis.com/<message name>")]
-    MalformedTypeUrl { type_url: String },
-    #[error("{type_url}: protobuf bytes do not decode: {reason}")]
-    Decode { type_url: String, reason: String },
-    #[error("{type_url}: cannot render as JSON: {reason}")]
-    Render { type_url: String, reason: String },
-    #[error("{message}: invalid JSON: {reason}")]
-    Parse { message: String, reason: String },
-    #[error("descriptor set {path}: {reason}")]
-    DescriptorSet { path: PathBuf, reason: String },
-}
 
 /// The descriptor pool and the JSON options the gateway renders with.
 /// Cheap to clone (the pool is reference counted).
 #[derive(Clone, Debug)]
 pub struct Codec {
-    pool: DescriptorPool,
+    descriptors: Descriptors,
     serialize: Arc<SerializeOptions>,
 }
 
 impl Codec {
     /// The embedded Envoy API only.
     pub fn embedded() -> Codec {
-        let pool = DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
-            .expect("build.rs validated the embedded descriptor set");
-        Codec::from_pool(pool)
+        Codec::of(Descriptors::embedded())
     }
 
     /// The embedded API plus the compiled FileDescriptorSets at `paths`
     /// (contrib or in-house extension types), read once at start-up.
     pub(crate) fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
-        let mut codec = Codec::embedded();
-        for path in paths {
-            let bytes = std::fs::read(path).map_err(|e| descriptor_error(path, e))?;
-            codec
-                .pool
-                .decode_file_descriptor_set(bytes.as_slice())
-                .map_err(|e| descriptor_error(path, e))?;
-        }
-        Ok(codec)
+        Descriptors::with_descriptor_sets(paths).map(Codec::of)
     }
 
-    fn from_pool(pool: DescriptorPool) -> Codec {
+    fn of(descriptors: Descriptors) -> Codec {
         let serialize = SerializeOptions::new()
             .stringify_64_bit_integers(true)
             .use_enum_numbers(false)
             .use_proto_field_name(false)
             .skip_default_fields(true);
         Codec {
-            pool,
+            descriptors,
             serialize: Arc::new(serialize),
         }
     }
 
-    /// The descriptor pool (for rewrites and reflection).
-    pub fn pool(&self) -> &DescriptorPool {
-        &self.pool
+    /// The descriptor pool and its lookups, for the pieces under the codec.
+    pub(crate) fn descriptors(&self) -> &Descriptors {
+        &self.descriptors
     }
 
-    /// The descriptor of the message a type URL names.
-    pub(crate) fn descriptor_for_type_url(
-        &self,
-        type_url: &str,
-    ) -> Result<MessageDescriptor, JsonError> {
-        let name = message_name_of(type_url)?;
-        self.descriptor(name).map_err(|_| JsonError::UnknownType {
-            type_url: type_url.to_owned(),
-        })
+    /// The descriptor pool (for rewrites and reflection).
+    pub fn pool(&self) -> &DescriptorPool {
+        self.descriptors.pool()
     }
 
     /// The descriptor of a fully qualified message name.
     pub fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
-        self.pool
-            .get_message_by_name(name)
-            .ok_or_else(|| JsonError::UnknownType {
-                type_url: format!("{TYPE_URL_PREFIX}{name}"),
-            })
+        self.descriptors.descriptor(name)
     }
 
-    /// Decodes an `Any`'s payload into a dynamic message of its type;
-    /// refuses one nested deeper than anything renders, counting through
-    /// the `Any`s inside it (`nesting`), which would otherwise exhaust the
-    /// stack of whatever walks it.
+    /// Decodes an `Any`'s payload into a dynamic message of its type, held
+    /// to the nesting bound ([`nesting::decode_any`]).
     pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
-        let desc = self.descriptor_for_type_url(type_url)?;
-        let decode_error = |reason: String| JsonError::Decode {
-            type_url: type_url.to_owned(),
-            reason,
-        };
-        let msg = DynamicMessage::decode(desc, value).map_err(|e| decode_error(e.to_string()))?;
-        nesting::check(self, &msg).map_err(decode_error)?;
-        Ok(msg)
+        nesting::decode_any(&self.descriptors, type_url, value)
     }
 
     /// Renders an `Any` as canonical JSON: `{"@type": type_url, ...fields}`,
@@ -184,7 +133,7 @@ impl Codec {
         // BTreeMaps, to put protobuf map entries (hash order in prost-reflect)
         // in a stable order; `float_roundtrip` keeps the re-parse exact.
         // An Any of a type the pool lacks renders as the OpaqueAny holding it.
-        let wrapped = super::opaque::wrapped(self, msg);
+        let wrapped = super::opaque::wrapped(&self.descriptors, msg);
         let msg = wrapped.as_ref().unwrap_or(msg);
         let mut text = Vec::with_capacity(256);
         msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), &self.serialize)
@@ -259,9 +208,11 @@ impl Codec {
     ) -> Result<M, JsonError> {
         let msg = self.parse_message(name, json, ignore_unknown)?;
         // Map entries in key order: the same JSON, the same bytes.
-        M::decode(canonical::encode(self, &msg).as_slice()).map_err(|e| JsonError::Decode {
-            type_url: name.to_owned(),
-            reason: e.to_string(),
+        M::decode(canonical::encode(&self.descriptors, &msg).as_slice()).map_err(|e| {
+            JsonError::Decode {
+                type_url: name.to_owned(),
+                reason: e.to_string(),
+            }
         })
     }
 
@@ -314,24 +265,6 @@ fn drop_empty_any_value(value: &mut serde_json::Value) {
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(drop_empty_any_value),
         _ => {}
-    }
-}
-
-/// The message name of `type.googleapis.com/<name>` (any host prefix is accepted,
-/// as protobuf does: the name is what follows the last `/`).
-pub(crate) fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
-    match type_url.rsplit_once('/') {
-        Some((_, name)) if !name.is_empty() => Ok(name),
-        _ => Err(JsonError::MalformedTypeUrl {
-            type_url: type_url.to_owned(),
-        }),
-    }
-}
-
-fn descriptor_error(path: &Path, err: impl std::fmt::Display) -> JsonError {
-    JsonError::DescriptorSet {
-        path: path.to_owned(),
-        reason: err.to_string(),
     }
 }
 

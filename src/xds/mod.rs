@@ -2,9 +2,11 @@
 //! resource rewrites. No I/O.
 
 mod canonical;
+pub(crate) mod descriptors;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
 mod json;
+mod json_error;
 pub(crate) mod membership;
 mod nesting;
 pub(crate) mod opaque;
@@ -15,7 +17,8 @@ pub(crate) mod rewrite;
 mod validate;
 pub(crate) mod xdstp;
 
-pub use json::{Codec, JsonError};
+pub use json::Codec;
+pub use json_error::JsonError;
 pub use opaque::OPAQUE_TYPE_URL;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;

@@ -11,12 +11,14 @@
 //! [`check`] refuses a message nested deeper than any message that renders
 //! (a JSON document is at most 128 levels deep, and one JSON level is at
 //! most two message levels: a `Struct` and its `Value`), or with more
-//! `Any`s inside `Any`s than any real configuration has. No I/O; the walk
-//! decodes each `Any` payload without copying it.
+//! `Any`s inside `Any`s than any real configuration has; and [`decode_any`],
+//! the one way an `Any`'s payload is decoded, held to that bound. No I/O;
+//! the walk decodes each `Any` payload without copying it.
 
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
-use super::json::Codec;
+use super::descriptors::Descriptors;
+use super::json_error::JsonError;
 
 /// Deepest message nesting, counted through `Any` payloads (`Struct`s
 /// inside 128 levels of JSON take 256, plus the message holding them).
@@ -26,14 +28,38 @@ pub(crate) const MAX_ANY_DEPTH: usize = 32;
 
 const ANY: &str = "google.protobuf.Any";
 
+/// Decodes an `Any`'s payload into a dynamic message of its type;
+/// refuses one nested deeper than anything renders, counting through the
+/// `Any`s inside it ([`check`]), which would otherwise exhaust the stack of
+/// whatever walks it.
+pub(crate) fn decode_any(
+    descriptors: &Descriptors,
+    type_url: &str,
+    value: &[u8],
+) -> Result<DynamicMessage, JsonError> {
+    let desc = descriptors.for_type_url(type_url)?;
+    let decode_error = |reason: String| JsonError::Decode {
+        type_url: type_url.to_owned(),
+        reason,
+    };
+    let msg = DynamicMessage::decode(desc, value).map_err(|e| decode_error(e.to_string()))?;
+    check(descriptors, &msg).map_err(decode_error)?;
+    Ok(msg)
+}
+
 /// Whether `msg` is within [`MAX_DEPTH`] and [`MAX_ANY_DEPTH`]; if not,
 /// why not. An `Any` of an unknown type, or whose payload does not decode,
 /// counts as a leaf (whatever unpacks it refuses it).
-pub(crate) fn check(codec: &Codec, msg: &DynamicMessage) -> Result<(), String> {
-    within(codec, msg, 1, 0)
+pub(crate) fn check(descriptors: &Descriptors, msg: &DynamicMessage) -> Result<(), String> {
+    within(descriptors, msg, 1, 0)
 }
 
-fn within(codec: &Codec, msg: &DynamicMessage, depth: usize, anys: usize) -> Result<(), String> {
+fn within(
+    descriptors: &Descriptors,
+    msg: &DynamicMessage,
+    depth: usize,
+    anys: usize,
+) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err(format!(
             "messages nested more than {MAX_DEPTH} deep (counting through Any payloads)"
@@ -53,28 +79,33 @@ fn within(codec: &Codec, msg: &DynamicMessage, depth: usize, anys: usize) -> Res
         ) else {
             return Ok(());
         };
-        let Ok(desc) = codec.descriptor_for_type_url(type_url) else {
+        let Ok(desc) = descriptors.for_type_url(type_url) else {
             return Ok(());
         };
         // `Bytes`: the payload is sliced, not copied.
         return match DynamicMessage::decode(desc, payload.clone()) {
-            Ok(inner) => within(codec, &inner, depth + 1, anys + 1),
+            Ok(inner) => within(descriptors, &inner, depth + 1, anys + 1),
             Err(_) => Ok(()),
         };
     }
     msg.fields()
-        .try_for_each(|(_, value)| value_within(codec, value, depth, anys))
+        .try_for_each(|(_, value)| value_within(descriptors, value, depth, anys))
 }
 
-fn value_within(codec: &Codec, value: &Value, depth: usize, anys: usize) -> Result<(), String> {
+fn value_within(
+    descriptors: &Descriptors,
+    value: &Value,
+    depth: usize,
+    anys: usize,
+) -> Result<(), String> {
     match value {
-        Value::Message(sub) => within(codec, sub, depth + 1, anys),
+        Value::Message(sub) => within(descriptors, sub, depth + 1, anys),
         Value::List(items) => items
             .iter()
-            .try_for_each(|item| value_within(codec, item, depth, anys)),
+            .try_for_each(|item| value_within(descriptors, item, depth, anys)),
         Value::Map(entries) => entries
             .values()
-            .try_for_each(|item| value_within(codec, item, depth, anys)),
+            .try_for_each(|item| value_within(descriptors, item, depth, anys)),
         _ => Ok(()),
     }
 }
@@ -84,6 +115,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
+    use crate::xds::json::Codec;
     use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 
     const ANY_URL: &str = "type.googleapis.com/google.protobuf.Any";

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use prost::Message;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
-use super::json::Codec;
+use super::descriptors::Descriptors;
 
 /// The type URL an unknown `Any` is served under.
 pub const OPAQUE_TYPE_URL: &str = "type.googleapis.com/xds_gateway.v1.OpaqueAny";
@@ -29,16 +29,16 @@ const ANY: &str = "google.protobuf.Any";
 /// The type URLs of the `Any`s inside `msg`, at any depth (through the
 /// payloads of the `Any`s it knows), that the codec has no descriptor for.
 /// Empty for almost every resource.
-pub(crate) fn unknown_types(codec: &Codec, msg: &DynamicMessage) -> BTreeSet<String> {
+pub(crate) fn unknown_types(descriptors: &Descriptors, msg: &DynamicMessage) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    walk(codec, msg, &mut found);
+    walk(descriptors, msg, &mut found);
     found
 }
 
-fn walk(codec: &Codec, msg: &DynamicMessage, found: &mut BTreeSet<String>) {
+fn walk(descriptors: &Descriptors, msg: &DynamicMessage, found: &mut BTreeSet<String>) {
     if let Some((type_url, payload)) = any_parts(msg) {
-        match inner(codec, &type_url, &payload) {
-            Inner::Known(inner) => walk(codec, &inner, found),
+        match inner(descriptors, &type_url, &payload) {
+            Inner::Known(inner) => walk(descriptors, &inner, found),
             Inner::Unknown => {
                 found.insert(type_url);
             }
@@ -47,36 +47,38 @@ fn walk(codec: &Codec, msg: &DynamicMessage, found: &mut BTreeSet<String>) {
         return;
     }
     for (_, value) in msg.fields() {
-        walk_value(codec, value, found);
+        walk_value(descriptors, value, found);
     }
 }
 
-fn walk_value(codec: &Codec, value: &Value, found: &mut BTreeSet<String>) {
+fn walk_value(descriptors: &Descriptors, value: &Value, found: &mut BTreeSet<String>) {
     match value {
-        Value::Message(sub) => walk(codec, sub, found),
-        Value::List(items) => items.iter().for_each(|v| walk_value(codec, v, found)),
-        Value::Map(entries) => entries.values().for_each(|v| walk_value(codec, v, found)),
+        Value::Message(sub) => walk(descriptors, sub, found),
+        Value::List(items) => items.iter().for_each(|v| walk_value(descriptors, v, found)),
+        Value::Map(entries) => entries
+            .values()
+            .for_each(|v| walk_value(descriptors, v, found)),
         _ => {}
     }
 }
 
 /// `msg` with every `Any` of an unknown type replaced by an `OpaqueAny`
 /// holding it; `None` when it holds none (nothing to change).
-pub(crate) fn wrapped(codec: &Codec, msg: &DynamicMessage) -> Option<DynamicMessage> {
-    if unknown_types(codec, msg).is_empty() {
+pub(crate) fn wrapped(descriptors: &Descriptors, msg: &DynamicMessage) -> Option<DynamicMessage> {
+    if unknown_types(descriptors, msg).is_empty() {
         return None;
     }
     let mut copy = msg.clone();
-    wrap(codec, &mut copy);
+    wrap(descriptors, &mut copy);
     Some(copy)
 }
 
 /// Wraps the unknown `Any`s inside `msg`; returns whether it changed it.
-fn wrap(codec: &Codec, msg: &mut DynamicMessage) -> bool {
+fn wrap(descriptors: &Descriptors, msg: &mut DynamicMessage) -> bool {
     if let Some((type_url, payload)) = any_parts(msg) {
-        let replaced = match inner(codec, &type_url, &payload) {
+        let replaced = match inner(descriptors, &type_url, &payload) {
             Inner::Unknown => Some((OPAQUE_TYPE_URL.to_owned(), opaque(type_url, &payload))),
-            Inner::Known(mut inner) => wrap(codec, &mut inner)
+            Inner::Known(mut inner) => wrap(descriptors, &mut inner)
                 .then(|| (type_url, bytes::Bytes::from(inner.encode_to_vec()))),
             Inner::Undecodable => None,
         };
@@ -89,20 +91,20 @@ fn wrap(codec: &Codec, msg: &mut DynamicMessage) -> bool {
     }
     let mut changed = false;
     for (_, value) in msg.fields_mut() {
-        changed |= wrap_value(codec, value);
+        changed |= wrap_value(descriptors, value);
     }
     changed
 }
 
-fn wrap_value(codec: &Codec, value: &mut Value) -> bool {
+fn wrap_value(descriptors: &Descriptors, value: &mut Value) -> bool {
     match value {
-        Value::Message(sub) => wrap(codec, sub),
+        Value::Message(sub) => wrap(descriptors, sub),
         Value::List(items) => items
             .iter_mut()
-            .fold(false, |changed, v| wrap_value(codec, v) | changed),
+            .fold(false, |changed, v| wrap_value(descriptors, v) | changed),
         Value::Map(entries) => entries
             .values_mut()
-            .fold(false, |changed, v| wrap_value(codec, v) | changed),
+            .fold(false, |changed, v| wrap_value(descriptors, v) | changed),
         _ => false,
     }
 }
@@ -140,12 +142,12 @@ enum Inner {
     Undecodable,
 }
 
-fn inner(codec: &Codec, type_url: &str, payload: &bytes::Bytes) -> Inner {
+fn inner(descriptors: &Descriptors, type_url: &str, payload: &bytes::Bytes) -> Inner {
     if type_url.is_empty() {
         // An empty Any renders as {} whatever its (absent) type.
         return Inner::Undecodable;
     }
-    match codec.descriptor_for_type_url(type_url) {
+    match descriptors.for_type_url(type_url) {
         Err(_) => Inner::Unknown,
         Ok(desc) => match DynamicMessage::decode(desc, payload.clone()) {
             Ok(inner) => Inner::Known(inner),
@@ -157,6 +159,7 @@ fn inner(codec: &Codec, type_url: &str, payload: &bytes::Bytes) -> Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::json::Codec;
     use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         http_filter, HttpConnectionManager, HttpFilter,
@@ -209,7 +212,7 @@ mod tests {
         let alpn = [0x0a, 0x03, 0x08, 0x02, 0x0a, 0xff, 0x00];
         let msg = codec.decode_any(LDS, &listener(&alpn)).expect("decodes");
         assert_eq!(
-            unknown_types(&codec, &msg),
+            unknown_types(codec.descriptors(), &msg),
             BTreeSet::from([ALPN.to_owned()])
         );
         let json = codec.render_resource(LDS, &msg).expect("renders");
@@ -233,7 +236,7 @@ mod tests {
         let codec = Codec::embedded();
         let msg = codec.decode_any(LDS, &listener(&[])).expect("decodes");
         assert_eq!(
-            unknown_types(&codec, &msg),
+            unknown_types(codec.descriptors(), &msg),
             BTreeSet::from([ALPN.to_owned()])
         );
         let json = codec.render_resource(LDS, &msg).expect("renders");
@@ -252,7 +255,7 @@ mod tests {
         }
         .encode_to_vec();
         let msg = codec.decode_any(LDS, &bytes).expect("decodes");
-        assert!(unknown_types(&codec, &msg).is_empty());
-        assert!(wrapped(&codec, &msg).is_none());
+        assert!(unknown_types(codec.descriptors(), &msg).is_empty());
+        assert!(wrapped(codec.descriptors(), &msg).is_none());
     }
 }

@@ -14,7 +14,8 @@ use std::time::Duration;
 use prost::Message;
 use prost_reflect::{DynamicMessage, Kind, ReflectMessage, Value};
 
-use super::json::{Codec, JsonError};
+use super::json::Codec;
+use super::json_error::JsonError;
 
 const ANY: &str = "google.protobuf.Any";
 const CONFIG_SOURCE: &str = "envoy.config.core.v3.ConfigSource";

@@ -5,7 +5,8 @@
 
 use prost_reflect::{DynamicMessage, Value};
 
-use super::rules::{broken, field, list, Broken};
+use super::broken::{broken, Broken};
+use super::fields::{field, list};
 
 /// A number of any protobuf numeric type, as compared by the rules.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]

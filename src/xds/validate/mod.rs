@@ -17,7 +17,9 @@
 //! No I/O.
 
 mod bounds;
+mod broken;
 mod check;
+mod fields;
 mod rules;
 #[cfg(test)]
 mod tests;

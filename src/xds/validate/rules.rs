@@ -6,21 +6,9 @@
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::bounds::{Bounds, Num};
+use super::broken::{broken, Broken};
+use super::fields::{bytes_of, field, flag, list, uint};
 use super::text::TextRules;
-
-/// A rule broken by a value: which (`string.min_len`) and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Broken {
-    pub(crate) rule: String,
-    pub(crate) message: String,
-}
-
-pub(super) fn broken(rule: &str, message: impl Into<String>) -> Result<(), Broken> {
-    Err(Broken {
-        rule: rule.to_owned(),
-        message: message.into(),
-    })
-}
 
 /// Every rule of one field.
 #[derive(Debug, Clone)]
@@ -74,39 +62,6 @@ pub(crate) struct FieldRules {
     pub(crate) rules: Rules,
     pub(crate) required: bool,
     pub(crate) skip: bool,
-}
-
-pub(super) fn field(message: &DynamicMessage, name: &str) -> Option<Value> {
-    let desc = message.descriptor().get_field_by_name(name)?;
-    message
-        .has_field(&desc)
-        .then(|| message.get_field(&desc).into_owned())
-}
-
-pub(super) fn list(message: &DynamicMessage, name: &str) -> Vec<Value> {
-    match field(message, name) {
-        Some(Value::List(values)) => values,
-        _ => Vec::new(),
-    }
-}
-
-pub(super) fn flag(message: &DynamicMessage, name: &str) -> bool {
-    matches!(field(message, name), Some(Value::Bool(true)))
-}
-
-pub(super) fn uint(message: &DynamicMessage, name: &str) -> Option<u64> {
-    match field(message, name)? {
-        Value::U64(v) => Some(v),
-        _ => None,
-    }
-}
-
-pub(super) fn bytes_of(value: &Value) -> Option<Vec<u8>> {
-    match value {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Bytes(b) => Some(b.to_vec()),
-        _ => None,
-    }
 }
 
 /// Nanoseconds of a `google.protobuf.Duration` or `Timestamp` message.

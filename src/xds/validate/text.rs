@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use prost_reflect::DynamicMessage;
 use regex::Regex;
 
-use super::rules::{broken, bytes_of, field, flag, list, uint, Broken};
+use super::broken::{broken, Broken};
+use super::fields::{bytes_of, field, flag, list, uint};
 
 /// What a string (or bytes) value must be.
 #[derive(Debug, Clone, Default)]
