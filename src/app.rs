@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
-use crate::cache::{ConfigHistory, HistorySink, Renderer};
+use crate::cache::{Assembler, ConfigHistory, HistorySink, Renderer};
 use crate::config::{Config, SessionKey, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
 use crate::history_file::{HistoryFile, HistoryFileError};
@@ -89,6 +89,8 @@ pub struct Prepared {
     config: Config,
     metrics: Arc<Metrics>,
     renderer: Renderer,
+    /// What the REST and admin faces answer with (one body memo for both).
+    assembler: Assembler,
     /// What the sessions record and the admin views read.
     history: ConfigHistory,
     source: Arc<dyn Feed>,
@@ -164,6 +166,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     let history = ConfigHistory::with_max_bytes(config.history_max_bytes)
         .with_principal_share(config.principal_share)
         .with_sink(history_file);
+    let assembler = Assembler::new(codec.clone());
     let renderer = Renderer::new(codec)
         .validating(config.validate == Validation::On)
         .counting(metrics.resources_rendered(), metrics.opaque_resources());
@@ -177,6 +180,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         config,
         metrics,
         renderer,
+        assembler,
         history,
         source,
         auth,
@@ -226,6 +230,7 @@ impl Prepared {
             config,
             metrics,
             renderer,
+            assembler,
             history,
             source,
             auth,
@@ -237,7 +242,7 @@ impl Prepared {
             Gateway::new(
                 config.rest(),
                 source.clone() as Arc<dyn Source>,
-                renderer.clone(),
+                assembler.clone(),
                 metrics.clone(),
             )
             .with_auth(auth.clone())
@@ -252,6 +257,7 @@ impl Prepared {
                 metrics.clone(),
                 gateway.clients(),
                 renderer,
+                assembler,
                 history,
                 config.admin_views(),
             )

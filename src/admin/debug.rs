@@ -213,7 +213,7 @@ pub(super) fn answer_json(
     target: Option<&RestTarget>,
 ) -> Result<Option<serde_json::Value>, ApiError> {
     let answer = state
-        .answer(&admin.renderer, names, "", target)
+        .answer(&admin.assembler, names, "", target)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let Answer::Body { json, .. } = answer else {
         return Ok(None);
@@ -247,7 +247,7 @@ fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> 
     let answer =
         csds::client_status(admin, &request).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let json = admin
-        .renderer
+        .assembler
         .codec()
         .render_prost("envoy.service.status.v3.ClientStatusResponse", &answer)
         .map_err(|e| ApiError::Internal(e.to_string()))?;

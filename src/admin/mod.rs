@@ -48,7 +48,7 @@ mod page;
 mod views;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{ClientBook, ConfigHistory, Renderer};
+use crate::cache::{Assembler, ClientBook, ConfigHistory, Renderer};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
@@ -65,8 +65,10 @@ pub(crate) struct Admin {
     metrics: Arc<Metrics>,
     auth: Option<Arc<AuthPolicy>>,
     clients: Arc<ClientBook>,
-    /// Renders `/debug/config` as the REST side would.
+    /// Which types the gateway had no descriptor for (`/readyz`).
     renderer: Renderer,
+    /// Answers `/debug/config` as the REST side would.
+    assembler: Assembler,
     /// What `/debug/history` and `/debug/diff` read (the sessions record
     /// into the same).
     history: ConfigHistory,
@@ -83,6 +85,7 @@ impl Admin {
         metrics: Arc<Metrics>,
         clients: Arc<ClientBook>,
         renderer: Renderer,
+        assembler: Assembler,
         history: ConfigHistory,
         config: AdminConfig,
     ) -> Admin {
@@ -92,6 +95,7 @@ impl Admin {
             auth: None,
             clients,
             renderer,
+            assembler,
             history,
             config,
             drain: Drain::default(),

@@ -10,7 +10,7 @@ use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use super::{admin_token, router, Admin, ROUTES};
-use crate::cache::{ClientBook, Renderer};
+use crate::cache::{Assembler, ClientBook, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::{FileFeeder, Origin, Sessions};
@@ -34,7 +34,8 @@ fn admin() -> Arc<Admin> {
         source,
         metrics,
         clients,
-        renderer,
+        renderer.clone(),
+        Assembler::new(renderer.codec().clone()),
         history,
         config.admin_views(),
     ))

@@ -35,9 +35,9 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 
+use super::assembler::Assembler;
 use super::by_name::{by_name, Paired};
 use super::client_key::ClientKey;
-use super::renderer::Renderer;
 use super::state::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
@@ -79,7 +79,7 @@ impl ServedAnswer {
     /// answer the client holds; `None`: unknown, so the full state).
     pub(crate) fn changes(
         &self,
-        renderer: &Renderer,
+        assembler: &Assembler,
         version: &str,
         since: Option<&ServedAnswer>,
     ) -> Result<Bytes, JsonError> {
@@ -119,7 +119,7 @@ impl ServedAnswer {
                 continue;
             }
             let json = match &self.target {
-                Some(t) => renderer.rewritten(resource, t)?,
+                Some(t) => assembler.rewritten(resource, t)?,
                 None => resource.json.clone(),
             };
             let mut digest = hex::encode(resource.digest);
@@ -253,7 +253,7 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::ParsedRequest;
+    use crate::cache::{Assembler, ParsedRequest, Renderer};
     use crate::xds::{Codec, ResourceType};
     use serde_json::Value;
 
@@ -279,7 +279,7 @@ mod tests {
         let all = Names::Wildcard;
         let since = ServedAnswer::new(old, &all, None);
         let body = ServedAnswer::new(new.clone(), &all, None)
-            .changes(&renderer, "2~x", Some(&since))
+            .changes(&Assembler::new(Codec::embedded()), "2~x", Some(&since))
             .unwrap();
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["systemVersionInfo"], "2~x");
@@ -292,7 +292,7 @@ mod tests {
 
         // Unknown (or other names): the whole state, saying so.
         let full = ServedAnswer::new(new.clone(), &all, None)
-            .changes(&renderer, "2~x", None)
+            .changes(&Assembler::new(Codec::embedded()), "2~x", None)
             .unwrap();
         let v: Value = serde_json::from_slice(&full).unwrap();
         assert_eq!(names_of(&v["resources"]), ["a", "b", "d"]);
@@ -301,7 +301,11 @@ mod tests {
             ServedAnswer::new(new.clone(), &Names::from_request(vec!["a".into()]), None);
         let v: Value = serde_json::from_slice(
             &ServedAnswer::new(new, &all, None)
-                .changes(&renderer, "2~x", Some(&other_names))
+                .changes(
+                    &Assembler::new(Codec::embedded()),
+                    "2~x",
+                    Some(&other_names),
+                )
                 .unwrap(),
         )
         .unwrap();

@@ -3,6 +3,7 @@
 //! parsed request bodies, and the bookkeeping that spots rejections. No
 //! network I/O, no HTTP.
 
+mod assembler;
 mod body;
 mod body_memo;
 mod by_name;
@@ -24,6 +25,7 @@ mod state;
 #[cfg(test)]
 pub(crate) mod test_states;
 
+pub(crate) use assembler::Assembler;
 pub(crate) use body::JsonBody;
 pub(crate) use by_name::{by_name, Paired};
 pub(crate) use changes::{History, ServedAnswer};

@@ -21,34 +21,32 @@ use moka::sync::Cache;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
-use super::body_memo::Bodies;
 use super::resource::{
     idle_memo, resource_name, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
 use super::resource_set::SharedAnswers;
-use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 use crate::xds::{Codec, JsonError, ResourceType, Validator};
 
-/// How many rendered resources (plain and rewritten) the memo keeps.
-const RENDER_MEMO_ENTRIES: u64 = 200_000;
+/// How many rendered resources the memo keeps (and, in the assembler,
+/// resources rewritten for REST targets).
+pub(super) const RENDER_MEMO_ENTRIES: u64 = 200_000;
 
 /// How long a render nobody looked up stays in the memo. Without it, every
 /// content an upstream ever sent stayed until the entry bound (a cluster
 /// changed every second is 3,600 dead renders an hour, RSS growing for
 /// days); what a state still holds lives on in the state, and a miss
 /// costs one render.
-const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+pub(super) const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Decodes and renders resources, remembering every render by digest, and
-/// holds the memo of assembled response bodies. (The config history is
-/// handed to the sessions that record into it and the admin views that
-/// read it, apart from the renderer.)
+/// Decodes, checks and renders upstream resources, remembering every
+/// render by digest, and the sets whole upstream answers decoded to. The
+/// decoding side only: what answering a poll needs (rewrites for a REST
+/// target, assembled bodies) is the [`Assembler`](super::Assembler)'s, and
+/// the config history is handed to the sessions and the admin apart.
 #[derive(Clone)]
 pub(crate) struct Renderer {
     codec: Codec,
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
-    rewritten: Cache<(Digest, RestTarget), Bytes>,
-    bodies: Bodies,
     /// The sets upstream answers decoded to, shared by the sessions that
     /// receive the same answer.
     answers: SharedAnswers,
@@ -72,7 +70,16 @@ impl std::fmt::Debug for Renderer {
 impl Renderer {
     /// A renderer that checks every resource against Envoy's field rules.
     pub(crate) fn new(codec: Codec) -> Renderer {
-        Renderer::with_bodies(codec, Bodies::default()).validating(true)
+        Renderer {
+            codec,
+            plain: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
+            answers: SharedAnswers::default(),
+            validator: None,
+            rendered: Counter::default(),
+            rendered_opaque: Counter::default(),
+            opaque_types: Arc::default(),
+        }
+        .validating(true)
     }
 
     /// Whether resources are checked against Envoy's field rules.
@@ -116,26 +123,6 @@ impl Renderer {
         self.rendered.get()
     }
 
-    /// A renderer whose body memo holds at most `bytes` (tests of eviction;
-    /// none at all for the benchmarks' pipeline, `source/pipeline.rs`).
-    pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Renderer {
-        Renderer::with_bodies(codec, Bodies::with_capacity(bytes)).validating(true)
-    }
-
-    fn with_bodies(codec: Codec, bodies: Bodies) -> Renderer {
-        Renderer {
-            codec,
-            plain: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
-            rewritten: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
-            bodies,
-            answers: SharedAnswers::default(),
-            validator: None,
-            rendered: Counter::default(),
-            rendered_opaque: Counter::default(),
-            opaque_types: Arc::default(),
-        }
-    }
-
     pub(crate) fn codec(&self) -> &Codec {
         &self.codec
     }
@@ -143,11 +130,6 @@ impl Renderer {
     /// The sets upstream answers decoded to ([`SharedAnswers`]).
     pub(crate) fn answers(&self) -> &SharedAnswers {
         &self.answers
-    }
-
-    /// The memo of assembled bodies.
-    pub(crate) fn bodies(&self) -> &Bodies {
-        &self.bodies
     }
 
     /// The rendered resource for `payload` of `kind`: from the memo, or
@@ -265,29 +247,6 @@ impl Renderer {
                 })?;
         }
         Ok(message)
-    }
-
-    /// The resource's JSON with ADS/self config sources pointed at `target`.
-    pub(crate) fn rewritten(
-        &self,
-        resource: &Resource,
-        target: &RestTarget,
-    ) -> Result<Bytes, JsonError> {
-        if resource.kind.delta_only() {
-            // Tooling reads these; no REST Envoy follows their config sources.
-            return Ok(resource.json.clone());
-        }
-        let key = (resource.digest, target.clone());
-        if let Some(hit) = self.rewritten.get(&key) {
-            return Ok(hit);
-        }
-        let type_url = resource.kind.type_url();
-        let json = match rewrite_config_sources(&self.codec, type_url, &resource.payload, target)? {
-            Some(bytes) => self.codec.render_any(type_url, &bytes)?,
-            None => resource.json.clone(),
-        };
-        self.rewritten.insert(key, json.clone());
-        Ok(json)
     }
 }
 

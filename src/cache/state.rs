@@ -32,9 +32,9 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest as _, Sha256};
 
+use super::assembler::Assembler;
 use super::body::JsonBody;
 use super::body_memo::{Assembled, Bodies};
-use super::renderer::Renderer;
 use super::resource::Resource;
 use super::resource_set::{IntoResourceSet, ResourceSet};
 use crate::xds::rewrite::RestTarget;
@@ -225,12 +225,12 @@ impl TypeState {
     /// the body, from `bodies` when it was assembled before.
     pub(crate) fn answer(
         &self,
-        renderer: &Renderer,
+        assembler: &Assembler,
         names: &Names,
         presented: &str,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
-        let bodies = renderer.bodies();
+        let bodies = assembler.bodies();
         let digest = names_digest(names);
         let key = Bodies::key(self.id, &digest, target);
         if let Some(hit) = bodies.get(key, self.id, &digest, target) {
@@ -254,7 +254,7 @@ impl TypeState {
             return Ok(Answer::NotModified { version });
         }
         let piece = (self.kind, selection);
-        let resources = bodies.shared(piece, || self.join(renderer, names, target))?;
+        let resources = bodies.shared(piece, || self.join(assembler, names, target))?;
         let (head, tail) = self.ends(&version);
         bodies.answers.insert(
             key,
@@ -381,14 +381,14 @@ impl TypeState {
     /// commas (the middle of a `DiscoveryResponse` body).
     fn join(
         &self,
-        renderer: &Renderer,
+        assembler: &Assembler,
         names: &Names,
         target: Option<&RestTarget>,
     ) -> Result<Bytes, JsonError> {
         let mut pieces = Vec::new();
         for resource in self.select(names) {
             pieces.push(match target {
-                Some(t) => renderer.rewritten(resource, t)?,
+                Some(t) => assembler.rewritten(resource, t)?,
                 None => resource.json.clone(),
             });
         }

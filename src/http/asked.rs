@@ -74,7 +74,7 @@ impl Answered<'_> {
         gateway: &Gateway,
         polled: &mut Polled,
     ) -> Result<Answer, JsonError> {
-        polled.answer(&gateway.renderer, self.request, self.remote, self.target)
+        polled.answer(&gateway.assembler, self.request, self.remote, self.target)
     }
 
     /// Shows it in the client book, answered at `current` (`body`: a body
@@ -118,7 +118,7 @@ impl Answered<'_> {
         // Recalled before it is remembered: what the client held, not this.
         let since = last.or_else(|| history.recall(client, self.request.version_info()));
         let served = served();
-        let body = served.changes(&gateway.renderer, version, since.as_deref())?;
+        let body = served.changes(&gateway.assembler, version, since.as_deref())?;
         history.remember(client, version, || served.clone());
         Ok((JsonBody::from(body), Some(served)))
     }

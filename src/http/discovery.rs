@@ -330,7 +330,7 @@ fn get_body(
         Some(version) => version.clone(),
         None => tagged.unwrap_or_default(),
     };
-    let node = presented_node(query, &gateway.profiles, gateway.renderer.codec())?;
+    let node = presented_node(query, &gateway.profiles, gateway.assembler.codec())?;
     let body = serde_json::json!({
         "version_info": version,
         "resource_names": names,

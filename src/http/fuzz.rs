@@ -26,7 +26,7 @@ use tower::ServiceExt;
 
 use super::query::Params;
 use super::{router, Gateway};
-use crate::cache::{ParsedRequests, Renderer};
+use crate::cache::{Assembler, ParsedRequests, Renderer};
 use crate::config::{Config, SessionKey};
 use crate::metrics::Metrics;
 use crate::source::{FileFeeder, Origin, Sessions};
@@ -191,7 +191,8 @@ fn demo_gateway() -> Arc<Gateway> {
         metrics.clone(),
         &config,
     );
-    Arc::new(Gateway::new(config.rest(), source, renderer, metrics))
+    let assembler = Assembler::new(renderer.codec().clone());
+    Arc::new(Gateway::new(config.rest(), source, assembler, metrics))
 }
 
 /// Sends `request`; panics unless the answer is a 200, a 304, or a 4xx

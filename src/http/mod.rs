@@ -48,7 +48,7 @@ use axum::Extension;
 use axum::Router;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{ClientBook, History, ParsedRequests, Renderer};
+use crate::cache::{Assembler, ClientBook, History, ParsedRequests};
 use crate::config::RestConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
@@ -69,7 +69,7 @@ use renditions::Renditions;
 pub(crate) struct Gateway {
     config: RestConfig,
     source: Arc<dyn Source>,
-    renderer: Renderer,
+    assembler: Assembler,
     metrics: Arc<Metrics>,
     /// Memo of request bodies already parsed (Envoy repeats its body).
     parsed: ParsedRequests,
@@ -105,7 +105,7 @@ impl Gateway {
     pub(crate) fn new(
         config: RestConfig,
         source: Arc<dyn Source>,
-        renderer: Renderer,
+        assembler: Assembler,
         metrics: Arc<Metrics>,
     ) -> Gateway {
         Gateway {
@@ -127,7 +127,7 @@ impl Gateway {
             unnamed_proxy_seen: std::sync::atomic::AtomicBool::new(false),
             config,
             source,
-            renderer,
+            assembler,
             metrics,
         }
     }

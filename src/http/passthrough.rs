@@ -87,7 +87,7 @@ fn question(
     caller: &Caller,
     body: &[u8],
 ) -> Result<PassThrough, ApiError> {
-    let codec = gateway.renderer.codec();
+    let codec = gateway.assembler.codec();
     let invalid = |e: crate::xds::JsonError| BodyError::Invalid(e.to_string());
     match endpoint {
         Endpoint::HealthCheck => {
@@ -118,7 +118,7 @@ fn answer_json(
     caller: &Caller,
     answer: PassedThrough,
 ) -> Result<Bytes, ApiError> {
-    let codec = gateway.renderer.codec();
+    let codec = gateway.assembler.codec();
     Ok(match answer {
         PassedThrough::HealthCheck(answer) => codec.render_prost(endpoint.message(), &answer)?,
         PassedThrough::ClientStatus(mut answer) => {

@@ -14,12 +14,13 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::decode::decode_all;
 use super::wire::Payload;
-use crate::cache::{Answer, Coverage, Names, Renderer, TypeState};
+use crate::cache::{Answer, Assembler, Coverage, Names, Renderer, TypeState};
 use crate::xds::{Codec, ResourceType};
 
 /// The decoding and answering of pushes, with its own render memo.
 pub struct Pipeline {
     renderer: Renderer,
+    assembler: Assembler,
 }
 
 /// A pushed state, and what taking it cost.
@@ -36,7 +37,8 @@ impl Pipeline {
     /// gateway does by default.
     pub fn new(codec: Codec) -> Pipeline {
         Pipeline {
-            renderer: Renderer::with_body_capacity(codec, 0),
+            assembler: Assembler::with_body_capacity(codec.clone(), 0),
+            renderer: Renderer::new(codec),
         }
     }
 
@@ -66,7 +68,7 @@ impl Pipeline {
             Coverage::default(),
         ));
         let body = match state
-            .answer(&self.renderer, &Names::Wildcard, "", None)
+            .answer(&self.assembler, &Names::Wildcard, "", None)
             .map_err(|e| e.to_string())?
         {
             Answer::Body { json, .. } => json.to_bytes(),

@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use tracing::warn;
 
 use crate::cache::{
-    Answer, ClientAddr, Observation, ParsedRequest, RejectionTracker, Renderer, ServedAnswer,
+    Answer, Assembler, ClientAddr, Observation, ParsedRequest, RejectionTracker, ServedAnswer,
     Standing, SubscriptionKey, Suspicion, TypeState,
 };
 use crate::log_escape::Escaped;
@@ -151,14 +151,14 @@ impl Polled {
     /// refresh delay) is not in the requests. So nothing is guessed.
     pub(crate) fn answer(
         &mut self,
-        renderer: &Renderer,
+        assembler: &Assembler,
         request: &ParsedRequest,
         remote: ClientAddr,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         let answer =
             self.state
-                .answer(renderer, request.names(), request.version_info(), target)?;
+                .answer(assembler, request.names(), request.version_info(), target)?;
         // A client refusing an answer that holds an Any served opaque is not
         // suspected of a rejection (nor is it forwarded upstream): the
         // gateway knows why, and it is its own limit, not the upstream's.

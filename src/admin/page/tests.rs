@@ -332,7 +332,8 @@ async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -
         source.clone() as Arc<dyn Inspect>,
         metrics,
         clients,
-        renderer,
+        renderer.clone(),
+        crate::cache::Assembler::new(renderer.codec().clone()),
         crate::cache::ConfigHistory::default(),
         config.admin_views(),
     );

@@ -4,10 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::cache::{Assembler, Renderer};
 use crate::xds::Codec;
 
 fn renderer() -> Renderer {
     Renderer::new(Codec::embedded())
+}
+
+fn assembler() -> Assembler {
+    Assembler::new(Codec::embedded())
 }
 
 fn state(r: &Renderer, version: &str, clusters: &[(&str, &str)]) -> TypeState {
@@ -27,33 +32,33 @@ fn body_version(answer: &Answer) -> String {
 
 #[test]
 fn not_modified_only_for_the_digest_of_what_the_client_would_get() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let s = state(&r, "v1", &[("a", "1s"), ("b", "1s")]);
     let wild = Names::Wildcard;
-    let v = body_version(&s.answer(&r, &wild, "", None).unwrap());
+    let v = body_version(&s.answer(&asm, &wild, "", None).unwrap());
     assert_eq!(upstream_version(&v), "v1");
     assert!(selection_digest(&v).is_some(), "{v}");
     assert_eq!(
-        s.answer(&r, &wild, &v, None).unwrap(),
+        s.answer(&asm, &wild, &v, None).unwrap(),
         Answer::NotModified { version: v.clone() }
     );
     // The upstream's version alone is not the served version.
     assert!(matches!(
-        s.answer(&r, &wild, "v1", None).unwrap(),
+        s.answer(&asm, &wild, "v1", None).unwrap(),
         Answer::Body { cached: true, .. }
     ));
     // An empty version never gets 304.
     assert!(matches!(
-        s.answer(&r, &wild, "", None).unwrap(),
+        s.answer(&asm, &wild, "", None).unwrap(),
         Answer::Body { .. }
     ));
     // The same version presented for other names is a body.
-    let a = s.answer(&r, &named(&["a"]), &v, None).unwrap();
+    let a = s.answer(&asm, &named(&["a"]), &v, None).unwrap();
     assert_ne!(body_version(&a), v);
     // A client adding a name that does not exist still gets a body.
     let va = body_version(&a);
     assert!(matches!(
-        s.answer(&r, &named(&["a", "zz"]), &va, None).unwrap(),
+        s.answer(&asm, &named(&["a", "zz"]), &va, None).unwrap(),
         Answer::Body { .. }
     ));
     // Rewritten config sources are another selection.
@@ -63,20 +68,20 @@ fn not_modified_only_for_the_digest_of_what_the_client_would_get() {
         request_timeout: Duration::from_secs(10),
     };
     assert!(matches!(
-        s.answer(&r, &wild, &v, Some(&target)).unwrap(),
+        s.answer(&asm, &wild, &v, Some(&target)).unwrap(),
         Answer::Body { .. }
     ));
 }
 
 #[test]
 fn the_decision_needs_no_memory_of_what_was_served() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let here = state(&r, "v1", &[("a", "1s"), ("b", "2s")]);
-    let v = body_version(&here.answer(&r, &Names::Wildcard, "", None).unwrap());
+    let v = body_version(&here.answer(&asm, &Names::Wildcard, "", None).unwrap());
     // Another process (another replica) with the same content, even under
     // another upstream version, and with an empty memo: 304.
     let there = state(&r, "v9", &[("b", "2s"), ("a", "1s")]);
-    let fresh = Renderer::with_body_capacity(Codec::embedded(), 0);
+    let fresh = Assembler::with_body_capacity(Codec::embedded(), 0);
     assert!(matches!(
         there.answer(&fresh, &Names::Wildcard, &v, None).unwrap(),
         Answer::NotModified { .. }
@@ -94,41 +99,44 @@ fn every_name_set_gets_its_304_however_many_there_are() {
     let clusters: Vec<(String, &str)> = (0..600).map(|i| (format!("c{i}"), "1s")).collect();
     let refs: Vec<(&str, &str)> = clusters.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     // A memo far too small for 600 bodies: eviction must not cost a 304.
-    let r = Renderer::with_body_capacity(Codec::embedded(), 16 * 1024);
+    let (r, asm) = (
+        renderer(),
+        Assembler::with_body_capacity(Codec::embedded(), 16 * 1024),
+    );
     let s = state(&r, "v1", &refs);
     let versions: Vec<String> = clusters
         .iter()
-        .map(|(n, _)| body_version(&s.answer(&r, &named(&[n]), "", None).unwrap()))
+        .map(|(n, _)| body_version(&s.answer(&asm, &named(&[n]), "", None).unwrap()))
         .collect();
     for ((name, _), version) in clusters.iter().zip(&versions) {
-        let answer = s.answer(&r, &named(&[name]), version, None).unwrap();
+        let answer = s.answer(&asm, &named(&[name]), version, None).unwrap();
         assert!(matches!(answer, Answer::NotModified { .. }), "{name}");
     }
 }
 
 #[test]
 fn one_cluster_changing_leaves_the_others_at_304() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let before = state(&r, "v1", &[("a", "1s"), ("b", "1s")]);
     let after = state(&r, "v2", &[("a", "1s"), ("b", "5s")]);
-    let va = body_version(&before.answer(&r, &named(&["a"]), "", None).unwrap());
-    let vb = body_version(&before.answer(&r, &named(&["b"]), "", None).unwrap());
+    let va = body_version(&before.answer(&asm, &named(&["a"]), "", None).unwrap());
+    let vb = body_version(&before.answer(&asm, &named(&["b"]), "", None).unwrap());
     assert!(matches!(
-        after.answer(&r, &named(&["a"]), &va, None).unwrap(),
+        after.answer(&asm, &named(&["a"]), &va, None).unwrap(),
         Answer::NotModified { .. }
     ));
     assert!(matches!(
-        after.answer(&r, &named(&["b"]), &vb, None).unwrap(),
+        after.answer(&asm, &named(&["b"]), &vb, None).unwrap(),
         Answer::Body { .. }
     ));
 }
 
 #[test]
 fn body_is_a_discovery_response_with_requested_names_in_order() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let s = state(&r, "7", &[("b", "1s"), ("a", "1s"), ("c", "1s")]);
     let Answer::Body { json, version, .. } = s
-        .answer(&r, &named(&["c", "a", "missing"]), "", None)
+        .answer(&asm, &named(&["c", "a", "missing"]), "", None)
         .unwrap()
     else {
         panic!("expected a body")
@@ -175,7 +183,7 @@ fn coverage_rules() {
 #[test]
 fn a_glob_collection_selects_its_members_and_digests_them() {
     const T: &str = "envoy.config.cluster.v3.Cluster";
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let member = format!("xdstp://cp.example/{T}/prod/c1");
     let member2 = format!("xdstp://cp.example/{T}/prod/c2");
     let deeper = format!("xdstp://cp.example/{T}/prod/eu/c3");
@@ -194,9 +202,9 @@ fn a_glob_collection_selects_its_members_and_digests_them() {
     let selected: Vec<&str> = s.select(&names).map(|r| r.name.as_str()).collect();
     assert_eq!(selected, [member.as_str(), member2.as_str()]);
     // 304 for the same members; a body once a member changes.
-    let v = body_version(&s.answer(&r, &names, "", None).unwrap());
+    let v = body_version(&s.answer(&asm, &names, "", None).unwrap());
     assert!(matches!(
-        s.answer(&r, &names, &v, None).unwrap(),
+        s.answer(&asm, &names, &v, None).unwrap(),
         Answer::NotModified { .. }
     ));
     let changed = state(
@@ -205,7 +213,7 @@ fn a_glob_collection_selects_its_members_and_digests_them() {
         &[(&member, "1s"), (&member2, "2s"), ("plain", "1s")],
     );
     assert!(matches!(
-        changed.answer(&r, &names, &v, None).unwrap(),
+        changed.answer(&asm, &names, &v, None).unwrap(),
         Answer::Body { .. }
     ));
     // Another member's arrival changes the selection too.
@@ -218,7 +226,7 @@ fn a_glob_collection_selects_its_members_and_digests_them() {
             (&format!("xdstp://cp.example/{T}/prod/c9"), "1s"),
         ],
     );
-    let v_more = body_version(&more.answer(&r, &names, "", None).unwrap());
+    let v_more = body_version(&more.answer(&asm, &names, "", None).unwrap());
     assert!(!same_selection(&v, &v_more));
 }
 
@@ -242,28 +250,31 @@ fn a_subscribed_glob_wants_its_members_only() {
 /// names (it kept ~55 KB of names per answer here, weighing ~200 bytes).
 #[test]
 fn memoised_answers_do_not_hold_their_names() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let s = state(&r, "v1", &[("a", "1s")]);
     let set = |i: usize| Names::from_request((0..1000).map(|n| format!("c{i}-{n}")).collect());
     for i in 0..60 {
-        body_version(&s.answer(&r, &set(i), "", None).unwrap());
+        body_version(&s.answer(&asm, &set(i), "", None).unwrap());
     }
-    let memo = &r.bodies().answers;
+    let memo = &asm.bodies().answers;
     memo.run_pending_tasks();
     assert_eq!(memo.entry_count(), 60);
-    let pieces = &r.bodies().shared;
+    let pieces = &asm.bodies().shared;
     let held: usize = memo.iter().map(|(_, a)| a.held_bytes()).sum::<usize>()
         + pieces.iter().map(|(_, p)| p.len()).sum::<usize>();
     assert!(held < 60 * 1024, "{held} bytes for 60 answers");
     // A hit is still confirmed by its names: the same set is a hit, a set
     // differing in one name is not.
-    match s.answer(&r, &set(7), "", None).unwrap() {
+    match s.answer(&asm, &set(7), "", None).unwrap() {
         Answer::Body { cached, .. } => assert!(cached),
         other => panic!("{other:?}"),
     }
     let mut other: Vec<String> = (0..1000).map(|n| format!("c7-{n}")).collect();
     other[999] = "c7-x".into();
-    match s.answer(&r, &Names::from_request(other), "", None).unwrap() {
+    match s
+        .answer(&asm, &Names::from_request(other), "", None)
+        .unwrap()
+    {
         Answer::Body { cached, .. } => assert!(!cached),
         other => panic!("{other:?}"),
     }
@@ -274,14 +285,14 @@ fn memoised_answers_do_not_hold_their_names() {
 /// one assembled resources piece; each body keeps its own version and nonce.
 #[test]
 fn states_holding_the_same_resources_share_one_assembled_piece() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let clusters: Vec<(String, &str)> = (0..50).map(|i| (format!("c{i}"), "1s")).collect();
     let refs: Vec<(&str, &str)> = clusters.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     let mut pieces = Vec::new();
     for identity in 0..20 {
         let mut s = state(&r, "v1", &refs);
         s.nonce = format!("nonce-{identity}");
-        let Answer::Body { json, cached, .. } = s.answer(&r, &Names::Wildcard, "", None).unwrap()
+        let Answer::Body { json, cached, .. } = s.answer(&asm, &Names::Wildcard, "", None).unwrap()
         else {
             panic!("expected a body")
         };
@@ -298,7 +309,7 @@ fn states_holding_the_same_resources_share_one_assembled_piece() {
         pieces.iter().all(|p| p.as_ptr() == pieces[0].as_ptr()),
         "one piece for all"
     );
-    assert_eq!(r.bodies().shared_pieces(), 1);
+    assert_eq!(asm.bodies().shared_pieces(), 1);
     // Other content, other names or another target: pieces of their own.
     let changed = state(&r, "v2", &[("c0", "2s")]);
     let target = crate::xds::rewrite::RestTarget {
@@ -312,26 +323,26 @@ fn states_holding_the_same_resources_share_one_assembled_piece() {
         (&same, named(&["c1"]), None),
         (&same, Names::Wildcard, Some(&target)),
     ] {
-        let Answer::Body { json, .. } = s.answer(&r, &names, "", target).unwrap() else {
+        let Answer::Body { json, .. } = s.answer(&asm, &names, "", target).unwrap() else {
             panic!("expected a body")
         };
         assert_ne!(json.resources().as_ptr(), pieces[0].as_ptr());
     }
-    assert_eq!(r.bodies().shared_pieces(), 4);
+    assert_eq!(asm.bodies().shared_pieces(), 4);
 }
 
 /// A memoised answer whose shared piece was evicted is assembled again,
 /// whole and right (answers hold their piece weakly).
 #[test]
 fn an_answer_whose_piece_was_evicted_is_assembled_again() {
-    let r = renderer();
+    let (r, asm) = (renderer(), assembler());
     let s = state(&r, "v1", &[("a", "1s"), ("b", "2s")]);
-    let first = s.answer(&r, &Names::Wildcard, "", None).unwrap();
+    let first = s.answer(&asm, &Names::Wildcard, "", None).unwrap();
     assert!(matches!(
-        s.answer(&r, &Names::Wildcard, "", None).unwrap(),
+        s.answer(&asm, &Names::Wildcard, "", None).unwrap(),
         Answer::Body { cached: true, .. }
     ));
-    let shared = &r.bodies().shared;
+    let shared = &asm.bodies().shared;
     let pieces: Vec<_> = shared
         .iter()
         .map(|(k, piece)| (*k, Arc::downgrade(&piece)))
@@ -348,7 +359,7 @@ fn an_answer_whose_piece_was_evicted_is_assembled_again() {
         shared.run_pending_tasks();
         std::thread::sleep(Duration::from_millis(10));
     }
-    let again = s.answer(&r, &Names::Wildcard, "", None).unwrap();
+    let again = s.answer(&asm, &Names::Wildcard, "", None).unwrap();
     assert!(matches!(again, Answer::Body { cached: false, .. }));
     assert_eq!(again, first);
 }

@@ -18,7 +18,7 @@ use tower::ServiceExt;
 
 use super::discovery::{MAX_CLIENT_STRING_BYTES, MAX_NODE_ID_BYTES};
 use super::{router, served_routes, Gateway};
-use crate::cache::Renderer;
+use crate::cache::{Assembler, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::scripted::Script;
@@ -87,7 +87,8 @@ fn assemble(
     metrics: Arc<Metrics>,
     config: Config,
 ) -> Arc<Gateway> {
-    Arc::new(Gateway::new(config.rest(), source, renderer, metrics))
+    let assembler = Assembler::new(renderer.codec().clone());
+    Arc::new(Gateway::new(config.rest(), source, assembler, metrics))
 }
 
 /// One request through the router: status and body.

@@ -1,0 +1,85 @@
+//! What answering a poll needs besides the state ([`Assembler`]): each
+//! resource's JSON with its config sources pointed at a REST target
+//! (memoised per content and target), and the memo of assembled bodies
+//! (`body_memo.rs`). This is all the serving side needs of rendering;
+//! decoding and rendering what upstreams send is the
+//! [`Renderer`](super::Renderer)'s, which the serving side never holds.
+
+use bytes::Bytes;
+use moka::sync::Cache;
+
+use super::body_memo::Bodies;
+use super::renderer::{RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE};
+use super::resource::{idle_memo, Digest, Resource};
+use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
+use crate::xds::{Codec, JsonError};
+
+/// Rewrites for REST targets and assembled bodies, both remembered. Cheap
+/// to clone: the memos are shared.
+#[derive(Clone)]
+pub(crate) struct Assembler {
+    codec: Codec,
+    rewritten: Cache<(Digest, RestTarget), Bytes>,
+    bodies: Bodies,
+}
+
+impl std::fmt::Debug for Assembler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembler").finish_non_exhaustive()
+    }
+}
+
+impl Assembler {
+    /// An assembler with the default bounds of the body memo.
+    pub(crate) fn new(codec: Codec) -> Assembler {
+        Assembler::with_bodies(codec, Bodies::default())
+    }
+
+    /// An assembler whose body memo holds at most `bytes` (tests of
+    /// eviction; none at all for the benchmarks' pipeline,
+    /// `source/pipeline.rs`).
+    pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Assembler {
+        Assembler::with_bodies(codec, Bodies::with_capacity(bytes))
+    }
+
+    fn with_bodies(codec: Codec, bodies: Bodies) -> Assembler {
+        Assembler {
+            codec,
+            rewritten: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
+            bodies,
+        }
+    }
+
+    /// The codec (for what the REST face parses and renders itself).
+    pub(crate) fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    /// The memo of assembled bodies.
+    pub(crate) fn bodies(&self) -> &Bodies {
+        &self.bodies
+    }
+
+    /// The resource's JSON with ADS/self config sources pointed at `target`.
+    pub(crate) fn rewritten(
+        &self,
+        resource: &Resource,
+        target: &RestTarget,
+    ) -> Result<Bytes, JsonError> {
+        if resource.kind.delta_only() {
+            // Tooling reads these; no REST Envoy follows their config sources.
+            return Ok(resource.json.clone());
+        }
+        let key = (resource.digest, target.clone());
+        if let Some(hit) = self.rewritten.get(&key) {
+            return Ok(hit);
+        }
+        let type_url = resource.kind.type_url();
+        let json = match rewrite_config_sources(&self.codec, type_url, &resource.payload, target)? {
+            Some(bytes) => self.codec.render_any(type_url, &bytes)?,
+            None => resource.json.clone(),
+        };
+        self.rewritten.insert(key, json.clone());
+        Ok(json)
+    }
+}
