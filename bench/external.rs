@@ -3,7 +3,9 @@
 //! against a server in its own process, the way a fleet loads it. The
 //! baseline server is this bench binary run again as a child in
 //! [`raw_server_main`] mode: a minimal hyper server on 2 worker threads that
-//! reads the whole body and answers fixed bytes (the gateway's own answer).
+//! reads the whole body and answers fixed bytes (the gateway's own answer),
+//! over HTTP/1.1 or HTTP/2 (h2c, prior knowledge) as the gateway does
+//! (hyper-util's `auto` builder).
 //!
 //! Nothing here binds anything but loopback, and every child is ended by its
 //! process id when its guard drops.
@@ -17,10 +19,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-use crate::gateway_process::{cpu_time, Guard};
+use crate::gateway_process::{cpu_time, output_within, Guard};
 
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
 const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
@@ -57,12 +60,15 @@ async fn raw_server(port: u16, status: StatusCode, answer: Bytes) {
 
 /// The baseline: accepts on `listener` forever; every request's whole body
 /// is read, then answered `status` with `answer` (no body for a 304).
+/// HTTP/1.1 and HTTP/2 with prior knowledge (h2c), as the gateway serves.
 pub async fn serve_fixed(listener: TcpListener, status: StatusCode, answer: Bytes) {
+    let builder = std::sync::Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let answer = answer.clone();
+        let _ = stream.set_nodelay(true);
+        let (answer, builder) = (answer.clone(), builder.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let answer = answer.clone();
@@ -80,7 +86,7 @@ pub async fn serve_fixed(listener: TcpListener, status: StatusCode, answer: Byte
                     Ok::<_, Infallible>(response.body(Full::new(body)).expect("response"))
                 }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let _ = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -109,6 +115,8 @@ pub fn start_raw_server(dir: &Path, port: u16, status: u16, answer: &[u8]) -> Gu
 #[derive(Debug, Clone, Copy)]
 pub struct Run {
     pub rps: f64,
+    /// Requests answered in the run (what CPU is divided by).
+    pub requests: f64,
     pub p50: Duration,
     pub p99: Duration,
     /// Bytes read per second, headers included (wrk's Transfer/sec).
@@ -235,6 +243,16 @@ impl Measured {
 /// of both targets is let [`settle`], so that one run's tail (requests still
 /// in flight when wrk stops, a garbage collector) is not counted in the next.
 pub fn alternate(targets: [&Target; 2], rounds: u64, seconds: u64) -> [Measured; 2] {
+    alternate_with(targets, rounds, |t| wrk(&t.script, &t.url, seconds))
+}
+
+/// [`alternate`] with another load generator: `load` runs one round against
+/// a target and says what it measured.
+pub fn alternate_with(
+    targets: [&Target; 2],
+    rounds: u64,
+    mut load: impl FnMut(&Target) -> Run,
+) -> [Measured; 2] {
     let all: Vec<u32> = targets.iter().flat_map(|t| t.pids.clone()).collect();
     let mut measured: [Measured; 2] = Default::default();
     for (m, t) in measured.iter_mut().zip(targets) {
@@ -246,8 +264,8 @@ pub fn alternate(targets: [&Target; 2], rounds: u64, seconds: u64) -> [Measured;
             let target = targets[i];
             settle(&all);
             let before: Vec<Duration> = target.pids.iter().map(|&p| cpu_time(p)).collect();
-            let run = wrk(&target.script, &target.url, seconds);
-            let requests = (run.rps * seconds as f64).max(1.0);
+            let run = load(target);
+            let requests = run.requests.max(1.0);
             for (j, &pid) in target.pids.iter().enumerate() {
                 let used = cpu_time(pid).saturating_sub(before[j]);
                 measured[i].cpu_us[j].push(used.as_secs_f64() * 1e6 / requests);
@@ -295,15 +313,16 @@ fn settle(pids: &[u32]) {
 /// One wrk run of `seconds` against `url`; panics if any answer was not
 /// 2xx/3xx or a socket error happened (a fast error is not a fast answer).
 pub fn wrk(script: &Path, url: &str, seconds: u64) -> Run {
-    let output = Command::new("wrk")
-        .args(["-t1", &format!("-c{CONNECTIONS}"), &format!("-d{seconds}s")])
-        .arg("--latency")
-        .arg("-s")
-        .arg(script)
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run wrk ({e}): apt-get install wrk"));
+    let output = output_within(
+        Command::new("wrk")
+            .args(["-t1", &format!("-c{CONNECTIONS}"), &format!("-d{seconds}s")])
+            .arg("--latency")
+            .arg("-s")
+            .arg(script)
+            .arg(url),
+        Duration::from_secs(seconds + 30),
+        "wrk (apt-get install wrk)",
+    );
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "wrk failed: {text}");
     assert!(
@@ -317,8 +336,15 @@ pub fn wrk(script: &Path, url: &str, seconds: u64) -> Run {
             .unwrap_or_else(|| panic!("no {label:?} in wrk's output:\n{text}"))
             .trim()
     };
+    // "  123456 requests in 5.00s, 9.12GB read"
+    let requests = text
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .and_then(|(n, _)| n.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no request count in wrk's output:\n{text}"));
     Run {
         rps: field("Requests/sec:").parse().expect("Requests/sec"),
+        requests,
         p50: duration(field("50%")),
         p99: duration(field("99%")),
         transfer: bytes(field("Transfer/sec:")),

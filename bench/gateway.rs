@@ -11,20 +11,29 @@
 //! 2. **In process** (quick iterations): the same two 200 cases with a hyper
 //!    client in this process; it reads higher than the external figure,
 //!    because client and server share the allocator and scheduler.
-//! 3. **Fan-in**: many pollers of one node identity while the upstream
+//! 3. **Per poll** (issue 41, `bench/per_poll.rs`): the CPU per request of
+//!    the gateway process and of the floor process (the same baseline
+//!    server, which speaks HTTP/1.1 and h2c as the gateway does) for EDS of
+//!    one cluster answered 200 and 304, over HTTP/1.1 keep-alive (`wrk`)
+//!    and over HTTP/2 with many streams per connection (`h2load`),
+//!    alternating, for several rounds: absolute µs per poll and the ratio.
+//! 4. **Fan-in**: many pollers of one node identity while the upstream
 //!    changes once a second: client polls per second against upstream
 //!    messages.
 //!
-//! Run: `cargo bench --bench gateway` (about 4 minutes; needs `wrk`:
-//! `apt-get install wrk`). `GATEWAY_BENCH=external|inprocess|fanin` runs one
-//! part; `GATEWAY_ROUNDS` (5) and `GATEWAY_SECONDS` (5) shape the external
-//! part. Loopback only; every loop is bounded in time.
+//! Run: `cargo bench --bench gateway` (about 8 minutes). Needs `wrk` and
+//! `h2load`: `apt-get install wrk nghttp2-client`; the parts that use them
+//! panic if they are missing. `GATEWAY_BENCH=external|perpoll|inprocess|fanin`
+//! runs one part; `GATEWAY_ROUNDS` (5) and `GATEWAY_SECONDS` (5) shape the
+//! external and per-poll parts. Loopback only; every loop and every child is
+//! bounded in time.
 
 #[path = "../tests/support/fake_ads.rs"]
 mod fake_ads;
 
 mod external;
 mod gateway_process;
+mod per_poll;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -252,7 +261,7 @@ async fn bench() {
     let eds_body = external::request_body(EDS, &["cluster-0"]);
     println!("request body: {} bytes (Envoy 1.40 node)", cds_body.len());
 
-    if part("external") {
+    if part("external") || part("perpoll") {
         let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
         let gateway_child =
@@ -304,7 +313,13 @@ async fn bench() {
             assert_eq!(status, 304, "{}", case.name);
         }
         let pid = gateway_child.0.id();
-        tokio::task::block_in_place(|| external_part(port, pid, &cases));
+        if part("external") {
+            tokio::task::block_in_place(|| external_part(port, pid, &cases));
+        }
+        if part("perpoll") {
+            let eds: Vec<&Case> = cases.iter().filter(|c| c.name.starts_with("EDS")).collect();
+            tokio::task::block_in_place(|| per_poll::part(port, pid, &eds));
+        }
         drop(gateway_child);
     }
 

@@ -16,6 +16,49 @@ impl Drop for Guard {
     }
 }
 
+/// Runs `command` (stdin closed, stdout and stderr captured) and returns
+/// what it printed; panics if it cannot start (`what` says what it is and
+/// how to install it), and kills it by pid and panics if it runs longer
+/// than `limit`.
+#[allow(dead_code)] // used by some benches only
+pub fn output_within(command: &mut Command, limit: Duration, what: &str) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    use std::io::Read as _;
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for a child") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} ran longer than {limit:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
 /// Waits until something accepts connections on `port`.
 #[allow(dead_code)] // used by some benches only
 pub fn wait_listening(port: u16) {

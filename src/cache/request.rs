@@ -21,6 +21,11 @@
 //! memo keys parses by their [`Frame`], the body without those values: a
 //! body whose frame matches one parsed before, byte for byte, is that parse
 //! presenting its own version, with no parse at all (issue 41).
+//!
+//! A POSTed body is looked up as the chunks it was read in
+//! ([`ParsedRequests::parse_chunks`], [`BodyChunks`]): a memo hit never
+//! joins them into one buffer, which cost every poll a 77 KB allocation and
+//! copy (issue 41). The key and the comparison are those of the joined bytes.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -31,6 +36,7 @@ use moka::sync::Cache;
 use super::client_key::{names_hash, ClientKey, ClientNode, SubscriptionKey};
 use super::identity::IdentityKey;
 use super::node_json::{NodeJson, NodeJsons};
+use super::request_chunks::BodyChunks;
 use super::request_frame::Frame;
 use super::state::Names;
 use crate::config::SessionKey;
@@ -61,6 +67,11 @@ const KEY_SAMPLE: usize = 32;
 /// share a key and cost each other a parse (the comparison tells them apart).
 fn memo_key(body: &[u8]) -> u64 {
     sampled_key(&[body])
+}
+
+/// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
+fn chunks_key(chunks: &BodyChunks) -> u64 {
+    chunks.sampled_key(KEY_EDGE, KEY_STRIDE, KEY_SAMPLE)
 }
 
 /// [`memo_key`] of bytes in pieces: each piece's length, edges and samples.
@@ -124,6 +135,11 @@ impl Body {
             && body[..before] == self.before[..]
             && body[before..before + node] == *self.node()
             && body[before + node..] == self.after[..]
+    }
+
+    /// Whether the bytes `chunks` hold are these.
+    fn is_chunks(&self, chunks: &BodyChunks) -> bool {
+        chunks.equals(&[&self.before[..], self.node(), &self.after[..]])
     }
 
     /// The parts of its pieces that make up `range` of the body, in order.
@@ -449,6 +465,22 @@ impl ParsedRequests {
     /// were seen. Bad bodies are not remembered.
     pub(crate) fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         self.parse_as(body, false)
+    }
+
+    /// [`parse`] of a POSTed body read in `chunks`: a memo hit is found
+    /// and confirmed on the chunks; anything else joins them and parses.
+    ///
+    /// [`parse`]: ParsedRequests::parse
+    pub(crate) fn parse_chunks(
+        &self,
+        chunks: BodyChunks,
+    ) -> Result<Arc<ParsedRequest>, RequestError> {
+        if let Some(hit) = self.memo.get(&chunks_key(&chunks)) {
+            if !hit.via_get && hit.body.is_chunks(&chunks) {
+                return Ok(hit);
+            }
+        }
+        self.parse_as(chunks.into_bytes(), false)
     }
 
     /// The parse of the `body` a GET's query stands for ([`parse`]'s, as a
@@ -797,5 +829,108 @@ mod frame_tests {
             reframed > 100,
             "seed {seed}: the memo of frames was hardly used ({reframed})"
         );
+    }
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn chunked(body: &Bytes, rng: &mut rand::rngs::StdRng) -> BodyChunks {
+        let mut chunks = BodyChunks::default();
+        let mut at = 0;
+        while at < body.len() {
+            let len = match rng.random_range(0..4) {
+                0 => rng.random_range(0..16),
+                1 => rng.random_range(0..5000),
+                2 => 16_384,
+                _ => body.len(),
+            };
+            let end = (at + len).min(body.len());
+            chunks.push(body.slice(at..end));
+            at = end;
+        }
+        if rng.random_bool(0.1) {
+            chunks.push(Bytes::new());
+        }
+        chunks
+    }
+
+    /// Property: a body read in chunks, cut anywhere, has the key of its
+    /// joined bytes, and the memo answers it as it answers those bytes: the
+    /// memo's parse when they were seen before, else what a fresh parse
+    /// gives (the same error, or the same request), never the parse of a
+    /// body that differs in one byte (between the key's samples or not).
+    /// A fresh seed each run, printed; `XDS_CHUNK_SEED` replays one.
+    #[test]
+    fn chunks_are_answered_as_their_joined_bytes() {
+        let seed: u64 = std::env::var("XDS_CHUNK_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random);
+        println!("chunk memo seed: {seed} (XDS_CHUNK_SEED={seed} replays it)");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let corpus = crate::fuzz::envoy_requests();
+        let memo = ParsedRequests::new(SessionKey::Node);
+        let mut hits = 0;
+        for case in 0..600 {
+            let mut body = corpus[rng.random_range(0..corpus.len())].clone();
+            let seen_before = rng.random_bool(0.5);
+            if seen_before {
+                let _ = memo.parse(Bytes::from(body.clone()));
+            }
+            if rng.random_bool(0.4) && !body.is_empty() {
+                let at = rng.random_range(0..body.len());
+                match rng.random_range(0..3) {
+                    0 => body[at] = body[at].wrapping_add(rng.random_range(1..=255)),
+                    1 => {
+                        let inserted = b"\"\\{}[],:x 0";
+                        body.insert(at, inserted[rng.random_range(0..inserted.len())])
+                    }
+                    _ => {
+                        body.remove(at);
+                    }
+                }
+            }
+            let body = Bytes::from(body);
+            let chunks = chunked(&body, &mut rng);
+            assert_eq!(chunks.len(), body.len(), "seed {seed} case {case}");
+            assert_eq!(
+                chunks_key(&chunks),
+                memo_key(&body),
+                "seed {seed} case {case}: the key of the chunks is not that of their bytes"
+            );
+            let earlier = memo.memo.get(&memo_key(&body));
+            let fresh =
+                ParsedRequest::parse(body.clone(), SessionKey::Node, &NodeJsons::default(), false);
+            let answered = memo.parse_chunks(chunks);
+            match (&fresh, &answered) {
+                (Ok(f), Ok(a)) => {
+                    assert!(
+                        a.body.is(&body) && a.version_info() == f.version_info(),
+                        "seed {seed} case {case}: the memo answered another body's parse"
+                    );
+                    assert_eq!(a.names(), f.names(), "seed {seed} case {case}");
+                    assert_eq!(a.node_id(), f.node_id(), "seed {seed} case {case}");
+                    assert_eq!(a.node_json(), f.node_json(), "seed {seed} case {case}");
+                    assert_eq!(a.type_url(), f.type_url(), "seed {seed} case {case}");
+                    if let Some(earlier) = earlier.filter(|e| e.body.is(&body)) {
+                        assert!(Arc::ptr_eq(&earlier, a), "seed {seed} case {case}");
+                        hits += 1;
+                    }
+                }
+                (Err(f), Err(a)) => {
+                    assert_eq!(f.to_string(), a.to_string(), "seed {seed} case {case}")
+                }
+                _ => panic!(
+                    "seed {seed} case {case}: fresh {:?}, chunks {:?}",
+                    fresh.as_ref().map(|p| p.version_info().to_owned()),
+                    answered.as_ref().map(|p| p.version_info().to_owned()),
+                ),
+            }
+        }
+        println!("chunk memo: {hits} of 600 answered by an earlier parse");
+        assert!(hits > 50, "seed {seed}: the memo was hardly hit ({hits})");
     }
 }

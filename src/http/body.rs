@@ -1,5 +1,7 @@
 //! Reading a request body: its content type checked (JSON only), then the
-//! whole body, up to `--max-body-bytes`, into `Bytes`. What goes wrong is a
+//! whole body, up to `--max-body-bytes`, into `Bytes`, or into the chunks it
+//! arrived in ([`read_body_chunks`], for the memo of parsed requests, which
+//! answers a repeated body without joining them). What goes wrong is a
 //! [`BodyError`], mapped to a status in `error.rs`.
 //!
 //! Why JSON only: Envoy sends `Content-Type: application/json`, and a
@@ -10,7 +12,10 @@
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
+use http_body_util::BodyExt;
+
+use crate::cache::BodyChunks;
 
 /// Why a request body could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +55,15 @@ pub(super) async fn read_body(
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<Bytes, BodyError> {
+    Ok(read_body_chunks(body, limit, timeout).await?.into_bytes())
+}
+
+/// [`read_body`], in the chunks the body arrived in (not joined: no copy).
+pub(super) async fn read_body_chunks(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<BodyChunks, BodyError> {
     // A Content-Length over the limit is refused before the body is
     // polled: polling it is what sends `100 Continue`, inviting a client
     // that asked (`Expect: 100-continue`) to send what will be refused.
@@ -57,10 +71,25 @@ pub(super) async fn read_body(
     if usize::try_from(announced).map_or(true, |n| n > limit) {
         return Err(BodyError::TooLarge { limit });
     }
-    let read = axum::body::to_bytes(body, limit);
+    // What `axum::body::to_bytes` does, but for the join.
+    let read = async {
+        http_body_util::Limited::new(body, limit)
+            .collect()
+            .await
+            .map_err(axum::Error::new)
+    };
     let read = tokio::time::timeout(timeout, read)
         .await
         .map_err(|_| BodyError::TimedOut(timeout))?;
+    let read = read.map(|collected| {
+        let mut all = collected.aggregate();
+        let mut chunks = BodyChunks::default();
+        while all.has_remaining() {
+            let n = all.chunk().len();
+            chunks.push(all.copy_to_bytes(n));
+        }
+        chunks
+    });
     read.map_err(|err| {
         let too_large =
             std::iter::successors(Some(&err as &(dyn std::error::Error + 'static)), |e| {

@@ -28,7 +28,7 @@ use bytes::Bytes;
 
 use super::asked::Asked;
 use super::authorize::{authenticate, Caller};
-use super::body::{check_json, read_body};
+use super::body::{check_json, read_body_chunks};
 use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
 use super::long_poll;
@@ -37,7 +37,7 @@ use super::query::switch;
 use super::wait::requested_wait;
 use super::watch;
 use super::Gateway;
-use crate::cache::{Answer, ClientAddr, Names, ParsedRequest};
+use crate::cache::{Answer, BodyChunks, ClientAddr, Names, ParsedRequest};
 use crate::config::{RestConfig, RestRewrite};
 use crate::profiles::query::presented_node;
 use crate::tls::PeerIdentity;
@@ -81,14 +81,14 @@ pub(super) async fn handle_post(
         check_secrets(&gateway, kind)?;
         let caller = authenticate(&gateway, &headers, peer.as_ref())?;
         check_json(&headers)?;
-        let body = read_body(
+        let body = read_body_chunks(
             body,
             gateway.config.max_body_bytes,
             gateway.config.body_read_timeout,
         )
         .await?;
         let body = RequestBody {
-            bytes: body,
+            chunks: body,
             via_get: false,
         };
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
@@ -110,7 +110,7 @@ pub(super) async fn handle_get(
         check_secrets(&gateway, kind)?;
         let caller = authenticate(&gateway, &headers, peer.as_ref())?;
         let body = RequestBody {
-            bytes: get_body(&gateway, &query, &headers)?,
+            chunks: BodyChunks::from(get_body(&gateway, &query, &headers)?),
             via_get: true,
         };
         serve(&gateway, kind, &caller, remote, &headers, &query, body).await
@@ -120,7 +120,8 @@ pub(super) async fn handle_get(
 
 /// A DiscoveryRequest body: POSTed, or made from a GET's query.
 struct RequestBody {
-    bytes: Bytes,
+    /// As read (a POST's, not joined: see `ParsedRequests::parse_chunks`).
+    chunks: BodyChunks,
     /// A GET's: never taken for an Envoy's in the rejection bookkeeping,
     /// whatever user agent its node (a profile's) says, and never the same
     /// subscriber as a client POSTing its node (`ParsedRequest::via_get`).
@@ -140,9 +141,9 @@ async fn serve(
 ) -> Result<Response, ApiError> {
     let config = &gateway.config;
     let request = if body.via_get {
-        gateway.parsed.parse_get(body.bytes)?
+        gateway.parsed.parse_get(body.chunks.into_bytes())?
     } else {
-        gateway.parsed.parse(body.bytes)?
+        gateway.parsed.parse_chunks(body.chunks)?
     };
     check_type_url(kind, &request)?;
     check_size(config, &request)?;
