@@ -256,7 +256,7 @@ impl Prepared {
                 source.clone() as Arc<dyn Inspect>,
                 metrics.clone(),
                 gateway.clients(),
-                renderer,
+                renderer.opaque_types().clone(),
                 assembler,
                 history,
                 config.admin_views(),

@@ -48,7 +48,7 @@ mod page;
 mod views;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{Assembler, ClientBook, ConfigHistory, Renderer};
+use crate::cache::{Assembler, ClientBook, ConfigHistory, OpaqueTypes};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
@@ -66,7 +66,7 @@ pub(crate) struct Admin {
     auth: Option<Arc<AuthPolicy>>,
     clients: Arc<ClientBook>,
     /// Which types the gateway had no descriptor for (`/readyz`).
-    renderer: Renderer,
+    opaque_types: OpaqueTypes,
     /// Answers `/debug/config` as the REST side would.
     assembler: Assembler,
     /// What `/debug/history` and `/debug/diff` read (the sessions record
@@ -84,7 +84,7 @@ impl Admin {
         source: Arc<dyn Inspect>,
         metrics: Arc<Metrics>,
         clients: Arc<ClientBook>,
-        renderer: Renderer,
+        opaque_types: OpaqueTypes,
         assembler: Assembler,
         history: ConfigHistory,
         config: AdminConfig,
@@ -94,7 +94,7 @@ impl Admin {
             metrics,
             auth: None,
             clients,
-            renderer,
+            opaque_types,
             assembler,
             history,
             config,

@@ -34,7 +34,7 @@ fn admin() -> Arc<Admin> {
         source,
         metrics,
         clients,
-        renderer.clone(),
+        renderer.opaque_types().clone(),
         Assembler::new(renderer.codec().clone()),
         history,
         config.admin_views(),
@@ -98,11 +98,11 @@ async fn answers_with_serde_jsons_private_key_read_as_written() {
     use crate::cache::{Coverage, Names, TypeState};
     use crate::xds::ResourceType;
     let admin = admin();
+    let renderer = Renderer::new(Codec::embedded());
     let json = br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
         "metadata":{"filter_metadata":{"x":{"$serde_json::private::RawValue":33.5}}}}"#;
-    let any = admin.renderer.codec().parse_any(json).unwrap();
-    let resource = admin
-        .renderer
+    let any = renderer.codec().parse_any(json).unwrap();
+    let resource = renderer
         .resource(ResourceType::Clusters, any.value.into())
         .unwrap();
     let state = TypeState::new(

@@ -72,7 +72,7 @@ impl Admin {
         let status = self.source.status();
         let draining = self.drain.is_draining();
         let mut problems = status.problems;
-        problems.extend(self.renderer.opaque_types().into_iter().map(|(type_url, resources)| {
+        problems.extend(self.opaque_types.listed().into_iter().map(|(type_url, resources)| {
             format!(
                 "no descriptor for {type_url}: {resources} resources of a new content held it, served with that Any as an {} (never NACKed); start the gateway with --descriptor-set FILE holding its descriptors to render it in full",
                 crate::xds::OPAQUE_TYPE_URL

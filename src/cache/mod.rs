@@ -14,6 +14,7 @@ mod clients;
 mod config_history;
 mod identity;
 mod node_json;
+mod opaque_types;
 mod payload_index;
 mod rejection;
 mod renderer;
@@ -40,6 +41,7 @@ pub(crate) use config_history::{
     covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
 };
 pub(crate) use identity::IdentityKey;
+pub(crate) use opaque_types::OpaqueTypes;
 pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use renderer::Renderer;
 pub(crate) use request::{ParsedRequest, ParsedRequests};

@@ -13,7 +13,6 @@
 //! the wrapper, so two resources with the same body and different names
 //! never share a memo entry, and a REST answer keeps every name.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,6 +20,7 @@ use moka::sync::Cache;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
+use super::opaque_types::OpaqueTypes;
 use super::resource::{
     idle_memo, resource_name, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
@@ -58,7 +58,7 @@ pub(crate) struct Renderer {
     rendered_opaque: Counter,
     /// Each type the gateway had no descriptor for, and how many resources
     /// of a new content held it: what `/readyz` names.
-    opaque_types: Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
+    opaque_types: OpaqueTypes,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -77,7 +77,7 @@ impl Renderer {
             validator: None,
             rendered: Counter::default(),
             rendered_opaque: Counter::default(),
-            opaque_types: Arc::default(),
+            opaque_types: OpaqueTypes::default(),
         }
         .validating(true)
     }
@@ -96,11 +96,10 @@ impl Renderer {
         self
     }
 
-    /// Each type the gateway had no descriptor for, with how many resources
-    /// of a new content held it.
-    pub(crate) fn opaque_types(&self) -> Vec<(String, u64)> {
-        let seen = crate::sync::lock(&self.opaque_types);
-        seen.iter().map(|(t, n)| (t.clone(), *n)).collect()
+    /// Where it notes each type it had no descriptor for (a clone shares
+    /// the record: what the admin face reads for `/readyz`).
+    pub(crate) fn opaque_types(&self) -> &OpaqueTypes {
+        &self.opaque_types
     }
 
     /// The types of `message`'s `Any`s the codec does not know, noted.
@@ -110,11 +109,9 @@ impl Renderer {
             return Box::default();
         }
         self.rendered_opaque.inc();
-        let mut seen = crate::sync::lock(&self.opaque_types);
-        for type_url in &unknown {
-            *seen.entry(type_url.clone()).or_default() += 1;
-        }
-        unknown.into_iter().collect()
+        let unknown: Box<[String]> = unknown.into_iter().collect();
+        self.opaque_types.note(&unknown);
+        unknown
     }
 
     /// Resources rendered so far (decoded in full, checked, rendered).

@@ -332,7 +332,7 @@ async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -
         source.clone() as Arc<dyn Inspect>,
         metrics,
         clients,
-        renderer.clone(),
+        renderer.opaque_types().clone(),
         crate::cache::Assembler::new(renderer.codec().clone()),
         crate::cache::ConfigHistory::default(),
         config.admin_views(),
