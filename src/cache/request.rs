@@ -655,7 +655,7 @@ mod tests {
 #[cfg(test)]
 mod frame_tests {
     use super::*;
-    use rand::{Rng, RngCore, SeedableRng};
+    use rand::{Rng, RngCore};
 
     /// Every field a parse is read by, and the body it holds.
     fn same(a: &ParsedRequest, b: &ParsedRequest) -> bool {
@@ -716,12 +716,7 @@ mod frame_tests {
     /// printed; `XDS_FRAME_SEED` replays one.
     #[test]
     fn the_frame_memo_answers_as_a_fresh_parse_would() {
-        let seed: u64 = std::env::var("XDS_FRAME_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(rand::random);
-        println!("frame memo seed: {seed} (XDS_FRAME_SEED={seed} replays it)");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (seed, mut rng) = crate::fuzz::seeded_rng("XDS_FRAME_SEED", "frame memo");
         let corpus = crate::fuzz::envoy_requests();
         let memo = ParsedRequests::new(SessionKey::Node);
         let values: &[&[u8]] = &[
@@ -835,7 +830,7 @@ mod frame_tests {
 #[cfg(test)]
 mod chunk_tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
     fn chunked(body: &Bytes, rng: &mut rand::rngs::StdRng) -> BodyChunks {
         let mut chunks = BodyChunks::default();
@@ -865,12 +860,7 @@ mod chunk_tests {
     /// A fresh seed each run, printed; `XDS_CHUNK_SEED` replays one.
     #[test]
     fn chunks_are_answered_as_their_joined_bytes() {
-        let seed: u64 = std::env::var("XDS_CHUNK_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(rand::random);
-        println!("chunk memo seed: {seed} (XDS_CHUNK_SEED={seed} replays it)");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (seed, mut rng) = crate::fuzz::seeded_rng("XDS_CHUNK_SEED", "chunk memo");
         let corpus = crate::fuzz::envoy_requests();
         let memo = ParsedRequests::new(SessionKey::Node);
         let mut hits = 0;

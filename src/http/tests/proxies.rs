@@ -15,7 +15,6 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde_json::json;
 
 use super::poll::{cluster, metric, nacks, send, Reply};
@@ -114,12 +113,7 @@ async fn fleet(
 /// Sets CDS `v2` and rolls it out: every round each pod polls once, in a
 /// shuffled order, except the laggards for the first rounds.
 async fn roll_out(gw: &Arc<super::Gateway>, script: &Script, pods: &mut [Client]) {
-    let seed: u64 = std::env::var("XDS_ROLLOUT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("rollout order seed: {seed} (XDS_ROLLOUT_SEED={seed} replays it)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = crate::fuzz::seeded_rng("XDS_ROLLOUT_SEED", "rollout order");
     script.set(CDS, "v2", &[cluster("a"), cluster("b")]).await;
     let mut order: Vec<usize> = (0..PODS).collect();
     for round in 0..LAG_ROUNDS + 2 {
