@@ -13,12 +13,13 @@ use tracing::{info, warn};
 
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
-use crate::cache::{Assembler, ConfigHistory, HistorySink, Renderer};
+use crate::cache::{Assembler, Renderer};
 use crate::config::{Config, SessionKey, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
-use crate::history_file::{HistoryFile, HistoryFileError};
 use crate::http::{self, Gateway};
 use crate::metrics::Metrics;
+use crate::observe::history_file::{HistoryFile, HistoryFileError};
+use crate::observe::{ConfigHistory, HistorySink};
 use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
 use crate::source::{

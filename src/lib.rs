@@ -27,7 +27,6 @@
 //! - `profiles`: named node templates a GET presents (`?profile=NAME`), and the
 //!   node a GET's query says.
 //! - `metrics`: every metric name.
-//! - `history_file`: the config history's JSON-lines file, rotated by size.
 //! - `huge_pages`: transparent huge pages off for the process, for mimalloc (the binary and
 //!   the benchmarks call it through `app`).
 //! - `error_body`: the one JSON error body (`{"code", "message"}`, google.rpc.Status-shaped)
@@ -106,11 +105,11 @@ mod auth;
 mod cache;
 mod drain;
 mod error_body;
-mod history_file;
 mod http;
 mod huge_pages;
 mod log_escape;
 mod metrics;
+mod observe;
 #[cfg(test)]
 mod openapi_paths;
 mod profiles;

@@ -36,7 +36,8 @@ use futures::Stream;
 use tokio_stream::StreamExt;
 
 use super::Admin;
-use crate::cache::{NodeClients, Standing, SubscriptionStatus, TypeState};
+use crate::cache::TypeState;
+use crate::observe::{NodeClients, Standing, SubscriptionStatus};
 use crate::source::StreamPlacement;
 use crate::tls::PeerIdentity;
 

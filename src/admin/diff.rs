@@ -39,8 +39,9 @@ use super::debug::{json_response, params_of, pretty_value};
 use super::history::{kind_of, not_held, not_visible, required};
 use super::json_diff::{diff, FieldChange};
 use super::{authorization, needs_token, Admin, Peer};
-use crate::cache::{by_name, covered_names, Paired, TypeState};
+use crate::cache::{by_name, Paired, TypeState};
 use crate::http::ApiError;
+use crate::observe::covered_names;
 use crate::xds::ResourceType;
 
 const PATH: &str = "/debug/diff";

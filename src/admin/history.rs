@@ -1,5 +1,5 @@
 //! `GET /debug/history?node=ID&type=T[&cluster=C][&version=V]`: the config
-//! history of a node (`cache::ConfigHistory`): per identity of the node,
+//! history of a node (`observe::ConfigHistory`): per identity of the node,
 //! the timeline of the versions of type `T` published (when, the gateway's
 //! and the upstream's version, the nonce, the resources added, modified
 //! and removed) and the NACKs sent upstream (with their `error_detail`).
@@ -22,8 +22,8 @@ use serde::Serialize;
 use super::access::Sight;
 use super::debug::{answer_json, json_response, params_of, pretty_value, short_type};
 use super::{authorization, needs_token, Admin, Peer};
-use crate::cache::{covered_names, EventView, TimelineView};
 use crate::http::ApiError;
+use crate::observe::{covered_names, EventView, TimelineView};
 use crate::xds::ResourceType;
 
 /// What `/debug/history` shows.

@@ -48,12 +48,13 @@ mod page;
 mod views;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{Assembler, ClientBook, ConfigHistory, OpaqueTypes};
+use crate::cache::{Assembler, OpaqueTypes};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
 use crate::http::credential::{self, Credential};
 use crate::metrics::Metrics;
+use crate::observe::{ClientBook, ConfigHistory};
 use crate::serve::Peer;
 use crate::source::Inspect;
 use crate::tls::{PeerIdentity, ServerTls};

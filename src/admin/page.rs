@@ -25,7 +25,7 @@ use std::time::SystemTime;
 
 use super::views::{Readiness, SessionsView};
 use super::Admin;
-use crate::cache::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
+use crate::observe::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 use crate::source::view::{Phase, Placement, Placements, ReplyKind};
 use crate::source::FAILOVER_REASON;
 use axum::extract::{RawQuery, State};

@@ -10,9 +10,10 @@ use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use super::{admin_token, router, Admin, ROUTES};
-use crate::cache::{Assembler, ClientBook, Renderer};
+use crate::cache::{Assembler, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::observe::ClientBook;
 use crate::source::{FileFeeder, Origin, Sessions};
 use crate::xds::Codec;
 
@@ -21,7 +22,7 @@ fn admin() -> Arc<Admin> {
     let renderer = Renderer::new(Codec::embedded());
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
-    let history = crate::cache::ConfigHistory::default();
+    let history = crate::observe::ConfigHistory::default();
     let source = Sessions::start(
         feeder,
         renderer.clone(),

@@ -1,7 +1,7 @@
 //! The typed views of the admin listener: what `/readyz` and
 //! `/debug/sessions` serve ([`Readiness`], [`SessionsView`]) and the status
 //! page renders from the same structs, with `/debug/clients`' client book
-//! view ([`ClientsView`](crate::cache::ClientsView)); and how a view is
+//! view ([`ClientsView`](crate::observe::ClientsView)); and how a view is
 //! written as JSON ([`json`]).
 //!
 //! A session's own view is the source's ([`SessionView`]); this adds what

@@ -7,16 +7,12 @@ mod assembler;
 mod body;
 mod body_memo;
 mod by_name;
-mod changes;
 mod client_addr;
 mod client_key;
-mod clients;
-mod config_history;
 mod identity;
 mod node_json;
 mod opaque_types;
 mod payload_index;
-mod rejection;
 mod renderer;
 mod request;
 mod request_chunks;
@@ -30,22 +26,17 @@ pub(crate) mod test_states;
 pub(crate) use assembler::Assembler;
 pub(crate) use body::JsonBody;
 pub(crate) use by_name::{by_name, Paired};
-pub(crate) use changes::{History, ServedAnswer};
 pub(crate) use client_addr::ClientAddr;
-pub(crate) use client_key::SubscriptionKey;
-pub(crate) use clients::{
-    AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
-    SubscriptionStatus, SubscriptionView,
-};
-pub(crate) use config_history::{
-    covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
-};
+#[cfg(test)]
+pub(crate) use client_key::ClientNode;
+pub(crate) use client_key::{ClientKey, SubscriptionKey};
 pub(crate) use identity::IdentityKey;
 pub(crate) use opaque_types::OpaqueTypes;
-pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
 pub(crate) use renderer::Renderer;
+#[cfg(test)]
+pub(crate) use request::MemoSize;
 pub(crate) use request::{ParsedRequest, ParsedRequests};
 pub(crate) use request_chunks::BodyChunks;
 pub(crate) use resource::{idle_memo, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
 pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
-pub(crate) use state::{upstream_version, Answer, Coverage, Names, TypeState};
+pub(crate) use state::{same_selection, upstream_version, Answer, Coverage, Names, TypeState};

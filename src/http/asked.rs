@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use super::authorize::{AuthError, Caller};
 use super::Gateway;
-use crate::cache::{
-    Answer, AnsweredPoll, ClientAddr, JsonBody, ParsedRequest, ServedAnswer, Standing,
-};
+use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
+use crate::observe::{AnsweredPoll, ServedAnswer, Standing};
 use crate::shares::Tenant;
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;

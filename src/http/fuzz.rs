@@ -187,7 +187,7 @@ fn demo_gateway() -> Arc<Gateway> {
     let source = Sessions::start(
         feeder,
         renderer.clone(),
-        crate::cache::ConfigHistory::default(),
+        crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
     );

@@ -48,10 +48,11 @@ use axum::Extension;
 use axum::Router;
 
 use crate::auth::AuthPolicy;
-use crate::cache::{Assembler, ClientBook, History, ParsedRequests};
+use crate::cache::{Assembler, ParsedRequests};
 use crate::config::RestConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
+use crate::observe::{ClientBook, History};
 use crate::profiles::NodeProfiles;
 use crate::serve::{Peer, RemoteAddr};
 use crate::shares::Tenant;

@@ -38,8 +38,9 @@ use super::view::SessionView;
 use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
 };
-use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState};
+use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, TypeState};
 use crate::metrics::Metrics;
+use crate::observe::RejectionTracker;
 use crate::shares::Tenant;
 use crate::xds::ResourceType;
 

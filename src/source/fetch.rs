@@ -51,10 +51,9 @@ use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, StreamPlacement,
     UpstreamContext,
 };
-use crate::cache::{
-    upstream_version, Coverage, IdentityKey, Names, ParsedRequest, RejectionTracker, TypeState,
-};
+use crate::cache::{upstream_version, Coverage, IdentityKey, Names, ParsedRequest, TypeState};
 use crate::config::Config;
+use crate::observe::RejectionTracker;
 use crate::shares::Tenant;
 use crate::xds::{Endpoint, ResourceType};
 

@@ -18,12 +18,10 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use tracing::warn;
 
-use crate::cache::{
-    Answer, Assembler, ClientAddr, Observation, ParsedRequest, RejectionTracker, ServedAnswer,
-    Standing, SubscriptionKey, Suspicion, TypeState,
-};
+use crate::cache::{Answer, Assembler, ClientAddr, ParsedRequest, SubscriptionKey, TypeState};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
+use crate::observe::{Observation, RejectionTracker, ServedAnswer, Standing, Suspicion};
 use crate::sync::lock;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};

@@ -20,7 +20,8 @@ use super::node::SessionNode;
 use super::unserved::Unserved;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placement, Placements, SessionTypeView, SessionView, StreamView};
-use crate::cache::{Coverage, Names, Recorder, RejectionTracker, TypeState};
+use crate::cache::{Coverage, Names, TypeState};
+use crate::observe::{Recorder, RejectionTracker};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 

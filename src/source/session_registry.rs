@@ -42,13 +42,12 @@ use super::view::SessionView;
 use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
 };
-use crate::cache::Suspicion;
-use crate::cache::{
-    upstream_version, ConfigHistory, IdentityKey, ParsedRequest, Renderer, TypeState,
-};
+use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
 use crate::config::Config;
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
+use crate::observe::ConfigHistory;
+use crate::observe::Suspicion;
 use crate::shares::{Share, Taken, Tenant};
 use crate::xds::ResourceType;
 
@@ -619,7 +618,7 @@ mod tests {
         let sessions = Sessions::start(
             script.feeder(),
             renderer,
-            crate::cache::ConfigHistory::default(),
+            crate::observe::ConfigHistory::default(),
             Arc::new(Metrics::new()),
             &config,
         );

@@ -6,9 +6,10 @@ use serde_json::json;
 
 use super::*;
 use crate::admin::views::NodeSession;
-use crate::cache::{AnsweredPoll, ClientBook, ParsedRequests, Renderer, Standing};
+use crate::cache::{ParsedRequests, Renderer};
 use crate::config::{Config, SessionKey, UpstreamStreams};
 use crate::metrics::Metrics;
+use crate::observe::{AnsweredPoll, ClientBook, Standing};
 use crate::source::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
 use crate::source::{
     Feed, FileFeeder, Inspect, Namespace, Origin, Route, Sessions, SotwFeeder, UpstreamContext,
@@ -334,7 +335,7 @@ async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -
         clients,
         renderer.opaque_types().clone(),
         crate::cache::Assembler::new(renderer.codec().clone()),
-        crate::cache::ConfigHistory::default(),
+        crate::observe::ConfigHistory::default(),
         config.admin_views(),
     );
     let views = Views::of(&admin, 0);
@@ -360,7 +361,7 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     let snapshot = Sessions::start(
         feeder,
         renderer.clone(),
-        crate::cache::ConfigHistory::default(),
+        crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
     );
@@ -397,7 +398,7 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     let upstream = Sessions::start(
         feeder,
         renderer,
-        crate::cache::ConfigHistory::default(),
+        crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
     );

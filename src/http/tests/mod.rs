@@ -39,7 +39,7 @@ fn scripted_inspected(config: Config) -> (Arc<Gateway>, Arc<Script>, Arc<dyn Ins
     let source = Sessions::start(
         script.feeder(),
         renderer.clone(),
-        crate::cache::ConfigHistory::default(),
+        crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
     );
@@ -73,7 +73,7 @@ fn file_gateway_inspected(origin: Origin, config: Config) -> (Arc<Gateway>, Arc<
     let source = Sessions::start(
         feeder,
         renderer.clone(),
-        crate::cache::ConfigHistory::default(),
+        crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
     );

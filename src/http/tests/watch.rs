@@ -326,7 +326,7 @@ async fn a_watcher_stands_in_step_in_the_client_book() {
     );
     assert_eq!(
         subscription.standing,
-        crate::cache::Standing::InStep,
+        crate::observe::Standing::InStep,
         "{:?}",
         subscription.standing
     );

@@ -26,13 +26,14 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
-use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, ServedAnswer, Standing};
+use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
 use crate::http::admission::Place;
 use crate::http::asked::Answered;
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
+use crate::observe::{ServedAnswer, Standing};
 use crate::source::Polled;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};

@@ -1,5 +1,5 @@
 //! The config history's JSON-lines file (`--history-file`): every event the
-//! history records (`cache::HistoryLine`: the node, its cluster and identity,
+//! history records (`observe::HistoryLine`: the node, its cluster and identity,
 //! the type and the event as `/debug/history` shows it; not the content),
 //! one JSON object per line, so the history outlives the process.
 //!
@@ -32,8 +32,8 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::cache::{HistoryLine, HistorySink};
 use crate::log_escape::Escaped;
+use crate::observe::{HistoryLine, HistorySink};
 
 /// Rotated files kept besides `PATH`: `PATH.1` (newest) to `PATH.3`.
 pub(crate) const KEEP: usize = 3;

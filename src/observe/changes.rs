@@ -35,10 +35,10 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 
-use super::assembler::Assembler;
-use super::by_name::{by_name, Paired};
-use super::client_key::ClientKey;
-use super::state::{Names, TypeState};
+use crate::cache::Assembler;
+use crate::cache::ClientKey;
+use crate::cache::{by_name, Paired};
+use crate::cache::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
 
@@ -236,9 +236,9 @@ impl History {
 
     /// Answers remembered now, and the resources and names they weigh.
     #[cfg(test)]
-    pub(crate) fn held(&self) -> super::request::MemoSize {
+    pub(crate) fn held(&self) -> crate::cache::MemoSize {
         self.answers.run_pending_tasks();
-        super::request::MemoSize {
+        crate::cache::MemoSize {
             entries: self.answers.entry_count(),
             bytes: self.answers.weighted_size(),
         }

@@ -25,12 +25,12 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::client_key::{ClientKey, SubscriptionKey};
 use super::rejection::Standing;
 #[cfg(test)]
-use super::request::MemoSize;
-use super::request::ParsedRequest;
-use super::state::{upstream_version, Names};
+use crate::cache::MemoSize;
+use crate::cache::ParsedRequest;
+use crate::cache::{upstream_version, Names};
+use crate::cache::{ClientKey, SubscriptionKey};
 use crate::xds::ResourceType;
 
 mod view;

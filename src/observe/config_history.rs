@@ -45,9 +45,9 @@ use std::time::SystemTime;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-use super::by_name::{by_name, Paired};
-use super::resource::Resource;
-use super::state::{upstream_version, Names, TypeState};
+use crate::cache::Resource;
+use crate::cache::{by_name, Paired};
+use crate::cache::{upstream_version, Names, TypeState};
 use crate::xds::ResourceType;
 
 /// The default bound, in bytes (64 MiB).
@@ -465,7 +465,7 @@ fn resource_bytes(resource: &Resource) -> u64 {
 }
 
 /// What a set's map of names weighs.
-fn map_bytes(map: &super::ResourceMap) -> u64 {
+fn map_bytes(map: &crate::cache::ResourceMap) -> u64 {
     map.keys().map(|n| n.len() as u64 + NAME_OVERHEAD).sum()
 }
 

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::client_key::SubscriptionKey;
-use super::state::same_selection;
+use crate::cache::same_selection;
+use crate::cache::SubscriptionKey;
 
 /// How many served versions are remembered per subscription.
 const HISTORY: usize = 4;
@@ -181,8 +181,8 @@ impl RejectionTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::client_key::{ClientKey, ClientNode};
     use crate::cache::IdentityKey;
+    use crate::cache::{ClientKey, ClientNode};
     use crate::config::SessionKey;
 
     const V1: &str = "1~aaaaaaaaaaaa";

@@ -1,0 +1,33 @@
+//! What was served to whom, and what changed: the ledgers the serving path
+//! reports into and the admin face reads. Nothing here decides what a
+//! client is served.
+//!
+//! - [`ClientBook`] (`clients.rs`): the REST clients seen recently and where
+//!   each stands (`/debug/clients`, CSDS);
+//! - [`RejectionTracker`] (`rejection.rs`): per subscription, the versions
+//!   served, and the clients that keep presenting an older one (suspected
+//!   rejections);
+//! - [`History`] (`changes.rs`): the answers served recently, and to whom,
+//!   so `?changes` can answer relative to what a client holds;
+//! - [`ConfigHistory`] (`config_history.rs`): every session's config
+//!   changes over time (`/debug/history`, `/debug/diff`), and its JSON-lines
+//!   file (`history_file.rs`).
+//!
+//! All of them key a client by `cache::ClientKey`, and read states and
+//! requests from `cache`; `cache` names nothing here.
+
+mod changes;
+mod clients;
+mod config_history;
+pub(crate) mod history_file;
+mod rejection;
+
+pub(crate) use changes::{History, ServedAnswer};
+pub(crate) use clients::{
+    AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
+    SubscriptionStatus, SubscriptionView,
+};
+pub(crate) use config_history::{
+    covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
+};
+pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
