@@ -1,7 +1,8 @@
 //! What the gateway knows now: per (node identity, type) versioned states,
 //! resources rendered once per content version, assembled response bodies,
-//! parsed request bodies, and the bookkeeping that spots rejections. No
-//! network I/O, no HTTP.
+//! parsed request bodies and who sent them (the client key). What was
+//! served to whom is `observe`'s, which reads this and is never named here.
+//! No network I/O, no HTTP.
 
 mod assembler;
 mod body;
