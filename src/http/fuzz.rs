@@ -29,7 +29,7 @@ use super::{router, Gateway};
 use crate::cache::{Assembler, ParsedRequests, Renderer};
 use crate::config::{Config, SessionKey};
 use crate::metrics::Metrics;
-use crate::source::{FileFeeder, Origin, Sessions};
+use crate::source::{FileFeeder, Inspect, Origin, Sessions};
 use crate::xds::{Codec, Endpoint, ResourceType};
 
 /// The query strings a POST is sent with, picked by the kind byte's high
@@ -182,17 +182,30 @@ fn demo_gateway() -> Arc<Gateway> {
         max_wait: Duration::from_millis(5),
         ..Config::default()
     };
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
+    file_gateway(Origin::EmbeddedDemo, renderer, &config).0
+}
+
+/// A gateway over sessions on the snapshot `origin`, rendered with
+/// `renderer`, and what the admin face would read of its sessions (the
+/// http unit tests' snapshot gateways are this too).
+pub(super) fn file_gateway(
+    origin: Origin,
+    renderer: Renderer,
+    config: &Config,
+) -> (Arc<Gateway>, Arc<dyn Inspect>) {
+    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(
         feeder,
         renderer.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
-        &config,
+        config,
     );
+    let inspected: Arc<dyn Inspect> = source.clone();
     let assembler = Assembler::new(renderer.codec().clone());
-    Arc::new(Gateway::new(config.rest(), source, assembler, metrics))
+    let gateway = Gateway::new(config.rest(), source, assembler, metrics);
+    (Arc::new(gateway), inspected)
 }
 
 /// Sends `request`; panics unless the answer is a 200, a 304, or a 4xx

@@ -22,7 +22,7 @@ use crate::cache::{Assembler, Renderer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::scripted::Script;
-use crate::source::{FileFeeder, Inspect, Origin, Sessions, Source};
+use crate::source::{Inspect, Origin, Sessions, Source};
 use crate::xds::Codec;
 
 /// A gateway over sessions fed by a [`Script`], and the script.
@@ -67,18 +67,7 @@ fn file_gateway(origin: Origin, config: Config) -> Arc<Gateway> {
 
 /// [`file_gateway`], and what the admin face would read of its sessions.
 fn file_gateway_inspected(origin: Origin, config: Config) -> (Arc<Gateway>, Arc<dyn Inspect>) {
-    let renderer = Renderer::new(Codec::embedded());
-    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
-    let metrics = Arc::new(Metrics::new());
-    let source = Sessions::start(
-        feeder,
-        renderer.clone(),
-        crate::observe::ConfigHistory::default(),
-        metrics.clone(),
-        &config,
-    );
-    let inspected = source.clone();
-    (assemble(source, renderer, metrics, config), inspected)
+    super::fuzz::file_gateway(origin, Renderer::new(Codec::embedded()), &config)
 }
 
 fn assemble(
