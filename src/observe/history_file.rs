@@ -298,11 +298,7 @@ mod tests {
     fn files_are_created_for_their_owner_alone() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("h.jsonl");
-        let mut writer = Writer::open(path.clone(), 10).unwrap();
-        writer.line(b"{\"a\":\"0123456789\"}\n");
-        writer.line(b"{\"b\":1}\n");
-        writer.file.flush().unwrap();
+        let path = two_lines_past_ten_bytes(dir.path());
         for file in [path.clone(), rotated(&path, 1)] {
             let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
@@ -344,14 +340,21 @@ mod tests {
         assert!(lines_of(&path).iter().any(|l| l.contains("00099")));
     }
 
-    #[test]
-    fn a_line_longer_than_the_bound_gets_a_file_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("h.jsonl");
+    /// A file bounded at 10 bytes in `dir` after a line of 19 bytes and
+    /// one of 8: the first rotated out, the second in the file.
+    fn two_lines_past_ten_bytes(dir: &std::path::Path) -> PathBuf {
+        let path = dir.join("h.jsonl");
         let mut writer = Writer::open(path.clone(), 10).unwrap();
         writer.line(b"{\"a\":\"0123456789\"}\n");
         writer.line(b"{\"b\":1}\n");
         writer.file.flush().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_gets_a_file_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_lines_past_ten_bytes(dir.path());
         assert_eq!(lines_of(&path), ["{\"b\":1}"]);
         assert_eq!(lines_of(&rotated(&path, 1)), ["{\"a\":\"0123456789\"}"]);
     }
