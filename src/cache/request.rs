@@ -36,7 +36,7 @@ use moka::sync::Cache;
 use super::client_key::{names_hash, ClientKey, ClientNode, SubscriptionKey};
 use super::identity::IdentityKey;
 use super::node_json::{NodeJson, NodeJsons};
-use super::request_chunks::BodyChunks;
+use super::request_chunks::{feed_sampled, BodyChunks};
 use super::request_frame::Frame;
 use super::state::Names;
 use crate::config::SessionKey;
@@ -56,6 +56,8 @@ const KEY_EDGE: usize = 4096;
 /// `KEY_STRIDE`.
 const KEY_STRIDE: usize = 2048;
 const KEY_SAMPLE: usize = 32;
+/// [`KEY_EDGE`], [`KEY_STRIDE`] and [`KEY_SAMPLE`], as [`feed_sampled`] takes them.
+const KEY_SHAPE: [usize; 3] = [KEY_EDGE, KEY_STRIDE, KEY_SAMPLE];
 
 /// The memo key of a body: its length, its first and last [`KEY_EDGE`]
 /// bytes, and samples between them. Hashing every byte of a 77 KB body cost
@@ -71,25 +73,15 @@ fn memo_key(body: &[u8]) -> u64 {
 
 /// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
 fn chunks_key(chunks: &BodyChunks) -> u64 {
-    chunks.sampled_key(KEY_EDGE, KEY_STRIDE, KEY_SAMPLE)
+    chunks.sampled_key(KEY_SHAPE)
 }
 
-/// [`memo_key`] of bytes in pieces: each piece's length, edges and samples.
+/// [`memo_key`] of bytes in pieces: each piece's length, edges and samples
+/// ([`feed_sampled`], the one definition of the key).
 fn sampled_key(pieces: &[&[u8]]) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     for piece in pieces {
-        hasher.update(&(piece.len() as u64).to_le_bytes());
-        if piece.len() <= 2 * KEY_EDGE {
-            hasher.update(piece);
-            continue;
-        }
-        let (head, rest) = piece.split_at(KEY_EDGE);
-        let (middle, tail) = rest.split_at(rest.len() - KEY_EDGE);
-        hasher.update(head);
-        for chunk in middle.chunks(KEY_STRIDE) {
-            hasher.update(&chunk[..chunk.len().min(KEY_SAMPLE)]);
-        }
-        hasher.update(tail);
+        feed_sampled(&mut hasher, &[piece], piece.len(), KEY_SHAPE);
     }
     hasher.digest()
 }

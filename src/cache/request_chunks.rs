@@ -4,12 +4,13 @@
 //! poll a 77 KB allocation and copy, and a memo hit needs neither (issue 41).
 //!
 //! What is computed on chunks must be what the same bytes joined would give:
-//! [`BodyChunks::sampled_key`] hashes exactly the bytes `memo_key` hashes of
-//! the joined body (xxh3's streaming state does not see where one update
-//! ends), and [`BodyChunks::equals`] compares byte for byte. It owns no
+//! the sampled key has one definition, [`feed_sampled`], which reads the
+//! chunks as one piece (xxh3's streaming state does not see where one
+//! update ends), and [`BodyChunks::equals`] compares byte for byte. It owns no
 //! memo and parses nothing.
 
 use bytes::Bytes;
+use xxhash_rust::xxh3::Xxh3;
 
 /// A body's bytes, in the chunks it was read in, in order.
 #[derive(Debug, Clone, Default)]
@@ -56,26 +57,11 @@ impl BodyChunks {
         }
     }
 
-    /// The xxh3 of the body's length, its first and last `edge` bytes, and
-    /// `sample` bytes every `stride` between them (all of it when it is no
-    /// longer than two edges): what `sampled_key` hashes of the joined
-    /// bytes, as one piece.
-    pub(crate) fn sampled_key(&self, edge: usize, stride: usize, sample: usize) -> u64 {
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        hasher.update(&(self.len as u64).to_le_bytes());
-        let mut cursor = Cursor::new(&self.chunks);
-        if self.len <= 2 * edge {
-            cursor.feed(0..self.len, &mut hasher);
-            return hasher.digest();
-        }
-        cursor.feed(0..edge, &mut hasher);
-        let middle_end = self.len - edge;
-        let mut at = edge;
-        while at < middle_end {
-            cursor.feed(at..(at + sample).min(middle_end), &mut hasher);
-            at += stride;
-        }
-        cursor.feed(middle_end..self.len, &mut hasher);
+    /// The xxh3 of what [`feed_sampled`] takes of the body, as one piece,
+    /// with `shape` its edge, stride and sample.
+    pub(crate) fn sampled_key(&self, shape: [usize; 3]) -> u64 {
+        let mut hasher = Xxh3::new();
+        feed_sampled(&mut hasher, &self.chunks, self.len, shape);
         hasher.digest()
     }
 
@@ -109,16 +95,43 @@ impl BodyChunks {
     }
 }
 
+/// Feeds `hasher` the bytes a sampled key takes of `chunks` read as one
+/// piece of `len` bytes: the length, then the first and last `edge` bytes
+/// and `sample` bytes every `stride` between them (all of it when it is no
+/// longer than two edges). The one definition of that key: the memo of
+/// parsed requests keys joined bodies, chunked bodies and frames with it.
+pub(crate) fn feed_sampled<C: AsRef<[u8]>>(
+    hasher: &mut Xxh3,
+    chunks: &[C],
+    len: usize,
+    [edge, stride, sample]: [usize; 3],
+) {
+    hasher.update(&(len as u64).to_le_bytes());
+    let mut cursor = Cursor::new(chunks);
+    if len <= 2 * edge {
+        cursor.feed(0..len, hasher);
+        return;
+    }
+    cursor.feed(0..edge, hasher);
+    let middle_end = len - edge;
+    let mut at = edge;
+    while at < middle_end {
+        cursor.feed(at..(at + sample).min(middle_end), hasher);
+        at += stride;
+    }
+    cursor.feed(middle_end..len, hasher);
+}
+
 /// Walks chunks forward, handing increasing byte ranges to a hasher.
-struct Cursor<'a> {
-    chunks: &'a [Bytes],
+struct Cursor<'a, C> {
+    chunks: &'a [C],
     /// The chunk the next range starts in, and that chunk's offset.
     index: usize,
     start: usize,
 }
 
-impl<'a> Cursor<'a> {
-    fn new(chunks: &'a [Bytes]) -> Cursor<'a> {
+impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
+    fn new(chunks: &'a [C]) -> Cursor<'a, C> {
         Cursor {
             chunks,
             index: 0,
@@ -127,12 +140,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Hashes `range` of the joined bytes; ranges come in increasing order.
-    fn feed(&mut self, range: std::ops::Range<usize>, hasher: &mut xxhash_rust::xxh3::Xxh3) {
+    fn feed(&mut self, range: std::ops::Range<usize>, hasher: &mut Xxh3) {
         let mut at = range.start;
         while at < range.end {
             let Some(chunk) = self.chunks.get(self.index) else {
                 return;
             };
+            let chunk = chunk.as_ref();
             let end = self.start + chunk.len();
             if at >= end {
                 self.index += 1;
