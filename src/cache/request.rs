@@ -467,12 +467,15 @@ impl ParsedRequests {
         &self,
         chunks: BodyChunks,
     ) -> Result<Arc<ParsedRequest>, RequestError> {
-        if let Some(hit) = self.memo.get(&chunks_key(&chunks)) {
+        let hash = chunks_key(&chunks);
+        if let Some(hit) = self.memo.get(&hash) {
             if !hit.via_get && hit.body.is_chunks(&chunks) {
                 return Ok(hit);
             }
         }
-        self.parse_as(chunks.into_bytes(), false)
+        // The key of the joined bytes is the chunks' (one definition of
+        // it), and the memo was just asked: neither is done again.
+        self.parse_missed(chunks.into_bytes(), hash, false)
     }
 
     /// The parse of the `body` a GET's query stands for ([`parse`]'s, as a
@@ -491,6 +494,18 @@ impl ParsedRequests {
                 return Ok(hit);
             }
         }
+        self.parse_missed(body, hash, via_get)
+    }
+
+    /// [`parse_as`](Self::parse_as) once the memo has no parse of `body`
+    /// under `hash`: through the memo of frames, or parsed now; remembered
+    /// under `hash` either way.
+    fn parse_missed(
+        &self,
+        body: Bytes,
+        hash: u64,
+        via_get: bool,
+    ) -> Result<Arc<ParsedRequest>, RequestError> {
         let framed = Frame::of(&body).map(|frame| {
             let key = frame.key(&body, sampled_key) ^ u64::from(via_get);
             (Arc::new(frame), key)
