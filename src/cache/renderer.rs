@@ -5,7 +5,8 @@
 //! A resource is identified by (type, SHA-256 of its protobuf bytes): an
 //! update in which one of N resources changed costs one decode and render; the
 //! N-1 others come from the memo. Renders for REST clients (with config
-//! sources rewritten) are memoised per (resource digest, target) the same way.
+//! sources rewritten) are the `Assembler`'s (`assembler.rs`), memoised per
+//! (resource digest, target) the same way.
 //!
 //! The delta-only types (VHDS, LEDS) are named by their delta `Resource`
 //! wrapper, not by a field of their own, so they are kept and rendered in
