@@ -72,7 +72,7 @@ async fn post(client: &HttpClient, addr: SocketAddr, path: &str, body: Bytes) ->
         .expect("the gateway answers");
     let status = resp.status().as_u16();
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    // The renderer writes versionInfo first; reading only it keeps the
+    // The intake writes versionInfo first; reading only it keeps the
     // client's own cost out of the latency (a CDS answer is 3.7 MB).
     let version = if status == 200 {
         let text = std::str::from_utf8(&bytes[..bytes.len().min(512)]).unwrap_or_default();

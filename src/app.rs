@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::admin::{self, Admin};
 use crate::auth::{AuthPolicy, PolicyError};
-use crate::cache::{Assembler, Renderer};
+use crate::cache::{Assembler, Intake};
 use crate::config::{Config, SessionKey, UpstreamMode, UpstreamSpec, UpstreamStreams, Validation};
 use crate::drain::Drain;
 use crate::http::{self, Gateway};
@@ -89,7 +89,7 @@ pub async fn run(
 pub struct Prepared {
     config: Config,
     metrics: Arc<Metrics>,
-    renderer: Renderer,
+    intake: Intake,
     /// What the REST and admin faces answer with (one body memo for both).
     assembler: Assembler,
     /// What the sessions record and the admin views read.
@@ -168,11 +168,11 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         .with_principal_share(config.principal_share)
         .with_sink(history_file);
     let assembler = Assembler::new(codec.clone());
-    let renderer = Renderer::new(codec)
+    let intake = Intake::new(codec)
         .validating(config.validate == Validation::On)
         .counting(metrics.resources_rendered(), metrics.opaque_resources());
     let parts = SourceParts {
-        renderer: renderer.clone(),
+        intake: intake.clone(),
         history: history.clone(),
         metrics: metrics.clone(),
     };
@@ -180,7 +180,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     Ok(Prepared {
         config,
         metrics,
-        renderer,
+        intake,
         assembler,
         history,
         source,
@@ -230,7 +230,7 @@ impl Prepared {
         let Prepared {
             config,
             metrics,
-            renderer,
+            intake,
             assembler,
             history,
             source,
@@ -257,7 +257,7 @@ impl Prepared {
                 source.clone() as Arc<dyn Inspect>,
                 metrics.clone(),
                 gateway.clients(),
-                renderer.opaque_types().clone(),
+                intake.opaque_types().clone(),
                 assembler,
                 history,
                 config.admin_views(),
@@ -439,12 +439,12 @@ fn admin_limits(config: &Config) -> ServeLimits {
     }
 }
 
-/// What every source is built with, whichever kind: the renderer, the
+/// What every source is built with, whichever kind: the intake, the
 /// config history its sessions record into (the admin views read the
 /// same), and the metrics.
 #[derive(Clone)]
 struct SourceParts {
-    renderer: Renderer,
+    intake: Intake,
     history: ConfigHistory,
     metrics: Arc<Metrics>,
 }
@@ -455,7 +455,7 @@ struct SourceParts {
 /// [`Federation`] of one source per upstream that owns names.
 fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, StartError> {
     let SourceParts {
-        renderer,
+        intake,
         history,
         metrics,
     } = parts;
@@ -465,10 +465,10 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
             Some(dir) => Origin::Dir(dir.clone()),
             None => Origin::EmbeddedDemo,
         };
-        let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
+        let feeder = FileFeeder::start(origin, intake.clone(), config.session_key);
         return Ok(Sessions::start(
             feeder,
-            renderer.clone(),
+            intake.clone(),
             history.clone(),
             metrics.clone(),
             config,
@@ -481,7 +481,7 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
             let ctx = UpstreamContext::new(
                 spec,
                 config.max_upstream_message_bytes,
-                renderer.clone(),
+                intake.clone(),
                 metrics.clone(),
             )?;
             tokio::spawn(ctx.clone().log_reachability());
@@ -568,7 +568,7 @@ fn grpc_source(
     parts: &SourceParts,
 ) -> Arc<dyn Feed> {
     let SourceParts {
-        renderer,
+        intake,
         history,
         metrics,
     } = parts.clone();
@@ -576,11 +576,11 @@ fn grpc_source(
         // The probe never answers auto; SotW is the mode every ADS server has.
         UpstreamMode::Sotw | UpstreamMode::Auto => {
             let feeder = SotwFeeder::new(route, streams, namespace);
-            Sessions::start(feeder, renderer, history, metrics, config)
+            Sessions::start(feeder, intake, history, metrics, config)
         }
         UpstreamMode::Delta => {
             let feeder = DeltaFeeder::new(route, streams, namespace);
-            Sessions::start(feeder, renderer, history, metrics, config)
+            Sessions::start(feeder, intake, history, metrics, config)
         }
         UpstreamMode::Fetch => {
             Arc::new(FetchSource::new(route.primary().clone(), config, namespace))

@@ -56,7 +56,7 @@
 //!   source.poll(kind, request) ─▶ Polled            Sessions: find/create the identity's session, record
 //!                                                   the names (resubscribe upstream), wait bounded for a
 //!                                                   covering state | Fetch: unary Fetch* | Auto: delegate
-//!   polled.answer(renderer, request, target)        rejection bookkeeping, then cache::TypeState::answer:
+//!   polled.answer(assembler, request, remote, t)    rejection bookkeeping, then cache::TypeState::answer:
 //!                                                   304, or the body assembled from pre-rendered resources
 //!   polled.next_change(wait)                        long poll: hold a 304 until the state changes
 //!   http::present                                   JSON / pretty / YAML, ETag, stale header; errors via

@@ -381,13 +381,13 @@ impl Metrics {
         family.get_or_create(&Self::label(kind)).inc();
     }
 
-    /// The counter of resources rendered (for the renderer to count with).
+    /// The counter of resources rendered (for the intake to count with).
     pub(crate) fn resources_rendered(&self) -> Counter {
         self.resources_rendered.clone()
     }
 
     /// The counter of resources rendered with an opaque `Any` (for the
-    /// renderer to count with).
+    /// intake to count with).
     pub(crate) fn opaque_resources(&self) -> Counter {
         self.opaque_resources.clone()
     }

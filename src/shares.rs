@@ -7,7 +7,7 @@
 //! Only principals are counted: without a policy there are none, and a
 //! policy of a single principal has nobody to starve, so neither is limited
 //! beyond the global limits ([`Tenant::of`]). A place is counted against the
-//! principal whose request took it, until it is given back (the [`Taken`]
+//! principal whose request took it, until it is given back (the [`SharePlace`]
 //! guard drops): a session, shared by every client of its node identity
 //! (fan-in), counts against the principal whose request opened it until it
 //! closes. Counting only: refusing with a status is `http`'s business.
@@ -67,14 +67,14 @@ pub(crate) struct Share {
 
 /// A place held by a principal: given back when dropped.
 #[derive(Debug)]
-pub(crate) struct Taken {
+pub(crate) struct SharePlace {
     held: Arc<Mutex<HashMap<Arc<str>, usize>>>,
     principal: Arc<str>,
     /// What it weighs: 1 place, or its bytes.
     amount: usize,
 }
 
-impl Drop for Taken {
+impl Drop for SharePlace {
     fn drop(&mut self) {
         let mut held = lock(&self.held);
         if let Some(count) = held.get_mut(&self.principal) {
@@ -110,7 +110,7 @@ impl Share {
 
     /// Takes one place for `tenant` (nothing to take without a tenant), or
     /// says it holds its share already.
-    pub(crate) fn take(&self, tenant: Option<&Tenant>) -> Result<Option<Taken>, OverShare> {
+    pub(crate) fn take(&self, tenant: Option<&Tenant>) -> Result<Option<SharePlace>, OverShare> {
         self.take_weighing(tenant, 1)
     }
 
@@ -134,7 +134,7 @@ impl Share {
         &self,
         tenant: Option<&Tenant>,
         amount: usize,
-    ) -> Result<Option<Taken>, OverShare> {
+    ) -> Result<Option<SharePlace>, OverShare> {
         let Some(tenant) = tenant else {
             return Ok(None);
         };
@@ -144,7 +144,7 @@ impl Share {
             return Err(self.over(tenant));
         }
         *count += amount;
-        Ok(Some(Taken {
+        Ok(Some(SharePlace {
             held: self.held.clone(),
             principal: tenant.0.clone(),
             amount,

@@ -319,7 +319,7 @@ fn the_architecture_names_only_identifiers_that_exist() {
         "docs/architecture.md names what the sources do not:\n{}",
         missing.into_iter().collect::<Vec<_>>().join("\n")
     );
-    assert_eq!(identifiers("Renderer::resource"), ["Renderer", "resource"]);
+    assert_eq!(identifiers("Intake::resource"), ["Intake", "resource"]);
     assert_eq!(identifiers("held_polls.take"), ["held_polls", "take"]);
     assert!(identifiers("src/lib.rs").is_empty() && identifiers("--max-sessions").is_empty());
 }

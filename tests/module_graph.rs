@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 /// naming `delta`, `health` and `probe`: the held sets moved out of `delta`
 /// into `source/held.rs`, and `health` and `probe` became children of
 /// `upstream`; the 7 circles of `cache`, when `Resource` stayed in
-/// `resource.rs` and the `Renderer` moved to `renderer.rs`, the memo of
+/// `resource.rs` and the `Renderer` (since renamed `Intake`) moved to
+/// `renderer.rs` (now `intake.rs`), the memo of
 /// assembled bodies out of `state.rs` into `body_memo.rs`, and the config
 /// history out of the renderer, handed to the sessions and the admin
 /// apart; `source: coalesce -> stream`, when the coalescing was handed the

@@ -13,7 +13,7 @@
 //! others find it (`xds_gateway_upstream_delta_sets_{built,shared}_total`).
 //! Either way the changed content is rendered and checked against Envoy's
 //! rules once, not once per session (`xds_gateway_resources_rendered_total`):
-//! the 50 sessions receive the same bytes, and the renderer memoises by
+//! the 50 sessions receive the same bytes, and the intake memoises by
 //! content.
 
 #[path = "support/gateway.rs"]

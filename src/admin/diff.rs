@@ -394,11 +394,11 @@ mod tests {
     /// sides with `cache::by_name`).
     #[test]
     fn compare_sorts_every_name_into_one_list_in_name_order() {
-        let renderer = crate::cache::Renderer::new(crate::xds::Codec::embedded());
+        let intake = crate::cache::Intake::new(crate::xds::Codec::embedded());
         let found = |node: &str, clusters: &[(&str, &str)]| Found {
             node: node.into(),
             state: Arc::new(crate::cache::test_states::clusters(
-                &renderer, "1", "n", clusters,
+                &intake, "1", "n", clusters,
             )),
         };
         let a = found(

@@ -10,7 +10,7 @@ use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use super::{admin_token, router, Admin, ROUTES};
-use crate::cache::{Assembler, Renderer};
+use crate::cache::{Assembler, Intake};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::observe::ClientBook;
@@ -19,13 +19,13 @@ use crate::xds::Codec;
 
 fn admin() -> Arc<Admin> {
     let config = Config::default();
-    let renderer = Renderer::new(Codec::embedded());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
+    let intake = Intake::new(Codec::embedded());
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, intake.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let history = crate::observe::ConfigHistory::default();
     let source = Sessions::start(
         feeder,
-        renderer.clone(),
+        intake.clone(),
         history.clone(),
         metrics.clone(),
         &config,
@@ -35,8 +35,8 @@ fn admin() -> Arc<Admin> {
         source,
         metrics,
         clients,
-        renderer.opaque_types().clone(),
-        Assembler::new(renderer.codec().clone()),
+        intake.opaque_types().clone(),
+        Assembler::new(intake.codec().clone()),
         history,
         config.admin_views(),
     ))
@@ -99,11 +99,11 @@ async fn answers_with_serde_jsons_private_key_read_as_written() {
     use crate::cache::{Coverage, Names, TypeState};
     use crate::xds::ResourceType;
     let admin = admin();
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     let json = br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"c",
         "metadata":{"filter_metadata":{"x":{"$serde_json::private::RawValue":33.5}}}}"#;
-    let any = renderer.codec().parse_any(json).unwrap();
-    let resource = renderer
+    let any = intake.codec().parse_any(json).unwrap();
+    let resource = intake
         .resource(ResourceType::Clusters, any.value.into())
         .unwrap();
     let state = TypeState::new(

@@ -3,13 +3,13 @@
 //! (memoised per content and target), and the memo of assembled bodies
 //! (`body_memo.rs`). This is all the serving side needs of rendering;
 //! decoding and rendering what upstreams send is the
-//! [`Renderer`](super::Renderer)'s, which the serving side never holds.
+//! [`Intake`](super::Intake)'s, which the serving side never holds.
 
 use bytes::Bytes;
 use moka::sync::Cache;
 
 use super::body_memo::Bodies;
-use super::renderer::{RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE};
+use super::intake::{RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE};
 use super::resource::{idle_memo, Digest, Resource};
 use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
 use crate::xds::{Codec, JsonError};

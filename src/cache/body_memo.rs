@@ -2,7 +2,7 @@
 //! state: per answer, its version and the body's own opening and closing
 //! ([`Assembled`]), and the resources pieces by content, so every node
 //! identity holding the same resources shares one. `state.rs` assembles
-//! the bodies and decides what they are keyed by; the renderer carries the
+//! the bodies and decides what they are keyed by; the intake carries the
 //! memo to it. Names nothing of `cache`.
 
 use std::sync::Arc;

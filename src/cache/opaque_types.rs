@@ -1,8 +1,8 @@
 //! The types the gateway had no descriptor for ([`OpaqueTypes`]): each
 //! type URL an `Any` named that the codec does not know, and how many
-//! resources of a new content held it. The renderer notes them as it
+//! resources of a new content held it. The intake notes them as it
 //! renders; `/readyz` lists them. A clone shares the same record, so the
-//! admin face reads it without holding the renderer.
+//! admin face reads it without holding the intake.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

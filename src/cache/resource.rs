@@ -5,8 +5,8 @@
 //! the idle-bounded memo every cache memo is built as ([`idle_memo`]).
 //!
 //! A leaf of `cache`: it names nothing of it, so the states, the sets and
-//! the history that hold resources, and the renderer that makes them
-//! (`renderer.rs`), name it without being named back.
+//! the history that hold resources, and the intake that makes them
+//! (`intake.rs`), name it without being named back.
 
 use bytes::Bytes;
 use moka::sync::Cache;

@@ -290,12 +290,12 @@ impl SharedAnswers {
 mod tests {
     use super::*;
     use crate::cache::test_states::cluster_payload;
-    use crate::cache::Renderer;
+    use crate::cache::Intake;
     use crate::xds::Codec;
 
     const CDS: ResourceType = ResourceType::Clusters;
 
-    fn answer(r: &Renderer, names: &[&str], timeout: u32) -> Vec<Vec<u8>> {
+    fn answer(r: &Intake, names: &[&str], timeout: u32) -> Vec<Vec<u8>> {
         names
             .iter()
             .map(|n| cluster_payload(r.codec(), n, &format!("{timeout}s")).to_vec())
@@ -303,7 +303,7 @@ mod tests {
     }
 
     fn decode(
-        r: &Renderer,
+        r: &Intake,
         payloads: &[Vec<u8>],
     ) -> Result<ResourceMap, crate::cache::ResourceError> {
         let mut map = ResourceMap::new();
@@ -320,7 +320,7 @@ mod tests {
 
     fn take(
         shared: &SharedAnswers,
-        r: &Renderer,
+        r: &Intake,
         payloads: &[Vec<u8>],
         decodes: &AtomicU64,
     ) -> Taken {
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn the_same_bytes_are_decoded_once_and_their_set_shared() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let shared = SharedAnswers::default();
         let decodes = AtomicU64::new(0);
         let a = answer(&r, &["a", "b", "c"], 1);
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_set_is_repeated_only_by_exactly_its_resources() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let ab = answer(&r, &["a", "b"], 1);
         let set = ResourceSet::new(decode(&r, &ab).unwrap());
         let repeats = |payloads: &[Vec<u8>]| {
@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn find_takes_only_a_held_set_of_the_same_bytes() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let shared = SharedAnswers::default();
         let decodes = AtomicU64::new(0);
         let a = answer(&r, &["a", "b"], 1);
@@ -409,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_set_no_state_holds_is_decoded_again() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let shared = SharedAnswers::default();
         let decodes = AtomicU64::new(0);
         let a = answer(&r, &["a"], 1);
@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_hash_collision_is_confirmed_away() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let shared = SharedAnswers::default();
         let decodes = AtomicU64::new(0);
         let a = answer(&r, &["a"], 1);
@@ -442,7 +442,7 @@ mod tests {
 
     #[test]
     fn sessions_taking_one_answer_at_once_decode_it_once() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let shared = SharedAnswers::default();
         let decodes = AtomicU64::new(0);
         let names: Vec<String> = (0..200).map(|i| format!("c{i}")).collect();
@@ -468,7 +468,7 @@ mod tests {
 
     #[test]
     fn an_error_is_everyones_and_not_remembered() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let shared = SharedAnswers::default();
         let bad = vec![vec![0xff_u8, 0xff]];
         for _ in 0..2 {

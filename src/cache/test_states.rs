@@ -1,4 +1,4 @@
-//! Test-only: states of Clusters built through the renderer, as an upstream
+//! Test-only: states of Clusters built through the intake, as an upstream
 //! push builds them, for the cache's unit tests.
 
 use std::collections::BTreeSet;
@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use serde_json::json;
 
-use super::{Coverage, Renderer, ResourceMap, TypeState};
+use super::{Coverage, Intake, ResourceMap, TypeState};
 use crate::xds::{Codec, ResourceType};
 
 /// The protobuf bytes of a Cluster `name` with `connect_timeout`.
@@ -20,7 +20,7 @@ pub(crate) fn cluster_payload(codec: &Codec, name: &str, connect_timeout: &str) 
 /// A wildcard-covered state at `version` (with `nonce`) of one Cluster per
 /// `(name, connect_timeout)`.
 pub(crate) fn clusters(
-    renderer: &Renderer,
+    intake: &Intake,
     version: &str,
     nonce: &str,
     clusters: &[(&str, &str)],
@@ -29,8 +29,8 @@ pub(crate) fn clusters(
     let resources: ResourceMap = clusters
         .iter()
         .map(|(name, timeout)| {
-            let payload = cluster_payload(renderer.codec(), name, timeout);
-            let resource = renderer.resource(kind, payload).unwrap();
+            let payload = cluster_payload(intake.codec(), name, timeout);
+            let resource = intake.resource(kind, payload).unwrap();
             (name.to_string(), resource)
         })
         .collect();

@@ -10,7 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
 use crate::drain::Drain;
-use crate::shares::{Share, Taken, Tenant};
+use crate::shares::{Share, SharePlace, Tenant};
 
 /// What a request asks the gateway to hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +84,7 @@ impl Places {
 
 /// A held request's place, and its place in its principal's share: both
 /// given back when it drops (the long poll answered, the watch ended).
-pub(super) type Place = (OwnedSemaphorePermit, Option<Taken>);
+pub(super) type Place = (OwnedSemaphorePermit, Option<SharePlace>);
 
 impl Places {
     /// A place on behalf of `tenant`, or the 503 saying why not.

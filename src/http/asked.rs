@@ -106,19 +106,19 @@ impl Answered<'_> {
         changes: bool,
         last: Option<Arc<ServedAnswer>>,
     ) -> Result<(JsonBody, Option<Arc<ServedAnswer>>), JsonError> {
-        let history = &gateway.history;
+        let answer_log = &gateway.answer_log;
         let client = self.request.client(self.remote.ip());
         let served = || Arc::new(polled.served(self.request, self.target));
         if !changes {
-            // Made only when the history does not hold `version` yet.
-            history.remember(client, version, served);
+            // Made only when the log does not hold `version` yet.
+            answer_log.remember(client, version, served);
             return Ok((json, None));
         }
         // Recalled before it is remembered: what the client held, not this.
-        let since = last.or_else(|| history.recall(client, self.request.version_info()));
+        let since = last.or_else(|| answer_log.recall(client, self.request.version_info()));
         let served = served();
         let body = served.changes(&gateway.assembler, version, since.as_deref())?;
-        history.remember(client, version, || served.clone());
+        answer_log.remember(client, version, || served.clone());
         Ok((JsonBody::from(body), Some(served)))
     }
 }

@@ -26,7 +26,7 @@ use tower::ServiceExt;
 
 use super::query::Params;
 use super::{router, Gateway};
-use crate::cache::{Assembler, ParsedRequests, Renderer};
+use crate::cache::{Assembler, Intake, ParsedRequests};
 use crate::config::{Config, SessionKey};
 use crate::metrics::Metrics;
 use crate::source::{FileFeeder, Inspect, Origin, Sessions};
@@ -170,40 +170,40 @@ fn on_fresh_runtime<F: Future>(future: F) -> F::Output {
 }
 
 /// A gateway on the demo snapshot (secrets allowed, a 304 held no longer
-/// than a few milliseconds). The renderer, which caches renders of the same
+/// than a few milliseconds). The intake, which caches renders of the same
 /// bytes only, is shared: building the codec is the slow part.
 fn demo_gateway() -> Arc<Gateway> {
-    static RENDERER: OnceLock<Renderer> = OnceLock::new();
-    let renderer = RENDERER
-        .get_or_init(|| Renderer::new(Codec::embedded()))
+    static RENDERER: OnceLock<Intake> = OnceLock::new();
+    let intake = RENDERER
+        .get_or_init(|| Intake::new(Codec::embedded()))
         .clone();
     let config = Config {
         allow_secrets: true,
         max_wait: Duration::from_millis(5),
         ..Config::default()
     };
-    file_gateway(Origin::EmbeddedDemo, renderer, &config).0
+    file_gateway(Origin::EmbeddedDemo, intake, &config).0
 }
 
 /// A gateway over sessions on the snapshot `origin`, rendered with
-/// `renderer`, and what the admin face would read of its sessions (the
+/// `intake`, and what the admin face would read of its sessions (the
 /// http unit tests' snapshot gateways are this too).
 pub(super) fn file_gateway(
     origin: Origin,
-    renderer: Renderer,
+    intake: Intake,
     config: &Config,
 ) -> (Arc<Gateway>, Arc<dyn Inspect>) {
-    let feeder = FileFeeder::start(origin, renderer.clone(), config.session_key);
+    let feeder = FileFeeder::start(origin, intake.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(
         feeder,
-        renderer.clone(),
+        intake.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
         config,
     );
     let inspected: Arc<dyn Inspect> = source.clone();
-    let assembler = Assembler::new(renderer.codec().clone());
+    let assembler = Assembler::new(intake.codec().clone());
     let gateway = Gateway::new(config.rest(), source, assembler, metrics);
     (Arc::new(gateway), inspected)
 }

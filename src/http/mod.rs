@@ -52,7 +52,7 @@ use crate::cache::{Assembler, ParsedRequests};
 use crate::config::RestConfig;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
-use crate::observe::{ClientBook, History};
+use crate::observe::{AnswerLog, ClientBook};
 use crate::profiles::NodeProfiles;
 use crate::serve::{Peer, RemoteAddr};
 use crate::shares::Tenant;
@@ -92,7 +92,7 @@ pub(crate) struct Gateway {
     /// The REST clients seen recently and where each stands.
     clients: Arc<ClientBook>,
     /// The answers served recently, for `?changes`.
-    history: History,
+    answer_log: AnswerLog,
     /// The node profiles a GET may present (`?profile=NAME`).
     profiles: Arc<NodeProfiles>,
     /// Set at shutdown: no new long polls or watches, held ones answered,
@@ -123,7 +123,7 @@ impl Gateway {
             admin_address: None,
             clients: Arc::new(ClientBook::new(config.idle_timeout)),
             drain: Drain::default(),
-            history: History::with_idle(config.idle_timeout),
+            answer_log: AnswerLog::with_idle(config.idle_timeout),
             profiles: Arc::default(),
             unnamed_proxy_seen: std::sync::atomic::AtomicBool::new(false),
             config,

@@ -10,7 +10,7 @@
 //!  "fullState": false}
 //! ```
 //!
-//! What a presented version stood for is looked up in [`History`]: the
+//! What a presented version stood for is looked up in [`AnswerLog`]: the
 //! answers served recently (every body served records one), bounded by the
 //! resources they hold (an old answer keeps its state's resources alive) and
 //! the names they were served for (a client asking for thousands of names,
@@ -161,29 +161,29 @@ impl ServedAnswer {
 /// The answers served recently by served version, and which requester was
 /// served which version.
 #[derive(Debug, Clone)]
-pub(crate) struct History {
+pub(crate) struct AnswerLog {
     answers: Cache<String, Arc<ServedAnswer>>,
     served_to: Cache<(ClientKey, String), ()>,
 }
 
-impl Default for History {
-    fn default() -> History {
-        History::with_idle(DEFAULT_IDLE)
+impl Default for AnswerLog {
+    fn default() -> AnswerLog {
+        AnswerLog::with_idle(DEFAULT_IDLE)
     }
 }
 
-/// What [`History::default`] keeps an answer nobody recalls.
+/// What [`AnswerLog::default`] keeps an answer nobody recalls.
 const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
-impl History {
+impl AnswerLog {
     /// A history that also forgets an answer, and who was served it, once
     /// nobody asked about it for `idle` (the gateway passes
     /// `--idle-timeout`: a client idle that long has lost its session too).
     /// Without a time bound, every version served stayed until the item
     /// bounds pushed it out, and it kept its whole state alive: under a
     /// change a second the soak's RSS grew for most of an hour.
-    pub(crate) fn with_idle(idle: std::time::Duration) -> History {
-        History {
+    pub(crate) fn with_idle(idle: std::time::Duration) -> AnswerLog {
+        AnswerLog {
             answers: Cache::builder()
                 .max_capacity(HISTORY_ITEMS)
                 .time_to_idle(idle)
@@ -253,13 +253,13 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{Assembler, ParsedRequest, Renderer};
+    use crate::cache::{Assembler, Intake, ParsedRequest};
     use crate::xds::{Codec, ResourceType};
     use serde_json::Value;
 
-    fn state(renderer: &Renderer, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
+    fn state(intake: &Intake, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
         Arc::new(crate::cache::test_states::clusters(
-            renderer, version, "", clusters,
+            intake, version, "", clusters,
         ))
     }
 
@@ -273,9 +273,9 @@ mod tests {
 
     #[test]
     fn lists_exactly_what_was_added_modified_and_removed() {
-        let renderer = Renderer::new(Codec::embedded());
-        let old = state(&renderer, "1", &[("a", "1s"), ("b", "1s"), ("c", "1s")]);
-        let new = state(&renderer, "2", &[("a", "1s"), ("b", "2s"), ("d", "1s")]);
+        let intake = Intake::new(Codec::embedded());
+        let old = state(&intake, "1", &[("a", "1s"), ("b", "1s"), ("c", "1s")]);
+        let new = state(&intake, "2", &[("a", "1s"), ("b", "2s"), ("d", "1s")]);
         let all = Names::Wildcard;
         let since = ServedAnswer::new(old, &all, None);
         let body = ServedAnswer::new(new.clone(), &all, None)
@@ -320,10 +320,10 @@ mod tests {
 
     #[test]
     fn history_is_bounded_and_ignores_the_empty_version() {
-        let renderer = Renderer::new(Codec::embedded());
-        let history = History::default();
+        let intake = Intake::new(Codec::embedded());
+        let history = AnswerLog::default();
         let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
-        let s = state(&renderer, "1", &[("a", "1s")]);
+        let s = state(&intake, "1", &[("a", "1s")]);
         history.remember(a.client(None), "1~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
@@ -337,10 +337,10 @@ mod tests {
     /// nothing of what that node held.
     #[test]
     fn a_version_is_recalled_only_for_the_node_it_was_served_to() {
-        let renderer = Renderer::new(Codec::embedded());
-        let history = History::default();
+        let intake = Intake::new(Codec::embedded());
+        let history = AnswerLog::default();
         let a = request(r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#);
-        let s = state(&renderer, "1", &[("secret-name", "1s")]);
+        let s = state(&intake, "1", &[("secret-name", "1s")]);
         history.remember(a.client(None), "1~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
@@ -366,7 +366,7 @@ mod tests {
         let ca = by_cluster(r#"{"node":{"id":"a","cluster":"c"}}"#);
         let cb = by_cluster(r#"{"node":{"id":"b","cluster":"c"}}"#);
         assert_eq!(ca.identity(), cb.identity());
-        let s = state(&renderer, "2", &[("x", "1s")]);
+        let s = state(&intake, "2", &[("x", "1s")]);
         history.remember(ca.client(None), "2~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
@@ -386,9 +386,9 @@ mod tests {
     /// sets are weighed by their names too, so the history stays bounded.
     #[test]
     fn answers_for_many_names_are_weighed_by_their_names() {
-        let renderer = Renderer::new(Codec::embedded());
-        let state = state(&renderer, "1", &[("a", "1s")]);
-        let history = History::default();
+        let intake = Intake::new(Codec::embedded());
+        let state = state(&intake, "1", &[("a", "1s")]);
+        let history = AnswerLog::default();
         let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         for i in 0..30 {
             let names: Vec<String> = (0..10_000).map(|n| format!("c{i}-{n}")).collect();

@@ -7,7 +7,7 @@
 //! - [`RejectionTracker`] (`rejection.rs`): per subscription, the versions
 //!   served, and the clients that keep presenting an older one (suspected
 //!   rejections);
-//! - [`History`] (`changes.rs`): the answers served recently, and to whom,
+//! - [`AnswerLog`] (`changes.rs`): the answers served recently, and to whom,
 //!   so `?changes` can answer relative to what a client holds;
 //! - [`ConfigHistory`] (`config_history.rs`): every session's config
 //!   changes over time (`/debug/history`, `/debug/diff`), and its JSON-lines
@@ -22,7 +22,7 @@ mod config_history;
 pub(crate) mod history_file;
 mod rejection;
 
-pub(crate) use changes::{History, ServedAnswer};
+pub(crate) use changes::{AnswerLog, ServedAnswer};
 pub(crate) use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
     SubscriptionStatus, SubscriptionView,

@@ -20,7 +20,7 @@ use prost::Message;
 use super::wire::{Payload, SotwResponse};
 use super::SourceError;
 use crate::cache::{
-    IntoResourceSet, Renderer, Resource, ResourceError, ResourceMap, ResourceSet, Taken, TypeState,
+    Intake, IntoResourceSet, Resource, ResourceError, ResourceMap, ResourceSet, Taken, TypeState,
     WrapperName, RESOURCE_WRAPPER,
 };
 use crate::xds::ResourceType;
@@ -92,11 +92,11 @@ impl Rejection {
 /// Decodes one resource of `kind` (unwrapping a wrapper, which must carry
 /// one); the error says why not.
 pub(super) fn decode_one(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
-    match decode_entry(renderer, kind, any)? {
+    match decode_entry(intake, kind, any)? {
         Entry::Resource { resource, .. } => Ok(resource),
         Entry::Heartbeat { .. } => Err(Rejection::EmptyWrapper),
     }
@@ -119,13 +119,13 @@ type Wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource;
 /// Decodes one element of `resources`: a plain resource of `kind`, or a
 /// `Resource` wrapper holding one (named as the resource is) or none.
 pub(super) fn decode_entry(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     any: Payload<'_>,
 ) -> Result<Entry, Rejection> {
     if !any.is_of(RESOURCE_WRAPPER) {
         return Ok(Entry::Resource {
-            resource: decode_plain(renderer, kind, any)?,
+            resource: decode_plain(intake, kind, any)?,
             ttl: None,
         });
     }
@@ -140,7 +140,7 @@ pub(super) fn decode_entry(
             ttl,
         });
     };
-    let resource = decode_plain(renderer, kind, Payload::of(&inner))?;
+    let resource = decode_plain(intake, kind, Payload::of(&inner))?;
     if !wrapper.name.is_empty() && wrapper.name != resource.name {
         return Err(Rejection::NameMismatch {
             index: 0,
@@ -166,22 +166,22 @@ pub(super) fn ttl_of(
 }
 
 fn decode_plain(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
-    Ok(renderer.resource(kind, payload_of(kind, any)?)?)
+    Ok(intake.resource(kind, payload_of(kind, any)?)?)
 }
 
 /// Decodes the resource of a delta-only `kind` that a delta `Resource`
 /// wrapper delivered as `wrapper` says.
 pub(super) fn decode_delta_named(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     wrapper: WrapperName,
     any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
-    Ok(renderer.delta_named(kind, wrapper, payload_of(kind, any)?)?)
+    Ok(intake.delta_named(kind, wrapper, payload_of(kind, any)?)?)
 }
 
 /// The payload of `any`, which must be of `kind`: bytes of its own, for a
@@ -209,7 +209,7 @@ pub(super) struct Decoded {
     /// Resources taken from the state replaced, their bytes unchanged, or
     /// from the set another session decoded the same answer to.
     pub(super) reused: usize,
-    /// Resources decoded (looked up in the renderer's memo, or rendered).
+    /// Resources decoded (looked up in the intake's memo, or rendered).
     pub(super) decoded: usize,
 }
 
@@ -288,7 +288,7 @@ impl Taking {
     /// answer replaces) what it repeats unchanged; the first failure fails
     /// them all.
     fn all(
-        renderer: &Renderer,
+        intake: &Intake,
         kind: ResourceType,
         anys: &[Payload<'_>],
         previous: Option<&TypeState>,
@@ -301,7 +301,7 @@ impl Taking {
                 continue;
             }
             out.decoded += 1;
-            let entry = decode_entry(renderer, kind, any).map_err(|e| match e {
+            let entry = decode_entry(intake, kind, any).map_err(|e| match e {
                 Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
                     index,
                     wrapper,
@@ -347,17 +347,17 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: Payload<'_>) -> Opti
 /// another session took before, byte for byte in any order, is not decoded
 /// again: its set is shared (`cache/resource_set.rs`).
 pub(super) fn decode_all(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     anys: &[Payload<'_>],
     previous: Option<&TypeState>,
 ) -> Result<Decoded, Rejection> {
     let Some(payloads) = plain_payloads(kind, anys.iter().copied()) else {
-        return Ok(Taking::all(renderer, kind, anys, previous)?.done());
+        return Ok(Taking::all(intake, kind, anys, previous)?.done());
     };
     let mut counts = (0, 0);
-    let taken = renderer.answers().take(kind, &payloads, || {
-        let taken = Taking::all(renderer, kind, anys, previous)?;
+    let taken = intake.answers().take(kind, &payloads, || {
+        let taken = Taking::all(intake, kind, anys, previous)?;
         counts = (taken.decoded, taken.reused);
         Ok::<_, Rejection>(taken.resources)
     });
@@ -390,13 +390,9 @@ const SHARED_IN_PLACE_MAX: usize = 256 * 1024;
 
 /// The answer `response` as a set another session already took, if one
 /// is held (`SharedAnswers::find`).
-fn already_shared(
-    renderer: &Renderer,
-    kind: ResourceType,
-    response: &SotwResponse,
-) -> Option<Decoded> {
+fn already_shared(intake: &Intake, kind: ResourceType, response: &SotwResponse) -> Option<Decoded> {
     let payloads = plain_payloads(kind, response.resources())?;
-    let set = renderer.answers().find(kind, &payloads)?;
+    let set = intake.answers().find(kind, &payloads)?;
     Some(Decoded::shared(set))
 }
 
@@ -406,20 +402,20 @@ fn already_shared(
 /// render), as does a big answer. Handing each session's push to another
 /// thread cost more than finding its set.
 pub(super) async fn decode_all_off_thread(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     response: SotwResponse,
     previous: Option<Arc<TypeState>>,
 ) -> Result<Decoded, Rejection> {
     if response.frame_len() <= SHARED_IN_PLACE_MAX {
-        if let Some(shared) = already_shared(renderer, kind, &response) {
+        if let Some(shared) = already_shared(intake, kind, &response) {
             return Ok(shared);
         }
     }
-    let renderer = renderer.clone();
+    let intake = intake.clone();
     let decode = move || {
         let anys: Vec<Payload<'_>> = response.resources().collect();
-        decode_all(&renderer, kind, &anys, previous.as_deref())
+        decode_all(&intake, kind, &anys, previous.as_deref())
     };
     tokio::task::spawn_blocking(decode)
         .await
@@ -427,11 +423,11 @@ pub(super) async fn decode_all_off_thread(
 }
 
 /// A request's `node` JSON as a protobuf `Node` (empty if absent).
-pub(super) fn decode_node(renderer: &Renderer, node: Option<&[u8]>) -> Result<Node, SourceError> {
+pub(super) fn decode_node(intake: &Intake, node: Option<&[u8]>) -> Result<Node, SourceError> {
     let Some(raw) = node else {
         return Ok(Node::default());
     };
-    renderer
+    intake
         .codec()
         .parse_prost("envoy.config.core.v3.Node", raw, true)
         .map_err(|e| SourceError::InvalidNode(e.to_string()))
@@ -469,7 +465,7 @@ mod tests {
 
     /// `decode_all` of `anys`.
     fn decode_all(
-        r: &Renderer,
+        r: &Intake,
         kind: ResourceType,
         anys: Vec<Any>,
         previous: Option<&TypeState>,
@@ -480,7 +476,7 @@ mod tests {
 
     #[test]
     fn wrappers_give_the_resource_its_ttl_and_heartbeats_their_name() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let c = r.codec().clone();
         let decoded = decode_all(
             &r,
@@ -517,7 +513,7 @@ mod tests {
     #[test]
     fn resources_kept_hold_bytes_of_their_own() {
         use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let c = r.codec().clone();
         let response = DiscoveryResponse {
             resources: vec![
@@ -543,7 +539,7 @@ mod tests {
 
     #[test]
     fn bad_wrappers_are_rejected() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let c = r.codec().clone();
         let reject =
             |anys: Vec<Any>| decode_all(&r, ResourceType::Clusters, anys, None).unwrap_err();

@@ -190,7 +190,7 @@ impl Source for FetchSource {
             }
             let identity = request.identity();
             let node = fetcher.node(identity, || {
-                decode_node(&fetcher.ctx.renderer, request.node_json())
+                decode_node(&fetcher.ctx.intake, request.node_json())
             })?;
             let key = StateKey {
                 identity: identity.clone(),
@@ -389,7 +389,7 @@ impl Fetcher {
         self.ctx.mark_answered();
         let version = std::mem::take(&mut response.version_info);
         let nonce = std::mem::take(&mut response.nonce);
-        let resources = decode_all_off_thread(&self.ctx.renderer, kind, response, None)
+        let resources = decode_all_off_thread(&self.ctx.intake, kind, response, None)
             .await
             .and_then(Decoded::standalone)
             .and_then(

@@ -25,7 +25,7 @@ use super::feeder::Feeder;
 use super::session::{Command, Session};
 use super::snapshot::{embedded_demo, snapshot_paths, Snapshot, SnapshotError};
 use super::SourceError;
-use crate::cache::{Coverage, Renderer, TypeState};
+use crate::cache::{Coverage, Intake, TypeState};
 use crate::config::SessionKey;
 use crate::log_escape::Escaped;
 use crate::reload::{self, Fingerprint, Watcher};
@@ -63,7 +63,7 @@ pub(crate) struct FileFeeder {
 #[derive(Debug)]
 struct FileSource {
     origin: Origin,
-    renderer: Renderer,
+    intake: Intake,
     /// Whether `nodes/<id>/` layers can be served: not when sessions are
     /// keyed by cluster (see [`FileSource::check_layers`]).
     per_node_layers: bool,
@@ -80,10 +80,10 @@ impl FileFeeder {
     /// Loads the snapshot now (a failed first load leaves the feeder empty
     /// and not ready, with its problems recorded) and, for a directory,
     /// watches it until the feeder is dropped.
-    pub(crate) fn start(origin: Origin, renderer: Renderer, session_key: SessionKey) -> FileFeeder {
+    pub(crate) fn start(origin: Origin, intake: Intake, session_key: SessionKey) -> FileFeeder {
         let source = Arc::new(FileSource {
             origin,
-            renderer,
+            intake,
             per_node_layers: session_key == SessionKey::Node,
             snapshot: watch::Sender::new(None),
             problems: Mutex::default(),
@@ -166,8 +166,8 @@ impl FileSource {
 
     fn reload(&self) {
         let loaded = match &self.origin {
-            Origin::Dir(dir) => Snapshot::load(dir, &self.renderer),
-            Origin::EmbeddedDemo => Snapshot::build(embedded_demo(), &self.renderer),
+            Origin::Dir(dir) => Snapshot::load(dir, &self.intake),
+            Origin::EmbeddedDemo => Snapshot::build(embedded_demo(), &self.intake),
         };
         let loaded = loaded.and_then(|snapshot| self.check_layers(snapshot));
         match loaded {
@@ -290,7 +290,7 @@ mod tests {
     async fn no_answer_names_the_snapshot() {
         let feeder = FileFeeder::start(
             Origin::EmbeddedDemo,
-            Renderer::new(Codec::embedded()),
+            Intake::new(Codec::embedded()),
             SessionKey::Node,
         );
         let err = SourceError::NoAnswer {

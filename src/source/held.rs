@@ -16,7 +16,7 @@
 //! A set built some other way (a session's first answer, a narrowed
 //! subscription after a reconnect) is found by its content instead: by its
 //! version digest, confirmed name by name, version by version and resource
-//! by resource (pointer equality: the renderer's memo gives every session
+//! by resource (pointer equality: the intake's memo gives every session
 //! the same `Arc` for the same bytes).
 
 use std::collections::BTreeMap;
@@ -353,16 +353,16 @@ impl HeldSets {
 mod tests {
     use super::*;
     use crate::cache::test_states::cluster_payload;
-    use crate::cache::Renderer;
+    use crate::cache::Intake;
 
     const CDS: ResourceType = ResourceType::Clusters;
 
-    fn resource(r: &Renderer, name: &str, timeout: u32) -> Arc<Resource> {
+    fn resource(r: &Intake, name: &str, timeout: u32) -> Arc<Resource> {
         let payload = cluster_payload(r.codec(), name, &format!("{timeout}s"));
         r.resource(CDS, payload).unwrap()
     }
 
-    fn held(r: &Renderer, name: &str, version: &str) -> HeldResource {
+    fn held(r: &Intake, name: &str, version: &str) -> HeldResource {
         let timeout = version.len() as u32;
         HeldResource {
             version: version.to_owned(),
@@ -393,7 +393,7 @@ mod tests {
 
     #[test]
     fn sessions_making_the_same_edit_of_the_same_set_share_the_result() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let puts = [("a", held(&r, "a", "1")), ("b", held(&r, "b", "1"))];
         // Two sessions, each starting from an empty set of its own.
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn an_edit_changing_nothing_keeps_the_set() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let a = held(&r, "a", "1");
         let set = edited(&sets, &Arc::default(), &[("a", a.clone())], &[]);
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_different_edit_or_start_is_not_shared() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let a = held(&r, "a", "1");
         let b = held(&r, "b", "1");
@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn a_step_colliding_with_another_edit_is_confirmed_away() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let start = edited(&sets, &Arc::default(), &[("a", held(&r, "a", "1"))], &[]);
         let b = held(&r, "b", "1");
@@ -468,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_set_nobody_holds_is_built_again() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let puts = [("a", held(&r, "a", "1"))];
         let first = edited(&sets, &Arc::default(), &puts, &[]);
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn sets_of_the_same_content_built_apart_are_one() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let a = held(&r, "a", "1");
         let b = held(&r, "b", "1");
@@ -502,7 +502,7 @@ mod tests {
 
     #[test]
     fn sessions_editing_at_once_build_once() {
-        let r = Renderer::new(crate::xds::Codec::embedded());
+        let r = Intake::new(crate::xds::Codec::embedded());
         let sets = HeldSets::new(Arc::default());
         let start = edited(&sets, &Arc::default(), &[("a", held(&r, "a", "1"))], &[]);
         let change = held(&r, "a", "22");

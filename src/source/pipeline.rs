@@ -14,12 +14,12 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::decode::decode_all;
 use super::wire::Payload;
-use crate::cache::{Answer, Assembler, Coverage, Names, Renderer, TypeState};
+use crate::cache::{Answer, Assembler, Coverage, Intake, Names, TypeState};
 use crate::xds::{Codec, ResourceType};
 
 /// The decoding and answering of pushes, with its own render memo.
 pub struct Pipeline {
-    renderer: Renderer,
+    intake: Intake,
     assembler: Assembler,
 }
 
@@ -38,7 +38,7 @@ impl Pipeline {
     pub fn new(codec: Codec) -> Pipeline {
         Pipeline {
             assembler: Assembler::with_body_capacity(codec.clone(), 0),
-            renderer: Renderer::new(codec),
+            intake: Intake::new(codec),
         }
     }
 
@@ -53,7 +53,7 @@ impl Pipeline {
     ) -> Result<(Pushed, Bytes), String> {
         let payloads: Vec<Payload<'_>> = anys.iter().map(Payload::of).collect();
         let decoded = decode_all(
-            &self.renderer,
+            &self.intake,
             kind,
             &payloads,
             previous.map(|p| p.state.as_ref()),

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::feeder::Feeder;
 use super::session::{Command, Session};
-use crate::cache::{Coverage, Renderer, Resource, TypeState};
+use crate::cache::{Coverage, Intake, Resource, TypeState};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -37,7 +37,7 @@ struct Scene {
 /// What the test controls and reads.
 #[derive(Debug)]
 pub(crate) struct Script {
-    renderer: Renderer,
+    intake: Intake,
     scene: watch::Sender<Scene>,
     commands: Mutex<Vec<Command>>,
     started: AtomicUsize,
@@ -45,9 +45,9 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    pub(crate) fn new(renderer: Renderer) -> Arc<Script> {
+    pub(crate) fn new(intake: Intake) -> Arc<Script> {
         Arc::new(Script {
-            renderer,
+            intake,
             scene: watch::Sender::new(Scene::default()),
             commands: Mutex::default(),
             started: AtomicUsize::new(0),
@@ -83,7 +83,7 @@ impl Script {
         resources: &[serde_json::Value],
         coverage: Coverage,
     ) {
-        let codec = self.renderer.codec();
+        let codec = self.intake.codec();
         let resources = resources
             .iter()
             .map(|json| {
@@ -91,7 +91,7 @@ impl Script {
                     .parse_any(json.to_string().as_bytes())
                     .unwrap_or_else(|e| panic!("scripted resource {json}: {e}"));
                 let resource = self
-                    .renderer
+                    .intake
                     .resource(kind, any.value.into())
                     .unwrap_or_else(|e| panic!("scripted resource {json}: {e}"));
                 (resource.name.clone(), resource)

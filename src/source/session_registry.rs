@@ -42,13 +42,13 @@ use super::view::SessionView;
 use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
 };
-use crate::cache::{upstream_version, IdentityKey, ParsedRequest, Renderer, TypeState};
+use crate::cache::{upstream_version, IdentityKey, Intake, ParsedRequest, TypeState};
 use crate::config::Config;
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::observe::ConfigHistory;
 use crate::observe::Suspicion;
-use crate::shares::{Share, Taken, Tenant};
+use crate::shares::{Share, SharePlace, Tenant};
 use crate::xds::ResourceType;
 
 /// How often idle sessions and stale names are swept, at most.
@@ -79,7 +79,7 @@ pub(crate) struct Sessions<F> {
     decoding: Semaphore,
     /// The extension lists of the sessions' nodes, one per distinct list.
     nodes: NodeInterner,
-    renderer: Renderer,
+    intake: Intake,
     /// Where every session records what it publishes (and the NACKs).
     history: ConfigHistory,
     metrics: Arc<Metrics>,
@@ -105,9 +105,9 @@ struct Entry {
     bytes: usize,
     /// Its place in the share of the principal that opened it (given
     /// back when the entry goes: the session closed).
-    _share: Option<Taken>,
+    _share: Option<SharePlace>,
     /// Its bytes in that principal's share of `--max-session-bytes`.
-    _bytes_share: Option<Taken>,
+    _bytes_share: Option<SharePlace>,
 }
 
 impl Registry {
@@ -140,7 +140,7 @@ impl<F: Feeder> Sessions<F> {
     /// [`Source::close`] or the last handle drops.
     pub(crate) fn start(
         feeder: F,
-        renderer: Renderer,
+        intake: Intake,
         history: ConfigHistory,
         metrics: Arc<Metrics>,
         config: &Config,
@@ -150,7 +150,7 @@ impl<F: Feeder> Sessions<F> {
             sessions: Mutex::default(),
             decoding: Semaphore::new(DECODES_AT_ONCE),
             nodes: NodeInterner::default(),
-            renderer,
+            intake,
             history,
             metrics,
             limits: Limits {
@@ -220,12 +220,12 @@ impl<F: Feeder> Sessions<F> {
             return Ok(session);
         }
         let node = if bytes > DECODE_OFF_THREAD_BYTES {
-            let (renderer, node) = (self.renderer.clone(), request.node_json_bytes());
-            tokio::task::spawn_blocking(move || decode_node(&renderer, node.as_deref()))
+            let (intake, node) = (self.intake.clone(), request.node_json_bytes());
+            tokio::task::spawn_blocking(move || decode_node(&intake, node.as_deref()))
                 .await
                 .map_err(|e| SourceError::InvalidNode(format!("decoder task failed: {e}")))??
         } else {
-            decode_node(&self.renderer, request.node_json())?
+            decode_node(&self.intake, request.node_json())?
         };
         let mut registry = self.lock();
         if let Some(session) = registry.existing(key) {
@@ -613,11 +613,11 @@ mod tests {
             max_node_bytes: 16 << 20,
             ..Config::default()
         };
-        let renderer = Renderer::new(Codec::embedded());
-        let script = Script::new(renderer.clone());
+        let intake = Intake::new(Codec::embedded());
+        let script = Script::new(intake.clone());
         let sessions = Sessions::start(
             script.feeder(),
-            renderer,
+            intake,
             crate::observe::ConfigHistory::default(),
             Arc::new(Metrics::new()),
             &config,

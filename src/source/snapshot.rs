@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::cache::{Renderer, Resource};
+use crate::cache::{Intake, Resource};
 use crate::xds::ResourceType;
 
 /// One problem with one file.
@@ -134,14 +134,14 @@ pub(super) fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>
 
 impl Snapshot {
     /// Loads every snapshot file under `dir`.
-    pub(super) fn load(dir: &Path, renderer: &Renderer) -> Result<Snapshot, Vec<SnapshotError>> {
-        Snapshot::build(read_dir(dir)?, renderer)
+    pub(super) fn load(dir: &Path, intake: &Intake) -> Result<Snapshot, Vec<SnapshotError>> {
+        Snapshot::build(read_dir(dir)?, intake)
     }
 
     /// Validates and layers `files`; every bad file is reported.
     pub(super) fn build(
         files: Vec<SourceFile>,
-        renderer: &Renderer,
+        intake: &Intake,
     ) -> Result<Snapshot, Vec<SnapshotError>> {
         let mut snapshot = Snapshot::default();
         let mut errors = Vec::new();
@@ -151,7 +151,7 @@ impl Snapshot {
                 LayerId::Cluster(c) => snapshot.clusters.entry(c.clone()).or_default(),
                 LayerId::Node(n) => snapshot.nodes.entry(n.clone()).or_default(),
             };
-            if let Err(err) = load_file(&file, renderer, layer) {
+            if let Err(err) = load_file(&file, intake, layer) {
                 errors.push(err);
             }
         }
@@ -230,11 +230,7 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
-fn load_file(
-    file: &SourceFile,
-    renderer: &Renderer,
-    layer: &mut Layer,
-) -> Result<(), SnapshotError> {
+fn load_file(file: &SourceFile, intake: &Intake, layer: &mut Layer) -> Result<(), SnapshotError> {
     let error = |line: Option<usize>, reason: String| SnapshotError {
         path: file.path.clone(),
         line,
@@ -251,7 +247,7 @@ fn load_file(
     for document in documents {
         for resource in resources_of(document) {
             index += 1;
-            let (kind, resource) = decode(renderer, &resource)
+            let (kind, resource) = decode(intake, &resource)
                 .map_err(|reason| error(None, format!("resource #{index}: {reason}")))?;
             let key = (kind, resource.name.clone());
             if layer.insert(key, resource).is_some() {
@@ -284,7 +280,7 @@ fn resources_of(document: serde_json::Value) -> Vec<serde_json::Value> {
 }
 
 fn decode(
-    renderer: &Renderer,
+    intake: &Intake,
     value: &serde_json::Value,
 ) -> Result<(ResourceType, Arc<Resource>), String> {
     let type_url = value
@@ -297,11 +293,11 @@ fn decode(
             format!("{type_url} is not a type a snapshot serves (listeners, routes, scoped routes, clusters, endpoints, secrets, runtime, extension configs; virtual hosts and LEDS endpoints come from a delta upstream only)")
         })?;
     let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
-    let any = renderer
+    let any = intake
         .codec()
         .parse_any(&json)
         .map_err(|e| without_json_position(&e.to_string()))?;
-    let resource = renderer
+    let resource = intake
         .resource(kind, any.value.into())
         .map_err(|e| e.to_string())?;
     if resource.name.is_empty() {
@@ -360,7 +356,7 @@ mod tests {
             "nodes/n1/override.yaml",
             "resources:\n- '@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: a\n  connect_timeout: 9s\n",
         );
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         let s = Snapshot::load(dir.path(), &r).unwrap();
         let plain = s.view(ResourceType::Clusters, "other", "");
         let n1 = s.view(ResourceType::Clusters, "n1", "");
@@ -396,15 +392,15 @@ mod tests {
              typed_extension_protocol_options:\n  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n    \
              '@type': type.googleapis.com/google.protobuf.Struct\n    value: {k1: 1, k2: 2, k3: 3, k4: 4, k5: 5}\n",
         );
-        let renderer = Renderer::new(Codec::embedded());
+        let intake = Intake::new(Codec::embedded());
         let versions = |snapshot: &Snapshot| {
             [ResourceType::Runtime, ResourceType::Clusters]
                 .map(|kind| snapshot.view(kind, "n", "c").version)
         };
-        let first = Snapshot::load(dir.path(), &renderer).unwrap();
+        let first = Snapshot::load(dir.path(), &intake).unwrap();
         assert_eq!(first.len(), 2);
         for _ in 0..8 {
-            let again = Snapshot::load(dir.path(), &renderer).unwrap();
+            let again = Snapshot::load(dir.path(), &intake).unwrap();
             assert_eq!(versions(&again), versions(&first));
         }
     }
@@ -413,7 +409,7 @@ mod tests {
     fn a_missing_directory_is_a_problem_not_an_empty_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let errors = Snapshot::load(&missing, &Renderer::new(Codec::embedded())).unwrap_err();
+        let errors = Snapshot::load(&missing, &Intake::new(Codec::embedded())).unwrap_err();
         assert!(errors[0].to_string().contains("cannot read"), "{errors:?}");
         assert_eq!(
             without_json_position("bad field at line 1 column 112"),
@@ -426,7 +422,7 @@ mod tests {
     fn embedded_demo_loads() {
         let files = embedded_demo();
         assert!(!files.is_empty());
-        let s = Snapshot::build(files, &Renderer::new(Codec::embedded())).unwrap();
+        let s = Snapshot::build(files, &Intake::new(Codec::embedded())).unwrap();
         for kind in [
             ResourceType::Listeners,
             ResourceType::Routes,
@@ -447,7 +443,7 @@ mod tests {
             "unknown.yaml",
             "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nno_such_field: 1\n",
         );
-        let errors = Snapshot::load(dir.path(), &Renderer::new(Codec::embedded())).unwrap_err();
+        let errors = Snapshot::load(dir.path(), &Intake::new(Codec::embedded())).unwrap_err();
         let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         assert_eq!(errors.len(), 2, "{text:?}");
         assert!(text[0].contains("broken.yaml:"), "{text:?}");
@@ -465,7 +461,7 @@ mod tests {
             "bad.yaml",
             "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nconnect_timeout: -1s\n",
         );
-        let errors = Snapshot::load(dir.path(), &Renderer::new(Codec::embedded())).unwrap_err();
+        let errors = Snapshot::load(dir.path(), &Intake::new(Codec::embedded())).unwrap_err();
         let text = errors[0].to_string();
         assert!(
             text.contains("bad.yaml")
@@ -474,7 +470,7 @@ mod tests {
             "{text}"
         );
         // Not checked when validation is off.
-        let renderer = Renderer::new(Codec::embedded()).validating(false);
-        assert!(Snapshot::load(dir.path(), &renderer).is_ok());
+        let intake = Intake::new(Codec::embedded()).validating(false);
+        assert!(Snapshot::load(dir.path(), &intake).is_ok());
     }
 }

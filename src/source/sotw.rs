@@ -477,7 +477,7 @@ impl Sotw {
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
         let previous = self.session.state(kind);
-        let decoded = decode_all_off_thread(&self.ctx.renderer, kind, response, previous).await;
+        let decoded = decode_all_off_thread(&self.ctx.intake, kind, response, previous).await;
         if let Ok(d) = &decoded {
             self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
         }

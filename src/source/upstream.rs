@@ -31,7 +31,7 @@ use tracing::{debug, info};
 use super::backoff::Backoff;
 use super::held::HeldSets;
 use super::{PassThrough, PassedThrough, SourceError};
-use crate::cache::Renderer;
+use crate::cache::Intake;
 use crate::config::{UpstreamSpec, UpstreamTls};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
@@ -73,7 +73,7 @@ pub(crate) struct UpstreamContext {
     pub(super) channel: Channel,
     /// How to connect (for the start-up reachability check).
     endpoint: TonicEndpoint,
-    pub(super) renderer: Renderer,
+    pub(super) intake: Intake,
     pub(super) metrics: Arc<Metrics>,
     pub(super) max_message_bytes: usize,
     metadata: MetadataMap,
@@ -93,7 +93,7 @@ impl UpstreamContext {
     pub(crate) fn new(
         spec: &UpstreamSpec,
         max_message_bytes: usize,
-        renderer: Renderer,
+        intake: Intake,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<UpstreamContext>, StartError> {
         let uri = spec.uri.as_str();
@@ -130,7 +130,7 @@ impl UpstreamContext {
             uri: uri.to_owned(),
             channel: endpoint.connect_lazy(),
             endpoint,
-            renderer,
+            intake,
             metrics,
             max_message_bytes,
             metadata,
@@ -348,7 +348,7 @@ pub(super) fn unused_context() -> Arc<UpstreamContext> {
         authorities: Vec::new(),
         failover: None,
     };
-    let renderer = Renderer::new(crate::xds::Codec::embedded());
-    UpstreamContext::new(&spec, 1 << 20, renderer, Arc::new(Metrics::new()))
+    let intake = Intake::new(crate::xds::Codec::embedded());
+    UpstreamContext::new(&spec, 1 << 20, intake, Arc::new(Metrics::new()))
         .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -24,7 +24,7 @@
 //! the URLs the gateway knows, so one that is not UTF-8 is rejected by the
 //! comparison (and shown lossily) instead of failing the whole frame.
 //!
-//! Nothing kept past the response may point into the frame: the renderer
+//! Nothing kept past the response may point into the frame: the intake
 //! copies a payload out when it renders a new resource, and everything
 //! else takes resources already held.
 

@@ -3,7 +3,7 @@
 //!
 //! Decoding protobuf bytes stops at 100 levels of nesting, but an `Any`'s
 //! payload is only bytes until something unpacks it, and then it is decoded
-//! afresh: the JSON renderer, the config-source rewrite and the validator
+//! afresh: the JSON intake, the config-source rewrite and the validator
 //! each unpack `Any`s recursively, one stack frame (and one copy of the
 //! remaining payload) per level. An upstream resource of `Any`s nested 5000
 //! deep (225 KB) overflowed a 2 MB tokio worker stack, and aborted the
@@ -147,7 +147,7 @@ mod tests {
 
     /// Found with hand-built input to the proto_to_json and rewrite fuzz
     /// targets (fuzz/corpus/{proto_to_json,rewrite}/seed-any-nested-40 hold
-    /// a small one): 5000 levels overflowed a 2 MB stack in the renderer and
+    /// a small one): 5000 levels overflowed a 2 MB stack in the intake and
     /// in the rewrite. Now refused at decode, on a stack as small as a
     /// tokio worker's, quickly.
     #[test]

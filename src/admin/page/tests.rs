@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::admin::views::NodeSession;
-use crate::cache::{ParsedRequests, Renderer};
+use crate::cache::{Intake, ParsedRequests};
 use crate::config::{Config, SessionKey, UpstreamStreams};
 use crate::metrics::Metrics;
 use crate::observe::{AnsweredPoll, ClientBook, Standing};
@@ -322,7 +322,7 @@ fn session_row(html: &str) -> &str {
 /// The views and the page of an admin over `source` once node `edge-1`
 /// polled its clusters (answered or not: the session stays either way).
 async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -> (Views, String) {
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     let body = json!({"node": {"id": "edge-1", "cluster": "edge"}});
     let request = ParsedRequests::new(SessionKey::Node)
         .parse(body.to_string().into())
@@ -333,8 +333,8 @@ async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -
         source.clone() as Arc<dyn Inspect>,
         metrics,
         clients,
-        renderer.opaque_types().clone(),
-        crate::cache::Assembler::new(renderer.codec().clone()),
+        intake.opaque_types().clone(),
+        crate::cache::Assembler::new(intake.codec().clone()),
         crate::observe::ConfigHistory::default(),
         config.admin_views(),
     );
@@ -354,13 +354,13 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
         first_response_timeout: Duration::from_millis(100),
         ..Config::default()
     };
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
 
     let metrics = Arc::new(Metrics::new());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, renderer.clone(), config.session_key);
+    let feeder = FileFeeder::start(Origin::EmbeddedDemo, intake.clone(), config.session_key);
     let snapshot = Sessions::start(
         feeder,
-        renderer.clone(),
+        intake.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
@@ -392,12 +392,12 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     };
     let spec = &config.upstream_set().specs[0];
     let max_bytes = config.max_upstream_message_bytes;
-    let ctx = UpstreamContext::new(spec, max_bytes, renderer.clone(), metrics.clone()).unwrap();
+    let ctx = UpstreamContext::new(spec, max_bytes, intake.clone(), metrics.clone()).unwrap();
     let namespace = Namespace::new(Default::default(), &spec.name, &spec.name);
     let feeder = SotwFeeder::new(Route::single(ctx), UpstreamStreams::Aggregated, namespace);
     let upstream = Sessions::start(
         feeder,
-        renderer,
+        intake,
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,

@@ -4,18 +4,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::cache::{Assembler, Renderer};
+use crate::cache::{Assembler, Intake};
 use crate::xds::Codec;
 
-fn renderer() -> Renderer {
-    Renderer::new(Codec::embedded())
+fn intake() -> Intake {
+    Intake::new(Codec::embedded())
 }
 
 fn assembler() -> Assembler {
     Assembler::new(Codec::embedded())
 }
 
-fn state(r: &Renderer, version: &str, clusters: &[(&str, &str)]) -> TypeState {
+fn state(r: &Intake, version: &str, clusters: &[(&str, &str)]) -> TypeState {
     crate::cache::test_states::clusters(r, version, "n1", clusters)
 }
 
@@ -32,7 +32,7 @@ fn body_version(answer: &Answer) -> String {
 
 #[test]
 fn not_modified_only_for_the_digest_of_what_the_client_would_get() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let s = state(&r, "v1", &[("a", "1s"), ("b", "1s")]);
     let wild = Names::Wildcard;
     let v = body_version(&s.answer(&asm, &wild, "", None).unwrap());
@@ -75,7 +75,7 @@ fn not_modified_only_for_the_digest_of_what_the_client_would_get() {
 
 #[test]
 fn the_decision_needs_no_memory_of_what_was_served() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let here = state(&r, "v1", &[("a", "1s"), ("b", "2s")]);
     let v = body_version(&here.answer(&asm, &Names::Wildcard, "", None).unwrap());
     // Another process (another replica) with the same content, even under
@@ -100,7 +100,7 @@ fn every_name_set_gets_its_304_however_many_there_are() {
     let refs: Vec<(&str, &str)> = clusters.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     // A memo far too small for 600 bodies: eviction must not cost a 304.
     let (r, asm) = (
-        renderer(),
+        intake(),
         Assembler::with_body_capacity(Codec::embedded(), 16 * 1024),
     );
     let s = state(&r, "v1", &refs);
@@ -116,7 +116,7 @@ fn every_name_set_gets_its_304_however_many_there_are() {
 
 #[test]
 fn one_cluster_changing_leaves_the_others_at_304() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let before = state(&r, "v1", &[("a", "1s"), ("b", "1s")]);
     let after = state(&r, "v2", &[("a", "1s"), ("b", "5s")]);
     let va = body_version(&before.answer(&asm, &named(&["a"]), "", None).unwrap());
@@ -133,7 +133,7 @@ fn one_cluster_changing_leaves_the_others_at_304() {
 
 #[test]
 fn body_is_a_discovery_response_with_requested_names_in_order() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let s = state(&r, "7", &[("b", "1s"), ("a", "1s"), ("c", "1s")]);
     let Answer::Body { json, version, .. } = s
         .answer(&asm, &named(&["c", "a", "missing"]), "", None)
@@ -183,7 +183,7 @@ fn coverage_rules() {
 #[test]
 fn a_glob_collection_selects_its_members_and_digests_them() {
     const T: &str = "envoy.config.cluster.v3.Cluster";
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let member = format!("xdstp://cp.example/{T}/prod/c1");
     let member2 = format!("xdstp://cp.example/{T}/prod/c2");
     let deeper = format!("xdstp://cp.example/{T}/prod/eu/c3");
@@ -250,7 +250,7 @@ fn a_subscribed_glob_wants_its_members_only() {
 /// names (it kept ~55 KB of names per answer here, weighing ~200 bytes).
 #[test]
 fn memoised_answers_do_not_hold_their_names() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let s = state(&r, "v1", &[("a", "1s")]);
     let set = |i: usize| Names::from_request((0..1000).map(|n| format!("c{i}-{n}")).collect());
     for i in 0..60 {
@@ -285,7 +285,7 @@ fn memoised_answers_do_not_hold_their_names() {
 /// one assembled resources piece; each body keeps its own version and nonce.
 #[test]
 fn states_holding_the_same_resources_share_one_assembled_piece() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let clusters: Vec<(String, &str)> = (0..50).map(|i| (format!("c{i}"), "1s")).collect();
     let refs: Vec<(&str, &str)> = clusters.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     let mut pieces = Vec::new();
@@ -335,7 +335,7 @@ fn states_holding_the_same_resources_share_one_assembled_piece() {
 /// whole and right (answers hold their piece weakly).
 #[test]
 fn an_answer_whose_piece_was_evicted_is_assembled_again() {
-    let (r, asm) = (renderer(), assembler());
+    let (r, asm) = (intake(), assembler());
     let s = state(&r, "v1", &[("a", "1s"), ("b", "2s")]);
     let first = s.answer(&asm, &Names::Wildcard, "", None).unwrap();
     assert!(matches!(

@@ -47,7 +47,7 @@ async fn one_client_polling_new_name_sets_holds_a_bounded_amount() {
         "entries weigh their parsed names: {memo:?}"
     );
     // The history counts the names each answer was served for.
-    let history = gw.history.held();
+    let history = gw.answer_log.held();
     assert!(
         history.bytes >= history.entries * PER_REQUEST as u64,
         "answers weigh their names: {history:?}"

@@ -18,7 +18,7 @@ use tower::ServiceExt;
 
 use super::discovery::{MAX_CLIENT_STRING_BYTES, MAX_NODE_ID_BYTES};
 use super::{router, served_routes, Gateway};
-use crate::cache::{Assembler, Renderer};
+use crate::cache::{Assembler, Intake};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::source::scripted::Script;
@@ -33,22 +33,18 @@ fn scripted(config: Config) -> (Arc<Gateway>, Arc<Script>) {
 
 /// [`scripted`], and what the admin face would read of its sessions.
 fn scripted_inspected(config: Config) -> (Arc<Gateway>, Arc<Script>, Arc<dyn Inspect>) {
-    let renderer = Renderer::new(Codec::embedded());
-    let script = Script::new(renderer.clone());
+    let intake = Intake::new(Codec::embedded());
+    let script = Script::new(intake.clone());
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(
         script.feeder(),
-        renderer.clone(),
+        intake.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
         &config,
     );
     let inspected = source.clone();
-    (
-        assemble(source, renderer, metrics, config),
-        script,
-        inspected,
-    )
+    (assemble(source, intake, metrics, config), script, inspected)
 }
 
 fn gateway(config: Config) -> Arc<Gateway> {
@@ -67,16 +63,16 @@ fn file_gateway(origin: Origin, config: Config) -> Arc<Gateway> {
 
 /// [`file_gateway`], and what the admin face would read of its sessions.
 fn file_gateway_inspected(origin: Origin, config: Config) -> (Arc<Gateway>, Arc<dyn Inspect>) {
-    super::fuzz::file_gateway(origin, Renderer::new(Codec::embedded()), &config)
+    super::fuzz::file_gateway(origin, Intake::new(Codec::embedded()), &config)
 }
 
 fn assemble(
     source: Arc<dyn Source>,
-    renderer: Renderer,
+    intake: Intake,
     metrics: Arc<Metrics>,
     config: Config,
 ) -> Arc<Gateway> {
-    let assembler = Assembler::new(renderer.codec().clone());
+    let assembler = Assembler::new(intake.codec().clone());
     Arc::new(Gateway::new(config.rest(), source, assembler, metrics))
 }
 
@@ -629,7 +625,7 @@ async fn client_strings_that_reach_logs_and_history_are_bounded() {
         String::from_utf8_lossy(&text)
     );
     assert_eq!(
-        gw.history.held().entries,
+        gw.answer_log.held().entries,
         0,
         "nothing refused was remembered"
     );

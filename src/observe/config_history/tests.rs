@@ -1,10 +1,10 @@
 use super::*;
-use crate::cache::Renderer;
+use crate::cache::Intake;
 use crate::xds::Codec;
 
-fn state(renderer: &Renderer, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
+fn state(intake: &Intake, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
     Arc::new(crate::cache::test_states::clusters(
-        renderer,
+        intake,
         version,
         &format!("n{version}"),
         clusters,
@@ -22,27 +22,27 @@ fn upstream_versions(history: &ConfigHistory, node: &str) -> Vec<String> {
 /// What one version of a cluster named `only` costs, measured in an
 /// unbounded store (a long name makes the resource outweigh the
 /// bookkeeping by far).
-fn one_version(renderer: &Renderer, only: &str) -> u64 {
+fn one_version(intake: &Intake, only: &str) -> u64 {
     let probe = ConfigHistory::default();
     probe
         .recorder("p", "p", "c")
-        .published(&state(renderer, "0", &[(only, "9s")]));
+        .published(&state(intake, "0", &[(only, "9s")]));
     probe.held_bytes().0
 }
 
 #[test]
 fn lists_each_version_with_its_changes_and_each_nack() {
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     let history = ConfigHistory::default();
     let recorder = history.recorder("identity-a", "a", "c");
-    recorder.published(&state(&renderer, "1", &[("x", "1s"), ("y", "1s")]));
+    recorder.published(&state(&intake, "1", &[("x", "1s"), ("y", "1s")]));
     recorder.nacked(ResourceType::Clusters, "2", "n2", "cluster y: bad");
     recorder.published(&state(
-        &renderer,
+        &intake,
         "3",
         &[("x", "1s"), ("y", "2s"), ("z", "1s")],
     ));
-    recorder.published(&state(&renderer, "4", &[("y", "2s")]));
+    recorder.published(&state(&intake, "4", &[("y", "2s")]));
 
     let timelines = history.timelines("a", None, ResourceType::Clusters);
     assert_eq!(timelines.len(), 1);
@@ -101,18 +101,18 @@ fn lists_each_version_with_its_changes_and_each_nack() {
 
 #[test]
 fn a_resource_shared_by_versions_is_counted_once() {
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     let history = ConfigHistory::default();
     let recorder = history.recorder("identity-a", "a", "c");
     let long = "x".repeat(4000);
-    let one = state(&renderer, "1", &[(&long, "1s")]);
+    let one = state(&intake, "1", &[(&long, "1s")]);
     recorder.published(&one);
     let after_one = history.held_bytes().0;
     let resource = resource_bytes(&one.resources[&long]);
     assert!(resource > 8000, "its JSON, payload and name: {resource}");
-    // The same resource (the renderer's memo gives the same Arc) in a
+    // The same resource (the intake's memo gives the same Arc) in a
     // second version: only the second event's own bytes are added.
-    let two = state(&renderer, "2", &[(&long, "1s")]);
+    let two = state(&intake, "2", &[(&long, "1s")]);
     assert!(Arc::ptr_eq(&one.resources[&long], &two.resources[&long]));
     recorder.published(&two);
     let after_two = history.held_bytes().0;
@@ -121,7 +121,7 @@ fn a_resource_shared_by_versions_is_counted_once() {
         "{after_one} {after_two} {resource}"
     );
     // A changed resource costs its bytes.
-    let three = state(&renderer, "3", &[(&long, "3s")]);
+    let three = state(&intake, "3", &[(&long, "3s")]);
     recorder.published(&three);
     let after_three = history.held_bytes().0;
     assert!(
@@ -132,11 +132,11 @@ fn a_resource_shared_by_versions_is_counted_once() {
 
 #[test]
 fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     // Bound a store to about three and a half versions.
     let only = "o".repeat(4000);
     let only = only.as_str();
-    let one = one_version(&renderer, only);
+    let one = one_version(&intake, only);
     let history = ConfigHistory::with_max_bytes(one * 3 + one / 2);
     let (a, b) = (
         history.recorder("identity-a", "a", "c"),
@@ -145,8 +145,8 @@ fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
     // Interleaved: a1 b1 a2 b2 a3 b3 (each version holds its own resource).
     for i in 1..=3 {
         let (ta, tb) = (format!("{i}s"), format!("{}s", i + 10));
-        a.published(&state(&renderer, &format!("a{i}"), &[(only, &ta)]));
-        b.published(&state(&renderer, &format!("b{i}"), &[(only, &tb)]));
+        a.published(&state(&intake, &format!("a{i}"), &[(only, &ta)]));
+        b.published(&state(&intake, &format!("b{i}"), &[(only, &tb)]));
         let (held, max) = history.held_bytes();
         assert!(held <= max, "{held} > {max}");
     }
@@ -160,7 +160,7 @@ fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
     // Evicting everything gives every byte back: the count is exact.
     let none = ConfigHistory::with_max_bytes(0);
     let r = none.recorder("identity-a", "a", "c");
-    r.published(&state(&renderer, "1", &[("x", "1s")]));
+    r.published(&state(&intake, "1", &[("x", "1s")]));
     r.nacked(ResourceType::Clusters, "2", "n", "bad");
     assert_eq!(none.held_bytes().0, 0);
     assert!(none.timelines("a", None, ResourceType::Clusters).is_empty());
@@ -168,7 +168,7 @@ fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
     let r = all.recorder("identity-a", "a", "c");
     for i in 0..50 {
         r.published(&state(
-            &renderer,
+            &intake,
             &i.to_string(),
             &[("x", &format!("{}s", i % 7 + 1))],
         ));
@@ -190,13 +190,13 @@ fn the_bound_evicts_the_oldest_events_of_the_whole_store_first() {
 
 #[test]
 fn a_timeline_whose_events_were_all_evicted_starts_again() {
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     let history = ConfigHistory::with_max_bytes(0);
     let r = history.recorder("identity-a", "a", "c");
-    r.published(&state(&renderer, "1", &[("x", "1s")]));
+    r.published(&state(&intake, "1", &[("x", "1s")]));
     let bigger = ConfigHistory::default();
     let r2 = bigger.recorder("identity-a", "a", "c");
-    r2.published(&state(&renderer, "2", &[("x", "2s")]));
+    r2.published(&state(&intake, "2", &[("x", "2s")]));
     let t = bigger.timelines("a", None, ResourceType::Clusters);
     assert_eq!(t[0].events[0].added.as_deref(), Some(&["x".into()][..]));
     assert_eq!(t[0].identity, IdentityDigest::of("identity-a").short());
@@ -208,10 +208,10 @@ fn a_timeline_whose_events_were_all_evicted_starts_again() {
 /// charged is given back.
 #[test]
 fn a_principal_past_its_share_evicts_its_own_events_first() {
-    let renderer = Renderer::new(Codec::embedded());
+    let intake = Intake::new(Codec::embedded());
     let only = "o".repeat(4000);
     let only = only.as_str();
-    let one = one_version(&renderer, only);
+    let one = one_version(&intake, only);
     // Room for ten versions; a principal may hold half of it.
     let history = ConfigHistory::with_max_bytes(one * 10).with_principal_share(50);
     let quiet = history
@@ -219,7 +219,7 @@ fn a_principal_past_its_share_evicts_its_own_events_first() {
         .owned_by(Some("quiet-team"));
     for i in 1..=3 {
         quiet.published(&state(
-            &renderer,
+            &intake,
             &format!("q{i}"),
             &[(only, &format!("{i}s"))],
         ));
@@ -230,7 +230,7 @@ fn a_principal_past_its_share_evicts_its_own_events_first() {
             .recorder(&format!("identity-f{n}"), &format!("f{n}"), "c")
             .owned_by(Some("flooder"))
             .published(&state(
-                &renderer,
+                &intake,
                 &format!("f{n}"),
                 &[(only, &format!("{}s", n + 100))],
             ));
@@ -255,7 +255,7 @@ fn a_principal_past_its_share_evicts_its_own_events_first() {
     for n in 0..12 {
         open.recorder(&format!("identity-{n}"), &format!("n{n}"), "c")
             .published(&state(
-                &renderer,
+                &intake,
                 &format!("v{n}"),
                 &[(only, &format!("{}s", n + 1))],
             ));

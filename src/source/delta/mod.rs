@@ -291,7 +291,7 @@ impl Delta {
         }
         let nonce = response.nonce.clone();
         let system_version = response.system_version_info.clone();
-        let decoded = decode_update_off_thread(&self.ctx.renderer, kind, response)
+        let decoded = decode_update_off_thread(&self.ctx.intake, kind, response)
             .await
             .and_then(|update| {
                 let names = update.added.iter().map(|(name, _)| name);

@@ -3,7 +3,7 @@
 use super::state::*;
 use super::update::*;
 use super::*;
-use crate::cache::{Renderer, Resource};
+use crate::cache::{Intake, Resource};
 use crate::source::held::{digest, Edit, HeldResource, HeldSets, VERSION_HEX_DIGITS};
 use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
 use envoy_types::pb::google::protobuf::Any;
@@ -277,7 +277,7 @@ fn any_cla(name: &str) -> Any {
 
 #[test]
 fn responses_are_decoded_and_checked_as_a_whole() {
-    let renderer = Renderer::new(crate::xds::Codec::embedded());
+    let intake = Intake::new(crate::xds::Codec::embedded());
     let kind = ResourceType::Endpoints;
     let with = |name: &str, version: &str, any: Option<Any>| DeltaResource {
         name: name.to_owned(),
@@ -296,7 +296,7 @@ fn responses_are_decoded_and_checked_as_a_whole() {
         nonce: "n1".into(),
         ..Default::default()
     };
-    let update = decode_update(&renderer, kind, ok.clone()).unwrap();
+    let update = decode_update(&intake, kind, ok.clone()).unwrap();
     assert_eq!(update.added.len(), 1);
     assert_eq!(update.added[0].0, "a");
     assert_eq!(update.added[0].1.version, "1");
@@ -305,7 +305,7 @@ fn responses_are_decoded_and_checked_as_a_whole() {
 
     let mut bad = ok.clone();
     bad.resources.push(with("c", "1", Some(any_cla("not-c"))));
-    assert!(decode_update(&renderer, kind, bad)
+    assert!(decode_update(&intake, kind, bad)
         .unwrap_err()
         .to_string()
         .contains("not-c"));
@@ -318,16 +318,16 @@ fn responses_are_decoded_and_checked_as_a_whole() {
             value: vec![0x0a, 0xff, 0xff, 0xff],
         }),
     ));
-    assert!(decode_update(&renderer, kind, bad).is_err());
+    assert!(decode_update(&intake, kind, bad).is_err());
     let mut bad = ok.clone();
     bad.removed_resources.push("a".into());
-    assert!(decode_update(&renderer, kind, bad)
+    assert!(decode_update(&intake, kind, bad)
         .unwrap_err()
         .to_string()
         .contains("both"));
     let mut bad = ok;
     bad.resources.push(with("a", "2", Some(any_cla("a"))));
-    assert!(decode_update(&renderer, kind, bad)
+    assert!(decode_update(&intake, kind, bad)
         .unwrap_err()
         .to_string()
         .contains("twice"));
@@ -395,12 +395,12 @@ fn a_vhds_namespace_holds_its_virtual_hosts_and_an_alias_its_resolution() {
 
 #[test]
 fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
-    let renderer = Renderer::new(crate::xds::Codec::embedded());
+    let intake = Intake::new(crate::xds::Codec::embedded());
     let kind = ResourceType::LbEndpoints;
     let endpoint = |port: u32| {
         Any {
         type_url: kind.type_url().into(),
-        value: renderer
+        value: intake
             .codec()
             .parse_any(
                 format!(
@@ -427,7 +427,7 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
     };
     // The same body under two names: two resources, two digests.
     let twins = response(vec![with("x/a", endpoint(80)), with("x/b", endpoint(80))]);
-    let update = decode_update(&renderer, kind, twins).unwrap();
+    let update = decode_update(&intake, kind, twins).unwrap();
     let (a, b) = (&update.added[0].1.resource, &update.added[1].1.resource);
     assert_eq!((a.name.as_str(), b.name.as_str()), ("x/a", "x/b"));
     assert_ne!(a.digest, b.digest);
@@ -438,11 +438,11 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
 
     // A nameless one cannot be told apart: the response is rejected.
     let nameless = response(vec![with("", endpoint(80))]);
-    let err = decode_update(&renderer, kind, nameless).unwrap_err();
+    let err = decode_update(&intake, kind, nameless).unwrap_err();
     assert!(err.to_string().contains("has no name"), "{err}");
     // Envoy's rules hold for them too (port_value <= 65535).
     let invalid = response(vec![with("x/c", endpoint(70_000))]);
-    assert!(decode_update(&renderer, kind, invalid)
+    assert!(decode_update(&intake, kind, invalid)
         .unwrap_err()
         .breaks_rules());
 }

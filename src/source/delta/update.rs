@@ -9,7 +9,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 
 use super::{NOT_FOUND, WILDCARD};
-use crate::cache::{Coverage, Renderer, WrapperName};
+use crate::cache::{Coverage, Intake, WrapperName};
 use crate::source::decode::{decode_delta_named, decode_one, ttl_of, Rejection};
 use crate::source::held::HeldResource;
 use crate::source::wire::Payload;
@@ -63,7 +63,7 @@ pub(super) struct Update {
 /// Decodes and checks every part of `response`; the first problem rejects
 /// it all (as Envoy does).
 pub(super) fn decode_update(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     response: DeltaDiscoveryResponse,
 ) -> Result<Update, Rejection> {
@@ -101,9 +101,9 @@ pub(super) fn decode_update(
                         aliases: resource.aliases.clone(),
                         version: resource.version.clone(),
                     };
-                    decode_delta_named(renderer, kind, named, Payload::of(&any)).map_err(at)?
+                    decode_delta_named(intake, kind, named, Payload::of(&any)).map_err(at)?
                 } else {
-                    decode_one(renderer, kind, Payload::of(&any)).map_err(at)?
+                    decode_one(intake, kind, Payload::of(&any)).map_err(at)?
                 };
                 if !wrapper_name.is_empty() && wrapper_name != decoded.name {
                     return Err(Rejection::NameMismatch {
@@ -158,12 +158,12 @@ pub(super) fn decode_update(
 
 /// [`decode_update`] on a blocking thread (big responses take a while).
 pub(super) async fn decode_update_off_thread(
-    renderer: &Renderer,
+    intake: &Intake,
     kind: ResourceType,
     response: DeltaDiscoveryResponse,
 ) -> Result<Update, Rejection> {
-    let renderer = renderer.clone();
-    tokio::task::spawn_blocking(move || decode_update(&renderer, kind, response))
+    let intake = intake.clone();
+    tokio::task::spawn_blocking(move || decode_update(&intake, kind, response))
         .await
         .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }

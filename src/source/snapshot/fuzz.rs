@@ -23,16 +23,16 @@ const VIEWS_PER_AXIS: usize = 4;
 /// Loads the files of `data`; a snapshot that loads is checked.
 /// Accepted: loaded.
 pub(crate) fn snapshot(data: &[u8]) -> bool {
-    static RENDERER: OnceLock<Renderer> = OnceLock::new();
-    let renderer = RENDERER.get_or_init(|| Renderer::new(Codec::embedded()));
+    static RENDERER: OnceLock<Intake> = OnceLock::new();
+    let intake = RENDERER.get_or_init(|| Intake::new(Codec::embedded()));
     let Ok(text) = std::str::from_utf8(data) else {
         return false;
     };
     let files = files_of(text);
-    let Ok(snapshot) = Snapshot::build(files.clone(), renderer) else {
+    let Ok(snapshot) = Snapshot::build(files.clone(), intake) else {
         return false;
     };
-    let again = Snapshot::build(files, renderer)
+    let again = Snapshot::build(files, intake)
         .unwrap_or_else(|e| panic!("the same files do not load again: {e:?}"));
     assert_eq!(snapshot.len(), again.len());
 

@@ -1,4 +1,4 @@
-//! The render memo ([`Renderer`]): every upstream resource decoded and
+//! The render memo ([`Intake`]): every upstream resource decoded and
 //! rendered once per content version, "once" true across responses and
 //! sessions. (What a resource is, is `resource.rs`'s.)
 //!
@@ -45,7 +45,7 @@ pub(super) const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::fr
 /// target, assembled bodies) is the [`Assembler`](super::Assembler)'s, and
 /// the config history is handed to the sessions and the admin apart.
 #[derive(Clone)]
-pub(crate) struct Renderer {
+pub(crate) struct Intake {
     codec: Codec,
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
     /// The sets upstream answers decoded to, shared by the sessions that
@@ -62,16 +62,16 @@ pub(crate) struct Renderer {
     opaque_types: OpaqueTypes,
 }
 
-impl std::fmt::Debug for Renderer {
+impl std::fmt::Debug for Intake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renderer").finish_non_exhaustive()
+        f.debug_struct("Intake").finish_non_exhaustive()
     }
 }
 
-impl Renderer {
-    /// A renderer that checks every resource against Envoy's field rules.
-    pub(crate) fn new(codec: Codec) -> Renderer {
-        Renderer {
+impl Intake {
+    /// A intake that checks every resource against Envoy's field rules.
+    pub(crate) fn new(codec: Codec) -> Intake {
+        Intake {
             codec,
             plain: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
             answers: SharedAnswers::default(),
@@ -84,14 +84,14 @@ impl Renderer {
     }
 
     /// Whether resources are checked against Envoy's field rules.
-    pub(crate) fn validating(mut self, on: bool) -> Renderer {
+    pub(crate) fn validating(mut self, on: bool) -> Intake {
         self.validator = on.then(|| Arc::new(Validator::new(self.codec.pool().clone())));
         self
     }
 
     /// Counts its renders with `rendered`, and those served with an opaque
     /// `Any` with `opaque` (metrics).
-    pub(crate) fn counting(mut self, rendered: Counter, opaque: Counter) -> Renderer {
+    pub(crate) fn counting(mut self, rendered: Counter, opaque: Counter) -> Intake {
         self.rendered = rendered;
         self.rendered_opaque = opaque;
         self
@@ -252,16 +252,16 @@ impl Renderer {
 mod tests {
     use super::*;
 
-    /// A renderer, and the payload of a Cluster `c1` with `connect_timeout`.
-    fn renderer_and_cluster(connect_timeout: &str) -> (Renderer, Bytes) {
+    /// A intake, and the payload of a Cluster `c1` with `connect_timeout`.
+    fn intake_and_cluster(connect_timeout: &str) -> (Intake, Bytes) {
         let codec = Codec::embedded();
         let payload = crate::cache::test_states::cluster_payload(&codec, "c1", connect_timeout);
-        (Renderer::new(codec), payload)
+        (Intake::new(codec), payload)
     }
 
     #[test]
     fn renders_once_per_digest() {
-        let (r, payload) = renderer_and_cluster("1s");
+        let (r, payload) = intake_and_cluster("1s");
         let a = r.resource(ResourceType::Clusters, payload.clone()).unwrap();
         let b = r.resource(ResourceType::Clusters, payload).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
@@ -274,7 +274,7 @@ mod tests {
     /// own; it is rendered once, and every session holds that one render.
     #[test]
     fn concurrent_decodes_of_one_content_render_it_once() {
-        let (r, payload) = renderer_and_cluster("7s");
+        let (r, payload) = intake_and_cluster("7s");
         let start = std::sync::Barrier::new(16);
         let renders: Vec<Arc<Resource>> = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..16)
@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_bad_resource_is_an_error_every_time_and_not_remembered() {
-        let r = Renderer::new(Codec::embedded());
+        let r = Intake::new(Codec::embedded());
         // Named "c1", then field 2 (`alt_stat_name`, a string) as a varint.
         let garbage = Bytes::from_static(&[0x0a, 0x02, b'c', b'1', 0x10, 0x05]);
         for _ in 0..2 {
