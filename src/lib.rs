@@ -41,10 +41,11 @@
 //! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
 //!   logged through (control characters escaped: one event, one line).
 //!
-//! Dependencies point one way: `http`, `admin` → `source` (the `Source` seam
-//! only) → `cache` → `xds`, `config`; `http` and `admin` also read `cache`;
-//! all may use `xds` and `config`, which import nothing of the crate (test
-//! builds aside).
+//! Dependencies point one way, down the layers `tests/module_graph.rs`
+//! checks (`LAYERS`; `docs/architecture.md`, "Layers"): `app` → `admin` →
+//! `http` → `serve`, `auth`, `profiles` → `source` (the `Source` seam
+//! only) → `observe`, `tls` → `cache`, `metrics` → `xds`, `config` → the
+//! leaves. A module may use any layer below its own.
 //! Only `app`, `config` and `xds` are public (for the binary, tests and
 //! benchmarks), and `fuzz` (hidden; tests and the `fuzzing` feature only):
 //! one function per `cargo fuzz` target. Everything else is crate-private.

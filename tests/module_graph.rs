@@ -1,4 +1,5 @@
-//! The crate's import graph has no circle ([`ALLOWED`] is empty).
+//! The crate's import graph has no circle ([`ALLOWED`] is empty), and
+//! the top-level modules import only down their layers ([`LAYERS`]).
 //!
 //! Every production file under `src/` (test-only modules and items left
 //! out: `#[cfg(test)]` items and the files they declare) is read for the
@@ -60,8 +61,9 @@ type Module = Vec<String>;
 /// A graph between the children of one module: child → children it names.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-#[test]
-fn no_import_circle_but_the_allowed_ones() {
+/// Every production module, and the modules each names (paths through a
+/// parent's `pub use` followed to where the item is).
+fn import_graph() -> (BTreeMap<Module, BTreeSet<Module>>, BTreeSet<Module>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let names = production_files(&src);
     let modules: BTreeSet<Module> = names.values().cloned().collect();
@@ -79,6 +81,12 @@ fn no_import_circle_but_the_allowed_ones() {
     for named in edges.values_mut() {
         *named = named.iter().map(|p| through(p, &reexported)).collect();
     }
+    (edges, modules)
+}
+
+#[test]
+fn no_import_circle_but_the_allowed_ones() {
+    let (edges, modules) = import_graph();
     let mut found = BTreeSet::new();
     let parents: BTreeSet<Module> = modules
         .iter()
@@ -501,4 +509,88 @@ fn a_path_through_a_reexport_names_where_the_item_is() {
 fn modules_of_every_visibility_are_read() {
     let text = "mod a;\npub mod b;\npub(crate) mod c;\npub(super) mod d;\npub(in crate::x) mod e;\nmod f { }\n";
     assert_eq!(declared_modules(text), ["a", "b", "c", "d", "e"]);
+}
+
+/// The top-level modules, from the top layer down: a module names only
+/// modules of layers below its own (`docs/architecture.md`, "Layers").
+/// `admin` reuses the REST face's error type and header checks, so it sits
+/// above `http`; the last layer holds the leaves everything may use.
+const LAYERS: &[&[&str]] = &[
+    &["app", "fuzz"],
+    &["admin"],
+    &["http"],
+    &["serve", "auth", "profiles"],
+    &["source"],
+    &["observe", "tls"],
+    &["cache", "metrics"],
+    &["xds", "config"],
+    &[
+        "log_escape",
+        "error_body",
+        "reload",
+        "drain",
+        "shares",
+        "huge_pages",
+    ],
+    &["sync"],
+];
+
+#[test]
+fn top_level_modules_import_only_downward() {
+    let (edges, modules) = import_graph();
+    let graph = graph_under(&Vec::new(), &edges, &modules);
+    let top: BTreeSet<&str> = modules
+        .iter()
+        .filter_map(|m| m.first().map(String::as_str))
+        .collect();
+    let unlisted: Vec<&&str> = top
+        .iter()
+        .filter(|m| layer_of(LAYERS, m).is_none())
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "top-level modules LAYERS does not place: {unlisted:?}"
+    );
+    let upward = against_layers(&graph, LAYERS);
+    assert!(
+        upward.is_empty(),
+        "imports that run sideways or back up the layers: {upward:#?}"
+    );
+}
+
+/// The layer `name` is in (0 the top), if any.
+fn layer_of(layers: &[&[&str]], name: &str) -> Option<usize> {
+    layers.iter().position(|layer| layer.contains(&name))
+}
+
+/// Every edge of `graph` that does not go to a lower layer (or names a
+/// module no layer places), as `from -> to`.
+fn against_layers(graph: &Graph, layers: &[&[&str]]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (from, names) in graph {
+        for to in names {
+            let (a, b) = (layer_of(layers, from), layer_of(layers, to));
+            if a.is_none() || b.is_none() || b <= a {
+                wrong.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn the_layer_check_finds_sideways_upward_and_unplaced_imports() {
+    let layers: &[&[&str]] = &[&["a"], &["b", "c"], &["d"]];
+    let graph: Graph = [
+        ("a", vec!["b", "d"]),
+        ("b", vec!["c", "d", "a"]),
+        ("d", vec!["e"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(
+        against_layers(&graph, layers),
+        ["b -> a", "b -> c", "d -> e"]
+    );
 }
