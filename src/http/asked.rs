@@ -107,18 +107,25 @@ impl Answered<'_> {
         last: Option<Arc<ServedAnswer>>,
     ) -> Result<(JsonBody, Option<Arc<ServedAnswer>>), JsonError> {
         let answer_log = &gateway.answer_log;
-        let client = self.request.client(self.remote.ip());
         let served = || Arc::new(polled.served(self.request, self.target));
         if !changes {
             // Made only when the log does not hold `version` yet.
-            answer_log.remember(client, version, served);
+            answer_log.remember(version, served);
             return Ok((json, None));
         }
-        // Recalled before it is remembered: what the client held, not this.
-        let since = last.or_else(|| answer_log.recall(client, self.request.version_info()));
+        // What the client holds, if a body at it went out to this client
+        // (recorded in the book after this body, so never this one).
+        let presented = self.request.version_info();
+        let since = last.or_else(|| {
+            let remote = self.remote.ip();
+            let held = gateway
+                .clients
+                .was_served(self.request, self.kind, remote, presented);
+            held.then(|| answer_log.recall(presented)).flatten()
+        });
         let served = served();
         let body = served.changes(&gateway.assembler, version, since.as_deref())?;
-        answer_log.remember(client, version, || served.clone());
+        answer_log.remember(version, || served.clone());
         Ok((JsonBody::from(body), Some(served)))
     }
 }

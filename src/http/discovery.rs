@@ -195,7 +195,6 @@ async fn poll(
         answer = answered.answer(gateway, &mut polled)?;
     }
     let body = matches!(answer, Answer::Body { .. });
-    answered.record(gateway, answer.version(), body, polled.standing());
     if let Answer::Body {
         json,
         version,
@@ -209,6 +208,9 @@ async fn poll(
             cached,
         };
     }
+    // After the body is made: the book then lists only what went out, and
+    // a `?changes` body above was relative to what the client held before.
+    answered.record(gateway, answer.version(), body, polled.standing());
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     mark_stale(response.headers_mut(), polled.stale_since());
     if body {

@@ -17,13 +17,14 @@
 //! a new set each time, must not make it hold thousands per answer without
 //! bound: issue 20, finding 4).
 //! A version is only ever compared against what was served to the client
-//! presenting it (its [`ClientKey`], the one key every ledger of what was
-//! served to whom uses: the session identity, node id, cluster, user agent,
-//! GET or POST, and address): presenting another client's version tells
-//! nothing about what that client held. The answers are kept once per version (a served version's digest
-//! covers the names, the rewrite target and every resource's content, so two
-//! requesters served one version were served the same answer), and apart
-//! from them, bounded by count, which requesters were served which version.
+//! presenting it: the client book (`clients.rs`, the one ledger of what was
+//! served to whom, keyed by [`ClientKey`](crate::cache::ClientKey)) says
+//! whether a body at that version went out to this client for these names
+//! ([`ClientBook::was_served`](super::ClientBook::was_served)); presenting
+//! another client's version tells nothing about what that client held.
+//! The answers are kept here once per version (a served version's digest
+//! covers the names, the rewrite target and every resource's content, so
+//! two clients served one version were served the same answer).
 //! A version it no longer holds (or never served to this requester, or
 //! served to other names or another rewrite target) cannot be diffed
 //! against: the answer is then the whole state with `"fullState": true`
@@ -36,7 +37,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 
 use crate::cache::Assembler;
-use crate::cache::ClientKey;
 use crate::cache::{by_name, Paired};
 use crate::cache::{Names, TypeState};
 use crate::xds::rewrite::RestTarget;
@@ -47,10 +47,6 @@ use crate::xds::JsonError;
 /// and holds the names it was served for (about 60 bytes each, so names
 /// alone stay under ~15 MB).
 const HISTORY_ITEMS: u64 = 250_000;
-/// (requester, version) pairs remembered as served: each costs a digest, a
-/// version string and the cache's own bookkeeping (~200 bytes), so about
-/// 20 MB at most; a fleet beyond it gets `fullState` for its oldest versions.
-const HISTORY_SERVED_TO: u64 = 100_000;
 /// Hex digits of a resource's content digest given as its `version`.
 const RESOURCE_VERSION_HEX: usize = 16;
 
@@ -158,12 +154,11 @@ impl ServedAnswer {
     }
 }
 
-/// The answers served recently by served version, and which requester was
-/// served which version.
+/// The answers served recently, by served version (who was served which
+/// is the client book's).
 #[derive(Debug, Clone)]
 pub(crate) struct AnswerLog {
     answers: Cache<String, Arc<ServedAnswer>>,
-    served_to: Cache<(ClientKey, String), ()>,
 }
 
 impl Default for AnswerLog {
@@ -176,12 +171,12 @@ impl Default for AnswerLog {
 const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl AnswerLog {
-    /// A history that also forgets an answer, and who was served it, once
-    /// nobody asked about it for `idle` (the gateway passes
-    /// `--idle-timeout`: a client idle that long has lost its session too).
-    /// Without a time bound, every version served stayed until the item
-    /// bounds pushed it out, and it kept its whole state alive: under a
-    /// change a second the soak's RSS grew for most of an hour.
+    /// A log that also forgets an answer once nobody asked about it for
+    /// `idle` (the gateway passes `--idle-timeout`: a client idle that long
+    /// has lost its session too). Without a time bound, every version
+    /// served stayed until the item bound pushed it out, and it kept its
+    /// whole state alive: under a change a second the soak's RSS grew for
+    /// most of an hour.
     pub(crate) fn with_idle(idle: std::time::Duration) -> AnswerLog {
         AnswerLog {
             answers: Cache::builder()
@@ -196,39 +191,21 @@ impl AnswerLog {
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
                 .build(),
-            served_to: Cache::builder()
-                .max_capacity(HISTORY_SERVED_TO)
-                .time_to_idle(idle)
-                .build(),
         }
     }
 
-    /// Remembers that `version` was served to `client` as `served()` (made
-    /// only when `version` is not remembered yet: a body served again costs
-    /// lookups).
-    pub(crate) fn remember(
-        &self,
-        client: ClientKey,
-        version: &str,
-        served: impl FnOnce() -> Arc<ServedAnswer>,
-    ) {
+    /// Remembers that `version` was served as `served()` (made only when
+    /// `version` is not remembered yet: a body served again costs a lookup).
+    pub(crate) fn remember(&self, version: &str, served: impl FnOnce() -> Arc<ServedAnswer>) {
         if !self.answers.contains_key(version) {
             self.answers.insert(version.to_owned(), served());
         }
-        let key = (client, version.to_owned());
-        if !self.served_to.contains_key(&key) {
-            self.served_to.insert(key, ());
-        }
     }
 
-    /// What `version` was served as, if still remembered and served to
-    /// `client`; `None` for a version served only to others.
-    pub(crate) fn recall(&self, client: ClientKey, version: &str) -> Option<Arc<ServedAnswer>> {
+    /// What `version` was served as, if still remembered (whether it was
+    /// served to the client asking is the client book's to say).
+    pub(crate) fn recall(&self, version: &str) -> Option<Arc<ServedAnswer>> {
         if version.is_empty() {
-            return None;
-        }
-        let key = (client, version.to_owned());
-        if !self.served_to.contains_key(&key) {
             return None;
         }
         self.answers.get(version)
@@ -253,7 +230,7 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{Assembler, Intake, ParsedRequest};
+    use crate::cache::{Assembler, Intake};
     use crate::xds::{Codec, ResourceType};
     use serde_json::Value;
 
@@ -312,74 +289,19 @@ mod tests {
         assert_eq!(v["fullState"], true);
     }
 
-    fn request(body: &str) -> Arc<ParsedRequest> {
-        crate::cache::ParsedRequests::new(crate::config::SessionKey::Node)
-            .parse(bytes::Bytes::from(body.to_owned()))
-            .unwrap()
-    }
-
     #[test]
     fn history_is_bounded_and_ignores_the_empty_version() {
         let intake = Intake::new(Codec::embedded());
         let history = AnswerLog::default();
-        let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         let s = state(&intake, "1", &[("a", "1s")]);
-        history.remember(a.client(None), "1~x", || {
+        history.remember("1~x", || {
             Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
         });
-        assert!(history.recall(a.client(None), "1~x").is_some());
-        assert!(history.recall(a.client(None), "").is_none());
-        assert!(history.recall(a.client(None), "0~y").is_none());
-    }
-
-    /// Finding 6 of issue 20: a version is recalled only for the identity
-    /// it was served to, so presenting another node's version reveals
-    /// nothing of what that node held.
-    #[test]
-    fn a_version_is_recalled_only_for_the_node_it_was_served_to() {
-        let intake = Intake::new(Codec::embedded());
-        let history = AnswerLog::default();
-        let a = request(r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#);
-        let s = state(&intake, "1", &[("secret-name", "1s")]);
-        history.remember(a.client(None), "1~x", || {
-            Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
-        });
-        assert!(history.recall(a.client(None), "1~x").is_some());
-        for other in [
-            r#"{"node":{"id":"b","cluster":"c"}}"#,
-            r#"{"node":{"id":"a","cluster":"other"}}"#,
-            r#"{"node":{"id":"a","cluster":"c","metadata":{"k":"v"}}}"#,
-            r#"{}"#,
-        ] {
-            assert!(
-                history.recall(request(other).client(None), "1~x").is_none(),
-                "{other}"
-            );
-        }
-        // Two nodes sharing one session (`--session-key cluster`) still keep
-        // apart histories.
-        let by_cluster = |body: &str| {
-            crate::cache::ParsedRequests::new(crate::config::SessionKey::Cluster)
-                .parse(bytes::Bytes::from(body.to_owned()))
-                .unwrap()
-        };
-        let ca = by_cluster(r#"{"node":{"id":"a","cluster":"c"}}"#);
-        let cb = by_cluster(r#"{"node":{"id":"b","cluster":"c"}}"#);
-        assert_eq!(ca.identity(), cb.identity());
-        let s = state(&intake, "2", &[("x", "1s")]);
-        history.remember(ca.client(None), "2~x", || {
-            Arc::new(ServedAnswer::new(s, &Names::Wildcard, None))
-        });
-        assert!(history.recall(ca.client(None), "2~x").is_some());
-        assert!(history.recall(cb.client(None), "2~x").is_none());
-        // ServedAnswer to both, the version is recalled for both, and its answer
-        // is held once (it counts once against the resource bound).
-        history.remember(cb.client(None), "2~x", || unreachable!("already held"));
-        let (a, b) = (
-            history.recall(ca.client(None), "2~x"),
-            history.recall(cb.client(None), "2~x"),
-        );
-        assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
+        assert!(history.recall("1~x").is_some());
+        assert!(history.recall("").is_none());
+        assert!(history.recall("0~y").is_none());
+        // Remembered once: a body served again makes nothing.
+        history.remember("1~x", || unreachable!("already held"));
     }
 
     /// Issue 20, finding 4: answers served for many large, distinct name
@@ -389,12 +311,11 @@ mod tests {
         let intake = Intake::new(Codec::embedded());
         let state = state(&intake, "1", &[("a", "1s")]);
         let history = AnswerLog::default();
-        let a = request(r#"{"node":{"id":"a","cluster":"c"}}"#);
         for i in 0..30 {
             let names: Vec<String> = (0..10_000).map(|n| format!("c{i}-{n}")).collect();
             let names = Names::from_request(names);
             let served = ServedAnswer::new(state.clone(), &names, None);
-            history.remember(a.client(None), &format!("1~{i:012x}"), || Arc::new(served));
+            history.remember(&format!("1~{i:012x}"), || Arc::new(served));
         }
         let held = history.held();
         assert!(held.bytes <= HISTORY_ITEMS, "{held:?}");

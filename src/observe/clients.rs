@@ -5,7 +5,10 @@
 //! subscription (a type and a set of names, e.g. one EDS cluster) keeps the
 //! version it last presented, the version it was answered at, and its
 //! [`Standing`] (in step, catching up, behind, a suspected rejection) with
-//! since when it has not been in step. Nothing here decides anything: the
+//! since when it has not been in step, and the last [`SERVED_VERSIONS`]
+//! versions a body went out at ([`ClientBook::was_served`]: what a
+//! `?changes` answer may be relative to, `changes.rs`). The book is the one
+//! ledger of what was served to whom. Nothing here decides anything: the
 //! standing comes from the source's rejection bookkeeping. A client that
 //! never presented a version, watched nor POSTed as an Envoy is a one-shot
 //! reader (curl, a script), shown apart from the subscribers whose sync
@@ -48,6 +51,10 @@ const CLIENT_BYTES: usize = 4 * 1024 * 1024;
 const CLIENT_BASE_BYTES: usize = 512;
 /// What a subscription weighs besides its names (versions, times, its slot).
 const SUBSCRIPTION_BASE_BYTES: usize = 256;
+/// Versions served with a body a subscription remembers, newest first: an
+/// Envoy presents the last it accepted, which is the last served unless it
+/// rejected some since; older ones get `fullState` in changes form.
+pub(crate) const SERVED_VERSIONS: usize = 4;
 
 /// One poll as it was answered, for the book to record ([`ClientBook::record`]).
 #[derive(Debug, Clone, Copy)]
@@ -155,6 +162,11 @@ struct Subscription {
     last_poll: SystemTime,
     /// Since when it has not been in step (none while in step).
     out_of_step_since: Option<SystemTime>,
+    /// The xxh3 of each of the last versions served with a body, newest
+    /// first (0: none). A collision could only make a `?changes` answer
+    /// relative to another version the gateway served to the same
+    /// identity and names, which the client claims to hold anyway.
+    served: [u64; SERVED_VERSIONS],
     /// What it weighs: its names and [`SUBSCRIPTION_BASE_BYTES`].
     bytes: usize,
 }
@@ -235,6 +247,7 @@ impl ClientBook {
                 polls: 0,
                 last_poll: now,
                 out_of_step_since: None,
+                served: [0; SERVED_VERSIONS],
             });
         entry.presented.clear();
         entry.presented.push_str(request.version_info());
@@ -243,6 +256,11 @@ impl ClientBook {
         entry.body = poll.body;
         if poll.body {
             entry.last_body = Some(now);
+            let version = version_hash(poll.current);
+            if entry.served[0] != version {
+                entry.served.rotate_right(1);
+                entry.served[0] = version;
+            }
         }
         entry.polls += 1;
         entry.last_poll = now;
@@ -267,6 +285,31 @@ impl ClientBook {
             client.shed(key);
         }
         (before, client.weight())
+    }
+
+    /// Whether a body at `version` went out to `request`'s client (from
+    /// `remote`) for this subscription (its type and names) among its last
+    /// [`SERVED_VERSIONS`]. Never for the empty version.
+    pub(crate) fn was_served(
+        &self,
+        request: &ParsedRequest,
+        kind: ResourceType,
+        remote: Option<IpAddr>,
+        version: &str,
+    ) -> bool {
+        if version.is_empty() {
+            return false;
+        }
+        let Some(client) = self.clients.get(&request.client(remote)) else {
+            return false;
+        };
+        let client = crate::sync::lock(&client);
+        let key = (kind, request.subscription(remote));
+        let version = version_hash(version);
+        client
+            .subscriptions
+            .get(&key)
+            .is_some_and(|s| s.served.contains(&version))
     }
 
     /// What the clients of `node_id` hold now: their subscriptions, and the
@@ -344,6 +387,11 @@ impl ClientBook {
         }
         counts
     }
+}
+
+/// What a served version is remembered by (never 0, the empty slot).
+fn version_hash(version: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(version.as_bytes()).max(1)
 }
 
 #[cfg(test)]
@@ -514,5 +562,104 @@ mod tests {
         }
         let held = book.held_by("edge-1");
         assert_eq!(held.entries, CLIENT_SUBSCRIPTIONS as u64, "{held:?}");
+    }
+
+    fn parsed(key: SessionKey, body: &str) -> Arc<ParsedRequest> {
+        ParsedRequests::new(key)
+            .parse(bytes::Bytes::from(body.to_owned()))
+            .unwrap()
+    }
+
+    /// A body at `version` went out to `request`'s client.
+    fn served_at(book: &ClientBook, request: &ParsedRequest, version: &str) {
+        book.record(AnsweredPoll {
+            request,
+            kind: ResourceType::Clusters,
+            remote: None,
+            current: version,
+            body: true,
+            standing: Standing::InStep,
+            rewritten_for: None,
+            watch: false,
+        });
+    }
+
+    fn was_served(book: &ClientBook, request: &ParsedRequest, version: &str) -> bool {
+        book.was_served(request, ResourceType::Clusters, None, version)
+    }
+
+    /// Finding 6 of issue 20: a version is recalled only for the client it
+    /// was served to, so presenting another node's version reveals nothing
+    /// of what that node held.
+    #[test]
+    fn a_version_is_recalled_only_for_the_node_it_was_served_to() {
+        let book = ClientBook::new(Duration::from_secs(60));
+        let a = parsed(
+            SessionKey::Node,
+            r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#,
+        );
+        served_at(&book, &a, "1~x");
+        assert!(was_served(&book, &a, "1~x"));
+        assert!(!was_served(&book, &a, ""));
+        assert!(!was_served(&book, &a, "0~y"));
+        for other in [
+            r#"{"node":{"id":"b","cluster":"c"}}"#,
+            r#"{"node":{"id":"a","cluster":"other"}}"#,
+            r#"{"node":{"id":"a","cluster":"c","metadata":{"k":"v"}}}"#,
+            r#"{}"#,
+        ] {
+            assert!(
+                !was_served(&book, &parsed(SessionKey::Node, other), "1~x"),
+                "{other}"
+            );
+        }
+        // Two nodes sharing one session (`--session-key cluster`) still keep
+        // apart histories.
+        let ca = parsed(SessionKey::Cluster, r#"{"node":{"id":"a","cluster":"c"}}"#);
+        let cb = parsed(SessionKey::Cluster, r#"{"node":{"id":"b","cluster":"c"}}"#);
+        assert_eq!(ca.identity(), cb.identity());
+        served_at(&book, &ca, "2~x");
+        assert!(was_served(&book, &ca, "2~x"));
+        assert!(!was_served(&book, &cb, "2~x"));
+        served_at(&book, &cb, "2~x");
+        assert!(was_served(&book, &cb, "2~x"));
+        // Other names, another type, another address: another subscription.
+        let named = parsed(
+            SessionKey::Cluster,
+            r#"{"node":{"id":"a","cluster":"c"},"resource_names":["x"]}"#,
+        );
+        assert!(!was_served(&book, &named, "2~x"));
+        assert!(!book.was_served(&ca, ResourceType::Endpoints, None, "2~x"));
+        let elsewhere = Some(IpAddr::from([127, 0, 0, 2]));
+        assert!(!book.was_served(&ca, ResourceType::Clusters, elsewhere, "2~x"));
+    }
+
+    /// The last [`SERVED_VERSIONS`] versions served are remembered, a 304
+    /// adds none, and a version served again is not counted twice.
+    #[test]
+    fn the_last_versions_served_with_a_body_are_remembered() {
+        let book = ClientBook::new(Duration::from_secs(60));
+        let a = parsed(SessionKey::Node, r#"{"node":{"id":"a","cluster":"c"}}"#);
+        let versions: Vec<String> = (0..=SERVED_VERSIONS).map(|i| format!("{i}~x")).collect();
+        for version in &versions {
+            served_at(&book, &a, version);
+            served_at(&book, &a, version);
+        }
+        assert!(!was_served(&book, &a, &versions[0]), "the oldest is gone");
+        for version in &versions[1..] {
+            assert!(was_served(&book, &a, version), "{version}");
+        }
+        book.record(AnsweredPoll {
+            request: &a,
+            kind: ResourceType::Clusters,
+            remote: None,
+            current: "304~x",
+            body: false,
+            standing: Standing::InStep,
+            rewritten_for: None,
+            watch: false,
+        });
+        assert!(!was_served(&book, &a, "304~x"));
+        assert!(was_served(&book, &a, &versions[1]));
     }
 }
