@@ -524,13 +524,7 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
             return Ok(only.source);
         }
     }
-    Ok(Arc::new(Federation::new(
-        slots,
-        namespace,
-        metrics.clone(),
-        config.rejection_threshold,
-        config.idle_timeout,
-    )))
+    Ok(Arc::new(Federation::new(slots, namespace, metrics.clone())))
 }
 
 /// The source of one upstream (with its failover `route`): in its mode,

@@ -30,7 +30,7 @@ fn admin() -> Arc<Admin> {
         metrics.clone(),
         &config,
     );
-    let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
+    let clients = Arc::new(ClientBook::new(Duration::from_secs(60), 3));
     Arc::new(Admin::new(
         source,
         metrics,

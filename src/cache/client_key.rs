@@ -1,8 +1,7 @@
 //! Who a REST client is, once: the one key every ledger of what was served
-//! to whom keeps its clients under. The client book (`clients.rs`), the
-//! rejection trackers (`rejection.rs`, per subscription) and the
-//! `?changes` history (`changes.rs`, which versions a client was served)
-//! all key on [`ClientKey`]; the session a client shares with others is
+//! to whom keeps its clients under: the client book (`observe/clients.rs`,
+//! with each subscription's rejection log and the versions served to it,
+//! which `?changes` asks) keys on [`ClientKey`]; the session a client shares with others is
 //! another thing, its [`IdentityKey`](super::IdentityKey).
 //!
 //! A client is its node as a client presents it (the session identity,

@@ -28,8 +28,6 @@ pub(crate) use assembler::Assembler;
 pub(crate) use body::JsonBody;
 pub(crate) use by_name::{by_name, Paired};
 pub(crate) use client_addr::ClientAddr;
-#[cfg(test)]
-pub(crate) use client_key::ClientNode;
 pub(crate) use client_key::{ClientKey, SubscriptionKey};
 pub(crate) use identity::IdentityKey;
 pub(crate) use intake::Intake;

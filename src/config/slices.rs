@@ -41,6 +41,9 @@ pub struct RestConfig {
     pub session_key: SessionKey,
     /// How long a client or an answer of `?changes` is remembered.
     pub idle_timeout: Duration,
+    /// Polls presenting the same older version that make a suspected
+    /// rejection (`--rejection-threshold`).
+    pub rejection_threshold: u32,
     pub max_long_polls: usize,
     pub max_watches: usize,
     /// One principal's share of the two above, in percent.
@@ -89,6 +92,7 @@ impl Config {
         RestConfig {
             session_key: self.session_key,
             idle_timeout: self.idle_timeout,
+            rejection_threshold: self.rejection_threshold,
             max_long_polls: self.max_long_polls,
             max_watches: self.max_watches,
             principal_share: self.principal_share,

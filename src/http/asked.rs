@@ -73,7 +73,13 @@ impl Answered<'_> {
         gateway: &Gateway,
         polled: &mut Polled,
     ) -> Result<Answer, JsonError> {
-        polled.answer(&gateway.assembler, self.request, self.remote, self.target)
+        polled.answer(
+            &gateway.assembler,
+            &gateway.clients,
+            self.request,
+            self.remote,
+            self.target,
+        )
     }
 
     /// Shows it in the client book, answered at `current` (`body`: a body

@@ -121,7 +121,10 @@ impl Gateway {
             auth: None,
             client_trust: None,
             admin_address: None,
-            clients: Arc::new(ClientBook::new(config.idle_timeout)),
+            clients: Arc::new(ClientBook::new(
+                config.idle_timeout,
+                config.rejection_threshold,
+            )),
             drain: Drain::default(),
             answer_log: AnswerLog::with_idle(config.idle_timeout),
             profiles: Arc::default(),

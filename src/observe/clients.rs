@@ -5,11 +5,12 @@
 //! subscription (a type and a set of names, e.g. one EDS cluster) keeps the
 //! version it last presented, the version it was answered at, and its
 //! [`Standing`] (in step, catching up, behind, a suspected rejection) with
-//! since when it has not been in step, and the last [`SERVED_VERSIONS`]
-//! versions a body went out at ([`ClientBook::was_served`]: what a
-//! `?changes` answer may be relative to, `changes.rs`). The book is the one
-//! ledger of what was served to whom. Nothing here decides anything: the
-//! standing comes from the source's rejection bookkeeping. A client that
+//! since when it has not been in step, and its [`RejectionLog`]: the last
+//! versions a body went out at and its run of polls presenting an older
+//! one. The book is the one ledger of what was served to whom: the source
+//! asks it where a poll stands ([`ClientBook::observe`], which spots
+//! suspected rejections), and `?changes` asks it whether a presented
+//! version went out to this client ([`ClientBook::was_served`]). A client that
 //! never presented a version, watched nor POSTed as an Envoy is a one-shot
 //! reader (curl, a script), shown apart from the subscribers whose sync
 //! state matters (an Envoy that rejected its first version presents none,
@@ -28,7 +29,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::rejection::Standing;
+use super::rejection::{standing, Observation, RejectionLog, Standing, Suspicion};
 #[cfg(test)]
 use crate::cache::MemoSize;
 use crate::cache::ParsedRequest;
@@ -49,12 +50,9 @@ const CLIENT_SUBSCRIPTIONS: usize = 4096;
 const CLIENT_BYTES: usize = 4 * 1024 * 1024;
 /// What a client weighs before its subscriptions (its strings, the map).
 const CLIENT_BASE_BYTES: usize = 512;
-/// What a subscription weighs besides its names (versions, times, its slot).
+/// What a subscription weighs besides its names and its rejection log's
+/// versions (times, counts, its slot).
 const SUBSCRIPTION_BASE_BYTES: usize = 256;
-/// Versions served with a body a subscription remembers, newest first: an
-/// Envoy presents the last it accepted, which is the last served unless it
-/// rejected some since; older ones get `fullState` in changes form.
-pub(crate) const SERVED_VERSIONS: usize = 4;
 
 /// One poll as it was answered, for the book to record ([`ClientBook::record`]).
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +102,9 @@ pub(crate) struct NodeClients {
 pub(crate) struct ClientBook {
     clients: moka::sync::Cache<ClientKey, Arc<Mutex<Client>>>,
     ttl: Duration,
+    /// Polls presenting the same older version that make a suspicion
+    /// (`--rejection-threshold`).
+    threshold: u32,
 }
 
 #[derive(Debug)]
@@ -162,18 +163,18 @@ struct Subscription {
     last_poll: SystemTime,
     /// Since when it has not been in step (none while in step).
     out_of_step_since: Option<SystemTime>,
-    /// The xxh3 of each of the last versions served with a body, newest
-    /// first (0: none). A collision could only make a `?changes` answer
-    /// relative to another version the gateway served to the same
-    /// identity and names, which the client claims to hold anyway.
-    served: [u64; SERVED_VERSIONS],
-    /// What it weighs: its names and [`SUBSCRIPTION_BASE_BYTES`].
+    /// The versions served to it and its run of polls behind.
+    rejection: RejectionLog,
+    /// What it weighs: its names, its log's versions and
+    /// [`SUBSCRIPTION_BASE_BYTES`].
     bytes: usize,
 }
 
 impl ClientBook {
-    /// A book forgetting clients (and subscriptions) idle for `ttl`.
-    pub(crate) fn new(ttl: Duration) -> ClientBook {
+    /// A book forgetting clients (and subscriptions) idle for `ttl`, which
+    /// suspects a rejection after `threshold` polls presenting the same
+    /// older version.
+    pub(crate) fn new(ttl: Duration, threshold: u32) -> ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
                 .max_capacity(BOOK_BYTES)
@@ -181,6 +182,7 @@ impl ClientBook {
                 .time_to_idle(ttl)
                 .build(),
             ttl,
+            threshold,
         }
     }
 
@@ -218,7 +220,9 @@ impl ClientBook {
         now: SystemTime,
     ) -> (u32, u32) {
         let request = poll.request;
-        let mut client = crate::sync::lock(client);
+        let mut guard = crate::sync::lock(client);
+        // Fields borrowed apart: a subscription and the client's bytes.
+        let client = &mut *guard;
         let before = client.weight();
         client.last_poll = now;
         // An Envoy follows changes even while it presents no version (it
@@ -247,7 +251,7 @@ impl ClientBook {
                 polls: 0,
                 last_poll: now,
                 out_of_step_since: None,
-                served: [0; SERVED_VERSIONS],
+                rejection: RejectionLog::default(),
             });
         entry.presented.clear();
         entry.presented.push_str(request.version_info());
@@ -256,10 +260,12 @@ impl ClientBook {
         entry.body = poll.body;
         if poll.body {
             entry.last_body = Some(now);
-            let version = version_hash(poll.current);
-            if entry.served[0] != version {
-                entry.served.rotate_right(1);
-                entry.served[0] = version;
+            let held = entry.rejection.bytes();
+            entry.rejection.served(poll.current);
+            let now_held = entry.rejection.bytes();
+            entry.bytes = entry.bytes + now_held - held;
+            if entry.polls > 0 {
+                client.bytes = client.bytes + now_held - held;
             }
         }
         entry.polls += 1;
@@ -289,7 +295,8 @@ impl ClientBook {
 
     /// Whether a body at `version` went out to `request`'s client (from
     /// `remote`) for this subscription (its type and names) among its last
-    /// [`SERVED_VERSIONS`]. Never for the empty version.
+    /// [`SERVED_VERSIONS`](super::rejection::SERVED_VERSIONS). Never for the
+    /// empty version.
     pub(crate) fn was_served(
         &self,
         request: &ParsedRequest,
@@ -305,11 +312,46 @@ impl ClientBook {
         };
         let client = crate::sync::lock(&client);
         let key = (kind, request.subscription(remote));
-        let version = version_hash(version);
         client
             .subscriptions
             .get(&key)
-            .is_some_and(|s| s.served.contains(&version))
+            .is_some_and(|s| s.rejection.has_served(version))
+    }
+
+    /// Where `request`'s client (from `remote`) stands for `kind`, about to
+    /// be answered at `current` (before a body at `current` is recorded as
+    /// served), and a suspicion the first time it has presented the same
+    /// older version the book's threshold times after being served
+    /// `current` (see `rejection.rs`). Creates nothing: a subscription the
+    /// book does not hold was never served, so it is in step or catching up.
+    pub(crate) fn observe(
+        &self,
+        request: &ParsedRequest,
+        kind: ResourceType,
+        remote: Option<IpAddr>,
+        current: &str,
+    ) -> (Standing, Option<Suspicion>) {
+        let poll = Observation {
+            presented: request.version_info(),
+            current,
+            envoy: request.may_be_envoy(),
+        };
+        let Some(client) = self.clients.get(&request.client(remote)) else {
+            return (standing(None, poll, self.threshold), None);
+        };
+        let mut guard = crate::sync::lock(&client);
+        let client = &mut *guard;
+        let key = (kind, request.subscription(remote));
+        let Some(entry) = client.subscriptions.get_mut(&key) else {
+            return (standing(None, poll, self.threshold), None);
+        };
+        let held = entry.rejection.bytes();
+        let suspicion = entry.rejection.observe(poll, self.threshold);
+        let sync = entry.rejection.sync(poll, self.threshold);
+        let now_held = entry.rejection.bytes();
+        entry.bytes = entry.bytes + now_held - held;
+        client.bytes = client.bytes + now_held - held;
+        (sync, suspicion)
     }
 
     /// What the clients of `node_id` hold now: their subscriptions, and the
@@ -389,11 +431,6 @@ impl ClientBook {
     }
 }
 
-/// What a served version is remembered by (never 0, the empty slot).
-fn version_hash(version: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(version.as_bytes()).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,7 +469,7 @@ mod tests {
 
     #[test]
     fn a_client_shows_each_subscription_that_is_not_in_step() {
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         let a = request("1~aaaaaaaaaaaa", &["a"]);
         let b = request("1~bbbbbbbbbbbb", &["b"]);
         record(&book, &a, "1~aaaaaaaaaaaa", Standing::InStep);
@@ -480,7 +517,7 @@ mod tests {
     /// among the one-shot readers.
     #[test]
     fn an_envoy_presenting_no_version_is_a_subscriber() {
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         let envoy = request("", &["a"]);
         assert!(envoy.may_be_envoy());
         record(
@@ -510,7 +547,7 @@ mod tests {
 
     #[test]
     fn another_address_is_another_client() {
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         let a = request("", &[]);
         for ip in [[127, 0, 0, 1], [127, 0, 0, 2]] {
             book.record(AnsweredPoll {
@@ -536,7 +573,7 @@ mod tests {
     /// more: its least recently polled subscriptions go first.
     #[test]
     fn one_client_is_bounded_by_count_and_by_bytes() {
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         let memo = ParsedRequests::new(SessionKey::Node);
         for i in 0..100 {
             let names: Vec<String> = (0..1000).map(|n| format!("c{}", i * 1000 + n)).collect();
@@ -554,7 +591,7 @@ mod tests {
         });
         assert!(newest, "the newest subscription is kept");
 
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         for i in 0..CLIENT_SUBSCRIPTIONS + 100 {
             let name = format!("c{i}");
             let request = request("", &[name.as_str()]);
@@ -593,7 +630,7 @@ mod tests {
     /// of what that node held.
     #[test]
     fn a_version_is_recalled_only_for_the_node_it_was_served_to() {
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         let a = parsed(
             SessionKey::Node,
             r#"{"version_info":"1~x","node":{"id":"a","cluster":"c"}}"#,
@@ -638,9 +675,11 @@ mod tests {
     /// adds none, and a version served again is not counted twice.
     #[test]
     fn the_last_versions_served_with_a_body_are_remembered() {
-        let book = ClientBook::new(Duration::from_secs(60));
+        let book = ClientBook::new(Duration::from_secs(60), 3);
         let a = parsed(SessionKey::Node, r#"{"node":{"id":"a","cluster":"c"}}"#);
-        let versions: Vec<String> = (0..=SERVED_VERSIONS).map(|i| format!("{i}~x")).collect();
+        let versions: Vec<String> = (0..=super::super::rejection::SERVED_VERSIONS)
+            .map(|i| format!("{i}~x"))
+            .collect();
         for version in &versions {
             served_at(&book, &a, version);
             served_at(&book, &a, version);
@@ -661,5 +700,37 @@ mod tests {
         });
         assert!(!was_served(&book, &a, "304~x"));
         assert!(was_served(&book, &a, &versions[1]));
+    }
+
+    /// Rejections are counted per subscription: a sibling in step does not
+    /// hide another's rejection, and a subscription the book never served
+    /// is catching up, never suspected, and not created by being observed.
+    #[test]
+    fn rejections_are_counted_per_subscription() {
+        let book = ClientBook::new(Duration::from_secs(60), 2);
+        let body = |version: &str, names: &str| {
+            format!(
+                r#"{{"version_info":"{version}","node":{{"id":"a","cluster":"c","user_agent_name":"envoy"}},"resource_names":[{names}]}}"#
+            )
+        };
+        let (v1, v2) = ("1~aaaaaaaaaaaa", "2~bbbbbbbbbbbb");
+        let at = |version: &str, names: &str| parsed(SessionKey::Node, &body(version, names));
+        for names in [r#""x""#, r#""y""#] {
+            served_at(&book, &at("", names), v1);
+            served_at(&book, &at(v1, names), v2);
+        }
+        let observe =
+            |request: &ParsedRequest| book.observe(request, ResourceType::Clusters, None, v2);
+        assert_eq!(observe(&at(v2, r#""y""#)), (Standing::InStep, None));
+        assert_eq!(observe(&at(v1, r#""x""#)).0, Standing::Behind { polls: 1 });
+        let (standing, suspicion) = observe(&at(v1, r#""x""#));
+        assert_eq!(standing, Standing::Suspected { polls: 2 });
+        assert_eq!(suspicion.map(|s| s.polls), Some(2));
+        // Never served: catching up, and nothing is made for it.
+        let unknown = at(v1, r#""z""#);
+        for _ in 0..3 {
+            assert_eq!(observe(&unknown), (Standing::CatchingUp, None));
+        }
+        assert_eq!(book.held_by("a").entries, 2);
     }
 }

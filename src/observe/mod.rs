@@ -2,12 +2,12 @@
 //! reports into and the admin face reads. Nothing here decides what a
 //! client is served.
 //!
-//! - [`ClientBook`] (`clients.rs`): the REST clients seen recently and where
-//!   each stands (`/debug/clients`, CSDS);
-//! - [`RejectionTracker`] (`rejection.rs`): per subscription, the versions
-//!   served, and the clients that keep presenting an older one (suspected
-//!   rejections);
-//! - [`AnswerLog`] (`changes.rs`): the answers served recently, and to whom,
+//! - [`ClientBook`] (`clients.rs`): the one ledger of what was served to
+//!   whom: the REST clients seen recently and, per subscription, where each
+//!   stands and its `RejectionLog` (`rejection.rs`: the versions served, and
+//!   a run of polls presenting an older one, a suspected rejection), read by
+//!   `/debug/clients`, CSDS and `?changes`;
+//! - [`AnswerLog`] (`changes.rs`): the answers served recently, by version,
 //!   so `?changes` can answer relative to what a client holds;
 //! - [`ConfigHistory`] (`config_history.rs`): every session's config
 //!   changes over time (`/debug/history`, `/debug/diff`), and its JSON-lines
@@ -30,4 +30,4 @@ pub(crate) use clients::{
 pub(crate) use config_history::{
     covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
 };
-pub(crate) use rejection::{Observation, RejectionTracker, Standing, Suspicion};
+pub(crate) use rejection::{Standing, Suspicion};

@@ -22,33 +22,30 @@
 //! A poll across owners gets a [`Merged`] feed: its state is the union of
 //! the parts' states (names never overlap: each has one owner), and a long
 //! poll ends when any part changes. Rejections of a merged answer are
-//! tracked and reported, but never NACKed upstream: which part a client
-//! rejected cannot be known.
+//! tracked (in the client book, as every answer's) and reported, but never
+//! NACKed upstream: which part a client rejected cannot be known.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
 use super::namespace::Namespace;
-use super::polled::{PollChannel, Polled, Rejections};
+use super::polled::{PollChannel, Polled};
 use super::view::SessionView;
 use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
 };
-use crate::cache::{Coverage, IdentityKey, Names, ParsedRequest, TypeState};
+use crate::cache::{Coverage, Names, ParsedRequest, TypeState};
 use crate::metrics::Metrics;
-use crate::observe::RejectionTracker;
 use crate::shares::Tenant;
 use crate::xds::ResourceType;
 
 /// Merged states kept, so that polls of an unchanged merge share one state
 /// (and its memoised bodies).
 const MERGES_KEPT: u64 = 4096;
-/// Rejection trackers of merged subscriptions kept, at most.
-const TRACKERS_KEPT: u64 = 100_000;
 
 /// One upstream that owns names, and the source serving them.
 #[derive(Debug)]
@@ -63,9 +60,7 @@ pub(crate) struct Federation {
     slots: Vec<UpstreamSlot>,
     namespace: Namespace,
     merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
-    trackers: moka::sync::Cache<(IdentityKey, ResourceType), Arc<Mutex<RejectionTracker>>>,
     metrics: Arc<Metrics>,
-    threshold: u32,
 }
 
 impl std::fmt::Debug for Federation {
@@ -77,26 +72,17 @@ impl std::fmt::Debug for Federation {
 }
 
 impl Federation {
-    /// `slots` (the default first) routed by `namespace`; a merged
-    /// subscription's rejection tracking is forgotten after `idle_timeout`
-    /// without polls.
+    /// `slots` (the default first) routed by `namespace`.
     pub(crate) fn new(
         slots: Vec<UpstreamSlot>,
         namespace: Namespace,
         metrics: Arc<Metrics>,
-        threshold: u32,
-        idle_timeout: Duration,
     ) -> Federation {
         Federation {
             slots,
             namespace,
             merges: moka::sync::Cache::new(MERGES_KEPT),
-            trackers: moka::sync::Cache::builder()
-                .max_capacity(TRACKERS_KEPT)
-                .time_to_idle(idle_timeout)
-                .build(),
             metrics,
-            threshold,
         }
     }
 
@@ -147,16 +133,11 @@ impl Federation {
         )
         .await;
         let parts = polled.into_iter().collect::<Result<Vec<Polled>, _>>()?;
-        let tracker = self
-            .trackers
-            .get_with((request.identity().clone(), kind), Default::default);
         let merged = Merged {
             kind,
             parts,
             merges: self.merges.clone(),
-            tracker,
             metrics: self.metrics.clone(),
-            threshold: self.threshold,
         };
         let state = merged.state();
         Ok(Polled::new(state, Box::new(merged)))
@@ -280,9 +261,7 @@ struct Merged {
     kind: ResourceType,
     parts: Vec<Polled>,
     merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
-    tracker: Arc<Mutex<RejectionTracker>>,
     metrics: Arc<Metrics>,
-    threshold: u32,
 }
 
 impl Merged {
@@ -316,13 +295,8 @@ impl PollChannel for Merged {
         .boxed()
     }
 
-    fn rejections(&self) -> Rejections<'_> {
-        Rejections {
-            kind: self.kind,
-            tracker: &self.tracker,
-            threshold: self.threshold,
-            metrics: &self.metrics,
-        }
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

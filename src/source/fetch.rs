@@ -43,7 +43,7 @@ use tracing::{info, warn};
 
 use super::decode::{decode_all_off_thread, decode_node, Decoded};
 use super::namespace::Namespace;
-use super::polled::{PollChannel, Polled, Rejections};
+use super::polled::{PollChannel, Polled};
 use super::upstream::CallError;
 use super::view::SessionView;
 use super::wire::SotwResponse;
@@ -53,7 +53,7 @@ use super::{
 };
 use crate::cache::{upstream_version, Coverage, IdentityKey, Names, ParsedRequest, TypeState};
 use crate::config::Config;
-use crate::observe::RejectionTracker;
+use crate::metrics::Metrics;
 use crate::shares::Tenant;
 use crate::xds::{Endpoint, ResourceType};
 
@@ -88,26 +88,6 @@ struct AnswerKey {
     version: String,
 }
 
-/// Rejection bookkeeping of one identity, per type.
-#[derive(Debug, Default)]
-struct Trackers(BTreeMap<ResourceType, Mutex<RejectionTracker>>);
-
-impl Trackers {
-    fn new() -> Trackers {
-        Trackers(
-            ResourceType::ALL
-                .into_iter()
-                .map(|kind| (kind, Mutex::default()))
-                .collect(),
-        )
-    }
-
-    fn of(&self, kind: ResourceType) -> &Mutex<RejectionTracker> {
-        // Built with every ResourceType.
-        &self.0[&kind]
-    }
-}
-
 /// The fetch proxy.
 #[derive(Debug)]
 pub(crate) struct FetchSource {
@@ -122,10 +102,8 @@ struct Fetcher {
     answers: Cache<AnswerKey, Arc<FetchAnswer>>,
     latest: moka::sync::Cache<StateKey, Arc<TypeState>>,
     nodes: moka::sync::Cache<IdentityKey, Arc<Node>>,
-    trackers: moka::sync::Cache<IdentityKey, Arc<Trackers>>,
     refetch_every: Duration,
     call_timeout: Duration,
-    rejection_threshold: u32,
     /// Since when calls have been failing (cleared by the next success).
     failing_since: Mutex<Option<SystemTime>>,
 }
@@ -152,13 +130,8 @@ impl FetchSource {
                     .time_to_idle(idle)
                     .build(),
                 nodes: moka::sync::Cache::new(NODE_MEMO_ENTRIES),
-                trackers: moka::sync::Cache::builder()
-                    .max_capacity(NODE_MEMO_ENTRIES)
-                    .time_to_idle(idle)
-                    .build(),
                 refetch_every: ttl.max(REFETCH_MIN),
                 call_timeout: config.first_response_timeout,
-                rejection_threshold: config.rejection_threshold,
                 failing_since: Mutex::default(),
             }),
         }
@@ -220,14 +193,10 @@ impl Source for FetchSource {
                     None => return Err(err),
                 },
             };
-            let trackers = fetcher
-                .trackers
-                .get_with_by_ref(identity, || Arc::new(Trackers::new()));
             let feed = FetchChannel {
                 fetcher: fetcher.clone(),
                 key,
                 node,
-                trackers,
                 stale_since,
             };
             Ok(Polled::new(current, Box::new(feed)))
@@ -431,7 +400,6 @@ struct FetchChannel {
     fetcher: Arc<Fetcher>,
     key: StateKey,
     node: Arc<Node>,
-    trackers: Arc<Trackers>,
     /// Set when the poll was answered with the last good state.
     stale_since: Option<SystemTime>,
 }
@@ -467,14 +435,10 @@ impl PollChannel for FetchChannel {
         .boxed()
     }
 
-    /// Fetch mode has no stream to NACK a suspicion on.
-    fn rejections(&self) -> Rejections<'_> {
-        Rejections {
-            kind: self.key.kind,
-            tracker: self.trackers.of(self.key.kind),
-            threshold: self.fetcher.rejection_threshold,
-            metrics: &self.fetcher.ctx.metrics,
-        }
+    /// Fetch mode has no stream to NACK a suspicion on: it is only
+    /// logged and counted.
+    fn metrics(&self) -> &Metrics {
+        &self.fetcher.ctx.metrics
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

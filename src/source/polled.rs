@@ -1,30 +1,29 @@
 //! What a poll gets from a source: [`Polled`], the state that answers one
-//! REST client now, over the source's own [`PollChannel`] (how a long poll learns of
-//! the next state, where rejections are counted, whether the state is stale).
+//! REST client now, over the source's own [`PollChannel`] (how a long poll
+//! learns of the next state, whether the state is stale, whether a
+//! suspected rejection is NACKed upstream).
 //!
-//! Rejection tracking is the same for every feed (the provided
-//! [`PollChannel::observe`] and [`PollChannel::served`] over the feed's
-//! [`Rejections`]): REST has no NACK, so a client that keeps presenting an
-//! older version after the current one was served to it has probably
-//! rejected it. Every suspicion is logged and counted; whether it is also
-//! NACKed upstream is the feed's business ([`PollChannel::forward`]).
-//! A poll through a trusted proxy that did not say whose it is is never
-//! counted: its client cannot be told from the others behind that proxy
-//! (see [`Polled::answer`]).
+//! Rejection tracking is the same for every feed and happens once, in the
+//! client book (`observe/clients.rs`, [`ClientBook::observe`]): REST has no
+//! NACK, so a client that keeps presenting an older version after the
+//! current one was served to it has probably rejected it. Every suspicion
+//! is logged and counted here; whether it is also NACKed upstream is the
+//! feed's business ([`PollChannel::forward`]). A poll through a trusted
+//! proxy that did not say whose it is is never counted: its client cannot
+//! be told from the others behind that proxy (see [`Polled::answer`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use tracing::warn;
 
-use crate::cache::{Answer, Assembler, ClientAddr, ParsedRequest, SubscriptionKey, TypeState};
+use crate::cache::{Answer, Assembler, ClientAddr, ParsedRequest, TypeState};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
-use crate::observe::{Observation, RejectionTracker, ServedAnswer, Standing, Suspicion};
-use crate::sync::lock;
+use crate::observe::{ClientBook, ServedAnswer, Standing, Suspicion};
 use crate::xds::rewrite::RestTarget;
-use crate::xds::{JsonError, ResourceType};
+use crate::xds::JsonError;
 
 /// The per-source part of a [`Polled`]: the channel a poll talks back to its
 /// source through (not to be confused with a [`super::feeder::Feeder`], which
@@ -40,8 +39,8 @@ pub(super) trait PollChannel: Send + Sync {
     /// Since when the state served is stale (its upstream is down), if it is.
     fn stale_since(&self) -> Option<SystemTime>;
 
-    /// The rejection bookkeeping of the polled (node, type).
-    fn rejections(&self) -> Rejections<'_>;
+    /// Where suspected rejections are counted.
+    fn metrics(&self) -> &Metrics;
 
     /// Whether a suspected rejection is NACKed upstream ([`Self::forward`]);
     /// by default it is only logged and counted.
@@ -52,56 +51,6 @@ pub(super) trait PollChannel: Send + Sync {
     /// NACKs `suspicion` (of a client polling `request`) upstream; called
     /// only when [`Self::forwards`].
     fn forward(&self, _request: &ParsedRequest, _suspicion: &Suspicion) {}
-
-    /// `request` of `client` (see [`ParsedRequest::subscription`]) is
-    /// about to be answered at `current` (before a body at `current` is
-    /// recorded as served): where the client stands, and a suspicion the
-    /// first time it has presented the same older version `threshold`
-    /// times after being served `current` (see `cache::rejection`), logged,
-    /// counted and perhaps forwarded.
-    fn observe(&self, request: &ParsedRequest, client: SubscriptionKey, current: &str) -> Standing {
-        let rejections = self.rejections();
-        let observation = Observation {
-            subscription: client,
-            presented: request.version_info(),
-            current,
-            envoy: request.may_be_envoy(),
-        };
-        let (sync, suspicion) = {
-            let mut tracker = lock(rejections.tracker);
-            let suspicion = tracker.observe(observation, rejections.threshold);
-            (tracker.sync(observation, rejections.threshold), suspicion)
-        };
-        if let Some(suspicion) = suspicion {
-            let nacked = self.forwards();
-            warn!(
-                node = %Escaped(request.node_id()), kind = %rejections.kind,
-                presented = %Escaped(&suspicion.presented),
-                current = %Escaped(&suspicion.current),
-                polls = suspicion.polls, nacked,
-                "suspected rejection: a REST client keeps presenting an older version"
-            );
-            rejections.metrics.suspected_rejection(rejections.kind);
-            if nacked {
-                self.forward(request, &suspicion);
-            }
-        }
-        sync
-    }
-
-    /// A body at `version` was served to `client`.
-    fn served(&self, client: SubscriptionKey, version: &str) {
-        lock(self.rejections().tracker).served(client, version);
-    }
-}
-
-/// Where a [`PollChannel`] keeps its rejection bookkeeping.
-pub(super) struct Rejections<'a> {
-    pub(super) kind: ResourceType,
-    pub(super) tracker: &'a Mutex<RejectionTracker>,
-    /// Polls presenting the same older version that make a suspicion.
-    pub(super) threshold: u32,
-    pub(super) metrics: &'a Metrics,
 }
 
 /// The state that answers one poll, and what the source does around it.
@@ -150,6 +99,7 @@ impl Polled {
     pub(crate) fn answer(
         &mut self,
         assembler: &Assembler,
+        ledger: &ClientBook,
         request: &ParsedRequest,
         remote: ClientAddr,
         target: Option<&RestTarget>,
@@ -168,12 +118,31 @@ impl Polled {
             };
             return Ok(answer);
         }
-        let client = request.subscription(remote.ip());
-        self.sync = self.feed.observe(request, client, answer.version());
-        if let Answer::Body { version, .. } = &answer {
-            self.feed.served(client, version);
+        let (sync, suspicion) =
+            ledger.observe(request, self.state.kind, remote.ip(), answer.version());
+        self.sync = sync;
+        if let Some(suspicion) = suspicion {
+            self.suspected(request, &suspicion);
         }
         Ok(answer)
+    }
+
+    /// Logs and counts `suspicion` of a client polling `request`, and
+    /// NACKs it upstream if the feed forwards them.
+    fn suspected(&self, request: &ParsedRequest, suspicion: &Suspicion) {
+        let nacked = self.feed.forwards();
+        let kind = self.state.kind;
+        warn!(
+            node = %Escaped(request.node_id()), %kind,
+            presented = %Escaped(&suspicion.presented),
+            current = %Escaped(&suspicion.current),
+            polls = suspicion.polls, nacked,
+            "suspected rejection: a REST client keeps presenting an older version"
+        );
+        self.feed.metrics().suspected_rejection(kind);
+        if nacked {
+            self.feed.forward(request, suspicion);
+        }
     }
 
     /// Long poll: waits up to `wait` for the state to change; true if it did

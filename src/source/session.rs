@@ -21,7 +21,7 @@ use super::unserved::Unserved;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placement, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, TypeState};
-use crate::observe::{Recorder, RejectionTracker};
+use crate::observe::Recorder;
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -156,7 +156,6 @@ pub(super) struct TooManyNames {
 struct TypeSlot {
     state: watch::Sender<Option<Arc<TypeState>>>,
     subscription: Mutex<Subscription>,
-    rejections: Mutex<RejectionTracker>,
 }
 
 /// The shared upstream session of one node identity.
@@ -213,7 +212,6 @@ impl Session {
             .map(|_| TypeSlot {
                 state: watch::Sender::new(None),
                 subscription: Mutex::default(),
-                rejections: Mutex::default(),
             })
             .collect();
         let session = Arc::new(Session {
@@ -354,8 +352,7 @@ impl Session {
     }
 
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
-    /// resubscribing the types that narrowed, and the rejection bookkeeping
-    /// of clients not seen within it.
+    /// resubscribing the types that narrowed.
     pub(super) fn prune(&self, now: Instant, ttl: Duration) {
         for kind in ResourceType::ALL {
             let narrowed = {
@@ -372,7 +369,6 @@ impl Session {
             if narrowed {
                 self.send(Command::Resubscribe(kind));
             }
-            lock(&self.slot(kind).rejections).prune(now, ttl);
         }
     }
 
@@ -435,11 +431,6 @@ impl Session {
         if let Some(history) = &self.history {
             history.nacked(kind, version, nonce, detail);
         }
-    }
-
-    /// The rejection bookkeeping of `kind` (see `polled::suspect`).
-    pub(super) fn rejections(&self, kind: ResourceType) -> &Mutex<RejectionTracker> {
-        &self.slot(kind).rejections
     }
 
     /// Queues a command for the upstream task (dropped if it has stopped).

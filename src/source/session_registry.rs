@@ -36,7 +36,7 @@ use tracing::info;
 use super::decode::decode_node;
 use super::feeder::Feeder;
 use super::node::NodeInterner;
-use super::polled::{suspicion_message, PollChannel, Polled, Rejections};
+use super::polled::{suspicion_message, PollChannel, Polled};
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::view::SessionView;
 use super::{
@@ -67,7 +67,6 @@ struct Limits {
     max_names_per_session: usize,
     idle_timeout: Duration,
     first_response_timeout: Duration,
-    rejection_threshold: u32,
     forward_rejections: bool,
 }
 
@@ -159,7 +158,6 @@ impl<F: Feeder> Sessions<F> {
                 max_names_per_session: config.max_names_per_session,
                 idle_timeout: config.idle_timeout,
                 first_response_timeout: config.first_response_timeout,
-                rejection_threshold: config.rejection_threshold,
                 forward_rejections: config.forward_rejections,
             },
             share: Share::new(
@@ -355,7 +353,6 @@ impl<F: Feeder> Sessions<F> {
             rx,
             _serving: serving,
             metrics: self.metrics.clone(),
-            threshold: self.limits.rejection_threshold,
             forward: self.limits.forward_rejections,
         };
         Ok(Polled::new(state, Box::new(feed)))
@@ -530,8 +527,8 @@ impl<F: Feeder> Feed for Sessions<F> {
     }
 }
 
-/// A poll answered from a session: its state channel for long polls, its
-/// rejection bookkeeping (NACKed upstream through the feeder when
+/// A poll answered from a session: its state channel for long polls, where
+/// a suspected rejection goes (NACKed upstream through the feeder when
 /// `--forward-rejections` is on), its stale mark. Holding it keeps the
 /// session from idling out.
 struct SessionChannel {
@@ -540,7 +537,6 @@ struct SessionChannel {
     rx: watch::Receiver<Option<Arc<TypeState>>>,
     _serving: InFlight,
     metrics: Arc<Metrics>,
-    threshold: u32,
     forward: bool,
 }
 
@@ -557,13 +553,8 @@ impl PollChannel for SessionChannel {
         .boxed()
     }
 
-    fn rejections(&self) -> Rejections<'_> {
-        Rejections {
-            kind: self.kind,
-            tracker: self.session.rejections(self.kind),
-            threshold: self.threshold,
-            metrics: &self.metrics,
-        }
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn forwards(&self) -> bool {

@@ -21,7 +21,7 @@ const HOSTILE: &str = "<script>alert('x')</script>\"&";
 /// A client book as the REST side fills it: one client of `node` whose
 /// listeners are a suspected rejection of version 2.
 fn book(node: &str) -> ClientBook {
-    let book = ClientBook::new(Duration::from_secs(60));
+    let book = ClientBook::new(Duration::from_secs(60), 3);
     let body = json!({
         "version_info": "1~aaaaaaaaaaaa",
         "node": {"id": node, "cluster": "edge", "user_agent_name": "envoy"},
@@ -328,7 +328,7 @@ async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -
         .parse(body.to_string().into())
         .unwrap();
     let _ = source.poll(ResourceType::Clusters, &request, None).await;
-    let clients = Arc::new(ClientBook::new(Duration::from_secs(60)));
+    let clients = Arc::new(ClientBook::new(Duration::from_secs(60), 3));
     let admin = Admin::new(
         source.clone() as Arc<dyn Inspect>,
         metrics,
