@@ -1,17 +1,30 @@
-//! The tonic codec of every upstream call: requests encoded by prost (its
-//! own encoder), each response handed over as its whole frame, one split
-//! of tonic's receive buffer with no copy, to [`FromFrame`]. That is
-//! prost's decode for every message but one: the SotW `DiscoveryResponse`
-//! every session reads per push, which [`super::wire`] reads in place.
+//! The tonic codec of every upstream call: each request written into its
+//! frame by [`ToFrame`], each response handed over as its whole frame, one
+//! split of tonic's receive buffer with no copy, to [`FromFrame`]. Both are
+//! prost's for every message but the two a session's stream carries per
+//! push: the request with the session's node, whose held bytes
+//! [`super::outbound`] writes as they are, and the SotW `DiscoveryResponse`,
+//! which [`super::wire`] reads in place.
 
 use std::marker::PhantomData;
 
-use bytes::{Buf, Bytes};
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use bytes::{Buf, BufMut, Bytes};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
-use tonic_prost::ProstEncoder;
 
 use super::wire::SotwResponse;
+
+/// A request message written into its frame.
+pub(crate) trait ToFrame: Send + Sync + 'static {
+    /// Writes the message's encoding into `buf`.
+    fn to_frame(self, buf: &mut impl BufMut);
+}
+
+impl<T: prost::Message + Send + Sync + 'static> ToFrame for T {
+    fn to_frame(self, buf: &mut impl BufMut) {
+        self.encode_raw(buf);
+    }
+}
 
 /// A response message made from its whole frame.
 pub(crate) trait FromFrame: Sized + Send + Sync + 'static {
@@ -42,20 +55,33 @@ impl<Req, Resp> Default for FrameCodec<Req, Resp> {
 
 impl<Req, Resp> Codec for FrameCodec<Req, Resp>
 where
-    Req: prost::Message + Send + 'static,
+    Req: ToFrame,
     Resp: FromFrame,
 {
     type Encode = Req;
     type Decode = Resp;
-    type Encoder = ProstEncoder<Req>;
+    type Encoder = FrameEncoder<Req>;
     type Decoder = FrameDecoder<Resp>;
 
-    fn encoder(&mut self) -> ProstEncoder<Req> {
-        ProstEncoder::default()
+    fn encoder(&mut self) -> FrameEncoder<Req> {
+        FrameEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> FrameDecoder<Resp> {
         FrameDecoder(PhantomData)
+    }
+}
+
+/// Writes each request into the frame tonic sends.
+pub(crate) struct FrameEncoder<Req>(PhantomData<fn(Req)>);
+
+impl<Req: ToFrame> Encoder for FrameEncoder<Req> {
+    type Item = Req;
+    type Error = Status;
+
+    fn encode(&mut self, item: Req, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.to_frame(buf);
+        Ok(())
     }
 }
 

@@ -40,6 +40,7 @@ mod held;
 mod nack_log;
 mod namespace;
 mod node;
+mod outbound;
 pub(crate) mod pipeline;
 mod polled;
 mod replies;

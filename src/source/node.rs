@@ -5,10 +5,15 @@
 //! not 1,000 decoded ones. The rest of the node (id, cluster, metadata,
 //! locality, build version) is the session's own.
 //!
-//! Protobuf lets a message be encoded in parts: the encoding of the node
-//! without its extensions followed by the encoding of the extensions alone
-//! decodes to the node (a repeated field's elements append in order), so
-//! the node is rebuilt on demand, once per upstream stream, from the two.
+//! Protobuf lets a message be encoded in parts, and prost writes a
+//! message's fields in tag order: the node's fields before `extensions`
+//! (tag 9), then the extensions, then its fields after them (tags 10-12)
+//! are the node's encoding as prost writes it. The session holds its own
+//! fields as those two parts (one buffer and where the second begins,
+//! [`NodeBytes`]), and every request upstream that carries the node (by
+//! default each one, as Envoy sends it) writes the three parts into its
+//! frame as they are (`super::outbound`): nothing decoded or re-encoded
+//! per request.
 //!
 //! The interner holds its lists weakly: a list lives while a session holds
 //! it, and dead entries are swept as the map grows.
@@ -29,22 +34,54 @@ use super::view::SentNodeView;
 pub(crate) struct SessionNode {
     pub(crate) id: String,
     pub(crate) cluster: String,
-    /// The node without its extensions, encoded.
-    own: Bytes,
-    /// Its `extensions` field alone, encoded; shared by every node sending
-    /// the same list.
-    extensions: Arc<Bytes>,
+    /// The node as encoded, in parts.
+    bytes: NodeBytes,
     /// How many extensions that list holds.
     extension_count: usize,
 }
 
+/// A node's encoding in parts: the node's own fields before `extensions`,
+/// its `extensions` field, its own fields after it. In that order they are
+/// what prost writes for the node; cloned with two reference counts.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeBytes {
+    /// The node without its extensions, encoded: its fields before
+    /// `extensions`, then (from `split`) those after.
+    own: Bytes,
+    /// Where the fields after `extensions` begin in `own`.
+    split: usize,
+    /// Its `extensions` field alone, encoded; shared by every node sending
+    /// the same list.
+    extensions: Arc<Bytes>,
+}
+
+impl NodeBytes {
+    /// The node's encoding, as the three slices to write in order.
+    pub(crate) fn parts(&self) -> [&[u8]; 3] {
+        let (before, after) = self.own.split_at(self.split);
+        [before, self.extensions.as_ref(), after]
+    }
+
+    /// The length of the node's encoding.
+    pub(crate) fn len(&self) -> usize {
+        self.own.len() + self.extensions.len()
+    }
+}
+
 impl SessionNode {
+    /// The node's encoding, for a request upstream to carry.
+    pub(crate) fn bytes(&self) -> NodeBytes {
+        self.bytes.clone()
+    }
+
     /// The node as sent upstream. Decodes what was encoded from a valid
     /// node, so it cannot fail; an empty node if it ever did.
+    #[cfg(test)]
     pub(crate) fn node(&self) -> Node {
-        let mut bytes = Vec::with_capacity(self.own.len() + self.extensions.len());
-        bytes.extend_from_slice(&self.own);
-        bytes.extend_from_slice(&self.extensions);
+        let mut bytes = Vec::with_capacity(self.bytes.len());
+        for part in self.bytes.parts() {
+            bytes.extend_from_slice(part);
+        }
         Node::decode(bytes.as_slice()).unwrap_or_default()
     }
 
@@ -52,7 +89,7 @@ impl SessionNode {
     /// the fields of the node that opened the session (issue 38, finding
     /// 12). Decodes the node's own bytes, not its extension list.
     pub(crate) fn sent_view(&self) -> SentNodeView {
-        let node = Node::decode(self.own.as_ref()).unwrap_or_default();
+        let node = Node::decode(self.bytes.own.as_ref()).unwrap_or_default();
         SentNodeView {
             user_agent_name: node.user_agent_name,
             user_agent_version: node
@@ -73,13 +110,13 @@ impl SessionNode {
     /// Bytes it holds of its own (the shared list not counted).
     #[cfg(test)]
     pub(crate) fn own_bytes(&self) -> usize {
-        self.own.len()
+        self.bytes.own.len()
     }
 
     /// Whether two nodes share one extension list.
     #[cfg(test)]
     pub(crate) fn shares_extensions_with(&self, other: &SessionNode) -> bool {
-        Arc::ptr_eq(&self.extensions, &other.extensions)
+        Arc::ptr_eq(&self.bytes.extensions, &other.bytes.extensions)
     }
 }
 
@@ -132,11 +169,26 @@ impl NodeInterner {
                 }
             }
         };
+        // The fields prost writes after `extensions` (tags 10, 11, 12);
+        // `listening_addresses` is deprecated, and still sent when set.
+        #[allow(deprecated)]
+        let after = Node {
+            client_features: std::mem::take(&mut node.client_features),
+            listening_addresses: std::mem::take(&mut node.listening_addresses),
+            dynamic_parameters: std::mem::take(&mut node.dynamic_parameters),
+            ..Node::default()
+        };
+        let mut own = node.encode_to_vec();
+        let split = own.len();
+        own.extend_from_slice(&after.encode_to_vec());
         SessionNode {
-            own: Bytes::from(node.encode_to_vec()),
+            bytes: NodeBytes {
+                own: Bytes::from(own),
+                split,
+                extensions,
+            },
             id: node.id,
             cluster: node.cluster,
-            extensions,
             extension_count,
         }
     }

@@ -25,6 +25,7 @@ use tracing::{debug, info};
 
 use super::decode::{decode_all_off_thread, Decoded, Rejection};
 use super::namespace::Namespace;
+use super::outbound::Outbound;
 use super::replies::Replies;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
@@ -232,7 +233,7 @@ pub(crate) struct Sotw {
 }
 
 impl Protocol for Sotw {
-    type Request = DiscoveryRequest;
+    type Request = Outbound<DiscoveryRequest>;
     type Response = SotwResponse;
     const MODE: &'static str = "sotw";
     const AGGREGATED_PATH: &'static str =
@@ -265,7 +266,7 @@ impl Protocol for Sotw {
 
     /// Sends the session's current subscription for `kind`, if it has one
     /// that this stream was not sent yet.
-    fn subscribe(&mut self, kind: ResourceType) -> Option<DiscoveryRequest> {
+    fn subscribe(&mut self, kind: ResourceType) -> Option<Outbound<DiscoveryRequest>> {
         let Some(coverage) = self.session.subscription(kind) else {
             if self.stream.sent.remove(&kind).is_some() {
                 // Nobody wants this type any more: an explicit empty, non-wildcard
@@ -291,7 +292,7 @@ impl Protocol for Sotw {
         kind: ResourceType,
         presented: String,
         message: String,
-    ) -> Option<DiscoveryRequest> {
+    ) -> Option<Outbound<DiscoveryRequest>> {
         let Some(nonce) = self.stream.nonces.get(&kind).cloned() else {
             // Nothing of the type arrived on this stream: no response to NACK.
             debug!(%kind, "no response to NACK on this stream");
@@ -310,7 +311,7 @@ impl Protocol for Sotw {
         &mut self,
         kind: ResourceType,
         response: SotwResponse,
-    ) -> Option<DiscoveryRequest> {
+    ) -> Option<Outbound<DiscoveryRequest>> {
         Some(self.take(kind, response).await)
     }
 
@@ -450,7 +451,7 @@ impl Sotw {
         version: String,
         nonce: String,
         error: Option<String>,
-    ) -> DiscoveryRequest {
+    ) -> Outbound<DiscoveryRequest> {
         let names = self
             .stream
             .sent
@@ -458,21 +459,25 @@ impl Sotw {
             .map(Session::request_names)
             .unwrap_or_default();
         let with_node = !self.stream.node_sent || !self.ctx.node_first_only;
-        let node = with_node.then(|| self.session.node.node());
+        let node = with_node.then(|| self.session.node.bytes());
         self.stream.node_sent = true;
-        DiscoveryRequest {
+        let request = DiscoveryRequest {
             version_info: version,
-            node,
             resource_names: names,
             type_url: kind.type_url().to_owned(),
             response_nonce: nonce,
             error_detail: error.map(nack_detail),
             ..Default::default()
-        }
+        };
+        Outbound::new(request, node)
     }
 
     /// Decodes a response; publishes and ACKs it, or NACKs it whole.
-    async fn take(&mut self, kind: ResourceType, response: SotwResponse) -> DiscoveryRequest {
+    async fn take(
+        &mut self,
+        kind: ResourceType,
+        response: SotwResponse,
+    ) -> Outbound<DiscoveryRequest> {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
@@ -570,14 +575,14 @@ mod tests {
         sotw.acked.insert(kind, "p1".into());
         sotw.reset_stream();
         assert_eq!(
-            sotw.subscribe(kind).unwrap().version_info,
+            sotw.subscribe(kind).unwrap().request().version_info,
             "p1",
             "a reconnect resumes"
         );
         sotw.switch_upstream();
         sotw.reset_stream();
         assert_eq!(
-            sotw.subscribe(kind).unwrap().version_info,
+            sotw.subscribe(kind).unwrap().request().version_info,
             "",
             "a switch starts over"
         );

@@ -64,7 +64,7 @@ const SILENCE_RECHECK: Duration = Duration::from_secs(1);
 /// One xDS protocol variant over an ADS stream: what to send, how to take
 /// what arrives. One value per session, living across its streams.
 pub(crate) trait Protocol: Send + 'static {
-    type Request: prost::Message + Send + 'static;
+    type Request: super::frame_codec::ToFrame;
     type Response: super::frame_codec::FromFrame;
     /// For logs and `/readyz`: `sotw` or `delta`.
     const MODE: &'static str;

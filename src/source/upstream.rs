@@ -14,7 +14,7 @@
 pub(crate) mod health;
 pub(crate) mod probe;
 
-use super::frame_codec::{FrameCodec, FromFrame};
+use super::frame_codec::{FrameCodec, FromFrame, ToFrame};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -228,7 +228,7 @@ impl UpstreamContext {
         requests: impl tokio_stream::Stream<Item = Req> + Send + 'static,
     ) -> Result<tonic::Streaming<Resp>, tonic::Status>
     where
-        Req: prost::Message + Send + 'static,
+        Req: ToFrame,
         Resp: FromFrame,
     {
         let (mut grpc, path) = self.ready_client(path).await?;
@@ -245,7 +245,7 @@ impl UpstreamContext {
         request: Req,
     ) -> Result<Resp, tonic::Status>
     where
-        Req: prost::Message + Send + Sync + 'static,
+        Req: ToFrame,
         Resp: FromFrame,
     {
         let (mut grpc, path) = self.ready_client(path).await?;
@@ -262,7 +262,7 @@ impl UpstreamContext {
         request: Req,
     ) -> Result<Resp, CallError>
     where
-        Req: prost::Message + Send + Sync + 'static,
+        Req: ToFrame,
         Resp: FromFrame,
     {
         let fail = |method: &str, code: Code, message: String| CallError::Upstream {

@@ -73,6 +73,7 @@ mod update;
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
 use super::namespace::Namespace;
+use super::outbound::Outbound;
 use super::replies::Replies;
 use super::session::Session;
 use super::stream::{nack_detail, Protocol};
@@ -111,7 +112,7 @@ pub(crate) struct Delta {
 }
 
 impl Protocol for Delta {
-    type Request = DeltaDiscoveryRequest;
+    type Request = Outbound<DeltaDiscoveryRequest>;
     type Response = DeltaDiscoveryResponse;
     const MODE: &'static str = "delta";
     const AGGREGATED_PATH: &'static str =
@@ -148,7 +149,7 @@ impl Protocol for Delta {
     /// The request that moves the stream's subscription of `kind` to the
     /// session's, forgetting what nobody wants any more; `None` if nothing
     /// needs saying.
-    fn subscribe(&mut self, kind: ResourceType) -> Option<DeltaDiscoveryRequest> {
+    fn subscribe(&mut self, kind: ResourceType) -> Option<Outbound<DeltaDiscoveryRequest>> {
         let want = self.session.subscription(kind).unwrap_or_default();
         let tracked = tracked(&mut self.tracked, &self.ctx, kind);
         let narrowed = tracked.narrow(kind, &want);
@@ -169,7 +170,7 @@ impl Protocol for Delta {
             return None;
         }
         wire.record(&sent, &want, Instant::now());
-        let mut request = self.request(kind, diff, String::new(), None);
+        let mut request = Delta::request(kind, diff, String::new(), None);
         if first && !self.replacing.contains(&kind) {
             request.initial_resource_versions = self
                 .tracked
@@ -184,7 +185,7 @@ impl Protocol for Delta {
             initial = request.initial_resource_versions.len(),
             "subscription"
         );
-        Some(request)
+        Some(self.outbound(request))
     }
 
     fn nack(
@@ -192,7 +193,7 @@ impl Protocol for Delta {
         kind: ResourceType,
         presented: String,
         message: String,
-    ) -> Option<DeltaDiscoveryRequest> {
+    ) -> Option<Outbound<DeltaDiscoveryRequest>> {
         let nonce = self
             .wires
             .get(&kind)
@@ -207,7 +208,8 @@ impl Protocol for Delta {
         }
         self.replies
             .nack(kind, &presented, &presented, &nonce, &message);
-        Some(self.request(kind, Diff::default(), nonce, Some(message)))
+        let request = Delta::request(kind, Diff::default(), nonce, Some(message));
+        Some(self.outbound(request))
     }
 
     fn type_url(response: &DeltaDiscoveryResponse) -> &str {
@@ -218,7 +220,7 @@ impl Protocol for Delta {
         &mut self,
         kind: ResourceType,
         response: DeltaDiscoveryResponse,
-    ) -> Option<DeltaDiscoveryRequest> {
+    ) -> Option<Outbound<DeltaDiscoveryRequest>> {
         self.take(kind, response).await
     }
 
@@ -256,18 +258,14 @@ impl Protocol for Delta {
 }
 
 impl Delta {
+    /// A request of `kind`: `diff`'s names, ACKing or NACKing `nonce`.
     fn request(
-        &mut self,
         kind: ResourceType,
         diff: Diff,
         nonce: String,
         error: Option<String>,
     ) -> DeltaDiscoveryRequest {
-        let with_node = !self.node_sent || !self.ctx.node_first_only;
-        let node = with_node.then(|| self.session.node.node());
-        self.node_sent = true;
         DeltaDiscoveryRequest {
-            node,
             type_url: kind.type_url().to_owned(),
             resource_names_subscribe: diff.subscribe,
             resource_names_unsubscribe: diff.unsubscribe,
@@ -277,12 +275,21 @@ impl Delta {
         }
     }
 
+    /// `request` as this stream sends it: with the session's node when the
+    /// node goes on it (every request, or with `node_first_only` the first).
+    fn outbound(&mut self, request: DeltaDiscoveryRequest) -> Outbound<DeltaDiscoveryRequest> {
+        let with_node = !self.node_sent || !self.ctx.node_first_only;
+        let node = with_node.then(|| self.session.node.bytes());
+        self.node_sent = true;
+        Outbound::new(request, node)
+    }
+
     /// Decodes a response; applies, publishes and ACKs it, or NACKs it whole.
     async fn take(
         &mut self,
         kind: ResourceType,
         response: DeltaDiscoveryResponse,
-    ) -> Option<DeltaDiscoveryRequest> {
+    ) -> Option<Outbound<DeltaDiscoveryRequest>> {
         if self.wires.get(&kind).is_none_or(|w| w.sent.is_none()) {
             // Never subscribed on this stream: nothing to ACK (a first
             // request without names would subscribe to the wildcard).
@@ -332,13 +339,15 @@ impl Delta {
                     .retain(kind, |name| tracked.held.contains_key(name));
                 self.publish(kind);
                 self.replies.ack(kind, &system_version);
-                Some(self.request(kind, Diff::default(), nonce, None))
+                let request = Delta::request(kind, Diff::default(), nonce, None);
+                Some(self.outbound(request))
             }
             Err(reason) => {
                 let detail =
                     self.replies
                         .refuse(kind, &reason, &system_version, &system_version, &nonce);
-                Some(self.request(kind, Diff::default(), nonce, Some(detail)))
+                let request = Delta::request(kind, Diff::default(), nonce, Some(detail));
+                Some(self.outbound(request))
             }
         }
     }

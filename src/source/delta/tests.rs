@@ -474,6 +474,7 @@ async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
     let resumed = delta.subscribe(KIND).unwrap();
     assert_eq!(
         resumed
+            .request()
             .initial_resource_versions
             .get("a")
             .map(String::as_str),
@@ -482,7 +483,10 @@ async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
     delta.switch_upstream();
     delta.reset_stream();
     let fresh = delta.subscribe(KIND).unwrap();
-    assert!(fresh.initial_resource_versions.is_empty(), "{fresh:?}");
+    assert!(
+        fresh.request().initial_resource_versions.is_empty(),
+        "{fresh:?}"
+    );
     assert!(
         delta.replacing.contains(&KIND),
         "the next answer replaces what is held"

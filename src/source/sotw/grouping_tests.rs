@@ -110,6 +110,7 @@ impl Sotw {
         let frame = Bytes::from(response.encode_to_vec());
         let response = SotwResponse::parse(frame).unwrap_or_else(|e| panic!("{e}"));
         let ack = self.take(kind, response).await;
+        let ack = ack.request();
         assert!(ack.error_detail.is_none(), "NACKed: {:?}", ack.error_detail);
         assert_eq!(ack.response_nonce, nonce);
         self.held(kind)
