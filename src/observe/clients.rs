@@ -170,6 +170,18 @@ struct Subscription {
     bytes: usize,
 }
 
+impl Subscription {
+    /// Runs `f` on its rejection log, keeping [`Self::bytes`] in step;
+    /// what `f` answered, and the bytes the log grew by (below 0: shrank).
+    fn with_log<R>(&mut self, f: impl FnOnce(&mut RejectionLog) -> R) -> (R, isize) {
+        let held = self.rejection.bytes();
+        let answer = f(&mut self.rejection);
+        let grown = self.rejection.bytes() as isize - held as isize;
+        self.bytes = self.bytes.saturating_add_signed(grown);
+        (answer, grown)
+    }
+}
+
 impl ClientBook {
     /// A book forgetting clients (and subscriptions) idle for `ttl`, which
     /// suspects a rejection after `threshold` polls presenting the same
@@ -260,12 +272,10 @@ impl ClientBook {
         entry.body = poll.body;
         if poll.body {
             entry.last_body = Some(now);
-            let held = entry.rejection.bytes();
-            entry.rejection.served(poll.current);
-            let now_held = entry.rejection.bytes();
-            entry.bytes = entry.bytes + now_held - held;
+            let ((), grown) = entry.with_log(|log| log.served(poll.current));
+            // A new subscription's bytes are added whole below.
             if entry.polls > 0 {
-                client.bytes = client.bytes + now_held - held;
+                client.bytes = client.bytes.saturating_add_signed(grown);
             }
         }
         entry.polls += 1;
@@ -345,13 +355,13 @@ impl ClientBook {
         let Some(entry) = client.subscriptions.get_mut(&key) else {
             return (standing(None, poll, self.threshold), None);
         };
-        let held = entry.rejection.bytes();
-        let suspicion = entry.rejection.observe(poll, self.threshold);
-        let sync = entry.rejection.sync(poll, self.threshold);
-        let now_held = entry.rejection.bytes();
-        entry.bytes = entry.bytes + now_held - held;
-        client.bytes = client.bytes + now_held - held;
-        (sync, suspicion)
+        let threshold = self.threshold;
+        let (answer, grown) = entry.with_log(|log| {
+            let suspicion = log.observe(poll, threshold);
+            (log.sync(poll, threshold), suspicion)
+        });
+        client.bytes = client.bytes.saturating_add_signed(grown);
+        answer
     }
 
     /// What the clients of `node_id` hold now: their subscriptions, and the
