@@ -208,33 +208,32 @@ mod tests {
         vec![first, ack, DeltaDiscoveryRequest::default()]
     }
 
+    /// Each of `requests` sent with `node` (held as `held`) and without one
+    /// is framed as prost writes the request holding that node, or none.
+    fn check_frames<R>(requests: Vec<R>, node: &Node, held: &NodeBytes)
+    where
+        R: NodeField + Message + Clone + std::fmt::Debug,
+        Outbound<R>: ToFrame,
+    {
+        for request in requests {
+            let mut expected = request.clone();
+            *expected.node_field() = Some(node.clone());
+            let sent = Outbound::new(request.clone(), Some(held.clone()));
+            assert_eq!(frame(sent), expected.encode_to_vec(), "{expected:?}");
+            let without = Outbound::new(expected.clone(), None);
+            assert_eq!(frame(without), request.encode_to_vec());
+        }
+    }
+
     /// The frame is prost's encoding of the request holding the node, byte
     /// for byte: with the node and without, for every shape of request.
     #[test]
     fn a_frame_is_the_request_with_its_node_as_prost_writes_it() {
         let interner = NodeInterner::default();
         for node in [full_node(516), full_node(0), Node::default()] {
-            let held = interner.intern(node.clone());
-            for request in sotw_requests() {
-                let expected = DiscoveryRequest {
-                    node: Some(node.clone()),
-                    ..request.clone()
-                };
-                let sent = Outbound::new(request.clone(), Some(held.bytes()));
-                assert_eq!(frame(sent), expected.encode_to_vec(), "{expected:?}");
-                let without = Outbound::new(expected.clone(), None);
-                assert_eq!(frame(without), request.encode_to_vec());
-            }
-            for request in delta_requests() {
-                let expected = DeltaDiscoveryRequest {
-                    node: Some(node.clone()),
-                    ..request.clone()
-                };
-                let sent = Outbound::new(request.clone(), Some(held.bytes()));
-                assert_eq!(frame(sent), expected.encode_to_vec(), "{expected:?}");
-                let without = Outbound::new(expected.clone(), None);
-                assert_eq!(frame(without), request.encode_to_vec());
-            }
+            let held = interner.intern(node.clone()).bytes();
+            check_frames(sotw_requests(), &node, &held);
+            check_frames(delta_requests(), &node, &held);
         }
     }
 
