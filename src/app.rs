@@ -22,17 +22,17 @@ use crate::observe::history_file::{HistoryFile, HistoryFileError};
 use crate::observe::{ConfigHistory, HistorySink};
 use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
-use crate::source::{
-    AutoSource, DeltaFeeder, Federation, Feed, FetchSource, FileFeeder, Inspect, Namespace, Origin,
-    Route, Sessions, SotwFeeder, Source, UpstreamContext, UpstreamSlot,
-};
+use crate::store::{Federation, Feed, Inspect, Namespace, Sessions, Source, UpstreamSlot};
 use crate::tls::ServerTls;
+use crate::upstream::{
+    AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Route, SotwFeeder, UpstreamContext,
+};
 use crate::xds::{Codec, JsonError};
 
 pub use crate::huge_pages::transparent_huge_pages_off;
 
-pub use crate::source::StartError;
 pub use crate::tls::TlsError;
+pub use crate::upstream::StartError;
 
 /// Connections the admin listener takes at once (probes, scrapers, people).
 const ADMIN_MAX_CONNECTIONS: usize = 128;

@@ -9,15 +9,20 @@
 //! implementations, what the cache promises, where each concern lives, and
 //! how to add a source, a resource type, an admin view or a flag. In short:
 //!
-//! - [`app`]: wires config into cache, source and servers; `run(listeners, shutdown)`;
+//! - [`app`]: wires config into cache, producers, store and servers; `run(listeners, shutdown)`;
 //!   the only place that chooses the kind of source.
 //! - [`config`]: typed configuration from flags, environment and file.
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing, rewrites.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
 //!   bodies, parsed requests, rejection bookkeeping, the history `?changes` diffs against,
 //!   the config history of `/debug/history`. No I/O.
-//! - `source`: where config comes from, behind one trait (`Source`): sessions fed by a
-//!   SotW or delta ADS stream or by the snapshot, unary fetch, or auto (probe, then one of those).
+//! - `store`: what a poll reads, behind one serving trait (`Source`, introspection apart in
+//!   `Inspect`): the sessions, one per node identity, and what each holds; the federation of
+//!   several upstreams. It names no producer.
+//! - `upstream`: the producers that publish into the store's sessions: a SotW or delta ADS
+//!   stream or the snapshot per session, with the transport (connection, failover, backoff,
+//!   framing); and the sessionless sources behind the same seam: unary fetch, and auto
+//!   (probe, then one of those).
 //! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams) and
 //!   the one error table.
 //! - `admin`: `/healthz`, `/readyz`, `/metrics`, the debug views, CSDS and the status page
@@ -43,9 +48,9 @@
 //!
 //! Dependencies point one way, down the layers `tests/module_graph.rs`
 //! checks (`LAYERS`; `docs/architecture.md`, "Layers"): `app` → `admin` →
-//! `http` → `serve`, `auth`, `profiles` → `source` (the `Source` seam
-//! only) → `observe`, `tls` → `cache`, `metrics` → `xds`, `config` → the
-//! leaves. A module may use any layer below its own.
+//! `http` → `serve`, `auth`, `profiles` → `upstream` → `store` (the
+//! `Source` seam) → `observe`, `tls` → `cache`, `metrics` → `xds`,
+//! `config` → the leaves. A module may use any layer below its own.
 //! Only `app`, `config` and `xds` are public (for the binary, tests and
 //! benchmarks), and `fuzz` (hidden; tests and the `fuzzing` feature only):
 //! one function per `cargo fuzz` target. Everything else is crate-private.
@@ -79,7 +84,7 @@ pub mod fuzz;
 /// work rather than a copy of it.
 #[doc(hidden)]
 pub mod bench_support {
-    pub use crate::source::pipeline::{Pipeline, Pushed};
+    pub use crate::upstream::pipeline::{Pipeline, Pushed};
 
     /// The gateway's memo of parsed request bodies (what a poll's body
     /// goes through), for the codec benchmark.
@@ -117,6 +122,7 @@ mod profiles;
 mod reload;
 mod serve;
 mod shares;
-mod source;
+mod store;
 mod sync;
 mod tls;
+mod upstream;

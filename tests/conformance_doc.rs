@@ -220,8 +220,8 @@ fn every_row_names_a_test_or_a_gap() {
 #[test]
 fn the_checks_themselves() {
     assert_eq!(
-        parse_span("src/source/sotw.rs::tests::a_b"),
-        Some(("src/source/sotw.rs".into(), "a_b".into()))
+        parse_span("src/upstream/sotw.rs::tests::a_b"),
+        Some(("src/upstream/sotw.rs".into(), "a_b".into()))
     );
     assert_eq!(
         parse_span("tests/x.rs::t"),

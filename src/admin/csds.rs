@@ -38,7 +38,7 @@ use tokio_stream::StreamExt;
 use super::Admin;
 use crate::cache::TypeState;
 use crate::observe::{NodeClients, Standing, SubscriptionStatus};
-use crate::source::StreamPlacement;
+use crate::store::StreamPlacement;
 use crate::tls::PeerIdentity;
 
 /// Why a CSDS request cannot be answered.

@@ -56,7 +56,7 @@ use crate::http::credential::{self, Credential};
 use crate::metrics::Metrics;
 use crate::observe::{ClientBook, ConfigHistory};
 use crate::serve::Peer;
-use crate::source::Inspect;
+use crate::store::Inspect;
 use crate::tls::{PeerIdentity, ServerTls};
 
 /// What the admin endpoints read.

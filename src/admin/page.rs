@@ -26,8 +26,7 @@ use std::time::SystemTime;
 use super::views::{Readiness, SessionsView};
 use super::Admin;
 use crate::observe::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
-use crate::source::view::{Phase, Placement, Placements, ReplyKind};
-use crate::source::FAILOVER_REASON;
+use crate::store::view::{Phase, Placement, Placements, ReplyKind};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -512,11 +511,7 @@ mod tests;
 /// a failover configured): warned while on a failover.
 fn placements_cell(placements: &Placements) -> String {
     let one = |lane: Option<&str>, p: &Placement| {
-        let class = if p.reason.starts_with(FAILOVER_REASON) {
-            "warn"
-        } else {
-            "ok"
-        };
+        let class = if p.on_failover() { "warn" } else { "ok" };
         format!(
             "<br>{}on <span class=\"{class}\">{}</span> since {} ({})",
             lane.map(|l| format!("{} ", escape(l))).unwrap_or_default(),

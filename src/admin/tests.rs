@@ -14,7 +14,8 @@ use crate::cache::{Assembler, Intake};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::observe::ClientBook;
-use crate::source::{FileFeeder, Origin, Sessions};
+use crate::store::Sessions;
+use crate::upstream::{FileFeeder, Origin};
 use crate::xds::Codec;
 
 fn admin() -> Arc<Admin> {

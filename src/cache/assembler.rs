@@ -37,7 +37,7 @@ impl Assembler {
 
     /// An assembler whose body memo holds at most `bytes` (tests of
     /// eviction; none at all for the benchmarks' pipeline,
-    /// `source/pipeline.rs`).
+    /// `upstream/pipeline.rs`).
     pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Assembler {
         Assembler::with_bodies(codec, Bodies::with_capacity(bytes))
     }

@@ -17,8 +17,8 @@
 //! reaches that code and not only early rejections.
 //!
 //! The bodies live beside the code they fuzz (`http::fuzz`, `xds::fuzz`,
-//! `config::fuzz`, `auth::policy::fuzz`, `source::snapshot::fuzz`,
-//! `source::wire::fuzz`), where
+//! `config::fuzz`, `auth::policy::fuzz`, `upstream::snapshot::fuzz`,
+//! `upstream::wire::fuzz`), where
 //! their properties are documented. Input formats (a leading byte picks one
 //! of a fixed list, so every input is some case):
 //!
@@ -143,10 +143,10 @@ pub fn config_toml(data: &[u8]) -> bool {
 
 /// The snapshot loader (parse, validate, layer), and its views.
 pub fn snapshot(data: &[u8]) -> bool {
-    crate::source::fuzz_snapshot(data)
+    crate::upstream::fuzz_snapshot(data)
 }
 
 /// An upstream's SotW response read in place, against prost's reading.
 pub fn upstream_response(data: &[u8]) -> bool {
-    crate::source::fuzz_upstream_response(data)
+    crate::upstream::fuzz_upstream_response(data)
 }

@@ -12,7 +12,7 @@ use super::Gateway;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
 use crate::observe::{AnsweredPoll, ServedAnswer, Standing};
 use crate::shares::Tenant;
-use crate::source::Polled;
+use crate::store::Polled;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
 

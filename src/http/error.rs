@@ -17,7 +17,7 @@ use super::body::BodyError;
 use crate::error_body::{self, code, RETRY_AFTER_SECS};
 use crate::profiles::query::QueryError;
 use crate::shares::OverShare;
-use crate::source::SourceError;
+use crate::store::SourceError;
 use crate::xds::{JsonError, RequestError};
 
 /// Everything a REST request can fail with.
@@ -107,7 +107,7 @@ impl From<SourceError> for ApiError {
                 ApiError::NotImplemented(err.to_string())
             }
             SourceError::Unserved {
-                refused: crate::source::Refused::Unimplemented(_),
+                refused: crate::store::Refused::Unimplemented(_),
                 ..
             } => ApiError::NotImplemented(err.to_string()),
             SourceError::Unserved { .. } => ApiError::BadGateway(err.to_string()),

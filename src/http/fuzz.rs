@@ -29,7 +29,8 @@ use super::{router, Gateway};
 use crate::cache::{Assembler, Intake, ParsedRequests};
 use crate::config::{Config, SessionKey};
 use crate::metrics::Metrics;
-use crate::source::{FileFeeder, Inspect, Origin, Sessions};
+use crate::store::{Inspect, Sessions};
+use crate::upstream::{FileFeeder, Origin};
 use crate::xds::{Codec, Endpoint, ResourceType};
 
 /// The query strings a POST is sent with, picked by the kind byte's high

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::asked::Asked;
 use super::error::ApiError;
 use super::Gateway;
-use crate::source::Polled;
+use crate::store::Polled;
 
 /// Holds `asked`'s 304 for up to `wait`; whether to answer again (the
 /// state changed, or the gateway is draining), or why it is refused or ended.

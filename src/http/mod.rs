@@ -56,7 +56,7 @@ use crate::observe::{AnswerLog, ClientBook};
 use crate::profiles::NodeProfiles;
 use crate::serve::{Peer, RemoteAddr};
 use crate::shares::Tenant;
-use crate::source::Source;
+use crate::store::Source;
 use crate::tls::ServerTls;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};

@@ -30,7 +30,7 @@ use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body, BodyError};
 use super::error::ApiError;
 use super::Gateway;
-use crate::source::{PassThrough, PassedThrough};
+use crate::store::{PassThrough, PassedThrough};
 use crate::tls::PeerIdentity;
 use crate::xds::Endpoint;
 

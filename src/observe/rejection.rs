@@ -12,7 +12,7 @@
 //! body was served to it) `threshold` polls in a row is a suspected
 //! rejection, reported once per (old, new) pair. A subscription never
 //! served the current version is catching up. Polls through a trusted proxy
-//! that names no client are never observed (`source::polled`).
+//! that names no client are never observed (`store::polled`).
 //!
 //! Versions are compared by their selection digest (see `state`), so a
 //! client is in step exactly when it would get a 304.

@@ -10,10 +10,9 @@ use crate::cache::{Intake, ParsedRequests};
 use crate::config::{Config, SessionKey, UpstreamStreams};
 use crate::metrics::Metrics;
 use crate::observe::{AnsweredPoll, ClientBook, Standing};
-use crate::source::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
-use crate::source::{
-    Feed, FileFeeder, Inspect, Namespace, Origin, Route, Sessions, SotwFeeder, UpstreamContext,
-};
+use crate::store::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
+use crate::store::{Feed, Inspect, Namespace, Sessions};
+use crate::upstream::{FileFeeder, Origin, Route, SotwFeeder, UpstreamContext};
 use crate::xds::{Codec, ResourceType};
 
 const HOSTILE: &str = "<script>alert('x')</script>\"&";

@@ -21,8 +21,9 @@ use super::{router, served_routes, Gateway};
 use crate::cache::{Assembler, Intake};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::source::scripted::Script;
-use crate::source::{Inspect, Origin, Sessions, Source};
+use crate::store::scripted::Script;
+use crate::store::{Inspect, Sessions, Source};
+use crate::upstream::Origin;
 use crate::xds::Codec;
 
 /// A gateway over sessions fed by a [`Script`], and the script.

@@ -34,7 +34,7 @@ use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
 use crate::observe::{ServedAnswer, Standing};
-use crate::source::Polled;
+use crate::store::Polled;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
 

@@ -1,0 +1,66 @@
+//! What feeds sessions ([`Feeder`]): the seam between the registry of
+//! sessions, which only starts a task per session, and what runs in that
+//! task: an upstream stream (`stream.rs`), the snapshot (`file.rs`), a
+//! scripted feed in tests (`scripted.rs`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::session::{Command, Session};
+use futures::future::BoxFuture;
+
+use super::{PassThrough, PassedThrough, SourceError};
+use crate::xds::ResourceType;
+
+/// What feeds sessions: starts one task per session, and says what it is.
+pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
+    /// Starts the task that feeds `session` until `commands` closes (the
+    /// session closed) or the task is aborted.
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()>;
+
+    /// Why no poll can be answered now (a snapshot that never loaded), if so.
+    fn unavailable(&self) -> Option<SourceError> {
+        None
+    }
+
+    /// What answers, for error messages: "the upstream", "the snapshot".
+    fn answers_from(&self) -> &'static str {
+        "the upstream"
+    }
+
+    /// Whether it carries `kind` (the delta-only types come over delta
+    /// streams only).
+    fn carries(&self, kind: ResourceType) -> bool {
+        !kind.delta_only()
+    }
+
+    /// Whether it has answered once (never unready again).
+    fn is_ready(&self) -> bool;
+
+    /// What it is, for `/readyz`.
+    fn describe(&self) -> String;
+
+    /// Problems standing in its way (path, line, reason), for `/readyz`.
+    fn problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The `[[upstream]]` it streams from (`None`: no upstream, as for the
+    /// snapshot, whose sessions have no stream to show).
+    fn upstream_name(&self) -> Option<&str> {
+        None
+    }
+
+    /// One HDS or CSDS question asked of its upstream as it is.
+    fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
+        let what = call.path();
+        Box::pin(std::future::ready(Err(SourceError::NoUpstream { what })))
+    }
+}

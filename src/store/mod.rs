@@ -1,0 +1,242 @@
+//! The store: what a poll reads, behind one serving seam, [`Source`], with
+//! introspection apart ([`Inspect`]) and both owned as a [`Feed`].
+//!
+//! The REST layer asks a source one thing per poll, [`Source::poll`]: the
+//! state that answers this client now. It gets a [`Polled`] that answers the
+//! client (a body or 304), waits for the next change (long poll), does the
+//! rejection bookkeeping and says whether what it serves is stale. It never
+//! learns which kind of source is behind the seam; `app.rs` alone chooses.
+//!
+//! Here live the sessions ([`Sessions`]: one [`Session`](session::Session)
+//! per node identity, shared by every client of that identity), what each
+//! holds (per type, the state its producer published last, its node, what
+//! the upstream refused, its upstream log), the router of several upstreams
+//! by namespace ([`Federation`]) and the typed views of all of it
+//! ([`view`]). What fills a session is a producer, started per session
+//! through the [`Feeder`] seam and written in `crate::upstream`: the store
+//! names no producer, and producers only publish into it
+//! ([`Session::publish`](session::Session::publish)).
+
+mod federation;
+mod feeder;
+pub(crate) mod namespace;
+pub(crate) mod node;
+pub(crate) mod polled;
+pub(crate) mod session;
+mod session_registry;
+pub(crate) mod unserved;
+pub(crate) mod upstream_log;
+pub(crate) mod view;
+
+#[cfg(test)]
+pub(crate) mod scripted;
+
+use std::fmt;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::health::v3::{
+    HealthCheckRequestOrEndpointHealthResponse, HealthCheckSpecifier,
+};
+use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatusResponse};
+use futures::future::BoxFuture;
+use tonic::Code;
+
+pub(crate) use federation::{Federation, UpstreamSlot};
+pub(crate) use feeder::Feeder;
+pub(crate) use namespace::Namespace;
+pub(crate) use polled::Polled;
+#[cfg(test)]
+pub(crate) use session::Command;
+pub(crate) use session_registry::Sessions;
+pub(crate) use unserved::Refused;
+pub(crate) use view::Placement;
+
+use crate::cache::ParsedRequest;
+use crate::shares::{OverShare, Tenant};
+use crate::xds::{Endpoint, ResourceType};
+
+/// The serving seam: what the REST face asks of whatever feeds the
+/// gateway, and nothing else (no introspection, no lifecycle).
+pub(crate) trait Source: Send + Sync + fmt::Debug {
+    /// The state that answers `request` for `kind`, waiting (bounded by the
+    /// first-response timeout) for the upstream's first answer covering the
+    /// names asked for. A session this opens counts against `tenant`'s
+    /// share of `--max-sessions` until it closes.
+    fn poll<'a>(
+        &'a self,
+        kind: ResourceType,
+        request: &'a ParsedRequest,
+        tenant: Option<&'a Tenant>,
+    ) -> BoxFuture<'a, Result<Polled, SourceError>>;
+
+    /// One HDS or CSDS question asked of the upstream as it is.
+    fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>>;
+}
+
+/// What the admin face reads of a source: readiness and what its sessions
+/// hold. Apart from [`Source`], so that serving code cannot reach it.
+pub(crate) trait Inspect: Send + Sync + fmt::Debug {
+    /// Readiness and what stands in its way, for `/readyz` and `/metrics`.
+    fn status(&self) -> Status;
+
+    /// What the session of node `node_id` holds now, every type it has
+    /// (for `/debug/config`); empty when no session has that node.
+    fn states_of(&self, node_id: &str) -> Vec<std::sync::Arc<crate::cache::TypeState>>;
+
+    /// Where the streams of node `node_id`'s sessions are, with failover
+    /// configured: per session, the upstream whose names it serves, and
+    /// the upstream its stream is on (for CSDS).
+    fn placements_of(&self, node_id: &str) -> Vec<StreamPlacement>;
+
+    /// Every session, sorted by node id (per upstream, with several), for
+    /// `/debug/sessions` and the status page (none for sessionless sources).
+    fn sessions(&self) -> Vec<view::SessionView>;
+}
+
+/// A source as `app.rs` owns it: served through [`Source`], read through
+/// [`Inspect`], closed at shutdown. Federation and auto hold their parts
+/// as feeds too.
+pub(crate) trait Feed: Source + Inspect {
+    /// Stops every task the source runs (at shutdown).
+    fn close(&self);
+}
+
+/// Which upstream a session's stream is on, for the upstream whose names
+/// it serves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct StreamPlacement {
+    /// The `[[upstream]]` whose names the session serves.
+    pub(crate) serves: String,
+    /// The stream: `ads`, or a type's short name (per-type streams).
+    pub(crate) stream: &'static str,
+    #[serde(flatten)]
+    pub(crate) placement: Placement,
+}
+
+/// A question passed through to the upstream's unary RPCs.
+#[derive(Debug)]
+pub(crate) enum PassThrough {
+    HealthCheck(HealthCheckRequestOrEndpointHealthResponse),
+    ClientStatus(ClientStatusRequest),
+}
+
+impl PassThrough {
+    /// The REST endpoint this question came in on.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        match self {
+            PassThrough::HealthCheck(_) => Endpoint::HealthCheck,
+            PassThrough::ClientStatus(_) => Endpoint::ClientStatus,
+        }
+    }
+
+    pub(crate) fn path(&self) -> String {
+        self.endpoint().path()
+    }
+}
+
+/// The upstream's answer to a [`PassThrough`].
+#[derive(Debug)]
+pub(crate) enum PassedThrough {
+    HealthCheck(HealthCheckSpecifier),
+    ClientStatus(ClientStatusResponse),
+}
+
+/// What `/readyz` says of a source.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// Ready once the source has answered (snapshot loaded, upstream
+    /// answered); never unready again.
+    pub(crate) ready: bool,
+    /// What the source is, e.g. `gRPC upstream http://... (sotw)`.
+    pub(crate) description: String,
+    /// Why it is not serving what it should (a snapshot file that does not
+    /// load, with path, line and reason).
+    pub(crate) problems: Vec<String>,
+    /// Node identities with an open session (0 for sessionless sources).
+    pub(crate) sessions: usize,
+    /// Sessions serving their last state while the upstream stream is down.
+    pub(crate) stale_sessions: usize,
+    /// Sessions whose upstream has not answered yet.
+    pub(crate) waiting_sessions: usize,
+    /// Sessions with a stream on a failover upstream now.
+    pub(crate) failed_over_sessions: usize,
+    /// Per session on a failover: the node, where its streams are and why
+    /// (at most [`SESSION_ERRORS_SHOWN`]).
+    pub(crate) failovers: Vec<String>,
+    /// Per stale or waiting session whose stream failed: the node and the
+    /// upstream's last error (at most [`SESSION_ERRORS_SHOWN`]).
+    pub(crate) session_errors: Vec<String>,
+    /// Sessions whose last reply to some type was a NACK: the upstream's
+    /// answers are being refused.
+    pub(crate) refusing_sessions: usize,
+}
+
+/// How many session errors `/readyz` lists at most.
+pub(crate) const SESSION_ERRORS_SHOWN: usize = 20;
+
+/// Why a poll (or a pass-through call) could not be answered. Each variant
+/// is one failure the REST face maps to one status (`http/error.rs`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SourceError {
+    #[error("too many sessions ({max}); try again later")]
+    TooManySessions { max: usize },
+    #[error(transparent)]
+    OverShare(#[from] OverShare),
+    #[error("sessions hold {held} bytes of nodes; a new one of {wanted} bytes would pass the limit of {max} (--max-session-bytes); try again later")]
+    SessionBytes {
+        held: usize,
+        wanted: usize,
+        max: usize,
+    },
+    #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session, and {} bytes of them); names nobody asks for are dropped after --idle-timeout", kind.type_url(), session::NAME_BYTES)]
+    TooManyNames { kind: ResourceType, max: usize },
+    #[error("node is not a valid envoy.config.core.v3.Node: {0}")]
+    InvalidNode(String),
+    /// A gRPC control plane keys config on the node id; an empty one would
+    /// open an upstream session for nobody.
+    #[error("the request names no node id; the upstream control plane serves config per node, so send one (\"node\": {{\"id\": \"...\"}} in a POST body, ?node=ID in a GET)")]
+    NoNodeId,
+    #[error("the {origin} did not load: {problem}; see the admin /readyz for every problem")]
+    NotLoaded { origin: String, problem: String },
+    #[error("the upstream's API is still being probed (--upstream-mode auto)")]
+    Probing,
+    /// `from` says what should have answered: "the upstream", "the snapshot".
+    #[error("{from} has not answered for {} within {within:?}", kind.type_url())]
+    NoAnswer {
+        from: &'static str,
+        kind: ResourceType,
+        within: Duration,
+    },
+    /// The upstream refused the type for this session: it is set aside
+    /// (`unserved.rs`) and not asked for again until `retry_in` has passed.
+    #[error("{} is not served for this node: {refused}; the gateway asks the upstream again in {}s if a client still asks (the node's other types are unaffected)", kind.type_url(), retry_in.as_secs())]
+    Unserved {
+        kind: ResourceType,
+        refused: unserved::Refused,
+        retry_in: Duration,
+    },
+    /// The upstream answered, and the gateway refused (NACKed) the answer:
+    /// never reported as an upstream that did not answer.
+    #[error("the upstream answered {} but the gateway refused the answer (NACK): {detail}; it serves the type again once the upstream sends an answer it accepts (see the admin /debug/sessions)", kind.type_url())]
+    Refused { kind: ResourceType, detail: String },
+    #[error(transparent)]
+    Upstream(#[from] CallError),
+    #[error("{what} is passed through to a gRPC upstream; this gateway serves a snapshot (start it with --upstream)")]
+    NoUpstream { what: String },
+    /// VHDS and LEDS exist over delta xDS only.
+    #[error("{} is served over delta xDS only, for tooling (Envoy cannot poll it over REST); this gateway is fed by {from}: start it with --upstream-mode delta to read it", kind.type_url())]
+    DeltaOnly { kind: ResourceType, from: String },
+}
+
+/// Why a unary call to the upstream failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum CallError {
+    #[error("upstream {method} failed: {code:?}: {message}")]
+    Upstream {
+        method: String,
+        code: Code,
+        message: String,
+    },
+    #[error("upstream answer rejected: {0}")]
+    BadAnswer(String),
+}

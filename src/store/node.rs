@@ -1,0 +1,283 @@
+//! The node a session sends upstream, held as protobuf bytes, with its
+//! `extensions` (most of an Envoy node: 516 of them, ~77 KB of JSON, in
+//! Envoy 1.40) interned: every node identity of a fleet runs the same Envoy
+//! build, so the sessions of 1,000 identities hold one copy of the list,
+//! not 1,000 decoded ones. The rest of the node (id, cluster, metadata,
+//! locality, build version) is the session's own.
+//!
+//! Protobuf lets a message be encoded in parts, and prost writes a
+//! message's fields in tag order: the node's fields before `extensions`
+//! (tag 9), then the extensions, then its fields after them (tags 10-12)
+//! are the node's encoding as prost writes it. The session holds its own
+//! fields as those two parts (one buffer and where the second begins,
+//! [`NodeBytes`]), and every request upstream that carries the node (by
+//! default each one, as Envoy sends it) writes the three parts into its
+//! frame as they are (`crate::upstream::outbound`): nothing decoded or re-encoded
+//! per request.
+//!
+//! The interner holds its lists weakly: a list lives while a session holds
+//! it, and dead entries are swept as the map grows.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use prost::Message;
+use sha2::{Digest as _, Sha256};
+
+use super::view::SentNodeView;
+use super::SourceError;
+use crate::cache::Intake;
+
+/// A session's node: its own fields, encoded, and its shared extension list.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionNode {
+    pub(crate) id: String,
+    pub(crate) cluster: String,
+    /// The node as encoded, in parts.
+    bytes: NodeBytes,
+    /// How many extensions that list holds.
+    extension_count: usize,
+}
+
+/// A node's encoding in parts: the node's own fields before `extensions`,
+/// its `extensions` field, its own fields after it. In that order they are
+/// what prost writes for the node; cloned with two reference counts.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeBytes {
+    /// The node without its extensions, encoded: its fields before
+    /// `extensions`, then (from `split`) those after.
+    own: Bytes,
+    /// Where the fields after `extensions` begin in `own`.
+    split: usize,
+    /// Its `extensions` field alone, encoded; shared by every node sending
+    /// the same list.
+    extensions: Arc<Bytes>,
+}
+
+impl NodeBytes {
+    /// The node's encoding, as the three slices to write in order.
+    pub(crate) fn parts(&self) -> [&[u8]; 3] {
+        let (before, after) = self.own.split_at(self.split);
+        [before, self.extensions.as_ref(), after]
+    }
+
+    /// The length of the node's encoding.
+    pub(crate) fn len(&self) -> usize {
+        self.own.len() + self.extensions.len()
+    }
+}
+
+impl SessionNode {
+    /// The node's encoding, for a request upstream to carry.
+    pub(crate) fn bytes(&self) -> NodeBytes {
+        self.bytes.clone()
+    }
+
+    /// The node as sent upstream. Decodes what was encoded from a valid
+    /// node, so it cannot fail; an empty node if it ever did.
+    #[cfg(test)]
+    pub(crate) fn node(&self) -> Node {
+        let mut bytes = Vec::with_capacity(self.bytes.len());
+        for part in self.bytes.parts() {
+            bytes.extend_from_slice(part);
+        }
+        Node::decode(bytes.as_slice()).unwrap_or_default()
+    }
+
+    /// What the upstream is told of the client beyond the session key:
+    /// the fields of the node that opened the session (issue 38, finding
+    /// 12). Decodes the node's own bytes, not its extension list.
+    pub(crate) fn sent_view(&self) -> SentNodeView {
+        let node = Node::decode(self.bytes.own.as_ref()).unwrap_or_default();
+        SentNodeView {
+            user_agent_name: node.user_agent_name,
+            user_agent_version: node
+                .user_agent_version_type
+                .map(|version| match version {
+                    UserAgentVersionType::UserAgentVersion(version) => version,
+                    UserAgentVersionType::UserAgentBuildVersion(build) => {
+                        let v = build.version.unwrap_or_default();
+                        format!("{}.{}.{}", v.major_number, v.minor_number, v.patch)
+                    }
+                })
+                .unwrap_or_default(),
+            client_features: node.client_features,
+            extensions: self.extension_count,
+        }
+    }
+
+    /// Bytes it holds of its own (the shared list not counted).
+    #[cfg(test)]
+    pub(crate) fn own_bytes(&self) -> usize {
+        self.bytes.own.len()
+    }
+
+    /// Whether two nodes share one extension list.
+    #[cfg(test)]
+    pub(crate) fn shares_extensions_with(&self, other: &SessionNode) -> bool {
+        Arc::ptr_eq(&self.bytes.extensions, &other.bytes.extensions)
+    }
+}
+
+impl From<Node> for SessionNode {
+    /// A node holding its extension list alone (shared with no other).
+    fn from(node: Node) -> SessionNode {
+        NodeInterner::default().intern(node)
+    }
+}
+
+impl Default for SessionNode {
+    fn default() -> SessionNode {
+        SessionNode::from(Node::default())
+    }
+}
+
+/// The extension lists sessions hold, by SHA-256 of their encoding.
+#[derive(Debug, Default)]
+pub(crate) struct NodeInterner {
+    lists: Mutex<Lists>,
+}
+
+#[derive(Debug, Default)]
+struct Lists {
+    by_digest: HashMap<[u8; 32], Weak<Bytes>>,
+    /// Size of the map after the last sweep of dead entries.
+    swept_at: usize,
+}
+
+impl NodeInterner {
+    /// `node` as a session holds it: its extension list taken from a
+    /// session that holds the same one, if any.
+    pub(crate) fn intern(&self, mut node: Node) -> SessionNode {
+        let extension_count = node.extensions.len();
+        let extensions = Node {
+            extensions: std::mem::take(&mut node.extensions),
+            ..Node::default()
+        }
+        .encode_to_vec();
+        let digest: [u8; 32] = Sha256::digest(&extensions).into();
+        let extensions = {
+            let mut lists = crate::sync::lock(&self.lists);
+            match lists.by_digest.get(&digest).and_then(Weak::upgrade) {
+                Some(held) => held,
+                None => {
+                    let list = Arc::new(Bytes::from(extensions));
+                    lists.by_digest.insert(digest, Arc::downgrade(&list));
+                    lists.sweep();
+                    list
+                }
+            }
+        };
+        // The fields prost writes after `extensions` (tags 10, 11, 12);
+        // `listening_addresses` is deprecated, and still sent when set.
+        #[allow(deprecated)]
+        let after = Node {
+            client_features: std::mem::take(&mut node.client_features),
+            listening_addresses: std::mem::take(&mut node.listening_addresses),
+            dynamic_parameters: std::mem::take(&mut node.dynamic_parameters),
+            ..Node::default()
+        };
+        let mut own = node.encode_to_vec();
+        let split = own.len();
+        own.extend_from_slice(&after.encode_to_vec());
+        SessionNode {
+            bytes: NodeBytes {
+                own: Bytes::from(own),
+                split,
+                extensions,
+            },
+            id: node.id,
+            cluster: node.cluster,
+            extension_count,
+        }
+    }
+
+    /// Lists held now (dead entries swept first).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        let mut lists = crate::sync::lock(&self.lists);
+        lists.by_digest.retain(|_, list| list.strong_count() > 0);
+        lists.by_digest.len()
+    }
+}
+
+impl Lists {
+    /// Drops dead entries once the map has doubled since the last sweep,
+    /// so it stays within twice the lists alive (amortised O(1)).
+    fn sweep(&mut self) {
+        if self.by_digest.len() >= 2 * self.swept_at.max(8) {
+            self.by_digest.retain(|_, list| list.strong_count() > 0);
+            self.swept_at = self.by_digest.len();
+        }
+    }
+}
+
+/// A request's `node` JSON as a protobuf `Node` (empty if absent).
+pub(crate) fn decode_node(intake: &Intake, node: Option<&[u8]>) -> Result<Node, SourceError> {
+    let Some(raw) = node else {
+        return Ok(Node::default());
+    };
+    intake
+        .codec()
+        .parse_prost("envoy.config.core.v3.Node", raw, true)
+        .map_err(|e| SourceError::InvalidNode(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::Extension;
+
+    fn node(id: &str, extensions: usize) -> Node {
+        Node {
+            id: id.into(),
+            cluster: "c".into(),
+            user_agent_name: "envoy".into(),
+            extensions: (0..extensions)
+                .map(|i| Extension {
+                    name: format!("envoy.ext.{i}"),
+                    category: "envoy.filters".into(),
+                    type_urls: vec![format!("type.googleapis.com/ext.{i}")],
+                    ..Extension::default()
+                })
+                .collect(),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn identities_share_one_extension_list_and_get_their_node_back() {
+        let interner = NodeInterner::default();
+        let a = interner.intern(node("a", 500));
+        let b = interner.intern(node("b", 500));
+        assert!(a.shares_extensions_with(&b));
+        assert_eq!(a.node(), node("a", 500));
+        assert_eq!(b.node(), node("b", 500));
+        assert_eq!((a.id.as_str(), a.cluster.as_str()), ("a", "c"));
+        assert!(a.own_bytes() < 64, "{}", a.own_bytes());
+        // Another list is another entry.
+        let c = interner.intern(node("c", 3));
+        assert!(!c.shares_extensions_with(&a));
+        assert_eq!(c.node(), node("c", 3));
+        assert_eq!(interner.held(), 2);
+        // A list no session holds is dropped.
+        drop(c);
+        assert_eq!(interner.held(), 1);
+    }
+
+    #[test]
+    fn the_map_is_swept_of_lists_no_session_holds() {
+        let interner = NodeInterner::default();
+        let kept = interner.intern(node("kept", 1));
+        for i in 0..1000 {
+            drop(interner.intern(node("n", i % 300 + 2)));
+        }
+        let lists = interner.lists.lock().unwrap();
+        assert!(lists.by_digest.len() <= 16, "{}", lists.by_digest.len());
+        drop(lists);
+        assert_eq!(kept.node(), node("kept", 1));
+    }
+}

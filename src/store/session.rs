@@ -1,0 +1,741 @@
+//! One session: the state shared by every REST client of one node identity
+//! (fan-in), what they subscribed to, and the channel that tells the task
+//! feeding the session (an upstream stream, or the snapshot) what changed.
+//!
+//! The session never talks to the network itself; its feeder does, and
+//! publishes each accepted state here through a `watch` channel per type,
+//! which is what waiting and long-polling requests wait on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::node::SessionNode;
+use super::unserved::Unserved;
+use super::upstream_log::{stamp, UpstreamLog};
+use super::view::{LastError, Placement, Placements, SessionTypeView, SessionView, StreamView};
+use crate::cache::{Coverage, Names, TypeState};
+use crate::observe::Recorder;
+use crate::sync::lock;
+use crate::xds::ResourceType;
+
+/// How long after a subscription a request stops waiting for the upstream
+/// to prove it answered, and takes the current state as the answer.
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
+
+/// What a session asks of its upstream stream task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Command {
+    /// The subscription for this type changed: send it.
+    Resubscribe(ResourceType),
+    /// A REST client seems to have rejected `current`: NACK upstream.
+    Nack {
+        kind: ResourceType,
+        presented: String,
+        message: String,
+    },
+}
+
+impl Command {
+    /// The type it is about.
+    pub(crate) fn kind(&self) -> ResourceType {
+        match self {
+            Command::Resubscribe(kind) | Command::Nack { kind, .. } => *kind,
+        }
+    }
+}
+
+/// When clients first and last asked for one name (or the wildcard).
+#[derive(Debug, Clone, Copy)]
+struct Interest {
+    first: Instant,
+    last: Instant,
+}
+
+impl Interest {
+    fn new(now: Instant) -> Interest {
+        Interest {
+            first: now,
+            last: now,
+        }
+    }
+}
+
+/// Bytes of names one type of one session may subscribe to: with
+/// `--max-names-per-session` counting them, long names (a body may carry
+/// megabytes of one) cannot make a session hold more than this.
+pub(super) const NAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// What the node's clients want of one type.
+#[derive(Debug, Default)]
+struct Subscription {
+    wildcard: Option<Interest>,
+    names: BTreeMap<String, Interest>,
+    /// Bytes of the names (their lengths summed).
+    bytes: usize,
+}
+
+impl Subscription {
+    fn coverage(&self) -> Coverage {
+        Coverage {
+            wildcard: self.wildcard.is_some(),
+            names: self.names.keys().cloned().collect(),
+        }
+    }
+
+    /// Records interest in `names` at `now`. Returns whether that widened
+    /// the subscription, and when the newest part of `names` was first asked
+    /// for; or, recording nothing, `Err` when that would subscribe more than
+    /// `max` names or [`NAME_BYTES`] of them.
+    fn ask(
+        &mut self,
+        names: &Names,
+        now: Instant,
+        max: usize,
+    ) -> Result<(bool, Instant), TooManyNames> {
+        if let Names::Named(set) = names {
+            let (new, bytes) = set
+                .iter()
+                .filter(|n| !self.names.contains_key(*n))
+                .fold((0, 0), |(count, bytes), n| (count + 1, bytes + n.len()));
+            if new > 0 && (self.names.len() + new > max || self.bytes + bytes > NAME_BYTES) {
+                return Err(TooManyNames { max });
+            }
+        }
+        Ok(match names {
+            Names::Wildcard => match &mut self.wildcard {
+                Some(interest) => {
+                    interest.last = now;
+                    (false, interest.first)
+                }
+                None => {
+                    self.wildcard = Some(Interest::new(now));
+                    (true, now)
+                }
+            },
+            Names::Named(set) => {
+                let (mut widened, mut newest) = (false, None::<Instant>);
+                for name in set {
+                    let first = match self.names.get_mut(name) {
+                        Some(interest) => {
+                            interest.last = now;
+                            interest.first
+                        }
+                        None => {
+                            self.names.insert(name.clone(), Interest::new(now));
+                            self.bytes += name.len();
+                            widened = true;
+                            now
+                        }
+                    };
+                    newest = Some(newest.map_or(first, |n| n.max(first)));
+                }
+                (widened, newest.unwrap_or(now))
+            }
+        })
+    }
+}
+
+/// Where a type's states arrive, for requests to wait on.
+pub(super) type StateRx = watch::Receiver<Option<Arc<TypeState>>>;
+
+/// A subscription would grow past the per-session limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooManyNames {
+    pub(super) max: usize,
+}
+
+/// Per-type slot of a session.
+#[derive(Debug)]
+struct TypeSlot {
+    state: watch::Sender<Option<Arc<TypeState>>>,
+    subscription: Mutex<Subscription>,
+}
+
+/// The shared upstream session of one node identity.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The node sent upstream: the first client's, as it sent it (its
+    /// extension list shared with every session sending the same one).
+    pub(crate) node: SessionNode,
+    slots: Vec<TypeSlot>,
+    commands: mpsc::UnboundedSender<Command>,
+    last_poll: Mutex<Instant>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    /// Set while an upstream stream is down after having served: the state
+    /// is still served, marked stale since then.
+    stale_since: Mutex<Option<SystemTime>>,
+    /// The streams that are down: the aggregated one (`None`), or the types
+    /// whose own stream is (`--upstream-streams per-type`). The session is
+    /// fresh again only when none is.
+    down: Mutex<BTreeSet<Option<ResourceType>>>,
+    /// Why the upstream stream last ended, and when; cleared when it answers.
+    last_error: Mutex<Option<(SystemTime, String)>>,
+    /// What the upstream stream did last (for `/debug/sessions`).
+    pub(crate) upstream: UpstreamLog,
+    /// Which upstream each stream is on and why, when a failover could
+    /// move it (the aggregated one: `None`; a type's own: the type).
+    placements: Mutex<BTreeMap<Option<ResourceType>, Placement>>,
+    /// Requests being served now (a held long poll keeps the session alive).
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// Where every state published and every NACK sent is recorded (the
+    /// config history, which outlives the session); `None` in unit tests.
+    history: Option<Recorder>,
+    /// The types the upstream refused, set aside (`unserved.rs`).
+    pub(crate) unserved: Unserved,
+}
+
+impl Session {
+    /// A new session and the receiving end of its command channel (for `ads`).
+    #[cfg(test)]
+    pub(crate) fn new(
+        node: impl Into<SessionNode>,
+    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+        Session::recorded(node, None)
+    }
+
+    /// A new session recording its states and NACKs through `history`.
+    pub(super) fn recorded(
+        node: impl Into<SessionNode>,
+        history: Option<Recorder>,
+    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+        let node = node.into();
+        let (commands, rx) = mpsc::unbounded_channel();
+        let slots = ResourceType::ALL
+            .iter()
+            .map(|_| TypeSlot {
+                state: watch::Sender::new(None),
+                subscription: Mutex::default(),
+            })
+            .collect();
+        let session = Arc::new(Session {
+            node,
+            slots,
+            commands,
+            last_poll: Mutex::new(Instant::now()),
+            task: Mutex::new(None),
+            stale_since: Mutex::new(None),
+            down: Mutex::default(),
+            last_error: Mutex::new(None),
+            upstream: UpstreamLog::default(),
+            placements: Mutex::default(),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            history,
+            unserved: Unserved::default(),
+        });
+        (session, rx)
+    }
+
+    fn slot(&self, kind: ResourceType) -> &TypeSlot {
+        // `slots` has one entry per ResourceType::ALL, in order.
+        &self.slots[kind as usize]
+    }
+
+    /// Attaches the upstream task, aborted when the session closes.
+    pub(super) fn attach_task(&self, task: JoinHandle<()>) {
+        *lock(&self.task) = Some(task);
+    }
+
+    /// Stops the upstream task. Waiting requests see their channels close.
+    pub(super) fn close(&self) {
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
+    }
+
+    /// The upstream stream `lane` (`None`: the aggregated one; a type: its
+    /// own stream) broke for `reason`. A session that has served state
+    /// serves it stale from now on (the first break counts; later ones do
+    /// not move the time); one that never had state is still waiting.
+    pub(crate) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
+        lock(&self.down).insert(lane);
+        *lock(&self.last_error) = Some((SystemTime::now(), reason));
+        if self.has_state() {
+            lock(&self.stale_since).get_or_insert_with(SystemTime::now);
+        }
+    }
+
+    /// The upstream answered again on `lane`: fresh once no stream is down.
+    pub(crate) fn mark_fresh(&self, lane: Option<ResourceType>) {
+        let mut down = lock(&self.down);
+        down.remove(&lane);
+        if down.is_empty() {
+            *lock(&self.stale_since) = None;
+            *lock(&self.last_error) = None;
+        }
+    }
+
+    /// The stream `lane` is on `placement` now.
+    pub(crate) fn place(&self, lane: Option<ResourceType>, placement: Placement) {
+        lock(&self.placements).insert(lane, placement);
+    }
+
+    /// Where each stream is, by lane (empty without failover).
+    pub(super) fn placements(&self) -> Vec<(Option<ResourceType>, Placement)> {
+        lock(&self.placements)
+            .iter()
+            .map(|(lane, p)| (*lane, p.clone()))
+            .collect()
+    }
+
+    /// Whether any of its streams is on a failover upstream now.
+    pub(super) fn failed_over(&self) -> bool {
+        lock(&self.placements).values().any(Placement::on_failover)
+    }
+
+    /// Whether the upstream has answered this session for any type.
+    pub(crate) fn has_state(&self) -> bool {
+        self.slots.iter().any(|slot| slot.state.borrow().is_some())
+    }
+
+    /// Why the upstream stream last ended, and when, unless it answered since.
+    pub(super) fn last_error(&self) -> Option<(SystemTime, String)> {
+        lock(&self.last_error).clone()
+    }
+
+    /// Since when the state served is stale, if it is.
+    pub(super) fn stale_since(&self) -> Option<SystemTime> {
+        *lock(&self.stale_since)
+    }
+
+    /// Marks a poll now (keeps the session from idling out).
+    pub(super) fn touch(&self) {
+        *lock(&self.last_poll) = Instant::now();
+    }
+
+    /// How long no request has been served: zero while one is in flight.
+    pub(super) fn idle_for(&self, now: Instant) -> Duration {
+        if self.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
+        now.saturating_duration_since(*lock(&self.last_poll))
+    }
+
+    /// Marks a request in flight until the guard drops (then counts as a poll).
+    pub(super) fn serving(self: &Arc<Self>) -> InFlight {
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    /// Records that a client wants `names` of `kind`; asks the upstream task
+    /// to resubscribe if that widens the subscription. Also says whether every
+    /// part of `names` was first asked for at least `settle` ago: such a
+    /// request need not wait for the upstream to prove it answered (servers
+    /// send nothing for names that do not exist; waiting the first-response
+    /// timeout on every poll would outlast Envoy's 1 s request timeout). The
+    /// first polls after a subscription still wait. A request that would
+    /// subscribe the type to more than `max_names` names records nothing
+    /// and is refused.
+    pub(crate) fn want(
+        &self,
+        kind: ResourceType,
+        names: &Names,
+        settle: Duration,
+        max_names: usize,
+    ) -> Result<(StateRx, bool), TooManyNames> {
+        let now = Instant::now();
+        let (widened, newest) = lock(&self.slot(kind).subscription).ask(names, now, max_names)?;
+        if widened {
+            self.send(Command::Resubscribe(kind));
+        }
+        let settled = now.saturating_duration_since(newest) >= settle;
+        Ok((self.slot(kind).state.subscribe(), settled))
+    }
+
+    /// Drops names (and wildcard interest) no client asked for within `ttl`,
+    /// resubscribing the types that narrowed.
+    pub(crate) fn prune(&self, now: Instant, ttl: Duration) {
+        for kind in ResourceType::ALL {
+            let narrowed = {
+                let mut sub = lock(&self.slot(kind).subscription);
+                let before = (sub.wildcard.is_some(), sub.names.len());
+                let fresh = |i: &Interest| now.saturating_duration_since(i.last) < ttl;
+                sub.names.retain(|_, interest| fresh(interest));
+                sub.bytes = sub.names.keys().map(String::len).sum();
+                if sub.wildcard.as_ref().is_some_and(|i| !fresh(i)) {
+                    sub.wildcard = None;
+                }
+                before != (sub.wildcard.is_some(), sub.names.len())
+            };
+            if narrowed {
+                self.send(Command::Resubscribe(kind));
+            }
+        }
+    }
+
+    /// The subscription to send upstream for `kind`, or `None` if no client
+    /// has asked for it.
+    pub(crate) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+        if self.unserved.check(kind, Instant::now()).is_some() {
+            // Set aside: the upstream refused it; not asked again yet.
+            return None;
+        }
+        let sub = lock(&self.slot(kind).subscription);
+        (sub.wildcard.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
+    }
+
+    /// The types subscribed and never answered, each with when a client
+    /// first asked for it: what an aggregated stream ending with an
+    /// application error may have ended for.
+    pub(crate) fn unanswered(&self) -> Vec<(ResourceType, Instant)> {
+        ResourceType::ALL
+            .into_iter()
+            .filter(|kind| self.state(*kind).is_none())
+            .filter_map(|kind| {
+                let sub = lock(&self.slot(kind).subscription);
+                let firsts = sub.wildcard.iter().chain(sub.names.values());
+                firsts.map(|i| i.first).min().map(|first| (kind, first))
+            })
+            .collect()
+    }
+
+    /// Names to put in a SotW request: empty for a plain wildcard, `*` plus
+    /// the names when a wildcard and names are both wanted.
+    pub(crate) fn request_names(coverage: &Coverage) -> Vec<String> {
+        let names: Vec<String> = coverage.names.iter().cloned().collect();
+        if coverage.wildcard && !names.is_empty() {
+            std::iter::once("*".to_owned()).chain(names).collect()
+        } else {
+            names
+        }
+    }
+
+    /// The state of `kind` served now, if the upstream answered it.
+    pub(crate) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+        self.slot(kind).state.borrow().clone()
+    }
+
+    /// Publishes an accepted state of `kind` to every waiting request.
+    pub(crate) fn publish(&self, state: TypeState) {
+        let state = Arc::new(state);
+        if let Some(history) = &self.history {
+            history.published(&state);
+        }
+        self.slot(state.kind).state.send_replace(Some(state));
+    }
+
+    /// Records in the config history that the gateway NACKed the response
+    /// `nonce` of `kind` at `version` (the upstream's), saying `detail`.
+    /// (`upstream.nacked` records what `/debug/sessions` shows: the
+    /// version presented in the NACK.)
+    pub(crate) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
+        if let Some(history) = &self.history {
+            history.nacked(kind, version, nonce, detail);
+        }
+    }
+
+    /// Queues a command for the upstream task (dropped if it has stopped).
+    pub(super) fn send(&self, command: Command) {
+        let _ = self.commands.send(command);
+    }
+
+    /// The state of every type the upstream has answered.
+    pub(super) fn states(&self) -> Vec<Arc<TypeState>> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.state.borrow().clone())
+            .collect()
+    }
+
+    /// This session as `/debug/sessions` shows it: the node, `source` (what
+    /// feeds it), the upstream stream (when `streamed`: a snapshot has none),
+    /// and per type wanted or served the version, the names subscribed and
+    /// the last ACK/NACK sent.
+    pub(super) fn view(&self, source: String, streamed: bool) -> SessionView {
+        let types = ResourceType::ALL
+            .iter()
+            .filter_map(|kind| {
+                let slot = self.slot(*kind);
+                let state = slot.state.borrow().clone();
+                let subscription = lock(&slot.subscription);
+                if state.is_none()
+                    && subscription.wildcard.is_none()
+                    && subscription.names.is_empty()
+                {
+                    return None;
+                }
+                let view = SessionTypeView {
+                    version: state.as_ref().map(|s| s.version.clone()),
+                    resources: state.as_ref().map(|s| s.resources.len()),
+                    wildcard: subscription.wildcard.is_some(),
+                    names: subscription
+                        .names
+                        .keys()
+                        .take(NAMES_SHOWN)
+                        .cloned()
+                        .collect(),
+                    name_count: subscription.names.len(),
+                    last_reply: self.upstream.last_reply(*kind),
+                };
+                Some((kind.short_name(), view))
+            })
+            .collect();
+        SessionView {
+            node_id: self.node.id.clone(),
+            cluster: self.node.cluster.clone(),
+            source,
+            serves: None,
+            stream: streamed.then(|| self.stream_view()),
+            node_sent: self.node.sent_view(),
+            requests_in_flight: self.in_flight.load(std::sync::atomic::Ordering::Acquire),
+            types,
+        }
+    }
+
+    /// The upstream stream of this session.
+    fn stream_view(&self) -> StreamView {
+        let (phase, since) = self.upstream.stream();
+        StreamView {
+            phase,
+            since,
+            stale_since: self.stale_since().map(stamp),
+            last_error: self.last_error().map(|(at, error)| LastError {
+                at: stamp(at),
+                error,
+            }),
+            placement: self.placement(),
+        }
+    }
+
+    /// Where its streams are, when a failover could move them: the
+    /// aggregated stream's placement, or each stream's by lane.
+    fn placement(&self) -> Option<Placements> {
+        let placements = self.placements();
+        match placements.as_slice() {
+            [] => None,
+            [(None, placement)] => Some(Placements::Aggregated(placement.clone())),
+            lanes => Some(Placements::PerStream(
+                lanes
+                    .iter()
+                    .map(|(lane, p)| (lane.map_or("ads", ResourceType::short_name), p.clone()))
+                    .collect(),
+            )),
+        }
+    }
+}
+
+/// Names listed per type in a session's view (the count is always given).
+const NAMES_SHOWN: usize = 20;
+
+/// A request in flight on a session; see [`Session::serving`].
+#[derive(Debug)]
+pub(super) struct InFlight(Arc<Session>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Waits up to `timeout` for a state of `rx` that covers `names`. Returns the
+/// covering state, else the latest state (the names may simply not exist
+/// upstream), else `None` when the upstream has not answered at all.
+pub(super) async fn wait_for_coverage(
+    mut rx: watch::Receiver<Option<Arc<TypeState>>>,
+    names: &Names,
+    timeout: Duration,
+) -> Option<Arc<TypeState>> {
+    let covered = |s: &Option<Arc<TypeState>>| s.as_ref().is_some_and(|s| s.coverage.covers(names));
+    let waited = match tokio::time::timeout(timeout, rx.wait_for(covered)).await {
+        Ok(Ok(state)) => Some(state.clone()),
+        _ => None,
+    };
+    waited.unwrap_or_else(|| rx.borrow().clone())
+}
+
+/// Waits up to `wait` for a state other than `seen` (a long poll).
+pub(super) async fn wait_for_change(
+    mut rx: watch::Receiver<Option<Arc<TypeState>>>,
+    seen: &Arc<TypeState>,
+    wait: Duration,
+) -> Arc<TypeState> {
+    let changed = |s: &Option<Arc<TypeState>>| s.as_ref().is_some_and(|s| !Arc::ptr_eq(s, seen));
+    match tokio::time::timeout(wait, rx.wait_for(changed)).await {
+        Ok(Ok(state)) => state.clone().unwrap_or_else(|| seen.clone()),
+        _ => seen.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::Node;
+
+    const MAX: usize = usize::MAX;
+
+    fn names(n: &[&str]) -> Names {
+        Names::from_request(n.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[tokio::test]
+    async fn with_per_type_streams_the_session_is_fresh_only_when_every_stream_is() {
+        let (s, _rx) = Session::new(Node::default());
+        s.publish(TypeState::new(
+            ResourceType::Clusters,
+            "1".into(),
+            String::new(),
+            BTreeMap::new(),
+            crate::cache::Coverage::default(),
+        ));
+        let (cds, eds) = (Some(ResourceType::Clusters), Some(ResourceType::Endpoints));
+        s.stream_failed(cds, "down".into());
+        s.stream_failed(eds, "down".into());
+        let since = s.stale_since().expect("stale once a stream broke");
+        // One stream answering again is not all of them.
+        s.mark_fresh(eds);
+        assert_eq!(s.stale_since(), Some(since));
+        s.mark_fresh(cds);
+        assert_eq!(s.stale_since(), None);
+        // The aggregated stream is one lane of its own.
+        s.stream_failed(None, "down".into());
+        assert!(s.stale_since().is_some());
+        s.mark_fresh(None);
+        assert_eq!(s.stale_since(), None);
+    }
+
+    #[tokio::test]
+    async fn a_subscription_cannot_grow_past_its_limit() {
+        let (s, _rx) = Session::new(Node::default());
+        let eds = ResourceType::Endpoints;
+        s.want(eds, &names(&["a", "b"]), SETTLE, 3).unwrap();
+        assert_eq!(
+            s.want(eds, &names(&["c", "d"]), SETTLE, 3).unwrap_err(),
+            TooManyNames { max: 3 }
+        );
+        // Nothing of the refused request was recorded; names already held
+        // and the wildcard are always fine.
+        assert_eq!(s.subscription(eds).unwrap().names.len(), 2);
+        s.want(eds, &names(&["a", "b"]), SETTLE, 2).unwrap();
+        s.want(eds, &Names::Wildcard, SETTLE, 2).unwrap();
+        s.want(eds, &names(&["c"]), SETTLE, 3).unwrap();
+    }
+
+    /// Issue 20, finding 4: the names of a session are bounded in bytes as
+    /// well as in count (a 4 MiB body can carry one name of 4 MiB).
+    #[tokio::test]
+    async fn a_subscription_cannot_grow_past_its_bytes() {
+        let (s, _rx) = Session::new(Node::default());
+        let eds = ResourceType::Endpoints;
+        let long = |i: usize| format!("{i}{}", "x".repeat(1 << 20));
+        let batch =
+            |from: usize| Names::from_request((from..from + 4).map(long).collect::<Vec<_>>());
+        for i in 0..3 {
+            s.want(eds, &batch(4 * i), SETTLE, MAX).unwrap();
+        }
+        assert!(s.want(eds, &batch(100), SETTLE, MAX).is_err());
+        assert_eq!(s.subscription(eds).unwrap().names.len(), 12);
+        // Pruned names give their bytes back.
+        s.prune(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(1),
+        );
+        s.want(eds, &batch(100), SETTLE, MAX).unwrap();
+    }
+
+    #[tokio::test]
+    async fn want_resubscribes_only_when_widened_and_prune_narrows() {
+        let (s, mut rx) = Session::new(Node::default());
+        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE, MAX)
+            .unwrap();
+        s.want(ResourceType::Endpoints, &names(&["a"]), SETTLE, MAX)
+            .unwrap();
+        s.want(ResourceType::Endpoints, &names(&["a", "b"]), SETTLE, MAX)
+            .unwrap();
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Command::Resubscribe(ResourceType::Endpoints)
+        );
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Command::Resubscribe(ResourceType::Endpoints)
+        );
+        assert!(rx.try_recv().is_err());
+        let cov = s.subscription(ResourceType::Endpoints).unwrap();
+        assert_eq!(Session::request_names(&cov), ["a", "b"]);
+        assert!(s.subscription(ResourceType::Clusters).is_none());
+
+        s.prune(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Command::Resubscribe(ResourceType::Endpoints)
+        );
+        assert!(s.subscription(ResourceType::Endpoints).is_none());
+    }
+
+    #[test]
+    fn ask_reports_widening_and_the_newest_first_ask() {
+        let mut sub = Subscription::default();
+        let t0 = Instant::now();
+        let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        assert_eq!(sub.ask(&names(&["a"]), t0, MAX), Ok((true, t0)));
+        assert_eq!(
+            sub.ask(&names(&["a"]), t1, MAX),
+            Ok((false, t0)),
+            "first ask is kept"
+        );
+        // a new name is as young as it gets, whatever its companions
+        assert_eq!(sub.ask(&names(&["a", "b"]), t2, MAX), Ok((true, t2)));
+        assert_eq!(sub.ask(&Names::Wildcard, t1, MAX), Ok((true, t1)));
+        assert_eq!(sub.ask(&Names::Wildcard, t2, MAX), Ok((false, t1)));
+        assert_eq!(sub.names["a"].last, t2, "last ask is updated");
+    }
+
+    #[tokio::test]
+    async fn want_says_whether_the_names_are_settled() {
+        let (s, _rx) = Session::new(Node::default());
+        assert!(
+            !s.want(
+                ResourceType::Endpoints,
+                &names(&["a"]),
+                Duration::from_secs(3600),
+                MAX
+            )
+            .unwrap()
+            .1
+        );
+        assert!(
+            s.want(ResourceType::Endpoints, &names(&["a"]), Duration::ZERO, MAX)
+                .unwrap()
+                .1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_keeps_the_session_from_idling() {
+        let (s, _rx) = Session::new(Node::default());
+        let later = Instant::now() + Duration::from_secs(600);
+        assert!(s.idle_for(later) >= Duration::from_secs(599));
+        let held = s.serving();
+        assert_eq!(s.idle_for(later), Duration::ZERO);
+        drop(held);
+        assert!(
+            s.idle_for(Instant::now()) < Duration::from_secs(1),
+            "the end of a request counts as a poll"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_are_bounded() {
+        let (s, _rx) = Session::new(Node::default());
+        let (rx, _) = s
+            .want(ResourceType::Clusters, &Names::Wildcard, SETTLE, MAX)
+            .unwrap();
+        assert!(
+            wait_for_coverage(rx, &Names::Wildcard, Duration::from_secs(5))
+                .await
+                .is_none()
+        );
+    }
+}

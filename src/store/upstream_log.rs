@@ -1,0 +1,180 @@
+//! What a session's upstream stream did last, for `/debug/sessions`: its
+//! phase (connecting, open) and since when, and per type the last ACK or
+//! NACK sent. Written by the stream driver and the protocols; read only by
+//! views ([`super::view`]). Nothing decides on it.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use super::view::{Phase, ReplyKind, ReplyView};
+use crate::xds::ResourceType;
+
+/// One reply the gateway sent upstream for a response.
+#[derive(Debug, Clone)]
+struct Reply {
+    at: SystemTime,
+    version: String,
+    /// `None` for an ACK; the `error_detail` of a NACK.
+    nack: Option<String>,
+    /// How many replies of the type in a row were this one (the same kind,
+    /// the same `error_detail`): a NACK loop shows as a count that runs up.
+    in_a_row: u64,
+}
+
+#[derive(Debug)]
+struct Log {
+    phase: Phase,
+    since: SystemTime,
+    replies: BTreeMap<ResourceType, Reply>,
+}
+
+/// The upstream log of one session.
+#[derive(Debug)]
+pub(crate) struct UpstreamLog(Mutex<Log>);
+
+impl Default for UpstreamLog {
+    fn default() -> Self {
+        UpstreamLog(Mutex::new(Log {
+            phase: Phase::Idle,
+            since: SystemTime::now(),
+            replies: BTreeMap::new(),
+        }))
+    }
+}
+
+impl UpstreamLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        crate::sync::lock(&self.0)
+    }
+
+    /// The stream entered `phase` now.
+    pub(crate) fn phase(&self, phase: Phase) {
+        let mut log = self.lock();
+        if log.phase != phase {
+            log.phase = phase;
+            log.since = SystemTime::now();
+        }
+    }
+
+    /// An ACK of `version` of `kind` was sent.
+    pub(crate) fn acked(&self, kind: ResourceType, version: &str) {
+        self.reply(kind, version, None);
+    }
+
+    /// A NACK of `kind` presenting `version` was sent, saying `detail`.
+    pub(crate) fn nacked(&self, kind: ResourceType, version: &str, detail: &str) {
+        self.reply(kind, version, Some(detail.to_owned()));
+    }
+
+    fn reply(&self, kind: ResourceType, version: &str, nack: Option<String>) {
+        let mut log = self.lock();
+        let in_a_row = match log.replies.get(&kind) {
+            Some(last) if last.nack == nack => last.in_a_row.saturating_add(1),
+            _ => 1,
+        };
+        log.replies.insert(
+            kind,
+            Reply {
+                at: SystemTime::now(),
+                version: version.to_owned(),
+                nack,
+                in_a_row,
+            },
+        );
+    }
+
+    /// The phase, and since when (RFC 3339).
+    pub(super) fn stream(&self) -> (Phase, String) {
+        let log = self.lock();
+        (log.phase, stamp(log.since))
+    }
+
+    /// The types whose last reply was a NACK, with the version presented
+    /// and the reason: answers the gateway is refusing now.
+    pub(super) fn refusals(&self) -> Vec<(ResourceType, String, String)> {
+        let log = self.lock();
+        let refused = log.replies.iter().filter_map(|(kind, reply)| {
+            let detail = reply.nack.as_ref()?;
+            Some((*kind, reply.version.clone(), detail.clone()))
+        });
+        refused.collect()
+    }
+
+    /// Why the last answer of `kind` was refused, if the last reply to it
+    /// was a NACK.
+    pub(super) fn refusal(&self, kind: ResourceType) -> Option<String> {
+        self.lock().replies.get(&kind)?.nack.clone()
+    }
+
+    /// The last reply sent for `kind`, if any.
+    pub(super) fn last_reply(&self, kind: ResourceType) -> Option<ReplyView> {
+        self.lock().replies.get(&kind).map(|reply| ReplyView {
+            kind: match reply.nack {
+                Some(_) => ReplyKind::Nack,
+                None => ReplyKind::Ack,
+            },
+            version: reply.version.clone(),
+            at: stamp(reply.at),
+            error_detail: reply.nack.clone(),
+            in_a_row: reply.in_a_row,
+        })
+    }
+}
+
+impl Phase {
+    /// Its name, as the views show it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Connecting => "connecting",
+            Phase::Open => "open",
+        }
+    }
+}
+
+pub(crate) fn stamp(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_reply_per_type_and_the_phase_are_kept() {
+        let log = UpstreamLog::default();
+        // As served: the views' JSON.
+        let json = |view| serde_json::to_value(view).unwrap();
+        let null = serde_json::Value::Null;
+        assert_eq!(log.stream().0.name(), "idle");
+        log.phase(Phase::Connecting);
+        log.phase(Phase::Open);
+        assert_eq!(log.stream().0.name(), "open");
+        assert_eq!(json(log.last_reply(ResourceType::Clusters)), null);
+        log.acked(ResourceType::Clusters, "1");
+        log.nacked(ResourceType::Clusters, "1", "cluster a: connect_timeout");
+        let reply = json(log.last_reply(ResourceType::Clusters));
+        assert_eq!(reply["kind"], "NACK");
+        assert_eq!(reply["version"], "1");
+        assert_eq!(reply["error_detail"], "cluster a: connect_timeout");
+        assert_eq!(json(log.last_reply(ResourceType::Listeners)), null);
+    }
+
+    /// A NACK loop runs the count of identical replies up; another reply
+    /// starts over.
+    #[test]
+    fn identical_replies_in_a_row_are_counted() {
+        let log = UpstreamLog::default();
+        let kind = ResourceType::Clusters;
+        for _ in 0..5 {
+            log.nacked(kind, "v0", "bad cluster");
+        }
+        assert_eq!(log.last_reply(kind).map(|r| r.in_a_row), Some(5));
+        log.nacked(kind, "v0", "another reason");
+        assert_eq!(log.last_reply(kind).map(|r| r.in_a_row), Some(1));
+        log.acked(kind, "v1");
+        log.acked(kind, "v2");
+        assert_eq!(log.last_reply(kind).map(|r| r.in_a_row), Some(2));
+    }
+}

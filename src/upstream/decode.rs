@@ -1,0 +1,581 @@
+//! Decoding what arrives: the resources of an upstream response into
+//! rendered [`Resource`]s (unwrapping `envoy.service.discovery.v3.Resource`
+//! wrappers and keeping their TTLs and heartbeats, checking every type URL,
+//! rendering memoised by digest; a response is accepted or rejected as a
+//! whole, as Envoy does), and a REST request's `node` into the protobuf
+//! `Node` sent upstream.
+//!
+//! Resources are kept unwrapped: REST clients are served the resource
+//! itself (canonical JSON with its own `@type`), never the wrapper, because
+//! a REST-polling Envoy ignores `ttl` and takes a heartbeat (a wrapper
+//! without a resource) for an empty resource.
+
+use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+
+use super::wire::{Payload, SotwResponse};
+use crate::cache::{
+    Intake, IntoResourceSet, Resource, ResourceError, ResourceMap, ResourceSet, Taken, TypeState,
+    WrapperName, RESOURCE_WRAPPER,
+};
+use crate::xds::ResourceType;
+
+/// Why an upstream response was rejected: the message of the NACK's
+/// `error_detail` (and of the log line).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum Rejection {
+    #[error("bad Resource wrapper: {0}")]
+    BadWrapper(prost::DecodeError),
+    #[error("Resource wrapper without a resource")]
+    EmptyWrapper,
+    #[error("Resource wrapper without a resource and without a name")]
+    NamelessHeartbeat,
+    #[error(
+        "Resource wrapper without a resource for {0:?} in a response of a new version \
+         (a heartbeat repeats the version last accepted)"
+    )]
+    NotAHeartbeat(String),
+    #[error("resource {0:?} has a negative ttl")]
+    NegativeTtl(String),
+    #[error("resource of type {found} in a {expected} response")]
+    WrongType {
+        found: String,
+        expected: &'static str,
+    },
+    #[error(transparent)]
+    Undecodable(#[from] ResourceError),
+    #[error("resource {0:?} appears twice in one response")]
+    Duplicate(String),
+    #[error("resource {index} ({name:?}): {reason}")]
+    At {
+        index: usize,
+        name: String,
+        reason: Box<Rejection>,
+    },
+    #[error("resource {index} is named {wrapper:?} but carries {inner:?}")]
+    NameMismatch {
+        index: usize,
+        wrapper: String,
+        inner: String,
+    },
+    #[error("resource {0} has neither a name nor a payload")]
+    Nameless(usize),
+    #[error("resource {index} has no name (a {type_name} is named only by its delta Resource)")]
+    Unnamed {
+        index: usize,
+        type_name: &'static str,
+    },
+    #[error("resource {0:?} is both updated and removed in one response")]
+    UpdatedAndRemoved(String),
+    #[error("decoder task failed: {0}")]
+    Task(String),
+    #[error(transparent)]
+    Foreign(#[from] crate::store::namespace::Foreign),
+}
+
+impl Rejection {
+    /// Whether a resource decoded but breaks one of Envoy's field rules.
+    pub(super) fn breaks_rules(&self) -> bool {
+        match self {
+            Rejection::Undecodable(ResourceError::Invalid { .. }) => true,
+            Rejection::At { reason, .. } => reason.breaks_rules(),
+            _ => false,
+        }
+    }
+}
+
+/// Decodes one resource of `kind` (unwrapping a wrapper, which must carry
+/// one); the error says why not.
+pub(super) fn decode_one(
+    intake: &Intake,
+    kind: ResourceType,
+    any: Payload<'_>,
+) -> Result<Arc<Resource>, Rejection> {
+    match decode_entry(intake, kind, any)? {
+        Entry::Resource { resource, .. } => Ok(resource),
+        Entry::Heartbeat { .. } => Err(Rejection::EmptyWrapper),
+    }
+}
+
+/// One element of a SotW response's `resources`.
+#[derive(Debug)]
+pub(super) enum Entry {
+    /// A resource, with the TTL its wrapper gave it.
+    Resource {
+        resource: Arc<Resource>,
+        ttl: Option<Duration>,
+    },
+    /// A wrapper naming a resource without carrying it.
+    Heartbeat { name: String, ttl: Option<Duration> },
+}
+
+type Wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource;
+
+/// Decodes one element of `resources`: a plain resource of `kind`, or a
+/// `Resource` wrapper holding one (named as the resource is) or none.
+pub(super) fn decode_entry(
+    intake: &Intake,
+    kind: ResourceType,
+    any: Payload<'_>,
+) -> Result<Entry, Rejection> {
+    if !any.is_of(RESOURCE_WRAPPER) {
+        return Ok(Entry::Resource {
+            resource: decode_plain(intake, kind, any)?,
+            ttl: None,
+        });
+    }
+    let wrapper = Wrapper::decode(any.value).map_err(Rejection::BadWrapper)?;
+    let ttl = ttl_of(wrapper.ttl.as_ref(), &wrapper.name)?;
+    let Some(inner) = wrapper.resource else {
+        if wrapper.name.is_empty() {
+            return Err(Rejection::NamelessHeartbeat);
+        }
+        return Ok(Entry::Heartbeat {
+            name: wrapper.name,
+            ttl,
+        });
+    };
+    let resource = decode_plain(intake, kind, Payload::of(&inner))?;
+    if !wrapper.name.is_empty() && wrapper.name != resource.name {
+        return Err(Rejection::NameMismatch {
+            index: 0,
+            wrapper: wrapper.name,
+            inner: resource.name.clone(),
+        });
+    }
+    Ok(Entry::Resource { resource, ttl })
+}
+
+/// A resource's TTL as a duration (`None`: no TTL).
+pub(super) fn ttl_of(
+    ttl: Option<&envoy_types::pb::google::protobuf::Duration>,
+    name: &str,
+) -> Result<Option<Duration>, Rejection> {
+    let Some(ttl) = ttl else {
+        return Ok(None);
+    };
+    let (Ok(seconds), Ok(nanos)) = (u64::try_from(ttl.seconds), u32::try_from(ttl.nanos)) else {
+        return Err(Rejection::NegativeTtl(name.to_owned()));
+    };
+    Ok(Some(Duration::new(seconds, nanos.min(999_999_999))))
+}
+
+fn decode_plain(
+    intake: &Intake,
+    kind: ResourceType,
+    any: Payload<'_>,
+) -> Result<Arc<Resource>, Rejection> {
+    Ok(intake.resource(kind, payload_of(kind, any)?)?)
+}
+
+/// Decodes the resource of a delta-only `kind` that a delta `Resource`
+/// wrapper delivered as `wrapper` says.
+pub(super) fn decode_delta_named(
+    intake: &Intake,
+    kind: ResourceType,
+    wrapper: WrapperName,
+    any: Payload<'_>,
+) -> Result<Arc<Resource>, Rejection> {
+    Ok(intake.delta_named(kind, wrapper, payload_of(kind, any)?)?)
+}
+
+/// The payload of `any`, which must be of `kind`: bytes of its own, for a
+/// resource to keep (what arrives lies in the upstream's frame, which a
+/// resource kept for hours must not pin).
+fn payload_of(kind: ResourceType, any: Payload<'_>) -> Result<bytes::Bytes, Rejection> {
+    if !any.is_of(kind.type_url()) {
+        return Err(Rejection::WrongType {
+            found: any.type_url_lossy(),
+            expected: kind.type_url(),
+        });
+    }
+    Ok(bytes::Bytes::copy_from_slice(any.value))
+}
+
+/// What a SotW response holds, decoded.
+#[derive(Debug)]
+pub(super) struct Decoded {
+    /// Shared with every session whose answer held the same resources.
+    pub(super) resources: Arc<ResourceSet>,
+    /// TTLs of the resources and heartbeats that have one.
+    pub(super) ttls: BTreeMap<String, Duration>,
+    /// Names that only a heartbeat (a wrapper without a resource) mentions.
+    pub(super) heartbeats: BTreeSet<String>,
+    /// Resources taken from the state replaced, their bytes unchanged, or
+    /// from the set another session decoded the same answer to.
+    pub(super) reused: usize,
+    /// Resources decoded (looked up in the intake's memo, or rendered).
+    pub(super) decoded: usize,
+}
+
+impl Decoded {
+    /// A plain answer (no TTLs, no heartbeats) of `resources`, with what
+    /// taking it cost: (decoded, reused).
+    fn plain(resources: Arc<ResourceSet>, (decoded, reused): (usize, usize)) -> Decoded {
+        Decoded {
+            resources,
+            ttls: BTreeMap::new(),
+            heartbeats: BTreeSet::new(),
+            reused,
+            decoded,
+        }
+    }
+
+    /// A plain answer another session took already: every resource reused.
+    fn shared(resources: Arc<ResourceSet>) -> Decoded {
+        let all = resources.len();
+        Decoded::plain(resources, (0, all))
+    }
+
+    /// The resources of an answer that stands alone (a unary Fetch), where
+    /// a heartbeat has nothing to refresh: an error.
+    pub(super) fn standalone(self) -> Result<Arc<ResourceSet>, Rejection> {
+        match self.heartbeats.into_iter().next() {
+            Some(_) => Err(Rejection::EmptyWrapper),
+            None => Ok(self.resources),
+        }
+    }
+}
+
+/// A response's elements as they are taken, one by one.
+#[derive(Debug, Default)]
+struct Taking {
+    resources: ResourceMap,
+    ttls: BTreeMap<String, Duration>,
+    heartbeats: BTreeSet<String>,
+    reused: usize,
+    decoded: usize,
+}
+
+impl Taking {
+    /// Adds a resource (and its TTL); a name already taken (by a resource
+    /// or a heartbeat) is a duplicate. One allocation per resource without
+    /// a TTL (its key).
+    fn take(&mut self, resource: Arc<Resource>, ttl: Option<Duration>) -> Result<(), Rejection> {
+        if self.heartbeats.contains(&resource.name) {
+            return Err(Rejection::Duplicate(resource.name.clone()));
+        }
+        match self.resources.entry(resource.name.clone()) {
+            btree_map::Entry::Occupied(taken) => Err(Rejection::Duplicate(taken.key().clone())),
+            btree_map::Entry::Vacant(place) => {
+                if let Some(ttl) = ttl {
+                    self.ttls.insert(resource.name.clone(), ttl);
+                }
+                place.insert(resource);
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds a heartbeat (and its TTL), under the same rule.
+    fn take_heartbeat(&mut self, name: String, ttl: Option<Duration>) -> Result<(), Rejection> {
+        if self.resources.contains_key(&name) || self.heartbeats.contains(&name) {
+            return Err(Rejection::Duplicate(name));
+        }
+        if let Some(ttl) = ttl {
+            self.ttls.insert(name.clone(), ttl);
+        }
+        self.heartbeats.insert(name);
+        Ok(())
+    }
+
+    /// Every element of `anys`, taking from `previous` (the state the
+    /// answer replaces) what it repeats unchanged; the first failure fails
+    /// them all.
+    fn all(
+        intake: &Intake,
+        kind: ResourceType,
+        anys: &[Payload<'_>],
+        previous: Option<&TypeState>,
+    ) -> Result<Taking, Rejection> {
+        let mut out = Taking::default();
+        for (index, &any) in anys.iter().enumerate() {
+            if let Some(resource) = previous.and_then(|p| unchanged(p, kind, any)) {
+                out.reused += 1;
+                out.take(resource, None)?;
+                continue;
+            }
+            out.decoded += 1;
+            let entry = decode_entry(intake, kind, any).map_err(|e| match e {
+                Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
+                    index,
+                    wrapper,
+                    inner,
+                },
+                other => other,
+            })?;
+            match entry {
+                Entry::Resource { resource, ttl } => out.take(resource, ttl)?,
+                Entry::Heartbeat { name, ttl } => out.take_heartbeat(name, ttl)?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// What was taken, its resources a set of their own.
+    fn done(self) -> Decoded {
+        Decoded {
+            resources: self.resources.into_set(),
+            ttls: self.ttls,
+            heartbeats: self.heartbeats,
+            reused: self.reused,
+            decoded: self.decoded,
+        }
+    }
+}
+
+/// The resource of `previous` that `any` repeats byte for byte under the
+/// same name, if so: taken as it is, with no digest, memo lookup or render
+/// (a SotW push repeats every resource; most are unchanged). Wrappers are
+/// always decoded (their TTLs and heartbeats matter).
+fn unchanged(previous: &TypeState, kind: ResourceType, any: Payload<'_>) -> Option<Arc<Resource>> {
+    if !any.is_of(kind.type_url()) || previous.resources.is_empty() {
+        return None;
+    }
+    previous.resources.holding(any.value).cloned()
+}
+
+/// Decodes every element, taking from `previous` (the state the answer
+/// replaces) what it repeats unchanged; the first failure fails them all.
+///
+/// An answer of plain resources (no wrappers: no TTLs, no heartbeats) that
+/// another session took before, byte for byte in any order, is not decoded
+/// again: its set is shared (`cache/resource_set.rs`).
+pub(super) fn decode_all(
+    intake: &Intake,
+    kind: ResourceType,
+    anys: &[Payload<'_>],
+    previous: Option<&TypeState>,
+) -> Result<Decoded, Rejection> {
+    let Some(payloads) = plain_payloads(kind, anys.iter().copied()) else {
+        return Ok(Taking::all(intake, kind, anys, previous)?.done());
+    };
+    let mut counts = (0, 0);
+    let taken = intake.answers().take(kind, &payloads, || {
+        let taken = Taking::all(intake, kind, anys, previous)?;
+        counts = (taken.decoded, taken.reused);
+        Ok::<_, Rejection>(taken.resources)
+    });
+    Ok(match taken.map_err(Arc::unwrap_or_clone)? {
+        Taken::Decoded(set) => Decoded::plain(set, counts),
+        Taken::Shared(set) => Decoded::shared(set),
+    })
+}
+
+/// The payloads of an answer of plain resources of `kind` (no wrappers:
+/// no TTLs, no heartbeats), the only answers whose sets are shared; `None`
+/// for any other, or an empty one.
+fn plain_payloads<'a>(
+    kind: ResourceType,
+    anys: impl Iterator<Item = Payload<'a>>,
+) -> Option<Vec<&'a [u8]>> {
+    let url = kind.type_url();
+    let payloads: Vec<&[u8]> = anys
+        .map(|any| any.is_of(url).then_some(any.value))
+        .collect::<Option<_>>()?;
+    (!payloads.is_empty()).then_some(payloads)
+}
+
+/// The largest answer whose set is looked for in place, on the stream's
+/// own task (see [`decode_all_off_thread`]). Hashing, looking up and
+/// comparing a 93 KB answer (1,000 clusters) took about 50 µs in the
+/// identities bench; 256 KiB is about three times that, near the most a
+/// task should run between awaits.
+const SHARED_IN_PLACE_MAX: usize = 256 * 1024;
+
+/// The answer `response` as a set another session already took, if one
+/// is held (`SharedAnswers::find`).
+fn already_shared(intake: &Intake, kind: ResourceType, response: &SotwResponse) -> Option<Decoded> {
+    let payloads = plain_payloads(kind, response.resources())?;
+    let set = intake.answers().find(kind, &payloads)?;
+    Some(Decoded::shared(set))
+}
+
+/// [`decode_all`] of `response`'s resources. An answer another session
+/// took already (999 of 1,000 identities after a push) is found in place;
+/// anything else goes to a blocking thread (big responses take a while to
+/// render), as does a big answer. Handing each session's push to another
+/// thread cost more than finding its set.
+pub(super) async fn decode_all_off_thread(
+    intake: &Intake,
+    kind: ResourceType,
+    response: SotwResponse,
+    previous: Option<Arc<TypeState>>,
+) -> Result<Decoded, Rejection> {
+    if response.frame_len() <= SHARED_IN_PLACE_MAX {
+        if let Some(shared) = already_shared(intake, kind, &response) {
+            return Ok(shared);
+        }
+    }
+    let intake = intake.clone();
+    let decode = move || {
+        let anys: Vec<Payload<'_>> = response.resources().collect();
+        decode_all(&intake, kind, &anys, previous.as_deref())
+    };
+    tokio::task::spawn_blocking(decode)
+        .await
+        .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::Codec;
+    use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
+
+    fn cluster(codec: &Codec, name: &str) -> Any {
+        let json = format!(
+            r#"{{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"{name}","connect_timeout":"1s"}}"#
+        );
+        let any = codec.parse_any(json.as_bytes()).unwrap();
+        Any {
+            type_url: any.type_url,
+            value: any.value,
+        }
+    }
+
+    fn wrap(name: &str, inner: Option<Any>, ttl: Option<(i64, i32)>) -> Any {
+        let wrapper = Wrapper {
+            name: name.into(),
+            resource: inner,
+            ttl: ttl.map(|(seconds, nanos)| PbDuration { seconds, nanos }),
+            ..Default::default()
+        };
+        Any {
+            type_url: RESOURCE_WRAPPER.into(),
+            value: wrapper.encode_to_vec(),
+        }
+    }
+
+    /// `decode_all` of `anys`.
+    fn decode_all(
+        r: &Intake,
+        kind: ResourceType,
+        anys: Vec<Any>,
+        previous: Option<&TypeState>,
+    ) -> Result<Decoded, Rejection> {
+        let payloads: Vec<Payload<'_>> = anys.iter().map(Payload::of).collect();
+        super::decode_all(r, kind, &payloads, previous)
+    }
+
+    #[test]
+    fn wrappers_give_the_resource_its_ttl_and_heartbeats_their_name() {
+        let r = Intake::new(Codec::embedded());
+        let c = r.codec().clone();
+        let decoded = decode_all(
+            &r,
+            ResourceType::Clusters,
+            vec![
+                cluster(&c, "plain"),
+                wrap(
+                    "wrapped",
+                    Some(cluster(&c, "wrapped")),
+                    Some((2, 500_000_000)),
+                ),
+                wrap("", Some(cluster(&c, "nameless-wrapper")), None),
+                wrap("beat", None, Some((5, 0))),
+            ],
+            None,
+        )
+        .unwrap();
+        let names: Vec<&str> = decoded.resources.keys().map(String::as_str).collect();
+        assert_eq!(names, ["nameless-wrapper", "plain", "wrapped"]);
+        // Rendered as the resource itself, never the wrapper.
+        let json = String::from_utf8(decoded.resources["wrapped"].json.to_vec()).unwrap();
+        assert!(
+            json.starts_with(r#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster""#),
+            "{json}"
+        );
+        assert_eq!(decoded.ttls["wrapped"], Duration::from_millis(2500));
+        assert_eq!(decoded.ttls["beat"], Duration::from_secs(5));
+        assert_eq!(decoded.heartbeats, BTreeSet::from(["beat".to_owned()]));
+        assert!(matches!(decoded.standalone(), Err(Rejection::EmptyWrapper)));
+    }
+
+    /// What arrives is a slice of the upstream's frame; what is kept must
+    /// not be, or one resource would pin the whole frame for hours.
+    #[test]
+    fn resources_kept_hold_bytes_of_their_own() {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+        let r = Intake::new(Codec::embedded());
+        let c = r.codec().clone();
+        let response = DiscoveryResponse {
+            resources: vec![
+                cluster(&c, "plain"),
+                wrap("wrapped", Some(cluster(&c, "wrapped")), None),
+            ],
+            ..Default::default()
+        };
+        let frame = bytes::Bytes::from(response.encode_to_vec());
+        let read = SotwResponse::parse(frame.clone()).unwrap();
+        let anys: Vec<Payload<'_>> = read.resources().collect();
+        let decoded = super::decode_all(&r, ResourceType::Clusters, &anys, None).unwrap();
+        let inside = frame.as_ptr_range();
+        assert_eq!(decoded.resources.len(), 2);
+        for resource in decoded.resources.values() {
+            assert!(
+                !inside.contains(&resource.payload.as_ptr()),
+                "{}",
+                resource.name
+            );
+        }
+    }
+
+    #[test]
+    fn bad_wrappers_are_rejected() {
+        let r = Intake::new(Codec::embedded());
+        let c = r.codec().clone();
+        let reject =
+            |anys: Vec<Any>| decode_all(&r, ResourceType::Clusters, anys, None).unwrap_err();
+        assert!(matches!(
+            reject(vec![
+                cluster(&c, "a"),
+                wrap("alias", Some(cluster(&c, "b")), None)
+            ]),
+            Rejection::NameMismatch { index: 1, .. }
+        ));
+        assert!(matches!(
+            reject(vec![wrap("a", Some(cluster(&c, "a")), Some((-1, 0)))]),
+            Rejection::NegativeTtl(_)
+        ));
+        assert!(matches!(
+            reject(vec![wrap("", None, None)]),
+            Rejection::NamelessHeartbeat
+        ));
+        // A name twice, whichever forms the two take.
+        for twice in [
+            vec![cluster(&c, "a"), wrap("a", None, None)],
+            vec![wrap("a", None, None), cluster(&c, "a")],
+            vec![cluster(&c, "a"), cluster(&c, "a")],
+            vec![wrap("a", None, None), wrap("a", None, None)],
+        ] {
+            assert!(matches!(reject(twice), Rejection::Duplicate(n) if n == "a"));
+        }
+        // Also when both are taken unchanged from the state replaced.
+        let held = decode_all(&r, ResourceType::Clusters, vec![cluster(&c, "a")], None).unwrap();
+        let state = TypeState::new(
+            ResourceType::Clusters,
+            "v1".into(),
+            "n1".into(),
+            held.resources,
+            Default::default(),
+        );
+        assert!(matches!(
+            decode_all(
+                &r,
+                ResourceType::Clusters,
+                vec![cluster(&c, "a"), cluster(&c, "a")],
+                Some(&state)
+            ),
+            Err(Rejection::Duplicate(n)) if n == "a"
+        ));
+        let bytes = Any {
+            type_url: RESOURCE_WRAPPER.into(),
+            value: vec![0xff],
+        };
+        assert!(matches!(reject(vec![bytes]), Rejection::BadWrapper(_)));
+    }
+}

@@ -1,0 +1,169 @@
+//! Delta responses as data: what one response adds, marks absent or
+//! removes ([`Update`], validated as a whole), and the
+//! subscribe/unsubscribe diff between two subscriptions. (The published
+//! version digest is the held sets', in `upstream/held.rs`.)
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
+
+use super::{NOT_FOUND, WILDCARD};
+use crate::cache::{Coverage, Intake, WrapperName};
+use crate::upstream::decode::{decode_delta_named, decode_one, ttl_of, Rejection};
+use crate::upstream::held::HeldResource;
+use crate::upstream::wire::Payload;
+use crate::xds::ResourceType;
+
+/// What to send to move the upstream from subscription `sent` to `want`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Diff {
+    pub(super) subscribe: Vec<String>,
+    pub(super) unsubscribe: Vec<String>,
+}
+
+impl Diff {
+    pub(super) fn is_empty(&self) -> bool {
+        self.subscribe.is_empty() && self.unsubscribe.is_empty()
+    }
+}
+
+/// The subscribe/unsubscribe lists taking `sent` to `want` (`"*"` first,
+/// then names in order). No interest at all is an empty `want`: everything
+/// is unsubscribed.
+pub(super) fn diff(sent: &Coverage, want: &Coverage) -> Diff {
+    let mut out = Diff::default();
+    if want.wildcard && !sent.wildcard {
+        out.subscribe.push(WILDCARD.to_owned());
+    }
+    if sent.wildcard && !want.wildcard {
+        out.unsubscribe.push(WILDCARD.to_owned());
+    }
+    out.subscribe
+        .extend(want.names.difference(&sent.names).cloned());
+    out.unsubscribe
+        .extend(sent.names.difference(&want.names).cloned());
+    out
+}
+
+/// A decoded response, validated as a whole (nothing applied yet).
+#[derive(Debug, Default)]
+pub(super) struct Update {
+    /// Added or changed resources, by name.
+    pub(super) added: Vec<(String, HeldResource)>,
+    /// Names sent without a payload, with their version: a TTL heartbeat if
+    /// the gateway holds that version, else "does not exist".
+    pub(super) name_only: Vec<(String, String)>,
+    /// Names the upstream says are gone (removed, or NOT_FOUND).
+    pub(super) removed: Vec<String>,
+    /// The TTL each added or name-only resource came with (`None`: none).
+    pub(super) ttls: Vec<(String, Option<Duration>)>,
+}
+
+/// Decodes and checks every part of `response`; the first problem rejects
+/// it all (as Envoy does).
+pub(super) fn decode_update(
+    intake: &Intake,
+    kind: ResourceType,
+    response: DeltaDiscoveryResponse,
+) -> Result<Update, Rejection> {
+    let mut update = Update::default();
+    let mut seen = BTreeSet::new();
+    for (index, resource) in response.resources.into_iter().enumerate() {
+        let wrapper_name = if resource.name.is_empty() {
+            resource
+                .resource_name
+                .as_ref()
+                .map(|n| n.name.clone())
+                .unwrap_or_default()
+        } else {
+            resource.name.clone()
+        };
+        let ttl = ttl_of(resource.ttl.as_ref(), &wrapper_name).map_err(|e| Rejection::At {
+            index,
+            name: wrapper_name.clone(),
+            reason: Box::new(e),
+        })?;
+        match resource.resource {
+            Some(any) => {
+                let at = |e: Rejection| Rejection::At {
+                    index,
+                    name: wrapper_name.clone(),
+                    reason: Box::new(e),
+                };
+                let decoded = if kind.delta_only() {
+                    if wrapper_name.is_empty() {
+                        let type_name = kind.message_name();
+                        return Err(Rejection::Unnamed { index, type_name });
+                    }
+                    let named = WrapperName {
+                        name: wrapper_name.clone(),
+                        aliases: resource.aliases.clone(),
+                        version: resource.version.clone(),
+                    };
+                    decode_delta_named(intake, kind, named, Payload::of(&any)).map_err(at)?
+                } else {
+                    decode_one(intake, kind, Payload::of(&any)).map_err(at)?
+                };
+                if !wrapper_name.is_empty() && wrapper_name != decoded.name {
+                    return Err(Rejection::NameMismatch {
+                        index,
+                        wrapper: wrapper_name,
+                        inner: decoded.name.clone(),
+                    });
+                }
+                let name = decoded.name.clone();
+                if !seen.insert(name.clone()) {
+                    return Err(Rejection::Duplicate(name));
+                }
+                update.ttls.push((name.clone(), ttl));
+                update.added.push((
+                    name,
+                    HeldResource {
+                        version: resource.version,
+                        resource: decoded,
+                    },
+                ));
+            }
+            None => {
+                if wrapper_name.is_empty() {
+                    return Err(Rejection::Nameless(index));
+                }
+                if !seen.insert(wrapper_name.clone()) {
+                    return Err(Rejection::Duplicate(wrapper_name));
+                }
+                update.ttls.push((wrapper_name.clone(), ttl));
+                update.name_only.push((wrapper_name, resource.version));
+            }
+        }
+    }
+    let not_found = response
+        .resource_errors
+        .into_iter()
+        .filter(|e| e.error_detail.as_ref().is_some_and(|s| s.code == NOT_FOUND))
+        .filter_map(|e| e.resource_name.map(|n| n.name));
+    let removed: BTreeSet<String> = response
+        .removed_resources
+        .into_iter()
+        .chain(response.removed_resource_names.into_iter().map(|n| n.name))
+        .chain(not_found)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(both) = removed.iter().find(|n| seen.contains(*n)) {
+        return Err(Rejection::UpdatedAndRemoved(both.clone()));
+    }
+    update.removed = removed.into_iter().collect();
+    Ok(update)
+}
+
+/// [`decode_update`] on a blocking thread (big responses take a while).
+pub(super) async fn decode_update_off_thread(
+    intake: &Intake,
+    kind: ResourceType,
+    response: DeltaDiscoveryResponse,
+) -> Result<Update, Rejection> {
+    let intake = intake.clone();
+    tokio::task::spawn_blocking(move || decode_update(&intake, kind, response))
+        .await
+        .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
+}

@@ -1,0 +1,737 @@
+//! The one driver of upstream xDS streams, shared by SotW ([`super::sotw`])
+//! and delta ([`super::delta`]), on either transport: one aggregated (ADS)
+//! stream per session, or one stream per session and type on the type's
+//! own service (`--upstream-streams per-type`), each such lane a driver of
+//! its own with its own protocol state, fed the session's commands of its
+//! type. The call is opened by method path with a generic gRPC client, so
+//! the four variants are one code path.
+//!
+//! Per stream: send what opens it, open the call while still taking the
+//! session's commands (they may come before the response headers), then
+//! select on responses, commands and the protocol's timer. The session is
+//! fresh again once the stream is up: the server took it (its response
+//! headers), or the upstream answers gRPC health checks while the stream
+//! waits, since a server need not answer a resubscription at the versions
+//! the session holds (java-control-plane's SotW cache answers nothing).
+//! Every response marks the upstream answered before the protocol takes it.
+//! A stream silent past a failover's `failover-after` is down only if its
+//! upstream also fails a health check. When the stream breaks, the session is marked stale (it keeps
+//! serving its last state) and the driver reconnects after a jittered,
+//! capped [`Backoff`]; it ends when the session's command channel closes.
+//! A [`Protocol`] says what to send and how to take what arrives.
+//!
+//! Subscription changes are coalesced before they are sent
+//! ([`super::coalesce`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::google::rpc::Status;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{info, warn, Instrument};
+
+use std::marker::PhantomData;
+
+use futures::future::BoxFuture;
+use futures::FutureExt as _;
+use tokio::task::JoinHandle;
+
+use super::backoff::Backoff;
+use super::coalesce::{send, PendingSubscriptions};
+use super::connection::probe;
+use super::connection::Health;
+use super::failover::Route;
+use super::UpstreamContext;
+use crate::config::UpstreamStreams;
+use crate::log_escape::Escaped;
+use crate::store::namespace::Namespace;
+use crate::store::session::{Command, Session};
+use crate::store::unserved::Refused;
+use crate::store::view::{Phase, Placement, FAILBACK_REASON, FAILOVER_REASON};
+use crate::store::Feeder;
+use crate::store::{PassThrough, PassedThrough, SourceError};
+use crate::xds::ResourceType;
+
+/// Requests queued toward one stream before the sender waits.
+const OUTBOUND_QUEUE: usize = 64;
+/// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
+const INVALID_ARGUMENT: i32 = 3;
+/// How often a stream silent past its failover-after checks again that
+/// its upstream still answers health checks.
+const SILENCE_RECHECK: Duration = Duration::from_secs(1);
+
+/// One xDS protocol variant over an ADS stream: what to send, how to take
+/// what arrives. One value per session, living across its streams.
+pub(crate) trait Protocol: Send + 'static {
+    type Request: super::frame_codec::ToFrame;
+    type Response: super::frame_codec::FromFrame;
+    /// For logs and `/readyz`: `sotw` or `delta`.
+    const MODE: &'static str;
+    /// The aggregated (ADS) method that carries every type.
+    const AGGREGATED_PATH: &'static str;
+    /// Whether a type's own service speaks it as `Delta<X>` (else
+    /// `Stream<X>`).
+    const DELTA: bool;
+    /// Whether it carries the delta-only types (VHDS, LEDS).
+    const CARRIES_DELTA_ONLY_TYPES: bool = false;
+
+    /// The protocol of a new session, whose upstream may send the names of
+    /// `namespace`.
+    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Self;
+
+    /// A new stream begins: forget what belonged to the last one.
+    fn reset_stream(&mut self);
+
+    /// The next stream goes to another upstream (a failover, or back):
+    /// forget the versions of this one, so that the next one's first
+    /// answer per type replaces what is held rather than being diffed
+    /// against versions it never issued.
+    fn switch_upstream(&mut self);
+
+    /// The request that tells the stream the session's subscription of
+    /// `kind`, if it has not been told it yet.
+    fn subscribe(&mut self, kind: ResourceType) -> Option<Self::Request>;
+
+    /// The request NACKing the current response of `kind` on behalf of a
+    /// REST client stuck on `presented`, if there is a response to NACK.
+    fn nack(
+        &mut self,
+        kind: ResourceType,
+        presented: String,
+        message: String,
+    ) -> Option<Self::Request>;
+
+    /// The type URL a response is for.
+    fn type_url(response: &Self::Response) -> &str;
+
+    /// Takes a response of `kind`; the request it calls for (ACK or NACK).
+    fn response(
+        &mut self,
+        kind: ResourceType,
+        response: Self::Response,
+    ) -> impl Future<Output = Option<Self::Request>> + Send;
+
+    /// When [`timer`](Self::timer) is next due, if ever.
+    fn next_timer(&self) -> Option<Instant> {
+        None
+    }
+
+    /// The timer fired at `now`.
+    fn timer(&mut self, _now: Instant) {}
+
+    /// When a held resource's TTL next runs out, if any has one. Expiry
+    /// runs whether a stream is open or not: a TTL is what keeps config
+    /// from outliving an unreachable control plane.
+    fn next_expiry(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Drops the resources whose TTL ran out by `now` from what is served.
+    fn expire(&mut self, _now: Instant) {}
+}
+
+/// Feeds each session from its own upstream stream speaking `P`: one
+/// aggregated stream, or one per type the session subscribes to; on the
+/// route's primary, or its failover while the primary is unreachable.
+pub(crate) struct StreamFeeder<P> {
+    route: Arc<Route>,
+    streams: UpstreamStreams,
+    namespace: Namespace,
+    protocol: PhantomData<fn() -> P>,
+}
+
+impl<P> StreamFeeder<P> {
+    /// Streams to `route`'s upstreams, which may send `namespace`'s names.
+    pub(crate) fn new(
+        route: Route,
+        streams: UpstreamStreams,
+        namespace: Namespace,
+    ) -> StreamFeeder<P> {
+        StreamFeeder {
+            route: Arc::new(route),
+            streams,
+            namespace,
+            protocol: PhantomData,
+        }
+    }
+}
+
+impl<P> std::fmt::Debug for StreamFeeder<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamFeeder")
+            .field("upstream", &self.route.primary().uri)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Protocol> Feeder for StreamFeeder<P> {
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()> {
+        let (route, namespace) = (self.route.clone(), self.namespace.clone());
+        match self.streams {
+            UpstreamStreams::Aggregated => {
+                let ctx = route.primary().clone();
+                let protocol = P::new(ctx, session.clone(), namespace);
+                tokio::spawn(run(route, session, commands, protocol, None))
+            }
+            UpstreamStreams::PerType => {
+                tokio::spawn(per_type::<P>(route, session, commands, namespace))
+            }
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        self.route.has_answered()
+    }
+
+    fn describe(&self) -> String {
+        let upstream = if self.route.fails_over() {
+            self.route.describe()
+        } else {
+            self.route.primary().uri.clone()
+        };
+        match self.streams {
+            UpstreamStreams::Aggregated => format!("gRPC upstream {upstream} ({})", P::MODE),
+            UpstreamStreams::PerType => {
+                format!("gRPC upstream {upstream} ({}, per-type streams)", P::MODE)
+            }
+        }
+    }
+
+    fn carries(&self, kind: ResourceType) -> bool {
+        P::CARRIES_DELTA_ONLY_TYPES || !kind.delta_only()
+    }
+
+    fn upstream_name(&self) -> Option<&str> {
+        Some(&self.route.primary().name)
+    }
+
+    fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
+        self.route.primary().pass_through(call).boxed()
+    }
+}
+
+/// Why one stream ended.
+#[derive(Debug, thiserror::Error)]
+enum StreamError {
+    #[error("upstream stream failed: {0}")]
+    Status(#[from] tonic::Status),
+    #[error("upstream closed the stream")]
+    Closed,
+    #[error("{0} has no {1} stream of its own")]
+    NoStream(ResourceType, &'static str),
+    #[error("upstream did not answer within {0:?} (failover-after)")]
+    Silent(std::time::Duration),
+}
+
+/// The gRPC method a stream is opened on: the aggregated one, or the
+/// `lane` type's own.
+fn method_path<P: Protocol>(lane: Option<ResourceType>) -> Result<String, StreamError> {
+    match lane {
+        None => Ok(P::AGGREGATED_PATH.to_owned()),
+        Some(kind) => kind
+            .stream_path(P::DELTA)
+            .ok_or(StreamError::NoStream(kind, P::MODE)),
+    }
+}
+
+/// Per-type streams: one lane (a stream of its own, with its own protocol
+/// state, driven by [`run`]) per type the session subscribes to, opened
+/// when the first command for the type arrives; the session's commands
+/// are handed to the lane of their type. Ends, with every lane, when the
+/// session closes.
+async fn per_type<P: Protocol>(
+    route: Arc<Route>,
+    session: Arc<Session>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    namespace: Namespace,
+) {
+    let mut lanes: BTreeMap<ResourceType, (mpsc::UnboundedSender<Command>, JoinHandle<()>)> =
+        BTreeMap::new();
+    while let Some(command) = commands.recv().await {
+        let kind = command.kind();
+        let (lane, _) = lanes.entry(kind).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let ctx = route.primary().clone();
+            let protocol = P::new(ctx, session.clone(), namespace.clone());
+            let task = tokio::spawn(run(
+                route.clone(),
+                session.clone(),
+                rx,
+                protocol,
+                Some(kind),
+            ));
+            (tx, task)
+        });
+        // A lane ends only when its sender is dropped (below).
+        let _ = lane.send(command);
+    }
+    for (_, (lane, task)) in lanes {
+        drop(lane);
+        let _ = task.await;
+    }
+}
+
+/// Feeds `session` through `protocol` until the session closes: on the
+/// aggregated stream, or (`lane`) on the stream of that one type; on the
+/// route's primary, moving to its failover while the primary is down
+/// (see [`Lane`]).
+async fn run<P: Protocol>(
+    route: Arc<Route>,
+    session: Arc<Session>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut protocol: P,
+    lane: Option<ResourceType>,
+) {
+    let span = tracing::info_span!(
+        "upstream",
+        mode = P::MODE,
+        lane = lane.map(ResourceType::short_name),
+        node = %Escaped(&session.node.id),
+        cluster = %Escaped(&session.node.cluster)
+    );
+    async move {
+        let mut at = Lane::new(&route, &session, lane);
+        let mut backoff = Backoff::default();
+        loop {
+            let ctx = route.ctx(at.index).clone();
+            let mut answered = false;
+            let silence = route.failover_from(at.index).map(|(_, after)| after);
+            let ended = tokio::select! {
+                result = one_stream(&ctx, &session, &mut commands, &mut protocol, lane, &mut answered, silence) => result,
+                () = route.primary_back(at.index, at.failed_returns) => {
+                    at.move_to(&route, &session, 0, format!("{FAILBACK_REASON}: the primary answers health checks again"));
+                    protocol.switch_upstream();
+                    backoff.reset();
+                    continue;
+                }
+            };
+            let Err(err) = ended else { return };
+            session.upstream.phase(Phase::Connecting);
+            if let Some(kind) = set_aside(&session, lane, &err, answered) {
+                info!(%kind, error = %Escaped(&err), "the upstream refused the type: set aside; the session's other types go on");
+                if lane.is_some() {
+                    // Its own stream: nothing else rides on it. Wait for a
+                    // client to ask again once its time is up.
+                    match commands.recv().await {
+                        Some(_) => continue,
+                        None => return,
+                    }
+                }
+            }
+            session.stream_failed(lane, err.to_string());
+            ctx.health.broke();
+            if answered {
+                backoff.reset();
+                at.answered();
+            }
+            let failover_at = match at.stream_failed(&route) {
+                AfterFailure::FailOver(next) => {
+                    let reason = format!("{FAILOVER_REASON}: {} unreachable: {err}", ctx.name);
+                    warn!(error = %Escaped(&err), to = %route.ctx(next).name, "upstream stream ended; failing over");
+                    at.move_to(&route, &session, next, reason);
+                    protocol.switch_upstream();
+                    backoff.reset();
+                    continue;
+                }
+                AfterFailure::Retry { failover_at } => failover_at,
+            };
+            let delay = backoff.next_delay();
+            warn!(error = %Escaped(&err), retry_in = ?delay, "upstream stream ended");
+            let mut retry_at = Instant::now() + delay;
+            if let Some(due) = failover_at {
+                // Backoff never sleeps past the time to fail over.
+                retry_at = retry_at.min(due);
+            }
+            loop {
+                match protocol.next_expiry().filter(|due| *due < retry_at) {
+                    Some(due) => {
+                        tokio::time::sleep_until(due).await;
+                        protocol.expire(Instant::now());
+                    }
+                    None => break tokio::time::sleep_until(retry_at).await,
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// The type to set aside after the stream `lane` ended with `err`, if the
+/// upstream refused a type rather than failed: on a type's own stream, an
+/// UNIMPLEMENTED method, or an application error before the type was ever
+/// answered; on the aggregated stream, an application error (not a
+/// transport one) while some subscription was never answered, the newest
+/// of them being the suspect (`unserved.rs`), once the upstream has served
+/// the session something (this stream `answered`, or a state held): a
+/// stream refused before anything may be refused as a whole. java-control-
+/// plane ends the stream with UNKNOWN, Istio with UNAUTHENTICATED ("the api
+/// generator requires an authenticated control-plane identity").
+fn set_aside(
+    session: &Session,
+    lane: Option<ResourceType>,
+    err: &StreamError,
+    answered: bool,
+) -> Option<ResourceType> {
+    use tonic::Code;
+    let now = Instant::now();
+    let (refused, code) = match err {
+        StreamError::NoStream(..) => (Refused::Unimplemented(err.to_string()), Code::Unimplemented),
+        // A status the client made of a transport failure ("transport
+        // error", often UNKNOWN) carries its cause: only what the upstream
+        // itself said can refuse a type.
+        StreamError::Status(status) if std::error::Error::source(status).is_some() => return None,
+        StreamError::Status(status) => {
+            let text = format!("{:?}: {}", status.code(), status.message());
+            match status.code() {
+                Code::Unimplemented => (Refused::Unimplemented(text), status.code()),
+                Code::Unknown
+                | Code::Internal
+                | Code::InvalidArgument
+                | Code::FailedPrecondition
+                | Code::NotFound
+                | Code::Unauthenticated
+                | Code::PermissionDenied => (Refused::EndedTheStream(text), status.code()),
+                _ => return None,
+            }
+        }
+        StreamError::Closed | StreamError::Silent(_) => return None,
+    };
+    let served_before = answered || session.has_state();
+    let kind = match lane {
+        Some(kind) if code == Code::Unimplemented => kind,
+        // Its own stream: refused before the type was ever answered, while
+        // the upstream served the session something.
+        Some(kind) if session.state(kind).is_none() && served_before => kind,
+        Some(_) => return None,
+        // An UNIMPLEMENTED aggregated method is no type's doing: every type
+        // rides on it (auto mode probes for another).
+        None if served_before && code != Code::Unimplemented => {
+            session.unserved.suspect(session.unanswered(), now)?
+        }
+        None => return None,
+    };
+    session.unserved.set_aside(kind, refused, now);
+    Some(kind)
+}
+
+/// What a lane does after one of its streams failed.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterFailure {
+    /// Move to the upstream at this index of the route now.
+    FailOver(usize),
+    /// Retry the same upstream; fail over at `failover_at` if it is still
+    /// down then (`None`: it has no failover).
+    Retry { failover_at: Option<Instant> },
+}
+
+/// Where one lane of a session is on its route, and since when the
+/// upstream it is on has been down.
+struct Lane {
+    lane: Option<ResourceType>,
+    /// Index into the route.
+    index: usize,
+    /// Whether the upstream at `index` has answered since the lane came.
+    answered_here: bool,
+    /// When its streams began failing without an answer in between.
+    down_since: Option<Instant>,
+    /// Returns to the primary that failed before it answered, in a row.
+    failed_returns: u32,
+}
+
+impl Lane {
+    fn new(route: &Route, session: &Session, lane: Option<ResourceType>) -> Lane {
+        if route.fails_over() {
+            let primary = &route.primary().name;
+            session.place(lane, Placement::now(primary, "primary".into()));
+        }
+        Lane {
+            lane,
+            index: 0,
+            answered_here: false,
+            down_since: None,
+            failed_returns: 0,
+        }
+    }
+
+    fn answered(&mut self) {
+        self.answered_here = true;
+        self.down_since = None;
+        if self.index == 0 {
+            self.failed_returns = 0;
+        }
+    }
+
+    /// A stream of this lane just failed: records since when the upstream
+    /// has been down (the first failure with no answer since), and says
+    /// whether to fail over now (at once if the upstream never answered the
+    /// lane since it came: it cannot be opened; else once it has been down
+    /// for its `failover-after`) or to retry, and until when.
+    fn stream_failed(&mut self, route: &Route) -> AfterFailure {
+        let Some((next, after)) = route.failover_from(self.index) else {
+            return AfterFailure::Retry { failover_at: None };
+        };
+        let due = *self.down_since.get_or_insert_with(Instant::now) + after;
+        if !self.answered_here || Instant::now() >= due {
+            AfterFailure::FailOver(next)
+        } else {
+            AfterFailure::Retry {
+                failover_at: Some(due),
+            }
+        }
+    }
+
+    fn move_to(&mut self, route: &Route, session: &Session, to: usize, reason: String) {
+        let (from, to_ctx) = (route.ctx(self.index), route.ctx(to));
+        let failback = to < self.index;
+        if self.index == 0 && !self.answered_here {
+            // Leaving the primary before it answered: a return that failed
+            // (or a first stream that did), which makes the next wait longer.
+            self.failed_returns += 1;
+        }
+        info!(from = %from.name, to = %to_ctx.name, reason = %Escaped(&reason), "session stream moved");
+        from.metrics
+            .upstream_switched(&from.name, &to_ctx.name, failback);
+        session.place(self.lane, Placement::now(&to_ctx.name, reason));
+        self.index = to;
+        self.answered_here = false;
+        self.down_since = None;
+    }
+}
+
+/// Ok when the session closed (its command channel is gone); Err when the
+/// stream broke. Sets `answered` once a response arrived.
+async fn one_stream<P: Protocol>(
+    ctx: &Arc<UpstreamContext>,
+    session: &Session,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    protocol: &mut P,
+    lane: Option<ResourceType>,
+    answered: &mut bool,
+    silence: Option<std::time::Duration>,
+) -> Result<(), StreamError> {
+    // With a failover to go to, an upstream that does not answer within
+    // its failover-after and fails a health check then (a listener that
+    // accepts and never speaks) is down. One that answers health checks
+    // has only nothing new to say: a server need not answer a
+    // resubscription at the versions the session holds.
+    let deadline = silence.map(|after| Instant::now() + after);
+    let silent = || StreamError::Silent(silence.unwrap_or_default());
+    // Whether the upstream is known up while the stream waits for its first
+    // answer: the session is then fresh, its state current.
+    let mut up = false;
+    let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+    session.upstream.phase(Phase::Connecting);
+    protocol.reset_stream();
+    for kind in ResourceType::ALL {
+        if lane.is_none_or(|only| only == kind) {
+            send(&tx, protocol.subscribe(kind)).await;
+        }
+    }
+    let path = method_path::<P>(lane)?;
+    let call = ctx.streaming::<P::Request, P::Response>(&path, ReceiverStream::new(rx));
+    tokio::pin!(call);
+    let mut pending = PendingSubscriptions::default();
+    // Commands may arrive before the response headers do.
+    let mut inbound = loop {
+        tokio::select! {
+            response = &mut call => break response?,
+            command = commands.recv() => match command {
+                Some(command) => {
+                    let request = pending.take(command, |kind, presented, message| {
+                        protocol.nack(kind, presented, message)
+                    });
+                    send(&tx, request).await
+                }
+                None => return Ok(()),
+            },
+            () = sleep_until(pending.deadline) => {
+                pending.flush(&tx, |kind| protocol.subscribe(kind)).await
+            }
+            () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
+            () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
+                info!("upstream answers health checks; the stream has nothing new to say yet");
+                up = stream_up(session, lane);
+            }
+            () = silent_and_down(ctx, deadline) => return Err(silent()),
+        }
+    };
+    let _open = StreamGuard::open(ctx);
+    info!("upstream stream open");
+    // The server took the stream: it is up, whether or not it has anything
+    // to send.
+    if !up {
+        stream_up(session, lane);
+    }
+    loop {
+        let timer = protocol
+            .next_timer()
+            .into_iter()
+            .chain(protocol.next_expiry())
+            .min();
+        tokio::select! {
+            message = inbound.message() => match message? {
+                Some(response) => {
+                    *answered = true;
+                    ctx.mark_answered();
+                    session.mark_fresh(lane);
+                    let type_url = P::type_url(&response);
+                    let Some(kind) = ResourceType::from_type_url(type_url) else {
+                        warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve");
+                        continue;
+                    };
+                    session.unserved.served(kind);
+                    if lane.is_some_and(|only| only != kind) {
+                        warn!(type_url = %Escaped(type_url), "response for another type on a per-type stream; ignored");
+                        continue;
+                    }
+                    send(&tx, protocol.response(kind, response).await).await;
+                }
+                None => return Err(StreamError::Closed),
+            },
+            command = commands.recv() => match command {
+                Some(command) => {
+                    let request = pending.take(command, |kind, presented, message| {
+                        protocol.nack(kind, presented, message)
+                    });
+                    send(&tx, request).await
+                }
+                None => return Ok(()),
+            },
+            () = sleep_until(pending.deadline) => {
+                pending.flush(&tx, |kind| protocol.subscribe(kind)).await
+            }
+            () = sleep_until(timer) => {
+                let now = Instant::now();
+                protocol.timer(now);
+                protocol.expire(now);
+            }
+            () = silent_and_down(ctx, deadline.filter(|_| !*answered)) => return Err(silent()),
+        }
+    }
+}
+
+/// The stream on `lane` is up (the server took it, or the upstream answers
+/// health checks), though nothing may have arrived on it: a server need not
+/// answer a resubscription at the versions held. The session is fresh. It
+/// does not count as an answer for backoff and failover, which go by what
+/// arrived (a health check passing while the stream's own connection fails
+/// kept resetting the time a primary had been down, and it never failed
+/// over). Returns true.
+fn stream_up(session: &Session, lane: Option<ResourceType>) -> bool {
+    session.upstream.phase(Phase::Open);
+    session.mark_fresh(lane);
+    true
+}
+
+/// Resolves when a stream silent until `deadline` is down: its upstream
+/// fails a health check at the deadline or after it (checked every
+/// [`SILENCE_RECHECK`] while it passes); never without a deadline.
+async fn silent_and_down(ctx: &UpstreamContext, deadline: Option<Instant>) {
+    let Some(deadline) = deadline else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(deadline).await;
+    while probe::answers_health_check(ctx).await.is_ok() {
+        tokio::time::sleep(SILENCE_RECHECK).await;
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The `error_detail` of a NACK.
+pub(super) fn nack_detail(message: String) -> Status {
+    Status {
+        code: INVALID_ARGUMENT,
+        message,
+        details: Vec::new(),
+    }
+}
+
+/// Keeps the open-streams gauge right however the stream ends.
+struct StreamGuard<'a>(&'a UpstreamContext);
+
+impl<'a> StreamGuard<'a> {
+    /// Counts a stream as open until the guard drops.
+    fn open(ctx: &'a UpstreamContext) -> StreamGuard<'a> {
+        ctx.metrics.stream_opened();
+        StreamGuard(ctx)
+    }
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.stream_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::node::SessionNode;
+
+    /// A session that was served clusters and subscribes runtime too.
+    fn served_session() -> Arc<Session> {
+        let (session, _commands) = Session::new(SessionNode::default());
+        for kind in [ResourceType::Clusters, ResourceType::Runtime] {
+            let names = crate::cache::Names::Wildcard;
+            session
+                .want(kind, &names, crate::store::session::SETTLE, 10)
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        }
+        session.publish(crate::cache::TypeState::new(
+            ResourceType::Clusters,
+            "v1".into(),
+            "n1".into(),
+            crate::cache::ResourceMap::new(),
+            crate::cache::Coverage::default(),
+        ));
+        session
+    }
+
+    #[test]
+    fn only_what_the_upstream_said_sets_a_type_aside() {
+        let transport =
+            tonic::Status::from_error(Box::new(std::io::Error::other("connection reset")));
+        assert!(std::error::Error::source(&transport).is_some());
+        let cases = [
+            (
+                tonic::Status::unknown("Application error processing RPC"),
+                None,
+                Some(ResourceType::Runtime),
+            ),
+            (transport, None, None),
+            (tonic::Status::unavailable("restarting"), None, None),
+            (tonic::Status::unimplemented("no delta"), None, None),
+            (
+                tonic::Status::unimplemented("no RTDS"),
+                Some(ResourceType::Runtime),
+                Some(ResourceType::Runtime),
+            ),
+        ];
+        for (status, lane, expected) in cases {
+            let session = served_session();
+            let what = format!("{:?} on {lane:?}", status.code());
+            let err = StreamError::Status(status);
+            assert_eq!(set_aside(&session, lane, &err, true), expected, "{what}");
+        }
+        // A stream refused before anything was served sets nothing aside.
+        let (fresh, _commands) = Session::new(SessionNode::default());
+        let err = StreamError::Status(tonic::Status::unknown("x"));
+        assert_eq!(set_aside(&fresh, None, &err, false), None);
+    }
+}
