@@ -596,3 +596,68 @@ fn the_layer_check_finds_sideways_upward_and_unplaced_imports() {
         ["b -> a", "b -> c", "d -> e"]
     );
 }
+
+/// The files a poll runs through in `http` (a POST or GET poll, a long
+/// poll, a `?watch` stream, and the error table they answer through).
+const POLL_PATH: &[&str] = &[
+    "http::discovery",
+    "http::asked",
+    "http::long_poll",
+    "http::wait",
+    "http::body",
+    "http::caching",
+    "http::present",
+    "http::pieces",
+    "http::renditions",
+    "http::error",
+    "http::query",
+    "http::watch::stream",
+];
+
+/// What a poll is checked against before it reaches a source: who the
+/// caller is (`tls`, `auth`), its share of the limits (`shares`) and the
+/// node a GET presents (`profiles`).
+const ADMISSION: &[&str] = &["auth", "tls", "shares", "profiles"];
+
+/// Vocabulary and leaves every layer may use: no state a poll passes
+/// through.
+const VOCABULARY: &[&str] = &[
+    "xds",
+    "config",
+    "metrics",
+    "sync",
+    "log_escape",
+    "error_body",
+    "drain",
+];
+
+/// Issue 39's measure, "a poll crosses at most 4 top-level modules": past
+/// admission, the files of a poll's path in `http` name exactly three
+/// other top-level modules that hold state or logic, `store` (the
+/// `Source` seam and `Polled`), `cache` (parsed requests, the assembler,
+/// the answer) and `observe` (the client book and the answer log), so a
+/// poll crosses `http` and those three. A poll path that starts naming a
+/// producer (`upstream`) or anything else fails here.
+#[test]
+fn a_poll_crosses_http_store_cache_and_observe_only() {
+    let (edges, modules) = import_graph();
+    let mut rooms = BTreeSet::new();
+    for file in POLL_PATH {
+        let module: Module = file.split("::").map(str::to_owned).collect();
+        assert!(modules.contains(&module), "{file} is no module any more");
+        for named in edges.get(&module).into_iter().flatten() {
+            let Some(top) = named.first().map(String::as_str) else {
+                continue;
+            };
+            if top != "http" && !ADMISSION.contains(&top) && !VOCABULARY.contains(&top) {
+                rooms.insert(top.to_owned());
+            }
+        }
+    }
+    println!("a poll crosses http and {rooms:?}");
+    assert_eq!(
+        rooms,
+        ["cache", "observe", "store"].map(str::to_owned).into(),
+        "the modules a poll's path names past admission"
+    );
+}
