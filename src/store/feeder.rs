@@ -1,17 +1,18 @@
 //! What feeds sessions ([`Feeder`]): the seam between the registry of
 //! sessions, which only starts a task per session, and what runs in that
-//! task: an upstream stream (`stream.rs`), the snapshot (`file.rs`), a
-//! scripted feed in tests (`scripted.rs`).
+//! task: an upstream stream (`upstream/stream.rs`), the snapshot
+//! (`upstream/file.rs`), a scripted feed in tests (`scripted.rs`). The
+//! store starts producers through it and names none of them (`app.rs`
+//! hands `Sessions` the feeder it chose).
 
 use std::fmt;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::session::{Command, Session};
-use futures::future::BoxFuture;
-
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::xds::ResourceType;
 
