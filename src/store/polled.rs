@@ -80,7 +80,7 @@ impl Polled {
     }
 
     /// The state it answers with now.
-    pub(crate) fn state(&self) -> &Arc<TypeState> {
+    pub(super) fn state(&self) -> &Arc<TypeState> {
         &self.state
     }
 

@@ -189,7 +189,7 @@ impl Tracked {
     }
 
     /// The state to publish: the held set's resources and version.
-    pub(crate) fn state(&self, kind: ResourceType) -> TypeState {
+    pub(super) fn state(&self, kind: ResourceType) -> TypeState {
         TypeState::new(
             kind,
             self.held.version().to_owned(),
