@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use crate::gateway_process::{cpu_time, output_within, Guard};
 
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
-const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
+pub const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
 /// wrk's connections; its thread count is 1.
 const CONNECTIONS: usize = 16;
 

@@ -179,9 +179,22 @@ fn h2load(body: &Path, url: &str, seconds: u64, status: u16) -> Run {
         done > 0.0 && succeeded == done && requests[4..].iter().all(|n| *n == 0.0),
         "{url}: requests failed under load:\n{text}"
     );
-    assert_eq!(
-        codes.get(class).copied(),
-        Some(done),
+    // In timing mode (`-D`) h2load counts the status of a stream that ends
+    // just after the main duration but not the stream as done: the status
+    // count can exceed "done" by the streams then in flight (nghttp2 issue
+    // 1523). Equality, asserted before, failed now and then and ended the
+    // bench after its first row. Every answer must still be of `status`'s
+    // class, and at least as many as were done.
+    let in_flight = (H2_CONNECTIONS * H2_STREAMS) as f64;
+    let of_class = codes.get(class).copied().unwrap_or(0.0);
+    let others: f64 = codes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != class)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        others == 0.0 && of_class >= done && of_class <= done + in_flight,
         "{url}: not every answer was {status}:\n{text}"
     );
     // "finished in 5.00s, 31234.40 req/s, 2.41MB/s"
