@@ -24,7 +24,7 @@ mod rejection;
 
 pub(crate) use changes::{AnswerLog, ServedAnswer};
 pub(crate) use clients::{
-    AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
+    AnsweredPoll, Booked, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
     SubscriptionStatus, SubscriptionView,
 };
 pub(crate) use config_history::{
