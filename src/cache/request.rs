@@ -50,8 +50,12 @@ const MEMO_BYTES: u64 = 64 * 1024 * 1024;
 /// sends any more (twenty Envoys under a change a second: in under a
 /// minute); a client polls well within it, so its body stays.
 const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
-/// Bytes at each end of a body that [`memo_key`] hashes in full.
-const KEY_EDGE: usize = 4096;
+/// Bytes at each end of a body that [`memo_key`] hashes in full. An
+/// Envoy's polls differ within a few hundred bytes of an end (its version
+/// and node id first, its names, type and nonce last); 4 KB edges cost a
+/// memo hit about a tenth of the gateway's instructions per poll (issue 41,
+/// `GATEWAY_BENCH=instructions`), 1 KB a third of that.
+const KEY_EDGE: usize = 1024;
 /// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
 /// `KEY_STRIDE`.
 const KEY_STRIDE: usize = 2048;
