@@ -931,7 +931,11 @@ mod chunk_tests {
                         "seed {seed} case {case}: the memo answered another body's parse"
                     );
                     assert_eq!(a.names(), f.names(), "seed {seed} case {case}");
-                    assert_eq!(a.names_digest(), f.names_digest(), "seed {seed} case {case}");
+                    assert_eq!(
+                        a.names_digest(),
+                        f.names_digest(),
+                        "seed {seed} case {case}"
+                    );
                     assert_eq!(a.node_id(), f.node_id(), "seed {seed} case {case}");
                     assert_eq!(a.node_json(), f.node_json(), "seed {seed} case {case}");
                     assert_eq!(a.type_url(), f.type_url(), "seed {seed} case {case}");

@@ -224,18 +224,18 @@ impl ClientBook {
         let found = booked.filter(|b| b.key == key).map(|b| b.client.clone());
         let client = found.unwrap_or_else(|| {
             self.clients.get_with(key, || {
-            Arc::new(Mutex::new(Client {
-                node_id: request.node_id().to_owned(),
-                cluster: request.node_cluster().to_owned(),
-                user_agent: request.user_agent_name().to_owned(),
-                remote: poll.remote,
-                rewritten_for: None,
-                subscriber: false,
-                first_seen: now,
-                last_poll: now,
-                subscriptions: HashMap::new(),
-                bytes: 0,
-            }))
+                Arc::new(Mutex::new(Client {
+                    node_id: request.node_id().to_owned(),
+                    cluster: request.node_cluster().to_owned(),
+                    user_agent: request.user_agent_name().to_owned(),
+                    remote: poll.remote,
+                    rewritten_for: None,
+                    subscriber: false,
+                    first_seen: now,
+                    last_poll: now,
+                    subscriptions: HashMap::new(),
+                    bytes: 0,
+                }))
             })
         });
         let weight = self.record_in(&client, poll, now);

@@ -167,7 +167,10 @@ fn version_parts() {
     assert!(!same_selection("", ""));
     assert_eq!(selection_digest("~0123456789ab"), Some("0123456789ab"));
     assert_eq!(selection_digest("0123456789ab"), None);
-    assert_eq!(selection_digest("é~0123456789ab~0123456789ab"), Some("0123456789ab"));
+    assert_eq!(
+        selection_digest("é~0123456789ab~0123456789ab"),
+        Some("0123456789ab")
+    );
 }
 
 proptest::proptest! {
