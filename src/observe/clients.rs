@@ -743,6 +743,43 @@ mod tests {
         assert!(was_served(&book, &a, &versions[1]));
     }
 
+    /// A poll's record goes to its own client whatever was booked: the
+    /// client its observation found, or, handed another client's, a lookup
+    /// of its own (never into the other's entry).
+    #[test]
+    fn a_record_goes_to_its_own_client_whatever_was_booked() {
+        let book = ClientBook::new(Duration::from_secs(60), 3);
+        let (a, b) = (
+            parsed(SessionKey::Node, r#"{"node":{"id":"a","cluster":"c"}}"#),
+            parsed(SessionKey::Node, r#"{"node":{"id":"b","cluster":"c"}}"#),
+        );
+        let kind = ResourceType::Clusters;
+        let (_, _, none) = book.observe(&a, kind, None, "1~x");
+        assert!(
+            none.is_none(),
+            "a client the book does not hold is not booked"
+        );
+        served_at(&book, &a, "1~x");
+        let (_, _, booked) = book.observe(&a, kind, None, "2~x");
+        let booked = booked.expect("a held client is booked");
+        let poll = |request, current| AnsweredPoll {
+            request,
+            kind,
+            remote: None,
+            current,
+            body: true,
+            standing: Standing::CatchingUp,
+            rewritten_for: None,
+            watch: false,
+        };
+        book.record_booked(poll(&a, "2~x"), Some(&booked));
+        assert!(was_served(&book, &a, "2~x"));
+        book.record_booked(poll(&b, "3~x"), Some(&booked));
+        assert!(was_served(&book, &b, "3~x"), "b is recorded as b");
+        assert!(!was_served(&book, &a, "3~x"), "and not in a's entry");
+        assert_eq!(book.held_by("b").entries, 1);
+    }
+
     /// Rejections are counted per subscription: a sibling in step does not
     /// hide another's rejection, and a subscription the book never served
     /// is catching up, never suspected, and not created by being observed.
