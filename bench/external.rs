@@ -246,20 +246,25 @@ pub fn alternate(targets: [&Target; 2], rounds: u64, seconds: u64) -> [Measured;
     alternate_with(targets, rounds, |t| wrk(&t.script, &t.url, seconds))
 }
 
-/// [`alternate`] with another load generator: `load` runs one round against
-/// a target and says what it measured.
-pub fn alternate_with(
-    targets: [&Target; 2],
+/// [`alternate`] with another load generator and any number of targets:
+/// `load` runs one round against a target and says what it measured. Two
+/// targets swap places each round; more take turns going first.
+pub fn alternate_with<const N: usize>(
+    targets: [&Target; N],
     rounds: u64,
     mut load: impl FnMut(&Target) -> Run,
-) -> [Measured; 2] {
+) -> [Measured; N] {
     let all: Vec<u32> = targets.iter().flat_map(|t| t.pids.clone()).collect();
-    let mut measured: [Measured; 2] = Default::default();
+    let mut measured: [Measured; N] = std::array::from_fn(|_| Measured::default());
     for (m, t) in measured.iter_mut().zip(targets) {
         m.cpu_us = vec![Vec::new(); t.pids.len()];
     }
     for round in 0..rounds {
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let order: Vec<usize> = if N == 2 && round % 2 == 1 {
+            (0..N).rev().collect()
+        } else {
+            (0..N).map(|i| (i + round as usize) % N).collect()
+        };
         for i in order {
             let target = targets[i];
             settle(&all);

@@ -17,6 +17,8 @@
 //!    one cluster answered 200 and 304, over HTTP/1.1 keep-alive (`wrk`)
 //!    and over HTTP/2 with many streams per connection (`h2load`),
 //!    alternating, for several rounds: absolute µs per poll and the ratio.
+//!    With `XDS_GATEWAY_BASELINE_BIN`, another build's gateway takes its
+//!    turn in the same rounds, against the same floor.
 //! 4. **Instructions per poll** (`bench/instructions.rs`, only when asked:
 //!    `GATEWAY_BENCH=instructions`): the per-poll cases under callgrind,
 //!    user-space instructions per poll of the gateway and of the floor over
@@ -324,7 +326,30 @@ async fn bench() {
         }
         if part("perpoll") {
             let eds: Vec<&Case> = cases.iter().filter(|c| c.name.starts_with("EDS")).collect();
-            tokio::task::block_in_place(|| per_poll::part(port, pid, &eds));
+            // Another build in the same rounds (`XDS_GATEWAY_BASELINE_BIN`).
+            let baseline_log = tempfile::NamedTempFile::new().expect("log file");
+            let baseline = match std::env::var_os("XDS_GATEWAY_BASELINE_BIN") {
+                Some(bin) if !bin.is_empty() => {
+                    let (child, port, _) = gateway_process::start_gateway_listening(
+                        std::path::Path::new(&bin),
+                        &[],
+                        &upstream.url(),
+                        baseline_log.path(),
+                    );
+                    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                    for case in &eds {
+                        let (status, answer) =
+                            post(&client, addr, case.path, case.body.clone()).await;
+                        assert_eq!(status, case.status, "baseline: {}", case.name);
+                        // The same answer but for its nonce (another upstream stream's).
+                        assert_eq!(answer.len(), case.answer.len(), "baseline: {}", case.name);
+                    }
+                    Some((child, port))
+                }
+                _ => None,
+            };
+            let other = baseline.as_ref().map(|(child, port)| (*port, child.0.id()));
+            tokio::task::block_in_place(|| per_poll::part(port, pid, other, &eds));
         }
         if part("instructions") {
             let eds: Vec<&Case> = cases.iter().filter(|c| c.name.starts_with("EDS")).collect();
