@@ -18,7 +18,8 @@
 //! is of the user-space parts only; and valgrind runs a process's threads
 //! one at a time, so work that depends on two workers racing (wake-ups,
 //! stealing) is not as it is natively. The dumps are kept in
-//! `GATEWAY_CALLGRIND_DIR` when it is set, for `callgrind_annotate`.
+//! `GATEWAY_CALLGRIND_DIR` when it is set: `bench/callgrind_self.py` gives
+//! their self cost per function per poll.
 //!
 //! Every child is on loopback, bounded in time and killed by pid.
 
