@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-use crate::gateway_process::{cpu_time, output_within, Guard};
+use crate::gateway_process::{cpu_time, output_within, user_time, Guard};
 
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
 pub const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
@@ -190,6 +190,8 @@ pub struct Measured {
     /// Per pid of the target, the CPU (user + system) per request of each
     /// round, in µs.
     pub cpu_us: Vec<Vec<f64>>,
+    /// The user-space part of [`Self::cpu_us`].
+    pub user_us: Vec<Vec<f64>>,
 }
 
 impl Measured {
@@ -222,6 +224,12 @@ impl Measured {
     /// Median CPU per request of the target's `i`th pid, in µs.
     pub fn cpu(&self, i: usize) -> f64 {
         median(&mut self.cpu_us[i].clone())
+    }
+
+    /// Median user-space CPU per request of the target's `i`th pid, in µs.
+    #[allow(dead_code)] // used by some benches only
+    pub fn user(&self, i: usize) -> f64 {
+        median(&mut self.user_us[i].clone())
     }
 
     /// Median bytes on the wire per response.
@@ -258,6 +266,7 @@ pub fn alternate_with<const N: usize>(
     let mut measured: [Measured; N] = std::array::from_fn(|_| Measured::default());
     for (m, t) in measured.iter_mut().zip(targets) {
         m.cpu_us = vec![Vec::new(); t.pids.len()];
+        m.user_us = vec![Vec::new(); t.pids.len()];
     }
     for round in 0..rounds {
         let order: Vec<usize> = if N == 2 && round % 2 == 1 {
@@ -269,11 +278,14 @@ pub fn alternate_with<const N: usize>(
             let target = targets[i];
             settle(&all);
             let before: Vec<Duration> = target.pids.iter().map(|&p| cpu_time(p)).collect();
+            let user_before: Vec<Duration> = target.pids.iter().map(|&p| user_time(p)).collect();
             let run = load(target);
             let requests = run.requests.max(1.0);
             for (j, &pid) in target.pids.iter().enumerate() {
                 let used = cpu_time(pid).saturating_sub(before[j]);
                 measured[i].cpu_us[j].push(used.as_secs_f64() * 1e6 / requests);
+                let user = user_time(pid).saturating_sub(user_before[j]);
+                measured[i].user_us[j].push(user.as_secs_f64() * 1e6 / requests);
             }
             measured[i].runs.push(run);
         }

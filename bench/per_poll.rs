@@ -78,6 +78,7 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
     println!("|---|---|---|---|---|---|---|");
     let mut per_protocol = Vec::new();
     let mut compared = Vec::new();
+    let mut user_part = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let port = gateway_process::free_port();
         let floor = external::start_raw_server(dir.path(), port, case.status, &case.answer);
@@ -156,12 +157,27 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
                     min_max(&against, 2)
                 ));
             }
+            let baseline_user = base
+                .as_ref()
+                .map(|b| format!(", baseline {:.1}", b.user(0)))
+                .unwrap_or_default();
+            user_part.push(format!(
+                "{}, {}: user-space µs/poll (medians; the rest is the kernel's): gateway {:.1}, \
+                 floor {:.1}{baseline_user}",
+                case.name,
+                protocol.label(),
+                gw.user(0),
+                floor_m.user(0),
+            ));
             per_protocol.push((case.name, gw.cpu(0), floor_m.cpu(0)));
         }
         drop(floor);
     }
     println!();
     for line in &compared {
+        println!("{line}");
+    }
+    for line in &user_part {
         println!("{line}");
     }
     for pair in per_protocol.chunks(2) {
