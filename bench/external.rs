@@ -23,10 +23,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-use crate::gateway_process::{cpu_time, output_within, Guard};
+use crate::gateway_process::{cpu_time, output_within, user_time, Guard};
 
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
-const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
+pub const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
 /// wrk's connections; its thread count is 1.
 const CONNECTIONS: usize = 16;
 
@@ -190,6 +190,8 @@ pub struct Measured {
     /// Per pid of the target, the CPU (user + system) per request of each
     /// round, in µs.
     pub cpu_us: Vec<Vec<f64>>,
+    /// The user-space part of [`Self::cpu_us`].
+    pub user_us: Vec<Vec<f64>>,
 }
 
 impl Measured {
@@ -224,6 +226,12 @@ impl Measured {
         median(&mut self.cpu_us[i].clone())
     }
 
+    /// Median user-space CPU per request of the target's `i`th pid, in µs.
+    #[allow(dead_code)] // used by some benches only
+    pub fn user(&self, i: usize) -> f64 {
+        median(&mut self.user_us[i].clone())
+    }
+
     /// Median bytes on the wire per response.
     #[allow(dead_code)] // used by some benches only
     pub fn bytes_per_response(&self) -> f64 {
@@ -246,29 +254,38 @@ pub fn alternate(targets: [&Target; 2], rounds: u64, seconds: u64) -> [Measured;
     alternate_with(targets, rounds, |t| wrk(&t.script, &t.url, seconds))
 }
 
-/// [`alternate`] with another load generator: `load` runs one round against
-/// a target and says what it measured.
-pub fn alternate_with(
-    targets: [&Target; 2],
+/// [`alternate`] with another load generator and any number of targets:
+/// `load` runs one round against a target and says what it measured. Two
+/// targets swap places each round; more take turns going first.
+pub fn alternate_with<const N: usize>(
+    targets: [&Target; N],
     rounds: u64,
     mut load: impl FnMut(&Target) -> Run,
-) -> [Measured; 2] {
+) -> [Measured; N] {
     let all: Vec<u32> = targets.iter().flat_map(|t| t.pids.clone()).collect();
-    let mut measured: [Measured; 2] = Default::default();
+    let mut measured: [Measured; N] = std::array::from_fn(|_| Measured::default());
     for (m, t) in measured.iter_mut().zip(targets) {
         m.cpu_us = vec![Vec::new(); t.pids.len()];
+        m.user_us = vec![Vec::new(); t.pids.len()];
     }
     for round in 0..rounds {
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let order: Vec<usize> = if N == 2 && round % 2 == 1 {
+            (0..N).rev().collect()
+        } else {
+            (0..N).map(|i| (i + round as usize) % N).collect()
+        };
         for i in order {
             let target = targets[i];
             settle(&all);
             let before: Vec<Duration> = target.pids.iter().map(|&p| cpu_time(p)).collect();
+            let user_before: Vec<Duration> = target.pids.iter().map(|&p| user_time(p)).collect();
             let run = load(target);
             let requests = run.requests.max(1.0);
             for (j, &pid) in target.pids.iter().enumerate() {
                 let used = cpu_time(pid).saturating_sub(before[j]);
                 measured[i].cpu_us[j].push(used.as_secs_f64() * 1e6 / requests);
+                let user = user_time(pid).saturating_sub(user_before[j]);
+                measured[i].user_us[j].push(user.as_secs_f64() * 1e6 / requests);
             }
             measured[i].runs.push(run);
         }

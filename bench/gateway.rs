@@ -17,13 +17,20 @@
 //!    one cluster answered 200 and 304, over HTTP/1.1 keep-alive (`wrk`)
 //!    and over HTTP/2 with many streams per connection (`h2load`),
 //!    alternating, for several rounds: absolute µs per poll and the ratio.
-//! 4. **Fan-in**: many pollers of one node identity while the upstream
+//!    With `XDS_GATEWAY_BASELINE_BIN`, another build's gateway takes its
+//!    turn in the same rounds, against the same floor.
+//! 4. **Instructions per poll** (`bench/instructions.rs`, only when asked:
+//!    `GATEWAY_BENCH=instructions`): the per-poll cases under callgrind,
+//!    user-space instructions per poll of the gateway and of the floor over
+//!    `GATEWAY_POLLS` (2,000) identical polls: repeatable on a loaded
+//!    machine, kernel time not counted. Needs `valgrind`.
+//! 5. **Fan-in**: many pollers of one node identity while the upstream
 //!    changes once a second: client polls per second against upstream
 //!    messages.
 //!
 //! Run: `cargo bench --bench gateway` (about 8 minutes). Needs `wrk` and
 //! `h2load`: `apt-get install wrk nghttp2-client`; the parts that use them
-//! panic if they are missing. `GATEWAY_BENCH=external|perpoll|inprocess|fanin`
+//! panic if they are missing. `GATEWAY_BENCH=external|perpoll|instructions|inprocess|fanin`
 //! runs one part; `GATEWAY_ROUNDS` (5) and `GATEWAY_SECONDS` (5) shape the
 //! external and per-poll parts. Loopback only; every loop and every child is
 //! bounded in time.
@@ -33,6 +40,7 @@ mod fake_ads;
 
 mod external;
 mod gateway_process;
+mod instructions;
 mod per_poll;
 
 use std::net::SocketAddr;
@@ -188,9 +196,9 @@ fn main() {
         .block_on(bench());
 }
 
-/// Which parts run (`GATEWAY_BENCH`; all by default).
+/// Which parts run (`GATEWAY_BENCH`; all but `instructions` by default).
 fn part(name: &str) -> bool {
-    std::env::var("GATEWAY_BENCH").map_or(true, |p| p == name)
+    std::env::var("GATEWAY_BENCH").map_or(name != "instructions", |p| p == name)
 }
 
 /// The `versionInfo` of a JSON answer.
@@ -261,7 +269,7 @@ async fn bench() {
     let eds_body = external::request_body(EDS, &["cluster-0"]);
     println!("request body: {} bytes (Envoy 1.40 node)", cds_body.len());
 
-    if part("external") || part("perpoll") {
+    if part("external") || part("perpoll") || part("instructions") {
         let (port, admin) = (gateway_process::free_port(), gateway_process::free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
         let gateway_child =
@@ -318,7 +326,34 @@ async fn bench() {
         }
         if part("perpoll") {
             let eds: Vec<&Case> = cases.iter().filter(|c| c.name.starts_with("EDS")).collect();
-            tokio::task::block_in_place(|| per_poll::part(port, pid, &eds));
+            // Another build in the same rounds (`XDS_GATEWAY_BASELINE_BIN`).
+            let baseline_log = tempfile::NamedTempFile::new().expect("log file");
+            let baseline = match std::env::var_os("XDS_GATEWAY_BASELINE_BIN") {
+                Some(bin) if !bin.is_empty() => {
+                    let (child, port, _) = gateway_process::start_gateway_listening(
+                        std::path::Path::new(&bin),
+                        &[],
+                        &upstream.url(),
+                        baseline_log.path(),
+                    );
+                    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                    for case in &eds {
+                        let (status, answer) =
+                            post(&client, addr, case.path, case.body.clone()).await;
+                        assert_eq!(status, case.status, "baseline: {}", case.name);
+                        // The same answer but for its nonce (another upstream stream's).
+                        assert_eq!(answer.len(), case.answer.len(), "baseline: {}", case.name);
+                    }
+                    Some((child, port))
+                }
+                _ => None,
+            };
+            let other = baseline.as_ref().map(|(child, port)| (*port, child.0.id()));
+            tokio::task::block_in_place(|| per_poll::part(port, pid, other, &eds));
+        }
+        if part("instructions") {
+            let eds: Vec<&Case> = cases.iter().filter(|c| c.name.starts_with("EDS")).collect();
+            tokio::task::block_in_place(|| instructions::part(&upstream.url(), &eds));
         }
         drop(gateway_child);
     }

@@ -163,6 +163,24 @@ pub fn free_port() -> u16 {
 /// clock ticks of 10 ms).
 #[allow(dead_code)] // used by some benches only
 pub fn cpu_time(pid: u32) -> Duration {
+    user_time(pid) + system_time(pid)
+}
+
+/// The user-space part of [`cpu_time`].
+#[allow(dead_code)] // used by some benches only
+pub fn user_time(pid: u32) -> Duration {
+    stat_ticks(pid, 11)
+}
+
+/// The kernel part of [`cpu_time`].
+#[allow(dead_code)] // used by some benches only
+pub fn system_time(pid: u32) -> Duration {
+    stat_ticks(pid, 12)
+}
+
+/// Field `i` after the command name of `/proc/PID/stat`, as clock ticks of
+/// 10 ms.
+fn stat_ticks(pid: u32, i: usize) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
     // Fields after the command name (which may hold spaces) in parentheses.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
@@ -174,7 +192,7 @@ pub fn cpu_time(pid: u32) -> Duration {
             .unwrap_or(0)
     };
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after ")".
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    Duration::from_millis(ticks(i) * 10)
 }
 
 /// The CPU time every process of the machine has used since boot

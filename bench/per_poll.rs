@@ -59,8 +59,12 @@ fn require(tool: &str, version_flag: &str, package: &str) {
 
 /// Runs every case (EDS 200, EDS 304) over both protocols against the
 /// gateway process (`gateway` port, `gateway_pid`) and a floor process of
-/// its own, and prints the table.
-pub fn part(gateway: u16, gateway_pid: u32, cases: &[&Case]) {
+/// its own, and prints the table. With `baseline` (the port and pid of
+/// another build's gateway, `XDS_GATEWAY_BASELINE_BIN`), that one takes
+/// its turn in the same rounds and gets a row of its own, against the same
+/// floor, and each build's ratio to the other is printed: on a shared
+/// machine only figures of the same rounds compare.
+pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases: &[&Case]) {
     require("wrk", "--version", "wrk");
     require("h2load", "--version", "nghttp2-client");
     let rounds = external::env_number("GATEWAY_ROUNDS", 5).max(1);
@@ -73,6 +77,8 @@ pub fn part(gateway: u16, gateway_pid: u32, cases: &[&Case]) {
     println!("| case | protocol | gateway µs/poll | floor µs/poll | gateway/floor | gateway req/s | floor req/s |");
     println!("|---|---|---|---|---|---|---|");
     let mut per_protocol = Vec::new();
+    let mut compared = Vec::new();
+    let mut user_part = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let port = gateway_process::free_port();
         let floor = external::start_raw_server(dir.path(), port, case.status, &case.answer);
@@ -87,14 +93,24 @@ pub fn part(gateway: u16, gateway_pid: u32, cases: &[&Case]) {
         };
         let (floor_target, gateway_target) =
             (target(port, floor_pid), target(gateway, gateway_pid));
+        let baseline_target = baseline.map(|(port, pid)| target(port, pid));
         for protocol in [Protocol::Http1, Protocol::Http2] {
-            let [floor_m, gw] =
-                external::alternate_with([&floor_target, &gateway_target], rounds, |t| {
-                    match protocol {
-                        Protocol::Http1 => external::wrk(&t.script, &t.url, seconds),
-                        Protocol::Http2 => h2load(&body, &t.url, seconds, case.status),
-                    }
-                });
+            let load = |t: &Target| match protocol {
+                Protocol::Http1 => external::wrk(&t.script, &t.url, seconds),
+                Protocol::Http2 => h2load(&body, &t.url, seconds, case.status),
+            };
+            let (floor_m, gw, base) = match &baseline_target {
+                None => {
+                    let [f, g] =
+                        external::alternate_with([&floor_target, &gateway_target], rounds, load);
+                    (f, g, None)
+                }
+                Some(b) => {
+                    let targets = [&floor_target, &gateway_target, b];
+                    let [f, g, b] = external::alternate_with(targets, rounds, load);
+                    (f, g, Some(b))
+                }
+            };
             let ratios: Vec<f64> = gw.cpu_us[0]
                 .iter()
                 .zip(&floor_m.cpu_us[0])
@@ -111,11 +127,59 @@ pub fn part(gateway: u16, gateway_pid: u32, cases: &[&Case]) {
                 gw.rps_text(),
                 floor_m.rps_text(),
             );
+            if let Some(base) = &base {
+                let ratios = |of: &Measured| -> Vec<f64> {
+                    of.cpu_us[0]
+                        .iter()
+                        .zip(&floor_m.cpu_us[0])
+                        .map(|(g, f)| g / f)
+                        .collect()
+                };
+                println!(
+                    "| {} (baseline) | {} | {} | (same) | {:.2} ({}) | {} | |",
+                    case.name,
+                    protocol.label(),
+                    spread_us(base),
+                    base.cpu(0) / floor_m.cpu(0),
+                    min_max(&ratios(base), 2),
+                    base.rps_text(),
+                );
+                let against: Vec<f64> = gw.cpu_us[0]
+                    .iter()
+                    .zip(&base.cpu_us[0])
+                    .map(|(g, b)| g / b)
+                    .collect();
+                compared.push(format!(
+                    "{}, {}: this build / baseline = {:.2} ({} by round)",
+                    case.name,
+                    protocol.label(),
+                    gw.cpu(0) / base.cpu(0),
+                    min_max(&against, 2)
+                ));
+            }
+            let baseline_user = base
+                .as_ref()
+                .map(|b| format!(", baseline {:.1}", b.user(0)))
+                .unwrap_or_default();
+            user_part.push(format!(
+                "{}, {}: user-space µs/poll (medians; the rest is the kernel's): gateway {:.1}, \
+                 floor {:.1}{baseline_user}",
+                case.name,
+                protocol.label(),
+                gw.user(0),
+                floor_m.user(0),
+            ));
             per_protocol.push((case.name, gw.cpu(0), floor_m.cpu(0)));
         }
         drop(floor);
     }
     println!();
+    for line in &compared {
+        println!("{line}");
+    }
+    for line in &user_part {
+        println!("{line}");
+    }
     for pair in per_protocol.chunks(2) {
         if let [(name, h1, f1), (_, h2, f2)] = pair {
             println!(
@@ -179,9 +243,22 @@ fn h2load(body: &Path, url: &str, seconds: u64, status: u16) -> Run {
         done > 0.0 && succeeded == done && requests[4..].iter().all(|n| *n == 0.0),
         "{url}: requests failed under load:\n{text}"
     );
-    assert_eq!(
-        codes.get(class).copied(),
-        Some(done),
+    // In timing mode (`-D`) h2load counts the status of a stream that ends
+    // just after the main duration but not the stream as done: the status
+    // count can exceed "done" by the streams then in flight (nghttp2 issue
+    // 1523). Equality, asserted before, failed now and then and ended the
+    // bench after its first row. Every answer must still be of `status`'s
+    // class, and at least as many as were done.
+    let in_flight = (H2_CONNECTIONS * H2_STREAMS) as f64;
+    let of_class = codes.get(class).copied().unwrap_or(0.0);
+    let others: f64 = codes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != class)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        others == 0.0 && of_class >= done && of_class <= done + in_flight,
         "{url}: not every answer was {status}:\n{text}"
     );
     // "finished in 5.00s, 31234.40 req/s, 2.41MB/s"

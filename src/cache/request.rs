@@ -38,7 +38,7 @@ use super::identity::IdentityKey;
 use super::node_json::{NodeJson, NodeJsons};
 use super::request_chunks::{feed_sampled, BodyChunks};
 use super::request_frame::Frame;
-use super::state::Names;
+use super::state::{names_digest, Names};
 use crate::config::SessionKey;
 use crate::xds::{DiscoveryRequestView, RequestError};
 
@@ -50,8 +50,12 @@ const MEMO_BYTES: u64 = 64 * 1024 * 1024;
 /// sends any more (twenty Envoys under a change a second: in under a
 /// minute); a client polls well within it, so its body stays.
 const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
-/// Bytes at each end of a body that [`memo_key`] hashes in full.
-const KEY_EDGE: usize = 4096;
+/// Bytes at each end of a body that [`memo_key`] hashes in full. An
+/// Envoy's polls differ within a few hundred bytes of an end (its version
+/// and node id first, its names, type and nonce last); 4 KB edges cost a
+/// memo hit about a tenth of the gateway's instructions per poll (issue 41,
+/// `GATEWAY_BENCH=instructions`), 1 KB a third of that.
+const KEY_EDGE: usize = 1024;
 /// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
 /// `KEY_STRIDE`.
 const KEY_STRIDE: usize = 2048;
@@ -207,6 +211,9 @@ pub(crate) struct ParsedRequest {
     client_node: ClientNode,
     /// Its names, hashed once (a [`SubscriptionKey`]'s part).
     names_hash: u64,
+    /// Its names' SHA-256, made once: what the body memo keys answers on
+    /// (`state::names_digest`).
+    names_digest: [u8; 32],
     /// Made from a GET's query: never an Envoy, whatever its node says,
     /// and never the same subscriber as a POSTing client of its node.
     via_get: bool,
@@ -235,6 +242,7 @@ impl ParsedRequest {
             via_get,
         );
         let names_hash = names_hash(&names);
+        let names_digest = names_digest(&names);
         Ok(ParsedRequest {
             body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
@@ -247,6 +255,7 @@ impl ParsedRequest {
             identity,
             client_node,
             names_hash,
+            names_digest,
             via_get,
         })
     }
@@ -298,6 +307,7 @@ impl ParsedRequest {
     pub(crate) fn narrowed(&self, names: Names) -> ParsedRequest {
         ParsedRequest {
             names_hash: names_hash(&names),
+            names_digest: names_digest(&names),
             names,
             ..self.clone()
         }
@@ -340,6 +350,12 @@ impl ParsedRequest {
         &self.names
     }
 
+    /// The SHA-256 of [`names`](Self::names) (`state::names_digest`), made
+    /// once per parse.
+    pub(crate) fn names_digest(&self) -> &[u8; 32] {
+        &self.names_digest
+    }
+
     pub(crate) fn node_id(&self) -> &str {
         &self.node_id
     }
@@ -361,6 +377,11 @@ impl ParsedRequest {
     /// The client that sent it from `remote` (see [`ClientKey`]).
     pub(crate) fn client(&self, remote: Option<IpAddr>) -> ClientKey {
         ClientKey::new(self.client_node, remote)
+    }
+
+    /// Its names, hashed (a [`SubscriptionKey`]'s part), made once per parse.
+    pub(crate) fn names_hash(&self) -> u64 {
+        self.names_hash
     }
 
     /// That client's subscription to these names: what rejection
@@ -677,6 +698,7 @@ mod frame_tests {
             && a.identity == b.identity
             && a.client_node == b.client_node
             && a.names_hash == b.names_hash
+            && a.names_digest == b.names_digest
             && a.via_get == b.via_get
             && a.node_json() == b.node_json()
     }
@@ -909,6 +931,11 @@ mod chunk_tests {
                         "seed {seed} case {case}: the memo answered another body's parse"
                     );
                     assert_eq!(a.names(), f.names(), "seed {seed} case {case}");
+                    assert_eq!(
+                        a.names_digest(),
+                        f.names_digest(),
+                        "seed {seed} case {case}"
+                    );
                     assert_eq!(a.node_id(), f.node_id(), "seed {seed} case {case}");
                     assert_eq!(a.node_json(), f.node_json(), "seed {seed} case {case}");
                     assert_eq!(a.type_url(), f.type_url(), "seed {seed} case {case}");

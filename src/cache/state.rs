@@ -124,9 +124,15 @@ fn in_any_collection(name: &str, names: &BTreeSet<String>) -> bool {
 }
 
 /// The digest part of a served version (`None` when it has none).
+/// What follows the last [`DIGEST_SEPARATOR`] when that is [`DIGEST_HEX`]
+/// hex digits: read from the end (no search: it runs several times a poll).
 pub(crate) fn selection_digest(version: &str) -> Option<&str> {
-    let (_, digest) = version.rsplit_once(DIGEST_SEPARATOR)?;
-    (digest.len() == DIGEST_HEX && digest.bytes().all(|b| b.is_ascii_hexdigit())).then_some(digest)
+    let at = version.len().checked_sub(DIGEST_HEX + 1)?;
+    let bytes = version.as_bytes();
+    let digest = &bytes[at + 1..];
+    // Hex digits are not the separator, so this one is the last.
+    (bytes[at] == DIGEST_SEPARATOR as u8 && digest.iter().all(u8::is_ascii_hexdigit))
+        .then(|| &version[at + 1..])
 }
 
 /// The upstream's part of a served version (all of it when it has no digest).
@@ -182,8 +188,9 @@ pub(crate) struct TypeState {
 }
 
 /// The SHA-256 of a request's names (each length-prefixed; the wildcard
-/// as `*` with no prefix, which no prefixed list can produce).
-fn names_digest(names: &Names) -> [u8; 32] {
+/// as `*` with no prefix, which no prefixed list can produce). A parsed
+/// request holds its own, made once ([`TypeState::answer_digested`]).
+pub(crate) fn names_digest(names: &Names) -> [u8; 32] {
     let mut hasher = Sha256::new();
     match names {
         Names::Wildcard => hasher.update(b"*"),
@@ -230,8 +237,23 @@ impl TypeState {
         presented: &str,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
-        let bodies = assembler.bodies();
         let digest = names_digest(names);
+        self.answer_digested(assembler, names, &digest, presented, target)
+    }
+
+    /// [`answer`](Self::answer) with `digest`, the [`names_digest`] of
+    /// `names`, made before (a parsed request's, once per parse, not per poll).
+    pub(crate) fn answer_digested(
+        &self,
+        assembler: &Assembler,
+        names: &Names,
+        digest: &[u8; 32],
+        presented: &str,
+        target: Option<&RestTarget>,
+    ) -> Result<Answer, JsonError> {
+        debug_assert_eq!(*digest, names_digest(names), "a stale names digest");
+        let digest = *digest;
+        let bodies = assembler.bodies();
         let key = Bodies::key(self.id, &digest, target);
         if let Some(hit) = bodies.get(key, self.id, &digest, target) {
             if same_selection(presented, &hit.version) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::authorize::{AuthError, Caller};
 use super::Gateway;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
-use crate::observe::{AnsweredPoll, ServedAnswer, Standing};
+use crate::observe::{AnsweredPoll, Booked, ServedAnswer, Standing};
 use crate::shares::Tenant;
 use crate::store::Polled;
 use crate::xds::rewrite::RestTarget;
@@ -83,9 +83,16 @@ impl Answered<'_> {
     }
 
     /// Shows it in the client book, answered at `current` (`body`: a body
-    /// went out, else a 304), standing as `standing`.
-    pub(super) fn record(&self, gateway: &Gateway, current: &str, body: bool, standing: Standing) {
-        gateway.clients.record(AnsweredPoll {
+    /// went out, else a 304), standing as `standing`; in `booked` when the
+    /// answer found the client there (`Polled::booked`).
+    pub(super) fn record(
+        &self,
+        gateway: &Gateway,
+        current: &str,
+        body: bool,
+        (standing, booked): (Standing, Option<&Booked>),
+    ) {
+        let poll = AnsweredPoll {
             request: self.request,
             kind: self.kind,
             remote: self.remote.ip(),
@@ -94,7 +101,8 @@ impl Answered<'_> {
             standing,
             rewritten_for: self.target.map(|t| t.cluster_name.as_str()),
             watch: self.watch,
-        });
+        };
+        gateway.clients.record_booked(poll, booked);
     }
 
     /// The body to send for `json` at `version`, remembering what was

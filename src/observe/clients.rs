@@ -74,6 +74,15 @@ pub(crate) struct AnsweredPoll<'a> {
     pub(crate) watch: bool,
 }
 
+/// A client the book holds, as [`ClientBook::observe`] found it: what the
+/// record of the same poll ([`ClientBook::record_booked`]) takes instead of
+/// looking the client up a second time.
+#[derive(Debug, Clone)]
+pub(crate) struct Booked {
+    key: ClientKey,
+    client: Arc<Mutex<Client>>,
+}
+
 /// One subscription of a node's clients, for CSDS.
 #[derive(Debug, Clone)]
 pub(crate) struct SubscriptionStatus {
@@ -199,23 +208,35 @@ impl ClientBook {
     }
 
     /// Records one answered poll.
+    #[cfg(test)]
     pub(crate) fn record(&self, poll: AnsweredPoll<'_>) {
+        self.record_booked(poll, None);
+    }
+
+    /// [`record`](Self::record), in `booked` when that is the poll's client
+    /// (as [`observe`](Self::observe) found it for the same poll: one
+    /// lookup per poll, not two). Were it dropped from the book meanwhile,
+    /// the record is as if it was dropped just after.
+    pub(crate) fn record_booked(&self, poll: AnsweredPoll<'_>, booked: Option<&Booked>) {
         let request = poll.request;
         let key = request.client(poll.remote);
         let now = SystemTime::now();
-        let client = self.clients.get_with(key, || {
-            Arc::new(Mutex::new(Client {
-                node_id: request.node_id().to_owned(),
-                cluster: request.node_cluster().to_owned(),
-                user_agent: request.user_agent_name().to_owned(),
-                remote: poll.remote,
-                rewritten_for: None,
-                subscriber: false,
-                first_seen: now,
-                last_poll: now,
-                subscriptions: HashMap::new(),
-                bytes: 0,
-            }))
+        let found = booked.filter(|b| b.key == key).map(|b| b.client.clone());
+        let client = found.unwrap_or_else(|| {
+            self.clients.get_with(key, || {
+                Arc::new(Mutex::new(Client {
+                    node_id: request.node_id().to_owned(),
+                    cluster: request.node_cluster().to_owned(),
+                    user_agent: request.user_agent_name().to_owned(),
+                    remote: poll.remote,
+                    rewritten_for: None,
+                    subscriber: false,
+                    first_seen: now,
+                    last_poll: now,
+                    subscriptions: HashMap::new(),
+                    bytes: 0,
+                }))
+            })
         });
         let weight = self.record_in(&client, poll, now);
         if weight.0 != weight.1 {
@@ -334,34 +355,44 @@ impl ClientBook {
     /// older version the book's threshold times after being served
     /// `current` (see `rejection.rs`). Creates nothing: a subscription the
     /// book does not hold was never served, so it is in step or catching up.
+    /// With the client, if the book holds it ([`Booked`], for the record).
     pub(crate) fn observe(
         &self,
         request: &ParsedRequest,
         kind: ResourceType,
         remote: Option<IpAddr>,
         current: &str,
-    ) -> (Standing, Option<Suspicion>) {
+    ) -> (Standing, Option<Suspicion>, Option<Booked>) {
         let poll = Observation {
             presented: request.version_info(),
             current,
             envoy: request.may_be_envoy(),
         };
-        let Some(client) = self.clients.get(&request.client(remote)) else {
-            return (standing(None, poll, self.threshold), None);
+        let client_key = request.client(remote);
+        let Some(held) = self.clients.get(&client_key) else {
+            return (standing(None, poll, self.threshold), None, None);
         };
-        let mut guard = crate::sync::lock(&client);
+        let mut guard = crate::sync::lock(&held);
         let client = &mut *guard;
-        let key = (kind, request.subscription(remote));
-        let Some(entry) = client.subscriptions.get_mut(&key) else {
-            return (standing(None, poll, self.threshold), None);
+        let key = (kind, client_key.subscribing(request.names_hash()));
+        let (standing, suspicion) = match client.subscriptions.get_mut(&key) {
+            None => (standing(None, poll, self.threshold), None),
+            Some(entry) => {
+                let threshold = self.threshold;
+                let (answer, grown) = entry.with_log(|log| {
+                    let suspicion = log.observe(poll, threshold);
+                    (log.sync(poll, threshold), suspicion)
+                });
+                client.bytes = client.bytes.saturating_add_signed(grown);
+                answer
+            }
         };
-        let threshold = self.threshold;
-        let (answer, grown) = entry.with_log(|log| {
-            let suspicion = log.observe(poll, threshold);
-            (log.sync(poll, threshold), suspicion)
-        });
-        client.bytes = client.bytes.saturating_add_signed(grown);
-        answer
+        drop(guard);
+        let booked = Booked {
+            key: client_key,
+            client: held,
+        };
+        (standing, suspicion, Some(booked))
     }
 
     /// What the clients of `node_id` hold now: their subscriptions, and the
@@ -712,6 +743,43 @@ mod tests {
         assert!(was_served(&book, &a, &versions[1]));
     }
 
+    /// A poll's record goes to its own client whatever was booked: the
+    /// client its observation found, or, handed another client's, a lookup
+    /// of its own (never into the other's entry).
+    #[test]
+    fn a_record_goes_to_its_own_client_whatever_was_booked() {
+        let book = ClientBook::new(Duration::from_secs(60), 3);
+        let (a, b) = (
+            parsed(SessionKey::Node, r#"{"node":{"id":"a","cluster":"c"}}"#),
+            parsed(SessionKey::Node, r#"{"node":{"id":"b","cluster":"c"}}"#),
+        );
+        let kind = ResourceType::Clusters;
+        let (_, _, none) = book.observe(&a, kind, None, "1~x");
+        assert!(
+            none.is_none(),
+            "a client the book does not hold is not booked"
+        );
+        served_at(&book, &a, "1~x");
+        let (_, _, booked) = book.observe(&a, kind, None, "2~x");
+        let booked = booked.expect("a held client is booked");
+        let poll = |request, current| AnsweredPoll {
+            request,
+            kind,
+            remote: None,
+            current,
+            body: true,
+            standing: Standing::CatchingUp,
+            rewritten_for: None,
+            watch: false,
+        };
+        book.record_booked(poll(&a, "2~x"), Some(&booked));
+        assert!(was_served(&book, &a, "2~x"));
+        book.record_booked(poll(&b, "3~x"), Some(&booked));
+        assert!(was_served(&book, &b, "3~x"), "b is recorded as b");
+        assert!(!was_served(&book, &a, "3~x"), "and not in a's entry");
+        assert_eq!(book.held_by("b").entries, 1);
+    }
+
     /// Rejections are counted per subscription: a sibling in step does not
     /// hide another's rejection, and a subscription the book never served
     /// is catching up, never suspected, and not created by being observed.
@@ -729,8 +797,10 @@ mod tests {
             served_at(&book, &at("", names), v1);
             served_at(&book, &at(v1, names), v2);
         }
-        let observe =
-            |request: &ParsedRequest| book.observe(request, ResourceType::Clusters, None, v2);
+        let observe = |request: &ParsedRequest| {
+            let (standing, suspicion, _) = book.observe(request, ResourceType::Clusters, None, v2);
+            (standing, suspicion)
+        };
         assert_eq!(observe(&at(v2, r#""y""#)), (Standing::InStep, None));
         assert_eq!(observe(&at(v1, r#""x""#)).0, Standing::Behind { polls: 1 });
         let (standing, suspicion) = observe(&at(v1, r#""x""#));

@@ -21,7 +21,7 @@ use tracing::warn;
 use crate::cache::{Answer, Assembler, ClientAddr, ParsedRequest, TypeState};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
-use crate::observe::{ClientBook, ServedAnswer, Standing, Suspicion};
+use crate::observe::{Booked, ClientBook, ServedAnswer, Standing, Suspicion};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::JsonError;
 
@@ -59,6 +59,9 @@ pub(crate) struct Polled {
     feed: Box<dyn PollChannel>,
     /// Where the client stood at the last answer.
     sync: Standing,
+    /// The client as the book held it at the last answer, if it did: what
+    /// the record of this poll takes instead of a second lookup.
+    booked: Option<Booked>,
 }
 
 impl std::fmt::Debug for Polled {
@@ -76,6 +79,7 @@ impl Polled {
             state,
             feed,
             sync: Standing::default(),
+            booked: None,
         }
     }
 
@@ -104,23 +108,29 @@ impl Polled {
         remote: ClientAddr,
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
-        let answer =
-            self.state
-                .answer(assembler, request.names(), request.version_info(), target)?;
+        let answer = self.state.answer_digested(
+            assembler,
+            request.names(),
+            request.names_digest(),
+            request.version_info(),
+            target,
+        )?;
         // A client refusing an answer that holds an Any served opaque is not
         // suspected of a rejection (nor is it forwarded upstream): the
         // gateway knows why, and it is its own limit, not the upstream's.
         let opaque = !self.state.opaque_types(request.names()).is_empty();
         if !remote.is_one_client() || opaque {
+            self.booked = None;
             self.sync = match answer {
                 Answer::NotModified { .. } => Standing::InStep,
                 Answer::Body { .. } => Standing::CatchingUp,
             };
             return Ok(answer);
         }
-        let (sync, suspicion) =
+        let (sync, suspicion, booked) =
             ledger.observe(request, self.state.kind, remote.ip(), answer.version());
         self.sync = sync;
+        self.booked = booked;
         if let Some(suspicion) = suspicion {
             self.suspected(request, &suspicion);
         }
@@ -181,6 +191,12 @@ impl Polled {
     /// Where the client stood when it was last answered.
     pub(crate) fn standing(&self) -> Standing {
         self.sync
+    }
+
+    /// The client as the book held it when it was last answered, if it did
+    /// (for `ClientBook::record_booked`).
+    pub(crate) fn booked(&self) -> Option<&Booked> {
+        self.booked.as_ref()
     }
 }
 

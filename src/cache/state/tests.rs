@@ -165,6 +165,27 @@ fn version_parts() {
     assert_eq!(selection_digest("v~0123456789ax"), None);
     assert!(same_selection("a~0123456789ab", "b~0123456789ab"));
     assert!(!same_selection("", ""));
+    assert_eq!(selection_digest("~0123456789ab"), Some("0123456789ab"));
+    assert_eq!(selection_digest("0123456789ab"), None);
+    assert_eq!(
+        selection_digest("é~0123456789ab~0123456789ab"),
+        Some("0123456789ab")
+    );
+}
+
+proptest::proptest! {
+    /// The digest read from the end is the one the search for the last
+    /// separator finds (the definition before issue 41), whatever a client
+    /// presents: multi-byte characters, separators, hex or not.
+    #[test]
+    fn the_digest_read_from_the_end_is_the_searched_one(
+        version in "[a-f0-9~é]{0,6}(~[0-9a-fA-Fxé~]{10,14})?"
+    ) {
+        let searched = version.rsplit_once(DIGEST_SEPARATOR).and_then(|(_, d)| {
+            (d.len() == DIGEST_HEX && d.bytes().all(|b| b.is_ascii_hexdigit())).then_some(d)
+        });
+        proptest::prop_assert_eq!(selection_digest(&version), searched);
+    }
 }
 
 #[test]
