@@ -36,7 +36,7 @@ impl PendingSubscriptions {
     /// Takes a session command: a NACK's request (made by `nack`) at once;
     /// a subscription change joins the window (opening one if none is
     /// open).
-    pub(super) fn take<R>(
+    fn take<R>(
         &mut self,
         command: Command,
         nack: impl FnOnce(ResourceType, String, String) -> Option<R>,
@@ -54,6 +54,22 @@ impl PendingSubscriptions {
                 message,
             } => nack(kind, presented, message),
         }
+    }
+
+    /// Handles what the session sent, `None` once it closed: [`take`](Self::take)s
+    /// it and queues a NACK's request toward the stream at once. False when
+    /// the session closed (the stream's task then ends).
+    pub(super) async fn command<R>(
+        &mut self,
+        command: Option<Command>,
+        tx: &mpsc::Sender<R>,
+        nack: impl FnOnce(ResourceType, String, String) -> Option<R>,
+    ) -> bool {
+        let Some(command) = command else {
+            return false;
+        };
+        send(tx, self.take(command, nack)).await;
+        true
     }
 
     /// Sends one request per type that changed in the window (each made by

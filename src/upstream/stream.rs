@@ -544,15 +544,12 @@ async fn one_stream<P: Protocol>(
     let mut inbound = loop {
         tokio::select! {
             response = &mut call => break response?,
-            command = commands.recv() => match command {
-                Some(command) => {
-                    let request = pending.take(command, |kind, presented, message| {
-                        protocol.nack(kind, presented, message)
-                    });
-                    send(&tx, request).await
+            command = commands.recv() => {
+                let nack = |kind, presented, message| protocol.nack(kind, presented, message);
+                if !pending.command(command, &tx, nack).await {
+                    return Ok(());
                 }
-                None => return Ok(()),
-            },
+            }
             () = sleep_until(pending.deadline) => {
                 pending.flush(&tx, |kind| protocol.subscribe(kind)).await
             }
@@ -597,15 +594,12 @@ async fn one_stream<P: Protocol>(
                 }
                 None => return Err(StreamError::Closed),
             },
-            command = commands.recv() => match command {
-                Some(command) => {
-                    let request = pending.take(command, |kind, presented, message| {
-                        protocol.nack(kind, presented, message)
-                    });
-                    send(&tx, request).await
+            command = commands.recv() => {
+                let nack = |kind, presented, message| protocol.nack(kind, presented, message);
+                if !pending.command(command, &tx, nack).await {
+                    return Ok(());
                 }
-                None => return Ok(()),
-            },
+            }
             () = sleep_until(pending.deadline) => {
                 pending.flush(&tx, |kind| protocol.subscribe(kind)).await
             }
