@@ -379,11 +379,6 @@ impl ParsedRequest {
         ClientKey::new(self.client_node, remote)
     }
 
-    /// Its names, hashed (a [`SubscriptionKey`]'s part), made once per parse.
-    pub(crate) fn names_hash(&self) -> u64 {
-        self.names_hash
-    }
-
     /// That client's subscription to these names: what rejection
     /// bookkeeping counts polls under.
     pub(crate) fn subscription(&self, remote: Option<IpAddr>) -> SubscriptionKey {

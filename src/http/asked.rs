@@ -90,7 +90,8 @@ impl Answered<'_> {
         gateway: &Gateway,
         current: &str,
         body: bool,
-        (standing, booked): (Standing, Option<&Booked>),
+        standing: Standing,
+        booked: Option<&Booked>,
     ) {
         let poll = AnsweredPoll {
             request: self.request,

@@ -210,8 +210,8 @@ async fn poll(
     }
     // After the body is made: the book then lists only what went out, and
     // a `?changes` body above was relative to what the client held before.
-    let standing = (polled.standing(), polled.booked());
-    answered.record(gateway, answer.version(), body, standing);
+    let (standing, booked) = (polled.standing(), polled.booked());
+    answered.record(gateway, answer.version(), body, standing, booked);
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     mark_stale(response.headers_mut(), polled.stale_since());
     if body {

@@ -374,7 +374,7 @@ impl ClientBook {
         };
         let mut guard = crate::sync::lock(&held);
         let client = &mut *guard;
-        let key = (kind, client_key.subscribing(request.names_hash()));
+        let key = (kind, request.subscription(remote));
         let (standing, suspicion) = match client.subscriptions.get_mut(&key) {
             None => (standing(None, poll, self.threshold), None),
             Some(entry) => {
