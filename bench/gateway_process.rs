@@ -62,7 +62,14 @@ pub fn output_within(command: &mut Command, limit: Duration, what: &str) -> std:
 /// Waits until something accepts connections on `port`.
 #[allow(dead_code)] // used by some benches only
 pub fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_listening_within(port, Duration::from_secs(20));
+}
+
+/// [`wait_listening`] with a limit of `limit` (a server under valgrind
+/// takes minutes to start).
+#[allow(dead_code)] // used by some benches only
+pub fn wait_listening_within(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "nothing listens on {port}");
         std::thread::sleep(Duration::from_millis(20));

@@ -25,10 +25,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::external;
 use crate::gateway_process::{self, output_within, Guard};
+use crate::per_poll;
 use crate::Case;
 
 /// Polls made before the counters are zeroed (connections, memo, book).
@@ -39,17 +40,8 @@ const START_LIMIT: Duration = Duration::from_secs(180);
 /// Runs every case over both protocols against a gateway and a floor,
 /// each under callgrind, and prints instructions per poll.
 pub fn part(upstream: &str, cases: &[&Case]) {
-    for (tool, flag) in [("valgrind", "--version"), ("h2load", "--version")] {
-        let ran = Command::new(tool)
-            .arg(flag)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        assert!(
-            ran.is_ok(),
-            "GATEWAY_BENCH=instructions needs `{tool}`: apt-get install valgrind nghttp2-client"
-        );
-    }
+    per_poll::require("instructions", "valgrind", "--version", "valgrind");
+    per_poll::require("instructions", "h2load", "--version", "nghttp2-client");
     let polls = external::env_number("GATEWAY_POLLS", 2000).max(64);
     let temp = tempfile::tempdir().expect("temp dir");
     let dir = std::env::var_os("GATEWAY_CALLGRIND_DIR")
@@ -140,14 +132,7 @@ impl Server {
             .spawn()
             .expect("start valgrind");
         let guard = Guard(child);
-        let deadline = Instant::now() + START_LIMIT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{name} under valgrind never listened"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        gateway_process::wait_listening_within(port, START_LIMIT);
         Server {
             guard,
             port,

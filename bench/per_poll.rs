@@ -44,8 +44,9 @@ impl Protocol {
     }
 }
 
-/// Panics, saying how to install it, unless `tool` runs.
-fn require(tool: &str, version_flag: &str, package: &str) {
+/// Panics, saying how to install it, unless `tool` runs: what `bench`
+/// (`GATEWAY_BENCH=<mode>`) needs.
+pub fn require(bench: &str, tool: &str, version_flag: &str, package: &str) {
     let ran = Command::new(tool)
         .arg(version_flag)
         .stdout(std::process::Stdio::null())
@@ -53,8 +54,18 @@ fn require(tool: &str, version_flag: &str, package: &str) {
         .status();
     assert!(
         ran.is_ok(),
-        "GATEWAY_BENCH=perpoll needs `{tool}`, which is not installed: apt-get install {package}"
+        "GATEWAY_BENCH={bench} needs `{tool}`, which is not installed: apt-get install {package}"
     );
+}
+
+/// The ratio of `a`'s CPU per request to `b`'s, round by round (both
+/// measured in the same rounds).
+fn per_round(a: &Measured, b: &Measured) -> Vec<f64> {
+    a.cpu_us[0]
+        .iter()
+        .zip(&b.cpu_us[0])
+        .map(|(x, y)| x / y)
+        .collect()
 }
 
 /// Runs every case (EDS 200, EDS 304) over both protocols against the
@@ -65,8 +76,8 @@ fn require(tool: &str, version_flag: &str, package: &str) {
 /// floor, and each build's ratio to the other is printed: on a shared
 /// machine only figures of the same rounds compare.
 pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases: &[&Case]) {
-    require("wrk", "--version", "wrk");
-    require("h2load", "--version", "nghttp2-client");
+    require("perpoll", "wrk", "--version", "wrk");
+    require("perpoll", "h2load", "--version", "nghttp2-client");
     let rounds = external::env_number("GATEWAY_ROUNDS", 5).max(1);
     let seconds = external::env_number("GATEWAY_SECONDS", 5).max(1);
     let dir = tempfile::tempdir().expect("temp dir");
@@ -111,11 +122,6 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
                     (f, g, Some(b))
                 }
             };
-            let ratios: Vec<f64> = gw.cpu_us[0]
-                .iter()
-                .zip(&floor_m.cpu_us[0])
-                .map(|(g, f)| g / f)
-                .collect();
             println!(
                 "| {} | {} | {} | {} | {:.2} ({}) | {} | {} |",
                 case.name,
@@ -123,38 +129,26 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
                 spread_us(&gw),
                 spread_us(&floor_m),
                 gw.cpu(0) / floor_m.cpu(0),
-                min_max(&ratios, 2),
+                min_max(&per_round(&gw, &floor_m), 2),
                 gw.rps_text(),
                 floor_m.rps_text(),
             );
             if let Some(base) = &base {
-                let ratios = |of: &Measured| -> Vec<f64> {
-                    of.cpu_us[0]
-                        .iter()
-                        .zip(&floor_m.cpu_us[0])
-                        .map(|(g, f)| g / f)
-                        .collect()
-                };
                 println!(
                     "| {} (baseline) | {} | {} | (same) | {:.2} ({}) | {} | |",
                     case.name,
                     protocol.label(),
                     spread_us(base),
                     base.cpu(0) / floor_m.cpu(0),
-                    min_max(&ratios(base), 2),
+                    min_max(&per_round(base, &floor_m), 2),
                     base.rps_text(),
                 );
-                let against: Vec<f64> = gw.cpu_us[0]
-                    .iter()
-                    .zip(&base.cpu_us[0])
-                    .map(|(g, b)| g / b)
-                    .collect();
                 compared.push(format!(
                     "{}, {}: this build / baseline = {:.2} ({} by round)",
                     case.name,
                     protocol.label(),
                     gw.cpu(0) / base.cpu(0),
-                    min_max(&against, 2)
+                    min_max(&per_round(&gw, base), 2)
                 ));
             }
             let baseline_user = base
