@@ -1,5 +1,6 @@
 //! One accepted connection, from the TLS handshake to its close: HTTP
-//! served by hyper over a [`CountedIo`] transport, closed when it idles out,
+//! served by hyper over a [`CountedIo`] transport (reading through
+//! [`ReadAhead`]), closed when it idles out,
 //! when a stream on it stalls (its client stopped reading), or, at
 //! shutdown, gracefully within the drain timeout.
 
@@ -18,6 +19,7 @@ use tracing::{debug, warn};
 
 use super::activity::Activity;
 use super::counted::CountedIo;
+use super::read_ahead::ReadAhead;
 use super::service::{RemoteAddr, TrackedService};
 use super::ServeLimits;
 use crate::log_escape::Escaped;
@@ -39,6 +41,7 @@ pub(super) struct Connection {
 
 impl Connection {
     pub(super) async fn run(self, stream: TcpStream) {
+        let stream = ReadAhead::new(stream);
         let Some(tls) = self.tls.clone() else {
             return self.serve(stream, None).await;
         };

@@ -47,6 +47,7 @@ mod activity;
 mod connection;
 mod counted;
 mod fd_limit;
+mod read_ahead;
 mod refuse;
 mod service;
 mod sources;
