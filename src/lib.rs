@@ -43,6 +43,8 @@
 //! - `tls`: rustls server config for the REST and admin listeners, reloaded from disk;
 //!   client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).
+//! - `read_ahead`: a connection's small reads served from one large read (h2 reads 8 KiB at a
+//!   time): every accepted connection and every upstream connection read through it.
 //! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
 //!   logged through (control characters escaped: one event, one line).
 //!
@@ -119,6 +121,7 @@ mod observe;
 #[cfg(test)]
 mod openapi_paths;
 mod profiles;
+mod read_ahead;
 mod reload;
 mod serve;
 mod shares;

@@ -533,6 +533,7 @@ const LAYERS: &[&[&str]] = &[
         "drain",
         "shares",
         "huge_pages",
+        "read_ahead",
     ],
     &["sync"],
 ];

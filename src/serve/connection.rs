@@ -19,10 +19,10 @@ use tracing::{debug, warn};
 
 use super::activity::Activity;
 use super::counted::CountedIo;
-use super::read_ahead::ReadAhead;
 use super::service::{RemoteAddr, TrackedService};
 use super::ServeLimits;
 use crate::log_escape::Escaped;
+use crate::read_ahead::ReadAhead;
 use crate::tls::{PeerIdentity, ServerTls};
 
 /// How often a connection checks whether it has idled out, at most.

@@ -47,7 +47,6 @@ mod activity;
 mod connection;
 mod counted;
 mod fd_limit;
-mod read_ahead;
 mod refuse;
 mod service;
 mod sources;

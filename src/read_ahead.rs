@@ -1,7 +1,8 @@
 //! A connection's reads made large. HTTP/2's codec (h2, through
 //! `tokio-util`'s framing) reads its transport 8 KiB at a time, so each of
 //! Envoy 1.40's 77 KB polls cost ten `recvfrom` calls over HTTP/2 where
-//! HTTP/1.1, whose buffer hyper grows, costs one. [`ReadAhead`] reads up to
+//! HTTP/1.1, whose buffer hyper grows, costs one; and each upstream SotW
+//! push of 1,000 clusters (93 KB) as many per session. [`ReadAhead`] reads up to
 //! [`READ_AHEAD`] bytes at once and hands them out as they are asked for;
 //! a read with room for [`DIRECT`] bytes or more (hyper's HTTP/1.1, once its
 //! buffer grew) goes straight to the transport: copying it through the
@@ -11,24 +12,30 @@
 //! when the transport has nothing to read, it is released, so an idle
 //! connection holds none (a gateway holds thousands of idle keep-alive
 //! connections and held polls).
+//!
+//! The REST and admin listeners read every accepted connection through it
+//! (under TLS, so rustls reads large too); the upstream channel's
+//! connections are made by a [`ReadAheadConnector`].
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
+use futures::future::{MapOk, TryFutureExt};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// How much one read of the transport takes at most, when the reader
 /// asked for less: one Envoy poll (77 KB with its node) in one or two
 /// calls.
-pub(super) const READ_AHEAD: usize = 128 * 1024;
+pub(crate) const READ_AHEAD: usize = 128 * 1024;
 
 /// A read with room for this much goes straight to the transport. h2
 /// asks for 8-16 KiB at a time (a frame or its buffer's room).
-pub(super) const DIRECT: usize = 32 * 1024;
+pub(crate) const DIRECT: usize = 32 * 1024;
 
 /// A transport whose small reads are served from one large read.
-pub(super) struct ReadAhead<I> {
+pub(crate) struct ReadAhead<I> {
     inner: I,
     /// Bytes read from `inner` and not yet handed out; empty, without
     /// room, whenever `inner` had nothing more.
@@ -36,7 +43,7 @@ pub(super) struct ReadAhead<I> {
 }
 
 impl<I> ReadAhead<I> {
-    pub(super) fn new(inner: I) -> ReadAhead<I> {
+    pub(crate) fn new(inner: I) -> ReadAhead<I> {
         ReadAhead {
             inner,
             ahead: BytesMut::new(),
@@ -107,6 +114,34 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for ReadAhead<I> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A connector (a tower service from a URI to a connection, as tonic's
+/// `Endpoint` takes) whose connections read through [`ReadAhead`].
+#[derive(Clone, Debug)]
+pub(crate) struct ReadAheadConnector<C>(pub(crate) C);
+
+/// One connection of the wrapped connector, read through [`ReadAhead`].
+type AheadIo<T> = TokioIo<ReadAhead<T>>;
+
+impl<C, T> tower::Service<http::Uri> for ReadAheadConnector<C>
+where
+    C: tower::Service<http::Uri, Response = TokioIo<T>>,
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    type Response = AheadIo<T>;
+    type Error = C::Error;
+    type Future = MapOk<C::Future, fn(TokioIo<T>) -> AheadIo<T>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let ahead: fn(TokioIo<T>) -> AheadIo<T> =
+            |io| TokioIo::new(ReadAhead::new(io.into_inner()));
+        self.0.call(uri).map_ok(ahead)
     }
 }
 
@@ -213,6 +248,26 @@ mod tests {
         let mut got = [0u8; 6];
         far.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"answer");
+    }
+
+    #[tokio::test]
+    async fn a_connectors_connections_read_ahead() {
+        use tower::Service;
+        let (near, mut far) = tokio::io::duplex(256 * 1024);
+        let mut near = Some(near);
+        let mut connector = ReadAheadConnector(tower::service_fn(move |_: http::Uri| {
+            let io = near.take().map(TokioIo::new).ok_or("connected twice");
+            async move { io }
+        }));
+        far.write_all(&[1u8; 40_000]).await.unwrap();
+        let io = connector
+            .call(http::Uri::from_static("http://127.0.0.1:1"))
+            .await
+            .unwrap();
+        let mut io = io.into_inner();
+        let mut frame = [0u8; 8 * 1024];
+        assert_eq!(io.read(&mut frame).await.unwrap(), frame.len());
+        assert_eq!(io.ahead.len(), 40_000 - frame.len(), "one read took it all");
     }
 
     /// Whatever the arrivals (sizes, pauses) and whatever rooms the reader
