@@ -13,9 +13,13 @@
 //! connection holds none (a gateway holds thousands of idle keep-alive
 //! connections and held polls).
 //!
-//! The REST and admin listeners read every accepted connection through it
-//! (under TLS, so rustls reads large too); the upstream channel's
-//! connections are made by a [`ReadAheadConnector`].
+//! Over HTTP/1.1 in the clear hyper asks for little room too (its adaptive
+//! buffer shrinks between polls), but one read already takes a whole poll:
+//! reading ahead would only add a copy. So an accepted connection in the
+//! clear reads ahead only once its first bytes are HTTP/2's preface
+//! ([`ReadAhead::http2_only`]); under TLS the records are read ahead
+//! whatever they carry, so rustls reads large too. The upstream channel's
+//! connections (HTTP/2) are made by a [`ReadAheadConnector`].
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -34,20 +38,63 @@ pub(crate) const READ_AHEAD: usize = 128 * 1024;
 /// asks for 8-16 KiB at a time (a frame or its buffer's room).
 pub(crate) const DIRECT: usize = 32 * 1024;
 
+/// What an HTTP/2 connection in the clear starts with (RFC 9113, 3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// A transport whose small reads are served from one large read.
 pub(crate) struct ReadAhead<I> {
     inner: I,
     /// Bytes read from `inner` and not yet handed out; empty, without
     /// room, whenever `inner` had nothing more.
     ahead: BytesMut,
+    /// Whether small reads are read ahead.
+    mode: Mode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Always,
+    /// Until the first bytes tell whether they are HTTP/2's preface: how
+    /// many of its bytes came so far (every read goes through the buffer,
+    /// to be looked at).
+    IfHttp2(usize),
+    Never,
 }
 
 impl<I> ReadAhead<I> {
+    /// Every small read read ahead.
     pub(crate) fn new(inner: I) -> ReadAhead<I> {
         ReadAhead {
             inner,
             ahead: BytesMut::new(),
+            mode: Mode::Always,
         }
+    }
+
+    /// Small reads read ahead if the first bytes are HTTP/2's preface;
+    /// otherwise (HTTP/1.1), only the first read is.
+    pub(crate) fn http2_only(inner: I) -> ReadAhead<I> {
+        ReadAhead {
+            mode: Mode::IfHttp2(0),
+            ..ReadAhead::new(inner)
+        }
+    }
+
+    /// Decides [`Mode::IfHttp2`] on the bytes just read (all of `ahead`),
+    /// or waits for more if they go on with the preface.
+    fn decide(&mut self) {
+        let Mode::IfHttp2(seen) = self.mode else {
+            return;
+        };
+        let rest = &HTTP2_PREFACE[seen..];
+        let n = self.ahead.len().min(rest.len());
+        self.mode = if self.ahead[..n] != rest[..n] {
+            Mode::Never
+        } else if n == rest.len() {
+            Mode::Always
+        } else {
+            Mode::IfHttp2(seen + n)
+        };
     }
 
     /// Hands out what is ahead, as much as `out` takes.
@@ -69,12 +116,18 @@ impl<I: AsyncRead + Unpin> AsyncRead for ReadAhead<I> {
             this.hand_out(out);
             return Poll::Ready(Ok(()));
         }
-        if out.remaining() >= DIRECT || out.remaining() == 0 {
+        let direct = match this.mode {
+            Mode::Never => true,
+            Mode::Always => out.remaining() >= DIRECT,
+            Mode::IfHttp2(_) => false,
+        };
+        if direct || out.remaining() == 0 {
             return Pin::new(&mut this.inner).poll_read(cx, out);
         }
         this.ahead.reserve(READ_AHEAD);
         match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.ahead) {
             Poll::Ready(Ok(n)) if n > 0 => {
+                this.decide();
                 this.hand_out(out);
                 Poll::Ready(Ok(()))
             }
@@ -239,6 +292,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn http1_in_the_clear_reads_ahead_only_its_first_read() {
+        let poll = b"POST /v3/discovery:endpoints HTTP/1.1\r\n".repeat(2_000);
+        let (first, rest) = poll.split_at(100);
+        let mut io = ReadAhead::http2_only(Scripted {
+            arrivals: vec![Some(first.to_vec()), Some(rest.to_vec())].into(),
+            ..Scripted::default()
+        });
+        let mut room = [0u8; 8 * 1024];
+        let mut got = Vec::new();
+        loop {
+            let n = io.read(&mut room).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&room[..n]);
+        }
+        assert_eq!(got, poll);
+        assert_eq!(io.inner.rooms[0], READ_AHEAD, "the first read is looked at");
+        assert!(
+            io.inner.rooms[1..].iter().all(|&room| room == 8 * 1024),
+            "then every read goes straight through: {:?}",
+            io.inner.rooms
+        );
+    }
+
+    #[tokio::test]
+    async fn http2_in_the_clear_reads_ahead_once_its_preface_came_whole() {
+        let frames = vec![3u8; 77_332];
+        let mut io = ReadAhead::http2_only(Scripted {
+            arrivals: vec![
+                Some(HTTP2_PREFACE[..5].to_vec()),
+                Some(HTTP2_PREFACE[5..].to_vec()),
+                Some(frames.clone()),
+            ]
+            .into(),
+            ..Scripted::default()
+        });
+        let mut preface = [0u8; 24];
+        io.read_exact(&mut preface).await.unwrap();
+        assert_eq!(preface, HTTP2_PREFACE);
+        assert_eq!(io.mode, Mode::Always);
+        let mut got = vec![0u8; frames.len()];
+        for frame in got.chunks_mut(8 * 1024) {
+            io.read_exact(frame).await.unwrap();
+        }
+        assert_eq!(got, frames);
+        assert_eq!(
+            io.inner.rooms,
+            vec![READ_AHEAD; 3],
+            "one read for the frames"
+        );
+    }
+
+    #[tokio::test]
     async fn writes_go_through_as_they_are() {
         let (near, mut far) = tokio::io::duplex(1024);
         let mut io = ReadAhead::new(near);
@@ -270,8 +377,10 @@ mod tests {
         assert_eq!(io.ahead.len(), 40_000 - frame.len(), "one read took it all");
     }
 
-    /// Whatever the arrivals (sizes, pauses) and whatever rooms the reader
-    /// offers, the reader gets the transport's bytes, in order, none twice.
+    /// Whatever the arrivals (sizes, pauses, HTTP/2's preface cut anywhere
+    /// or not there), whatever rooms the reader offers, read ahead always
+    /// or for HTTP/2 only, the reader gets the transport's bytes, in order,
+    /// none twice.
     /// A fresh seed each run, printed; `XDS_READ_AHEAD_SEED` replays one.
     #[tokio::test]
     async fn any_arrivals_and_rooms_give_the_same_bytes() {
@@ -289,7 +398,22 @@ mod tests {
                 sent.extend_from_slice(&bytes);
                 arrivals.push(Some(bytes));
             }
-            let mut io = scripted(arrivals);
+            if rng.random_bool(0.3) {
+                let preface = HTTP2_PREFACE.to_vec();
+                let cut = rng.random_range(1..preface.len());
+                sent.splice(0..0, preface.iter().copied());
+                arrivals.insert(0, Some(preface[cut..].to_vec()));
+                arrivals.insert(0, Some(preface[..cut].to_vec()));
+            }
+            let transport = Scripted {
+                arrivals: arrivals.into(),
+                ..Scripted::default()
+            };
+            let mut io = if rng.random_bool(0.5) {
+                ReadAhead::new(transport)
+            } else {
+                ReadAhead::http2_only(transport)
+            };
             let mut got = Vec::new();
             loop {
                 let mut room = vec![0u8; rng.random_range(1..2 * DIRECT)];

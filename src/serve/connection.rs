@@ -41,11 +41,10 @@ pub(super) struct Connection {
 
 impl Connection {
     pub(super) async fn run(self, stream: TcpStream) {
-        let stream = ReadAhead::new(stream);
         let Some(tls) = self.tls.clone() else {
-            return self.serve(stream, None).await;
+            return self.serve(ReadAhead::http2_only(stream), None).await;
         };
-        let handshake = tls.acceptor().accept(stream);
+        let handshake = tls.acceptor().accept(ReadAhead::new(stream));
         match tokio::time::timeout(self.limits.header_read_timeout, handshake).await {
             Ok(Ok(stream)) => {
                 let identity = PeerIdentity::of(stream.get_ref().1).map(Arc::new);
