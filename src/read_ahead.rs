@@ -246,20 +246,24 @@ mod tests {
         })
     }
 
+    /// Everything `io` gives until its end, read into rooms of `room` bytes.
+    async fn read_to_end(io: &mut ReadAhead<Scripted>, room: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; room];
+        loop {
+            let n = io.read(&mut buf).await.unwrap();
+            if n == 0 {
+                return got;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+
     #[tokio::test]
     async fn small_reads_are_served_from_one_large_read() {
         let poll: Vec<u8> = (0..77_332u32).map(|i| (i % 251) as u8).collect();
         let mut io = scripted(vec![Some(poll.clone())]);
-        let mut got = Vec::new();
-        let mut frame = [0u8; 8 * 1024];
-        loop {
-            let n = io.read(&mut frame).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&frame[..n]);
-        }
-        assert_eq!(got, poll);
+        assert_eq!(read_to_end(&mut io, 8 * 1024).await, poll);
         // One read took the whole poll; the second found the end.
         assert_eq!(io.inner.rooms, vec![READ_AHEAD, READ_AHEAD]);
         assert_eq!(io.ahead.capacity(), 0, "the end releases the buffer");
@@ -299,16 +303,7 @@ mod tests {
             arrivals: vec![Some(first.to_vec()), Some(rest.to_vec())].into(),
             ..Scripted::default()
         });
-        let mut room = [0u8; 8 * 1024];
-        let mut got = Vec::new();
-        loop {
-            let n = io.read(&mut room).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&room[..n]);
-        }
-        assert_eq!(got, poll);
+        assert_eq!(read_to_end(&mut io, 8 * 1024).await, poll);
         assert_eq!(io.inner.rooms[0], READ_AHEAD, "the first read is looked at");
         assert!(
             io.inner.rooms[1..].iter().all(|&room| room == 8 * 1024),
