@@ -7,11 +7,13 @@ free ports), warms it with 3,000 polls, then makes N polls with h2load (Envoy
 process's user and system CPU from /proc. The order of A and B flips each
 round. Prints the median CPU per poll of each, the rounds, and B/A.
 
-    python3 bench/poll_cpu_ab.py A_BINARY B_BINARY h1|h2 [ROUNDS] [POLLS]
+    python3 bench/poll_cpu_ab.py A_BINARY B_BINARY h1|h2|h1-tls|h2-tls [ROUNDS] [POLLS]
 
 h1 is `h2load --h1 -c16 -m1` (keep-alive, one poll at a time per connection),
-h2 is `h2load -c4 -m32` (many streams per connection, as an Envoy polls).
-Needs h2load (`apt-get install nghttp2-client`).
+h2 is `h2load -c4 -m32` (many streams per connection, as an Envoy polls); the
+`-tls` ones are the same over TLS (`--tls-cert`, a self-signed P-256
+certificate made with `openssl` for the run). Needs h2load (`apt-get install
+nghttp2-client`) and openssl.
 """
 
 import json
@@ -50,17 +52,30 @@ def wait_listening(port, within=10.0):
     raise SystemExit(f"the gateway did not listen on {port} within {within} s")
 
 
-def one_round(binary, body, protocol, polls):
+def self_signed(directory):
+    """A certificate and key for 127.0.0.1, as the gateway's TLS flags."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+         "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+        capture_output=True, check=True,
+    )
+    return ["--tls-cert", cert, "--tls-key", key]
+
+
+def one_round(binary, body, protocol, polls, tls):
     rest, admin = free_port(), free_port()
     gateway = subprocess.Popen(
-        [binary, "--listen", f"127.0.0.1:{rest}", "--admin", f"127.0.0.1:{admin}"],
+        [binary, "--listen", f"127.0.0.1:{rest}", "--admin", f"127.0.0.1:{admin}", *tls],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         wait_listening(rest)
-        url = f"http://127.0.0.1:{rest}/v3/discovery:endpoints"
-        load = ["--h1", "-c16", "-m1"] if protocol == "h1" else ["-c4", "-m32"]
+        scheme = "https" if tls else "http"
+        url = f"{scheme}://127.0.0.1:{rest}/v3/discovery:endpoints"
+        load = ["--h1", "-c16", "-m1"] if protocol.startswith("h1") else ["-c4", "-m32"]
         h2load = ["h2load", "-d", body, "-H", "content-type: application/json", *load]
         subprocess.run([*h2load, "-n", "3000", url], capture_output=True, check=True)
         user0, system0 = cpu_seconds(gateway.pid)
@@ -77,7 +92,7 @@ def one_round(binary, body, protocol, polls):
 
 
 def main():
-    if len(sys.argv) < 4 or sys.argv[3] not in ("h1", "h2"):
+    if len(sys.argv) < 4 or sys.argv[3] not in ("h1", "h2", "h1-tls", "h2-tls"):
         raise SystemExit(__doc__)
     binaries = {"A": sys.argv[1], "B": sys.argv[2]}
     protocol = sys.argv[3]
@@ -85,14 +100,16 @@ def main():
     polls = int(sys.argv[5]) if len(sys.argv) > 5 else 30000
     request = json.load(open(FIXTURE))
     request.update(type_url=EDS, resource_names=["gateway_rest"], version_info="")
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as body:
-        json.dump(request, body)
-        body.flush()
+    with tempfile.TemporaryDirectory() as directory:
+        body = os.path.join(directory, "poll.json")
+        with open(body, "w") as out:
+            json.dump(request, out)
+        tls = self_signed(directory) if protocol.endswith("-tls") else []
         results = {name: [] for name in binaries}
         for r in range(rounds):
             order = list(binaries.items())
             for name, binary in order if r % 2 == 0 else reversed(order):
-                results[name].append(one_round(binary, body.name, protocol, polls))
+                results[name].append(one_round(binary, body, protocol, polls, tls))
     medians = {}
     for name, rows in results.items():
         totals = [u + s for u, s in rows]
