@@ -181,7 +181,14 @@ async fn delta_mode_serves_the_main_types() {
         for version in &versions {
             assert_digest_version(version, "delta version");
         }
-        let stats = cp.stats().await;
+        // The session publishes a response, then ACKs it: a REST answer can
+        // come before the control plane has the ACK.
+        let stats = stats_until(cp, STATS_WAIT, "an ACK of every type", |s| {
+            [LDS, RDS, CDS, EDS]
+                .iter()
+                .all(|t| delta_requests_of(s, t).any(|r| r["kind"] == "ack"))
+        })
+        .await;
         assert_eq!(stats["delta_streams_total"], 1, "{stats}");
         assert_eq!(stats["streams_total"], 1, "only the delta stream: {stats}");
         assert_eq!(
