@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -20,6 +20,7 @@ use tracing::{debug, warn};
 use super::activity::Activity;
 use super::counted::CountedIo;
 use super::service::{RemoteAddr, TrackedService};
+use super::streams::{Driven, StreamQueue};
 use super::ServeLimits;
 use crate::log_escape::Escaped;
 use crate::read_ahead::ReadAhead;
@@ -31,7 +32,6 @@ pub(super) const IDLE_CHECK_MAX: Duration = Duration::from_secs(1);
 /// What one accepted connection needs.
 pub(super) struct Connection {
     pub(super) router: Router,
-    pub(super) builder: Arc<auto::Builder<TokioExecutor>>,
     pub(super) limits: Arc<ServeLimits>,
     pub(super) tls: Option<Arc<ServerTls>>,
     pub(super) stop: watch::Receiver<bool>,
@@ -74,12 +74,12 @@ impl Connection {
             inner: io,
             activity: activity.clone(),
         };
-        let conn = self
-            .builder
+        let limits = self.limits.clone();
+        let queue = StreamQueue::default();
+        let conn = http_builder(&limits, queue.clone())
             .serve_connection(TokioIo::new(io), service)
             .into_owned();
-        tokio::pin!(conn);
-        let limits = self.limits.clone();
+        let mut conn = Driven::new(conn, queue);
         let check_every = (limits.keep_alive_timeout / 4)
             .min(limits.header_read_timeout / 4)
             .clamp(Duration::from_millis(10), IDLE_CHECK_MAX);
@@ -87,7 +87,7 @@ impl Connection {
         let mut tick = tokio::time::interval(check_every);
         loop {
             tokio::select! {
-                result = conn.as_mut() => {
+                result = &mut conn => {
                     if let Err(e) = result {
                         debug!(listener = self.name, peer = %self.peer, error = %Escaped(&e), "connection ended");
                     }
@@ -95,7 +95,7 @@ impl Connection {
                 }
                 stopped = self.stop.wait_for(|s| *s), if closing_by.is_none() => {
                     let _ = stopped;
-                    conn.as_mut().graceful_shutdown();
+                    conn.conn().graceful_shutdown();
                     closing_by = Some(Instant::now() + limits.drain_timeout);
                 }
                 _ = tick.tick() => {
@@ -116,7 +116,7 @@ impl Connection {
                         Some(_) => {}
                         None if activity.close_requested() => {
                             debug!(listener = self.name, peer = %self.peer, "closing a connection after a 401");
-                            conn.as_mut().graceful_shutdown();
+                            conn.conn().graceful_shutdown();
                             closing_by = Some(now + limits.header_read_timeout);
                         }
                         None => {
@@ -127,7 +127,7 @@ impl Connection {
                             };
                             if activity.idle_for(now) >= limit {
                                 debug!(listener = self.name, peer = %self.peer, "connection idle: closing");
-                                conn.as_mut().graceful_shutdown();
+                                conn.conn().graceful_shutdown();
                                 closing_by = Some(now + limits.header_read_timeout);
                             }
                         }
@@ -136,4 +136,19 @@ impl Connection {
             }
         }
     }
+}
+
+/// hyper's settings for one connection: HTTP/1.1 and HTTP/2 with the
+/// listener's limits, its HTTP/2 streams run on its own task.
+fn http_builder(limits: &ServeLimits, streams: StreamQueue) -> auto::Builder<StreamQueue> {
+    let mut builder = auto::Builder::new(streams);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_streams_per_connection);
+    builder
 }

@@ -39,7 +39,8 @@
 //! One file per job: the accept loop here; [`connection`] runs one
 //! connection (TLS, idle and stall checks, graceful close); [`activity`]
 //! is what a connection has in flight; [`service`] wraps the router;
-//! [`counted`] notes writes on the transport; [`refuse`] answers a
+//! [`counted`] notes writes on the transport; [`streams`] runs a
+//! connection's HTTP/2 streams on its task; [`refuse`] answers a
 //! connection over the limit; [`fd_limit`] fits the connection limit to
 //! the open-files limit.
 
@@ -50,14 +51,13 @@ mod fd_limit;
 mod refuse;
 mod service;
 mod sources;
+mod streams;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
@@ -123,16 +123,6 @@ pub(crate) async fn serve(
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let sources = Sources::default();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.max_streams_per_connection);
-    let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     let mut accept_errors_logged: Option<Instant> = None;
     loop {
@@ -181,7 +171,6 @@ pub(crate) async fn serve(
         };
         let connection = Connection {
             router: router.clone(),
-            builder: builder.clone(),
             limits: limits.clone(),
             tls: spec.tls.clone(),
             stop: stop_rx.clone(),
