@@ -5,12 +5,15 @@ Each round starts a fresh gateway process on the demo snapshot (loopback,
 free ports), warms it with 3,000 polls, then makes N polls with h2load (Envoy
 1.40's 77 KB node, an EDS request for the demo's `gateway_rest`) and reads the
 process's user and system CPU from /proc. The order of A and B flips each
-round. Prints the median CPU per poll of each, the rounds, and B/A.
+round. Prints the median CPU per poll of each, the rounds, and B/A, then
+the polls a second h2load saw (h2load itself takes most of one of this
+machine's two cores, so that is a comparison, not a capacity).
 
-    python3 bench/poll_cpu_ab.py A_BINARY B_BINARY h1|h2|h1-tls|h2-tls [ROUNDS] [POLLS]
+    python3 bench/poll_cpu_ab.py A_BINARY B_BINARY h1|h2|h2-one|h1-tls|h2-tls [ROUNDS] [POLLS]
 
 h1 is `h2load --h1 -c16 -m1` (keep-alive, one poll at a time per connection),
-h2 is `h2load -c4 -m32` (many streams per connection, as an Envoy polls); the
+h2 is `h2load -c4 -m32` (many streams per connection, as an Envoy polls),
+h2-one is `h2load -c1 -m32` (one Envoy's one connection); the
 `-tls` ones are the same over TLS (`--tls-cert`, a self-signed P-256
 certificate made with `openssl` for the run). Needs h2load (`apt-get install
 nghttp2-client`) and openssl.
@@ -18,6 +21,7 @@ nghttp2-client`) and openssl.
 
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -27,6 +31,8 @@ import time
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "envoy-1.40-cds-request.json")
 EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+LOADS = {"h1": ["--h1", "-c16", "-m1"], "h2": ["-c4", "-m32"], "h2-one": ["-c1", "-m32"]}
+PROTOCOLS = ("h1", "h2", "h2-one", "h1-tls", "h2-tls")
 
 
 def free_port():
@@ -75,7 +81,7 @@ def one_round(binary, body, protocol, polls, tls):
         wait_listening(rest)
         scheme = "https" if tls else "http"
         url = f"{scheme}://127.0.0.1:{rest}/v3/discovery:endpoints"
-        load = ["--h1", "-c16", "-m1"] if protocol.startswith("h1") else ["-c4", "-m32"]
+        load = LOADS[protocol.removesuffix("-tls")]
         h2load = ["h2load", "-d", body, "-H", "content-type: application/json", *load]
         subprocess.run([*h2load, "-n", "3000", url], capture_output=True, check=True)
         user0, system0 = cpu_seconds(gateway.pid)
@@ -85,14 +91,15 @@ def one_round(binary, body, protocol, polls, tls):
         user1, system1 = cpu_seconds(gateway.pid)
         if f"{polls} 2xx" not in out:
             raise SystemExit(f"not every poll was a 200:\n{out}")
-        return (user1 - user0) / polls * 1e6, (system1 - system0) / polls * 1e6
+        rate = float(re.search(r"finished in [^,]+, ([0-9.]+) req/s", out).group(1))
+        return (user1 - user0) / polls * 1e6, (system1 - system0) / polls * 1e6, rate
     finally:
         gateway.terminate()
         gateway.wait(timeout=10)
 
 
 def main():
-    if len(sys.argv) < 4 or sys.argv[3] not in ("h1", "h2", "h1-tls", "h2-tls"):
+    if len(sys.argv) < 4 or sys.argv[3] not in PROTOCOLS:
         raise SystemExit(__doc__)
     binaries = {"A": sys.argv[1], "B": sys.argv[2]}
     protocol = sys.argv[3]
@@ -112,15 +119,20 @@ def main():
                 results[name].append(one_round(binary, body, protocol, polls, tls))
     medians = {}
     for name, rows in results.items():
-        totals = [u + s for u, s in rows]
+        totals = [u + s for u, s, _ in rows]
         medians[name] = statistics.median(totals)
         print(
             f"{name} {protocol}: {medians[name]:.1f} µs/poll "
             f"(rounds {' '.join(f'{t:.1f}' for t in totals)}), "
-            f"user {statistics.median(u for u, _ in rows):.1f}, "
-            f"system {statistics.median(s for _, s in rows):.1f}"
+            f"user {statistics.median(u for u, _, _ in rows):.1f}, "
+            f"system {statistics.median(s for _, s, _ in rows):.1f}"
         )
     print(f"B/A {protocol}: {medians['B'] / medians['A']:.2f}")
+    rates = {name: statistics.median(r for _, _, r in rows) for name, rows in results.items()}
+    print(
+        f"polls/s {protocol}: A {rates['A']:.0f}, B {rates['B']:.0f}, "
+        f"B/A {rates['B'] / rates['A']:.2f}"
+    )
 
 
 if __name__ == "__main__":
