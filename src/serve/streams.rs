@@ -40,11 +40,28 @@ const ROUNDS_PER_POLL: usize = 8;
 /// hyper's executor for one connection: it queues each stream for the
 /// connection's [`Driven`] future instead of spawning it.
 #[derive(Clone, Default)]
-pub(super) struct StreamQueue(Arc<Mutex<Vec<StreamFuture>>>);
+pub(super) struct StreamQueue(Arc<Queued>);
+
+#[derive(Default)]
+struct Queued {
+    /// Set when a stream is queued: most polls of a connection find none,
+    /// and then take no lock.
+    any: AtomicBool,
+    streams: Mutex<Vec<StreamFuture>>,
+}
 
 impl StreamQueue {
     fn take(&self) -> Vec<StreamFuture> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        if !self.0.any.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(
+            &mut *self
+                .0
+                .streams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 }
 
@@ -57,9 +74,11 @@ where
         // panic hook has printed it): not its connection's other streams.
         let stream = AssertUnwindSafe(stream).catch_unwind().map(drop);
         self.0
+            .streams
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Box::pin(stream));
+        self.0.any.store(true, Ordering::Release);
     }
 }
 
@@ -128,32 +147,37 @@ impl<C: Future> Future for Driven<C> {
     type Output = C::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
-        let this = &mut *self;
-        this.round.task.register(cx.waker());
-        let waker = this.waker.clone();
-        let mut inner = Context::from_waker(&waker);
+        let Self {
+            conn,
+            queue,
+            streams,
+            round,
+            waker,
+        } = &mut *self;
+        round.task.register(cx.waker());
+        let mut inner = Context::from_waker(waker);
         for _ in 0..ROUNDS_PER_POLL {
-            this.round.woken.store(false, Ordering::SeqCst);
-            this.round.polling.store(true, Ordering::SeqCst);
-            if let Poll::Ready(out) = this.conn.as_mut().poll(&mut inner) {
-                this.round.polling.store(false, Ordering::SeqCst);
+            round.woken.store(false, Ordering::SeqCst);
+            round.polling.store(true, Ordering::SeqCst);
+            if let Poll::Ready(out) = conn.as_mut().poll(&mut inner) {
+                round.polling.store(false, Ordering::SeqCst);
                 return Poll::Ready(out);
             }
             loop {
-                this.streams.extend(this.queue.take());
-                match this.streams.poll_next_unpin(&mut inner) {
+                streams.extend(queue.take());
+                match streams.poll_next_unpin(&mut inner) {
                     Poll::Ready(Some(())) => continue,
                     Poll::Ready(None) | Poll::Pending => {}
                 }
                 // A stream may have queued another (an upgrade).
-                let more = this.queue.take();
+                let more = queue.take();
                 if more.is_empty() {
                     break;
                 }
-                this.streams.extend(more);
+                streams.extend(more);
             }
-            this.round.polling.store(false, Ordering::SeqCst);
-            if !this.round.woken.swap(false, Ordering::SeqCst) {
+            round.polling.store(false, Ordering::SeqCst);
+            if !round.woken.swap(false, Ordering::SeqCst) {
                 return Poll::Pending;
             }
         }
@@ -230,11 +254,7 @@ mod tests {
         let task = tokio::spawn(driven);
         tokio::time::sleep(Duration::from_millis(20)).await;
         change_tx.send(7).expect("the stream waits");
-        let got = tokio::time::timeout(Duration::from_secs(5), done_rx)
-            .await
-            .expect("the woken stream ran")
-            .expect("it answered");
-        assert_eq!(got, 7);
+        assert_eq!(answer_within(done_rx, "the woken stream").await, 7);
         assert!(!dropped.load(Ordering::SeqCst));
         close_tx.send(()).expect("the connection waits");
         tokio::time::timeout(Duration::from_secs(5), task)
@@ -306,13 +326,17 @@ mod tests {
         let task = tokio::spawn(Driven::new(std::future::pending::<()>(), queue));
         tokio::time::sleep(Duration::from_millis(20)).await;
         tx.send(41).expect("the second stream waits");
-        let answer = tokio::time::timeout(Duration::from_secs(5), answer_rx)
-            .await
-            .expect("the other stream ran on")
-            .expect("it answered");
-        assert_eq!(answer, 42);
+        assert_eq!(answer_within(answer_rx, "the other stream").await, 42);
         assert!(!task.is_finished(), "the connection ended with the panic");
         task.abort();
+    }
+
+    /// What a stream sends on `rx`, within 5 s.
+    async fn answer_within(rx: tokio::sync::oneshot::Receiver<u32>, stream: &str) -> u32 {
+        tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .unwrap_or_else(|_| panic!("{stream} did not answer within 5 s"))
+            .unwrap_or_else(|_| panic!("{stream} ended without answering"))
     }
 
     struct DropFlag(Arc<AtomicBool>);
