@@ -1,6 +1,7 @@
 //! One accepted connection, from the TLS handshake to its close: HTTP
 //! served by hyper over a [`CountedIo`] transport (reading through
-//! [`ReadAhead`]), closed when it idles out,
+//! [`ReadAhead`]), its HTTP/2 streams run on its own task ([`Driven`]),
+//! closed when it idles out,
 //! when a stream on it stalls (its client stopped reading), or, at
 //! shutdown, gracefully within the drain timeout.
 
