@@ -12,8 +12,11 @@
 //! task that runs the connection. A wake-up that the connection and its
 //! streams give each other while they are polled is taken in the same
 //! poll (a few rounds at most, then the task yields), not through the
-//! scheduler. Connections still spread over the workers; one connection's
-//! streams share its core. HTTP/1.1 hands nothing to the executor.
+//! scheduler. The connection and its streams share one task's tokio
+//! budget; once it is spent, tokio defers its resources' wake-ups until
+//! the task yields, so the rounds end there. Connections
+//! still spread over the workers; one connection's streams share its core.
+//! HTTP/1.1 hands nothing to the executor.
 //!
 //! A stream that panics ends alone, as a task would. When the connection's
 //! future ends, its streams end with it: hyper ends
@@ -300,6 +303,29 @@ mod tests {
             "{spins} rounds in one poll"
         );
         assert_eq!(woken, 1, "the task must be polled again");
+    }
+
+    /// Once the task's tokio budget is spent, a poll ends its rounds: tokio
+    /// defers the wake-up of a resource that found it spent until the task
+    /// yields (were it to wake at once, each round would poll the stream
+    /// again for nothing).
+    #[tokio::test]
+    async fn a_spent_budget_ends_the_rounds() {
+        let queue = StreamQueue::default();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        queue.execute(async move {
+            loop {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::task::coop::consume_budget().await;
+            }
+        });
+        let mut driven = Driven::new(std::future::pending::<()>(), queue);
+        assert!(futures::poll!(&mut driven).is_pending());
+        let polls = polls.load(Ordering::SeqCst);
+        // tokio's budget is 128 a poll: the stream ran until it was spent,
+        // and not once a round after that.
+        assert!((100..=130).contains(&polls), "{polls} polls of the stream");
     }
 
     #[derive(Default)]
