@@ -46,15 +46,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How the channel connects: TCP (with no delay: requests are ACKs and
 /// subscriptions, written whole), read through [`ReadAhead`], so a
 /// response of 93 KB is one read, not twelve of h2's 8 KiB. tonic puts TLS
-/// over it when the endpoint is `https://`, and bounds the connect by
-/// [`CONNECT_TIMEOUT`].
+/// over it when the endpoint is `https://`, and bounds the whole connect
+/// (TCP and TLS) by the endpoint's `connect_timeout`, [`CONNECT_TIMEOUT`],
+/// for a custom connector too.
 ///
 /// [`ReadAhead`]: crate::read_ahead::ReadAhead
 fn connector() -> ReadAheadConnector<HttpConnector> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
-    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
     ReadAheadConnector(tcp)
 }
 
