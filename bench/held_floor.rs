@@ -64,9 +64,11 @@ pub fn serve(spec: &str) {
     };
     let body = Bytes::from(std::fs::read(&file).expect("the answer's body"));
     crate::bench_child::runtime().block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
+        // The gateway's own backlog: with tokio's default of 1,024 the
+        // 1,000 clients' connections overflowed the queue, and the kernel
+        // reset some of them.
+        let listener =
+            xds_gateway::app::bind_listener(([127, 0, 0, 1], 0).into()).expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local address").port();
         let held = Arc::new(Held {
             body,
