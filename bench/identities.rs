@@ -58,7 +58,8 @@
 //! least and greatest: the held p99 over the REST side's floor's, and over
 //! both halves' floors together (every process's CPU in a round of the
 //! REST floor and of the read floor, over the cores); the upstream side's
-//! CPU over only reading.
+//! CPU over only reading, and over reading with every response ACKed with
+//! Envoy's node (as the gateway ACKs by default).
 
 #[path = "../tests/support/fake_ads.rs"]
 mod fake_ads;
@@ -281,15 +282,11 @@ struct Figures {
     /// A push with no poll held: the gateway's CPU until every session
     /// took it (its upstream side alone), round by round.
     unheld_cpu: Vec<Duration>,
-    /// The same streams, only read (`stream_reader.rs`): CPU per push round
-    /// by round, the latency until every stream had it, and the bytes per
-    /// push.
-    reader_cpu: Vec<Duration>,
-    /// Every process's CPU over each of those rounds: the upstream's push
-    /// and its reading, with nothing else to do.
-    reader_machine: Vec<Duration>,
-    reader_all_received: Vec<Duration>,
-    reader_bytes_per_push: usize,
+    /// The same streams, only read (`stream_reader.rs`).
+    reader: ReadRounds,
+    /// The same streams, read and every response ACKed with Envoy's node,
+    /// as the gateway ACKs by default.
+    reader_acked: ReadRounds,
     /// A whole CDS answer of the gateway (what the floor server sends).
     answer: Bytes,
 }
@@ -329,6 +326,8 @@ struct Setup {
     upstream: upstreams::Kind,
     /// More arguments for every gateway binary (`IDENTITIES_GATEWAY_ARGS`).
     gateway_args: Vec<String>,
+    /// Envoy's node as protobuf, for the reader that ACKs with it.
+    node_file: tempfile::NamedTempFile,
 }
 
 async fn run(setup: &Setup, bin: &Path, mode: &str) -> Figures {
@@ -668,43 +667,76 @@ async fn unheld_pushes(
     cpu
 }
 
-/// The floor of the upstream side (`stream_reader.rs`): the same streams,
-/// read by a process that does nothing else, through more rounds of a
+/// Rounds of a floor of the upstream side (`stream_reader.rs`).
+#[derive(Debug, Default, Clone)]
+struct ReadRounds {
+    /// The reader's CPU per push, round by round.
+    cpu: Vec<Duration>,
+    /// Every process's CPU over each round: the upstream's push and its
+    /// reading, with nothing else to do.
+    machine: Vec<Duration>,
+    /// From each push until every stream had it.
+    all_received: Vec<Duration>,
+    bytes_per_push: usize,
+}
+
+/// The floors of the upstream side: the same streams, read by a process
+/// that does nothing else (ACKing only where the upstream waits for it),
+/// then read and ACKed with Envoy's node, through more rounds of a
 /// one-cluster change (generations after the unheld rounds').
 async fn read_floor(setup: &Setup, upstream: &upstreams::Upstream, mode: &str, f: &mut Figures) {
+    let first = 2 * setup.rounds;
+    f.reader = read_rounds(setup, upstream, mode, None, first).await;
+    let node = Some(setup.node_file.path());
+    f.reader_acked = read_rounds(setup, upstream, mode, node, first + setup.rounds).await;
+}
+
+/// `setup.rounds` rounds of a reader (with `node` on every ACK if given),
+/// from generation `after` + 1.
+async fn read_rounds(
+    setup: &Setup,
+    upstream: &upstreams::Upstream,
+    mode: &str,
+    node: Option<&Path>,
+    after: usize,
+) -> ReadRounds {
     let ids = setup.identities;
+    let mut floor = ReadRounds::default();
     let mut reader =
-        stream_reader::Reader::start(&upstream.url(), ids, mode, upstream.needs_acks());
+        stream_reader::Reader::start(&upstream.url(), ids, mode, upstream.needs_acks(), node);
     if !reader.ready(WITHIN).await {
         eprintln!("reader ({mode}): its streams never all had a first answer");
-        return;
+        return floor;
     }
     let pid = reader.pid();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let Some(mut bytes_before) = reader.received(ids, WITHIN).await else {
-        return;
+        return floor;
     };
     let mut bytes = 0;
     for round in 1..=setup.rounds {
         let cpu0 = gateway_process::cpu_time(pid);
         let machine0 = gateway_process::machine_busy_time();
         let pushed = Instant::now();
-        let generation = 2 * setup.rounds + round;
-        change_one_cluster(setup, upstream, &format!("r{round}"), generation).await;
+        let generation = after + round;
+        change_one_cluster(setup, upstream, &format!("r{generation}"), generation).await;
         let Some(now) = reader.received(ids * (round + 1), WITHIN).await else {
             eprintln!("reader ({mode}): round {round} never reached every stream");
-            return;
+            return floor;
         };
-        f.reader_all_received.push(pushed.elapsed());
-        f.reader_cpu
+        floor.all_received.push(pushed.elapsed());
+        floor
+            .cpu
             .push(gateway_process::cpu_time(pid).saturating_sub(cpu0));
-        f.reader_machine
+        floor
+            .machine
             .push(gateway_process::machine_busy_time().saturating_sub(machine0));
         bytes += now - bytes_before;
         bytes_before = now;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    f.reader_bytes_per_push = bytes / setup.rounds;
+    floor.bytes_per_push = bytes / setup.rounds;
+    floor
 }
 
 fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
@@ -716,7 +748,7 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
     }
     let mut held = f.held.clone();
     let mut at_once = f.at_once.clone();
-    let mut reader = f.reader_all_received.clone();
+    let mut reader = f.reader.all_received.clone();
     let ids = setup.identities;
     let requests = f
         .requests_per_identity
@@ -761,12 +793,12 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
         f.at_once.len(),
         ms(f.at_once_cpu),
         spread(&f.unheld_cpu),
-        spread(&f.reader_cpu),
+        spread(&f.reader.cpu),
         ms(percentile(&mut reader, 0.5)),
-        f.reader_bytes_per_push as f64 / 1e6,
+        f.reader.bytes_per_push as f64 / 1e6,
         ratio(
             median(&f.unheld_cpu).as_secs_f64(),
-            median(&f.reader_cpu).as_secs_f64()
+            median(&f.reader.cpu).as_secs_f64()
         ),
     );
 }
@@ -779,7 +811,9 @@ fn print(setup: &Setup, label: &str, mode: &str, f: &Figures) {
 /// shares this machine's cores with the gateway and the clients, so every
 /// process's CPU in the REST floor's rounds and in the read floor's,
 /// divided by the cores, is the least time in which a push can reach every
-/// held poll here.
+/// held poll here. Beside the second, the upstream side's CPU over reading
+/// the same streams and ACKing each response with Envoy's node, as the
+/// gateway does by default.
 fn print_goals(results: &[(String, Option<Figures>, Figures)], floor: Option<&Floor>) {
     let floor_p99 = floor.map(|f| f.p99_rounds.as_slice()).unwrap_or_default();
     let floor_machine = floor.map(|f| median(&f.machine_rounds)).unwrap_or_default();
@@ -790,17 +824,17 @@ fn print_goals(results: &[(String, Option<Figures>, Figures)], floor: Option<&Fl
          ÷ {} cores\n",
         cores()
     );
-    println!("| binary | upstream | held p99 per round | the floor's p99 per round | held / floor | both halves' floor | held / both halves | CPU per push, no poll held | only read | no poll held / only read |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| binary | upstream | held p99 per round | the floor's p99 per round | held / floor | both halves' floor | held / both halves | CPU per push, no poll held | only read | no poll held / only read | read, each ACKed with Envoy's node | no poll held / read and ACKed |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (mode, before, after) in results {
         let builds = before
             .iter()
             .map(|f| ("baseline", f))
             .chain([("this build", after)]);
         for (label, f) in builds {
-            let both = floor.map(|_| (floor_machine + median(&f.reader_machine)) / cores() as u32);
+            let both = floor.map(|_| (floor_machine + median(&f.reader.machine)) / cores() as u32);
             println!(
-                "| {label} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {label} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 spread(&f.held_p99_rounds),
                 spread(floor_p99),
                 ratio(
@@ -813,10 +847,15 @@ fn print_goals(results: &[(String, Option<Figures>, Figures)], floor: Option<&Fl
                     both.unwrap_or_default().as_secs_f64()
                 ),
                 spread(&f.unheld_cpu),
-                spread(&f.reader_cpu),
+                spread(&f.reader.cpu),
                 ratio(
                     median(&f.unheld_cpu).as_secs_f64(),
-                    median(&f.reader_cpu).as_secs_f64()
+                    median(&f.reader.cpu).as_secs_f64()
+                ),
+                spread(&f.reader_acked.cpu),
+                ratio(
+                    median(&f.unheld_cpu).as_secs_f64(),
+                    median(&f.reader_acked.cpu).as_secs_f64()
                 ),
             );
         }
@@ -859,6 +898,17 @@ fn main() {
     bench_child::runtime().block_on(bench());
 }
 
+/// A file holding the node of the captured request as protobuf.
+fn node_file(codec: &Codec, template: &serde_json::Value) -> tempfile::NamedTempFile {
+    let json = serde_json::to_vec(&template["node"]).expect("serialise");
+    let node = codec
+        .parse_message("envoy.config.core.v3.Node", &json, true)
+        .expect("Envoy's node");
+    let file = tempfile::NamedTempFile::new().expect("a file for the node");
+    std::fs::write(file.path(), prost::Message::encode_to_vec(&node)).expect("write the node");
+    file
+}
+
 async fn bench() {
     let identities = env_number("IDENTITIES", 1000).max(1);
     let clusters = env_number("IDENTITIES_CLUSTERS", 1000).max(1);
@@ -875,6 +925,7 @@ async fn bench() {
         codec: Codec::embedded(),
         bodies: Arc::new(Bodies::new(&template)),
         upstream: upstreams::Kind::from_env(),
+        node_file: node_file(&Codec::embedded(), &template),
         gateway_args: std::env::var("IDENTITIES_GATEWAY_ARGS")
             .unwrap_or_default()
             .split_whitespace()

@@ -9,10 +9,17 @@
 //! gateway does: it reads the response's `version_info` and `nonce` (prost,
 //! the resources skipped by their length) and sends them back.
 //!
+//! A second floor ACKs every response as an Envoy does by default, and as
+//! the gateway does: with the whole node on every request (the node's
+//! protobuf from a file, each stream's id its own), its field encoded once
+//! per stream and copied into each request as the gateway copies the bytes
+//! it holds, so that a gateway's ACKs are set against ACKs of the same
+//! bytes written the same way.
+//!
 //! The identities bench runs it as a child of its own binary (so its CPU is
 //! its own, apart from the upstream's, which runs in the bench): with
-//! `IDENTITIES_READER=<upstream url> <streams> <sotw|delta> [ack]` set, `main`
-//! calls [`serve`] instead of benchmarking. It says `ready` once every
+//! `IDENTITIES_READER=<upstream url> <streams> <sotw|delta> [ack [<node
+//! file>]]` set, `main` calls [`serve`] instead of benchmarking. It says `ready` once every
 //! stream has its first response; then, for each `wait <count>` line on its
 //! stdin, `done` once its streams have received `count` responses in all.
 
@@ -33,11 +40,19 @@ const SOTW_PATH: &str =
 const DELTA_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
-/// Requests encoded with prost; responses taken as the bytes they are.
+/// A request as the reader writes it: its node field as bytes encoded
+/// once (as the gateway holds each session's node), then the rest by
+/// prost. Protobuf reads fields in any order.
+struct Outgoing<M> {
+    node_field: Option<Bytes>,
+    request: M,
+}
+
+/// Requests written as [`Outgoing`]; responses taken as the bytes they are.
 struct RawResponses<M>(std::marker::PhantomData<M>);
 
 impl<M: prost::Message + Send + 'static> Codec for RawResponses<M> {
-    type Encode = M;
+    type Encode = Outgoing<M>;
     type Decode = Bytes;
     type Encoder = RequestEncoder<M>;
     type Decoder = BytesDecoder;
@@ -54,12 +69,15 @@ impl<M: prost::Message + Send + 'static> Codec for RawResponses<M> {
 struct RequestEncoder<M>(std::marker::PhantomData<M>);
 
 impl<M: prost::Message> Encoder for RequestEncoder<M> {
-    type Item = M;
+    type Item = Outgoing<M>;
     type Error = Status;
 
-    fn encode(&mut self, item: M, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        item.encode(dst)
-            .map_err(|e| Status::internal(e.to_string()))
+    fn encode(&mut self, item: Outgoing<M>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        if let Some(node) = &item.node_field {
+            bytes::BufMut::put_slice(dst, node);
+        }
+        item.request.encode_raw(dst);
+        Ok(())
     }
 }
 
@@ -131,40 +149,71 @@ fn delta_ack(response: &Bytes) -> DeltaDiscoveryRequest {
     }
 }
 
-/// One stream: subscribe as identity `node` to every cluster, then read
-/// (and ACK each response when `ack`).
+/// `node` as field `tag` of a request, encoded once.
+fn node_field(tag: u32, node: &Node) -> Bytes {
+    let mut field = Vec::new();
+    prost::encoding::message::encode(tag, node, &mut field);
+    Bytes::from(field)
+}
+
+/// How a stream ACKs each response.
+#[derive(Clone)]
+enum Acks {
+    /// Not at all.
+    None,
+    /// With the version and nonce only.
+    Bare,
+    /// With this node too, as Envoy sends it by default.
+    WithNode(Box<Node>),
+}
+
+/// One stream: subscribe as identity `id` to every cluster, then read
+/// (and ACK each response as `acks` says).
 async fn read_stream(
     channel: tonic::transport::Channel,
-    node: String,
+    id: String,
     delta: bool,
-    ack: bool,
+    acks: Acks,
     received: Arc<Received>,
 ) {
-    let node = Some(Node {
-        id: node,
-        cluster: "bench".into(),
-        ..Node::default()
-    });
+    let ack = !matches!(acks, Acks::None);
+    let node_on_acks = matches!(acks, Acks::WithNode(_));
+    let node = match acks {
+        Acks::WithNode(node) => Node { id, ..*node },
+        Acks::None | Acks::Bare => Node {
+            id,
+            cluster: "bench".into(),
+            ..Node::default()
+        },
+    };
+    // The node's field: on every request when the ACKs carry it, else on
+    // the first only.
+    let field = node_field(if delta { 1 } else { 2 }, &node);
+    let ack_field = node_on_acks.then(|| field.clone());
     let type_url = xds_gateway::xds::ResourceType::Clusters
         .type_url()
         .to_owned();
     if delta {
         let first = DeltaDiscoveryRequest {
-            node,
             type_url,
             resource_names_subscribe: vec!["*".into()],
             ..Default::default()
         };
-        let ack = ack.then_some(delta_ack as fn(&Bytes) -> DeltaDiscoveryRequest);
-        read(channel, first, DELTA_PATH, ack, &received).await;
+        let ack = ack.then_some(move |r: &Bytes| Outgoing {
+            node_field: ack_field.clone(),
+            request: delta_ack(r),
+        });
+        read(channel, (field, first), DELTA_PATH, ack, &received).await;
     } else {
         let first = DiscoveryRequest {
-            node,
             type_url,
             ..Default::default()
         };
-        let ack = ack.then_some(sotw_ack as fn(&Bytes) -> DiscoveryRequest);
-        read(channel, first, SOTW_PATH, ack, &received).await;
+        let ack = ack.then_some(move |r: &Bytes| Outgoing {
+            node_field: ack_field.clone(),
+            request: sotw_ack(r),
+        });
+        read(channel, (field, first), SOTW_PATH, ack, &received).await;
     }
 }
 
@@ -173,9 +222,9 @@ async fn read_stream(
 /// open meanwhile (a closed request stream would end the upstream's).
 async fn read<M>(
     channel: tonic::transport::Channel,
-    first: M,
+    (node_field, first): (Bytes, M),
     path: &'static str,
-    ack: Option<fn(&Bytes) -> M>,
+    ack: Option<impl Fn(&Bytes) -> Outgoing<M>>,
     received: &Received,
 ) where
     M: prost::Message + Send + Sync + 'static,
@@ -185,6 +234,10 @@ async fn read<M>(
         return eprintln!("reader: channel not ready: {e}");
     }
     let (requests, rx) = tokio::sync::mpsc::channel(1);
+    let first = Outgoing {
+        node_field: Some(node_field),
+        request: first,
+    };
     let _ = requests.send(first).await;
     let codec = RawResponses::<M>(std::marker::PhantomData);
     let path = http::uri::PathAndQuery::from_static(path);
@@ -199,7 +252,7 @@ async fn read<M>(
     loop {
         match responses.message().await {
             Ok(Some(bytes)) => {
-                if let Some(ack) = ack {
+                if let Some(ack) = &ack {
                     let _ = requests.send(ack(&bytes)).await;
                 }
                 received.bytes.fetch_add(bytes.len(), Ordering::SeqCst);
@@ -214,13 +267,23 @@ async fn read<M>(
 }
 
 /// Runs the reader described in the module docs; `spec` is
-/// `<upstream url> <streams> <sotw|delta> [ack]`.
+/// `<upstream url> <streams> <sotw|delta> [ack [<node file>]]`.
 pub fn serve(spec: &str) {
     let mut parts = spec.split_whitespace();
     let (Some(url), Some(streams), Some(mode)) = (parts.next(), parts.next(), parts.next()) else {
-        panic!("IDENTITIES_READER: expected `<url> <streams> <sotw|delta> [ack]`, got {spec:?}");
+        panic!(
+            "IDENTITIES_READER: expected `<url> <streams> <sotw|delta> [ack [<node file>]]`, got {spec:?}"
+        );
     };
-    let ack = parts.next() == Some("ack");
+    let acks = match (parts.next(), parts.next()) {
+        (Some("ack"), Some(file)) => {
+            let bytes = std::fs::read(file).expect("the node's file");
+            let node = <Node as prost::Message>::decode(bytes.as_slice()).expect("a node");
+            Acks::WithNode(Box::new(node))
+        }
+        (Some("ack"), None) => Acks::Bare,
+        _ => Acks::None,
+    };
     let streams: usize = streams.parse().expect("a number of streams");
     let delta = mode == "delta";
     crate::bench_child::runtime().block_on(async move {
@@ -236,7 +299,7 @@ pub fn serve(spec: &str) {
                 channel,
                 format!("pod-{i}"),
                 delta,
-                ack,
+                acks.clone(),
                 received,
             ));
         }
@@ -259,9 +322,20 @@ pub struct Reader(BenchChild);
 
 impl Reader {
     /// Starts a reader of `streams` streams of `mode` on the upstream at
-    /// `url`, ACKing every response if `ack`.
-    pub fn start(url: &str, streams: usize, mode: &str, ack: bool) -> Reader {
-        let ack = if ack { " ack" } else { "" };
+    /// `url`, ACKing every response if `ack`, with the node whose protobuf
+    /// bytes are in `node` on every request if given (which implies `ack`).
+    pub fn start(
+        url: &str,
+        streams: usize,
+        mode: &str,
+        ack: bool,
+        node: Option<&std::path::Path>,
+    ) -> Reader {
+        let ack = match node {
+            Some(file) => format!(" ack {}", file.display()),
+            None if ack => " ack".to_owned(),
+            None => String::new(),
+        };
         let spec = format!("{url} {streams} {mode}{ack}");
         Reader(BenchChild::start("IDENTITIES_READER", &spec, "reader"))
     }
