@@ -36,7 +36,7 @@ use moka::sync::Cache;
 use super::client_key::{names_hash, ClientKey, ClientNode, SubscriptionKey};
 use super::identity::IdentityKey;
 use super::node_json::{NodeJson, NodeJsons};
-use super::request_chunks::{feed_sampled, BodyChunks};
+use super::request_chunks::{feed_sampled, sampled_len, BodyChunks};
 use super::request_frame::Frame;
 use super::state::{names_digest, Names};
 use crate::config::SessionKey;
@@ -83,11 +83,12 @@ fn chunks_key(chunks: &BodyChunks) -> u64 {
 /// [`memo_key`] of bytes in pieces: each piece's length, edges and samples
 /// ([`feed_sampled`], the one definition of the key).
 fn sampled_key(pieces: &[&[u8]]) -> u64 {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let room = pieces.iter().map(|p| sampled_len(p.len(), KEY_SHAPE)).sum();
+    let mut taken = Vec::with_capacity(room);
     for piece in pieces {
-        feed_sampled(&mut hasher, &[piece], piece.len(), KEY_SHAPE);
+        feed_sampled(&mut taken, &[piece], piece.len(), KEY_SHAPE);
     }
-    hasher.digest()
+    xxhash_rust::xxh3::xxh3_64(&taken)
 }
 
 /// A request body as the memo keeps it: the bytes before its node, the

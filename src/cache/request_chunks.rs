@@ -4,13 +4,12 @@
 //! poll a 77 KB allocation and copy, and a memo hit needs neither (issue 41).
 //!
 //! What is computed on chunks must be what the same bytes joined would give:
-//! the sampled key has one definition, [`feed_sampled`], which reads the
-//! chunks as one piece (xxh3's streaming state does not see where one
-//! update ends), and [`BodyChunks::equals`] compares byte for byte. It owns no
-//! memo and parses nothing.
+//! the sampled key has one definition, [`feed_sampled`], which gathers what
+//! it takes of the chunks, read as one piece, into one buffer that xxh3
+//! hashes at once, and [`BodyChunks::equals`] compares byte for byte. It
+//! owns no memo and parses nothing.
 
 use bytes::Bytes;
-use xxhash_rust::xxh3::Xxh3;
 
 /// A body's bytes, in the chunks it was read in, in order.
 #[derive(Debug, Clone, Default)]
@@ -60,9 +59,9 @@ impl BodyChunks {
     /// The xxh3 of what [`feed_sampled`] takes of the body, as one piece,
     /// with `shape` its edge, stride and sample.
     pub(crate) fn sampled_key(&self, shape: [usize; 3]) -> u64 {
-        let mut hasher = Xxh3::new();
-        feed_sampled(&mut hasher, &self.chunks, self.len, shape);
-        hasher.digest()
+        let mut taken = Vec::with_capacity(sampled_len(self.len, shape));
+        feed_sampled(&mut taken, &self.chunks, self.len, shape);
+        xxhash_rust::xxh3::xxh3_64(&taken)
     }
 
     /// Whether the body is, byte for byte, `pieces` one after the other.
@@ -95,34 +94,45 @@ impl BodyChunks {
     }
 }
 
-/// Feeds `hasher` the bytes a sampled key takes of `chunks` read as one
-/// piece of `len` bytes: the length, then the first and last `edge` bytes
-/// and `sample` bytes every `stride` between them (all of it when it is no
-/// longer than two edges). The one definition of that key: the memo of
-/// parsed requests keys joined bodies, chunked bodies and frames with it.
+/// Appends to `taken` the bytes a sampled key takes of `chunks` read as
+/// one piece of `len` bytes: the length, then the first and last `edge`
+/// bytes and `sample` bytes every `stride` between them (all of it when it
+/// is no longer than two edges). The one definition of that key: the memo
+/// of parsed requests keys joined bodies, chunked bodies and frames with
+/// the xxh3 of what it takes. Gathered and hashed at once, a 77 KB body's
+/// 3 KB cost a tenth of the instructions that feeding xxh3's streaming
+/// state forty pieces did (issue 41).
 pub(crate) fn feed_sampled<C: AsRef<[u8]>>(
-    hasher: &mut Xxh3,
+    taken: &mut Vec<u8>,
     chunks: &[C],
     len: usize,
     [edge, stride, sample]: [usize; 3],
 ) {
-    hasher.update(&(len as u64).to_le_bytes());
+    taken.extend_from_slice(&(len as u64).to_le_bytes());
     let mut cursor = Cursor::new(chunks);
     if len <= 2 * edge {
-        cursor.feed(0..len, hasher);
+        cursor.feed(0..len, taken);
         return;
     }
-    cursor.feed(0..edge, hasher);
+    cursor.feed(0..edge, taken);
     let middle_end = len - edge;
     let mut at = edge;
     while at < middle_end {
-        cursor.feed(at..(at + sample).min(middle_end), hasher);
+        cursor.feed(at..(at + sample).min(middle_end), taken);
         at += stride;
     }
-    cursor.feed(middle_end..len, hasher);
+    cursor.feed(middle_end..len, taken);
 }
 
-/// Walks chunks forward, handing increasing byte ranges to a hasher.
+/// Room for what [`feed_sampled`] takes of `len` bytes: never less.
+pub(crate) fn sampled_len(len: usize, [edge, stride, sample]: [usize; 3]) -> usize {
+    if len <= 2 * edge {
+        return 8 + len;
+    }
+    8 + 2 * edge + (len - 2 * edge).div_ceil(stride.max(1)) * sample
+}
+
+/// Walks chunks forward, appending increasing byte ranges.
 struct Cursor<'a, C> {
     chunks: &'a [C],
     /// The chunk the next range starts in, and that chunk's offset.
@@ -139,8 +149,8 @@ impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
         }
     }
 
-    /// Hashes `range` of the joined bytes; ranges come in increasing order.
-    fn feed(&mut self, range: std::ops::Range<usize>, hasher: &mut Xxh3) {
+    /// Appends `range` of the joined bytes; ranges come in increasing order.
+    fn feed(&mut self, range: std::ops::Range<usize>, taken: &mut Vec<u8>) {
         let mut at = range.start;
         while at < range.end {
             let Some(chunk) = self.chunks.get(self.index) else {
@@ -154,7 +164,7 @@ impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
                 continue;
             }
             let upto = range.end.min(end);
-            hasher.update(&chunk[at - self.start..upto - self.start]);
+            taken.extend_from_slice(&chunk[at - self.start..upto - self.start]);
             at = upto;
         }
     }
@@ -178,5 +188,30 @@ mod tests {
         assert_eq!(chunks.into_bytes(), Bytes::from("abcdef"));
         assert!(BodyChunks::default().equals(&[b""]));
         assert_eq!(BodyChunks::default().into_bytes(), Bytes::new());
+    }
+
+    /// The room asked for holds what is taken, for any length and shape,
+    /// and what is taken is the length, the edges and the samples.
+    #[test]
+    fn the_room_holds_what_a_key_takes() {
+        let bytes: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        for shape in [
+            [1024, 2048, 32],
+            [4, 7, 3],
+            [16, 16, 16],
+            [1, 1, 1],
+            [0, 5, 9],
+        ] {
+            for len in (0..bytes.len()).step_by(97).chain([1, 2, 2048, 2049, 4096]) {
+                let mut taken = Vec::new();
+                feed_sampled(&mut taken, &[&bytes[..len]], len, shape);
+                assert!(taken.len() <= sampled_len(len, shape), "{shape:?} {len}");
+            }
+        }
+        let mut taken = Vec::new();
+        feed_sampled(&mut taken, &[b"abcdefghij"], 10, [2, 3, 1]);
+        let mut expected = 10u64.to_le_bytes().to_vec();
+        expected.extend_from_slice(b"abcfij");
+        assert_eq!(taken, expected);
     }
 }
