@@ -19,9 +19,10 @@
 //! The identities bench runs it as a child of its own binary (so its CPU is
 //! its own, apart from the upstream's, which runs in the bench): with
 //! `IDENTITIES_READER=<upstream url> <streams> <sotw|delta> [ack [<node
-//! file>]]` set, `main` calls [`serve`] instead of benchmarking. It says `ready` once every
-//! stream has its first response; then, for each `wait <count>` line on its
-//! stdin, `done` once its streams have received `count` responses in all.
+//! file>]]` set, `main` calls [`serve`] instead of benchmarking. It says
+//! `ready` once every stream has its first response; then, for each `wait
+//! <count>` line on its stdin, `done` once its streams have received
+//! `count` responses in all.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
