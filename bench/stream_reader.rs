@@ -187,10 +187,11 @@ async fn read_stream(
             ..Node::default()
         },
     };
-    // The node's field: on every request when the ACKs carry it, else on
-    // the first only.
-    let field = node_field(if delta { 1 } else { 2 }, &node);
-    let ack_field = node_on_acks.then(|| field.clone());
+    let sending = Sending {
+        node_field: node_field(if delta { 1 } else { 2 }, &node),
+        ack,
+        node_on_acks,
+    };
     let type_url = xds_gateway::xds::ResourceType::Clusters
         .type_url()
         .to_owned();
@@ -200,41 +201,49 @@ async fn read_stream(
             resource_names_subscribe: vec!["*".into()],
             ..Default::default()
         };
-        let ack = ack.then_some(move |r: &Bytes| Outgoing {
-            node_field: ack_field.clone(),
-            request: delta_ack(r),
-        });
-        read(channel, (field, first), DELTA_PATH, ack, &received).await;
+        read(channel, sending, first, delta_ack, DELTA_PATH, &received).await;
     } else {
         let first = DiscoveryRequest {
             type_url,
             ..Default::default()
         };
-        let ack = ack.then_some(move |r: &Bytes| Outgoing {
-            node_field: ack_field.clone(),
-            request: sotw_ack(r),
-        });
-        read(channel, (field, first), SOTW_PATH, ack, &received).await;
+        read(channel, sending, first, sotw_ack, SOTW_PATH, &received).await;
     }
 }
 
+/// How a stream sends: the node's field (on its first request), whether
+/// it ACKs each response, and whether each ACK carries the node too.
+struct Sending {
+    node_field: Bytes,
+    ack: bool,
+    node_on_acks: bool,
+}
+
 /// Opens a stream at `path` with `first`, and counts its responses until
-/// it ends, answering each with `ack` of it if given. Its requests stay
-/// open meanwhile (a closed request stream would end the upstream's).
+/// it ends, answering each with `ack` of it if the stream ACKs. Its
+/// requests stay open meanwhile (a closed request stream would end the
+/// upstream's).
 async fn read<M>(
     channel: tonic::transport::Channel,
-    (node_field, first): (Bytes, M),
+    sending: Sending,
+    first: M,
+    ack: fn(&Bytes) -> M,
     path: &'static str,
-    ack: Option<impl Fn(&Bytes) -> Outgoing<M>>,
     received: &Received,
 ) where
     M: prost::Message + Send + Sync + 'static,
 {
+    let Sending {
+        node_field,
+        ack: acks,
+        node_on_acks,
+    } = sending;
     let mut grpc = tonic::client::Grpc::new(channel);
     if let Err(e) = grpc.ready().await {
         return eprintln!("reader: channel not ready: {e}");
     }
     let (requests, rx) = tokio::sync::mpsc::channel(1);
+    let ack_field = node_on_acks.then(|| node_field.clone());
     let first = Outgoing {
         node_field: Some(node_field),
         request: first,
@@ -253,8 +262,12 @@ async fn read<M>(
     loop {
         match responses.message().await {
             Ok(Some(bytes)) => {
-                if let Some(ack) = &ack {
-                    let _ = requests.send(ack(&bytes)).await;
+                if acks {
+                    let ack = Outgoing {
+                        node_field: ack_field.clone(),
+                        request: ack(&bytes),
+                    };
+                    let _ = requests.send(ack).await;
                 }
                 received.bytes.fetch_add(bytes.len(), Ordering::SeqCst);
                 received.count.fetch_add(1, Ordering::SeqCst);
