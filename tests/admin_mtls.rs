@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use inproc::InProcess;
-use pki::{write_atomically, Ca, PkiDir};
+use pki::{write_whole, Ca, PkiDir};
 use process::eventually;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -39,7 +39,7 @@ fn files() -> PkiDir {
     let files = PkiDir::new("xds-gateway admin test CA", "admin");
     // The client verifies the server with a copy, so that the client
     // CA can be rotated on its own.
-    write_atomically(&files.path("server-ca.pem"), &files.ca.pem);
+    write_whole(&files.path("server-ca.pem"), &files.ca.pem);
     files.client("ops", &[OPS_SPIFFE], &[]);
     files.client("edge", &[EDGE_SPIFFE], &[]);
     files.forged_client("forged", &[OPS_SPIFFE]);
@@ -55,7 +55,7 @@ fn write_policy(files: &PkiDir, sans: &[&str]) -> PathBuf {
         sans.join(", ")
     );
     let path = files.path("policy.toml");
-    write_atomically(&path, &text);
+    write_whole(&path, &text);
     path
 }
 
@@ -291,7 +291,7 @@ async fn a_rotated_admin_client_ca_revokes_what_it_no_longer_trusts() {
     let next = Ca::new("the next admin CA");
     next.client(&[OPS_SPIFFE], &[])
         .write(files.dir.path(), "next");
-    write_atomically(&files.path("ca.pem"), &next.pem);
+    write_whole(&files.path("ca.pem"), &next.pem);
     let reloaded = eventually(WITHIN, Duration::from_millis(100), || async {
         let metrics = get(&files, port, None, "/metrics", Some(BEARER))
             .await

@@ -12,6 +12,8 @@
 //! not keep its other streams from their answers, and a change must wake
 //! every one of them.
 
+#[path = "support/files.rs"]
+mod files;
 #[path = "support/inproc.rs"]
 mod inproc;
 
@@ -161,16 +163,13 @@ async fn polls_on_one_http2_connection_are_answered_as_over_http1() {
     gw.stop().await;
 }
 
-/// Writes a snapshot of one cluster, `a`, with `connect_timeout`, whole
-/// (a rename: the watcher never reads half a file).
+/// Writes a snapshot of one cluster, `a`, with `connect_timeout`, whole.
 fn write_cluster(dir: &std::path::Path, connect_timeout: &str) {
     let text = format!(
         "'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster\n\
          name: a\nconnect_timeout: {connect_timeout}\n"
     );
-    let tmp = dir.join("clusters.tmp");
-    std::fs::write(&tmp, text).expect("write the snapshot");
-    std::fs::rename(&tmp, dir.join("clusters.yaml")).expect("rename it into place");
+    files::write_whole(&dir.join("clusters.yaml"), &text);
 }
 
 fn version_of(body: &[u8]) -> String {

@@ -14,6 +14,8 @@
 //!   Cache-Control, and a long poll's answer says `no-store` (watches,
 //!   secrets: `src/http/tests/`, `src/http/caching.rs`).
 
+#[path = "support/files.rs"]
+mod files;
 #[path = "support/gateway.rs"]
 mod gateway;
 #[path = "support/inproc.rs"]
@@ -41,11 +43,12 @@ fn cluster_yaml(name: &str, connect_timeout: &str) -> String {
     format!("'@type': {CLUSTER_TYPE}\nname: {name}\nconnect_timeout: {connect_timeout}\n")
 }
 
-/// Writes `clusters.yaml` under `dir` whole (a rename).
+/// Writes `clusters.yaml` under `dir` whole.
 fn write_clusters(dir: &Path, connect_timeout: &str) {
-    let tmp = dir.join("clusters.tmp");
-    std::fs::write(&tmp, cluster_yaml("a", connect_timeout)).expect("write a snapshot file");
-    std::fs::rename(&tmp, dir.join("clusters.yaml")).expect("rename it into place");
+    files::write_whole(
+        &dir.join("clusters.yaml"),
+        &cluster_yaml("a", connect_timeout),
+    );
 }
 
 /// A gateway on a snapshot directory `dir/snapshot` with `cache_max_age`.

@@ -14,6 +14,8 @@
 //!
 //! Every test is bounded; the gateways are killed when their guards drop.
 
+#[path = "support/files.rs"]
+mod files;
 #[path = "support/process.rs"]
 mod process;
 
@@ -42,14 +44,11 @@ fn cluster_yaml(name: &str, connect_timeout: &str) -> String {
     format!("'@type': {CLUSTER_TYPE}\nname: {name}\nconnect_timeout: {connect_timeout}\n")
 }
 
-/// Writes `rel` under `dir` whole (a rename), so the watcher never reads
-/// half a file.
+/// Writes `rel` under `dir` whole, its directories made first.
 fn write(dir: &Path, rel: &str, text: &str) {
     let path = dir.join(rel);
     std::fs::create_dir_all(path.parent().unwrap()).expect("create a snapshot subdirectory");
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write a snapshot file");
-    std::fs::rename(&tmp, &path).expect("rename a snapshot file into place");
+    files::write_whole(&path, text);
 }
 
 /// A DiscoveryResponse the gateway answered with 200.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inproc::InProcess;
-use pki::{write_atomically, Ca, PkiDir};
+use pki::{write_whole, Ca, PkiDir};
 use process::{eventually, http_get};
 use sha2::{Digest, Sha256};
 use xds_gateway::config::{ClientAuth, Config, ServerTlsFiles};
@@ -248,7 +248,7 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     assert_eq!(ok.status, 200, "{ok:?}");
 
     // A key that does not match: the rotated certificate stays in service.
-    write_atomically(&files.path("server-key.pem"), &files.ca.server("three").key);
+    write_whole(&files.path("server-key.pem"), &files.ca.server("three").key);
     let admin = gw.admin_port;
     let failed = eventually(WITHIN, Duration::from_millis(100), || async move {
         let (_, metrics) = http_get(admin, "/metrics").await.ok()?;
@@ -315,7 +315,7 @@ async fn a_rotated_client_ca_ends_watches_it_no_longer_trusts() {
     );
 
     // Another CA replaces the one that signed curl's certificate.
-    write_atomically(&files.path("ca.pem"), &Ca::new("the next CA").pem);
+    write_whole(&files.path("ca.pem"), &Ca::new("the next CA").pem);
     let ended = tokio::time::timeout(WITHIN, async {
         while let Ok(Some(line)) = lines.next_line().await {
             seen.push_str(&line);

@@ -8,6 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "files.rs"]
+mod files;
+pub use files::write_whole;
+
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 use xds_gateway::config::{ClientAuth, ServerTlsFiles};
 
@@ -82,8 +86,8 @@ impl Leaf {
     pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         let cert = dir.join(format!("{name}.pem"));
         let key = dir.join(format!("{name}-key.pem"));
-        write_atomically(&cert, &self.cert);
-        write_atomically(&key, &self.key);
+        write_whole(&cert, &self.cert);
+        write_whole(&key, &self.key);
         (cert, key)
     }
 }
@@ -103,7 +107,7 @@ impl PkiDir {
             dir: tempfile::tempdir().expect("tempdir"),
             ca: Ca::new(ca_name),
         };
-        write_atomically(&pki.path("ca.pem"), &pki.ca.pem);
+        write_whole(&pki.path("ca.pem"), &pki.ca.pem);
         pki.ca.server(server_tag).write(pki.dir.path(), "server");
         pki
     }
@@ -134,11 +138,4 @@ impl PkiDir {
             client_auth,
         }
     }
-}
-
-/// Writes `text` to `path` through a rename, as a rotating tool would.
-pub fn write_atomically(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write a PEM file");
-    std::fs::rename(&tmp, path).expect("rename a PEM file into place");
 }
