@@ -54,6 +54,11 @@ struct Queued {
 }
 
 impl StreamQueue {
+    /// Whether a stream was queued since the last [`take`](Self::take).
+    fn has_queued(&self) -> bool {
+        self.0.any.load(Ordering::Acquire)
+    }
+
     fn take(&self) -> Vec<StreamFuture> {
         if !self.0.any.swap(false, Ordering::AcqRel) {
             return Vec::new();
@@ -168,16 +173,13 @@ impl<C: Future> Future for Driven<C> {
             }
             loop {
                 streams.extend(queue.take());
-                match streams.poll_next_unpin(&mut inner) {
-                    Poll::Ready(Some(())) => continue,
-                    Poll::Ready(None) | Poll::Pending => {}
+                if let Poll::Ready(Some(())) = streams.poll_next_unpin(&mut inner) {
+                    continue;
                 }
                 // A stream may have queued another (an upgrade).
-                let more = queue.take();
-                if more.is_empty() {
+                if !queue.has_queued() {
                     break;
                 }
-                streams.extend(more);
             }
             round.polling.store(false, Ordering::SeqCst);
             if !round.woken.swap(false, Ordering::SeqCst) {
