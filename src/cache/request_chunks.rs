@@ -6,8 +6,10 @@
 //! What is computed on chunks must be what the same bytes joined would give:
 //! the sampled key has one definition, [`feed_sampled`], which gathers what
 //! it takes of the chunks, read as one piece, into one buffer that xxh3
-//! hashes at once, and [`BodyChunks::equals`] compares byte for byte. It
-//! owns no memo and parses nothing.
+//! hashes at once; [`BodyChunks::pieces`] feeds a streaming hash of all the
+//! bytes (the memo's key for a body whose sampled key another holds); and
+//! [`BodyChunks::equals`] compares byte for byte. It owns no memo and
+//! parses nothing.
 
 use bytes::Bytes;
 
@@ -54,6 +56,11 @@ impl BodyChunks {
                 Bytes::from(joined)
             }
         }
+    }
+
+    /// Its bytes, chunk by chunk, in order.
+    pub(crate) fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        self.chunks.iter().map(|c| &c[..])
     }
 
     /// The xxh3 of what [`feed_sampled`] takes of the body, as one piece,
