@@ -105,6 +105,12 @@ pub mod bench_support {
         pub fn parse(&self, body: bytes::Bytes) -> bool {
             self.0.parse(body).is_ok()
         }
+
+        /// Whether the memo looks `a` and `b` up under one sampled key
+        /// (they differ only between its samples).
+        pub fn share_a_key(a: &[u8], b: &[u8]) -> bool {
+            crate::cache::share_a_key(a, b)
+        }
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) use intake::Intake;
 pub(crate) use opaque_types::OpaqueTypes;
 #[cfg(test)]
 pub(crate) use request::MemoSize;
-pub(crate) use request::{ParsedRequest, ParsedRequests};
+pub(crate) use request::{share_a_key, ParsedRequest, ParsedRequests};
 pub(crate) use request_chunks::BodyChunks;
 pub(crate) use resource::{idle_memo, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
 pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};

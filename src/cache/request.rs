@@ -80,6 +80,12 @@ fn memo_key(body: &[u8]) -> u64 {
     sampled_key(&[body])
 }
 
+/// Whether `a` and `b` share [`memo_key`] (for the bench of bodies that
+/// do, `bench_support`).
+pub(crate) fn share_a_key(a: &[u8], b: &[u8]) -> bool {
+    memo_key(a) == memo_key(b)
+}
+
 /// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
 fn chunks_key(chunks: &BodyChunks) -> u64 {
     chunks.sampled_key(KEY_SHAPE)
