@@ -549,24 +549,32 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    /// Panics unless every one of `lines` is a whole line of `text`.
+    fn assert_has_lines(text: &str, lines: &[&str]) {
+        for line in lines {
+            assert!(
+                text.lines().any(|l| l == *line),
+                "{line} missing from:\n{text}"
+            );
+        }
+    }
+
     /// Issue 40: the label sets known in advance are there before anything
     /// happens, at 0, so a dashboard reads 0 rather than "no data".
     #[test]
     fn known_label_sets_are_exported_at_zero_from_the_start() {
         let text = Metrics::new().encode();
-        for line in [
-            "xds_gateway_upstream_nacks_total{type=\"clusters\"} 0",
-            "xds_gateway_suspected_rejections_total{type=\"endpoints\"} 0",
-            "xds_gateway_cache_hits_total{type=\"secrets\"} 0",
-            "xds_gateway_connections_refused_total{listener=\"admin\"} 0",
-            "xds_gateway_connections_open{listener=\"rest\"} 0",
-            "xds_gateway_request_duration_seconds_count{type=\"listeners\"} 0",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "{line} missing from:\n{text}"
-            );
-        }
+        assert_has_lines(
+            &text,
+            &[
+                "xds_gateway_upstream_nacks_total{type=\"clusters\"} 0",
+                "xds_gateway_suspected_rejections_total{type=\"endpoints\"} 0",
+                "xds_gateway_cache_hits_total{type=\"secrets\"} 0",
+                "xds_gateway_connections_refused_total{listener=\"admin\"} 0",
+                "xds_gateway_connections_open{listener=\"rest\"} 0",
+                "xds_gateway_request_duration_seconds_count{type=\"listeners\"} 0",
+            ],
+        );
     }
 
     /// The series a poll moves, held apart from their families, are the
@@ -583,20 +591,18 @@ mod tests {
         metrics.request(Some(ResourceType::Routes), 200, 0.5);
         metrics.request(None, 404, 0.5);
         let text = metrics.encode();
-        for line in [
-            "xds_gateway_cache_hits_total{type=\"endpoints\"} 2",
-            "xds_gateway_cache_hits_total{type=\"clusters\"} 0",
-            "xds_gateway_cache_misses_total{type=\"clusters\"} 1",
-            "xds_gateway_cache_misses_total{type=\"endpoints\"} 0",
-            "xds_gateway_request_duration_seconds_count{type=\"routes\"} 1",
-            "xds_gateway_request_duration_seconds_count{type=\"listeners\"} 0",
-            "xds_gateway_request_duration_seconds_count{type=\"none\"} 1",
-            "xds_gateway_requests_total{type=\"routes\",status=\"200\"} 1",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "{line} missing from:\n{text}"
-            );
-        }
+        assert_has_lines(
+            &text,
+            &[
+                "xds_gateway_cache_hits_total{type=\"endpoints\"} 2",
+                "xds_gateway_cache_hits_total{type=\"clusters\"} 0",
+                "xds_gateway_cache_misses_total{type=\"clusters\"} 1",
+                "xds_gateway_cache_misses_total{type=\"endpoints\"} 0",
+                "xds_gateway_request_duration_seconds_count{type=\"routes\"} 1",
+                "xds_gateway_request_duration_seconds_count{type=\"listeners\"} 0",
+                "xds_gateway_request_duration_seconds_count{type=\"none\"} 1",
+                "xds_gateway_requests_total{type=\"routes\",status=\"200\"} 1",
+            ],
+        );
     }
 }
