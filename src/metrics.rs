@@ -281,12 +281,11 @@ impl Metrics {
         );
         // The label sets known in advance are written out from the start,
         // at 0: a family with no sample has no line at all, and a panel or
-        // an `absent()` alert would read "no data" for "none yet".
+        // an `absent()` alert would read "no data" for "none yet". A poll's
+        // own series (hits, misses, durations) are made with `polls` below.
         for kind in ResourceType::ALL {
             let label = Metrics::label(kind);
             for family in [
-                &cache_hits,
-                &cache_misses,
                 &resources_decoded,
                 &resources_reused,
                 &delta_sets_built,
@@ -300,7 +299,6 @@ impl Metrics {
             ] {
                 let _ = family.get_or_create(&label);
             }
-            let _ = request_seconds.get_or_create(&label);
         }
         for listener in LISTENERS {
             let label = ListenerLabel { listener };
