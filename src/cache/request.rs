@@ -508,14 +508,14 @@ impl ParsedRequests {
         }
     }
 
-    /// The seeded xxh3 of `pieces`, one after the other, told apart by
-    /// `via_get` as the sampled keys are ([`find`]'s `whole`).
-    fn whole_key<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>, via_get: bool) -> u64 {
+    /// The seeded xxh3 of `pieces`, one after the other ([`find`]'s
+    /// `whole`; a GET's is told apart as its sampled key is).
+    fn whole_key<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> u64 {
         let mut hasher = xxhash_rust::xxh3::Xxh3::with_seed(self.whole_seed);
         for piece in pieces {
             hasher.update(piece);
         }
-        hasher.digest() ^ u64::from(via_get)
+        hasher.digest()
     }
 
     /// What the memo holds now (pending evictions done first).
@@ -545,7 +545,7 @@ impl ParsedRequests {
         let (hit, key) = find(
             &self.memo,
             chunks_key(&chunks),
-            || self.whole_key(chunks.pieces(), false),
+            || self.whole_key(chunks.pieces()),
             |hit| !hit.via_get && hit.body.is_chunks(&chunks),
         );
         if let Some(hit) = hit {
@@ -566,10 +566,11 @@ impl ParsedRequests {
 
     fn parse_as(&self, body: Bytes, via_get: bool) -> Result<Arc<ParsedRequest>, RequestError> {
         // A GET's parse of the same bytes is another entry.
+        let flag = u64::from(via_get);
         let (hit, key) = find(
             &self.memo,
-            memo_key(&body) ^ u64::from(via_get),
-            || self.whole_key([&body[..]], via_get),
+            memo_key(&body) ^ flag,
+            || self.whole_key([&body[..]]) ^ flag,
             |hit| hit.via_get == via_get && hit.body.is(&body),
         );
         if let Some(hit) = hit {
@@ -592,11 +593,7 @@ impl ParsedRequests {
             let (known, key) = find(
                 &self.frames,
                 frame.key(&body, sampled_key) ^ flag,
-                || {
-                    frame.key(&body, |pieces| {
-                        self.whole_key(pieces.iter().copied(), via_get)
-                    })
-                },
+                || frame.key(&body, |pieces| self.whole_key(pieces.iter().copied())) ^ flag,
                 |known| {
                     known.parsed.via_get == via_get
                         && frame.same_as(&body, &known.frame, |r| known.parsed.body.slice(r))
