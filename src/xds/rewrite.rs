@@ -1,6 +1,8 @@
 //! Resource rewrites for REST clients: every `ads: {}` / `self: {}`
 //! `ConfigSource`, at any depth and inside nested `Any`s, becomes a REST
-//! `api_config_source` pointing back at the gateway.
+//! `api_config_source` pointing back at the gateway. An `Any` of a type the
+//! descriptor pool lacks is left as it is (it is served opaque: see
+//! [`super::opaque`]); what it holds cannot be read, so it is not rewritten.
 //!
 //! A REST-only Envoy rejects ADS config sources ("ADS must be configured to
 //! support an ADS config source"), and every ADS control plane emits them, so
@@ -116,8 +118,10 @@ fn rewrite_any(
         Some(Value::Bytes(b)) => b.clone(),
         _ => return Ok(false),
     };
-    let Some(rewritten) = rewrite_config_sources(codec, &type_url, &payload, target)? else {
-        return Ok(false);
+    let rewritten = match rewrite_config_sources(codec, &type_url, &payload, target) {
+        Ok(Some(rewritten)) => rewritten,
+        Ok(None) | Err(JsonError::UnknownType { .. }) => return Ok(false),
+        Err(other) => return Err(other),
     };
     any.set_field_by_name("value", Value::Bytes(rewritten.into()));
     Ok(true)
@@ -237,6 +241,54 @@ mod tests {
         assert!(
             render(&codec, &cluster.type_url, &out).contains(r#""clusterNames":["xds_cluster"]"#)
         );
+    }
+
+    /// Istio's listeners hold its own filter configs next to the HCM whose
+    /// RDS source is ADS: the unknown `Any` stays as it came, and the rest
+    /// is rewritten (it once failed the whole answer with a 500).
+    #[test]
+    fn an_unknown_any_is_left_whole_and_the_rest_rewritten() {
+        use envoy_types::pb::envoy::config::listener::v3::{filter::ConfigType, Listener};
+        const ALPN: &str =
+            "type.googleapis.com/istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig";
+        let codec = Codec::embedded();
+        let parsed = codec
+            .parse_any(
+                br#"{"@type":"type.googleapis.com/envoy.config.listener.v3.Listener","name":"l",
+              "filter_chains":[{"filters":[{"name":"istio.alpn","typed_config":{
+                "@type":"type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
+               {"name":"hcm","typed_config":{
+                "@type":"type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix":"x","rds":{"route_config_name":"r","config_source":{"ads":{}}}}}]}]}"#,
+            )
+            .unwrap();
+        let mut listener = Listener::decode(parsed.value.as_slice()).unwrap();
+        let unknown_payload = vec![0x0a, 0x02, b'h', b'2'];
+        match &mut listener.filter_chains[0].filters[0].config_type {
+            Some(ConfigType::TypedConfig(any)) => {
+                any.type_url = ALPN.to_owned();
+                any.value = unknown_payload.clone();
+            }
+            other => panic!("no typed_config: {other:?}"),
+        }
+        let bytes = listener.encode_to_vec();
+
+        let out = rewrite_config_sources(&codec, &parsed.type_url, &bytes, &target())
+            .expect("an unknown Any is no error")
+            .expect("the HCM's ADS source was rewritten");
+        let out = Listener::decode(out.as_slice()).unwrap();
+        match &out.filter_chains[0].filters[0].config_type {
+            Some(ConfigType::TypedConfig(any)) => {
+                assert_eq!(
+                    (any.type_url.as_str(), &any.value),
+                    (ALPN, &unknown_payload)
+                );
+            }
+            other => panic!("the unknown Any changed: {other:?}"),
+        }
+        let text = render(&codec, &parsed.type_url, &out.encode_to_vec());
+        assert!(text.contains(r#""clusterNames":["xds_cluster"]"#), "{text}");
+        assert!(text.contains("xds_gateway.v1.OpaqueAny"), "{text}");
     }
 
     #[test]
