@@ -630,7 +630,7 @@ fn main() {
             root.join("bench/reference.py").display()
         );
     }
-    let validator = Validator::new(codec.pool().clone());
+    let validator = Validator::new(codec.pool());
     let mut work = Work {
         config: &config,
         codec: &codec,

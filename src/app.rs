@@ -32,7 +32,7 @@ use crate::xds::{Codec, JsonError};
 pub use crate::huge_pages::transparent_huge_pages_off;
 
 pub use crate::tls::TlsError;
-pub use crate::upstream::StartError;
+pub use crate::upstream::{descriptor_set, DescriptorsError, StartError};
 
 /// Connections the admin listener takes at once (probes, scrapers, people).
 const ADMIN_MAX_CONNECTIONS: usize = 128;

@@ -1,6 +1,8 @@
-//! `xds-gateway`: parse the command line, set up logging, run the app.
-//! Exit codes: 0 after a clean shutdown, 1 on a start-up or serving error,
-//! 2 on a bad command line (clap's).
+//! `xds-gateway`: parse the command line, set up logging, run the app; or,
+//! as `xds-gateway descriptors ...`, write the descriptors an upstream
+//! serves by gRPC server reflection to a file for `--descriptor-set`.
+//! Exit codes: 0 after a clean shutdown (or a file written), 1 on a
+//! start-up, serving or reflection error, 2 on a bad command line (clap's).
 
 use anyhow::Context;
 use clap::Parser;
@@ -32,7 +34,67 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `xds-gateway descriptors`: asks an upstream, by gRPC server reflection,
+/// for the files that define the types named, and writes those that
+/// Envoy's API lacks as one FileDescriptorSet: what `--descriptor-set`
+/// reads, for an upstream that serves no reflection in production.
+#[derive(Debug, clap::Parser)]
+#[command(name = "xds-gateway descriptors")]
+struct DescriptorsArgs {
+    /// The control plane, as `--upstream` takes it (grpc://HOST:PORT, grpcs://, http://, https://).
+    #[arg(long)]
+    upstream: String,
+    /// A type to ask for: a message name or a type URL, as `/readyz` names one (repeatable).
+    #[arg(long = "type", required = true)]
+    types: Vec<String>,
+    /// Where to write the FileDescriptorSet.
+    #[arg(long)]
+    out: std::path::PathBuf,
+    /// Metadata sent on the call, as `name: value` (repeatable).
+    #[arg(long = "upstream-header")]
+    headers: Vec<String>,
+    /// CA bundle to verify the upstream with (TLS).
+    #[arg(long)]
+    upstream_ca: Option<std::path::PathBuf>,
+    /// Client certificate (mTLS).
+    #[arg(long)]
+    upstream_cert: Option<std::path::PathBuf>,
+    /// Client key (mTLS).
+    #[arg(long)]
+    upstream_key: Option<std::path::PathBuf>,
+    /// Server name to verify in the upstream's certificate.
+    #[arg(long)]
+    upstream_tls_server_name: Option<String>,
+}
+
+async fn descriptors(args: DescriptorsArgs) -> anyhow::Result<()> {
+    let spec = xds_gateway::config::UpstreamSpec::for_command(
+        &args.upstream,
+        xds_gateway::config::UpstreamTls {
+            ca: args.upstream_ca,
+            cert: args.upstream_cert,
+            key: args.upstream_key,
+            server_name: args.upstream_tls_server_name,
+        },
+        args.headers,
+    )?;
+    let (set, files) = xds_gateway::app::descriptor_set(&spec, &args.types).await?;
+    std::fs::write(&args.out, set).with_context(|| format!("writing {}", args.out.display()))?;
+    println!(
+        "wrote {files} descriptor files to {}: start the gateway with --descriptor-set {}",
+        args.out.display(),
+        args.out.display()
+    );
+    Ok(())
+}
+
 async fn run() -> anyhow::Result<()> {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == "descriptors") {
+        let rest = std::iter::once(std::ffi::OsString::from("xds-gateway descriptors"))
+            .chain(std::env::args_os().skip(2));
+        return descriptors(DescriptorsArgs::parse_from(rest)).await;
+    }
     let config = Config::from_settings(Settings::parse())?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -87,7 +87,7 @@ async fn istio_serves_the_mesh_and_its_descriptors() {
     // --descriptor-set does, after which every listener and cluster Istio
     // sent (nested Anys included: Istio's ALPN, stats and TypedStruct
     // filter configs) reads as JSON.
-    let mut pool = Codec::embedded().pool().clone();
+    let mut pool = Codec::embedded().pool();
     pool.decode_file_descriptor_set(bytes.as_slice())
         .expect("the gateway's descriptor pool accepts the peer's descriptor set");
     assert!(pool.get_message_by_name(ALPN_FILTER_CONFIG).is_some());

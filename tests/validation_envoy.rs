@@ -117,7 +117,7 @@ fn the_gateway_refuses_what_envoy_refuses_and_takes_what_it_takes() {
     let envoy = process::require_envoy("validation_envoy");
     let dir = tempfile::tempdir().unwrap();
     let codec = Codec::embedded();
-    let validator = Validator::new(codec.pool().clone());
+    let validator = Validator::new(codec.pool());
 
     let invalid = corpus("tests/corpus/invalid");
     assert!(invalid.len() >= 10, "{} invalid cases", invalid.len());

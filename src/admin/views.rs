@@ -66,18 +66,37 @@ pub(super) struct NodeSession {
     pub(super) clients: usize,
 }
 
+/// What `/readyz` says of a type the gateway has no descriptor for: how
+/// it is served, what each upstream said when asked, and both remedies.
+fn opaque_problem(type_url: &str, opaque: &crate::cache::Opaque) -> String {
+    let mut text = format!(
+        "no descriptor for {type_url}: {} resources of a new content held it, served with that Any as an {} (never NACKed)",
+        opaque.resources,
+        crate::xds::OPAQUE_TYPE_URL
+    );
+    for (upstream, why) in &opaque.why {
+        text.push_str(&format!("; upstream {upstream}: {why}"));
+    }
+    text.push_str(
+        "; to render it in full, serve gRPC server reflection on the upstream (the gateway asks it), \
+         or start the gateway with --descriptor-set FILE holding its descriptors \
+         (`xds-gateway descriptors --upstream URL --out FILE` writes one)",
+    );
+    text
+}
+
 impl Admin {
     /// What `/readyz` says with details (the page shows the same).
     pub(super) fn readiness(&self) -> Readiness {
         let status = self.source.status();
         let draining = self.drain.is_draining();
         let mut problems = status.problems;
-        problems.extend(self.opaque_types.listed().into_iter().map(|(type_url, resources)| {
-            format!(
-                "no descriptor for {type_url}: {resources} resources of a new content held it, served with that Any as an {} (never NACKed); start the gateway with --descriptor-set FILE holding its descriptors to render it in full",
-                crate::xds::OPAQUE_TYPE_URL
-            )
-        }));
+        problems.extend(
+            self.opaque_types
+                .listed()
+                .into_iter()
+                .map(|(type_url, opaque)| opaque_problem(&type_url, &opaque)),
+        );
         Readiness {
             ready: status.ready && !draining,
             draining,

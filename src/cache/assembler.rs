@@ -19,7 +19,9 @@ use crate::xds::{Codec, JsonError};
 #[derive(Clone)]
 pub(crate) struct Assembler {
     codec: Codec,
-    rewritten: Cache<(Digest, RestTarget), Bytes>,
+    /// By content, the number of types it was served opaque for (which
+    /// only falls, as the pool learns them) and target.
+    rewritten: Cache<(Digest, usize, RestTarget), Bytes>,
     bodies: Bodies,
 }
 
@@ -70,7 +72,7 @@ impl Assembler {
             // Tooling reads these; no REST Envoy follows their config sources.
             return Ok(resource.json.clone());
         }
-        let key = (resource.digest, target.clone());
+        let key = (resource.digest, resource.opaque.len(), target.clone());
         if let Some(hit) = self.rewritten.get(&key) {
             return Ok(hit);
         }

@@ -25,7 +25,7 @@ use super::opaque_types::OpaqueTypes;
 use super::resource::{
     idle_memo, resource_name, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
-use super::resource_set::SharedAnswers;
+use super::resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers};
 use crate::xds::{Codec, JsonError, ResourceType, Validator};
 
 /// How many rendered resources the memo keeps (and, in the assembler,
@@ -85,7 +85,7 @@ impl Intake {
 
     /// Whether resources are checked against Envoy's field rules.
     pub(crate) fn validating(mut self, on: bool) -> Intake {
-        self.validator = on.then(|| Arc::new(Validator::new(self.codec.pool().clone())));
+        self.validator = on.then(|| Arc::new(Validator::new(self.codec.pool())));
         self
     }
 
@@ -145,9 +145,58 @@ impl Intake {
         payload: Bytes,
     ) -> Result<Arc<Resource>, ResourceError> {
         let digest: Digest = Sha256::digest(&payload).into();
+        self.resource_of(kind, digest, payload)
+    }
+
+    /// [`resource`](Self::resource) of a payload whose digest is known. A
+    /// render served opaque whose types the pool has learned since is
+    /// rendered again.
+    fn resource_of(
+        &self,
+        kind: ResourceType,
+        digest: Digest,
+        payload: Bytes,
+    ) -> Result<Arc<Resource>, ResourceError> {
+        let key = (kind, digest);
+        if let Some(hit) = self.plain.get(&key) {
+            if !self.outdated(&hit) {
+                return Ok(hit);
+            }
+            self.plain.invalidate(&key);
+        }
         self.plain
-            .try_get_with((kind, digest), || self.render(kind, digest, payload))
+            .try_get_with(key, || self.render(kind, digest, payload))
             .map_err(|e| (*e).clone())
+    }
+
+    /// Whether `resource` was served opaque for a type the pool now knows.
+    pub(crate) fn outdated(&self, resource: &Resource) -> bool {
+        let descriptors = self.codec.descriptors();
+        resource.opaque.iter().any(|t| descriptors.knows(t))
+    }
+
+    /// `set` with each resource [`outdated`](Self::outdated) rendered
+    /// again; `set` itself when none is. A delta-only type's resource is
+    /// kept (its wrapper's version is not held), and so is one that no
+    /// longer renders.
+    pub(crate) fn refreshed(&self, set: Arc<ResourceSet>) -> Arc<ResourceSet> {
+        let stale = |r: &Arc<Resource>| !r.kind.delta_only() && self.outdated(r);
+        if !set.has_opaque() || !set.values().any(stale) {
+            return set;
+        }
+        let fresh: ResourceMap = set
+            .iter()
+            .map(|(name, r)| {
+                let r = match stale(r) {
+                    true => self
+                        .resource_of(r.kind, r.digest, r.payload.clone())
+                        .unwrap_or_else(|_| Arc::clone(r)),
+                    false => Arc::clone(r),
+                };
+                (name.clone(), r)
+            })
+            .collect();
+        fresh.into_set()
     }
 
     /// [`resource`](Self::resource) on a memo miss.

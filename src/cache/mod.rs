@@ -31,7 +31,7 @@ pub(crate) use client_addr::ClientAddr;
 pub(crate) use client_key::{ClientKey, SubscriptionKey};
 pub(crate) use identity::IdentityKey;
 pub(crate) use intake::Intake;
-pub(crate) use opaque_types::OpaqueTypes;
+pub(crate) use opaque_types::{Opaque, OpaqueTypes};
 #[cfg(test)]
 pub(crate) use request::MemoSize;
 pub(crate) use request::{share_a_key, ParsedRequest, ParsedRequests};

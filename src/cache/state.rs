@@ -17,6 +17,8 @@
 //! - An EDS cluster whose endpoints did not change gets 304 even when another
 //!   cluster's did (the upstream's version moved, its digest did not).
 //! - An empty `version_info` never gets a 304.
+//! - A resource served with an opaque `Any` and the same resource rendered
+//!   in full (its type's descriptors learned since) are two answers.
 //!
 //! The upstream's part stays readable (logs, debugging, NACKs); the digest
 //! is what decides. Assembled bodies are memoised (with their version) in a
@@ -371,6 +373,12 @@ impl TypeState {
         for resource in self.select(names) {
             put(resource.name.as_bytes());
             put(&resource.digest);
+            // The same bytes rendered in full once the descriptors came
+            // are another answer: its version must differ.
+            for type_url in &resource.opaque {
+                put(b"opaque");
+                put(type_url.as_bytes());
+            }
             walked += 1;
         }
         (hasher.finalize().into(), walked)

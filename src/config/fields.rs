@@ -163,6 +163,13 @@ settings! {
         #[arg(long, env = "XDS_GATEWAY_UPSTREAM_NODE_FIRST_ONLY", num_args = 0..=1, default_missing_value = "true",
               value_parser = clap::builder::BoolishValueParser::new())]
         upstream_node_first_only: bool = false,
+        /// Ask the upstream, by gRPC server reflection (`grpc.reflection.v1`, then `v1alpha`),
+        /// for the descriptors of any type inside its resources that the gateway does not
+        /// know, so that it renders in full (istiod and kgateway serve reflection). `off`
+        /// serves such a type opaque, as `xds_gateway.v1.OpaqueAny`.
+        #[arg(long, env = "XDS_GATEWAY_UPSTREAM_REFLECTION", num_args = 0..=1, default_missing_value = "on",
+              value_parser = clap::builder::BoolishValueParser::new())]
+        upstream_reflection: bool = true,
         /// Fetch mode: how long an upstream answer is reused for identical requests [default: 500ms].
         #[arg(long, env = "XDS_GATEWAY_FETCH_CACHE_TTL", value_parser = humantime::parse_duration)]
         #[serde(default, with = "opt_duration")]

@@ -360,6 +360,7 @@ impl Config {
             headers: &self.upstream_headers,
             keepalive: self.upstream_keepalive,
             node_first_only: self.upstream_node_first_only,
+            reflection: self.upstream_reflection,
         };
         if self.upstream_tables.is_empty() {
             self.upstreams = match &self.upstream {
@@ -399,6 +400,7 @@ impl Config {
                     headers: &self.upstream_headers,
                     keepalive: self.upstream_keepalive,
                     node_first_only: self.upstream_node_first_only,
+                    reflection: self.upstream_reflection,
                 },
             ),
             None => Upstreams::default(),

@@ -109,6 +109,10 @@ pub struct UpstreamTable {
     /// the first table).
     #[serde(default)]
     pub default: bool,
+    /// Whether the types it sends that the gateway has no descriptor for
+    /// are asked of it by gRPC server reflection. Default:
+    /// `--upstream-reflection`.
+    pub reflection: Option<bool>,
     /// The upstream that serves this one's sessions while it is unreachable.
     pub failover: Option<String>,
     /// How long this upstream's stream may stay down before its sessions
@@ -146,9 +150,43 @@ pub struct UpstreamSpec {
     /// Whether the node goes on the first request of a stream only
     /// (`--upstream-node-first-only`), else on every request.
     pub node_first_only: bool,
+    /// Whether types the gateway has no descriptor for are asked of this
+    /// upstream by gRPC server reflection (`--upstream-reflection`).
+    pub reflection: bool,
     /// xdstp authorities this upstream claims.
     pub authorities: Vec<String>,
     pub failover: Option<Failover>,
+}
+
+impl UpstreamSpec {
+    /// The upstream of a one-off command (`xds-gateway descriptors`): an
+    /// address, its TLS settings and metadata, checked as a `[[upstream]]`
+    /// table is; everything else the defaults.
+    pub fn for_command(
+        address: &str,
+        tls: UpstreamTls,
+        headers: Vec<String>,
+    ) -> Result<UpstreamSpec, ConfigError> {
+        let table = UpstreamTable {
+            name: FLAG_UPSTREAM_NAME.to_owned(),
+            address: address.to_owned(),
+            ca: tls.ca,
+            cert: tls.cert,
+            key: tls.key,
+            tls_server_name: tls.server_name,
+            headers: Some(headers),
+            ..UpstreamTable::default()
+        };
+        let inherited = Inherited {
+            mode: UpstreamMode::Sotw,
+            streams: UpstreamStreams::Aggregated,
+            headers: &[],
+            keepalive: Duration::from_secs(30),
+            node_first_only: false,
+            reflection: true,
+        };
+        spec_of(table, &inherited)
+    }
 }
 
 /// The defaults a table falls back on: the flat `--upstream-*` settings.
@@ -158,6 +196,7 @@ pub(super) struct Inherited<'a> {
     pub(super) headers: &'a [(String, String)],
     pub(super) keepalive: Duration,
     pub(super) node_first_only: bool,
+    pub(super) reflection: bool,
 }
 
 /// Every upstream the gateway talks to, the default first.
@@ -247,6 +286,7 @@ impl Upstreams {
                 headers: inherited.headers.to_vec(),
                 keepalive: inherited.keepalive,
                 node_first_only: inherited.node_first_only,
+                reflection: inherited.reflection,
                 authorities: Vec::new(),
                 failover: None,
             }],
@@ -449,6 +489,7 @@ fn spec_of(table: UpstreamTable, inherited: &Inherited<'_>) -> Result<UpstreamSp
         headers,
         keepalive: table.keepalive.unwrap_or(inherited.keepalive),
         node_first_only: inherited.node_first_only,
+        reflection: table.reflection.unwrap_or(inherited.reflection),
         authorities: table.authorities,
         failover,
     })
@@ -465,6 +506,7 @@ mod tests {
             headers: &[],
             keepalive: Duration::from_secs(30),
             node_first_only: false,
+            reflection: true,
         }
     }
 

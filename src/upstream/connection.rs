@@ -4,15 +4,19 @@
 //! "has answered" readiness mark, and unary calls (the `Fetch*` RPCs and the
 //! HDS/CSDS pass-through): [`UpstreamContext`]. With it, what is known of
 //! one upstream beyond its channel: whether it answers now ([`health`], for
-//! failover) and which API it speaks ([`probe`], for `--upstream-mode
-//! auto` and readiness).
+//! failover), which API it speaks ([`probe`], for `--upstream-mode
+//! auto` and readiness), and the descriptors of its types that the gateway
+//! lacks, asked by gRPC server reflection ([`learner`], [`reflection`]).
 //!
 //! Almost every module of `upstream` names the context; so that none of them
 //! is named back, this module names nothing of `upstream` but the leaves it
 //! is made of (`backoff`, `frame_codec`, `held`) and its own children.
 
 pub(crate) mod health;
+mod learner;
+pub use learner::{descriptor_set, DescriptorsError};
 pub(crate) mod probe;
+mod reflection;
 
 use super::frame_codec::{FrameCodec, FromFrame, ToFrame};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,6 +93,8 @@ pub(crate) struct UpstreamContext {
     pub(super) held_sets: Arc<HeldSets>,
     /// Whether the node goes on a stream's first request only.
     pub(super) node_first_only: bool,
+    /// The types asked of it by reflection ([`learner`]).
+    learner: learner::Learner,
 }
 
 impl UpstreamContext {
@@ -129,6 +135,7 @@ impl UpstreamContext {
         Ok(Arc::new(UpstreamContext {
             held_sets: Arc::new(HeldSets::new(metrics.clone())),
             node_first_only: spec.node_first_only,
+            learner: learner::Learner::new(spec.reflection),
             name: spec.name.clone(),
             uri: uri.to_owned(),
             channel: endpoint.connect_with_connector_lazy(connector()),
@@ -207,7 +214,7 @@ impl UpstreamContext {
 
     /// A generic gRPC client on the channel (message sizes set), ready to
     /// call, and `path` as a method path.
-    async fn ready_client(
+    pub(super) async fn ready_client(
         &self,
         path: &str,
     ) -> Result<(tonic::client::Grpc<Channel>, PathAndQuery), tonic::Status> {
@@ -348,6 +355,7 @@ pub(super) fn unused_context() -> Arc<UpstreamContext> {
         headers: Vec::new(),
         keepalive: Duration::from_secs(30),
         node_first_only: false,
+        reflection: true,
         authorities: Vec::new(),
         failover: None,
     };

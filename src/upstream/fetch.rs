@@ -362,6 +362,7 @@ impl Fetcher {
         let resources = decode_all_off_thread(&self.ctx.intake, kind, response, None)
             .await
             .and_then(Decoded::standalone)
+            .map(|set| self.ctx.rendered_now(set))
             .and_then(
                 |resources| match self.namespace.first_foreign(resources.keys()) {
                     Some(foreign) => Err(foreign.into()),

@@ -42,8 +42,8 @@ mod ttl;
 mod wire;
 
 pub(crate) use auto::AutoSource;
-pub use connection::StartError;
 pub(crate) use connection::UpstreamContext;
+pub use connection::{descriptor_set, DescriptorsError, StartError};
 pub(crate) use failover::Route;
 pub(crate) use fetch::FetchSource;
 pub(crate) use file::{FileFeeder, Origin};

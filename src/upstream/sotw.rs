@@ -342,6 +342,27 @@ impl Protocol for Sotw {
             ));
         }
     }
+
+    /// Publishes again each state holding what is now rendered in full.
+    fn refresh(&mut self) {
+        for kind in ResourceType::ALL {
+            let Some(state) = self.session.state(kind) else {
+                continue;
+            };
+            let resources = self.ctx.rendered_now(Arc::clone(&state.resources));
+            if Arc::ptr_eq(&resources, &state.resources) {
+                continue;
+            }
+            info!(%kind, "rendered again with descriptors learned since");
+            self.session.publish(TypeState::new(
+                kind,
+                state.version.clone(),
+                state.nonce.clone(),
+                resources,
+                state.coverage.clone(),
+            ));
+        }
+    }
 }
 
 impl Sotw {
@@ -504,6 +525,7 @@ impl Sotw {
                 ..
             }) => {
                 let resources = self.state_after(kind, &answer);
+                let resources = self.ctx.rendered_now(resources);
                 if !ttls.is_empty() || self.expiries.tracks(kind) {
                     let now = Instant::now();
                     for name in answer.keys() {

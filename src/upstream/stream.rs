@@ -132,6 +132,10 @@ pub(crate) trait Protocol: Send + 'static {
 
     /// Drops the resources whose TTL ran out by `now` from what is served.
     fn expire(&mut self, _now: Instant) {}
+
+    /// The descriptor pool grew: publishes again what was served opaque
+    /// for a type it now knows, rendered in full.
+    fn refresh(&mut self);
 }
 
 /// Feeds each session from its own upstream stream speaking `P`: one
@@ -563,6 +567,8 @@ async fn one_stream<P: Protocol>(
     };
     let _open = StreamGuard::open(ctx);
     info!("upstream stream open");
+    let mut grown = ctx.intake.codec().descriptors().grown();
+    grown.borrow_and_update();
     // The server took the stream: it is up, whether or not it has anything
     // to send.
     if !up {
@@ -608,6 +614,7 @@ async fn one_stream<P: Protocol>(
                 protocol.timer(now);
                 protocol.expire(now);
             }
+            Ok(()) = grown.changed() => protocol.refresh(),
             () = silent_and_down(ctx, deadline.filter(|_| !*answered)) => return Err(silent()),
         }
     }

@@ -1,27 +1,43 @@
 //! The descriptor pool: Envoy's whole v3 API (compiled by `build.rs` and
-//! embedded) plus any FileDescriptorSets given with `--descriptor-set`, and
-//! the lookups of a message's descriptor by name or by an `Any`'s type URL.
+//! embedded), any FileDescriptorSets given with `--descriptor-set`, and the
+//! files learned from upstreams at run time (gRPC server reflection, checked
+//! by [`super::learned`]); and the lookups of a message's descriptor by name
+//! or by an `Any`'s type URL.
 //!
 //! [`Descriptors`] is what the pieces under the codec (`canonical.rs`,
 //! `nesting.rs`, `opaque.rs`) are handed: they look types up, and never
-//! call back into the codec (`json.rs`), which holds one. No I/O but
-//! reading descriptor-set files at start-up.
+//! call back into the codec (`json.rs`), which holds one. The pool only
+//! grows: a message decoded before it grew keeps the pool it was decoded
+//! with, and each growth bumps a generation that holders of renders watch
+//! ([`Descriptors::generation`], [`Descriptors::grown`]). No I/O but reading
+//! descriptor-set files at start-up.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
+use tokio::sync::watch;
 
 use super::json_error::JsonError;
+use super::learned::{self, LearnError};
 use super::resource_type::TYPE_URL_PREFIX;
 
 /// Envoy's v3 API, compiled by build.rs.
 static EMBEDDED_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptor_set.bin"));
 
-/// The descriptor pool. Cheap to clone (the pool is reference counted).
+/// The descriptor pool. Cheap to clone: clones share one pool, and see what
+/// any of them learns.
 #[derive(Clone, Debug)]
 pub(crate) struct Descriptors {
-    pool: DescriptorPool,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: RwLock<DescriptorPool>,
+    /// How many times the pool grew after start-up.
+    generation: watch::Sender<u64>,
 }
 
 impl Descriptors {
@@ -29,26 +45,34 @@ impl Descriptors {
     pub(crate) fn embedded() -> Descriptors {
         let pool = DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
             .expect("build.rs validated the embedded descriptor set");
-        Descriptors { pool }
+        Descriptors::of(pool)
+    }
+
+    fn of(pool: DescriptorPool) -> Descriptors {
+        Descriptors {
+            shared: Arc::new(Shared {
+                pool: RwLock::new(pool),
+                generation: watch::Sender::new(0),
+            }),
+        }
     }
 
     /// The embedded API plus the compiled FileDescriptorSets at `paths`
     /// (contrib or in-house extension types), read once at start-up.
     pub(crate) fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Descriptors, JsonError> {
-        let mut descriptors = Descriptors::embedded();
+        let mut pool = DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
+            .expect("build.rs validated the embedded descriptor set");
         for path in paths {
             let bytes = std::fs::read(path).map_err(|e| descriptor_error(path, e))?;
-            descriptors
-                .pool
-                .decode_file_descriptor_set(bytes.as_slice())
+            pool.decode_file_descriptor_set(bytes.as_slice())
                 .map_err(|e| descriptor_error(path, e))?;
         }
-        Ok(descriptors)
+        Ok(Descriptors::of(pool))
     }
 
-    /// The descriptor pool (for rewrites and reflection).
-    pub(crate) fn pool(&self) -> &DescriptorPool {
-        &self.pool
+    /// The descriptor pool as it is now (for rewrites and reflection).
+    pub(crate) fn pool(&self) -> DescriptorPool {
+        crate::sync::read(&self.shared.pool).clone()
     }
 
     /// The descriptor of the message a type URL names.
@@ -61,17 +85,48 @@ impl Descriptors {
 
     /// The descriptor of a fully qualified message name.
     pub(crate) fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
-        self.pool
+        crate::sync::read(&self.shared.pool)
             .get_message_by_name(name)
             .ok_or_else(|| JsonError::UnknownType {
                 type_url: format!("{TYPE_URL_PREFIX}{name}"),
             })
     }
+
+    /// Whether the pool knows the message a type URL names.
+    pub(crate) fn knows(&self, type_url: &str) -> bool {
+        self.for_type_url(type_url).is_ok()
+    }
+
+    /// Adds `files` (serialized `FileDescriptorProto`s an upstream sent)
+    /// once [`learned::admit`] has checked them against the pool; returns
+    /// how many files joined it. Files the pool already has (by name) are
+    /// kept as the pool has them. Nothing joins when anything is refused.
+    pub(crate) fn learn(&self, files: &[Vec<u8>]) -> Result<usize, LearnError> {
+        let mut pool = crate::sync::write(&self.shared.pool);
+        let grown = learned::admit(&pool, files)?;
+        if grown.added == 0 {
+            return Ok(0);
+        }
+        *pool = grown.pool;
+        drop(pool);
+        self.shared.generation.send_modify(|g| *g += 1);
+        Ok(grown.added)
+    }
+
+    /// How many times the pool grew after start-up.
+    pub(crate) fn generation(&self) -> u64 {
+        *self.shared.generation.borrow()
+    }
+
+    /// A receiver that changes each time the pool grows.
+    pub(crate) fn grown(&self) -> watch::Receiver<u64> {
+        self.shared.generation.subscribe()
+    }
 }
 
 /// The message name of `type.googleapis.com/<name>` (any host prefix is accepted,
 /// as protobuf does: the name is what follows the last `/`).
-fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
+pub(crate) fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
     match type_url.rsplit_once('/') {
         Some((_, name)) if !name.is_empty() => Ok(name),
         _ => Err(JsonError::MalformedTypeUrl {

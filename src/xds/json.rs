@@ -63,8 +63,8 @@ impl Codec {
         &self.descriptors
     }
 
-    /// The descriptor pool (for rewrites and reflection).
-    pub fn pool(&self) -> &DescriptorPool {
+    /// The descriptor pool as it is now (for rewrites and reflection).
+    pub fn pool(&self) -> DescriptorPool {
         self.descriptors.pool()
     }
 

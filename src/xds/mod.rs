@@ -7,6 +7,7 @@ pub(crate) mod descriptors;
 pub(crate) mod fuzz;
 mod json;
 mod json_error;
+mod learned;
 pub(crate) mod membership;
 mod nesting;
 pub(crate) mod opaque;
@@ -19,6 +20,7 @@ pub(crate) mod xdstp;
 
 pub use json::Codec;
 pub use json_error::JsonError;
+pub use learned::LearnError;
 pub use opaque::OPAQUE_TYPE_URL;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;

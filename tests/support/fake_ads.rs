@@ -27,8 +27,12 @@
 //! and the names it was sent that are gone; [`FakeAds::set`] pushes only
 //! what changed, and a stream that had the entry before it looks only at
 //! what it changed (O(changed) per stream, as a delta server should be;
-//! any other stream compares every resource). The server task stops when
-//! the `FakeAds` drops.
+//! any other stream compares every resource). gRPC server reflection
+//! (`grpc.reflection.v1` and `v1alpha`) answers UNIMPLEMENTED unless
+//! scripted with [`FakeAds::serve_reflection`]: then every
+//! `file_containing_symbol` is answered with the files given, whatever
+//! they hold (a hostile control plane's too), and `file_by_filename` with
+//! the file of that name. The server task stops when the `FakeAds` drops.
 
 #![allow(dead_code)] // each test crate uses its own subset of the helpers
 
@@ -50,6 +54,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Request, Response, Status, Streaming};
+use tonic_reflection::pb::v1 as reflection;
 
 /// One request the server received.
 #[derive(Debug, Clone)]
@@ -186,6 +191,22 @@ struct Shared {
     /// Type URLs whose subscription ends the SotW stream with UNKNOWN, as
     /// java-control-plane ends an ADS stream asked for a type it lacks.
     fatal_types: Mutex<Vec<String>>,
+    /// What reflection answers, and the symbols it was asked.
+    reflection: Mutex<ReflectionScript>,
+    /// Reflection answers wait while this is true.
+    reflection_held: watch::Sender<bool>,
+}
+
+/// What the scripted reflection service answers.
+#[derive(Debug, Default)]
+struct ReflectionScript {
+    /// The files answered to every `file_containing_symbol`; `None`:
+    /// reflection is UNIMPLEMENTED.
+    files: Option<Vec<Vec<u8>>>,
+    /// Only `v1alpha` is served (v1 is UNIMPLEMENTED), as older servers do.
+    v1alpha_only: bool,
+    /// Every symbol asked by `file_containing_symbol`, in order.
+    asked: Vec<String>,
 }
 
 impl Shared {
@@ -278,7 +299,9 @@ impl FakeAds {
                 builder = builder.tls_config(tls).expect("fake ADS TLS config");
             }
             builder
-                .add_service(Routes(Arc::new(service)))
+                .add_service(Routes(Arc::new(service.clone())))
+                .add_service(Named::<true>(Routes(Arc::new(service.clone()))))
+                .add_service(Named::<false>(Routes(Arc::new(service))))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
                 .expect("fake ADS server");
@@ -339,6 +362,27 @@ impl FakeAds {
     }
 
     /// Every request received so far, in arrival order.
+    /// From now on, gRPC server reflection answers every
+    /// `file_containing_symbol` with `files` (serialized
+    /// FileDescriptorProtos, sent as they are), and `file_by_filename`
+    /// with the one of that name; on `v1alpha` only when `v1alpha_only`.
+    pub fn serve_reflection(&self, files: Vec<Vec<u8>>, v1alpha_only: bool) {
+        let mut script = lock(&self.shared.reflection);
+        script.files = Some(files);
+        script.v1alpha_only = v1alpha_only;
+    }
+
+    /// While `held`, reflection answers wait (so that what is served
+    /// before the descriptors come can be seen).
+    pub fn hold_reflection(&self, held: bool) {
+        self.shared.reflection_held.send_replace(held);
+    }
+
+    /// Every symbol reflection was asked for, in order.
+    pub fn reflection_asks(&self) -> Vec<String> {
+        lock(&self.shared.reflection).asked.clone()
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.shared.requests).clone()
     }
@@ -386,6 +430,7 @@ fn resource_name(any: &Any) -> String {
         .name
 }
 
+#[derive(Clone)]
 struct Service {
     shared: Arc<Shared>,
     changed: watch::Sender<u64>,
@@ -397,7 +442,11 @@ const DELTA_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// A SotW stream's responses, each already encoded (see [`SotwCodec`]).
+const REFLECTION_V1: &str = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+const REFLECTION_V1ALPHA: &str = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+type ReflectionStream =
+    Pin<Box<dyn Stream<Item = Result<reflection::ServerReflectionResponse, Status>> + Send>>;
 type DeltaStream = Pin<Box<dyn Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
 type Answer = Pin<
     Box<
@@ -417,6 +466,36 @@ struct Routes(Arc<Service>);
 
 impl tonic::server::NamedService for Routes {
     const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+/// The same routes under the name of the reflection service, `v1` or
+/// `v1alpha` (tonic's server routes by service name).
+#[derive(Clone)]
+struct Named<const V1: bool>(Routes);
+
+impl<const V1: bool> tonic::server::NamedService for Named<V1> {
+    const NAME: &'static str = if V1 {
+        "grpc.reflection.v1.ServerReflection"
+    } else {
+        "grpc.reflection.v1alpha.ServerReflection"
+    };
+}
+
+impl<const V1: bool> tonic::codegen::Service<http::Request<tonic::body::Body>> for Named<V1> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = Answer;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Answer {
+        self.0.call(request)
+    }
 }
 
 impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Routes {
@@ -442,6 +521,10 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Routes {
                 DELTA_PATH => {
                     let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
                     grpc.streaming(Delta(service), request).await
+                }
+                path @ (REFLECTION_V1 | REFLECTION_V1ALPHA) if service.reflects(path) => {
+                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                    grpc.streaming(Reflect(service), request).await
                 }
                 path => {
                     Status::unimplemented(format!("the fake ADS server has no {path}")).into_http()
@@ -507,6 +590,23 @@ impl tonic::server::StreamingService<DiscoveryRequest> for Sotw {
 
 struct Delta(Arc<Service>);
 
+/// The reflection method (`v1` and `v1alpha` are the same messages).
+struct Reflect(Arc<Service>);
+
+impl tonic::server::StreamingService<reflection::ServerReflectionRequest> for Reflect {
+    type Response = reflection::ServerReflectionResponse;
+    type ResponseStream = ReflectionStream;
+    type Future = Opened<ReflectionStream>;
+
+    fn call(
+        &mut self,
+        request: Request<Streaming<reflection::ServerReflectionRequest>>,
+    ) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { Ok(service.reflection_info(request)) })
+    }
+}
+
 impl tonic::server::StreamingService<DeltaDiscoveryRequest> for Delta {
     type Response = DeltaDiscoveryResponse;
     type ResponseStream = DeltaStream;
@@ -519,6 +619,74 @@ impl tonic::server::StreamingService<DeltaDiscoveryRequest> for Delta {
 }
 
 impl Service {
+    /// Whether the reflection method at `path` is served now.
+    fn reflects(&self, path: &str) -> bool {
+        let script = lock(&self.shared.reflection);
+        script.files.is_some() && (path == REFLECTION_V1ALPHA || !script.v1alpha_only)
+    }
+
+    /// Answers each reflection request in turn, as scripted.
+    fn reflection_info(
+        &self,
+        request: Request<Streaming<reflection::ServerReflectionRequest>>,
+    ) -> Response<ReflectionStream> {
+        use reflection::server_reflection_request::MessageRequest;
+        use reflection::server_reflection_response::MessageResponse;
+        let shared = self.shared.clone();
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            while let Ok(Some(asked)) = inbound.message().await {
+                let mut held = shared.reflection_held.subscribe();
+                let _ = held.wait_for(|held| !*held).await;
+                let answer = {
+                    let mut script = lock(&shared.reflection);
+                    let files = script.files.clone().unwrap_or_default();
+                    match asked.message_request.clone() {
+                        Some(MessageRequest::FileContainingSymbol(symbol)) => {
+                            script.asked.push(symbol);
+                            MessageResponse::FileDescriptorResponse(
+                                reflection::FileDescriptorResponse {
+                                    file_descriptor_proto: files,
+                                },
+                            )
+                        }
+                        Some(MessageRequest::FileByFilename(name)) => {
+                            let named = files.into_iter().find(|raw| {
+                                prost_types::FileDescriptorProto::decode(raw.as_slice())
+                                    .is_ok_and(|f| f.name() == name)
+                            });
+                            match named {
+                                Some(raw) => MessageResponse::FileDescriptorResponse(
+                                    reflection::FileDescriptorResponse {
+                                        file_descriptor_proto: vec![raw],
+                                    },
+                                ),
+                                None => MessageResponse::ErrorResponse(reflection::ErrorResponse {
+                                    error_code: tonic::Code::NotFound as i32,
+                                    error_message: format!("no file {name}"),
+                                }),
+                            }
+                        }
+                        _ => MessageResponse::ErrorResponse(reflection::ErrorResponse {
+                            error_code: tonic::Code::Unimplemented as i32,
+                            error_message: "not scripted".into(),
+                        }),
+                    }
+                };
+                let response = reflection::ServerReflectionResponse {
+                    valid_host: String::new(),
+                    original_request: Some(asked),
+                    message_response: Some(answer),
+                };
+                if tx.send(Ok(response)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Response::new(Box::pin(ReceiverStream::new(rx)))
+    }
+
     fn stream_aggregated_resources(
         &self,
         request: Request<Streaming<DiscoveryRequest>>,

@@ -255,6 +255,10 @@ impl Protocol for Delta {
             self.publish(kind);
         }
     }
+
+    fn refresh(&mut self) {
+        self.republish_all();
+    }
 }
 
 impl Delta {
@@ -352,7 +356,8 @@ impl Delta {
         }
     }
 
-    /// Publishes the held state of `kind` if its version or coverage changed
+    /// Publishes the held state of `kind` if its version, its coverage or
+    /// the descriptor pool changed
     /// (never before the first accepted response: no state is not the same
     /// as an empty one).
     fn publish(&mut self, kind: ResourceType) {
@@ -364,13 +369,23 @@ impl Delta {
         if tracked.published.is_none() && !answered_here {
             return;
         }
-        let state = tracked.state(kind);
-        let key = (state.version.clone(), state.coverage.clone());
+        let generation = self.ctx.intake.codec().descriptors().generation();
+        let state = tracked.state(kind, |set| self.ctx.rendered_now(set));
+        let key = (state.version.clone(), state.coverage.clone(), generation);
         if tracked.published.as_ref() == Some(&key) {
             return;
         }
         tracked.published = Some(key);
         self.session.publish(state);
+    }
+
+    /// Publishes again every type whose state was rendered with a smaller
+    /// descriptor pool.
+    fn republish_all(&mut self) {
+        let kinds: Vec<ResourceType> = self.tracked.keys().copied().collect();
+        for kind in kinds {
+            self.publish(kind);
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::update::Update;
 use super::SETTLE;
-use crate::cache::{Coverage, TypeState};
+use crate::cache::{Coverage, ResourceSet, TypeState};
 use crate::log_escape::Escaped;
 use crate::upstream::held::{Edit, HeldSet, HeldSets};
 use crate::xds::{membership, ResourceType};
@@ -27,8 +27,9 @@ pub(super) struct Tracked {
     /// Explicitly subscribed names the upstream has answered (held or absent).
     pub(super) answered: BTreeSet<String>,
     pub(super) wildcard_answered: bool,
-    /// (version, coverage) last published, so unchanged states are not republished.
-    pub(super) published: Option<(String, Coverage)>,
+    /// (version, coverage, descriptor pool generation) last published, so
+    /// unchanged states are not republished.
+    pub(super) published: Option<(String, Coverage, u64)>,
 }
 
 impl Tracked {
@@ -188,13 +189,18 @@ impl Tracked {
         changed
     }
 
-    /// The state to publish: the held set's resources and version.
-    pub(super) fn state(&self, kind: ResourceType) -> TypeState {
+    /// The state to publish: the held set's resources as `rendered` makes
+    /// them, and its version.
+    pub(super) fn state(
+        &self,
+        kind: ResourceType,
+        rendered: impl FnOnce(Arc<ResourceSet>) -> Arc<ResourceSet>,
+    ) -> TypeState {
         TypeState::new(
             kind,
             self.held.version().to_owned(),
             String::new(),
-            self.held.resources().clone(),
+            rendered(self.held.resources().clone()),
             self.coverage(),
         )
     }

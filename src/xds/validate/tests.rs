@@ -41,7 +41,7 @@ fn corpus(rel: &str) -> std::path::PathBuf {
 #[test]
 fn every_invalid_resource_breaks_the_rule_it_names() {
     let codec = Codec::embedded();
-    let validator = Validator::new(codec.pool().clone());
+    let validator = Validator::new(codec.pool());
     let cases = json_files(&corpus("tests/corpus/invalid"));
     assert!(cases.len() >= 10, "{}", cases.len());
     for (file, case) in cases {
@@ -65,7 +65,7 @@ fn every_invalid_resource_breaks_the_rule_it_names() {
 #[test]
 fn valid_resources_pass() {
     let codec = Codec::embedded();
-    let validator = Validator::new(codec.pool().clone());
+    let validator = Validator::new(codec.pool());
     for (file, resource) in json_files(&corpus("tests/corpus")) {
         let message = decode(&codec, &resource);
         assert_eq!(validator.validate(&message), Ok(()), "{file}");
@@ -75,7 +75,7 @@ fn valid_resources_pass() {
 #[test]
 fn messages_say_what_was_expected() {
     let codec = Codec::embedded();
-    let validator = Validator::new(codec.pool().clone());
+    let validator = Validator::new(codec.pool());
     let cluster = serde_json::json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
         "name": "c", "connect_timeout": "-1s"});
     let violation = validator.validate(&decode(&codec, &cluster)).unwrap_err();

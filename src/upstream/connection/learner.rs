@@ -1,0 +1,250 @@
+//! Learning the types an upstream sends that the gateway has no descriptor
+//! for ([`Learner`]): each is asked of that upstream by gRPC server
+//! reflection ([`super::reflection`]) once, in the background, and the files
+//! it answers join the codec's pool (`xds::learned` checks them). A type
+//! that could not be learned is asked again after a backoff that doubles
+//! from [`FIRST_RETRY`] up to [`LAST_RETRY`], never sooner. What happened is
+//! noted in the intake's record of opaque types, which `/readyz` and the
+//! status page show.
+//!
+//! Once the pool grows, the stream drivers render again what they hold
+//! (`stream.rs`), so answers given opaque are given in full at a new
+//! version.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::reflection::files_defining;
+use super::UpstreamContext;
+use crate::cache::ResourceSet;
+use crate::log_escape::Escaped;
+use crate::xds::descriptors::message_name_of;
+
+/// The wait before a type that could not be learned is asked again.
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(30);
+/// The longest such wait.
+pub(crate) const LAST_RETRY: Duration = Duration::from_secs(600);
+
+/// What one upstream was asked, per type URL.
+#[derive(Debug)]
+pub(crate) struct Learner {
+    /// `--upstream-reflection` (or the table's `reflection`).
+    on: bool,
+    asked: Mutex<BTreeMap<String, Asked>>,
+}
+
+#[derive(Debug, Default)]
+struct Asked {
+    in_flight: bool,
+    failures: u32,
+    /// Not before then, after a failure.
+    retry_at: Option<Instant>,
+}
+
+impl Learner {
+    pub(crate) fn new(on: bool) -> Learner {
+        Learner {
+            on,
+            asked: Mutex::default(),
+        }
+    }
+
+    /// Marks `type_url` asked now, if it may be: not in flight, and past
+    /// its backoff.
+    fn start(&self, type_url: &str, now: Instant) -> bool {
+        let mut asked = crate::sync::lock(&self.asked);
+        let entry = asked.entry(type_url.to_owned()).or_default();
+        if entry.in_flight || entry.retry_at.is_some_and(|at| now < at) {
+            return false;
+        }
+        entry.in_flight = true;
+        true
+    }
+
+    /// Records how asking `type_url` ended; the delay before it may be
+    /// asked again when it failed.
+    fn finish(&self, type_url: &str, learned: bool, now: Instant) -> Option<Duration> {
+        let mut asked = crate::sync::lock(&self.asked);
+        let entry = asked.entry(type_url.to_owned()).or_default();
+        entry.in_flight = false;
+        if learned {
+            entry.failures = 0;
+            entry.retry_at = None;
+            return None;
+        }
+        let delay = retry_delay(entry.failures);
+        entry.failures = entry.failures.saturating_add(1);
+        entry.retry_at = Some(now + delay);
+        Some(delay)
+    }
+}
+
+/// The wait after `failures` earlier failures: 30 s, 60 s, ... 10 min.
+fn retry_delay(failures: u32) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(2u32.saturating_pow(failures.min(16)))
+        .min(LAST_RETRY)
+}
+
+impl UpstreamContext {
+    /// `set` as the pool renders it now (what was served opaque for a type
+    /// learned since, rendered again), after asking for the types it still
+    /// holds opaque: what every state published from this upstream holds.
+    pub(crate) fn rendered_now(self: &Arc<Self>, set: Arc<ResourceSet>) -> Arc<ResourceSet> {
+        if !set.has_opaque() {
+            return set;
+        }
+        let set = self.intake.refreshed(set);
+        let opaque: BTreeSet<&String> = set.values().flat_map(|r| r.opaque.iter()).collect();
+        self.learn(opaque);
+        set
+    }
+
+    /// Asks this upstream, in the background, for the descriptors of each
+    /// of `type_urls` the pool still lacks (each at most once at a time,
+    /// and not again before its backoff); notes why where it cannot.
+    pub(crate) fn learn<'a>(self: &Arc<Self>, type_urls: impl IntoIterator<Item = &'a String>) {
+        let descriptors = self.intake.codec().descriptors();
+        for type_url in type_urls {
+            if descriptors.knows(type_url) {
+                continue;
+            }
+            if !self.learner.on {
+                self.intake.opaque_types().explain(
+                    type_url,
+                    &self.name,
+                    "reflection is off for this upstream (--upstream-reflection)",
+                );
+                continue;
+            }
+            if !self.learner.start(type_url, Instant::now()) {
+                continue;
+            }
+            let ctx = Arc::clone(self);
+            let type_url = type_url.clone();
+            tokio::spawn(async move { ctx.ask(&type_url).await });
+        }
+    }
+
+    /// Asks for `type_url`'s files and adds them to the pool.
+    async fn ask(&self, type_url: &str) {
+        let descriptors = self.intake.codec().descriptors().clone();
+        let outcome = match message_name_of(type_url) {
+            Err(e) => Err(e.to_string()),
+            Ok(symbol) => {
+                let pool = descriptors.pool();
+                let known = |file: &str| pool.get_file_by_name(file).is_some();
+                match files_defining(self, symbol, known).await {
+                    Err(e) => Err(e.to_string()),
+                    Ok(files) => match descriptors.learn(&files) {
+                        Err(e) => Err(format!("its descriptors were refused: {e}")),
+                        Ok(_) if !descriptors.knows(type_url) => {
+                            Err("its descriptors do not define the type".to_owned())
+                        }
+                        Ok(added) => Ok(added),
+                    },
+                }
+            }
+        };
+        let now = Instant::now();
+        match outcome {
+            Ok(added) => {
+                self.learner.finish(type_url, true, now);
+                self.intake.opaque_types().forget_known(&descriptors);
+                info!(upstream = %self.name, type_url = %Escaped(type_url), files = added,
+                    "learned a type by reflection: its resources render in full from now on");
+            }
+            Err(reason) => {
+                let retry_in = self.learner.finish(type_url, false, now);
+                self.intake
+                    .opaque_types()
+                    .explain(type_url, &self.name, &reason);
+                warn!(upstream = %self.name, type_url = %Escaped(type_url), reason = %Escaped(&reason), ?retry_in,
+                    "no descriptors by reflection: the type is served opaque");
+            }
+        }
+    }
+}
+
+/// Why `xds-gateway descriptors` wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptorsError {
+    #[error(transparent)]
+    Start(#[from] super::StartError),
+    #[error("{symbol}: {reason}")]
+    Symbol { symbol: String, reason: String },
+}
+
+/// What `xds-gateway descriptors` writes: a serialized FileDescriptorSet of
+/// the files that define `symbols` (message names or type URLs), as
+/// `spec`'s upstream serves them by reflection, less those of Envoy's API
+/// the gateway embeds; with how many files it holds. The files are checked
+/// as those learned while serving are.
+pub async fn descriptor_set(
+    spec: &crate::config::UpstreamSpec,
+    symbols: &[String],
+) -> Result<(Vec<u8>, usize), DescriptorsError> {
+    use prost::Message as _;
+    let codec = crate::xds::Codec::embedded();
+    let embedded = codec.pool();
+    let intake = crate::cache::Intake::new(codec.clone());
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let ctx = UpstreamContext::new(spec, 64 << 20, intake, metrics)?;
+    let descriptors = codec.descriptors();
+    for symbol in symbols {
+        let failed = |reason: String| DescriptorsError::Symbol {
+            symbol: symbol.clone(),
+            reason,
+        };
+        let name = message_name_of(symbol).unwrap_or(symbol);
+        let pool = descriptors.pool();
+        let known = |file: &str| pool.get_file_by_name(file).is_some();
+        let files = files_defining(&ctx, name, known)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        descriptors
+            .learn(&files)
+            .map_err(|e| failed(format!("its descriptors were refused: {e}")))?;
+        if descriptors.pool().get_message_by_name(name).is_none() {
+            return Err(failed("its descriptors do not define it".into()));
+        }
+    }
+    let learned: Vec<prost_types::FileDescriptorProto> = descriptors
+        .pool()
+        .files()
+        .filter(|f| embedded.get_file_by_name(f.name()).is_none())
+        .map(|f| f.file_descriptor_proto().clone())
+        .collect();
+    let count = learned.len();
+    let set = prost_types::FileDescriptorSet { file: learned };
+    Ok((set.encode_to_vec(), count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_type_is_asked_once_at_a_time_and_not_again_before_its_backoff() {
+        let learner = Learner::new(true);
+        let t0 = Instant::now();
+        assert!(learner.start("t", t0));
+        assert!(!learner.start("t", t0), "in flight");
+        assert_eq!(learner.finish("t", false, t0), Some(FIRST_RETRY));
+        assert!(!learner.start("t", t0 + FIRST_RETRY - Duration::from_millis(1)));
+        assert!(learner.start("t", t0 + FIRST_RETRY));
+        assert_eq!(learner.finish("t", false, t0), Some(FIRST_RETRY * 2));
+        assert!(learner.start("other", t0), "each type has its own");
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap() {
+        let delays: Vec<u64> = (0..8).map(|f| retry_delay(f).as_secs()).collect();
+        assert_eq!(delays, [30, 60, 120, 240, 480, 600, 600, 600]);
+        assert_eq!(retry_delay(u32::MAX), LAST_RETRY);
+    }
+}
