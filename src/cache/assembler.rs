@@ -77,8 +77,9 @@ impl Assembler {
             return Ok(hit);
         }
         let type_url = resource.kind.type_url();
-        let json = match rewrite_config_sources(&self.codec, type_url, &resource.payload, target)? {
-            Some(bytes) => self.codec.render_any(type_url, &bytes)?,
+        let codec = self.codec.snapshot();
+        let json = match rewrite_config_sources(&codec, type_url, &resource.payload, target)? {
+            Some(bytes) => codec.render_any(type_url, &bytes)?,
             None => resource.json.clone(),
         };
         self.rewritten.insert(key, json.clone());

@@ -103,9 +103,9 @@ impl Intake {
         &self.opaque_types
     }
 
-    /// The types of `message`'s `Any`s the codec does not know, noted.
-    fn note_opaque(&self, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
-        let unknown = crate::xds::opaque::unknown_types(self.codec.descriptors(), message);
+    /// The types of `message`'s `Any`s `codec` does not know, noted.
+    fn note_opaque(&self, codec: &Codec, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
+        let unknown = crate::xds::opaque::unknown_types(codec.descriptors(), message);
         if unknown.is_empty() {
             return Box::default();
         }
@@ -220,8 +220,10 @@ impl Intake {
                 reason: "resource has no name (field 1)".into(),
             })?
             .to_owned();
-        let message = self.checked(kind, &payload, &name)?;
-        let json = self.codec.render_resource(type_url, &message)?;
+        // One pool throughout, however the shared one grows meanwhile.
+        let codec = self.codec.snapshot();
+        let message = self.checked(&codec, kind, &payload, &name)?;
+        let json = codec.render_resource(type_url, &message)?;
         Ok(Arc::new(Resource {
             kind,
             name,
@@ -229,7 +231,7 @@ impl Intake {
             digest,
             payload,
             json,
-            opaque: self.note_opaque(&message),
+            opaque: self.note_opaque(&codec, &message),
         }))
     }
 
@@ -259,8 +261,9 @@ impl Intake {
         let digest: Digest = Sha256::digest(&encoded).into();
         self.plain
             .try_get_with((kind, digest), || {
-                let message = self.checked(kind, &payload, &wrapper.name)?;
-                let json = self.codec.render_any(RESOURCE_WRAPPER, &encoded)?;
+                let codec = self.codec.snapshot();
+                let message = self.checked(&codec, kind, &payload, &wrapper.name)?;
+                let json = codec.render_any(RESOURCE_WRAPPER, &encoded)?;
                 Ok(Arc::new(Resource {
                     kind,
                     name: wrapper.name,
@@ -268,7 +271,7 @@ impl Intake {
                     digest,
                     payload,
                     json,
-                    opaque: self.note_opaque(&message),
+                    opaque: self.note_opaque(&codec, &message),
                 }))
             })
             .map_err(|e: Arc<ResourceError>| (*e).clone())
@@ -278,12 +281,13 @@ impl Intake {
     /// validating.
     fn checked(
         &self,
+        codec: &Codec,
         kind: ResourceType,
         payload: &[u8],
         name: &str,
     ) -> Result<prost_reflect::DynamicMessage, ResourceError> {
         self.rendered.inc();
-        let message = self.codec.decode_any(kind.type_url(), payload)?;
+        let message = codec.decode_any(kind.type_url(), payload)?;
         if let Some(validator) = &self.validator {
             validator
                 .validate(&message)

@@ -70,6 +70,18 @@ impl Descriptors {
         Ok(Descriptors::of(pool))
     }
 
+    /// The pool as it is now, fixed: what one decode-and-render uses
+    /// throughout, so that what it decodes, what it finds unknown and
+    /// what it renders agree while the shared pool grows.
+    pub(crate) fn snapshot(&self) -> Descriptors {
+        Descriptors {
+            shared: Arc::new(Shared {
+                pool: RwLock::new(self.pool()),
+                generation: watch::Sender::new(self.generation()),
+            }),
+        }
+    }
+
     /// The descriptor pool as it is now (for rewrites and reflection).
     pub(crate) fn pool(&self) -> DescriptorPool {
         crate::sync::read(&self.shared.pool).clone()

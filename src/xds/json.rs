@@ -58,6 +58,15 @@ impl Codec {
         }
     }
 
+    /// The codec over the pool as it is now, fixed (see
+    /// [`Descriptors::snapshot`]): what one decode-and-render uses.
+    pub(crate) fn snapshot(&self) -> Codec {
+        Codec {
+            descriptors: self.descriptors.snapshot(),
+            serialize: Arc::clone(&self.serialize),
+        }
+    }
+
     /// The descriptor pool and its lookups, for the pieces under the codec.
     pub(crate) fn descriptors(&self) -> &Descriptors {
         &self.descriptors
