@@ -6,15 +6,19 @@
 //!   productpage sidecar, and of CDS and LDS for the ingress gateway, equal
 //!   what Istio sends the same node directly: the same names, and each
 //!   resource's JSON equal to Go's `protojson` of it (the gateway started
-//!   with the peer's `--descriptor-set` and no config-source rewrite);
+//!   with no `--descriptor-set` and no config-source rewrite: it learns
+//!   Istio's own filter configs from istiod's gRPC server reflection);
 //! - an RDS subscription that grows and then shrinks keeps every route
 //!   configuration asked for (Istio sends only the added one);
 //! - a pod leaving and joining (an incremental EDS push of one service)
 //!   leaves every other assignment served;
 //! - a ServiceEntry added and removed reaches a held long poll;
-//! - no NACK ever reaches Istio, and without the descriptor set the
-//!   listeners are served (Istio's ALPN filter as an opaque Any), never
-//!   NACKed.
+//! - no NACK ever reaches Istio; with reflection off, the listeners are
+//!   served to the Envoy profile with its config sources rewritten (Istio's
+//!   ALPN filter as an opaque Any, never a 500), never NACKed, and
+//!   `/readyz` names the types; `xds-gateway descriptors`, run against
+//!   Istio with the types the header names, writes a descriptor set with
+//!   which they render in full.
 //!
 //! Istio serves ADS only (its per-type services and Fetch are
 //! UNIMPLEMENTED: see the peer's README), so there is no per-type run.
@@ -44,6 +48,7 @@ use istio_peer::{
 use xds_gateway::config::{Config, RewritePolicy, UpstreamMode};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+const OPAQUE_HEADER: &str = "x-xds-gateway-opaque-types";
 /// How long a change may take to reach a poll.
 const CHANGE_WAIT: Duration = Duration::from_secs(15);
 
@@ -51,16 +56,32 @@ fn profiles_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/profiles")
 }
 
-/// The gateway in front of `peer` in `mode`, with Istio's descriptors
-/// (`descriptors`) or without, presenting the example profiles, config
-/// sources as Istio wrote them.
-async fn gateway(peer: &IstioPeer, mode: UpstreamMode, descriptors: Option<PathBuf>) -> InProcess {
+/// How the gateway in front of Istio learns Istio's own types.
+enum Learning {
+    /// From istiod's gRPC server reflection.
+    Reflection,
+    /// Not at all, config sources rewritten for the Envoy profiles.
+    Off,
+    /// From a descriptor set file, reflection off.
+    File(PathBuf),
+}
+
+/// The gateway in front of `peer` in `mode`, presenting the example
+/// profiles, learning Istio's types as `learning` says; config sources as
+/// Istio wrote them unless learning is off.
+async fn gateway(peer: &IstioPeer, mode: UpstreamMode, learning: Learning) -> InProcess {
+    let (reflection, rewrite, descriptor_sets) = match learning {
+        Learning::Reflection => (true, RewritePolicy::Never, Vec::new()),
+        Learning::Off => (false, RewritePolicy::Auto, Vec::new()),
+        Learning::File(path) => (false, RewritePolicy::Never, vec![path]),
+    };
     let config = Config {
         upstream: Some(peer.upstream()),
         upstream_mode: mode,
         node_profiles: Some(profiles_dir()),
-        rewrite_config_sources: RewritePolicy::Never,
-        descriptor_sets: descriptors.into_iter().collect(),
+        rewrite_config_sources: rewrite,
+        upstream_reflection: reflection,
+        descriptor_sets,
         ..Config::default()
     }
     .validate()
@@ -146,12 +167,18 @@ async fn same_as_direct(
     if !names.is_empty() {
         path.push_str(&format!("&names={}", encode(&names.join(","))));
     }
-    let (status, headers, body) = get(gw, &path).await;
+    // An answer given before istiod's reflection answered holds Istio's
+    // types opaque; it is given again in full at a new version.
+    let full = process::eventually(CHANGE_WAIT, Duration::from_millis(100), || async {
+        let (status, headers, body) = get(gw, &path).await;
+        (status != 200 || !headers.contains_key(OPAQUE_HEADER)).then_some((status, body))
+    })
+    .await;
+    let Some((status, body)) = full else {
+        let (_, headers, _) = get(gw, &path).await;
+        panic!("{type_path} of {pod}: still opaque after {CHANGE_WAIT:?}: {headers:?}");
+    };
     assert_eq!(status, 200, "{type_path} of {pod}: {body}");
-    assert!(
-        !headers.contains_key("x-xds-gateway-opaque-types"),
-        "{type_path} of {pod}: every type rendered with the descriptor set: {headers:?}"
-    );
     let direct = peer.direct_xds(&node, type_url, names, false).await;
     let (ours, istios) = (by_name(&body["resources"]), by_name(&direct["resources"]));
     assert_eq!(
@@ -211,9 +238,7 @@ spec:
 async fn against_istio(test: &str, mode: UpstreamMode) {
     rest::bounded(TEST_TIMEOUT, async {
         let peer = IstioPeer::start(test);
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let descriptors = peer.write_descriptor_set(dir.path()).await;
-        let gw = gateway(&peer, mode, Some(descriptors)).await;
+        let gw = gateway(&peer, mode, Learning::Reflection).await;
 
         // What a sidecar and the ingress gateway get, as Istio sends it.
         let clusters = same_as_direct(
@@ -391,23 +416,74 @@ async fn against_istio(test: &str, mode: UpstreamMode) {
         assert!(nacks.is_empty(), "the gateway NACKed Istio: {nacks:?}");
         gw.stop().await;
 
-        // Without Istio's descriptors: served (opaque), still never NACKed.
-        let gw = gateway(&peer, mode, None).await;
-        let (status, headers, body) = get(&gw, &format!("/v3/discovery:listeners?{base}")).await;
+        // Reflection off: served to the Envoy profile (opaque), never a
+        // 500, never NACKed; /readyz names the types.
+        let gw = gateway(&peer, mode, Learning::Off).await;
+        let listeners = format!("/v3/discovery:listeners?{base}");
+        let (status, headers, body) = get(&gw, &listeners).await;
         assert_eq!(status, 200, "{body}");
-        let opaque = headers
-            .get("x-xds-gateway-opaque-types")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
         assert!(
-            opaque.contains("istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig"),
+            body.to_string().contains("\"apiType\":\"REST\""),
+            "config sources rewritten for the Envoy profile: {body}"
+        );
+        let opaque: Vec<String> = headers
+            .get(OPAQUE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .split(',')
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+            .collect();
+        assert!(
+            opaque
+                .iter()
+                .any(|t| t.ends_with("istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig")),
             "{headers:?}"
+        );
+        let (_, ready) = process::http_get(gw.admin_port, "/readyz")
+            .await
+            .expect("/readyz");
+        assert!(
+            opaque.iter().all(|t| ready.contains(t.as_str()))
+                && ready.contains("reflection is off"),
+            "/readyz names each opaque type and why: {ready}"
+        );
+        gw.stop().await;
+
+        // The command an operator runs instead: the descriptors of the
+        // types the header named, from istiod's reflection, to a file.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let out = dir.path().join("istio.pb");
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_xds-gateway"));
+        command
+            .arg("descriptors")
+            .arg("--upstream")
+            .arg(peer.upstream())
+            .arg("--out")
+            .arg(&out);
+        for type_url in &opaque {
+            command.arg("--type").arg(type_url);
+        }
+        let ran =
+            process::run_in_group(command, Duration::from_secs(30), "xds-gateway descriptors")
+                .await;
+        assert!(
+            ran.success,
+            "xds-gateway descriptors: {} {}",
+            ran.stdout, ran.stderr
+        );
+        let gw = gateway(&peer, mode, Learning::File(out)).await;
+        let (status, headers, body) = get(&gw, &listeners).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            !headers.contains_key(OPAQUE_HEADER),
+            "rendered with the file: {headers:?}"
         );
         let stats = peer.stats().await;
         let nacks = stats["nacks"]
             .as_array()
             .map_or(0, |n| n.iter().filter(|n| n["direct"] != true).count());
-        assert_eq!(nacks, 0, "NACKed without descriptors: {stats}");
+        assert_eq!(nacks, 0, "NACKed: {stats}");
         gw.stop().await;
     })
     .await;
