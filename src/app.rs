@@ -47,6 +47,8 @@ pub enum AppError {
     #[error(transparent)]
     Descriptors(#[from] JsonError),
     #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
     Upstream(#[from] StartError),
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
@@ -135,6 +137,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     for warning in &config.warnings {
         warn!("{warning}");
     }
+    config.register_extra_types()?;
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
     let profiles = Arc::new(NodeProfiles::load(&config, &codec)?);
     if profiles.len() > 0 {

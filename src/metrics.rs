@@ -9,7 +9,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::xds::ResourceType;
+use std::sync::OnceLock;
+
+use crate::xds::{ResourceType, MAX_TYPES};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TypeLabel {
@@ -74,13 +76,31 @@ struct PollSeries {
     seconds: Histogram,
 }
 
+impl PollSeries {
+    /// `kind`'s series of the hits, misses and durations families.
+    fn of(
+        kind: ResourceType,
+        (hits, misses): &(Family<TypeLabel, Counter>, Family<TypeLabel, Counter>),
+        seconds: &Family<TypeLabel, Histogram>,
+    ) -> PollSeries {
+        let label = Metrics::label(kind);
+        PollSeries {
+            cache_hits: Counter::clone(&hits.get_or_create(&label)),
+            cache_misses: Counter::clone(&misses.get_or_create(&label)),
+            seconds: Histogram::clone(&seconds.get_or_create(&label)),
+        }
+    }
+}
+
 /// The gateway's metrics. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabel, Counter>,
-    /// By `ResourceType as usize` (the order of `ResourceType::ALL`).
-    polls: [PollSeries; ResourceType::ALL.len()],
+    /// By [`ResourceType::index`]; an extra type's made when first used.
+    polls: Box<[OnceLock<PollSeries>]>,
+    /// The families of [`PollSeries`], for an extra type's.
+    poll_families: (Family<TypeLabel, Counter>, Family<TypeLabel, Counter>),
     upstream_streams_open: Gauge,
     upstream_switches: Family<SwitchLabel, Counter>,
     resources_decoded: Family<TypeLabel, Counter>,
@@ -283,7 +303,7 @@ impl Metrics {
         // at 0: a family with no sample has no line at all, and a panel or
         // an `absent()` alert would read "no data" for "none yet". A poll's
         // own series (hits, misses, durations) are made with `polls` below.
-        for kind in ResourceType::ALL {
+        for kind in ResourceType::all() {
             let label = Metrics::label(kind);
             for family in [
                 &resources_decoded,
@@ -306,14 +326,11 @@ impl Metrics {
             let _ = connections_refused.get_or_create(&label);
             let _ = accept_errors.get_or_create(&label);
         }
-        let polls = ResourceType::ALL.map(|kind| {
-            let label = Metrics::label(kind);
-            PollSeries {
-                cache_hits: Counter::clone(&cache_hits.get_or_create(&label)),
-                cache_misses: Counter::clone(&cache_misses.get_or_create(&label)),
-                seconds: Histogram::clone(&request_seconds.get_or_create(&label)),
-            }
-        });
+        let polls: Box<[OnceLock<PollSeries>]> = (0..MAX_TYPES).map(|_| OnceLock::new()).collect();
+        let poll_families = (cache_hits, cache_misses);
+        for kind in ResourceType::all() {
+            let _ = polls[kind.index()].set(PollSeries::of(kind, &poll_families, &request_seconds));
+        }
         Metrics {
             registry,
             reloads,
@@ -324,6 +341,7 @@ impl Metrics {
             accept_errors,
             requests,
             polls,
+            poll_families,
             upstream_streams_open,
             upstream_switches,
             resources_decoded,
@@ -371,7 +389,8 @@ impl Metrics {
     }
 
     fn polls(&self, kind: ResourceType) -> &PollSeries {
-        &self.polls[kind as usize]
+        self.polls[kind.index()]
+            .get_or_init(|| PollSeries::of(kind, &self.poll_families, &self.request_seconds))
     }
 
     pub fn cache_hit(&self, kind: ResourceType) {
@@ -580,9 +599,6 @@ mod tests {
     #[test]
     fn a_poll_moves_its_own_types_series() {
         let metrics = Metrics::new();
-        for (i, kind) in ResourceType::ALL.into_iter().enumerate() {
-            assert_eq!(kind as usize, i, "ALL is in declaration order");
-        }
         metrics.cache_hit(ResourceType::Endpoints);
         metrics.cache_hit(ResourceType::Endpoints);
         metrics.cache_miss(ResourceType::Clusters);

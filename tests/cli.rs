@@ -295,6 +295,13 @@ const SETTINGS: &[Setting] = &[
         "XDS_GATEWAY_DESCRIPTOR_SETS",
         "descriptor-sets",
     ),
+    // Repeatable flag, plural key and variable, like --descriptor-set.
+    setting("--extra-type", "XDS_GATEWAY_EXTRA_TYPES", "extra-types"),
+    setting(
+        "--upstream-reflection",
+        "XDS_GATEWAY_UPSTREAM_REFLECTION",
+        "upstream-reflection",
+    ),
     setting(
         "--node-profiles",
         "XDS_GATEWAY_NODE_PROFILES",
@@ -721,7 +728,7 @@ async fn unknown_keys_are_answered_with_the_valid_ones() {
     // A repeatable flag's singular name is accepted as an alias of its key;
     // `[[profile]]` tables have no flag (examples/profiles/profiles.toml).
     let mut expected = file_keys();
-    expected.extend(["descriptor-set", "upstream-header", "profile"]);
+    expected.extend(["descriptor-set", "extra-type", "upstream-header", "profile"]);
     assert_eq!(valid, expected, "keys the config file accepts");
 }
 
@@ -1110,6 +1117,10 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "descriptor-sets" => {
                 value.as_array().is_some_and(|a| a.is_empty()) && d.descriptor_sets.is_empty()
             }
+            "extra-types" => {
+                value.as_array().is_some_and(|a| a.is_empty()) && d.extra_types.is_empty()
+            }
+            "upstream-reflection" => value.as_bool() == Some(d.upstream_reflection),
             other => panic!("{SAMPLE}: no default known for {other}: add it to this test"),
         };
         assert!(same, "{SAMPLE}: {key} = {value} is not the default");

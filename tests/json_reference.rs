@@ -150,7 +150,7 @@ fn type_markers(json: &str) -> usize {
 fn corpus_covers_every_rest_resource_type() {
     let codec = Codec::embedded();
     let cases = corpus();
-    for kind in ResourceType::ALL {
+    for kind in ResourceType::BUILT_IN {
         let covered = cases
             .iter()
             .any(|c| codec.parse_any(c.text.as_bytes()).unwrap().type_url == kind.type_url());

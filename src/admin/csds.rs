@@ -167,7 +167,7 @@ fn client_config(node: &NodeClients, states: &[Arc<TypeState>], contents: bool) 
     let mut asked: BTreeMap<(usize, String), &SubscriptionStatus> = BTreeMap::new();
     let mut wildcard: BTreeMap<usize, &SubscriptionStatus> = BTreeMap::new();
     for sub in &node.subscriptions {
-        let kind = sub.kind as usize;
+        let kind = sub.kind.index();
         match &sub.names {
             None => {
                 let newer = wildcard
@@ -187,7 +187,7 @@ fn client_config(node: &NodeClients, states: &[Arc<TypeState>], contents: bool) 
             }
         }
     }
-    let state_of = |kind: usize| states.iter().find(|s| s.kind as usize == kind);
+    let state_of = |kind: usize| states.iter().find(|s| s.kind.index() == kind);
     let mut configs = Vec::new();
     // Wildcard subscriptions: every resource of the state.
     for (kind, sub) in &wildcard {

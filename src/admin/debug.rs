@@ -150,13 +150,17 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
 
 /// The type a short name (`clusters`) names.
 pub(super) fn short_type(name: &str) -> Result<ResourceType, ApiError> {
-    ResourceType::ALL
-        .into_iter()
+    let all = ResourceType::all();
+    all.iter()
+        .copied()
         .find(|t| t.short_name() == name.trim())
         .ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "type={name:?} is not one of {}",
-                ResourceType::ALL.map(|t| t.short_name()).join(", ")
+                all.iter()
+                    .map(|t| t.short_name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })
 }

@@ -538,19 +538,19 @@ fn grant(g: &GrantFile, what: &str, sans: &Sans, tokens: bool) -> Result<Grant, 
         }
     }
     let types = match &g.types {
-        None => ResourceType::ALL
+        None => ResourceType::all()
             .into_iter()
             .filter(|t| *t != ResourceType::Secrets)
             .collect(),
         Some(names) => names
             .iter()
             .map(|name| {
-                ResourceType::ALL
+                ResourceType::all()
                     .into_iter()
                     .find(|t| t.short_name() == name)
                     .ok_or_else(|| {
                         let known: Vec<&str> =
-                            ResourceType::ALL.iter().map(|t| t.short_name()).collect();
+                            ResourceType::all().iter().map(|t| t.short_name()).collect();
                         format!(
                             "{what}: unknown type {name:?} (known: {})",
                             known.join(", ")

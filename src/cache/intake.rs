@@ -23,7 +23,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::opaque_types::OpaqueTypes;
 use super::resource::{
-    idle_memo, resource_name, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
+    idle_memo, name_of, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
 use super::resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers};
 use crate::xds::{Codec, JsonError, ResourceType, Validator};
@@ -214,14 +214,30 @@ impl Intake {
             }
             .into());
         }
-        let name = resource_name(&payload)
+        let name = name_of(kind, &payload)
             .ok_or_else(|| JsonError::Decode {
                 type_url: type_url.to_owned(),
-                reason: "resource has no name (field 1)".into(),
+                reason: format!("resource has no name (fields {:?})", kind.name_fields()),
             })?
-            .to_owned();
+            .into_owned();
         // One pool throughout, however the shared one grows meanwhile.
         let codec = self.codec.snapshot();
+        if kind.is_extra() && !codec.descriptors().knows(type_url) {
+            // An added type whose descriptors the gateway has not (yet):
+            // served whole, as an opaque Any, until they come.
+            let opaque: Box<[String]> = Box::new([type_url.to_owned()]);
+            self.rendered_opaque.inc();
+            self.opaque_types.note(&opaque);
+            return Ok(Arc::new(Resource {
+                kind,
+                name,
+                aliases: Vec::new(),
+                digest,
+                json: codec.render_opaque(type_url, &payload)?,
+                payload,
+                opaque,
+            }));
+        }
         let message = self.checked(&codec, kind, &payload, &name)?;
         let json = codec.render_resource(type_url, &message)?;
         Ok(Arc::new(Resource {

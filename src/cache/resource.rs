@@ -1,6 +1,6 @@
 //! One upstream resource, decoded and rendered ([`Resource`]), and the
 //! small things that go with it: its name read straight from the wire
-//! ([`resource_name`]), how a delta upstream named one of a delta-only type
+//! ([`name_of`]), how a delta upstream named one of a delta-only type
 //! ([`WrapperName`]), why one could not be taken ([`ResourceError`]), and
 //! the idle-bounded memo every cache memo is built as ([`idle_memo`]).
 //!
@@ -79,7 +79,26 @@ where
 /// The resource's name: field 1 (a string) in every REST-served type
 /// (`name`, or `cluster_name` for ClusterLoadAssignment), read straight from
 /// the wire format without decoding the rest.
-pub(crate) fn resource_name(mut buf: &[u8]) -> Option<&str> {
+/// The name of a resource of `kind` read straight from its bytes: its name
+/// fields' strings joined with `/` ([`ResourceType::name_fields`]); `None`
+/// when it has none of them.
+pub(crate) fn name_of(kind: ResourceType, buf: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
+    match kind.name_fields() {
+        [one] => field_string(buf, *one).map(std::borrow::Cow::Borrowed),
+        fields => {
+            let parts: Vec<Option<&str>> = fields.iter().map(|f| field_string(buf, *f)).collect();
+            if parts.iter().all(Option::is_none) {
+                return None;
+            }
+            let joined: Vec<&str> = parts.into_iter().map(Option::unwrap_or_default).collect();
+            Some(std::borrow::Cow::Owned(joined.join("/")))
+        }
+    }
+}
+
+/// The last value of length-delimited field `number` as UTF-8, read
+/// straight from the wire.
+fn field_string(mut buf: &[u8], number: u32) -> Option<&str> {
     use prost::encoding::{decode_key, decode_varint, WireType};
     let mut name = None;
     while !buf.is_empty() {
@@ -93,7 +112,7 @@ pub(crate) fn resource_name(mut buf: &[u8]) -> Option<&str> {
             WireType::LengthDelimited => {
                 let len = usize::try_from(decode_varint(&mut buf).ok()?).ok()?;
                 let (field, rest) = (buf.get(..len)?, buf.get(len..)?);
-                if tag == 1 {
+                if tag == number {
                     // Last one wins, as in protobuf.
                     name = Some(std::str::from_utf8(field).ok()?);
                 }
@@ -114,7 +133,10 @@ mod tests {
     #[test]
     fn field_one_is_the_name_of_every_served_type() {
         let codec = Codec::embedded();
-        for kind in ResourceType::ALL.into_iter().filter(|k| !k.delta_only()) {
+        for kind in ResourceType::BUILT_IN
+            .into_iter()
+            .filter(|k| !k.delta_only())
+        {
             let desc = codec.descriptor(kind.message_name()).unwrap();
             let field = desc.get_field(1).unwrap();
             assert!(matches!(field.kind(), Kind::String), "{kind}");
@@ -128,9 +150,12 @@ mod tests {
 
     #[test]
     fn names_from_wire_and_garbage_is_none() {
-        assert_eq!(resource_name(&[0x0a, 0x01, b'x', 0x10, 0x05]), Some("x"));
-        assert_eq!(resource_name(&[0x0a, 0x05, b'x']), None);
-        assert_eq!(resource_name(&[0xff]), None);
-        assert_eq!(resource_name(&[]), None);
+        assert_eq!(
+            name_of(ResourceType::Clusters, &[0x0a, 0x01, b'x', 0x10, 0x05]).as_deref(),
+            Some("x")
+        );
+        assert_eq!(name_of(ResourceType::Clusters, &[0x0a, 0x05, b'x']), None);
+        assert_eq!(name_of(ResourceType::Clusters, &[0xff]), None);
+        assert_eq!(name_of(ResourceType::Clusters, &[]), None);
     }
 }

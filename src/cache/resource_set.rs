@@ -29,7 +29,7 @@ use moka::sync::Cache;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::payload_index::{Hashed, PayloadIndex};
-use super::resource::{resource_name, Resource};
+use super::resource::{name_of, Resource};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 
@@ -109,8 +109,8 @@ impl ResourceSet {
     /// The resource held under the name `payload` carries, if its bytes
     /// are `payload` byte for byte: what an answer repeating it takes as
     /// it is, with no digest, memo lookup or render.
-    pub(crate) fn holding(&self, payload: &[u8]) -> Option<&Arc<Resource>> {
-        let held = self.map.get(resource_name(payload)?)?;
+    pub(crate) fn holding(&self, kind: ResourceType, payload: &[u8]) -> Option<&Arc<Resource>> {
+        let held = self.map.get(name_of(kind, payload)?.as_ref())?;
         (held.payload.as_ref() == payload).then_some(held)
     }
 

@@ -32,6 +32,7 @@ use super::{
     ClientAuth, LogFormat, RewritePolicy, ServerTlsFiles, SessionKey, UpstreamMode,
     UpstreamStreams, UpstreamTls, Validation,
 };
+use crate::xds::extra_types::ExtraTypeSpec;
 
 /// See the module docs. Entries are munched one at a time into four lists:
 /// the `Settings` fields, the plain `Config` fields, their defaults, and the
@@ -376,6 +377,18 @@ settings! {
         )]
         #[serde(alias = "descriptor-set")]
         descriptor_sets: Vec<PathBuf> = Vec::new(),
+        /// A resource type beyond Envoy's (repeatable), served on `/v3/discovery:NAME` like
+        /// Envoy's own: `NAME=TYPE_URL`, e.g. `monitoringassignments=type.googleapis.com/kuma.observability.v1.MonitoringAssignment`.
+        /// In the file, `[[extra-type]]` tables also set `service` (its own gRPC service),
+        /// `stem`, `complete-state` and `wildcard-when-unnamed`.
+        #[arg(
+            long = "extra-type",
+            env = "XDS_GATEWAY_EXTRA_TYPES",
+            value_delimiter = ',',
+            value_parser = parse_extra_type
+        )]
+        #[serde(alias = "extra-type")]
+        extra_types: Vec<ExtraTypeSpec> = Vec::new(),
         /// Check every resource against Envoy's own field rules (its protos'
         /// protoc-gen-validate annotations) and NACK what Envoy would reject [default: on].
         #[arg(long, value_enum, env = "XDS_GATEWAY_VALIDATE")]
@@ -421,6 +434,11 @@ settings! {
         /// (logged by `app::run`).
         warnings: Vec<String> = Vec::new(),
     }
+}
+
+/// `--extra-type NAME=TYPE_URL`.
+fn parse_extra_type(text: &str) -> Result<ExtraTypeSpec, String> {
+    ExtraTypeSpec::parse_flag(text).map_err(|e| e.to_string())
 }
 
 /// A value as `--help` writes it in `[default: ...]`.
@@ -473,6 +491,12 @@ mod help_text {
     }
 
     impl HelpText for Vec<PathBuf> {
+        fn help_text(&self) -> String {
+            format!("{self:?}")
+        }
+    }
+
+    impl HelpText for Vec<ExtraTypeSpec> {
         fn help_text(&self) -> String {
             format!("{self:?}")
         }

@@ -243,6 +243,7 @@ impl Config {
     /// Checks cross-field rules and normalises the upstream URI.
     pub fn validate(mut self) -> Result<Config, ConfigError> {
         self.validate_durations()?;
+        self.register_extra_types()?;
         if self.upstream_mode == UpstreamMode::Fetch
             && self.upstream_streams == UpstreamStreams::PerType
         {
@@ -478,6 +479,16 @@ impl Config {
 
     /// Every duration setting (but `--cache-max-age`, held to an hour) is
     /// at most [`MAX_DURATION`].
+    /// Registers each `--extra-type` (idempotent: a `Config` validated
+    /// twice, or built in code and started, registers the same types).
+    pub(crate) fn register_extra_types(&self) -> Result<(), ConfigError> {
+        for spec in &self.extra_types {
+            crate::xds::extra_types::register(spec)
+                .map_err(|e| invalid("extra-type", &e.to_string()))?;
+        }
+        Ok(())
+    }
+
     fn validate_durations(&self) -> Result<(), ConfigError> {
         for (key, value) in [
             ("upstream-keepalive", self.upstream_keepalive),

@@ -45,10 +45,18 @@ use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
 
 /// Query parameters a POST accepts.
-const POST_PARAMS: &[&str] = &["wait", "pretty", "format", "watch", "changes"];
+const POST_PARAMS: &[&str] = &[
+    "wait",
+    "fetch-timeout",
+    "pretty",
+    "format",
+    "watch",
+    "changes",
+];
 /// Query parameters a GET accepts.
 const GET_PARAMS: &[&str] = &[
     "wait",
+    "fetch-timeout",
     "pretty",
     "format",
     "node",

@@ -113,7 +113,7 @@ pub(crate) fn discovery_get(data: &[u8]) -> bool {
 /// One of the eight types a snapshot serves (the delta-only two answer a
 /// documented 501 whatever the request).
 fn served_kind(selector: u8) -> ResourceType {
-    let served: Vec<ResourceType> = ResourceType::ALL
+    let served: Vec<ResourceType> = ResourceType::BUILT_IN
         .into_iter()
         .filter(|kind| !kind.delta_only())
         .collect();

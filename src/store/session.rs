@@ -7,7 +7,7 @@
 //! which is what waiting and long-polling requests wait on.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -22,6 +22,7 @@ use super::view::{LastError, Placement, Placements, SessionTypeView, SessionView
 use crate::cache::{Coverage, Names, TypeState};
 use crate::observe::Recorder;
 use crate::sync::lock;
+use crate::xds::extra_types::MAX_EXTRA_TYPES;
 use crate::xds::ResourceType;
 
 /// How long after a subscription a request stops waiting for the upstream
@@ -157,13 +158,25 @@ struct TypeSlot {
     subscription: Mutex<Subscription>,
 }
 
+impl TypeSlot {
+    fn new() -> TypeSlot {
+        TypeSlot {
+            state: watch::Sender::new(None),
+            subscription: Mutex::default(),
+        }
+    }
+}
+
 /// The shared upstream session of one node identity.
 #[derive(Debug)]
 pub(crate) struct Session {
     /// The node sent upstream: the first client's, as it sent it (its
     /// extension list shared with every session sending the same one).
     pub(crate) node: SessionNode,
+    /// One per built-in type, in table order.
     slots: Vec<TypeSlot>,
+    /// One per extra type, made when first named.
+    extra_slots: OnceLock<Box<[OnceLock<TypeSlot>]>>,
     commands: mpsc::UnboundedSender<Command>,
     last_poll: Mutex<Instant>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -206,16 +219,14 @@ impl Session {
     ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
         let node = node.into();
         let (commands, rx) = mpsc::unbounded_channel();
-        let slots = ResourceType::ALL
+        let slots = ResourceType::BUILT_IN
             .iter()
-            .map(|_| TypeSlot {
-                state: watch::Sender::new(None),
-                subscription: Mutex::default(),
-            })
+            .map(|_| TypeSlot::new())
             .collect();
         let session = Arc::new(Session {
             node,
             slots,
+            extra_slots: OnceLock::new(),
             commands,
             last_poll: Mutex::new(Instant::now()),
             task: Mutex::new(None),
@@ -232,8 +243,22 @@ impl Session {
     }
 
     fn slot(&self, kind: ResourceType) -> &TypeSlot {
-        // `slots` has one entry per ResourceType::ALL, in order.
-        &self.slots[kind as usize]
+        match kind {
+            ResourceType::Extra(extra) => {
+                let slots = self
+                    .extra_slots
+                    .get_or_init(|| (0..MAX_EXTRA_TYPES).map(|_| OnceLock::new()).collect());
+                slots[extra.index()].get_or_init(TypeSlot::new)
+            }
+            // `slots` has one entry per built-in type, in table order.
+            built_in => &self.slots[built_in.index()],
+        }
+    }
+
+    /// Every slot made so far.
+    fn all_slots(&self) -> impl Iterator<Item = &TypeSlot> {
+        let extras = self.extra_slots.get().into_iter().flatten();
+        self.slots.iter().chain(extras.filter_map(OnceLock::get))
     }
 
     /// Attaches the upstream task, aborted when the session closes.
@@ -290,7 +315,7 @@ impl Session {
 
     /// Whether the upstream has answered this session for any type.
     pub(crate) fn has_state(&self) -> bool {
-        self.slots.iter().any(|slot| slot.state.borrow().is_some())
+        self.all_slots().any(|slot| slot.state.borrow().is_some())
     }
 
     /// Why the upstream stream last ended, and when, unless it answered since.
@@ -351,7 +376,7 @@ impl Session {
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
     /// resubscribing the types that narrowed.
     pub(crate) fn prune(&self, now: Instant, ttl: Duration) {
-        for kind in ResourceType::ALL {
+        for kind in ResourceType::all() {
             let narrowed = {
                 let mut sub = lock(&self.slot(kind).subscription);
                 let before = (sub.wildcard.is_some(), sub.names.len());
@@ -384,7 +409,7 @@ impl Session {
     /// first asked for it: what an aggregated stream ending with an
     /// application error may have ended for.
     pub(crate) fn unanswered(&self) -> Vec<(ResourceType, Instant)> {
-        ResourceType::ALL
+        ResourceType::all()
             .into_iter()
             .filter(|kind| self.state(*kind).is_none())
             .filter_map(|kind| {
@@ -437,8 +462,7 @@ impl Session {
 
     /// The state of every type the upstream has answered.
     pub(super) fn states(&self) -> Vec<Arc<TypeState>> {
-        self.slots
-            .iter()
+        self.all_slots()
             .filter_map(|slot| slot.state.borrow().clone())
             .collect()
     }
@@ -448,7 +472,7 @@ impl Session {
     /// and per type wanted or served the version, the names subscribed and
     /// the last ACK/NACK sent.
     pub(super) fn view(&self, source: String, streamed: bool) -> SessionView {
-        let types = ResourceType::ALL
+        let types = ResourceType::all()
             .iter()
             .filter_map(|kind| {
                 let slot = self.slot(*kind);

@@ -335,7 +335,7 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: Payload<'_>) -> Opti
     if !any.is_of(kind.type_url()) || previous.resources.is_empty() {
         return None;
     }
-    previous.resources.holding(any.value).cloned()
+    previous.resources.holding(kind, any.value).cloned()
 }
 
 /// Decodes every element, taking from `previous` (the state the answer

@@ -256,7 +256,7 @@ fn publish_changed(
     snapshot: &Snapshot,
     published: &mut BTreeMap<ResourceType, String>,
 ) {
-    for kind in ResourceType::ALL {
+    for kind in ResourceType::all() {
         if session.subscription(kind).is_none() {
             continue;
         }

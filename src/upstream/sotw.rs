@@ -261,7 +261,7 @@ impl Protocol for Sotw {
     /// from none, so it sends its whole state, which replaces this one's.
     fn switch_upstream(&mut self) {
         self.acked.clear();
-        self.replace_next = ResourceType::ALL.into_iter().collect();
+        self.replace_next = ResourceType::all().into_iter().collect();
     }
 
     /// Sends the session's current subscription for `kind`, if it has one
@@ -345,7 +345,7 @@ impl Protocol for Sotw {
 
     /// Publishes again each state holding what is now rendered in full.
     fn refresh(&mut self) {
-        for kind in ResourceType::ALL {
+        for kind in ResourceType::all() {
             let Some(state) = self.session.state(kind) else {
                 continue;
             };

@@ -535,7 +535,7 @@ async fn one_stream<P: Protocol>(
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
     session.upstream.phase(Phase::Connecting);
     protocol.reset_stream();
-    for kind in ResourceType::ALL {
+    for kind in ResourceType::all() {
         if lane.is_none_or(|only| only == kind) {
             send(&tx, protocol.subscribe(kind)).await;
         }

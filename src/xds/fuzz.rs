@@ -28,7 +28,7 @@ fn codec() -> &'static Codec {
 
 /// The type URL a type byte picks: one of the ten resource types.
 fn type_url_of(selector: u8) -> &'static str {
-    ResourceType::ALL[usize::from(selector) % ResourceType::ALL.len()].type_url()
+    ResourceType::BUILT_IN[usize::from(selector) % ResourceType::BUILT_IN.len()].type_url()
 }
 
 /// `json_to_proto`: a JSON `Any` parses (or fails with a parse or

@@ -111,6 +111,13 @@ impl Codec {
         self.render_with(&msg, type_url, Some(type_url))
     }
 
+    /// Renders `payload`, of a type the pool lacks, as the canonical JSON of
+    /// the `xds_gateway.v1.OpaqueAny` holding it (see [`super::opaque`]).
+    pub(crate) fn render_opaque(&self, type_url: &str, payload: &[u8]) -> Result<Bytes, JsonError> {
+        let bytes = super::opaque::opaque(type_url.to_owned(), payload);
+        self.render_any(super::opaque::OPAQUE_TYPE_URL, &bytes)
+    }
+
     /// Renders an already decoded resource (not a well-known type) as the
     /// canonical JSON of its `Any`: `{"@type": type_url, ...fields}`.
     pub(crate) fn render_resource(

@@ -3,6 +3,7 @@
 
 mod canonical;
 pub(crate) mod descriptors;
+pub mod extra_types;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
 mod json;
@@ -24,5 +25,5 @@ pub use learned::LearnError;
 pub use opaque::OPAQUE_TYPE_URL;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
-pub use resource_type::{Endpoint, ResourceType};
+pub use resource_type::{Endpoint, ResourceType, BUILT_IN_TYPES, MAX_TYPES};
 pub use validate::{Validator, Violation};

@@ -111,7 +111,7 @@ fn wrap_value(descriptors: &Descriptors, value: &mut Value) -> bool {
 
 /// The bytes of an `OpaqueAny` holding `type_url` and `payload`: `Any`'s
 /// own wire layout (the same two fields).
-fn opaque(type_url: String, payload: &[u8]) -> bytes::Bytes {
+pub(crate) fn opaque(type_url: String, payload: &[u8]) -> bytes::Bytes {
     prost_types::Any {
         type_url,
         value: payload.to_vec(),

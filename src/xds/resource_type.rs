@@ -1,7 +1,8 @@
 //! The one table of xds-gateway's REST endpoints: REST path ⇄ type URL ⇄ gRPC
 //! service and method.
 //!
-//! Every protocol string the gateway knows lives here; other modules match on
+//! Every protocol string the gateway knows lives here, with the types an
+//! operator adds ([`super::extra_types`]); other modules match on
 //! [`ResourceType`] / [`Endpoint`] exhaustively and never spell a type URL.
 //!
 //! Two types are delta-only in xDS: virtual hosts (VHDS) and LEDS's
@@ -10,6 +11,8 @@
 //! from a delta upstream ([`ResourceType::delta_only`]).
 
 use std::fmt;
+
+use super::extra_types::{self, ExtraType};
 
 /// Prefix of every type URL.
 pub(crate) const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
@@ -32,6 +35,8 @@ pub enum ResourceType {
     VirtualHosts,
     /// LEDS (delta only): `envoy.config.endpoint.v3.LbEndpoint`.
     LbEndpoints,
+    /// A type an operator added (`--extra-type`).
+    Extra(&'static ExtraType),
 }
 
 /// Every REST endpoint: the ten resource types plus HDS and CSDS, which
@@ -172,10 +177,17 @@ const fn row(
     }
 }
 
+/// Envoy's ten, in table order (the eight Envoy polls over REST, then the
+/// two delta-only ones).
+pub const BUILT_IN_TYPES: [ResourceType; 10] = ResourceType::BUILT_IN;
+
+/// How many types a table indexed by [`ResourceType::index`] holds.
+pub const MAX_TYPES: usize = BUILT_IN_TYPES.len() + extra_types::MAX_EXTRA_TYPES;
+
 impl ResourceType {
-    /// All ten, in table order (the eight Envoy polls over REST, then the
-    /// two delta-only ones).
-    pub const ALL: [ResourceType; 10] = [
+    /// Envoy's ten, in table order (the eight Envoy polls over REST, then
+    /// the two delta-only ones).
+    pub const BUILT_IN: [ResourceType; 10] = [
         ResourceType::Listeners,
         ResourceType::Routes,
         ResourceType::ScopedRoutes,
@@ -188,28 +200,78 @@ impl ResourceType {
         ResourceType::LbEndpoints,
     ];
 
+    /// Every type served: Envoy's ten, then each extra type registered.
+    pub fn all() -> Vec<ResourceType> {
+        let mut all = Self::BUILT_IN.to_vec();
+        all.extend(extra_types::registered());
+        all
+    }
+
+    /// Its place in tables of every type (below [`MAX_TYPES`]).
+    pub const fn index(self) -> usize {
+        match self {
+            ResourceType::Listeners => 0,
+            ResourceType::Routes => 1,
+            ResourceType::ScopedRoutes => 2,
+            ResourceType::Clusters => 3,
+            ResourceType::Endpoints => 4,
+            ResourceType::Secrets => 5,
+            ResourceType::Runtime => 6,
+            ResourceType::ExtensionConfigs => 7,
+            ResourceType::VirtualHosts => 8,
+            ResourceType::LbEndpoints => 9,
+            ResourceType::Extra(extra) => BUILT_IN_TYPES.len() + extra.index,
+        }
+    }
+
     fn row(self) -> &'static Row {
         Endpoint::Discovery(self).row()
     }
 
     /// `type.googleapis.com/<message>`.
     pub const fn type_url(self) -> &'static str {
-        TYPE_URLS[self as usize]
+        match self {
+            ResourceType::Extra(extra) => extra.type_url,
+            built_in => TYPE_URLS[built_in.index()],
+        }
     }
 
     /// Fully qualified protobuf name of the resource message.
     pub(crate) fn message_name(self) -> &'static str {
-        self.row().message
+        match self {
+            ResourceType::Extra(extra) => extra.message,
+            built_in => built_in.row().message,
+        }
     }
 
     /// The type whose type URL is `url`, if any.
     pub fn from_type_url(url: &str) -> Option<ResourceType> {
-        Self::ALL.into_iter().find(|t| t.type_url() == url)
+        Self::BUILT_IN
+            .into_iter()
+            .find(|t| t.type_url() == url)
+            .or_else(|| extra_types::by_type_url(url))
     }
 
     /// Short name used in logs and metric labels (the path suffix).
     pub(crate) fn short_name(self) -> &'static str {
-        self.row().path_suffix
+        match self {
+            ResourceType::Extra(extra) => extra.name,
+            built_in => built_in.row().path_suffix,
+        }
+    }
+
+    /// The string fields whose values, joined with `/`, name a resource of
+    /// it: `name` (or `cluster_name`), field 1, for Envoy's.
+    pub(crate) fn name_fields(self) -> &'static [u32] {
+        match self {
+            ResourceType::Extra(extra) => extra.name_fields,
+            _ => &[1],
+        }
+    }
+
+    /// Whether it is one an operator added.
+    pub const fn is_extra(self) -> bool {
+        matches!(self, ResourceType::Extra(_))
     }
 
     /// Whether a SotW response of this type carries the type's complete
@@ -220,6 +282,7 @@ impl ResourceType {
     pub(crate) fn sotw_complete_state(self) -> bool {
         match self {
             ResourceType::Listeners | ResourceType::Clusters => true,
+            ResourceType::Extra(extra) => extra.complete_state,
             ResourceType::Routes
             | ResourceType::ScopedRoutes
             | ResourceType::Endpoints
@@ -235,6 +298,7 @@ impl ResourceType {
     pub(crate) fn wildcard_when_unnamed(self) -> bool {
         match self {
             ResourceType::Listeners | ResourceType::Clusters | ResourceType::ScopedRoutes => true,
+            ResourceType::Extra(extra) => extra.wildcard_when_unnamed,
             ResourceType::Routes
             | ResourceType::Endpoints
             | ResourceType::Secrets
@@ -249,6 +313,11 @@ impl ResourceType {
     /// transport, as opposed to ADS): `Delta<X>` with `delta`, else
     /// `Stream<X>`, which the delta-only types do not have.
     pub(crate) fn stream_path(self, delta: bool) -> Option<String> {
+        if let ResourceType::Extra(extra) = self {
+            let service = extra.service?;
+            let kind = if delta { "Delta" } else { "Stream" };
+            return Some(format!("/{service}/{kind}{}", extra.stem));
+        }
         let row = self.row();
         match delta {
             true => Some(format!("/{}/Delta{}", row.service, row.stream_stem)),
@@ -275,7 +344,7 @@ impl ResourceType {
     }
 }
 
-/// Type URLs in `ResourceType::ALL` order (const concatenation is not stable).
+/// Type URLs in `ResourceType::BUILT_IN` order (const concatenation is not stable).
 const TYPE_URLS: [&str; 10] = [
     "type.googleapis.com/envoy.config.listener.v3.Listener",
     "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
@@ -290,21 +359,37 @@ const TYPE_URLS: [&str; 10] = [
 ];
 
 impl Endpoint {
-    /// Every endpoint, in table order.
+    /// Every endpoint, in table order, then each extra type's.
     pub fn all() -> impl Iterator<Item = Endpoint> {
-        TABLE.iter().map(|row| row.endpoint)
+        TABLE.iter().map(|row| row.endpoint).chain(
+            extra_types::registered()
+                .into_iter()
+                .map(Endpoint::Discovery),
+        )
     }
 
+    /// The endpoint's row; an extra type has none (its strings are its own).
     fn row(self) -> &'static Row {
         TABLE
             .iter()
             .find(|row| row.endpoint == self)
-            .expect("every endpoint has a row")
+            .unwrap_or(&TABLE[0])
+    }
+
+    /// The extra type it serves, if it serves one.
+    fn extra(self) -> Option<&'static ExtraType> {
+        match self {
+            Endpoint::Discovery(ResourceType::Extra(extra)) => Some(extra),
+            _ => None,
+        }
     }
 
     /// The REST path, e.g. `/v3/discovery:clusters`.
     pub fn path(self) -> String {
-        format!("{PATH_PREFIX}{}", self.row().path_suffix)
+        match self.extra() {
+            Some(extra) => format!("{PATH_PREFIX}{}", extra.name),
+            None => format!("{PATH_PREFIX}{}", self.row().path_suffix),
+        }
     }
 
     /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`
@@ -319,22 +404,35 @@ impl Endpoint {
 
     /// Fully qualified name of the request message.
     pub(crate) fn request_message(self) -> &'static str {
-        self.row().request_message
+        match self.extra() {
+            Some(_) => DISCOVERY_REQUEST,
+            None => self.row().request_message,
+        }
     }
 
     /// Fully qualified name of the served message (resource or response).
     pub fn message(self) -> &'static str {
-        self.row().message
+        match self.extra() {
+            Some(extra) => extra.message,
+            None => self.row().message,
+        }
     }
 
-    /// Fully qualified gRPC service name.
+    /// Fully qualified gRPC service name (empty for an extra type that
+    /// has none: it travels over ADS only).
     pub fn service(self) -> &'static str {
-        self.row().service
+        match self.extra() {
+            Some(extra) => extra.service.unwrap_or_default(),
+            None => self.row().service,
+        }
     }
 
     /// The unary method of the service (`None`: it has none).
     pub(crate) fn fetch_method(self) -> Option<&'static str> {
-        self.row().fetch_method
+        match self.extra() {
+            Some(extra) => extra.fetch_method,
+            None => self.row().fetch_method,
+        }
     }
 
     /// The valid path suffix closest to `suffix` (for "did you mean"):
@@ -345,9 +443,12 @@ impl Endpoint {
         if let Some((_, meant)) = SHORT_NAMES.iter().find(|(name, _)| *name == short) {
             return meant;
         }
+        let extras = extra_types::registered();
         TABLE
             .iter()
-            .map(|row| (edit_distance(suffix, row.path_suffix), row.path_suffix))
+            .map(|row| row.path_suffix)
+            .chain(extras.iter().map(|t| t.short_name()))
+            .map(|name| (edit_distance(suffix, name), name))
             .min()
             .map(|(_, s)| s)
             .unwrap_or("listeners")
@@ -399,7 +500,7 @@ mod tests {
 
     #[test]
     fn type_urls_match_message_names() {
-        for t in ResourceType::ALL {
+        for t in ResourceType::BUILT_IN {
             assert_eq!(
                 t.type_url(),
                 format!("{TYPE_URL_PREFIX}{}", t.message_name())
@@ -409,9 +510,16 @@ mod tests {
     }
 
     #[test]
+    fn indexes_are_table_order() {
+        for (i, kind) in ResourceType::BUILT_IN.into_iter().enumerate() {
+            assert_eq!(kind.index(), i);
+        }
+    }
+
+    #[test]
     fn paths_round_trip() {
-        assert_eq!(Endpoint::all().count(), 12);
-        for e in Endpoint::all() {
+        assert_eq!(TABLE.len(), 12);
+        for e in TABLE.iter().map(|row| row.endpoint) {
             let path = e.path();
             let suffix = path.strip_prefix(PATH_PREFIX).unwrap();
             assert_eq!(Endpoint::from_path_suffix(suffix), Some(e));

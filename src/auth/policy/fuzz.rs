@@ -65,7 +65,7 @@ pub(crate) fn policy(data: &[u8]) -> bool {
                 let _ = policy.allows_csds(index, peer, id);
                 for cluster in PROBES {
                     let _ = policy.allows_hds(index, peer, id, cluster);
-                    for kind in ResourceType::ALL {
+                    for kind in ResourceType::BUILT_IN {
                         let _ = policy.allows(index, peer, kind, id, cluster);
                     }
                 }

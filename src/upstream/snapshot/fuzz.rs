@@ -43,7 +43,7 @@ pub(crate) fn snapshot(data: &[u8]) -> bool {
     clusters.sort_unstable();
     clusters.truncate(VIEWS_PER_AXIS - 1);
     clusters.push("");
-    for kind in ResourceType::ALL {
+    for kind in ResourceType::BUILT_IN {
         for node in &nodes {
             for cluster in &clusters {
                 let view = snapshot.view(kind, node, cluster);
