@@ -27,7 +27,7 @@ use crate::tls::ServerTls;
 use crate::upstream::{
     AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Route, SotwFeeder, UpstreamContext,
 };
-use crate::xds::{Codec, JsonError};
+use crate::xds::{Codec, JsonError, ResourceType};
 
 pub use crate::huge_pages::transparent_huge_pages_off;
 
@@ -47,7 +47,7 @@ pub enum AppError {
     #[error(transparent)]
     Descriptors(#[from] JsonError),
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    ExtraType(#[from] crate::xds::extra_types::ExtraTypeError),
     #[error(transparent)]
     Upstream(#[from] StartError),
     #[error("TLS: {0}")]
@@ -126,6 +126,24 @@ pub fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// Registers each `--extra-type` (idempotent: a gateway started twice in a
+/// process, as tests do, registers the same types).
+fn register_extra_types(config: &Config) -> Result<(), AppError> {
+    for spec in &config.extra_types {
+        let definition = crate::xds::extra_types::Definition {
+            name: &spec.name,
+            type_url: &spec.type_url,
+            service: spec.service.as_deref(),
+            stem: spec.stem.as_deref(),
+            complete_state: spec.complete_state,
+            wildcard_when_unnamed: spec.wildcard_when_unnamed,
+            name_fields: &spec.name_fields,
+        };
+        ResourceType::register(&definition)?;
+    }
+    Ok(())
+}
+
 /// Builds what [`Prepared::serve`] serves. The slow part of a start (the
 /// descriptor pool, certificates, the source) happens here, before any
 /// listener is bound (`main`): a replica restarted on its port refuses
@@ -137,7 +155,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     for warning in &config.warnings {
         warn!("{warning}");
     }
-    config.register_extra_types()?;
+    register_extra_types(&config)?;
     let codec = Codec::with_descriptor_sets(&config.descriptor_sets)?;
     let profiles = Arc::new(NodeProfiles::load(&config, &codec)?);
     if profiles.len() > 0 {
@@ -489,6 +507,14 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
             )?;
             tokio::spawn(ctx.clone().log_reachability());
             ctx.check_readiness();
+            // An added type's own descriptors, asked before any client
+            // polls it (a client gets it opaque until they come).
+            let extras: Vec<String> = ResourceType::all()
+                .into_iter()
+                .filter(|kind| kind.is_extra())
+                .map(|kind| kind.type_url().to_owned())
+                .collect();
+            ctx.learn(&extras);
             Ok((spec.name.clone(), ctx))
         })
         .collect::<Result<BTreeMap<_, _>, StartError>>()?;

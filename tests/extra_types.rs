@@ -29,8 +29,8 @@ use prost_types::{
     field_descriptor_proto, DescriptorProto, FieldDescriptorProto, FileDescriptorProto,
 };
 use serde_json::{json, Value};
+use xds_gateway::config::ExtraTypeSpec;
 use xds_gateway::config::{Config, UpstreamMode};
-use xds_gateway::xds::extra_types::ExtraTypeSpec;
 
 const THING: &str = "type.googleapis.com/acme.inventory.v1.Thing";
 

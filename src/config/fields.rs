@@ -24,6 +24,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use super::extra_types::ExtraTypeSpec;
 use super::opt_duration;
 use super::profiles::ProfileTable;
 use super::proxies::{ForwardedHeader, TrustedProxies};
@@ -32,7 +33,6 @@ use super::{
     ClientAuth, LogFormat, RewritePolicy, ServerTlsFiles, SessionKey, UpstreamMode,
     UpstreamStreams, UpstreamTls, Validation,
 };
-use crate::xds::extra_types::ExtraTypeSpec;
 
 /// See the module docs. Entries are munched one at a time into four lists:
 /// the `Settings` fields, the plain `Config` fields, their defaults, and the
@@ -438,7 +438,7 @@ settings! {
 
 /// `--extra-type NAME=TYPE_URL`.
 fn parse_extra_type(text: &str) -> Result<ExtraTypeSpec, String> {
-    ExtraTypeSpec::parse_flag(text).map_err(|e| e.to_string())
+    ExtraTypeSpec::parse_flag(text)
 }
 
 /// A value as `--help` writes it in `[default: ...]`.

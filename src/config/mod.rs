@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod exposure;
+mod extra_types;
 mod fields;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
@@ -23,6 +24,7 @@ mod slices;
 mod tests;
 mod upstreams;
 
+pub use extra_types::ExtraTypeSpec;
 pub use fields::{Config, Settings};
 pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
 pub use proxies::{ForwardedHeader, TrustedProxies};
@@ -243,7 +245,6 @@ impl Config {
     /// Checks cross-field rules and normalises the upstream URI.
     pub fn validate(mut self) -> Result<Config, ConfigError> {
         self.validate_durations()?;
-        self.register_extra_types()?;
         if self.upstream_mode == UpstreamMode::Fetch
             && self.upstream_streams == UpstreamStreams::PerType
         {
@@ -479,16 +480,6 @@ impl Config {
 
     /// Every duration setting (but `--cache-max-age`, held to an hour) is
     /// at most [`MAX_DURATION`].
-    /// Registers each `--extra-type` (idempotent: a `Config` validated
-    /// twice, or built in code and started, registers the same types).
-    pub(crate) fn register_extra_types(&self) -> Result<(), ConfigError> {
-        for spec in &self.extra_types {
-            crate::xds::extra_types::register(spec)
-                .map_err(|e| invalid("extra-type", &e.to_string()))?;
-        }
-        Ok(())
-    }
-
     fn validate_durations(&self) -> Result<(), ConfigError> {
         for (key, value) in [
             ("upstream-keepalive", self.upstream_keepalive),

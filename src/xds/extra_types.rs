@@ -4,15 +4,15 @@
 //! Prometheus, Grafana Alloy and vmagent read over REST) or an in-house
 //! control plane serves.
 //!
-//! Each is registered once ([`register`]) and lives for the process: a
-//! [`ResourceType::Extra`] holds a `&'static` to it, so a resource type
-//! stays a `Copy` value that every table keys by, the built-in eight and
-//! the extras alike. Registration is idempotent and checked: a name or a
-//! type URL is never given two meanings. No I/O.
+//! Each is registered once ([`register`], through
+//! `ResourceType::register`, which keeps Envoy's own names and type URLs
+//! out) and lives for the process: a `ResourceType::Extra` holds a
+//! `&'static` to it, so a resource type stays a `Copy` value that every
+//! table keys by, the built-in ten and the extras alike. Registration is
+//! idempotent and checked: a name or a type URL is never given two
+//! meanings. No I/O.
 
 use std::sync::RwLock;
-
-use super::resource_type::{ResourceType, BUILT_IN_TYPES, TYPE_URL_PREFIX};
 
 /// How many extra types a process may register.
 pub const MAX_EXTRA_TYPES: usize = 32;
@@ -44,43 +44,6 @@ pub struct ExtraType {
     pub(crate) name_fields: &'static [u32],
 }
 
-/// An extra type as configured (`--extra-type`, `[[extra-type]]`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct ExtraTypeSpec {
-    /// The REST name (`/v3/discovery:<name>`): lowercase letters, digits,
-    /// `-` and `_`.
-    pub name: String,
-    /// `type.googleapis.com/<fully qualified message name>`.
-    pub type_url: String,
-    /// The type's own gRPC service (fully qualified), for the per-type
-    /// transports and fetch mode; without one it travels over ADS only.
-    #[serde(default)]
-    pub service: Option<String>,
-    /// What the service's methods are named after [default: the message's
-    /// short name and an `s`: `MonitoringAssignments`].
-    #[serde(default)]
-    pub stem: Option<String>,
-    /// Whether each SotW response holds the type's whole state, so that a
-    /// resource it leaves out is gone [default: true, as go-control-plane's
-    /// and Kuma's servers send every type].
-    #[serde(default = "yes")]
-    pub complete_state: bool,
-    /// Whether an empty name list asks for every resource [default: true].
-    #[serde(default = "yes")]
-    pub wildcard_when_unnamed: bool,
-    /// The numbers of the string fields whose values, joined with `/`,
-    /// name a resource (a SotW response names none but by its content)
-    /// [default: `[1]`, the `name` of most xDS resources; Kuma's
-    /// `MonitoringAssignment` is named by mesh and service, `[1, 2]`].
-    #[serde(default = "first_field")]
-    pub name_fields: Vec<u32>,
-}
-
-fn first_field() -> Vec<u32> {
-    vec![1]
-}
-
 impl ExtraType {
     /// Its place among the extras, below [`MAX_EXTRA_TYPES`].
     pub(crate) fn index(&self) -> usize {
@@ -88,40 +51,36 @@ impl ExtraType {
     }
 }
 
-fn yes() -> bool {
-    true
-}
-
-impl ExtraTypeSpec {
-    /// `NAME=TYPE_URL` (the flag's form), with the defaults.
-    pub fn parse_flag(text: &str) -> Result<ExtraTypeSpec, ExtraTypeError> {
-        let (name, type_url) = text
-            .split_once('=')
-            .ok_or_else(|| ExtraTypeError(format!("{text:?} is not NAME=TYPE_URL")))?;
-        Ok(ExtraTypeSpec {
-            name: name.trim().to_owned(),
-            type_url: type_url.trim().to_owned(),
-            service: None,
-            stem: None,
-            complete_state: true,
-            wildcard_when_unnamed: true,
-            name_fields: first_field(),
-        })
-    }
-}
-
 /// Why an extra type cannot be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("extra type: {0}")]
-pub struct ExtraTypeError(String);
+pub struct ExtraTypeError(pub(crate) String);
+
+/// What an operator says of an extra type (`--extra-type`,
+/// `[[extra-type]]`), borrowed: see `config::ExtraTypeSpec` for each
+/// field's meaning and default.
+#[derive(Debug, Clone, Copy)]
+pub struct Definition<'a> {
+    pub name: &'a str,
+    pub type_url: &'a str,
+    pub service: Option<&'a str>,
+    pub stem: Option<&'a str>,
+    pub complete_state: bool,
+    pub wildcard_when_unnamed: bool,
+    pub name_fields: &'a [u32],
+}
 
 static REGISTERED: RwLock<Vec<&'static ExtraType>> = RwLock::new(Vec::new());
 
-/// Registers `spec` (or finds it registered the same way already): the
-/// resource type that stands for it from now on.
-pub fn register(spec: &ExtraTypeSpec) -> Result<ResourceType, ExtraTypeError> {
+/// Registers `def`, whose message is `message` (its type URL's), or finds
+/// it registered the same way already. The caller has kept Envoy's own
+/// names and type URLs out.
+pub(crate) fn register(
+    def: &Definition<'_>,
+    message: &str,
+) -> Result<&'static ExtraType, ExtraTypeError> {
     let fail = |reason: String| Err(ExtraTypeError(reason));
-    let name = spec.name.as_str();
+    let name = def.name;
     let name_ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -132,65 +91,51 @@ pub fn register(spec: &ExtraTypeSpec) -> Result<ResourceType, ExtraTypeError> {
             "name {name:?} must be 1 to 64 lowercase letters, digits, '-' or '_'"
         ));
     }
-    let taken = BUILT_IN_TYPES.iter().any(|t| t.short_name() == name)
-        || ["health_check", "client_status"].contains(&name);
-    if taken {
-        return fail(format!("name {name:?} is one of Envoy's own endpoints"));
-    }
-    let Some(message) = spec.type_url.strip_prefix(TYPE_URL_PREFIX) else {
-        return fail(format!(
-            "type URL {:?} must be {TYPE_URL_PREFIX}<message name>",
-            spec.type_url
-        ));
-    };
     if !is_full_name(message) {
         return fail(format!("{message:?} is not a fully qualified message name"));
     }
-    if BUILT_IN_TYPES.iter().any(|t| t.type_url() == spec.type_url) {
-        return fail(format!("{} is one of Envoy's own types", spec.type_url));
-    }
-    if let Some(service) = &spec.service {
+    if let Some(service) = def.service {
         if !is_full_name(service) {
             return fail(format!("service {service:?} is not a fully qualified name"));
         }
     }
-    let stem = match &spec.stem {
-        Some(stem) => stem.clone(),
+    let stem = match def.stem {
+        Some(stem) => stem.to_owned(),
         None => format!("{}s", message.rsplit('.').next().unwrap_or(message)),
     };
     if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return fail(format!("stem {stem:?} must be letters, digits or '_'"));
     }
-    let fields_ok = !spec.name_fields.is_empty()
-        && spec.name_fields.len() <= 8
-        && spec
+    let fields_ok = !def.name_fields.is_empty()
+        && def.name_fields.len() <= 8
+        && def
             .name_fields
             .iter()
             .all(|f| (1..=536_870_911).contains(f));
     if !fields_ok {
         return fail(format!(
             "name-fields {:?} must be one to eight field numbers",
-            spec.name_fields
+            def.name_fields
         ));
     }
     let mut registered = crate::sync::write(&REGISTERED);
     for known in registered.iter() {
-        if known.name != name && known.type_url != spec.type_url {
+        if known.name != name && known.type_url != def.type_url {
             continue;
         }
         let same = known.name == name
-            && known.type_url == spec.type_url
-            && known.service == spec.service.as_deref()
+            && known.type_url == def.type_url
+            && known.service == def.service
             && known.stem == stem
-            && known.complete_state == spec.complete_state
-            && known.wildcard_when_unnamed == spec.wildcard_when_unnamed
-            && known.name_fields == spec.name_fields.as_slice();
+            && known.complete_state == def.complete_state
+            && known.wildcard_when_unnamed == def.wildcard_when_unnamed
+            && known.name_fields == def.name_fields;
         if same {
-            return Ok(ResourceType::Extra(known));
+            return Ok(known);
         }
         return fail(format!(
             "{name:?} ({}) is registered already as {:?} ({})",
-            spec.type_url, known.name, known.type_url
+            def.type_url, known.name, known.type_url
         ));
     }
     if registered.len() >= MAX_EXTRA_TYPES {
@@ -200,33 +145,30 @@ pub fn register(spec: &ExtraTypeSpec) -> Result<ResourceType, ExtraTypeError> {
     let extra: &'static ExtraType = Box::leak(Box::new(ExtraType {
         index: registered.len(),
         name: leak(name),
-        type_url: leak(&spec.type_url),
+        type_url: leak(def.type_url),
         message: leak(message),
-        service: spec.service.as_deref().map(leak),
+        service: def.service.map(leak),
         stem: leak(&stem),
-        fetch_method: spec.service.as_ref().map(|_| leak(&format!("Fetch{stem}"))),
-        complete_state: spec.complete_state,
-        wildcard_when_unnamed: spec.wildcard_when_unnamed,
-        name_fields: Box::leak(spec.name_fields.clone().into_boxed_slice()),
+        fetch_method: def.service.map(|_| leak(&format!("Fetch{stem}"))),
+        complete_state: def.complete_state,
+        wildcard_when_unnamed: def.wildcard_when_unnamed,
+        name_fields: Box::leak(def.name_fields.to_vec().into_boxed_slice()),
     }));
     registered.push(extra);
-    Ok(ResourceType::Extra(extra))
+    Ok(extra)
 }
 
 /// Every extra type registered so far, in registration order.
-pub(crate) fn registered() -> Vec<ResourceType> {
-    crate::sync::read(&REGISTERED)
-        .iter()
-        .map(|x| ResourceType::Extra(x))
-        .collect()
+pub(crate) fn registered() -> Vec<&'static ExtraType> {
+    crate::sync::read(&REGISTERED).clone()
 }
 
 /// The registered extra type whose type URL is `url`.
-pub(crate) fn by_type_url(url: &str) -> Option<ResourceType> {
+pub(crate) fn by_type_url(url: &str) -> Option<&'static ExtraType> {
     crate::sync::read(&REGISTERED)
         .iter()
         .find(|x| x.type_url == url)
-        .map(|x| ResourceType::Extra(x))
+        .copied()
 }
 
 /// `a.b.C`: dot-separated identifiers.
@@ -244,9 +186,22 @@ fn is_full_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::ResourceType;
 
-    fn spec(name: &str, type_url: &str) -> ExtraTypeSpec {
-        ExtraTypeSpec::parse_flag(&format!("{name}={type_url}")).unwrap()
+    fn spec<'a>(name: &'a str, type_url: &'a str) -> Definition<'a> {
+        Definition {
+            name,
+            type_url,
+            service: None,
+            stem: None,
+            complete_state: true,
+            wildcard_when_unnamed: true,
+            name_fields: &[1],
+        }
+    }
+
+    fn register(def: &Definition<'_>) -> Result<ResourceType, ExtraTypeError> {
+        ResourceType::register(def)
     }
 
     #[test]
@@ -282,13 +237,12 @@ mod tests {
         ] {
             assert!(register(&spec(name, url)).is_err(), "{name} {url}");
         }
-        assert!(ExtraTypeSpec::parse_flag("no-equals").is_err());
     }
 
     #[test]
     fn the_stem_defaults_to_the_message_and_an_s() {
-        let t = register(&ExtraTypeSpec {
-            service: Some("kuma.observability.v1.MonitoringAssignmentDiscoveryService".into()),
+        let t = register(&Definition {
+            service: Some("kuma.observability.v1.MonitoringAssignmentDiscoveryService"),
             ..spec(
                 "monitoringassignments",
                 "type.googleapis.com/kuma.observability.v1.MonitoringAssignment",

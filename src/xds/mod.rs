@@ -25,5 +25,5 @@ pub use learned::LearnError;
 pub use opaque::OPAQUE_TYPE_URL;
 pub use request::{DiscoveryRequestView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
-pub use resource_type::{Endpoint, ResourceType, BUILT_IN_TYPES, MAX_TYPES};
+pub use resource_type::{Endpoint, ResourceType, MAX_TYPES};
 pub use validate::{Validator, Violation};

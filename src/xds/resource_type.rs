@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use super::extra_types::{self, ExtraType};
+use super::extra_types::{self, Definition, ExtraType, ExtraTypeError};
 
 /// Prefix of every type URL.
 pub(crate) const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
@@ -177,12 +177,8 @@ const fn row(
     }
 }
 
-/// Envoy's ten, in table order (the eight Envoy polls over REST, then the
-/// two delta-only ones).
-pub const BUILT_IN_TYPES: [ResourceType; 10] = ResourceType::BUILT_IN;
-
 /// How many types a table indexed by [`ResourceType::index`] holds.
-pub const MAX_TYPES: usize = BUILT_IN_TYPES.len() + extra_types::MAX_EXTRA_TYPES;
+pub const MAX_TYPES: usize = ResourceType::BUILT_IN.len() + extra_types::MAX_EXTRA_TYPES;
 
 impl ResourceType {
     /// Envoy's ten, in table order (the eight Envoy polls over REST, then
@@ -203,8 +199,37 @@ impl ResourceType {
     /// Every type served: Envoy's ten, then each extra type registered.
     pub fn all() -> Vec<ResourceType> {
         let mut all = Self::BUILT_IN.to_vec();
-        all.extend(extra_types::registered());
+        all.extend(
+            extra_types::registered()
+                .into_iter()
+                .map(ResourceType::Extra),
+        );
         all
+    }
+
+    /// Registers an extra type (or finds it registered the same way): the
+    /// type that stands for it from now on. Envoy's own names and type
+    /// URLs are refused.
+    pub fn register(def: &Definition<'_>) -> Result<ResourceType, ExtraTypeError> {
+        let fail = |reason: String| Err(ExtraTypeError(reason));
+        let taken = Self::BUILT_IN.iter().any(|t| t.short_name() == def.name)
+            || TABLE.iter().any(|row| row.path_suffix == def.name);
+        if taken {
+            return fail(format!(
+                "name {:?} is one of Envoy's own endpoints",
+                def.name
+            ));
+        }
+        if Self::BUILT_IN.iter().any(|t| t.type_url() == def.type_url) {
+            return fail(format!("{} is one of Envoy's own types", def.type_url));
+        }
+        let Some(message) = def.type_url.strip_prefix(TYPE_URL_PREFIX) else {
+            return fail(format!(
+                "type URL {:?} must be {TYPE_URL_PREFIX}<message name>",
+                def.type_url
+            ));
+        };
+        extra_types::register(def, message).map(ResourceType::Extra)
     }
 
     /// Its place in tables of every type (below [`MAX_TYPES`]).
@@ -220,7 +245,7 @@ impl ResourceType {
             ResourceType::ExtensionConfigs => 7,
             ResourceType::VirtualHosts => 8,
             ResourceType::LbEndpoints => 9,
-            ResourceType::Extra(extra) => BUILT_IN_TYPES.len() + extra.index,
+            ResourceType::Extra(extra) => ResourceType::BUILT_IN.len() + extra.index,
         }
     }
 
@@ -249,7 +274,7 @@ impl ResourceType {
         Self::BUILT_IN
             .into_iter()
             .find(|t| t.type_url() == url)
-            .or_else(|| extra_types::by_type_url(url))
+            .or_else(|| extra_types::by_type_url(url).map(ResourceType::Extra))
     }
 
     /// Short name used in logs and metric labels (the path suffix).
@@ -364,7 +389,7 @@ impl Endpoint {
         TABLE.iter().map(|row| row.endpoint).chain(
             extra_types::registered()
                 .into_iter()
-                .map(Endpoint::Discovery),
+                .map(|x| Endpoint::Discovery(ResourceType::Extra(x))),
         )
     }
 
@@ -447,7 +472,7 @@ impl Endpoint {
         TABLE
             .iter()
             .map(|row| row.path_suffix)
-            .chain(extras.iter().map(|t| t.short_name()))
+            .chain(extras.iter().map(|t| t.name))
             .map(|name| (edit_distance(suffix, name), name))
             .min()
             .map(|(_, s)| s)
