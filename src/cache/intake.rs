@@ -145,7 +145,25 @@ impl Intake {
         payload: Bytes,
     ) -> Result<Arc<Resource>, ResourceError> {
         let digest: Digest = Sha256::digest(&payload).into();
-        self.resource_of(kind, digest, payload)
+        self.resource_of(kind, digest, payload, None)
+    }
+
+    /// The rendered resource for `payload` of an extra `kind` that a delta
+    /// upstream named `name` (its wrapper's name stands, whatever the
+    /// type's name fields say): as [`resource`](Self::resource), its
+    /// digest covering the name, so two names never share a render.
+    pub(crate) fn resource_named(
+        &self,
+        kind: ResourceType,
+        name: String,
+        payload: Bytes,
+    ) -> Result<Arc<Resource>, ResourceError> {
+        let mut hasher = Sha256::new();
+        hasher.update((name.len() as u64).to_be_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update(&payload);
+        let digest: Digest = hasher.finalize().into();
+        self.resource_of(kind, digest, payload, Some(name))
     }
 
     /// [`resource`](Self::resource) of a payload whose digest is known. A
@@ -156,6 +174,7 @@ impl Intake {
         kind: ResourceType,
         digest: Digest,
         payload: Bytes,
+        name: Option<String>,
     ) -> Result<Arc<Resource>, ResourceError> {
         let key = (kind, digest);
         if let Some(hit) = self.plain.get(&key) {
@@ -165,7 +184,7 @@ impl Intake {
             self.plain.invalidate(&key);
         }
         self.plain
-            .try_get_with(key, || self.render(kind, digest, payload))
+            .try_get_with(key, || self.render(kind, digest, payload, name))
             .map_err(|e| (*e).clone())
     }
 
@@ -189,7 +208,7 @@ impl Intake {
             .map(|(name, r)| {
                 let r = match stale(r) {
                     true => self
-                        .resource_of(r.kind, r.digest, r.payload.clone())
+                        .resource_of(r.kind, r.digest, r.payload.clone(), Some(r.name.clone()))
                         .unwrap_or_else(|_| Arc::clone(r)),
                     false => Arc::clone(r),
                 };
@@ -199,12 +218,14 @@ impl Intake {
         fresh.into_set()
     }
 
-    /// [`resource`](Self::resource) on a memo miss.
+    /// [`resource`](Self::resource) on a memo miss; named `name`, else as
+    /// its name fields say.
     fn render(
         &self,
         kind: ResourceType,
         digest: Digest,
         payload: Bytes,
+        name: Option<String>,
     ) -> Result<Arc<Resource>, ResourceError> {
         let type_url = kind.type_url();
         if kind.delta_only() {
@@ -214,12 +235,20 @@ impl Intake {
             }
             .into());
         }
-        let name = name_of(kind, &payload)
-            .ok_or_else(|| JsonError::Decode {
-                type_url: type_url.to_owned(),
-                reason: format!("resource has no name (fields {:?})", kind.name_fields()),
-            })?
-            .into_owned();
+        let name = match (name, name_of(kind, &payload)) {
+            (Some(name), _) => name,
+            (None, Some(name)) => name.into_owned(),
+            // An added type's resource without its name fields is named by
+            // its content: no client of such a type refuses it for that.
+            (None, None) if kind.is_extra() => format!("sha256:{}", hex::encode(&digest[..8])),
+            (None, None) => {
+                return Err(JsonError::Decode {
+                    type_url: type_url.to_owned(),
+                    reason: format!("resource has no name (fields {:?})", kind.name_fields()),
+                }
+                .into())
+            }
+        };
         // One pool throughout, however the shared one grows meanwhile.
         let codec = self.codec.snapshot();
         if kind.is_extra() && !codec.descriptors().knows(type_url) {

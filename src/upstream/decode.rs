@@ -173,6 +173,16 @@ fn decode_plain(
 
 /// Decodes the resource of a delta-only `kind` that a delta `Resource`
 /// wrapper delivered as `wrapper` says.
+/// A resource of an extra `kind` named `name` by its delta wrapper.
+pub(super) fn decode_named(
+    intake: &Intake,
+    kind: ResourceType,
+    name: String,
+    any: Payload<'_>,
+) -> Result<Arc<Resource>, Rejection> {
+    Ok(intake.resource_named(kind, name, payload_of(kind, any)?)?)
+}
+
 pub(super) fn decode_delta_named(
     intake: &Intake,
     kind: ResourceType,

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 
 use super::{NOT_FOUND, WILDCARD};
 use crate::cache::{Coverage, Intake, WrapperName};
-use crate::upstream::decode::{decode_delta_named, decode_one, ttl_of, Rejection};
+use crate::upstream::decode::{decode_delta_named, decode_named, decode_one, ttl_of, Rejection};
 use crate::upstream::held::HeldResource;
 use crate::upstream::wire::Payload;
 use crate::xds::ResourceType;
@@ -102,6 +102,11 @@ pub(super) fn decode_update(
                         version: resource.version.clone(),
                     };
                     decode_delta_named(intake, kind, named, Payload::of(&any)).map_err(at)?
+                } else if kind.is_extra() && !wrapper_name.is_empty() {
+                    // An added type: the wrapper names it, whatever its
+                    // name fields hold (a SotW answer names none).
+                    decode_named(intake, kind, wrapper_name.clone(), Payload::of(&any))
+                        .map_err(at)?
                 } else {
                     decode_one(intake, kind, Payload::of(&any)).map_err(at)?
                 };
