@@ -73,6 +73,25 @@ fn alpn_file(name: &str, package: &str, message: &str, deps: &[&str]) -> Vec<u8>
     .encode_to_vec()
 }
 
+/// The in-house filter's file, which also extends Envoy's `Cluster` with
+/// a field of its own (it would render as a new field of every cluster).
+fn extending_cluster() -> Vec<u8> {
+    let mut file = FileDescriptorProto::decode(good_file().as_slice()).expect("the good file");
+    file.dependency
+        .push("envoy/config/cluster/v3/cluster.proto".into());
+    file.extension.push(FieldDescriptorProto {
+        name: Some("shadow".into()),
+        number: Some(99_999),
+        label: Some(field_descriptor_proto::Label::Optional as i32),
+        r#type: Some(field_descriptor_proto::Type::String as i32),
+        extendee: Some(".envoy.config.cluster.v3.Cluster".into()),
+        json_name: Some("shadow".into()),
+        ..Default::default()
+    });
+    file.syntax = Some("proto2".into());
+    file.encode_to_vec()
+}
+
 fn good_file() -> Vec<u8> {
     alpn_file(
         "acme/filters/v1/alpn.proto",
@@ -370,6 +389,11 @@ fn hostile_cases() -> Vec<(&'static str, Vec<Vec<u8>>, &'static str)> {
             "more than",
         ),
         ("not a descriptor", vec![vec![0xff; 16]], "does not decode"),
+        (
+            "extends Envoy's Cluster",
+            vec![extending_cluster()],
+            "extends envoy.config.cluster.v3.Cluster",
+        ),
         (
             "files that do not define the type",
             vec![alpn_file("acme/other.proto", "acme.other", "Other", &[])],

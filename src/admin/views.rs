@@ -80,7 +80,7 @@ fn opaque_problem(type_url: &str, opaque: &crate::cache::Opaque) -> String {
     text.push_str(
         "; to render it in full, serve gRPC server reflection on the upstream (the gateway asks it), \
          or start the gateway with --descriptor-set FILE holding its descriptors \
-         (`xds-gateway descriptors --upstream URL --out FILE` writes one)",
+         (`xds-gateway descriptors --upstream URL --type TYPE_URL --out FILE` writes one)",
     );
     text
 }

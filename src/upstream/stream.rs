@@ -534,6 +534,7 @@ async fn one_stream<P: Protocol>(
     let mut up = false;
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
     session.upstream.phase(Phase::Connecting);
+    ctx.reflection_settled().await;
     protocol.reset_stream();
     for kind in ResourceType::all() {
         if lane.is_none_or(|only| only == kind) {

@@ -28,6 +28,9 @@ use crate::xds::descriptors::message_name_of;
 pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(30);
 /// The longest such wait.
 pub(crate) const LAST_RETRY: Duration = Duration::from_secs(600);
+/// The wait after the upstream could not be reached (no backoff: it is
+/// not the upstream's answer).
+pub(crate) const UNREACHED_RETRY: Duration = Duration::from_secs(1);
 
 /// What one upstream was asked, per type URL.
 #[derive(Debug)]
@@ -35,6 +38,8 @@ pub(crate) struct Learner {
     /// `--upstream-reflection` (or the table's `reflection`).
     on: bool,
     asked: Mutex<BTreeMap<String, Asked>>,
+    /// How many asks are in flight.
+    in_flight: tokio::sync::watch::Sender<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -50,7 +55,14 @@ impl Learner {
         Learner {
             on,
             asked: Mutex::default(),
+            in_flight: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Returns once no ask is in flight, or after `within`.
+    pub(crate) async fn settled(&self, within: Duration) {
+        let mut in_flight = self.in_flight.subscribe();
+        let _ = tokio::time::timeout(within, in_flight.wait_for(|n| *n == 0)).await;
     }
 
     /// Marks `type_url` asked now, if it may be: not in flight, and past
@@ -62,25 +74,45 @@ impl Learner {
             return false;
         }
         entry.in_flight = true;
+        self.in_flight.send_modify(|n| *n += 1);
         true
     }
 
     /// Records how asking `type_url` ended; the delay before it may be
     /// asked again when it failed.
-    fn finish(&self, type_url: &str, learned: bool, now: Instant) -> Option<Duration> {
+    fn finish(&self, type_url: &str, outcome: Outcome, now: Instant) -> Option<Duration> {
         let mut asked = crate::sync::lock(&self.asked);
         let entry = asked.entry(type_url.to_owned()).or_default();
-        entry.in_flight = false;
-        if learned {
-            entry.failures = 0;
-            entry.retry_at = None;
-            return None;
+        if std::mem::take(&mut entry.in_flight) {
+            self.in_flight.send_modify(|n| *n = n.saturating_sub(1));
+        }
+        match outcome {
+            Outcome::Learned => {
+                entry.failures = 0;
+                entry.retry_at = None;
+                return None;
+            }
+            Outcome::Unreached => {
+                entry.retry_at = Some(now + UNREACHED_RETRY);
+                return Some(UNREACHED_RETRY);
+            }
+            Outcome::Refused => {}
         }
         let delay = retry_delay(entry.failures);
         entry.failures = entry.failures.saturating_add(1);
         entry.retry_at = Some(now + delay);
         Some(delay)
     }
+}
+
+/// How one ask ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Learned,
+    /// The upstream was not reached, or did not answer in time.
+    Unreached,
+    /// It answered, without what defines the type.
+    Refused,
 }
 
 /// The wait after `failures` earlier failures: 30 s, 60 s, ... 10 min.
@@ -91,6 +123,16 @@ fn retry_delay(failures: u32) -> Duration {
 }
 
 impl UpstreamContext {
+    /// Returns once no type is being asked of this upstream (at most
+    /// [`REFLECTION_WAIT`](super::reflection::REFLECTION_WAIT)): a stream
+    /// opening while the added types' descriptors are asked for at start-up
+    /// waits for them, so its first answers render in full.
+    pub(crate) async fn reflection_settled(&self) {
+        self.learner
+            .settled(super::reflection::REFLECTION_WAIT)
+            .await;
+    }
+
     /// `set` as the pool renders it now (what was served opaque for a type
     /// learned since, rendered again), after asking for the types it still
     /// holds opaque: what every state published from this upstream holds.
@@ -134,17 +176,22 @@ impl UpstreamContext {
     async fn ask(&self, type_url: &str) {
         let descriptors = self.intake.codec().descriptors().clone();
         let outcome = match message_name_of(type_url) {
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err((Outcome::Refused, e.to_string())),
             Ok(symbol) => {
                 let pool = descriptors.pool();
                 let known = |file: &str| pool.get_file_by_name(file).is_some();
                 match files_defining(self, symbol, known).await {
-                    Err(e) => Err(e.to_string()),
+                    Err(e) if e.is_transient() => Err((Outcome::Unreached, e.to_string())),
+                    Err(e) => Err((Outcome::Refused, e.to_string())),
                     Ok(files) => match descriptors.learn(&files) {
-                        Err(e) => Err(format!("its descriptors were refused: {e}")),
-                        Ok(_) if !descriptors.knows(type_url) => {
-                            Err("its descriptors do not define the type".to_owned())
-                        }
+                        Err(e) => Err((
+                            Outcome::Refused,
+                            format!("its descriptors were refused: {e}"),
+                        )),
+                        Ok(_) if !descriptors.knows(type_url) => Err((
+                            Outcome::Refused,
+                            "its descriptors do not define the type".to_owned(),
+                        )),
                         Ok(added) => Ok(added),
                     },
                 }
@@ -153,13 +200,13 @@ impl UpstreamContext {
         let now = Instant::now();
         match outcome {
             Ok(added) => {
-                self.learner.finish(type_url, true, now);
+                self.learner.finish(type_url, Outcome::Learned, now);
                 self.intake.opaque_types().forget_known(&descriptors);
                 info!(upstream = %self.name, type_url = %Escaped(type_url), files = added,
                     "learned a type by reflection: its resources render in full from now on");
             }
-            Err(reason) => {
-                let retry_in = self.learner.finish(type_url, false, now);
+            Err((outcome, reason)) => {
+                let retry_in = self.learner.finish(type_url, outcome, now);
                 self.intake
                     .opaque_types()
                     .explain(type_url, &self.name, &reason);
@@ -234,11 +281,32 @@ mod tests {
         let t0 = Instant::now();
         assert!(learner.start("t", t0));
         assert!(!learner.start("t", t0), "in flight");
-        assert_eq!(learner.finish("t", false, t0), Some(FIRST_RETRY));
+        assert_eq!(learner.finish("t", Outcome::Refused, t0), Some(FIRST_RETRY));
         assert!(!learner.start("t", t0 + FIRST_RETRY - Duration::from_millis(1)));
         assert!(learner.start("t", t0 + FIRST_RETRY));
-        assert_eq!(learner.finish("t", false, t0), Some(FIRST_RETRY * 2));
+        assert_eq!(
+            learner.finish("t", Outcome::Refused, t0),
+            Some(FIRST_RETRY * 2)
+        );
         assert!(learner.start("other", t0), "each type has its own");
+    }
+
+    #[test]
+    fn an_upstream_not_reached_is_asked_again_soon_without_backoff() {
+        let learner = Learner::new(true);
+        let t0 = Instant::now();
+        assert!(learner.start("t", t0));
+        assert_eq!(
+            learner.finish("t", Outcome::Unreached, t0),
+            Some(UNREACHED_RETRY)
+        );
+        assert!(!learner.start("t", t0));
+        assert!(learner.start("t", t0 + UNREACHED_RETRY));
+        assert_eq!(
+            learner.finish("t", Outcome::Refused, t0),
+            Some(FIRST_RETRY),
+            "not counted"
+        );
     }
 
     #[test]

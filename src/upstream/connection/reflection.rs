@@ -45,6 +45,8 @@ pub(crate) enum ReflectionError {
     NotServed,
     #[error("reflection failed: {0}")]
     Failed(String),
+    #[error("the upstream could not be reached: {0}")]
+    Unreachable(String),
     #[error("the upstream's reflection does not know {symbol}: {message}")]
     Unknown { symbol: String, message: String },
     #[error("reflection sent more than {MAX_FILES} files or {MAX_BYTES} bytes")]
@@ -160,9 +162,21 @@ async fn exchange(
     }
 }
 
+impl ReflectionError {
+    /// Whether asking again soon may go otherwise (the upstream was not
+    /// reached, or did not answer in time), rather than after a backoff.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ReflectionError::Unreachable(_) | ReflectionError::TimedOut
+        )
+    }
+}
+
 fn classify(status: tonic::Status) -> ReflectionError {
     match status.code() {
         Code::Unimplemented => ReflectionError::NotServed,
+        Code::Unavailable => ReflectionError::Unreachable(status.message().to_owned()),
         _ => ReflectionError::Failed(format!("{}: {}", status.code(), status.message())),
     }
 }
