@@ -13,12 +13,16 @@
 //!   one refresh interval;
 //! - with nothing changed Prometheus gets 304s and counts skipped updates;
 //! - after the control plane restarts, Prometheus keeps its targets, with no
-//!   failed fetch and no reconnection storm toward the control plane.
+//!   failed fetch and no reconnection storm toward the control plane;
+//! - with the type configured for proto field names, a client decoding the
+//!   body with a plain JSON decoder (field names as the .proto spells them,
+//!   as vmagent's Go structs and Kuma's own server use) reads the same
+//!   assignments Prometheus turns into its targets, and Prometheus still
+//!   reads them.
 //!
-//! What it leaves out: Grafana Alloy and vmagent (Alloy runs this same
-//! package; vmagent is not a Go module this machine can build), and a
-//! client decoding proto field names with a plain JSON decoder (the gateway
-//! writes lowerCamelCase only; Prometheus decodes with protojson).
+//! What it leaves out: Grafana Alloy (it runs this same package) and
+//! vmagent itself (not a Go module built here: the plain decoder stands in
+//! for it).
 
 #[path = "support/gateway.rs"]
 mod gateway;
@@ -37,7 +41,7 @@ use inproc::InProcess;
 use kuma_peers::{KumaSd, MadsServer, MADS_TYPE};
 use serde_json::{json, Value};
 use xds_gateway::config::ExtraTypeSpec;
-use xds_gateway::config::{Config, UpstreamMode, UpstreamStreams};
+use xds_gateway::config::{Config, FieldNames, UpstreamMode, UpstreamStreams};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 const SKIPPED: &str = "prometheus_sd_kuma_fetch_skipped_updates_total";
@@ -46,6 +50,7 @@ const FAILURES: &str = "prometheus_sd_kuma_fetch_failures_total";
 /// Kuma's MADS type as an operator adds it: named by mesh and service.
 fn mads_type() -> ExtraTypeSpec {
     ExtraTypeSpec {
+        field_names: FieldNames::Json,
         name: "monitoringassignments".into(),
         type_url: MADS_TYPE.into(),
         service: Some("kuma.observability.v1.MonitoringAssignmentDiscoveryService".into()),
@@ -57,11 +62,20 @@ fn mads_type() -> ExtraTypeSpec {
 }
 
 async fn gateway(upstream: &MadsServer, mode: UpstreamMode, streams: UpstreamStreams) -> InProcess {
+    gateway_with(upstream, mode, streams, mads_type()).await
+}
+
+async fn gateway_with(
+    upstream: &MadsServer,
+    mode: UpstreamMode,
+    streams: UpstreamStreams,
+    extra: ExtraTypeSpec,
+) -> InProcess {
     let config = Config {
         upstream: Some(upstream.upstream()),
         upstream_mode: mode,
         upstream_streams: streams,
-        extra_types: vec![mads_type()],
+        extra_types: vec![extra],
         max_wait: Duration::from_secs(60),
         ..Config::default()
     }
@@ -311,6 +325,126 @@ async fn unchanged_assignments_are_304s_and_a_restart_keeps_the_targets() {
             "after the restart",
         )
         .await;
+        drop(sd);
+        gw.stop().await;
+    })
+    .await;
+}
+
+/// What a plain JSON decoder with the .proto's field names reads: the
+/// structs a Go or Rust client writes by hand, no protobuf runtime.
+#[derive(Debug, serde::Deserialize)]
+struct PlainResponse {
+    version_info: String,
+    type_url: String,
+    resources: Vec<PlainAssignment>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PlainAssignment {
+    mesh: String,
+    service: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    targets: Vec<PlainTarget>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PlainTarget {
+    name: String,
+    scheme: String,
+    address: String,
+    metrics_path: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+impl PlainAssignment {
+    /// Back to the control API's form, to map as Prometheus does.
+    fn as_json(&self) -> Value {
+        json!({
+            "mesh": self.mesh, "service": self.service, "labels": self.labels,
+            "targets": self.targets.iter().map(|t| json!({
+                "name": t.name, "scheme": t.scheme, "address": t.address,
+                "metrics_path": t.metrics_path, "labels": t.labels,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_json_decoder_reads_what_prometheus_reads() {
+    rest::bounded(TEST_TIMEOUT, async {
+        let test = "a_plain_json_decoder_reads_what_prometheus_reads";
+        let mads = MadsServer::start(test);
+        mads.set_assignments("v1", assignments(1)).await;
+        let extra = ExtraTypeSpec {
+            field_names: FieldNames::Proto,
+            ..mads_type()
+        };
+        let gw = gateway_with(
+            &mads,
+            UpstreamMode::Sotw,
+            UpstreamStreams::Aggregated,
+            extra,
+        )
+        .await;
+        let server = format!("http://127.0.0.1:{}", gw.rest_port);
+        let mut sd = KumaSd::start(test, &server, "1s", "5s", "prom-proto-names");
+        let expected = expected_targets(&assignments(1));
+        until_targets(&mut sd, &expected, "Prometheus, proto field names").await;
+        assert_eq!(sd.metric(FAILURES).await, 0.0, "{}", sd.log());
+
+        // The same request, as such a client sends it.
+        let request = json!({"node": {"id": "plain"}, "type_url": MADS_TYPE});
+        let reply = gateway::http_request(
+            gw.rest_port,
+            http::Method::POST,
+            "/v3/discovery:monitoringassignments?fetch-timeout=2m",
+            &[("content-type", "application/json")],
+            bytes::Bytes::from(request.to_string()),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("an answer");
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let plain: PlainResponse = serde_json::from_slice(&reply.body).unwrap_or_else(|e| {
+            panic!(
+                "a plain decoder cannot read it ({e}): {}",
+                String::from_utf8_lossy(&reply.body)
+            )
+        });
+        assert_eq!(plain.type_url, MADS_TYPE);
+        assert!(!plain.version_info.is_empty());
+        let read: Vec<Value> = plain
+            .resources
+            .iter()
+            .map(PlainAssignment::as_json)
+            .collect();
+        assert_eq!(
+            expected_targets(&Value::Array(read)),
+            expected,
+            "what the plain decoder read"
+        );
+
+        // A client may still ask for lowerCamelCase.
+        let (status, camel) = process::http_get(
+            gw.rest_port,
+            "/v3/discovery:monitoringassignments?node=plain&field-names=json",
+        )
+        .await
+        .expect("an answer");
+        assert_eq!(status, 200, "{camel}");
+        assert!(
+            camel.contains("\"versionInfo\"") && camel.contains("\"metricsPath\""),
+            "{camel}"
+        );
         drop(sd);
         gw.stop().await;
     })

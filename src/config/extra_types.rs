@@ -38,6 +38,23 @@ pub struct ExtraTypeSpec {
     /// (`sha256:<16 hex digits>`); a delta upstream's wrapper names it.
     #[serde(default = "first_field")]
     pub name_fields: Vec<u32>,
+    /// How answers name fields unless the client asks (`?field-names=`):
+    /// `json` (lowerCamelCase, proto3 JSON's default) or `proto`
+    /// (`version_info`, `metrics_path`), for clients that decode with a
+    /// plain JSON decoder and cannot ask [default: json].
+    #[serde(default)]
+    pub field_names: FieldNames,
+}
+
+/// The field names of an answer's JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FieldNames {
+    /// lowerCamelCase (`versionInfo`): proto3 JSON's, and Envoy's.
+    #[default]
+    Json,
+    /// As the .proto spells them (`version_info`).
+    Proto,
 }
 
 fn yes() -> bool {
@@ -62,6 +79,7 @@ impl ExtraTypeSpec {
             complete_state: true,
             wildcard_when_unnamed: true,
             name_fields: first_field(),
+            field_names: FieldNames::Json,
         })
     }
 }

@@ -24,7 +24,7 @@ mod slices;
 mod tests;
 mod upstreams;
 
-pub use extra_types::ExtraTypeSpec;
+pub use extra_types::{ExtraTypeSpec, FieldNames};
 pub use fields::{Config, Settings};
 pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
 pub use proxies::{ForwardedHeader, TrustedProxies};

@@ -63,6 +63,9 @@ pub struct RestConfig {
     pub forwarded_header: ForwardedHeader,
     /// `--allowed-hosts`: names answered without authentication.
     pub allowed_hosts: Vec<String>,
+    /// The REST names of the extra types answered with proto field names
+    /// unless the client asks otherwise (`field-names = "proto"`).
+    pub proto_field_names: Vec<String>,
 }
 
 /// What the admin views read besides the source: whether secrets may be
@@ -109,6 +112,12 @@ impl Config {
             trusted_proxies: self.trusted_proxies.clone(),
             forwarded_header: self.forwarded_header,
             allowed_hosts: self.allowed_hosts.clone(),
+            proto_field_names: self
+                .extra_types
+                .iter()
+                .filter(|t| t.field_names == super::FieldNames::Proto)
+                .map(|t| t.name.clone())
+                .collect(),
         }
     }
 

@@ -50,6 +50,7 @@ const POST_PARAMS: &[&str] = &[
     "fetch-timeout",
     "pretty",
     "format",
+    "field-names",
     "watch",
     "changes",
 ];
@@ -59,6 +60,7 @@ const GET_PARAMS: &[&str] = &[
     "fetch-timeout",
     "pretty",
     "format",
+    "field-names",
     "node",
     "cluster",
     "profile",
@@ -193,7 +195,11 @@ async fn poll(
     let wait = requested_wait(query, config.default_wait, config.max_wait)?;
     cacheability.long_poll = !wait.is_zero();
     let cache_headers = cacheability.headers(config.cache_max_age);
-    let presentation = Presentation::from_request(query, headers)?;
+    let proto_names = config
+        .proto_field_names
+        .iter()
+        .any(|name| name == asked.kind.short_name());
+    let presentation = Presentation::from_request(query, headers, proto_names)?;
     let (kind, tenant) = (asked.kind, asked.tenant.as_ref());
     let mut polled = gateway.source.poll(kind, asked.request, tenant).await?;
     let answered = asked.answered();
@@ -401,7 +407,12 @@ fn respond(
             } else {
                 gateway.metrics.cache_miss(kind);
             }
-            presentation.ok(json, &version, &gateway.renditions)?
+            presentation.ok(
+                json,
+                &version,
+                &gateway.renditions,
+                gateway.assembler.codec(),
+            )?
         }
     };
     cache_headers.apply(&mut response);

@@ -1,6 +1,9 @@
 //! Presentation of a discovery answer: canonical compact JSON (what Envoy
 //! gets), indented JSON (`?pretty`), or YAML (`?format=yaml` or
-//! `Accept: application/yaml`), each with an `ETag` of the version so HTTP
+//! `Accept: application/yaml`), with lowerCamelCase field names or, for a
+//! client decoding with a plain JSON decoder, proto field names
+//! (`?field-names=proto`, or the default an extra type is configured
+//! with), each with an `ETag` of the version so HTTP
 //! caches and `If-None-Match` work; and, on a poll and a watch alike, the
 //! [`STALE_HEADER`] while the state served is stale. Errors are always JSON.
 
@@ -12,21 +15,26 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::pieces::Pieces;
-use super::renditions::{Rendition, Renditions};
+use super::renditions::{Form, Rendition, Renditions};
 use crate::cache::JsonBody;
+use crate::xds::Codec;
 
 /// How the client wants the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct Presentation {
     pretty: bool,
     yaml: bool,
+    proto_names: bool,
 }
 
 impl Presentation {
-    /// From `?pretty`, `?format=json|yaml` and the `Accept` header.
+    /// From `?pretty`, `?format=json|yaml`, `?field-names=json|proto` (by
+    /// default proto names when `proto_names`, the type's default) and the
+    /// `Accept` header.
     pub(super) fn from_request(
         query: &HashMap<String, String>,
         headers: &HeaderMap,
+        proto_names: bool,
     ) -> Result<Presentation, ApiError> {
         let pretty = match query.get("pretty").map(String::as_str) {
             None | Some("false") | Some("0") => false,
@@ -55,7 +63,21 @@ impl Presentation {
                 )))
             }
         };
-        Ok(Presentation { pretty, yaml })
+        let proto_names = match query.get("field-names").map(String::as_str) {
+            None => proto_names,
+            Some("json") => false,
+            Some("proto") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "field-names={other:?}: use json (lowerCamelCase, the default) or proto (version_info)"
+                )))
+            }
+        };
+        Ok(Presentation {
+            pretty,
+            yaml,
+            proto_names,
+        })
     }
 
     /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
@@ -67,18 +89,23 @@ impl Presentation {
         json: JsonBody,
         version: &str,
         renditions: &Renditions,
+        codec: &Codec,
     ) -> Result<Response, ApiError> {
-        let rendition = if self.yaml {
-            Some((Rendition::Yaml, "application/yaml"))
+        let (form, content_type) = if self.yaml {
+            (Form::Yaml, "application/yaml")
         } else if self.pretty {
-            Some((Rendition::Pretty, "application/json"))
+            (Form::Pretty, "application/json")
         } else {
-            None
+            (Form::Compact, "application/json")
         };
+        let rendition = (form != Form::Compact || self.proto_names).then_some(Rendition {
+            form,
+            proto_names: self.proto_names,
+        });
         let (body, content_type) = match rendition {
-            Some((rendition, content_type)) => {
+            Some(rendition) => {
                 let text = renditions
-                    .render(&json, rendition)
+                    .render(&json, rendition, codec)
                     .map_err(|e| ApiError::Internal(e.to_string()))?;
                 (axum::body::Body::from(text), content_type)
             }
@@ -215,23 +242,34 @@ mod tests {
     fn choices() {
         let h = HeaderMap::new();
         assert_eq!(
-            Presentation::from_request(&q(&[]), &h).unwrap(),
+            Presentation::from_request(&q(&[]), &h, false).unwrap(),
             Presentation::default()
         );
         assert!(
-            Presentation::from_request(&q(&[("pretty", "")]), &h)
+            Presentation::from_request(&q(&[("pretty", "")]), &h, false)
                 .unwrap()
                 .pretty
         );
         assert!(
-            Presentation::from_request(&q(&[("format", "yaml")]), &h)
+            Presentation::from_request(&q(&[("format", "yaml")]), &h, false)
                 .unwrap()
                 .yaml
         );
-        assert!(Presentation::from_request(&q(&[("format", "xml")]), &h).is_err());
+        assert!(Presentation::from_request(&q(&[("format", "xml")]), &h, false).is_err());
         let mut accept = HeaderMap::new();
         accept.insert(header::ACCEPT, HeaderValue::from_static("application/yaml"));
-        assert!(Presentation::from_request(&q(&[]), &accept).unwrap().yaml);
+        assert!(
+            Presentation::from_request(&q(&[]), &accept, false)
+                .unwrap()
+                .yaml
+        );
+        let proto = |query: &[(&str, &str)], default| {
+            Presentation::from_request(&q(query), &h, default).map(|p| p.proto_names)
+        };
+        assert!(proto(&[], true).unwrap(), "the type's default");
+        assert!(!proto(&[("field-names", "json")], true).unwrap());
+        assert!(proto(&[("field-names", "proto")], false).unwrap());
+        assert!(proto(&[("field-names", "snake")], false).is_err());
     }
 
     #[test]
@@ -298,11 +336,13 @@ mod tests {
         let json = JsonBody::from(Bytes::from_static(
             br#"{"versionInfo":"1","resources":[{"@type":"t","name":"a"}]}"#,
         ));
+        let codec = Codec::embedded();
         let r = Presentation {
             pretty: false,
             yaml: true,
+            proto_names: false,
         }
-        .ok(json.clone(), "1", &Renditions::default())
+        .ok(json.clone(), "1", &Renditions::default(), &codec)
         .unwrap();
         assert_eq!(r.headers()[header::ETAG], "\"1\"");
         let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
@@ -314,10 +354,37 @@ mod tests {
         let r = Presentation {
             pretty: true,
             yaml: false,
+            proto_names: false,
         }
-        .ok(json, "1", &Renditions::default())
+        .ok(json, "1", &Renditions::default(), &codec)
         .unwrap();
         let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
         assert!(body.starts_with(b"{\n  \""));
+    }
+
+    /// Proto field names for the envelope and inside resources; map keys
+    /// (data) as they were.
+    #[tokio::test]
+    async fn proto_field_names_on_request() {
+        let json = JsonBody::from(Bytes::from_static(
+            br#"{"versionInfo":"1","typeUrl":"type.googleapis.com/envoy.config.cluster.v3.Cluster","resources":[{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"a","connectTimeout":"1s","metadata":{"filterMetadata":{"someKey":{"innerKey":1}}}}]}"#,
+        ));
+        let r = Presentation {
+            pretty: false,
+            yaml: false,
+            proto_names: true,
+        }
+        .ok(json, "1", &Renditions::default(), &Codec::embedded())
+        .unwrap();
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        for expected in [
+            r#""version_info":"1""#,
+            r#""type_url":"type.googleapis.com/envoy.config.cluster.v3.Cluster""#,
+            r#""connect_timeout":"1s""#,
+            r#""filter_metadata":{"someKey":{"innerKey":1.0}}"#,
+        ] {
+            assert!(text.contains(expected), "{expected} in {text}");
+        }
     }
 }

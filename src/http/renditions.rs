@@ -1,7 +1,8 @@
-//! The YAML and indented-JSON renditions of answer bodies, rendered once
-//! per body and shared by every request that asks for the same one (issue
-//! 38, finding 3: 600 `?pretty` streams each holding a rendering of its
-//! own took 1.2 GB; they now hold one).
+//! The YAML and indented-JSON renditions of answer bodies, and those with
+//! proto field names (`?field-names=proto`), rendered once per body and
+//! shared by every request that asks for the same one (600 `?pretty`
+//! streams each holding a rendering of its own took 1.2 GB; they hold
+//! one).
 //!
 //! A body is known by its pieces ([`JsonBody`]): the resources piece is
 //! shared by every answer of the same resources, so it is compared by
@@ -18,6 +19,7 @@ use bytes::Bytes;
 use moka::sync::Cache;
 
 use crate::cache::JsonBody;
+use crate::xds::Codec;
 
 /// What the memo may keep alive at once, renditions and the resources
 /// pieces they were made from.
@@ -25,12 +27,24 @@ pub(super) const MAX_BYTES: u64 = 256 << 20;
 
 /// A text rendition of a `DiscoveryResponse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Rendition {
+pub(super) struct Rendition {
+    pub(super) form: Form,
+    /// Proto field names (`version_info`) instead of lowerCamelCase ones.
+    pub(super) proto_names: bool,
+}
+
+/// How a rendition is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Form {
+    /// One line, as the canonical body.
+    Compact,
     /// `?pretty`: indented JSON and a newline.
     Pretty,
     /// `?format=yaml`.
     Yaml,
 }
+
+const DISCOVERY_RESPONSE: &str = "envoy.service.discovery.v3.DiscoveryResponse";
 
 /// Why a body could not be rendered (the gateway's fault: the body is its
 /// own canonical JSON).
@@ -42,6 +56,8 @@ pub(super) enum RenditionError {
     Yaml(String),
     #[error("JSON rendering failed: {0}")]
     Json(String),
+    #[error(transparent)]
+    Names(#[from] crate::xds::JsonError),
 }
 
 /// Renditions made recently, shared.
@@ -82,6 +98,7 @@ impl Renditions {
         &self,
         json: &JsonBody,
         rendition: Rendition,
+        codec: &Codec,
     ) -> Result<Bytes, RenditionError> {
         let [head, resources, tail] = json.clone().into_pieces();
         let key = Key {
@@ -93,7 +110,7 @@ impl Renditions {
         };
         self.made
             .try_get_with(key, || {
-                render(json, rendition).map(|text| Made { text, resources })
+                render(json, rendition, codec).map(|text| Made { text, resources })
             })
             .map(|made| made.text)
             .map_err(|e| (*e).clone())
@@ -148,14 +165,22 @@ struct Made {
     resources: Bytes,
 }
 
-fn render(json: &JsonBody, rendition: Rendition) -> Result<Bytes, RenditionError> {
-    let value: serde_json::Value = crate::xds::plain_json::from_slice(&json.to_bytes())
-        .map_err(|e| RenditionError::NotJson(e.to_string()))?;
-    let text = match rendition {
-        Rendition::Yaml => serde_yaml_ng::to_string(&value)
+fn render(json: &JsonBody, rendition: Rendition, codec: &Codec) -> Result<Bytes, RenditionError> {
+    let mut json = json.to_bytes();
+    if rendition.proto_names {
+        json = codec.with_proto_names(DISCOVERY_RESPONSE, &json)?;
+    }
+    let value = || {
+        crate::xds::plain_json::from_slice(&json)
+            .map_err(|e| RenditionError::NotJson(e.to_string()))
+    };
+    let text = match rendition.form {
+        Form::Compact => return Ok(json),
+        Form::Yaml => serde_yaml_ng::to_string(&value()?)
             .map_err(|e| RenditionError::Yaml(e.to_string()))?
             .into_bytes(),
-        Rendition::Pretty => {
+        Form::Pretty => {
+            let value = value()?;
             let mut text = serde_json::to_vec_pretty(&value)
                 .map_err(|e| RenditionError::Json(e.to_string()))?;
             text.push(b'\n');
@@ -168,6 +193,15 @@ fn render(json: &JsonBody, rendition: Rendition) -> Result<Bytes, RenditionError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const YAML: Rendition = Rendition {
+        form: Form::Yaml,
+        proto_names: false,
+    };
+    const PRETTY: Rendition = Rendition {
+        form: Form::Pretty,
+        proto_names: false,
+    };
 
     fn body(head: &'static [u8], resources: &Bytes, tail: &'static [u8]) -> JsonBody {
         JsonBody::new(
@@ -186,14 +220,16 @@ mod tests {
             &resources,
             b"]}",
         );
-        let first = renditions.render(&json, Rendition::Yaml).unwrap();
-        let again = renditions.render(&json, Rendition::Yaml).unwrap();
+        let first = renditions.render(&json, YAML, &Codec::embedded()).unwrap();
+        let again = renditions.render(&json, YAML, &Codec::embedded()).unwrap();
         assert_eq!(first.as_ptr(), again.as_ptr(), "the same bytes, shared");
         assert_eq!(
             std::str::from_utf8(&first).unwrap(),
             "resources:\n- a: 1\n- b: 2\nversion_info: '1'\n"
         );
-        let pretty = renditions.render(&json, Rendition::Pretty).unwrap();
+        let pretty = renditions
+            .render(&json, PRETTY, &Codec::embedded())
+            .unwrap();
         assert!(pretty.ends_with(b"}\n") && pretty.starts_with(b"{\n  \""));
         assert_eq!(renditions.held(), 2);
     }
@@ -222,7 +258,7 @@ mod tests {
             b"],\"nonce\":\"n\"}",
         );
         let copied = body(b"{\"version_info\":\"1\",\"resources\":[", &copy, b"]}");
-        let text = |json: &JsonBody| renditions.render(json, Rendition::Pretty).unwrap();
+        let text = |json: &JsonBody| renditions.render(json, PRETTY, &Codec::embedded()).unwrap();
         let (a, b, c, d) = (text(&v1), text(&v2), text(&nonce), text(&copied));
         assert!(a.windows(3).any(|w| w == b"\"1\"") && b.windows(3).any(|w| w == b"\"2\""));
         assert!(c.windows(7).any(|w| w == b"\"nonce\""));
@@ -235,7 +271,9 @@ mod tests {
     fn what_is_not_json_is_the_gateways_error() {
         let renditions = Renditions::default();
         let json = JsonBody::from(Bytes::from_static(b"{not json"));
-        let err = renditions.render(&json, Rendition::Yaml).unwrap_err();
+        let err = renditions
+            .render(&json, YAML, &Codec::embedded())
+            .unwrap_err();
         assert!(matches!(err, RenditionError::NotJson(_)), "{err}");
     }
 }

@@ -32,6 +32,8 @@ use super::nesting;
 pub struct Codec {
     descriptors: Descriptors,
     serialize: Arc<SerializeOptions>,
+    /// The same with proto field names (`version_info`, not `versionInfo`).
+    serialize_proto_names: Arc<SerializeOptions>,
 }
 
 impl Codec {
@@ -47,14 +49,17 @@ impl Codec {
     }
 
     fn of(descriptors: Descriptors) -> Codec {
-        let serialize = SerializeOptions::new()
-            .stringify_64_bit_integers(true)
-            .use_enum_numbers(false)
-            .use_proto_field_name(false)
-            .skip_default_fields(true);
+        let serialize = |proto_names: bool| {
+            SerializeOptions::new()
+                .stringify_64_bit_integers(true)
+                .use_enum_numbers(false)
+                .use_proto_field_name(proto_names)
+                .skip_default_fields(true)
+        };
         Codec {
             descriptors,
-            serialize: Arc::new(serialize),
+            serialize: Arc::new(serialize(false)),
+            serialize_proto_names: Arc::new(serialize(true)),
         }
     }
 
@@ -64,6 +69,7 @@ impl Codec {
         Codec {
             descriptors: self.descriptors.snapshot(),
             serialize: Arc::clone(&self.serialize),
+            serialize_proto_names: Arc::clone(&self.serialize_proto_names),
         }
     }
 
@@ -133,11 +139,30 @@ impl Codec {
         self.render_with(msg, label, None)
     }
 
+    /// `json`, canonical JSON of a `message`, written again with proto
+    /// field names (`version_info`, `metrics_path`) instead of
+    /// lowerCamelCase ones: what a client decoding with a plain JSON
+    /// decoder reads. Map keys and `Struct` keys are data, and stay.
+    pub(crate) fn with_proto_names(&self, message: &str, json: &[u8]) -> Result<Bytes, JsonError> {
+        let msg = self.parse_message(message, json, false)?;
+        self.render_options(&msg, message, None, &self.serialize_proto_names)
+    }
+
     fn render_with(
         &self,
         msg: &DynamicMessage,
         label: &str,
         at_type: Option<&str>,
+    ) -> Result<Bytes, JsonError> {
+        self.render_options(msg, label, at_type, &self.serialize)
+    }
+
+    fn render_options(
+        &self,
+        msg: &DynamicMessage,
+        label: &str,
+        at_type: Option<&str>,
+        options: &SerializeOptions,
     ) -> Result<Bytes, JsonError> {
         let render_error = |e: serde_json::Error| JsonError::Render {
             type_url: label.to_owned(),
@@ -152,7 +177,7 @@ impl Codec {
         let wrapped = super::opaque::wrapped(&self.descriptors, msg);
         let msg = wrapped.as_ref().unwrap_or(msg);
         let mut text = Vec::with_capacity(256);
-        msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), &self.serialize)
+        msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), options)
             .map_err(render_error)?;
         let mut value = super::plain_json::from_slice(&text).map_err(render_error)?;
         drop_empty_any_value(&mut value);
