@@ -268,3 +268,68 @@ async fn the_scripted_sotw_server_encodes_what_prost_reads() {
     let names: Vec<Vec<String>> = ads.responses().into_iter().map(|r| r.names).collect();
     assert_eq!(names, [vec!["a", "b", "c"], vec!["a", "c"]]);
 }
+
+/// Once a SotW stream named resources of a type, an empty list is an
+/// unsubscription ("clearing the list of subscribed resources is
+/// interpreted as an unsubscription"): when only wildcard clients are left
+/// (the name idled out), the gateway asks for `*`, and a server that reads
+/// the empty list as the text says keeps pushing to the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_left_after_names_is_asked_as_star_not_as_an_empty_list() {
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.empty_list_unsubscribes();
+    upstream.set(EDS, "v1", vec![assignment("a", 1), assignment("b", 2)]);
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        idle_timeout: Duration::from_secs(2),
+        ..Config::default()
+    })
+    .await;
+    let named = "/v3/discovery:endpoints?node=n&names=a";
+    let wildcard = "/v3/discovery:endpoints?node=n";
+    let (status, _) = http_get(gw.rest_port, named).await.expect("an answer");
+    assert_eq!(status, 200);
+    // The wildcard client keeps polling while the name idles out.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = http_get(gw.rest_port, wildcard).await.expect("an answer");
+        assert_eq!(status, 200);
+        let last = upstream
+            .requests()
+            .into_iter()
+            .filter(|r| r.type_url == EDS)
+            .last()
+            .expect("EDS requested");
+        if !last.names.iter().any(|n| n == "a") && last.names.iter().any(|n| n == "*") {
+            break;
+        }
+        assert!(
+            last.names.iter().any(|n| n == "a") || !last.names.is_empty(),
+            "a wildcard alone after names went out as an empty list: {:?}",
+            upstream
+                .requests()
+                .iter()
+                .map(|r| &r.names)
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the name never idled out"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The node still gets the type's updates.
+    upstream.set(EDS, "v2", vec![assignment("a", 1), assignment("c", 3)]);
+    let body = process::get_until(
+        gw.rest_port,
+        wildcard,
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {},
+        |body| body.contains("\"c\""),
+    )
+    .await
+    .unwrap_or_else(|last| panic!("the update never reached the node: {last}"));
+    assert!(body.contains("\"a\""), "{body}");
+    gw.stop().await;
+}

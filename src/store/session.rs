@@ -420,14 +420,19 @@ impl Session {
             .collect()
     }
 
-    /// Names to put in a SotW request: empty for a plain wildcard, `*` plus
-    /// the names when a wildcard and names are both wanted.
-    pub(crate) fn request_names(coverage: &Coverage) -> Vec<String> {
+    /// Names to put in a SotW request: `*` plus the names when a wildcard
+    /// and names are both wanted; for a plain wildcard, `*` on a stream
+    /// that `named` resources of the type before (where an empty list
+    /// unsubscribes from everything: "once the client does explicitly
+    /// subscribe to a resource name ... clearing the list of subscribed
+    /// resources is interpreted as an unsubscription"), else the empty
+    /// list of the legacy wildcard, which every server takes.
+    pub(crate) fn request_names(coverage: &Coverage, named: bool) -> Vec<String> {
         let names: Vec<String> = coverage.names.iter().cloned().collect();
-        if coverage.wildcard && !names.is_empty() {
-            std::iter::once("*".to_owned()).chain(names).collect()
-        } else {
-            names
+        match (coverage.wildcard, names.is_empty()) {
+            (true, false) => std::iter::once("*".to_owned()).chain(names).collect(),
+            (true, true) if named => vec!["*".to_owned()],
+            _ => names,
         }
     }
 
@@ -684,7 +689,20 @@ mod tests {
         );
         assert!(rx.try_recv().is_err());
         let cov = s.subscription(ResourceType::Endpoints).unwrap();
-        assert_eq!(Session::request_names(&cov), ["a", "b"]);
+        assert_eq!(Session::request_names(&cov, false), ["a", "b"]);
+        let wildcard = Coverage {
+            wildcard: true,
+            ..Coverage::default()
+        };
+        assert!(
+            Session::request_names(&wildcard, false).is_empty(),
+            "legacy"
+        );
+        assert_eq!(
+            Session::request_names(&wildcard, true),
+            ["*"],
+            "after names"
+        );
         assert!(s.subscription(ResourceType::Clusters).is_none());
 
         s.prune(

@@ -210,6 +210,9 @@ struct StreamState {
     /// strict server ignores a request carrying a nonce it never sent).
     nonces: BTreeMap<ResourceType, String>,
     node_sent: bool,
+    /// Types whose requests named resources on this stream: a wildcard
+    /// alone is `*` there, never the empty list (which unsubscribes).
+    named: BTreeSet<ResourceType>,
 }
 
 /// The SotW protocol of one session.
@@ -473,12 +476,16 @@ impl Sotw {
         nonce: String,
         error: Option<String>,
     ) -> Outbound<DiscoveryRequest> {
+        let named = self.stream.named.contains(&kind);
         let names = self
             .stream
             .sent
             .get(&kind)
-            .map(Session::request_names)
+            .map(|coverage| Session::request_names(coverage, named))
             .unwrap_or_default();
+        if names.iter().any(|name| name != "*") {
+            self.stream.named.insert(kind);
+        }
         let with_node = !self.stream.node_sent || !self.ctx.node_first_only;
         let node = with_node.then(|| self.session.node.bytes());
         self.stream.node_sent = true;

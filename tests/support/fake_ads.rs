@@ -195,6 +195,9 @@ struct Shared {
     reflection: Mutex<ReflectionScript>,
     /// Reflection answers wait while this is true.
     reflection_held: watch::Sender<bool>,
+    /// Whether an empty `resource_names` after names on the same stream is
+    /// an unsubscription from the type, as the transport protocol says.
+    empty_unsubscribes: AtomicBool,
 }
 
 /// What the scripted reflection service answers.
@@ -248,6 +251,16 @@ impl FakeAds {
         let ads = FakeAds::start_with(None).await;
         ads.shared.delta.store(true, Ordering::SeqCst);
         ads
+    }
+
+    /// From now on, an empty `resource_names` on a SotW stream that named
+    /// resources of the type before unsubscribes the stream from the type,
+    /// as the transport protocol says ("once the client does explicitly
+    /// subscribe to a resource name ... clearing the list of subscribed
+    /// resources is interpreted as an unsubscription"); only `*` is a
+    /// wildcard then. By default an empty list is a wildcard at any time.
+    pub fn empty_list_unsubscribes(&self) {
+        self.shared.empty_unsubscribes.store(true, Ordering::SeqCst);
     }
 
     /// From now on, a SotW stream's first request of a type that presents
@@ -774,6 +787,8 @@ fn put_string(tag: u32, text: &str, buf: &mut Vec<u8>) {
 /// One stream's subscription to one type.
 struct Subscribed {
     names: Vec<String>,
+    /// Whether the stream ever named resources of the type.
+    named: bool,
     /// Generation of the snapshot entry last sent (0: nothing sent yet).
     sent: u64,
 }
@@ -850,11 +865,19 @@ impl StreamTask {
         names.sort();
         names.dedup();
         let type_url = request.type_url;
+        let named = names.iter().any(|n| n != "*");
+        let strict = self.shared.empty_unsubscribes.load(Ordering::SeqCst);
         let answer = match self.subscribed.get_mut(&type_url) {
+            Some(sub) if strict && sub.named && names.is_empty() => {
+                // Unsubscribed from the type: nothing more is sent.
+                self.subscribed.remove(&type_url);
+                false
+            }
             // An ACK or NACK of what was sent: nothing new to say.
             Some(sub) if sub.names == names => false,
             Some(sub) => {
                 sub.names = names;
+                sub.named |= named;
                 true
             }
             None => {
@@ -866,7 +889,7 @@ impl StreamTask {
                 // Quiet: the client holds the current version, nothing to say.
                 let sent = current.unwrap_or(0);
                 self.subscribed
-                    .insert(type_url.clone(), Subscribed { names, sent });
+                    .insert(type_url.clone(), Subscribed { names, named, sent });
                 current.is_none()
             }
         };
