@@ -297,8 +297,7 @@ async fn a_wildcard_left_after_names_is_asked_as_star_not_as_an_empty_list() {
         let last = upstream
             .requests()
             .into_iter()
-            .filter(|r| r.type_url == EDS)
-            .last()
+            .rfind(|r| r.type_url == EDS)
             .expect("EDS requested");
         if !last.names.iter().any(|n| n == "a") && last.names.iter().any(|n| n == "*") {
             break;
