@@ -463,7 +463,11 @@ async fn the_first_clients_user_agent_is_what_the_upstream_sees_and_is_shown() {
             json!({
                 "user_agent_name": "evil",
                 "user_agent_version": "6.6.6",
-                "client_features": ["feature.a"],
+                "client_features": [
+                    "feature.a",
+                    "xds.config.supports-resource-in-sotw",
+                    "xds.config.supports-resource-ttl"
+                ],
                 "extensions": 1
             }),
             "{view}"

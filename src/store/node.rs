@@ -17,6 +17,14 @@
 //!
 //! The interner holds its lists weakly: a list lives while a session holds
 //! it, and dead entries are swept as the map grows.
+//!
+//! The node's `client_features` say what the gateway, the upstream's real
+//! client, handles of the transport: it takes `Resource` wrappers in SotW
+//! and TTLs whatever its REST clients do, so it declares
+//! [`GATEWAY_FEATURES`]; it strips every other `xds.config.*` (transport)
+//! feature, which it does not handle, and passes the REST client's
+//! others (what it does with the config it is sent: Envoy's
+//! `envoy.lb.does_not_support_overprovisioning`, say) as they came.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -30,6 +38,29 @@ use sha2::{Digest as _, Sha256};
 use super::view::SentNodeView;
 use super::SourceError;
 use crate::cache::Intake;
+
+/// The transport features the gateway handles itself, declared upstream
+/// whatever the REST client sent.
+pub(crate) const GATEWAY_FEATURES: [&str; 2] = [
+    "xds.config.supports-resource-in-sotw",
+    "xds.config.supports-resource-ttl",
+];
+
+/// The prefix of the client features about the transport.
+const TRANSPORT_FEATURES: &str = "xds.config.";
+
+/// The client features sent upstream for a REST client's `features`: its
+/// own about the config, and the gateway's about the transport.
+pub(crate) fn upstream_features(features: Vec<String>) -> Vec<String> {
+    let mut features: Vec<String> = features
+        .into_iter()
+        .filter(|f| !f.starts_with(TRANSPORT_FEATURES))
+        .chain(GATEWAY_FEATURES.map(str::to_owned))
+        .collect();
+    features.sort();
+    features.dedup();
+    features
+}
 
 /// A session's node: its own fields, encoded, and its shared extension list.
 #[derive(Debug, Clone)]
@@ -175,7 +206,7 @@ impl NodeInterner {
         // `listening_addresses` is deprecated, and still sent when set.
         #[allow(deprecated)]
         let after = Node {
-            client_features: std::mem::take(&mut node.client_features),
+            client_features: upstream_features(std::mem::take(&mut node.client_features)),
             listening_addresses: std::mem::take(&mut node.listening_addresses),
             dynamic_parameters: std::mem::take(&mut node.dynamic_parameters),
             ..Node::default()
@@ -229,6 +260,29 @@ pub(crate) fn decode_node(intake: &Intake, node: Option<&[u8]>) -> Result<Node, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gateway_declares_its_transport_features_and_passes_the_clients_others() {
+        let node = Node {
+            id: "n".into(),
+            client_features: vec![
+                "envoy.lb.does_not_support_overprovisioning".into(),
+                "xds.config.a-future-transport-feature".into(),
+                "xds.config.supports-resource-ttl".into(),
+            ],
+            ..Node::default()
+        };
+        let sent = NodeInterner::default().intern(node);
+        let decoded = Node::decode(sent.bytes().parts().concat().as_slice()).unwrap();
+        assert_eq!(
+            decoded.client_features,
+            [
+                "envoy.lb.does_not_support_overprovisioning",
+                "xds.config.supports-resource-in-sotw",
+                "xds.config.supports-resource-ttl",
+            ]
+        );
+    }
     use envoy_types::pb::envoy::config::core::v3::Extension;
 
     fn node(id: &str, extensions: usize) -> Node {
@@ -236,6 +290,8 @@ mod tests {
             id: id.into(),
             cluster: "c".into(),
             user_agent_name: "envoy".into(),
+            // As sent upstream: the gateway's transport features.
+            client_features: GATEWAY_FEATURES.map(str::to_owned).to_vec(),
             extensions: (0..extensions)
                 .map(|i| Extension {
                     name: format!("envoy.ext.{i}"),
@@ -257,7 +313,7 @@ mod tests {
         assert_eq!(a.node(), node("a", 500));
         assert_eq!(b.node(), node("b", 500));
         assert_eq!((a.id.as_str(), a.cluster.as_str()), ("a", "c"));
-        assert!(a.own_bytes() < 64, "{}", a.own_bytes());
+        assert!(a.own_bytes() < 128, "{}", a.own_bytes());
         // Another list is another entry.
         let c = interner.intern(node("c", 3));
         assert!(!c.shares_extensions_with(&a));

@@ -97,7 +97,7 @@ impl ToFrame for Outbound<DeltaDiscoveryRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::node::NodeInterner;
+    use crate::store::node::{upstream_features, NodeInterner};
     use envoy_types::pb::envoy::config::core::v3::{
         address, node::UserAgentVersionType, socket_address::PortSpecifier, Address, BuildVersion,
         Extension, Locality, Node, SocketAddress,
@@ -230,7 +230,8 @@ mod tests {
     #[test]
     fn a_frame_is_the_request_with_its_node_as_prost_writes_it() {
         let interner = NodeInterner::default();
-        for node in [full_node(516), full_node(0), Node::default()] {
+        for mut node in [full_node(516), full_node(0), Node::default()] {
+            node.client_features = upstream_features(node.client_features);
             let held = interner.intern(node.clone()).bytes();
             check_frames(sotw_requests(), &node, &held);
             check_frames(delta_requests(), &node, &held);
@@ -250,6 +251,7 @@ mod tests {
             node.dynamic_parameters
                 .insert(format!("t{i}"), ContextParams::default());
         }
+        node.client_features = upstream_features(node.client_features);
         let held = NodeInterner::default().intern(node.clone());
         let request = DiscoveryRequest {
             version_info: "v1".into(),
