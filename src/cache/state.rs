@@ -434,20 +434,27 @@ impl TypeState {
     }
 
     /// The opening and closing of a body at `version` around its resources.
+    /// Its `nonce` is the version's selection digest, not the upstream's
+    /// nonce: a body is a function of what it serves, so that one version
+    /// (one strong ETag) is one body, however often the upstream sent the
+    /// same version under new nonces. A REST client only echoes it.
     fn ends(&self, version: &str) -> (Bytes, Bytes) {
+        let version_text = version;
         let version = json_string(version);
         let mut head = BytesMut::with_capacity(version.len() + 32);
         head.put_slice(b"{\"versionInfo\":");
         head.put_slice(version.as_bytes());
         head.put_slice(b",\"resources\":[");
-        let nonce = json_string(&self.nonce);
+        let nonce = selection_digest(&version_text).unwrap_or_default();
         let mut tail = BytesMut::with_capacity(nonce.len() + 128);
         tail.put_slice(b"],\"typeUrl\":\"");
         tail.put_slice(self.kind.type_url().as_bytes());
         tail.put_slice(b"\"");
-        if !self.nonce.is_empty() {
-            tail.put_slice(b",\"nonce\":");
+        if !nonce.is_empty() {
+            // Hex digits: nothing to escape.
+            tail.put_slice(b",\"nonce\":\"");
             tail.put_slice(nonce.as_bytes());
+            tail.put_u8(b'"');
         }
         tail.put_u8(b'}');
         (head.freeze(), tail.freeze())

@@ -303,7 +303,8 @@ fn memoised_answers_do_not_hold_their_names() {
 
 /// Issue 26: every node identity holds a state of its own, but identities
 /// holding the same resources (every one of them after the same push) share
-/// one assembled resources piece; each body keeps its own version and nonce.
+/// one assembled resources piece; each body keeps its own version (and the
+/// nonce that version makes, whatever the upstream's was).
 #[test]
 fn states_holding_the_same_resources_share_one_assembled_piece() {
     let (r, asm) = (intake(), assembler());
@@ -313,7 +314,11 @@ fn states_holding_the_same_resources_share_one_assembled_piece() {
     for identity in 0..20 {
         let mut s = state(&r, "v1", &refs);
         s.nonce = format!("nonce-{identity}");
-        let Answer::Body { json, cached, .. } = s.answer(&asm, &Names::Wildcard, "", None).unwrap()
+        let Answer::Body {
+            json,
+            cached,
+            version,
+        } = s.answer(&asm, &Names::Wildcard, "", None).unwrap()
         else {
             panic!("expected a body")
         };
@@ -322,7 +327,7 @@ fn states_holding_the_same_resources_share_one_assembled_piece() {
             "a state of its own is assembled for the first time"
         );
         let v: serde_json::Value = serde_json::from_slice(&json.to_bytes()).unwrap();
-        assert_eq!(v["nonce"], format!("nonce-{identity}"));
+        assert_eq!(v["nonce"], selection_digest(&version).unwrap());
         assert_eq!(v["resources"].as_array().unwrap().len(), 50);
         pieces.push(json.resources().clone());
     }
@@ -393,4 +398,24 @@ fn a_list_naming_the_wildcard_asks_for_everything() {
     assert_eq!(named(&["*"]), Names::Wildcard);
     assert_eq!(named(&[]), Names::Wildcard);
     assert!(matches!(named(&["a"]), Names::Named(set) if set.len() == 1));
+}
+
+/// One version, one body: the same resources at the same upstream version
+/// under two upstream nonces (Istio pushes a version again with a new
+/// nonce when a subscription changes) give byte-equal bodies, whose nonce
+/// is the version's digest.
+#[test]
+fn a_body_is_a_function_of_what_it_serves_not_of_the_upstream_nonce() {
+    let r = intake();
+    let clusters = [("a", "1s"), ("b", "2s")];
+    let first = crate::cache::test_states::clusters(&r, "7", "nonce-1", &clusters);
+    let again = crate::cache::test_states::clusters(&r, "7", "nonce-2", &clusters);
+    let body = |s: &TypeState| match s.answer(&assembler(), &Names::Wildcard, "", None).unwrap() {
+        Answer::Body { json, version, .. } => (json.to_bytes(), version),
+        other => panic!("expected a body, got {other:?}"),
+    };
+    let ((one, version), (two, _)) = (body(&first), body(&again));
+    assert_eq!(one, two, "one version, one body");
+    let v: serde_json::Value = serde_json::from_slice(&one).unwrap();
+    assert_eq!(v["nonce"], selection_digest(&version).unwrap(), "{v}");
 }
