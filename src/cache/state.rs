@@ -445,7 +445,7 @@ impl TypeState {
         head.put_slice(b"{\"versionInfo\":");
         head.put_slice(version.as_bytes());
         head.put_slice(b",\"resources\":[");
-        let nonce = selection_digest(&version_text).unwrap_or_default();
+        let nonce = selection_digest(version_text).unwrap_or_default();
         let mut tail = BytesMut::with_capacity(nonce.len() + 128);
         tail.put_slice(b"],\"typeUrl\":\"");
         tail.put_slice(self.kind.type_url().as_bytes());
