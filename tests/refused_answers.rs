@@ -241,3 +241,57 @@ async fn a_type_without_a_descriptor_is_served_opaque_and_never_nacked() {
     );
     gw.stop().await;
 }
+
+/// "The xDS client should ACK or NACK every DiscoveryResponse": a response
+/// of a type the gateway does not serve, which no request asked for, is
+/// NACKed with a reason, and the session's other types are served on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_of_a_type_never_asked_for_is_nacked() {
+    const STRANGE: &str = "type.googleapis.com/acme.Unasked";
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(
+        CDS,
+        "v1",
+        vec![any(&format!(
+            r#"{{"@type":"{CDS}","name":"a","connect_timeout":"1s"}}"#
+        ))],
+    );
+    upstream.set(
+        STRANGE,
+        "s1",
+        vec![Any {
+            type_url: STRANGE.into(),
+            value: vec![0x0a, 0x01, b'x'],
+        }],
+    );
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    let (status, _) = get_json(gw.rest_port, "/v3/discovery:clusters?node=n").await;
+    assert_eq!(status, 200);
+    upstream.push_unasked(STRANGE);
+    let nack = process::eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            upstream
+                .requests()
+                .into_iter()
+                .find(|r| r.type_url == STRANGE && r.error_detail.is_some())
+        },
+    )
+    .await
+    .expect("the unasked response NACKed");
+    assert!(!nack.nonce.is_empty(), "it names the response: {nack:?}");
+    assert!(
+        nack.error_detail
+            .as_deref()
+            .is_some_and(|d| d.contains("did not ask")),
+        "{nack:?}"
+    );
+    let (status, _) = get_json(gw.rest_port, "/v3/discovery:clusters?node=n").await;
+    assert_eq!(status, 200, "the session's other types are served on");
+    gw.stop().await;
+}

@@ -310,6 +310,16 @@ impl Protocol for Sotw {
         &response.type_url
     }
 
+    fn refuse_unasked(response: &SotwResponse, message: String) -> Outbound<DiscoveryRequest> {
+        let request = DiscoveryRequest {
+            type_url: response.type_url.clone(),
+            response_nonce: response.nonce.clone(),
+            error_detail: Some(nack_detail(message)),
+            ..Default::default()
+        };
+        Outbound::new(request, None)
+    }
+
     async fn response(
         &mut self,
         kind: ResourceType,

@@ -108,6 +108,11 @@ pub(crate) trait Protocol: Send + 'static {
     /// The type URL a response is for.
     fn type_url(response: &Self::Response) -> &str;
 
+    /// The request NACKing `response`, of a type this stream did not ask
+    /// for, with `message`: the protocol expects every response ACKed or
+    /// NACKed, and taking it would answer nobody.
+    fn refuse_unasked(response: &Self::Response, message: String) -> Self::Request;
+
     /// Takes a response of `kind`; the request it calls for (ACK or NACK).
     fn response(
         &mut self,
@@ -589,12 +594,16 @@ async fn one_stream<P: Protocol>(
                     session.mark_fresh(lane);
                     let type_url = P::type_url(&response);
                     let Some(kind) = ResourceType::from_type_url(type_url) else {
-                        warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve");
+                        warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve: NACKed");
+                        let message = format!("xds-gateway does not serve {type_url} and did not ask for it");
+                        send(&tx, Some(P::refuse_unasked(&response, message))).await;
                         continue;
                     };
                     session.unserved.served(kind);
-                    if lane.is_some_and(|only| only != kind) {
-                        warn!(type_url = %Escaped(type_url), "response for another type on a per-type stream; ignored");
+                    if let Some(only) = lane.filter(|only| *only != kind) {
+                        warn!(type_url = %Escaped(type_url), "response for another type on a per-type stream: NACKed");
+                        let message = format!("this stream asked for {} only", only.type_url());
+                        send(&tx, Some(P::refuse_unasked(&response, message))).await;
                         continue;
                     }
                     send(&tx, protocol.response(kind, response).await).await;

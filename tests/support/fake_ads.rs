@@ -198,6 +198,8 @@ struct Shared {
     /// Whether an empty `resource_names` after names on the same stream is
     /// an unsubscription from the type, as the transport protocol says.
     empty_unsubscribes: AtomicBool,
+    /// Type URLs sent to every SotW stream though no request asked for them.
+    unasked: Mutex<Vec<String>>,
 }
 
 /// What the scripted reflection service answers.
@@ -261,6 +263,16 @@ impl FakeAds {
     /// wildcard then. By default an empty list is a wildcard at any time.
     pub fn empty_list_unsubscribes(&self) {
         self.shared.empty_unsubscribes.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends `type_url`'s entry (set with [`set`](Self::set)) to every open
+    /// SotW stream, on its next request or push, though no request asked
+    /// for it: a server's mistake, which the protocol still expects ACKed
+    /// or NACKed.
+    pub fn push_unasked(&self, type_url: &str) {
+        lock(&self.shared.unasked).push(type_url.to_owned());
+        self.changed
+            .send_modify(|tick| *tick = tick.wrapping_add(1));
     }
 
     /// From now on, a SotW stream's first request of a type that presents
@@ -725,6 +737,7 @@ impl Service {
             subscribed: BTreeMap::new(),
             nonce: 0,
             node: None,
+            sent_unasked: BTreeSet::new(),
         };
         let breaks = self.shared.breaks.subscribe();
         tokio::spawn(stream.run(request.into_inner(), self.changed.subscribe(), breaks));
@@ -801,6 +814,8 @@ struct StreamTask {
     nonce: u64,
     /// The node id of the stream's first request that had a node.
     node: Option<String>,
+    /// Types sent unasked on this stream ([`FakeAds::push_unasked`]).
+    sent_unasked: BTreeSet<String>,
 }
 
 impl StreamTask {
@@ -898,8 +913,15 @@ impl StreamTask {
         }
     }
 
-    /// Sends every subscribed type whose snapshot entry changed since it was sent.
+    /// Sends every subscribed type whose snapshot entry changed since it
+    /// was sent, and once each type pushed unasked.
     async fn push_changed(&mut self) {
+        let unasked: Vec<String> = lock(&self.shared.unasked).clone();
+        for type_url in unasked {
+            if self.sent_unasked.insert(type_url.clone()) {
+                self.send_unasked(&type_url).await;
+            }
+        }
         let stale: Vec<String> = {
             let snapshot = lock(&self.shared.snapshot);
             self.subscribed
@@ -918,6 +940,25 @@ impl StreamTask {
     }
 
     /// Sends the current entry of `type_url`, filtered by the subscribed names.
+    /// Sends `type_url`'s entry, whole, though the stream did not ask.
+    async fn send_unasked(&mut self, type_url: &str) {
+        let Some(entry) = lock(&self.shared.snapshot).get(type_url).cloned() else {
+            return;
+        };
+        let resources = encode_resources(entry.resources.iter().map(|(_, any, _)| any));
+        self.nonce += 1;
+        let nonce = self.nonce.to_string();
+        let response = encode_response(&entry.version, &resources, type_url, &nonce);
+        lock(&self.shared.responses).push(SentRecord {
+            stream: self.id,
+            type_url: type_url.to_owned(),
+            version_info: entry.version,
+            nonce,
+            names: SentNames::All(entry.resources.clone()),
+        });
+        let _ = self.tx.send(Ok(response)).await;
+    }
+
     async fn send(&mut self, type_url: &str) {
         let Some(sub) = self.subscribed.get_mut(type_url) else {
             return;

@@ -216,6 +216,19 @@ impl Protocol for Delta {
         &response.type_url
     }
 
+    fn refuse_unasked(
+        response: &DeltaDiscoveryResponse,
+        message: String,
+    ) -> Outbound<DeltaDiscoveryRequest> {
+        let request = DeltaDiscoveryRequest {
+            type_url: response.type_url.clone(),
+            response_nonce: response.nonce.clone(),
+            error_detail: Some(nack_detail(message)),
+            ..Default::default()
+        };
+        Outbound::new(request, None)
+    }
+
     async fn response(
         &mut self,
         kind: ResourceType,
