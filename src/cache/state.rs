@@ -224,6 +224,18 @@ impl TypeState {
         }
     }
 
+    /// This state at its version, nonce and coverage, holding `resources`
+    /// instead (fewer, after a TTL ran out; rendered anew).
+    pub(crate) fn with_resources(&self, resources: impl IntoResourceSet) -> TypeState {
+        TypeState::new(
+            self.kind,
+            self.version.clone(),
+            self.nonce.clone(),
+            resources,
+            self.coverage.clone(),
+        )
+    }
+
     /// What tells this state from every other (states are immutable).
     pub(crate) fn id(&self) -> u64 {
         self.id

@@ -346,13 +346,7 @@ impl Protocol for Sotw {
                 .filter(|(name, _)| !names.contains(name))
                 .map(|(name, resource)| (name.clone(), resource.clone()))
                 .collect();
-            self.session.publish(TypeState::new(
-                kind,
-                state.version.clone(),
-                state.nonce.clone(),
-                resources,
-                state.coverage.clone(),
-            ));
+            self.session.publish(state.with_resources(resources));
         }
     }
 
@@ -367,13 +361,7 @@ impl Protocol for Sotw {
                 continue;
             }
             info!(%kind, "rendered again with descriptors learned since");
-            self.session.publish(TypeState::new(
-                kind,
-                state.version.clone(),
-                state.nonce.clone(),
-                resources,
-                state.coverage.clone(),
-            ));
+            self.session.publish(state.with_resources(resources));
         }
     }
 }
