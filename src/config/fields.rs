@@ -380,7 +380,8 @@ settings! {
         /// A resource type beyond Envoy's (repeatable), served on `/v3/discovery:NAME` like
         /// Envoy's own: `NAME=TYPE_URL`, e.g. `monitoringassignments=type.googleapis.com/kuma.observability.v1.MonitoringAssignment`.
         /// In the file, `[[extra-type]]` tables also set `service` (its own gRPC service),
-        /// `stem`, `complete-state` and `wildcard-when-unnamed`.
+        /// `stem`, `complete-state`, `wildcard-when-unnamed`, `name-fields` (the fields that
+        /// name a resource) and `field-names` (`json` or `proto`, the answers' default).
         #[arg(
             long = "extra-type",
             env = "XDS_GATEWAY_EXTRA_TYPES",

@@ -199,7 +199,8 @@ async fn poll(
         .proto_field_names
         .iter()
         .any(|name| name == asked.kind.short_name());
-    let presentation = Presentation::from_request(query, headers, proto_names)?;
+    let presentation =
+        Presentation::from_request(query, headers, proto_names)?.in_changes_form(asked.changes);
     let (kind, tenant) = (asked.kind, asked.tenant.as_ref());
     let mut polled = gateway.source.poll(kind, asked.request, tenant).await?;
     let answered = asked.answered();

@@ -25,6 +25,8 @@ pub(super) struct Presentation {
     pretty: bool,
     yaml: bool,
     proto_names: bool,
+    /// The body is in the `?changes` form, not a DiscoveryResponse.
+    changes: bool,
 }
 
 impl Presentation {
@@ -77,7 +79,14 @@ impl Presentation {
             pretty,
             yaml,
             proto_names,
+            changes: false,
         })
+    }
+
+    /// The same for a body in the `?changes` form when `changes`.
+    pub(super) fn in_changes_form(mut self, changes: bool) -> Presentation {
+        self.changes = changes;
+        self
     }
 
     /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
@@ -101,6 +110,7 @@ impl Presentation {
         let rendition = (form != Form::Compact || self.proto_names).then_some(Rendition {
             form,
             proto_names: self.proto_names,
+            changes: self.changes,
         });
         let (body, content_type) = match rendition {
             Some(rendition) => {
@@ -341,6 +351,7 @@ mod tests {
             pretty: false,
             yaml: true,
             proto_names: false,
+            changes: false,
         }
         .ok(json.clone(), "1", &Renditions::default(), &codec)
         .unwrap();
@@ -355,6 +366,7 @@ mod tests {
             pretty: true,
             yaml: false,
             proto_names: false,
+            changes: false,
         }
         .ok(json, "1", &Renditions::default(), &codec)
         .unwrap();
@@ -373,6 +385,7 @@ mod tests {
             pretty: false,
             yaml: false,
             proto_names: true,
+            changes: false,
         }
         .ok(json, "1", &Renditions::default(), &Codec::embedded())
         .unwrap();

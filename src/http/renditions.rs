@@ -31,6 +31,9 @@ pub(super) struct Rendition {
     pub(super) form: Form,
     /// Proto field names (`version_info`) instead of lowerCamelCase ones.
     pub(super) proto_names: bool,
+    /// The body is in the `?changes` form (a `DeltaDiscoveryResponse` and
+    /// its `fullState`), not a `DiscoveryResponse`.
+    pub(super) changes: bool,
 }
 
 /// How a rendition is laid out.
@@ -45,6 +48,9 @@ pub(super) enum Form {
 }
 
 const DISCOVERY_RESPONSE: &str = "envoy.service.discovery.v3.DiscoveryResponse";
+const DELTA_RESPONSE: &str = "envoy.service.discovery.v3.DeltaDiscoveryResponse";
+/// The one key of the `?changes` form that `DeltaDiscoveryResponse` lacks.
+const FULL_STATE: (&str, &str) = ("fullState", "full_state");
 
 /// Why a body could not be rendered (the gateway's fault: the body is its
 /// own canonical JSON).
@@ -165,10 +171,49 @@ struct Made {
     resources: Bytes,
 }
 
+/// A `?changes` body with proto field names: a `DeltaDiscoveryResponse`
+/// written again, and its `fullState` as `full_state`; its lists there
+/// when empty, as the form has them.
+fn changes_with_proto_names(codec: &Codec, json: &[u8]) -> Result<Bytes, RenditionError> {
+    let not_json = |e: serde_json::Error| RenditionError::NotJson(e.to_string());
+    let mut value = crate::xds::plain_json::from_slice(json).map_err(not_json)?;
+    let full_state = value
+        .as_object_mut()
+        .and_then(|map| map.remove(FULL_STATE.0));
+    let delta = serde_json::to_vec(&value).map_err(not_json)?;
+    let renamed = codec.with_proto_names(DELTA_RESPONSE, &delta)?;
+    let mut value = crate::xds::plain_json::from_slice(&renamed).map_err(not_json)?;
+    if let serde_json::Value::Object(map) = &mut value {
+        if let Some(full_state) = full_state {
+            map.insert(FULL_STATE.1.into(), full_state);
+        }
+        for list in ["resources", "removed_resources"] {
+            map.entry(list)
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        }
+    }
+    Ok(serde_json::to_vec(&value).map_err(not_json)?.into())
+}
+
 fn render(json: &JsonBody, rendition: Rendition, codec: &Codec) -> Result<Bytes, RenditionError> {
     let mut json = json.to_bytes();
-    if rendition.proto_names {
+    if rendition.proto_names && rendition.changes {
+        json = changes_with_proto_names(codec, &json)?;
+    } else if rendition.proto_names {
         json = codec.with_proto_names(DISCOVERY_RESPONSE, &json)?;
+        if memchr::memmem::find(&json, b"\"resources\":").is_none() {
+            // An empty repeated field is left out of proto3 JSON; a plain
+            // decoder that requires `resources` reads it as the canonical
+            // body has it, an empty list.
+            let mut value = crate::xds::plain_json::from_slice(&json)
+                .map_err(|e| RenditionError::NotJson(e.to_string()))?;
+            if let serde_json::Value::Object(map) = &mut value {
+                map.insert("resources".into(), serde_json::Value::Array(Vec::new()));
+            }
+            json = serde_json::to_vec(&value)
+                .map_err(|e| RenditionError::Json(e.to_string()))?
+                .into();
+        }
     }
     let value = || {
         crate::xds::plain_json::from_slice(&json)
@@ -197,10 +242,12 @@ mod tests {
     const YAML: Rendition = Rendition {
         form: Form::Yaml,
         proto_names: false,
+        changes: false,
     };
     const PRETTY: Rendition = Rendition {
         form: Form::Pretty,
         proto_names: false,
+        changes: false,
     };
 
     fn body(head: &'static [u8], resources: &Bytes, tail: &'static [u8]) -> JsonBody {
@@ -209,6 +256,58 @@ mod tests {
             resources.clone(),
             Bytes::from_static(tail),
         )
+    }
+
+    /// Proto field names, and `resources` kept when empty (a plain decoder
+    /// may require it).
+    #[test]
+    fn proto_names_keep_an_empty_resources_list() {
+        let renditions = Renditions::default();
+        let resources = Bytes::new();
+        let json = body(
+            b"{\"versionInfo\":\"1\",\"resources\":[",
+            &resources,
+            b"],\"typeUrl\":\"t\"}",
+        );
+        let compact = Rendition {
+            form: Form::Compact,
+            proto_names: true,
+            changes: false,
+        };
+        let text = renditions
+            .render(&json, compact, &Codec::embedded())
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"version_info": "1", "resources": [], "type_url": "t"})
+        );
+    }
+
+    /// The `?changes` form with proto names, `fullState` included.
+    #[test]
+    fn the_changes_form_gets_proto_names_too() {
+        let renditions = Renditions::default();
+        let resources = Bytes::new();
+        let json = body(
+            b"{\"systemVersionInfo\":\"2~x\",\"resources\":[",
+            &resources,
+            b"],\"removedResources\":[\"b\"],\"typeUrl\":\"t\",\"fullState\":false}",
+        );
+        let changes = Rendition {
+            form: Form::Compact,
+            proto_names: true,
+            changes: true,
+        };
+        let text = renditions
+            .render(&json, changes, &Codec::embedded())
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"system_version_info": "2~x", "resources": [], "removed_resources": ["b"],
+                "type_url": "t", "full_state": false})
+        );
     }
 
     #[test]

@@ -9,10 +9,10 @@
 //! days, years and unit spellings the document does not list).
 //!
 //! `?fetch-timeout=DURATION` is the same wait as Kuma's REST servers read it
-//! (Prometheus's, Grafana Alloy's and vmagent's `kuma_sd_configs` send it on
-//! every poll): Go's duration syntax (`2m0s`, `1.5s`, `300ms`), and the
-//! days, weeks and years Prometheus writes a long one with (`1d`). A request
-//! gives one of the two.
+//! (Prometheus's and Grafana Alloy's `kuma_sd_configs` send it on every
+//! poll): Go's duration syntax (`2m0s`, `1.5s`, `300ms`), and the days,
+//! weeks and years Prometheus writes a long one with (`1d`). Where a request
+//! gives both, `wait` is the one read.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -49,23 +49,22 @@ pub(super) fn requested_wait(
     default: Duration,
     max: Duration,
 ) -> Result<Duration, ApiError> {
-    let wait = match (query.get("wait"), query.get("fetch-timeout")) {
-        (None, None) => default,
-        (Some(_), Some(_)) => {
-            return Err(ApiError::BadRequest(
-                "wait and fetch-timeout are the same long poll: give one".into(),
-            ))
-        }
-        (Some(text), None) => parse(text).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "wait={text:?} is not a duration like 25s, 500ms or 1m 30s \
-                 (units ns, us, ms, s, m, h; at most three terms of at most six digits)"
-            ))
-        })?,
-        (None, Some(text)) => parse_fetch_timeout(text).ok_or_else(|| {
+    let fetch_timeout = match query.get("fetch-timeout") {
+        None => None,
+        Some(text) => Some(parse_fetch_timeout(text).ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "fetch-timeout={text:?} is not a duration like 2m0s, 30s or 1.5s \
                  (Go's syntax; units ns, us, ms, s, m, h, d, w, y)"
+            ))
+        })?),
+    };
+    let wait = match (query.get("wait"), fetch_timeout) {
+        (None, None) => default,
+        (None, Some(fetch_timeout)) => fetch_timeout,
+        (Some(text), _) => parse(text).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "wait={text:?} is not a duration like 25s, 500ms or 1m 30s \
+                 (units ns, us, ms, s, m, h; at most three terms of at most six digits)"
             ))
         })?,
     };
@@ -175,9 +174,18 @@ mod tests {
         }
         let both = HashMap::from([
             ("fetch-timeout".to_string(), "1s".to_string()),
-            ("wait".to_string(), "1s".to_string()),
+            ("wait".to_string(), "2s".to_string()),
         ]);
-        assert!(requested_wait(&both, Duration::ZERO, max).is_err());
+        assert_eq!(
+            requested_wait(&both, Duration::ZERO, max).unwrap(),
+            Duration::from_secs(2),
+            "wait is read"
+        );
+        let bad_beside_wait = HashMap::from([
+            ("fetch-timeout".to_string(), "soon".to_string()),
+            ("wait".to_string(), "2s".to_string()),
+        ]);
+        assert!(requested_wait(&bad_beside_wait, Duration::ZERO, max).is_err());
     }
 
     #[test]

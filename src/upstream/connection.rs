@@ -282,7 +282,12 @@ impl UpstreamContext {
         };
         let Some(fetch) = endpoint.fetch_method() else {
             let method = format!("/{}/Fetch", endpoint.service());
-            let why = "a delta-only type has no unary method".to_owned();
+            let why = match endpoint {
+                Endpoint::Discovery(kind) if kind.is_extra() => format!(
+                    "extra type {kind} names no service (`service` in its [[extra-type]] table): it has no unary method to fetch with"
+                ),
+                _ => "a delta-only type has no unary method".to_owned(),
+            };
             return Err(fail(&method, Code::Unimplemented, why));
         };
         let method = format!("/{}/{fetch}", endpoint.service());

@@ -89,7 +89,12 @@ pub(super) async fn open(
 fn check_query(query: &HashMap<String, String>) -> Result<(), ApiError> {
     for (param, why) in [
         ("wait", "a watch stays open by itself"),
+        ("fetch-timeout", "a watch stays open by itself"),
         ("pretty", "each event is one line of JSON; pipe it to jq"),
+        (
+            "field-names",
+            "a watch's events have lowerCamelCase field names only",
+        ),
     ] {
         if query.contains_key(param) {
             return Err(ApiError::BadRequest(format!(
