@@ -38,7 +38,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use inproc::InProcess;
-use xds_gateway::config::{Config, ProfileTable};
+use xds_gateway::config::{Config, ExtraTypeSpec, ProfileTable};
 
 /// Examples per API operation in the test command (about 40 s on 2 cores).
 const EXAMPLES: u32 = 30;
@@ -317,6 +317,11 @@ metadata = { ISTIO_VERSION = "1.23.2", LABELS = { app = "reviews" } }
     .expect("a profile table");
     let gateway = InProcess::start(Config {
         allow_secrets: true,
+        // The type `schemathesis.toml` pins `/v3/discovery:{extraType}` to.
+        extra_types: vec![
+            ExtraTypeSpec::parse_flag("things=type.googleapis.com/acme.v1.Thing")
+                .expect("a valid --extra-type"),
+        ],
         // A generated `wait` on a current version holds at most this long.
         max_wait: Duration::from_secs(1),
         profiles: vec![profile],

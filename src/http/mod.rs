@@ -296,6 +296,10 @@ fn served_routes() -> Vec<(String, &'static str)> {
         routes.push((path.clone(), "post"));
         routes.push((path, "get"));
     }
+    // Every extra type's `/v3/discovery:NAME`, as the document templates it.
+    let extra = "/v3/discovery:{extraType}";
+    routes.push((extra.to_owned(), "post"));
+    routes.push((extra.to_owned(), "get"));
     for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
         routes.push((endpoint.path(), "post"));
     }

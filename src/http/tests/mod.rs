@@ -257,7 +257,11 @@ async fn index_lists_every_endpoint() {
             .to_vec(),
     )
     .unwrap();
+    // The extra types' templated path stands for names this gateway has none of.
     for (path, _) in served_routes().into_iter().skip(1) {
+        if path.contains('{') {
+            continue;
+        }
         assert!(text.contains(&path), "{path} missing from\n{text}");
     }
 }
