@@ -484,3 +484,47 @@ fn csds_answers_are_bound_by_id_and_cluster() {
     assert!(!p.allows_csds_answer(0, None, "edge-2", "payments"));
     assert!(!p.allows_csds_answer(0, None, "core-1", "edge"));
 }
+
+/// An extra type is granted by its REST name like Envoy's own, and a rule
+/// naming no types grants it too (it holds no secrets).
+#[test]
+fn extra_types_are_granted_by_name() {
+    let things = ResourceType::register(&crate::xds::extra_types::Definition {
+        name: "policy-things",
+        type_url: "type.googleapis.com/acme.policy.v1.Thing",
+        service: None,
+        stem: None,
+        complete_state: true,
+        wildcard_when_unnamed: true,
+        name_fields: &[1],
+    })
+    .unwrap();
+    let p = Policy::parse(
+        r#"
+[[principal]]
+name = "tools"
+dns-san = ["tools.example"]
+[[principal.allow]]
+nodes = ["*"]
+clusters = ["*"]
+types = ["policy-things"]
+
+[[principal]]
+name = "all"
+dns-san = ["all.example"]
+[[principal.allow]]
+nodes = ["*"]
+clusters = ["*"]
+"#,
+    )
+    .unwrap();
+    assert!(p.allows(0, None, things, "n", "c"));
+    assert!(
+        !p.allows(0, None, ResourceType::Clusters, "n", "c"),
+        "only the type named"
+    );
+    assert!(
+        p.allows(1, None, things, "n", "c"),
+        "no types named: every type but secrets"
+    );
+}
