@@ -126,3 +126,24 @@ async fn answers_with_serde_jsons_private_key_read_as_written() {
         33.5
     );
 }
+
+/// However many types an upstream sends opaque, `/readyz` lists a bounded
+/// few and counts the rest.
+#[tokio::test]
+async fn readiness_lists_a_bounded_number_of_opaque_types() {
+    let admin = admin();
+    let many: Vec<String> = (0..3000)
+        .map(|i| format!("type.googleapis.com/t{i}"))
+        .collect();
+    admin.opaque_types.note(&many);
+    let problems = admin.readiness().problems;
+    let opaque = problems
+        .iter()
+        .filter(|p| p.starts_with("no descriptor for"))
+        .count();
+    assert_eq!(opaque, 32, "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.starts_with("2968 more types")),
+        "{problems:?}"
+    );
+}

@@ -66,6 +66,9 @@ pub(super) struct NodeSession {
     pub(super) clients: usize,
 }
 
+/// How many types without a descriptor `/readyz` lists one by one.
+const MAX_OPAQUE_PROBLEMS: usize = 32;
+
 /// What `/readyz` says of a type the gateway has no descriptor for: how
 /// it is served, what each upstream said when asked, and both remedies.
 fn opaque_problem(type_url: &str, opaque: &crate::cache::Opaque) -> String {
@@ -91,12 +94,20 @@ impl Admin {
         let status = self.source.status();
         let draining = self.drain.is_draining();
         let mut problems = status.problems;
+        let (opaque, more) = self.opaque_types.listed();
+        let shown = opaque.len().min(MAX_OPAQUE_PROBLEMS);
         problems.extend(
-            self.opaque_types
-                .listed()
-                .into_iter()
-                .map(|(type_url, opaque)| opaque_problem(&type_url, &opaque)),
+            opaque
+                .iter()
+                .take(shown)
+                .map(|(type_url, opaque)| opaque_problem(type_url, opaque)),
         );
+        let unlisted = (opaque.len() - shown) as u64 + more;
+        if unlisted > 0 {
+            problems.push(format!(
+                "{unlisted} more types without a descriptor, served opaque (not listed)"
+            ));
+        }
         Readiness {
             ready: status.ready && !draining,
             draining,

@@ -12,9 +12,23 @@ use std::sync::{Arc, Mutex};
 
 use crate::xds::descriptors::Descriptors;
 
-/// Type URL → what is known of it. Shared by clone.
+/// How many types the record holds; others are only counted.
+pub(crate) const MAX_OPAQUE_TYPES: usize = 256;
+/// The longest type URL the record holds as it is (an upstream chooses
+/// them); a longer one is held cut, marked with `…`.
+const MAX_TYPE_URL_BYTES: usize = 512;
+
+/// Type URL → what is known of it, at most [`MAX_OPAQUE_TYPES`] of them,
+/// and how many more were seen. Shared by clone.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct OpaqueTypes(Arc<Mutex<BTreeMap<String, Opaque>>>);
+pub(crate) struct OpaqueTypes(Arc<Mutex<Record>>);
+
+#[derive(Debug, Default)]
+struct Record {
+    types: BTreeMap<String, Opaque>,
+    /// Types seen once the record was full.
+    more: u64,
+}
 
 /// One type the gateway has no descriptor for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,30 +42,62 @@ pub(crate) struct Opaque {
 impl OpaqueTypes {
     /// One more resource held each of `types`.
     pub(crate) fn note(&self, types: &[String]) {
-        let mut seen = crate::sync::lock(&self.0);
+        let mut record = crate::sync::lock(&self.0);
         for type_url in types {
-            seen.entry(type_url.clone()).or_default().resources += 1;
+            if let Some(entry) = record.entry(type_url) {
+                entry.resources += 1;
+            }
         }
     }
 
     /// `upstream` gave no descriptors for `type_url`, for `reason`.
     pub(crate) fn explain(&self, type_url: &str, upstream: &str, reason: &str) {
-        let mut seen = crate::sync::lock(&self.0);
-        let why = &mut seen.entry(type_url.to_owned()).or_default().why;
-        if why.get(upstream).is_none_or(|r| r != reason) {
-            why.insert(upstream.to_owned(), reason.to_owned());
+        let mut record = crate::sync::lock(&self.0);
+        if let Some(entry) = record.entry(type_url) {
+            if entry.why.get(upstream).is_none_or(|r| r != reason) {
+                entry.why.insert(upstream.to_owned(), reason.to_owned());
+            }
         }
     }
 
     /// Drops every type `descriptors` now knows.
     pub(crate) fn forget_known(&self, descriptors: &Descriptors) {
-        crate::sync::lock(&self.0).retain(|type_url, _| !descriptors.knows(type_url));
+        crate::sync::lock(&self.0)
+            .types
+            .retain(|type_url, _| !descriptors.knows(type_url));
     }
 
-    /// Every type noted, in type URL order.
-    pub(crate) fn listed(&self) -> Vec<(String, Opaque)> {
-        let seen = crate::sync::lock(&self.0);
-        seen.iter().map(|(t, o)| (t.clone(), o.clone())).collect()
+    /// Every type held, in type URL order, and how many more were seen.
+    pub(crate) fn listed(&self) -> (Vec<(String, Opaque)>, u64) {
+        let record = crate::sync::lock(&self.0);
+        let types = record
+            .types
+            .iter()
+            .map(|(t, o)| (t.clone(), o.clone()))
+            .collect();
+        (types, record.more)
+    }
+}
+
+impl Record {
+    /// The entry of `type_url` (cut to [`MAX_TYPE_URL_BYTES`]), made if the
+    /// record has room; else counted in `more`.
+    fn entry(&mut self, type_url: &str) -> Option<&mut Opaque> {
+        let key = match type_url.len() > MAX_TYPE_URL_BYTES {
+            false => type_url.to_owned(),
+            true => {
+                let mut cut = MAX_TYPE_URL_BYTES;
+                while !type_url.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                format!("{}…", &type_url[..cut])
+            }
+        };
+        if !self.types.contains_key(&key) && self.types.len() >= MAX_OPAQUE_TYPES {
+            self.more += 1;
+            return None;
+        }
+        Some(self.types.entry(key).or_default())
     }
 }
 
@@ -68,11 +114,12 @@ mod tests {
         noted.explain("a", "istiod", "no reflection");
         let listed: Vec<(String, u64)> = read
             .listed()
+            .0
             .into_iter()
             .map(|(t, o)| (t, o.resources))
             .collect();
         assert_eq!(listed, vec![("a".into(), 2), ("b".into(), 1)]);
-        assert_eq!(read.listed()[0].1.why["istiod"], "no reflection");
+        assert_eq!(read.listed().0[0].1.why["istiod"], "no reflection");
     }
 
     #[test]
@@ -81,7 +128,23 @@ mod tests {
         let cluster = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
         noted.note(&[cluster.into(), "type.googleapis.com/acme.Unknown".into()]);
         noted.forget_known(crate::xds::Codec::embedded().descriptors());
-        let left: Vec<String> = noted.listed().into_iter().map(|(t, _)| t).collect();
+        let left: Vec<String> = noted.listed().0.into_iter().map(|(t, _)| t).collect();
         assert_eq!(left, ["type.googleapis.com/acme.Unknown"]);
+    }
+
+    /// An upstream choosing thousands of type URLs, or very long ones,
+    /// does not grow the record past its bound.
+    #[test]
+    fn the_record_is_bounded() {
+        let noted = OpaqueTypes::default();
+        let many: Vec<String> = (0..3000)
+            .map(|i| format!("type.googleapis.com/t{i}"))
+            .collect();
+        noted.note(&many);
+        noted.note(&[format!("type.googleapis.com/{}", "x".repeat(200_000))]);
+        let (types, more) = noted.listed();
+        assert_eq!(types.len(), MAX_OPAQUE_TYPES);
+        assert_eq!(more, 3001 - MAX_OPAQUE_TYPES as u64);
+        assert!(types.iter().all(|(t, _)| t.len() <= MAX_TYPE_URL_BYTES + 3));
     }
 }

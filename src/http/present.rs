@@ -162,17 +162,37 @@ pub(super) fn mark_stale(headers: &mut HeaderMap, since: Option<SystemTime>) {
 pub(super) const OPAQUE_HEADER: &str = "x-xds-gateway-opaque-types";
 
 /// Marks a response whose body holds `types` served opaque, if any.
+/// The most bytes of type URLs the opaque-types header carries.
+const OPAQUE_HEADER_BYTES: usize = 4096;
+
 pub(super) fn mark_opaque(headers: &mut HeaderMap, types: &[String]) {
     if types.is_empty() {
         return;
     }
-    // Type URLs an upstream chose: only those a header can carry as they are.
-    let listed: Vec<&str> = types
-        .iter()
-        .map(String::as_str)
-        .filter(|t| t.bytes().all(|b| b.is_ascii_graphic() && b != b','))
-        .collect();
-    if let Ok(value) = HeaderValue::from_str(&listed.join(",")) {
+    // Type URLs an upstream chose: only those a header can carry as they
+    // are, and at most OPAQUE_HEADER_BYTES of them (a client's limit on
+    // response headers, 60 KiB in Envoy, is no place for 3,000 of them);
+    // the rest are counted.
+    let mut value = String::new();
+    let mut left_out = 0usize;
+    for type_url in types {
+        let carried = type_url.bytes().all(|b| b.is_ascii_graphic() && b != b',');
+        if !carried || value.len() + type_url.len() + 1 > OPAQUE_HEADER_BYTES {
+            left_out += 1;
+            continue;
+        }
+        if !value.is_empty() {
+            value.push(',');
+        }
+        value.push_str(type_url);
+    }
+    if left_out > 0 {
+        if !value.is_empty() {
+            value.push(',');
+        }
+        value.push_str(&format!("+{left_out}-more"));
+    }
+    if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(OPAQUE_HEADER, value);
     }
 }
@@ -247,6 +267,28 @@ mod tests {
     use bytes::Bytes;
 
     use crate::http::query::query_of as q;
+
+    /// However many types an upstream sends opaque, and however long their
+    /// URLs, the header stays small and says how many it left out.
+    #[test]
+    fn the_opaque_types_header_is_bounded() {
+        let mut types: Vec<String> = (0..3000)
+            .map(|i| format!("type.googleapis.com/acme.v{i}.SomeLongEnoughName"))
+            .collect();
+        types.push(format!("type.googleapis.com/{}", "x".repeat(200_000)));
+        let mut headers = HeaderMap::new();
+        mark_opaque(&mut headers, &types);
+        let value = headers[OPAQUE_HEADER].to_str().unwrap();
+        assert!(value.len() <= OPAQUE_HEADER_BYTES + 32, "{}", value.len());
+        assert!(value.starts_with("type.googleapis.com/acme.v0.SomeLongEnoughName,"));
+        assert!(value.ends_with("-more"), "{value}");
+        let mut few = HeaderMap::new();
+        mark_opaque(&mut few, &types[..2]);
+        assert_eq!(
+            few[OPAQUE_HEADER],
+            "type.googleapis.com/acme.v0.SomeLongEnoughName,type.googleapis.com/acme.v1.SomeLongEnoughName"
+        );
+    }
 
     #[test]
     fn choices() {
