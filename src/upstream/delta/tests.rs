@@ -519,3 +519,67 @@ fn digest_hashes_the_same_bytes_as_ever() {
     expected.truncate(VERSION_HEX_DIGITS);
     assert_eq!(digest(&held), expected);
 }
+
+/// `removed_resource_names` is read on its own, not only beside
+/// `removed_resources` (discovery.proto: the `ResourceName` form of it).
+#[test]
+fn removed_resource_names_alone_remove() {
+    let intake = Intake::new(crate::xds::Codec::embedded());
+    let kind = ResourceType::Endpoints;
+    let response = DeltaDiscoveryResponse {
+        removed_resource_names: vec![
+            ResourceName {
+                name: "b".into(),
+                ..Default::default()
+            },
+            ResourceName {
+                name: "c".into(),
+                ..Default::default()
+            },
+        ],
+        type_url: kind.type_url().into(),
+        nonce: "n1".into(),
+        ..Default::default()
+    };
+    let update = decode_update(&intake, kind, response).unwrap();
+    assert!(update.added.is_empty());
+    assert_eq!(update.removed, ["b", "c"]);
+}
+
+/// A spontaneous delta request (a subscription change) carries no nonce:
+/// "response_nonce must be omitted"; an ACK carries the one it answers.
+#[tokio::test]
+async fn a_subscription_change_carries_no_nonce() {
+    use crate::cache::Names;
+    use crate::store::session::{Session, SETTLE};
+    let (session, _commands) = Session::new(crate::store::node::SessionNode::default());
+    let names = |list: &[&str]| Names::from_request(list.iter().map(|n| n.to_string()).collect());
+    session.want(KIND, &names(&["a"]), SETTLE, 10).unwrap();
+    let namespace = crate::store::namespace::Namespace::new(BTreeMap::new(), "test", "test");
+    let ctx = crate::upstream::connection::unused_context();
+    let mut delta = Delta::new(ctx, session.clone(), namespace);
+    delta.reset_stream();
+    let first = delta.subscribe(KIND).expect("the first request");
+    assert!(first.request().response_nonce.is_empty(), "{first:?}");
+    let response = DeltaDiscoveryResponse {
+        resources: vec![DeltaResource {
+            name: "a".into(),
+            version: "1".into(),
+            resource: Some(any_cla("a")),
+            ..Default::default()
+        }],
+        type_url: KIND.type_url().into(),
+        nonce: "n1".into(),
+        ..Default::default()
+    };
+    let ack = delta.response(KIND, response).await.expect("an ACK");
+    assert_eq!(ack.request().response_nonce, "n1", "{ack:?}");
+    session.want(KIND, &names(&["a", "b"]), SETTLE, 10).unwrap();
+    let change = delta.subscribe(KIND).expect("the change");
+    assert_eq!(
+        change.request().resource_names_subscribe,
+        ["b"],
+        "{change:?}"
+    );
+    assert!(change.request().response_nonce.is_empty(), "{change:?}");
+}
