@@ -286,3 +286,50 @@ async fn a_switched_upstream_replaces_a_partial_state() {
         "then it merges again"
     );
 }
+
+/// TTL heartbeats need "a version matching the most recently sent
+/// version": a wrapper without a resource in a response of the version
+/// held refreshes it; in a response of a new version it is no heartbeat,
+/// and the response is NACKed.
+#[tokio::test]
+async fn a_heartbeat_of_a_new_version_is_refused() {
+    use envoy_types::pb::envoy::service::discovery::v3::Resource as Wrapper;
+    let (mut sotw, _commands) = sotw();
+    let kind = ResourceType::Endpoints;
+    sotw.ask(kind, &["a"]);
+    assert_eq!(
+        sotw.answered(kind, "v1", &[assignment("a", 1)]).await,
+        ["a"]
+    );
+    let heartbeat = any(&Wrapper {
+        name: "a".into(),
+        ttl: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 30,
+            nanos: 0,
+        }),
+        ..Default::default()
+    });
+    assert_eq!(
+        sotw.answered(kind, "v1", std::slice::from_ref(&heartbeat))
+            .await,
+        ["a"],
+        "a heartbeat at the version held keeps the resource"
+    );
+    let response = DiscoveryResponse {
+        version_info: "v2".into(),
+        resources: vec![heartbeat],
+        type_url: kind.type_url().into(),
+        nonce: "n-v2".into(),
+        ..Default::default()
+    };
+    let frame = Bytes::from(response.encode_to_vec());
+    let response = SotwResponse::parse(frame).unwrap_or_else(|e| panic!("{e}"));
+    let nack = sotw.take(kind, response).await;
+    let nack = nack.request();
+    assert!(
+        nack.error_detail.is_some(),
+        "a heartbeat of a new version: {nack:?}"
+    );
+    assert_eq!(nack.response_nonce, "n-v2");
+    assert_eq!(sotw.held(kind), ["a"], "what was held stays");
+}
