@@ -295,3 +295,77 @@ async fn a_response_of_a_type_never_asked_for_is_nacked() {
     assert_eq!(status, 200, "the session's other types are served on");
     gw.stop().await;
 }
+
+/// A request the server fails on, after the type was served (it ends the
+/// stream with an error status): the gateway reconnects with backoff and
+/// sends the same request again, while its clients keep the last good
+/// state, marked stale; and it takes the type up again once the server
+/// serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_server_fails_on_after_serving_keeps_the_last_state_stale() {
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(EDS, "v1", vec![assignment("a", 1), assignment("b", 2)]);
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    let (status, body) = get_json(gw.rest_port, "/v3/discovery:endpoints?node=n&names=a").await;
+    assert_eq!(status, 200, "{body}");
+    // From now on every EDS request ends the stream; a new name asks again.
+    upstream.end_streams_asked_for(EDS);
+    let opened = upstream.streams_opened();
+    // (It waits for b, which never comes; its answer does not matter.)
+    let port = gw.rest_port;
+    let asking = tokio::spawn(async move {
+        let _ = process::http_get(port, "/v3/discovery:endpoints?node=n&names=a,b").await;
+    });
+    let stale = process::eventually(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async {
+            let (status, headers, body) = process::http_exchange(
+                gw.rest_port,
+                http::Method::GET,
+                "/v3/discovery:endpoints?node=n&names=a",
+                &[],
+                bytes::Bytes::new(),
+            )
+            .await
+            .ok()?;
+            (status == 200 && headers.contains_key("x-xds-gateway-stale-since"))
+                .then(|| String::from_utf8_lossy(&body).into_owned())
+        },
+    )
+    .await
+    .expect("the last good state, marked stale");
+    assert!(stale.contains("\"a\""), "{stale}");
+    // It keeps trying, with backoff: a few streams, not a storm.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let retries = upstream.streams_opened() - opened;
+    assert!((1..=6).contains(&retries), "{retries} streams in about 2 s");
+    // The server serves the type again: fresh, with the name asked.
+    upstream.serve_again(EDS);
+    let fresh = process::eventually(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async {
+            let (status, headers, body) = process::http_exchange(
+                gw.rest_port,
+                http::Method::GET,
+                "/v3/discovery:endpoints?node=n&names=a,b",
+                &[],
+                bytes::Bytes::new(),
+            )
+            .await
+            .ok()?;
+            (status == 200 && !headers.contains_key("x-xds-gateway-stale-since"))
+                .then(|| String::from_utf8_lossy(&body).into_owned())
+        },
+    )
+    .await
+    .expect("fresh again once the server serves the type");
+    assert!(fresh.contains("\"b\""), "{fresh}");
+    asking.abort();
+    gw.stop().await;
+}

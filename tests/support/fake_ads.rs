@@ -288,6 +288,11 @@ impl FakeAds {
         lock(&self.shared.fatal_types).push(type_url.to_owned());
     }
 
+    /// Serves `type_url` again ([`end_streams_asked_for`](Self::end_streams_asked_for) undone).
+    pub fn serve_again(&self, type_url: &str) {
+        lock(&self.shared.fatal_types).retain(|t| t != type_url);
+    }
+
     /// Ends every open SotW stream with UNAVAILABLE, as a restart of the
     /// control plane would; the state is kept, and new streams are served.
     pub fn break_streams(&self) {
