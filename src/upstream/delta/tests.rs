@@ -583,3 +583,79 @@ async fn a_subscription_change_carries_no_nonce() {
     );
     assert!(change.request().response_nonce.is_empty(), "{change:?}");
 }
+
+/// A wildcard and a specific name, the name unsubscribed: "the server must
+/// send a response that includes the specific resource in either the
+/// removed_resources field ... or in the resources field". While the
+/// wildcard is wanted, unsubscribing the name drops nothing held: the
+/// server's answer decides.
+#[tokio::test]
+async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
+    use crate::cache::Names;
+    use crate::store::session::{Session, SETTLE};
+    use prost::Message as _;
+    let kind = ResourceType::Clusters;
+    let (session, _commands) = Session::new(crate::store::node::SessionNode::default());
+    session.want(kind, &Names::Wildcard, SETTLE, 10).unwrap();
+    session
+        .want(kind, &Names::from_request(vec!["x".into()]), SETTLE, 10)
+        .unwrap();
+    let namespace = crate::store::namespace::Namespace::new(BTreeMap::new(), "test", "test");
+    let ctx = crate::upstream::connection::unused_context();
+    let mut delta = Delta::new(ctx, session.clone(), namespace);
+    delta.reset_stream();
+    let first = delta.subscribe(kind).expect("the first request");
+    let mut asked = first.request().resource_names_subscribe.clone();
+    asked.sort();
+    assert_eq!(asked, ["*", "x"], "{first:?}");
+    let cluster = |name: &str| Any {
+        type_url: kind.type_url().into(),
+        value: envoy_types::pb::envoy::config::cluster::v3::Cluster {
+            name: name.into(),
+            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    };
+    let response = DeltaDiscoveryResponse {
+        resources: ["a", "x"]
+            .map(|name| DeltaResource {
+                name: name.into(),
+                version: "1".into(),
+                resource: Some(cluster(name)),
+                ..Default::default()
+            })
+            .to_vec(),
+        type_url: kind.type_url().into(),
+        nonce: "n1".into(),
+        ..Default::default()
+    };
+    delta.response(kind, response).await.expect("an ACK");
+    let held = |session: &Session| -> Vec<String> {
+        session
+            .state(kind)
+            .map(|s| s.resources.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(held(&session), ["a", "x"]);
+    // Only the wildcard is wanted now: x is unsubscribed, and still held.
+    session.prune(
+        tokio::time::Instant::now() + Duration::from_secs(10),
+        Duration::from_secs(5),
+    );
+    session.want(kind, &Names::Wildcard, SETTLE, 10).unwrap();
+    let change = delta.subscribe(kind).expect("the change");
+    assert_eq!(
+        change.request().resource_names_unsubscribe,
+        ["x"],
+        "{change:?}"
+    );
+    assert_eq!(
+        held(&session),
+        ["a", "x"],
+        "nothing dropped before the server says"
+    );
+}
