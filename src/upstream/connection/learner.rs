@@ -177,25 +177,7 @@ impl UpstreamContext {
         let descriptors = self.intake.codec().descriptors().clone();
         let outcome = match message_name_of(type_url) {
             Err(e) => Err((Outcome::Refused, e.to_string())),
-            Ok(symbol) => {
-                let pool = descriptors.pool();
-                let known = |file: &str| pool.get_file_by_name(file).is_some();
-                match files_defining(self, symbol, known).await {
-                    Err(e) if e.is_transient() => Err((Outcome::Unreached, e.to_string())),
-                    Err(e) => Err((Outcome::Refused, e.to_string())),
-                    Ok(files) => match descriptors.learn(&files) {
-                        Err(e) => Err((
-                            Outcome::Refused,
-                            format!("its descriptors were refused: {e}"),
-                        )),
-                        Ok(_) if !descriptors.knows(type_url) => Err((
-                            Outcome::Refused,
-                            "its descriptors do not define the type".to_owned(),
-                        )),
-                        Ok(added) => Ok(added),
-                    },
-                }
-            }
+            Ok(symbol) => self.learn_symbol(symbol).await,
         };
         let now = Instant::now();
         match outcome {
@@ -214,6 +196,30 @@ impl UpstreamContext {
                     "no descriptors by reflection: the type is served opaque");
             }
         }
+    }
+}
+
+impl UpstreamContext {
+    /// Asks this upstream by reflection for the files that define the
+    /// message `symbol` and adds them to the codec's pool: how many files
+    /// joined it, or how asking ended and why.
+    async fn learn_symbol(&self, symbol: &str) -> Result<usize, (Outcome, String)> {
+        let descriptors = self.intake.codec().descriptors();
+        let pool = descriptors.pool();
+        let known = |file: &str| pool.get_file_by_name(file).is_some();
+        let files = match files_defining(self, symbol, known).await {
+            Err(e) if e.is_transient() => return Err((Outcome::Unreached, e.to_string())),
+            Err(e) => return Err((Outcome::Refused, e.to_string())),
+            Ok(files) => files,
+        };
+        let refused = |reason: String| (Outcome::Refused, reason);
+        let added = descriptors
+            .learn(&files)
+            .map_err(|e| refused(format!("its descriptors were refused: {e}")))?;
+        if descriptors.descriptor(symbol).is_err() {
+            return Err(refused("its descriptors do not define the type".to_owned()));
+        }
+        Ok(added)
     }
 }
 
@@ -241,25 +247,16 @@ pub async fn descriptor_set(
     let intake = crate::cache::Intake::new(codec.clone());
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let ctx = UpstreamContext::new(spec, 64 << 20, intake, metrics)?;
-    let descriptors = codec.descriptors();
     for symbol in symbols {
-        let failed = |reason: String| DescriptorsError::Symbol {
-            symbol: symbol.clone(),
-            reason,
-        };
         let name = message_name_of(symbol).unwrap_or(symbol);
-        let pool = descriptors.pool();
-        let known = |file: &str| pool.get_file_by_name(file).is_some();
-        let files = files_defining(&ctx, name, known)
+        ctx.learn_symbol(name)
             .await
-            .map_err(|e| failed(e.to_string()))?;
-        descriptors
-            .learn(&files)
-            .map_err(|e| failed(format!("its descriptors were refused: {e}")))?;
-        if descriptors.pool().get_message_by_name(name).is_none() {
-            return Err(failed("its descriptors do not define it".into()));
-        }
+            .map_err(|(_, reason)| DescriptorsError::Symbol {
+                symbol: symbol.clone(),
+                reason,
+            })?;
     }
+    let descriptors = codec.descriptors();
     let learned: Vec<prost_types::FileDescriptorProto> = descriptors
         .pool()
         .files()
