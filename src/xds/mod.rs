@@ -8,7 +8,7 @@ pub mod extra_types;
 pub(crate) mod fuzz;
 mod json;
 mod json_error;
-mod learned;
+pub(crate) mod learned;
 pub(crate) mod membership;
 mod nesting;
 pub(crate) mod opaque;

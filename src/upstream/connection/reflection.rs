@@ -7,7 +7,8 @@
 //! `file_containing_symbol` request; grpc-go answers with the file and its
 //! transitive dependencies, and a dependency that is missing from the answer
 //! and from the pool is asked for by `file_by_filename` on the same stream.
-//! Every answer is bounded ([`MAX_BYTES`], [`MAX_FILES`], [`REFLECTION_WAIT`]);
+//! Every answer is bounded by what the pool admits (`xds::learned`'s
+//! `MAX_BYTES` and `MAX_FILES`) and by [`REFLECTION_WAIT`];
 //! what the files say is checked when they join the pool
 //! (`xds::learned`), not here.
 
@@ -25,16 +26,13 @@ use tonic_reflection::pb::v1::{
 };
 
 use super::UpstreamContext;
+use crate::xds::learned::{MAX_BYTES, MAX_FILES};
 
 /// The reflection methods, newest first.
 const METHODS: [&str; 2] = [
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 ];
-/// Bytes of files taken for one symbol (as `xds::learned` admits).
-const MAX_BYTES: usize = 4 << 20;
-/// Files taken for one symbol.
-const MAX_FILES: usize = 256;
 /// How long one symbol's exchange may take, all of it.
 pub(crate) const REFLECTION_WAIT: Duration = Duration::from_secs(10);
 
