@@ -105,13 +105,20 @@ impl Intake {
 
     /// The types of `message`'s `Any`s `codec` does not know, noted.
     fn note_opaque(&self, codec: &Codec, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
-        let unknown = crate::xds::opaque::unknown_types(codec.descriptors(), message);
-        if unknown.is_empty() {
-            return Box::default();
-        }
-        self.rendered_opaque.inc();
+        self.noted(crate::xds::opaque::unknown_types(
+            codec.descriptors(),
+            message,
+        ))
+    }
+
+    /// `unknown`, the types a resource of a new content is served opaque
+    /// for, counted and noted.
+    fn noted(&self, unknown: impl IntoIterator<Item = String>) -> Box<[String]> {
         let unknown: Box<[String]> = unknown.into_iter().collect();
-        self.opaque_types.note(&unknown);
+        if !unknown.is_empty() {
+            self.rendered_opaque.inc();
+            self.opaque_types.note(&unknown);
+        }
         unknown
     }
 
@@ -254,9 +261,6 @@ impl Intake {
         if kind.is_extra() && !codec.descriptors().knows(type_url) {
             // An added type whose descriptors the gateway has not (yet):
             // served whole, as an opaque Any, until they come.
-            let opaque: Box<[String]> = Box::new([type_url.to_owned()]);
-            self.rendered_opaque.inc();
-            self.opaque_types.note(&opaque);
             return Ok(Arc::new(Resource {
                 kind,
                 name,
@@ -264,7 +268,7 @@ impl Intake {
                 digest,
                 json: codec.render_opaque(type_url, &payload)?,
                 payload,
-                opaque,
+                opaque: self.noted([type_url.to_owned()]),
             }));
         }
         let message = self.checked(&codec, kind, &payload, &name)?;
