@@ -171,24 +171,38 @@ struct Made {
     resources: Bytes,
 }
 
-/// A `?changes` body with proto field names: a `DeltaDiscoveryResponse`
-/// written again, and its `fullState` as `full_state`; its lists there
-/// when empty, as the form has them.
-fn changes_with_proto_names(codec: &Codec, json: &[u8]) -> Result<Bytes, RenditionError> {
+/// `json` with proto field names: a `DiscoveryResponse` written again, or
+/// a `?changes` body, a `DeltaDiscoveryResponse` and its `fullState`
+/// (written `full_state`). The lists the canonical body always has stay
+/// when empty: proto3 JSON leaves an empty repeated field out, and a plain
+/// decoder may require it.
+fn with_proto_names(codec: &Codec, json: &[u8], changes: bool) -> Result<Bytes, RenditionError> {
     let not_json = |e: serde_json::Error| RenditionError::NotJson(e.to_string());
-    let mut value = crate::xds::plain_json::from_slice(json).map_err(not_json)?;
-    let full_state = value
-        .as_object_mut()
-        .and_then(|map| map.remove(FULL_STATE.0));
-    let delta = serde_json::to_vec(&value).map_err(not_json)?;
-    let renamed = codec.with_proto_names(DELTA_RESPONSE, &delta)?;
+    let (renamed, lists, full_state): (Bytes, &[&str], _) = if changes {
+        let mut value = crate::xds::plain_json::from_slice(json).map_err(not_json)?;
+        let full_state = value
+            .as_object_mut()
+            .and_then(|map| map.remove(FULL_STATE.0));
+        let delta = serde_json::to_vec(&value).map_err(not_json)?;
+        let renamed = codec.with_proto_names(DELTA_RESPONSE, &delta)?;
+        (renamed, &["resources", "removed_resources"], full_state)
+    } else {
+        let renamed = codec.with_proto_names(DISCOVERY_RESPONSE, json)?;
+        (renamed, &["resources"], None)
+    };
+    let complete = lists
+        .iter()
+        .all(|list| memchr::memmem::find(&renamed, format!("\"{list}\":").as_bytes()).is_some());
+    if complete && full_state.is_none() {
+        return Ok(renamed);
+    }
     let mut value = crate::xds::plain_json::from_slice(&renamed).map_err(not_json)?;
     if let serde_json::Value::Object(map) = &mut value {
         if let Some(full_state) = full_state {
             map.insert(FULL_STATE.1.into(), full_state);
         }
-        for list in ["resources", "removed_resources"] {
-            map.entry(list)
+        for list in lists {
+            map.entry(*list)
                 .or_insert_with(|| serde_json::Value::Array(Vec::new()));
         }
     }
@@ -197,23 +211,8 @@ fn changes_with_proto_names(codec: &Codec, json: &[u8]) -> Result<Bytes, Renditi
 
 fn render(json: &JsonBody, rendition: Rendition, codec: &Codec) -> Result<Bytes, RenditionError> {
     let mut json = json.to_bytes();
-    if rendition.proto_names && rendition.changes {
-        json = changes_with_proto_names(codec, &json)?;
-    } else if rendition.proto_names {
-        json = codec.with_proto_names(DISCOVERY_RESPONSE, &json)?;
-        if memchr::memmem::find(&json, b"\"resources\":").is_none() {
-            // An empty repeated field is left out of proto3 JSON; a plain
-            // decoder that requires `resources` reads it as the canonical
-            // body has it, an empty list.
-            let mut value = crate::xds::plain_json::from_slice(&json)
-                .map_err(|e| RenditionError::NotJson(e.to_string()))?;
-            if let serde_json::Value::Object(map) = &mut value {
-                map.insert("resources".into(), serde_json::Value::Array(Vec::new()));
-            }
-            json = serde_json::to_vec(&value)
-                .map_err(|e| RenditionError::Json(e.to_string()))?
-                .into();
-        }
+    if rendition.proto_names {
+        json = with_proto_names(codec, &json, rendition.changes)?;
     }
     let value = || {
         crate::xds::plain_json::from_slice(&json)
