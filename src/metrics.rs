@@ -117,6 +117,7 @@ pub struct Metrics {
     acks: Family<TypeLabel, Counter>,
     nacks: Family<TypeLabel, Counter>,
     suspected_rejections: Family<TypeLabel, Counter>,
+    client_nacks: Family<TypeLabel, Counter>,
     invalid_resources: Family<TypeLabel, Counter>,
     ttl_expired: Family<TypeLabel, Counter>,
     request_seconds: Family<TypeLabel, Histogram>,
@@ -191,6 +192,7 @@ impl Metrics {
         let acks = Family::<TypeLabel, Counter>::default();
         let nacks = Family::<TypeLabel, Counter>::default();
         let suspected_rejections = Family::<TypeLabel, Counter>::default();
+        let client_nacks = Family::<TypeLabel, Counter>::default();
         let invalid_resources = Family::<TypeLabel, Counter>::default();
         let ttl_expired = Family::<TypeLabel, Counter>::default();
         let request_seconds = Family::<TypeLabel, Histogram>::new_with_constructor(|| {
@@ -247,6 +249,11 @@ impl Metrics {
             "suspected_rejections",
             "REST clients that kept presenting an older version after a newer one was served",
             suspected_rejections.clone(),
+        );
+        registry.register(
+            "client_nacks",
+            "REST polls that NACKed what they were served (error_detail set)",
+            client_nacks.clone(),
         );
         registry.register(
             "invalid_resources",
@@ -314,6 +321,7 @@ impl Metrics {
                 &acks,
                 &nacks,
                 &suspected_rejections,
+                &client_nacks,
                 &invalid_resources,
                 &ttl_expired,
             ] {
@@ -358,6 +366,7 @@ impl Metrics {
             acks,
             nacks,
             suspected_rejections,
+            client_nacks,
             invalid_resources,
             ttl_expired,
             request_seconds,
@@ -502,6 +511,11 @@ impl Metrics {
         self.suspected_rejections
             .get_or_create(&Self::label(kind))
             .inc();
+    }
+
+    /// A REST poll that NACKed what it was served.
+    pub fn client_nack(&self, kind: ResourceType) {
+        self.client_nacks.get_or_create(&Self::label(kind)).inc();
     }
 
     /// An upstream update rejected because a resource breaks Envoy's rules.

@@ -257,6 +257,19 @@ fn generic(
                 version_info: sub.current.clone(),
             }),
         ),
+        Standing::Rejected => (
+            ClientResourceStatus::Nacked,
+            ConfigStatus::Error,
+            Some(UpdateFailureState {
+                failed_configuration: None,
+                last_update_attempt: sub.last_body.map(timestamp),
+                details: format!(
+                    "NACKed over REST by the client: {}",
+                    sub.nack.as_deref().unwrap_or_default()
+                ),
+                version_info: sub.current.clone(),
+            }),
+        ),
     };
     GenericXdsConfig {
         type_url: state.kind.type_url().to_owned(),

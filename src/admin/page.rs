@@ -235,15 +235,18 @@ fn problems_section(out: &mut String, views: &Views) {
     for client in &views.clients.clients {
         for (kind, view) in &client.types {
             for sub in &view.detail {
-                if sub.state == SubscriptionState::Suspected {
-                    problems.push(format!(
-                        "Node <code>{}</code> ({}): suspected rejection of {}: {}",
-                        escape(&client.node_id),
-                        escape_opt(client.remote.as_deref()),
-                        escape(kind),
-                        escape_opt(sub.why.as_deref()),
-                    ));
-                }
+                let what = match sub.state {
+                    SubscriptionState::Suspected => "suspected rejection",
+                    SubscriptionState::Rejected => "NACK",
+                    _ => continue,
+                };
+                problems.push(format!(
+                    "Node <code>{}</code> ({}): {what} of {}: {}",
+                    escape(&client.node_id),
+                    escape_opt(client.remote.as_deref()),
+                    escape(kind),
+                    escape_opt(sub.why.as_deref()),
+                ));
             }
         }
     }
@@ -485,7 +488,9 @@ fn subscription(out: &mut String, sub: &SubscriptionView) {
     let class = match sub.state {
         SubscriptionState::InStep => "ok",
         SubscriptionState::CatchingUp => "warn",
-        SubscriptionState::Behind | SubscriptionState::Suspected => "bad",
+        SubscriptionState::Behind | SubscriptionState::Suspected | SubscriptionState::Rejected => {
+            "bad"
+        }
     };
     let _ = write!(
         out,

@@ -46,7 +46,7 @@ use super::request_chunks::{feed_sampled, sampled_len, BodyChunks};
 use super::request_frame::Frame;
 use super::state::{names_digest, Names};
 use crate::config::SessionKey;
-use crate::xds::{DiscoveryRequestView, RequestError};
+use crate::xds::{DiscoveryRequestView, ErrorDetailView, RequestError};
 
 /// Total bytes (bodies and their parses) the memo may hold.
 const MEMO_BYTES: u64 = 64 * 1024 * 1024;
@@ -256,6 +256,8 @@ pub(crate) struct ParsedRequest {
     /// Made from a GET's query: never an Envoy, whatever its node says,
     /// and never the same subscriber as a POSTing client of its node.
     via_get: bool,
+    /// The client's NACK of what it was served, if it sent one.
+    error_detail: Option<Box<ErrorDetailView>>,
 }
 
 impl ParsedRequest {
@@ -296,6 +298,7 @@ impl ParsedRequest {
             names_hash,
             names_digest,
             via_get,
+            error_detail: view.error_detail.map(Box::new),
         })
     }
 
@@ -337,6 +340,7 @@ impl ParsedRequest {
     pub(crate) fn presenting(&self, version: &str) -> ParsedRequest {
         ParsedRequest {
             version_info: version.to_owned(),
+            error_detail: None,
             ..self.clone()
         }
     }
@@ -372,6 +376,12 @@ impl ParsedRequest {
             &self.body.after[..],
         ]
         .concat()
+    }
+
+    /// The client's NACK, if the request is one: it rejected what it was
+    /// served and still holds [`version_info`](Self::version_info).
+    pub(crate) fn error_detail(&self) -> Option<&ErrorDetailView> {
+        self.error_detail.as_deref()
     }
 
     /// The version the client presents (empty on its first poll).
@@ -440,6 +450,9 @@ impl ParsedRequest {
             + self.node_id.capacity()
             + self.node_cluster.capacity()
             + self.user_agent_name.capacity()
+            + self.error_detail.as_ref().map_or(0, |e| {
+                std::mem::size_of::<ErrorDetailView>() + e.message.capacity()
+            })
     }
 }
 

@@ -95,6 +95,8 @@ pub(crate) struct SubscriptionStatus {
     pub(crate) last_poll: SystemTime,
     /// When a body last went out to it.
     pub(crate) last_body: Option<SystemTime>,
+    /// The message of the NACK its latest poll was, if it was one.
+    pub(crate) nack: Option<String>,
 }
 
 /// The clients of one node id, for CSDS.
@@ -174,6 +176,8 @@ struct Subscription {
     out_of_step_since: Option<SystemTime>,
     /// The versions served to it and its run of polls behind.
     rejection: RejectionLog,
+    /// The message of the NACK its latest poll was, if it was one.
+    nack: Option<String>,
     /// What it weighs: its names, its log's versions and
     /// [`SUBSCRIPTION_BASE_BYTES`].
     bytes: usize,
@@ -285,7 +289,19 @@ impl ClientBook {
                 last_poll: now,
                 out_of_step_since: None,
                 rejection: RejectionLog::default(),
+                nack: None,
             });
+        let nack = request.error_detail().map(|e| e.message.as_str());
+        if entry.nack.as_deref() != nack {
+            let held = entry.nack.as_ref().map_or(0, String::len);
+            entry.nack = nack.map(str::to_owned);
+            let grown = nack.map_or(0, str::len) as isize - held as isize;
+            entry.bytes = entry.bytes.saturating_add_signed(grown);
+            // A new subscription's bytes are added whole below.
+            if entry.polls > 0 {
+                client.bytes = client.bytes.saturating_add_signed(grown);
+            }
+        }
         entry.presented.clear();
         entry.presented.push_str(request.version_info());
         entry.current.clear();
@@ -367,16 +383,25 @@ impl ClientBook {
             presented: request.version_info(),
             current,
             envoy: request.may_be_envoy(),
+            nack: request.error_detail().map(|e| e.message.as_str()),
+        };
+        // A subscription the book does not hold reports a NACK all the same
+        // (its client says so); the next one is its log's to report.
+        let unheld = || {
+            let mut log = RejectionLog::default();
+            let suspicion = poll.nack.and_then(|_| log.observe(poll, self.threshold));
+            (standing(None, poll, self.threshold), suspicion)
         };
         let client_key = request.client(remote);
         let Some(held) = self.clients.get(&client_key) else {
-            return (standing(None, poll, self.threshold), None, None);
+            let (standing, suspicion) = unheld();
+            return (standing, suspicion, None);
         };
         let mut guard = crate::sync::lock(&held);
         let client = &mut *guard;
         let key = (kind, request.subscription(remote));
         let (standing, suspicion) = match client.subscriptions.get_mut(&key) {
-            None => (standing(None, poll, self.threshold), None),
+            None => unheld(),
             Some(entry) => {
                 let threshold = self.threshold;
                 let (answer, grown) = entry.with_log(|log| {
@@ -454,6 +479,7 @@ impl ClientBook {
                     standing: s.standing,
                     last_poll: s.last_poll,
                     last_body: s.last_body,
+                    nack: s.nack.clone(),
                 }));
         }
         nodes.into_values().collect()

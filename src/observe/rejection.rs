@@ -14,6 +14,11 @@
 //! served the current version is catching up. Polls through a trusted proxy
 //! that names no client are never observed (`store::polled`).
 //!
+//! A client that says so itself (a poll with `error_detail`, which REST
+//! clients other than Envoy may send) has rejected the version it was
+//! served: that is reported on that poll, with no threshold, once per
+//! (old, new) pair as a suspicion is.
+//!
 //! Versions are compared by their selection digest (see `state`), so a
 //! client is in step exactly when it would get a 304.
 
@@ -24,12 +29,15 @@ use crate::cache::same_selection;
 /// How many served versions are remembered per subscription.
 pub(crate) const SERVED_VERSIONS: usize = 4;
 
-/// A client kept presenting `presented` although `current` was served to it.
+/// A client kept presenting `presented` although `current` was served to
+/// it, or said it rejected `current` (`nack`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Suspicion {
     pub(crate) presented: String,
     pub(crate) current: String,
     pub(crate) polls: u32,
+    /// The client's own reason, when it NACKed: no guess.
+    pub(crate) nack: Option<String>,
 }
 
 /// Where one client stands for one type, as of its latest poll.
@@ -45,6 +53,8 @@ pub(crate) enum Standing {
     Behind { polls: u32 },
     /// Behind for the threshold or longer: a suspected rejection.
     Suspected { polls: u32 },
+    /// It said it rejected the current version (a poll with `error_detail`).
+    Rejected,
 }
 
 /// One poll of the subscription, as the log sees it.
@@ -56,6 +66,8 @@ pub(crate) struct Observation<'a> {
     /// Whether the client is an Envoy: only an Envoy's empty version says
     /// "I rejected what you sent" (curl and scripts always present none).
     pub(crate) envoy: bool,
+    /// The client's NACK's message, if the poll is one.
+    pub(crate) nack: Option<&'a str>,
 }
 
 /// What one subscription was served and how it polled since.
@@ -103,6 +115,10 @@ impl RejectionLog {
             self.behind = None;
             return None;
         }
+        if let Some(message) = poll.nack {
+            self.behind = None;
+            return self.report(poll, 1, Some(message));
+        }
         let served = |v: &str| self.served.iter().position(|s| same_selection(s, v));
         let Some(current) = served(poll.current) else {
             // Not yet served the current version: catching up.
@@ -131,6 +147,17 @@ impl RejectionLog {
         if polls < threshold {
             return None;
         }
+        self.report(poll, polls, None)
+    }
+
+    /// A suspicion of `poll`'s pair (presented, current), unless that pair
+    /// was the last reported.
+    fn report(
+        &mut self,
+        poll: Observation<'_>,
+        polls: u32,
+        nack: Option<&str>,
+    ) -> Option<Suspicion> {
         let pair = (poll.presented.to_owned(), poll.current.to_owned());
         if self.reported.as_ref() == Some(&pair) {
             return None;
@@ -140,6 +167,7 @@ impl RejectionLog {
             presented: poll.presented.to_owned(),
             current: poll.current.to_owned(),
             polls,
+            nack: nack.map(str::to_owned),
         })
     }
 
@@ -159,6 +187,9 @@ pub(crate) fn standing(
 ) -> Standing {
     if same_selection(poll.presented, poll.current) {
         return Standing::InStep;
+    }
+    if poll.nack.is_some() {
+        return Standing::Rejected;
     }
     match log.and_then(|log| log.behind.as_ref()) {
         Some((presented, polls)) if presented == poll.presented => {
@@ -184,6 +215,7 @@ mod tests {
             presented,
             current,
             envoy: true,
+            nack: None,
         }
     }
 
@@ -233,11 +265,38 @@ mod tests {
         t.served(V1);
         for _ in 0..5 {
             let curl = Observation {
+                nack: None,
                 envoy: false,
                 ..poll("", V1)
             };
             assert_eq!(t.observe(curl, 1), None);
         }
+    }
+
+    #[test]
+    fn a_nack_is_a_rejection_at_once_reported_once_per_pair() {
+        let mut t = RejectionLog::default();
+        t.served(V1);
+        t.served(V2);
+        let nack = Observation {
+            nack: Some("bad cluster"),
+            ..poll(V1, V2)
+        };
+        let s = t.observe(nack, 3).expect("no threshold for a NACK");
+        assert_eq!(s.nack.as_deref(), Some("bad cluster"));
+        assert_eq!((s.presented.as_str(), s.polls), (V1, 1));
+        assert_eq!(t.sync(nack, 3), Standing::Rejected);
+        assert_eq!(t.observe(nack, 3), None, "once per pair");
+        // Even a version it was never served here (another replica's).
+        let mut fresh = RejectionLog::default();
+        assert!(fresh.observe(nack, 3).is_some());
+        // A NACK that presents the current version is in step.
+        let in_step = Observation {
+            nack: Some("x"),
+            ..poll(V2, V2)
+        };
+        assert_eq!(t.observe(in_step, 3), None);
+        assert_eq!(t.sync(in_step, 3), Standing::InStep);
     }
 
     #[test]

@@ -125,12 +125,23 @@ impl Polled {
                 Answer::NotModified { .. } => Standing::InStep,
                 Answer::Body { .. } => Standing::CatchingUp,
             };
+            // A client's own NACK needs no guess: it is logged and counted,
+            // but not forwarded (the gateway's own limit when opaque; one
+            // per client behind a proxy that names none, with no book to
+            // report it once).
+            if let Some(detail) = request.error_detail() {
+                self.feed.metrics().client_nack(self.state.kind);
+                self.nacked(request, answer.version(), &detail.message, false);
+            }
             return Ok(answer);
         }
         let (sync, suspicion, booked) =
             ledger.observe(request, self.state.kind, remote.ip(), answer.version());
         self.sync = sync;
         self.booked = booked;
+        if request.error_detail().is_some() {
+            self.feed.metrics().client_nack(self.state.kind);
+        }
         if let Some(suspicion) = suspicion {
             self.suspected(request, &suspicion);
         }
@@ -141,6 +152,13 @@ impl Polled {
     /// NACKs it upstream if the feed forwards them.
     fn suspected(&self, request: &ParsedRequest, suspicion: &Suspicion) {
         let nacked = self.feed.forwards();
+        if let Some(message) = &suspicion.nack {
+            self.nacked(request, &suspicion.current, message, nacked);
+            if nacked {
+                self.feed.forward(request, suspicion);
+            }
+            return;
+        }
         let kind = self.state.kind;
         warn!(
             node = %Escaped(request.node_id()), %kind,
@@ -153,6 +171,19 @@ impl Polled {
         if nacked {
             self.feed.forward(request, suspicion);
         }
+    }
+
+    /// Logs a client's own NACK of `current` (`forwarded`: it is also
+    /// sent upstream). Every NACK poll is counted where it is answered.
+    fn nacked(&self, request: &ParsedRequest, current: &str, message: &str, forwarded: bool) {
+        let kind = self.state.kind;
+        warn!(
+            node = %Escaped(request.node_id()), %kind,
+            presented = %Escaped(request.version_info()),
+            %current, code = request.error_detail().map_or(0, |e| e.code),
+            message = %Escaped(message), forwarded,
+            "a REST client NACKed what it was served"
+        );
     }
 
     /// Long poll: waits up to `wait` for the state to change; true if it did
@@ -200,8 +231,14 @@ impl Polled {
     }
 }
 
-/// The message a NACK carries for a suspicion.
+/// The message a NACK carries for a suspicion (or a client's NACK).
 pub(super) fn suspicion_message(node_id: &str, suspicion: &Suspicion) -> String {
+    if let Some(message) = &suspicion.nack {
+        return format!(
+            "xds-gateway: a REST client of node {node_id:?} NACKed version {:?} and holds {:?}: {message}",
+            suspicion.current, suspicion.presented
+        );
+    }
     format!(
         "xds-gateway: a REST client of node {node_id:?} kept presenting version {:?} for {} polls after version {:?} was served; it probably rejected it",
         suspicion.presented, suspicion.polls, suspicion.current

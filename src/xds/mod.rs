@@ -23,7 +23,7 @@ pub use json::Codec;
 pub use json_error::JsonError;
 pub use learned::LearnError;
 pub use opaque::OPAQUE_TYPE_URL;
-pub use request::{DiscoveryRequestView, NodeView, RequestError};
+pub use request::{DiscoveryRequestView, ErrorDetailView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
 pub use resource_type::{Endpoint, ResourceType, MAX_TYPES};
 pub use validate::{Validator, Violation};

@@ -34,7 +34,30 @@ pub struct DiscoveryRequestView {
     pub response_nonce: String,
     #[serde(deserialize_with = "node_or_null")]
     pub node: Option<NodeView>,
+    /// A NACK: the client rejected the response it names (REST clients
+    /// other than Envoy may send one; Envoy's REST client never does).
+    #[serde(alias = "errorDetail", deserialize_with = "error_detail_or_null")]
+    pub error_detail: Option<ErrorDetailView>,
 }
+
+/// The parts of a NACK's `google.rpc.Status` the gateway reads (its
+/// `details` are skipped). The message is cut to [`ERROR_MESSAGE_BYTES`]:
+/// it is logged, shown and sent upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ErrorDetailView {
+    #[serde(deserialize_with = "int32")]
+    pub code: i32,
+    #[serde(deserialize_with = "bounded_message")]
+    pub message: String,
+    /// How many `details` it has (a list of `Any`: its shape is checked,
+    /// its items skipped).
+    #[serde(deserialize_with = "list_of_objects")]
+    pub details: usize,
+}
+
+/// The most of a NACK's message kept, in bytes.
+pub const ERROR_MESSAGE_BYTES: usize = 1024;
 
 /// The identity-bearing fields of a `Node`.
 #[derive(Debug, Default)]
@@ -104,6 +127,62 @@ where
     T: Deserialize<'de> + Default,
 {
     Ok(Option::<T>::deserialize(de)?.unwrap_or_default())
+}
+
+/// A proto3 JSON `int32`: a number or a string holding one; `null` is 0.
+fn int32<'de, D: Deserializer<'de>>(de: D) -> Result<i32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Int32 {
+        Number(i32),
+        Text(String),
+    }
+    match Option::<Int32>::deserialize(de)? {
+        None => Ok(0),
+        Some(Int32::Number(n)) => Ok(n),
+        Some(Int32::Text(text)) => text
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("{text:?} is not an int32"))),
+    }
+}
+
+/// A `google.rpc.Status` object, or `null` (serde alone would also take a
+/// struct from a JSON array, which proto3 JSON does not).
+fn error_detail_or_null<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<ErrorDetailView>, D::Error> {
+    let Some(raw) = Option::<&'de RawValue>::deserialize(de)? else {
+        return Ok(None);
+    };
+    if !raw.get().starts_with('{') {
+        return Err(serde::de::Error::custom(format!(
+            "error_detail must be a JSON object, not {}",
+            json_kind(raw.get())
+        )));
+    }
+    serde_json::from_str(raw.get())
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// A JSON list of objects, or `null`, read for its shape and length only.
+fn list_of_objects<'de, D: Deserializer<'de>>(de: D) -> Result<usize, D::Error> {
+    type Object = std::collections::BTreeMap<String, serde::de::IgnoredAny>;
+    Ok(Option::<Vec<Object>>::deserialize(de)?.map_or(0, |list| list.len()))
+}
+
+/// A string, `null` as empty, cut to [`ERROR_MESSAGE_BYTES`] on a
+/// character boundary.
+fn bounded_message<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
+    let mut message = Option::<String>::deserialize(de)?.unwrap_or_default();
+    if message.len() > ERROR_MESSAGE_BYTES {
+        let mut end = ERROR_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+    Ok(message)
 }
 
 fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D::Error> {
@@ -259,6 +338,48 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(body)
             );
+        }
+    }
+
+    #[test]
+    fn a_nack_is_read_in_either_spelling_and_its_message_bounded() {
+        let snake = br#"{"error_detail":{"code":3,"message":"bad cluster","details":[]}}"#;
+        let camel = br#"{"errorDetail":{"code":"3","message":"bad cluster"}}"#;
+        for body in [&snake[..], camel] {
+            let detail = DiscoveryRequestView::parse(body).unwrap().error_detail;
+            let expected = ErrorDetailView {
+                code: 3,
+                message: "bad cluster".into(),
+                details: 0,
+            };
+            assert_eq!(detail, Some(expected));
+        }
+        assert_eq!(
+            DiscoveryRequestView::parse(br#"{"error_detail":null}"#)
+                .unwrap()
+                .error_detail,
+            None
+        );
+        let long = format!(
+            r#"{{"error_detail":{{"message":"{}"}}}}"#,
+            "\u{e9}".repeat(2000)
+        );
+        let detail = DiscoveryRequestView::parse(long.as_bytes())
+            .unwrap()
+            .error_detail
+            .unwrap();
+        assert!(detail.message.len() <= ERROR_MESSAGE_BYTES);
+        assert!(detail.message.len() >= ERROR_MESSAGE_BYTES - 1);
+        for bad in [
+            &br#"{"error_detail":{"code":"three"}}"#[..],
+            br#"{"error_detail":{"code":1.5}}"#,
+            br#"{"error_detail":"nope"}"#,
+            br#"{"error_detail":{"message":7}}"#,
+            br#"{"error_detail":{"details":{}}}"#,
+            br#"{"error_detail":{"details":["x"]}}"#,
+            br#"{"errorDetail":[null,null]}"#,
+        ] {
+            assert!(DiscoveryRequestView::parse(bad).is_err(), "{bad:?}");
         }
     }
 

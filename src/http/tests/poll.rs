@@ -376,6 +376,84 @@ async fn a_client_stuck_on_an_older_version_is_a_suspected_rejection() {
     assert!(message.contains("v2~"), "{message}");
 }
 
+/// R7: a REST client that sends `error_detail` has rejected what it was
+/// served. That is a rejection at once (no `--rejection-threshold` polls),
+/// forwarded upstream with its own message, reported once per pair, and
+/// shown as `rejected` with the client's reason.
+#[tokio::test(start_paused = true)]
+async fn a_clients_own_nack_is_a_rejection_at_once_with_its_reason() {
+    let (gw, script) = forwarding_rejections_at_v1().await;
+    let v1 = poll(&gw, CDS, "n", "", &[], "").await.version().to_owned();
+    script.set(CDS, "v2", &[cluster("a"), cluster("bad")]).await;
+    let v2 = poll(&gw, CDS, "n", &v1, &[], "").await.version().to_owned();
+    assert_ne!(v1, v2);
+    let nack = |code: Value| {
+        let body = json!({
+            "node": {"id": "n"}, "version_info": v1,
+            "error_detail": {"code": code, "message": "cluster bad: no endpoints"},
+        });
+        Request::post(Endpoint::Discovery(CDS).path())
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    // The NACK is answered like any poll presenting v1: with v2.
+    let reply = send(&gw, nack(json!(3))).await;
+    assert_eq!((reply.status, reply.upstream()), (StatusCode::OK, "v2"));
+    assert_eq!(metric(&gw, "xds_gateway_client_nacks_total"), 1.0);
+    assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 0.0);
+    let nacks_sent = nacks(&script).await;
+    let [Command::Nack {
+        kind,
+        presented,
+        message,
+    }] = nacks_sent.as_slice()
+    else {
+        panic!("one NACK at once expected: {nacks_sent:?}");
+    };
+    assert_eq!((*kind, presented.as_str()), (CDS, "v1"));
+    assert!(message.contains("cluster bad: no endpoints"), "{message}");
+    assert!(message.contains(&v2), "{message}");
+    // Once per (held, served) pair, however often it says so.
+    send(&gw, nack(json!("3"))).await;
+    assert_eq!(nacks(&script).await.len(), 1);
+    assert_eq!(metric(&gw, "xds_gateway_client_nacks_total"), 2.0);
+    let view = serde_json::to_value(gw.clients().view()).unwrap();
+    let detail = &view["clients"][0]["types"]["clusters"]["detail"][0];
+    assert_eq!(detail["state"], "rejected", "{view}");
+    assert!(
+        detail["why"]
+            .as_str()
+            .is_some_and(|why| why.contains("no endpoints")),
+        "{view}"
+    );
+    // Presenting v2 afterwards is an ACK: in step again.
+    assert_eq!(
+        poll(&gw, CDS, "n", &v2, &[], "").await.status,
+        StatusCode::NOT_MODIFIED
+    );
+    let view = serde_json::to_value(gw.clients().view()).unwrap();
+    assert_eq!(
+        view["clients"][0]["types"]["clusters"]["detail"][0]["state"],
+        "in step"
+    );
+}
+
+/// A NACK whose `error_detail` is not a `google.rpc.Status` is the
+/// client's mistake: a 400 that names the field, nothing counted.
+#[tokio::test(start_paused = true)]
+async fn a_malformed_nack_is_a_400() {
+    let (gw, _script) = forwarding_rejections_at_v1().await;
+    let body = json!({"node": {"id": "n"}, "error_detail": {"code": "three"}});
+    let request = Request::post(Endpoint::Discovery(CDS).path())
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let reply = send(&gw, request).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(metric(&gw, "xds_gateway_client_nacks_total"), 0.0);
+}
+
 /// [`poll`] from a client at `remote` (as `serve` marks each request).
 async fn poll_from(gw: &Arc<Gateway>, remote: [u8; 4], node: &str, version: &str) -> Reply {
     let body = json!({"node": {"id": node}, "version_info": version});

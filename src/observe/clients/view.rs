@@ -67,6 +67,8 @@ pub(crate) struct ClientTypeView {
     pub(crate) subscriptions: usize,
     pub(crate) in_step: usize,
     pub(crate) suspected_rejections: usize,
+    /// Subscriptions whose latest poll NACKed what they were served.
+    pub(crate) rejections: usize,
     /// Its latest poll of the type (RFC 3339).
     pub(crate) last_poll: Option<String>,
     /// At most [`LAGGING_SHOWN`].
@@ -109,6 +111,9 @@ pub(crate) enum SubscriptionState {
     Behind,
     #[serde(rename = "suspected rejection")]
     Suspected,
+    /// The client NACKed it (REST clients other than Envoy may).
+    #[serde(rename = "rejected")]
+    Rejected,
 }
 
 impl SubscriptionState {
@@ -119,6 +124,7 @@ impl SubscriptionState {
             SubscriptionState::CatchingUp => "catching up",
             SubscriptionState::Behind => "behind",
             SubscriptionState::Suspected => "suspected rejection",
+            SubscriptionState::Rejected => "rejected",
         }
     }
 }
@@ -190,6 +196,7 @@ fn type_view(mut subs: Vec<&Subscription>, now: SystemTime) -> ClientTypeView {
         subscriptions: subs.len(),
         in_step: count(|s| *s == Standing::InStep),
         suspected_rejections: count(|s| matches!(s, Standing::Suspected { .. })),
+        rejections: count(|s| *s == Standing::Rejected),
         last_poll: subs.iter().map(|s| s.last_poll).max().map(stamp),
         detail: subs
             .iter()
@@ -224,6 +231,15 @@ fn subscription_view(sub: &Subscription, now: SystemTime) -> SubscriptionView {
                     sub.presented, sub.current
                 )
             }),
+        ),
+        Standing::Rejected => (
+            SubscriptionState::Rejected,
+            Some(format!(
+                "it NACKed {:?} and holds {:?}: {}",
+                sub.current,
+                sub.presented,
+                sub.nack.as_deref().unwrap_or_default()
+            )),
         ),
     };
     let behind_for = sub.out_of_step_since.map(|since| {
