@@ -34,8 +34,17 @@ use xds_gateway::config::{Config, UpstreamMode};
 
 const THING: &str = "type.googleapis.com/acme.inventory.v1.Thing";
 
+/// A type like `Thing` whose SotW responses update only what they carry.
+const PIECE: &str = "type.googleapis.com/acme.inventory.v1.Piece";
+
 /// `acme.inventory.v1.Thing { string name = 1; string value = 2; }`.
 fn thing_file() -> Vec<u8> {
+    pair_file("acme/inventory/v1/thing.proto", "Thing")
+}
+
+/// `acme.inventory.v1.<message> { string name = 1; string value = 2; }`,
+/// alone in `file`.
+fn pair_file(file: &str, message: &str) -> Vec<u8> {
     let field = |name: &str, number: i32, json: &str| FieldDescriptorProto {
         name: Some(name.into()),
         number: Some(number),
@@ -45,10 +54,10 @@ fn thing_file() -> Vec<u8> {
         ..Default::default()
     };
     FileDescriptorProto {
-        name: Some("acme/inventory/v1/thing.proto".into()),
+        name: Some(file.into()),
         package: Some("acme.inventory.v1".into()),
         message_type: vec![DescriptorProto {
-            name: Some("Thing".into()),
+            name: Some(message.into()),
             field: vec![field("name", 1, "name"), field("value", 2, "value")],
             ..Default::default()
         }],
@@ -60,6 +69,11 @@ fn thing_file() -> Vec<u8> {
 
 /// A `Thing`'s bytes, by hand: field 1 and field 2, both strings.
 fn thing(name: &str, value: &str) -> Any {
+    pair(THING, name, value)
+}
+
+/// A two-string message of `type_url`, by hand: field 1 and field 2.
+fn pair(type_url: &str, name: &str, value: &str) -> Any {
     let mut bytes = Vec::new();
     for (tag, text) in [(0x0a_u8, name), (0x12, value)] {
         bytes.push(tag);
@@ -67,7 +81,7 @@ fn thing(name: &str, value: &str) -> Any {
         bytes.extend_from_slice(text.as_bytes());
     }
     Any {
-        type_url: THING.into(),
+        type_url: type_url.into(),
         value: bytes,
     }
 }
@@ -76,11 +90,19 @@ fn things_type() -> ExtraTypeSpec {
     ExtraTypeSpec::parse_flag(&format!("things={THING}")).expect("a valid flag")
 }
 
+/// `pieces`, configured with `complete-state = false`.
+fn pieces_type() -> ExtraTypeSpec {
+    ExtraTypeSpec {
+        complete_state: false,
+        ..ExtraTypeSpec::parse_flag(&format!("pieces={PIECE}")).expect("a valid flag")
+    }
+}
+
 async fn gateway(upstream: &FakeAds, mode: UpstreamMode) -> InProcess {
     let config = Config {
         upstream: Some(upstream.url()),
         upstream_mode: mode,
-        extra_types: vec![things_type()],
+        extra_types: vec![things_type(), pieces_type()],
         ..Config::default()
     }
     .validate()
@@ -210,6 +232,67 @@ async fn an_extra_type_is_served_like_envoys_own() {
         assert!(nacks.is_empty(), "{mode:?}: NACKed: {nacks:?}");
         gw.stop().await;
     }
+}
+
+/// A2: with `complete-state = false`, a SotW response of the type updates
+/// what it carries and keeps the rest, as the text groups every type but
+/// Listener and Cluster: a second version without `b` still serves `b`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extra_type_without_complete_state_keeps_what_a_response_leaves_out() {
+    let upstream = FakeAds::start().await;
+    upstream.serve_reflection(
+        vec![pair_file("acme/inventory/v1/piece.proto", "Piece")],
+        false,
+    );
+    upstream.set(
+        PIECE,
+        "v1",
+        vec![pair(PIECE, "a", "1"), pair(PIECE, "b", "2")],
+    );
+    let gw = gateway(&upstream, UpstreamMode::Sotw).await;
+    let path = "/v3/discovery:pieces?node=tool";
+    let served = |expected: Vec<(String, String)>| {
+        let port = gw.rest_port;
+        async move {
+            process::eventually(Duration::from_secs(20), Duration::from_millis(100), || {
+                let expected = expected.clone();
+                async move {
+                    let (status, headers, body) = get(port, path).await;
+                    let full = status == 200 && !headers.contains_key("x-xds-gateway-opaque-types");
+                    let by_name = body["resources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            (
+                                r["name"].as_str().unwrap_or_default().to_owned(),
+                                r["value"].as_str().unwrap_or_default().to_owned(),
+                            )
+                        })
+                        .collect::<Vec<_>>();
+                    (full && by_name == expected).then_some(())
+                }
+            })
+            .await
+        }
+    };
+    assert!(
+        served(pairs(&[("a", "1"), ("b", "2")])).await.is_some(),
+        "v1 never served in full"
+    );
+    upstream.set(
+        PIECE,
+        "v2",
+        vec![pair(PIECE, "a", "9"), pair(PIECE, "c", "3")],
+    );
+    assert!(
+        served(pairs(&[("a", "9"), ("b", "2"), ("c", "3")]))
+            .await
+            .is_some(),
+        "v2 updates a, adds c and keeps b: {}",
+        get(gw.rest_port, path).await.2
+    );
+    gw.stop().await;
 }
 
 /// Without its descriptors the type is served opaque (its bytes whole), and
