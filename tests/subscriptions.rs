@@ -332,3 +332,97 @@ async fn a_wildcard_left_after_names_is_asked_as_star_not_as_an_empty_list() {
     assert!(body.contains("\"a\""), "{body}");
     gw.stop().await;
 }
+
+/// A `Cluster` named `name`, as a second type that keeps the session alive.
+fn a_cluster(name: &str) -> envoy_types::pb::google::protobuf::Any {
+    let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: name.into(),
+        ..Default::default()
+    };
+    envoy_types::pb::google::protobuf::Any {
+        type_url: CDS.into(),
+        value: prost::Message::encode_to_vec(&cluster),
+    }
+}
+
+const CDS: &str = ResourceType::Clusters.type_url();
+
+/// S6: when no REST client wants a type any more (its names idled out), a
+/// SotW stream that named resources of it unsubscribes with the empty
+/// list, so a server that reads the text stops pushing what nobody reads
+/// (and the gateway stops ACKing it); a client that comes back
+/// resubscribes and gets the type's current state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_nobody_wants_any_more_is_unsubscribed_and_a_returning_client_resubscribes() {
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.empty_list_unsubscribes();
+    upstream.set(EDS, "v1", vec![assignment("a", 1)]);
+    upstream.set(CDS, "c1", vec![a_cluster("keep")]);
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        idle_timeout: Duration::from_secs(2),
+        ..Config::default()
+    })
+    .await;
+    let named = "/v3/discovery:endpoints?node=n&names=a";
+    let other = "/v3/discovery:clusters?node=n";
+    let (status, _) = http_get(gw.rest_port, named).await.expect("an answer");
+    assert_eq!(status, 200);
+    let eds_requests = || {
+        upstream
+            .requests()
+            .into_iter()
+            .filter(|r| r.type_url == EDS)
+            .collect::<Vec<_>>()
+    };
+    // Only the clusters are polled while the name idles out.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = http_get(gw.rest_port, other).await.expect("an answer");
+        assert_eq!(status, 200);
+        if eds_requests().last().is_some_and(|r| r.names.is_empty()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "EDS was never unsubscribed: {:?}",
+            eds_requests().iter().map(|r| &r.names).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The server then pushes nothing of it, and nothing is ACKed for it.
+    let eds_sent = |upstream: &fake_ads::FakeAds| {
+        upstream
+            .responses()
+            .iter()
+            .filter(|r| r.type_url == EDS)
+            .count()
+    };
+    let (sent, asked) = (eds_sent(&upstream), eds_requests().len());
+    upstream.set(EDS, "v2", vec![assignment("a", 2)]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(eds_sent(&upstream), sent, "pushed after the unsubscription");
+    assert_eq!(
+        eds_requests().len(),
+        asked,
+        "ACKed after the unsubscription"
+    );
+    // A client that comes back is served the current state.
+    let body = process::get_until(
+        gw.rest_port,
+        named,
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {},
+        |body| body.contains("\"portValue\": 2") || body.contains("\"portValue\":2"),
+    )
+    .await
+    .unwrap_or_else(|last| panic!("the returning client never got v2: {last}"));
+    assert!(body.contains("\"a\""), "{body}");
+    assert_eq!(
+        eds_requests().last().map(|r| r.names.clone()),
+        Some(vec!["a".to_owned()]),
+        "resubscribed by name"
+    );
+    gw.stop().await;
+}

@@ -271,13 +271,19 @@ impl Protocol for Sotw {
     /// that this stream was not sent yet.
     fn subscribe(&mut self, kind: ResourceType) -> Option<Outbound<DiscoveryRequest>> {
         let Some(coverage) = self.session.subscription(kind) else {
-            if self.stream.sent.remove(&kind).is_some() {
-                // Nobody wants this type any more: an explicit empty, non-wildcard
-                // subscription is not expressible in SotW, so say nothing and
-                // ignore what still arrives for it.
-                debug!(%kind, "interest dropped");
+            self.stream.sent.remove(&kind)?;
+            if !self.stream.named.contains(&kind) {
+                // Only the legacy wildcard (the empty list) was sent: in
+                // SotW nothing withdraws it, so what still arrives is taken.
+                debug!(%kind, "interest dropped; a legacy wildcard stays subscribed");
+                return None;
             }
-            return None;
+            // Nobody wants the type any more: after names, the empty list
+            // unsubscribes (a returning client subscribes again).
+            debug!(%kind, "interest dropped: unsubscribing");
+            let version = self.acked.get(&kind).cloned().unwrap_or_default();
+            let nonce = self.stream.nonces.get(&kind).cloned().unwrap_or_default();
+            return Some(self.request(kind, version, nonce, None));
         };
         if self.stream.sent.get(&kind) == Some(&coverage) {
             return None;
