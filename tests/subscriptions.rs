@@ -426,3 +426,128 @@ async fn a_type_nobody_wants_any_more_is_unsubscribed_and_a_returning_client_res
     );
     gw.stop().await;
 }
+
+/// C3: `resource_errors`. The latest error per resource is remembered
+/// across responses until a response carries the resource again; REST
+/// clients are told the errors of what they asked (`resourceErrors`, a
+/// new version when they change, 304 while they do not), `/debug/sessions`
+/// shows them; NOT_FOUND is a removal. In SotW and in delta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_errors_are_remembered_told_to_rest_clients_and_cleared() {
+    use xds_gateway::config::UpstreamMode;
+    for mode in [UpstreamMode::Sotw, UpstreamMode::Delta] {
+        let upstream = fake_ads::FakeAds::start_delta().await;
+        upstream.set_with_errors(
+            EDS,
+            "v1",
+            vec![assignment("a", 1)],
+            &[("b", 14, "b: backend \"down\"")],
+        );
+        let gw = InProcess::start(Config {
+            upstream: Some(upstream.url()),
+            upstream_mode: mode,
+            ..Config::default()
+        })
+        .await;
+        let path = "/v3/discovery:endpoints?node=n&names=a,b";
+        let poll = |version: String| {
+            let port = gw.rest_port;
+            async move {
+                let path = format!("{path}&version={version}");
+                let (status, body) = http_get(port, &path).await.expect("an answer");
+                let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                (status, json)
+            }
+        };
+        let errors_of = |json: &serde_json::Value| -> Vec<(String, i64)> {
+            json["resourceErrors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    (
+                        e["resourceName"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        e["errorDetail"]["code"].as_i64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let (status, first) = poll(String::new()).await;
+        assert_eq!(status, 200, "{mode:?}: {first}");
+        assert_eq!(
+            errors_of(&first),
+            [("b".to_owned(), 14)],
+            "{mode:?}: {first}"
+        );
+        assert!(
+            first.to_string().contains("backend \\\"down\\\""),
+            "{mode:?}: {first}"
+        );
+        let v1 = first["versionInfo"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(poll(v1.clone()).await.0, 304, "{mode:?}");
+        let (_, sessions) = http_get(gw.admin_port, "/debug/sessions")
+            .await
+            .expect("sessions");
+        assert!(
+            sessions.contains("\"resource_error_count\":1") && sessions.contains("backend"),
+            "{mode:?}: {sessions}"
+        );
+
+        // A response that neither carries b nor reports it: still told.
+        upstream.set(EDS, "v2", vec![assignment("a", 2)]);
+        let changed = eventually_changed(&poll, &v1).await;
+        assert_eq!(
+            errors_of(&changed),
+            [("b".to_owned(), 14)],
+            "{mode:?}: {changed}"
+        );
+        let v2 = changed["versionInfo"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+
+        // Carried again: cleared.
+        upstream.set(EDS, "v3", vec![assignment("a", 2), assignment("b", 3)]);
+        let cleared = eventually_changed(&poll, &v2).await;
+        assert!(errors_of(&cleared).is_empty(), "{mode:?}: {cleared}");
+        assert_eq!(cleared["resources"].as_array().map(Vec::len), Some(2));
+        let v3 = cleared["versionInfo"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+
+        // NOT_FOUND: a removal, not an error to tell.
+        upstream.set_with_errors(EDS, "v4", vec![assignment("a", 2)], &[("b", 5, "gone")]);
+        let gone = eventually_changed(&poll, &v3).await;
+        assert!(errors_of(&gone).is_empty(), "{mode:?}: {gone}");
+        assert_eq!(
+            gone["resources"].as_array().map(Vec::len),
+            Some(1),
+            "{mode:?}: {gone}"
+        );
+        gw.stop().await;
+    }
+}
+
+/// Polls `poll` until it answers a version other than `old`; that body.
+async fn eventually_changed<F, Fut>(poll: &F, old: &str) -> serde_json::Value
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = (u16, serde_json::Value)>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = poll(old.to_owned()).await;
+        if status == 200 && body["versionInfo"].as_str() != Some(old) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new version after {old}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

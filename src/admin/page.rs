@@ -194,7 +194,8 @@ fn header_section(out: &mut String, views: &Views) {
     out.push_str("</nav></header>\n");
 }
 
-/// Readiness problems, failed streams, NACKs sent, suspected rejections.
+/// Readiness problems, failed streams, NACKs sent, errors the upstream
+/// reported for single resources, suspected rejections.
 fn problems_section(out: &mut String, views: &Views) {
     let readiness = &views.readiness;
     let mut problems: Vec<String> = Vec::new();
@@ -214,6 +215,27 @@ fn problems_section(out: &mut String, views: &Views) {
     for row in &views.sessions.sessions {
         let session = &row.session;
         for (kind, view) in &session.types {
+            if view.resource_error_count > 0 {
+                let listed: Vec<String> = view
+                    .resource_errors
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "<code>{}</code> (code {}): {}",
+                            escape(&e.name),
+                            e.code,
+                            escape(&e.message)
+                        )
+                    })
+                    .collect();
+                problems.push(format!(
+                    "Node <code>{}</code>: the upstream reports errors for {} {} resource(s): {}",
+                    escape(&session.node_id),
+                    view.resource_error_count,
+                    escape(kind),
+                    listed.join("; "),
+                ));
+            }
             let Some(reply) = view.last_reply.as_ref() else {
                 continue;
             };

@@ -19,6 +19,7 @@ mod request;
 mod request_chunks;
 mod request_frame;
 mod resource;
+mod resource_errors;
 mod resource_set;
 mod state;
 #[cfg(test)]
@@ -37,5 +38,6 @@ pub(crate) use request::MemoSize;
 pub(crate) use request::{share_a_key, ParsedRequest, ParsedRequests};
 pub(crate) use request_chunks::BodyChunks;
 pub(crate) use resource::{idle_memo, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER};
+pub(crate) use resource_errors::{ReportedError, ResourceErrorView, ResourceErrors, NOT_FOUND};
 pub(crate) use resource_set::{IntoResourceSet, ResourceMap, ResourceSet, Taken};
 pub(crate) use state::{same_selection, upstream_version, Answer, Coverage, Names, TypeState};

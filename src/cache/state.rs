@@ -19,6 +19,8 @@
 //! - An empty `version_info` never gets a 304.
 //! - A resource served with an opaque `Any` and the same resource rendered
 //!   in full (its type's descriptors learned since) are two answers.
+//! - So are two answers that tell of different `resource_errors` for the
+//!   names asked (`resource_errors.rs`).
 //!
 //! The upstream's part stays readable (logs, debugging, NACKs); the digest
 //! is what decides. Assembled bodies are memoised (with their version) in a
@@ -38,6 +40,7 @@ use super::assembler::Assembler;
 use super::body::JsonBody;
 use super::body_memo::{Assembled, Bodies};
 use super::resource::Resource;
+use super::resource_errors::ResourceErrors;
 use super::resource_set::{IntoResourceSet, ResourceSet};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{membership, xdstp, JsonError, ResourceType};
@@ -186,6 +189,9 @@ pub(crate) struct TypeState {
     /// Shared by every state holding the same resources.
     pub(crate) resources: Arc<ResourceSet>,
     pub(crate) coverage: Coverage,
+    /// What the upstream reported wrong with single resources, remembered
+    /// across responses (`resource_errors`); told to REST clients.
+    pub(crate) errors: Arc<ResourceErrors>,
     id: u64,
 }
 
@@ -220,7 +226,17 @@ impl TypeState {
             nonce,
             resources: resources.into_set(),
             coverage,
+            errors: Arc::default(),
             id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// This state, holding `errors` (a new state).
+    pub(crate) fn with_errors(self, errors: Arc<ResourceErrors>) -> TypeState {
+        TypeState {
+            errors,
+            id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
+            ..self
         }
     }
 
@@ -234,6 +250,7 @@ impl TypeState {
             resources,
             self.coverage.clone(),
         )
+        .with_errors(self.errors.clone())
     }
 
     /// What tells this state from every other (states are immutable).
@@ -284,14 +301,14 @@ impl TypeState {
             }
         }
         let selection = self.selection(names, &digest, target);
-        let version = self.version_of(&selection);
+        let version = self.version_of(&self.errors.digest(names, selection));
         if same_selection(presented, &version) {
             // Not memoised (another replica, or evicted): still a 304.
             return Ok(Answer::NotModified { version });
         }
         let piece = (self.kind, selection);
         let resources = bodies.shared(piece, || self.join(assembler, names, target))?;
-        let (head, tail) = self.ends(&version);
+        let (head, tail) = self.ends(&version, names);
         bodies.answers.insert(
             key,
             Arc::new(Assembled {
@@ -326,7 +343,8 @@ impl TypeState {
     /// `target` is answered (see the module docs): what the config history
     /// and `/debug/diff` show a version as.
     pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
-        self.version_of(&self.selection(names, &names_digest(names), target))
+        let selection = self.selection(names, &names_digest(names), target);
+        self.version_of(&self.errors.digest(names, selection))
     }
 
     /// The served version of a selection digest.
@@ -450,7 +468,7 @@ impl TypeState {
     /// nonce: a body is a function of what it serves, so that one version
     /// (one strong ETag) is one body, however often the upstream sent the
     /// same version under new nonces. A REST client only echoes it.
-    fn ends(&self, version: &str) -> (Bytes, Bytes) {
+    fn ends(&self, version: &str, names: &Names) -> (Bytes, Bytes) {
         let version_text = version;
         let version = json_string(version);
         let mut head = BytesMut::with_capacity(version.len() + 32);
@@ -467,6 +485,9 @@ impl TypeState {
             tail.put_slice(b",\"nonce\":\"");
             tail.put_slice(nonce.as_bytes());
             tail.put_u8(b'"');
+        }
+        if !self.errors.is_empty() {
+            tail.put_slice(self.errors.json_member(names).as_bytes());
         }
         tail.put_u8(b'}');
         (head.freeze(), tail.freeze())

@@ -38,7 +38,7 @@ use super::view::SessionView;
 use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
 };
-use crate::cache::{Coverage, Names, ParsedRequest, TypeState};
+use crate::cache::{Coverage, Names, ParsedRequest, ResourceErrors, TypeState};
 use crate::metrics::Metrics;
 use crate::shares::Tenant;
 use crate::xds::ResourceType;
@@ -253,7 +253,12 @@ fn merge(kind: ResourceType, states: &[Arc<TypeState>]) -> TypeState {
         coverage.names.extend(state.coverage.names.iter().cloned());
         versions.push(state.version.as_str());
     }
-    TypeState::new(kind, versions.join(","), String::new(), resources, coverage)
+    let state = TypeState::new(kind, versions.join(","), String::new(), resources, coverage);
+    if states.iter().all(|s| s.errors.is_empty()) {
+        return state;
+    }
+    let errors = ResourceErrors::union(states.iter().map(|s| &*s.errors));
+    state.with_errors(Arc::new(errors))
 }
 
 /// A poll answered from several slots' parts.

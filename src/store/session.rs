@@ -501,6 +501,11 @@ impl Session {
                         .collect(),
                     name_count: subscription.names.len(),
                     last_reply: self.upstream.last_reply(*kind),
+                    resource_errors: state
+                        .as_ref()
+                        .map(|s| s.errors.view(NAMES_SHOWN))
+                        .unwrap_or_default(),
+                    resource_error_count: state.as_ref().map_or(0, |s| s.errors.len()),
                 };
                 Some((kind.short_name(), view))
             })

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::cache::ResourceErrorView;
+
 /// Where the upstream stream is (shown as `idle`, `connecting`, `open`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -141,6 +143,11 @@ pub(crate) struct SessionTypeView {
     pub(crate) name_count: usize,
     /// The last ACK or NACK sent upstream for the type, if any.
     pub(crate) last_reply: Option<ReplyView>,
+    /// The first errors the upstream reported for single resources
+    /// (`resource_errors`, remembered until a response carries the resource
+    /// again); `resource_error_count` counts them all.
+    pub(crate) resource_errors: Vec<ResourceErrorView>,
+    pub(crate) resource_error_count: usize,
 }
 
 /// An ACK or NACK sent upstream.

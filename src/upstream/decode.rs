@@ -430,6 +430,26 @@ pub(super) async fn decode_all_off_thread(
         .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
 
+/// A response's `resource_errors` by resource name (entries naming none
+/// are dropped), bounded as `cache::ResourceErrors` keeps them.
+pub(super) fn reported_errors(
+    errors: &[envoy_types::pb::envoy::service::discovery::v3::ResourceError],
+) -> Vec<(String, crate::cache::ReportedError)> {
+    errors
+        .iter()
+        .filter_map(|e| {
+            let name = e.resource_name.as_ref()?.name.clone();
+            let status = e.error_detail.clone().unwrap_or_default();
+            (!name.is_empty()).then(|| {
+                (
+                    name,
+                    crate::cache::ReportedError::new(status.code, &status.message),
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

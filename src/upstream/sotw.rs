@@ -23,14 +23,17 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::decode::{decode_all_off_thread, Decoded, Rejection};
+use super::decode::{decode_all_off_thread, reported_errors, Decoded, Rejection};
 use super::outbound::Outbound;
 use super::replies::Replies;
 use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::wire::SotwResponse;
 use super::UpstreamContext;
-use crate::cache::{Coverage, IntoResourceSet, Resource, ResourceMap, ResourceSet, TypeState};
+use crate::cache::{
+    Coverage, IntoResourceSet, ReportedError, Resource, ResourceMap, ResourceSet, TypeState,
+    NOT_FOUND,
+};
 use crate::log_escape::Escaped;
 use crate::store::namespace::Namespace;
 use crate::store::session::Session;
@@ -428,13 +431,16 @@ impl Sotw {
         debug!(%kind, dropped = state.resources.len() - resources.len(), "no longer subscribed");
         self.expiries
             .retain(kind, |name| resources.contains_key(name));
-        self.session.publish(TypeState::new(
-            kind,
-            state.version.clone(),
-            state.nonce.clone(),
-            resources,
-            intersection(state.coverage.clone(), wanted),
-        ));
+        self.session.publish(
+            TypeState::new(
+                kind,
+                state.version.clone(),
+                state.nonce.clone(),
+                resources,
+                intersection(state.coverage.clone(), wanted),
+            )
+            .with_errors(state.errors.clone()),
+        );
     }
 
     /// Takes the heartbeats of a decoded response: a wrapper without a
@@ -513,7 +519,9 @@ impl Sotw {
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());
+        let reported = reported_errors(&response.resource_errors);
         let previous = self.session.state(kind);
+        let held_errors = previous.as_ref().map(|p| p.errors.clone());
         let decoded = decode_all_off_thread(&self.ctx.intake, kind, response, previous).await;
         if let Ok(d) = &decoded {
             self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
@@ -536,6 +544,9 @@ impl Sotw {
                 ..
             }) => {
                 let resources = self.state_after(kind, &answer);
+                // NOT_FOUND removes what a response grouped by resource
+                // leaves held (one holding the whole state has left it out).
+                let resources = without_not_found(resources, &answer, &reported);
                 let resources = self.ctx.rendered_now(resources);
                 if !ttls.is_empty() || self.expiries.tracks(kind) {
                     let now = Instant::now();
@@ -558,13 +569,16 @@ impl Sotw {
                     // Nobody wants the type any more: it answers nobody.
                     None => Coverage::default(),
                 };
-                self.session.publish(TypeState::new(
-                    kind,
-                    version.clone(),
-                    nonce.clone(),
-                    resources,
-                    coverage,
-                ));
+                let state =
+                    TypeState::new(kind, version.clone(), nonce.clone(), resources, coverage);
+                let held_errors = held_errors.unwrap_or_default();
+                self.session
+                    .publish(if held_errors.is_empty() && reported.is_empty() {
+                        state
+                    } else {
+                        let carried = answer.keys().map(String::as_str);
+                        state.with_errors(Arc::new(held_errors.after(carried, [], reported)))
+                    });
                 self.acked.insert(kind, version.clone());
                 self.replies.ack(kind, &version);
                 self.request(kind, version, nonce, None)
@@ -578,6 +592,29 @@ impl Sotw {
             }
         }
     }
+}
+
+/// `resources` less the names `reported` NOT_FOUND that `answer` does not
+/// carry.
+fn without_not_found(
+    resources: Arc<ResourceSet>,
+    answer: &ResourceSet,
+    reported: &[(String, ReportedError)],
+) -> Arc<ResourceSet> {
+    let gone: BTreeSet<&str> = reported
+        .iter()
+        .filter(|(name, e)| e.code == NOT_FOUND && !answer.contains_key(name))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !gone.iter().any(|name| resources.contains_key(*name)) {
+        return resources;
+    }
+    let kept: ResourceMap = resources
+        .iter()
+        .filter(|(name, _)| !gone.contains(name.as_str()))
+        .map(|(name, resource)| (name.clone(), Arc::clone(resource)))
+        .collect();
+    kept.into_set()
 }
 
 #[cfg(test)]

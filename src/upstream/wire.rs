@@ -15,8 +15,9 @@
 //!
 //! The parse follows protobuf's rules as prost applies them (the tests
 //! compare the two on generated and mutated encodings): the last of a
-//! repeated scalar wins, every element of `resources` counts, fields not
-//! read here (`canary`, `control_plane`, `resource_errors`, unknown ones,
+//! repeated scalar wins, every element of `resources` counts, each of
+//! `resource_errors` (rare and small) is decoded by prost, fields not
+//! read here (`canary`, `control_plane`, unknown ones,
 //! groups included) are skipped as prost's `skip_field` does (nesting
 //! bounded as prost bounds it), a known field
 //! of the wrong wire type and a truncated field are errors, and the three
@@ -29,8 +30,10 @@
 //! else takes resources already held.
 
 use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::ResourceError;
 use envoy_types::pb::google::protobuf::Any;
 use prost::encoding::{check_wire_type, decode_key, decode_varint, WireType};
+use prost::Message as _;
 
 /// Why a frame is not a `DiscoveryResponse`.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +61,8 @@ pub(crate) struct SotwResponse {
     pub(crate) version_info: String,
     pub(crate) type_url: String,
     pub(crate) nonce: String,
+    /// What the upstream says is wrong with single resources.
+    pub(crate) resource_errors: Vec<ResourceError>,
     resources: Vec<AnySpan>,
     frame: Bytes,
 }
@@ -103,7 +108,7 @@ impl SotwResponse {
     pub(crate) fn parse(frame: Bytes) -> Result<SotwResponse, WireError> {
         let mut out = SotwResponse::default();
         let all: &[u8] = &frame;
-        let read = |tag| matches!(tag, 1 | 2 | 4 | 5);
+        let read = |tag| matches!(tag, 1 | 2 | 4 | 5 | 7);
         each_field(
             all,
             (0, all.len()),
@@ -115,6 +120,7 @@ impl SotwResponse {
                     1 => out.version_info = utf8(tag, "version_info", field)?,
                     2 => out.resources.push(any_span(all, start, end)?),
                     4 => out.type_url = utf8(tag, "type_url", field)?,
+                    7 => out.resource_errors.push(ResourceError::decode(field)?),
                     _ => out.nonce = utf8(tag, "nonce", field)?,
                 }
                 Ok(())

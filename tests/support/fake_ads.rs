@@ -46,6 +46,7 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, Resource as DeltaResource,
+    ResourceError, ResourceName,
 };
 use envoy_types::pb::google::protobuf::Any;
 use futures::Stream;
@@ -133,6 +134,8 @@ struct Entry {
     generation: u64,
     /// What changed from the generation before (none for the first).
     changes: Option<Arc<Changes>>,
+    /// The `resource_errors` every response of this entry carries.
+    errors: Arc<Vec<ResourceError>>,
 }
 
 /// The difference between an entry and the one it replaced.
@@ -356,6 +359,34 @@ impl FakeAds {
     /// Replaces `type_url`'s version and resources and pushes them to every
     /// open stream subscribed to that type.
     pub fn set(&self, type_url: &str, version: &str, resources: Vec<Any>) {
+        self.set_with_errors(type_url, version, resources, &[]);
+    }
+
+    /// [`set`](Self::set), every response of the entry (SotW and delta)
+    /// also carrying `resource_errors`: (name, gRPC code, message).
+    pub fn set_with_errors(
+        &self,
+        type_url: &str,
+        version: &str,
+        resources: Vec<Any>,
+        errors: &[(&str, i32, &str)],
+    ) {
+        let errors: Arc<Vec<ResourceError>> = Arc::new(
+            errors
+                .iter()
+                .map(|(name, code, message)| ResourceError {
+                    resource_name: Some(ResourceName {
+                        name: (*name).to_owned(),
+                        ..Default::default()
+                    }),
+                    error_detail: Some(envoy_types::pb::google::rpc::Status {
+                        code: *code,
+                        message: (*message).to_owned(),
+                        ..Default::default()
+                    }),
+                })
+                .collect(),
+        );
         let resources: Arc<Vec<Held>> = Arc::new(
             resources
                 .into_iter()
@@ -378,6 +409,7 @@ impl FakeAds {
                     encoded: Arc::default(),
                     generation,
                     changes,
+                    errors,
                 },
             );
         }
@@ -784,12 +816,16 @@ fn encode_resources<'a>(resources: impl Iterator<Item = &'a Any>) -> Bytes {
 
 /// A `DiscoveryResponse` as prost encodes it (fields in tag order, empty
 /// strings left out), its `resources` field given already encoded.
-fn encode_response(version: &str, resources: &[u8], type_url: &str, nonce: &str) -> Bytes {
+fn encode_response(entry: &Entry, resources: &[u8], type_url: &str, nonce: &str) -> Bytes {
+    let version = &entry.version;
     let mut buf = Vec::with_capacity(resources.len() + version.len() + type_url.len() + 32);
     put_string(1, version, &mut buf);
     buf.extend_from_slice(resources);
     put_string(4, type_url, &mut buf);
     put_string(5, nonce, &mut buf);
+    for error in entry.errors.iter() {
+        prost::encoding::message::encode(7, error, &mut buf);
+    }
     Bytes::from(buf)
 }
 
@@ -953,7 +989,7 @@ impl StreamTask {
         let resources = encode_resources(entry.resources.iter().map(|(_, any, _)| any));
         self.nonce += 1;
         let nonce = self.nonce.to_string();
-        let response = encode_response(&entry.version, &resources, type_url, &nonce);
+        let response = encode_response(&entry, &resources, type_url, &nonce);
         lock(&self.shared.responses).push(SentRecord {
             stream: self.id,
             type_url: type_url.to_owned(),
@@ -992,7 +1028,7 @@ impl StreamTask {
         sub.sent = entry.generation;
         self.nonce += 1;
         let nonce = self.nonce.to_string();
-        let response = encode_response(&entry.version, &resources, type_url, &nonce);
+        let response = encode_response(&entry, &resources, type_url, &nonce);
         lock(&self.shared.responses).push(SentRecord {
             stream: self.id,
             type_url: type_url.to_owned(),
@@ -1179,6 +1215,7 @@ impl DeltaTask {
             type_url: type_url.to_owned(),
             removed_resources: removed,
             nonce: self.nonce.to_string(),
+            resource_errors: entry.errors.to_vec(),
             ..Default::default()
         };
         let _ = self.tx.send(Ok(response)).await;

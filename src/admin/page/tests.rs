@@ -49,6 +49,8 @@ fn session(node: &str) -> SessionsView {
         names: Vec::new(),
         name_count: 0,
         last_reply,
+        resource_errors: Vec::new(),
+        resource_error_count: 0,
     };
     let nack = ReplyView {
         kind: ReplyKind::Nack,

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::update::Update;
 use super::SETTLE;
-use crate::cache::{Coverage, ResourceSet, TypeState};
+use crate::cache::{Coverage, ResourceErrors, ResourceSet, TypeState};
 use crate::log_escape::Escaped;
 use crate::upstream::held::{Edit, HeldSet, HeldSets};
 use crate::xds::{membership, ResourceType};
@@ -28,8 +28,12 @@ pub(super) struct Tracked {
     pub(super) answered: BTreeSet<String>,
     pub(super) wildcard_answered: bool,
     /// (version, coverage, descriptor pool generation) last published, so
-    /// unchanged states are not republished.
+    /// unchanged states are not republished (forgotten when `errors`
+    /// change).
     pub(super) published: Option<(String, Coverage, u64)>,
+    /// What the upstream reported wrong with single resources, remembered
+    /// until a response carries the resource again or removes it.
+    errors: Arc<ResourceErrors>,
 }
 
 impl Tracked {
@@ -41,6 +45,7 @@ impl Tracked {
             answered: BTreeSet::new(),
             wildcard_answered: false,
             published: None,
+            errors: Arc::default(),
         }
     }
 
@@ -96,7 +101,7 @@ impl Tracked {
         &mut self,
         kind: ResourceType,
         wire: &mut Wire,
-        update: Update,
+        mut update: Update,
         now: Instant,
     ) {
         let sent = wire.sent.clone().unwrap_or_default();
@@ -134,6 +139,15 @@ impl Tracked {
             let names: Vec<String> = wire.first.names.iter().cloned().collect();
             for name in &names {
                 answered(self, wire, name, &[]);
+            }
+        }
+        if !update.errors.is_empty() || !self.errors.is_empty() {
+            let carried = update.added.iter().map(|(name, _)| name.as_str());
+            let gone = update.removed.iter().map(String::as_str);
+            let errors = self.errors.after(carried, gone, update.errors.drain(..));
+            if errors != *self.errors {
+                self.errors = Arc::new(errors);
+                self.published = None;
             }
         }
         // Names are unique across the update's lists (`decode_update`), so
@@ -196,13 +210,17 @@ impl Tracked {
         kind: ResourceType,
         rendered: impl FnOnce(Arc<ResourceSet>) -> Arc<ResourceSet>,
     ) -> TypeState {
-        TypeState::new(
+        let state = TypeState::new(
             kind,
             self.held.version().to_owned(),
             String::new(),
             rendered(self.held.resources().clone()),
             self.coverage(),
-        )
+        );
+        if self.errors.is_empty() {
+            return state;
+        }
+        state.with_errors(self.errors.clone())
     }
 }
 

@@ -141,6 +141,7 @@ fn update(added: &[(&str, &str)], name_only: &[(&str, &str)], removed: &[&str]) 
             .collect(),
         removed: strings(removed),
         ttls: Vec::new(),
+        errors: Vec::new(),
     }
 }
 

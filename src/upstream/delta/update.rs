@@ -9,8 +9,10 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 
 use super::{NOT_FOUND, WILDCARD};
-use crate::cache::{Coverage, Intake, WrapperName};
-use crate::upstream::decode::{decode_delta_named, decode_named, decode_one, ttl_of, Rejection};
+use crate::cache::{Coverage, Intake, ReportedError, WrapperName};
+use crate::upstream::decode::{
+    decode_delta_named, decode_named, decode_one, reported_errors, ttl_of, Rejection,
+};
 use crate::upstream::held::HeldResource;
 use crate::upstream::wire::Payload;
 use crate::xds::ResourceType;
@@ -58,6 +60,9 @@ pub(super) struct Update {
     pub(super) removed: Vec<String>,
     /// The TTL each added or name-only resource came with (`None`: none).
     pub(super) ttls: Vec<(String, Option<Duration>)>,
+    /// What the upstream reported wrong with single resources (NOT_FOUND
+    /// is in `removed` instead).
+    pub(super) errors: Vec<(String, ReportedError)>,
 }
 
 /// Decodes and checks every part of `response`; the first problem rejects
@@ -142,6 +147,10 @@ pub(super) fn decode_update(
             }
         }
     }
+    update.errors = reported_errors(&response.resource_errors)
+        .into_iter()
+        .filter(|(_, e)| e.code != NOT_FOUND)
+        .collect();
     let not_found = response
         .resource_errors
         .into_iter()

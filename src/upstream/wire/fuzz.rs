@@ -21,6 +21,8 @@ pub(crate) struct Reference {
     pub(crate) type_url: String,
     #[prost(string, tag = "5")]
     pub(crate) nonce: String,
+    #[prost(message, repeated, tag = "7")]
+    pub(crate) resource_errors: Vec<envoy_types::pb::envoy::service::discovery::v3::ResourceError>,
 }
 
 /// `google.protobuf.Any` with its type URL as bytes.
@@ -45,6 +47,7 @@ pub(crate) fn as_reference(read: &SotwResponse) -> Reference {
             .collect(),
         type_url: read.type_url.clone(),
         nonce: read.nonce.clone(),
+        resource_errors: read.resource_errors.clone(),
     }
 }
 
