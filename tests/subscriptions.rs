@@ -551,3 +551,80 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// C1: a resource whose wrapper says `cache_control.do_not_cache` is served
+/// to the session's clients, but every answer holding it says
+/// `Cache-Control: no-store` (so no HTTP cache keeps it), a 304 too, and
+/// the config history records the version without it; an answer without
+/// it is cacheable as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
+    use envoy_types::pb::envoy::service::discovery::v3::{resource::CacheControl, Resource};
+    let wrapped = {
+        let inner = a_cluster("secret");
+        let wrapper = Resource {
+            name: "secret".into(),
+            version: "1".into(),
+            resource: Some(inner),
+            cache_control: Some(CacheControl { do_not_cache: true }),
+            ..Default::default()
+        };
+        envoy_types::pb::google::protobuf::Any {
+            type_url: "type.googleapis.com/envoy.service.discovery.v3.Resource".into(),
+            value: prost::Message::encode_to_vec(&wrapper),
+        }
+    };
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(CDS, "c1", vec![a_cluster("plain"), wrapped]);
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    let get = |path: String| {
+        let port = gw.rest_port;
+        async move {
+            let (status, headers, body) =
+                process::http_exchange(port, http::Method::GET, &path, &[], bytes::Bytes::new())
+                    .await
+                    .expect("an answer");
+            let cache_control = headers
+                .get("cache-control")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            (
+                status,
+                cache_control,
+                String::from_utf8_lossy(&body).into_owned(),
+            )
+        }
+    };
+    let (status, cache_control, body) = get("/v3/discovery:clusters?node=n".into()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("\"secret\"") && body.contains("\"plain\""),
+        "{body}"
+    );
+    assert_eq!(cache_control, "no-store");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let version = json["versionInfo"].as_str().expect("a version").to_owned();
+    let (status, cache_control, _) =
+        get(format!("/v3/discovery:clusters?node=n&version={version}")).await;
+    assert_eq!((status, cache_control.as_str()), (304, "no-store"));
+    // Asked without it: cacheable as ever.
+    let (status, cache_control, _) = get("/v3/discovery:clusters?node=n&names=plain".into()).await;
+    assert_eq!(status, 200);
+    assert_ne!(cache_control, "no-store");
+    // The history holds the version, not the resource.
+    let (status, history) = http_get(
+        gw.admin_port,
+        &format!("/debug/history?node=n&type=clusters&version={version}"),
+    )
+    .await
+    .expect("history");
+    assert_eq!(status, 200, "{history}");
+    assert!(history.contains("plain"), "{history}");
+    assert!(!history.contains("secret"), "{history}");
+    gw.stop().await;
+}

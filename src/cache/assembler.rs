@@ -76,13 +76,28 @@ impl Assembler {
         if let Some(hit) = self.rewritten.get(&key) {
             return Ok(hit);
         }
-        let type_url = resource.kind.type_url();
-        let codec = self.codec.snapshot();
-        let json = match rewrite_config_sources(&codec, type_url, &resource.payload, target)? {
-            Some(bytes) => codec.render_any(type_url, &bytes)?,
-            None => resource.json.clone(),
-        };
+        let json = self.rewritten_unmemoised(resource, target)?;
         self.rewritten.insert(key, json.clone());
         Ok(json)
+    }
+
+    /// [`rewritten`](Self::rewritten), worked out and kept nowhere (a
+    /// `do_not_cache` resource).
+    pub(crate) fn rewritten_unmemoised(
+        &self,
+        resource: &Resource,
+        target: &RestTarget,
+    ) -> Result<Bytes, JsonError> {
+        if resource.kind.delta_only() {
+            return Ok(resource.json.clone());
+        }
+        let type_url = resource.kind.type_url();
+        let codec = self.codec.snapshot();
+        Ok(
+            match rewrite_config_sources(&codec, type_url, &resource.payload, target)? {
+                Some(bytes) => codec.render_any(type_url, &bytes)?,
+                None => resource.json.clone(),
+            },
+        )
     }
 }

@@ -155,6 +155,17 @@ impl Intake {
         self.resource_of(kind, digest, payload, None)
     }
 
+    /// [`resource`](Self::resource), rendered for the caller alone and
+    /// kept in no memo: a resource the upstream marked `do_not_cache`.
+    pub(crate) fn resource_unshared(
+        &self,
+        kind: ResourceType,
+        payload: Bytes,
+    ) -> Result<Arc<Resource>, ResourceError> {
+        let digest: Digest = Sha256::digest(&payload).into();
+        self.render(kind, digest, payload, None)
+    }
+
     /// The rendered resource for `payload` of an extra `kind` that a delta
     /// upstream named `name` (its wrapper's name stands, whatever the
     /// type's name fields say): as [`resource`](Self::resource), its

@@ -192,6 +192,10 @@ pub(crate) struct TypeState {
     /// What the upstream reported wrong with single resources, remembered
     /// across responses (`resource_errors`); told to REST clients.
     pub(crate) errors: Arc<ResourceErrors>,
+    /// Names of the resources the upstream marked `do_not_cache`: an
+    /// answer holding one is assembled for its request alone (no memo) and
+    /// kept out of the config history and HTTP caches.
+    pub(crate) uncacheable: Arc<BTreeSet<String>>,
     id: u64,
 }
 
@@ -227,8 +231,45 @@ impl TypeState {
             resources: resources.into_set(),
             coverage,
             errors: Arc::default(),
+            uncacheable: Arc::default(),
             id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// This state, `uncacheable` naming its `do_not_cache` resources.
+    pub(crate) fn with_uncacheable(self, uncacheable: Arc<BTreeSet<String>>) -> TypeState {
+        TypeState {
+            uncacheable,
+            id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
+            ..self
+        }
+    }
+
+    /// This state without its `do_not_cache` resources (what the config
+    /// history records).
+    pub(crate) fn without_uncacheable(&self) -> TypeState {
+        let kept: super::ResourceMap = self
+            .resources
+            .iter()
+            .filter(|(name, _)| !self.uncacheable.contains(*name))
+            .map(|(name, r)| (name.clone(), Arc::clone(r)))
+            .collect();
+        TypeState::new(
+            self.kind,
+            self.version.clone(),
+            self.nonce.clone(),
+            kept,
+            self.coverage.clone(),
+        )
+        .with_errors(self.errors.clone())
+    }
+
+    /// Whether the answer to `names` holds a `do_not_cache` resource.
+    pub(crate) fn holds_uncacheable(&self, names: &Names) -> bool {
+        !self.uncacheable.is_empty()
+            && self
+                .select(names)
+                .any(|r| self.uncacheable.contains(&r.name))
     }
 
     /// This state, holding `errors` (a new state).
@@ -251,6 +292,7 @@ impl TypeState {
             self.coverage.clone(),
         )
         .with_errors(self.errors.clone())
+        .with_uncacheable(self.uncacheable.clone())
     }
 
     /// What tells this state from every other (states are immutable).
@@ -283,6 +325,9 @@ impl TypeState {
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         debug_assert_eq!(*digest, names_digest(names), "a stale names digest");
+        if self.holds_uncacheable(names) {
+            return self.answer_unmemoised(assembler, names, presented, target);
+        }
         let digest = *digest;
         let bodies = assembler.bodies();
         let key = Bodies::key(self.id, &digest, target);
@@ -323,6 +368,40 @@ impl TypeState {
         );
         Ok(Answer::Body {
             json: JsonBody::new(head, (*resources).clone(), tail),
+            version,
+            cached: false,
+        })
+    }
+
+    /// [`answer_digested`](Self::answer_digested) for an answer holding a
+    /// `do_not_cache` resource: worked out and assembled for this request
+    /// alone, nothing looked up in or kept by the body memo or the rewrite
+    /// memo.
+    fn answer_unmemoised(
+        &self,
+        assembler: &Assembler,
+        names: &Names,
+        presented: &str,
+        target: Option<&RestTarget>,
+    ) -> Result<Answer, JsonError> {
+        let (selection, _) = self.work_out_selection(names, target);
+        let version = self.version_of(&self.errors.digest(names, selection));
+        if same_selection(presented, &version) {
+            return Ok(Answer::NotModified { version });
+        }
+        let mut pieces = Vec::new();
+        for resource in self.select(names) {
+            pieces.push(match target {
+                Some(t) if self.uncacheable.contains(&resource.name) => {
+                    assembler.rewritten_unmemoised(resource, t)?
+                }
+                Some(t) => assembler.rewritten(resource, t)?,
+                None => resource.json.clone(),
+            });
+        }
+        let (head, tail) = self.ends(&version, names);
+        Ok(Answer::Body {
+            json: JsonBody::new(head, joined(&pieces), tail),
             version,
             cached: false,
         })
@@ -452,15 +531,7 @@ impl TypeState {
                 None => resource.json.clone(),
             });
         }
-        let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
-        let mut out = BytesMut::with_capacity(size);
-        for (i, piece) in pieces.iter().enumerate() {
-            if i > 0 {
-                out.put_u8(b',');
-            }
-            out.put_slice(piece);
-        }
-        Ok(out.freeze())
+        Ok(joined(&pieces))
     }
 
     /// The opening and closing of a body at `version` around its resources.
@@ -492,6 +563,19 @@ impl TypeState {
         tail.put_u8(b'}');
         (head.freeze(), tail.freeze())
     }
+}
+
+/// `pieces` joined by commas.
+fn joined(pieces: &[Bytes]) -> Bytes {
+    let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
+    let mut out = BytesMut::with_capacity(size);
+    for (i, piece) in pieces.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        out.put_slice(piece);
+    }
+    out.freeze()
 }
 
 fn json_string(s: &str) -> String {

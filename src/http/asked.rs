@@ -123,6 +123,17 @@ impl Answered<'_> {
     ) -> Result<(JsonBody, Option<Arc<ServedAnswer>>), JsonError> {
         let answer_log = &gateway.answer_log;
         let served = || Arc::new(polled.served(self.request, self.target));
+        // A `do_not_cache` resource is kept in no log shared past this
+        // answer: a later `?changes` relative to it is then a full state.
+        let uncacheable = polled.holds_uncacheable(self.request.names());
+        if uncacheable {
+            if !changes {
+                return Ok((json, None));
+            }
+            let served = served();
+            let body = served.changes(&gateway.assembler, version, None)?;
+            return Ok((JsonBody::from(body), Some(served)));
+        }
         if !changes {
             // Made only when the log does not hold `version` yet.
             answer_log.remember(version, served);

@@ -229,6 +229,13 @@ async fn poll(
     answered.record(gateway, answer.version(), body, standing, booked);
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     mark_stale(response.headers_mut(), polled.stale_since());
+    if polled.holds_uncacheable(asked.request.names()) {
+        // The upstream said proxies may not cache a resource in it.
+        response.headers_mut().insert(
+            axum::http::header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("no-store"),
+        );
+    }
     if body {
         let opaque = polled.opaque_types(asked.request.names());
         mark_opaque(response.headers_mut(), &opaque);

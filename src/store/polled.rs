@@ -219,6 +219,13 @@ impl Polled {
         self.state.opaque_types(names)
     }
 
+    /// Whether the answer to `names` holds a resource the upstream marked
+    /// `do_not_cache` (then `Cache-Control: no-store`, and no memo keeps
+    /// it).
+    pub(crate) fn holds_uncacheable(&self, names: &crate::cache::Names) -> bool {
+        self.state.holds_uncacheable(names)
+    }
+
     /// Where the client stood when it was last answered.
     pub(crate) fn standing(&self) -> Standing {
         self.sync

@@ -445,7 +445,13 @@ impl Session {
     pub(crate) fn publish(&self, state: TypeState) {
         let state = Arc::new(state);
         if let Some(history) = &self.history {
-            history.published(&state);
+            if state.uncacheable.is_empty() {
+                history.published(&state);
+            } else {
+                // Kept out of the history (files and memory): it records
+                // the version without the `do_not_cache` resources.
+                history.published(&Arc::new(state.without_uncacheable()));
+            }
         }
         self.slot(state.kind).state.send_replace(Some(state));
     }

@@ -103,10 +103,12 @@ pub(super) fn decode_one(
 /// One element of a SotW response's `resources`.
 #[derive(Debug)]
 pub(super) enum Entry {
-    /// A resource, with the TTL its wrapper gave it.
+    /// A resource, with the TTL its wrapper gave it, and whether the
+    /// wrapper said proxies may not cache it (`cache_control.do_not_cache`).
     Resource {
         resource: Arc<Resource>,
         ttl: Option<Duration>,
+        do_not_cache: bool,
     },
     /// A wrapper naming a resource without carrying it.
     Heartbeat { name: String, ttl: Option<Duration> },
@@ -125,6 +127,7 @@ pub(super) fn decode_entry(
         return Ok(Entry::Resource {
             resource: decode_plain(intake, kind, any)?,
             ttl: None,
+            do_not_cache: false,
         });
     }
     let wrapper = Wrapper::decode(any.value).map_err(Rejection::BadWrapper)?;
@@ -138,7 +141,14 @@ pub(super) fn decode_entry(
             ttl,
         });
     };
-    let resource = decode_plain(intake, kind, Payload::of(&inner))?;
+    let do_not_cache = wrapper.cache_control.is_some_and(|c| c.do_not_cache);
+    let resource = if do_not_cache {
+        // Rendered for this session alone: no memo shared with others.
+        let payload = payload_of(kind, Payload::of(&inner))?;
+        intake.resource_unshared(kind, payload)?
+    } else {
+        decode_plain(intake, kind, Payload::of(&inner))?
+    };
     if !wrapper.name.is_empty() && wrapper.name != resource.name {
         return Err(Rejection::NameMismatch {
             index: 0,
@@ -146,7 +156,11 @@ pub(super) fn decode_entry(
             inner: resource.name.clone(),
         });
     }
-    Ok(Entry::Resource { resource, ttl })
+    Ok(Entry::Resource {
+        resource,
+        ttl,
+        do_not_cache,
+    })
 }
 
 /// A resource's TTL as a duration (`None`: no TTL).
@@ -219,6 +233,8 @@ pub(super) struct Decoded {
     pub(super) reused: usize,
     /// Resources decoded (looked up in the intake's memo, or rendered).
     pub(super) decoded: usize,
+    /// Names of the resources whose wrapper said `do_not_cache`.
+    pub(super) uncacheable: BTreeSet<String>,
 }
 
 impl Decoded {
@@ -231,6 +247,7 @@ impl Decoded {
             heartbeats: BTreeSet::new(),
             reused,
             decoded,
+            uncacheable: BTreeSet::new(),
         }
     }
 
@@ -258,6 +275,7 @@ struct Taking {
     heartbeats: BTreeSet<String>,
     reused: usize,
     decoded: usize,
+    uncacheable: BTreeSet<String>,
 }
 
 impl Taking {
@@ -318,7 +336,16 @@ impl Taking {
                 other => other,
             })?;
             match entry {
-                Entry::Resource { resource, ttl } => out.take(resource, ttl)?,
+                Entry::Resource {
+                    resource,
+                    ttl,
+                    do_not_cache,
+                } => {
+                    if do_not_cache {
+                        out.uncacheable.insert(resource.name.clone());
+                    }
+                    out.take(resource, ttl)?
+                }
                 Entry::Heartbeat { name, ttl } => out.take_heartbeat(name, ttl)?,
             }
         }
@@ -333,6 +360,7 @@ impl Taking {
             heartbeats: self.heartbeats,
             reused: self.reused,
             decoded: self.decoded,
+            uncacheable: self.uncacheable,
         }
     }
 }

@@ -439,7 +439,8 @@ impl Sotw {
                 resources,
                 intersection(state.coverage.clone(), wanted),
             )
-            .with_errors(state.errors.clone()),
+            .with_errors(state.errors.clone())
+            .with_uncacheable(state.uncacheable.clone()),
         );
     }
 
@@ -522,6 +523,7 @@ impl Sotw {
         let reported = reported_errors(&response.resource_errors);
         let previous = self.session.state(kind);
         let held_errors = previous.as_ref().map(|p| p.errors.clone());
+        let held_uncacheable = previous.as_ref().map(|p| p.uncacheable.clone());
         let decoded = decode_all_off_thread(&self.ctx.intake, kind, response, previous).await;
         if let Ok(d) = &decoded {
             self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
@@ -541,6 +543,7 @@ impl Sotw {
             Ok(Decoded {
                 resources: answer,
                 ttls,
+                uncacheable,
                 ..
             }) => {
                 let resources = self.state_after(kind, &answer);
@@ -569,8 +572,21 @@ impl Sotw {
                     // Nobody wants the type any more: it answers nobody.
                     None => Coverage::default(),
                 };
-                let state =
+                // `do_not_cache`: as this response says for what it
+                // carries, as before for what it left held.
+                let kept_uncacheable = held_uncacheable
+                    .iter()
+                    .flat_map(|held| held.iter())
+                    .filter(|name| !answer.contains_key(*name) && resources.contains_key(*name));
+                let uncacheable: BTreeSet<String> = uncacheable
+                    .into_iter()
+                    .chain(kept_uncacheable.cloned())
+                    .collect();
+                let mut state =
                     TypeState::new(kind, version.clone(), nonce.clone(), resources, coverage);
+                if !uncacheable.is_empty() {
+                    state = state.with_uncacheable(Arc::new(uncacheable));
+                }
                 let held_errors = held_errors.unwrap_or_default();
                 self.session
                     .publish(if held_errors.is_empty() && reported.is_empty() {

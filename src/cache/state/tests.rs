@@ -419,3 +419,47 @@ fn a_body_is_a_function_of_what_it_serves_not_of_the_upstream_nonce() {
     let v: serde_json::Value = serde_json::from_slice(&one).unwrap();
     assert_eq!(v["nonce"], selection_digest(&version).unwrap(), "{v}");
 }
+
+/// C1: an answer holding a `do_not_cache` resource is assembled for its
+/// request alone (never answered from the body memo, `cached: false` every
+/// time), at the same version it would have otherwise (304 still works);
+/// an answer without one is memoised as before.
+#[test]
+fn an_answer_holding_a_do_not_cache_resource_is_never_memoised() {
+    let (r, asm) = (intake(), assembler());
+    let s = state(&r, "v1", &[("a", "1s"), ("secret", "1s")]);
+    let plain_version = body_version(&s.answer(&asm, &Names::Wildcard, "", None).unwrap());
+    let s = s.with_uncacheable(Arc::new(["secret".to_owned()].into()));
+    let target = crate::xds::rewrite::RestTarget {
+        cluster_name: "gw".into(),
+        refresh_delay: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(1),
+    };
+    for target in [None, Some(&target)] {
+        for _ in 0..2 {
+            let answer = s.answer(&asm, &Names::Wildcard, "", target).unwrap();
+            assert!(
+                matches!(answer, Answer::Body { cached: false, .. }),
+                "{answer:?}"
+            );
+        }
+    }
+    let version = body_version(&s.answer(&asm, &Names::Wildcard, "", None).unwrap());
+    assert_eq!(version, plain_version);
+    assert_eq!(
+        s.answer(&asm, &Names::Wildcard, &version, None).unwrap(),
+        Answer::NotModified { version }
+    );
+    assert!(s.holds_uncacheable(&named(&["secret"])));
+    assert!(!s.holds_uncacheable(&named(&["a"])));
+    // Without it, the answer is memoised.
+    s.answer(&asm, &named(&["a"]), "", None).unwrap();
+    assert!(matches!(
+        s.answer(&asm, &named(&["a"]), "", None).unwrap(),
+        Answer::Body { cached: true, .. }
+    ));
+    // The history's copy leaves it out.
+    let recorded = s.without_uncacheable();
+    assert!(recorded.resources.get("secret").is_none());
+    assert!(recorded.resources.get("a").is_some());
+}
