@@ -99,3 +99,53 @@ async fn open_listeners_answer_only_hosts_a_rebinding_page_cannot_be() {
     assert_eq!(status, 200, "{body}");
     gw.stop().await;
 }
+
+/// The status of one HTTP/2 (prior knowledge) `GET` of `uri`, whose
+/// authority hyper sends as `:authority`, with no `Host` header.
+async fn get_h2(port: u16, uri: &str) -> u16 {
+    use http_body_util::Empty;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 handshake");
+    let conn = tokio::spawn(conn);
+    let request = http::Request::get(uri)
+        .body(Empty::<bytes::Bytes>::new())
+        .expect("a request");
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    conn.abort();
+    response.status().as_u16()
+}
+
+/// Both listeners read HTTP/2's `:authority` as the host (issue 54): the
+/// admin listener read only `Host`, so an HTTP/2 request naming
+/// `evil.example` there was answered; an HTTP/1.1 absolute-form target
+/// naming it is refused too, whatever its `Host` says.
+#[tokio::test]
+async fn both_listeners_check_the_http2_authority_as_a_host() {
+    let gw = InProcess::start(Config {
+        allow_secrets: true,
+        ..Config::default()
+    })
+    .await;
+    for (port, path) in [
+        (gw.rest_port, SECRETS),
+        (gw.admin_port, "/debug/config?node=demo"),
+    ] {
+        let status = get_h2(port, &format!("http://evil.example:{port}{path}")).await;
+        assert_eq!(status, 403, "HTTP/2 as evil.example: {path}");
+        let status = get_h2(port, &format!("http://localhost:{port}{path}")).await;
+        assert_ne!(status, 403, "HTTP/2 as localhost: {path}");
+        let (status, body) = get(port, &format!("http://evil.example{path}"), &["localhost"]).await;
+        assert_eq!(status, 403, "absolute-form evil.example: {path}: {body}");
+    }
+    gw.stop().await;
+}

@@ -197,16 +197,18 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .layer(axum::middleware::from_fn_with_state(admin, answer_host))
 }
 
-/// Refuses a request whose `Host` the admin listener does not answer
-/// (`http::host::check`): while it asks for no credential, only the hosts
-/// a DNS rebinding page cannot be.
+/// Refuses a request whose `Host` (or HTTP/2 `:authority`) the admin
+/// listener does not answer (`http::host::check_request`): while it asks
+/// for no credential, only the hosts a DNS rebinding page cannot be.
 async fn answer_host(
     State(admin): State<Arc<Admin>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let checked = crate::http::host::check(
-        request.headers(),
+    // Read as the REST listener reads it: HTTP/2's `:authority` is a Host.
+    let request = crate::http::host::authority_as_host(request);
+    let checked = crate::http::host::check_request(
+        &request,
         !admin.asks_for_credentials(),
         &admin.config.allowed_hosts,
     );

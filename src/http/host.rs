@@ -15,6 +15,13 @@
 //! - the names of `--allowed-hosts`;
 //! - no `Host` at all (HTTP/1.0; a browser always sends one).
 //!
+//!
+//! HTTP/2 carries the host in `:authority` (hyper keeps it in the URI),
+//! and an HTTP/1.1 request may name one in an absolute-form target: both
+//! listeners read the request with [`authority_as_host`] first, and an
+//! authority is checked as a `Host` is, so neither listener can be reached
+//! under a name the other refuses.
+//!
 //! Anything else is a 403 (`code` 7) naming the host and how to allow it.
 //! Two `Host` headers are a 400 on every listener, authenticated or not: a
 //! proxy and the gateway could each read another.
@@ -37,6 +44,37 @@ pub(crate) enum HostError {
          there, or give the listener credentials to ask for (an auth policy)"
     )]
     NotAllowed(String),
+}
+
+/// `request` with its URI's authority (HTTP/2's `:authority`) copied into
+/// `Host` when it has none: every handler then reads the client's host
+/// one way (Envoy's REST client sets it to its xDS cluster's name, which
+/// is where rewritten config sources point).
+pub(crate) fn authority_as_host(mut request: axum::extract::Request) -> axum::extract::Request {
+    if !request.headers().contains_key(header::HOST) {
+        let authority = request.uri().authority().map(|a| a.as_str().to_owned());
+        if let Some(value) = authority.and_then(|a| axum::http::HeaderValue::from_str(&a).ok()) {
+            request.headers_mut().insert(header::HOST, value);
+        }
+    }
+    request
+}
+
+/// Whether `request` may be answered: its `Host` ([`check`]), and the
+/// authority of its URI where it names one (HTTP/2's `:authority`, an
+/// absolute-form target) as well.
+pub(crate) fn check_request(
+    request: &axum::extract::Request,
+    open: bool,
+    allowed: &[String],
+) -> Result<(), HostError> {
+    check(request.headers(), open, allowed)?;
+    match request.uri().authority() {
+        Some(authority) if open && !answered(authority.as_str(), allowed) => Err(
+            HostError::NotAllowed(authority.as_str().chars().take(256).collect()),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `headers` may be answered: `open` says the listener asks for no

@@ -245,17 +245,18 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
 }
 
 /// Refuses a request whose `Host` this listener does not answer
-/// ([`host::check`]): without an auth policy or TLS, only the hosts a DNS
-/// rebinding page cannot be. The host is read after [`authority_as_host`]
-/// (one layer for both: each layer costs every poll a boxed future).
+/// ([`host::check_request`]): without an auth policy or TLS, only the hosts
+/// a DNS rebinding page cannot be. The host is read after
+/// [`host::authority_as_host`] (one layer for both: each layer costs every
+/// poll a boxed future).
 async fn answer_host(
     State(gw): State<Arc<Gateway>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let request = authority_as_host(request);
-    match host::check(
-        request.headers(),
+    let request = host::authority_as_host(request);
+    match host::check_request(
+        &request,
         // Open: no policy, and plaintext (a rebound name fails TLS's
         // check of the server's certificate).
         gw.auth.is_none() && gw.client_trust.is_none(),
@@ -267,22 +268,6 @@ async fn answer_host(
         }
         Err(err) => ApiError::Forbidden(err.to_string()).into_response(),
     }
-}
-
-/// HTTP/2 carries the host in the `:authority` pseudo-header, which hyper
-/// keeps in the URI, not in `Host`: copy it there, so that every handler
-/// reads the client's host one way (Envoy's REST client sets it to its xDS
-/// cluster's name, which is where rewritten config sources point).
-fn authority_as_host(mut request: axum::extract::Request) -> axum::extract::Request {
-    if !request.headers().contains_key(axum::http::header::HOST) {
-        let authority = request.uri().authority().map(|a| a.as_str().to_owned());
-        if let Some(value) = authority.and_then(|a| axum::http::HeaderValue::from_str(&a).ok()) {
-            request
-                .headers_mut()
-                .insert(axum::http::header::HOST, value);
-        }
-    }
-    request
 }
 
 /// Every (path, method) the router serves (kept in step with openapi/ by a test).
