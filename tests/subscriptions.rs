@@ -628,3 +628,77 @@ async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
     assert!(!history.contains("secret"), "{history}");
     gw.stop().await;
 }
+
+/// Issue 54, finding 3: a client opens a session with a node of ~600 KB,
+/// nearly all of it `client_features` (outside the session key), then sends
+/// tiny GETs, each naming one more endpoint. Every subscription change goes
+/// upstream with the node (Envoy's default): what it carries beyond the
+/// session key is bounded, so the bytes sent upstream per client request
+/// stay near the request's own size, not the node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_node_is_not_sent_upstream_with_every_request() {
+    const GETS: usize = 40;
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(
+        EDS,
+        "v1",
+        (0..GETS).map(|i| assignment(&format!("e{i}"), 1)).collect(),
+    );
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    let features: Vec<String> = (0..14_000).map(|i| format!("padding.{i:032}")).collect();
+    let body = serde_json::json!({
+        "node": {"id": "n", "client_features": features},
+        "resource_names": ["e0"],
+    })
+    .to_string();
+    let node_bytes = body.len();
+    let (status, _, _) = process::http_exchange(
+        gw.rest_port,
+        http::Method::POST,
+        "/v3/discovery:endpoints",
+        &[("content-type", "application/json")],
+        bytes::Bytes::from(body),
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(status, 200);
+    let eds_bytes = || -> usize {
+        upstream
+            .requests()
+            .iter()
+            .filter(|r| r.type_url == EDS)
+            .map(|r| r.bytes)
+            .sum()
+    };
+    let before = eds_bytes();
+    let mut sent_by_client = 0;
+    for i in 1..GETS {
+        let path = format!("/v3/discovery:endpoints?node=n&names=e{i}");
+        sent_by_client += path.len() + 40;
+        let (status, body) = http_get(gw.rest_port, &path).await.expect("an answer");
+        assert_eq!(status, 200, "{body}");
+    }
+    let upstream_bytes = eds_bytes() - before;
+    eprintln!(
+        "node {node_bytes} B; {} GETs (~{sent_by_client} B) made {upstream_bytes} B upstream ({:.1}x)",
+        GETS - 1,
+        upstream_bytes as f64 / sent_by_client as f64
+    );
+    assert!(
+        upstream_bytes < 64 * 1024,
+        "{upstream_bytes} B upstream for {} tiny GETs with a {node_bytes} B node",
+        GETS - 1
+    );
+    let (_, sessions) = http_get(gw.admin_port, "/debug/sessions")
+        .await
+        .expect("sessions");
+    assert!(
+        sessions.contains("\"left_out\":[\"client_features\"]"),
+        "{sessions}"
+    );
+    gw.stop().await;
+}

@@ -186,7 +186,7 @@ mod tests {
         };
         assert_eq!(
             json(&session(None), false),
-            r#"{"clients":2,"cluster":"c","node_id":"n","node_sent":{"client_features":[],"extensions":0,"user_agent_name":"","user_agent_version":""},"requests_in_flight":0,"source":"s","types":{}}"#
+            r#"{"clients":2,"cluster":"c","node_id":"n","node_sent":{"client_features":[],"extensions":0,"left_out":[],"user_agent_name":"","user_agent_version":""},"requests_in_flight":0,"source":"s","types":{}}"#
         );
         let stream = StreamView {
             phase: Phase::Connecting,
@@ -200,7 +200,7 @@ mod tests {
         };
         assert_eq!(
             json(&session(Some(stream)), false),
-            r#"{"clients":2,"cluster":"c","last_error":{"at":"2026-01-01T00:00:01Z","error":"refused"},"node_id":"n","node_sent":{"client_features":[],"extensions":0,"user_agent_name":"","user_agent_version":""},"requests_in_flight":0,"source":"s","stale_since":null,"stream":"connecting","stream_since":"2026-01-01T00:00:00Z","types":{}}"#
+            r#"{"clients":2,"cluster":"c","last_error":{"at":"2026-01-01T00:00:01Z","error":"refused"},"node_id":"n","node_sent":{"client_features":[],"extensions":0,"left_out":[],"user_agent_name":"","user_agent_version":""},"requests_in_flight":0,"source":"s","stale_since":null,"stream":"connecting","stream_since":"2026-01-01T00:00:00Z","types":{}}"#
         );
     }
 }

@@ -18,6 +18,15 @@
 //! The interner holds its lists weakly: a list lives while a session holds
 //! it, and dead entries are swept as the map grows.
 //!
+//! What is sent is bounded: the fields the session key holds (id, cluster,
+//! metadata, locality, within `--max-node-bytes`) and the user agent go as
+//! they came, and the rest (client features, dynamic parameters, listening
+//! addresses, extensions, in that order) only while it fits in
+//! [`REMAINDER_BYTES`]: a field that does not fit is left out whole, and
+//! the view says which were. Envoy's own node (~77 KB of extensions) fits;
+//! a megabyte of client features, which every request upstream would carry
+//! again, does not.
+//!
 //! The node's `client_features` say what the gateway, the upstream's real
 //! client, handles of the transport: it takes `Resource` wrappers in SotW
 //! and TTLs whatever its REST clients do, so it declares
@@ -46,6 +55,10 @@ pub(crate) const GATEWAY_FEATURES: [&str; 2] = [
     "xds.config.supports-resource-ttl",
 ];
 
+/// The most bytes of the node beyond the session key and the user agent
+/// sent upstream (see the module docs).
+pub(crate) const REMAINDER_BYTES: usize = 128 * 1024;
+
 /// The prefix of the client features about the transport.
 const TRANSPORT_FEATURES: &str = "xds.config.";
 
@@ -71,6 +84,8 @@ pub(crate) struct SessionNode {
     bytes: NodeBytes,
     /// How many extensions that list holds.
     extension_count: usize,
+    /// The fields left out to keep within [`REMAINDER_BYTES`].
+    left_out: Vec<&'static str>,
 }
 
 /// A node's encoding in parts: the node's own fields before `extensions`,
@@ -137,6 +152,7 @@ impl SessionNode {
                 .unwrap_or_default(),
             client_features: node.client_features,
             extensions: self.extension_count,
+            left_out: self.left_out.iter().map(|f| (*f).to_owned()).collect(),
         }
     }
 
@@ -183,12 +199,56 @@ impl NodeInterner {
     /// `node` as a session holds it: its extension list taken from a
     /// session that holds the same one, if any.
     pub(crate) fn intern(&self, mut node: Node) -> SessionNode {
-        let extension_count = node.extensions.len();
-        let extensions = Node {
+        let mut left_out = Vec::new();
+        let mut room = REMAINDER_BYTES;
+        // Whether a field of `len` encoded bytes still fits (then counted).
+        let mut fits = |len: usize, field: &'static str| {
+            let fits = len <= room;
+            if fits {
+                room -= len;
+            } else {
+                left_out.push(field);
+            }
+            fits
+        };
+        let features = Node {
+            client_features: upstream_features(std::mem::take(&mut node.client_features)),
+            ..Node::default()
+        };
+        let client_features = if fits(features.encoded_len(), "client_features") {
+            features.client_features
+        } else {
+            upstream_features(Vec::new())
+        };
+        let dynamic_parameters = Node {
+            dynamic_parameters: std::mem::take(&mut node.dynamic_parameters),
+            ..Node::default()
+        };
+        let dynamic_parameters = match fits(dynamic_parameters.encoded_len(), "dynamic_parameters")
+        {
+            true => dynamic_parameters.dynamic_parameters,
+            false => HashMap::new(),
+        };
+        #[allow(deprecated)]
+        let listening_addresses = Node {
+            listening_addresses: std::mem::take(&mut node.listening_addresses),
+            ..Node::default()
+        };
+        #[allow(deprecated)]
+        let listening_addresses =
+            match fits(listening_addresses.encoded_len(), "listening_addresses") {
+                true => listening_addresses.listening_addresses,
+                false => Vec::new(),
+            };
+        let mut extensions = Node {
             extensions: std::mem::take(&mut node.extensions),
             ..Node::default()
+        };
+        if !fits(extensions.encoded_len(), "extensions") {
+            extensions.extensions.clear();
         }
-        .encode_to_vec();
+        let extension_count = extensions.extensions.len();
+        let extensions = extensions.encode_to_vec();
         let digest: [u8; 32] = Sha256::digest(&extensions).into();
         let extensions = {
             let mut lists = crate::sync::lock(&self.lists);
@@ -206,9 +266,9 @@ impl NodeInterner {
         // `listening_addresses` is deprecated, and still sent when set.
         #[allow(deprecated)]
         let after = Node {
-            client_features: upstream_features(std::mem::take(&mut node.client_features)),
-            listening_addresses: std::mem::take(&mut node.listening_addresses),
-            dynamic_parameters: std::mem::take(&mut node.dynamic_parameters),
+            client_features,
+            listening_addresses,
+            dynamic_parameters,
             ..Node::default()
         };
         let mut own = node.encode_to_vec();
@@ -223,6 +283,7 @@ impl NodeInterner {
             id: node.id,
             cluster: node.cluster,
             extension_count,
+            left_out,
         }
     }
 
@@ -284,6 +345,34 @@ mod tests {
         );
     }
     use envoy_types::pb::envoy::config::core::v3::Extension;
+
+    /// Issue 54, finding 3: a megabyte of client features (outside the
+    /// session key) is not what every request upstream carries; the key's
+    /// fields, the gateway's own features and an Envoy's extensions are.
+    #[test]
+    fn what_lies_beyond_the_session_key_is_bounded() {
+        let mut big = node("n", 500);
+        big.client_features = (0..20_000)
+            .map(|i| format!("feature.padding.{i:040}"))
+            .collect();
+        big.metadata = Some(envoy_types::pb::google::protobuf::Struct::default());
+        let sent = NodeInterner::default().intern(big);
+        let decoded = sent.node();
+        assert_eq!(decoded.client_features, GATEWAY_FEATURES);
+        assert_eq!(decoded.extensions.len(), 500, "Envoy's own list fits");
+        assert_eq!(decoded.id, "n");
+        assert!(decoded.metadata.is_some());
+        assert!(
+            sent.bytes().len() < REMAINDER_BYTES,
+            "{}",
+            sent.bytes().len()
+        );
+        assert_eq!(sent.sent_view().left_out, ["client_features"]);
+        // An ordinary node loses nothing.
+        let plain = NodeInterner::default().intern(node("n", 500));
+        assert!(plain.sent_view().left_out.is_empty());
+        assert_eq!(plain.node(), node("n", 500));
+    }
 
     fn node(id: &str, extensions: usize) -> Node {
         Node {

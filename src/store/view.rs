@@ -92,6 +92,9 @@ pub(crate) struct SentNodeView {
     pub(crate) client_features: Vec<String>,
     /// How many `extensions` the node lists.
     pub(crate) extensions: usize,
+    /// The fields of the client's node left out, to keep what every request
+    /// upstream carries within 128 KiB beyond the session key.
+    pub(crate) left_out: Vec<String>,
 }
 
 /// A session's upstream stream.

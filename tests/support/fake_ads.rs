@@ -70,6 +70,8 @@ pub struct Recorded {
     pub error_detail: Option<String>,
     /// `node.id` when the request carried a node (the first of a stream).
     pub node_id: Option<String>,
+    /// Its size as encoded (what the upstream read for it).
+    pub bytes: usize,
 }
 
 /// One resource of the snapshot: its name, itself, and its delta version
@@ -910,6 +912,7 @@ impl StreamTask {
             names: request.resource_names.clone(),
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
+            bytes: request.encoded_len(),
         });
     }
 
@@ -1108,6 +1111,7 @@ impl DeltaTask {
             names: request.resource_names_subscribe.clone(),
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
+            bytes: request.encoded_len(),
         });
         if self.node.is_none() {
             self.node = request.node.as_ref().map(|n| n.id.clone());
