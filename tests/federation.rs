@@ -21,6 +21,8 @@
 //! The gateway runs in process on kernel-chosen loopback ports; the peers
 //! are child processes, killed when the test ends.
 
+#[path = "support/fake_ads.rs"]
+mod fake_ads;
 #[path = "support/faulty_link.rs"]
 mod faulty_link;
 #[path = "support/gateway.rs"]
@@ -732,5 +734,82 @@ async fn a_failover_serves_one_upstreams_state_whole_delta() {
         "a_failover_serves_one_upstreams_state_whole_delta",
         UpstreamMode::Delta,
     )
+    .await;
+}
+
+/// A `Cluster` named `name`, as the scripted control plane serves it.
+fn pb_cluster(name: &str) -> envoy_types::pb::google::protobuf::Any {
+    let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: name.into(),
+        ..Default::default()
+    };
+    envoy_types::pb::google::protobuf::Any {
+        type_url: CDS.into(),
+        value: prost::Message::encode_to_vec(&cluster),
+    }
+}
+
+/// Issue 54, finding 4: the primary's health for failback is its
+/// connection's and its health checks', not any session's application
+/// error. While a fleet's session waits on the backup for the primary to
+/// be back, another tenant opens a new session every 300 ms asking a type
+/// the primary refuses by ending the stream (UNKNOWN, as
+/// java-control-plane does). Each such end used to break the primary's
+/// healthy run, so the failback never came; it comes after its
+/// failback-after now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_refused_types_do_not_starve_failback() {
+    const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
+    bounded(TEST_TIMEOUT, async {
+        // The primary is unreachable: the fleet fails over.
+        let primary = fake_ads::FakeAds::start().await;
+        let link = FaultyLink::start(primary.addr().port()).await;
+        link.refuse(true);
+        let backup = fake_ads::FakeAds::start().await;
+        backup.set(CDS, "b1", vec![pb_cluster("a")]);
+        primary.set(CDS, "p1", vec![pb_cluster("a")]);
+        primary.end_streams_asked_for(RUNTIME);
+        let gw = gateway_of(failover_tables(&link.address(), &backup.url())).await;
+        poll_until(
+            &gw,
+            &request(&node("fleet"), "", &[]),
+            |r| r.status == 200 && upstream_of(r) == "b1",
+            "the fleet served from the backup",
+        )
+        .await;
+        wait_for_placement(&gw, "fleet", "backup", "failover").await;
+        // The primary is back, and so is the other tenant.
+        link.refuse(false);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let attacker = tokio::spawn({
+            let (stop, port) = (stop.clone(), gw.rest_port);
+            async move {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let path = format!("/v3/discovery:runtime?node=t-{i}");
+                    tokio::spawn(async move {
+                        let get = process::http_get(port, &path);
+                        let _ = tokio::time::timeout(Duration::from_secs(5), get).await;
+                    });
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        });
+        let back = wait_for_placement(&gw, "fleet", "primary", "failback").await;
+        stop.store(true, Ordering::Relaxed);
+        let _ = attacker.await;
+        let refused = primary
+            .requests()
+            .iter()
+            .filter(|r| r.type_url == RUNTIME)
+            .count();
+        assert!(
+            refused >= 3,
+            "the attack reached the primary {refused} times"
+        );
+        eprintln!("failback after {back:?} under {refused} refused subscriptions");
+    })
     .await;
 }

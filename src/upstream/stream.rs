@@ -240,6 +240,24 @@ enum StreamError {
     Silent(std::time::Duration),
 }
 
+impl StreamError {
+    /// Whether the connection to the upstream failed (unreachable, reset,
+    /// timed out), as opposed to the upstream ending this stream with an
+    /// application status (UNKNOWN, UNAUTHENTICATED, INVALID_ARGUMENT, ...),
+    /// closing it, or staying silent on it: only the first is evidence
+    /// about the upstream's health rather than about this session.
+    fn is_connection_failure(&self) -> bool {
+        use tonic::Code;
+        match self {
+            StreamError::Status(status) => matches!(
+                status.code(),
+                Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded
+            ),
+            StreamError::Closed | StreamError::NoStream(..) | StreamError::Silent(_) => false,
+        }
+    }
+}
+
 /// The gRPC method a stream is opened on: the aggregated one, or the
 /// `lane` type's own.
 fn method_path<P: Protocol>(lane: Option<ResourceType>) -> Result<String, StreamError> {
@@ -336,7 +354,13 @@ async fn run<P: Protocol>(
                 }
             }
             session.stream_failed(lane, err.to_string());
-            ctx.health.broke();
+            if err.is_connection_failure() {
+                // Only the link's failure says the upstream is unwell; an
+                // application error ends this session's stream alone (one
+                // tenant's refused type must not hold back another's
+                // failback).
+                ctx.health.broke();
+            }
             if answered {
                 backoff.reset();
                 at.answered();

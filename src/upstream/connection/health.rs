@@ -4,7 +4,10 @@
 //! health service at all, is healthy; `NOT_SERVING`, a transport error or
 //! silence is not) every [`PROBE_EVERY`] while anyone waits for the answer,
 //! and publishes since when the upstream has answered without a break. A
-//! stream failure on the upstream breaks the healthy run as well.
+//! stream whose connection failed (unreachable, reset, timed out) breaks
+//! the healthy run as well; a stream the upstream ended with an
+//! application status does not: that is about the session that asked, and
+//! any tenant could cause one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
