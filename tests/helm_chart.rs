@@ -625,3 +625,46 @@ fn the_chart_readme_documents_every_value() {
         );
     }
 }
+
+/// Issue 54, finding 6: the admin port serves every node's config with no
+/// credential by default, so it is fenced: the NetworkPolicy admits only
+/// pods labelled `networkPolicy.adminLabels` there (not the whole
+/// namespace), and without a NetworkPolicy the chart refuses to render an
+/// admin port that asks for no credential, unless `allowInsecureAdmin`.
+#[test]
+fn the_admin_port_is_fenced_by_default() {
+    let docs = render(&[]);
+    let policy = by_kind(&docs, "NetworkPolicy")
+        .into_iter()
+        .next()
+        .expect("a NetworkPolicy by default");
+    let admin_rule = policy["spec"]["ingress"]
+        .as_array()
+        .and_then(|rules| rules.iter().find(|r| r["ports"][0]["port"] == "admin"))
+        .unwrap_or_else(|| panic!("no admin rule: {policy}"));
+    assert_eq!(
+        admin_rule["from"],
+        json!([{"podSelector": {"matchLabels": {"xds-gateway-admin": "true"}}}]),
+        "{policy}"
+    );
+    let open = ["--set", "networkPolicy.enabled=false"];
+    let err = template(&open).expect_err("an open admin port rendered");
+    assert!(err.contains("allowInsecureAdmin"), "{err}");
+    for credential in [
+        "allowInsecureAdmin=true",
+        "authPolicy.existingSecret=policy",
+        "adminTLS.secretName=t",
+    ] {
+        let mut set = open.to_vec();
+        set.extend(["--set", credential]);
+        if credential.starts_with("adminTLS") {
+            set.extend([
+                "--set",
+                "adminTLS.clientCA.secretName=ca",
+                "--set",
+                "adminTLS.clientAuth=optional",
+            ]);
+        }
+        template(&set).unwrap_or_else(|e| panic!("{credential}: {e}"));
+    }
+}

@@ -81,6 +81,10 @@ app.kubernetes.io/part-of: xds-gateway
 {{- if and (or .Values.adminTLS.clientCA.secretName .Values.adminTLS.clientCA.configMapName) (ne .Values.adminTLS.clientAuth "optional") }}
 {{- fail "adminTLS.clientCA needs adminTLS.clientAuth: optional (the kubelet's probes present no client certificate)" }}
 {{- end }}
+{{- $adminCredential := or .Values.adminTLS.clientCA.secretName .Values.adminTLS.clientCA.configMapName .Values.authPolicy.policy .Values.authPolicy.existingSecret }}
+{{- if and (not .Values.networkPolicy.enabled) (not $adminCredential) (not .Values.allowInsecureAdmin) }}
+{{- fail "the admin port (/debug/config, CSDS: every node's config) would be open to every pod that reaches it, with no credential: keep networkPolicy.enabled (it admits only pods labelled networkPolicy.adminLabels), give the admin listener a credential (an auth policy with an [admin] token, or adminTLS.clientCA), or set allowInsecureAdmin: true if the network in front of it is trusted" }}
+{{- end }}
 {{- end }}
 
 {{/* The auth policy's Secret name, if any. */}}
