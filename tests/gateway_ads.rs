@@ -468,7 +468,8 @@ async fn the_first_clients_user_agent_is_what_the_upstream_sees_and_is_shown() {
                     "xds.config.supports-resource-in-sotw",
                     "xds.config.supports-resource-ttl"
                 ],
-                "extensions": 1
+                "extensions": 1,
+                "left_out": []
             }),
             "{view}"
         );

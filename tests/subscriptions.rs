@@ -702,3 +702,39 @@ async fn a_huge_node_is_not_sent_upstream_with_every_request() {
     );
     gw.stop().await;
 }
+
+/// Issue 54, finding 8: a type the upstream served before and now refuses
+/// by ending the stream (not set aside: it was answered) made the session
+/// reconnect about five times a second, because any answer on a stream
+/// reset the backoff. The backoff now resets only after a stream stayed up
+/// a while, so such a loop slows to the backoff's cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_refused_after_it_was_served_does_not_loop_the_stream() {
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(CDS, "c1", vec![a_cluster("a")]);
+    upstream.set(EDS, "v1", vec![assignment("a", 1)]);
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    for path in [
+        "/v3/discovery:clusters?node=n",
+        "/v3/discovery:endpoints?node=n&names=a",
+    ] {
+        let (status, body) = http_get(gw.rest_port, path).await.expect("an answer");
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    // Served, now refused: every new stream answers clusters, then ends.
+    upstream.end_streams_asked_for(EDS);
+    upstream.break_streams();
+    let before = upstream.streams_opened();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let opened = upstream.streams_opened() - before;
+    eprintln!("{opened} streams in 6 s");
+    assert!(
+        opened <= 8,
+        "{opened} streams in 6 s: the refusal loops the stream"
+    );
+    gw.stop().await;
+}

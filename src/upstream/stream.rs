@@ -240,6 +240,10 @@ enum StreamError {
     Silent(std::time::Duration),
 }
 
+/// How long a stream that answered must have stayed up for its end to
+/// start the reconnect backoff over.
+const STABLE_STREAM: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl StreamError {
     /// Whether the connection to the upstream failed (unreachable, reset,
     /// timed out), as opposed to the upstream ending this stream with an
@@ -330,6 +334,7 @@ async fn run<P: Protocol>(
         loop {
             let ctx = route.ctx(at.index).clone();
             let mut answered = false;
+            let opened = Instant::now();
             let silence = route.failover_from(at.index).map(|(_, after)| after);
             let ended = tokio::select! {
                 result = one_stream(&ctx, &session, &mut commands, &mut protocol, lane, &mut answered, silence) => result,
@@ -362,8 +367,14 @@ async fn run<P: Protocol>(
                 ctx.health.broke();
             }
             if answered {
-                backoff.reset();
                 at.answered();
+                // Only a stream that stayed up a while starts the backoff
+                // over: one the upstream answers and then ends at once (a
+                // type or name it now refuses) would otherwise reconnect
+                // several times a second.
+                if opened.elapsed() >= STABLE_STREAM {
+                    backoff.reset();
+                }
             }
             let failover_at = match at.stream_failed(&route) {
                 AfterFailure::FailOver(next) => {
