@@ -69,8 +69,7 @@ impl Assembler {
         target: &RestTarget,
     ) -> Result<Bytes, JsonError> {
         if resource.kind.delta_only() {
-            // Tooling reads these; no REST Envoy follows their config sources.
-            return Ok(resource.json.clone());
+            return self.rewritten_unmemoised(resource, target);
         }
         let key = (resource.digest, resource.opaque.len(), target.clone());
         if let Some(hit) = self.rewritten.get(&key) {
@@ -89,6 +88,7 @@ impl Assembler {
         target: &RestTarget,
     ) -> Result<Bytes, JsonError> {
         if resource.kind.delta_only() {
+            // Tooling reads these; no REST Envoy follows their config sources.
             return Ok(resource.json.clone());
         }
         let type_url = resource.kind.type_url();

@@ -254,14 +254,7 @@ impl TypeState {
             .filter(|(name, _)| !self.uncacheable.contains(*name))
             .map(|(name, r)| (name.clone(), Arc::clone(r)))
             .collect();
-        TypeState::new(
-            self.kind,
-            self.version.clone(),
-            self.nonce.clone(),
-            kept,
-            self.coverage.clone(),
-        )
-        .with_errors(self.errors.clone())
+        self.with_resources(kept).with_uncacheable(Arc::default())
     }
 
     /// Whether the answer to `names` holds a `do_not_cache` resource.
@@ -389,19 +382,10 @@ impl TypeState {
         if same_selection(presented, &version) {
             return Ok(Answer::NotModified { version });
         }
-        let mut pieces = Vec::new();
-        for resource in self.select(names) {
-            pieces.push(match target {
-                Some(t) if self.uncacheable.contains(&resource.name) => {
-                    assembler.rewritten_unmemoised(resource, t)?
-                }
-                Some(t) => assembler.rewritten(resource, t)?,
-                None => resource.json.clone(),
-            });
-        }
+        let resources = self.join(assembler, names, target)?;
         let (head, tail) = self.ends(&version, names);
         Ok(Answer::Body {
-            json: JsonBody::new(head, joined(&pieces), tail),
+            json: JsonBody::new(head, resources, tail),
             version,
             cached: false,
         })
@@ -527,11 +511,23 @@ impl TypeState {
         let mut pieces = Vec::new();
         for resource in self.select(names) {
             pieces.push(match target {
+                // Kept in no memo: the upstream said not to cache it.
+                Some(t) if self.uncacheable.contains(&resource.name) => {
+                    assembler.rewritten_unmemoised(resource, t)?
+                }
                 Some(t) => assembler.rewritten(resource, t)?,
                 None => resource.json.clone(),
             });
         }
-        Ok(joined(&pieces))
+        let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
+        let mut out = BytesMut::with_capacity(size);
+        for (i, piece) in pieces.iter().enumerate() {
+            if i > 0 {
+                out.put_u8(b',');
+            }
+            out.put_slice(piece);
+        }
+        Ok(out.freeze())
     }
 
     /// The opening and closing of a body at `version` around its resources.
@@ -563,19 +559,6 @@ impl TypeState {
         tail.put_u8(b'}');
         (head.freeze(), tail.freeze())
     }
-}
-
-/// `pieces` joined by commas.
-fn joined(pieces: &[Bytes]) -> Bytes {
-    let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
-    let mut out = BytesMut::with_capacity(size);
-    for (i, piece) in pieces.iter().enumerate() {
-        if i > 0 {
-            out.put_u8(b',');
-        }
-        out.put_slice(piece);
-    }
-    out.freeze()
 }
 
 fn json_string(s: &str) -> String {
