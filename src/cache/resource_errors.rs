@@ -9,12 +9,13 @@
 //! per type (a name held takes a newer report; a new name joins while there
 //! is room) and [`MAX_MESSAGE_BYTES`] of each message.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-use super::state::Names;
+/// The names a request asks for: `None` for the wildcard.
+pub(crate) type Asked<'a> = Option<&'a BTreeSet<String>>;
 
 /// The most names with an error kept per type.
 pub(crate) const MAX_ERRORS: usize = 1024;
@@ -118,17 +119,17 @@ impl ResourceErrors {
     /// one for the wildcard, else those of the names it lists.
     pub(crate) fn for_names<'a>(
         &'a self,
-        names: &'a Names,
+        names: Asked<'a>,
     ) -> Box<dyn Iterator<Item = (&'a String, &'a ReportedError)> + 'a> {
         match names {
-            Names::Wildcard => Box::new(self.0.iter()),
-            Names::Named(set) => Box::new(set.iter().filter_map(|n| self.0.get_key_value(n))),
+            None => Box::new(self.0.iter()),
+            Some(set) => Box::new(set.iter().filter_map(|n| self.0.get_key_value(n))),
         }
     }
 
     /// `selection` (what a client asking `names` is answered, see `state`)
     /// with the errors it is told: the same selection when there are none.
-    pub(crate) fn digest(&self, names: &Names, selection: [u8; 32]) -> [u8; 32] {
+    pub(crate) fn digest(&self, names: Asked<'_>, selection: [u8; 32]) -> [u8; 32] {
         let mut errors = self.for_names(names).peekable();
         if errors.peek().is_none() {
             return selection;
@@ -150,7 +151,7 @@ impl ResourceErrors {
 
     /// `,"resourceErrors":[...]` in proto3 JSON for a client asking
     /// `names`, or nothing when it is told none.
-    pub(crate) fn json_member(&self, names: &Names) -> String {
+    pub(crate) fn json_member(&self, names: Asked<'_>) -> String {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Entry<'a> {
@@ -185,8 +186,8 @@ mod tests {
         ReportedError::new(code, message)
     }
 
-    fn named(names: &[&str]) -> Names {
-        Names::Named(names.iter().map(|n| (*n).to_owned()).collect())
+    fn named(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
     }
 
     #[test]
@@ -230,18 +231,18 @@ mod tests {
             ],
         );
         let selection = [7; 32];
-        assert_eq!(held.digest(&named(&["c"]), selection), selection);
-        assert_eq!(held.json_member(&named(&["c"])), "");
-        assert_ne!(held.digest(&named(&["a"]), selection), selection);
+        assert_eq!(held.digest(Some(&named(&["c"])), selection), selection);
+        assert_eq!(held.json_member(Some(&named(&["c"]))), "");
+        assert_ne!(held.digest(Some(&named(&["a"])), selection), selection);
         assert_ne!(
-            held.digest(&named(&["a"]), selection),
-            held.digest(&Names::Wildcard, selection)
+            held.digest(Some(&named(&["a"])), selection),
+            held.digest(None, selection)
         );
-        let json = held.json_member(&named(&["a", "c"]));
+        let json = held.json_member(Some(&named(&["a", "c"])));
         assert_eq!(
             json,
             r#","resourceErrors":[{"resourceName":{"name":"a"},"errorDetail":{"code":3,"message":"bad \"a\""}}]"#
         );
-        assert!(held.json_member(&Names::Wildcard).contains("b down"));
+        assert!(held.json_member(None).contains("b down"));
     }
 }

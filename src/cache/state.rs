@@ -58,6 +58,14 @@ pub(crate) enum Names {
 }
 
 impl Names {
+    /// The names listed, `None` for the wildcard.
+    pub(crate) fn asked(&self) -> Option<&BTreeSet<String>> {
+        match self {
+            Names::Wildcard => None,
+            Names::Named(set) => Some(set),
+        }
+    }
+
     /// An empty list means wildcard (what LDS/CDS mean by it; for other
     /// types the upstream decides what "all" is), and so does a list naming
     /// `*` (xDS's explicit wildcard), whatever else it names: everything
@@ -339,7 +347,7 @@ impl TypeState {
             }
         }
         let selection = self.selection(names, &digest, target);
-        let version = self.version_of(&self.errors.digest(names, selection));
+        let version = self.version_of(&self.errors.digest(names.asked(), selection));
         if same_selection(presented, &version) {
             // Not memoised (another replica, or evicted): still a 304.
             return Ok(Answer::NotModified { version });
@@ -378,7 +386,7 @@ impl TypeState {
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         let (selection, _) = self.work_out_selection(names, target);
-        let version = self.version_of(&self.errors.digest(names, selection));
+        let version = self.version_of(&self.errors.digest(names.asked(), selection));
         if same_selection(presented, &version) {
             return Ok(Answer::NotModified { version });
         }
@@ -407,7 +415,7 @@ impl TypeState {
     /// and `/debug/diff` show a version as.
     pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
         let selection = self.selection(names, &names_digest(names), target);
-        self.version_of(&self.errors.digest(names, selection))
+        self.version_of(&self.errors.digest(names.asked(), selection))
     }
 
     /// The served version of a selection digest.
@@ -554,7 +562,7 @@ impl TypeState {
             tail.put_u8(b'"');
         }
         if !self.errors.is_empty() {
-            tail.put_slice(self.errors.json_member(names).as_bytes());
+            tail.put_slice(self.errors.json_member(names.asked()).as_bytes());
         }
         tail.put_u8(b'}');
         (head.freeze(), tail.freeze())
