@@ -326,13 +326,17 @@ impl TypeState {
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         debug_assert_eq!(*digest, names_digest(names), "a stale names digest");
-        if self.holds_uncacheable(names) {
-            return self.answer_unmemoised(assembler, names, presented, target);
-        }
         let digest = *digest;
         let bodies = assembler.bodies();
         let key = Bodies::key(self.id, &digest, target);
-        if let Some(hit) = bodies.get(key, self.id, &digest, target) {
+        // An answer holding a `do_not_cache` resource is worked out and
+        // assembled for this request alone: nothing looked up in or kept by
+        // the body memo (nor the rewrite memo, see `join`).
+        let uncacheable = self.holds_uncacheable(names);
+        let memoised = (!uncacheable)
+            .then(|| bodies.get(key, self.id, &digest, target))
+            .flatten();
+        if let Some(hit) = memoised {
             if same_selection(presented, &hit.version) {
                 return Ok(Answer::NotModified {
                     version: hit.version.clone(),
@@ -346,15 +350,26 @@ impl TypeState {
                 });
             }
         }
-        let selection = self.selection(names, &digest, target);
-        let version = self.version_of(&self.errors.digest(names.asked(), selection));
+        let selection = match uncacheable {
+            true => self.work_out_selection(names, target).0,
+            false => self.selection(names, &digest, target),
+        };
+        let version = self.version_told(names, selection);
         if same_selection(presented, &version) {
             // Not memoised (another replica, or evicted): still a 304.
             return Ok(Answer::NotModified { version });
         }
+        let (head, tail) = self.ends(&version, names);
+        if uncacheable {
+            let resources = self.join(assembler, names, target)?;
+            return Ok(Answer::Body {
+                json: JsonBody::new(head, resources, tail),
+                version,
+                cached: false,
+            });
+        }
         let piece = (self.kind, selection);
         let resources = bodies.shared(piece, || self.join(assembler, names, target))?;
-        let (head, tail) = self.ends(&version, names);
         bodies.answers.insert(
             key,
             Arc::new(Assembled {
@@ -369,31 +384,6 @@ impl TypeState {
         );
         Ok(Answer::Body {
             json: JsonBody::new(head, (*resources).clone(), tail),
-            version,
-            cached: false,
-        })
-    }
-
-    /// [`answer_digested`](Self::answer_digested) for an answer holding a
-    /// `do_not_cache` resource: worked out and assembled for this request
-    /// alone, nothing looked up in or kept by the body memo or the rewrite
-    /// memo.
-    fn answer_unmemoised(
-        &self,
-        assembler: &Assembler,
-        names: &Names,
-        presented: &str,
-        target: Option<&RestTarget>,
-    ) -> Result<Answer, JsonError> {
-        let (selection, _) = self.work_out_selection(names, target);
-        let version = self.version_of(&self.errors.digest(names.asked(), selection));
-        if same_selection(presented, &version) {
-            return Ok(Answer::NotModified { version });
-        }
-        let resources = self.join(assembler, names, target)?;
-        let (head, tail) = self.ends(&version, names);
-        Ok(Answer::Body {
-            json: JsonBody::new(head, resources, tail),
             version,
             cached: false,
         })
@@ -414,7 +404,12 @@ impl TypeState {
     /// `target` is answered (see the module docs): what the config history
     /// and `/debug/diff` show a version as.
     pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
-        let selection = self.selection(names, &names_digest(names), target);
+        self.version_told(names, self.selection(names, &names_digest(names), target))
+    }
+
+    /// The served version of `selection` (what a client asking `names` is
+    /// answered), with the `resource_errors` it is told.
+    fn version_told(&self, names: &Names, selection: [u8; 32]) -> String {
         self.version_of(&self.errors.digest(names.asked(), selection))
     }
 
