@@ -244,32 +244,28 @@ fn generic(
         Standing::CatchingUp | Standing::Behind { .. } => {
             (ClientResourceStatus::Requested, ConfigStatus::Stale, None)
         }
-        Standing::Suspected { polls } => (
-            ClientResourceStatus::Nacked,
-            ConfigStatus::Error,
-            Some(UpdateFailureState {
-                failed_configuration: None,
-                last_update_attempt: sub.last_body.map(timestamp),
-                details: format!(
+        Standing::Suspected { .. } | Standing::Rejected => {
+            let details = match sub.standing {
+                Standing::Suspected { polls } => format!(
                     "inferred over REST: the client kept presenting an older version {polls} polls after version {} was served to it, so it probably rejected it",
                     sub.current
                 ),
-                version_info: sub.current.clone(),
-            }),
-        ),
-        Standing::Rejected => (
-            ClientResourceStatus::Nacked,
-            ConfigStatus::Error,
-            Some(UpdateFailureState {
-                failed_configuration: None,
-                last_update_attempt: sub.last_body.map(timestamp),
-                details: format!(
+                _ => format!(
                     "NACKed over REST by the client: {}",
                     sub.nack.as_deref().unwrap_or_default()
                 ),
-                version_info: sub.current.clone(),
-            }),
-        ),
+            };
+            (
+                ClientResourceStatus::Nacked,
+                ConfigStatus::Error,
+                Some(UpdateFailureState {
+                    failed_configuration: None,
+                    last_update_attempt: sub.last_body.map(timestamp),
+                    details,
+                    version_info: sub.current.clone(),
+                }),
+            )
+        }
     };
     GenericXdsConfig {
         type_url: state.kind.type_url().to_owned(),

@@ -125,33 +125,32 @@ impl Answered<'_> {
         let served = || Arc::new(polled.served(self.request, self.target));
         // A `do_not_cache` resource is kept in no log shared past this
         // answer: a later `?changes` relative to it is then a full state.
-        let uncacheable = polled.holds_uncacheable(self.request.names());
-        if uncacheable {
-            if !changes {
-                return Ok((json, None));
-            }
-            let served = served();
-            let body = served.changes(&gateway.assembler, version, None)?;
-            return Ok((JsonBody::from(body), Some(served)));
-        }
+        let remembered = !polled.holds_uncacheable(self.request.names());
         if !changes {
-            // Made only when the log does not hold `version` yet.
-            answer_log.remember(version, served);
+            if remembered {
+                // Made only when the log does not hold `version` yet.
+                answer_log.remember(version, served);
+            }
             return Ok((json, None));
         }
         // What the client holds, if a body at it went out to this client
         // (recorded in the book after this body, so never this one).
         let presented = self.request.version_info();
-        let since = last.or_else(|| {
-            let remote = self.remote.ip();
-            let held = gateway
-                .clients
-                .was_served(self.request, self.kind, remote, presented);
-            held.then(|| answer_log.recall(presented)).flatten()
-        });
+        let since = match remembered {
+            false => None,
+            true => last.or_else(|| {
+                let remote = self.remote.ip();
+                let held = gateway
+                    .clients
+                    .was_served(self.request, self.kind, remote, presented);
+                held.then(|| answer_log.recall(presented)).flatten()
+            }),
+        };
         let served = served();
         let body = served.changes(&gateway.assembler, version, since.as_deref())?;
-        answer_log.remember(version, || served.clone());
+        if remembered {
+            answer_log.remember(version, || served.clone());
+        }
         Ok((JsonBody::from(body), Some(served)))
     }
 }

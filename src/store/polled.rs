@@ -118,6 +118,9 @@ impl Polled {
         // A client refusing an answer that holds an Any served opaque is not
         // suspected of a rejection (nor is it forwarded upstream): the
         // gateway knows why, and it is its own limit, not the upstream's.
+        if request.error_detail().is_some() {
+            self.feed.metrics().client_nack(self.state.kind);
+        }
         let opaque = !self.state.opaque_types(request.names()).is_empty();
         if !remote.is_one_client() || opaque {
             self.booked = None;
@@ -130,7 +133,6 @@ impl Polled {
             // per client behind a proxy that names none, with no book to
             // report it once).
             if let Some(detail) = request.error_detail() {
-                self.feed.metrics().client_nack(self.state.kind);
                 self.nacked(request, answer.version(), &detail.message, false);
             }
             return Ok(answer);
@@ -139,9 +141,6 @@ impl Polled {
             ledger.observe(request, self.state.kind, remote.ip(), answer.version());
         self.sync = sync;
         self.booked = booked;
-        if request.error_detail().is_some() {
-            self.feed.metrics().client_nack(self.state.kind);
-        }
         if let Some(suspicion) = suspicion {
             self.suspected(request, &suspicion);
         }

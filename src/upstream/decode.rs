@@ -18,8 +18,8 @@ use prost::Message;
 
 use super::wire::{Payload, SotwResponse};
 use crate::cache::{
-    Intake, IntoResourceSet, Resource, ResourceError, ResourceMap, ResourceSet, Taken, TypeState,
-    WrapperName, RESOURCE_WRAPPER,
+    Intake, IntoResourceSet, ReportedError, Resource, ResourceError, ResourceMap, ResourceSet,
+    Taken, TypeState, WrapperName, RESOURCE_WRAPPER,
 };
 use crate::xds::ResourceType;
 
@@ -462,18 +462,13 @@ pub(super) async fn decode_all_off_thread(
 /// are dropped), bounded as `cache::ResourceErrors` keeps them.
 pub(super) fn reported_errors(
     errors: &[envoy_types::pb::envoy::service::discovery::v3::ResourceError],
-) -> Vec<(String, crate::cache::ReportedError)> {
+) -> Vec<(String, ReportedError)> {
     errors
         .iter()
         .filter_map(|e| {
             let name = e.resource_name.as_ref()?.name.clone();
             let status = e.error_detail.clone().unwrap_or_default();
-            (!name.is_empty()).then(|| {
-                (
-                    name,
-                    crate::cache::ReportedError::new(status.code, &status.message),
-                )
-            })
+            (!name.is_empty()).then(|| (name, ReportedError::new(status.code, &status.message)))
         })
         .collect()
 }
