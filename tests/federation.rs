@@ -737,18 +737,6 @@ async fn a_failover_serves_one_upstreams_state_whole_delta() {
     .await;
 }
 
-/// A `Cluster` named `name`, as the scripted control plane serves it.
-fn pb_cluster(name: &str) -> envoy_types::pb::google::protobuf::Any {
-    let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
-        name: name.into(),
-        ..Default::default()
-    };
-    envoy_types::pb::google::protobuf::Any {
-        type_url: CDS.into(),
-        value: prost::Message::encode_to_vec(&cluster),
-    }
-}
-
 /// Issue 54, finding 4: the primary's health for failback is its
 /// connection's and its health checks', not any session's application
 /// error. While a fleet's session waits on the backup for the primary to
@@ -766,8 +754,8 @@ async fn another_tenants_refused_types_do_not_starve_failback() {
         let link = FaultyLink::start(primary.addr().port()).await;
         link.refuse(true);
         let backup = fake_ads::FakeAds::start().await;
-        backup.set(CDS, "b1", vec![pb_cluster("a")]);
-        primary.set(CDS, "p1", vec![pb_cluster("a")]);
+        backup.set(CDS, "b1", vec![fake_ads::named_cluster("a")]);
+        primary.set(CDS, "p1", vec![fake_ads::named_cluster("a")]);
         primary.end_streams_asked_for(RUNTIME);
         let gw = gateway_of(failover_tables(&link.address(), &backup.url())).await;
         poll_until(

@@ -22,6 +22,7 @@ use xds_gateway::config::Config;
 use xds_gateway::xds::{Codec, ResourceType};
 
 const EDS: &str = ResourceType::Endpoints.type_url();
+const CDS: &str = ResourceType::Clusters.type_url();
 const CLUSTERS: usize = 200;
 
 fn endpoints() -> Vec<envoy_types::pb::google::protobuf::Any> {
@@ -333,20 +334,6 @@ async fn a_wildcard_left_after_names_is_asked_as_star_not_as_an_empty_list() {
     gw.stop().await;
 }
 
-/// A `Cluster` named `name`, as a second type that keeps the session alive.
-fn a_cluster(name: &str) -> envoy_types::pb::google::protobuf::Any {
-    let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
-        name: name.into(),
-        ..Default::default()
-    };
-    envoy_types::pb::google::protobuf::Any {
-        type_url: CDS.into(),
-        value: prost::Message::encode_to_vec(&cluster),
-    }
-}
-
-const CDS: &str = ResourceType::Clusters.type_url();
-
 /// S6: when no REST client wants a type any more (its names idled out), a
 /// SotW stream that named resources of it unsubscribes with the empty
 /// list, so a server that reads the text stops pushing what nobody reads
@@ -357,7 +344,7 @@ async fn a_type_nobody_wants_any_more_is_unsubscribed_and_a_returning_client_res
     let upstream = fake_ads::FakeAds::start().await;
     upstream.empty_list_unsubscribes();
     upstream.set(EDS, "v1", vec![assignment("a", 1)]);
-    upstream.set(CDS, "c1", vec![a_cluster("keep")]);
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("keep")]);
     let gw = InProcess::start(Config {
         upstream: Some(upstream.url()),
         idle_timeout: Duration::from_secs(2),
@@ -561,7 +548,7 @@ where
 async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
     use envoy_types::pb::envoy::service::discovery::v3::{resource::CacheControl, Resource};
     let wrapped = {
-        let inner = a_cluster("secret");
+        let inner = fake_ads::named_cluster("secret");
         let wrapper = Resource {
             name: "secret".into(),
             version: "1".into(),
@@ -575,7 +562,7 @@ async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
         }
     };
     let upstream = fake_ads::FakeAds::start().await;
-    upstream.set(CDS, "c1", vec![a_cluster("plain"), wrapped]);
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("plain"), wrapped]);
     let gw = InProcess::start(Config {
         upstream: Some(upstream.url()),
         ..Config::default()
@@ -711,7 +698,7 @@ async fn a_huge_node_is_not_sent_upstream_with_every_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_refused_after_it_was_served_does_not_loop_the_stream() {
     let upstream = fake_ads::FakeAds::start().await;
-    upstream.set(CDS, "c1", vec![a_cluster("a")]);
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("a")]);
     upstream.set(EDS, "v1", vec![assignment("a", 1)]);
     let gw = InProcess::start(Config {
         upstream: Some(upstream.url()),

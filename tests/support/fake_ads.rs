@@ -483,6 +483,18 @@ impl Drop for FakeAds {
 
 /// Field 1 of an xDS resource: `name` (Listener, Cluster, RouteConfiguration,
 /// Secret, ...) or `cluster_name` (ClusterLoadAssignment).
+/// A `Cluster` named `name` and nothing else, as an `Any`.
+pub fn named_cluster(name: &str) -> Any {
+    let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: name.into(),
+        ..Default::default()
+    };
+    Any {
+        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        value: cluster.encode_to_vec(),
+    }
+}
+
 fn resource_name(any: &Any) -> String {
     #[derive(Clone, PartialEq, prost::Message)]
     struct Named {
