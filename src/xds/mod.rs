@@ -13,6 +13,7 @@ pub(crate) mod membership;
 mod nesting;
 pub(crate) mod opaque;
 pub(crate) mod plain_json;
+pub(crate) mod references;
 mod request;
 mod resource_type;
 pub(crate) mod rewrite;
