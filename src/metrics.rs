@@ -118,6 +118,8 @@ pub struct Metrics {
     nacks: Family<TypeLabel, Counter>,
     suspected_rejections: Family<TypeLabel, Counter>,
     client_nacks: Family<TypeLabel, Counter>,
+    withheld: Family<TypeLabel, Counter>,
+    withheld_overdue: Family<TypeLabel, Counter>,
     invalid_resources: Family<TypeLabel, Counter>,
     ttl_expired: Family<TypeLabel, Counter>,
     request_seconds: Family<TypeLabel, Histogram>,
@@ -193,6 +195,8 @@ impl Metrics {
         let nacks = Family::<TypeLabel, Counter>::default();
         let suspected_rejections = Family::<TypeLabel, Counter>::default();
         let client_nacks = Family::<TypeLabel, Counter>::default();
+        let withheld = Family::<TypeLabel, Counter>::default();
+        let withheld_overdue = Family::<TypeLabel, Counter>::default();
         let invalid_resources = Family::<TypeLabel, Counter>::default();
         let ttl_expired = Family::<TypeLabel, Counter>::default();
         let request_seconds = Family::<TypeLabel, Histogram>::new_with_constructor(|| {
@@ -254,6 +258,18 @@ impl Metrics {
             "client_nacks",
             "REST polls that NACKed what they were served (error_detail set)",
             client_nacks.clone(),
+        );
+        registry.register(
+            "withheld_answers",
+            "REST polls answered 304 instead of a new version that names clusters the client was \
+             not served yet (--make-before-break)",
+            withheld.clone(),
+        );
+        registry.register(
+            "withheld_overdue",
+            "New versions served although clusters they name were not served to the client yet, \
+             because --make-before-break had held them back for as long as it may",
+            withheld_overdue.clone(),
         );
         registry.register(
             "invalid_resources",
@@ -322,6 +338,8 @@ impl Metrics {
                 &nacks,
                 &suspected_rejections,
                 &client_nacks,
+                &withheld,
+                &withheld_overdue,
                 &invalid_resources,
                 &ttl_expired,
             ] {
@@ -367,6 +385,8 @@ impl Metrics {
             nacks,
             suspected_rejections,
             client_nacks,
+            withheld,
+            withheld_overdue,
             invalid_resources,
             ttl_expired,
             request_seconds,
@@ -516,6 +536,20 @@ impl Metrics {
     /// A REST poll that NACKed what it was served.
     pub fn client_nack(&self, kind: ResourceType) {
         self.client_nacks.get_or_create(&Self::label(kind)).inc();
+    }
+
+    /// A REST poll answered 304 while its new version names clusters its
+    /// client was not served yet (`--make-before-break`).
+    pub fn withheld(&self, kind: ResourceType) {
+        self.withheld.get_or_create(&Self::label(kind)).inc();
+    }
+
+    /// A new version served although clusters it names were not served to
+    /// the client yet: it was held back for as long as it may be.
+    pub fn withheld_overdue(&self, kind: ResourceType) {
+        self.withheld_overdue
+            .get_or_create(&Self::label(kind))
+            .inc();
     }
 
     /// An upstream update rejected because a resource breaks Envoy's rules.

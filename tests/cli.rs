@@ -146,6 +146,11 @@ const SETTINGS: &[Setting] = &[
         "forward-rejections",
     ),
     setting(
+        "--make-before-break",
+        "XDS_GATEWAY_MAKE_BEFORE_BREAK",
+        "make-before-break",
+    ),
+    setting(
         "--trusted-proxies",
         "XDS_GATEWAY_TRUSTED_PROXIES",
         "trusted-proxies",
@@ -1093,6 +1098,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "log-format" => value.clone().try_into::<LogFormat>().ok() == Some(d.log_format),
             "rejection-threshold" => integer() == i64::from(d.rejection_threshold),
             "forward-rejections" => value.as_bool() == Some(d.forward_rejections),
+            "make-before-break" => duration() == d.make_before_break,
             "allow-secrets" => value.as_bool() == Some(d.allow_secrets),
             "max-body-bytes" => integer() == d.max_body_bytes as i64,
             "allow-insecure-listen" => value.as_bool() == Some(d.allow_insecure_listen),

@@ -307,6 +307,12 @@ settings! {
         /// Polls presenting an older version, after a newer one was served, before a rejection is suspected [default: 3].
         #[arg(long, env = "XDS_GATEWAY_REJECTION_THRESHOLD")]
         rejection_threshold: u32 = 3,
+        /// Make-before-break for REST clients: a new route configuration or listener is held back
+        /// from a client (answered 304) until the clusters it sends traffic to, and their
+        /// endpoints, were served to that client, for at most this long; 0s: off [default: 0s].
+        #[arg(long, env = "XDS_GATEWAY_MAKE_BEFORE_BREAK", value_parser = humantime::parse_duration)]
+        #[serde(default, with = "opt_duration")]
+        make_before_break: Duration = Duration::ZERO,
         /// Send a NACK upstream for each suspected rejection. Off loopback it needs --trusted-proxies
         /// (clients behind one balancer could not be told apart), else start-up is refused.
         #[arg(long, env = "XDS_GATEWAY_FORWARD_REJECTIONS", num_args = 0..=1, default_missing_value = "true",

@@ -44,6 +44,10 @@ pub struct RestConfig {
     /// Polls presenting the same older version that make a suspected
     /// rejection (`--rejection-threshold`).
     pub rejection_threshold: u32,
+    /// How long a route configuration or listener may be held back from a
+    /// client until what it names was served to it (`--make-before-break`;
+    /// zero: never).
+    pub make_before_break: Duration,
     pub max_long_polls: usize,
     pub max_watches: usize,
     /// One principal's share of the two above, in percent.
@@ -96,6 +100,7 @@ impl Config {
             session_key: self.session_key,
             idle_timeout: self.idle_timeout,
             rejection_threshold: self.rejection_threshold,
+            make_before_break: self.make_before_break,
             max_long_polls: self.max_long_polls,
             max_watches: self.max_watches,
             principal_share: self.principal_share,

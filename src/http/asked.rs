@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::authorize::{AuthError, Caller};
 use super::Gateway;
-use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
+use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, ResourceSet};
 use crate::observe::{AnsweredPoll, Booked, ServedAnswer, Standing};
 use crate::shares::Tenant;
 use crate::store::Polled;
@@ -83,8 +83,9 @@ impl Answered<'_> {
     }
 
     /// Shows it in the client book, answered at `current` (`body`: a body
-    /// went out, else a 304), standing as `standing`; in `booked` when the
-    /// answer found the client there (`Polled::booked`).
+    /// went out, else a 304, made from `served` when the book keeps that),
+    /// standing as `standing`; in `booked` when the answer found the client
+    /// there (`Polled::booked`).
     pub(super) fn record(
         &self,
         gateway: &Gateway,
@@ -92,6 +93,7 @@ impl Answered<'_> {
         body: bool,
         standing: Standing,
         booked: Option<&Booked>,
+        served: Option<&Arc<ResourceSet>>,
     ) {
         let poll = AnsweredPoll {
             request: self.request,
@@ -102,6 +104,7 @@ impl Answered<'_> {
             standing,
             rewritten_for: self.target.map(|t| t.cluster_name.as_str()),
             watch: self.watch,
+            served,
         };
         gateway.clients.record_booked(poll, booked);
     }

@@ -26,12 +26,13 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::asked::Asked;
+use super::asked::{Answered, Asked};
 use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body_chunks};
 use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
 use super::long_poll;
+use super::make_before_break::{self, Held};
 use super::present::{mark_opaque, mark_stale, version_from_if_none_match, Presentation};
 use super::query::switch;
 use super::wait::requested_wait;
@@ -40,6 +41,7 @@ use super::Gateway;
 use crate::cache::{Answer, BodyChunks, ClientAddr, Names, ParsedRequest};
 use crate::config::{RestConfig, RestRewrite};
 use crate::profiles::query::presented_node;
+use crate::store::Polled;
 use crate::tls::PeerIdentity;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{Endpoint, ResourceType};
@@ -204,10 +206,24 @@ async fn poll(
     let (kind, tenant) = (asked.kind, asked.tenant.as_ref());
     let mut polled = gateway.source.poll(kind, asked.request, tenant).await?;
     let answered = asked.answered();
-    let mut answer = answered.answer(gateway, &mut polled)?;
-    let unchanged = matches!(answer, Answer::NotModified { .. });
-    if unchanged && !wait.is_zero() && long_poll::hold(gateway, &asked, &mut polled, wait).await? {
-        answer = answered.answer(gateway, &mut polled)?;
+    let (mut answer, mut withheld) = answer_now(gateway, &answered, &mut polled)?;
+    if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
+        // Held until the state changes; while a new version is held back
+        // (make-before-break), until it is not or the wait runs out.
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let recheck = withheld.then_some(make_before_break::RECHECK);
+            if left.is_zero()
+                || !long_poll::hold(gateway, &asked, &mut polled, left, recheck).await?
+            {
+                break;
+            }
+            (answer, withheld) = answer_now(gateway, &answered, &mut polled)?;
+            if !withheld || gateway.drain.is_draining() {
+                break;
+            }
+        }
     }
     let body = matches!(answer, Answer::Body { .. });
     if let Answer::Body {
@@ -226,7 +242,8 @@ async fn poll(
     // After the body is made: the book then lists only what went out, and
     // a `?changes` body above was relative to what the client held before.
     let (standing, booked) = (polled.standing(), polled.booked());
-    answered.record(gateway, answer.version(), body, standing, booked);
+    let served = (body && gateway.make_before_break.on()).then(|| polled.resources());
+    answered.record(gateway, answer.version(), body, standing, booked, served);
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     mark_stale(response.headers_mut(), polled.stale_since());
     if polled.holds_uncacheable(asked.request.names()) {
@@ -241,6 +258,28 @@ async fn poll(
         mark_opaque(response.headers_mut(), &opaque);
     }
     Ok(response)
+}
+
+/// `polled`'s answer to `answered` now, and whether it is a 304 only
+/// because make-before-break holds its new version back.
+fn answer_now(
+    gateway: &Gateway,
+    answered: &Answered<'_>,
+    polled: &mut Polled,
+) -> Result<(Answer, bool), ApiError> {
+    let answer = answered.answer(gateway, polled)?;
+    let held = Held {
+        kind: answered.kind,
+        request: answered.request,
+        remote: answered.remote,
+    };
+    let rule = &gateway.make_before_break;
+    Ok(
+        match rule.instead(&gateway.clients, &gateway.metrics, &held, polled, &answer) {
+            Some(not_modified) => (not_modified, true),
+            None => (answer, false),
+        },
+    )
 }
 
 fn check_params(query: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {

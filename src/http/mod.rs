@@ -30,6 +30,7 @@ mod forwarded;
 pub(crate) mod fuzz;
 pub(crate) mod host;
 mod long_poll;
+mod make_before_break;
 mod passthrough;
 mod pieces;
 mod present;
@@ -93,6 +94,9 @@ pub(crate) struct Gateway {
     clients: Arc<ClientBook>,
     /// The answers served recently, for `?changes`.
     answer_log: AnswerLog,
+    /// What holds a new version back until what it names was served
+    /// (`--make-before-break`).
+    make_before_break: make_before_break::MakeBeforeBreak,
     /// The node profiles a GET may present (`?profile=NAME`).
     profiles: Arc<NodeProfiles>,
     /// Set at shutdown: no new long polls or watches, held ones answered,
@@ -127,6 +131,7 @@ impl Gateway {
             )),
             drain: Drain::default(),
             answer_log: AnswerLog::with_idle(config.idle_timeout),
+            make_before_break: make_before_break::MakeBeforeBreak::new(config.make_before_break),
             profiles: Arc::default(),
             unnamed_proxy_seen: std::sync::atomic::AtomicBool::new(false),
             config,

@@ -32,9 +32,9 @@ use std::time::{Duration, SystemTime};
 use super::rejection::{standing, Observation, RejectionLog, Standing, Suspicion};
 #[cfg(test)]
 use crate::cache::MemoSize;
-use crate::cache::ParsedRequest;
 use crate::cache::{upstream_version, Names};
 use crate::cache::{ClientKey, SubscriptionKey};
+use crate::cache::{ParsedRequest, Resource, ResourceSet};
 use crate::xds::ResourceType;
 
 mod view;
@@ -72,6 +72,9 @@ pub(crate) struct AnsweredPoll<'a> {
     /// An event of a watch stream (`?watch`): the client follows changes,
     /// whatever version it presented.
     pub(crate) watch: bool,
+    /// The resources the body was made from, when the book keeps what each
+    /// client holds (`--make-before-break`; see [`ClientBook::holds`]).
+    pub(crate) served: Option<&'a Arc<ResourceSet>>,
 }
 
 /// A client the book holds, as [`ClientBook::observe`] found it: what the
@@ -178,6 +181,9 @@ struct Subscription {
     rejection: RejectionLog,
     /// The message of the NACK its latest poll was, if it was one.
     nack: Option<String>,
+    /// The resources its latest body was made from, when the poll said
+    /// (shared with the states that hold them: a pointer's weight).
+    served: Option<Arc<ResourceSet>>,
     /// What it weighs: its names, its log's versions and
     /// [`SUBSCRIPTION_BASE_BYTES`].
     bytes: usize,
@@ -290,6 +296,7 @@ impl ClientBook {
                 out_of_step_since: None,
                 rejection: RejectionLog::default(),
                 nack: None,
+                served: None,
             });
         let nack = request.error_detail().map(|e| e.message.as_str());
         if entry.nack.as_deref() != nack {
@@ -309,6 +316,7 @@ impl ClientBook {
         entry.body = poll.body;
         if poll.body {
             entry.last_body = Some(now);
+            entry.served = poll.served.cloned();
             let ((), grown) = entry.with_log(|log| log.served(poll.current));
             // A new subscription's bytes are added whole below.
             if entry.polls > 0 {
@@ -363,6 +371,26 @@ impl ClientBook {
             .subscriptions
             .get(&key)
             .is_some_and(|s| s.rejection.has_served(version))
+    }
+
+    /// The resource `name` of `kind` as the latest body of one of
+    /// `request`'s client's (from `remote`) subscriptions held it, if one
+    /// did: what that client was served of it, as far as the book knows
+    /// (only bodies recorded with their resources count).
+    pub(crate) fn holds(
+        &self,
+        request: &ParsedRequest,
+        remote: Option<IpAddr>,
+        kind: ResourceType,
+        name: &str,
+    ) -> Option<Arc<Resource>> {
+        let client = self.clients.get(&request.client(remote))?;
+        let client = crate::sync::lock(&client);
+        client
+            .subscriptions
+            .iter()
+            .filter(|((of, _), s)| *of == kind && (s.wildcard || s.names.iter().any(|n| n == name)))
+            .find_map(|(_, s)| s.served.as_ref()?.get(name).cloned())
     }
 
     /// Where `request`'s client (from `remote`) stands for `kind`, about to
@@ -531,6 +559,7 @@ mod tests {
             standing,
             rewritten_for: Some("xds_cluster"),
             watch: false,
+            served: None,
         });
     }
 
@@ -626,6 +655,7 @@ mod tests {
                 standing: Standing::CatchingUp,
                 rewritten_for: None,
                 watch: false,
+                served: None,
             });
         }
         let view = served(&book);
@@ -685,6 +715,7 @@ mod tests {
             standing: Standing::InStep,
             rewritten_for: None,
             watch: false,
+            served: None,
         });
     }
 
@@ -764,6 +795,7 @@ mod tests {
             standing: Standing::InStep,
             rewritten_for: None,
             watch: false,
+            served: None,
         });
         assert!(!was_served(&book, &a, "304~x"));
         assert!(was_served(&book, &a, &versions[1]));
@@ -797,6 +829,7 @@ mod tests {
             standing: Standing::CatchingUp,
             rewritten_for: None,
             watch: false,
+            served: None,
         };
         book.record_booked(poll(&a, "2~x"), Some(&booked));
         assert!(was_served(&book, &a, "2~x"));

@@ -18,12 +18,12 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use tracing::warn;
 
-use crate::cache::{Answer, Assembler, ClientAddr, ParsedRequest, TypeState};
+use crate::cache::{Answer, Assembler, ClientAddr, ParsedRequest, ResourceSet, TypeState};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::observe::{Booked, ClientBook, ServedAnswer, Standing, Suspicion};
 use crate::xds::rewrite::RestTarget;
-use crate::xds::JsonError;
+use crate::xds::{JsonError, ResourceType};
 
 /// The per-source part of a [`Polled`]: the channel a poll talks back to its
 /// source through (not to be confused with a [`super::feeder::Feeder`], which
@@ -51,6 +51,12 @@ pub(crate) trait PollChannel: Send + Sync {
     /// NACKs `suspicion` (of a client polling `request`) upstream; called
     /// only when [`Self::forwards`].
     fn forward(&self, _request: &ParsedRequest, _suspicion: &Suspicion) {}
+
+    /// The same node's current state of another type, where the source
+    /// keeps one per node (`None`: not known here).
+    fn sibling(&self, _kind: ResourceType) -> Option<Arc<TypeState>> {
+        None
+    }
 }
 
 /// The state that answers one poll, and what the source does around it.
@@ -86,6 +92,25 @@ impl Polled {
     /// The state it answers with now.
     pub(super) fn state(&self) -> &Arc<TypeState> {
         &self.state
+    }
+
+    /// The resources of the state it answers with now.
+    pub(crate) fn resources(&self) -> &Arc<ResourceSet> {
+        &self.state.resources
+    }
+
+    /// The state it answers with now, of the resources `names` select.
+    pub(crate) fn selected<'a>(
+        &'a self,
+        names: &'a crate::cache::Names,
+    ) -> impl Iterator<Item = &'a Arc<crate::cache::Resource>> + 'a {
+        self.state.select(names)
+    }
+
+    /// The same node's current state of `kind`, if the source knows it
+    /// ([`PollChannel::sibling`]).
+    pub(crate) fn sibling(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+        self.feed.sibling(kind)
     }
 
     /// Answers `request`, polled from `remote`, by the cache's rule (a

@@ -565,6 +565,10 @@ impl PollChannel for SessionChannel {
     fn stale_since(&self) -> Option<SystemTime> {
         self.session.stale_since()
     }
+
+    fn sibling(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+        self.session.state(kind)
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ fn book(node: &str) -> ClientBook {
         standing: Standing::Suspected { polls: 3 },
         rewritten_for: None,
         watch: false,
+        served: None,
     });
     book
 }
@@ -200,6 +201,7 @@ fn one_shot_readers_are_listed_apart_from_subscribers() {
             standing: Standing::CatchingUp,
             rewritten_for: None,
             watch: false,
+            served: None,
         });
     }
     // A watch presents no version on its first event, yet it subscribes.
@@ -214,6 +216,7 @@ fn one_shot_readers_are_listed_apart_from_subscribers() {
         standing: Standing::CatchingUp,
         rewritten_for: None,
         watch: true,
+        served: None,
     });
     let clients = book.view();
     let served = serde_json::to_value(&clients).unwrap();

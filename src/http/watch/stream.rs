@@ -269,7 +269,7 @@ impl Watch {
     /// a watch quiet for longer than the book's idle time stays listed).
     fn record(&self, current: &str, body: bool) {
         self.answered()
-            .record(&self.gateway, current, body, self.standing, None);
+            .record(&self.gateway, current, body, self.standing, None, None);
     }
 
     /// Who its answers go to: the client, presenting the version last sent.
