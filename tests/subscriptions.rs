@@ -546,6 +546,17 @@ where
 /// it is cacheable as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
+    do_not_cache_is_kept_by_no_cache(xds_gateway::config::UpstreamMode::Sotw).await;
+}
+
+/// C1 in delta: the same, the upstream saying `do_not_cache` in the delta
+/// `Resource` it sends the cluster in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_not_cache_delta_resource_is_served_but_kept_by_no_cache() {
+    do_not_cache_is_kept_by_no_cache(xds_gateway::config::UpstreamMode::Delta).await;
+}
+
+async fn do_not_cache_is_kept_by_no_cache(mode: xds_gateway::config::UpstreamMode) {
     use envoy_types::pb::envoy::service::discovery::v3::{resource::CacheControl, Resource};
     let wrapped = {
         let inner = fake_ads::named_cluster("secret");
@@ -561,10 +572,14 @@ async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
             value: prost::Message::encode_to_vec(&wrapper),
         }
     };
-    let upstream = fake_ads::FakeAds::start().await;
+    let upstream = match mode {
+        xds_gateway::config::UpstreamMode::Delta => fake_ads::FakeAds::start_delta().await,
+        _ => fake_ads::FakeAds::start().await,
+    };
     upstream.set(CDS, "c1", vec![fake_ads::named_cluster("plain"), wrapped]);
     let gw = InProcess::start(Config {
         upstream: Some(upstream.url()),
+        upstream_mode: mode,
         ..Config::default()
     })
     .await;
@@ -613,6 +628,78 @@ async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
     assert_eq!(status, 200, "{history}");
     assert!(history.contains("plain"), "{history}");
     assert!(!history.contains("secret"), "{history}");
+    gw.stop().await;
+}
+
+/// C1 in fetch mode: an answer holding a `do_not_cache` resource says
+/// `no-store` and is not kept for `--fetch-cache-ttl`: two polls inside the
+/// TTL make two fetches, where two polls of a cacheable answer make one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_not_cache_resource_is_not_kept_for_the_fetch_cache_ttl() {
+    use envoy_types::pb::envoy::service::discovery::v3::{resource::CacheControl, Resource};
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("plain")]);
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        upstream_mode: xds_gateway::config::UpstreamMode::Fetch,
+        fetch_cache_ttl: Duration::from_secs(60),
+        ..Config::default()
+    })
+    .await;
+    let get = |node: &'static str| {
+        let port = gw.rest_port;
+        async move {
+            let path = format!("/v3/discovery:clusters?node={node}");
+            let (status, headers, body) =
+                process::http_exchange(port, http::Method::GET, &path, &[], bytes::Bytes::new())
+                    .await
+                    .expect("an answer");
+            let cache_control = headers
+                .get("cache-control")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            (
+                status,
+                cache_control,
+                String::from_utf8_lossy(&body).into_owned(),
+            )
+        }
+    };
+    for _ in 0..2 {
+        let (status, cache_control, body) = get("n").await;
+        assert_eq!(status, 200, "{body}");
+        assert_ne!(cache_control, "no-store");
+    }
+    assert_eq!(
+        upstream.fetches(),
+        1,
+        "a cacheable answer is kept for the TTL"
+    );
+
+    let wrapper = Resource {
+        name: "secret".into(),
+        version: "1".into(),
+        resource: Some(fake_ads::named_cluster("secret")),
+        cache_control: Some(CacheControl { do_not_cache: true }),
+        ..Default::default()
+    };
+    let wrapped = envoy_types::pb::google::protobuf::Any {
+        type_url: "type.googleapis.com/envoy.service.discovery.v3.Resource".into(),
+        value: prost::Message::encode_to_vec(&wrapper),
+    };
+    upstream.set(CDS, "c2", vec![fake_ads::named_cluster("plain"), wrapped]);
+    for _ in 0..2 {
+        let (status, cache_control, body) = get("m").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"secret\""), "{body}");
+        assert_eq!(cache_control, "no-store");
+    }
+    assert_eq!(
+        upstream.fetches(),
+        3,
+        "an answer holding it is fetched again"
+    );
     gw.stop().await;
 }
 

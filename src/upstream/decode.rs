@@ -100,6 +100,18 @@ pub(super) fn decode_one(
     }
 }
 
+/// [`decode_one`] for a resource the upstream marked `do_not_cache` (a
+/// delta `Resource`'s `cache_control`): rendered for this session alone,
+/// in no memo shared with others.
+pub(super) fn decode_one_unshared(
+    intake: &Intake,
+    kind: ResourceType,
+    any: Payload<'_>,
+) -> Result<Arc<Resource>, Rejection> {
+    let payload = payload_of(kind, any)?;
+    Ok(intake.resource_unshared(kind, payload)?)
+}
+
 /// One element of a SotW response's `resources`.
 #[derive(Debug)]
 pub(super) enum Entry {
@@ -258,11 +270,12 @@ impl Decoded {
     }
 
     /// The resources of an answer that stands alone (a unary Fetch), where
-    /// a heartbeat has nothing to refresh: an error.
-    pub(super) fn standalone(self) -> Result<Arc<ResourceSet>, Rejection> {
+    /// a heartbeat has nothing to refresh: an error; with the names of
+    /// those whose wrapper said `do_not_cache`.
+    pub(super) fn standalone(self) -> Result<(Arc<ResourceSet>, BTreeSet<String>), Rejection> {
         match self.heartbeats.into_iter().next() {
             Some(_) => Err(Rejection::EmptyWrapper),
-            None => Ok(self.resources),
+            None => Ok((self.resources, self.uncacheable)),
         }
     }
 }

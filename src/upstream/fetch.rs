@@ -10,7 +10,9 @@
 //!   still gets it a body.
 //! - Concurrent identical polls share one call, and answers are kept for
 //!   `--fetch-cache-ttl`, so a burst of identical polls costs one call.
-//!   Errors are never kept.
+//!   Errors are never kept, nor an answer holding a resource the upstream
+//!   marked `do_not_cache` (rendered for it alone, and answered as the
+//!   stream modes answer one: no memo, no HTTP cache, no history).
 //! - The latest state per (node identity, type, names) is kept while it is
 //!   polled: an answer with the same version and content is answered *from*
 //!   it, so what it served carries over from call to call. That is what
@@ -335,10 +337,17 @@ impl Fetcher {
             };
             self.call(key, request).await
         };
-        self.answers
-            .try_get_with(answer_key, call)
+        let answer = self
+            .answers
+            .try_get_with(answer_key.clone(), call)
             .await
-            .map_err(|e| (*e).clone())
+            .map_err(|e| (*e).clone())?;
+        if matches!(&*answer, FetchAnswer::State(state) if !state.uncacheable.is_empty()) {
+            // The upstream said proxies may not cache a resource in it: the
+            // polls that shared the call have it, no later one does.
+            self.answers.invalidate(&answer_key).await;
+        }
+        Ok(answer)
     }
 
     async fn call(
@@ -359,24 +368,26 @@ impl Fetcher {
         self.ctx.mark_answered();
         let version = std::mem::take(&mut response.version_info);
         let nonce = std::mem::take(&mut response.nonce);
-        let resources = decode_all_off_thread(&self.ctx.intake, kind, response, None)
-            .await
-            .and_then(Decoded::standalone)
-            .map(|set| self.ctx.rendered_now(set))
-            .and_then(
-                |resources| match self.namespace.first_foreign(resources.keys()) {
-                    Some(foreign) => Err(foreign.into()),
-                    None => Ok(resources),
-                },
-            )
-            .map_err(|e| {
-                if e.breaks_rules() {
-                    self.ctx.metrics.invalid_resource(kind);
-                }
-                CallError::BadAnswer(e.to_string())
-            })?;
+        let (resources, uncacheable) =
+            decode_all_off_thread(&self.ctx.intake, kind, response, None)
+                .await
+                .and_then(Decoded::standalone)
+                .map(|(set, uncacheable)| (self.ctx.rendered_now(set), uncacheable))
+                .and_then(|(resources, uncacheable)| {
+                    match self.namespace.first_foreign(resources.keys()) {
+                        Some(foreign) => Err(foreign.into()),
+                        None => Ok((resources, uncacheable)),
+                    }
+                })
+                .map_err(|e| {
+                    if e.breaks_rules() {
+                        self.ctx.metrics.invalid_resource(kind);
+                    }
+                    CallError::BadAnswer(e.to_string())
+                })?;
         if let Some(latest) = self.latest.get(key) {
             let same = latest.version == version
+                && *latest.uncacheable == uncacheable
                 && latest.resources.len() == resources.len()
                 && latest
                     .resources
@@ -391,7 +402,11 @@ impl Fetcher {
             wildcard: true,
             names: Default::default(),
         };
-        let state = Arc::new(TypeState::new(kind, version, nonce, resources, coverage));
+        let state = TypeState::new(kind, version, nonce, resources, coverage);
+        let state = Arc::new(match uncacheable.is_empty() {
+            true => state,
+            false => state.with_uncacheable(Arc::new(uncacheable)),
+        });
         self.latest.insert(key.clone(), state.clone());
         Ok(Arc::new(FetchAnswer::State(state)))
     }

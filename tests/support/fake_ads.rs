@@ -45,8 +45,8 @@ use std::time::Instant;
 
 use bytes::{BufMut, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, Resource as DeltaResource,
-    ResourceError, ResourceName,
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    Resource as DeltaResource, ResourceError, ResourceName,
 };
 use envoy_types::pb::google::protobuf::Any;
 use futures::Stream;
@@ -185,6 +185,8 @@ struct Shared {
     delta: AtomicBool,
     /// Resources sent on delta streams (all streams, all responses).
     delta_resources_sent: AtomicUsize,
+    /// Unary fetches answered (with a response or "up to date").
+    fetches: AtomicUsize,
     /// When a response was last handed to each node's stream, by node id.
     last_sent: Mutex<HashMap<String, Instant>>,
     /// Whether a SotW stream's first request of a type presenting the
@@ -307,6 +309,10 @@ impl FakeAds {
     }
 
     /// Resources sent on delta streams so far, all streams together.
+    pub fn fetches(&self) -> usize {
+        self.shared.fetches.load(Ordering::SeqCst)
+    }
+
     pub fn delta_resources_sent(&self) -> usize {
         self.shared.delta_resources_sent.load(Ordering::SeqCst)
     }
@@ -335,8 +341,9 @@ impl FakeAds {
             }
             builder
                 .add_service(Routes(Arc::new(service.clone())))
-                .add_service(Named::<true>(Routes(Arc::new(service.clone()))))
-                .add_service(Named::<false>(Routes(Arc::new(service))))
+                .add_service(Named::<{ V1 }>(Routes(Arc::new(service.clone()))))
+                .add_service(Named::<{ V1ALPHA }>(Routes(Arc::new(service.clone()))))
+                .add_service(Named::<{ CDS }>(Routes(Arc::new(service))))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
                 .expect("fake ADS server");
@@ -495,7 +502,22 @@ pub fn named_cluster(name: &str) -> Any {
     }
 }
 
+/// The `envoy.service.discovery.v3.Resource` wrapper a SotW answer may
+/// carry a resource in.
+const WRAPPER_TYPE: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+
+/// The wrapper `any` is, if it is one.
+fn wrapper(any: &Any) -> Option<DeltaResource> {
+    (any.type_url == WRAPPER_TYPE).then(|| {
+        DeltaResource::decode(any.value.as_slice())
+            .unwrap_or_else(|e| panic!("fake ADS: a malformed Resource wrapper: {e}"))
+    })
+}
+
 fn resource_name(any: &Any) -> String {
+    if let Some(wrapped) = wrapper(any) {
+        return wrapped.name;
+    }
     #[derive(Clone, PartialEq, prost::Message)]
     struct Named {
         #[prost(string, tag = "1")]
@@ -544,20 +566,27 @@ impl tonic::server::NamedService for Routes {
     const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
 }
 
-/// The same routes under the name of the reflection service, `v1` or
-/// `v1alpha` (tonic's server routes by service name).
+/// The same routes under another service's name (tonic's server routes by
+/// service name): reflection `v1` or `v1alpha`, or CDS (its unary fetch).
 #[derive(Clone)]
-struct Named<const V1: bool>(Routes);
+struct Named<const SERVICE: u8>(Routes);
 
-impl<const V1: bool> tonic::server::NamedService for Named<V1> {
-    const NAME: &'static str = if V1 {
-        "grpc.reflection.v1.ServerReflection"
-    } else {
-        "grpc.reflection.v1alpha.ServerReflection"
+/// The services [`Named`] routes, besides ADS.
+const V1: u8 = 0;
+const V1ALPHA: u8 = 1;
+const CDS: u8 = 2;
+
+impl<const SERVICE: u8> tonic::server::NamedService for Named<SERVICE> {
+    const NAME: &'static str = match SERVICE {
+        V1 => "grpc.reflection.v1.ServerReflection",
+        V1ALPHA => "grpc.reflection.v1alpha.ServerReflection",
+        _ => "envoy.service.cluster.v3.ClusterDiscoveryService",
     };
 }
 
-impl<const V1: bool> tonic::codegen::Service<http::Request<tonic::body::Body>> for Named<V1> {
+impl<const SERVICE: u8> tonic::codegen::Service<http::Request<tonic::body::Body>>
+    for Named<SERVICE>
+{
     type Response = http::Response<tonic::body::Body>;
     type Error = std::convert::Infallible;
     type Future = Answer;
@@ -597,6 +626,10 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Routes {
                 DELTA_PATH => {
                     let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
                     grpc.streaming(Delta(service), request).await
+                }
+                FETCH_CLUSTERS => {
+                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                    grpc.unary(Fetch(service), request).await
                 }
                 path @ (REFLECTION_V1 | REFLECTION_V1ALPHA) if service.reflects(path) => {
                     let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
@@ -650,6 +683,45 @@ impl Decoder for SotwCodec {
 }
 
 type Opened<S> = Pin<Box<dyn std::future::Future<Output = Result<Response<S>, Status>> + Send>>;
+
+/// CDS's unary fetch (what the gateway's fetch mode calls).
+const FETCH_CLUSTERS: &str = "/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters";
+
+/// A unary fetch: the snapshot's entry of the type asked, in full, or
+/// ALREADY_EXISTS when the request presents its version (as
+/// rust-control-plane says "up to date").
+struct Fetch(Arc<Service>);
+
+impl tonic::server::UnaryService<DiscoveryRequest> for Fetch {
+    type Response = DiscoveryResponse;
+    type Future = Opened<DiscoveryResponse>;
+
+    fn call(&mut self, request: Request<DiscoveryRequest>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move {
+            let request = request.into_inner();
+            service.shared.fetches.fetch_add(1, Ordering::SeqCst);
+            let entry = lock(&service.shared.snapshot)
+                .get(&request.type_url)
+                .cloned()
+                .ok_or_else(|| Status::not_found("nothing set for the type"))?;
+            if request.version_info == entry.version {
+                return Err(Status::already_exists("up to date"));
+            }
+            Ok(Response::new(DiscoveryResponse {
+                version_info: entry.version.clone(),
+                resources: entry
+                    .resources
+                    .iter()
+                    .map(|(_, any, _)| any.clone())
+                    .collect(),
+                type_url: request.type_url,
+                nonce: "fetch".into(),
+                ..Default::default()
+            }))
+        })
+    }
+}
 
 struct Sotw(Arc<Service>);
 
@@ -1175,12 +1247,22 @@ impl DeltaTask {
                 return;
             }
             sub.sent.insert(name.clone(), version.clone());
-            resources.push(DeltaResource {
-                name: name.clone(),
-                version: version.clone(),
-                resource: Some(any.clone()),
-                ..Default::default()
-            });
+            // A SotW wrapper set for this type is sent as the delta
+            // Resource it is (its TTL and cache control with it).
+            let resource = match wrapper(any) {
+                Some(wrapped) => DeltaResource {
+                    name: name.clone(),
+                    version: version.clone(),
+                    ..wrapped
+                },
+                None => DeltaResource {
+                    name: name.clone(),
+                    version: version.clone(),
+                    resource: Some(any.clone()),
+                    ..Default::default()
+                },
+            };
+            resources.push(resource);
         };
         let removed: Vec<String> = match &entry.changes {
             // Up to date with the entry before: only what it changed.

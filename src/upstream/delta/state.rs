@@ -34,6 +34,9 @@ pub(super) struct Tracked {
     /// What the upstream reported wrong with single resources, remembered
     /// until a response carries the resource again or removes it.
     errors: Arc<ResourceErrors>,
+    /// Names of held resources the upstream said proxies may not cache, as
+    /// the response that last carried each said.
+    uncacheable: BTreeSet<String>,
 }
 
 impl Tracked {
@@ -46,6 +49,7 @@ impl Tracked {
             wildcard_answered: false,
             published: None,
             errors: Arc::default(),
+            uncacheable: BTreeSet::new(),
         }
     }
 
@@ -153,12 +157,18 @@ impl Tracked {
         // Names are unique across the update's lists (`decode_update`), so
         // one edit of what was held before makes all of it.
         let mut edit = Edit::default();
+        let uncacheable_before = self.uncacheable.clone();
         for (name, held) in update.added {
             if !sent.wants_resource(&held.resource) {
                 debug!(name = %Escaped(&name), "resource nobody subscribed to: ignored");
                 continue;
             }
             answered(self, wire, &name, &held.resource.aliases);
+            if update.uncacheable.contains(&name) {
+                self.uncacheable.insert(name.clone());
+            } else {
+                self.uncacheable.remove(&name);
+            }
             edit.put(&self.held, name, held);
         }
         for (name, version) in update.name_only {
@@ -176,6 +186,11 @@ impl Tracked {
             answered(self, wire, &name, &[]);
         }
         self.edit(kind, edit);
+        let held = &self.held;
+        self.uncacheable.retain(|name| held.contains_key(name));
+        if self.uncacheable != uncacheable_before {
+            self.published = None;
+        }
     }
 
     /// Takes what `wire` has waited [`SETTLE`] for as answered; true if any.
@@ -217,6 +232,16 @@ impl Tracked {
             rendered(self.held.resources().clone()),
             self.coverage(),
         );
+        let uncacheable: BTreeSet<String> = self
+            .uncacheable
+            .iter()
+            .filter(|name| self.held.contains_key(*name))
+            .cloned()
+            .collect();
+        let state = match uncacheable.is_empty() {
+            true => state,
+            false => state.with_uncacheable(Arc::new(uncacheable)),
+        };
         if self.errors.is_empty() {
             return state;
         }

@@ -142,6 +142,7 @@ fn update(added: &[(&str, &str)], name_only: &[(&str, &str)], removed: &[&str]) 
         removed: strings(removed),
         ttls: Vec::new(),
         errors: Vec::new(),
+        uncacheable: Default::default(),
     }
 }
 

@@ -11,7 +11,8 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use super::{NOT_FOUND, WILDCARD};
 use crate::cache::{Coverage, Intake, ReportedError, WrapperName};
 use crate::upstream::decode::{
-    decode_delta_named, decode_named, decode_one, reported_errors, ttl_of, Rejection,
+    decode_delta_named, decode_named, decode_one, decode_one_unshared, reported_errors, ttl_of,
+    Rejection,
 };
 use crate::upstream::held::HeldResource;
 use crate::upstream::wire::Payload;
@@ -63,6 +64,9 @@ pub(super) struct Update {
     /// What the upstream reported wrong with single resources (NOT_FOUND
     /// is in `removed` instead).
     pub(super) errors: Vec<(String, ReportedError)>,
+    /// Added resources the upstream said proxies may not cache
+    /// (`cache_control.do_not_cache`), each rendered for this session alone.
+    pub(super) uncacheable: BTreeSet<String>,
 }
 
 /// Decodes and checks every part of `response`; the first problem rejects
@@ -89,6 +93,7 @@ pub(super) fn decode_update(
             name: wrapper_name.clone(),
             reason: Box::new(e),
         })?;
+        let do_not_cache = resource.cache_control.is_some_and(|c| c.do_not_cache);
         match resource.resource {
             Some(any) => {
                 let at = |e: Rejection| Rejection::At {
@@ -112,6 +117,8 @@ pub(super) fn decode_update(
                     // name fields hold (a SotW answer names none).
                     decode_named(intake, kind, wrapper_name.clone(), Payload::of(&any))
                         .map_err(at)?
+                } else if do_not_cache {
+                    decode_one_unshared(intake, kind, Payload::of(&any)).map_err(at)?
                 } else {
                     decode_one(intake, kind, Payload::of(&any)).map_err(at)?
                 };
@@ -127,6 +134,9 @@ pub(super) fn decode_update(
                     return Err(Rejection::Duplicate(name));
                 }
                 update.ttls.push((name.clone(), ttl));
+                if do_not_cache {
+                    update.uncacheable.insert(name.clone());
+                }
                 update.added.push((
                     name,
                     HeldResource {
