@@ -812,3 +812,97 @@ async fn a_type_refused_after_it_was_served_does_not_loop_the_stream() {
     );
     gw.stop().await;
 }
+
+/// C2: the node's `dynamic_parameters` key the session (two clients that
+/// differ only there get a session, and a stream upstream, each); a
+/// `resource_locators` entry without parameters is its name (not the
+/// wildcard); one with parameters asks for a variant, which the gateway
+/// does not serve: a 501 in `google.rpc.Status` shape, not the wildcard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_parameters_key_the_session_and_a_locator_is_its_name() {
+    let upstream = fake_ads::FakeAds::start().await;
+    upstream.set(
+        CDS,
+        "c1",
+        vec![fake_ads::named_cluster("a"), fake_ads::named_cluster("b")],
+    );
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        ..Config::default()
+    })
+    .await;
+    let post = |body: serde_json::Value| {
+        let port = gw.rest_port;
+        async move {
+            let (status, _, body) = process::http_exchange(
+                port,
+                http::Method::POST,
+                "/v3/discovery:clusters",
+                &[("content-type", "application/json")],
+                bytes::Bytes::from(body.to_string()),
+            )
+            .await
+            .expect("an answer");
+            let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            (status, body)
+        }
+    };
+    let node = |shard: &str| serde_json::json!({"id": "n", "dynamic_parameters": {CDS: {"params": {"shard": shard}}}});
+    let names = |body: &serde_json::Value| -> Vec<String> {
+        body["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let (status, body) = post(serde_json::json!({
+        "node": node("1"),
+        "resource_locators": [{"name": "a"}],
+    }))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(names(&body), ["a"], "{body}");
+    assert_eq!(upstream.streams_opened(), 1);
+    let (status, body) = post(serde_json::json!({"node": node("2")})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(names(&body), ["a", "b"], "{body}");
+    assert_eq!(upstream.streams_opened(), 2, "a session of its own");
+    // Each stream's node carries its own parameters upstream.
+    let mut shards: Vec<String> = upstream
+        .requests()
+        .iter()
+        .filter_map(|r| r.dynamic_parameters.get(CDS)?.get("shard").cloned())
+        .collect();
+    shards.sort();
+    shards.dedup();
+    assert_eq!(shards, ["1", "2"]);
+    // Key order and spelling do not make another session.
+    let (status, _) = post(serde_json::json!({
+        "node": {"id": "n", "dynamicParameters": {CDS: {"params": {"shard": "2"}}}},
+    }))
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(upstream.streams_opened(), 2);
+    // Unknown fields of a ContextParams are ignored, as proto3 JSON allows.
+    let (status, body) = post(serde_json::json!({
+        "node": {"id": "n", "dynamic_parameters": {CDS: {"params": {"shard": "3"}, "later": 1}}},
+    }))
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let (status, body) = post(serde_json::json!({
+        "node": node("1"),
+        "resource_locators": [{"name": "a", "dynamic_parameters": {"version": "canary"}}],
+    }))
+    .await;
+    assert_eq!(status, 501, "{body}");
+    assert_eq!(body["code"], 12, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("resource_locators")),
+        "{body}"
+    );
+    gw.stop().await;
+}

@@ -3,7 +3,9 @@
 //! By default two clients share a session when their node id, cluster,
 //! metadata and locality are equal: those are what control planes compute
 //! config from. With `--session-key cluster`, all nodes of a cluster share
-//! one. The key is an exact canonical encoding (not a hash) in which every
+//! one. In either mode the node's `dynamic_parameters` (xDS TP2) are part
+//! of the key: they select variants of resources, so two clients differing
+//! there may be answered differently. The key is an exact canonical encoding (not a hash) in which every
 //! field is length-prefixed, so it is injective: two different identities
 //! get two different keys whatever bytes their fields hold (a field holding
 //! a separator cannot pose as the next field).
@@ -37,6 +39,9 @@ impl IdentityKey {
                 push_field(&mut key, &canonical(node.locality.as_deref()));
             }
         }
+        // Dynamic parameters select variants of resources ("part of the
+        // cache key ... on xDS caching proxies"): in every mode.
+        push_field(&mut key, &canonical(node.dynamic_parameters.as_deref()));
         IdentityKey(key)
     }
 
@@ -87,6 +92,32 @@ mod tests {
             IdentityKey::of(Some(&a), SessionKey::Cluster),
             IdentityKey::of(Some(&c), SessionKey::Cluster)
         );
+    }
+
+    /// C2: clients differing only in `dynamic_parameters` get sessions of
+    /// their own, in either mode; key order, an empty map and none are
+    /// the same.
+    #[test]
+    fn dynamic_parameters_are_part_of_the_key() {
+        let shard = |n: u32| {
+            node(&format!(
+                r#"{{"id":"n","cluster":"c","dynamic_parameters":{{"t":{{"params":{{"shard":"{n}","z":"1"}}}}}}}}"#
+            ))
+        };
+        let reordered = node(
+            r#"{"id":"n","cluster":"c","dynamicParameters":{"t":{"params":{"z":"1","shard":"1"}}}}"#,
+        );
+        let (none, empty) = (
+            node(r#"{"id":"n","cluster":"c"}"#),
+            node(r#"{"id":"n","cluster":"c","dynamic_parameters":{}}"#),
+        );
+        for mode in [SessionKey::Node, SessionKey::Cluster] {
+            let key = |n: &NodeView| IdentityKey::of(Some(n), mode);
+            assert_ne!(key(&shard(1)), key(&shard(2)), "{mode:?}");
+            assert_ne!(key(&shard(1)), key(&none), "{mode:?}");
+            assert_eq!(key(&shard(1)), key(&reordered), "{mode:?}");
+            assert_eq!(key(&none), key(&empty), "{mode:?}");
+        }
     }
 
     /// The collision of issue 10: a separator inside one field posed as the

@@ -258,6 +258,9 @@ pub(crate) struct ParsedRequest {
     via_get: bool,
     /// The client's NACK of what it was served, if it sent one.
     error_detail: Option<Box<ErrorDetailView>>,
+    /// Whether a `resource_locators` entry carries dynamic parameters
+    /// (asking for a variant of a resource, xDS TP2).
+    locates_variants: bool,
 }
 
 impl ParsedRequest {
@@ -274,7 +277,15 @@ impl ParsedRequest {
             .node
             .map(|n| (n.id, n.cluster, n.user_agent_name, n.json_bytes))
             .unwrap_or_default();
-        let names = Names::from_request(view.resource_names);
+        // A locator without dynamic parameters is its name (TP2); one with
+        // them is refused where the request is served (`locates_variants`).
+        let locates_variants = view
+            .resource_locators
+            .iter()
+            .any(|l| !l.dynamic_parameters.is_empty());
+        let mut names = view.resource_names;
+        names.extend(view.resource_locators.into_iter().map(|l| l.name));
+        let names = Names::from_request(names);
         let client_node = ClientNode::of(
             &identity,
             &node_id,
@@ -299,6 +310,7 @@ impl ParsedRequest {
             names_digest,
             via_get,
             error_detail: view.error_detail.map(Box::new),
+            locates_variants,
         })
     }
 
@@ -414,6 +426,12 @@ impl ParsedRequest {
     }
 
     /// Bytes of the request's `node` JSON (0 without a node).
+    /// Whether it asks for variants of resources by dynamic parameters
+    /// (`resource_locators` with `dynamic_parameters`).
+    pub(crate) fn locates_variants(&self) -> bool {
+        self.locates_variants
+    }
+
     pub(crate) fn node_bytes(&self) -> usize {
         self.node_bytes
     }

@@ -5,8 +5,8 @@
 //! and served by the same code: the same node JSON, the same request.
 //!
 //! Order of checks: query parameters, secrets gate, who is asking (401),
-//! content type, body (time, size, JSON), type_url vs path, names and node
-//! size, whether the caller may fetch this node (403); a `?watch` is handed
+//! content type, body (time, size, JSON), type_url vs path, locators asking
+//! for variants (501: not served), names and node size, whether the caller may fetch this node (403); a `?watch` is handed
 //! to `watch` from here (the same checks, then a stream); else wait and
 //! presentation; then the source is polled (it waits, bounded, for the
 //! upstream's first state) and answers 200 with the assembled body or 304,
@@ -158,6 +158,7 @@ async fn serve(
         gateway.parsed.parse_chunks(body.chunks)?
     };
     check_type_url(kind, &request)?;
+    check_locators(&request)?;
     check_size(config, &request)?;
     // Before the source: a refused node never gets an upstream session.
     caller.may_fetch(kind, request.node_id(), request.node_cluster())?;
@@ -357,6 +358,22 @@ fn check_size(config: &RestConfig, request: &ParsedRequest) -> Result<(), ApiErr
         )));
     }
     Ok(())
+}
+
+/// Variants of resources by per-name dynamic parameters (xDS TP2
+/// `resource_locators`) are the gateway's own limit: 501, not the client's
+/// mistake. The node's `dynamic_parameters` are served (they key the
+/// session), and so is a locator without parameters (its name).
+fn check_locators(request: &ParsedRequest) -> Result<(), ApiError> {
+    if !request.locates_variants() {
+        return Ok(());
+    }
+    Err(ApiError::NotImplemented(
+        "resource_locators with dynamic_parameters ask for variants of resources, which the \
+         gateway does not serve yet; the node's dynamic_parameters are served (they select the \
+         session), and so are locators without parameters"
+            .into(),
+    ))
 }
 
 /// The type comes from the path; a body that names another is a mistake.

@@ -19,8 +19,8 @@
 //! it, and dead entries are swept as the map grows.
 //!
 //! What is sent is bounded: the fields the session key holds (id, cluster,
-//! metadata, locality, within `--max-node-bytes`) and the user agent go as
-//! they came, and the rest (client features, dynamic parameters, listening
+//! metadata, locality, dynamic parameters, within `--max-node-bytes`) and
+//! the user agent go as they came, and the rest (client features, listening
 //! addresses, extensions, in that order) only while it fits in
 //! [`REMAINDER_BYTES`]: a field that does not fit is left out whole, and
 //! the view says which were. Envoy's own node (~77 KB of extensions) fits;
@@ -220,15 +220,9 @@ impl NodeInterner {
         } else {
             upstream_features(Vec::new())
         };
-        let dynamic_parameters = Node {
-            dynamic_parameters: std::mem::take(&mut node.dynamic_parameters),
-            ..Node::default()
-        };
-        let dynamic_parameters = match fits(dynamic_parameters.encoded_len(), "dynamic_parameters")
-        {
-            true => dynamic_parameters.dynamic_parameters,
-            false => HashMap::new(),
-        };
+        // Part of the session key: sent as it came, like the key's other
+        // fields (within --max-node-bytes).
+        let dynamic_parameters = std::mem::take(&mut node.dynamic_parameters);
         #[allow(deprecated)]
         let listening_addresses = Node {
             listening_addresses: std::mem::take(&mut node.listening_addresses),

@@ -38,6 +38,21 @@ pub struct DiscoveryRequestView {
     /// other than Envoy may send one; Envoy's REST client never does).
     #[serde(alias = "errorDetail", deserialize_with = "error_detail_or_null")]
     pub error_detail: Option<ErrorDetailView>,
+    /// Names with dynamic parameters (xDS TP2): the alternative to
+    /// `resource_names`, and legal beside them.
+    #[serde(alias = "resourceLocators", deserialize_with = "locators_or_null")]
+    pub resource_locators: Vec<LocatorView>,
+}
+
+/// A `ResourceLocator`: a name, and the dynamic parameters a variant of
+/// it is selected by.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct LocatorView {
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(alias = "dynamicParameters", deserialize_with = "null_as_default")]
+    pub dynamic_parameters: std::collections::BTreeMap<String, String>,
 }
 
 /// The parts of a NACK's `google.rpc.Status` the gateway reads (its
@@ -68,6 +83,9 @@ pub struct NodeView {
     pub metadata: Option<Box<RawValue>>,
     /// Raw JSON of `locality`, if present.
     pub locality: Option<Box<RawValue>>,
+    /// Raw JSON of `dynamic_parameters` (per type URL, a `ContextParams`),
+    /// if present and not empty.
+    pub dynamic_parameters: Option<Box<RawValue>>,
     pub user_agent_name: String,
     /// Bytes of the node's JSON as sent (what a session holding it costs).
     pub json_bytes: usize,
@@ -84,8 +102,18 @@ struct NodeFields {
     cluster: String,
     metadata: Option<Box<RawValue>>,
     locality: Option<Box<RawValue>>,
+    #[serde(alias = "dynamicParameters")]
+    dynamic_parameters: Option<Box<RawValue>>,
     #[serde(alias = "userAgentName", deserialize_with = "null_as_default")]
     user_agent_name: String,
+}
+
+/// `xds.core.v3.ContextParams`, read to check its shape: `params`, a map
+/// of strings.
+#[derive(Deserialize)]
+struct ContextParamsFields {
+    #[serde(default, rename = "params")]
+    _params: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `envoy.config.core.v3.Locality`, read only to check its field types.
@@ -165,6 +193,25 @@ fn error_detail_or_null<'de, D: Deserializer<'de>>(
         .map_err(serde::de::Error::custom)
 }
 
+/// A list of `ResourceLocator` objects, or `null` (serde alone would also
+/// take a locator from a JSON array).
+fn locators_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<LocatorView>, D::Error> {
+    let Some(raw) = Option::<Vec<&'de RawValue>>::deserialize(de)? else {
+        return Ok(Vec::new());
+    };
+    raw.into_iter()
+        .map(|item| {
+            if !item.get().starts_with('{') {
+                return Err(serde::de::Error::custom(format!(
+                    "a resource_locators entry must be a JSON object, not {}",
+                    json_kind(item.get())
+                )));
+            }
+            serde_json::from_str(item.get()).map_err(serde::de::Error::custom)
+        })
+        .collect()
+}
+
 /// A JSON list of objects, or `null`, read for its shape and length only.
 fn list_of_objects<'de, D: Deserializer<'de>>(de: D) -> Result<usize, D::Error> {
     type Object = std::collections::BTreeMap<String, serde::de::IgnoredAny>;
@@ -202,6 +249,7 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
     for (name, value) in [
         ("metadata", &fields.metadata),
         ("locality", &fields.locality),
+        ("dynamic_parameters", &fields.dynamic_parameters),
     ] {
         let text = value.as_deref().map_or("null", RawValue::get);
         if text != "null" && !text.starts_with('{') {
@@ -216,6 +264,12 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
         serde_json::from_str::<Option<LocalityFields>>(locality.get())
             .map_err(|e| serde::de::Error::custom(format!("node.locality: {e}")))?;
     }
+    if let Some(parameters) = &fields.dynamic_parameters {
+        // Part of the identity too: a map of type URL to `ContextParams`.
+        type ByType = Option<std::collections::BTreeMap<String, ContextParamsFields>>;
+        serde_json::from_str::<ByType>(parameters.get())
+            .map_err(|e| serde::de::Error::custom(format!("node.dynamic_parameters: {e}")))?;
+    }
     Ok(Some(NodeView {
         json_bytes: raw.get().len(),
         // The address for now: `DiscoveryRequestView::parse` makes it an offset.
@@ -224,6 +278,9 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
         cluster: fields.cluster,
         metadata: fields.metadata.filter(|m| m.get() != "null"),
         locality: fields.locality.filter(|l| l.get() != "null"),
+        dynamic_parameters: fields
+            .dynamic_parameters
+            .filter(|p| !matches!(p.get().trim(), "null" | "{}")),
         user_agent_name: fields.user_agent_name,
     }))
 }

@@ -70,8 +70,25 @@ pub struct Recorded {
     pub error_detail: Option<String>,
     /// `node.id` when the request carried a node (the first of a stream).
     pub node_id: Option<String>,
+    /// `node.dynamic_parameters` (type URL to its parameters) when the
+    /// request carried a node.
+    pub dynamic_parameters: BTreeMap<String, BTreeMap<String, String>>,
     /// Its size as encoded (what the upstream read for it).
     pub bytes: usize,
+}
+
+/// A node's `dynamic_parameters`, sorted.
+fn dynamic_parameters(
+    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    node.into_iter()
+        .flat_map(|n| &n.dynamic_parameters)
+        .map(|(type_url, context)| {
+            let params = context.params.iter();
+            let params = params.map(|(k, v)| (k.clone(), v.clone())).collect();
+            (type_url.clone(), params)
+        })
+        .collect()
 }
 
 /// One resource of the snapshot: its name, itself, and its delta version
@@ -996,6 +1013,7 @@ impl StreamTask {
             names: request.resource_names.clone(),
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
+            dynamic_parameters: dynamic_parameters(request.node.as_ref()),
             bytes: request.encoded_len(),
         });
     }
@@ -1195,6 +1213,7 @@ impl DeltaTask {
             names: request.resource_names_subscribe.clone(),
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
+            dynamic_parameters: dynamic_parameters(request.node.as_ref()),
             bytes: request.encoded_len(),
         });
         if self.node.is_none() {
