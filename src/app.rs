@@ -191,7 +191,9 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     let assembler = Assembler::new(codec.clone());
     let intake = Intake::new(codec)
         .validating(config.validate == Validation::On)
-        .counting(metrics.resources_rendered(), metrics.opaque_resources());
+        .counting(metrics.resources_rendered(), metrics.opaque_resources())
+        .serving_keys(config.allow_secrets)
+        .counting_keys_taken_out(metrics.redacted_resources());
     let parts = SourceParts {
         intake: intake.clone(),
         history: history.clone(),

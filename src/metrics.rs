@@ -107,6 +107,7 @@ pub struct Metrics {
     resources_reused: Family<TypeLabel, Counter>,
     resources_rendered: Counter,
     opaque_resources: Counter,
+    redacted_resources: Counter,
     delta_sets_built: Family<TypeLabel, Counter>,
     delta_sets_shared: Family<TypeLabel, Counter>,
     long_polls_held: Gauge,
@@ -180,6 +181,12 @@ impl Metrics {
             "opaque_resources",
             "Resources of a content not seen before holding an Any of a type the gateway has no descriptor for, served with that Any as an xds_gateway.v1.OpaqueAny (never NACKed; /readyz names the types; --descriptor-set renders them)",
             opaque_resources.clone(),
+        );
+        let redacted_resources = Counter::default();
+        registry.register(
+            "redacted_resources",
+            "Resources of a content not seen before holding key material (an inline private key in a cluster's or listener's TLS context, a Secret of a type the gateway cannot read) that was taken out because --allow-secrets is off; the log names the fields",
+            redacted_resources.clone(),
         );
         registry.register(
             "upstream_switches",
@@ -374,6 +381,7 @@ impl Metrics {
             resources_reused,
             resources_rendered,
             opaque_resources,
+            redacted_resources,
             delta_sets_built,
             delta_sets_shared,
             long_polls_held,
@@ -462,6 +470,12 @@ impl Metrics {
     /// intake to count with).
     pub(crate) fn opaque_resources(&self) -> Counter {
         self.opaque_resources.clone()
+    }
+
+    /// The counter of resources rendered with key material taken out (for
+    /// the intake to count with).
+    pub(crate) fn redacted_resources(&self) -> Counter {
+        self.redacted_resources.clone()
     }
 
     /// A session's stream moved from upstream `from` to `to`.

@@ -204,10 +204,12 @@ fn held(
     if !sight.may_see(kind, node, &found.cluster) {
         return Err(not_visible(sight, kind, node, Some(&found.cluster)));
     }
-    Ok(Found {
+    let found = Found {
         node: node.to_owned(),
         state: found.state,
-    })
+    };
+    refuse_past_keys(kind, &found)?;
+    Ok(found)
 }
 
 /// Diffs of secrets compare only what nodes are served now: a held
@@ -223,6 +225,19 @@ fn refuse_past_secrets(kind: ResourceType) -> Result<(), ApiError> {
     ))
 }
 
+/// A held version holding key material as sent (`--allow-secrets`) is
+/// not compared either: it may be a rotated-away private key.
+fn refuse_past_keys(kind: ResourceType, found: &Found) -> Result<(), ApiError> {
+    if !found.state.resources.holds_keys() {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(format!(
+        "this version of {} holds private keys, and diffs of such versions compare only what two \
+         nodes are served now (no from= or to=, and with=): it may be a rotated-away private key",
+        kind.short_name()
+    )))
+}
+
 /// The version of `node` held before the one `after` is served from.
 fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Result<Found, ApiError> {
     refuse_past_secrets(kind)?;
@@ -236,10 +251,12 @@ fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Resul
                 kind.short_name()
             ))
         })?;
-    Ok(Found {
+    let found = Found {
         node: node.to_owned(),
         state: found.state,
-    })
+    };
+    refuse_past_keys(kind, &found)?;
+    Ok(found)
 }
 
 /// The resources a client asking what `state` covers is served, by name,

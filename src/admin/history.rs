@@ -174,9 +174,10 @@ fn version_view(
         .history
         .version(node, cluster, kind, version)
         .ok_or_else(|| not_held(node, kind, version, timelines))?;
-    if kind == ResourceType::Secrets {
-        // A rotated-away private key stays secret (issue 38): of secrets,
-        // only the version served now is shown whole.
+    if kind == ResourceType::Secrets || held.state.resources.holds_keys() {
+        // A rotated-away private key stays secret: of secrets, and of any
+        // version holding key material as sent (`--allow-secrets`), only
+        // the version served now is shown whole.
         let newest = timelines
             .iter()
             .filter(|t| t.identity == held.identity)
@@ -190,8 +191,9 @@ fn version_view(
             .next();
         if held.event.version.as_deref() != newest {
             return Err(ApiError::Forbidden(format!(
-                "version {version:?} of secrets for node {node:?} is no longer served: the content of \
-                 a rotated-away secret is not shown (its timeline entry is)"
+                "version {version:?} of {} for node {node:?} is no longer served, and holds key \
+                 material: the content of a rotated-away secret is not shown (its timeline entry is)",
+                kind.short_name()
             )));
         }
     }

@@ -13,6 +13,14 @@
 //! that wrapper (name, aliases, version and the resource): the digest is of
 //! the wrapper, so two resources with the same body and different names
 //! never share a memo entry, and a REST answer keeps every name.
+//!
+//! Key material (`xds::keys`: an inline private key in a cluster's or a
+//! listener's TLS context, a Secret of a type the gateway cannot read) is
+//! taken out here, unless keys are served (`--allow-secrets`): what the
+//! intake keeps, the resource's payload and its render, is what every view
+//! after it serves (REST answers, their memos, the config history, the
+//! admin views and CSDS). The digest stays that of the bytes as sent, so a
+//! rotated key is a new version.
 
 use std::sync::Arc;
 
@@ -26,7 +34,9 @@ use super::resource::{
     idle_memo, name_of, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
 use super::resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers};
-use crate::xds::{Codec, JsonError, ResourceType, Validator};
+use crate::log_escape::Escaped;
+use crate::xds::keys;
+use crate::xds::{Codec, JsonError, ResourceType, Validator, OPAQUE_TYPE_URL};
 
 /// How many rendered resources the memo keeps (and, in the assembler,
 /// resources rewritten for REST targets).
@@ -57,6 +67,11 @@ pub(crate) struct Intake {
     rendered: Counter,
     /// Counts those of them served with an opaque `Any`.
     rendered_opaque: Counter,
+    /// Whether key material is served as sent (`--allow-secrets`); else it
+    /// is taken out.
+    serve_keys: bool,
+    /// Counts resources rendered with key material taken out.
+    keys_taken_out: Counter,
     /// Each type the gateway had no descriptor for, and how many resources
     /// of a new content held it: what `/readyz` names.
     opaque_types: OpaqueTypes,
@@ -78,9 +93,66 @@ impl Intake {
             validator: None,
             rendered: Counter::default(),
             rendered_opaque: Counter::default(),
+            serve_keys: false,
+            keys_taken_out: Counter::default(),
             opaque_types: OpaqueTypes::default(),
         }
         .validating(true)
+    }
+
+    /// Whether key material is served as sent (`--allow-secrets`); by
+    /// default it is taken out.
+    pub(crate) fn serving_keys(mut self, on: bool) -> Intake {
+        self.serve_keys = on;
+        self
+    }
+
+    /// Counts the resources rendered with key material taken out with
+    /// `counter` (a metric).
+    pub(crate) fn counting_keys_taken_out(mut self, counter: Counter) -> Intake {
+        self.keys_taken_out = counter;
+        self
+    }
+
+    /// Whether key material was found at `paths` of resource `name`, and
+    /// taken out when keys are not served (counted and logged: the paths,
+    /// never the keys).
+    fn noted_keys(&self, kind: ResourceType, name: &str, paths: &[String]) -> bool {
+        if paths.is_empty() {
+            return false;
+        }
+        if !self.serve_keys {
+            self.keys_taken_out.inc();
+            tracing::warn!(
+                type_url = %Escaped(kind.type_url()),
+                name = %Escaped(name),
+                fields = %Escaped(paths.join(", ")),
+                "key material taken out of a resource: --allow-secrets is off"
+            );
+        }
+        true
+    }
+
+    /// `message` (the resource `name`, as `payload`) with its key material
+    /// taken out unless keys are served: the payload to keep (re-encoded
+    /// when something was taken out), and whether it holds key material
+    /// as sent.
+    fn keys_of(
+        &self,
+        codec: &Codec,
+        kind: ResourceType,
+        name: &str,
+        message: &mut prost_reflect::DynamicMessage,
+        payload: Bytes,
+    ) -> (Bytes, bool) {
+        let paths = keys::key_material(codec.descriptors(), message, !self.serve_keys);
+        if !self.noted_keys(kind, name, &paths) {
+            return (payload, false);
+        }
+        match self.serve_keys {
+            true => (payload, true),
+            false => (keys::encoded(codec.descriptors(), message), false),
+        }
     }
 
     /// Whether resources are checked against Envoy's field rules.
@@ -271,7 +343,26 @@ impl Intake {
         let codec = self.codec.snapshot();
         if kind.is_extra() && !codec.descriptors().knows(type_url) {
             // An added type whose descriptors the gateway has not (yet):
-            // served whole, as an opaque Any, until they come.
+            // served whole, as an opaque Any, until they come; one named
+            // as a carrier of key material has its bytes taken out unless
+            // keys are served.
+            let found = match keys::names_a_carrier(type_url) {
+                true => vec!["(the whole resource)".to_owned()],
+                false => Vec::new(),
+            };
+            let holds_keys = self.noted_keys(kind, &name, &found);
+            if holds_keys && !self.serve_keys {
+                return Ok(Arc::new(Resource {
+                    kind,
+                    name,
+                    aliases: Vec::new(),
+                    digest,
+                    json: codec.render_any(OPAQUE_TYPE_URL, &keys::taken_out_any(type_url))?,
+                    payload: Bytes::new(),
+                    opaque: Box::default(),
+                    holds_keys: false,
+                }));
+            }
             return Ok(Arc::new(Resource {
                 kind,
                 name,
@@ -280,9 +371,11 @@ impl Intake {
                 json: codec.render_opaque(type_url, &payload)?,
                 payload,
                 opaque: self.noted([type_url.to_owned()]),
+                holds_keys,
             }));
         }
-        let message = self.checked(&codec, kind, &payload, &name)?;
+        let mut message = self.checked(&codec, kind, &payload, &name)?;
+        let (payload, holds_keys) = self.keys_of(&codec, kind, &name, &mut message, payload);
         let json = codec.render_resource(type_url, &message)?;
         Ok(Arc::new(Resource {
             kind,
@@ -292,6 +385,7 @@ impl Intake {
             payload,
             json,
             opaque: self.note_opaque(&codec, &message),
+            holds_keys,
         }))
     }
 
@@ -307,31 +401,40 @@ impl Intake {
         use envoy_types::pb::envoy::service::discovery::v3::Resource as Wrapper;
         use envoy_types::pb::google::protobuf::Any;
         use prost::Message as _;
-        let encoded = Wrapper {
-            name: wrapper.name.clone(),
-            aliases: wrapper.aliases.clone(),
-            version: wrapper.version,
-            resource: Some(Any {
-                type_url: kind.type_url().to_owned(),
-                value: payload.to_vec(),
-            }),
-            ..Wrapper::default()
-        }
-        .encode_to_vec();
+        let wrapped = |payload: &[u8]| {
+            Wrapper {
+                name: wrapper.name.clone(),
+                aliases: wrapper.aliases.clone(),
+                version: wrapper.version.clone(),
+                resource: Some(Any {
+                    type_url: kind.type_url().to_owned(),
+                    value: payload.to_vec(),
+                }),
+                ..Wrapper::default()
+            }
+            .encode_to_vec()
+        };
+        let encoded = wrapped(&payload);
         let digest: Digest = Sha256::digest(&encoded).into();
         self.plain
             .try_get_with((kind, digest), || {
                 let codec = self.codec.snapshot();
-                let message = self.checked(&codec, kind, &payload, &wrapper.name)?;
-                let json = codec.render_any(RESOURCE_WRAPPER, &encoded)?;
+                let mut message = self.checked(&codec, kind, &payload, &wrapper.name)?;
+                let (kept, holds_keys) =
+                    self.keys_of(&codec, kind, &wrapper.name, &mut message, payload.clone());
+                let json = match kept == payload {
+                    true => codec.render_any(RESOURCE_WRAPPER, &encoded)?,
+                    false => codec.render_any(RESOURCE_WRAPPER, &wrapped(&kept))?,
+                };
                 Ok(Arc::new(Resource {
                     kind,
-                    name: wrapper.name,
-                    aliases: wrapper.aliases,
+                    name: wrapper.name.clone(),
+                    aliases: wrapper.aliases.clone(),
                     digest,
-                    payload,
+                    payload: kept,
                     json,
                     opaque: self.note_opaque(&codec, &message),
+                    holds_keys,
                 }))
             })
             .map_err(|e: Arc<ResourceError>| (*e).clone())
@@ -402,6 +505,44 @@ mod tests {
         });
         assert_eq!(r.rendered(), 1, "one render for 16 decodes at once");
         assert!(renders.iter().all(|x| Arc::ptr_eq(x, &renders[0])));
+    }
+
+    /// A Cluster `c1` whose TLS context holds `key` inline.
+    fn cluster_with_key(codec: &Codec, key: &str) -> Bytes {
+        let json = serde_json::json!({
+            "@type": ResourceType::Clusters.type_url(),
+            "name": "c1",
+            "transport_socket": {"name": "tls", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"tls_certificates": [{"private_key": {"inline_string": key}}]}}}
+        });
+        Bytes::from(codec.parse_any(json.to_string().as_bytes()).unwrap().value)
+    }
+
+    fn holds(bytes: &[u8], key: &str) -> bool {
+        bytes.windows(key.len()).any(|w| w == key.as_bytes())
+    }
+
+    #[test]
+    fn key_material_is_taken_out_of_what_is_kept_unless_keys_are_served() {
+        let codec = Codec::embedded();
+        let payload = cluster_with_key(&codec, "the-private-key");
+        let taken = Intake::new(codec.clone())
+            .resource(ResourceType::Clusters, payload.clone())
+            .unwrap();
+        assert!(!holds(&taken.payload, "the-private-key"));
+        assert!(!holds(&taken.json, "the-private-key"));
+        assert!(holds(&taken.json, crate::xds::REDACTED));
+        assert!(!taken.holds_keys, "nothing left to hide");
+        let digest: Digest = Sha256::digest(&payload).into();
+        assert_eq!(taken.digest, digest, "the digest of the bytes as sent");
+        let served = Intake::new(codec)
+            .serving_keys(true)
+            .resource(ResourceType::Clusters, payload.clone())
+            .unwrap();
+        assert_eq!(served.payload, payload);
+        assert!(holds(&served.json, "the-private-key"));
+        assert!(served.holds_keys);
     }
 
     #[test]

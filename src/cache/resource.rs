@@ -49,6 +49,10 @@ pub(crate) struct Resource {
     /// for, served as `xds_gateway.v1.OpaqueAny` (`xds::opaque`); almost
     /// always none.
     pub(crate) opaque: Box<[String]>,
+    /// Whether it holds key material as the upstream sent it (served with
+    /// `--allow-secrets`); false when it holds none, or had it taken out
+    /// (`xds::keys`).
+    pub(crate) holds_keys: bool,
 }
 
 /// How a delta upstream named a resource of a delta-only type.

@@ -70,6 +70,8 @@ pub(crate) struct ResourceSet {
     payloads: OnceLock<PayloadIndex>,
     /// Whether any resource holds an `Any` served opaque (`xds::opaque`).
     opaque: bool,
+    /// Whether any resource holds key material as sent (`xds::keys`).
+    keys: bool,
 }
 
 impl Deref for ResourceSet {
@@ -85,6 +87,7 @@ impl ResourceSet {
         ResourceSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
             opaque: map.values().any(|r| !r.opaque.is_empty()),
+            keys: map.values().any(|r| r.holds_keys),
             map,
             selections: Mutex::new(Vec::new()),
             payloads: OnceLock::new(),
@@ -94,6 +97,12 @@ impl ResourceSet {
     /// Whether any resource holds an `Any` served opaque.
     pub(crate) fn has_opaque(&self) -> bool {
         self.opaque
+    }
+
+    /// Whether any resource holds key material as the upstream sent it
+    /// (served with `--allow-secrets`).
+    pub(crate) fn holds_keys(&self) -> bool {
+        self.keys
     }
 
     /// What tells this set from every other (sets are immutable).

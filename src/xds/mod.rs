@@ -8,6 +8,7 @@ pub mod extra_types;
 pub(crate) mod fuzz;
 mod json;
 mod json_error;
+pub(crate) mod keys;
 pub(crate) mod learned;
 pub(crate) mod membership;
 mod nesting;
@@ -22,6 +23,7 @@ pub(crate) mod xdstp;
 
 pub use json::Codec;
 pub use json_error::JsonError;
+pub use keys::REDACTED;
 pub use learned::LearnError;
 pub use opaque::OPAQUE_TYPE_URL;
 pub use request::{DiscoveryRequestView, ErrorDetailView, NodeView, RequestError};

@@ -36,6 +36,7 @@ fn resource_of(kind: ResourceType, name: &str, aliases: &[&str], content: u8) ->
         payload: Default::default(),
         json: Default::default(),
         opaque: Box::default(),
+        holds_keys: false,
     })
 }
 
