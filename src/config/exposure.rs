@@ -3,7 +3,10 @@
 //! operator's word that the network is trusted), and `--allow-secrets`
 //! there needs callers told apart (a policy, or required mTLS). Secrets
 //! are never served over sessions keyed by cluster, which give every node
-//! of a cluster what the upstream made for the first. Checked by
+//! of a cluster what the upstream made for the first. `--allow-secrets`
+//! is what serves private keys wherever they sit: the secrets type, and
+//! the key material inline in any other resource (without it, that is
+//! taken out: `xds::keys`), so these rules cover both. Checked by
 //! [`Config::validate`] before anything binds.
 
 use super::{ClientAuth, Config, ConfigError, SessionKey};
@@ -52,9 +55,9 @@ impl Config {
         Err(ConfigError::Invalid {
             key: "allow-secrets",
             reason: format!(
-                "--listen {} is not a loopback address, and secrets would be served to anyone who \
-                 reaches it: server-only TLS does not say who the client is, so any client could name \
-                 any node and take its private keys. Off loopback, --allow-secrets needs an \
+                "--listen {} is not a loopback address, and secrets (and the private keys inline in \
+                 clusters and listeners) would be served to anyone who reaches it: server-only TLS does \
+                 not say who the client is, so any client could name any node and take its private keys. Off loopback, --allow-secrets needs an \
                  authorization policy (--auth-policy) naming who may have secrets, or mTLS with \
                  required client certificates (--client-ca, --client-auth required)",
                 self.listen
@@ -63,7 +66,8 @@ impl Config {
     }
 
     /// The admin listener off loopback with `--allow-secrets` serves every
-    /// node's private keys (`/debug/config`, CSDS), so it needs a
+    /// node's private keys (`/debug/config`, CSDS: its secrets, and the
+    /// keys inline in its clusters and listeners), so it needs a
     /// credential, as the REST listener does (issue 38, finding 5): admin
     /// client certificates (`--admin-client-ca`), or an auth policy (whose
     /// `[admin]` must then hold a token: checked when it is loaded).
@@ -83,7 +87,8 @@ impl Config {
             key: "admin",
             reason: format!(
                 "--admin {} is not a loopback address, and with --allow-secrets its /debug/config and \
-                 CSDS serve every node's private keys to anyone who reaches it. Off loopback, the admin \
+                 CSDS serve every node's private keys (its secrets, and the keys inline in its clusters \
+                 and listeners) to anyone who reaches it. Off loopback, the admin \
                  listener needs a credential: an admin token in the auth policy (--auth-policy, \
                  [admin] token-sha256) or admin client certificates (--admin-client-ca)",
                 self.admin

@@ -335,8 +335,10 @@ settings! {
         /// [default: x-forwarded-for].
         #[arg(long, env = "XDS_GATEWAY_FORWARDED_HEADER")]
         forwarded_header: ForwardedHeader = ForwardedHeader::XForwardedFor,
-        /// Serve /v3/discovery:secrets (private keys over HTTP: a deliberate choice). Off loopback
-        /// it needs --auth-policy or required mTLS (--client-ca), else start-up is refused.
+        /// Serve /v3/discovery:secrets, and the private keys inline in other resources (a cluster's
+        /// or listener's TLS context), which are otherwise taken out (private keys over HTTP: a
+        /// deliberate choice). Off loopback it needs --auth-policy or required mTLS (--client-ca),
+        /// else start-up is refused.
         #[arg(long, env = "XDS_GATEWAY_ALLOW_SECRETS", num_args = 0..=1, default_missing_value = "true",
               value_parser = clap::builder::BoolishValueParser::new())]
         allow_secrets: bool = false,
