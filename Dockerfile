@@ -3,7 +3,7 @@
 # xds-gateway image: build with cargo, run as a non-root user on Debian slim.
 #
 #   docker build -t xds-gateway .
-#   docker run --rm -p 127.0.0.1:8080:8080 -p 127.0.0.1:9901:9901 xds-gateway --allow-insecure-listen
+#   docker run --rm -p 127.0.0.1:8080:8080 -p 127.0.0.1:9901:9901 xds-gateway --allow-insecure-listen --allow-insecure-admin
 #
 # Inside a container the gateway must listen on 0.0.0.0 to be reachable from
 # outside it: the image sets XDS_GATEWAY_LISTEN / XDS_GATEWAY_ADMIN to the
@@ -11,8 +11,11 @@
 # flags). A REST listener off loopback refuses to start without TLS
 # (--tls-cert/--tls-key, mounted) or an auth policy (--auth-policy), unless
 # --allow-insecure-listen says the network in front is trusted (the demo
-# line above: published on the host's loopback only). The image does not set
-# that flag: an unprotected deployment must be a visible choice. Without
+# line above: published on the host's loopback only). Likewise the admin
+# listener's details (/metrics, /debug/*, CSDS) answer 401 off loopback
+# without an admin credential unless --allow-insecure-admin; /healthz and
+# /readyz stay open for probes. The image sets neither flag: an unprotected
+# deployment must be a visible choice. Without
 # arguments it serves the demo snapshot compiled into the binary;
 # `--snapshot DIR` (mounted) or `--upstream grpc://HOST:PORT` as usual.
 # tests/docker_files.rs checks this file against the binary's defaults.

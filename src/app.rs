@@ -398,14 +398,22 @@ impl Security {
             if config.allow_secrets {
                 return Err(AppError::AdminUnguarded(config.admin));
             }
-            warn!(
-                admin = %config.admin,
-                "the admin listener is off loopback without an admin token in the auth policy \
-                 or admin client certificates (--admin-client-ca): \
-                 anyone who reaches it can read /metrics, /readyz details, /debug/config and CSDS \
-                 (/debug/client_status), which carry every node's config and, with --allow-secrets, \
-                 secret contents (private keys)"
-            );
+            match config.allow_insecure_admin {
+                true => warn!(
+                    admin = %config.admin,
+                    "the admin listener is off loopback without an admin token in the auth policy \
+                     or admin client certificates (--admin-client-ca), and --allow-insecure-admin \
+                     opens its details: anyone who reaches it can read /metrics, /readyz details, \
+                     /debug/config and CSDS (/debug/client_status), which carry every node's config"
+                ),
+                false => info!(
+                    admin = %config.admin,
+                    "the admin listener is off loopback without an admin credential: its details \
+                     (/metrics, /readyz details, /debug/*, CSDS, the status page) answer 401 until \
+                     the auth policy has an [admin] token or --admin-client-ca is set \
+                     (--allow-insecure-admin opens them); /healthz and /readyz stay open"
+                ),
+            }
         }
         Ok(security)
     }

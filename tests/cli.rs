@@ -146,6 +146,11 @@ const SETTINGS: &[Setting] = &[
         "forward-rejections",
     ),
     setting(
+        "--allow-insecure-admin",
+        "XDS_GATEWAY_ALLOW_INSECURE_ADMIN",
+        "allow-insecure-admin",
+    ),
+    setting(
         "--make-before-break",
         "XDS_GATEWAY_MAKE_BEFORE_BREAK",
         "make-before-break",
@@ -1102,6 +1107,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "allow-secrets" => value.as_bool() == Some(d.allow_secrets),
             "max-body-bytes" => integer() == d.max_body_bytes as i64,
             "allow-insecure-listen" => value.as_bool() == Some(d.allow_insecure_listen),
+            "allow-insecure-admin" => value.as_bool() == Some(d.allow_insecure_admin),
             "max-connections" => integer() == d.max_connections as i64,
             "source-connection-share" => integer() == i64::from(d.source_connection_share),
             "max-long-polls" => integer() == d.max_long_polls as i64,

@@ -630,7 +630,8 @@ fn the_chart_readme_documents_every_value() {
 /// credential by default, so it is fenced: the NetworkPolicy admits only
 /// pods labelled `networkPolicy.adminLabels` there (not the whole
 /// namespace), and without a NetworkPolicy the chart refuses to render an
-/// admin port that asks for no credential, unless `allowInsecureAdmin`.
+/// admin port that asks for no credential, unless `allowInsecureAdmin`;
+/// `--allow-insecure-admin` is passed exactly where one of those fences it.
 #[test]
 fn the_admin_port_is_fenced_by_default() {
     let docs = render(&[]);
@@ -667,4 +668,24 @@ fn the_admin_port_is_fenced_by_default() {
         }
         template(&set).unwrap_or_else(|e| panic!("{credential}: {e}"));
     }
+    // The binary closes the admin details off loopback without a credential
+    // unless told the network fences them: the chart tells it exactly when
+    // the NetworkPolicy (or the operator) does, and never once a credential
+    // guards them.
+    let opens = |extra: &[&str]| {
+        let docs = keyed(render(extra));
+        let deployment = &docs[&("Deployment".to_owned(), RELEASE.to_owned())];
+        container_args(deployment).contains(&"--allow-insecure-admin".to_owned())
+    };
+    assert!(opens(&[]), "behind the default NetworkPolicy");
+    assert!(opens(&[
+        "--set",
+        "networkPolicy.enabled=false",
+        "--set",
+        "allowInsecureAdmin=true"
+    ]));
+    assert!(
+        !opens(&["--set", "authPolicy.existingSecret=policy"]),
+        "with a credential"
+    );
 }

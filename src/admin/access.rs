@@ -17,7 +17,8 @@
 //! A request that sends an `Authorization` value is judged by it alone, as
 //! on the REST listener (a wrong token is refused even with a good
 //! certificate). With neither kind of credential set up, the details are
-//! open (the admin listener's default place is loopback). Refusals are
+//! open on loopback (the admin listener's default place), and off loopback
+//! only with `--allow-insecure-admin` (a network that fences the port). Refusals are
 //! 401s whose message says what would have opened them, never what the
 //! configured credentials are.
 
@@ -44,12 +45,20 @@ impl Admin {
         let tokens = policy.is_some_and(Policy::admin_needs_token);
         let certificates = self.client_trust.as_ref();
         if !tokens && certificates.is_none() {
-            if self.config.needs_credential {
+            if self.config.needs_credential && self.config.allow_secrets {
                 // Start-up refuses this; a reloaded policy without admin
                 // tokens must not open secrets off loopback either.
                 return Err(format!(
                     "{what} needs an admin credential: the admin listener is off loopback and serves \
                      secrets (--allow-secrets), but the auth policy in service has no admin token"
+                ));
+            }
+            if self.config.needs_credential {
+                return Err(format!(
+                    "{what} needs an admin credential: the admin listener is off loopback and none is \
+                     set up; give the auth policy an [admin] token, or the admin listener client \
+                     certificates (--admin-client-ca), or start the gateway with \
+                     --allow-insecure-admin if the network fences the admin port"
                 ));
             }
             return Ok(());

@@ -125,9 +125,15 @@ impl Admin {
 
     /// Whether the request may see details (metrics, readiness problems).
     fn may_see_details(&self, headers: &HeaderMap, peer: Peer) -> bool {
+        self.details_allowed("", headers, peer).is_ok()
+    }
+
+    /// Whether a request (`headers`, over a connection whose verified
+    /// client certificate is `peer`) may see `what`; `Err` says what
+    /// would open it.
+    fn details_allowed(&self, what: &str, headers: &HeaderMap, peer: Peer) -> Result<(), String> {
         let peer = peer.as_ref().map(|Extension(p)| &**p);
-        self.authorize_details("", authorization(headers), peer)
-            .is_ok()
+        self.authorize_details(what, authorization(headers), peer)
     }
 }
 

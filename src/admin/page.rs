@@ -48,8 +48,8 @@ pub(super) async fn status(
     peer: super::Peer,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if !admin.may_see_details(&headers, peer) {
-        return needs_login();
+    if let Err(why) = admin.details_allowed("the status page", &headers, peer) {
+        return needs_login(&why);
     }
     let refresh = match refresh(query.as_deref()) {
         Ok(refresh) => refresh,
@@ -83,13 +83,17 @@ fn refresh(query: Option<&str>) -> Result<u64, String> {
     }
 }
 
-/// The 401 a browser turns into a login prompt.
-fn needs_login() -> Response {
-    let body = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-        <title>xds-gateway: admin token needed</title></head><body>\
-        <h1>Admin token needed</h1><p>The auth policy guards this page with admin tokens: \
-        sign in with any user name and an admin token as the password, or send \
-        <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>\n";
+/// The 401 a browser turns into a login prompt, saying `why` (what would
+/// open the page).
+fn needs_login(why: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+        <title>xds-gateway: admin credential needed</title></head><body>\
+        <h1>Admin credential needed</h1><p>{}.</p><p>With an admin token: sign in with any user \
+        name and the token as the password, or send \
+        <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>\n",
+        escape(why)
+    );
     let mut response = (StatusCode::UNAUTHORIZED, Html(body)).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,

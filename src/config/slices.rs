@@ -77,8 +77,9 @@ pub struct RestConfig {
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub allow_secrets: bool,
-    /// The details carry secrets and the admin listener is off loopback:
-    /// they are never open without a credential (issue 38, finding 5).
+    /// The admin listener is off loopback and its details are not opened
+    /// without a credential: always when they carry secrets, else unless
+    /// `--allow-insecure-admin`.
     pub needs_credential: bool,
     /// `--allowed-hosts`: names answered without authentication.
     pub allowed_hosts: Vec<String>,
@@ -130,7 +131,8 @@ impl Config {
     pub fn admin_views(&self) -> AdminConfig {
         AdminConfig {
             allow_secrets: self.allow_secrets,
-            needs_credential: self.allow_secrets && !self.admin.ip().is_loopback(),
+            needs_credential: !self.admin.ip().is_loopback()
+                && (self.allow_secrets || !self.allow_insecure_admin),
             allowed_hosts: self.allowed_hosts.clone(),
             rewrite: self.rest_rewrite(),
         }
