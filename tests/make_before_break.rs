@@ -166,6 +166,62 @@ async fn start(upstream: &FakeAds, limit: Duration) -> InProcess {
     .await
 }
 
+/// A gateway in front of a scripted control plane, holding back for at
+/// most `limit`, and its client at what [`first_state`] gives it (the
+/// versions of its clusters and routes).
+async fn started(limit: Duration) -> (FakeAds, InProcess, Client, (String, String)) {
+    let upstream = FakeAds::start().await;
+    let gateway = start(&upstream, limit).await;
+    let client = Client {
+        port: gateway.rest_port,
+    };
+    let versions = first_state(&upstream, &client).await;
+    (upstream, gateway, client, versions)
+}
+
+/// The control plane adds the EDS cluster `b`, its endpoints and the
+/// routes to it, all at once.
+fn add_b(upstream: &FakeAds) {
+    upstream.set(CDS, "2", vec![eds_cluster("a"), eds_cluster("b")]);
+    upstream.set(EDS, "2", vec![endpoints("a"), endpoints("b")]);
+    upstream.set(RDS, "2", vec![routes_to("b")]);
+}
+
+/// The client's routes poll presenting `version`, once it is a 200.
+async fn routes_served(client: &Client, version: &str, what: &str) -> Polled {
+    process::eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            let polled = client.poll("routes", "r", version).await;
+            (polled.status == 200).then_some(polled)
+        },
+    )
+    .await
+    .unwrap_or_else(|| panic!("{what}"))
+}
+
+/// Waits until a GET of `path` (the type) naming `names` as node `node`
+/// holds `needle`: the gateway holds that version.
+async fn until_served(port: u16, node: &str, path: &str, names: &str, needle: &str) {
+    let target = format!("/v3/discovery:{path}?node={node}&names={names}");
+    process::eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            let (_, _, body) =
+                process::http_exchange(port, http::Method::GET, &target, &[], bytes::Bytes::new())
+                    .await
+                    .ok()?;
+            String::from_utf8_lossy(&body)
+                .contains(needle)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|| panic!("{target} never held {needle}"));
+}
+
 /// What the client holds: clusters, the endpoints of `a`, routes to `a`.
 async fn first_state(upstream: &FakeAds, client: &Client) -> (String, String) {
     upstream.set(CDS, "1", vec![eds_cluster("a")]);
@@ -182,17 +238,8 @@ async fn first_state(upstream: &FakeAds, client: &Client) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_to_a_new_cluster_waits_until_the_cluster_and_its_endpoints_were_served() {
-    let upstream = FakeAds::start().await;
-    let gateway = start(&upstream, Duration::from_secs(60)).await;
-    let client = Client {
-        port: gateway.rest_port,
-    };
-    let (clusters_v1, routes_v1) = first_state(&upstream, &client).await;
-
-    // The control plane adds `b` and sends the routes to it, all at once.
-    upstream.set(CDS, "2", vec![eds_cluster("a"), eds_cluster("b")]);
-    upstream.set(EDS, "2", vec![endpoints("a"), endpoints("b")]);
-    upstream.set(RDS, "2", vec![routes_to("b")]);
+    let (upstream, gateway, client, (_, routes_v1)) = started(Duration::from_secs(60)).await;
+    add_b(&upstream);
     // Polled first, the routes are held back: the client lacks `b`.
     let polled = process::eventually(Duration::from_secs(10), Duration::from_millis(50), || {
         let client = &client;
@@ -208,7 +255,6 @@ async fn a_route_to_a_new_cluster_waits_until_the_cluster_and_its_endpoints_were
     let held = polled.await.expect("version 2 of the clusters");
     assert_eq!(held.status, 304, "held back: {}", held.body);
     assert!(metric(&gateway, WITHHELD).await >= 1.0);
-    assert_ne!(clusters_v1, "");
 
     // The endpoints of `b` come: the routes go out at once.
     let endpoints_b = client.poll("endpoints", "b", "").await;
@@ -223,42 +269,20 @@ async fn a_route_to_a_new_cluster_waits_until_the_cluster_and_its_endpoints_were
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_its_clusters_poll_the_routes_are_held_and_a_long_poll_ends_when_they_come() {
-    let upstream = FakeAds::start().await;
-    let gateway = start(&upstream, Duration::from_secs(60)).await;
-    let client = Client {
-        port: gateway.rest_port,
-    };
-    let (clusters_v1, routes_v1) = first_state(&upstream, &client).await;
-    upstream.set(CDS, "2", vec![eds_cluster("a"), eds_cluster("b")]);
-    upstream.set(EDS, "2", vec![endpoints("a"), endpoints("b")]);
-    upstream.set(RDS, "2", vec![routes_to("b")]);
-    // Wait until the gateway holds version 2 of the routes (a fresh node's
-    // GET sees it), without this client polling anything.
-    let other = |path: &'static str, names: &'static str| {
-        let port = gateway.rest_port;
-        async move {
-            let target = format!("/v3/discovery:{path}?node=other&names={names}");
-            let (_, _, body) =
-                process::http_exchange(port, http::Method::GET, &target, &[], bytes::Bytes::new())
-                    .await
-                    .expect("an HTTP exchange");
-            String::from_utf8_lossy(&body).into_owned()
-        }
-    };
-    process::eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async { (other("routes", "r").await.contains("\"cluster\":\"b\"")).then_some(()) },
+    let (upstream, gateway, client, (clusters_v1, routes_v1)) =
+        started(Duration::from_secs(60)).await;
+    add_b(&upstream);
+    // The gateway holds version 2 of the routes and clusters (another
+    // node's GETs see it), without this client polling anything.
+    until_served(
+        gateway.rest_port,
+        "other",
+        "routes",
+        "r",
+        "\"cluster\":\"b\"",
     )
-    .await
-    .expect("version 2 of the routes at the gateway");
-    process::eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async { (other("clusters", "").await.contains("\"b\"")).then_some(()) },
-    )
-    .await
-    .expect("version 2 of the clusters at the gateway");
+    .await;
+    until_served(gateway.rest_port, "other", "clusters", "", "\"b\"").await;
 
     // The routes are held back, even though they changed.
     assert_eq!(client.poll("routes", "r", &routes_v1).await.status, 304);
@@ -306,66 +330,30 @@ async fn before_its_clusters_poll_the_routes_are_held_and_a_long_poll_ends_when_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_held_back_for_the_whole_limit_is_served_and_a_missing_cluster_is_not_waited_for()
 {
-    let upstream = FakeAds::start().await;
     let limit = Duration::from_millis(1500);
-    let gateway = start(&upstream, limit).await;
-    let client = Client {
-        port: gateway.rest_port,
-    };
-    let (_, routes_v1) = first_state(&upstream, &client).await;
+    let (upstream, gateway, client, (_, routes_v1)) = started(limit).await;
 
     // A cluster the control plane does not serve cannot come: not waited for.
     upstream.set(RDS, "2", vec![routes_to("ghost")]);
-    let routes = process::eventually(Duration::from_secs(10), Duration::from_millis(50), || {
-        let client = &client;
-        let routes_v1 = routes_v1.clone();
-        async move {
-            let polled = client.poll("routes", "r", &routes_v1).await;
-            (polled.status == 200).then_some(polled)
-        }
-    })
-    .await
-    .expect("version 2 of the routes");
+    let routes = routes_served(&client, &routes_v1, "version 2 of the routes").await;
     assert!(routes.body.contains("ghost"), "{}", routes.body);
     assert_eq!(metric(&gateway, WITHHELD).await, 0.0);
 
     // A cluster this client never polls for: held back, then served.
     upstream.set(CDS, "3", vec![eds_cluster("a"), eds_cluster("never")]);
     upstream.set(RDS, "3", vec![routes_to("never")]);
-    // Version 3 of the clusters reaches the gateway (another node sees it).
-    process::eventually(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async {
-            let (_, _, body) = process::http_exchange(
-                gateway.rest_port,
-                http::Method::GET,
-                "/v3/discovery:clusters?node=n",
-                &[],
-                bytes::Bytes::new(),
-            )
-            .await
-            .ok()?;
-            String::from_utf8_lossy(&body)
-                .contains("never")
-                .then_some(())
-        },
-    )
-    .await
-    .expect("version 3 of the clusters at the gateway");
+    // Version 3 of the clusters reaches the gateway: this client's own CDS
+    // poll sees it.
+    until_served(gateway.rest_port, "n", "clusters", "", "never").await;
     // (That GET was this client's own CDS poll: it was served `never`, but
     // not its endpoints.)
     let started = Instant::now();
-    let served = process::eventually(Duration::from_secs(10), Duration::from_millis(100), || {
-        let client = &client;
-        let version = routes.version.clone();
-        async move {
-            let polled = client.poll("routes", "r", &version).await;
-            (polled.status == 200).then_some(polled)
-        }
-    })
-    .await
-    .expect("version 3 of the routes, once the limit ran out");
+    let served = routes_served(
+        &client,
+        &routes.version,
+        "version 3, once the limit ran out",
+    )
+    .await;
     assert!(served.body.contains("never"), "{}", served.body);
     assert!(started.elapsed() >= limit - Duration::from_millis(200));
     assert!(metric(&gateway, WITHHELD).await >= 1.0);
@@ -375,24 +363,14 @@ async fn a_version_held_back_for_the_whole_limit_is_served_and_a_missing_cluster
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_flag_a_route_to_a_new_cluster_is_served_at_once() {
-    let upstream = FakeAds::start().await;
-    let gateway = start(&upstream, Duration::ZERO).await;
-    let client = Client {
-        port: gateway.rest_port,
-    };
-    let (_, routes_v1) = first_state(&upstream, &client).await;
-    upstream.set(CDS, "2", vec![eds_cluster("a"), eds_cluster("b")]);
-    upstream.set(RDS, "2", vec![routes_to("b")]);
-    let routes = process::eventually(Duration::from_secs(10), Duration::from_millis(50), || {
-        let client = &client;
-        let routes_v1 = routes_v1.clone();
-        async move {
-            let polled = client.poll("routes", "r", &routes_v1).await;
-            (polled.status == 200).then_some(polled)
-        }
-    })
-    .await
-    .expect("version 2 of the routes, though the client lacks `b`");
+    let (upstream, gateway, client, (_, routes_v1)) = started(Duration::ZERO).await;
+    add_b(&upstream);
+    let routes = routes_served(
+        &client,
+        &routes_v1,
+        "version 2, though the client lacks `b`",
+    )
+    .await;
     assert!(routes.body.contains("\"cluster\":\"b\""), "{}", routes.body);
     assert_eq!(metric(&gateway, WITHHELD).await, 0.0);
     gateway.stop().await;

@@ -52,13 +52,7 @@ const CDS_REFRESH: &str = "3s";
 const ROUNDS: usize = 3;
 
 fn any(codec: &Codec, json: &str) -> Any {
-    let parsed = codec
-        .parse_any(json.as_bytes())
-        .unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{json}"));
-    Any {
-        type_url: parsed.type_url,
-        value: parsed.value,
-    }
+    envoy::any_of(codec, json)
 }
 
 /// `local_route`: every request to `cluster`.

@@ -549,6 +549,24 @@ async fn a_do_not_cache_resource_is_served_but_kept_by_no_cache() {
     do_not_cache_is_kept_by_no_cache(xds_gateway::config::UpstreamMode::Sotw).await;
 }
 
+/// A GET of `path`: its status, `Cache-Control` and body.
+async fn get_with_cache_control(port: u16, path: String) -> (u16, String, String) {
+    let (status, headers, body) =
+        process::http_exchange(port, http::Method::GET, &path, &[], bytes::Bytes::new())
+            .await
+            .expect("an answer");
+    let cache_control = headers
+        .get("cache-control")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (
+        status,
+        cache_control,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
 /// C1 in delta: the same, the upstream saying `do_not_cache` in the delta
 /// `Resource` it sends the cluster in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -583,25 +601,7 @@ async fn do_not_cache_is_kept_by_no_cache(mode: xds_gateway::config::UpstreamMod
         ..Config::default()
     })
     .await;
-    let get = |path: String| {
-        let port = gw.rest_port;
-        async move {
-            let (status, headers, body) =
-                process::http_exchange(port, http::Method::GET, &path, &[], bytes::Bytes::new())
-                    .await
-                    .expect("an answer");
-            let cache_control = headers
-                .get("cache-control")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            (
-                status,
-                cache_control,
-                String::from_utf8_lossy(&body).into_owned(),
-            )
-        }
-    };
+    let get = |path: String| get_with_cache_control(gw.rest_port, path);
     let (status, cache_control, body) = get("/v3/discovery:clusters?node=n".into()).await;
     assert_eq!(status, 200, "{body}");
     assert!(
@@ -646,25 +646,8 @@ async fn a_do_not_cache_resource_is_not_kept_for_the_fetch_cache_ttl() {
         ..Config::default()
     })
     .await;
-    let get = |node: &'static str| {
-        let port = gw.rest_port;
-        async move {
-            let path = format!("/v3/discovery:clusters?node={node}");
-            let (status, headers, body) =
-                process::http_exchange(port, http::Method::GET, &path, &[], bytes::Bytes::new())
-                    .await
-                    .expect("an answer");
-            let cache_control = headers
-                .get("cache-control")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            (
-                status,
-                cache_control,
-                String::from_utf8_lossy(&body).into_owned(),
-            )
-        }
+    let get = |node: &str| {
+        get_with_cache_control(gw.rest_port, format!("/v3/discovery:clusters?node={node}"))
     };
     for _ in 0..2 {
         let (status, cache_control, body) = get("n").await;
