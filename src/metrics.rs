@@ -268,14 +268,12 @@ impl Metrics {
         );
         registry.register(
             "withheld_answers",
-            "REST polls answered 304 instead of a new version that names clusters the client was \
-             not served yet (--make-before-break)",
+            "REST polls answered 304 instead of a new version naming clusters the client was not served yet (--make-before-break)",
             withheld.clone(),
         );
         registry.register(
             "withheld_overdue",
-            "New versions served although clusters they name were not served to the client yet, \
-             because --make-before-break had held them back for as long as it may",
+            "New versions served though clusters they name were not served to the client yet: held back for as long as --make-before-break allows",
             withheld_overdue.clone(),
         );
         registry.register(
