@@ -135,7 +135,7 @@ async fn readiness_lists_a_bounded_number_of_opaque_types() {
     let many: Vec<String> = (0..3000)
         .map(|i| format!("type.googleapis.com/t{i}"))
         .collect();
-    admin.opaque_types.note(&many);
+    let _held = admin.opaque_types.note(many.into());
     let problems = admin.readiness().problems;
     let opaque = problems
         .iter()

@@ -29,7 +29,7 @@ use moka::sync::Cache;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
 
-use super::opaque_types::OpaqueTypes;
+use super::opaque_types::{OpaqueHeld, OpaqueTypes};
 use super::resource::{
     idle_memo, name_of, Digest, Resource, ResourceError, WrapperName, RESOURCE_WRAPPER,
 };
@@ -176,7 +176,7 @@ impl Intake {
     }
 
     /// The types of `message`'s `Any`s `codec` does not know, noted.
-    fn note_opaque(&self, codec: &Codec, message: &prost_reflect::DynamicMessage) -> Box<[String]> {
+    fn note_opaque(&self, codec: &Codec, message: &prost_reflect::DynamicMessage) -> OpaqueHeld {
         self.noted(crate::xds::opaque::unknown_types(
             codec.descriptors(),
             message,
@@ -184,14 +184,13 @@ impl Intake {
     }
 
     /// `unknown`, the types a resource of a new content is served opaque
-    /// for, counted and noted.
-    fn noted(&self, unknown: impl IntoIterator<Item = String>) -> Box<[String]> {
+    /// for, counted and noted (held in the record while the resource lives).
+    fn noted(&self, unknown: impl IntoIterator<Item = String>) -> OpaqueHeld {
         let unknown: Box<[String]> = unknown.into_iter().collect();
         if !unknown.is_empty() {
             self.rendered_opaque.inc();
-            self.opaque_types.note(&unknown);
         }
-        unknown
+        self.opaque_types.note(unknown)
     }
 
     /// Resources rendered so far (decoded in full, checked, rendered).
@@ -359,7 +358,7 @@ impl Intake {
                     digest,
                     json: codec.render_any(OPAQUE_TYPE_URL, &keys::taken_out_any(type_url))?,
                     payload: Bytes::new(),
-                    opaque: Box::default(),
+                    opaque: OpaqueHeld::default(),
                     holds_keys: false,
                 }));
             }

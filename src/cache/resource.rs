@@ -4,13 +4,15 @@
 //! ([`WrapperName`]), why one could not be taken ([`ResourceError`]), and
 //! the idle-bounded memo every cache memo is built as ([`idle_memo`]).
 //!
-//! A leaf of `cache`: it names nothing of it, so the states, the sets and
-//! the history that hold resources, and the intake that makes them
-//! (`intake.rs`), name it without being named back.
+//! A leaf of `cache`, but for the record of opaque types its resources
+//! hold their types in (`opaque_types.rs`, itself a leaf): the states, the
+//! sets and the history that hold resources, and the intake that makes
+//! them (`intake.rs`), name it without being named back.
 
 use bytes::Bytes;
 use moka::sync::Cache;
 
+use super::opaque_types::OpaqueHeld;
 use crate::xds::{JsonError, ResourceType, Violation};
 
 /// Why a resource could not be taken.
@@ -48,7 +50,7 @@ pub(crate) struct Resource {
     /// The types of the `Any`s inside it the gateway has no descriptor
     /// for, served as `xds_gateway.v1.OpaqueAny` (`xds::opaque`); almost
     /// always none.
-    pub(crate) opaque: Box<[String]>,
+    pub(crate) opaque: OpaqueHeld,
     /// Whether it holds key material as the upstream sent it (served with
     /// `--allow-secrets`); false when it holds none, or had it taken out
     /// (`xds::keys`).

@@ -471,7 +471,7 @@ impl TypeState {
             put(&resource.digest);
             // The same bytes rendered in full once the descriptors came
             // are another answer: its version must differ.
-            for type_url in &resource.opaque {
+            for type_url in resource.opaque.iter() {
                 put(b"opaque");
                 put(type_url.as_bytes());
             }

@@ -35,7 +35,7 @@ fn resource_of(kind: ResourceType, name: &str, aliases: &[&str], content: u8) ->
         digest: [content; 32],
         payload: Default::default(),
         json: Default::default(),
-        opaque: Box::default(),
+        opaque: Default::default(),
         holds_keys: false,
     })
 }
