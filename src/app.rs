@@ -188,7 +188,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     let history = ConfigHistory::with_max_bytes(config.history_max_bytes)
         .with_principal_share(config.principal_share)
         .with_sink(history_file);
-    let assembler = Assembler::new(codec.clone());
+    let assembler = Assembler::with_body_capacity(codec.clone(), config.memory.bodies);
     let intake = Intake::new(codec)
         .validating(config.validate == Validation::On)
         .counting(metrics.resources_rendered(), metrics.opaque_resources())

@@ -274,6 +274,11 @@ const SETTINGS: &[Setting] = &[
         "max-node-bytes",
     ),
     setting(
+        "--memory-budget-bytes",
+        "XDS_GATEWAY_MEMORY_BUDGET_BYTES",
+        "memory-budget-bytes",
+    ),
+    setting(
         "--max-session-bytes",
         "XDS_GATEWAY_MAX_SESSION_BYTES",
         "max-session-bytes",
@@ -1121,6 +1126,7 @@ fn sample_config_has_every_key_documented_at_its_default() {
             "drain-timeout" => duration() == d.drain_timeout,
             "max-node-bytes" => integer() == d.max_node_bytes as i64,
             "max-session-bytes" => integer() == d.max_session_bytes as i64,
+            "memory-budget-bytes" => integer() == d.memory_budget_bytes as i64,
             "history-max-bytes" => integer() == d.history_max_bytes as i64,
             "history-file-max-bytes" => integer() == d.history_file_max_bytes as i64,
             "max-names-per-request" => integer() == d.max_names_per_request as i64,

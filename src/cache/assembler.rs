@@ -33,6 +33,7 @@ impl std::fmt::Debug for Assembler {
 
 impl Assembler {
     /// An assembler with the default bounds of the body memo.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn new(codec: Codec) -> Assembler {
         Assembler::with_bodies(codec, Bodies::default())
     }

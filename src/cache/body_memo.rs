@@ -14,7 +14,6 @@ use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
 
 /// Total bytes of assembled resources pieces kept, all states together.
-const BODIES_BYTES: u64 = 256 * 1024 * 1024;
 /// Total bytes of answers' own parts (versions, openings, closings) kept.
 const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
 /// A body nobody asked for this long is dropped: once a state is
@@ -84,17 +83,20 @@ impl std::fmt::Debug for Bodies {
 
 impl Default for Bodies {
     fn default() -> Bodies {
-        Bodies::with_capacity(BODIES_BYTES)
+        Bodies::with_capacity(crate::config::MemoryShares::default().bodies)
     }
 }
 
 impl Bodies {
-    /// A memo holding at most `bytes` of shared resources pieces, and at
-    /// most [`ANSWERS_BYTES`] (or `bytes`, if smaller) of answers' own parts.
+    /// A memo holding at most `bytes` in all: of answers' own parts an
+    /// eighth of it (at most [`ANSWERS_BYTES`]), and shared resources pieces
+    /// the rest.
     pub(super) fn with_capacity(bytes: u64) -> Bodies {
+        let answers = (bytes / 8).min(ANSWERS_BYTES);
+        let bytes = bytes - answers;
         Bodies {
             answers: Cache::builder()
-                .max_capacity(bytes.min(ANSWERS_BYTES))
+                .max_capacity(answers)
                 .time_to_idle(BODIES_IDLE)
                 .weigher(|_, a: &Arc<Assembled>| u32::try_from(a.held_bytes()).unwrap_or(u32::MAX))
                 .build(),

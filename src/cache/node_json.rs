@@ -21,9 +21,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 
-/// Bytes of interned nodes alive at once, at most.
-const CAP: usize = 256 * 1024 * 1024;
-
 /// A node's JSON, interned or a body's own.
 #[derive(Debug)]
 pub(crate) struct NodeJson {
@@ -67,7 +64,8 @@ struct Map {
 
 impl Default for NodeJsons {
     fn default() -> NodeJsons {
-        NodeJsons::with_cap(CAP)
+        let cap = crate::config::MemoryShares::default().nodes;
+        NodeJsons::with_cap(usize::try_from(cap).unwrap_or(usize::MAX))
     }
 }
 

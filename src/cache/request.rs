@@ -48,11 +48,10 @@ use super::state::{names_digest, Names};
 use crate::config::SessionKey;
 use crate::xds::{DiscoveryRequestView, ErrorDetailView, RequestError};
 
-/// Total bytes (bodies and their parses) the memo may hold.
-const MEMO_BYTES: u64 = 64 * 1024 * 1024;
 /// A body not seen again for this long is dropped. Every poll after a
 /// version change is a new body (its `version_info` and nonce), so without
-/// a time bound the memo filled to [`MEMO_BYTES`] with bodies no client
+/// a time bound the memo filled to its bound (the parsed requests' share of
+/// the memory budget, `config::MemoryShares`) with bodies no client
 /// sends any more (twenty Envoys under a change a second: in under a
 /// minute); a client polls well within it, so its body stays.
 const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -508,7 +507,22 @@ struct Framed {
 
 impl ParsedRequests {
     pub(crate) fn new(session_key: SessionKey) -> ParsedRequests {
-        ParsedRequests::with_capacity(session_key, MEMO_BYTES)
+        ParsedRequests::with_capacity(session_key, crate::config::MemoryShares::default().parsed)
+    }
+
+    /// A memo holding at most `bytes` of parses and `nodes` bytes of the
+    /// nodes it interns.
+    pub(crate) fn with_capacities(
+        session_key: SessionKey,
+        bytes: u64,
+        nodes: u64,
+    ) -> ParsedRequests {
+        ParsedRequests {
+            nodes: Arc::new(NodeJsons::with_cap(
+                usize::try_from(nodes).unwrap_or(usize::MAX),
+            )),
+            ..ParsedRequests::with_capacity(session_key, bytes)
+        }
     }
 
     /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).

@@ -356,10 +356,18 @@ settings! {
         /// Largest `node` a request may carry, in JSON bytes [default: 1048576].
         #[arg(long, env = "XDS_GATEWAY_MAX_NODE_BYTES")]
         max_node_bytes: usize = 1024 * 1024,
-        /// Total `node` JSON bytes all sessions may hold; a new session beyond it is a 503 [default: 1073741824].
+        /// The memory every kind of state clients make the gateway hold sits inside, in bytes: each
+        /// kind gets a share (sessions' nodes 25 %, the history 10 %, assembled bodies 15 %, YAML
+        /// and pretty renditions 10 %, parsed requests 5 % and their nodes 5 %, the client book
+        /// 5 %), which caps its bound; 0: the container's memory limit (cgroup), or none without
+        /// one [default: 0].
+        #[arg(long, env = "XDS_GATEWAY_MEMORY_BUDGET_BYTES")]
+        memory_budget_bytes: u64 = 0,
+        /// Total `node` JSON bytes all sessions may hold; a new session beyond it is a 503; at most
+        /// the sessions' share of --memory-budget-bytes [default: 1073741824].
         #[arg(long, env = "XDS_GATEWAY_MAX_SESSION_BYTES")]
         max_session_bytes: usize = 1024 * 1024 * 1024,
-        /// Bytes the config history (`/debug/history`, `/debug/diff`) may hold, all nodes together; the oldest events go first; 0 keeps none [default: 67108864].
+        /// Bytes the config history (`/debug/history`, `/debug/diff`) may hold, all nodes together; the oldest events go first; 0 keeps none; at most its share of --memory-budget-bytes [default: 67108864].
         #[arg(long, env = "XDS_GATEWAY_HISTORY_MAX_BYTES")]
         history_max_bytes: u64 = 64 * 1024 * 1024,
         /// Also write the config history's events to this file as JSON lines (rotated by size: PATH.1, PATH.2, PATH.3).
@@ -415,6 +423,9 @@ settings! {
         log_format: LogFormat = LogFormat::Text,
     }
     config_only {
+        /// The bound of each kind of state, within `--memory-budget-bytes`
+        /// ([`Config::validate`] works them out).
+        memory: super::memory::MemoryShares = super::memory::MemoryShares::default(),
         /// The control plane's gRPC endpoint as an `http(s)://` URI.
         upstream: Option<String> = None,
         upstream_tls: UpstreamTls = UpstreamTls::default(),

@@ -15,6 +15,7 @@ mod extra_types;
 mod fields;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
+pub mod memory;
 mod opt_duration;
 mod profiles;
 mod proxies;
@@ -26,6 +27,7 @@ mod upstreams;
 
 pub use extra_types::{ExtraTypeSpec, FieldNames};
 pub use fields::{Config, Settings};
+pub use memory::MemoryShares;
 pub use profiles::{valid_profile_name, LocalityTable, ProfileTable};
 pub use proxies::{ForwardedHeader, TrustedProxies};
 pub use slices::{AdminConfig, RestConfig, RestRewrite};
@@ -342,6 +344,13 @@ impl Config {
             return Err(invalid("max-body-bytes", "must be at least 1024"));
         }
         profiles::check(&self.profiles)?;
+        self.memory = MemoryShares::from_flag(self.memory_budget_bytes);
+        if self.memory.budget.is_some() {
+            // A share caps its kind's bound (see `memory.rs`).
+            let sessions = usize::try_from(self.memory.sessions).unwrap_or(usize::MAX);
+            self.max_session_bytes = self.max_session_bytes.min(sessions);
+            self.history_max_bytes = self.history_max_bytes.min(self.memory.history);
+        }
         self.validate_limits()?;
         self.validate_exposure()?;
         proxies::check_forwarding(

@@ -70,6 +70,8 @@ pub struct RestConfig {
     /// The REST names of the extra types answered with proto field names
     /// unless the client asks otherwise (`field-names = "proto"`).
     pub proto_field_names: Vec<String>,
+    /// The bounds of the memos the REST face holds (within the budget).
+    pub memory: super::memory::MemoryShares,
 }
 
 /// What the admin views read besides the source: whether secrets may be
@@ -118,6 +120,7 @@ impl Config {
             trusted_proxies: self.trusted_proxies.clone(),
             forwarded_header: self.forwarded_header,
             allowed_hosts: self.allowed_hosts.clone(),
+            memory: self.memory,
             proto_field_names: self
                 .extra_types
                 .iter()

@@ -636,13 +636,16 @@ fn every_default_the_help_states_is_the_default() {
             continue;
         };
         let said = rest.split(']').next().unwrap_or_default();
-        // `60s` and `1m` are the same duration.
-        let said = humantime::parse_duration(said)
-            .map(|d| humantime::format_duration(d).to_string())
-            .unwrap_or_else(|_| said.to_owned());
+        // `60s` and `1m` are the same duration (and `0` reads as one too).
+        let normal = |text: &str| {
+            humantime::parse_duration(text)
+                .map(|d| humantime::format_duration(d).to_string())
+                .unwrap_or_else(|_| text.to_owned())
+        };
+        let said = normal(said);
         assert_eq!(
-            &said,
-            value,
+            said,
+            normal(value),
             "--{} says [default: {said}]",
             field.replace('_', "-")
         );
@@ -654,4 +657,43 @@ fn every_default_the_help_states_is_the_default() {
         "only {stated} of {} state a default",
         defaults.len()
     );
+}
+
+/// Issue 54, finding 5: one memory budget every per-kind bound sits in. A
+/// budget caps `--max-session-bytes` and `--history-max-bytes` at their
+/// shares (a flag set above is cut; one set below stands), and the REST
+/// face's memos take their shares; without one (no flag, no cgroup limit
+/// read here) every bound is its default, the flags' defaults included.
+#[test]
+fn a_memory_budget_caps_every_kind_at_its_share() {
+    let budget: u64 = 512 << 20;
+    let flag = budget.to_string();
+    let config =
+        Config::from_settings(cli(&["--memory-budget-bytes", &flag])).expect("a valid budget");
+    let shares = MemoryShares::of(budget);
+    assert_eq!(config.memory, shares);
+    assert_eq!(config.max_session_bytes as u64, shares.sessions);
+    assert_eq!(config.history_max_bytes, shares.history);
+    assert_eq!(config.rest().memory, shares);
+    assert!(shares.total() <= (budget - super::memory::BASE) / 4 * 3);
+    let set = Config::from_settings(cli(&[
+        "--memory-budget-bytes",
+        &flag,
+        "--max-session-bytes",
+        "2000000",
+        "--history-max-bytes",
+        "1",
+    ]))
+    .expect("valid");
+    assert_eq!(
+        (set.max_session_bytes, set.history_max_bytes),
+        (2_000_000, 1)
+    );
+    let defaults = Config::default();
+    assert_eq!(defaults.memory, MemoryShares::default());
+    assert_eq!(
+        defaults.max_session_bytes as u64,
+        MemoryShares::default().sessions
+    );
+    assert_eq!(defaults.history_max_bytes, MemoryShares::default().history);
 }

@@ -114,8 +114,12 @@ impl Gateway {
         metrics: Arc<Metrics>,
     ) -> Gateway {
         Gateway {
-            parsed: ParsedRequests::new(config.session_key),
-            renditions: Renditions::default(),
+            parsed: ParsedRequests::with_capacities(
+                config.session_key,
+                config.memory.parsed,
+                config.memory.nodes,
+            ),
+            renditions: Renditions::with_capacity(config.memory.renditions),
             long_polls: Places::new(
                 Hold::LongPoll,
                 config.max_long_polls,
@@ -125,10 +129,10 @@ impl Gateway {
             auth: None,
             client_trust: None,
             admin_address: None,
-            clients: Arc::new(ClientBook::new(
-                config.idle_timeout,
-                config.rejection_threshold,
-            )),
+            clients: Arc::new(
+                ClientBook::new(config.idle_timeout, config.rejection_threshold)
+                    .holding(config.memory.book),
+            ),
             drain: Drain::default(),
             answer_log: AnswerLog::with_idle(config.idle_timeout),
             make_before_break: make_before_break::MakeBeforeBreak::new(config.make_before_break),

@@ -11,7 +11,8 @@
 //! opening and closing, a few dozen bytes, by content. Concurrent requests
 //! for a rendition not yet made wait for the one rendering. Entries are
 //! weighed by what they keep alive, rendition and resources, and the least
-//! used go first past [`MAX_BYTES`].
+//! used go first past its bound (its share of the memory budget,
+//! `config::MemoryShares`).
 
 use std::hash::{Hash, Hasher};
 
@@ -20,10 +21,6 @@ use moka::sync::Cache;
 
 use crate::cache::JsonBody;
 use crate::xds::Codec;
-
-/// What the memo may keep alive at once, renditions and the resources
-/// pieces they were made from.
-pub(super) const MAX_BYTES: u64 = 256 << 20;
 
 /// A text rendition of a `DiscoveryResponse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,7 +78,7 @@ impl std::fmt::Debug for Renditions {
 
 impl Default for Renditions {
     fn default() -> Renditions {
-        Renditions::with_capacity(MAX_BYTES)
+        Renditions::with_capacity(crate::config::MemoryShares::default().renditions)
     }
 }
 

@@ -19,8 +19,9 @@
 //! Bounded: clients idle for the book's time-to-idle are forgotten, and so
 //! are a client's subscriptions not polled for as long. One client keeps at
 //! most [`CLIENT_SUBSCRIPTIONS`] subscriptions and [`CLIENT_BYTES`] of them
-//! (its least recently polled go first), and the whole book at most
-//! [`BOOK_BYTES`] (least recently used clients go first). A client polling a
+//! (its least recently polled go first), and the whole book at most its
+//! share of the memory budget (`config::MemoryShares`; least recently used
+//! clients go first). A client polling a
 //! new set of thousands of names each time used to grow it without bound
 //! (issue 20, finding 4).
 
@@ -41,8 +42,6 @@ mod view;
 
 pub(crate) use view::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 
-/// Bytes of clients (what their subscriptions hold) the book keeps at most.
-const BOOK_BYTES: u64 = 64 * 1024 * 1024;
 /// Subscriptions one client keeps at most (an Envoy polling REST EDS has one
 /// per cluster).
 const CLIENT_SUBSCRIPTIONS: usize = 4096;
@@ -208,12 +207,25 @@ impl ClientBook {
     pub(crate) fn new(ttl: Duration, threshold: u32) -> ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
-                .max_capacity(BOOK_BYTES)
+                .max_capacity(crate::config::MemoryShares::default().book)
                 .weigher(|_, client: &Arc<Mutex<Client>>| crate::sync::lock(client).weight())
                 .time_to_idle(ttl)
                 .build(),
             ttl,
             threshold,
+        }
+    }
+
+    /// This book, weighing at most `bytes` of clients (instead of its
+    /// default bound); the clients it holds now are forgotten.
+    pub(crate) fn holding(self, bytes: u64) -> ClientBook {
+        ClientBook {
+            clients: moka::sync::Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|_, client: &Arc<Mutex<Client>>| crate::sync::lock(client).weight())
+                .time_to_idle(self.ttl)
+                .build(),
+            ..self
         }
     }
 

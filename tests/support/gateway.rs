@@ -405,6 +405,11 @@ impl Gateway {
         panic!("xds-gateway exited at start three times; last log:\n{last_log}");
     }
 
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.guard.id()
+    }
+
     pub fn log_text(&self) -> String {
         self.guard.log_text()
     }
