@@ -300,6 +300,12 @@ impl Session {
         lock(&self.placements).insert(lane, placement);
     }
 
+    /// The stream `lane` is gone (a probe whose type moved to the
+    /// aggregated stream): it is nowhere.
+    pub(crate) fn unplace(&self, lane: Option<ResourceType>) {
+        lock(&self.placements).remove(&lane);
+    }
+
     /// Where each stream is, by lane (empty without failover).
     pub(super) fn placements(&self) -> Vec<(Option<ResourceType>, Placement)> {
         lock(&self.placements)
@@ -403,21 +409,6 @@ impl Session {
         }
         let sub = lock(&self.slot(kind).subscription);
         (sub.wildcard.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
-    }
-
-    /// The types subscribed and never answered, each with when a client
-    /// first asked for it: what an aggregated stream ending with an
-    /// application error may have ended for.
-    pub(crate) fn unanswered(&self) -> Vec<(ResourceType, Instant)> {
-        ResourceType::all()
-            .into_iter()
-            .filter(|kind| self.state(*kind).is_none())
-            .filter_map(|kind| {
-                let sub = lock(&self.slot(kind).subscription);
-                let firsts = sub.wildcard.iter().chain(sub.names.values());
-                firsts.map(|i| i.first).min().map(|first| (kind, first))
-            })
-            .collect()
     }
 
     /// Names to put in a SotW request: `*` plus the names when a wildcard

@@ -11,9 +11,10 @@
 //! and its polls meanwhile get a prompt error naming what the upstream
 //! said. The first answer of the type forgets it.
 //!
-//! Which type ended an ADS stream is not said by the upstream: the
-//! suspect is the newest subscription still unanswered
-//! ([`Unserved::suspect`]), the one a client just added. No I/O.
+//! Which type ended an ADS stream is not said by the upstream, so a type
+//! is set aside only on evidence: a stream that carried it alone (its own
+//! service's, or an aggregated one probing it) refused before answering
+//! it. No I/O.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -34,8 +35,8 @@ const LAST_RETRY: Duration = Duration::from_secs(600);
 pub(crate) enum Refused {
     /// The type's own stream (or method) is UNIMPLEMENTED.
     Unimplemented(String),
-    /// The aggregated stream ended with this error once the type was
-    /// subscribed, and before anything of it was answered.
+    /// An aggregated stream asking for it alone ended with this error
+    /// before anything of it was answered.
     EndedTheStream(String),
 }
 
@@ -126,22 +127,6 @@ impl Unserved {
             .map(|(kind, s)| (*kind, s.refused.clone(), s.since))
             .collect()
     }
-
-    /// The type an aggregated stream that just ended with an application
-    /// error most likely ended for: of `candidates` (subscribed, never
-    /// answered: `(type, when a client first asked for it)`), the one asked
-    /// for last, unless it is set aside already.
-    pub(crate) fn suspect(
-        &self,
-        candidates: impl IntoIterator<Item = (ResourceType, Instant)>,
-        now: Instant,
-    ) -> Option<ResourceType> {
-        candidates
-            .into_iter()
-            .filter(|(kind, _)| self.check(*kind, now).is_none())
-            .max_by_key(|(_, first)| *first)
-            .map(|(kind, _)| kind)
-    }
 }
 
 impl std::fmt::Display for Refused {
@@ -152,7 +137,7 @@ impl std::fmt::Display for Refused {
             }
             Refused::EndedTheStream(status) => write!(
                 f,
-                "the upstream ended the aggregated stream when it was subscribed, before answering it ({status})"
+                "the upstream ended the aggregated stream that asked for it alone, before answering it ({status})"
             ),
         }
     }
@@ -193,20 +178,5 @@ mod tests {
         );
         unserved.served(RTDS);
         assert!(unserved.check(RTDS, later).is_none() && !unserved.due(RTDS, later));
-    }
-
-    #[test]
-    fn the_suspect_is_the_newest_unanswered_subscription_not_set_aside() {
-        let unserved = Unserved::default();
-        let t0 = Instant::now();
-        let asked = [
-            (ResourceType::Clusters, t0),
-            (RTDS, t0 + Duration::from_secs(5)),
-            (ResourceType::Secrets, t0 + Duration::from_secs(1)),
-        ];
-        assert_eq!(unserved.suspect(asked, t0), Some(RTDS));
-        unserved.set_aside(RTDS, Refused::EndedTheStream("UNKNOWN".into()), t0);
-        assert_eq!(unserved.suspect(asked, t0), Some(ResourceType::Secrets));
-        assert_eq!(unserved.suspect([], t0), None);
     }
 }

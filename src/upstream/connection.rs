@@ -5,8 +5,9 @@
 //! HDS/CSDS pass-through): [`UpstreamContext`]. With it, what is known of
 //! one upstream beyond its channel: whether it answers now ([`health`], for
 //! failover), which API it speaks ([`probe`], for `--upstream-mode
-//! auto` and readiness), and the descriptors of its types that the gateway
-//! lacks, asked by gRPC server reflection ([`learner`], [`reflection`]).
+//! auto` and readiness), which types it has answered ([`served`]), and the
+//! descriptors of its types that the gateway lacks, asked by gRPC server
+//! reflection ([`learner`], [`reflection`]).
 //!
 //! Almost every module of `upstream` names the context; so that none of them
 //! is named back, this module names nothing of `upstream` but the leaves it
@@ -17,6 +18,7 @@ mod learner;
 pub use learner::{descriptor_set, DescriptorsError};
 pub(crate) mod probe;
 mod reflection;
+mod served;
 
 use super::frame_codec::{FrameCodec, FromFrame, ToFrame};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +45,7 @@ use crate::read_ahead::ReadAheadConnector;
 use crate::store::{CallError, PassThrough, PassedThrough, SourceError};
 use crate::xds::Endpoint;
 pub(super) use health::Health;
+pub(super) use served::ServedTypes;
 
 /// Upstream connection establishment limit.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -95,6 +98,8 @@ pub(crate) struct UpstreamContext {
     pub(super) node_first_only: bool,
     /// The types asked of it by reflection ([`learner`]).
     learner: learner::Learner,
+    /// The types it has answered ([`served`]).
+    pub(super) served: ServedTypes,
 }
 
 impl UpstreamContext {
@@ -146,6 +151,7 @@ impl UpstreamContext {
             metadata,
             answered: AtomicBool::new(false),
             health: Health::default(),
+            served: ServedTypes::default(),
         }))
     }
 

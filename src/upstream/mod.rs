@@ -14,7 +14,8 @@
 //!
 //! The transport is [`connection`] (the channel, TLS, health, the probe,
 //! unary calls), [`failover`] and [`backoff`]; the stream tasks share one
-//! driver ([`stream`]), which coalesces subscription changes ([`coalesce`]);
+//! driver ([`stream`]), which coalesces subscription changes ([`coalesce`]),
+//! and a session's commands are handed to its streams by [`lanes`];
 //! every upstream response arrives through [`frame_codec`], a SotW one read
 //! in place, its resources left in the frame ([`wire`]), and every request
 //! upstream is written by [`outbound`]. `tonic::Status` is classified here
@@ -31,6 +32,7 @@ mod fetch;
 mod file;
 mod frame_codec;
 mod held;
+mod lanes;
 mod nack_log;
 mod outbound;
 pub(crate) mod pipeline;

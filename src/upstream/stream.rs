@@ -1,10 +1,12 @@
 //! The one driver of upstream xDS streams, shared by SotW ([`super::sotw`])
-//! and delta ([`super::delta`]), on either transport: one aggregated (ADS)
-//! stream per session, or one stream per session and type on the type's
-//! own service (`--upstream-streams per-type`), each such lane a driver of
-//! its own with its own protocol state, fed the session's commands of its
-//! type. The call is opened by method path with a generic gRPC client, so
-//! the four variants are one code path.
+//! and delta ([`super::delta`]), on either transport: a session's shared
+//! aggregated (ADS) stream and its probes (ADS streams asking one type not
+//! yet seen served), or one stream per session and type on the type's own
+//! service (`--upstream-streams per-type`). Each stream is a driver of its
+//! own with its own protocol state, fed the session's commands of the types
+//! it carries ([`super::lanes`] decides which). The call is opened by
+//! method path with a generic gRPC client, so the four variants are one
+//! code path.
 //!
 //! Per stream: send what opens it, open the call while still taking the
 //! session's commands (they may come before the response headers), then
@@ -17,13 +19,16 @@
 //! A stream silent past a failover's `failover-after` is down only if its
 //! upstream also fails a health check. When the stream breaks, the session is marked stale (it keeps
 //! serving its last state) and the driver reconnects after a jittered,
-//! capped [`Backoff`]; it ends when the session's command channel closes.
-//! A [`Protocol`] says what to send and how to take what arrives.
+//! capped [`Backoff`]; it ends when the session's command channel closes,
+//! or, for a probe, once its type is answered. A stream that carries one
+//! type and is refused before answering it sets the type aside
+//! ([`set_aside`]); the shared stream, refused after answering, hands the
+//! types it still waited on to probes. A [`Protocol`] says what to send and how to take what arrives.
 //!
 //! Subscription changes are coalesced before they are sent
 //! ([`super::coalesce`]).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +50,7 @@ use super::coalesce::{send, PendingSubscriptions};
 use super::connection::probe;
 use super::connection::Health;
 use super::failover::Route;
+use super::lanes::{self, Carrier, LaneOf};
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;
@@ -184,15 +190,24 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
         let (route, namespace) = (self.route.clone(), self.namespace.clone());
+        let primary = route.primary().clone();
+        // Each stream of the session: a protocol state of its own.
+        let spawn = move |lane: LaneOf, commands| {
+            let protocol = P::new(route.primary().clone(), session.clone(), namespace.clone());
+            tokio::spawn(run(
+                route.clone(),
+                session.clone(),
+                commands,
+                protocol,
+                lane,
+            ))
+        };
         match self.streams {
             UpstreamStreams::Aggregated => {
-                let ctx = route.primary().clone();
-                let protocol = P::new(ctx, session.clone(), namespace);
-                tokio::spawn(run(route, session, commands, protocol, None))
+                let served = move |kind| primary.served.serves(kind);
+                tokio::spawn(lanes::aggregated(commands, served, spawn))
             }
-            UpstreamStreams::PerType => {
-                tokio::spawn(per_type::<P>(route, session, commands, namespace))
-            }
+            UpstreamStreams::PerType => tokio::spawn(lanes::per_type(commands, spawn)),
         }
     }
 
@@ -262,69 +277,44 @@ impl StreamError {
     }
 }
 
-/// The gRPC method a stream is opened on: the aggregated one, or the
-/// `lane` type's own.
-fn method_path<P: Protocol>(lane: Option<ResourceType>) -> Result<String, StreamError> {
-    match lane {
-        None => Ok(P::AGGREGATED_PATH.to_owned()),
-        Some(kind) => kind
+/// The gRPC method a stream is opened on: the aggregated one (for a
+/// probe too: a control plane may serve ADS alone, as Istio does), or the
+/// type's own.
+fn method_path<P: Protocol>(carrier: Carrier) -> Result<String, StreamError> {
+    match carrier {
+        Carrier::Aggregated | Carrier::Probe(_) => Ok(P::AGGREGATED_PATH.to_owned()),
+        Carrier::Own(kind) => kind
             .stream_path(P::DELTA)
             .ok_or(StreamError::NoStream(kind, P::MODE)),
     }
 }
 
-/// Per-type streams: one lane (a stream of its own, with its own protocol
-/// state, driven by [`run`]) per type the session subscribes to, opened
-/// when the first command for the type arrives; the session's commands
-/// are handed to the lane of their type. Ends, with every lane, when the
-/// session closes.
-async fn per_type<P: Protocol>(
-    route: Arc<Route>,
-    session: Arc<Session>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    namespace: Namespace,
-) {
-    let mut lanes: BTreeMap<ResourceType, (mpsc::UnboundedSender<Command>, JoinHandle<()>)> =
-        BTreeMap::new();
-    while let Some(command) = commands.recv().await {
-        let kind = command.kind();
-        let (lane, _) = lanes.entry(kind).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let ctx = route.primary().clone();
-            let protocol = P::new(ctx, session.clone(), namespace.clone());
-            let task = tokio::spawn(run(
-                route.clone(),
-                session.clone(),
-                rx,
-                protocol,
-                Some(kind),
-            ));
-            (tx, task)
-        });
-        // A lane ends only when its sender is dropped (below).
-        let _ = lane.send(command);
-    }
-    for (_, (lane, task)) in lanes {
-        drop(lane);
-        let _ = task.await;
-    }
+/// How a stream's task ended without an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Done {
+    /// The session closed (its command channel is gone).
+    Closed,
+    /// A probe's type was answered: the shared stream takes it.
+    Proven,
 }
 
-/// Feeds `session` through `protocol` until the session closes: on the
-/// aggregated stream, or (`lane`) on the stream of that one type; on the
-/// route's primary, moving to its failover while the primary is down
-/// (see [`Lane`]).
+/// Feeds `session` through `protocol` until the session closes (or, for a
+/// probe, until its type is answered): on the stream `of` carries (see
+/// `lanes.rs`); on the route's primary, moving to its failover while the
+/// primary is down (see [`Lane`]).
 async fn run<P: Protocol>(
     route: Arc<Route>,
     session: Arc<Session>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut protocol: P,
-    lane: Option<ResourceType>,
+    of: LaneOf,
 ) {
+    let lane = of.carrier.lane();
     let span = tracing::info_span!(
         "upstream",
         mode = P::MODE,
         lane = lane.map(ResourceType::short_name),
+        probe = of.is_probe(),
         node = %Escaped(&session.node.id),
         cluster = %Escaped(&session.node.cluster)
     );
@@ -333,11 +323,11 @@ async fn run<P: Protocol>(
         let mut backoff = Backoff::default();
         loop {
             let ctx = route.ctx(at.index).clone();
-            let mut answered = false;
+            let mut heard = Heard::default();
             let opened = Instant::now();
             let silence = route.failover_from(at.index).map(|(_, after)| after);
             let ended = tokio::select! {
-                result = one_stream(&ctx, &session, &mut commands, &mut protocol, lane, &mut answered, silence) => result,
+                result = one_stream(&ctx, &session, &mut commands, &mut protocol, &of, &mut heard, silence) => result,
                 () = route.primary_back(at.index, at.failed_returns) => {
                     at.move_to(&route, &session, 0, format!("{FAILBACK_REASON}: the primary answers health checks again"));
                     protocol.switch_upstream();
@@ -345,17 +335,36 @@ async fn run<P: Protocol>(
                     continue;
                 }
             };
-            let Err(err) = ended else { return };
+            let err = match ended {
+                Ok(Done::Closed) => return,
+                Ok(Done::Proven) => {
+                    info!("the upstream answered the probed type: the session's shared stream takes it");
+                    session.unplace(lane);
+                    of.proven();
+                    return;
+                }
+                Err(err) => err,
+            };
+            let answered = heard.answered;
             session.upstream.phase(Phase::Connecting);
-            if let Some(kind) = set_aside(&session, lane, &err, answered) {
+            let served_before = answered || ctx.served.any();
+            if let Some(kind) = set_aside(&session, of.carrier, &err, served_before) {
                 info!(%kind, error = %Escaped(&err), "the upstream refused the type: set aside; the session's other types go on");
-                if lane.is_some() {
-                    // Its own stream: nothing else rides on it. Wait for a
-                    // client to ask again once its time is up.
-                    match commands.recv().await {
-                        Some(_) => continue,
-                        None => return,
-                    }
+                // Its own stream: nothing else rides on it. Wait for a
+                // client to ask again once its time is up.
+                match commands.recv().await {
+                    Some(_) => continue,
+                    None => return,
+                }
+            }
+            if of.carrier == Carrier::Aggregated && answered && refusal(&err).is_some() {
+                // The upstream ended the shared stream itself after
+                // answering: what it still waited on is asked apart.
+                let awaiting: Vec<ResourceType> = heard.awaiting.into_iter().collect();
+                if !awaiting.is_empty() {
+                    let kinds: Vec<&str> = awaiting.iter().map(|k| k.short_name()).collect();
+                    info!(types = ?kinds, error = %Escaped(&err), "the upstream ended the shared stream: the types it had not answered are probed apart");
+                    of.demote(awaiting);
                 }
             }
             session.stream_failed(lane, err.to_string());
@@ -409,61 +418,72 @@ async fn run<P: Protocol>(
     .await
 }
 
-/// The type to set aside after the stream `lane` ended with `err`, if the
-/// upstream refused a type rather than failed: on a type's own stream, an
-/// UNIMPLEMENTED method, or an application error before the type was ever
-/// answered; on the aggregated stream, an application error (not a
-/// transport one) while some subscription was never answered, the newest
-/// of them being the suspect (`unserved.rs`), once the upstream has served
-/// the session something (this stream `answered`, or a state held): a
-/// stream refused before anything may be refused as a whole. java-control-
-/// plane ends the stream with UNKNOWN, Istio with UNAUTHENTICATED ("the api
-/// generator requires an authenticated control-plane identity").
-fn set_aside(
-    session: &Session,
-    lane: Option<ResourceType>,
-    err: &StreamError,
-    answered: bool,
-) -> Option<ResourceType> {
+/// How the upstream refused what a stream asked, if `err` is its own
+/// application error (not a transport failure, not a close or a silence):
+/// UNIMPLEMENTED, or a status java-control-plane (UNKNOWN) or Istio
+/// (UNAUTHENTICATED: "the api generator requires an authenticated
+/// control-plane identity") ends a stream with when asked for a type it
+/// will not serve.
+fn refusal(err: &StreamError) -> Option<(Refused, tonic::Code)> {
     use tonic::Code;
-    let now = Instant::now();
-    let (refused, code) = match err {
-        StreamError::NoStream(..) => (Refused::Unimplemented(err.to_string()), Code::Unimplemented),
+    match err {
+        StreamError::NoStream(..) => {
+            Some((Refused::Unimplemented(err.to_string()), Code::Unimplemented))
+        }
         // A status the client made of a transport failure ("transport
         // error", often UNKNOWN) carries its cause: only what the upstream
         // itself said can refuse a type.
-        StreamError::Status(status) if std::error::Error::source(status).is_some() => return None,
+        StreamError::Status(status) if std::error::Error::source(status).is_some() => None,
         StreamError::Status(status) => {
             let text = format!("{:?}: {}", status.code(), status.message());
             match status.code() {
-                Code::Unimplemented => (Refused::Unimplemented(text), status.code()),
+                Code::Unimplemented => Some((Refused::Unimplemented(text), status.code())),
                 Code::Unknown
                 | Code::Internal
                 | Code::InvalidArgument
                 | Code::FailedPrecondition
                 | Code::NotFound
                 | Code::Unauthenticated
-                | Code::PermissionDenied => (Refused::EndedTheStream(text), status.code()),
-                _ => return None,
+                | Code::PermissionDenied => Some((Refused::EndedTheStream(text), status.code())),
+                _ => None,
             }
         }
-        StreamError::Closed | StreamError::Silent(_) => return None,
-    };
-    let served_before = answered || session.has_state();
-    let kind = match lane {
-        Some(kind) if code == Code::Unimplemented => kind,
-        // Its own stream: refused before the type was ever answered, while
-        // the upstream served the session something.
-        Some(kind) if session.state(kind).is_none() && served_before => kind,
-        Some(_) => return None,
-        // An UNIMPLEMENTED aggregated method is no type's doing: every type
-        // rides on it (auto mode probes for another).
-        None if served_before && code != Code::Unimplemented => {
-            session.unserved.suspect(session.unanswered(), now)?
+        StreamError::Closed | StreamError::Silent(_) => None,
+    }
+}
+
+/// The type to set aside after a stream carrying `carrier` ended with
+/// `err`, if that is evidence the upstream refused the type: the stream
+/// carried that type alone, and the upstream refused it ([`refusal`])
+/// before ever answering it, while it had served something else (this
+/// stream answered, the upstream answered some type on any stream, or the
+/// session holds a state: `served_before`); a stream refused before
+/// anything may be refused as a whole. On a type's own service an
+/// UNIMPLEMENTED method is the type's; on a probe (the aggregated method)
+/// it is every type's (auto mode looks for another). The shared aggregated
+/// stream sets nothing aside: the upstream does not say which of its types
+/// it ended it for.
+fn set_aside(
+    session: &Session,
+    carrier: Carrier,
+    err: &StreamError,
+    served_before: bool,
+) -> Option<ResourceType> {
+    use tonic::Code;
+    let (refused, code) = refusal(err)?;
+    let served_before = served_before || session.has_state();
+    let kind = match carrier {
+        Carrier::Aggregated => return None,
+        Carrier::Own(kind) if code == Code::Unimplemented => kind,
+        Carrier::Probe(_) if code == Code::Unimplemented => return None,
+        Carrier::Own(kind) | Carrier::Probe(kind)
+            if session.state(kind).is_none() && served_before =>
+        {
+            kind
         }
-        None => return None,
+        Carrier::Own(_) | Carrier::Probe(_) => return None,
     };
-    session.unserved.set_aside(kind, refused, now);
+    session.unserved.set_aside(kind, refused, Instant::now());
     Some(kind)
 }
 
@@ -551,17 +571,37 @@ impl Lane {
     }
 }
 
-/// Ok when the session closed (its command channel is gone); Err when the
-/// stream broke. Sets `answered` once a response arrived.
+/// What one stream heard: whether anything arrived on it, and which types
+/// it asked for and has not answered since.
+#[derive(Debug, Default)]
+struct Heard {
+    answered: bool,
+    awaiting: BTreeSet<ResourceType>,
+}
+
+impl Heard {
+    /// `request` (if any) asks for `kind`: it awaits an answer.
+    fn asks<R>(&mut self, kind: ResourceType, request: Option<R>) -> Option<R> {
+        if request.is_some() {
+            self.awaiting.insert(kind);
+        }
+        request
+    }
+}
+
+/// Ok when the session closed (its command channel is gone), or a probe's
+/// type was answered; Err when the stream broke. Records in `heard` what
+/// arrived.
 async fn one_stream<P: Protocol>(
     ctx: &Arc<UpstreamContext>,
     session: &Session,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     protocol: &mut P,
-    lane: Option<ResourceType>,
-    answered: &mut bool,
+    of: &LaneOf,
+    heard: &mut Heard,
     silence: Option<std::time::Duration>,
-) -> Result<(), StreamError> {
+) -> Result<Done, StreamError> {
+    let lane = of.carrier.lane();
     // With a failover to go to, an upstream that does not answer within
     // its failover-after and fails a health check then (a listener that
     // accepts and never speaks) is down. One that answers health checks
@@ -577,11 +617,11 @@ async fn one_stream<P: Protocol>(
     ctx.reflection_settled().await;
     protocol.reset_stream();
     for kind in ResourceType::all() {
-        if lane.is_none_or(|only| only == kind) {
-            send(&tx, protocol.subscribe(kind)).await;
+        if of.carries(kind) {
+            send(&tx, heard.asks(kind, protocol.subscribe(kind))).await;
         }
     }
-    let path = method_path::<P>(lane)?;
+    let path = method_path::<P>(of.carrier)?;
     let call = ctx.streaming::<P::Request, P::Response>(&path, ReceiverStream::new(rx));
     tokio::pin!(call);
     let mut pending = PendingSubscriptions::default();
@@ -592,11 +632,11 @@ async fn one_stream<P: Protocol>(
             command = commands.recv() => {
                 let nack = |kind, presented, message| protocol.nack(kind, presented, message);
                 if !pending.command(command, &tx, nack).await {
-                    return Ok(());
+                    return Ok(Done::Closed);
                 }
             }
             () = sleep_until(pending.deadline) => {
-                pending.flush(&tx, |kind| protocol.subscribe(kind)).await
+                pending.flush(&tx, |kind| heard.asks(kind, protocol.subscribe(kind))).await
             }
             () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
             () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
@@ -624,7 +664,7 @@ async fn one_stream<P: Protocol>(
         tokio::select! {
             message = inbound.message() => match message? {
                 Some(response) => {
-                    *answered = true;
+                    heard.answered = true;
                     ctx.mark_answered();
                     session.mark_fresh(lane);
                     let type_url = P::type_url(&response);
@@ -641,18 +681,25 @@ async fn one_stream<P: Protocol>(
                         send(&tx, Some(P::refuse_unasked(&response, message))).await;
                         continue;
                     }
+                    if of.carries(kind) {
+                        ctx.served.saw(kind);
+                    }
+                    heard.awaiting.remove(&kind);
                     send(&tx, protocol.response(kind, response).await).await;
+                    if of.is_probe() {
+                        return Ok(Done::Proven);
+                    }
                 }
                 None => return Err(StreamError::Closed),
             },
             command = commands.recv() => {
                 let nack = |kind, presented, message| protocol.nack(kind, presented, message);
                 if !pending.command(command, &tx, nack).await {
-                    return Ok(());
+                    return Ok(Done::Closed);
                 }
             }
             () = sleep_until(pending.deadline) => {
-                pending.flush(&tx, |kind| protocol.subscribe(kind)).await
+                pending.flush(&tx, |kind| heard.asks(kind, protocol.subscribe(kind))).await
             }
             () = sleep_until(timer) => {
                 let now = Instant::now();
@@ -660,7 +707,7 @@ async fn one_stream<P: Protocol>(
                 protocol.expire(now);
             }
             Ok(()) = grown.changed() => protocol.refresh(),
-            () = silent_and_down(ctx, deadline.filter(|_| !*answered)) => return Err(silent()),
+            () = silent_and_down(ctx, deadline.filter(|_| !heard.answered)) => return Err(silent()),
         }
     }
 }
@@ -750,34 +797,54 @@ mod tests {
     }
 
     #[test]
-    fn only_what_the_upstream_said_sets_a_type_aside() {
+    fn only_what_the_upstream_said_of_a_stream_carrying_one_type_sets_it_aside() {
         let transport =
             tonic::Status::from_error(Box::new(std::io::Error::other("connection reset")));
         assert!(std::error::Error::source(&transport).is_some());
+        let (rtds, probe) = (ResourceType::Runtime, Carrier::Probe(ResourceType::Runtime));
+        let unknown = || tonic::Status::unknown("Application error processing RPC");
         let cases = [
+            (unknown(), probe, Some(rtds)),
+            (unknown(), Carrier::Own(rtds), Some(rtds)),
+            // The shared stream: the upstream does not say for which type.
+            (unknown(), Carrier::Aggregated, None),
             (
-                tonic::Status::unknown("Application error processing RPC"),
-                None,
-                Some(ResourceType::Runtime),
+                tonic::Status::unauthenticated(
+                    "the api generator requires an authenticated control-plane identity",
+                ),
+                probe,
+                Some(rtds),
             ),
-            (transport, None, None),
-            (tonic::Status::unavailable("restarting"), None, None),
-            (tonic::Status::unimplemented("no delta"), None, None),
+            (transport, probe, None),
+            (tonic::Status::unavailable("restarting"), probe, None),
+            // The aggregated method's, every type's.
+            (tonic::Status::unimplemented("no delta"), probe, None),
+            (
+                tonic::Status::unimplemented("no delta"),
+                Carrier::Aggregated,
+                None,
+            ),
             (
                 tonic::Status::unimplemented("no RTDS"),
-                Some(ResourceType::Runtime),
-                Some(ResourceType::Runtime),
+                Carrier::Own(rtds),
+                Some(rtds),
             ),
         ];
-        for (status, lane, expected) in cases {
+        for (status, carrier, expected) in cases {
             let session = served_session();
-            let what = format!("{:?} on {lane:?}", status.code());
+            let what = format!("{:?} on {carrier:?}", status.code());
             let err = StreamError::Status(status);
-            assert_eq!(set_aside(&session, lane, &err, true), expected, "{what}");
+            assert_eq!(set_aside(&session, carrier, &err, true), expected, "{what}");
         }
-        // A stream refused before anything was served sets nothing aside.
+        // A type answered before is not refused now: its stream retries.
+        let session = served_session();
+        let err = StreamError::Status(unknown());
+        let cds = Carrier::Probe(ResourceType::Clusters);
+        assert_eq!(set_aside(&session, cds, &err, true), None);
+        // A stream refused before anything was served sets nothing aside;
+        // once the upstream served any type, the probe's end is evidence.
         let (fresh, _commands) = Session::new(SessionNode::default());
-        let err = StreamError::Status(tonic::Status::unknown("x"));
-        assert_eq!(set_aside(&fresh, None, &err, false), None);
+        assert_eq!(set_aside(&fresh, probe, &err, false), None);
+        assert_eq!(set_aside(&fresh, probe, &err, true), Some(rtds));
     }
 }
