@@ -177,6 +177,32 @@ async fn an_extra_type_is_served_like_envoys_own() {
         let (status, _, _) = get(gw.rest_port, &format!("{path}&version={version}")).await;
         assert_eq!(status, 304, "{mode:?}");
 
+        // Its first subscription was probed on a stream of its own; once
+        // answered there, the type moves to the node's stream, which the
+        // upstream answers again at the same version (ending a long poll
+        // held then with a 304). The long poll is held once the gateway
+        // ACKed the type on a second stream.
+        let moved = process::eventually(
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async {
+                let requests = upstream.requests();
+                let of_thing = requests.iter().filter(|r| r.type_url == THING);
+                let asked: std::collections::BTreeSet<usize> = of_thing.map(|r| r.stream).collect();
+                let last = *asked.last()?;
+                let acked = requests.iter().any(|r| {
+                    let ack = r.stream == last && r.type_url == THING && !r.nonce.is_empty();
+                    ack && r.error_detail.is_none()
+                });
+                (asked.len() >= 2 && acked).then_some(())
+            },
+        )
+        .await;
+        assert!(
+            moved.is_some(),
+            "{mode:?}: the type never moved to the node's stream"
+        );
+
         // A long poll in Kuma's spelling, woken by a change.
         let held = tokio::spawn({
             let port = gw.rest_port;

@@ -278,23 +278,26 @@ async fn a_type_refused_after_it_was_served_leaves_the_shared_stream() {
     gw.stop().await;
 }
 
-/// Issue 54, findings 1 and 4 together, for a bounded while: another
-/// client of the fleet's node polls a refused type every 1.5 s (each a
+/// Issue 54, findings 1 and 4 together, for a bounded while (about 6 s):
+/// another client of the fleet's node polls a refused type every 1.5 s (each a
 /// type it did not ask before, so each reaches the upstream, as each type
 /// does again when its set-aside runs out) while the fleet polls clusters
 /// and endpoints every 100 ms. Every fleet poll is a `200` not marked
 /// stale, a change reaches the fleet within 2 s, and the fleet's stream is
 /// never reset. Left out: the minute-long repetition of one type as its
-/// set-aside runs out (30 s, doubling), failover (another test), and delta
-/// streams (the scripted server ends SotW streams only).
+/// set-aside runs out (30 s, doubling), failover (another test), delta
+/// streams (the scripted server ends SotW streams only), and a refused
+/// type of the four presumed served (the finding-8 test above covers how
+/// that one is taken off the shared stream).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_stays_fresh_while_another_client_polls_refused_types() {
-    const REFUSED: [ResourceType; 5] = [
+    // Types an ADS server may lack (listeners, routes, clusters and
+    // endpoints are presumed served: see `docs/production.md`).
+    const REFUSED: [ResourceType; 4] = [
         ResourceType::Runtime,
         ResourceType::ScopedRoutes,
+        ResourceType::Secrets,
         ResourceType::ExtensionConfigs,
-        ResourceType::Listeners,
-        ResourceType::Routes,
     ];
     let upstream = FakeAds::start().await;
     for kind in REFUSED {
@@ -302,7 +305,12 @@ async fn a_fleet_stays_fresh_while_another_client_polls_refused_types() {
     }
     upstream.set(CDS, "c1", vec![fake_ads::named_cluster("a")]);
     upstream.set(EDS, "e1", vec![assignment("a", 1)]);
-    let gw = gateway(&upstream).await;
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        allow_secrets: true,
+        ..Config::default()
+    })
+    .await;
     fleet_served(&gw, &upstream).await;
     let opened = upstream.streams_opened();
 
@@ -341,7 +349,7 @@ async fn a_fleet_stays_fresh_while_another_client_polls_refused_types() {
                 );
             }
         }
-        if polls == 60 {
+        if polls == 40 {
             upstream.set(
                 CDS,
                 "c2",

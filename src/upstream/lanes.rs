@@ -5,9 +5,9 @@
 //! nothing of that driver.
 //!
 //! With one aggregated (ADS) stream per session, the stream every type of
-//! the node shares carries only types its upstream has been seen to serve
-//! ([`ServedTypes`](super::connection::ServedTypes), learnt from any
-//! session). A control plane may end a whole ADS stream asked for a type it
+//! the node shares carries only types its upstream serves
+//! ([`ServedTypes`](super::connection::ServedTypes): the four an Envoy
+//! needs, presumed; any other once answered on any session's stream). A control plane may end a whole ADS stream asked for a type it
 //! lacks (java-control-plane) or will not give the gateway (Istio,
 //! UNAUTHENTICATED), and does not say which type it was; guessing it blamed
 //! the wrong type and reset every client's stream. So:

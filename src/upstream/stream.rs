@@ -589,6 +589,22 @@ impl Heard {
     }
 }
 
+/// The request subscribing `kind` on a stream carrying `of`'s types (it
+/// then awaits an answer), if there is one to send: none for a type the
+/// stream does not carry (a command for it may have been queued before the
+/// type moved to a probe).
+fn subscribe<P: Protocol>(
+    of: &LaneOf,
+    protocol: &mut P,
+    heard: &mut Heard,
+    kind: ResourceType,
+) -> Option<P::Request> {
+    if !of.carries(kind) {
+        return None;
+    }
+    heard.asks(kind, protocol.subscribe(kind))
+}
+
 /// Ok when the session closed (its command channel is gone), or a probe's
 /// type was answered; Err when the stream broke. Records in `heard` what
 /// arrived.
@@ -617,9 +633,7 @@ async fn one_stream<P: Protocol>(
     ctx.reflection_settled().await;
     protocol.reset_stream();
     for kind in ResourceType::all() {
-        if of.carries(kind) {
-            send(&tx, heard.asks(kind, protocol.subscribe(kind))).await;
-        }
+        send(&tx, subscribe(of, protocol, heard, kind)).await;
     }
     let path = method_path::<P>(of.carrier)?;
     let call = ctx.streaming::<P::Request, P::Response>(&path, ReceiverStream::new(rx));
@@ -636,7 +650,7 @@ async fn one_stream<P: Protocol>(
                 }
             }
             () = sleep_until(pending.deadline) => {
-                pending.flush(&tx, |kind| heard.asks(kind, protocol.subscribe(kind))).await
+                pending.flush(&tx, |kind| subscribe(of, protocol, heard, kind)).await
             }
             () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
             () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
@@ -699,7 +713,7 @@ async fn one_stream<P: Protocol>(
                 }
             }
             () = sleep_until(pending.deadline) => {
-                pending.flush(&tx, |kind| heard.asks(kind, protocol.subscribe(kind))).await
+                pending.flush(&tx, |kind| subscribe(of, protocol, heard, kind)).await
             }
             () = sleep_until(timer) => {
                 let now = Instant::now();
