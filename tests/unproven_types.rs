@@ -1,7 +1,7 @@
-//! A subscription the upstream never answered does not share a node's
-//! aggregated stream until the upstream has shown it serves the type: it is
-//! probed on an ADS stream of its own, and only the probe's end is evidence
-//! against it. Against the in-process scripted control plane
+//! A subscription of a type the upstream never answered (other than the
+//! four every ADS server serves) does not share a node's aggregated stream
+//! until the upstream has shown it serves the type: it is probed on an ADS
+//! stream of its own, and only the probe's end is evidence against it. Against the in-process scripted control plane
 //! (`support/fake_ads.rs`) made to end every stream that asks for a type,
 //! as java-control-plane ends an ADS stream asked for a type it lacks and
 //! Istio one asked for a type the gateway's identity may not read:
