@@ -18,7 +18,7 @@
 //! test counts them and requires some 200s of every kind.
 //!
 //! Ignored in the test command: the budget does not hold the process yet.
-//! With a 256 MiB budget the peak was 1,132 MiB with every kind at once,
+//! With a 256 MiB budget the peak passed 1,132 MiB with every kind at once,
 //! and 434 MiB without the 400 small clients (the sessions' nodes were cut
 //! at their share: 55 of 120 answered, 65 refused). What is not counted:
 //! the upstream messages each session's stream reads whole (N sessions ×
