@@ -77,8 +77,15 @@ const CHANGED_BODY: &str = "changed upstream";
 const ADS_SOURCE: &str = r#"{"ads": {}, "resource_api_version": "V3"}"#;
 const SUSPECTED: &str = "xds_gateway_suspected_rejections_total";
 
+/// JSON → the `Any` the control plane sends.
 fn any(codec: &Codec, json: &str) -> Any {
-    envoy::any_of(codec, json)
+    let parsed = codec
+        .parse_any(json.as_bytes())
+        .unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{json}"));
+    Any {
+        type_url: parsed.type_url,
+        value: parsed.value,
+    }
 }
 
 fn cluster(codec: &Codec, name: &str) -> Any {

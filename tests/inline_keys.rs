@@ -24,7 +24,7 @@ use inproc::InProcess;
 use prost::Message as _;
 use serde_json::Value;
 use xds_gateway::config::{Config, ExtraTypeSpec};
-use xds_gateway::xds::{Codec, ResourceType};
+use xds_gateway::xds::ResourceType;
 
 const CDS: &str = ResourceType::Clusters.type_url();
 const LDS: &str = ResourceType::Listeners.type_url();
@@ -77,13 +77,7 @@ fn b64(text: &str) -> String {
 }
 
 fn parse(json: &str) -> Any {
-    let any = Codec::embedded()
-        .parse_any(json.as_bytes())
-        .expect("fixture");
-    Any {
-        type_url: any.type_url,
-        value: any.value,
-    }
+    fake_ads::json_any(json)
 }
 
 /// A cluster whose TLS context holds a key inline as a string, another as

@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use axum::Router;
 use envoy_types::pb::google::protobuf::Any;
-use xds_gateway::xds::Codec;
 
 use envoy::{Envoy, CLA_TYPE, CLUSTER_TYPE, CONVERGE_TIMEOUT, LISTENER_TYPE, ROUTE_TYPE};
 use fake_ads::FakeAds;
@@ -51,38 +50,38 @@ const CDS_REFRESH: &str = "3s";
 /// Changes tried until one's routes were held back.
 const ROUNDS: usize = 3;
 
-fn any(codec: &Codec, json: &str) -> Any {
-    envoy::any_of(codec, json)
+fn any(json: &str) -> Any {
+    fake_ads::json_any(json)
 }
 
 /// `local_route`: every request to `cluster`.
-fn route_to(codec: &Codec, cluster: &str) -> Any {
+fn route_to(cluster: &str) -> Any {
     let json = format!(
         r#"{{"@type": "{ROUTE_TYPE}", "name": "{}",
           "virtual_hosts": [{{"name": "all", "domains": ["*"], "routes": [
             {{"match": {{"prefix": "/"}}, "route": {{"cluster": "{cluster}"}}}}]}}]}}"#,
         envoy::ROUTE_NAME
     );
-    any(codec, &json)
+    any(&json)
 }
 
 /// The clusters `backend0..=round` and their endpoints (backend `i` on
 /// `ports[i]`), and the route to the last one, published at once.
-fn publish(ads: &FakeAds, codec: &Codec, ports: &[u16], round: usize) {
+fn publish(ads: &FakeAds, ports: &[u16], round: usize) {
     let version = (round + 1).to_string();
     let names: Vec<String> = (0..=round).map(|i| format!("backend{i}")).collect();
     let clusters = names
         .iter()
-        .map(|n| any(codec, &envoy::cluster_json(n, ADS_SOURCE)))
+        .map(|n| any(&envoy::cluster_json(n, ADS_SOURCE)))
         .collect();
     let endpoints = names
         .iter()
         .zip(ports)
-        .map(|(n, port)| any(codec, &envoy::cla_json(n, *port)))
+        .map(|(n, port)| any(&envoy::cla_json(n, *port)))
         .collect();
     ads.set(CLUSTER_TYPE, &version, clusters);
     ads.set(CLA_TYPE, &version, endpoints);
-    ads.set(ROUTE_TYPE, &version, vec![route_to(codec, &names[round])]);
+    ads.set(ROUTE_TYPE, &version, vec![route_to(&names[round])]);
 }
 
 async fn withheld(gateway_admin: u16) -> f64 {
@@ -101,7 +100,6 @@ async fn a_rest_envoy_drops_no_request_while_a_route_moves_to_a_new_cluster() {
 }
 
 async fn run(envoy_bin: PathBuf, dir: PathBuf) {
-    let codec = Codec::embedded();
     let mut ports = Vec::new();
     for i in 0..=ROUNDS {
         let body = format!("backend{i}");
@@ -116,12 +114,14 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     ads.set(
         LISTENER_TYPE,
         "1",
-        vec![any(
-            &codec,
-            &envoy::listener_json("listener_0", "127.0.0.1", listener_port, ADS_SOURCE),
-        )],
+        vec![any(&envoy::listener_json(
+            "listener_0",
+            "127.0.0.1",
+            listener_port,
+            ADS_SOURCE,
+        ))],
     );
-    publish(&ads, &codec, &ports, 0);
+    publish(&ads, &ports, 0);
 
     let refresh = Duration::from_millis(100);
     let flags = ["--make-before-break", "30s"];
@@ -162,7 +162,7 @@ async fn run(envoy_bin: PathBuf, dir: PathBuf) {
     let mut held_in = None;
     for round in 1..=ROUNDS {
         let before = withheld(gateway.admin).await;
-        publish(&ads, &codec, &ports, round);
+        publish(&ads, &ports, round);
         let expected = format!("backend{round}");
         let moved = get_until(
             listener_port,

@@ -23,19 +23,13 @@ use inproc::InProcess;
 use process::http_get;
 use serde_json::Value;
 use xds_gateway::config::Config;
-use xds_gateway::xds::{Codec, ResourceType};
+use xds_gateway::xds::ResourceType;
 
 const CDS: &str = ResourceType::Clusters.type_url();
 const EDS: &str = ResourceType::Endpoints.type_url();
 
 fn any(json: &str) -> Any {
-    let any = Codec::embedded()
-        .parse_any(json.as_bytes())
-        .expect("fixture");
-    Any {
-        type_url: any.type_url,
-        value: any.value,
-    }
+    fake_ads::json_any(json)
 }
 
 fn assignment(name: &str, port: u32) -> Any {

@@ -28,7 +28,7 @@ use envoy_types::pb::google::protobuf::Any;
 use fake_ads::FakeAds;
 use inproc::InProcess;
 use xds_gateway::config::Config;
-use xds_gateway::xds::{Codec, ResourceType};
+use xds_gateway::xds::ResourceType;
 
 const CDS: &str = ResourceType::Clusters.type_url();
 const EDS: &str = ResourceType::Endpoints.type_url();
@@ -41,13 +41,7 @@ fn assignment(name: &str, port: u32) -> Any {
         r#"{{"@type":"{EDS}","cluster_name":"{name}","endpoints":[{{"lb_endpoints":[
         {{"endpoint":{{"address":{{"socket_address":{{"address":"127.0.0.1","port_value":{port}}}}}}}}}]}}]}}"#
     );
-    let any = Codec::embedded()
-        .parse_any(json.as_bytes())
-        .expect("fixture");
-    Any {
-        type_url: any.type_url,
-        value: any.value,
-    }
+    fake_ads::json_any(&json)
 }
 
 async fn gateway(upstream: &FakeAds) -> InProcess {
@@ -79,6 +73,12 @@ fn streams_asking(upstream: &FakeAds, type_url: &str) -> BTreeSet<usize> {
     let requests = upstream.requests().into_iter();
     let asking = requests.filter(|r| r.type_url == type_url);
     asking.map(|r| r.stream).collect()
+}
+
+/// The streams opened after stream `opened` that asked for `type_url`.
+fn streams_asking_after(upstream: &FakeAds, type_url: &str, opened: usize) -> Vec<usize> {
+    let asking = streams_asking(upstream, type_url).into_iter();
+    asking.filter(|s| *s > opened).collect()
 }
 
 /// The stream that carried the last request of `type_url`.
@@ -164,10 +164,7 @@ async fn a_refused_poll_does_not_reset_the_nodes_shared_stream() {
         "the fleet's clusters did not come fresh: {:?}",
         poll(gw.rest_port, "/v3/discovery:clusters?node=n").await
     );
-    let asked_again: Vec<usize> = streams_asking(&upstream, CDS)
-        .into_iter()
-        .filter(|s| *s > opened)
-        .collect();
+    let asked_again = streams_asking_after(&upstream, CDS, opened);
     assert!(
         asked_again.is_empty(),
         "the shared stream {shared} was reset: clusters asked again on {asked_again:?}"
@@ -363,10 +360,7 @@ async fn a_fleet_stays_fresh_while_another_client_polls_refused_types() {
     for (kind, status, body) in attacker.await.expect("attacker") {
         assert_eq!(status, 502, "{kind}: {body}");
     }
-    let asked_again: Vec<usize> = streams_asking(&upstream, CDS)
-        .into_iter()
-        .filter(|s| *s > opened)
-        .collect();
+    let asked_again = streams_asking_after(&upstream, CDS, opened);
     assert!(
         asked_again.is_empty(),
         "the fleet's stream was reset: {asked_again:?}"

@@ -19,20 +19,14 @@ use std::time::Duration;
 use envoy_types::pb::google::protobuf::Any;
 use inproc::InProcess;
 use xds_gateway::config::Config;
-use xds_gateway::xds::{Codec, ResourceType};
+use xds_gateway::xds::ResourceType;
 
 const CDS: &str = ResourceType::Clusters.type_url();
 const STALE: &str = "x-xds-gateway-stale-since";
 
 fn cluster(name: &str) -> Any {
     let json = format!(r#"{{"@type":"{CDS}","name":"{name}","connect_timeout":"1s"}}"#);
-    let any = Codec::embedded()
-        .parse_any(json.as_bytes())
-        .expect("fixture");
-    Any {
-        type_url: any.type_url,
-        value: any.value,
-    }
+    fake_ads::json_any(&json)
 }
 
 /// Status and whether the answer is marked stale.

@@ -32,8 +32,7 @@
 //!   xDS server);
 //! - the xDS type URLs and the snake_case JSON fixtures [`cluster_json`],
 //!   [`cla_json`], [`listener_json`] and [`route_json`], with the
-//!   subscriptions Envoy makes for them ([`FIXTURE_SUBSCRIPTIONS`]), and
-//!   [`any_of`], a fixture as the `Any` a control plane sends.
+//!   subscriptions Envoy makes for them ([`FIXTURE_SUBSCRIPTIONS`]).
 //!
 //! Everything binds and connects to 127.0.0.1 only; every wait is bounded.
 
@@ -502,21 +501,6 @@ pub const FIXTURE_SUBSCRIPTIONS: [(&str, &str); 4] = [
     ("lds", "listener_manager.lds"),
     ("rds", RDS_STATS),
 ];
-
-/// A JSON fixture (its `@type` naming the message) as the `Any` a control
-/// plane sends.
-pub fn any_of(
-    codec: &xds_gateway::xds::Codec,
-    json: &str,
-) -> envoy_types::pb::google::protobuf::Any {
-    let parsed = codec
-        .parse_any(json.as_bytes())
-        .unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{json}"));
-    envoy_types::pb::google::protobuf::Any {
-        type_url: parsed.type_url,
-        value: parsed.value,
-    }
-}
 
 /// A Cluster `name` of type EDS, its endpoints from `eds_source` (a JSON
 /// ConfigSource).

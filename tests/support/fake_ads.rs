@@ -507,6 +507,18 @@ impl Drop for FakeAds {
 
 /// Field 1 of an xDS resource: `name` (Listener, Cluster, RouteConfiguration,
 /// Secret, ...) or `cluster_name` (ClusterLoadAssignment).
+/// A JSON fixture (its `@type` naming the message) as the `Any` a control
+/// plane sends.
+pub fn json_any(json: &str) -> Any {
+    let parsed = xds_gateway::xds::Codec::embedded()
+        .parse_any(json.as_bytes())
+        .unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{json}"));
+    Any {
+        type_url: parsed.type_url,
+        value: parsed.value,
+    }
+}
+
 /// A `Cluster` named `name` and nothing else, as an `Any`.
 pub fn named_cluster(name: &str) -> Any {
     let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
