@@ -14,8 +14,10 @@
 //! - [`config`]: typed configuration from flags, environment and file.
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing, rewrites.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
-//!   bodies, parsed requests, rejection bookkeeping, the history `?changes` diffs against,
-//!   the config history of `/debug/history`. No I/O.
+//!   bodies, parsed requests, the client key. No I/O.
+//! - `observe`: what was served to whom and what changed: the client book (standing and
+//!   rejections per client), the answers `?changes` diffs against, the config history of
+//!   `/debug/history` and its file. Names nothing but `cache`, `xds`, `config` and leaves.
 //! - `store`: what a poll reads, behind one serving trait (`Source`, introspection apart in
 //!   `Inspect`): the sessions, one per node identity, and what each holds; the federation of
 //!   several upstreams. It names no producer.
