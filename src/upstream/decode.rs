@@ -155,9 +155,7 @@ pub(super) fn decode_entry(
     };
     let do_not_cache = wrapper.cache_control.is_some_and(|c| c.do_not_cache);
     let resource = if do_not_cache {
-        // Rendered for this session alone: no memo shared with others.
-        let payload = payload_of(kind, Payload::of(&inner))?;
-        intake.resource_unshared(kind, payload)?
+        decode_one_unshared(intake, kind, Payload::of(&inner))?
     } else {
         decode_plain(intake, kind, Payload::of(&inner))?
     };
