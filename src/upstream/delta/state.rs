@@ -86,9 +86,12 @@ impl Tracked {
         self.edit(kind, edit);
     }
 
-    /// Holds what `edit` (an edit of what is held) makes of it.
+    /// Holds what `edit` (an edit of what is held) makes of it; a name no
+    /// longer held is no longer marked `do_not_cache`.
     pub(super) fn edit(&mut self, kind: ResourceType, edit: Edit) {
         self.held = self.sets.after(kind, &self.held, edit);
+        let held = &self.held;
+        self.uncacheable.retain(|name| held.contains_key(name));
     }
 
     /// The versions to present on a new stream.
@@ -186,8 +189,6 @@ impl Tracked {
             answered(self, wire, &name, &[]);
         }
         self.edit(kind, edit);
-        let held = &self.held;
-        self.uncacheable.retain(|name| held.contains_key(name));
         if self.uncacheable != uncacheable_before {
             self.published = None;
         }
@@ -232,15 +233,9 @@ impl Tracked {
             rendered(self.held.resources().clone()),
             self.coverage(),
         );
-        let uncacheable: BTreeSet<String> = self
-            .uncacheable
-            .iter()
-            .filter(|name| self.held.contains_key(*name))
-            .cloned()
-            .collect();
-        let state = match uncacheable.is_empty() {
+        let state = match self.uncacheable.is_empty() {
             true => state,
-            false => state.with_uncacheable(Arc::new(uncacheable)),
+            false => state.with_uncacheable(Arc::new(self.uncacheable.clone())),
         };
         if self.errors.is_empty() {
             return state;
