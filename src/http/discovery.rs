@@ -6,8 +6,9 @@
 //!
 //! Order of checks: query parameters, secrets gate, who is asking (401),
 //! content type, body (time, size, JSON), type_url vs path, locators asking
-//! for variants (501: not served), names and node size, whether the caller may fetch this node (403); a `?watch` is handed
-//! to `watch` from here (the same checks, then a stream); else wait and
+//! for variants (501: not served), names and node size, whether the caller
+//! may fetch this node (403); a `?watch` is handed to `watch` from here
+//! (the same checks, then a stream); else wait and
 //! presentation; then the source is polled (it waits, bounded, for the
 //! upstream's first state) and answers 200 with the assembled body or 304,
 //! holding a 304 as a long poll when the client asked to wait
@@ -32,7 +33,7 @@ use super::body::{check_json, read_body_chunks};
 use super::caching::{CacheHeaders, Cacheability};
 use super::error::ApiError;
 use super::long_poll;
-use super::make_before_break::{self, Held};
+use super::make_before_break;
 use super::present::{mark_opaque, mark_stale, version_from_if_none_match, Presentation};
 use super::query::switch;
 use super::wait::requested_wait;
@@ -269,14 +270,15 @@ fn answer_now(
     polled: &mut Polled,
 ) -> Result<(Answer, bool), ApiError> {
     let answer = answered.answer(gateway, polled)?;
-    let held = Held {
-        kind: answered.kind,
-        request: answered.request,
-        remote: answered.remote,
-    };
     let rule = &gateway.make_before_break;
     Ok(
-        match rule.instead(&gateway.clients, &gateway.metrics, &held, polled, &answer) {
+        match rule.instead(
+            &gateway.clients,
+            &gateway.metrics,
+            answered,
+            polled,
+            &answer,
+        ) {
             Some(not_modified) => (not_modified, true),
             None => (answer, false),
         },

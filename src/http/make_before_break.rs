@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 use moka::sync::Cache;
 use tracing::{debug, warn};
 
-use crate::cache::{Answer, ClientAddr, ParsedRequest, SubscriptionKey, TypeState};
+use super::asked::Answered;
+use crate::cache::{Answer, ParsedRequest, SubscriptionKey, TypeState};
 use crate::log_escape::Escaped;
 use crate::metrics::Metrics;
 use crate::observe::ClientBook;
@@ -67,13 +68,6 @@ pub(super) struct MakeBeforeBreak {
     withheld: Cache<WithheldKey, Instant>,
 }
 
-/// One poll, as the rule reads it.
-pub(super) struct Held<'a> {
-    pub(super) kind: ResourceType,
-    pub(super) request: &'a ParsedRequest,
-    pub(super) remote: ClientAddr,
-}
-
 impl MakeBeforeBreak {
     /// The rule, holding versions back for at most `limit` (zero: off).
     pub(super) fn new(limit: Duration) -> MakeBeforeBreak {
@@ -98,7 +92,7 @@ impl MakeBeforeBreak {
         &self,
         book: &ClientBook,
         metrics: &Metrics,
-        poll: &Held<'_>,
+        poll: &Answered<'_>,
         polled: &Polled,
         answer: &Answer,
     ) -> Option<Answer> {
