@@ -424,13 +424,13 @@ impl ParsedRequest {
         &self.node_cluster
     }
 
-    /// Bytes of the request's `node` JSON (0 without a node).
     /// Whether it asks for variants of resources by dynamic parameters
     /// (`resource_locators` with `dynamic_parameters`).
     pub(crate) fn locates_variants(&self) -> bool {
         self.locates_variants
     }
 
+    /// Bytes of the request's `node` JSON (0 without a node).
     pub(crate) fn node_bytes(&self) -> usize {
         self.node_bytes
     }
@@ -506,27 +506,27 @@ struct Framed {
 }
 
 impl ParsedRequests {
+    /// A memo with the default bounds.
     pub(crate) fn new(session_key: SessionKey) -> ParsedRequests {
-        ParsedRequests::with_capacity(session_key, crate::config::MemoryShares::default().parsed)
+        let shares = crate::config::MemoryShares::default();
+        ParsedRequests::with_capacities(session_key, shares.parsed, shares.nodes)
     }
 
-    /// A memo holding at most `bytes` of parses and `nodes` bytes of the
-    /// nodes it interns.
+    /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
+    #[cfg(test)]
+    pub(crate) fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
+        let nodes = crate::config::MemoryShares::default().nodes;
+        ParsedRequests::with_capacities(session_key, bytes, nodes)
+    }
+
+    /// A memo holding at most `bytes` of parses (weighed by
+    /// [`ParsedRequest::held_bytes`]) and `nodes` bytes of the nodes it
+    /// interns.
     pub(crate) fn with_capacities(
         session_key: SessionKey,
         bytes: u64,
         nodes: u64,
     ) -> ParsedRequests {
-        ParsedRequests {
-            nodes: Arc::new(NodeJsons::with_cap(
-                usize::try_from(nodes).unwrap_or(usize::MAX),
-            )),
-            ..ParsedRequests::with_capacity(session_key, bytes)
-        }
-    }
-
-    /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
-    pub(crate) fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
         let memo = Cache::builder()
             .max_capacity(bytes)
             .time_to_idle(MEMO_IDLE)
@@ -547,7 +547,9 @@ impl ParsedRequests {
             frames,
             whole_seed: rand::random(),
             session_key,
-            nodes: Arc::default(),
+            nodes: Arc::new(NodeJsons::with_cap(
+                usize::try_from(nodes).unwrap_or(usize::MAX),
+            )),
             #[cfg(test)]
             full_parses: Arc::default(),
         }

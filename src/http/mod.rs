@@ -129,10 +129,11 @@ impl Gateway {
             auth: None,
             client_trust: None,
             admin_address: None,
-            clients: Arc::new(
-                ClientBook::new(config.idle_timeout, config.rejection_threshold)
-                    .holding(config.memory.book),
-            ),
+            clients: Arc::new(ClientBook::holding(
+                config.idle_timeout,
+                config.rejection_threshold,
+                config.memory.book,
+            )),
             drain: Drain::default(),
             answer_log: AnswerLog::with_idle(config.idle_timeout),
             make_before_break: make_before_break::MakeBeforeBreak::new(config.make_before_break),

@@ -21,9 +21,8 @@
 //! most [`CLIENT_SUBSCRIPTIONS`] subscriptions and [`CLIENT_BYTES`] of them
 //! (its least recently polled go first), and the whole book at most its
 //! share of the memory budget (`config::MemoryShares`; least recently used
-//! clients go first). A client polling a
-//! new set of thousands of names each time used to grow it without bound
-//! (issue 20, finding 4).
+//! clients go first): a client polling a new set of thousands of names each
+//! time cannot grow it without bound.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -203,29 +202,22 @@ impl Subscription {
 impl ClientBook {
     /// A book forgetting clients (and subscriptions) idle for `ttl`, which
     /// suspects a rejection after `threshold` polls presenting the same
-    /// older version.
+    /// older version, holding at most its default bound of clients.
+    #[cfg(test)]
     pub(crate) fn new(ttl: Duration, threshold: u32) -> ClientBook {
+        ClientBook::holding(ttl, threshold, crate::config::MemoryShares::default().book)
+    }
+
+    /// [`new`](Self::new), weighing at most `bytes` of clients.
+    pub(crate) fn holding(ttl: Duration, threshold: u32, bytes: u64) -> ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
-                .max_capacity(crate::config::MemoryShares::default().book)
+                .max_capacity(bytes)
                 .weigher(|_, client: &Arc<Mutex<Client>>| crate::sync::lock(client).weight())
                 .time_to_idle(ttl)
                 .build(),
             ttl,
             threshold,
-        }
-    }
-
-    /// This book, weighing at most `bytes` of clients (instead of its
-    /// default bound); the clients it holds now are forgotten.
-    pub(crate) fn holding(self, bytes: u64) -> ClientBook {
-        ClientBook {
-            clients: moka::sync::Cache::builder()
-                .max_capacity(bytes)
-                .weigher(|_, client: &Arc<Mutex<Client>>| crate::sync::lock(client).weight())
-                .time_to_idle(self.ttl)
-                .build(),
-            ..self
         }
     }
 
