@@ -26,7 +26,9 @@
 //! I/O; never panics.
 
 use prost::Message as _;
-use prost_reflect::{DynamicMessage, FieldDescriptor, MapKey, ReflectMessage, Value};
+use prost_reflect::{
+    DynamicMessage, FieldDescriptor, MapKey, MessageDescriptor, ReflectMessage, Value,
+};
 
 use super::canonical;
 use super::descriptors::Descriptors;
@@ -134,16 +136,42 @@ fn is_key_field(field: &FieldDescriptor) -> bool {
     field.options().get_extension(&sensitive).as_bool() == Some(true)
 }
 
+/// One step of the path from the resource down to where the walk is,
+/// written out only where key material is found (most resources hold
+/// none, and their walk makes no string).
+enum Step {
+    Field(FieldDescriptor),
+    Index(usize),
+    Key(MapKey),
+    /// Into the message an `Any` holds.
+    Inside(MessageDescriptor),
+}
+
 struct Walk<'a> {
     descriptors: &'a Descriptors,
     take_out: bool,
-    path: Vec<String>,
+    path: Vec<Step>,
     found: Vec<String>,
 }
 
 impl Walk<'_> {
+    /// Notes the path walked so far (`a.b[0].c(Inner).d`).
     fn note(&mut self) {
-        self.found.push(self.path.join(".").replace(".[", "["));
+        let mut path = String::new();
+        for step in &self.path {
+            match step {
+                Step::Field(field) => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(field.name());
+                }
+                Step::Index(i) => path.push_str(&format!("[{i}]")),
+                Step::Key(key) => path.push_str(&format!("[{}]", map_key(key))),
+                Step::Inside(message) => path.push_str(&format!("({})", message.name())),
+            }
+        }
+        self.found.push(path);
     }
 
     /// Walks `msg`; whether it changed it.
@@ -153,8 +181,9 @@ impl Walk<'_> {
         }
         let mut changed = false;
         for (field, value) in msg.fields_mut() {
-            self.path.push(field.name().to_owned());
-            changed |= if is_key_field(&field) {
+            let key = is_key_field(&field);
+            self.path.push(Step::Field(field));
+            changed |= if key {
                 self.take(value)
             } else {
                 self.value(value)
@@ -181,7 +210,7 @@ impl Walk<'_> {
             Value::List(items) => {
                 let mut changed = false;
                 for (i, item) in items.iter_mut().enumerate() {
-                    self.path.push(format!("[{i}]"));
+                    self.path.push(Step::Index(i));
                     changed |= on_item(self, item);
                     self.path.pop();
                 }
@@ -190,7 +219,7 @@ impl Walk<'_> {
             Value::Map(entries) => {
                 let mut changed = false;
                 for (key, item) in entries.iter_mut() {
-                    self.path.push(format!("[{}]", map_key(key)));
+                    self.path.push(Step::Key(key.clone()));
                     changed |= on_item(self, item);
                     self.path.pop();
                 }
@@ -220,10 +249,16 @@ impl Walk<'_> {
         let Ok(mut inner) = DynamicMessage::decode(desc.clone(), payload) else {
             return false;
         };
-        if let Some(last) = self.path.last_mut() {
-            last.push_str(&format!("({})", desc.name()));
+        // Named after the field holding the `Any` (none at the top).
+        let inside = !self.path.is_empty();
+        if inside {
+            self.path.push(Step::Inside(desc.clone()));
         }
-        if !self.message(&mut inner) {
+        let changed = self.message(&mut inner);
+        if inside {
+            self.path.pop();
+        }
+        if !changed {
             return false;
         }
         let value = Value::Bytes(canonical::encode(self.descriptors, &inner).into());
@@ -280,7 +315,7 @@ impl Walk<'_> {
         }
         let mut changed = false;
         for (field, value) in msg.fields_mut() {
-            self.path.push(field.name().to_owned());
+            self.path.push(Step::Field(field));
             changed |= self.take(value);
             self.path.pop();
         }
