@@ -18,9 +18,9 @@
 //! on the REST listener (a wrong token is refused even with a good
 //! certificate). With neither kind of credential set up, the details are
 //! open on loopback (the admin listener's default place), and off loopback
-//! only with `--allow-insecure-admin` (a network that fences the port). Refusals are
-//! 401s whose message says what would have opened them, never what the
-//! configured credentials are.
+//! only with `--allow-insecure-admin` (a network that fences the port).
+//! Refusals are 401s whose message says what would have opened them, never
+//! what the configured credentials are.
 
 use std::sync::Arc;
 

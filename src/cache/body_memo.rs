@@ -13,7 +13,6 @@ use moka::sync::Cache;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
 
-/// Total bytes of assembled resources pieces kept, all states together.
 /// Total bytes of answers' own parts (versions, openings, closings) kept.
 const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
 /// A body nobody asked for this long is dropped: once a state is

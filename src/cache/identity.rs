@@ -5,10 +5,11 @@
 //! config from. With `--session-key cluster`, all nodes of a cluster share
 //! one. In either mode the node's `dynamic_parameters` (xDS TP2) are part
 //! of the key: they select variants of resources, so two clients differing
-//! there may be answered differently. The key is an exact canonical encoding (not a hash) in which every
-//! field is length-prefixed, so it is injective: two different identities
-//! get two different keys whatever bytes their fields hold (a field holding
-//! a separator cannot pose as the next field).
+//! there may be answered differently. The key is an exact canonical
+//! encoding (not a hash) in which every field is length-prefixed, so it is
+//! injective: two different identities get two different keys whatever
+//! bytes their fields hold (a field holding a separator cannot pose as the
+//! next field).
 
 use serde_json::value::RawValue;
 

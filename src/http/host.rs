@@ -15,7 +15,6 @@
 //! - the names of `--allowed-hosts`;
 //! - no `Host` at all (HTTP/1.0; a browser always sends one).
 //!
-//!
 //! HTTP/2 carries the host in `:authority` (hyper keeps it in the URI),
 //! and an HTTP/1.1 request may name one in an absolute-form target: both
 //! listeners read the request with [`authority_as_host`] first, and an
