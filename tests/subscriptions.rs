@@ -799,8 +799,9 @@ async fn a_type_refused_after_it_was_served_does_not_loop_the_stream() {
 /// C2: the node's `dynamic_parameters` key the session (two clients that
 /// differ only there get a session, and a stream upstream, each); a
 /// `resource_locators` entry without parameters is its name (not the
-/// wildcard); one with parameters asks for a variant, which the gateway
-/// does not serve: a 501 in `google.rpc.Status` shape, not the wildcard.
+/// wildcard); names going with two sets of parameters are the gateway's
+/// limit: a 501 in `google.rpc.Status` shape, not the wildcard (variants
+/// themselves: `tests/dynamic_parameters.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_parameters_key_the_session_and_a_locator_is_its_name() {
     let upstream = fake_ads::FakeAds::start().await;
@@ -876,6 +877,7 @@ async fn dynamic_parameters_key_the_session_and_a_locator_is_its_name() {
 
     let (status, body) = post(serde_json::json!({
         "node": node("1"),
+        "resource_names": ["b"],
         "resource_locators": [{"name": "a", "dynamic_parameters": {"version": "canary"}}],
     }))
     .await;

@@ -96,7 +96,14 @@ impl Assembler {
         let codec = self.codec.snapshot();
         Ok(
             match rewrite_config_sources(&codec, type_url, &resource.payload, target)? {
-                Some(bytes) => codec.render_any(type_url, &bytes)?,
+                Some(bytes) => {
+                    let json = codec.render_any(type_url, &bytes)?;
+                    match &resource.variant {
+                        // Rewritten inside the wrapper carrying its constraints.
+                        Some(variant) => variant.wrap(&json),
+                        None => json,
+                    }
+                }
                 None => resource.json.clone(),
             },
         )

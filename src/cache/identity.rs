@@ -3,9 +3,10 @@
 //! By default two clients share a session when their node id, cluster,
 //! metadata and locality are equal: those are what control planes compute
 //! config from. With `--session-key cluster`, all nodes of a cluster share
-//! one. In either mode the node's `dynamic_parameters` (xDS TP2) are part
-//! of the key: they select variants of resources, so two clients differing
-//! there may be answered differently. The key is an exact canonical
+//! one. In either mode the node's `dynamic_parameters` are part of the
+//! key, and so are the dynamic parameters a client's `resource_locators`
+//! carry (xDS TP2): they select variants of resources, so two clients
+//! differing there may be answered differently. The key is an exact canonical
 //! encoding (not a hash) in which every field is length-prefixed, so it is
 //! injective: two different identities get two different keys whatever
 //! bytes their fields hold (a field holding a separator cannot pose as the
@@ -14,6 +15,7 @@
 use serde_json::value::RawValue;
 
 use crate::config::SessionKey;
+use crate::xds::dynamic_parameters::Parameters;
 use crate::xds::NodeView;
 
 /// The canonical identity of a session.
@@ -44,6 +46,21 @@ impl IdentityKey {
         // cache key ... on xDS caching proxies"): in every mode.
         push_field(&mut key, &canonical(node.dynamic_parameters.as_deref()));
         IdentityKey(key)
+    }
+
+    /// This key for a client whose locators carry `parameters`: the key
+    /// itself when they are none (so keys of clients subscribing by names
+    /// are what they always were), else it followed by every key and value
+    /// as a field. Still injective: the parameters are the key's tail.
+    pub(crate) fn with_parameters(mut self, parameters: &Parameters) -> IdentityKey {
+        if !parameters.is_empty() {
+            self.0.push_str("locators;");
+            for (key, value) in parameters {
+                push_field(&mut self.0, key);
+                push_field(&mut self.0, value);
+            }
+        }
+        self
     }
 
     /// The canonical encoding (injective: see the module).
@@ -77,6 +94,28 @@ mod tests {
             .unwrap()
             .node
             .unwrap()
+    }
+
+    /// Locator parameters key the session too; none leave the key as it is.
+    #[test]
+    fn locator_parameters_are_part_of_the_key() {
+        let n = node(r#"{"id":"n","cluster":"c"}"#);
+        let key = || IdentityKey::of(Some(&n), SessionKey::Node);
+        let params = |pairs: &[(&str, &str)]| -> Parameters {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        assert_eq!(key().with_parameters(&Parameters::new()), key());
+        let prod = key().with_parameters(&params(&[("env", "prod")]));
+        assert_ne!(prod, key());
+        assert_ne!(prod, key().with_parameters(&params(&[("env", "test")])));
+        // A separator inside a value cannot pose as another pair.
+        assert_ne!(
+            key().with_parameters(&params(&[("a", "1"), ("b", "2")])),
+            key().with_parameters(&params(&[("a", "11:b1:2")]))
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
 use moka::sync::Cache;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest as _, Sha256};
@@ -35,6 +36,7 @@ use super::resource::{
 };
 use super::resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswers};
 use crate::log_escape::Escaped;
+use crate::xds::dynamic_parameters::Variant;
 use crate::xds::keys;
 use crate::xds::{Codec, JsonError, ResourceType, Validator, OPAQUE_TYPE_URL};
 
@@ -255,6 +257,39 @@ impl Intake {
         self.resource_of(kind, digest, payload, Some(name))
     }
 
+    /// `resource` as the variant of its name under `constraints` (xDS TP2,
+    /// a `Resource` wrapper's `resource_name`): `resource` itself when they
+    /// set nothing. Its JSON is the wrapper carrying the name and the
+    /// constraints around the resource's own; its digest covers both, so a
+    /// variant is never taken for the plain resource or another variant.
+    /// Made per response (wrappers are always decoded); the render inside
+    /// is the shared one.
+    pub(crate) fn variant(
+        &self,
+        resource: Arc<Resource>,
+        constraints: DynamicParameterConstraints,
+    ) -> Result<Arc<Resource>, ResourceError> {
+        let codec = self.codec.snapshot();
+        let Some(variant) = Variant::of(&codec, &resource.name, constraints)? else {
+            return Ok(resource);
+        };
+        let mut hasher = Sha256::new();
+        hasher.update(b"variant");
+        hasher.update(resource.digest);
+        hasher.update(variant.encoded());
+        Ok(Arc::new(Resource {
+            kind: resource.kind,
+            name: resource.name.clone(),
+            aliases: resource.aliases.clone(),
+            digest: hasher.finalize().into(),
+            payload: resource.payload.clone(),
+            json: variant.wrap(&resource.json),
+            opaque: self.noted(resource.opaque.iter().cloned()),
+            holds_keys: resource.holds_keys,
+            variant: Some(Box::new(variant)),
+        }))
+    }
+
     /// [`resource`](Self::resource) of a payload whose digest is known. A
     /// render served opaque whose types the pool has learned since is
     /// rendered again.
@@ -296,15 +331,26 @@ impl Intake {
             .iter()
             .map(|(name, r)| {
                 let r = match stale(r) {
-                    true => self
-                        .resource_of(r.kind, r.digest, r.payload.clone(), Some(r.name.clone()))
-                        .unwrap_or_else(|_| Arc::clone(r)),
+                    true => self.rendered_again(r).unwrap_or_else(|_| Arc::clone(r)),
                     false => Arc::clone(r),
                 };
                 (name.clone(), r)
             })
             .collect();
         fresh.into_set()
+    }
+
+    /// `resource` rendered again (a variant: its resource, wrapped again).
+    fn rendered_again(&self, resource: &Resource) -> Result<Arc<Resource>, ResourceError> {
+        let Some(variant) = &resource.variant else {
+            let (digest, payload) = (resource.digest, resource.payload.clone());
+            return self.resource_of(resource.kind, digest, payload, Some(resource.name.clone()));
+        };
+        let digest: Digest = Sha256::digest(&resource.payload).into();
+        let payload = resource.payload.clone();
+        let inner =
+            self.resource_of(resource.kind, digest, payload, Some(resource.name.clone()))?;
+        self.variant(inner, variant.constraints().clone())
     }
 
     /// [`resource`](Self::resource) on a memo miss; named `name`, else as
@@ -360,6 +406,7 @@ impl Intake {
                     payload: Bytes::new(),
                     opaque: OpaqueHeld::default(),
                     holds_keys: false,
+                    variant: None,
                 }));
             }
             return Ok(Arc::new(Resource {
@@ -371,6 +418,7 @@ impl Intake {
                 payload,
                 opaque: self.noted([type_url.to_owned()]),
                 holds_keys,
+                variant: None,
             }));
         }
         let mut message = self.checked(&codec, kind, &payload, &name)?;
@@ -385,6 +433,7 @@ impl Intake {
             json,
             opaque: self.note_opaque(&codec, &message),
             holds_keys,
+            variant: None,
         }))
     }
 
@@ -434,6 +483,7 @@ impl Intake {
                     json,
                     opaque: self.note_opaque(&codec, &message),
                     holds_keys,
+                    variant: None,
                 }))
             })
             .map_err(|e: Arc<ResourceError>| (*e).clone())

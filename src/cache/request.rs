@@ -46,7 +46,8 @@ use super::request_chunks::{feed_sampled, sampled_len, BodyChunks};
 use super::request_frame::Frame;
 use super::state::{names_digest, Names};
 use crate::config::SessionKey;
-use crate::xds::{DiscoveryRequestView, ErrorDetailView, RequestError};
+use crate::xds::dynamic_parameters::Parameters;
+use crate::xds::{DiscoveryRequestView, ErrorDetailView, LocatorView, RequestError};
 
 /// A body not seen again for this long is dropped. Every poll after a
 /// version change is a new body (its `version_info` and nonce), so without
@@ -257,9 +258,26 @@ pub(crate) struct ParsedRequest {
     via_get: bool,
     /// The client's NACK of what it was served, if it sent one.
     error_detail: Option<Box<ErrorDetailView>>,
-    /// Whether a `resource_locators` entry carries dynamic parameters
-    /// (asking for a variant of a resource, xDS TP2).
-    locates_variants: bool,
+    /// The dynamic parameters its `resource_locators` carry (xDS TP2):
+    /// they choose the variants it is answered, and are part of its
+    /// identity. Empty for a request by names.
+    parameters: Arc<Parameters>,
+    /// Whether its names go with more than one set of parameters (a name
+    /// without any beside a locator with some, or two locators with
+    /// different ones), which the gateway does not serve.
+    mixed_parameters: bool,
+}
+
+/// The one set of dynamic parameters a request's names go with (a name in
+/// `resource_names`, or a locator without parameters, goes with none), and
+/// whether there is more than one.
+fn locator_parameters(names: &[String], locators: &[LocatorView]) -> (Parameters, bool) {
+    let mut sets = locators.iter().map(|l| &l.dynamic_parameters);
+    let Some(first) = sets.next() else {
+        return (Parameters::new(), false);
+    };
+    let mixed = sets.any(|other| other != first) || (!names.is_empty() && !first.is_empty());
+    (first.clone(), mixed)
 }
 
 impl ParsedRequest {
@@ -271,17 +289,15 @@ impl ParsedRequest {
     ) -> Result<ParsedRequest, RequestError> {
         let view = DiscoveryRequestView::parse(&body)?;
         let node_span = view.node.as_ref().map(|n| (n.json_at, n.json_bytes));
-        let identity = IdentityKey::of(view.node.as_ref(), session_key);
+        let (parameters, mixed_parameters) =
+            locator_parameters(&view.resource_names, &view.resource_locators);
+        let identity =
+            IdentityKey::of(view.node.as_ref(), session_key).with_parameters(&parameters);
         let (node_id, node_cluster, user_agent_name, node_bytes) = view
             .node
             .map(|n| (n.id, n.cluster, n.user_agent_name, n.json_bytes))
             .unwrap_or_default();
-        // A locator without dynamic parameters is its name (TP2); one with
-        // them is refused where the request is served (`locates_variants`).
-        let locates_variants = view
-            .resource_locators
-            .iter()
-            .any(|l| !l.dynamic_parameters.is_empty());
+        // A locator is its name; its parameters are the request's.
         let mut names = view.resource_names;
         names.extend(view.resource_locators.into_iter().map(|l| l.name));
         let names = Names::from_request(names);
@@ -309,7 +325,8 @@ impl ParsedRequest {
             names_digest,
             via_get,
             error_detail: view.error_detail.map(Box::new),
-            locates_variants,
+            parameters: Arc::new(parameters),
+            mixed_parameters,
         })
     }
 
@@ -424,10 +441,14 @@ impl ParsedRequest {
         &self.node_cluster
     }
 
-    /// Whether it asks for variants of resources by dynamic parameters
-    /// (`resource_locators` with `dynamic_parameters`).
-    pub(crate) fn locates_variants(&self) -> bool {
-        self.locates_variants
+    /// The dynamic parameters its locators carry (empty: none).
+    pub(crate) fn parameters(&self) -> &Arc<Parameters> {
+        &self.parameters
+    }
+
+    /// Whether its names go with more than one set of dynamic parameters.
+    pub(crate) fn mixes_parameters(&self) -> bool {
+        self.mixed_parameters
     }
 
     /// Bytes of the request's `node` JSON (0 without a node).

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use moka::sync::Cache;
 
 use super::opaque_types::OpaqueHeld;
+use crate::xds::dynamic_parameters::{Variant, VariantError};
 use crate::xds::{JsonError, ResourceType, Violation};
 
 /// Why a resource could not be taken.
@@ -27,6 +28,10 @@ pub(crate) enum ResourceError {
         name: String,
         violation: Violation,
     },
+    /// Its dynamic parameter constraints break Envoy's rules, or would not
+    /// render.
+    #[error(transparent)]
+    Variant(#[from] VariantError),
 }
 
 /// SHA-256 of a resource's protobuf bytes.
@@ -55,6 +60,10 @@ pub(crate) struct Resource {
     /// `--allow-secrets`); false when it holds none, or had it taken out
     /// (`xds::keys`).
     pub(crate) holds_keys: bool,
+    /// The dynamic parameter constraints it came under, for a variant of
+    /// its name (xDS TP2); `json` is then the `Resource` wrapper carrying
+    /// them, and `digest` covers them too.
+    pub(crate) variant: Option<Box<Variant>>,
 }
 
 /// How a delta upstream named a resource of a delta-only type.

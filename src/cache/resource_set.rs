@@ -117,10 +117,11 @@ impl ResourceSet {
 
     /// The resource held under the name `payload` carries, if its bytes
     /// are `payload` byte for byte: what an answer repeating it takes as
-    /// it is, with no digest, memo lookup or render.
+    /// it is, with no digest, memo lookup or render. A variant (which
+    /// came in a wrapper with its constraints) is never that resource.
     pub(crate) fn holding(&self, kind: ResourceType, payload: &[u8]) -> Option<&Arc<Resource>> {
         let held = self.map.get(name_of(kind, payload)?.as_ref())?;
-        (held.payload.as_ref() == payload).then_some(held)
+        (held.variant.is_none() && held.payload.as_ref() == payload).then_some(held)
     }
 
     /// Whether `answer` (payloads with their hashes, in any order) is

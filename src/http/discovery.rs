@@ -362,18 +362,19 @@ fn check_size(config: &RestConfig, request: &ParsedRequest) -> Result<(), ApiErr
     Ok(())
 }
 
-/// Variants of resources by per-name dynamic parameters (xDS TP2
-/// `resource_locators`) are the gateway's own limit: 501, not the client's
-/// mistake. The node's `dynamic_parameters` are served (they key the
-/// session), and so is a locator without parameters (its name).
+/// A request whose names go with more than one set of dynamic parameters
+/// (xDS TP2 `resource_locators`) is the gateway's own limit: 501, not the
+/// client's mistake. Its sessions subscribe with one set each (TP2 expects
+/// a client to send the same set with every name).
 fn check_locators(request: &ParsedRequest) -> Result<(), ApiError> {
-    if !request.locates_variants() {
+    if !request.mixes_parameters() {
         return Ok(());
     }
     Err(ApiError::NotImplemented(
-        "resource_locators with dynamic_parameters ask for variants of resources, which the \
-         gateway does not serve yet; the node's dynamic_parameters are served (they select the \
-         session), and so are locators without parameters"
+        "the request's names go with more than one set of dynamic parameters (resource_names \
+         beside resource_locators with dynamic_parameters, or locators with different ones); \
+         the gateway serves one set per request: send every name as a locator with the same \
+         dynamic_parameters"
             .into(),
     ))
 }

@@ -47,6 +47,7 @@ use sha2::{Digest as _, Sha256};
 use super::view::SentNodeView;
 use super::SourceError;
 use crate::cache::Intake;
+use crate::xds::dynamic_parameters::Parameters;
 
 /// The transport features the gateway handles itself, declared upstream
 /// whatever the REST client sent.
@@ -86,6 +87,11 @@ pub(crate) struct SessionNode {
     extension_count: usize,
     /// The fields left out to keep within [`REMAINDER_BYTES`].
     left_out: Vec<&'static str>,
+    /// The dynamic parameters every subscription of the session carries
+    /// upstream (its clients' `resource_locators`, xDS TP2), which choose
+    /// the variants it keeps; part of the session key, like the node's
+    /// fields. Empty for clients that subscribe by names.
+    parameters: Arc<Parameters>,
 }
 
 /// A node's encoding in parts: the node's own fields before `extensions`,
@@ -117,6 +123,17 @@ impl NodeBytes {
 }
 
 impl SessionNode {
+    /// This node, its session's subscriptions carrying `parameters`.
+    pub(crate) fn with_parameters(self, parameters: Arc<Parameters>) -> SessionNode {
+        SessionNode { parameters, ..self }
+    }
+
+    /// The dynamic parameters the session's subscriptions carry (empty:
+    /// subscriptions by name).
+    pub(crate) fn parameters(&self) -> &Arc<Parameters> {
+        &self.parameters
+    }
+
     /// The node's encoding, for a request upstream to carry.
     pub(crate) fn bytes(&self) -> NodeBytes {
         self.bytes.clone()
@@ -278,6 +295,7 @@ impl NodeInterner {
             cluster: node.cluster,
             extension_count,
             left_out,
+            parameters: Arc::default(),
         }
     }
 

@@ -235,7 +235,11 @@ impl<F: Feeder> Sessions<F> {
             .history
             .recorder(key.as_str(), &node.id, &node.cluster)
             .owned_by(tenant.map(Tenant::name));
-        let (session, commands) = Session::recorded(self.nodes.intern(node), Some(history));
+        let node = self
+            .nodes
+            .intern(node)
+            .with_parameters(request.parameters().clone());
+        let (session, commands) = Session::recorded(node, Some(history));
         session.attach_task(self.feeder.start(session.clone(), commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
         registry.sessions.insert(

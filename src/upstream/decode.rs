@@ -6,21 +6,30 @@
 //! `Node` sent upstream.
 //!
 //! Resources are kept unwrapped: REST clients are served the resource
-//! itself (canonical JSON with its own `@type`), never the wrapper, because
+//! itself (canonical JSON with its own `@type`), not the wrapper, because
 //! a REST-polling Envoy ignores `ttl` and takes a heartbeat (a wrapper
-//! without a resource) for an empty resource.
+//! without a resource) for an empty resource. The exception is a variant
+//! (a wrapper whose `resource_name` carries dynamic parameter constraints,
+//! xDS TP2): it is kept and served in a wrapper carrying its constraints,
+//! as TP2 requires of a caching proxy. Of the variants of one name, a
+//! session keeps the one whose constraints match its parameters (the
+//! session's subscriptions all carry the same); the others answer none of
+//! its subscriptions.
 
 use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
+use tracing::{debug, warn};
 
 use super::wire::{Payload, SotwResponse};
 use crate::cache::{
     Intake, IntoResourceSet, ReportedError, Resource, ResourceError, ResourceMap, ResourceSet,
     Taken, TypeState, WrapperName, RESOURCE_WRAPPER,
 };
+use crate::log_escape::Escaped;
+use crate::xds::dynamic_parameters::Parameters;
 use crate::xds::ResourceType;
 
 /// Why an upstream response was rejected: the message of the NACK's
@@ -142,7 +151,26 @@ pub(super) fn decode_entry(
             do_not_cache: false,
         });
     }
-    let wrapper = Wrapper::decode(any.value).map_err(Rejection::BadWrapper)?;
+    let mut wrapper = Wrapper::decode(any.value).map_err(Rejection::BadWrapper)?;
+    // `resource_name` names a variant (the name and its constraints), in
+    // place of `name`; both may be set only when they agree.
+    let constraints = match wrapper.resource_name.take() {
+        Some(named) if wrapper.name.is_empty() => {
+            wrapper.name = named.name;
+            named.dynamic_parameter_constraints
+        }
+        Some(named) if named.name.is_empty() || named.name == wrapper.name => {
+            named.dynamic_parameter_constraints
+        }
+        Some(named) => {
+            return Err(Rejection::NameMismatch {
+                index: 0,
+                wrapper: wrapper.name,
+                inner: named.name,
+            })
+        }
+        None => None,
+    };
     let ttl = ttl_of(wrapper.ttl.as_ref(), &wrapper.name)?;
     let Some(inner) = wrapper.resource else {
         if wrapper.name.is_empty() {
@@ -166,6 +194,10 @@ pub(super) fn decode_entry(
             inner: resource.name.clone(),
         });
     }
+    let resource = match constraints {
+        Some(constraints) => intake.variant(resource, constraints)?,
+        None => resource,
+    };
     Ok(Entry::Resource {
         resource,
         ttl,
@@ -287,24 +319,51 @@ struct Taking {
     reused: usize,
     decoded: usize,
     uncacheable: BTreeSet<String>,
+    /// Variants left out: their constraints do not match the parameters.
+    unmatched: Vec<String>,
+    /// Names of which more than one variant matched: the first was kept.
+    ambiguous: Vec<String>,
 }
 
 impl Taking {
     /// Adds a resource (and its TTL); a name already taken (by a resource
     /// or a heartbeat) is a duplicate. One allocation per resource without
     /// a TTL (its key).
-    fn take(&mut self, resource: Arc<Resource>, ttl: Option<Duration>) -> Result<(), Rejection> {
+    ///
+    /// A variant whose constraints do not match `parameters` is left out;
+    /// of two variants of one name that match (TP2 leaves the choice
+    /// undefined), the first is kept. The same variant twice is a duplicate.
+    fn take(
+        &mut self,
+        resource: Arc<Resource>,
+        ttl: Option<Duration>,
+        parameters: &Parameters,
+    ) -> Result<bool, Rejection> {
         if self.heartbeats.contains(&resource.name) {
             return Err(Rejection::Duplicate(resource.name.clone()));
         }
+        if resource
+            .variant
+            .as_ref()
+            .is_some_and(|v| !v.matches(parameters))
+        {
+            self.unmatched.push(resource.name.clone());
+            return Ok(false);
+        }
         match self.resources.entry(resource.name.clone()) {
-            btree_map::Entry::Occupied(taken) => Err(Rejection::Duplicate(taken.key().clone())),
+            btree_map::Entry::Occupied(taken) if same_variant(taken.get(), &resource) => {
+                Err(Rejection::Duplicate(taken.key().clone()))
+            }
+            btree_map::Entry::Occupied(taken) => {
+                self.ambiguous.push(taken.key().clone());
+                Ok(false)
+            }
             btree_map::Entry::Vacant(place) => {
                 if let Some(ttl) = ttl {
                     self.ttls.insert(resource.name.clone(), ttl);
                 }
                 place.insert(resource);
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -329,12 +388,13 @@ impl Taking {
         kind: ResourceType,
         anys: &[Payload<'_>],
         previous: Option<&TypeState>,
+        parameters: &Parameters,
     ) -> Result<Taking, Rejection> {
         let mut out = Taking::default();
         for (index, &any) in anys.iter().enumerate() {
             if let Some(resource) = previous.and_then(|p| unchanged(p, kind, any)) {
                 out.reused += 1;
-                out.take(resource, None)?;
+                out.take(resource, None, parameters)?;
                 continue;
             }
             out.decoded += 1;
@@ -352,10 +412,10 @@ impl Taking {
                     ttl,
                     do_not_cache,
                 } => {
-                    if do_not_cache {
-                        out.uncacheable.insert(resource.name.clone());
+                    let name = resource.name.clone();
+                    if out.take(resource, ttl, parameters)? && do_not_cache {
+                        out.uncacheable.insert(name);
                     }
-                    out.take(resource, ttl)?
                 }
                 Entry::Heartbeat { name, ttl } => out.take_heartbeat(name, ttl)?,
             }
@@ -365,6 +425,7 @@ impl Taking {
 
     /// What was taken, its resources a set of their own.
     fn done(self) -> Decoded {
+        self.log_variants_left_out();
         Decoded {
             resources: self.resources.into_set(),
             ttls: self.ttls,
@@ -373,6 +434,37 @@ impl Taking {
             decoded: self.decoded,
             uncacheable: self.uncacheable,
         }
+    }
+}
+
+impl Taking {
+    /// Says which variants were left out, once per response.
+    fn log_variants_left_out(&self) {
+        if let Some(first) = self.unmatched.first() {
+            debug!(
+                count = self.unmatched.len(),
+                first = %Escaped(first),
+                "variants whose dynamic parameter constraints match no subscription left out"
+            );
+        }
+        if let Some(first) = self.ambiguous.first() {
+            warn!(
+                count = self.ambiguous.len(),
+                first = %Escaped(first),
+                "more than one variant of a name matches the session's dynamic parameters: \
+                 the first in the response is served"
+            );
+        }
+    }
+}
+
+/// Whether `a` and `b` are the same variant of a name: both plain, or
+/// under the same constraints.
+fn same_variant(a: &Resource, b: &Resource) -> bool {
+    match (&a.variant, &b.variant) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.encoded() == b.encoded(),
+        _ => false,
     }
 }
 
@@ -398,13 +490,15 @@ pub(super) fn decode_all(
     kind: ResourceType,
     anys: &[Payload<'_>],
     previous: Option<&TypeState>,
+    parameters: &Parameters,
 ) -> Result<Decoded, Rejection> {
     let Some(payloads) = plain_payloads(kind, anys.iter().copied()) else {
-        return Ok(Taking::all(intake, kind, anys, previous)?.done());
+        return Ok(Taking::all(intake, kind, anys, previous, parameters)?.done());
     };
     let mut counts = (0, 0);
     let taken = intake.answers().take(kind, &payloads, || {
-        let taken = Taking::all(intake, kind, anys, previous)?;
+        // Plain resources: no variants, so the parameters choose nothing.
+        let taken = Taking::all(intake, kind, anys, previous, parameters)?;
         counts = (taken.decoded, taken.reused);
         Ok::<_, Rejection>(taken.resources)
     });
@@ -453,6 +547,7 @@ pub(super) async fn decode_all_off_thread(
     kind: ResourceType,
     response: SotwResponse,
     previous: Option<Arc<TypeState>>,
+    parameters: Arc<Parameters>,
 ) -> Result<Decoded, Rejection> {
     if response.frame_len() <= SHARED_IN_PLACE_MAX {
         if let Some(shared) = already_shared(intake, kind, &response) {
@@ -462,7 +557,7 @@ pub(super) async fn decode_all_off_thread(
     let intake = intake.clone();
     let decode = move || {
         let anys: Vec<Payload<'_>> = response.resources().collect();
-        decode_all(&intake, kind, &anys, previous.as_deref())
+        decode_all(&intake, kind, &anys, previous.as_deref(), &parameters)
     };
     tokio::task::spawn_blocking(decode)
         .await
@@ -522,7 +617,7 @@ mod tests {
         previous: Option<&TypeState>,
     ) -> Result<Decoded, Rejection> {
         let payloads: Vec<Payload<'_>> = anys.iter().map(Payload::of).collect();
-        super::decode_all(r, kind, &payloads, previous)
+        super::decode_all(r, kind, &payloads, previous, &Parameters::new())
     }
 
     #[test]
@@ -576,7 +671,8 @@ mod tests {
         let frame = bytes::Bytes::from(response.encode_to_vec());
         let read = SotwResponse::parse(frame.clone()).unwrap();
         let anys: Vec<Payload<'_>> = read.resources().collect();
-        let decoded = super::decode_all(&r, ResourceType::Clusters, &anys, None).unwrap();
+        let decoded =
+            super::decode_all(&r, ResourceType::Clusters, &anys, None, &Parameters::new()).unwrap();
         let inside = frame.as_ptr_range();
         assert_eq!(decoded.resources.len(), 2);
         for resource in decoded.resources.values() {

@@ -58,6 +58,7 @@ use crate::store::{
     CallError, Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status,
     StreamPlacement,
 };
+use crate::xds::dynamic_parameters::{locators, Parameters};
 use crate::xds::{Endpoint, ResourceType};
 
 /// How many decoded nodes (one per identity) are kept.
@@ -82,6 +83,8 @@ struct StateKey {
     identity: IdentityKey,
     kind: ResourceType,
     names: Names,
+    /// The dynamic parameters the names go with (part of the identity).
+    parameters: Arc<Parameters>,
 }
 
 /// What an answer is kept under for the TTL (and coalesced by).
@@ -172,6 +175,7 @@ impl Source for FetchSource {
                 identity: identity.clone(),
                 kind,
                 names: request.names().clone(),
+                parameters: request.parameters().clone(),
             };
             let presented = upstream_version(request.version_info()).to_owned();
             let fetched = tokio::time::timeout(
@@ -325,13 +329,21 @@ impl Fetcher {
         // Built only on a memo miss: the node (hundreds of extensions) is
         // not copied for the polls a memoised answer serves.
         let call = async {
+            let mut names = match &key.names {
+                Names::Wildcard => Vec::new(),
+                Names::Named(set) => set.iter().cloned().collect(),
+            };
+            let resource_locators = match key.parameters.is_empty() {
+                true => Vec::new(),
+                // The wildcard, with parameters, is the locator "*".
+                false if names.is_empty() => locators(vec!["*".into()], &key.parameters),
+                false => locators(std::mem::take(&mut names), &key.parameters),
+            };
             let request = DiscoveryRequest {
                 version_info: version.to_owned(),
                 node: Some((**node).clone()),
-                resource_names: match &key.names {
-                    Names::Wildcard => Vec::new(),
-                    Names::Named(set) => set.iter().cloned().collect(),
-                },
+                resource_names: names,
+                resource_locators,
                 type_url: key.kind.type_url().to_owned(),
                 ..Default::default()
             };
@@ -368,23 +380,28 @@ impl Fetcher {
         self.ctx.mark_answered();
         let version = std::mem::take(&mut response.version_info);
         let nonce = std::mem::take(&mut response.nonce);
-        let (resources, uncacheable) =
-            decode_all_off_thread(&self.ctx.intake, kind, response, None)
-                .await
-                .and_then(Decoded::standalone)
-                .map(|(set, uncacheable)| (self.ctx.rendered_now(set), uncacheable))
-                .and_then(|(resources, uncacheable)| {
-                    match self.namespace.first_foreign(resources.keys()) {
-                        Some(foreign) => Err(foreign.into()),
-                        None => Ok((resources, uncacheable)),
-                    }
-                })
-                .map_err(|e| {
-                    if e.breaks_rules() {
-                        self.ctx.metrics.invalid_resource(kind);
-                    }
-                    CallError::BadAnswer(e.to_string())
-                })?;
+        let (resources, uncacheable) = decode_all_off_thread(
+            &self.ctx.intake,
+            kind,
+            response,
+            None,
+            key.parameters.clone(),
+        )
+        .await
+        .and_then(Decoded::standalone)
+        .map(|(set, uncacheable)| (self.ctx.rendered_now(set), uncacheable))
+        .and_then(
+            |(resources, uncacheable)| match self.namespace.first_foreign(resources.keys()) {
+                Some(foreign) => Err(foreign.into()),
+                None => Ok((resources, uncacheable)),
+            },
+        )
+        .map_err(|e| {
+            if e.breaks_rules() {
+                self.ctx.metrics.invalid_resource(kind);
+            }
+            CallError::BadAnswer(e.to_string())
+        })?;
         if let Some(latest) = self.latest.get(key) {
             let same = latest.version == version
                 && *latest.uncacheable == uncacheable

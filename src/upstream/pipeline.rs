@@ -15,6 +15,7 @@ use envoy_types::pb::google::protobuf::Any;
 use super::decode::decode_all;
 use super::wire::Payload;
 use crate::cache::{Answer, Assembler, Coverage, Intake, Names, TypeState};
+use crate::xds::dynamic_parameters::Parameters;
 use crate::xds::{Codec, ResourceType};
 
 /// The decoding and answering of pushes, with its own render memo.
@@ -57,6 +58,7 @@ impl Pipeline {
             kind,
             &payloads,
             previous.map(|p| p.state.as_ref()),
+            &Parameters::new(),
         )
         .map_err(|e| e.to_string())?;
         let (count, reused) = (decoded.decoded, decoded.reused);

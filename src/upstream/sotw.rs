@@ -37,6 +37,7 @@ use crate::cache::{
 use crate::log_escape::Escaped;
 use crate::store::namespace::Namespace;
 use crate::store::session::Session;
+use crate::xds::dynamic_parameters::locators;
 use crate::xds::ResourceType;
 
 /// Entries kept per type and stream (see [`SentLog`]); past it the two
@@ -487,8 +488,10 @@ impl Sotw {
         nonce: String,
         error: Option<String>,
     ) -> Outbound<DiscoveryRequest> {
-        let named = self.stream.named.contains(&kind);
-        let names = self
+        let parameters = self.session.node.parameters();
+        // With parameters, every name goes as a locator, the wildcard as "*".
+        let named = self.stream.named.contains(&kind) || !parameters.is_empty();
+        let mut names = self
             .stream
             .sent
             .get(&kind)
@@ -497,12 +500,17 @@ impl Sotw {
         if names.iter().any(|name| name != "*") {
             self.stream.named.insert(kind);
         }
+        let resource_locators = match parameters.is_empty() {
+            true => Vec::new(),
+            false => locators(std::mem::take(&mut names), parameters),
+        };
         let with_node = !self.stream.node_sent || !self.ctx.node_first_only;
         let node = with_node.then(|| self.session.node.bytes());
         self.stream.node_sent = true;
         let request = DiscoveryRequest {
             version_info: version,
             resource_names: names,
+            resource_locators,
             type_url: kind.type_url().to_owned(),
             response_nonce: nonce,
             error_detail: error.map(nack_detail),
@@ -524,7 +532,9 @@ impl Sotw {
         let previous = self.session.state(kind);
         let held_errors = previous.as_ref().map(|p| p.errors.clone());
         let held_uncacheable = previous.as_ref().map(|p| p.uncacheable.clone());
-        let decoded = decode_all_off_thread(&self.ctx.intake, kind, response, previous).await;
+        let parameters = self.session.node.parameters().clone();
+        let decoded =
+            decode_all_off_thread(&self.ctx.intake, kind, response, previous, parameters).await;
         if let Ok(d) = &decoded {
             self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
         }

@@ -3,6 +3,7 @@
 
 mod canonical;
 pub(crate) mod descriptors;
+pub(crate) mod dynamic_parameters;
 pub mod extra_types;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
@@ -26,7 +27,7 @@ pub use json_error::JsonError;
 pub use keys::REDACTED;
 pub use learned::LearnError;
 pub use opaque::OPAQUE_TYPE_URL;
-pub use request::{DiscoveryRequestView, ErrorDetailView, NodeView, RequestError};
+pub use request::{DiscoveryRequestView, ErrorDetailView, LocatorView, NodeView, RequestError};
 pub(crate) use resource_type::PATH_PREFIX;
 pub use resource_type::{Endpoint, ResourceType, MAX_TYPES};
 pub use validate::{Validator, Violation};

@@ -75,6 +75,25 @@ pub struct Recorded {
     pub dynamic_parameters: BTreeMap<String, BTreeMap<String, String>>,
     /// Its size as encoded (what the upstream read for it).
     pub bytes: usize,
+    /// Its `resource_locators` (in delta, `resource_locators_subscribe`)
+    /// as (name, dynamic parameters); their names are in `names` too.
+    pub locators: Vec<(String, BTreeMap<String, String>)>,
+}
+
+/// Locators as (name, parameters), the parameters sorted.
+fn locators(
+    locators: &[envoy_types::pb::envoy::service::discovery::v3::ResourceLocator],
+) -> Vec<(String, BTreeMap<String, String>)> {
+    locators
+        .iter()
+        .map(|l| {
+            let params = l.dynamic_parameters.iter();
+            (
+                l.name.clone(),
+                params.map(|(k, v)| (k.clone(), v.clone())).collect(),
+            )
+        })
+        .collect()
 }
 
 /// A node's `dynamic_parameters`, sorted.
@@ -91,9 +110,15 @@ fn dynamic_parameters(
         .collect()
 }
 
-/// One resource of the snapshot: its name, itself, and its delta version
-/// (a hash of its bytes).
+/// One resource of the snapshot: its key ([`resource_name`]), itself, and
+/// its delta version (a hash of its bytes).
 type Held = (String, Any, String);
+
+/// The name a snapshot key stands for (a variant's key is its name, a NUL
+/// and its constraints in hex).
+fn name_part(key: &str) -> &str {
+    key.split('\0').next().unwrap_or(key)
+}
 
 /// One response the server sent, as [`FakeAds::responses`] gives it.
 #[derive(Debug, Clone)]
@@ -132,9 +157,10 @@ impl SentRecord {
             version_info: self.version_info.clone(),
             nonce: self.nonce.clone(),
             names: match &self.names {
-                SentNames::All(resources) => {
-                    resources.iter().map(|(name, _, _)| name.clone()).collect()
-                }
+                SentNames::All(resources) => resources
+                    .iter()
+                    .map(|(key, _, _)| name_part(key).to_owned())
+                    .collect(),
                 SentNames::These(names) => names.clone(),
             },
         }
@@ -543,9 +569,18 @@ fn wrapper(any: &Any) -> Option<DeltaResource> {
     })
 }
 
+/// The key of a resource in the snapshot: its name, or for a variant (a
+/// wrapper whose `resource_name` carries constraints) its name, a NUL and
+/// its constraints in hex, so that variants of one name are told apart.
 fn resource_name(any: &Any) -> String {
     if let Some(wrapped) = wrapper(any) {
-        return wrapped.name;
+        return match wrapped.resource_name {
+            Some(named) if wrapped.name.is_empty() => match named.dynamic_parameter_constraints {
+                Some(c) => format!("{}\0{}", named.name, hex::encode(c.encode_to_vec())),
+                None => named.name,
+            },
+            _ => wrapped.name,
+        };
     }
     #[derive(Clone, PartialEq, prost::Message)]
     struct Named {
@@ -1022,11 +1057,17 @@ impl StreamTask {
             type_url: request.type_url.clone(),
             version_info: request.version_info.clone(),
             nonce: request.response_nonce.clone(),
-            names: request.resource_names.clone(),
+            names: request
+                .resource_names
+                .iter()
+                .chain(request.resource_locators.iter().map(|l| &l.name))
+                .cloned()
+                .collect(),
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
             dynamic_parameters: dynamic_parameters(request.node.as_ref()),
             bytes: request.encoded_len(),
+            locators: locators(&request.resource_locators),
         });
     }
 
@@ -1034,7 +1075,10 @@ impl StreamTask {
         if self.node.is_none() {
             self.node = request.node.as_ref().map(|n| n.id.clone());
         }
+        // A locator names its resource; the parameters choose nothing here:
+        // every variant of a name is sent (the gateway chooses).
         let mut names = request.resource_names;
+        names.extend(request.resource_locators.into_iter().map(|l| l.name));
         names.sort();
         names.dedup();
         let type_url = request.type_url;
@@ -1135,10 +1179,15 @@ impl StreamTask {
             let taken: Vec<&Held> = entry
                 .resources
                 .iter()
-                .filter(|(name, _, _)| sub.names.binary_search(name).is_ok())
+                .filter(|(key, _, _)| sub.names.binary_search(&name_part(key).to_owned()).is_ok())
                 .collect();
             (
-                SentNames::These(taken.iter().map(|(name, _, _)| name.clone()).collect()),
+                SentNames::These(
+                    taken
+                        .iter()
+                        .map(|(key, _, _)| name_part(key).to_owned())
+                        .collect(),
+                ),
                 encode_resources(taken.iter().map(|(_, any, _)| any)),
             )
         };
@@ -1222,12 +1271,27 @@ impl DeltaTask {
             type_url: request.type_url.clone(),
             version_info: String::new(),
             nonce: request.response_nonce.clone(),
-            names: request.resource_names_subscribe.clone(),
+            names: request
+                .resource_names_subscribe
+                .iter()
+                .chain(request.resource_locators_subscribe.iter().map(|l| &l.name))
+                .cloned()
+                .collect(),
             error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
             node_id: request.node.as_ref().map(|n| n.id.clone()),
             dynamic_parameters: dynamic_parameters(request.node.as_ref()),
             bytes: request.encoded_len(),
+            locators: locators(&request.resource_locators_subscribe),
         });
+        let mut request = request;
+        let subscribe = std::mem::take(&mut request.resource_locators_subscribe);
+        let unsubscribe = std::mem::take(&mut request.resource_locators_unsubscribe);
+        request
+            .resource_names_subscribe
+            .extend(subscribe.into_iter().map(|l| l.name));
+        request
+            .resource_names_unsubscribe
+            .extend(unsubscribe.into_iter().map(|l| l.name));
         if self.node.is_none() {
             self.node = request.node.as_ref().map(|n| n.id.clone());
         }
@@ -1281,6 +1345,11 @@ impl DeltaTask {
             // A SotW wrapper set for this type is sent as the delta
             // Resource it is (its TTL and cache control with it).
             let resource = match wrapper(any) {
+                // A variant keeps its `resource_name` (and no `name`).
+                Some(wrapped) if wrapped.resource_name.is_some() => DeltaResource {
+                    version: version.clone(),
+                    ..wrapped
+                },
                 Some(wrapped) => DeltaResource {
                     name: name.clone(),
                     version: version.clone(),
@@ -1299,7 +1368,7 @@ impl DeltaTask {
             // Up to date with the entry before: only what it changed.
             Some(changes) if sub.generation == Some(entry.generation - 1) => {
                 for &i in &changes.changed {
-                    if sub.wants(&entry.resources[i].0) {
+                    if sub.wants(name_part(&entry.resources[i].0)) {
                         add(sub, &entry.resources[i]);
                     }
                 }
@@ -1313,7 +1382,7 @@ impl DeltaTask {
             _ => {
                 let mut present = BTreeSet::new();
                 for held in entry.resources.iter() {
-                    if sub.wants(&held.0) {
+                    if sub.wants(name_part(&held.0)) {
                         present.insert(held.0.as_str());
                         add(sub, held);
                     }
@@ -1338,11 +1407,30 @@ impl DeltaTask {
             .delta_resources_sent
             .fetch_add(resources.len(), Ordering::SeqCst);
         self.nonce += 1;
+        // A variant goes as its name and constraints.
+        let (variants, removed): (Vec<String>, Vec<String>) =
+            removed.into_iter().partition(|key| key.contains('\0'));
+        let removed_resource_names = variants
+            .iter()
+            .map(|key| {
+                let (name, hex_constraints) = key.split_once('\0').unwrap_or((key, ""));
+                let bytes = hex::decode(hex_constraints).unwrap_or_default();
+                ResourceName {
+                    name: name.to_owned(),
+                    dynamic_parameter_constraints:
+                        envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints::decode(
+                            bytes.as_slice(),
+                        )
+                        .ok(),
+                }
+            })
+            .collect();
         let response = DeltaDiscoveryResponse {
             system_version_info: entry.version,
             resources,
             type_url: type_url.to_owned(),
             removed_resources: removed,
+            removed_resource_names,
             nonce: self.nonce.to_string(),
             resource_errors: entry.errors.to_vec(),
             ..Default::default()

@@ -80,6 +80,7 @@ use super::UpstreamContext;
 use crate::cache::Coverage;
 use crate::store::namespace::Namespace;
 use crate::store::session::Session;
+use crate::xds::dynamic_parameters::locators;
 use crate::xds::ResourceType;
 
 /// gRPC code NOT_FOUND in a `resource_errors` entry: the resource is gone.
@@ -171,6 +172,14 @@ impl Protocol for Delta {
         }
         wire.record(&sent, &want, Instant::now());
         let mut request = Delta::request(kind, diff, String::new(), None);
+        let parameters = self.session.node.parameters();
+        if !parameters.is_empty() {
+            // Every name goes as a locator carrying the session's parameters.
+            let subscribe = std::mem::take(&mut request.resource_names_subscribe);
+            let unsubscribe = std::mem::take(&mut request.resource_names_unsubscribe);
+            request.resource_locators_subscribe = locators(subscribe, parameters);
+            request.resource_locators_unsubscribe = locators(unsubscribe, parameters);
+        }
         if first && !self.replacing.contains(&kind) {
             request.initial_resource_versions = self
                 .tracked
@@ -182,6 +191,8 @@ impl Protocol for Delta {
             %kind,
             subscribe = ?request.resource_names_subscribe,
             unsubscribe = ?request.resource_names_unsubscribe,
+            locators = request.resource_locators_subscribe.len()
+                + request.resource_locators_unsubscribe.len(),
             initial = request.initial_resource_versions.len(),
             "subscription"
         );
@@ -315,16 +326,21 @@ impl Delta {
         }
         let nonce = response.nonce.clone();
         let system_version = response.system_version_info.clone();
-        let decoded = decode_update_off_thread(&self.ctx.intake, kind, response)
-            .await
-            .and_then(|update| {
-                let names = update.added.iter().map(|(name, _)| name);
-                let names = names.chain(update.name_only.iter().map(|(name, _)| name));
-                match self.namespace.first_foreign(names) {
-                    Some(foreign) => Err(foreign.into()),
-                    None => Ok(update),
-                }
-            });
+        let decoded = decode_update_off_thread(
+            &self.ctx.intake,
+            kind,
+            response,
+            self.session.node.parameters().clone(),
+        )
+        .await
+        .and_then(|update| {
+            let names = update.added.iter().map(|(name, _)| name);
+            let names = names.chain(update.name_only.iter().map(|(name, _)| name));
+            match self.namespace.first_foreign(names) {
+                Some(foreign) => Err(foreign.into()),
+                None => Ok(update),
+            }
+        });
         let wire = self.wires.entry(kind).or_default();
         wire.nonce = nonce.clone();
         match decoded {

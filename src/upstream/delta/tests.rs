@@ -5,6 +5,7 @@ use super::update::*;
 use super::*;
 use crate::cache::{Intake, Resource};
 use crate::upstream::held::{digest, Edit, HeldResource, HeldSets, VERSION_HEX_DIGITS};
+use crate::xds::dynamic_parameters::Parameters;
 use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
 use envoy_types::pb::google::protobuf::Any;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ fn resource_of(kind: ResourceType, name: &str, aliases: &[&str], content: u8) ->
         json: Default::default(),
         opaque: Default::default(),
         holds_keys: false,
+        variant: None,
     })
 }
 
@@ -278,6 +280,74 @@ fn any_cla(name: &str) -> Any {
     }
 }
 
+/// Of the variants of a name, the one whose constraints match the
+/// session's parameters is kept; the same variant twice is a duplicate; a
+/// removal naming a variant that does not match is not this session's.
+#[test]
+fn variants_are_chosen_by_the_session_parameters() {
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+        single_constraint::ConstraintType, SingleConstraint, Type,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+    let intake = Intake::new(crate::xds::Codec::embedded());
+    let kind = ResourceType::Endpoints;
+    let env = |value: &str| DynamicParameterConstraints {
+        r#type: Some(Type::Constraint(SingleConstraint {
+            key: "env".into(),
+            constraint_type: Some(ConstraintType::Value(value.into())),
+        })),
+    };
+    let variant = |value: &str| DeltaResource {
+        resource_name: Some(ResourceName {
+            name: "a".into(),
+            dynamic_parameter_constraints: Some(env(value)),
+        }),
+        version: value.into(),
+        resource: Some(any_cla("a")),
+        ..Default::default()
+    };
+    let response = |resources, removed: Vec<ResourceName>| DeltaDiscoveryResponse {
+        resources,
+        removed_resource_names: removed,
+        type_url: kind.type_url().into(),
+        nonce: "n1".into(),
+        ..Default::default()
+    };
+    let prod: Parameters = [("env".to_owned(), "prod".to_owned())].into();
+    let both = response(vec![variant("test"), variant("prod")], Vec::new());
+    let update = decode_update(&intake, kind, both.clone(), &prod).unwrap();
+    assert_eq!(update.added.len(), 1);
+    let kept = &update.added[0].1;
+    assert_eq!(kept.version, "prod");
+    let json: serde_json::Value = serde_json::from_slice(&kept.resource.json).unwrap();
+    assert_eq!(
+        json["resourceName"]["dynamicParameterConstraints"]["constraint"]["value"],
+        "prod"
+    );
+    // Without parameters, neither matches.
+    let update = decode_update(&intake, kind, both, &Parameters::new()).unwrap();
+    assert!(update.added.is_empty());
+
+    let twice = response(vec![variant("prod"), variant("prod")], Vec::new());
+    let err = decode_update(&intake, kind, twice, &prod).unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+
+    let removal = |value: &str| ResourceName {
+        name: "a".into(),
+        dynamic_parameter_constraints: Some(env(value)),
+    };
+    let other = response(Vec::new(), vec![removal("test")]);
+    assert!(decode_update(&intake, kind, other, &prod)
+        .unwrap()
+        .removed
+        .is_empty());
+    let own = response(Vec::new(), vec![removal("prod")]);
+    assert_eq!(
+        decode_update(&intake, kind, own, &prod).unwrap().removed,
+        ["a"]
+    );
+}
+
 #[test]
 fn responses_are_decoded_and_checked_as_a_whole() {
     let intake = Intake::new(crate::xds::Codec::embedded());
@@ -299,7 +369,7 @@ fn responses_are_decoded_and_checked_as_a_whole() {
         nonce: "n1".into(),
         ..Default::default()
     };
-    let update = decode_update(&intake, kind, ok.clone()).unwrap();
+    let update = decode_update(&intake, kind, ok.clone(), &Parameters::new()).unwrap();
     assert_eq!(update.added.len(), 1);
     assert_eq!(update.added[0].0, "a");
     assert_eq!(update.added[0].1.version, "1");
@@ -308,7 +378,7 @@ fn responses_are_decoded_and_checked_as_a_whole() {
 
     let mut bad = ok.clone();
     bad.resources.push(with("c", "1", Some(any_cla("not-c"))));
-    assert!(decode_update(&intake, kind, bad)
+    assert!(decode_update(&intake, kind, bad, &Parameters::new())
         .unwrap_err()
         .to_string()
         .contains("not-c"));
@@ -321,16 +391,16 @@ fn responses_are_decoded_and_checked_as_a_whole() {
             value: vec![0x0a, 0xff, 0xff, 0xff],
         }),
     ));
-    assert!(decode_update(&intake, kind, bad).is_err());
+    assert!(decode_update(&intake, kind, bad, &Parameters::new()).is_err());
     let mut bad = ok.clone();
     bad.removed_resources.push("a".into());
-    assert!(decode_update(&intake, kind, bad)
+    assert!(decode_update(&intake, kind, bad, &Parameters::new())
         .unwrap_err()
         .to_string()
         .contains("both"));
     let mut bad = ok;
     bad.resources.push(with("a", "2", Some(any_cla("a"))));
-    assert!(decode_update(&intake, kind, bad)
+    assert!(decode_update(&intake, kind, bad, &Parameters::new())
         .unwrap_err()
         .to_string()
         .contains("twice"));
@@ -430,7 +500,7 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
     };
     // The same body under two names: two resources, two digests.
     let twins = response(vec![with("x/a", endpoint(80)), with("x/b", endpoint(80))]);
-    let update = decode_update(&intake, kind, twins).unwrap();
+    let update = decode_update(&intake, kind, twins, &Parameters::new()).unwrap();
     let (a, b) = (&update.added[0].1.resource, &update.added[1].1.resource);
     assert_eq!((a.name.as_str(), b.name.as_str()), ("x/a", "x/b"));
     assert_ne!(a.digest, b.digest);
@@ -441,11 +511,11 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
 
     // A nameless one cannot be told apart: the response is rejected.
     let nameless = response(vec![with("", endpoint(80))]);
-    let err = decode_update(&intake, kind, nameless).unwrap_err();
+    let err = decode_update(&intake, kind, nameless, &Parameters::new()).unwrap_err();
     assert!(err.to_string().contains("has no name"), "{err}");
     // Envoy's rules hold for them too (port_value <= 65535).
     let invalid = response(vec![with("x/c", endpoint(70_000))]);
-    assert!(decode_update(&intake, kind, invalid)
+    assert!(decode_update(&intake, kind, invalid, &Parameters::new())
         .unwrap_err()
         .breaks_rules());
 }
@@ -544,7 +614,7 @@ fn removed_resource_names_alone_remove() {
         nonce: "n1".into(),
         ..Default::default()
     };
-    let update = decode_update(&intake, kind, response).unwrap();
+    let update = decode_update(&intake, kind, response, &Parameters::new()).unwrap();
     assert!(update.added.is_empty());
     assert_eq!(update.removed, ["b", "c"]);
 }

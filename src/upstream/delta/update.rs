@@ -16,6 +16,7 @@ use crate::upstream::decode::{
 };
 use crate::upstream::held::HeldResource;
 use crate::upstream::wire::Payload;
+use crate::xds::dynamic_parameters::{matches, Parameters};
 use crate::xds::ResourceType;
 
 /// What to send to move the upstream from subscription `sent` to `want`.
@@ -71,23 +72,37 @@ pub(super) struct Update {
 
 /// Decodes and checks every part of `response`; the first problem rejects
 /// it all (as Envoy does).
+///
+/// A variant (a `resource_name` with dynamic parameter constraints) whose
+/// constraints do not match `parameters` answers none of the session's
+/// subscriptions: left out, as is a removal naming such a variant. Of two
+/// variants of one name that match, the first is kept (TP2 leaves the
+/// choice undefined). A delta-only type's constraints are not read.
 pub(super) fn decode_update(
     intake: &Intake,
     kind: ResourceType,
     response: DeltaDiscoveryResponse,
+    parameters: &Parameters,
 ) -> Result<Update, Rejection> {
     let mut update = Update::default();
     let mut seen = BTreeSet::new();
-    for (index, resource) in response.resources.into_iter().enumerate() {
-        let wrapper_name = if resource.name.is_empty() {
-            resource
-                .resource_name
-                .as_ref()
-                .map(|n| n.name.clone())
-                .unwrap_or_default()
-        } else {
-            resource.name.clone()
+    let mut variants_seen = BTreeSet::new();
+    for (index, mut resource) in response.resources.into_iter().enumerate() {
+        let named = resource.resource_name.take().unwrap_or_default();
+        if !resource.name.is_empty() && !named.name.is_empty() && named.name != resource.name {
+            return Err(Rejection::NameMismatch {
+                index,
+                wrapper: resource.name,
+                inner: named.name,
+            });
+        }
+        let wrapper_name = match resource.name.is_empty() {
+            true => named.name,
+            false => resource.name.clone(),
         };
+        let constraints = named
+            .dynamic_parameter_constraints
+            .filter(|_| !kind.delta_only());
         let ttl = ttl_of(resource.ttl.as_ref(), &wrapper_name).map_err(|e| Rejection::At {
             index,
             name: wrapper_name.clone(),
@@ -129,9 +144,27 @@ pub(super) fn decode_update(
                         inner: decoded.name.clone(),
                     });
                 }
+                let decoded = match constraints {
+                    Some(constraints) => intake
+                        .variant(decoded, constraints)
+                        .map_err(|e| at(e.into()))?,
+                    None => decoded,
+                };
                 let name = decoded.name.clone();
-                if !seen.insert(name.clone()) {
+                let encoded = decoded.variant.as_ref().map(|v| v.encoded().to_vec());
+                if !variants_seen.insert((name.clone(), encoded)) {
                     return Err(Rejection::Duplicate(name));
+                }
+                if decoded
+                    .variant
+                    .as_ref()
+                    .is_some_and(|v| !v.matches(parameters))
+                {
+                    continue;
+                }
+                if !seen.insert(name.clone()) {
+                    // Another variant of the name matched first.
+                    continue;
                 }
                 update.ttls.push((name.clone(), ttl));
                 if do_not_cache {
@@ -166,10 +199,15 @@ pub(super) fn decode_update(
         .into_iter()
         .filter(|e| e.error_detail.as_ref().is_some_and(|s| s.code == NOT_FOUND))
         .filter_map(|e| e.resource_name.map(|n| n.name));
+    let removed_variants = response.removed_resource_names.into_iter().filter(|n| {
+        n.dynamic_parameter_constraints
+            .as_ref()
+            .is_none_or(|c| kind.delta_only() || matches(c, parameters))
+    });
     let removed: BTreeSet<String> = response
         .removed_resources
         .into_iter()
-        .chain(response.removed_resource_names.into_iter().map(|n| n.name))
+        .chain(removed_variants.map(|n| n.name))
         .chain(not_found)
         .filter(|n| !n.is_empty())
         .collect();
@@ -185,9 +223,10 @@ pub(super) async fn decode_update_off_thread(
     intake: &Intake,
     kind: ResourceType,
     response: DeltaDiscoveryResponse,
+    parameters: std::sync::Arc<Parameters>,
 ) -> Result<Update, Rejection> {
     let intake = intake.clone();
-    tokio::task::spawn_blocking(move || decode_update(&intake, kind, response))
+    tokio::task::spawn_blocking(move || decode_update(&intake, kind, response, &parameters))
         .await
         .unwrap_or_else(|e| Err(Rejection::Task(e.to_string())))
 }
