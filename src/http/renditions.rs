@@ -211,23 +211,34 @@ fn render(json: &JsonBody, rendition: Rendition, codec: &Codec) -> Result<Bytes,
     if rendition.proto_names {
         json = with_proto_names(codec, &json, rendition.changes)?;
     }
-    let value = || {
-        crate::xds::plain_json::from_slice(&json)
-            .map_err(|e| RenditionError::NotJson(e.to_string()))
-    };
-    let text = match rendition.form {
+    // Transcoded as it is read: no tree of the body is built (a tree of a
+    // megabyte of JSON is ten times that), and keys keep their order.
+    let mut text = Vec::with_capacity(json.len() + json.len() / 2);
+    let mut read = serde_json::Deserializer::from_slice(&json);
+    let transcoded = match rendition.form {
         Form::Compact => return Ok(json),
-        Form::Yaml => serde_yaml_ng::to_string(&value()?)
-            .map_err(|e| RenditionError::Yaml(e.to_string()))?
-            .into_bytes(),
+        Form::Yaml => {
+            let mut yaml = serde_yaml_ng::Serializer::new(&mut text);
+            serde_transcode::transcode(&mut read, &mut yaml).map_err(|e| e.to_string())
+        }
         Form::Pretty => {
-            let value = value()?;
-            let mut text = serde_json::to_vec_pretty(&value)
-                .map_err(|e| RenditionError::Json(e.to_string()))?;
-            text.push(b'\n');
-            text
+            let mut pretty = serde_json::Serializer::pretty(&mut text);
+            serde_transcode::transcode(&mut read, &mut pretty).map_err(|e| e.to_string())
         }
     };
+    let not_json = |e: serde_json::Error| RenditionError::NotJson(e.to_string());
+    if let Err(reason) = transcoded {
+        // The reader's error surfaces through the writer: tell them apart.
+        serde_json::from_slice::<serde::de::IgnoredAny>(&json).map_err(not_json)?;
+        return Err(match rendition.form {
+            Form::Yaml => RenditionError::Yaml(reason),
+            _ => RenditionError::Json(reason),
+        });
+    }
+    read.end().map_err(not_json)?;
+    if rendition.form == Form::Pretty {
+        text.push(b'\n');
+    }
     Ok(Bytes::from(text))
 }
 
@@ -320,7 +331,7 @@ mod tests {
         assert_eq!(first.as_ptr(), again.as_ptr(), "the same bytes, shared");
         assert_eq!(
             std::str::from_utf8(&first).unwrap(),
-            "resources:\n- a: 1\n- b: 2\nversion_info: '1'\n"
+            "version_info: '1'\nresources:\n- a: 1\n- b: 2\n"
         );
         let pretty = renditions
             .render(&json, PRETTY, &Codec::embedded())
