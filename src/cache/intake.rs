@@ -22,6 +22,7 @@
 //! admin views and CSDS). The digest stays that of the bytes as sent, so a
 //! rotated key is a new version.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -77,6 +78,10 @@ pub(crate) struct Intake {
     /// Each type the gateway had no descriptor for, and how many resources
     /// of a new content held it: what `/readyz` names.
     opaque_types: OpaqueTypes,
+    /// The largest upstream answer (encoded bytes) a session's stream has
+    /// read: what each stream may hold at once while it reads and decodes
+    /// one, which the sessions' admission weighs.
+    largest_answer: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Intake {
@@ -98,8 +103,20 @@ impl Intake {
             serve_keys: false,
             keys_taken_out: Counter::default(),
             opaque_types: OpaqueTypes::default(),
+            largest_answer: Arc::default(),
         }
         .validating(true)
+    }
+
+    /// Notes that a session's stream read an answer of `bytes` (encoded).
+    pub(crate) fn note_answer(&self, bytes: usize) {
+        self.largest_answer.fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// The largest answer a session's stream has read, in bytes (0 before
+    /// the first).
+    pub(crate) fn largest_answer(&self) -> usize {
+        self.largest_answer.load(Ordering::Relaxed)
     }
 
     /// Whether key material is served as sent (`--allow-secrets`); by

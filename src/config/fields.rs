@@ -357,10 +357,10 @@ settings! {
         #[arg(long, env = "XDS_GATEWAY_MAX_NODE_BYTES")]
         max_node_bytes: usize = 1024 * 1024,
         /// The memory every kind of state clients make the gateway hold sits inside, in bytes: each
-        /// kind gets a share (sessions' nodes 25 %, the history 10 %, assembled bodies 15 %, YAML
-        /// and pretty renditions 10 %, parsed requests 5 % and their nodes 5 %, the client book
-        /// 5 %), which caps its bound; 0: the container's memory limit (cgroup), or none without
-        /// one [default: 0].
+        /// kind gets a share (sessions' nodes 25 %, the upstream answers their streams hold at once
+        /// 15 %, the history 10 %, assembled bodies 10 %, YAML and pretty renditions 5 %, parsed
+        /// requests 5 % and their nodes 5 %, the client book 5 %), which caps its bound; 0: the
+        /// container's memory limit (cgroup), or none without one [default: 0].
         #[arg(long, env = "XDS_GATEWAY_MEMORY_BUDGET_BYTES")]
         memory_budget_bytes: u64 = 0,
         /// Total `node` JSON bytes all sessions may hold; a new session beyond it is a 503; at most

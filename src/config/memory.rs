@@ -7,11 +7,15 @@
 //! of the budget ([`MemoryShares`]): the sessions' nodes
 //! (`--max-session-bytes`), the config history (`--history-max-bytes`), the
 //! memo of assembled bodies, the YAML and `?pretty` renditions, the memo of
-//! parsed requests and the nodes it interns, and the client book. The
+//! parsed requests and the nodes it interns, the client book, and the
+//! upstream answers the sessions' streams hold while they read them (a
+//! push reaches every session at once, and each stream reads its answer
+//! whole: a session weighs the largest answer the upstream has sent). The
 //! process itself (its code, the descriptor pool, the runtime) takes
-//! [`BASE`] first; the kinds' shares add up to three quarters of what is
-//! left, and the last quarter is for what no client sizes (the upstream's
-//! own config, the connections' buffers). A share is a cap: a bound is
+//! [`BASE`] first; the kinds' shares add up to four fifths of what is
+//! left, and the last fifth is for what no client sizes (the upstream's
+//! own config, the connections' buffers, a request's work in progress,
+//! the allocator's slack). A share is a cap: a bound is
 //! never looser than its own default, and a flag set above its share is cut
 //! to it (raise the budget instead). Without a budget every bound is its
 //! default.
@@ -57,6 +61,9 @@ pub struct MemoryShares {
     pub nodes: u64,
     /// The client book.
     pub book: u64,
+    /// The upstream answers the sessions' streams hold at once (sessions
+    /// times the largest answer); no bound without a budget.
+    pub answers: u64,
 }
 
 /// Each kind's default bound and its share of a budget, in percent.
@@ -69,16 +76,18 @@ const KINDS: MemoryShares = MemoryShares {
     parsed: 64 << 20,
     nodes: 256 << 20,
     book: 64 << 20,
+    answers: u64::MAX,
 };
 const PERCENT: MemoryShares = MemoryShares {
     budget: None,
     sessions: 25,
     history: 10,
-    bodies: 15,
-    renditions: 10,
+    bodies: 10,
+    renditions: 5,
     parsed: 5,
     nodes: 5,
     book: 5,
+    answers: 15,
 };
 
 impl Default for MemoryShares {
@@ -104,6 +113,7 @@ impl MemoryShares {
             parsed: share(KINDS.parsed, PERCENT.parsed),
             nodes: share(KINDS.nodes, PERCENT.nodes),
             book: share(KINDS.book, PERCENT.book),
+            answers: share(KINDS.answers, PERCENT.answers),
         }
     }
 
@@ -131,9 +141,10 @@ impl MemoryShares {
             self.parsed,
             self.nodes,
             self.book,
+            self.answers,
         ]
         .iter()
-        .sum()
+        .fold(0, |sum: u64, share| sum.saturating_add(*share))
     }
 }
 
@@ -149,19 +160,22 @@ mod tests {
     use super::*;
 
     /// The 512 MiB the chart and the manifests give the pod: every kind
-    /// within its share, all of them within three quarters of what the
+    /// within its share, all of them within four fifths of what the
     /// process leaves.
     #[test]
     fn the_shares_of_a_pod_sit_inside_its_limit() {
         let budget = 512 << 20;
         let shares = MemoryShares::of(budget);
-        assert!(shares.total() <= (budget - BASE) / 4 * 3, "{shares:?}");
+        assert!(shares.total() <= (budget - BASE) / 5 * 4, "{shares:?}");
         assert_eq!(shares.sessions, (budget - BASE) / 100 * 25);
-        // Never looser than the defaults, however big the budget.
+        // Never looser than the defaults, however big the budget; the
+        // answers in flight, unbounded without one, are bounded by any.
         let big = MemoryShares::of(1 << 40);
+        assert_eq!(big.answers, ((1 << 40) - BASE) / 100 * 15);
         assert_eq!(
             MemoryShares {
                 budget: None,
+                answers: u64::MAX,
                 ..big
             },
             MemoryShares::default()

@@ -675,7 +675,7 @@ fn a_memory_budget_caps_every_kind_at_its_share() {
     assert_eq!(config.max_session_bytes as u64, shares.sessions);
     assert_eq!(config.history_max_bytes, shares.history);
     assert_eq!(config.rest().memory, shares);
-    assert!(shares.total() <= (budget - super::memory::BASE) / 4 * 3);
+    assert!(shares.total() <= (budget - super::memory::BASE) / 5 * 4);
     let set = Config::from_settings(cli(&[
         "--memory-budget-bytes",
         &flag,

@@ -114,6 +114,7 @@ impl From<SourceError> for ApiError {
             SourceError::TooManySessions { .. }
             | SourceError::OverShare(_)
             | SourceError::SessionBytes { .. }
+            | SourceError::AnswerBytes { .. }
             | SourceError::TooManyNames { .. }
             | SourceError::NotLoaded { .. }
             | SourceError::Probing

@@ -188,6 +188,12 @@ pub(crate) enum SourceError {
         wanted: usize,
         max: usize,
     },
+    #[error("{sessions} sessions are open, and the upstream's largest answer is {answer} bytes: a new session's stream would take the answers the sessions' streams hold at once past {max} bytes (the memory budget's share, --memory-budget-bytes); try again later")]
+    AnswerBytes {
+        sessions: usize,
+        answer: usize,
+        max: u64,
+    },
     #[error("this node's session already subscribes to the most {} names it may (at most {max}, --max-names-per-session, and {} bytes of them); names nobody asks for are dropped after --idle-timeout", kind.type_url(), session::NAME_BYTES)]
     TooManyNames { kind: ResourceType, max: usize },
     #[error("node is not a valid envoy.config.core.v3.Node: {0}")]

@@ -67,6 +67,9 @@ struct Limits {
     idle_timeout: Duration,
     first_response_timeout: Duration,
     forward_rejections: bool,
+    /// What the sessions' streams may hold of upstream answers at once
+    /// (the memory budget's share; `None` without a budget).
+    max_answer_bytes: Option<u64>,
 }
 
 /// A [`Source`] of sessions fed by `F`.
@@ -110,11 +113,25 @@ struct Entry {
 
 impl Registry {
     /// Why a session of `bytes` cannot be added now, if so.
-    fn room_for(&self, bytes: usize, limits: &Limits) -> Result<(), SourceError> {
+    /// Whether a new session whose node is `bytes` may open: within the
+    /// count, the nodes' bytes, and (with a memory budget) the answers its
+    /// stream and every other would hold if the upstream's largest answer
+    /// reached them all at once (`answer`: its bytes).
+    fn room_for(&self, bytes: usize, answer: usize, limits: &Limits) -> Result<(), SourceError> {
         if self.sessions.len() >= limits.max_sessions {
             return Err(SourceError::TooManySessions {
                 max: limits.max_sessions,
             });
+        }
+        if let Some(max) = limits.max_answer_bytes {
+            let streams = self.sessions.len() as u64 + 1;
+            if streams.saturating_mul(answer as u64) > max {
+                return Err(SourceError::AnswerBytes {
+                    sessions: self.sessions.len(),
+                    answer,
+                    max,
+                });
+            }
         }
         if self.bytes.saturating_add(bytes) > limits.max_session_bytes {
             return Err(SourceError::SessionBytes {
@@ -158,6 +175,7 @@ impl<F: Feeder> Sessions<F> {
                 idle_timeout: config.idle_timeout,
                 first_response_timeout: config.first_response_timeout,
                 forward_rejections: config.forward_rejections,
+                max_answer_bytes: config.memory.budget.map(|_| config.memory.answers),
             },
             share: Share::new(
                 "max-sessions",
@@ -209,7 +227,7 @@ impl<F: Feeder> Sessions<F> {
             }
             self.share.check(tenant)?;
             self.bytes_share.check_weighing(tenant, bytes)?;
-            registry.room_for(bytes, &self.limits)?;
+            registry.room_for(bytes, self.intake.largest_answer(), &self.limits)?;
         }
         // The semaphore is never closed.
         let _decoding = self.decoding.acquire().await;
@@ -228,7 +246,7 @@ impl<F: Feeder> Sessions<F> {
         if let Some(session) = registry.existing(key) {
             return Ok(session);
         }
-        registry.room_for(bytes, &self.limits)?;
+        registry.room_for(bytes, self.intake.largest_answer(), &self.limits)?;
         let share = self.share.take(tenant)?;
         let bytes_share = self.bytes_share.take_weighing(tenant, bytes)?;
         let history = self

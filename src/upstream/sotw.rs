@@ -525,6 +525,7 @@ impl Sotw {
         kind: ResourceType,
         response: SotwResponse,
     ) -> Outbound<DiscoveryRequest> {
+        self.ctx.intake.note_answer(response.frame_len());
         let version = response.version_info.clone();
         let nonce = response.nonce.clone();
         self.stream.nonces.insert(kind, nonce.clone());

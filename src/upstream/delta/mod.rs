@@ -62,6 +62,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
+use prost::Message as _;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -324,6 +325,7 @@ impl Delta {
             warn!(%kind, "unsolicited response ignored");
             return None;
         }
+        self.ctx.intake.note_answer(response.encoded_len());
         let nonce = response.nonce.clone();
         let system_version = response.system_version_info.clone();
         let decoded = decode_update_off_thread(
