@@ -67,7 +67,7 @@ impl Drop for HeldGuard<'_> {
 
 /// The series every answered poll of one type moves, taken from their
 /// families once. A family's lookup is a lock and a SipHash of the label,
-/// and each poll made three (issue 41); these series are written out at 0
+/// and each poll made three; these series are written out at 0
 /// from the start anyway.
 #[derive(Debug)]
 struct PollSeries {
@@ -636,7 +636,7 @@ mod tests {
         }
     }
 
-    /// Issue 40: the label sets known in advance are there before anything
+    /// The label sets known in advance are there before anything
     /// happens, at 0, so a dashboard reads 0 rather than "no data".
     #[test]
     fn known_label_sets_are_exported_at_zero_from_the_start() {

@@ -1,8 +1,8 @@
 //! Per-principal shares of the global limits (`--principal-share`): of
 //! `--max-sessions`, `--max-watches`, `--max-long-polls` and (weighed in
-//! bytes, issue 38, finding 6) `--max-session-bytes`, one principal of the
+//! bytes) `--max-session-bytes`, one principal of the
 //! auth policy may hold at most its share, so one tenant cannot fill a
-//! limit and starve every other (issue 20, finding 5).
+//! limit and starve every other.
 //!
 //! Only principals are counted: without a policy there are none, and a
 //! policy of a single principal has nobody to starve, so neither is limited
@@ -191,7 +191,7 @@ mod tests {
         assert!(share.take(a.as_ref()).unwrap().is_some());
     }
 
-    /// Issue 38, finding 6: a share weighed in bytes.
+    /// A share weighed in bytes.
     #[test]
     fn a_share_in_bytes_holds_what_fits() {
         let share = Share::new("max-session-bytes", "bytes of nodes", 1000, 50);

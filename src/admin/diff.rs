@@ -213,7 +213,7 @@ fn held(
 }
 
 /// Diffs of secrets compare only what nodes are served now: a held
-/// version may be a rotated-away private key (issue 38).
+/// version may be a rotated-away private key.
 fn refuse_past_secrets(kind: ResourceType) -> Result<(), ApiError> {
     if kind != ResourceType::Secrets {
         return Ok(());

@@ -165,7 +165,7 @@ pub(super) fn json(view: &impl Serialize, pretty: bool) -> String {
 mod tests {
     use super::*;
 
-    /// Issue 25: the page and the JSON read one struct; the JSON is what it
+    /// The page and the JSON read one struct; the JSON is what it
     /// was (keys sorted, the stream's fields inline and absent for a
     /// snapshot), whichever order the fields are declared in.
     #[test]

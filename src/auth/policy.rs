@@ -355,7 +355,7 @@ impl Policy {
     /// principal `index`: `csds = true`, and a rule of its binds both (the
     /// question was asked by id alone; the answer says each node's cluster,
     /// and a node of a cluster the rules do not name is not the caller's
-    /// to see: issue 38, finding 4).
+    /// to see).
     pub(crate) fn allows_csds_answer(
         &self,
         index: usize,

@@ -27,10 +27,10 @@ const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 #[derive(Debug)]
 pub(super) struct Assembled {
     pub(super) state: u64,
-    /// The SHA-256 of the names it answers (`names_digest` in `state.rs`), not the
-    /// names: an answer for 19,000 names that match nothing is a ~100-byte
-    /// body, and holding its names made it weigh ~1.2 MB (issue 20,
-    /// finding 4). Collision-resistant, so a hit is still confirmed.
+    /// The SHA-256 of the names it answers (`names_digest` in `state.rs`), not
+    /// the names: an answer for 19,000 names that match nothing is a ~100-byte
+    /// body, and holding its names made it weigh ~1.2 MB. Collision-resistant,
+    /// so a hit is still confirmed.
     pub(super) names: [u8; 32],
     pub(super) target: Option<RestTarget>,
     pub(super) version: String,

@@ -28,7 +28,7 @@ pub(crate) struct ClientNode([u8; 32]);
 
 /// Hashed as 8 of its 32 bytes, where the derived `Hash` fed a map's
 /// hasher a length and all 32 (the client book looks a client up twice a
-/// poll, issue 41). A SHA-256 digest's bytes are evenly spread and no
+/// poll). A SHA-256 digest's bytes are evenly spread and no
 /// client can choose them, and the maps that hold it key their hashers
 /// (std's SipHash, moka's), so 8 bytes spread keys as well as 32. Equal
 /// nodes hash alike; `Eq` still compares all 32.

@@ -160,7 +160,7 @@ mod tests {
         }
     }
 
-    /// The collision of issue 10: a separator inside one field posed as the
+    /// A separator inside one field posed as the
     /// boundary of the next.
     #[test]
     fn a_separator_inside_a_field_cannot_pose_as_the_next_field() {

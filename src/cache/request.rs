@@ -15,8 +15,7 @@
 //! --bench codec`). The memo is bounded by what its entries hold in memory
 //! ([`ParsedRequest::held_bytes`]: the body *and* its parse). A body of
 //! 19,000 names parses to about four times its own size, so weighing by the
-//! body alone let the memo hold several times its bound (issue 20, finding
-//! 4).
+//! body alone let the memo hold several times its bound.
 //!
 //! A body is kept as the bytes around its node and the node, interned
 //! ([`super::node_json`]): the entries of one Envoy's many name sets share
@@ -26,12 +25,12 @@
 //! client's previous one only in its `version_info` (and nonce). A second
 //! memo keys parses by their [`Frame`], the body without those values: a
 //! body whose frame matches one parsed before, byte for byte, is that parse
-//! presenting its own version, with no parse at all (issue 41).
+//! presenting its own version, with no parse at all.
 //!
 //! A POSTed body is looked up as the chunks it was read in
 //! ([`ParsedRequests::parse_chunks`], [`BodyChunks`]): a memo hit never
 //! joins them into one buffer, which cost every poll a 77 KB allocation and
-//! copy (issue 41). The key and the comparison are those of the joined bytes.
+//! copy. The key and the comparison are those of the joined bytes.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -59,8 +58,8 @@ const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Bytes at each end of a body that [`memo_key`] hashes in full. An
 /// Envoy's polls differ within a few hundred bytes of an end (its version
 /// and node id first, its names, type and nonce last); 4 KB edges cost a
-/// memo hit about a tenth of the gateway's instructions per poll (issue 41,
-/// `GATEWAY_BENCH=instructions`), 1 KB a third of that.
+/// memo hit about a tenth of the gateway's instructions per poll
+/// (`GATEWAY_BENCH=instructions`), 1 KB a third of that.
 const KEY_EDGE: usize = 1024;
 /// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
 /// `KEY_STRIDE`.
@@ -766,7 +765,7 @@ mod tests {
         );
     }
 
-    /// Issue 20, finding 4: bodies naming thousands of resources parse to
+    /// Bodies naming thousands of resources parse to
     /// several times their size; the memo counts the parse, so what it holds
     /// stays within its bound (it held about four times the bound when it
     /// weighed bodies alone).
@@ -790,7 +789,7 @@ mod tests {
         assert!(kept > 40_000, "an entry weighs its parse: {now:?}");
     }
 
-    /// Issue 26: the bodies of one Envoy's name sets share its node; each
+    /// The bodies of one Envoy's name sets share its node; each
     /// entry weighs the bytes around it.
     #[test]
     fn name_sets_around_one_node_hold_it_once() {
@@ -817,7 +816,7 @@ mod tests {
     }
 }
 
-/// Issue 41: the memo of frames, against a full parse.
+/// The memo of frames, against a full parse.
 #[cfg(test)]
 mod frame_tests {
     use super::*;

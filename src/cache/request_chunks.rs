@@ -1,7 +1,7 @@
 //! A request body as the chunks it arrived in (hyper hands a 77 KB body
 //! over in several), so that the memo of parsed requests can be asked about
 //! it without first joining the chunks into one buffer: the join cost every
-//! poll a 77 KB allocation and copy, and a memo hit needs neither (issue 41).
+//! poll a 77 KB allocation and copy, and a memo hit needs neither.
 //!
 //! What is computed on chunks must be what the same bytes joined would give:
 //! the sampled key has one definition, [`feed_sampled`], which gathers what
@@ -108,7 +108,7 @@ impl BodyChunks {
 /// of parsed requests keys joined bodies, chunked bodies and frames with
 /// the xxh3 of what it takes. Gathered and hashed at once, a 77 KB body's
 /// 3 KB cost a tenth of the instructions that feeding xxh3's streaming
-/// state forty pieces did (issue 41).
+/// state forty pieces did.
 pub(crate) fn feed_sampled<C: AsRef<[u8]>>(
     taken: &mut Vec<u8>,
     chunks: &[C],

@@ -1,6 +1,6 @@
 //! A request body apart from the values of its `version_info` and
 //! `response_nonce`: the frame a poll after a version change shares with
-//! the poll before it (issue 41). Envoy writes `version_info` first and, when
+//! the poll before it. Envoy writes `version_info` first and, when
 //! it sends one, `response_nonce` last, so after a change every poll of every
 //! Envoy is a new body (a miss of the memo of whole bodies) that differs
 //! from its previous one only there; [`Frame::of`] finds those two values

@@ -68,7 +68,7 @@ impl Config {
     /// The admin listener off loopback with `--allow-secrets` serves every
     /// node's private keys (`/debug/config`, CSDS: its secrets, and the
     /// keys inline in its clusters and listeners), so it needs a
-    /// credential, as the REST listener does (issue 38, finding 5): admin
+    /// credential, as the REST listener does: admin
     /// client certificates (`--admin-client-ca`), or an auth policy (whose
     /// `[admin]` must then hold a token: checked when it is loaded).
     fn validate_admin_exposure(&self) -> Result<(), ConfigError> {
@@ -96,12 +96,11 @@ impl Config {
         })
     }
 
-    /// `--session-key cluster` with `--allow-secrets` is refused (issue 38,
-    /// finding 2): one upstream session serves every node of a cluster,
-    /// opened with the first node's id, so each would get the secrets the
-    /// control plane made for that first node, whatever the auth policy
-    /// binds. (A policy whose rules name nodes is refused with it too, when
-    /// the policy is loaded.)
+    /// `--session-key cluster` with `--allow-secrets` is refused: one upstream
+    /// session serves every node of a cluster, opened with the first node's id,
+    /// so each would get the secrets the control plane made for that first
+    /// node, whatever the auth policy binds. (A policy whose rules name nodes
+    /// is refused with it too, when the policy is loaded.)
     fn validate_session_key(&self) -> Result<(), ConfigError> {
         if self.session_key != SessionKey::Cluster || !self.allow_secrets {
             return Ok(());

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::{invalid, ConfigError};
 
 /// Which header the trusted proxies write the client into
-/// (`--forwarded-header`): only that one is read (issue 38, finding 10).
+/// (`--forwarded-header`): only that one is read.
 /// A proxy passes the other one on as the client wrote it, so reading it
 /// would let a client name itself someone else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]

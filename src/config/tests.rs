@@ -376,7 +376,7 @@ fn a_listener_off_loopback_needs_tls_a_policy_or_a_flag() {
     assert!(Config::from_settings(cli(&["--listen", "[::1]:8080"])).is_ok());
 }
 
-/// Finding 8 of issue 20: off loopback, --allow-secrets needs a policy or
+/// Off loopback, --allow-secrets needs a policy or
 /// required mTLS; server-only TLS (or an "insecure" flag) is not enough.
 #[test]
 fn secrets_off_loopback_need_a_policy_or_required_mtls() {
@@ -446,7 +446,7 @@ fn secrets_off_loopback_need_a_policy_or_required_mtls() {
     assert!(Config::from_settings(cli(&plain)).is_ok());
 }
 
-/// Issue 38, finding 2: sessions keyed by cluster serve every node of a
+/// Sessions keyed by cluster serve every node of a
 /// cluster what the upstream made for the first, so they never serve
 /// secrets, on loopback or off it, with a policy or without.
 #[test]
@@ -470,7 +470,7 @@ fn cluster_sessions_and_secrets_are_refused_together() {
     assert!(Config::from_settings(cli(&["--session-key", "node", "--allow-secrets"])).is_ok());
 }
 
-/// Issue 38, finding 5: off loopback with --allow-secrets, the admin
+/// Off loopback with --allow-secrets, the admin
 /// listener needs a credential (admin client certificates, or a policy,
 /// whose admin token is checked when it is loaded).
 #[test]
@@ -659,7 +659,7 @@ fn every_default_the_help_states_is_the_default() {
     );
 }
 
-/// Issue 54, finding 5: one memory budget every per-kind bound sits in. A
+/// One memory budget every per-kind bound sits in. A
 /// budget caps `--max-session-bytes` and `--history-max-bytes` at their
 /// shares (a flag set above is cut; one set below stands), and the REST
 /// face's memos take their shares; without one (no flag, no cgroup limit

@@ -304,10 +304,10 @@ fn check_secrets(gateway: &Gateway, kind: ResourceType) -> Result<(), ApiError> 
     Ok(())
 }
 
-/// The longest node id or cluster a request may present (issue 38,
-/// finding 7): both key sessions and the history and are written in every
-/// log line and history line about the node, so one client could fill the
-/// log, the history files and the status page with a few huge ids.
+/// The longest node id or cluster a request may present: both key sessions and
+/// the history and are written in every log line and history line about the
+/// node, so one client could fill the log, the history files and the status
+/// page with a few huge ids.
 pub(crate) const MAX_NODE_ID_BYTES: usize = 512;
 /// The longest resource name, user agent name or presented version: they
 /// reach logs and history lines too.

@@ -5,8 +5,8 @@
 //! by default, or `Forwarded: for=`, RFC 7239). The other header is never
 //! read: a proxy passes it on as the client wrote it (nginx's
 //! `proxy_add_x_forwarded_for` and Envoy append to `X-Forwarded-For` and
-//! leave `Forwarded` alone), so a client could name itself anyone there
-//! (issue 38, finding 10). The list is walked from the right
+//! leave `Forwarded` alone), so a client could name itself anyone there.
+//! The list is walked from the right
 //! (the entry the nearest proxy wrote) past trusted proxies to the first
 //! address that is not one: entries further left were written by whoever
 //! sent the request and prove nothing. A peer that is not trusted is the
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(forwarded("for=_hidden"), proxy);
     }
 
-    /// Issue 38, finding 10: a client-written `Forwarded` passes through
+    /// A client-written `Forwarded` passes through
     /// nginx and Envoy untouched while they append to `X-Forwarded-For`;
     /// only the header the proxies are configured to write is read.
     #[test]

@@ -1,5 +1,5 @@
 //! Which `Host` values a listener answers when nobody has to authenticate
-//! (issue 38, finding 9: DNS rebinding). A web page at `evil.example` can
+//! (DNS rebinding). A web page at `evil.example` can
 //! make the browser resolve its own name to 127.0.0.1 and then read a
 //! loopback gateway as same-origin; the one thing that betrays it is the
 //! `Host` header, which still says `evil.example`. So a listener without a

@@ -15,7 +15,7 @@
 //! resources they hold (an old answer keeps its state's resources alive) and
 //! the names they were served for (a client asking for thousands of names,
 //! a new set each time, must not make it hold thousands per answer without
-//! bound: issue 20, finding 4).
+//! bound).
 //! A version is only ever compared against what was served to the client
 //! presenting it: the client book (`clients.rs`, the one ledger of what was
 //! served to whom, keyed by [`ClientKey`](crate::cache::ClientKey)) says
@@ -304,7 +304,7 @@ mod tests {
         history.remember("1~x", || unreachable!("already held"));
     }
 
-    /// Issue 20, finding 4: answers served for many large, distinct name
+    /// Answers served for many large, distinct name
     /// sets are weighed by their names too, so the history stays bounded.
     #[test]
     fn answers_for_many_names_are_weighed_by_their_names() {

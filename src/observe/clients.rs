@@ -669,7 +669,7 @@ mod tests {
         assert_eq!(cds["detail"][0]["wildcard"], true);
     }
 
-    /// Issue 20, finding 4: one client polling a new set of a thousand names
+    /// One client polling a new set of a thousand names
     /// each time, or thousands of single names, keeps what it is owed and no
     /// more: its least recently polled subscriptions go first.
     #[test]
@@ -727,7 +727,7 @@ mod tests {
         book.was_served(request, ResourceType::Clusters, None, version)
     }
 
-    /// Finding 6 of issue 20: a version is recalled only for the client it
+    /// A version is recalled only for the client it
     /// was served to, so presenting another node's version reveals nothing
     /// of what that node held.
     #[test]

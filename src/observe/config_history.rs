@@ -27,7 +27,7 @@
 //!
 //! Under a policy of several principals, the events of a session count
 //! against the principal whose request opened it, up to `--principal-share`
-//! of the bound (issue 38, finding 7: one principal's 80 nodes emptied
+//! of the bound (one principal's 80 nodes emptied
 //! every other tenant's history). An event that takes its principal past
 //! the share evicts that principal's own oldest events first, wherever they
 //! are, so one tenant's churn never pushes out another's history. An event

@@ -16,7 +16,7 @@
 //! goes on with the next line.
 //!
 //! Under a policy of several principals, a principal's lines take at most
-//! `--principal-share` of each file (issue 38, finding 7: one principal's
+//! `--principal-share` of each file (one principal's
 //! churn filled all four files, and every other tenant's lines were gone).
 //! Its lines past that are dropped until the file rotates, logged once per
 //! file; its first line in a file always goes in. The others' lines stay in
@@ -228,7 +228,7 @@ impl Writer {
 }
 
 /// `path` opened for appending (created if missing, readable by its owner
-/// alone: it names every node and what it was served, issue 38), and its
+/// alone: it names every node and what it was served), and its
 /// size.
 fn append(path: &Path) -> std::io::Result<(File, u64)> {
     let mut options = OpenOptions::new();
@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(numbers(&rotated(&path, 1)), [8, 9]);
     }
 
-    /// Issue 38: the file (and each file rotation starts) is created 0600,
+    /// The file (and each file rotation starts) is created 0600,
     /// whatever the umask lets through.
     #[cfg(unix)]
     #[test]
@@ -305,7 +305,7 @@ mod tests {
         }
     }
 
-    /// Issue 38, finding 7: one principal's lines take at most its share
+    /// One principal's lines take at most its share
     /// of a file, so another's stay in the files however much the first
     /// writes; lines of no principal are not counted.
     #[test]

@@ -24,8 +24,8 @@ pub(super) struct Activity {
     /// Milliseconds from `opened` to the last write that moved bytes, or
     /// to the opening of a stream, whichever is later.
     last_write_ms: AtomicU64,
-    /// Bytes of answer bodies rendered on this connection (issue 38,
-    /// finding 3); with `written` and `dropped`, what is held unsent.
+    /// Bytes of answer bodies rendered on this connection; with `written` and
+    /// `dropped`, what is held unsent.
     produced: AtomicUsize,
     /// Bytes the connection wrote to its transport (framing included).
     written: AtomicUsize,
@@ -182,7 +182,7 @@ mod tests {
         assert_eq!(activity.idle_for(Instant::now()), Duration::from_secs(3));
     }
 
-    /// Issue 38, finding 3: answers count as unsent until the connection
+    /// Answers count as unsent until the connection
     /// writes as many bytes (or drops them); past the bound, no more, but
     /// a connection holding nothing takes any one answer.
     #[test]

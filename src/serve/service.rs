@@ -48,9 +48,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
         let activity = self.activity.clone();
         Box::pin(async move {
             let response = router.oneshot(request).await.map(|mut r| {
-                // Holding a connection takes a credential (issue 38,
-                // finding 8): after a 401 it closes, so requests without
-                // one cannot keep connections open for themselves.
+                // Holding a connection takes a credential: after a 401 it
+                // closes, so requests without one cannot keep connections
+                // open for themselves.
                 if r.status() == axum::http::StatusCode::UNAUTHORIZED {
                     activity.request_close();
                     r.headers_mut().insert(
@@ -81,10 +81,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
     }
 }
 
-/// Bytes of rendered answers one connection may hold unsent (its client
-/// has not read them) before further answers on it are refused (issue 38,
-/// finding 3: one HTTP/2 connection that never read took gigabytes with
-/// 600 `?pretty` answers in flight).
+/// Bytes of rendered answers one connection may hold unsent (its client has not
+/// read them) before further answers on it are refused (one HTTP/2 connection
+/// that never read took gigabytes with 600 `?pretty` answers in flight).
 pub(crate) const MAX_UNSENT_PER_CONNECTION: usize = 64 << 20;
 
 /// `response` counted in its connection's unsent bytes until its body is

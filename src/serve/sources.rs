@@ -1,4 +1,4 @@
-//! Open connections per source address (issue 38, finding 8): one address
+//! Open connections per source address: one address
 //! may hold at most `max_per_source` of a listener's connections, so a
 //! client without any credential cannot hold every slot while a client
 //! with one is refused. Trusted proxies are exempt (their clients share

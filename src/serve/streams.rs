@@ -5,7 +5,7 @@
 //! task to the stream's and back: on a runtime with more than one worker,
 //! often through another core, which wakes up to take the stream. Envoy
 //! polls over one HTTP/2 connection, so each of its polls paid that trip
-//! (bench/RESULTS.md, "Issue 41: a connection's streams on its task").
+//! (bench/RESULTS.md, "a connection's streams on its task").
 //!
 //! Here the executor only queues a stream ([`StreamQueue`]); [`Driven`]
 //! polls the connection and its streams together, as one future, on the

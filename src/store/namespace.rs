@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(ns.owner_of("plain"), "mesh");
     }
 
-    /// Issue 38 (smaller ones): authorities are opaque in the xDS API
+    /// Authorities are opaque in the xDS API
     /// (`xds.core.v3.ResourceName`: "Authorities are opaque"), so they are
     /// compared as written: `Edge.Example` is another authority than the
     /// claimed `edge.example`: unclaimed, the default upstream's. The

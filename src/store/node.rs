@@ -150,9 +150,9 @@ impl SessionNode {
         Node::decode(bytes.as_slice()).unwrap_or_default()
     }
 
-    /// What the upstream is told of the client beyond the session key:
-    /// the fields of the node that opened the session (issue 38, finding
-    /// 12). Decodes the node's own bytes, not its extension list.
+    /// What the upstream is told of the client beyond the session key: the
+    /// fields of the node that opened the session. Decodes the node's own
+    /// bytes, not its extension list.
     pub(crate) fn sent_view(&self) -> SentNodeView {
         let node = Node::decode(self.bytes.own.as_ref()).unwrap_or_default();
         SentNodeView {
@@ -358,7 +358,7 @@ mod tests {
     }
     use envoy_types::pb::envoy::config::core::v3::Extension;
 
-    /// Issue 54, finding 3: a megabyte of client features (outside the
+    /// A megabyte of client features (outside the
     /// session key) is not what every request upstream carries; the key's
     /// fields, the gateway's own features and an Envoy's extensions are.
     #[test]

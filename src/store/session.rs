@@ -650,7 +650,7 @@ mod tests {
         s.want(eds, &names(&["c"]), SETTLE, 3).unwrap();
     }
 
-    /// Issue 20, finding 4: the names of a session are bounded in bytes as
+    /// The names of a session are bounded in bytes as
     /// well as in count (a 4 MiB body can carry one name of 4 MiB).
     #[tokio::test]
     async fn a_subscription_cannot_grow_past_its_bytes() {

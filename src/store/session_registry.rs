@@ -615,7 +615,7 @@ mod tests {
             .into()
     }
 
-    /// Issue 10, finding 3: while a new, huge node is decoded, existing
+    /// While a new, huge node is decoded, existing
     /// sessions keep answering (the registry's lock is not held meanwhile).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_huge_new_node_does_not_stall_existing_sessions() {

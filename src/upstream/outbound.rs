@@ -7,7 +7,7 @@
 //! of every session, per push. Built as a prost `Node` per request, it was
 //! decoded from those bytes (an Envoy node's 516 extensions), encoded into
 //! the frame and dropped, per session per push: more than the rest of a
-//! push's work on the upstream side (issue 41). Written as held, it is
+//! push's work on the upstream side. Written as held, it is
 //! three copies of bytes.
 
 use bytes::BufMut;

@@ -440,7 +440,7 @@ mod tests {
     }
 
     /// A type the pool lacks is the gateway's limit, not a broken resource:
-    /// it renders whole as an `xds_gateway.v1.OpaqueAny` (issue 37), where
+    /// it renders whole as an `xds_gateway.v1.OpaqueAny`, where
     /// it used to fail the render (and NACK the upstream).
     #[test]
     fn nested_unknown_any_renders_opaque() {

@@ -182,7 +182,7 @@ fn the_page_shows_the_node_its_versions_and_what_is_wrong() {
     );
 }
 
-/// Issue 24: a client that never presents a version (curl, a script) is a
+/// A client that never presents a version (curl, a script) is a
 /// one-shot reader, listed apart and in no colour; the Envoy beside it
 /// that presents versions stays a subscriber, red when it is in trouble.
 #[test]
@@ -348,7 +348,7 @@ async fn page_of(source: Arc<dyn Feed>, metrics: Arc<Metrics>, config: Config) -
     (views, html)
 }
 
-/// Issue 25: the page tells a snapshot's sessions from an upstream's by a
+/// The page tells a snapshot's sessions from an upstream's by a
 /// field of the typed view (`stream`, `None` for a snapshot), not by a key
 /// missing from JSON; and the JSON served keeps the stream's fields inline,
 /// absent for the snapshot.

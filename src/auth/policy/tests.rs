@@ -312,7 +312,7 @@ fn secrets_for_patterns_that_name_something_are_fine() {
     assert!(!policy.allows(0, None, ResourceType::Secrets, "core-1", "edge"));
 }
 
-/// Issue 38, finding 1: a principal of many certificates is granted a
+/// A principal of many certificates is granted a
 /// node's secrets only by a rule that ties the node to the certificate.
 #[test]
 fn secrets_of_many_certificates_are_bound_to_each_certificate() {
@@ -419,7 +419,7 @@ types = ["clusters"]
     .unwrap();
 }
 
-/// Issue 38, finding 2: with `--session-key cluster` the upstream sees the
+/// With `--session-key cluster` the upstream sees the
 /// first node's id for every node of a cluster, so a rule's node half
 /// would bind nothing: a policy naming nodes is refused (at start and on
 /// reload), one binding clusters alone loads.
@@ -441,7 +441,7 @@ fn cluster_sessions_refuse_rules_that_name_nodes() {
     assert!(Policy::load(&path, true).is_ok());
 }
 
-/// Issue 38, finding 11: "no match-all for secrets" goes by what a pattern
+/// "no match-all for secrets" goes by what a pattern
 /// can match: one that neither begins nor ends with a literal character
 /// is refused, however it is spelled. `"[!~]*"` read three nodes' keys.
 #[test]
@@ -469,7 +469,7 @@ fn secrets_patterns_are_pinned_by_meaning_not_spelling() {
     }
 }
 
-/// Issue 38, finding 4: CSDS is asked by node id, but its answer names
+/// CSDS is asked by node id, but its answer names
 /// each node's cluster too: an entry is the caller's only if a rule allows
 /// both (edge-2 of cluster payments is not edge-2 of cluster edge).
 #[test]

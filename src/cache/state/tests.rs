@@ -175,7 +175,7 @@ fn version_parts() {
 
 proptest::proptest! {
     /// The digest read from the end is the one the search for the last
-    /// separator finds (the definition before issue 41), whatever a client
+    /// separator finds, whatever a client
     /// presents: multi-byte characters, separators, hex or not.
     #[test]
     fn the_digest_read_from_the_end_is_the_searched_one(
@@ -266,7 +266,7 @@ fn a_subscribed_glob_wants_its_members_only() {
     assert!(c.covers(&named(&[glob])));
 }
 
-/// Issue 20, finding 4: an answer for thousands of names that match
+/// An answer for thousands of names that match
 /// nothing is a tiny body; the memo keeps the digest of its names, not the
 /// names (it kept ~55 KB of names per answer here, weighing ~200 bytes).
 #[test]
@@ -301,7 +301,7 @@ fn memoised_answers_do_not_hold_their_names() {
     }
 }
 
-/// Issue 26: every node identity holds a state of its own, but identities
+/// Every node identity holds a state of its own, but identities
 /// holding the same resources (every one of them after the same push) share
 /// one assembled resources piece; each body keeps its own version (and the
 /// nonce that version makes, whatever the upstream's was).

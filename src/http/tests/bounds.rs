@@ -1,4 +1,4 @@
-//! Issue 20, finding 4: one client polling a new set of thousands of names
+//! One client polling a new set of thousands of names
 //! each time (or from a new session each time) holds a bounded amount of
 //! the gateway: read from the gateway's own accounting (the client book,
 //! the parsed-request memo, the `?changes` history), not from RSS.

@@ -104,7 +104,7 @@ async fn a_poll_with_a_version_gets_what_changed_since() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
 
-/// Finding 6 of issue 20: node B presenting the version node A was served
+/// Node B presenting the version node A was served
 /// learns nothing of A's names: it gets its whole state, saying so.
 #[tokio::test(start_paused = true)]
 async fn another_nodes_version_gets_the_full_state_and_none_of_its_names() {

@@ -433,7 +433,7 @@ fn request_naming(node: &str, names: impl Iterator<Item = String>) -> String {
     serde_json::json!({"node": {"id": node}, "resource_names": names}).to_string()
 }
 
-/// Issue 10, finding 4: names per request and per session are bounded.
+/// Names per request and per session are bounded.
 #[tokio::test]
 async fn names_are_bounded_per_request_and_per_session() {
     let gw = demo_gateway(Config {
@@ -481,7 +481,7 @@ fn big_node_request(id: &str, keys: usize) -> String {
     serde_json::json!({"node": {"id": id, "metadata": metadata}}).to_string()
 }
 
-/// Issue 10, finding 3: a node is bounded in size, and so are the bytes of
+/// A node is bounded in size, and so are the bytes of
 /// nodes all sessions hold (not only their number).
 #[tokio::test]
 async fn node_bytes_are_bounded_per_request_and_across_sessions() {
@@ -526,7 +526,7 @@ fn snapshot_gateway(dir: &std::path::Path, config: Config) -> Arc<Gateway> {
     file_gateway(Origin::Dir(dir.to_owned()), config)
 }
 
-/// Issue 10, finding 5: with `--session-key cluster`, a snapshot with a
+/// With `--session-key cluster`, a snapshot with a
 /// per-node layer is refused (a node of the cluster would get another's
 /// per-node resources); with the default key each node gets its own.
 #[tokio::test]
@@ -581,7 +581,7 @@ async fn per_node_layers_are_refused_when_sessions_are_keyed_by_cluster() {
     );
 }
 
-/// Issue 38, finding 7: a node id (or cluster, resource name, user agent,
+/// A node id (or cluster, resource name, user agent,
 /// version) long enough to fill the log, the history files and the status
 /// page is a 400 that does not echo it, before any session or history
 /// holds it; one at the limit is served.

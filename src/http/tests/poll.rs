@@ -524,7 +524,7 @@ async fn an_envoy_that_rejects_its_first_version_is_a_suspected_rejection() {
     assert_eq!(metric(&gw, "xds_gateway_suspected_rejections_total"), 1.0);
 }
 
-/// Issue 24: a GET whose node says `envoy` (a profile's, or
+/// A GET whose node says `envoy` (a profile's, or
 /// `?user_agent=envoy`) is still a curl or a script: presenting no version
 /// again and again is how it reads, never a rejection to forward upstream.
 /// The same node POSTed is taken for an Envoy, as before.

@@ -1,4 +1,4 @@
-//! Rejection tracking behind a balancer (issue 23): twenty pods of one
+//! Rejection tracking behind a balancer: twenty pods of one
 //! Deployment (one node id) polling through one proxy's address, a change
 //! rolled out while five of them lag for a few rounds. Through a trusted
 //! proxy that names no client, none of it is taken for a rejection (no

@@ -202,7 +202,7 @@ fn a_timeline_whose_events_were_all_evicted_starts_again() {
     assert_eq!(t[0].identity, IdentityDigest::of("identity-a").short());
 }
 
-/// Issue 38, finding 7: under a policy of several principals, one
+/// Under a policy of several principals, one
 /// principal's churn evicts its own oldest events once it holds its share,
 /// never another principal's, however much older theirs are; every byte
 /// charged is given back.
