@@ -368,3 +368,55 @@ async fn a_fleet_stays_fresh_while_another_client_polls_refused_types() {
     eprintln!("{polls} fleet polls, all fresh, in {:?}", started.elapsed());
     gw.stop().await;
 }
+
+/// A name the upstream refuses (it ends every stream that asks for it) is
+/// found and set aside alone: a client polls it together with a good name
+/// the upstream serves. The good name is served, the refused one gets a
+/// `502` naming it (and again at once on the next poll, with no stream
+/// opened for it), the fleet's endpoints stay served on a stream that no
+/// longer ends, and nothing loops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_name_is_set_aside_alone_and_its_type_keeps_serving() {
+    let upstream = FakeAds::start().await;
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("a")]);
+    upstream.set(
+        EDS,
+        "e1",
+        vec![assignment("a", 1), assignment("b", 2), assignment("bad", 3)],
+    );
+    upstream.end_streams_naming("bad");
+    let gw = gateway(&upstream).await;
+    fleet_served(&gw, &upstream).await;
+
+    let (status, _, body) = poll(gw.rest_port, "/v3/discovery:endpoints?node=n&names=bad,b").await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("bad") && body.contains("PermissionDenied"),
+        "{body}"
+    );
+    // The good name asked with it was not blamed.
+    let served = process::eventually(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || async {
+            let (status, stale, body) =
+                poll(gw.rest_port, "/v3/discovery:endpoints?node=n&names=b").await;
+            (status == 200 && !stale && body.contains("\"clusterName\":\"b\"")).then_some(())
+        },
+    )
+    .await;
+    assert!(served.is_some(), "b was not served");
+    // Set aside: the next poll of it is refused at once, nothing asked.
+    let opened = upstream.streams_opened();
+    let (status, _, body) = poll(gw.rest_port, "/v3/discovery:endpoints?node=n&names=bad").await;
+    assert_eq!(status, 502, "{body}");
+    // The fleet keeps fresh answers, and the stream stays up.
+    for _ in 0..20 {
+        let (status, stale, body) =
+            poll(gw.rest_port, "/v3/discovery:endpoints?node=n&names=a").await;
+        assert!(status == 200 && !stale, "{status} stale={stale}: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(upstream.streams_opened(), opened, "streams kept opening");
+    gw.stop().await;
+}

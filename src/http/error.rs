@@ -110,7 +110,9 @@ impl From<SourceError> for ApiError {
                 refused: crate::store::Refused::Unimplemented(_),
                 ..
             } => ApiError::NotImplemented(err.to_string()),
-            SourceError::Unserved { .. } => ApiError::BadGateway(err.to_string()),
+            SourceError::Unserved { .. } | SourceError::NameUnserved { .. } => {
+                ApiError::BadGateway(err.to_string())
+            }
             SourceError::TooManySessions { .. }
             | SourceError::OverShare(_)
             | SourceError::SessionBytes { .. }

@@ -221,6 +221,15 @@ pub(crate) enum SourceError {
         refused: unserved::Refused,
         retry_in: Duration,
     },
+    /// A name of the type the upstream refused alone (it ended the streams
+    /// that asked for it), set aside (`unserved.rs`).
+    #[error("{name:?} of {} is not served for this node: the upstream ended the stream that asked for it alone ({refused}); the gateway asks the upstream again in {}s if a client still asks (the type's other names are unaffected)", kind.type_url(), retry_in.as_secs())]
+    NameUnserved {
+        kind: ResourceType,
+        name: String,
+        refused: unserved::Refused,
+        retry_in: Duration,
+    },
     /// The upstream answered, and the gateway refused (NACKed) the answer:
     /// never reported as an upstream that did not answer.
     #[error("the upstream answered {} but the gateway refused the answer (NACK): {detail}; it serves the type again once the upstream sends an answer it accepts (see the admin /debug/sessions)", kind.type_url())]

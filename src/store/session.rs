@@ -402,13 +402,51 @@ impl Session {
 
     /// The subscription to send upstream for `kind`, or `None` if no client
     /// has asked for it.
+    /// Names held apart (being checked, or refused alone) are left out.
     pub(crate) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
-        if self.unserved.check(kind, Instant::now()).is_some() {
+        let now = Instant::now();
+        if self.unserved.check(kind, now).is_some() {
             // Set aside: the upstream refused it; not asked again yet.
             return None;
         }
+        let apart = self.unserved.names_apart(kind, now);
         let sub = lock(&self.slot(kind).subscription);
-        (sub.wildcard.is_some() || !sub.names.is_empty()).then(|| sub.coverage())
+        let mut coverage = sub.coverage();
+        drop(sub);
+        coverage.names.retain(|name| !apart.contains(name));
+        (coverage.wildcard || !coverage.names.is_empty()).then_some(coverage)
+    }
+
+    /// The upstream took `names` of `kind`, asked alone (`name_check.rs`
+    /// in `upstream`): they are subscribed again.
+    pub(crate) fn names_cleared(
+        &self,
+        kind: ResourceType,
+        names: &std::collections::BTreeSet<String>,
+    ) {
+        self.unserved.names_served(kind, names);
+        self.send(Command::Resubscribe(kind));
+    }
+
+    /// The names of `kind` subscribed and not yet answered: wanted now, and
+    /// not covered by the state published (none when no state is, or the
+    /// type is asked as a wildcard alone).
+    pub(crate) fn unanswered_names(
+        &self,
+        kind: ResourceType,
+    ) -> std::collections::BTreeSet<String> {
+        let Some(state) = self.state(kind) else {
+            return Default::default();
+        };
+        let Some(wanted) = self.subscription(kind) else {
+            return Default::default();
+        };
+        let answered = &state.coverage.names;
+        wanted
+            .names
+            .into_iter()
+            .filter(|name| !answered.contains(name))
+            .collect()
     }
 
     /// Names to put in a SotW request: `*` plus the names when a wildcard

@@ -313,8 +313,12 @@ impl<F: Feeder> Sessions<F> {
             tokio::select! {
                 state = waiting => return Ok(state),
                 () = set_aside => {
-                    if let Some(aside) = session.unserved.check(kind, tokio::time::Instant::now()) {
+                    let now = tokio::time::Instant::now();
+                    if let Some(aside) = session.unserved.check(kind, now) {
                         return Err(SourceError::Unserved { kind, refused: aside.refused, retry_in: aside.retry_in });
+                    }
+                    if let Some((name, aside)) = session.unserved.check_asked(kind, names, now) {
+                        return Err(SourceError::NameUnserved { kind, name, refused: aside.refused, retry_in: aside.retry_in });
                     }
                 }
             }
@@ -346,13 +350,21 @@ impl<F: Feeder> Sessions<F> {
                 retry_in: aside.retry_in,
             });
         }
+        if let Some((name, aside)) = session.unserved.check_asked(kind, request.names(), now) {
+            return Err(SourceError::NameUnserved {
+                kind,
+                name,
+                refused: aside.refused,
+                retry_in: aside.retry_in,
+            });
+        }
         let serving = session.serving();
         let names = request.names();
         let max = self.limits.max_names_per_session;
         let (rx, settled) = session
             .want(kind, names, SETTLE, max)
             .map_err(|e| SourceError::TooManyNames { kind, max: e.max })?;
-        if session.unserved.due(kind, now) {
+        if session.unserved.due(kind, now) || session.unserved.names_due(kind, names, now) {
             // Set aside, and its time is up: ask the upstream again.
             session.send(Command::Resubscribe(kind));
         }

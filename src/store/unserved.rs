@@ -14,14 +14,22 @@
 //! Which type ended an ADS stream is not said by the upstream, so a type
 //! is set aside only on evidence: a stream that carried it alone (its own
 //! service's, or an aggregated one probing it) refused before answering
-//! it. No I/O.
+//! it.
+//!
+//! Names are set aside the same way. When a stream that answered a type
+//! ends with the upstream's refusal while names of it were still waiting
+//! for their first answer, those names are held apart (not subscribed) and
+//! checked on streams of their own (`upstream/name_check.rs`); a name the
+//! upstream refuses alone is set aside, with the same doubling backoff, and
+//! only polls naming it get the error. No I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::cache::Names;
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -59,10 +67,32 @@ pub(crate) struct SetAsideNow {
     pub(crate) retry_in: Duration,
 }
 
-/// The types one session set aside.
+/// A name of a type held apart from the session's subscription.
+#[derive(Debug, Clone, Default)]
+struct NameApart {
+    /// Being checked on a stream of its own.
+    checking: bool,
+    /// The last time the upstream refused it alone (kept past its time,
+    /// so that the next refusal waits twice as long).
+    aside: Option<SetAside>,
+}
+
+impl NameApart {
+    /// Whether it is kept out of the subscription at `now`.
+    fn apart(&self, now: Instant) -> bool {
+        self.checking || self.aside.as_ref().is_some_and(|s| now < s.until)
+    }
+}
+
+/// The most names of one type held apart; past it, names whose time is up
+/// are forgotten first, then new ones are not held (they stay subscribed).
+const MAX_NAMES_APART: usize = 1024;
+
+/// The types and names one session set aside.
 #[derive(Debug, Default)]
 pub(crate) struct Unserved {
     types: Mutex<BTreeMap<ResourceType, SetAside>>,
+    names: Mutex<BTreeMap<ResourceType, BTreeMap<String, NameApart>>>,
     /// Wakes the polls waiting for a first answer when a type is set aside.
     set: tokio::sync::Notify,
 }
@@ -72,15 +102,12 @@ impl Unserved {
     pub(crate) fn set_aside(&self, kind: ResourceType, refused: Refused, now: Instant) {
         let mut types = lock(&self.types);
         let times = types.get(&kind).map_or(0, |s| s.times) + 1;
-        let wait = FIRST_RETRY
-            .saturating_mul(1 << (times - 1).min(8))
-            .min(LAST_RETRY);
         types.insert(
             kind,
             SetAside {
                 refused,
                 since: SystemTime::now(),
-                until: now + wait,
+                until: now + backoff(times),
                 times,
             },
         );
@@ -119,6 +146,121 @@ impl Unserved {
         }
     }
 
+    /// Holds `names` of `kind` apart while they are checked; returns those
+    /// it holds (not one being checked already, nor past
+    /// [`MAX_NAMES_APART`]).
+    pub(crate) fn check_names(
+        &self,
+        kind: ResourceType,
+        names: BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let mut all = lock(&self.names);
+        let apart = all.entry(kind).or_default();
+        if apart.len() + names.len() > MAX_NAMES_APART {
+            let now = Instant::now();
+            apart.retain(|_, a| a.apart(now));
+        }
+        let mut held = BTreeSet::new();
+        for name in names {
+            let entry = apart.get(&name);
+            if entry.is_some_and(|a| a.checking)
+                || (entry.is_none() && apart.len() >= MAX_NAMES_APART)
+            {
+                continue;
+            }
+            apart.entry(name.clone()).or_default().checking = true;
+            held.insert(name);
+        }
+        held
+    }
+
+    /// The names of `kind` kept out of its subscription at `now`: being
+    /// checked, or set aside.
+    pub(crate) fn names_apart(&self, kind: ResourceType, now: Instant) -> BTreeSet<String> {
+        let all = lock(&self.names);
+        let Some(apart) = all.get(&kind) else {
+            return BTreeSet::new();
+        };
+        let kept = apart.iter().filter(|(_, a)| a.apart(now));
+        kept.map(|(name, _)| name.clone()).collect()
+    }
+
+    /// The upstream answered `names` of `kind` (or did not refuse them):
+    /// subscribed again, their record forgotten.
+    pub(crate) fn names_served(&self, kind: ResourceType, names: &BTreeSet<String>) {
+        let mut all = lock(&self.names);
+        if let Some(apart) = all.get_mut(&kind) {
+            apart.retain(|name, _| !names.contains(name));
+        }
+    }
+
+    /// Sets `name` of `kind` aside: refused alone, for twice as long as
+    /// last time.
+    pub(crate) fn set_name_aside(
+        &self,
+        kind: ResourceType,
+        name: &str,
+        refused: Refused,
+        now: Instant,
+    ) {
+        let mut all = lock(&self.names);
+        let entry = all
+            .entry(kind)
+            .or_default()
+            .entry(name.to_owned())
+            .or_default();
+        let times = entry.aside.as_ref().map_or(0, |s| s.times) + 1;
+        entry.checking = false;
+        entry.aside = Some(SetAside {
+            refused,
+            since: SystemTime::now(),
+            until: now + backoff(times),
+            times,
+        });
+        drop(all);
+        self.set.notify_waiters();
+    }
+
+    /// The first of `names` (of `kind`) set aside at `now`, and what its
+    /// polls are told.
+    pub(crate) fn check_asked(
+        &self,
+        kind: ResourceType,
+        names: &Names,
+        now: Instant,
+    ) -> Option<(String, SetAsideNow)> {
+        let Names::Named(asked) = names else {
+            return None;
+        };
+        let all = lock(&self.names);
+        let apart = all.get(&kind)?;
+        asked.iter().find_map(|name| {
+            let aside = apart.get(name)?.aside.as_ref().filter(|s| now < s.until)?;
+            let told = SetAsideNow {
+                refused: aside.refused.clone(),
+                retry_in: aside.until - now,
+            };
+            Some((name.clone(), told))
+        })
+    }
+
+    /// Whether one of `names` (of `kind`) was set aside and its time is
+    /// up: the subscription holds it again, and the upstream may be asked.
+    pub(crate) fn names_due(&self, kind: ResourceType, names: &Names, now: Instant) -> bool {
+        let Names::Named(asked) = names else {
+            return false;
+        };
+        let all = lock(&self.names);
+        let Some(apart) = all.get(&kind) else {
+            return false;
+        };
+        asked.iter().any(|name| {
+            apart
+                .get(name)
+                .is_some_and(|a| !a.checking && a.aside.as_ref().is_some_and(|s| now >= s.until))
+        })
+    }
+
     /// Every type set aside now, with why and since when (RFC 3339).
     pub(super) fn listed(&self, now: Instant) -> Vec<(ResourceType, Refused, SystemTime)> {
         let types = lock(&self.types);
@@ -127,6 +269,13 @@ impl Unserved {
             .map(|(kind, s)| (*kind, s.refused.clone(), s.since))
             .collect()
     }
+}
+
+/// How long something refused `times` times in a row is set aside.
+fn backoff(times: u32) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(1 << times.saturating_sub(1).min(8))
+        .min(LAST_RETRY)
 }
 
 impl std::fmt::Display for Refused {
@@ -178,5 +327,40 @@ mod tests {
         );
         unserved.served(RTDS);
         assert!(unserved.check(RTDS, later).is_none() && !unserved.due(RTDS, later));
+    }
+
+    /// A name held apart is left out while checked; refused alone, it is
+    /// set aside for a doubling while and told to polls naming it; cleared,
+    /// it is forgotten.
+    #[test]
+    fn a_name_is_checked_then_set_aside_or_cleared() {
+        const EDS: ResourceType = ResourceType::Endpoints;
+        let unserved = Unserved::default();
+        let t0 = Instant::now();
+        let names =
+            |list: &[&str]| -> BTreeSet<String> { list.iter().map(|n| (*n).to_owned()).collect() };
+        let held = unserved.check_names(EDS, names(&["bad", "b"]));
+        assert_eq!(held, names(&["b", "bad"]));
+        assert_eq!(unserved.names_apart(EDS, t0), names(&["b", "bad"]));
+        assert!(
+            unserved.check_names(EDS, names(&["b"])).is_empty(),
+            "checked already"
+        );
+        unserved.names_served(EDS, &names(&["b"]));
+        let refused = Refused::EndedTheStream("PermissionDenied".into());
+        unserved.set_name_aside(EDS, "bad", refused.clone(), t0);
+        assert_eq!(unserved.names_apart(EDS, t0), names(&["bad"]));
+        let asked = Names::Named(names(&["a", "bad"]));
+        let (name, told) = unserved.check_asked(EDS, &asked, t0).expect("set aside");
+        assert_eq!((name.as_str(), told.retry_in), ("bad", FIRST_RETRY));
+        assert!(unserved.check_asked(EDS, &Names::Wildcard, t0).is_none());
+        let later = t0 + FIRST_RETRY;
+        assert!(unserved.names_apart(EDS, later).is_empty());
+        assert!(unserved.names_due(EDS, &asked, later));
+        // Refused again: twice as long.
+        assert_eq!(unserved.check_names(EDS, names(&["bad"])), names(&["bad"]));
+        unserved.set_name_aside(EDS, "bad", refused, later);
+        let (_, told) = unserved.check_asked(EDS, &asked, later).expect("set aside");
+        assert_eq!(told.retry_in, FIRST_RETRY * 2);
     }
 }

@@ -34,6 +34,7 @@ mod frame_codec;
 mod held;
 mod lanes;
 mod nack_log;
+mod name_check;
 mod outbound;
 pub(crate) mod pipeline;
 mod replies;

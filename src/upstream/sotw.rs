@@ -320,6 +320,25 @@ impl Protocol for Sotw {
         &response.type_url
     }
 
+    fn asking_only(
+        kind: ResourceType,
+        names: Vec<String>,
+        parameters: &crate::xds::dynamic_parameters::Parameters,
+        node: crate::store::node::NodeBytes,
+    ) -> Outbound<DiscoveryRequest> {
+        let (resource_names, resource_locators) = match parameters.is_empty() {
+            true => (names, Vec::new()),
+            false => (Vec::new(), locators(names, parameters)),
+        };
+        let request = DiscoveryRequest {
+            resource_names,
+            resource_locators,
+            type_url: kind.type_url().to_owned(),
+            ..Default::default()
+        };
+        Outbound::new(request, Some(node))
+    }
+
     fn refuse_unasked(response: &SotwResponse, message: String) -> Outbound<DiscoveryRequest> {
         let request = DiscoveryRequest {
             type_url: response.type_url.clone(),

@@ -51,6 +51,7 @@ use super::connection::probe;
 use super::connection::Health;
 use super::failover::Route;
 use super::lanes::{self, Carrier, LaneOf};
+use super::name_check;
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;
@@ -118,6 +119,16 @@ pub(crate) trait Protocol: Send + 'static {
     /// for, with `message`: the protocol expects every response ACKed or
     /// NACKed, and taking it would answer nobody.
     fn refuse_unasked(response: &Self::Response, message: String) -> Self::Request;
+
+    /// The first request of a stream that asks for `names` of `kind` alone
+    /// (their locators carrying `parameters`, if any), with `node`: what a
+    /// check of those names sends (`name_check.rs`).
+    fn asking_only(
+        kind: ResourceType,
+        names: Vec<String>,
+        parameters: &crate::xds::dynamic_parameters::Parameters,
+        node: crate::store::node::NodeBytes,
+    ) -> Self::Request;
 
     /// Takes a response of `kind`; the request it calls for (ACK or NACK).
     fn response(
@@ -357,11 +368,18 @@ async fn run<P: Protocol>(
                     None => return,
                 }
             }
-            if of.carrier == Carrier::Aggregated && answered && refusal(&err).is_some() {
-                // The upstream ended the shared stream itself after
-                // answering: what it still waited on is asked apart.
-                let awaiting: Vec<ResourceType> = heard.awaiting.into_iter().collect();
-                if !awaiting.is_empty() {
+            let carries_many_names = matches!(of.carrier, Carrier::Aggregated | Carrier::Own(_));
+            if carries_many_names && answered && refusal(&err).is_some() {
+                // The upstream ended the stream itself after answering: the
+                // names it still waited on are checked apart; a type it
+                // waited on with no such name is asked apart.
+                let path = method_path::<P>(of.carrier).unwrap_or_default();
+                let awaiting: Vec<ResourceType> = heard
+                    .awaiting
+                    .into_iter()
+                    .filter(|kind| !name_check::hold_and_check::<P>(&ctx, &session, *kind, path.clone()))
+                    .collect();
+                if of.carrier == Carrier::Aggregated && !awaiting.is_empty() {
                     let kinds: Vec<&str> = awaiting.iter().map(|k| k.short_name()).collect();
                     info!(types = ?kinds, error = %Escaped(&err), "the upstream ended the shared stream: the types it had not answered are probed apart");
                     of.demote(awaiting);

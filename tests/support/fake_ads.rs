@@ -241,6 +241,8 @@ struct Shared {
     /// Type URLs whose subscription ends the SotW stream with UNKNOWN, as
     /// java-control-plane ends an ADS stream asked for a type it lacks.
     fatal_types: Mutex<Vec<String>>,
+    /// Names whose every SotW request ends the stream (PERMISSION_DENIED).
+    fatal_names: Mutex<Vec<String>>,
     /// What reflection answers, and the symbols it was asked.
     reflection: Mutex<ReflectionScript>,
     /// Reflection answers wait while this is true.
@@ -336,6 +338,13 @@ impl FakeAds {
     /// when a handler throws), before anything is answered.
     pub fn end_streams_asked_for(&self, type_url: &str) {
         lock(&self.shared.fatal_types).push(type_url.to_owned());
+    }
+
+    /// From now on, a SotW request naming `name` (of any type, as a name or
+    /// a locator) ends its stream with PERMISSION_DENIED, as a control
+    /// plane refusing one resource to a node may.
+    pub fn end_streams_naming(&self, name: &str) {
+        lock(&self.shared.fatal_names).push(name.to_owned());
     }
 
     /// Serves `type_url` again ([`end_streams_asked_for`](Self::end_streams_asked_for) undone).
@@ -1025,6 +1034,11 @@ impl StreamTask {
                         let _ = self.tx.send(Err(Status::unknown("Application error processing RPC"))).await;
                         break;
                     }
+                    Ok(Some(request)) if self.names_fatal(&request) => {
+                        self.record(&request);
+                        let _ = self.tx.send(Err(Status::permission_denied("not for this node"))).await;
+                        break;
+                    }
                     Ok(Some(request)) => self.request(request).await,
                     _ => break,
                 },
@@ -1044,6 +1058,17 @@ impl StreamTask {
             }
         }
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether `request` names a name scripted to end the stream.
+    fn names_fatal(&self, request: &DiscoveryRequest) -> bool {
+        let fatal = lock(&self.shared.fatal_names);
+        !fatal.is_empty()
+            && request
+                .resource_names
+                .iter()
+                .chain(request.resource_locators.iter().map(|l| &l.name))
+                .any(|name| fatal.contains(name))
     }
 
     async fn request(&mut self, request: DiscoveryRequest) {

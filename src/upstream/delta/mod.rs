@@ -228,6 +228,25 @@ impl Protocol for Delta {
         &response.type_url
     }
 
+    fn asking_only(
+        kind: ResourceType,
+        names: Vec<String>,
+        parameters: &crate::xds::dynamic_parameters::Parameters,
+        node: crate::store::node::NodeBytes,
+    ) -> Outbound<DeltaDiscoveryRequest> {
+        let (resource_names_subscribe, resource_locators_subscribe) = match parameters.is_empty() {
+            true => (names, Vec::new()),
+            false => (Vec::new(), locators(names, parameters)),
+        };
+        let request = DeltaDiscoveryRequest {
+            resource_names_subscribe,
+            resource_locators_subscribe,
+            type_url: kind.type_url().to_owned(),
+            ..Default::default()
+        };
+        Outbound::new(request, Some(node))
+    }
+
     fn refuse_unasked(
         response: &DeltaDiscoveryResponse,
         message: String,
