@@ -25,7 +25,7 @@ use tokio_stream::StreamExt as _;
 use tracing::{info, warn};
 
 use super::connection::UpstreamContext;
-use super::stream::Protocol;
+use super::stream::{status_refusal, Protocol};
 use crate::log_escape::Escaped;
 use crate::store::session::Session;
 use crate::store::Refused;
@@ -122,26 +122,11 @@ async fn ask<P: Protocol>(
     };
     match tokio::time::timeout(CHECK_WAIT, exchange).await {
         Err(_) | Ok(Ok(())) => Outcome::Taken,
-        Ok(Err(status)) => match refused_by_upstream(&status) {
-            true => Outcome::Refused(format!("{:?}: {}", status.code(), status.message())),
-            false => Outcome::Taken,
+        // Only the upstream's own application error refuses names (an
+        // UNIMPLEMENTED method would refuse every name alike).
+        Ok(Err(status)) => match status_refusal(&status) {
+            Some((Refused::EndedTheStream(text), _)) => Outcome::Refused(text),
+            _ => Outcome::Taken,
         },
     }
-}
-
-/// Whether `status` is the upstream's own refusal, as opposed to a
-/// transport failure or one that says nothing of the names.
-fn refused_by_upstream(status: &tonic::Status) -> bool {
-    use tonic::Code;
-    std::error::Error::source(status).is_none()
-        && matches!(
-            status.code(),
-            Code::Unknown
-                | Code::Internal
-                | Code::InvalidArgument
-                | Code::FailedPrecondition
-                | Code::NotFound
-                | Code::Unauthenticated
-                | Code::PermissionDenied
-        )
 }

@@ -443,30 +443,36 @@ async fn run<P: Protocol>(
 /// control-plane identity") ends a stream with when asked for a type it
 /// will not serve.
 fn refusal(err: &StreamError) -> Option<(Refused, tonic::Code)> {
-    use tonic::Code;
     match err {
-        StreamError::NoStream(..) => {
-            Some((Refused::Unimplemented(err.to_string()), Code::Unimplemented))
-        }
-        // A status the client made of a transport failure ("transport
-        // error", often UNKNOWN) carries its cause: only what the upstream
-        // itself said can refuse a type.
-        StreamError::Status(status) if std::error::Error::source(status).is_some() => None,
-        StreamError::Status(status) => {
-            let text = format!("{:?}: {}", status.code(), status.message());
-            match status.code() {
-                Code::Unimplemented => Some((Refused::Unimplemented(text), status.code())),
-                Code::Unknown
-                | Code::Internal
-                | Code::InvalidArgument
-                | Code::FailedPrecondition
-                | Code::NotFound
-                | Code::Unauthenticated
-                | Code::PermissionDenied => Some((Refused::EndedTheStream(text), status.code())),
-                _ => None,
-            }
-        }
+        StreamError::NoStream(..) => Some((
+            Refused::Unimplemented(err.to_string()),
+            tonic::Code::Unimplemented,
+        )),
+        StreamError::Status(status) => status_refusal(status),
         StreamError::Closed | StreamError::Silent(_) => None,
+    }
+}
+
+/// [`refusal`] of a stream that ended with `status`.
+pub(super) fn status_refusal(status: &tonic::Status) -> Option<(Refused, tonic::Code)> {
+    use tonic::Code;
+    // A status the client made of a transport failure ("transport error",
+    // often UNKNOWN) carries its cause: only what the upstream itself said
+    // can refuse a type.
+    if std::error::Error::source(status).is_some() {
+        return None;
+    }
+    let text = format!("{:?}: {}", status.code(), status.message());
+    match status.code() {
+        Code::Unimplemented => Some((Refused::Unimplemented(text), status.code())),
+        Code::Unknown
+        | Code::Internal
+        | Code::InvalidArgument
+        | Code::FailedPrecondition
+        | Code::NotFound
+        | Code::Unauthenticated
+        | Code::PermissionDenied => Some((Refused::EndedTheStream(text), status.code())),
+        _ => None,
     }
 }
 
