@@ -323,6 +323,9 @@ struct Taking {
     unmatched: Vec<String>,
     /// Names of which more than one variant matched: the first was kept.
     ambiguous: Vec<String>,
+    /// Every variant seen (name and constraints), matched or not: the same
+    /// one twice is a duplicate whatever the session's parameters.
+    variants: BTreeSet<(String, Vec<u8>)>,
 }
 
 impl Taking {
@@ -342,13 +345,15 @@ impl Taking {
         if self.heartbeats.contains(&resource.name) {
             return Err(Rejection::Duplicate(resource.name.clone()));
         }
-        if resource
-            .variant
-            .as_ref()
-            .is_some_and(|v| !v.matches(parameters))
-        {
-            self.unmatched.push(resource.name.clone());
-            return Ok(false);
+        if let Some(variant) = &resource.variant {
+            let key = (resource.name.clone(), variant.encoded().to_vec());
+            if !self.variants.insert(key) {
+                return Err(Rejection::Duplicate(resource.name.clone()));
+            }
+            if !variant.matches(parameters) {
+                self.unmatched.push(resource.name.clone());
+                return Ok(false);
+            }
         }
         match self.resources.entry(resource.name.clone()) {
             btree_map::Entry::Occupied(taken) if same_variant(taken.get(), &resource) => {
@@ -435,9 +440,7 @@ impl Taking {
             uncacheable: self.uncacheable,
         }
     }
-}
 
-impl Taking {
     /// Says which variants were left out, once per response.
     fn log_variants_left_out(&self) {
         if let Some(first) = self.unmatched.first() {
@@ -682,6 +685,55 @@ mod tests {
                 resource.name
             );
         }
+    }
+
+    /// Of the variants of a name, the one the parameters match is kept;
+    /// the same variant twice is a duplicate whatever the parameters.
+    #[test]
+    fn variants_are_chosen_by_the_parameters() {
+        use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+            single_constraint::ConstraintType, SingleConstraint, Type,
+        };
+        use envoy_types::pb::envoy::service::discovery::v3::{
+            DynamicParameterConstraints, ResourceName,
+        };
+        let r = Intake::new(Codec::embedded());
+        let c = r.codec().clone();
+        let variant = |env: &str| {
+            let wrapper = Wrapper {
+                resource_name: Some(ResourceName {
+                    name: "a".into(),
+                    dynamic_parameter_constraints: Some(DynamicParameterConstraints {
+                        r#type: Some(Type::Constraint(SingleConstraint {
+                            key: "env".into(),
+                            constraint_type: Some(ConstraintType::Value(env.into())),
+                        })),
+                    }),
+                }),
+                resource: Some(cluster(&c, "a")),
+                ..Default::default()
+            };
+            Any {
+                type_url: RESOURCE_WRAPPER.into(),
+                value: wrapper.encode_to_vec(),
+            }
+        };
+        let params = |env: &str| -> Parameters { [("env".to_owned(), env.to_owned())].into() };
+        let anys = [variant("prod"), variant("test")];
+        let payloads: Vec<Payload<'_>> = anys.iter().map(Payload::of).collect();
+        let kind = ResourceType::Clusters;
+        let test = super::decode_all(&r, kind, &payloads, None, &params("test")).unwrap();
+        let json = String::from_utf8_lossy(&test.resources["a"].json).into_owned();
+        assert!(json.contains(r#""value":"test""#), "{json}");
+        let none = super::decode_all(&r, kind, &payloads, None, &Parameters::new()).unwrap();
+        assert!(none.resources.is_empty());
+        let twice = [variant("prod"), variant("prod")];
+        let payloads: Vec<Payload<'_>> = twice.iter().map(Payload::of).collect();
+        let err = super::decode_all(&r, kind, &payloads, None, &params("test")).unwrap_err();
+        assert!(
+            matches!(err, Rejection::Duplicate(ref n) if n == "a"),
+            "{err}"
+        );
     }
 
     #[test]
