@@ -420,3 +420,30 @@ async fn a_refused_name_is_set_aside_alone_and_its_type_keeps_serving() {
     assert_eq!(upstream.streams_opened(), opened, "streams kept opening");
     gw.stop().await;
 }
+
+/// The same before the type's first answer on the node: a refused name in
+/// the node's first poll of endpoints is set aside alone, not the type, so
+/// the node's next poll of other endpoints is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_name_in_a_types_first_poll_does_not_set_the_type_aside() {
+    let upstream = FakeAds::start().await;
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("a")]);
+    upstream.set(EDS, "e1", vec![assignment("a", 1), assignment("bad", 3)]);
+    upstream.end_streams_naming("bad");
+    let gw = gateway(&upstream).await;
+    let (status, _, body) = poll(gw.rest_port, "/v3/discovery:clusters?node=m").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = poll(gw.rest_port, "/v3/discovery:endpoints?node=m&names=bad").await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("bad") && body.contains("not served for this node"),
+        "the name is named: {body}"
+    );
+    let (status, stale, body) = poll(gw.rest_port, "/v3/discovery:endpoints?node=m&names=a").await;
+    assert!(
+        status == 200 && body.contains("\"clusterName\":\"a\""),
+        "{status}: {body}"
+    );
+    assert!(!stale, "{body}");
+    gw.stop().await;
+}

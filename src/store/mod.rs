@@ -223,7 +223,7 @@ pub(crate) enum SourceError {
     },
     /// A name of the type the upstream refused alone (it ended the streams
     /// that asked for it), set aside (`unserved.rs`).
-    #[error("{name:?} of {} is not served for this node: the upstream ended the stream that asked for it alone ({refused}); the gateway asks the upstream again in {}s if a client still asks (the type's other names are unaffected)", kind.type_url(), retry_in.as_secs())]
+    #[error("{name:?} of {} is not served for this node: {refused}; the gateway asks the upstream again in {}s if a client still asks (the type's other names are unaffected)", kind.type_url(), retry_in.as_secs())]
     NameUnserved {
         kind: ResourceType,
         name: String,

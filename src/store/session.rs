@@ -429,17 +429,17 @@ impl Session {
     }
 
     /// The names of `kind` subscribed and not yet answered: wanted now, and
-    /// not covered by the state published (none when no state is, or the
-    /// type is asked as a wildcard alone).
+    /// not covered by the state published (every name wanted, before the
+    /// type's first answer).
     pub(crate) fn unanswered_names(
         &self,
         kind: ResourceType,
     ) -> std::collections::BTreeSet<String> {
-        let Some(state) = self.state(kind) else {
-            return Default::default();
-        };
         let Some(wanted) = self.subscription(kind) else {
             return Default::default();
+        };
+        let Some(state) = self.state(kind) else {
+            return wanted.names;
         };
         let answered = &state.coverage.names;
         wanted
