@@ -24,6 +24,7 @@
 //! only polls naming it get the error. No I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -93,6 +94,9 @@ const MAX_NAMES_APART: usize = 1024;
 pub(crate) struct Unserved {
     types: Mutex<BTreeMap<ResourceType, SetAside>>,
     names: Mutex<BTreeMap<ResourceType, BTreeMap<String, NameApart>>>,
+    /// Whether any name was ever held apart: until then (almost always)
+    /// a poll's check of its names takes no lock.
+    any_names: AtomicBool,
     /// Wakes the polls waiting for a first answer when a type is set aside.
     set: tokio::sync::Notify,
 }
@@ -169,6 +173,7 @@ impl Unserved {
                 continue;
             }
             apart.entry(name.clone()).or_default().checking = true;
+            self.any_names.store(true, Ordering::Relaxed);
             held.insert(name);
         }
         held
@@ -177,6 +182,9 @@ impl Unserved {
     /// The names of `kind` kept out of its subscription at `now`: being
     /// checked, or set aside.
     pub(crate) fn names_apart(&self, kind: ResourceType, now: Instant) -> BTreeSet<String> {
+        if !self.any_names.load(Ordering::Relaxed) {
+            return BTreeSet::new();
+        }
         let all = lock(&self.names);
         let Some(apart) = all.get(&kind) else {
             return BTreeSet::new();
@@ -204,6 +212,7 @@ impl Unserved {
         now: Instant,
     ) {
         let mut all = lock(&self.names);
+        self.any_names.store(true, Ordering::Relaxed);
         let entry = all
             .entry(kind)
             .or_default()
@@ -232,6 +241,9 @@ impl Unserved {
         let Names::Named(asked) = names else {
             return None;
         };
+        if !self.any_names.load(Ordering::Relaxed) {
+            return None;
+        }
         let all = lock(&self.names);
         let apart = all.get(&kind)?;
         asked.iter().find_map(|name| {
@@ -250,6 +262,9 @@ impl Unserved {
         let Names::Named(asked) = names else {
             return false;
         };
+        if !self.any_names.load(Ordering::Relaxed) {
+            return false;
+        }
         let all = lock(&self.names);
         let Some(apart) = all.get(&kind) else {
             return false;
