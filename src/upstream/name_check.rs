@@ -1,17 +1,21 @@
 //! Finding which names of a type the upstream refuses, so that one name
 //! cannot keep ending the stream every other name of the node rides on.
 //!
-//! A stream that answered a type and then ended with the upstream's own
-//! refusal while names of the type still waited for their first answer
-//! (a client had just asked for them) holds those names apart: the
-//! session's subscription leaves them out, so its streams come back with
-//! the names the upstream did answer. The held names are then checked on
-//! streams of their own: one request asking for them alone, the node's,
-//! and the first thing the upstream does with it. An answer, or silence
-//! for [`CHECK_WAIT`] (a server need not answer a name it does not know),
-//! clears them; a refusal of several is split in halves, each checked
-//! again, down to the names refused alone, which are set aside as a type
-//! is (`store/unserved.rs`). The cleared names are subscribed again.
+//! A stream that answered something and then ended with the upstream's
+//! own refusal while names of a type still waited for their first answer
+//! (a client had just asked for them) first asks whether the upstream
+//! refuses the type itself: a request for a name no control plane has
+//! ([`CONTROL_NAME`]) alone. Refused too, the type is at fault, and the
+//! stream deals with it as a type. Otherwise the waiting names are held
+//! apart: the session's subscription leaves them out, so its streams come
+//! back with the names the upstream did answer. The held names are then
+//! checked on streams of their own: one request asking for them alone,
+//! the node's, and the first thing the upstream does with it. An answer,
+//! or silence for [`CHECK_WAIT`] (a server need not answer a name it does
+//! not know), clears them; a refusal of several is split in halves, each
+//! checked again, down to the names refused alone, which are set aside as
+//! a type is (`store/unserved.rs`). The cleared names are subscribed
+//! again.
 //!
 //! A check that cannot reach the upstream clears its names: the stream's
 //! own retries decide then.
@@ -25,7 +29,7 @@ use tokio_stream::StreamExt as _;
 use tracing::{info, warn};
 
 use super::connection::UpstreamContext;
-use super::stream::{status_refusal, Protocol};
+use super::frame_codec::{FromFrame, ToFrame};
 use crate::log_escape::Escaped;
 use crate::store::session::Session;
 use crate::store::Refused;
@@ -33,6 +37,26 @@ use crate::xds::ResourceType;
 
 /// How long a check waits for the upstream to answer or refuse.
 const CHECK_WAIT: Duration = Duration::from_secs(5);
+
+/// The name the check of a type asks for: one no control plane serves, so
+/// that only a refusal of the type itself refuses it.
+const CONTROL_NAME: &str = "xds-gateway.invalid/name-check";
+
+/// What a check needs of a protocol: the first request of a stream that
+/// asks for some names of a type alone.
+pub(crate) trait AskingAlone {
+    type Ask: ToFrame;
+    type Answer: FromFrame;
+
+    /// The request asking for `names` of `kind` alone (their locators
+    /// carrying `parameters`, if any), with `node`.
+    fn asking_only(
+        kind: ResourceType,
+        names: Vec<String>,
+        parameters: &crate::xds::dynamic_parameters::Parameters,
+        node: crate::store::node::NodeBytes,
+    ) -> Self::Ask;
+}
 
 /// What the upstream did with a request asking for some names alone.
 #[derive(Debug)]
@@ -45,15 +69,23 @@ enum Outcome {
 
 /// Holds the names of `kind` that `session`'s stream was still waiting on
 /// apart, and checks them on `path` in the background (see the module
-/// docs). Returns whether any were held: if none were, the type itself
-/// is what the upstream refused.
-pub(super) fn hold_and_check<P: Protocol>(
+/// docs). Returns whether any were held: if none were (none waited, or
+/// the upstream refuses the type itself), the type is what it refused.
+pub(super) async fn hold_and_check<P: AskingAlone + 'static>(
     ctx: &Arc<UpstreamContext>,
     session: &Arc<Session>,
     kind: ResourceType,
     path: String,
 ) -> bool {
     let waiting = session.unanswered_names(kind);
+    if waiting.is_empty() {
+        return false;
+    }
+    let control = BTreeSet::from([CONTROL_NAME.to_owned()]);
+    if let Outcome::Refused(status) = ask::<P>(ctx, session, kind, &path, &control).await {
+        info!(%kind, status = %Escaped(&status), "the upstream refuses the type itself, not a name of it");
+        return false;
+    }
     let held = session.unserved.check_names(kind, waiting);
     if held.is_empty() {
         return false;
@@ -66,7 +98,7 @@ pub(super) fn hold_and_check<P: Protocol>(
 
 /// Checks `names`, halving a refused set down to the names refused alone
 /// (set aside); clears the rest.
-async fn check<P: Protocol>(
+async fn check<P: AskingAlone>(
     ctx: &UpstreamContext,
     session: &Session,
     kind: ResourceType,
@@ -98,7 +130,7 @@ async fn check<P: Protocol>(
 
 /// Opens a stream on `path` whose one request asks for `names` of `kind`
 /// alone, with the session's node, and waits for what the upstream does.
-async fn ask<P: Protocol>(
+async fn ask<P: AskingAlone>(
     ctx: &UpstreamContext,
     session: &Session,
     kind: ResourceType,
@@ -115,9 +147,7 @@ async fn ask<P: Protocol>(
     // be ended by the server for that alone.
     let requests = tokio_stream::once(first).chain(tokio_stream::pending());
     let exchange = async {
-        let mut inbound = ctx
-            .streaming::<P::Request, P::Response>(path, requests)
-            .await?;
+        let mut inbound = ctx.streaming::<P::Ask, P::Answer>(path, requests).await?;
         inbound.message().await.map(|_| ())
     };
     match tokio::time::timeout(CHECK_WAIT, exchange).await {
@@ -128,5 +158,32 @@ async fn ask<P: Protocol>(
             Some((Refused::EndedTheStream(text), _)) => Outcome::Refused(text),
             _ => Outcome::Taken,
         },
+    }
+}
+
+/// How the upstream refused what a stream asked, if `status` is its own
+/// application error and not a transport failure: UNIMPLEMENTED, or a
+/// status java-control-plane (UNKNOWN) or Istio (UNAUTHENTICATED: "the api
+/// generator requires an authenticated control-plane identity") ends a
+/// stream with when asked for what it will not serve.
+pub(super) fn status_refusal(status: &tonic::Status) -> Option<(Refused, tonic::Code)> {
+    use tonic::Code;
+    // A status the client made of a transport failure ("transport error",
+    // often UNKNOWN) carries its cause: only what the upstream itself said
+    // can refuse anything.
+    if std::error::Error::source(status).is_some() {
+        return None;
+    }
+    let text = format!("{:?}: {}", status.code(), status.message());
+    match status.code() {
+        Code::Unimplemented => Some((Refused::Unimplemented(text), status.code())),
+        Code::Unknown
+        | Code::Internal
+        | Code::InvalidArgument
+        | Code::FailedPrecondition
+        | Code::NotFound
+        | Code::Unauthenticated
+        | Code::PermissionDenied => Some((Refused::EndedTheStream(text), status.code())),
+        _ => None,
     }
 }

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::decode::{decode_all_off_thread, reported_errors, Decoded, Rejection};
+use super::name_check::AskingAlone;
 use super::outbound::Outbound;
 use super::replies::Replies;
 use super::stream::{nack_detail, Protocol};
@@ -239,6 +240,30 @@ pub(crate) struct Sotw {
     replies: Replies,
 }
 
+impl AskingAlone for Sotw {
+    type Ask = Outbound<DiscoveryRequest>;
+    type Answer = SotwResponse;
+
+    fn asking_only(
+        kind: ResourceType,
+        names: Vec<String>,
+        parameters: &crate::xds::dynamic_parameters::Parameters,
+        node: crate::store::node::NodeBytes,
+    ) -> Outbound<DiscoveryRequest> {
+        let (resource_names, resource_locators) = match parameters.is_empty() {
+            true => (names, Vec::new()),
+            false => (Vec::new(), locators(names, parameters)),
+        };
+        let request = DiscoveryRequest {
+            resource_names,
+            resource_locators,
+            type_url: kind.type_url().to_owned(),
+            ..Default::default()
+        };
+        Outbound::new(request, Some(node))
+    }
+}
+
 impl Protocol for Sotw {
     type Request = Outbound<DiscoveryRequest>;
     type Response = SotwResponse;
@@ -318,25 +343,6 @@ impl Protocol for Sotw {
 
     fn type_url(response: &SotwResponse) -> &str {
         &response.type_url
-    }
-
-    fn asking_only(
-        kind: ResourceType,
-        names: Vec<String>,
-        parameters: &crate::xds::dynamic_parameters::Parameters,
-        node: crate::store::node::NodeBytes,
-    ) -> Outbound<DiscoveryRequest> {
-        let (resource_names, resource_locators) = match parameters.is_empty() {
-            true => (names, Vec::new()),
-            false => (Vec::new(), locators(names, parameters)),
-        };
-        let request = DiscoveryRequest {
-            resource_names,
-            resource_locators,
-            type_url: kind.type_url().to_owned(),
-            ..Default::default()
-        };
-        Outbound::new(request, Some(node))
     }
 
     fn refuse_unasked(response: &SotwResponse, message: String) -> Outbound<DiscoveryRequest> {

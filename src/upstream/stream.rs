@@ -73,7 +73,7 @@ const SILENCE_RECHECK: Duration = Duration::from_secs(1);
 
 /// One xDS protocol variant over an ADS stream: what to send, how to take
 /// what arrives. One value per session, living across its streams.
-pub(crate) trait Protocol: Send + 'static {
+pub(crate) trait Protocol: name_check::AskingAlone + Send + 'static {
     type Request: super::frame_codec::ToFrame;
     type Response: super::frame_codec::FromFrame;
     /// For logs and `/readyz`: `sotw` or `delta`.
@@ -119,16 +119,6 @@ pub(crate) trait Protocol: Send + 'static {
     /// for, with `message`: the protocol expects every response ACKed or
     /// NACKed, and taking it would answer nobody.
     fn refuse_unasked(response: &Self::Response, message: String) -> Self::Request;
-
-    /// The first request of a stream that asks for `names` of `kind` alone
-    /// (their locators carrying `parameters`, if any), with `node`: what a
-    /// check of those names sends (`name_check.rs`).
-    fn asking_only(
-        kind: ResourceType,
-        names: Vec<String>,
-        parameters: &crate::xds::dynamic_parameters::Parameters,
-        node: crate::store::node::NodeBytes,
-    ) -> Self::Request;
 
     /// Takes a response of `kind`; the request it calls for (ACK or NACK).
     fn response(
@@ -374,11 +364,12 @@ async fn run<P: Protocol>(
                 // names it still waited on are checked apart; a type it
                 // waited on with no such name is asked apart.
                 let path = method_path::<P>(of.carrier).unwrap_or_default();
-                let awaiting: Vec<ResourceType> = heard
-                    .awaiting
-                    .into_iter()
-                    .filter(|kind| !name_check::hold_and_check::<P>(&ctx, &session, *kind, path.clone()))
-                    .collect();
+                let mut awaiting = Vec::new();
+                for kind in heard.awaiting {
+                    if !name_check::hold_and_check::<P>(&ctx, &session, kind, path.clone()).await {
+                        awaiting.push(kind);
+                    }
+                }
                 if of.carrier == Carrier::Aggregated && !awaiting.is_empty() {
                     let kinds: Vec<&str> = awaiting.iter().map(|k| k.short_name()).collect();
                     info!(types = ?kinds, error = %Escaped(&err), "the upstream ended the shared stream: the types it had not answered are probed apart");
@@ -448,31 +439,8 @@ fn refusal(err: &StreamError) -> Option<(Refused, tonic::Code)> {
             Refused::Unimplemented(err.to_string()),
             tonic::Code::Unimplemented,
         )),
-        StreamError::Status(status) => status_refusal(status),
+        StreamError::Status(status) => name_check::status_refusal(status),
         StreamError::Closed | StreamError::Silent(_) => None,
-    }
-}
-
-/// [`refusal`] of a stream that ended with `status`.
-pub(super) fn status_refusal(status: &tonic::Status) -> Option<(Refused, tonic::Code)> {
-    use tonic::Code;
-    // A status the client made of a transport failure ("transport error",
-    // often UNKNOWN) carries its cause: only what the upstream itself said
-    // can refuse a type.
-    if std::error::Error::source(status).is_some() {
-        return None;
-    }
-    let text = format!("{:?}: {}", status.code(), status.message());
-    match status.code() {
-        Code::Unimplemented => Some((Refused::Unimplemented(text), status.code())),
-        Code::Unknown
-        | Code::Internal
-        | Code::InvalidArgument
-        | Code::FailedPrecondition
-        | Code::NotFound
-        | Code::Unauthenticated
-        | Code::PermissionDenied => Some((Refused::EndedTheStream(text), status.code())),
-        _ => None,
     }
 }
 

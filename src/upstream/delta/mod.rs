@@ -73,6 +73,7 @@ mod update;
 
 use self::state::{Tracked, Wire};
 use self::update::{decode_update_off_thread, diff, Diff};
+use super::name_check::AskingAlone;
 use super::outbound::Outbound;
 use super::replies::Replies;
 use super::stream::{nack_detail, Protocol};
@@ -111,6 +112,30 @@ pub(crate) struct Delta {
     expiries: Expiries,
     /// What the replies sent upstream record.
     replies: Replies,
+}
+
+impl AskingAlone for Delta {
+    type Ask = Outbound<DeltaDiscoveryRequest>;
+    type Answer = DeltaDiscoveryResponse;
+
+    fn asking_only(
+        kind: ResourceType,
+        names: Vec<String>,
+        parameters: &crate::xds::dynamic_parameters::Parameters,
+        node: crate::store::node::NodeBytes,
+    ) -> Outbound<DeltaDiscoveryRequest> {
+        let (resource_names_subscribe, resource_locators_subscribe) = match parameters.is_empty() {
+            true => (names, Vec::new()),
+            false => (Vec::new(), locators(names, parameters)),
+        };
+        let request = DeltaDiscoveryRequest {
+            resource_names_subscribe,
+            resource_locators_subscribe,
+            type_url: kind.type_url().to_owned(),
+            ..Default::default()
+        };
+        Outbound::new(request, Some(node))
+    }
 }
 
 impl Protocol for Delta {
@@ -226,25 +251,6 @@ impl Protocol for Delta {
 
     fn type_url(response: &DeltaDiscoveryResponse) -> &str {
         &response.type_url
-    }
-
-    fn asking_only(
-        kind: ResourceType,
-        names: Vec<String>,
-        parameters: &crate::xds::dynamic_parameters::Parameters,
-        node: crate::store::node::NodeBytes,
-    ) -> Outbound<DeltaDiscoveryRequest> {
-        let (resource_names_subscribe, resource_locators_subscribe) = match parameters.is_empty() {
-            true => (names, Vec::new()),
-            false => (Vec::new(), locators(names, parameters)),
-        };
-        let request = DeltaDiscoveryRequest {
-            resource_names_subscribe,
-            resource_locators_subscribe,
-            type_url: kind.type_url().to_owned(),
-            ..Default::default()
-        };
-        Outbound::new(request, Some(node))
     }
 
     fn refuse_unasked(
