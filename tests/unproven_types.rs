@@ -418,6 +418,14 @@ async fn a_refused_name_is_set_aside_alone_and_its_type_keeps_serving() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(upstream.streams_opened(), opened, "streams kept opening");
+    // `/readyz` names it, as it names a type set aside.
+    let (_, ready) = process::http_get(gw.admin_port, "/readyz")
+        .await
+        .expect("readyz");
+    assert!(
+        ready.contains("\\\"bad\\\" of") && ready.contains("set aside"),
+        "{ready}"
+    );
     gw.stop().await;
 }
 

@@ -462,6 +462,19 @@ impl<F: Feeder> Inspect for Sessions<F> {
                     ));
                 }
             }
+            for (kind, name, refused, since) in
+                session.unserved.listed_names(tokio::time::Instant::now())
+            {
+                if status.problems.len() < SESSION_ERRORS_SHOWN {
+                    status.problems.push(format!(
+                        "node {:?} (cluster {:?}): {name:?} of {} set aside since {}: {refused}; its polls get an error until the upstream is asked again",
+                        session.node.id,
+                        session.node.cluster,
+                        kind.type_url(),
+                        humantime::format_rfc3339_seconds(since)
+                    ));
+                }
+            }
             let refusals = session.upstream.refusals();
             if !refusals.is_empty() {
                 status.refusing_sessions += 1;

@@ -276,6 +276,26 @@ impl Unserved {
         })
     }
 
+    /// Every name set aside now, with its type, why and since when.
+    pub(super) fn listed_names(
+        &self,
+        now: Instant,
+    ) -> Vec<(ResourceType, String, Refused, SystemTime)> {
+        if !self.any_names.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let all = lock(&self.names);
+        let mut listed = Vec::new();
+        for (kind, apart) in all.iter() {
+            for (name, a) in apart {
+                if let Some(s) = a.aside.as_ref().filter(|s| now < s.until && !a.checking) {
+                    listed.push((*kind, name.clone(), s.refused.clone(), s.since));
+                }
+            }
+        }
+        listed
+    }
+
     /// Every type set aside now, with why and since when (RFC 3339).
     pub(super) fn listed(&self, now: Instant) -> Vec<(ResourceType, Refused, SystemTime)> {
         let types = lock(&self.types);
