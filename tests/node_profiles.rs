@@ -472,6 +472,11 @@ async fn a_real_envoys_dumped_node_joins_its_session() {
             process::free_port(),
             process::free_port(),
         );
+        // The gateway starts only once the Envoy's node is dumped: until
+        // then its port is held here, so that no other socket of the run
+        // (an in-process gateway's, a client's) takes it meanwhile.
+        let xds_held = std::net::TcpListener::bind(("127.0.0.1", xds))
+            .unwrap_or_else(|e| panic!("hold port {xds}: {e}"));
         let envoy = envoy::Envoy::start(&bin, &dir, &istio_like_bootstrap(envoy_admin, xds));
         envoy::wait_admin(envoy_admin, "/stats?filter=server.live", "envoy").await;
         let (status, dump) = process::http_get(envoy_admin, "/config_dump?mask=bootstrap.node")
@@ -485,6 +490,7 @@ async fn a_real_envoys_dumped_node_joins_its_session() {
         let (listen, admin) = (format!("127.0.0.1:{xds}"), format!("127.0.0.1:{gw_admin}"));
         let profiles_arg = profiles.to_str().unwrap().to_owned();
         let log = dir.join(envoy::GATEWAY_LOG);
+        drop(xds_held);
         let _gateway = envoy::spawn_gateway(
             [
                 "--listen",
