@@ -537,7 +537,10 @@ impl TypeState {
     /// Its `nonce` is the version's selection digest, not the upstream's
     /// nonce: a body is a function of what it serves, so that one version
     /// (one strong ETag) is one body, however often the upstream sent the
-    /// same version under new nonces. A REST client only echoes it.
+    /// same version under new nonces. A REST client only echoes it. It is
+    /// [`NONCE_PREFIX`] and the digest: hex digits alone may read as a
+    /// number (`373350e23019` is a float to a YAML reader, and the YAML
+    /// rendition writes it unquoted).
     fn ends(&self, version: &str, names: &Names) -> (Bytes, Bytes) {
         let version_text = version;
         let version = json_string(version);
@@ -553,6 +556,7 @@ impl TypeState {
         if !nonce.is_empty() {
             // Hex digits: nothing to escape.
             tail.put_slice(b",\"nonce\":\"");
+            tail.put_slice(NONCE_PREFIX.as_bytes());
             tail.put_slice(nonce.as_bytes());
             tail.put_u8(b'"');
         }
@@ -563,6 +567,9 @@ impl TypeState {
         (head.freeze(), tail.freeze())
     }
 }
+
+/// What a REST answer's nonce starts with, before its selection digest.
+pub(crate) const NONCE_PREFIX: &str = "d";
 
 fn json_string(s: &str) -> String {
     // Serialising a &str cannot fail.
