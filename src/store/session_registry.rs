@@ -451,26 +451,20 @@ impl<F: Feeder> Inspect for Sessions<F> {
                     ));
                 }
             }
-            for (kind, refused, since) in session.unserved.listed(tokio::time::Instant::now()) {
+            let now = tokio::time::Instant::now();
+            let types = session.unserved.listed(now).into_iter();
+            let types =
+                types.map(|(kind, refused, since)| (kind.type_url().to_owned(), refused, since));
+            let names = session.unserved.listed_names(now).into_iter();
+            let names = names.map(|(kind, name, refused, since)| {
+                (format!("{name:?} of {}", kind.type_url()), refused, since)
+            });
+            for (what, refused, since) in types.chain(names) {
                 if status.problems.len() < SESSION_ERRORS_SHOWN {
                     status.problems.push(format!(
-                        "node {:?} (cluster {:?}): {} set aside since {}: {refused}; its polls get an error until the upstream is asked again",
+                        "node {:?} (cluster {:?}): {what} set aside since {}: {refused}; its polls get an error until the upstream is asked again",
                         session.node.id,
                         session.node.cluster,
-                        kind.type_url(),
-                        humantime::format_rfc3339_seconds(since)
-                    ));
-                }
-            }
-            for (kind, name, refused, since) in
-                session.unserved.listed_names(tokio::time::Instant::now())
-            {
-                if status.problems.len() < SESSION_ERRORS_SHOWN {
-                    status.problems.push(format!(
-                        "node {:?} (cluster {:?}): {name:?} of {} set aside since {}: {refused}; its polls get an error until the upstream is asked again",
-                        session.node.id,
-                        session.node.cluster,
-                        kind.type_url(),
                         humantime::format_rfc3339_seconds(since)
                     ));
                 }
