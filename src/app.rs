@@ -563,7 +563,7 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
             return Ok(only.source);
         }
     }
-    Ok(Arc::new(Federation::new(slots, namespace, metrics.clone())))
+    Ok(Arc::new(Federation::new(slots, namespace)))
 }
 
 /// The source of one upstream (with its failover `route`): in its mode,

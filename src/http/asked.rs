@@ -1,16 +1,20 @@
 //! A discovery request as a poll and a watch both serve it, once checked
 //! and authorized ([`Asked`]), and what the gateway does with every answer
 //! to it, polls and watches alike ([`Answered`]): the answer by the cache's
-//! rule, the client shown in the client book, and a body remembered in the
-//! `?changes` history (and given in changes form when asked).
+//! rule, the answer written into the client book once ([`Booking`]), and a
+//! body remembered in the `?changes` history (and given in changes form
+//! when asked).
 
 use std::future::Future;
 use std::sync::Arc;
 
+use tracing::warn;
+
 use super::authorize::{AuthError, Caller};
 use super::Gateway;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, ResourceSet};
-use crate::observe::{AnsweredPoll, Booked, ServedAnswer, Standing};
+use crate::log_escape::Escaped;
+use crate::observe::{AnsweredPoll, ServedAnswer};
 use crate::shares::Tenant;
 use crate::store::Polled;
 use crate::xds::rewrite::RestTarget;
@@ -65,48 +69,101 @@ pub(super) struct Answered<'a> {
     pub(super) watch: bool,
 }
 
+/// One answer as the client book is told it ([`Answered::book`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Booking<'a> {
+    /// The version answered at (a 304 or a body).
+    pub(super) current: &'a str,
+    /// The version the cache answered at, before make-before-break held it
+    /// back: what the client's standing is judged against.
+    pub(super) cached: &'a str,
+    /// Whether a body went out (else a 304).
+    pub(super) body: bool,
+    /// Whether the answer holds a type served opaque: a client refusing it
+    /// is not suspected of a rejection (nor is that forwarded upstream);
+    /// the gateway knows why, and it is its own limit.
+    pub(super) opaque: bool,
+    /// The resources of the body, when the book keeps what each client
+    /// holds (`--make-before-break`).
+    pub(super) served: Option<&'a Arc<ResourceSet>>,
+}
+
 impl Answered<'_> {
-    /// Its answer from `polled` now: a body, or a 304 when it holds what it
-    /// would get.
-    pub(super) fn answer(
-        &self,
-        gateway: &Gateway,
-        polled: &mut Polled,
-    ) -> Result<Answer, JsonError> {
-        polled.answer(
+    /// Its answer from `polled`'s state now, by the cache's rule: a body, or
+    /// a 304 when it holds what it would get.
+    pub(super) fn answer(&self, gateway: &Gateway, polled: &Polled) -> Result<Answer, JsonError> {
+        let request = self.request;
+        polled.state().answer_digested(
             &gateway.assembler,
-            &gateway.clients,
-            self.request,
-            self.remote,
+            request.names(),
+            request.names_digest(),
+            request.version_info(),
             self.target,
         )
     }
 
-    /// Shows it in the client book, answered at `current` (`body`: a body
-    /// went out, else a 304, made from `served` when the book keeps that),
-    /// standing as `standing`; in `booked` when the answer found the client
-    /// there (`Polled::booked`).
-    pub(super) fn record(
-        &self,
-        gateway: &Gateway,
-        current: &str,
-        body: bool,
-        standing: Standing,
-        booked: Option<&Booked>,
-        served: Option<&Arc<ResourceSet>>,
-    ) {
-        let poll = AnsweredPoll {
-            request: self.request,
+    /// Writes `booking` into the client book (one write per answer), and
+    /// logs and counts what the book suspects, NACKing it upstream through
+    /// `polled` when its source forwards suspicions (`None`: a heartbeat,
+    /// which presents the version it is booked at and so is never one).
+    ///
+    /// Not judged when the answer is opaque, or when `remote` is a proxy's
+    /// that named no client: the pods of one Deployment behind it (one node
+    /// id, one address) poll as one key, and right after a change each
+    /// presents the old version once before any presents the new one, which
+    /// is exactly what one client rejecting it looks like. No rule on that
+    /// key's polls tells the two apart: N clients polling every P seconds
+    /// look like one polling every P/N until P has passed, and P (their
+    /// refresh delay) is not in the requests. So nothing is guessed.
+    pub(super) fn book(&self, gateway: &Gateway, polled: Option<&Polled>, booking: Booking<'_>) {
+        let request = self.request;
+        let judged = self.remote.is_one_client() && !booking.opaque;
+        let suspicion = gateway.clients.book(AnsweredPoll {
+            request,
             kind: self.kind,
             remote: self.remote.ip(),
-            current,
-            body,
-            standing,
+            current: booking.current,
+            body: booking.body,
+            judged: judged.then_some(booking.cached),
             rewritten_for: self.target.map(|t| t.cluster_name.as_str()),
             watch: self.watch,
-            served,
+            served: booking.served,
+        });
+        let Some(suspicion) = suspicion else {
+            // A client's own NACK needs no guess: logged, not forwarded (the
+            // gateway's own limit when opaque; one per client behind a
+            // proxy that names none, with no book to report it once).
+            if let (false, Some(detail)) = (judged, request.error_detail()) {
+                self.nacked(booking.current, &detail.message, false);
+            }
+            return;
         };
-        gateway.clients.record_booked(poll, booked);
+        let forwarded = polled.is_some_and(|polled| polled.forward(request, &suspicion));
+        if let Some(message) = &suspicion.nack {
+            self.nacked(&suspicion.current, message, forwarded);
+            return;
+        }
+        warn!(
+            node = %Escaped(request.node_id()), kind = %self.kind,
+            presented = %Escaped(&suspicion.presented),
+            current = %Escaped(&suspicion.current),
+            polls = suspicion.polls, nacked = forwarded,
+            "suspected rejection: a REST client keeps presenting an older version"
+        );
+        gateway.metrics.suspected_rejection(self.kind);
+    }
+
+    /// Logs the client's own NACK of `current` (`forwarded`: it was also
+    /// sent upstream). Every NACK poll is counted where it is polled.
+    fn nacked(&self, current: &str, message: &str, forwarded: bool) {
+        let request = self.request;
+        warn!(
+            node = %Escaped(request.node_id()), kind = %self.kind,
+            presented = %Escaped(request.version_info()),
+            %current, code = request.error_detail().map_or(0, |e| e.code),
+            message = %Escaped(message), forwarded,
+            "a REST client NACKed what it was served"
+        );
     }
 
     /// The body to send for `json` at `version`, remembering what was

@@ -27,7 +27,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::asked::{Answered, Asked};
+use super::asked::{Answered, Asked, Booking};
 use super::authorize::{authenticate, Caller};
 use super::body::{check_json, read_body_chunks};
 use super::caching::{CacheHeaders, Cacheability};
@@ -206,27 +206,34 @@ async fn poll(
     let presentation =
         Presentation::from_request(query, headers, proto_names)?.in_changes_form(asked.changes);
     let (kind, tenant) = (asked.kind, asked.tenant.as_ref());
+    let names = asked.request.names();
+    // The store: the state that answers, and how to wait for the next one.
     let mut polled = gateway.source.poll(kind, asked.request, tenant).await?;
+    if asked.request.error_detail().is_some() {
+        gateway.metrics.client_nack(kind);
+    }
+    // The cache: a body, or a 304 when the client holds what it would get.
     let answered = asked.answered();
-    let (mut answer, mut withheld) = answer_now(gateway, &answered, &mut polled)?;
+    let (mut answer, mut held_back) = answer_now(gateway, &answered, &polled)?;
     if matches!(answer, Answer::NotModified { .. }) && !wait.is_zero() {
         // Held until the state changes; while a new version is held back
         // (make-before-break), until it is not or the wait runs out.
         let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let recheck = withheld.then_some(make_before_break::RECHECK);
+            let recheck = held_back.is_some().then_some(make_before_break::RECHECK);
             if left.is_zero()
                 || !long_poll::hold(gateway, &asked, &mut polled, left, recheck).await?
             {
                 break;
             }
-            (answer, withheld) = answer_now(gateway, &answered, &mut polled)?;
-            if !withheld || gateway.drain.is_draining() {
+            (answer, held_back) = answer_now(gateway, &answered, &polled)?;
+            if held_back.is_none() || gateway.drain.is_draining() {
                 break;
             }
         }
     }
+    let opaque = polled.opaque_types(names);
     let body = matches!(answer, Answer::Body { .. });
     if let Answer::Body {
         json,
@@ -241,14 +248,20 @@ async fn poll(
             cached,
         };
     }
-    // After the body is made: the book then lists only what went out, and
-    // a `?changes` body above was relative to what the client held before.
-    let (standing, booked) = (polled.standing(), polled.booked());
-    let served = (body && gateway.make_before_break.on()).then(|| polled.resources());
-    answered.record(gateway, answer.version(), body, standing, booked, served);
+    // The client book, once: after the body is made, so it lists only
+    // what went out, and a `?changes` body above was relative to what the
+    // client held before.
+    let booking = Booking {
+        current: answer.version(),
+        cached: held_back.as_deref().unwrap_or(answer.version()),
+        body,
+        opaque: !opaque.is_empty(),
+        served: (body && gateway.make_before_break.on()).then(|| polled.resources()),
+    };
+    answered.book(gateway, Some(&polled), booking);
     let mut response = respond(gateway, kind, answer, presentation, &cache_headers)?;
     mark_stale(response.headers_mut(), polled.stale_since());
-    if polled.holds_uncacheable(asked.request.names()) {
+    if polled.holds_uncacheable(names) {
         // The upstream said proxies may not cache a resource in it.
         response.headers_mut().insert(
             axum::http::header::CACHE_CONTROL,
@@ -256,19 +269,18 @@ async fn poll(
         );
     }
     if body {
-        let opaque = polled.opaque_types(asked.request.names());
         mark_opaque(response.headers_mut(), &opaque);
     }
     Ok(response)
 }
 
-/// `polled`'s answer to `answered` now, and whether it is a 304 only
-/// because make-before-break holds its new version back.
+/// `polled`'s answer to `answered` now, and the version the cache answered
+/// when make-before-break holds it back (the answer is then a 304).
 fn answer_now(
     gateway: &Gateway,
     answered: &Answered<'_>,
-    polled: &mut Polled,
-) -> Result<(Answer, bool), ApiError> {
+    polled: &Polled,
+) -> Result<(Answer, Option<String>), ApiError> {
     let answer = answered.answer(gateway, polled)?;
     let rule = &gateway.make_before_break;
     Ok(
@@ -279,8 +291,8 @@ fn answer_now(
             polled,
             &answer,
         ) {
-            Some(not_modified) => (not_modified, true),
-            None => (answer, false),
+            Some(not_modified) => (not_modified, Some(answer.version().to_owned())),
+            None => (answer, None),
         },
     )
 }

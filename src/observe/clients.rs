@@ -7,10 +7,11 @@
 //! [`Standing`] (in step, catching up, behind, a suspected rejection) with
 //! since when it has not been in step, and its [`RejectionLog`]: the last
 //! versions a body went out at and its run of polls presenting an older
-//! one. The book is the one ledger of what was served to whom: the source
-//! asks it where a poll stands ([`ClientBook::observe`], which spots
-//! suspected rejections), and `?changes` asks it whether a presented
-//! version went out to this client ([`ClientBook::was_served`]). A client that
+//! one. The book is the one ledger of what was served to whom: each answer
+//! is written into it once ([`ClientBook::book`], which judges where the
+//! poll stands and spots suspected rejections), and `?changes` asks it
+//! whether a presented version went out to this client
+//! ([`ClientBook::was_served`]). A client that
 //! never presented a version, watched nor POSTed as an Envoy is a one-shot
 //! reader (curl, a script), shown apart from the subscribers whose sync
 //! state matters (an Envoy that rejected its first version presents none,
@@ -29,7 +30,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::rejection::{standing, Observation, RejectionLog, Standing, Suspicion};
+use super::rejection::{Observation, RejectionLog, Standing, Suspicion};
 #[cfg(test)]
 use crate::cache::MemoSize;
 use crate::cache::{upstream_version, Names};
@@ -52,7 +53,7 @@ const CLIENT_BASE_BYTES: usize = 512;
 /// versions (times, counts, its slot).
 const SUBSCRIPTION_BASE_BYTES: usize = 256;
 
-/// One poll as it was answered, for the book to record ([`ClientBook::record`]).
+/// One poll as it was answered, for the book ([`ClientBook::book`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AnsweredPoll<'a> {
     pub(crate) request: &'a ParsedRequest,
@@ -63,7 +64,11 @@ pub(crate) struct AnsweredPoll<'a> {
     pub(crate) current: &'a str,
     /// Whether a body went out (else a 304).
     pub(crate) body: bool,
-    pub(crate) standing: Standing,
+    /// The version its standing is judged against: what the cache answered
+    /// it at, before make-before-break held that back. `None`: not judged
+    /// (a proxy's poll that named no client, or an answer holding a type
+    /// served opaque); it is then in step after a 304, else catching up.
+    pub(crate) judged: Option<&'a str>,
     /// Where its ADS config sources were pointed (the `Host` it sent), if
     /// they were rewritten for it.
     pub(crate) rewritten_for: Option<&'a str>,
@@ -73,15 +78,6 @@ pub(crate) struct AnsweredPoll<'a> {
     /// The resources the body was made from, when the book keeps what each
     /// client holds (`--make-before-break`; see [`ClientBook::holds`]).
     pub(crate) served: Option<&'a Arc<ResourceSet>>,
-}
-
-/// A client the book holds, as [`ClientBook::observe`] found it: what the
-/// record of the same poll ([`ClientBook::record_booked`]) takes instead of
-/// looking the client up a second time.
-#[derive(Debug, Clone)]
-pub(crate) struct Booked {
-    key: ClientKey,
-    client: Arc<Mutex<Client>>,
 }
 
 /// One subscription of a node's clients, for CSDS.
@@ -221,51 +217,46 @@ impl ClientBook {
         }
     }
 
-    /// Records one answered poll.
-    #[cfg(test)]
-    pub(crate) fn record(&self, poll: AnsweredPoll<'_>) {
-        self.record_booked(poll, None);
-    }
-
-    /// [`record`](Self::record), in `booked` when that is the poll's client
-    /// (as [`observe`](Self::observe) found it for the same poll: one
-    /// lookup per poll, not two). Were it dropped from the book meanwhile,
-    /// the record is as if it was dropped just after.
-    pub(crate) fn record_booked(&self, poll: AnsweredPoll<'_>, booked: Option<&Booked>) {
+    /// Writes one answered poll into the book: where its subscription
+    /// stands, judged against the version the cache answered (`poll.judged`),
+    /// and what went out. A suspicion the first time the client has
+    /// presented the same older version the book's threshold times after
+    /// being served the judged one, or when its poll is a NACK (see
+    /// `rejection.rs`).
+    pub(crate) fn book(&self, poll: AnsweredPoll<'_>) -> Option<Suspicion> {
         let request = poll.request;
         let key = request.client(poll.remote);
         let now = SystemTime::now();
-        let found = booked.filter(|b| b.key == key).map(|b| b.client.clone());
-        let client = found.unwrap_or_else(|| {
-            self.clients.get_with(key, || {
-                Arc::new(Mutex::new(Client {
-                    node_id: request.node_id().to_owned(),
-                    cluster: request.node_cluster().to_owned(),
-                    user_agent: request.user_agent_name().to_owned(),
-                    remote: poll.remote,
-                    rewritten_for: None,
-                    subscriber: false,
-                    first_seen: now,
-                    last_poll: now,
-                    subscriptions: HashMap::new(),
-                    bytes: 0,
-                }))
-            })
+        let client = self.clients.get_with(key, || {
+            Arc::new(Mutex::new(Client {
+                node_id: request.node_id().to_owned(),
+                cluster: request.node_cluster().to_owned(),
+                user_agent: request.user_agent_name().to_owned(),
+                remote: poll.remote,
+                rewritten_for: None,
+                subscriber: false,
+                first_seen: now,
+                last_poll: now,
+                subscriptions: HashMap::new(),
+                bytes: 0,
+            }))
         });
-        let weight = self.record_in(&client, poll, now);
+        let (weight, suspicion) = self.record_in(&client, poll, now);
         if weight.0 != weight.1 {
             // Re-weighed by the book (the client's lock is not held here).
             self.clients.insert(key, client);
         }
+        suspicion
     }
 
-    /// Records `poll` in `client`; its weight before and after.
+    /// Records `poll` in `client`: its weight before and after, and a
+    /// suspicion if the poll makes one.
     fn record_in(
         &self,
         client: &Mutex<Client>,
         poll: AnsweredPoll<'_>,
         now: SystemTime,
-    ) -> (u32, u32) {
+    ) -> ((u32, u32), Option<Suspicion>) {
         let request = poll.request;
         let mut guard = crate::sync::lock(client);
         // Fields borrowed apart: a subscription and the client's bytes.
@@ -303,6 +294,26 @@ impl ClientBook {
                 served: None,
             });
         let nack = request.error_detail().map(|e| e.message.as_str());
+        // Judged before a body at `current` counts as served to it.
+        let threshold = self.threshold;
+        let ((standing, suspicion), grown) = match poll.judged {
+            None if poll.body => ((Standing::CatchingUp, None), 0),
+            None => ((Standing::InStep, None), 0),
+            Some(current) => entry.with_log(|log| {
+                let seen = Observation {
+                    presented: request.version_info(),
+                    current,
+                    envoy: request.may_be_envoy(),
+                    nack,
+                };
+                let suspicion = log.observe(seen, threshold);
+                (log.sync(seen, threshold), suspicion)
+            }),
+        };
+        // A new subscription's bytes are added whole below.
+        if entry.polls > 0 {
+            client.bytes = client.bytes.saturating_add_signed(grown);
+        }
         if entry.nack.as_deref() != nack {
             let held = entry.nack.as_ref().map_or(0, String::len);
             entry.nack = nack.map(str::to_owned);
@@ -329,8 +340,8 @@ impl ClientBook {
         }
         entry.polls += 1;
         entry.last_poll = now;
-        entry.standing = poll.standing;
-        if poll.standing == Standing::InStep {
+        entry.standing = standing;
+        if standing == Standing::InStep {
             entry.out_of_step_since = None;
         } else {
             entry.out_of_step_since.get_or_insert(now);
@@ -349,7 +360,7 @@ impl ClientBook {
             }
             client.shed(key);
         }
-        (before, client.weight())
+        ((before, client.weight()), suspicion)
     }
 
     /// Whether a body at `version` went out to `request`'s client (from
@@ -395,61 +406,6 @@ impl ClientBook {
             .iter()
             .filter(|((of, _), s)| *of == kind && (s.wildcard || s.names.iter().any(|n| n == name)))
             .find_map(|(_, s)| s.served.as_ref()?.get(name).cloned())
-    }
-
-    /// Where `request`'s client (from `remote`) stands for `kind`, about to
-    /// be answered at `current` (before a body at `current` is recorded as
-    /// served), and a suspicion the first time it has presented the same
-    /// older version the book's threshold times after being served
-    /// `current` (see `rejection.rs`). Creates nothing: a subscription the
-    /// book does not hold was never served, so it is in step or catching up.
-    /// With the client, if the book holds it ([`Booked`], for the record).
-    pub(crate) fn observe(
-        &self,
-        request: &ParsedRequest,
-        kind: ResourceType,
-        remote: Option<IpAddr>,
-        current: &str,
-    ) -> (Standing, Option<Suspicion>, Option<Booked>) {
-        let poll = Observation {
-            presented: request.version_info(),
-            current,
-            envoy: request.may_be_envoy(),
-            nack: request.error_detail().map(|e| e.message.as_str()),
-        };
-        // A subscription the book does not hold reports a NACK all the same
-        // (its client says so); the next one is its log's to report.
-        let unheld = || {
-            let mut log = RejectionLog::default();
-            let suspicion = poll.nack.and_then(|_| log.observe(poll, self.threshold));
-            (standing(None, poll, self.threshold), suspicion)
-        };
-        let client_key = request.client(remote);
-        let Some(held) = self.clients.get(&client_key) else {
-            let (standing, suspicion) = unheld();
-            return (standing, suspicion, None);
-        };
-        let mut guard = crate::sync::lock(&held);
-        let client = &mut *guard;
-        let key = (kind, request.subscription(remote));
-        let (standing, suspicion) = match client.subscriptions.get_mut(&key) {
-            None => unheld(),
-            Some(entry) => {
-                let threshold = self.threshold;
-                let (answer, grown) = entry.with_log(|log| {
-                    let suspicion = log.observe(poll, threshold);
-                    (log.sync(poll, threshold), suspicion)
-                });
-                client.bytes = client.bytes.saturating_add_signed(grown);
-                answer
-            }
-        };
-        drop(guard);
-        let booked = Booked {
-            key: client_key,
-            client: held,
-        };
-        (standing, suspicion, Some(booked))
     }
 
     /// What the clients of `node_id` hold now: their subscriptions, and the
@@ -553,18 +509,34 @@ mod tests {
         serde_json::to_value(book.view()).unwrap()
     }
 
-    fn record(book: &ClientBook, request: &ParsedRequest, current: &str, standing: Standing) {
-        book.record(AnsweredPoll {
+    /// Books `request` answered at `current` and judged against it: a
+    /// body unless it presents `current`.
+    fn record(book: &ClientBook, request: &ParsedRequest, current: &str) -> Option<Suspicion> {
+        book.book(AnsweredPoll {
             request,
             kind: ResourceType::Endpoints,
             remote: Some(IpAddr::from([127, 0, 0, 1])),
             current,
             body: request.version_info() != current,
-            standing,
+            judged: Some(current),
             rewritten_for: Some("xds_cluster"),
             watch: false,
             served: None,
-        });
+        })
+    }
+
+    /// Makes `request`'s subscription a suspected rejection of `current`
+    /// in a book of threshold 3: a body at the version it presents went
+    /// out, then one at `current`, and it kept presenting the older one.
+    fn reject(book: &ClientBook, request: &ParsedRequest, current: &str) {
+        let older = request.version_info();
+        if !older.is_empty() {
+            record(book, &request.presenting(""), older);
+        }
+        let suspicions: Vec<_> = (0..4)
+            .filter_map(|_| record(book, request, current))
+            .collect();
+        assert_eq!(suspicions.len(), 1, "{suspicions:?}");
     }
 
     #[test]
@@ -572,13 +544,8 @@ mod tests {
         let book = ClientBook::new(Duration::from_secs(60), 3);
         let a = request("1~aaaaaaaaaaaa", &["a"]);
         let b = request("1~bbbbbbbbbbbb", &["b"]);
-        record(&book, &a, "1~aaaaaaaaaaaa", Standing::InStep);
-        record(
-            &book,
-            &b,
-            "2~cccccccccccc",
-            Standing::Suspected { polls: 3 },
-        );
+        record(&book, &a, "1~aaaaaaaaaaaa");
+        reject(&book, &b, "2~cccccccccccc");
         let view = served(&book);
         let clients = view["clients"].as_array().unwrap();
         assert_eq!(clients.len(), 1, "{view}");
@@ -599,12 +566,7 @@ mod tests {
         assert!(detail[0]["why"].as_str().unwrap().contains("rejected"));
 
         // Back in step: nothing to detail, the out-of-step time is gone.
-        record(
-            &book,
-            &request("2~cccccccccccc", &["b"]),
-            "2~cccccccccccc",
-            Standing::InStep,
-        );
+        record(&book, &request("2~cccccccccccc", &["b"]), "2~cccccccccccc");
         let view = served(&book);
         let eds = &view["clients"][0]["types"]["endpoints"];
         assert_eq!(eds["in_step"], 2, "{eds}");
@@ -620,12 +582,7 @@ mod tests {
         let book = ClientBook::new(Duration::from_secs(60), 3);
         let envoy = request("", &["a"]);
         assert!(envoy.may_be_envoy());
-        record(
-            &book,
-            &envoy,
-            "1~aaaaaaaaaaaa",
-            Standing::Suspected { polls: 3 },
-        );
+        reject(&book, &envoy, "1~aaaaaaaaaaaa");
         let view = served(&book);
         assert_eq!(view["clients"][0]["role"], "subscriber", "{view}");
         assert_eq!(
@@ -636,7 +593,7 @@ mod tests {
         let curl = ParsedRequests::new(SessionKey::Node)
             .parse(json!({"node": {"id": "curl-1"}}).to_string().into())
             .unwrap();
-        record(&book, &curl, "1~aaaaaaaaaaaa", Standing::CatchingUp);
+        record(&book, &curl, "1~aaaaaaaaaaaa");
         let view = served(&book);
         assert_eq!(
             (&view["subscribers"], &view["readers"]),
@@ -650,13 +607,13 @@ mod tests {
         let book = ClientBook::new(Duration::from_secs(60), 3);
         let a = request("", &[]);
         for ip in [[127, 0, 0, 1], [127, 0, 0, 2]] {
-            book.record(AnsweredPoll {
+            book.book(AnsweredPoll {
                 request: &a,
                 kind: ResourceType::Clusters,
                 remote: Some(IpAddr::from(ip)),
                 current: "1~aaaaaaaaaaaa",
                 body: true,
-                standing: Standing::CatchingUp,
+                judged: Some("1~aaaaaaaaaaaa"),
                 rewritten_for: None,
                 watch: false,
                 served: None,
@@ -680,7 +637,7 @@ mod tests {
             let names: Vec<String> = (0..1000).map(|n| format!("c{}", i * 1000 + n)).collect();
             let body = json!({"node": {"id": "edge-1"}, "resource_names": names});
             let request = memo.parse(body.to_string().into()).unwrap();
-            record(&book, &request, "1~aaaaaaaaaaaa", Standing::InStep);
+            record(&book, &request, "1~aaaaaaaaaaaa");
         }
         let held = book.held_by("edge-1");
         assert!(held.bytes <= CLIENT_BYTES as u64, "{held:?}");
@@ -696,7 +653,7 @@ mod tests {
         for i in 0..CLIENT_SUBSCRIPTIONS + 100 {
             let name = format!("c{i}");
             let request = request("", &[name.as_str()]);
-            record(&book, &request, "1~aaaaaaaaaaaa", Standing::InStep);
+            record(&book, &request, "1~aaaaaaaaaaaa");
         }
         let held = book.held_by("edge-1");
         assert_eq!(held.entries, CLIENT_SUBSCRIPTIONS as u64, "{held:?}");
@@ -710,13 +667,13 @@ mod tests {
 
     /// A body at `version` went out to `request`'s client.
     fn served_at(book: &ClientBook, request: &ParsedRequest, version: &str) {
-        book.record(AnsweredPoll {
+        book.book(AnsweredPoll {
             request,
             kind: ResourceType::Clusters,
             remote: None,
             current: version,
             body: true,
-            standing: Standing::InStep,
+            judged: Some(version),
             rewritten_for: None,
             watch: false,
             served: None,
@@ -790,13 +747,13 @@ mod tests {
         for version in &versions[1..] {
             assert!(was_served(&book, &a, version), "{version}");
         }
-        book.record(AnsweredPoll {
+        book.book(AnsweredPoll {
             request: &a,
             kind: ResourceType::Clusters,
             remote: None,
             current: "304~x",
             body: false,
-            standing: Standing::InStep,
+            judged: None,
             rewritten_for: None,
             watch: false,
             served: None,
@@ -805,75 +762,85 @@ mod tests {
         assert!(was_served(&book, &a, &versions[1]));
     }
 
-    /// A poll's record goes to its own client whatever was booked: the
-    /// client its observation found, or, handed another client's, a lookup
-    /// of its own (never into the other's entry).
-    #[test]
-    fn a_record_goes_to_its_own_client_whatever_was_booked() {
-        let book = ClientBook::new(Duration::from_secs(60), 3);
-        let (a, b) = (
-            parsed(SessionKey::Node, r#"{"node":{"id":"a","cluster":"c"}}"#),
-            parsed(SessionKey::Node, r#"{"node":{"id":"b","cluster":"c"}}"#),
-        );
-        let kind = ResourceType::Clusters;
-        let (_, _, none) = book.observe(&a, kind, None, "1~x");
-        assert!(
-            none.is_none(),
-            "a client the book does not hold is not booked"
-        );
-        served_at(&book, &a, "1~x");
-        let (_, _, booked) = book.observe(&a, kind, None, "2~x");
-        let booked = booked.expect("a held client is booked");
-        let poll = |request, current| AnsweredPoll {
-            request,
-            kind,
-            remote: None,
-            current,
-            body: true,
-            standing: Standing::CatchingUp,
-            rewritten_for: None,
-            watch: false,
-            served: None,
-        };
-        book.record_booked(poll(&a, "2~x"), Some(&booked));
-        assert!(was_served(&book, &a, "2~x"));
-        book.record_booked(poll(&b, "3~x"), Some(&booked));
-        assert!(was_served(&book, &b, "3~x"), "b is recorded as b");
-        assert!(!was_served(&book, &a, "3~x"), "and not in a's entry");
-        assert_eq!(book.held_by("b").entries, 1);
-    }
-
     /// Rejections are counted per subscription: a sibling in step does not
     /// hide another's rejection, and a subscription the book never served
-    /// is catching up, never suspected, and not created by being observed.
+    /// is catching up and never suspected.
     #[test]
     fn rejections_are_counted_per_subscription() {
         let book = ClientBook::new(Duration::from_secs(60), 2);
         let body = |version: &str, names: &str| {
             format!(
-                r#"{{"version_info":"{version}","node":{{"id":"a","cluster":"c","user_agent_name":"envoy"}},"resource_names":[{names}]}}"#
+                r#"{{"version_info":"{version}","node":{{"id":"a","cluster":"c","user_agent_name":"envoy"}},"resource_names":["{names}"]}}"#
             )
         };
         let (v1, v2) = ("1~aaaaaaaaaaaa", "2~bbbbbbbbbbbb");
         let at = |version: &str, names: &str| parsed(SessionKey::Node, &body(version, names));
-        for names in [r#""x""#, r#""y""#] {
+        for names in ["x", "y"] {
             served_at(&book, &at("", names), v1);
             served_at(&book, &at(v1, names), v2);
         }
-        let observe = |request: &ParsedRequest| {
-            let (standing, suspicion, _) = book.observe(request, ResourceType::Clusters, None, v2);
-            (standing, suspicion)
+        // Answered at v2, and where its subscription stands then.
+        let poll = |version: &str, name: &str| {
+            let request = at(version, name);
+            let suspicion = book.book(AnsweredPoll {
+                request: &request,
+                kind: ResourceType::Clusters,
+                remote: None,
+                current: v2,
+                body: version != v2,
+                judged: Some(v2),
+                rewritten_for: None,
+                watch: false,
+                served: None,
+            });
+            let nodes = book.nodes();
+            let subscription = nodes[0]
+                .subscriptions
+                .iter()
+                .find(|s| s.names.as_deref() == Some(&[name.to_owned()][..]))
+                .map(|s| s.standing);
+            (subscription, suspicion)
         };
-        assert_eq!(observe(&at(v2, r#""y""#)), (Standing::InStep, None));
-        assert_eq!(observe(&at(v1, r#""x""#)).0, Standing::Behind { polls: 1 });
-        let (standing, suspicion) = observe(&at(v1, r#""x""#));
-        assert_eq!(standing, Standing::Suspected { polls: 2 });
+        assert_eq!(poll(v2, "y"), (Some(Standing::InStep), None));
+        assert_eq!(poll(v1, "x").0, Some(Standing::Behind { polls: 1 }));
+        let (standing, suspicion) = poll(v1, "x");
+        assert_eq!(standing, Some(Standing::Suspected { polls: 2 }));
         assert_eq!(suspicion.map(|s| s.polls), Some(2));
-        // Never served: catching up, and nothing is made for it.
-        let unknown = at(v1, r#""z""#);
+        // Never served: catching up.
         for _ in 0..3 {
-            assert_eq!(observe(&unknown), (Standing::CatchingUp, None));
+            assert_eq!(poll(v1, "z"), (Some(Standing::CatchingUp), None));
         }
-        assert_eq!(book.held_by("a").entries, 2);
+    }
+
+    /// Not judged (a proxy's poll naming no client, an answer served
+    /// opaque): in step after a 304, catching up after a body, and never
+    /// suspected, even presenting an older version again and again.
+    #[test]
+    fn a_poll_not_judged_is_never_suspected() {
+        let book = ClientBook::new(Duration::from_secs(60), 2);
+        let (v1, v2) = ("1~aaaaaaaaaaaa", "2~bbbbbbbbbbbb");
+        let older = request(v1, &["a"]);
+        served_at(&book, &older.presenting(""), v1);
+        served_at(&book, &older, v2);
+        for body in [true, false, true, true] {
+            let suspicion = book.book(AnsweredPoll {
+                request: &older,
+                kind: ResourceType::Clusters,
+                remote: None,
+                current: v2,
+                body,
+                judged: None,
+                rewritten_for: None,
+                watch: false,
+                served: None,
+            });
+            assert_eq!(suspicion, None);
+            let standing = book.nodes()[0].subscriptions[0].standing;
+            let expected = match body {
+                true => Standing::CatchingUp,
+                false => Standing::InStep,
+            };
+            assert_eq!(standing, expected);
+        }
     }
 }

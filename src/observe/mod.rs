@@ -24,8 +24,8 @@ mod rejection;
 
 pub(crate) use changes::{AnswerLog, ServedAnswer};
 pub(crate) use clients::{
-    AnsweredPoll, Booked, ClientBook, ClientRole, ClientView, ClientsView, NodeClients,
-    SubscriptionState, SubscriptionStatus, SubscriptionView,
+    AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
+    SubscriptionStatus, SubscriptionView,
 };
 pub(crate) use config_history::{
     covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,

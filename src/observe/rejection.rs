@@ -180,11 +180,7 @@ impl RejectionLog {
 
 /// Where `poll`'s client stands, given its subscription's log (`None`: a
 /// subscription never served: in step or catching up).
-pub(crate) fn standing(
-    log: Option<&RejectionLog>,
-    poll: Observation<'_>,
-    threshold: u32,
-) -> Standing {
+fn standing(log: Option<&RejectionLog>, poll: Observation<'_>, threshold: u32) -> Standing {
     if same_selection(poll.presented, poll.current) {
         return Standing::InStep;
     }

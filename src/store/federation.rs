@@ -39,7 +39,6 @@ use super::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, SESSION_ERRORS_SHOWN,
 };
 use crate::cache::{Coverage, Names, ParsedRequest, ResourceErrors, TypeState};
-use crate::metrics::Metrics;
 use crate::shares::Tenant;
 use crate::xds::ResourceType;
 
@@ -60,7 +59,6 @@ pub(crate) struct Federation {
     slots: Vec<UpstreamSlot>,
     namespace: Namespace,
     merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
-    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Federation {
@@ -73,16 +71,11 @@ impl std::fmt::Debug for Federation {
 
 impl Federation {
     /// `slots` (the default first) routed by `namespace`.
-    pub(crate) fn new(
-        slots: Vec<UpstreamSlot>,
-        namespace: Namespace,
-        metrics: Arc<Metrics>,
-    ) -> Federation {
+    pub(crate) fn new(slots: Vec<UpstreamSlot>, namespace: Namespace) -> Federation {
         Federation {
             slots,
             namespace,
             merges: moka::sync::Cache::new(MERGES_KEPT),
-            metrics,
         }
     }
 
@@ -137,7 +130,6 @@ impl Federation {
             kind,
             parts,
             merges: self.merges.clone(),
-            metrics: self.metrics.clone(),
         };
         let state = merged.state();
         Ok(Polled::new(state, Box::new(merged)))
@@ -266,7 +258,6 @@ struct Merged {
     kind: ResourceType,
     parts: Vec<Polled>,
     merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
-    metrics: Arc<Metrics>,
 }
 
 impl Merged {
@@ -298,10 +289,6 @@ impl PollChannel for Merged {
             changed.then(|| self.state())
         }
         .boxed()
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

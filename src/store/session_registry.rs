@@ -385,7 +385,6 @@ impl<F: Feeder> Sessions<F> {
             session,
             rx,
             _serving: serving,
-            metrics: self.metrics.clone(),
             forward: self.limits.forward_rejections,
         };
         Ok(Polled::new(state, Box::new(feed)))
@@ -570,7 +569,6 @@ struct SessionChannel {
     session: Arc<Session>,
     rx: watch::Receiver<Option<Arc<TypeState>>>,
     _serving: InFlight,
-    metrics: Arc<Metrics>,
     forward: bool,
 }
 
@@ -585,10 +583,6 @@ impl PollChannel for SessionChannel {
             (!Arc::ptr_eq(&next, seen)).then_some(next)
         }
         .boxed()
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 
     fn forwards(&self) -> bool {

@@ -48,7 +48,6 @@ use super::wire::SotwResponse;
 use super::UpstreamContext;
 use crate::cache::{upstream_version, Coverage, IdentityKey, Names, ParsedRequest, TypeState};
 use crate::config::Config;
-use crate::metrics::Metrics;
 use crate::shares::Tenant;
 use crate::store::namespace::Namespace;
 use crate::store::node::decode_node;
@@ -467,12 +466,6 @@ impl PollChannel for FetchChannel {
             }
         }
         .boxed()
-    }
-
-    /// Fetch mode has no stream to NACK a suspicion on: it is only
-    /// logged and counted.
-    fn metrics(&self) -> &Metrics {
-        &self.fetcher.ctx.metrics
     }
 
     fn stale_since(&self) -> Option<SystemTime> {

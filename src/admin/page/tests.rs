@@ -28,17 +28,26 @@ fn book(node: &str) -> ClientBook {
     let request = ParsedRequests::new(SessionKey::Node)
         .parse(body.to_string().into())
         .unwrap();
-    book.record(AnsweredPoll {
-        request: &request,
-        kind: ResourceType::Listeners,
-        remote: Some(IpAddr::from([127, 0, 0, 1])),
-        current: "2~bbbbbbbbbbbb",
-        body: false,
-        standing: Standing::Suspected { polls: 3 },
-        rewritten_for: None,
-        watch: false,
-        served: None,
-    });
+    // Served version 1, then version 2 four times while it presented 1.
+    let first = request.presenting("");
+    for (request, current) in [(&first, "1~aaaaaaaaaaaa")]
+        .into_iter()
+        .chain([(&*request, "2~bbbbbbbbbbbb"); 4])
+    {
+        book.book(AnsweredPoll {
+            request,
+            kind: ResourceType::Listeners,
+            remote: Some(IpAddr::from([127, 0, 0, 1])),
+            current,
+            body: true,
+            judged: Some(current),
+            rewritten_for: None,
+            watch: false,
+            served: None,
+        });
+    }
+    let standing = book.nodes()[0].subscriptions[0].standing;
+    assert_eq!(standing, Standing::Suspected { polls: 3 });
     book
 }
 
@@ -192,13 +201,13 @@ fn one_shot_readers_are_listed_apart_from_subscribers() {
     let curl = json!({"node": {"id": "curl-<1>", "cluster": ""}, "resource_names": ["a"]});
     let curl = memo.parse(curl.to_string().into()).unwrap();
     for _ in 0..3 {
-        book.record(AnsweredPoll {
+        book.book(AnsweredPoll {
             request: &curl,
             kind: ResourceType::Clusters,
             remote: Some(IpAddr::from([127, 0, 0, 2])),
             current: "3~cccccccccccc",
             body: true,
-            standing: Standing::CatchingUp,
+            judged: None,
             rewritten_for: None,
             watch: false,
             served: None,
@@ -207,13 +216,13 @@ fn one_shot_readers_are_listed_apart_from_subscribers() {
     // A watch presents no version on its first event, yet it subscribes.
     let watcher = json!({"node": {"id": "watcher"}});
     let watcher = memo.parse(watcher.to_string().into()).unwrap();
-    book.record(AnsweredPoll {
+    book.book(AnsweredPoll {
         request: &watcher,
         kind: ResourceType::Clusters,
         remote: None,
         current: "3~cccccccccccc",
         body: true,
-        standing: Standing::CatchingUp,
+        judged: None,
         rewritten_for: None,
         watch: true,
         served: None,

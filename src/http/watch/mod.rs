@@ -59,7 +59,7 @@ pub(super) async fn open(
     let slot = gateway
         .watches
         .admit(&gateway.drain, asked.tenant.as_ref())?;
-    let mut polled = gateway
+    let polled = gateway
         .source
         .poll(asked.kind, &request, asked.tenant.as_ref())
         .await?;
@@ -68,7 +68,10 @@ pub(super) async fn open(
         watch: true,
         ..asked.answered()
     };
-    let first = answered.answer(gateway, &mut polled)?;
+    if request.error_detail().is_some() {
+        gateway.metrics.client_nack(asked.kind);
+    }
+    let first = answered.answer(gateway, &polled)?;
     let stale_since = polled.stale_since();
     let opening = Opening {
         kind: asked.kind,

@@ -28,12 +28,12 @@ use tracing::warn;
 use super::frame::Format;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
 use crate::http::admission::Place;
-use crate::http::asked::Answered;
+use crate::http::asked::{Answered, Booking};
 use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
-use crate::observe::{ServedAnswer, Standing};
+use crate::observe::ServedAnswer;
 use crate::store::Polled;
 use crate::xds::rewrite::RestTarget;
 use crate::xds::{JsonError, ResourceType};
@@ -68,8 +68,9 @@ pub(super) struct Watch {
     revoked: Revoked,
     /// Frames due before anything else (the opening, the first event).
     due: Vec<Bytes>,
-    /// Where the client stood at the last answer (for the client book).
-    standing: Standing,
+    /// Whether its last answer held a type served opaque (for the client
+    /// book).
+    opaque: bool,
     heartbeat: Duration,
     next_heartbeat: Instant,
     ended: bool,
@@ -105,7 +106,7 @@ impl Watch {
             target: opening.target,
             remote: opening.remote,
             format: opening.format,
-            standing: opening.polled.standing(),
+            opaque: false,
             polled: Some(opening.polled),
             change: None,
             revoked: opening.revoked,
@@ -177,7 +178,7 @@ impl Watch {
                 () = tokio::time::sleep_until(self.next_heartbeat) => {
                     self.next_heartbeat = Instant::now() + self.heartbeat;
                     let current = self.request.version_info().to_owned();
-                    self.record(&current, false);
+                    self.book(&current, false);
                     return Some(self.format.heartbeat());
                 }
             }
@@ -186,14 +187,8 @@ impl Watch {
 
     /// Answers the current state: a frame when the client's answer changed.
     fn answer(&mut self) -> Option<Bytes> {
-        // Taken out while answering (`answered` borrows the rest of self).
-        let mut polled = self.polled.take()?;
-        let answer = self.answered().answer(&self.gateway, &mut polled);
-        if answer.is_ok() {
-            self.standing = polled.standing();
-        }
-        self.polled = Some(polled);
-        match answer {
+        let polled = self.polled.as_ref()?;
+        match self.answered().answer(&self.gateway, polled) {
             Ok(answer) => self.frame_for(&answer),
             Err(err) => {
                 // States are validated on arrival: this is the gateway's own
@@ -205,11 +200,14 @@ impl Watch {
         }
     }
 
-    /// The frame for `answer` (none for a 304), recording it.
+    /// The frame for `answer` (none for a 304), booking it.
     fn frame_for(&mut self, answer: &Answer) -> Option<Bytes> {
+        if let Some(polled) = &self.polled {
+            self.opaque = !polled.opaque_types(self.request.names()).is_empty();
+        }
         match answer {
             Answer::NotModified { version } => {
-                self.record(version, false);
+                self.book(version, false);
                 None
             }
             Answer::Body { json, version, .. } => {
@@ -221,16 +219,10 @@ impl Watch {
                         return None;
                     }
                 };
-                self.request = self.request.presenting(version);
                 // A watcher holds what it is sent (there is no next poll to
-                // say so): observed as presenting it, it stands in step.
-                if let Some(mut polled) = self.polled.take() {
-                    if self.answered().answer(&self.gateway, &mut polled).is_ok() {
-                        self.standing = polled.standing();
-                    }
-                    self.polled = Some(polled);
-                }
-                self.record(version, true);
+                // say so): booked as presenting it, it stands in step.
+                self.request = self.request.presenting(version);
+                self.book(version, true);
                 self.gateway.metrics.watch_event(self.kind);
                 self.next_heartbeat = Instant::now() + self.heartbeat;
                 Some(frame)
@@ -265,11 +257,19 @@ impl Watch {
         Ok(self.format.event(event, version, &body.to_bytes()))
     }
 
-    /// Shows the watcher in the client book (a heartbeat counts as a 304:
-    /// a watch quiet for longer than the book's idle time stays listed).
-    fn record(&self, current: &str, body: bool) {
+    /// Books an answer at `current` (`body`: an event went out) in the
+    /// client book. A heartbeat counts as a 304: a watch quiet for longer
+    /// than the book's idle time stays listed.
+    fn book(&self, current: &str, body: bool) {
+        let booking = Booking {
+            current,
+            cached: current,
+            body,
+            opaque: self.opaque,
+            served: None,
+        };
         self.answered()
-            .record(&self.gateway, current, body, self.standing, None, None);
+            .book(&self.gateway, self.polled.as_ref(), booking);
     }
 
     /// Who its answers go to: the client, presenting the version last sent.
