@@ -26,7 +26,7 @@ use std::time::SystemTime;
 use super::views::{Readiness, SessionsView};
 use super::Admin;
 use crate::observe::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
-use crate::store::view::{Phase, Placement, Placements, ReplyKind};
+use crate::store::{Phase, Placement, Placements, ReplyKind};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use super::Admin;
-use crate::store::view::SessionView;
+use crate::store::SessionView;
 
 /// What `/readyz` says with details.
 #[derive(Debug, Clone, Serialize)]
@@ -170,7 +170,7 @@ mod tests {
     /// snapshot), whichever order the fields are declared in.
     #[test]
     fn a_view_is_served_with_sorted_keys_and_its_stream_inline() {
-        use crate::store::view::{LastError, Phase, StreamView};
+        use crate::store::{LastError, Phase, StreamView};
         let session = |stream| NodeSession {
             session: SessionView {
                 node_id: "n".into(),

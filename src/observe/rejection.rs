@@ -11,8 +11,9 @@
 //! one it was already served (or, for an Envoy, an empty version after a
 //! body was served to it) `threshold` polls in a row is a suspected
 //! rejection, reported once per (old, new) pair. A subscription never
-//! served the current version is catching up. Polls through a trusted proxy
-//! that names no client are never observed (`store::polled`).
+//! served the current version is catching up. Polls the client book is told
+//! not to judge (through a trusted proxy that names no client, or answered
+//! with a type served opaque) go through no log.
 //!
 //! A client that says so itself (a poll with `error_detail`, which REST
 //! clients other than Envoy may send) has rejected the version it was

@@ -2,34 +2,35 @@
 //! introspection apart ([`Inspect`]) and both owned as a [`Feed`].
 //!
 //! The REST layer asks a source one thing per poll, [`Source::poll`]: the
-//! state that answers this client now. It gets a [`Polled`] that answers the
-//! client (a body or 304), waits for the next change (long poll), does the
-//! rejection bookkeeping and says whether what it serves is stale. It never
-//! learns which kind of source is behind the seam; `app.rs` alone chooses.
+//! state that answers this client now. It gets a [`Polled`]: that state,
+//! how to wait for the next one (long poll), whether it is stale, and where
+//! a suspected rejection is NACKed upstream. The REST face answers from the
+//! state through the cache and books the answer itself. It never learns
+//! which kind of source is behind the seam; `app.rs` alone chooses.
 //!
-//! Here live the sessions ([`Sessions`]: one [`Session`](session::Session)
-//! per node identity, shared by every client of that identity), what each
-//! holds (per type, the state its producer published last, its node, what
-//! the upstream refused, its upstream log), the router of several upstreams
-//! by namespace ([`Federation`]) and the typed views of all of it
-//! ([`view`]). What fills a session is a producer, started per session
-//! through the [`Feeder`] seam and written in `crate::upstream`: the store
-//! names no producer, and producers only publish into it
-//! ([`Session::publish`](session::Session::publish)).
+//! Here live the sessions ([`Sessions`]: one [`Session`] per node identity,
+//! shared by every client of that identity), what each holds (per type, the
+//! state its producer published last, its node, what the upstream refused,
+//! its upstream log), the router of several upstreams by namespace
+//! ([`Federation`]) and the typed views of all of it (`view.rs`). What fills
+//! a session is a producer, started per session through the [`Feeder`] seam
+//! and written in `crate::upstream`: the store names no producer, and
+//! producers only publish into it ([`Session::publish`]). Its submodules are
+//! private: what other modules name is re-exported here.
 
 mod federation;
 mod feeder;
-pub(crate) mod namespace;
-pub(crate) mod node;
-pub(crate) mod polled;
-pub(crate) mod session;
+mod namespace;
+mod node;
+mod polled;
+mod session;
 mod session_registry;
-pub(crate) mod unserved;
-pub(crate) mod upstream_log;
-pub(crate) mod view;
+mod unserved;
+mod upstream_log;
+mod view;
 
 #[cfg(test)]
-pub(crate) mod scripted;
+mod scripted;
 
 use std::fmt;
 use std::time::Duration;
@@ -43,13 +44,22 @@ use tonic::Code;
 
 pub(crate) use federation::{Federation, UpstreamSlot};
 pub(crate) use feeder::Feeder;
-pub(crate) use namespace::Namespace;
-pub(crate) use polled::Polled;
+pub(crate) use namespace::{Foreign, Namespace};
+pub(crate) use node::{decode_node, NodeBytes};
 #[cfg(test)]
-pub(crate) use session::Command;
+pub(crate) use node::{upstream_features, NodeInterner, SessionNode};
+pub(crate) use polled::{PollChannel, Polled};
+#[cfg(test)]
+pub(crate) use scripted::{idle, Script};
+pub(crate) use session::{Command, Session, SETTLE};
 pub(crate) use session_registry::Sessions;
 pub(crate) use unserved::Refused;
-pub(crate) use view::Placement;
+pub(crate) use upstream_log::stamp;
+#[cfg(test)]
+pub(crate) use view::{LastError, ReplyView, SessionTypeView, StreamView};
+pub(crate) use view::{
+    Phase, Placement, Placements, ReplyKind, SessionView, FAILBACK_REASON, FAILOVER_REASON,
+};
 
 use crate::cache::ParsedRequest;
 use crate::shares::{OverShare, Tenant};

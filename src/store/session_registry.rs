@@ -611,7 +611,7 @@ mod tests {
     use super::*;
     use crate::cache::ParsedRequests;
     use crate::config::SessionKey;
-    use crate::store::scripted::Script;
+    use crate::store::Script;
     use crate::xds::Codec;
 
     fn node_request(id: &str, keys: usize) -> bytes::Bytes {

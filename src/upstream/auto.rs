@@ -22,8 +22,8 @@ use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
 use crate::shares::Tenant;
-use crate::store::view::SessionView;
 use crate::store::Polled;
+use crate::store::SessionView;
 use crate::store::{
     Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, StreamPlacement,
 };

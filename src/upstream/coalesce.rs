@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::store::session::Command;
+use crate::store::Command;
 use crate::xds::ResourceType;
 
 /// How long a subscription change waits for others to join it in one

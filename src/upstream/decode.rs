@@ -82,7 +82,7 @@ pub(super) enum Rejection {
     #[error("decoder task failed: {0}")]
     Task(String),
     #[error(transparent)]
-    Foreign(#[from] crate::store::namespace::Foreign),
+    Foreign(#[from] crate::store::Foreign),
 }
 
 impl Rejection {

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use super::connection::Health;
 use super::UpstreamContext;
 use crate::config::Failover;
-use crate::store::upstream_log::stamp;
-use crate::store::view::Placement;
+use crate::store::stamp;
+use crate::store::Placement;
 
 /// Doubling of `failback-after` after returns that failed, at most (a
 /// primary that answers health checks but not this session's stream).

@@ -49,14 +49,14 @@ use super::UpstreamContext;
 use crate::cache::{upstream_version, Coverage, IdentityKey, Names, ParsedRequest, TypeState};
 use crate::config::Config;
 use crate::shares::Tenant;
-use crate::store::namespace::Namespace;
-use crate::store::node::decode_node;
-use crate::store::polled::{PollChannel, Polled};
-use crate::store::view::SessionView;
+use crate::store::decode_node;
+use crate::store::Namespace;
+use crate::store::SessionView;
 use crate::store::{
     CallError, Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status,
     StreamPlacement,
 };
+use crate::store::{PollChannel, Polled};
 use crate::xds::dynamic_parameters::{locators, Parameters};
 use crate::xds::{Endpoint, ResourceType};
 

@@ -26,9 +26,9 @@ use crate::cache::{Coverage, Intake, TypeState};
 use crate::config::SessionKey;
 use crate::log_escape::Escaped;
 use crate::reload::{self, Fingerprint, Watcher};
-use crate::store::session::{Command, Session};
 use crate::store::Feeder;
 use crate::store::SourceError;
+use crate::store::{Command, Session};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::store::session::Command;
+use crate::store::Command;
 use crate::sync::lock;
 use crate::xds::ResourceType;
 

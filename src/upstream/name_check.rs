@@ -31,8 +31,8 @@ use tracing::{info, warn};
 use super::connection::UpstreamContext;
 use super::frame_codec::{FromFrame, ToFrame};
 use crate::log_escape::Escaped;
-use crate::store::session::Session;
 use crate::store::Refused;
+use crate::store::Session;
 use crate::xds::ResourceType;
 
 /// How long a check waits for the upstream to answer or refuse.
@@ -54,7 +54,7 @@ pub(crate) trait AskingAlone {
         kind: ResourceType,
         names: Vec<String>,
         parameters: &crate::xds::dynamic_parameters::Parameters,
-        node: crate::store::node::NodeBytes,
+        node: crate::store::NodeBytes,
     ) -> Self::Ask;
 }
 

@@ -16,7 +16,7 @@ use prost::encoding::{encode_key, encode_varint, string, WireType};
 use prost::Message;
 
 use super::frame_codec::ToFrame;
-use crate::store::node::NodeBytes;
+use crate::store::NodeBytes;
 
 /// A request of a session's stream and the node it carries, if any.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl ToFrame for Outbound<DeltaDiscoveryRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::node::{upstream_features, NodeInterner};
+    use crate::store::{upstream_features, NodeInterner};
     use envoy_types::pb::envoy::config::core::v3::{
         address, node::UserAgentVersionType, socket_address::PortSpecifier, Address, BuildVersion,
         Extension, Locality, Node, SocketAddress,

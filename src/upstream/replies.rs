@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::decode::Rejection;
 use super::nack_log::NackLog;
 use crate::metrics::Metrics;
-use crate::store::session::Session;
+use crate::store::Session;
 use crate::xds::ResourceType;
 
 /// The reply bookkeeping of one session's protocol ("sotw" or "delta").

@@ -36,8 +36,8 @@ use crate::cache::{
     NOT_FOUND,
 };
 use crate::log_escape::Escaped;
-use crate::store::namespace::Namespace;
-use crate::store::session::Session;
+use crate::store::Namespace;
+use crate::store::Session;
 use crate::xds::dynamic_parameters::locators;
 use crate::xds::ResourceType;
 
@@ -248,7 +248,7 @@ impl AskingAlone for Sotw {
         kind: ResourceType,
         names: Vec<String>,
         parameters: &crate::xds::dynamic_parameters::Parameters,
-        node: crate::store::node::NodeBytes,
+        node: crate::store::NodeBytes,
     ) -> Outbound<DiscoveryRequest> {
         let (resource_names, resource_locators) = match parameters.is_empty() {
             true => (names, Vec::new()),
@@ -683,12 +683,12 @@ mod tests {
     #[tokio::test]
     async fn a_new_upstream_is_told_no_version_of_the_last_one() {
         let kind = ResourceType::Clusters;
-        let (session, _commands) = Session::new(crate::store::node::SessionNode::default());
+        let (session, _commands) = Session::new(crate::store::SessionNode::default());
         session
             .want(
                 kind,
                 &crate::cache::Names::Wildcard,
-                crate::store::session::SETTLE,
+                crate::store::SETTLE,
                 10,
             )
             .unwrap();

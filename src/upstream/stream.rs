@@ -55,12 +55,12 @@ use super::name_check;
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;
-use crate::store::namespace::Namespace;
-use crate::store::session::{Command, Session};
-use crate::store::unserved::Refused;
-use crate::store::view::{Phase, Placement, FAILBACK_REASON, FAILOVER_REASON};
 use crate::store::Feeder;
+use crate::store::Namespace;
+use crate::store::Refused;
+use crate::store::{Command, Session};
 use crate::store::{PassThrough, PassedThrough, SourceError};
+use crate::store::{Phase, Placement, FAILBACK_REASON, FAILOVER_REASON};
 use crate::xds::ResourceType;
 
 /// Requests queued toward one stream before the sender waits.
@@ -781,7 +781,7 @@ impl Drop for StreamGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::node::SessionNode;
+    use crate::store::SessionNode;
 
     /// A session that was served clusters and subscribes runtime too.
     fn served_session() -> Arc<Session> {
@@ -789,7 +789,7 @@ mod tests {
         for kind in [ResourceType::Clusters, ResourceType::Runtime] {
             let names = crate::cache::Names::Wildcard;
             session
-                .want(kind, &names, crate::store::session::SETTLE, 10)
+                .want(kind, &names, crate::store::SETTLE, 10)
                 .unwrap_or_else(|e| panic!("{e:?}"));
         }
         session.publish(crate::cache::TypeState::new(

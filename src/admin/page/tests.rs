@@ -10,8 +10,8 @@ use crate::cache::{Intake, ParsedRequests};
 use crate::config::{Config, SessionKey, UpstreamStreams};
 use crate::metrics::Metrics;
 use crate::observe::{AnsweredPoll, ClientBook, Standing};
-use crate::store::view::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
 use crate::store::{Feed, Inspect, Namespace, Sessions};
+use crate::store::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
 use crate::upstream::{FileFeeder, Origin, Route, SotwFeeder, UpstreamContext};
 use crate::xds::{Codec, ResourceType};
 

@@ -21,7 +21,7 @@ use super::{router, served_routes, Gateway};
 use crate::cache::{Assembler, Intake};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::scripted::Script;
+use crate::store::Script;
 use crate::store::{Inspect, Sessions, Source};
 use crate::upstream::Origin;
 use crate::xds::Codec;

@@ -17,8 +17,8 @@ use crate::cache::Coverage;
 use crate::config::Config;
 use crate::http::present::STALE_HEADER;
 use crate::http::{router, Gateway};
-use crate::store::scripted::{idle, Script};
 use crate::store::Command;
+use crate::store::{idle, Script};
 use crate::xds::{Endpoint, ResourceType};
 
 const CDS: ResourceType = ResourceType::Clusters;

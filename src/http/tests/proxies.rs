@@ -21,8 +21,8 @@ use super::poll::{cluster, metric, nacks, send, Reply};
 use super::scripted;
 use crate::config::{Config, TrustedProxies};
 use crate::serve::RemoteAddr;
-use crate::store::scripted::Script;
 use crate::store::Command;
+use crate::store::Script;
 use crate::xds::{Endpoint, ResourceType};
 
 const CDS: ResourceType = ResourceType::Clusters;

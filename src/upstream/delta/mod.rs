@@ -80,8 +80,8 @@ use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::Coverage;
-use crate::store::namespace::Namespace;
-use crate::store::session::Session;
+use crate::store::Namespace;
+use crate::store::Session;
 use crate::xds::dynamic_parameters::locators;
 use crate::xds::ResourceType;
 
@@ -90,7 +90,7 @@ const NOT_FOUND: i32 = 5;
 // How long a subscription may stay unanswered on a stream that answers the
 // type before it is taken as answered (see the module docs).
 use crate::log_escape::Escaped;
-use crate::store::session::SETTLE;
+use crate::store::SETTLE;
 /// The wildcard subscription name.
 const WILDCARD: &str = "*";
 
@@ -122,7 +122,7 @@ impl AskingAlone for Delta {
         kind: ResourceType,
         names: Vec<String>,
         parameters: &crate::xds::dynamic_parameters::Parameters,
-        node: crate::store::node::NodeBytes,
+        node: crate::store::NodeBytes,
     ) -> Outbound<DeltaDiscoveryRequest> {
         let (resource_names_subscribe, resource_locators_subscribe) = match parameters.is_empty() {
             true => (names, Vec::new()),

@@ -525,17 +525,16 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
 /// it sends all it has; its first answer then replaces what is held.
 #[tokio::test]
 async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
-    let (session, _commands) =
-        crate::store::session::Session::new(crate::store::node::SessionNode::default());
+    let (session, _commands) = crate::store::Session::new(crate::store::SessionNode::default());
     session
         .want(
             KIND,
             &crate::cache::Names::Wildcard,
-            crate::store::session::SETTLE,
+            crate::store::SETTLE,
             10,
         )
         .unwrap();
-    let namespace = crate::store::namespace::Namespace::new(BTreeMap::new(), "test", "test");
+    let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
     let ctx = crate::upstream::connection::unused_context();
     let mut delta = Delta::new(ctx, session, namespace);
     let (name, kept) = held("a", "7");
@@ -624,11 +623,11 @@ fn removed_resource_names_alone_remove() {
 #[tokio::test]
 async fn a_subscription_change_carries_no_nonce() {
     use crate::cache::Names;
-    use crate::store::session::{Session, SETTLE};
-    let (session, _commands) = Session::new(crate::store::node::SessionNode::default());
+    use crate::store::{Session, SETTLE};
+    let (session, _commands) = Session::new(crate::store::SessionNode::default());
     let names = |list: &[&str]| Names::from_request(list.iter().map(|n| n.to_string()).collect());
     session.want(KIND, &names(&["a"]), SETTLE, 10).unwrap();
-    let namespace = crate::store::namespace::Namespace::new(BTreeMap::new(), "test", "test");
+    let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
     let ctx = crate::upstream::connection::unused_context();
     let mut delta = Delta::new(ctx, session.clone(), namespace);
     delta.reset_stream();
@@ -665,15 +664,15 @@ async fn a_subscription_change_carries_no_nonce() {
 #[tokio::test]
 async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
     use crate::cache::Names;
-    use crate::store::session::{Session, SETTLE};
+    use crate::store::{Session, SETTLE};
     use prost::Message as _;
     let kind = ResourceType::Clusters;
-    let (session, _commands) = Session::new(crate::store::node::SessionNode::default());
+    let (session, _commands) = Session::new(crate::store::SessionNode::default());
     session.want(kind, &Names::Wildcard, SETTLE, 10).unwrap();
     session
         .want(kind, &Names::from_request(vec!["x".into()]), SETTLE, 10)
         .unwrap();
-    let namespace = crate::store::namespace::Namespace::new(BTreeMap::new(), "test", "test");
+    let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
     let ctx = crate::upstream::connection::unused_context();
     let mut delta = Delta::new(ctx, session.clone(), namespace);
     delta.reset_stream();
