@@ -186,7 +186,7 @@ async fn run(
         if now.stale {
             session.stream_failed(None, "the script says the stream is down".into());
         } else {
-            session.mark_fresh(None);
+            session.upstream.fresh(None);
         }
         for (kind, scripted) in &now.states {
             let generation = Some(&scripted.generation);

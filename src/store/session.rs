@@ -6,9 +6,10 @@
 //! publishes each accepted state here through a `watch` channel per type,
 //! which is what waiting and long-polling requests wait on.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -18,7 +19,7 @@ use tokio::task::JoinHandle;
 use super::node::SessionNode;
 use super::unserved::Unserved;
 use super::upstream_log::{stamp, UpstreamLog};
-use super::view::{LastError, Placement, Placements, SessionTypeView, SessionView, StreamView};
+use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
 use crate::cache::{Coverage, Names, TypeState};
 use crate::observe::Recorder;
 use crate::sync::lock;
@@ -173,34 +174,67 @@ pub(crate) struct Session {
     /// The node sent upstream: the first client's, as it sent it (its
     /// extension list shared with every session sending the same one).
     pub(crate) node: SessionNode,
-    /// One per built-in type, in table order.
-    slots: Vec<TypeSlot>,
-    /// One per extra type, made when first named.
-    extra_slots: OnceLock<Box<[OnceLock<TypeSlot>]>>,
+    /// Per type: the state published last and what clients subscribed to.
+    slots: TypeSlots,
     commands: mpsc::UnboundedSender<Command>,
-    last_poll: Mutex<Instant>,
     task: Mutex<Option<JoinHandle<()>>>,
-    /// Set while an upstream stream is down after having served: the state
-    /// is still served, marked stale since then.
-    stale_since: Mutex<Option<SystemTime>>,
-    /// The streams that are down: the aggregated one (`None`), or the types
-    /// whose own stream is (`--upstream-streams per-type`). The session is
-    /// fresh again only when none is.
-    down: Mutex<BTreeSet<Option<ResourceType>>>,
-    /// Why the upstream stream last ended, and when; cleared when it answers.
-    last_error: Mutex<Option<(SystemTime, String)>>,
-    /// What the upstream stream did last (for `/debug/sessions`).
-    pub(crate) upstream: UpstreamLog,
-    /// Which upstream each stream is on and why, when a failover could
-    /// move it (the aggregated one: `None`; a type's own: the type).
-    placements: Mutex<BTreeMap<Option<ResourceType>, Placement>>,
-    /// Requests being served now (a held long poll keeps the session alive).
-    in_flight: std::sync::atomic::AtomicUsize,
+    /// Whether polls are using it, and when one last did.
+    liveness: Liveness,
     /// Where every state published and every NACK sent is recorded (the
     /// config history, which outlives the session); `None` in unit tests.
     history: Option<Recorder>,
+    /// What the upstream streams did last and where they stand (for
+    /// `/debug/sessions`, and the stale mark of what polls are served).
+    pub(crate) upstream: UpstreamLog,
     /// The types the upstream refused, set aside (`unserved.rs`).
     pub(crate) unserved: Unserved,
+}
+
+/// A session's type slots: one per built-in type, in table order, and one
+/// per extra type, made when first named.
+#[derive(Debug)]
+struct TypeSlots {
+    built_in: Vec<TypeSlot>,
+    extra: OnceLock<Box<[OnceLock<TypeSlot>]>>,
+}
+
+impl TypeSlots {
+    fn new() -> TypeSlots {
+        TypeSlots {
+            built_in: ResourceType::BUILT_IN
+                .iter()
+                .map(|_| TypeSlot::new())
+                .collect(),
+            extra: OnceLock::new(),
+        }
+    }
+
+    fn get(&self, kind: ResourceType) -> &TypeSlot {
+        match kind {
+            ResourceType::Extra(extra) => {
+                let slots = self
+                    .extra
+                    .get_or_init(|| (0..MAX_EXTRA_TYPES).map(|_| OnceLock::new()).collect());
+                slots[extra.index()].get_or_init(TypeSlot::new)
+            }
+            // One entry per built-in type, in table order.
+            built_in => &self.built_in[built_in.index()],
+        }
+    }
+
+    /// Every slot made so far.
+    fn all(&self) -> impl Iterator<Item = &TypeSlot> {
+        let extras = self.extra.get().into_iter().flatten();
+        self.built_in.iter().chain(extras.filter_map(OnceLock::get))
+    }
+}
+
+/// Whether a session is in use: requests in flight (a held long poll keeps
+/// it alive) and when the last one ended.
+#[derive(Debug)]
+struct Liveness {
+    last_poll: Mutex<Instant>,
+    in_flight: AtomicUsize,
 }
 
 impl Session {
@@ -217,48 +251,25 @@ impl Session {
         node: impl Into<SessionNode>,
         history: Option<Recorder>,
     ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
-        let node = node.into();
         let (commands, rx) = mpsc::unbounded_channel();
-        let slots = ResourceType::BUILT_IN
-            .iter()
-            .map(|_| TypeSlot::new())
-            .collect();
         let session = Arc::new(Session {
-            node,
-            slots,
-            extra_slots: OnceLock::new(),
+            node: node.into(),
+            slots: TypeSlots::new(),
             commands,
-            last_poll: Mutex::new(Instant::now()),
             task: Mutex::new(None),
-            stale_since: Mutex::new(None),
-            down: Mutex::default(),
-            last_error: Mutex::new(None),
-            upstream: UpstreamLog::default(),
-            placements: Mutex::default(),
-            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            liveness: Liveness {
+                last_poll: Mutex::new(Instant::now()),
+                in_flight: AtomicUsize::new(0),
+            },
             history,
+            upstream: UpstreamLog::default(),
             unserved: Unserved::default(),
         });
         (session, rx)
     }
 
     fn slot(&self, kind: ResourceType) -> &TypeSlot {
-        match kind {
-            ResourceType::Extra(extra) => {
-                let slots = self
-                    .extra_slots
-                    .get_or_init(|| (0..MAX_EXTRA_TYPES).map(|_| OnceLock::new()).collect());
-                slots[extra.index()].get_or_init(TypeSlot::new)
-            }
-            // `slots` has one entry per built-in type, in table order.
-            built_in => &self.slots[built_in.index()],
-        }
-    }
-
-    /// Every slot made so far.
-    fn all_slots(&self) -> impl Iterator<Item = &TypeSlot> {
-        let extras = self.extra_slots.get().into_iter().flatten();
-        self.slots.iter().chain(extras.filter_map(OnceLock::get))
+        self.slots.get(kind)
     }
 
     /// Attaches the upstream task, aborted when the session closes.
@@ -274,83 +285,33 @@ impl Session {
     }
 
     /// The upstream stream `lane` (`None`: the aggregated one; a type: its
-    /// own stream) broke for `reason`. A session that has served state
-    /// serves it stale from now on (the first break counts; later ones do
-    /// not move the time); one that never had state is still waiting.
+    /// own stream) broke for `reason`: the state it served is stale from
+    /// now on (`UpstreamLog::failed`).
     pub(crate) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
-        lock(&self.down).insert(lane);
-        *lock(&self.last_error) = Some((SystemTime::now(), reason));
-        if self.has_state() {
-            lock(&self.stale_since).get_or_insert_with(SystemTime::now);
-        }
-    }
-
-    /// The upstream answered again on `lane`: fresh once no stream is down.
-    pub(crate) fn mark_fresh(&self, lane: Option<ResourceType>) {
-        let mut down = lock(&self.down);
-        down.remove(&lane);
-        if down.is_empty() {
-            *lock(&self.stale_since) = None;
-            *lock(&self.last_error) = None;
-        }
-    }
-
-    /// The stream `lane` is on `placement` now.
-    pub(crate) fn place(&self, lane: Option<ResourceType>, placement: Placement) {
-        lock(&self.placements).insert(lane, placement);
-    }
-
-    /// The stream `lane` is gone (a probe whose type moved to the
-    /// aggregated stream): it is nowhere.
-    pub(crate) fn unplace(&self, lane: Option<ResourceType>) {
-        lock(&self.placements).remove(&lane);
-    }
-
-    /// Where each stream is, by lane (empty without failover).
-    pub(super) fn placements(&self) -> Vec<(Option<ResourceType>, Placement)> {
-        lock(&self.placements)
-            .iter()
-            .map(|(lane, p)| (*lane, p.clone()))
-            .collect()
-    }
-
-    /// Whether any of its streams is on a failover upstream now.
-    pub(super) fn failed_over(&self) -> bool {
-        lock(&self.placements).values().any(Placement::on_failover)
+        self.upstream.failed(lane, reason, self.has_state());
     }
 
     /// Whether the upstream has answered this session for any type.
     pub(crate) fn has_state(&self) -> bool {
-        self.all_slots().any(|slot| slot.state.borrow().is_some())
-    }
-
-    /// Why the upstream stream last ended, and when, unless it answered since.
-    pub(super) fn last_error(&self) -> Option<(SystemTime, String)> {
-        lock(&self.last_error).clone()
-    }
-
-    /// Since when the state served is stale, if it is.
-    pub(super) fn stale_since(&self) -> Option<SystemTime> {
-        *lock(&self.stale_since)
+        self.slots.all().any(|slot| slot.state.borrow().is_some())
     }
 
     /// Marks a poll now (keeps the session from idling out).
     pub(super) fn touch(&self) {
-        *lock(&self.last_poll) = Instant::now();
+        *lock(&self.liveness.last_poll) = Instant::now();
     }
 
     /// How long no request has been served: zero while one is in flight.
     pub(super) fn idle_for(&self, now: Instant) -> Duration {
-        if self.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        if self.liveness.in_flight.load(Ordering::Acquire) > 0 {
             return Duration::ZERO;
         }
-        now.saturating_duration_since(*lock(&self.last_poll))
+        now.saturating_duration_since(*lock(&self.liveness.last_poll))
     }
 
     /// Marks a request in flight until the guard drops (then counts as a poll).
     pub(super) fn serving(self: &Arc<Self>) -> InFlight {
-        self.in_flight
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.liveness.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
     }
 
@@ -502,7 +463,8 @@ impl Session {
 
     /// The state of every type the upstream has answered.
     pub(super) fn states(&self) -> Vec<Arc<TypeState>> {
-        self.all_slots()
+        self.slots
+            .all()
             .filter_map(|slot| slot.state.borrow().clone())
             .collect()
     }
@@ -552,7 +514,7 @@ impl Session {
             serves: None,
             stream: streamed.then(|| self.stream_view()),
             node_sent: self.node.sent_view(),
-            requests_in_flight: self.in_flight.load(std::sync::atomic::Ordering::Acquire),
+            requests_in_flight: self.liveness.in_flight.load(Ordering::Acquire),
             types,
         }
     }
@@ -563,8 +525,8 @@ impl Session {
         StreamView {
             phase,
             since,
-            stale_since: self.stale_since().map(stamp),
-            last_error: self.last_error().map(|(at, error)| LastError {
+            stale_since: self.upstream.stale_since().map(stamp),
+            last_error: self.upstream.last_error().map(|(at, error)| LastError {
                 at: stamp(at),
                 error,
             }),
@@ -575,7 +537,7 @@ impl Session {
     /// Where its streams are, when a failover could move them: the
     /// aggregated stream's placement, or each stream's by lane.
     fn placement(&self) -> Option<Placements> {
-        let placements = self.placements();
+        let placements = self.upstream.placements();
         match placements.as_slice() {
             [] => None,
             [(None, placement)] => Some(Placements::Aggregated(placement.clone())),
@@ -599,9 +561,7 @@ pub(super) struct InFlight(Arc<Session>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
-        self.0
-            .in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.liveness.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -658,17 +618,17 @@ mod tests {
         let (cds, eds) = (Some(ResourceType::Clusters), Some(ResourceType::Endpoints));
         s.stream_failed(cds, "down".into());
         s.stream_failed(eds, "down".into());
-        let since = s.stale_since().expect("stale once a stream broke");
+        let since = s.upstream.stale_since().expect("stale once a stream broke");
         // One stream answering again is not all of them.
-        s.mark_fresh(eds);
-        assert_eq!(s.stale_since(), Some(since));
-        s.mark_fresh(cds);
-        assert_eq!(s.stale_since(), None);
+        s.upstream.fresh(eds);
+        assert_eq!(s.upstream.stale_since(), Some(since));
+        s.upstream.fresh(cds);
+        assert_eq!(s.upstream.stale_since(), None);
         // The aggregated stream is one lane of its own.
         s.stream_failed(None, "down".into());
-        assert!(s.stale_since().is_some());
-        s.mark_fresh(None);
-        assert_eq!(s.stale_since(), None);
+        assert!(s.upstream.stale_since().is_some());
+        s.upstream.fresh(None);
+        assert_eq!(s.upstream.stale_since(), None);
     }
 
     #[tokio::test]

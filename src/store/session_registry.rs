@@ -431,10 +431,11 @@ impl<F: Feeder> Inspect for Sessions<F> {
         status.sessions = registry.sessions.len();
         for entry in registry.sessions.values() {
             let session = &entry.session;
-            if session.failed_over() {
+            if session.upstream.failed_over() {
                 status.failed_over_sessions += 1;
                 if status.failovers.len() < SESSION_ERRORS_SHOWN {
                     let placements: Vec<String> = session
+                        .upstream
                         .placements()
                         .into_iter()
                         .map(|(lane, p)| {
@@ -480,7 +481,7 @@ impl<F: Feeder> Inspect for Sessions<F> {
                     }
                 }
             }
-            let state = if session.stale_since().is_some() {
+            let state = if session.upstream.stale_since().is_some() {
                 status.stale_sessions += 1;
                 "stale"
             } else if !session.has_state() {
@@ -489,7 +490,7 @@ impl<F: Feeder> Inspect for Sessions<F> {
             } else {
                 continue;
             };
-            let Some((_, error)) = session.last_error() else {
+            let Some((_, error)) = session.upstream.last_error() else {
                 continue;
             };
             if status.session_errors.len() < SESSION_ERRORS_SHOWN {
@@ -522,7 +523,7 @@ impl<F: Feeder> Inspect for Sessions<F> {
             .sessions
             .values()
             .filter(|entry| entry.session.node.id == node_id)
-            .flat_map(|entry| entry.session.placements())
+            .flat_map(|entry| entry.session.upstream.placements())
             .map(|(lane, placement)| super::StreamPlacement {
                 serves: serves.clone(),
                 stream: lane.map_or("ads", ResourceType::short_name),
@@ -598,7 +599,7 @@ impl PollChannel for SessionChannel {
     }
 
     fn stale_since(&self) -> Option<SystemTime> {
-        self.session.stale_since()
+        self.session.upstream.stale_since()
     }
 
     fn sibling(&self, kind: ResourceType) -> Option<Arc<TypeState>> {

@@ -1,13 +1,14 @@
-//! What a session's upstream stream did last, for `/debug/sessions`: its
-//! phase (connecting, open) and since when, and per type the last ACK or
-//! NACK sent. Written by the stream driver and the protocols; read only by
-//! views ([`super::view`]). Nothing decides on it.
+//! What a session's upstream streams did last and where they stand: the
+//! phase (connecting, open) and since when, per type the last ACK or NACK
+//! sent, the streams that are down, since when the state is served stale
+//! and why, and which upstream each stream is on. Written by the producers;
+//! read by the views (`view.rs`) and, for the stale mark, by polls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use super::view::{Phase, ReplyKind, ReplyView};
+use super::view::{Phase, Placement, ReplyKind, ReplyView};
 use crate::xds::ResourceType;
 
 /// One reply the gateway sent upstream for a response.
@@ -22,11 +23,26 @@ struct Reply {
     in_a_row: u64,
 }
 
+/// A session's stream by lane: the aggregated one (`None`), or a type's
+/// own (`--upstream-streams per-type`).
+type Lane = Option<ResourceType>;
+
 #[derive(Debug)]
 struct Log {
     phase: Phase,
     since: SystemTime,
     replies: BTreeMap<ResourceType, Reply>,
+    /// The streams that are down. The session is fresh again only when
+    /// none is.
+    down: BTreeSet<Lane>,
+    /// Set while a stream is down after the session had served: the state
+    /// is still served, marked stale since then.
+    stale_since: Option<SystemTime>,
+    /// Why a stream last ended, and when; cleared when all answer again.
+    last_error: Option<(SystemTime, String)>,
+    /// Which upstream each stream is on and why, when a failover could
+    /// move it.
+    placements: BTreeMap<Lane, Placement>,
 }
 
 /// The upstream log of one session.
@@ -39,6 +55,10 @@ impl Default for UpstreamLog {
             phase: Phase::Idle,
             since: SystemTime::now(),
             replies: BTreeMap::new(),
+            down: BTreeSet::new(),
+            stale_since: None,
+            last_error: None,
+            placements: BTreeMap::new(),
         }))
     }
 }
@@ -82,6 +102,64 @@ impl UpstreamLog {
                 in_a_row,
             },
         );
+    }
+
+    /// The stream `lane` broke for `reason`. A session that `served` state
+    /// serves it stale from now on (the first break counts; later ones do
+    /// not move the time); one that never had state is still waiting.
+    pub(super) fn failed(&self, lane: Lane, reason: String, served: bool) {
+        let mut log = self.lock();
+        log.down.insert(lane);
+        let now = SystemTime::now();
+        log.last_error = Some((now, reason));
+        if served {
+            log.stale_since.get_or_insert(now);
+        }
+    }
+
+    /// The upstream answered again on `lane`: fresh once no stream is down.
+    pub(crate) fn fresh(&self, lane: Lane) {
+        let mut log = self.lock();
+        log.down.remove(&lane);
+        if log.down.is_empty() {
+            log.stale_since = None;
+            log.last_error = None;
+        }
+    }
+
+    /// The stream `lane` is on `placement` now.
+    pub(crate) fn place(&self, lane: Lane, placement: Placement) {
+        self.lock().placements.insert(lane, placement);
+    }
+
+    /// The stream `lane` is gone (a probe whose type moved to the
+    /// aggregated stream): it is nowhere.
+    pub(crate) fn unplace(&self, lane: Lane) {
+        self.lock().placements.remove(&lane);
+    }
+
+    /// Where each stream is, by lane (empty without failover).
+    pub(super) fn placements(&self) -> Vec<(Lane, Placement)> {
+        let log = self.lock();
+        log.placements
+            .iter()
+            .map(|(l, p)| (*l, p.clone()))
+            .collect()
+    }
+
+    /// Whether any stream is on a failover upstream now.
+    pub(super) fn failed_over(&self) -> bool {
+        self.lock().placements.values().any(Placement::on_failover)
+    }
+
+    /// Why a stream last ended, and when, unless all answered since.
+    pub(super) fn last_error(&self) -> Option<(SystemTime, String)> {
+        self.lock().last_error.clone()
+    }
+
+    /// Since when the state served is stale, if it is.
+    pub(super) fn stale_since(&self) -> Option<SystemTime> {
+        self.lock().stale_since
     }
 
     /// The phase, and since when (RFC 3339).

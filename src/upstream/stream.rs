@@ -340,7 +340,7 @@ async fn run<P: Protocol>(
                 Ok(Done::Closed) => return,
                 Ok(Done::Proven) => {
                     info!("the upstream answered the probed type: the session's shared stream takes it");
-                    session.unplace(lane);
+                    session.upstream.unplace(lane);
                     of.proven();
                     return;
                 }
@@ -507,7 +507,9 @@ impl Lane {
     fn new(route: &Route, session: &Session, lane: Option<ResourceType>) -> Lane {
         if route.fails_over() {
             let primary = &route.primary().name;
-            session.place(lane, Placement::now(primary, "primary".into()));
+            session
+                .upstream
+                .place(lane, Placement::now(primary, "primary".into()));
         }
         Lane {
             lane,
@@ -556,7 +558,9 @@ impl Lane {
         info!(from = %from.name, to = %to_ctx.name, reason = %Escaped(&reason), "session stream moved");
         from.metrics
             .upstream_switched(&from.name, &to_ctx.name, failback);
-        session.place(self.lane, Placement::now(&to_ctx.name, reason));
+        session
+            .upstream
+            .place(self.lane, Placement::now(&to_ctx.name, reason));
         self.index = to;
         self.answered_here = false;
         self.down_since = None;
@@ -672,7 +676,7 @@ async fn one_stream<P: Protocol>(
                 Some(response) => {
                     heard.answered = true;
                     ctx.mark_answered();
-                    session.mark_fresh(lane);
+                    session.upstream.fresh(lane);
                     let type_url = P::type_url(&response);
                     let Some(kind) = ResourceType::from_type_url(type_url) else {
                         warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve: NACKed");
@@ -727,7 +731,7 @@ async fn one_stream<P: Protocol>(
 /// over). Returns true.
 fn stream_up(session: &Session, lane: Option<ResourceType>) -> bool {
     session.upstream.phase(Phase::Open);
-    session.mark_fresh(lane);
+    session.upstream.fresh(lane);
     true
 }
 
