@@ -121,6 +121,7 @@ mod auth;
 mod cache;
 mod drain;
 mod error_body;
+mod face;
 mod http;
 mod huge_pages;
 mod log_escape;

@@ -36,7 +36,7 @@ use serde::Serialize;
 
 use super::{csds, views, Admin};
 use crate::cache::{Answer, Names, TypeState};
-use crate::http::{ApiError, Params};
+use crate::face::{ApiError, Params};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 

@@ -40,7 +40,7 @@ use super::history::{kind_of, not_held, not_visible, required};
 use super::json_diff::{diff, FieldChange};
 use super::{authorization, needs_token, Admin, Peer};
 use crate::cache::{by_name, Paired, TypeState};
-use crate::http::ApiError;
+use crate::face::ApiError;
 use crate::observe::covered_names;
 use crate::xds::ResourceType;
 

@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::access::Sight;
 use super::debug::{answer_json, json_response, params_of, pretty_value, short_type};
 use super::{authorization, needs_token, Admin, Peer};
-use crate::http::ApiError;
+use crate::face::ApiError;
 use crate::observe::{covered_names, EventView, TimelineView};
 use crate::xds::ResourceType;
 

@@ -52,7 +52,7 @@ use crate::cache::{Assembler, OpaqueTypes};
 use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
-use crate::http::credential::{self, Credential};
+use crate::face::credential::{self, Credential};
 use crate::metrics::Metrics;
 use crate::observe::{ClientBook, ConfigHistory};
 use crate::serve::Peer;
@@ -212,18 +212,18 @@ async fn answer_host(
     next: axum::middleware::Next,
 ) -> Response {
     // Read as the REST listener reads it: HTTP/2's `:authority` is a Host.
-    let request = crate::http::host::authority_as_host(request);
-    let checked = crate::http::host::check_request(
+    let request = crate::face::host::authority_as_host(request);
+    let checked = crate::face::host::check_request(
         &request,
         !admin.asks_for_credentials(),
         &admin.config.allowed_hosts,
     );
     let (status, rpc_code) = match &checked {
         Ok(()) => return next.run(request).await,
-        Err(crate::http::host::HostError::Repeated(_)) => {
+        Err(crate::face::host::HostError::Repeated(_)) => {
             (StatusCode::BAD_REQUEST, code::INVALID_ARGUMENT)
         }
-        Err(crate::http::host::HostError::NotAllowed(_)) => {
+        Err(crate::face::host::HostError::NotAllowed(_)) => {
             (StatusCode::FORBIDDEN, code::PERMISSION_DENIED)
         }
     };

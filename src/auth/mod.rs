@@ -48,6 +48,18 @@ use crate::metrics::Metrics;
 pub use policy::PolicyError;
 pub(crate) use policy::{sha256, Identity, Policy};
 
+/// Why a request was refused: the policy's answer, which the HTTP faces
+/// turn into a status.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AuthError {
+    /// No credentials, or credentials no principal holds: 401.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A known principal asking for what it may not have: 403.
+    #[error("{0}")]
+    Forbidden(String),
+}
+
 /// The policy in service, reloaded when its file changes.
 #[derive(Debug)]
 pub(crate) struct AuthPolicy {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::error::ApiError;
 use crate::drain::Drain;
+use crate::face::ApiError;
 use crate::shares::{Share, SharePlace, Tenant};
 
 /// What a request asks the gateway to hold.

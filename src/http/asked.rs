@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use super::authorize::{AuthError, Caller};
+use super::authorize::Caller;
 use super::Gateway;
+use crate::auth::AuthError;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest, ResourceSet};
 use crate::log_escape::Escaped;
 use crate::observe::{AnsweredPoll, ServedAnswer};

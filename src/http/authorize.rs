@@ -27,22 +27,11 @@ use std::sync::Arc;
 use axum::http::{header, HeaderMap};
 use tokio::sync::watch;
 
-use super::credential::{self, Credential};
 use super::Gateway;
-use crate::auth::{sha256, Identity, Policy};
+use crate::auth::{sha256, AuthError, Identity, Policy};
+use crate::face::credential::{self, Credential};
 use crate::tls::{ClientTrust, PeerIdentity};
 use crate::xds::ResourceType;
-
-/// Why a request was refused.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AuthError {
-    /// No credentials, or credentials no principal holds: 401.
-    #[error("{0}")]
-    Unauthenticated(String),
-    /// A known principal asking for what it may not have: 403.
-    #[error("{0}")]
-    Forbidden(String),
-}
 
 /// Who sent a request: the principal of the policy, if there is one, and
 /// the TLS client certificate it came with, if any. Both are kept so that

@@ -24,10 +24,10 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-use super::query::Params;
 use super::{router, Gateway};
 use crate::cache::{Assembler, Intake, ParsedRequests};
 use crate::config::{Config, SessionKey};
+use crate::face::Params;
 use crate::metrics::Metrics;
 use crate::store::{Inspect, Sessions};
 use crate::upstream::{FileFeeder, Origin};

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::asked::Asked;
-use super::error::ApiError;
 use super::Gateway;
+use crate::face::ApiError;
 use crate::store::Polled;
 
 /// Holds `asked`'s 304 for up to `wait`; whether to answer again (the

@@ -20,21 +20,16 @@
 mod admission;
 mod asked;
 mod authorize;
-mod body;
 mod caching;
-pub(crate) mod credential;
 mod discovery;
-mod error;
 mod forwarded;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzz;
-pub(crate) mod host;
 mod long_poll;
 mod make_before_break;
 mod passthrough;
 mod pieces;
 mod present;
-mod query;
 mod renditions;
 mod wait;
 mod watch;
@@ -52,6 +47,7 @@ use crate::auth::AuthPolicy;
 use crate::cache::{Assembler, ParsedRequests};
 use crate::config::RestConfig;
 use crate::drain::Drain;
+use crate::face::{host, ApiError, Params};
 use crate::metrics::Metrics;
 use crate::observe::{AnswerLog, ClientBook};
 use crate::profiles::NodeProfiles;
@@ -62,8 +58,6 @@ use crate::tls::ServerTls;
 use crate::xds::PATH_PREFIX;
 use crate::xds::{Endpoint, ResourceType};
 use admission::{Hold, Places};
-pub(crate) use error::ApiError;
-pub(crate) use query::Params;
 use renditions::Renditions;
 
 /// What every handler shares.

@@ -27,9 +27,9 @@ use envoy_types::pb::envoy::service::health::v3::HealthCheckRequestOrEndpointHea
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 
 use super::authorize::{authenticate, Caller};
-use super::body::{check_json, read_body, BodyError};
-use super::error::ApiError;
 use super::Gateway;
+use crate::face::body::{check_json, read_body, BodyError};
+use crate::face::ApiError;
 use crate::store::{PassThrough, PassedThrough};
 use crate::tls::PeerIdentity;
 use crate::xds::Endpoint;

@@ -13,10 +13,10 @@ use std::time::SystemTime;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
 use super::pieces::Pieces;
 use super::renditions::{Form, Rendition, Renditions};
 use crate::cache::JsonBody;
+use crate::face::ApiError;
 use crate::xds::Codec;
 
 /// How the client wants the body.
@@ -266,7 +266,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    use crate::http::query::query_of as q;
+    use crate::face::query_of as q;
 
     /// However many types an upstream sends opaque, and however long their
     /// URLs, the header stays small and says how many it left out.

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use super::error::ApiError;
+use crate::face::ApiError;
 
 /// The whole value (the OpenAPI `wait` pattern).
 static WAIT: LazyLock<Regex> = LazyLock::new(|| {

@@ -26,10 +26,10 @@ use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 
 use super::asked::{Answered, Asked};
-use super::error::ApiError;
 use super::present::mark_stale;
-use super::query::switch;
 use super::Gateway;
+use crate::face::switch;
+use crate::face::ApiError;
 use crate::serve::Streaming;
 pub(crate) use frame::Format;
 use stream::{Opening, Watch};
@@ -173,7 +173,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 mod tests {
     use super::*;
 
-    use crate::http::query::query_of as q;
+    use crate::face::query_of as q;
 
     #[test]
     fn watch_is_asked_for_explicitly() {

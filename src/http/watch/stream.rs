@@ -26,10 +26,10 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::frame::Format;
+use crate::auth::AuthError;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
 use crate::http::admission::Place;
 use crate::http::asked::{Answered, Booking};
-use crate::http::authorize::AuthError;
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;

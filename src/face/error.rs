@@ -1,7 +1,7 @@
-//! The one error → HTTP status table of the REST face: [`ApiError`], and the
+//! The one error → HTTP status table of both faces: [`ApiError`], and the
 //! `From` impls that bring every other error into it (the request body, the
-//! request's JSON, the source, a render). Nothing else in `http` decides a
-//! status for an error.
+//! policy's refusal, the request's JSON, the source, a render). Nothing
+//! else in `http` or `admin` decides a status for an error.
 //!
 //! Every error body is a `google.rpc.Status`-shaped JSON object,
 //! `{"code": <google.rpc.Code number>, "message": "<what was wrong>"}`
@@ -12,9 +12,9 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::authorize::AuthError;
-use super::body::BodyError;
+use crate::auth::AuthError;
 use crate::error_body::{self, code, RETRY_AFTER_SECS};
+use crate::face::body::BodyError;
 use crate::profiles::query::QueryError;
 use crate::shares::OverShare;
 use crate::store::SourceError;
@@ -89,7 +89,7 @@ impl ApiError {
 
 impl ApiError {
     /// A 503 for a condition expected to pass, with `Retry-After`.
-    pub(super) fn unavailable(message: String) -> ApiError {
+    pub(crate) fn unavailable(message: String) -> ApiError {
         ApiError::Unavailable {
             message,
             retry_after_secs: RETRY_AFTER_SECS,

@@ -19,7 +19,7 @@ use crate::cache::BodyChunks;
 
 /// Why a request body could not be had.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum BodyError {
+pub(crate) enum BodyError {
     #[error("request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
     #[error("could not read the request body: {0}")]
@@ -35,7 +35,7 @@ pub(super) enum BodyError {
 
 /// Refuses a body that does not say it is JSON (parameters such as
 /// `charset=utf-8` are fine).
-pub(super) fn check_json(headers: &HeaderMap) -> Result<(), BodyError> {
+pub(crate) fn check_json(headers: &HeaderMap) -> Result<(), BodyError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Err(BodyError::NotJson("no Content-Type".into()));
     };
@@ -50,7 +50,7 @@ pub(super) fn check_json(headers: &HeaderMap) -> Result<(), BodyError> {
 
 /// The whole body within `timeout` (a slow sender cannot hold a request
 /// open for longer), or why not.
-pub(super) async fn read_body(
+pub(crate) async fn read_body(
     body: Body,
     limit: usize,
     timeout: std::time::Duration,
@@ -59,7 +59,7 @@ pub(super) async fn read_body(
 }
 
 /// [`read_body`], in the chunks the body arrived in (not joined: no copy).
-pub(super) async fn read_body_chunks(
+pub(crate) async fn read_body_chunks(
     body: Body,
     limit: usize,
     timeout: std::time::Duration,

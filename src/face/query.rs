@@ -13,7 +13,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use percent_encoding::percent_decode;
 
-use super::error::ApiError;
+use crate::face::ApiError;
 
 /// The decoded query parameters of a request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl Params {
 
 /// A switch parameter: absent, `false` or `0` is off; `?name`, `true` or
 /// `1` is on; anything else is a 400 that says how to write it.
-pub(super) fn switch(query: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
+pub(crate) fn switch(query: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
     match query.get(name).map(String::as_str) {
         None | Some("false" | "0") => Ok(false),
         Some("" | "true" | "1") => Ok(true),
@@ -52,7 +52,7 @@ pub(super) fn switch(query: &HashMap<String, String>, name: &str) -> Result<bool
 
 /// A query of `pairs` (for tests of the parameter readers).
 #[cfg(test)]
-pub(super) fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub(crate) fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
