@@ -3,7 +3,7 @@
 //! wrong>"}` and a newline, served as `application/json` (the response
 //! the admin listener's JSON views use too, [`json`]); the google.rpc.Code
 //! numbers the gateway uses; and the `Retry-After` a 503 asks for. The REST
-//! error table (`http/error.rs`), the admin listener's refusals and the
+//! error table (`face/error.rs`), the admin listener's refusals and the
 //! listener's own refusals (`serve`) all write their bodies here, so they
 //! cannot drift apart. It sits below `http`, `admin` and `serve` and imports
 //! nothing of the crate.

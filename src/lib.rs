@@ -20,15 +20,16 @@
 //!   `/debug/history` and its file. Names nothing but `cache`, `xds`, `config` and leaves.
 //! - `store`: what a poll reads, behind one serving trait (`Source`, introspection apart in
 //!   `Inspect`): the sessions, one per node identity, and what each holds; the federation of
-//!   several upstreams. It names no producer.
+//!   several upstreams. It names no producer, and its submodules are private.
 //! - `upstream`: the producers that publish into the store's sessions: a SotW or delta ADS
 //!   stream or the snapshot per session, with the transport (connection, failover, backoff,
 //!   framing); and the sessionless sources behind the same seam: unary fetch, and auto
 //!   (probe, then one of those).
-//! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams) and
-//!   the one error table.
+//! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams).
 //! - `admin`: `/healthz`, `/readyz`, `/metrics`, the debug views, CSDS and the status page
 //!   on a separate listener.
+//! - `face`: what both faces share: the one error table (`ApiError`), a request body read to
+//!   its limits, query parameters, the `Host` check, credentials.
 //! - `auth`: the authorization policy (principals, their credentials, the
 //!   nodes and types they may fetch); decisions only, no HTTP.
 //! - `profiles`: named node templates a GET presents (`?profile=NAME`), and the
@@ -51,9 +52,9 @@
 //!   logged through (control characters escaped: one event, one line).
 //!
 //! Dependencies point one way, down the layers `tests/module_graph.rs`
-//! checks (`LAYERS`; `docs/architecture.md`, "Layers"): `app` → `admin` →
-//! `http` → `serve`, `auth`, `profiles` → `upstream` → `store` (the
-//! `Source` seam) → `observe`, `tls` → `cache`, `metrics` → `xds`,
+//! checks (`LAYERS`; `docs/architecture.md`, "Layers"): `app` → `admin`,
+//! `http` → `face` → `serve`, `auth`, `profiles` → `upstream` → `store`
+//! (the `Source` seam) → `observe`, `tls` → `cache`, `metrics` → `xds`,
 //! `config` → the leaves. A module may use any layer below its own.
 //! Only `app`, `config` and `xds` are public (for the binary, tests and
 //! benchmarks), and `fuzz` (hidden; tests and the `fuzzing` feature only):
@@ -61,16 +62,18 @@
 //!
 //! # One poll
 //! ```text
-//! POST /v3/discovery:endpoints ─▶ http::discovery   params, secrets gate, body (size)
-//!   cache::ParsedRequests::parse                    memoised by body bytes: version, names, node identity
-//!   source.poll(kind, request) ─▶ Polled            Sessions: find/create the identity's session, record
-//!                                                   the names (resubscribe upstream), wait bounded for a
-//!                                                   covering state | Fetch: unary Fetch* | Auto: delegate
-//!   polled.answer(assembler, request, remote, t)    rejection bookkeeping, then cache::TypeState::answer:
-//!                                                   304, or the body assembled from pre-rendered resources
-//!   polled.next_change(wait)                        long poll: hold a 304 until the state changes
+//! POST /v3/discovery:endpoints ─▶ http::discovery   params, secrets gate, caller, body (size)
+//!   cache::ParsedRequests::parse_chunks             memoised by body bytes: version, names, node identity
+//!   source.poll(kind, request) ─▶ Polled            the store: the identity's session, the names recorded
+//!                                                   (resubscribed upstream), a bounded wait for a covering
+//!                                                   state | Fetch: unary Fetch* | Auto: delegate
+//!   Answered::answer ─▶ TypeState::answer_digested  the cache: 304, or the body assembled from pre-rendered
+//!                                                   resources (a long poll holds a 304: polled.next_change)
+//!   Answered::book ─▶ ClientBook::book              the client book, written once: where the client stands,
+//!                                                   what went out; a suspected rejection logged (and NACKed
+//!                                                   upstream through polled when the source forwards them)
 //!   http::present                                   JSON / pretty / YAML, ETag, stale header; errors via
-//!                                                   http::error (the one status table)
+//!                                                   face::ApiError (the one status table)
 //! ```
 
 pub mod app;

@@ -204,7 +204,7 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
 }
 
 /// Refuses a request whose `Host` (or HTTP/2 `:authority`) the admin
-/// listener does not answer (`http::host::check_request`): while it asks
+/// listener does not answer (`face::host::check_request`): while it asks
 /// for no credential, only the hosts a DNS rebinding page cannot be.
 async fn answer_host(
     State(admin): State<Arc<Admin>>,

@@ -13,9 +13,9 @@
 //! - `GET /`: the endpoint list, one example each
 //!
 //! Anything else is a JSON 404 that names the closest valid path, or a JSON
-//! 405 for a known path with the wrong method. Only this module and `admin`
-//! know axum and status codes; what answers a poll is the [`Source`]'s
-//! business, whichever kind it is.
+//! 405 for a known path with the wrong method. Only this module, `admin` and
+//! the code they share (`face`) know axum and status codes; what answers a
+//! poll is the [`Source`]'s business, whichever kind it is.
 
 mod admission;
 mod asked;

@@ -13,8 +13,10 @@
 //!   changes over time (`/debug/history`, `/debug/diff`), and its JSON-lines
 //!   file (`history_file.rs`).
 //!
-//! All of them key a client by `cache::ClientKey`, and read states and
-//! requests from `cache`; `cache` names nothing here.
+//! The client book and the answer log key a client by `cache::ClientKey`;
+//! the config history keys its timelines by a digest of the node's
+//! `IdentityKey` (a node that goes and comes back finds its history). All
+//! read states and requests from `cache`; `cache` names nothing here.
 
 mod changes;
 mod clients;

@@ -34,7 +34,7 @@
 //!
 //! At shutdown it stops accepting, asks every connection to finish its
 //! requests (graceful shutdown), and waits at most `drain_timeout` for them.
-//! Request bodies are bounded by the handlers (`http::body`), not here.
+//! Request bodies are bounded by the handlers (`face::body`), not here.
 //!
 //! One file per job: the accept loop here; [`connection`] runs one
 //! connection (TLS, idle and stall checks, graceful close); [`activity`]

@@ -185,7 +185,7 @@ pub(crate) struct Status {
 pub(crate) const SESSION_ERRORS_SHOWN: usize = 20;
 
 /// Why a poll (or a pass-through call) could not be answered. Each variant
-/// is one failure the REST face maps to one status (`http/error.rs`).
+/// is one failure the REST face maps to one status (`face/error.rs`).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SourceError {
     #[error("too many sessions ({max}); try again later")]
