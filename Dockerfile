@@ -22,9 +22,10 @@
 
 FROM rust:1-bookworm AS builder
 WORKDIR /src
-# The whole build context (see .dockerignore): build.rs embeds examples/demo,
-# and Cargo.toml names the bench targets. build.rs runs `cargo metadata`,
-# which fetches the locked crates carrying Envoy's .proto files (no protoc).
+# The whole build context (see .dockerignore): the workspace's crates/,
+# build.rs embeds examples/demo, and Cargo.toml names the bench targets.
+# crates/xds/build.rs runs `cargo metadata`, which fetches the locked crates
+# carrying Envoy's .proto files (no protoc), and compiles them with proto/.
 COPY . .
 # The image gets a stripped binary (about 19 MB instead of 120 MB): no symbol
 # table, no line tables. The release profile keeps them (benchmarks and perf

@@ -242,7 +242,7 @@ impl Seeds {
             .collect()
     }
 
-    /// The names and globs of `src/xds/xdstp.rs`'s tests.
+    /// The names and globs of `crates/xds/src/xdstp.rs`'s tests.
     fn xdstp(&self) {
         let glob = "xdstp://example.org/envoy.config.cluster.v3.Cluster/prod/*";
         let pairs = [

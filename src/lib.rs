@@ -12,7 +12,8 @@
 //! - [`app`]: wires config into cache, producers, store and servers; `run(listeners, shutdown)`;
 //!   the only place that chooses the kind of source.
 //! - [`config`]: typed configuration from flags, environment and file.
-//! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing, rewrites.
+//! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing,
+//!   rewrites. A crate of its own (`crates/xds`, `xds-gateway-xds`), re-exported under this name.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
 //!   bodies, parsed requests, the client key. No I/O.
 //! - `observe`: what was served to whom and what changed: the client book (standing and
@@ -78,7 +79,8 @@
 
 pub mod app;
 pub mod config;
-pub mod xds;
+/// The xDS vocabulary, a crate of its own (`crates/xds`).
+pub use xds_gateway_xds as xds;
 
 // The entry points of the `cargo fuzz` targets in fuzz/ (which turns the
 // `fuzzing` feature on), and their corpus replay in `cargo test`.

@@ -10,7 +10,7 @@
 //!
 //! What it leaves out: a real Envoy's traffic during the change
 //! (`tests/make_before_break_envoy.rs` sends it), listeners (the same rule,
-//! unit-tested in `src/xds/references.rs`), and the federation and fetch
+//! unit-tested in `crates/xds/src/references.rs`), and the federation and fetch
 //! sources, which do not know a node's clusters.
 
 #[path = "support/fake_ads.rs"]

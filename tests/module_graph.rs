@@ -1,14 +1,17 @@
-//! The crate's import graph has no circle ([`ALLOWED`] is empty), and
-//! the top-level modules import only down their layers ([`LAYERS`]).
+//! The crates' import graphs have no circle ([`ALLOWED`] is empty), and
+//! the gateway's top-level modules import only down their layers
+//! ([`LAYERS`]). Between crates Cargo keeps the direction itself: the
+//! vocabulary crate (`crates/xds`) cannot name the gateway.
 //!
-//! Every production file under `src/` (test-only modules and items left
+//! Every production file under `src/` and each crate's `crates/*/src/` (test-only modules and items left
 //! out: `#[cfg(test)]` items and the files they declare) is read for the
 //! paths it names through `crate::`, `super::` and `self::`, braces of `use`
 //! trees expanded. Each path is resolved to the module it names, and from
 //! that come graphs between modules that share a parent (a path through a
 //! parent's `pub use` is followed to where the item is): the top-level
 //! modules of the crate, and the children of every module that has
-//! children (`cache`, `store`, `upstream`, `xds`, `xds::validate`, ...). A path to an
+//! children (`cache`, `store`, `upstream`, and in the vocabulary crate its
+//! top level and `validate`, ...). A path to an
 //! item of the parent itself (`super::SourceError` in `store/session_registry.rs`)
 //! is no edge: the parent is no node of its children's graph.
 //!
@@ -65,7 +68,17 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 /// Every production module, and the modules each names (paths through a
 /// parent's `pub use` followed to where the item is).
 fn import_graph() -> (BTreeMap<Module, BTreeSet<Module>>, BTreeSet<Module>) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    import_graph_of("src")
+}
+
+/// The library crates of the workspace besides the gateway: the label
+/// their circles are printed with, and their source directory.
+const CRATES: &[(&str, &str)] = &[("xds-gateway-xds", "crates/xds/src")];
+
+/// [`import_graph`] of the crate whose sources are in `dir` (from the
+/// repository's top).
+fn import_graph_of(dir: &str) -> (BTreeMap<Module, BTreeSet<Module>>, BTreeSet<Module>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let names = production_files(&src);
     let modules: BTreeSet<Module> = names.values().cloned().collect();
     let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
@@ -87,22 +100,24 @@ fn import_graph() -> (BTreeMap<Module, BTreeSet<Module>>, BTreeSet<Module>) {
 
 #[test]
 fn no_import_circle_but_the_allowed_ones() {
-    let (edges, modules) = import_graph();
     let mut found = BTreeSet::new();
-    let parents: BTreeSet<Module> = modules
-        .iter()
-        .filter(|m| !m.is_empty())
-        .map(|m| m[..m.len() - 1].to_vec())
-        .collect();
-    for parent in &parents {
-        let graph = graph_under(parent, &edges, &modules);
-        let label = if parent.is_empty() {
-            "crate".to_owned()
-        } else {
-            parent.join("::")
-        };
-        for circle in circles(&graph) {
-            found.insert(format!("{label}: {}", circle.join(" -> ")));
+    for (name, dir) in [("crate", "src")].iter().chain(CRATES) {
+        let (edges, modules) = import_graph_of(dir);
+        let parents: BTreeSet<Module> = modules
+            .iter()
+            .filter(|m| !m.is_empty())
+            .map(|m| m[..m.len() - 1].to_vec())
+            .collect();
+        for parent in &parents {
+            let graph = graph_under(parent, &edges, &modules);
+            let label = match (*name, parent.is_empty()) {
+                (name, true) => name.to_owned(),
+                ("crate", false) => parent.join("::"),
+                (name, false) => format!("{name}::{}", parent.join("::")),
+            };
+            for circle in circles(&graph) {
+                found.insert(format!("{label}: {}", circle.join(" -> ")));
+            }
         }
     }
     println!("import circles found ({}):", found.len());

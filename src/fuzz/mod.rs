@@ -43,6 +43,8 @@ mod mutation;
 mod replay;
 #[cfg(test)]
 mod seed;
+#[cfg(test)]
+mod vocabulary;
 
 #[cfg(test)]
 pub(crate) use mutation::{config, envoy_requests, mutated, resources};

@@ -29,7 +29,7 @@ static EMBEDDED_DESCRIPTOR_SET: &[u8] =
 /// The descriptor pool. Cheap to clone: clones share one pool, and see what
 /// any of them learns.
 #[derive(Clone, Debug)]
-pub(crate) struct Descriptors {
+pub struct Descriptors {
     shared: Arc<Shared>,
 }
 
@@ -83,8 +83,12 @@ impl Descriptors {
     }
 
     /// The descriptor pool as it is now (for rewrites and reflection).
-    pub(crate) fn pool(&self) -> DescriptorPool {
-        crate::sync::read(&self.shared.pool).clone()
+    pub fn pool(&self) -> DescriptorPool {
+        self.shared
+            .pool
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The descriptor of the message a type URL names.
@@ -96,8 +100,11 @@ impl Descriptors {
     }
 
     /// The descriptor of a fully qualified message name.
-    pub(crate) fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
-        crate::sync::read(&self.shared.pool)
+    pub fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
+        self.shared
+            .pool
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get_message_by_name(name)
             .ok_or_else(|| JsonError::UnknownType {
                 type_url: format!("{TYPE_URL_PREFIX}{name}"),
@@ -105,7 +112,7 @@ impl Descriptors {
     }
 
     /// Whether the pool knows the message a type URL names.
-    pub(crate) fn knows(&self, type_url: &str) -> bool {
+    pub fn knows(&self, type_url: &str) -> bool {
         self.for_type_url(type_url).is_ok()
     }
 
@@ -113,8 +120,12 @@ impl Descriptors {
     /// once [`learned::admit`] has checked them against the pool; returns
     /// how many files joined it. Files the pool already has (by name) are
     /// kept as the pool has them. Nothing joins when anything is refused.
-    pub(crate) fn learn(&self, files: &[Vec<u8>]) -> Result<usize, LearnError> {
-        let mut pool = crate::sync::write(&self.shared.pool);
+    pub fn learn(&self, files: &[Vec<u8>]) -> Result<usize, LearnError> {
+        let mut pool = self
+            .shared
+            .pool
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let grown = learned::admit(&pool, files)?;
         if grown.added == 0 {
             return Ok(0);
@@ -126,19 +137,19 @@ impl Descriptors {
     }
 
     /// How many times the pool grew after start-up.
-    pub(crate) fn generation(&self) -> u64 {
+    pub fn generation(&self) -> u64 {
         *self.shared.generation.borrow()
     }
 
     /// A receiver that changes each time the pool grows.
-    pub(crate) fn grown(&self) -> watch::Receiver<u64> {
+    pub fn grown(&self) -> watch::Receiver<u64> {
         self.shared.generation.subscribe()
     }
 }
 
 /// The message name of `type.googleapis.com/<name>` (any host prefix is accepted,
 /// as protobuf does: the name is what follows the last `/`).
-pub(crate) fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
+pub fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
     match type_url.rsplit_once('/') {
         Some((_, name)) if !name.is_empty() => Ok(name),
         _ => Err(JsonError::MalformedTypeUrl {

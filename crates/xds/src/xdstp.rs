@@ -21,13 +21,13 @@ use percent_encoding::percent_decode_str;
 const SCHEME: &str = "xdstp://";
 
 /// Whether `name` is in the xdstp form.
-pub(crate) fn is_xdstp(name: &str) -> bool {
+pub fn is_xdstp(name: &str) -> bool {
     name.starts_with(SCHEME)
 }
 
 /// The authority of an xdstp name (`None` for any other name). Resource
 /// names are federated by it: `xdstp://AUTHORITY/TYPE/ID`.
-pub(crate) fn authority(name: &str) -> Option<&str> {
+pub fn authority(name: &str) -> Option<&str> {
     let rest = name.strip_prefix(SCHEME)?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     Some(&rest[..end])
@@ -40,7 +40,7 @@ pub(crate) fn is_glob(name: &str) -> bool {
 
 /// Whether the resource named `name` belongs to the glob collection `glob`.
 /// False when either is not an xdstp name or `glob` is not a glob.
-pub(crate) fn in_collection(name: &str, glob: &str) -> bool {
+pub fn in_collection(name: &str, glob: &str) -> bool {
     let (Some(name), Some(glob)) = (Parsed::new(name), Parsed::new(glob)) else {
         return false;
     };

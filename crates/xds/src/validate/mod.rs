@@ -104,13 +104,18 @@ impl Validator {
             return plan.clone();
         }
         let plan = Arc::new(self.make_plan(desc));
-        crate::sync::write(&self.plans).insert(desc.full_name().to_owned(), plan.clone());
+        self.plans
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(desc.full_name().to_owned(), plan.clone());
         plan
     }
 
     fn read_plans(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<MessagePlan>>> {
         // Plans are inserted whole: a poisoned lock holds nothing half-made.
-        crate::sync::read(&self.plans)
+        self.plans
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn make_plan(&self, desc: &MessageDescriptor) -> MessagePlan {

@@ -29,7 +29,7 @@ const ANY: &str = "google.protobuf.Any";
 /// The type URLs of the `Any`s inside `msg`, at any depth (through the
 /// payloads of the `Any`s it knows), that the codec has no descriptor for.
 /// Empty for almost every resource.
-pub(crate) fn unknown_types(descriptors: &Descriptors, msg: &DynamicMessage) -> BTreeSet<String> {
+pub fn unknown_types(descriptors: &Descriptors, msg: &DynamicMessage) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     walk(descriptors, msg, &mut found);
     found
@@ -159,7 +159,7 @@ fn inner(descriptors: &Descriptors, type_url: &str, payload: &bytes::Bytes) -> I
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::json::Codec;
+    use crate::json::Codec;
     use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         http_filter, HttpConnectionManager, HttpFilter,

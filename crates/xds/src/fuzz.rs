@@ -1,7 +1,6 @@
 //! Fuzz targets of the JSON codec, the config-source rewrite and xdstp
-//! names (`crate::fuzz` lists every target and its input format), and the
-//! proptest drivers that run the same bodies on mutated real inputs in
-//! `cargo test`.
+//! names (the gateway's `fuzz` module lists every target and its input
+//! format, and runs the same bodies on mutated real inputs in its tests).
 //!
 //! Properties, each a panic when broken: every failure is a [`JsonError`];
 //! what parses renders, and the render is a fixed point (parse it again,
@@ -18,10 +17,11 @@ use std::time::Duration;
 use super::rewrite::{rewrite_config_sources, RestTarget};
 use super::{xdstp, Codec, DiscoveryRequestView, JsonError, ResourceType};
 
-const DISCOVERY_REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";
+/// The message a discovery request body is.
+pub const DISCOVERY_REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";
 
 /// The embedded codec, built once (decoding the descriptor pool is slow).
-fn codec() -> &'static Codec {
+pub fn codec() -> &'static Codec {
     static CODEC: OnceLock<Codec> = OnceLock::new();
     CODEC.get_or_init(Codec::embedded)
 }
@@ -34,7 +34,7 @@ fn type_url_of(selector: u8) -> &'static str {
 /// `json_to_proto`: a JSON `Any` parses (or fails with a parse or
 /// unknown-type error), and what parses renders to a fixed point.
 /// Accepted: parsed.
-pub(crate) fn json_to_proto(json: &[u8]) -> bool {
+pub fn json_to_proto(json: &[u8]) -> bool {
     let codec = codec();
     match codec.parse_any(json) {
         Ok(any) => {
@@ -48,7 +48,7 @@ pub(crate) fn json_to_proto(json: &[u8]) -> bool {
 
 /// `proto_to_json`: type byte, then protobuf bytes. What renders parses
 /// back, and renders to the same JSON. Accepted: rendered.
-pub(crate) fn proto_to_json(data: &[u8]) -> bool {
+pub fn proto_to_json(data: &[u8]) -> bool {
     let Some((&selector, value)) = data.split_first() else {
         return false;
     };
@@ -98,7 +98,7 @@ fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 /// last, but Python's `json_format` (the reference mapping) refuses it
 /// ("duplicate key"), and so does the gateway's reader (found by the
 /// `discovery_post` target: `regress-duplicate-key`).
-pub(crate) fn request_readers_agree(body: &[u8]) {
+pub fn request_readers_agree(body: &[u8]) {
     let codec = codec();
     if std::str::from_utf8(body).is_err() || repeats_a_key(body) {
         return;
@@ -158,7 +158,7 @@ fn target() -> RestTarget {
 
 /// `rewrite`: type byte, then protobuf bytes (any type's bytes under any
 /// type: mismatches are inputs too). Accepted: rewritten.
-pub(crate) fn rewrite(data: &[u8]) -> bool {
+pub fn rewrite(data: &[u8]) -> bool {
     let Some((&selector, value)) = data.split_first() else {
         return false;
     };
@@ -168,7 +168,7 @@ pub(crate) fn rewrite(data: &[u8]) -> bool {
 /// Rewrites `value` of `type_url`: an error is a decode error; a rewrite
 /// decodes, leaves nothing to rewrite, and is the same the second time.
 /// True if it rewrote anything.
-fn check_rewrite(codec: &Codec, type_url: &str, value: &[u8]) -> bool {
+pub fn check_rewrite(codec: &Codec, type_url: &str, value: &[u8]) -> bool {
     let out = match rewrite_config_sources(codec, type_url, value, &target()) {
         Ok(Some(out)) => out,
         Ok(None) => return false,
@@ -198,7 +198,7 @@ fn check_rewrite(codec: &Codec, type_url: &str, value: &[u8]) -> bool {
 
 /// `xdstp`: a resource name, `\n`, a glob collection name. Accepted: the
 /// name belongs to the glob.
-pub(crate) fn xdstp(data: &[u8]) -> bool {
+pub fn xdstp(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else {
         return false;
     };
@@ -231,87 +231,4 @@ pub(crate) fn xdstp(data: &[u8]) -> bool {
         );
     }
     member
-}
-
-#[cfg(test)]
-mod tests {
-    //! The same bodies on mutated real inputs (`crate::fuzz::mutated`).
-
-    use proptest::test_runner::TestRunner;
-
-    use super::*;
-    use crate::fuzz;
-
-    #[test]
-    fn fuzz_codec_discovery_requests() {
-        let mut runner = TestRunner::new(fuzz::config(48));
-        let inputs = fuzz::mutated(fuzz::envoy_requests(), 8);
-        runner
-            .run(&inputs, |body| {
-                request_readers_agree(&body);
-                Ok(())
-            })
-            .unwrap();
-    }
-
-    /// Found by `discovery_post`: invalid UTF-8 in a field protobuf's
-    /// mapping skips. The reader refuses the body; prost-reflect never reads
-    /// those bytes. Not JSON, so not compared.
-    #[test]
-    fn readers_are_compared_on_utf8_bodies_only() {
-        let body = b"{\"node\":{\"id\":\"n\",\"user_agent_build_version\":{\"unknown\":\"\xfe\"}}}";
-        assert!(DiscoveryRequestView::parse(body).is_err());
-        assert!(codec().parse_message(DISCOVERY_REQUEST, body, true).is_ok());
-        request_readers_agree(body);
-    }
-
-    #[test]
-    fn fuzz_codec_resource_round_trip() {
-        let mut runner = TestRunner::new(fuzz::config(256));
-        let inputs = fuzz::mutated(fuzz::resources(), 4);
-        runner
-            .run(&inputs, |json| {
-                let _ = json_to_proto(&json);
-                Ok(())
-            })
-            .unwrap();
-    }
-
-    #[test]
-    fn fuzz_rewrite_resources() {
-        let codec = codec();
-        let mut runner = TestRunner::new(fuzz::config(256));
-        let inputs = fuzz::mutated(fuzz::resources(), 4);
-        runner
-            .run(&inputs, |json| {
-                if let Ok(any) = codec.parse_any(&json) {
-                    let _ = check_rewrite(codec, &any.type_url, &any.value);
-                }
-                Ok(())
-            })
-            .unwrap();
-    }
-
-    #[test]
-    fn fuzz_rewrite_protobuf_bytes() {
-        let codec = codec();
-        let anys: Vec<prost_types::Any> = fuzz::resources()
-            .iter()
-            .map(|json| codec.parse_any(json).expect("the corpus parses"))
-            .collect();
-        let type_urls: Vec<String> = anys.iter().map(|a| a.type_url.clone()).collect();
-        let values: Vec<Vec<u8>> = anys.into_iter().map(|a| a.value).collect();
-        // Any type's bytes under any type: mismatches are inputs too.
-        let inputs = (
-            proptest::sample::select(type_urls),
-            fuzz::mutated(values, 6),
-        );
-        let mut runner = TestRunner::new(fuzz::config(512));
-        runner
-            .run(&inputs, |(type_url, value)| {
-                let _ = check_rewrite(codec, &type_url, &value);
-                Ok(())
-            })
-            .unwrap();
-    }
 }

@@ -115,8 +115,8 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::xds::json::Codec;
-    use crate::xds::rewrite::{rewrite_config_sources, RestTarget};
+    use crate::json::Codec;
+    use crate::rewrite::{rewrite_config_sources, RestTarget};
 
     const ANY_URL: &str = "type.googleapis.com/google.protobuf.Any";
     const TYPED_EXTENSION_CONFIG: &str =

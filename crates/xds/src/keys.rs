@@ -67,7 +67,7 @@ const ANY: &str = "google.protobuf.Any";
 /// `transport_socket.typed_config(UpstreamTlsContext).common_tls_context.
 /// tls_certificates[0].private_key`); with `take_out`, each is replaced
 /// in `msg` as the module says. Empty for almost every resource.
-pub(crate) fn key_material(
+pub fn key_material(
     descriptors: &Descriptors,
     msg: &mut DynamicMessage,
     take_out: bool,
@@ -84,12 +84,12 @@ pub(crate) fn key_material(
 
 /// `msg` encoded as the payload kept once key material was taken out
 /// (deterministically: the same message, the same bytes).
-pub(crate) fn encoded(descriptors: &Descriptors, msg: &DynamicMessage) -> bytes::Bytes {
+pub fn encoded(descriptors: &Descriptors, msg: &DynamicMessage) -> bytes::Bytes {
     canonical::encode(descriptors, msg).into()
 }
 
 /// Whether `type_url` names one of the [`CARRIERS`], in any package.
-pub(crate) fn names_a_carrier(type_url: &str) -> bool {
+pub fn names_a_carrier(type_url: &str) -> bool {
     let name = type_url.rsplit('/').next().unwrap_or(type_url);
     let short = name.rsplit('.').next().unwrap_or(name);
     CARRIERS.contains(&short)
@@ -97,7 +97,7 @@ pub(crate) fn names_a_carrier(type_url: &str) -> bool {
 
 /// The bytes of an `xds_gateway.v1.OpaqueAny` standing for an `Any` of
 /// `type_url` whose bytes were taken out.
-pub(crate) fn taken_out_any(type_url: &str) -> bytes::Bytes {
+pub fn taken_out_any(type_url: &str) -> bytes::Bytes {
     TakenOut {
         type_url: type_url.to_owned(),
         value: Vec::new(),
@@ -353,7 +353,7 @@ fn map_key(key: &MapKey) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::json::Codec;
+    use crate::json::Codec;
     use std::collections::BTreeSet;
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";

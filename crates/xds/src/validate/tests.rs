@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::xds::Codec;
+use crate::Codec;
 
 fn decode(codec: &Codec, json: &serde_json::Value) -> DynamicMessage {
     let any = codec
@@ -34,8 +34,11 @@ fn json_files(dir: &Path) -> Vec<(String, serde_json::Value)> {
         .collect()
 }
 
+/// `rel` under the repository's top level (the corpus is the gateway's).
 fn corpus(rel: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
 #[test]

@@ -34,7 +34,7 @@ const EDS: i32 = cluster::DiscoveryType::Eds as i32;
 
 /// The clusters a resource of `kind` (its protobuf `payload`) routes
 /// traffic to; none for other types.
-pub(crate) fn clusters_named(kind: ResourceType, payload: &[u8]) -> BTreeSet<String> {
+pub fn clusters_named(kind: ResourceType, payload: &[u8]) -> BTreeSet<String> {
     let mut named = BTreeSet::new();
     match kind {
         ResourceType::Routes => {
@@ -59,7 +59,7 @@ pub(crate) fn clusters_named(kind: ResourceType, payload: &[u8]) -> BTreeSet<Str
 /// The name an EDS cluster (its protobuf `payload`) asks its endpoints
 /// under: its `service_name`, else its own name; `None` for a cluster of
 /// another discovery type.
-pub(crate) fn endpoints_name(payload: &[u8]) -> Option<String> {
+pub fn endpoints_name(payload: &[u8]) -> Option<String> {
     let cluster = Cluster::decode(payload).ok()?;
     if cluster.cluster_discovery_type != Some(cluster::ClusterDiscoveryType::Type(EDS)) {
         return None;

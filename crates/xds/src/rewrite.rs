@@ -26,18 +26,18 @@ const DURATION: &str = "google.protobuf.Duration";
 
 /// Where rewritten config sources point: the REST client's own xDS cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct RestTarget {
+pub struct RestTarget {
     /// The xDS cluster name in the client's bootstrap (Envoy sends it as `Host`).
-    pub(crate) cluster_name: String,
-    pub(crate) refresh_delay: Duration,
+    pub cluster_name: String,
+    pub refresh_delay: Duration,
     /// How long the client waits for an answer before its poll fails
     /// (Envoy's default, 1 s, is shorter than a cold upstream's first answer).
-    pub(crate) request_timeout: Duration,
+    pub request_timeout: Duration,
 }
 
 /// Rewrites the ADS/self config sources in an `Any` payload of `type_url`.
 /// Returns `None` when nothing needed rewriting (the original bytes stand).
-pub(crate) fn rewrite_config_sources(
+pub fn rewrite_config_sources(
     codec: &Codec,
     type_url: &str,
     value: &[u8],

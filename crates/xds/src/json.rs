@@ -44,7 +44,7 @@ impl Codec {
 
     /// The embedded API plus the compiled FileDescriptorSets at `paths`
     /// (contrib or in-house extension types), read once at start-up.
-    pub(crate) fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
+    pub fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
         Descriptors::with_descriptor_sets(paths).map(Codec::of)
     }
 
@@ -65,7 +65,7 @@ impl Codec {
 
     /// The codec over the pool as it is now, fixed (see
     /// [`Descriptors::snapshot`]): what one decode-and-render uses.
-    pub(crate) fn snapshot(&self) -> Codec {
+    pub fn snapshot(&self) -> Codec {
         Codec {
             descriptors: self.descriptors.snapshot(),
             serialize: Arc::clone(&self.serialize),
@@ -74,7 +74,7 @@ impl Codec {
     }
 
     /// The descriptor pool and its lookups, for the pieces under the codec.
-    pub(crate) fn descriptors(&self) -> &Descriptors {
+    pub fn descriptors(&self) -> &Descriptors {
         &self.descriptors
     }
 
@@ -119,14 +119,14 @@ impl Codec {
 
     /// Renders `payload`, of a type the pool lacks, as the canonical JSON of
     /// the `xds_gateway.v1.OpaqueAny` holding it (see [`super::opaque`]).
-    pub(crate) fn render_opaque(&self, type_url: &str, payload: &[u8]) -> Result<Bytes, JsonError> {
+    pub fn render_opaque(&self, type_url: &str, payload: &[u8]) -> Result<Bytes, JsonError> {
         let bytes = super::opaque::opaque(type_url.to_owned(), payload);
         self.render_any(super::opaque::OPAQUE_TYPE_URL, &bytes)
     }
 
     /// Renders an already decoded resource (not a well-known type) as the
     /// canonical JSON of its `Any`: `{"@type": type_url, ...fields}`.
-    pub(crate) fn render_resource(
+    pub fn render_resource(
         &self,
         type_url: &str,
         msg: &DynamicMessage,
@@ -143,7 +143,7 @@ impl Codec {
     /// field names (`version_info`, `metrics_path`) instead of
     /// lowerCamelCase ones: what a client decoding with a plain JSON
     /// decoder reads. Map keys and `Struct` keys are data, and stay.
-    pub(crate) fn with_proto_names(&self, message: &str, json: &[u8]) -> Result<Bytes, JsonError> {
+    pub fn with_proto_names(&self, message: &str, json: &[u8]) -> Result<Bytes, JsonError> {
         let msg = self.parse_message(message, json, false)?;
         self.render_options(&msg, message, None, &self.serialize_proto_names)
     }
@@ -194,7 +194,7 @@ impl Codec {
 
     /// Renders a prost message of a type the pool knows (e.g. a response
     /// envelope from envoy-types) as canonical JSON.
-    pub(crate) fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
+    pub fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
         let desc = self.descriptor(name)?;
         let dynamic =
             DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()).map_err(|e| {
@@ -241,7 +241,7 @@ impl Codec {
     /// Parses JSON into a prost message type that the pool also knows,
     /// through deterministic bytes (`canonical`: protobuf maps in key order,
     /// nested `Any` payloads included).
-    pub(crate) fn parse_prost<M: Message + Default>(
+    pub fn parse_prost<M: Message + Default>(
         &self,
         name: &str,
         json: &[u8],

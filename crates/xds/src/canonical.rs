@@ -135,7 +135,7 @@ fn value_has(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::json::Codec;
+    use crate::json::Codec;
 
     const RUNTIME: &str = "envoy.service.runtime.v3.Runtime";
 

@@ -46,7 +46,7 @@ pub struct ExtraType {
 
 impl ExtraType {
     /// Its place among the extras, below [`MAX_EXTRA_TYPES`].
-    pub(crate) fn index(&self) -> usize {
+    pub fn index(&self) -> usize {
         self.index
     }
 }
@@ -54,7 +54,7 @@ impl ExtraType {
 /// Why an extra type cannot be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("extra type: {0}")]
-pub struct ExtraTypeError(pub(crate) String);
+pub struct ExtraTypeError(pub String);
 
 /// What an operator says of an extra type (`--extra-type`,
 /// `[[extra-type]]`), borrowed: see `config::ExtraTypeSpec` for each
@@ -75,10 +75,7 @@ static REGISTERED: RwLock<Vec<&'static ExtraType>> = RwLock::new(Vec::new());
 /// Registers `def`, whose message is `message` (its type URL's), or finds
 /// it registered the same way already. The caller has kept Envoy's own
 /// names and type URLs out.
-pub(crate) fn register(
-    def: &Definition<'_>,
-    message: &str,
-) -> Result<&'static ExtraType, ExtraTypeError> {
+pub fn register(def: &Definition<'_>, message: &str) -> Result<&'static ExtraType, ExtraTypeError> {
     let fail = |reason: String| Err(ExtraTypeError(reason));
     let name = def.name;
     let name_ok = !name.is_empty()
@@ -118,7 +115,9 @@ pub(crate) fn register(
             def.name_fields
         ));
     }
-    let mut registered = crate::sync::write(&REGISTERED);
+    let mut registered = REGISTERED
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for known in registered.iter() {
         if known.name != name && known.type_url != def.type_url {
             continue;
@@ -160,12 +159,17 @@ pub(crate) fn register(
 
 /// Every extra type registered so far, in registration order.
 pub(crate) fn registered() -> Vec<&'static ExtraType> {
-    crate::sync::read(&REGISTERED).clone()
+    REGISTERED
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 /// The registered extra type whose type URL is `url`.
 pub(crate) fn by_type_url(url: &str) -> Option<&'static ExtraType> {
-    crate::sync::read(&REGISTERED)
+    REGISTERED
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .find(|x| x.type_url == url)
         .copied()
@@ -186,7 +190,7 @@ fn is_full_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::ResourceType;
+    use crate::ResourceType;
 
     fn spec<'a>(name: &'a str, type_url: &'a str) -> Definition<'a> {
         Definition {
@@ -254,7 +258,7 @@ mod tests {
             Some("/kuma.observability.v1.MonitoringAssignmentDiscoveryService/StreamMonitoringAssignments")
         );
         assert_eq!(
-            crate::xds::Endpoint::Discovery(t).fetch_method(),
+            crate::Endpoint::Discovery(t).fetch_method(),
             Some("FetchMonitoringAssignments")
         );
     }

@@ -198,11 +198,7 @@ impl Rules {
     /// Checks a scalar, string, bytes, enum, duration or timestamp value
     /// (lists, maps and messages are walked by the caller). `enum_defined`
     /// says whether an enum number is a defined value of its enum.
-    pub(crate) fn check(
-        &self,
-        value: &Value,
-        enum_defined: impl Fn(i32) -> bool,
-    ) -> Result<(), Broken> {
+    pub fn check(&self, value: &Value, enum_defined: impl Fn(i32) -> bool) -> Result<(), Broken> {
         match self {
             Rules::Number {
                 kind,

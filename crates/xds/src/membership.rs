@@ -16,7 +16,7 @@ use super::{xdstp, ResourceType};
 
 /// The names in `subscribed`, other than `name` itself, that the resource
 /// `name` of `kind` (delivered with `aliases`) answers.
-pub(crate) fn sets_holding<'a>(
+pub fn sets_holding<'a>(
     kind: ResourceType,
     name: &str,
     aliases: &[String],
@@ -39,7 +39,7 @@ pub(crate) fn sets_holding<'a>(
 
 /// Whether a subscription to `subscribed` asks for the resource `name` of
 /// `kind` delivered with `aliases`.
-pub(crate) fn wanted(
+pub fn wanted(
     kind: ResourceType,
     name: &str,
     aliases: &[String],
@@ -50,7 +50,7 @@ pub(crate) fn wanted(
 
 /// Whether a subscribed name may stand for more than itself (so a request
 /// naming it cannot be answered by looking names up one by one).
-pub(crate) fn names_a_set(kind: ResourceType, name: &str) -> bool {
+pub fn names_a_set(kind: ResourceType, name: &str) -> bool {
     xdstp::is_glob(name) || kind.namespaced()
 }
 

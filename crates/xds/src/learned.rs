@@ -22,9 +22,9 @@ use prost_reflect::DescriptorPool;
 use prost_types::{DescriptorProto, FileDescriptorProto};
 
 /// Bytes of descriptor files taken for one symbol.
-pub(crate) const MAX_BYTES: usize = 4 << 20;
+pub const MAX_BYTES: usize = 4 << 20;
 /// Files taken for one symbol (itself and its dependencies).
-pub(crate) const MAX_FILES: usize = 256;
+pub const MAX_FILES: usize = 256;
 /// How deep messages may nest inside a learned message.
 pub(crate) const MAX_DEPTH: usize = 32;
 
@@ -266,7 +266,7 @@ mod tests {
     use prost_types::{field_descriptor_proto, FieldDescriptorProto};
 
     fn embedded() -> DescriptorPool {
-        crate::xds::Codec::embedded().pool()
+        crate::Codec::embedded().pool()
     }
 
     fn message(name: &str) -> DescriptorProto {

@@ -18,7 +18,7 @@ use super::extra_types::{self, Definition, ExtraType, ExtraTypeError};
 pub(crate) const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
 /// Path prefix shared by every REST discovery endpoint.
-pub(crate) const PATH_PREFIX: &str = "/v3/discovery:";
+pub const PATH_PREFIX: &str = "/v3/discovery:";
 
 /// A discoverable resource type with its own REST endpoint and type URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -262,7 +262,7 @@ impl ResourceType {
     }
 
     /// Fully qualified protobuf name of the resource message.
-    pub(crate) fn message_name(self) -> &'static str {
+    pub fn message_name(self) -> &'static str {
         match self {
             ResourceType::Extra(extra) => extra.message,
             built_in => built_in.row().message,
@@ -278,7 +278,7 @@ impl ResourceType {
     }
 
     /// Short name used in logs and metric labels (the path suffix).
-    pub(crate) fn short_name(self) -> &'static str {
+    pub fn short_name(self) -> &'static str {
         match self {
             ResourceType::Extra(extra) => extra.name,
             built_in => built_in.row().path_suffix,
@@ -287,7 +287,7 @@ impl ResourceType {
 
     /// The string fields whose values, joined with `/`, name a resource of
     /// it: `name` (or `cluster_name`), field 1, for Envoy's.
-    pub(crate) fn name_fields(self) -> &'static [u32] {
+    pub fn name_fields(self) -> &'static [u32] {
         match self {
             ResourceType::Extra(extra) => extra.name_fields,
             _ => &[1],
@@ -304,7 +304,7 @@ impl ResourceType {
     /// responses as in the incremental variants (xDS transport protocol,
     /// "Grouping Resources into Responses"): a response may carry only the
     /// resources that changed, and a client must not delete the others.
-    pub(crate) fn sotw_complete_state(self) -> bool {
+    pub fn sotw_complete_state(self) -> bool {
         match self {
             ResourceType::Listeners | ResourceType::Clusters => true,
             ResourceType::Extra(extra) => extra.complete_state,
@@ -320,7 +320,7 @@ impl ResourceType {
     }
 
     /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
-    pub(crate) fn wildcard_when_unnamed(self) -> bool {
+    pub fn wildcard_when_unnamed(self) -> bool {
         match self {
             ResourceType::Listeners | ResourceType::Clusters | ResourceType::ScopedRoutes => true,
             ResourceType::Extra(extra) => extra.wildcard_when_unnamed,
@@ -337,7 +337,7 @@ impl ResourceType {
     /// The gRPC path of the type's own streaming method (the per-type
     /// transport, as opposed to ADS): `Delta<X>` with `delta`, else
     /// `Stream<X>`, which the delta-only types do not have.
-    pub(crate) fn stream_path(self, delta: bool) -> Option<String> {
+    pub fn stream_path(self, delta: bool) -> Option<String> {
         if let ResourceType::Extra(extra) = self {
             let service = extra.service?;
             let kind = if delta { "Delta" } else { "Stream" };
@@ -428,7 +428,7 @@ impl Endpoint {
     }
 
     /// Fully qualified name of the request message.
-    pub(crate) fn request_message(self) -> &'static str {
+    pub fn request_message(self) -> &'static str {
         match self.extra() {
             Some(_) => DISCOVERY_REQUEST,
             None => self.row().request_message,
@@ -453,7 +453,7 @@ impl Endpoint {
     }
 
     /// The unary method of the service (`None`: it has none).
-    pub(crate) fn fetch_method(self) -> Option<&'static str> {
+    pub fn fetch_method(self) -> Option<&'static str> {
         match self.extra() {
             Some(extra) => extra.fetch_method,
             None => self.row().fetch_method,
@@ -463,7 +463,7 @@ impl Endpoint {
     /// The valid path suffix closest to `suffix` (for "did you mean"):
     /// the one an Envoy short name (`cds`, `eds`, ...) stands for, else the
     /// nearest by edit distance.
-    pub(crate) fn closest_suffix(suffix: &str) -> &'static str {
+    pub fn closest_suffix(suffix: &str) -> &'static str {
         let short = suffix.trim_start_matches("v3/").to_ascii_lowercase();
         if let Some((_, meant)) = SHORT_NAMES.iter().find(|(name, _)| *name == short) {
             return meant;
