@@ -321,7 +321,7 @@ types = ["clusters"]
             "example",
             self.read("examples/xds-gateway.toml").as_bytes(),
         );
-        // tests/cli.rs and src/config/tests.rs.
+        // tests/cli.rs and crates/config/src/tests.rs.
         let cases = [
             ("upstream", "upstream = \"grpc://127.0.0.1:1\"\nmax-wait = \"10s\"\nidle-timeout = \"1m\"\n"),
             ("tls-upstream", "upstream = \"grpcs://cp.example:443\"\nupstream-ca = \"ca.pem\"\nupstream-cert = \"c.pem\"\nupstream-key = \"k.pem\"\nupstream-header = [\"X-Consul-Token: abc\", \"tenant=t1\"]\n"),

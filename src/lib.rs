@@ -11,7 +11,8 @@
 //!
 //! - [`app`]: wires config into cache, producers, store and servers; `run(listeners, shutdown)`;
 //!   the only place that chooses the kind of source.
-//! - [`config`]: typed configuration from flags, environment and file.
+//! - [`config`]: typed configuration from flags, environment and file. A crate of its own
+//!   (`crates/config`, `xds-gateway-config`), re-exported under this name.
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing,
 //!   rewrites. A crate of its own (`crates/xds`, `xds-gateway-xds`), re-exported under this name.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
@@ -78,7 +79,8 @@
 //! ```
 
 pub mod app;
-pub mod config;
+/// The configuration, a crate of its own (`crates/config`).
+pub use xds_gateway_config as config;
 /// The xDS vocabulary, a crate of its own (`crates/xds`).
 pub use xds_gateway_xds as xds;
 

@@ -19,7 +19,7 @@
 //! test counts them and requires some 200s of every kind.
 //!
 //! What it leaves out: the default budget read from a cgroup (the test
-//! machine's limit is not the test's to set; `src/config/memory.rs` tests
+//! machine's limit is not the test's to set; `crates/config/src/memory.rs` tests
 //! the reading), watches and long polls (bounded by count, not bytes), and
 //! the per-type streams of `--upstream-streams per-type` (a session then
 //! holds up to one answer per type at once, and is weighed as one).

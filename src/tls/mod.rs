@@ -200,11 +200,3 @@ fn file_error(path: &Path, e: rustls::pki_types::pem::Error) -> TlsError {
         reason: e.to_string(),
     }
 }
-
-impl ServerTlsFiles {
-    fn paths(&self) -> Vec<PathBuf> {
-        let mut paths = vec![self.cert.clone(), self.key.clone()];
-        paths.extend(self.client_ca.clone());
-        paths
-    }
-}

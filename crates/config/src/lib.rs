@@ -2,8 +2,12 @@
 //! environment variables and an optional TOML file, merged once at start-up
 //! with precedence flags > environment > file > built-in default.
 //!
-//! Nothing else in the crate reads the environment. Every value is validated
-//! here; a bad one is a [`ConfigError`] that names the key.
+//! Nothing else in the gateway reads the environment. Every value is
+//! validated here; a bad one is a [`ConfigError`] that names the key.
+//!
+//! A library crate of the workspace: the gateway names it as
+//! `crate::config`, and its `pub` items are its seam. It names nothing of
+//! the gateway.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,7 +18,7 @@ mod exposure;
 mod extra_types;
 mod fields;
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) mod fuzz;
+pub mod fuzz;
 pub mod memory;
 mod opt_duration;
 mod profiles;
@@ -40,7 +44,7 @@ const MAX_CACHE_MAX_AGE: Duration = Duration::from_secs(3600);
 /// typo; and the deadlines computed from a setting (the write stall
 /// timeout, a watch's next heartbeat, the drain deadline) overflow, which
 /// panics, once it nears the 5e11 years a duration can spell.
-pub(super) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// Why the configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +143,15 @@ pub struct ServerTlsFiles {
     /// mTLS: the CA that signs client certificates.
     pub client_ca: Option<PathBuf>,
     pub client_auth: ClientAuth,
+}
+
+impl ServerTlsFiles {
+    /// The files a listener's TLS reads (watched for changes).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.cert.clone(), self.key.clone()];
+        paths.extend(self.client_ca.clone());
+        paths
+    }
 }
 
 /// TLS toward the upstream (used for https:// upstreams).
@@ -397,7 +410,7 @@ impl Config {
 
     /// Every upstream: `upstreams`, or (for a `Config` built in code, never
     /// validated) the one the flat `--upstream*` fields describe.
-    pub(crate) fn upstream_set(&self) -> Upstreams {
+    pub fn upstream_set(&self) -> Upstreams {
         if !self.upstreams.specs.is_empty() {
             return self.upstreams.clone();
         }

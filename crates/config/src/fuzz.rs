@@ -11,7 +11,7 @@ use super::{Config, Settings};
 
 /// Reads `data` as a `--config` file; a valid config is checked again.
 /// Accepted: valid.
-pub(crate) fn config_toml(data: &[u8]) -> bool {
+pub fn config_toml(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else {
         return false;
     };

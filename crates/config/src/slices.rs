@@ -3,7 +3,7 @@
 //! ([`AdminConfig`]), each made by one method of `Config`. A consumer sees
 //! the settings it uses and no other, so what a handler can depend on is
 //! written in one struct, and the serve limits
-//! ([`ServeLimits`](crate::serve::ServeLimits)) and the sessions' limits are
+//! (the gateway's `serve::ServeLimits`) and the sessions' limits are
 //! made the same way in `app.rs`.
 
 use std::time::Duration;

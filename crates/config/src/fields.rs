@@ -452,7 +452,7 @@ settings! {
         /// `--forward-rejections` is refused off loopback).
         trusted_proxies: Option<TrustedProxies> = None,
         /// The `[[profile]]` tables of the `--config` file (checked by
-        /// [`Config::validate`]; made into nodes by `crate::profiles`).
+        /// [`Config::validate`]; made into nodes by the gateway's `profiles`).
         profiles: Vec<ProfileTable> = Vec::new(),
         /// `--node-profiles`: a directory of `NAME.json` nodes.
         node_profiles: Option<PathBuf> = None,

@@ -3,7 +3,7 @@
 //! that JSON can hold) and turned into the `envoy.config.core.v3.Node`
 //! JSON each one stands for. Checking that JSON against the Node message
 //! (with the codec, and the profiles of `--node-profiles`) is
-//! `crate::profiles`' business.
+//! the gateway's `profiles`' business.
 //!
 //! ```toml
 //! [[profile]]
