@@ -455,3 +455,58 @@ async fn a_refused_name_in_a_types_first_poll_does_not_set_the_type_aside() {
     assert!(!stale, "{body}");
     gw.stop().await;
 }
+
+/// A name held apart while the gateway checks it alone is not answered as
+/// if the upstream had answered the rest: a poll naming it, even one
+/// whose names were first asked long enough ago to need no wait, waits
+/// for the check (here, its refusal: a 502 naming it) instead of taking
+/// the state without it as a fresh 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_naming_a_name_being_checked_waits_for_the_check() {
+    let upstream = FakeAds::start().await;
+    upstream.set(CDS, "c1", vec![fake_ads::named_cluster("a")]);
+    upstream.set(EDS, "e1", vec![assignment("a", 1), assignment("bad", 3)]);
+    // Each stream naming it ends two seconds after its request: the first
+    // poll's name is settled (first asked 2 s ago) while it is checked.
+    upstream.end_streams_naming_after("bad", Duration::from_secs(2));
+    // The check asks the control name first, which this upstream does not
+    // answer: that takes the check's 5 s of silence, then 2 s for the
+    // name. A poll waits for the check as for a first answer, up to
+    // --first-response-timeout.
+    let gw = InProcess::start(Config {
+        upstream: Some(upstream.url()),
+        first_response_timeout: Duration::from_secs(15),
+        ..Config::default()
+    })
+    .await;
+    let (status, _, body) = poll(gw.rest_port, "/v3/discovery:endpoints?node=n&names=a").await;
+    assert_eq!(status, 200, "{body}");
+    let first = tokio::spawn(poll(
+        gw.rest_port,
+        "/v3/discovery:endpoints?node=n&names=bad",
+    ));
+    // The check: a stream asking the name alone, beside the control name.
+    let checking = process::eventually(
+        Duration::from_secs(10),
+        Duration::from_millis(10),
+        || async {
+            upstream
+                .requests()
+                .iter()
+                .any(|r| r.names.iter().any(|n| n.contains("name-check")))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(checking.is_some(), "the name was never checked alone");
+    let (status, stale, body) =
+        poll(gw.rest_port, "/v3/discovery:endpoints?node=n&names=bad").await;
+    assert!(
+        !(status == 200 && !stale && !body.contains("\"clusterName\":\"bad\"")),
+        "a fresh answer without the name being checked: {status} {body}"
+    );
+    assert_eq!(status, 502, "{body}");
+    let (status, _, body) = first.await.expect("the first poll");
+    assert_eq!(status, 502, "{body}");
+    gw.stop().await;
+}

@@ -369,7 +369,15 @@ impl<F: Feeder> Sessions<F> {
             session.send(Command::Resubscribe(kind));
         }
         let within = self.limits.first_response_timeout;
-        let first_wait = if settled { Duration::ZERO } else { within };
+        // A name being checked alone has no answer yet, however long ago it
+        // was first asked: the poll waits for the check as for a first
+        // answer (it ends in the name's state, or in its refusal).
+        let checking = session.unserved.checking_any(kind, names);
+        let first_wait = if settled && !checking {
+            Duration::ZERO
+        } else {
+            within
+        };
         let state = Self::first_state(&session, kind, rx.clone(), names, first_wait)
             .await?
             .ok_or_else(|| match session.upstream.refusal(kind) {

@@ -179,6 +179,24 @@ impl Unserved {
         held
     }
 
+    /// Whether one of `names` (of `kind`) is being checked alone now: what
+    /// the upstream makes of it is not known yet.
+    pub(crate) fn checking_any(&self, kind: ResourceType, names: &Names) -> bool {
+        let Names::Named(asked) = names else {
+            return false;
+        };
+        if !self.any_names.load(Ordering::Relaxed) {
+            return false;
+        }
+        let all = lock(&self.names);
+        let Some(apart) = all.get(&kind) else {
+            return false;
+        };
+        asked
+            .iter()
+            .any(|name| apart.get(name).is_some_and(|a| a.checking))
+    }
+
     /// The names of `kind` kept out of its subscription at `now`: being
     /// checked, or set aside.
     pub(crate) fn names_apart(&self, kind: ResourceType, now: Instant) -> BTreeSet<String> {

@@ -3,12 +3,13 @@
 //!
 //! A stream that answered something and then ended with the upstream's
 //! own refusal while names of a type still waited for their first answer
-//! (a client had just asked for them) first asks whether the upstream
-//! refuses the type itself: a request for a name no control plane has
-//! ([`CONTROL_NAME`]) alone. Refused too, the type is at fault, and the
-//! stream deals with it as a type. Otherwise the waiting names are held
-//! apart: the session's subscription leaves them out, so its streams come
-//! back with the names the upstream did answer. The held names are then
+//! (a client had just asked for them) holds those names apart: the
+//! session's subscription leaves them out, so its streams come back with
+//! the names the upstream did answer, and a poll naming one waits for the
+//! check as for a first answer. It then asks whether the upstream refuses
+//! the type itself: a request for a name no control plane has
+//! ([`CONTROL_NAME`]) alone. Refused too, the type is at fault: the names
+//! are let go, and the stream deals with it as a type. The held names are then
 //! checked on streams of their own: one request asking for them alone,
 //! the node's, and the first thing the upstream does with it. An answer,
 //! or silence for [`CHECK_WAIT`] (a server need not answer a name it does
@@ -81,13 +82,16 @@ pub(super) async fn hold_and_check<P: AskingAlone + 'static>(
     if waiting.is_empty() {
         return false;
     }
+    // Held from the start: a poll naming one waits for the outcome rather
+    // than taking the state without it (`Unserved::checking_any`).
+    let held = session.unserved.check_names(kind, waiting);
+    if held.is_empty() {
+        return false;
+    }
     let control = BTreeSet::from([CONTROL_NAME.to_owned()]);
     if let Outcome::Refused(status) = ask::<P>(ctx, session, kind, &path, &control).await {
         info!(%kind, status = %Escaped(&status), "the upstream refuses the type itself, not a name of it");
-        return false;
-    }
-    let held = session.unserved.check_names(kind, waiting);
-    if held.is_empty() {
+        session.unserved.names_served(kind, &held);
         return false;
     }
     info!(%kind, names = held.len(), first = %Escaped(held.first().map_or("", String::as_str)), "the upstream ended the stream while names of the type waited for their first answer: they are checked apart");

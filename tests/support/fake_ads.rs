@@ -41,7 +41,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -243,6 +243,8 @@ struct Shared {
     fatal_types: Mutex<Vec<String>>,
     /// Names whose every SotW request ends the stream (PERMISSION_DENIED).
     fatal_names: Mutex<Vec<String>>,
+    /// How long a stream naming one of `fatal_names` is held before it ends.
+    fatal_names_after: Mutex<Duration>,
     /// What reflection answers, and the symbols it was asked.
     reflection: Mutex<ReflectionScript>,
     /// Reflection answers wait while this is true.
@@ -345,6 +347,13 @@ impl FakeAds {
     /// plane refusing one resource to a node may.
     pub fn end_streams_naming(&self, name: &str) {
         lock(&self.shared.fatal_names).push(name.to_owned());
+    }
+
+    /// [`end_streams_naming`](Self::end_streams_naming), each such stream
+    /// ended only `after` its request came (a control plane slow to refuse).
+    pub fn end_streams_naming_after(&self, name: &str, after: Duration) {
+        *lock(&self.shared.fatal_names_after) = after;
+        self.end_streams_naming(name);
     }
 
     /// Serves `type_url` again ([`end_streams_asked_for`](Self::end_streams_asked_for) undone).
@@ -1036,6 +1045,8 @@ impl StreamTask {
                     }
                     Ok(Some(request)) if self.names_fatal(&request) => {
                         self.record(&request);
+                        let after = *lock(&self.shared.fatal_names_after);
+                        tokio::time::sleep(after).await;
                         let _ = self.tx.send(Err(Status::permission_denied("not for this node"))).await;
                         break;
                     }
