@@ -467,16 +467,14 @@ fn versions_in(value: &Value, out: &mut Vec<String>) {
 async fn a_real_envoys_dumped_node_joins_its_session() {
     const TEST: &str = "a_real_envoys_dumped_node_joins_its_session";
     envoy::run_bounded(TEST, |bin, dir| async move {
-        let (xds, envoy_admin, gw_admin) = (
-            process::free_port(),
-            process::free_port(),
-            process::free_port(),
-        );
         // The gateway starts only once the Envoy's node is dumped: until
-        // then its port is held here, so that no other socket of the run
-        // (an in-process gateway's, a client's) takes it meanwhile.
-        let xds_held = std::net::TcpListener::bind(("127.0.0.1", xds))
-            .unwrap_or_else(|e| panic!("hold port {xds}: {e}"));
+        // then its port is held here, taken by binding port 0 (a port
+        // picked and let go first could be taken by another test's socket
+        // before it is held).
+        let xds_held = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .unwrap_or_else(|e| panic!("hold a port for the gateway: {e}"));
+        let xds = xds_held.local_addr().expect("a bound port").port();
+        let (envoy_admin, gw_admin) = (process::free_port(), process::free_port());
         let envoy = envoy::Envoy::start(&bin, &dir, &istio_like_bootstrap(envoy_admin, xds));
         envoy::wait_admin(envoy_admin, "/stats?filter=server.live", "envoy").await;
         let (status, dump) = process::http_get(envoy_admin, "/config_dump?mask=bootstrap.node")
