@@ -182,6 +182,16 @@ impl Unserved {
     /// Whether one of `names` (of `kind`) is being checked alone now: what
     /// the upstream makes of it is not known yet.
     pub(crate) fn checking_any(&self, kind: ResourceType, names: &Names) -> bool {
+        self.any_asked(kind, names, |a| a.checking)
+    }
+
+    /// Whether one of `names` (of `kind`) is held apart as `holds` says.
+    fn any_asked(
+        &self,
+        kind: ResourceType,
+        names: &Names,
+        holds: impl Fn(&NameApart) -> bool,
+    ) -> bool {
         let Names::Named(asked) = names else {
             return false;
         };
@@ -192,9 +202,7 @@ impl Unserved {
         let Some(apart) = all.get(&kind) else {
             return false;
         };
-        asked
-            .iter()
-            .any(|name| apart.get(name).is_some_and(|a| a.checking))
+        asked.iter().any(|name| apart.get(name).is_some_and(&holds))
     }
 
     /// The names of `kind` kept out of its subscription at `now`: being
@@ -277,20 +285,8 @@ impl Unserved {
     /// Whether one of `names` (of `kind`) was set aside and its time is
     /// up: the subscription holds it again, and the upstream may be asked.
     pub(crate) fn names_due(&self, kind: ResourceType, names: &Names, now: Instant) -> bool {
-        let Names::Named(asked) = names else {
-            return false;
-        };
-        if !self.any_names.load(Ordering::Relaxed) {
-            return false;
-        }
-        let all = lock(&self.names);
-        let Some(apart) = all.get(&kind) else {
-            return false;
-        };
-        asked.iter().any(|name| {
-            apart
-                .get(name)
-                .is_some_and(|a| !a.checking && a.aside.as_ref().is_some_and(|s| now >= s.until))
+        self.any_asked(kind, names, |a| {
+            !a.checking && a.aside.as_ref().is_some_and(|s| now >= s.until)
         })
     }
 
