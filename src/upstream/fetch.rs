@@ -57,7 +57,7 @@ use crate::store::{
     StreamPlacement,
 };
 use crate::store::{PollChannel, Polled};
-use crate::xds::dynamic_parameters::{locators, Parameters};
+use crate::xds::dynamic_parameters::{names_or_locators, Parameters};
 use crate::xds::{Endpoint, ResourceType};
 
 /// How many decoded nodes (one per identity) are kept.
@@ -328,16 +328,15 @@ impl Fetcher {
         // Built only on a memo miss: the node (hundreds of extensions) is
         // not copied for the polls a memoised answer serves.
         let call = async {
-            let mut names = match &key.names {
+            let mut names: Vec<String> = match &key.names {
                 Names::Wildcard => Vec::new(),
                 Names::Named(set) => set.iter().cloned().collect(),
             };
-            let resource_locators = match key.parameters.is_empty() {
-                true => Vec::new(),
+            if names.is_empty() && !key.parameters.is_empty() {
                 // The wildcard, with parameters, is the locator "*".
-                false if names.is_empty() => locators(vec!["*".into()], &key.parameters),
-                false => locators(std::mem::take(&mut names), &key.parameters),
-            };
+                names.push("*".to_owned());
+            }
+            let (names, resource_locators) = names_or_locators(names, &key.parameters);
             let request = DiscoveryRequest {
                 version_info: version.to_owned(),
                 node: Some((**node).clone()),

@@ -38,7 +38,7 @@ use crate::cache::{
 use crate::log_escape::Escaped;
 use crate::store::Namespace;
 use crate::store::Session;
-use crate::xds::dynamic_parameters::locators;
+use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::ResourceType;
 
 /// Entries kept per type and stream (see [`SentLog`]); past it the two
@@ -250,10 +250,7 @@ impl AskingAlone for Sotw {
         parameters: &crate::xds::dynamic_parameters::Parameters,
         node: crate::store::NodeBytes,
     ) -> Outbound<DiscoveryRequest> {
-        let (resource_names, resource_locators) = match parameters.is_empty() {
-            true => (names, Vec::new()),
-            false => (Vec::new(), locators(names, parameters)),
-        };
+        let (resource_names, resource_locators) = names_or_locators(names, parameters);
         let request = DiscoveryRequest {
             resource_names,
             resource_locators,
@@ -516,7 +513,7 @@ impl Sotw {
         let parameters = self.session.node.parameters();
         // With parameters, every name goes as a locator, the wildcard as "*".
         let named = self.stream.named.contains(&kind) || !parameters.is_empty();
-        let mut names = self
+        let names = self
             .stream
             .sent
             .get(&kind)
@@ -525,10 +522,7 @@ impl Sotw {
         if names.iter().any(|name| name != "*") {
             self.stream.named.insert(kind);
         }
-        let resource_locators = match parameters.is_empty() {
-            true => Vec::new(),
-            false => locators(std::mem::take(&mut names), parameters),
-        };
+        let (names, resource_locators) = names_or_locators(names, parameters);
         let with_node = !self.stream.node_sent || !self.ctx.node_first_only;
         let node = with_node.then(|| self.session.node.bytes());
         self.stream.node_sent = true;

@@ -46,6 +46,19 @@ pub fn locators(names: Vec<String>, parameters: &Parameters) -> Vec<ResourceLoca
         .collect()
 }
 
+/// `names` as a request carries them: as names without `parameters`, else
+/// as locators carrying them (no names then). The request's names and its
+/// locators, in that order.
+pub fn names_or_locators(
+    names: Vec<String>,
+    parameters: &Parameters,
+) -> (Vec<String>, Vec<ResourceLocator>) {
+    match parameters.is_empty() {
+        true => (names, Vec::new()),
+        false => (Vec::new(), locators(names, parameters)),
+    }
+}
+
 /// Why a variant's constraints cannot be taken.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConstraintsError {

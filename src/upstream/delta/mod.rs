@@ -82,7 +82,7 @@ use super::UpstreamContext;
 use crate::cache::Coverage;
 use crate::store::Namespace;
 use crate::store::Session;
-use crate::xds::dynamic_parameters::locators;
+use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::ResourceType;
 
 /// gRPC code NOT_FOUND in a `resource_errors` entry: the resource is gone.
@@ -124,10 +124,8 @@ impl AskingAlone for Delta {
         parameters: &crate::xds::dynamic_parameters::Parameters,
         node: crate::store::NodeBytes,
     ) -> Outbound<DeltaDiscoveryRequest> {
-        let (resource_names_subscribe, resource_locators_subscribe) = match parameters.is_empty() {
-            true => (names, Vec::new()),
-            false => (Vec::new(), locators(names, parameters)),
-        };
+        let (resource_names_subscribe, resource_locators_subscribe) =
+            names_or_locators(names, parameters);
         let request = DeltaDiscoveryRequest {
             resource_names_subscribe,
             resource_locators_subscribe,
@@ -198,14 +196,18 @@ impl Protocol for Delta {
         }
         wire.record(&sent, &want, Instant::now());
         let mut request = Delta::request(kind, diff, String::new(), None);
+        // With parameters, every name goes as a locator carrying them.
         let parameters = self.session.node.parameters();
-        if !parameters.is_empty() {
-            // Every name goes as a locator carrying the session's parameters.
-            let subscribe = std::mem::take(&mut request.resource_names_subscribe);
-            let unsubscribe = std::mem::take(&mut request.resource_names_unsubscribe);
-            request.resource_locators_subscribe = locators(subscribe, parameters);
-            request.resource_locators_unsubscribe = locators(unsubscribe, parameters);
-        }
+        let subscribe = std::mem::take(&mut request.resource_names_subscribe);
+        let unsubscribe = std::mem::take(&mut request.resource_names_unsubscribe);
+        (
+            request.resource_names_subscribe,
+            request.resource_locators_subscribe,
+        ) = names_or_locators(subscribe, parameters);
+        (
+            request.resource_names_unsubscribe,
+            request.resource_locators_unsubscribe,
+        ) = names_or_locators(unsubscribe, parameters);
         if first && !self.replacing.contains(&kind) {
             request.initial_resource_versions = self
                 .tracked
