@@ -22,10 +22,11 @@ use crate::observe::history_file::{HistoryFile, HistoryFileError};
 use crate::observe::{ConfigHistory, HistorySink};
 use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
-use crate::store::{Federation, Feed, Inspect, Namespace, Sessions, Source, UpstreamSlot};
+use crate::store::{Federation, Feed, Feeder, Inspect, Namespace, Sessions, Source, UpstreamSlot};
 use crate::tls::ServerTls;
 use crate::upstream::{
-    AutoSource, DeltaFeeder, FetchSource, FileFeeder, Origin, Route, SotwFeeder, UpstreamContext,
+    AutoFeeder, Choose, DeltaFeeder, FetchFeeder, FileFeeder, Origin, Route, SotwFeeder,
+    UpstreamContext,
 };
 use crate::xds::{Codec, JsonError, ResourceType};
 
@@ -481,8 +482,8 @@ struct SourceParts {
 }
 
 /// What feeds the gateway: the snapshot without an upstream; one upstream
-/// in its configured mode (`auto` probes, then builds the source of the
-/// mode it finds with [`grpc_source`]); or, for several upstreams, a
+/// in its configured mode (`auto` probes, then feeds its sessions as the
+/// mode it finds would, [`grpc_feeder`]); or, for several upstreams, a
 /// [`Federation`] of one source per upstream that owns names.
 fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, StartError> {
     let SourceParts {
@@ -498,7 +499,7 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
         };
         let feeder = FileFeeder::start(origin, intake.clone(), config.session_key);
         return Ok(Sessions::start(
-            feeder,
+            Arc::new(feeder),
             intake.clone(),
             history.clone(),
             metrics.clone(),
@@ -566,8 +567,8 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
     Ok(Arc::new(Federation::new(slots, namespace)))
 }
 
-/// The source of one upstream (with its failover `route`): in its mode,
-/// or, for `auto`, the mode a probe finds.
+/// The sessions of one upstream (with its failover `route`), fed in its
+/// mode or, for `auto`, in the mode a probe finds.
 fn upstream_source(
     spec: &UpstreamSpec,
     route: Route,
@@ -575,48 +576,46 @@ fn upstream_source(
     config: &Config,
     parts: &SourceParts,
 ) -> Arc<dyn Feed> {
-    if spec.mode != UpstreamMode::Auto {
-        return grpc_source(spec.mode, spec.streams, route, namespace, config, parts);
-    }
-    let ctx = route.primary().clone();
-    let (config, parts) = (config.clone(), parts.clone());
-    let first_wait = config.first_response_timeout;
-    let choose = {
-        let ctx = ctx.clone();
-        Box::new(move |mode, streams| {
-            let route = Route::single(ctx.clone());
-            grpc_source(mode, streams, route, namespace.clone(), &config, &parts)
-        })
+    let feeder = match spec.mode {
+        UpstreamMode::Auto => {
+            let ctx = route.primary().clone();
+            let first_wait = config.first_response_timeout;
+            let choose: Choose = {
+                let (ctx, config) = (ctx.clone(), config.clone());
+                Box::new(move |mode, streams| {
+                    let route = Route::single(ctx.clone());
+                    grpc_feeder(mode, streams, route, namespace.clone(), &config)
+                })
+            };
+            Arc::new(AutoFeeder::start(ctx, first_wait, choose))
+        }
+        mode => grpc_feeder(mode, spec.streams, route, namespace, config),
     };
-    AutoSource::start(ctx, first_wait, choose)
-}
-
-/// The source for an upstream `route` spoken to in `mode` on `streams`.
-fn grpc_source(
-    mode: UpstreamMode,
-    streams: UpstreamStreams,
-    route: Route,
-    namespace: Namespace,
-    config: &Config,
-    parts: &SourceParts,
-) -> Arc<dyn Feed> {
     let SourceParts {
         intake,
         history,
         metrics,
     } = parts.clone();
+    Sessions::start(feeder, intake, history, metrics, config)
+}
+
+/// What feeds sessions from an upstream `route` spoken to in `mode` on
+/// `streams`.
+fn grpc_feeder(
+    mode: UpstreamMode,
+    streams: UpstreamStreams,
+    route: Route,
+    namespace: Namespace,
+    config: &Config,
+) -> Arc<dyn Feeder> {
     match mode {
         // The probe never answers auto; SotW is the mode every ADS server has.
         UpstreamMode::Sotw | UpstreamMode::Auto => {
-            let feeder = SotwFeeder::new(route, streams, namespace);
-            Sessions::start(feeder, intake, history, metrics, config)
+            Arc::new(SotwFeeder::new(route, streams, namespace))
         }
-        UpstreamMode::Delta => {
-            let feeder = DeltaFeeder::new(route, streams, namespace);
-            Sessions::start(feeder, intake, history, metrics, config)
-        }
+        UpstreamMode::Delta => Arc::new(DeltaFeeder::new(route, streams, namespace)),
         UpstreamMode::Fetch => {
-            Arc::new(FetchSource::new(route.primary().clone(), config, namespace))
+            Arc::new(FetchFeeder::new(route.primary().clone(), config, namespace))
         }
     }
 }

@@ -24,9 +24,8 @@
 //!   `Inspect`): the sessions, one per node identity, and what each holds; the federation of
 //!   several upstreams. It names no producer, and its submodules are private.
 //! - `upstream`: the producers that publish into the store's sessions: a SotW or delta ADS
-//!   stream or the snapshot per session, with the transport (connection, failover, backoff,
-//!   framing); and the sessionless sources behind the same seam: unary fetch, and auto
-//!   (probe, then one of those).
+//!   stream, the unary `Fetch*` calls or the snapshot per session, and auto (probe, then one
+//!   of those), with the transport (connection, failover, backoff, framing).
 //! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams).
 //! - `admin`: `/healthz`, `/readyz`, `/metrics`, the debug views, CSDS and the status page
 //!   on a separate listener.

@@ -586,9 +586,16 @@ async fn delta_without_absence_signals_settles_and_proves_wildcards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_mode_serves_every_type() {
     with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        // A TTL of 1 ms: each poll asks the upstream.
         let gw = Gateway::start(
             &cp.upstream(),
-            &["--upstream-mode", "fetch", "--allow-secrets"],
+            &[
+                "--upstream-mode",
+                "fetch",
+                "--allow-secrets",
+                "--fetch-cache-ttl",
+                "1ms",
+            ],
         )
         .await;
         let n = node("fetch-types");
@@ -620,11 +627,16 @@ async fn fetch_mode_serves_every_type() {
 async fn fetch_up_to_date_is_a_304_in_both_styles() {
     with_control_plane(&["--up-to-date-style", "rust"], TEST_TIMEOUT, async |cp| {
         cp.set(CDS, "v1", &[cluster("a")]).await;
-        let gw = Gateway::start(&cp.upstream(), &["--upstream-mode", "fetch"]).await;
+        // A TTL of 1 ms: each poll asks the upstream.
+        let gw = Gateway::start(
+            &cp.upstream(),
+            &["--upstream-mode", "fetch", "--fetch-cache-ttl", "1ms"],
+        )
+        .await;
         for style in ["rust", "go"] {
             let config = cp.configure(json!({"up_to_date_style": style})).await;
             assert_eq!(config["up_to_date_style"], style);
-            // A node per style: answers are memoised per identity.
+            // A node per style: a session per identity.
             let n = node(&format!("fetch-{style}"));
             let first = gw.discover("clusters", &request(&n, "", &[])).await;
             assert_ok(&first, style);
@@ -647,7 +659,9 @@ async fn fetch_up_to_date_is_a_304_in_both_styles() {
             .iter()
             .filter(|r| r["version_info"] == "v1")
             .count();
-        assert_eq!(up_to_date, 2, "one up-to-date fetch per style: {stats}");
+        // The session presents the version it holds: after the first
+        // fetch of each style, both later polls' fetches are up to date.
+        assert_eq!(up_to_date, 4, "two up-to-date fetches per style: {stats}");
 
         // Other upstream errors are not a 304.
         let reply = gw
@@ -694,6 +708,9 @@ async fn fetch_from_an_upstream_without_up_to_date_answers_is_still_304() {
     .await;
 }
 
+/// Polls of one session share its fetches: the ones asking during a call
+/// share it, and what it brought stands for the TTL, whatever version a
+/// client presents; new names or another node are a fetch of their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fetch_mode_coalesces_identical_polls() {
     with_control_plane(&["--fetch-delay-ms", "300"], TEST_TIMEOUT, async |cp| {
@@ -735,24 +752,24 @@ async fn fetch_mode_coalesces_identical_polls() {
         }
         assert_eq!(fetches(&cp.stats().await, EDS), 1);
 
-        // A different version is a separate fetch (here: up to date).
+        // Whatever version a client presents: the session's state stands.
         for reply in burst(10, version_of(&replies[0]), &["a"]).await {
             assert_eq!(reply.status, 304, "{}", reply.text());
         }
-        assert_eq!(fetches(&cp.stats().await, EDS), 2);
-        // Different names too.
+        assert_eq!(fetches(&cp.stats().await, EDS), 1);
+        // Names the session did not ask for are a new fetch.
         let ab = burst(10, String::new(), &["a", "b"]).await;
         for reply in &ab {
             assert_ok(reply, "a+b");
             assert_eq!(names_of(reply), ["a", "b"]);
         }
-        assert_eq!(fetches(&cp.stats().await, EDS), 3);
+        assert_eq!(fetches(&cp.stats().await, EDS), 2);
         // And another node.
         let other = gw
             .discover("endpoints", &request(&node("other"), "", &["a"]))
             .await;
         assert_ok(&other, "another node");
-        assert_eq!(fetches(&cp.stats().await, EDS), 4);
+        assert_eq!(fetches(&cp.stats().await, EDS), 3);
     })
     .await;
 }
@@ -885,6 +902,67 @@ async fn disabled_services_are_unimplemented_and_fail_cleanly() {
         cp.configure(json!({"no_fetch": false})).await;
         let reply = fetch.discover("clusters", &request(&n, "", &[])).await;
         assert_ok(&reply, "fetch enabled at run time");
+    })
+    .await;
+}
+
+/// Fetch mode keeps a session per node, as the stream modes do: the admin
+/// shows it, and while the upstream fails its polls are served the
+/// session's state marked stale, with the upstream's error in the view;
+/// once the upstream answers again the mark goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_mode_sessions_serve_stale_and_show_the_upstreams_error() {
+    with_control_plane(&[], TEST_TIMEOUT, async |cp| {
+        cp.set(CDS, "v1", &[cluster("a")]).await;
+        let gw = Gateway::start(
+            &cp.upstream(),
+            &["--upstream-mode", "fetch", "--fetch-cache-ttl", "1ms"],
+        )
+        .await;
+        let n = node("fetch-session");
+        let session = async || {
+            let sessions = gw.admin_json("/debug/sessions").await;
+            let list = sessions["sessions"].as_array().cloned().unwrap_or_default();
+            list.into_iter()
+                .find(|s| s["node_id"] == "fetch-session")
+                .unwrap_or_else(|| panic!("no session: {sessions}"))
+        };
+        let first = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&first, "first poll");
+        assert_eq!(first.header("x-xds-gateway-stale-since"), None);
+        let view = session().await;
+        assert!(
+            view["source"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("(fetch)"),
+            "{view}"
+        );
+        assert_eq!(view["types"]["clusters"]["version"], "v1", "{view}");
+        assert!(view["stale_since"].is_null(), "{view}");
+
+        cp.configure(json!({"no_fetch": true})).await;
+        let stale = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&stale, "a poll while the upstream fails");
+        assert_eq!(upstream_of(&stale), "v1");
+        assert!(
+            stale.header("x-xds-gateway-stale-since").is_some(),
+            "not marked stale"
+        );
+        let view = session().await;
+        assert!(view["stale_since"].is_string(), "{view}");
+        let error = view["last_error"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("Unimplemented"), "{view}");
+
+        cp.configure(json!({"no_fetch": false})).await;
+        let fresh = gw.discover("clusters", &request(&n, "", &[])).await;
+        assert_ok(&fresh, "a poll once the upstream answers again");
+        assert_eq!(fresh.header("x-xds-gateway-stale-since"), None);
+        let view = session().await;
+        assert!(
+            view["stale_since"].is_null() && view["last_error"].is_null(),
+            "{view}"
+        );
     })
     .await;
 }

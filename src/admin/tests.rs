@@ -25,7 +25,7 @@ fn admin() -> Arc<Admin> {
     let metrics = Arc::new(Metrics::new());
     let history = crate::observe::ConfigHistory::default();
     let source = Sessions::start(
-        feeder,
+        Arc::new(feeder),
         intake.clone(),
         history.clone(),
         metrics.clone(),

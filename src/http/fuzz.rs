@@ -197,7 +197,7 @@ pub(super) fn file_gateway(
     let feeder = FileFeeder::start(origin, intake.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(
-        feeder,
+        Arc::new(feeder),
         intake.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),

@@ -1,7 +1,8 @@
 //! What feeds sessions ([`Feeder`]): the seam between the registry of
 //! sessions, which only starts a task per session, and what runs in that
-//! task: an upstream stream (`upstream/stream.rs`), the snapshot
-//! (`upstream/file.rs`), a scripted feed in tests (`scripted.rs`). The
+//! task: an upstream stream (`upstream/stream.rs`), the upstream's unary
+//! `Fetch*` calls (`upstream/fetch.rs`), the snapshot (`upstream/file.rs`),
+//! a scripted feed in tests (`scripted.rs`). The
 //! store starts producers through it and names none of them (`app.rs`
 //! hands `Sessions` the feeder it chose).
 
@@ -26,6 +27,13 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()>;
 
+    /// While it cannot take polls yet (auto mode, still probing): a wait
+    /// for it, bounded by the first-response timeout, ending in why not.
+    /// `None` once it can (and by default).
+    fn pending(&self) -> Option<BoxFuture<'_, Result<(), SourceError>>> {
+        None
+    }
+
     /// Why no poll can be answered now (a snapshot that never loaded), if so.
     fn unavailable(&self) -> Option<SourceError> {
         None
@@ -40,6 +48,14 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
     /// streams only).
     fn carries(&self, kind: ResourceType) -> bool {
         !kind.delta_only()
+    }
+
+    /// For a feeder that is asked rather than pushed to (fetch mode): each
+    /// poll asks it to freshen the type before reading it
+    /// ([`Command::Freshen`]), and a held long poll asks again this often.
+    /// `None` (the default): it publishes as its upstream pushes.
+    fn freshened_every(&self) -> Option<std::time::Duration> {
+        None
     }
 
     /// Whether it has answered once (never unready again).

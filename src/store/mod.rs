@@ -45,10 +45,10 @@ use tonic::Code;
 pub(crate) use federation::{Federation, UpstreamSlot};
 pub(crate) use feeder::Feeder;
 pub(crate) use namespace::{Foreign, Namespace};
-pub(crate) use node::{decode_node, NodeBytes};
+pub(crate) use node::NodeBytes;
 #[cfg(test)]
 pub(crate) use node::{upstream_features, NodeInterner, SessionNode};
-pub(crate) use polled::{PollChannel, Polled};
+pub(crate) use polled::Polled;
 #[cfg(test)]
 pub(crate) use scripted::{idle, Script};
 pub(crate) use session::{Command, Session, SETTLE};
@@ -99,13 +99,12 @@ pub(crate) trait Inspect: Send + Sync + fmt::Debug {
     fn placements_of(&self, node_id: &str) -> Vec<StreamPlacement>;
 
     /// Every session, sorted by node id (per upstream, with several), for
-    /// `/debug/sessions` and the status page (none for sessionless sources).
+    /// `/debug/sessions` and the status page.
     fn sessions(&self) -> Vec<view::SessionView>;
 }
 
 /// A source as `app.rs` owns it: served through [`Source`], read through
-/// [`Inspect`], closed at shutdown. Federation and auto hold their parts
-/// as feeds too.
+/// [`Inspect`], closed at shutdown. Federation holds its parts as feeds too.
 pub(crate) trait Feed: Source + Inspect {
     /// Stops every task the source runs (at shutdown).
     fn close(&self);
@@ -162,7 +161,7 @@ pub(crate) struct Status {
     /// Why it is not serving what it should (a snapshot file that does not
     /// load, with path, line and reason).
     pub(crate) problems: Vec<String>,
-    /// Node identities with an open session (0 for sessionless sources).
+    /// Node identities with an open session.
     pub(crate) sessions: usize,
     /// Sessions serving their last state while the upstream stream is down.
     pub(crate) stale_sessions: usize,

@@ -4,7 +4,9 @@
 //!
 //! The session never talks to the network itself; its feeder does, and
 //! publishes each accepted state here through a `watch` channel per type,
-//! which is what waiting and long-polling requests wait on.
+//! which is what waiting and long-polling requests wait on. A feeder that
+//! is asked rather than pushed to (fetch mode) is asked through the same
+//! channel, per poll ([`Command::Freshen`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,13 +15,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::node::SessionNode;
 use super::unserved::Unserved;
 use super::upstream_log::{stamp, UpstreamLog};
 use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
+use super::SourceError;
 use crate::cache::{Coverage, Names, TypeState};
 use crate::observe::Recorder;
 use crate::sync::lock;
@@ -41,16 +44,61 @@ pub(crate) enum Command {
         presented: String,
         message: String,
     },
+    /// A poll is about to read this type: a feeder that is asked rather
+    /// than pushed to brings its state up to date first and says how that
+    /// went through `reply`. Pushed-to feeders drop it, which lets the
+    /// poll go on at once.
+    Freshen {
+        kind: ResourceType,
+        reply: FreshenReply,
+    },
 }
 
 impl Command {
     /// The type it is about.
     pub(crate) fn kind(&self) -> ResourceType {
         match self {
-            Command::Resubscribe(kind) | Command::Nack { kind, .. } => *kind,
+            Command::Resubscribe(kind)
+            | Command::Nack { kind, .. }
+            | Command::Freshen { kind, .. } => *kind,
         }
     }
 }
+
+/// How a feeder freshened a type for a poll: `Err` is what a poll with no
+/// state to fall back on is answered (one with a state is served it,
+/// marked stale by the feeder).
+pub(crate) type Freshened = Result<(), SourceError>;
+
+/// The poll's end of a [`Command::Freshen`]: answered once. Shared so
+/// that a command stays cloneable; two are equal when they are the same.
+#[derive(Debug, Clone)]
+pub(crate) struct FreshenReply {
+    asked_at: Instant,
+    reply: Arc<Mutex<Option<oneshot::Sender<Freshened>>>>,
+}
+
+impl FreshenReply {
+    /// When the poll asked.
+    pub(crate) fn asked_at(&self) -> Instant {
+        self.asked_at
+    }
+
+    /// Tells the poll how freshening went (nothing when it no longer waits).
+    pub(crate) fn send(&self, outcome: Freshened) {
+        if let Some(reply) = lock(&self.reply).take() {
+            let _ = reply.send(outcome);
+        }
+    }
+}
+
+impl PartialEq for FreshenReply {
+    fn eq(&self, other: &FreshenReply) -> bool {
+        Arc::ptr_eq(&self.reply, &other.reply)
+    }
+}
+
+impl Eq for FreshenReply {}
 
 /// When clients first and last asked for one name (or the wildcard).
 #[derive(Debug, Clone, Copy)]
@@ -459,6 +507,19 @@ impl Session {
     /// Queues a command for the upstream task (dropped if it has stopped).
     pub(super) fn send(&self, command: Command) {
         let _ = self.commands.send(command);
+    }
+
+    /// Asks the feeding task to bring `kind` up to date for a poll
+    /// ([`Command::Freshen`]) and waits for it to say how that went; a
+    /// task that does not freshen (or has stopped) lets the poll go on.
+    pub(super) async fn freshen(&self, kind: ResourceType) -> Freshened {
+        let (reply, answer) = oneshot::channel();
+        let reply = FreshenReply {
+            asked_at: Instant::now(),
+            reply: Arc::new(Mutex::new(Some(reply))),
+        };
+        self.send(Command::Freshen { kind, reply });
+        answer.await.unwrap_or(Ok(()))
     }
 
     /// The state of every type the upstream has answered.

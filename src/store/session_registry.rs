@@ -7,8 +7,10 @@
 //! whose request opened it until it closes), shared by every later one
 //! (fan-in), and closed when no client has polled it for the idle
 //! timeout; names nobody asks for any more are pruned on the same sweep.
-//! What feeds a session (an upstream stream, the snapshot) is the
-//! [`Feeder`]'s business; the registry only starts it.
+//! What feeds a session (an upstream stream, the upstream's unary calls,
+//! the snapshot) is the [`Feeder`]'s business; the registry only starts
+//! it, and asks a feeder that is not pushed to to freshen a type before a
+//! poll reads it.
 //!
 //! The global map is locked only to look up, insert and remove: a new
 //! identity's node is decoded outside it (a few at a time, big ones on a
@@ -72,10 +74,10 @@ struct Limits {
     max_answer_bytes: Option<u64>,
 }
 
-/// A [`Source`] of sessions fed by `F`.
+/// A [`Source`] of sessions, each fed by `feeder`.
 #[derive(Debug)]
-pub(crate) struct Sessions<F> {
-    feeder: F,
+pub(crate) struct Sessions {
+    feeder: Arc<dyn Feeder>,
     sessions: Mutex<Registry>,
     decoding: Semaphore,
     /// The extension lists of the sessions' nodes, one per distinct list.
@@ -150,16 +152,16 @@ impl Registry {
     }
 }
 
-impl<F: Feeder> Sessions<F> {
+impl Sessions {
     /// Sessions fed by `feeder`, swept for idleness in the background until
     /// [`Feed::close`] or the last handle drops.
     pub(crate) fn start(
-        feeder: F,
+        feeder: Arc<dyn Feeder>,
         intake: Intake,
         history: ConfigHistory,
         metrics: Arc<Metrics>,
         config: &Config,
-    ) -> Arc<Sessions<F>> {
+    ) -> Arc<Sessions> {
         let sessions = Arc::new(Sessions {
             feeder,
             sessions: Mutex::default(),
@@ -331,6 +333,9 @@ impl<F: Feeder> Sessions<F> {
         request: &ParsedRequest,
         tenant: Option<&Tenant>,
     ) -> Result<Polled, SourceError> {
+        if let Some(pending) = self.feeder.pending() {
+            pending.await?;
+        }
         if !self.feeder.carries(kind) {
             let from = self.feeder.describe();
             return Err(SourceError::DeltaOnly { kind, from });
@@ -368,6 +373,16 @@ impl<F: Feeder> Sessions<F> {
             // Set aside, and its time is up: ask the upstream again.
             session.send(Command::Resubscribe(kind));
         }
+        let freshen_every = self.feeder.freshened_every();
+        if freshen_every.is_some() {
+            // Asked rather than pushed to: the state is brought up to date
+            // first. A poll with no state to fall back on gets the failure.
+            if let Err(failed) = session.freshen(kind).await {
+                if session.state(kind).is_none() {
+                    return Err(failed);
+                }
+            }
+        }
         let within = self.limits.first_response_timeout;
         // A name being checked alone has no answer yet, however long ago it
         // was first asked: the poll waits for the check as for a first
@@ -394,12 +409,13 @@ impl<F: Feeder> Sessions<F> {
             rx,
             _serving: serving,
             forward: self.limits.forward_rejections,
+            freshen_every,
         };
         Ok(Polled::new(state, Box::new(feed)))
     }
 }
 
-fn spawn_sweeper<F: Feeder>(sessions: Weak<Sessions<F>>, every: Duration) -> JoinHandle<()> {
+fn spawn_sweeper(sessions: Weak<Sessions>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {
@@ -412,7 +428,7 @@ fn spawn_sweeper<F: Feeder>(sessions: Weak<Sessions<F>>, every: Duration) -> Joi
     })
 }
 
-impl<F: Feeder> Source for Sessions<F> {
+impl Source for Sessions {
     fn poll<'a>(
         &'a self,
         kind: ResourceType,
@@ -427,7 +443,7 @@ impl<F: Feeder> Source for Sessions<F> {
     }
 }
 
-impl<F: Feeder> Inspect for Sessions<F> {
+impl Inspect for Sessions {
     fn status(&self) -> Status {
         let mut status = Status {
             ready: self.feeder.is_ready(),
@@ -555,7 +571,7 @@ impl<F: Feeder> Inspect for Sessions<F> {
     }
 }
 
-impl<F: Feeder> Feed for Sessions<F> {
+impl Feed for Sessions {
     fn close(&self) {
         if let Some(sweeper) = self.sweeper_lock().take() {
             sweeper.abort();
@@ -579,6 +595,9 @@ struct SessionChannel {
     rx: watch::Receiver<Option<Arc<TypeState>>>,
     _serving: InFlight,
     forward: bool,
+    /// How often a held long poll asks the feeder to freshen the type
+    /// (a feeder asked rather than pushed to; see `Feeder::freshened_every`).
+    freshen_every: Option<Duration>,
 }
 
 impl PollChannel for SessionChannel {
@@ -588,8 +607,26 @@ impl PollChannel for SessionChannel {
         wait: Duration,
     ) -> BoxFuture<'a, Option<Arc<TypeState>>> {
         async move {
-            let next = wait_for_change(self.rx.clone(), seen, wait).await;
-            (!Arc::ptr_eq(&next, seen)).then_some(next)
+            let Some(every) = self.freshen_every else {
+                let next = wait_for_change(self.rx.clone(), seen, wait).await;
+                return (!Arc::ptr_eq(&next, seen)).then_some(next);
+            };
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let next = wait_for_change(self.rx.clone(), seen, left.min(every)).await;
+                if !Arc::ptr_eq(&next, seen) {
+                    return Some(next);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return None;
+                }
+                // The poll is answered with what it has; the next one sees
+                // the failure.
+                if self.session.freshen(self.kind).await.is_err() {
+                    return None;
+                }
+            }
         }
         .boxed()
     }
@@ -648,7 +685,7 @@ mod tests {
         let intake = Intake::new(Codec::embedded());
         let script = Script::new(intake.clone());
         let sessions = Sessions::start(
-            script.feeder(),
+            Arc::new(script.feeder()),
             intake,
             crate::observe::ConfigHistory::default(),
             Arc::new(Metrics::new()),

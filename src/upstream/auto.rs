@@ -1,9 +1,10 @@
-//! `--upstream-mode auto` as a [`Source`]: probes the upstream (delta ADS,
+//! `--upstream-mode auto` as a [`Feeder`]: probes the upstream (delta ADS,
 //! SotW ADS, per-type delta, per-type SotW, else the unary Fetch RPCs; see
-//! [`super::connection::probe`]), retrying with the
-//! streams' backoff while it cannot be reached, then hands every poll to the
-//! source built for the mode it found. Polls that come before the choice
-//! wait for it, bounded by the first-response timeout; HDS/CSDS pass-through
+//! [`super::connection::probe`]), retrying with the streams' backoff while
+//! it cannot be reached, then feeds every session through the feeder built
+//! for the mode it found. Polls that come before the choice wait for it,
+//! bounded by the first-response timeout ([`Feeder::pending`]); a session
+//! opened meanwhile is fed once the choice is made. HDS/CSDS pass-through
 //! needs no choice.
 
 use std::sync::{Arc, Mutex};
@@ -11,69 +12,65 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::backoff::Backoff;
 use super::connection::probe;
 use super::UpstreamContext;
-use crate::cache::ParsedRequest;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
-use crate::shares::Tenant;
-use crate::store::Polled;
-use crate::store::SessionView;
-use crate::store::{
-    Feed, Inspect, PassThrough, PassedThrough, Source, SourceError, Status, StreamPlacement,
-};
+use crate::store::{Command, Feeder, PassThrough, PassedThrough, Session, SourceError};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
-/// Builds the source for the mode the probe found (`app.rs` decides what
+/// Builds the feeder for the mode the probe found (`app.rs` decides what
 /// each mode is).
-pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Feed> + Send>;
+pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Feeder> + Send>;
 
-/// The probing source.
+/// The probing feeder.
 #[derive(Debug)]
-pub(crate) struct AutoSource {
+pub(crate) struct AutoFeeder {
     ctx: Arc<UpstreamContext>,
-    chosen: watch::Sender<Option<Arc<dyn Feed>>>,
+    chosen: watch::Sender<Option<Arc<dyn Feeder>>>,
     first_wait: Duration,
     probe: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl AutoSource {
-    /// Starts probing `ctx`; `choose` builds the source for the mode found.
+impl AutoFeeder {
+    /// Starts probing `ctx`; `choose` builds the feeder for the mode found.
     pub(crate) fn start(
         ctx: Arc<UpstreamContext>,
         first_wait: Duration,
         choose: Choose,
-    ) -> Arc<AutoSource> {
-        let source = Arc::new(AutoSource {
-            ctx: ctx.clone(),
-            chosen: watch::Sender::new(None),
+    ) -> AutoFeeder {
+        let chosen = watch::Sender::new(None);
+        let task = {
+            let (ctx, chosen) = (ctx.clone(), chosen.clone());
+            tokio::spawn(async move {
+                let (mode, streams) = resolve(&ctx).await;
+                chosen.send_replace(Some(choose(mode, streams)));
+            })
+        };
+        AutoFeeder {
+            ctx,
+            chosen,
             first_wait,
-            probe: Mutex::default(),
-        });
-        let weak = Arc::downgrade(&source);
-        let task = tokio::spawn(async move {
-            let (mode, streams) = resolve(&ctx).await;
-            let Some(source) = weak.upgrade() else { return };
-            source.chosen.send_replace(Some(choose(mode, streams)));
-        });
-        *lock(&source.probe) = Some(task);
-        source
+            probe: Mutex::new(Some(task)),
+        }
     }
 
-    /// The source in use, waiting up to the first-response timeout for the
-    /// probe to decide.
-    async fn chosen(&self) -> Result<Arc<dyn Feed>, SourceError> {
-        let mut rx = self.chosen.subscribe();
-        let decided = tokio::time::timeout(self.first_wait, rx.wait_for(Option::is_some)).await;
-        match decided {
-            Ok(Ok(chosen)) => chosen.clone().ok_or(SourceError::Probing),
-            _ => Err(SourceError::Probing),
+    /// The feeder chosen, once the probe has decided.
+    fn chosen(&self) -> Option<Arc<dyn Feeder>> {
+        self.chosen.borrow().clone()
+    }
+}
+
+impl Drop for AutoFeeder {
+    fn drop(&mut self) {
+        if let Some(probe) = lock(&self.probe).take() {
+            probe.abort();
         }
     }
 }
@@ -97,61 +94,84 @@ async fn resolve(ctx: &UpstreamContext) -> (UpstreamMode, UpstreamStreams) {
     }
 }
 
-impl Source for AutoSource {
-    fn poll<'a>(
-        &'a self,
-        kind: ResourceType,
-        request: &'a ParsedRequest,
-        tenant: Option<&'a Tenant>,
-    ) -> BoxFuture<'a, Result<Polled, SourceError>> {
-        async move { self.chosen().await?.poll(kind, request, tenant).await }.boxed()
+/// Aborts the task it holds when dropped: the chosen feeder's task for a
+/// session ends with the session's own.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Feeder for AutoFeeder {
+    fn start(
+        &self,
+        session: Arc<Session>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> JoinHandle<()> {
+        let mut chosen = self.chosen.subscribe();
+        tokio::spawn(async move {
+            let Ok(feeder) = chosen.wait_for(Option::is_some).await.map(|c| c.clone()) else {
+                return;
+            };
+            let Some(feeder) = feeder else { return };
+            let mut task = AbortOnDrop(feeder.start(session, commands));
+            let _ = (&mut task.0).await;
+        })
+    }
+
+    fn pending(&self) -> Option<BoxFuture<'_, Result<(), SourceError>>> {
+        if self.chosen.borrow().is_some() {
+            return None;
+        }
+        let mut rx = self.chosen.subscribe();
+        Some(
+            async move {
+                match tokio::time::timeout(self.first_wait, rx.wait_for(Option::is_some)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    _ => Err(SourceError::Probing),
+                }
+            }
+            .boxed(),
+        )
+    }
+
+    fn unavailable(&self) -> Option<SourceError> {
+        self.chosen().and_then(|feeder| feeder.unavailable())
+    }
+
+    fn carries(&self, kind: ResourceType) -> bool {
+        self.chosen()
+            .map_or(!kind.delta_only(), |feeder| feeder.carries(kind))
+    }
+
+    fn freshened_every(&self) -> Option<Duration> {
+        self.chosen().and_then(|feeder| feeder.freshened_every())
+    }
+
+    fn is_ready(&self) -> bool {
+        self.chosen().is_some_and(|feeder| feeder.is_ready())
+    }
+
+    fn describe(&self) -> String {
+        match self.chosen() {
+            Some(feeder) => feeder.describe(),
+            None => format!("gRPC upstream {} (auto: probing)", self.ctx.uri),
+        }
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.chosen()
+            .map(|feeder| feeder.problems())
+            .unwrap_or_default()
+    }
+
+    fn upstream_name(&self) -> Option<&str> {
+        Some(&self.ctx.name)
     }
 
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
         self.ctx.pass_through(call).boxed()
-    }
-}
-
-impl Inspect for AutoSource {
-    fn status(&self) -> Status {
-        let chosen = self.chosen.borrow().clone();
-        match chosen {
-            Some(source) => source.status(),
-            None => Status {
-                ready: false,
-                description: format!("gRPC upstream {} (auto: probing)", self.ctx.uri),
-                ..Status::default()
-            },
-        }
-    }
-
-    fn states_of(&self, node_id: &str) -> Vec<Arc<crate::cache::TypeState>> {
-        let chosen = self.chosen.borrow().clone();
-        chosen
-            .map(|source| source.states_of(node_id))
-            .unwrap_or_default()
-    }
-
-    fn sessions(&self) -> Vec<SessionView> {
-        let chosen = self.chosen.borrow().clone();
-        chosen.map(|source| source.sessions()).unwrap_or_default()
-    }
-
-    fn placements_of(&self, node_id: &str) -> Vec<StreamPlacement> {
-        let chosen = self.chosen.borrow().clone();
-        chosen
-            .map(|source| source.placements_of(node_id))
-            .unwrap_or_default()
-    }
-}
-
-impl Feed for AutoSource {
-    fn close(&self) {
-        if let Some(probe) = lock(&self.probe).take() {
-            probe.abort();
-        }
-        if let Some(source) = self.chosen.borrow().clone() {
-            source.close();
-        }
     }
 }

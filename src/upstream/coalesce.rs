@@ -53,6 +53,8 @@ impl PendingSubscriptions {
                 presented,
                 message,
             } => nack(kind, presented, message),
+            // A stream is pushed to: the poll goes on with what it has.
+            Command::Freshen { .. } => None,
         }
     }
 

@@ -240,7 +240,7 @@ async fn run(
             changed = snapshots.changed() => if changed.is_err() { return },
             command = commands.recv() => match command {
                 None => return,
-                Some(Command::Resubscribe(_)) => {}
+                Some(Command::Resubscribe(_) | Command::Freshen { .. }) => {}
                 Some(Command::Nack { kind, message, .. }) => {
                     warn!(%kind, message = %Escaped(&message), "suspected rejection (no upstream to NACK: snapshot source)");
                 }

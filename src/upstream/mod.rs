@@ -7,10 +7,11 @@
 //! - [`DeltaFeeder`]: a `DeltaAggregatedResources` stream, or one
 //!   `Delta<Type>` stream per type;
 //! - [`FileFeeder`]: the watched snapshot directory or the embedded demo;
-//! - [`FetchSource`]: the upstream's unary `Fetch*` per poll (coalesced, no
-//!   sessions; long polls re-fetch, since nothing pushes): a sessionless
-//!   source behind the store's seam;
-//! - [`AutoSource`]: probes the upstream, then delegates to one of the above.
+//! - [`FetchFeeder`]: the upstream's unary `Fetch*`, asked when a poll
+//!   reads a type (nothing pushes; what a call brought stands for the TTL,
+//!   and held long polls ask again);
+//! - [`AutoFeeder`]: probes the upstream, then feeds sessions through one
+//!   of the above.
 //!
 //! The transport is [`connection`] (the channel, TLS, health, the probe,
 //! unary calls), [`failover`] and [`backoff`]; the stream tasks share one
@@ -44,11 +45,11 @@ mod stream;
 mod ttl;
 mod wire;
 
-pub(crate) use auto::AutoSource;
+pub(crate) use auto::{AutoFeeder, Choose};
 pub(crate) use connection::UpstreamContext;
 pub use connection::{descriptor_set, DescriptorsError, StartError};
 pub(crate) use failover::Route;
-pub(crate) use fetch::FetchSource;
+pub(crate) use fetch::FetchFeeder;
 pub(crate) use file::{FileFeeder, Origin};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use snapshot::fuzz::snapshot as fuzz_snapshot;

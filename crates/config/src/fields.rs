@@ -171,7 +171,7 @@ settings! {
         #[arg(long, env = "XDS_GATEWAY_UPSTREAM_REFLECTION", num_args = 0..=1, default_missing_value = "on",
               value_parser = clap::builder::BoolishValueParser::new())]
         upstream_reflection: bool = true,
-        /// Fetch mode: how long an upstream answer is reused for identical requests [default: 500ms].
+        /// Fetch mode: how long what a session's fetch brought is served without asking again [default: 500ms].
         #[arg(long, env = "XDS_GATEWAY_FETCH_CACHE_TTL", value_parser = humantime::parse_duration)]
         #[serde(default, with = "opt_duration")]
         fetch_cache_ttl: Duration = Duration::from_millis(500),

@@ -372,7 +372,7 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     let metrics = Arc::new(Metrics::new());
     let feeder = FileFeeder::start(Origin::EmbeddedDemo, intake.clone(), config.session_key);
     let snapshot = Sessions::start(
-        feeder,
+        Arc::new(feeder),
         intake.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
@@ -409,7 +409,7 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     let namespace = Namespace::new(Default::default(), &spec.name, &spec.name);
     let feeder = SotwFeeder::new(Route::single(ctx), UpstreamStreams::Aggregated, namespace);
     let upstream = Sessions::start(
-        feeder,
+        Arc::new(feeder),
         intake,
         crate::observe::ConfigHistory::default(),
         metrics.clone(),

@@ -38,7 +38,7 @@ fn scripted_inspected(config: Config) -> (Arc<Gateway>, Arc<Script>, Arc<dyn Ins
     let script = Script::new(intake.clone());
     let metrics = Arc::new(Metrics::new());
     let source = Sessions::start(
-        script.feeder(),
+        Arc::new(script.feeder()),
         intake.clone(),
         crate::observe::ConfigHistory::default(),
         metrics.clone(),
