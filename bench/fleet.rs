@@ -2,7 +2,9 @@
 //! polling N EDS clusters over REST through the gateway, in front of an ADS
 //! control plane), run longer, with the release gateway. Prints, per size:
 //! the time to warm every cluster from a cold start and the update failures
-//! on the way, then for a steady-state window: EDS polls per second, the
+//! on the way, with the same Envoy's cold start against a plain REST server
+//! serving the same clusters (`fleet::floor_warm`, the floor, measured first
+//! in the same run) and the ratio, then for a steady-state window: EDS polls per second, the
 //! share answered 304, `update_success` increments (none: nothing changed)
 //! and the gateway's CPU per 1,000 polls/s.
 //!
@@ -43,12 +45,21 @@ async fn main() {
         "Envoy 1.40 polling N EDS clusters over REST (HTTP/2 to the gateway), refresh_delay {refresh:?}; \
          steady state measured over {seconds}s\n"
     );
-    println!("| EDS clusters | warm | cold-start update failures | EDS polls/s | 304 share | update_success rises | gateway CPU per 1,000 polls/s |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| EDS clusters | warm | floor warm | warm / floor | cold-start update failures | EDS polls/s | 304 share | update_success rises | gateway CPU per 1,000 polls/s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for clusters in sizes {
         let dir = tempfile::tempdir().expect("temp dir");
+        let limit = Duration::from_secs(120);
+        let floor = fleet::floor_warm(
+            &envoy_bin,
+            &dir.path().join("floor"),
+            clusters,
+            refresh,
+            limit,
+        )
+        .await;
         let mut fleet = Fleet::start(&envoy_bin, dir.path(), clusters, refresh, false).await;
-        let warm = fleet.wait_warm(Duration::from_secs(120)).await;
+        let warm = fleet.wait_warm(limit).await;
         let (before, failures, _) = fleet.eds_counters().await;
         // Let the first poll round after warming settle.
         tokio::time::sleep(refresh * 3).await;
@@ -69,8 +80,10 @@ async fn main() {
             .sum();
         let cpu_share = cpu / elapsed;
         println!(
-            "| {clusters} | {:.2} s | {failures} | {rate:.0} | {:.2} % | {rises} | {:.3} cores ({:.1} % of one) |",
+            "| {clusters} | {:.2} s | {:.2} s | {:.2} | {failures} | {rate:.0} | {:.2} % | {rises} | {:.3} cores ({:.1} % of one) |",
             warm.as_secs_f64(),
+            floor.as_secs_f64(),
+            warm.as_secs_f64() / floor.as_secs_f64(),
             100.0 * (nm1 - nm0) / polls.max(1.0),
             cpu_share * 1000.0 / rate.max(1.0),
             100.0 * cpu_share * 1000.0 / rate.max(1.0),

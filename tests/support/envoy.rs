@@ -12,7 +12,7 @@
 //! This module owns:
 //!
 //! - [`run_bounded`]: one Envoy test in a fresh temp dir within
-//!   [`TEST_TIMEOUT`], failing (with how to install it) without Envoy, the
+//!   [`TEST_TIMEOUT`] (or a bound of its own, [`run_bounded_within`]), failing (with how to install it) without Envoy, the
 //!   Envoy and gateway logs ([`ENVOY_LOG`], [`GATEWAY_LOG`]) printed when
 //!   time runs out; the bounds of its phases ([`CONVERGE_TIMEOUT`],
 //!   [`CHANGE_TIMEOUT`]);
@@ -81,10 +81,20 @@ where
     F: FnOnce(PathBuf, PathBuf) -> Fut,
     Fut: Future<Output = ()>,
 {
+    run_bounded_within(test, TEST_TIMEOUT, run).await;
+}
+
+/// [`run_bounded`] within `bound` instead of [`TEST_TIMEOUT`] (a test whose
+/// own waits scale with what it measures of the machine).
+pub async fn run_bounded_within<F, Fut>(test: &str, bound: Duration, run: F)
+where
+    F: FnOnce(PathBuf, PathBuf) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let envoy = require_envoy(test);
     let dir = tempfile::tempdir().expect("tempdir");
     let started = Instant::now();
-    match tokio::time::timeout(TEST_TIMEOUT, run(envoy, dir.path().to_path_buf())).await {
+    match tokio::time::timeout(bound, run(envoy, dir.path().to_path_buf())).await {
         Ok(()) => eprintln!("{test}: passed in {:.1?}", started.elapsed()),
         Err(_) => {
             for (name, file) in [("envoy", ENVOY_LOG), ("xds-gateway", GATEWAY_LOG)] {
@@ -93,7 +103,7 @@ where
                     print_log_file(name, &log);
                 }
             }
-            panic!("{test}: did not finish within {TEST_TIMEOUT:?}");
+            panic!("{test}: did not finish within {bound:?}");
         }
     }
 }

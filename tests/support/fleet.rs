@@ -12,8 +12,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
 use envoy_types::pb::google::protobuf::Any;
 use serde_json::{json, Value};
 use xds_gateway::xds::{Codec, ResourceType};
@@ -150,42 +156,15 @@ impl Fleet {
     /// Per EDS cluster: `update_success`; and the sums of `update_failure`
     /// and `update_rejected` over all of them.
     pub async fn eds_counters(&mut self) -> (BTreeMap<String, u64>, u64, u64) {
-        let stats = self.envoy_counters(&["cluster.svc_"]).await;
-        let mut success = BTreeMap::new();
-        let (mut failures, mut rejected) = (0, 0);
-        for (name, value) in stats {
-            let Some(cluster) = name.strip_prefix("cluster.") else {
-                continue;
-            };
-            if let Some(cluster) = cluster.strip_suffix(".update_success") {
-                success.insert(cluster.to_owned(), value);
-            } else if cluster.ends_with(".update_failure") {
-                failures += value;
-            } else if cluster.ends_with(".update_rejected") {
-                rejected += value;
-            }
-        }
-        (success, failures, rejected)
+        self.check_alive();
+        eds_counters(self.envoy_admin).await
     }
 
     /// Waits until every EDS cluster has taken its first update; how long
     /// that took since Envoy started.
     pub async fn wait_warm(&mut self, timeout: Duration) -> Duration {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let (success, _, _) = self.eds_counters().await;
-            let warm = success.len() == self.clusters && success.values().all(|v| *v >= 1);
-            if warm {
-                return self.started.elapsed();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {} EDS clusters warm after {timeout:?}",
-                success.values().filter(|v| **v >= 1).count(),
-                self.clusters
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        self.check_alive();
+        wait_eds_warm(self.envoy_admin, self.clusters, self.started, timeout).await
     }
 
     /// The gateway's EDS answers so far: (200s, 304s, others).
@@ -245,5 +224,147 @@ impl Fleet {
     /// The node cluster Envoy presents.
     pub fn node_cluster(&self) -> &'static str {
         NODE_CLUSTER
+    }
+}
+
+/// Per EDS cluster of the Envoy whose admin listens on `admin`:
+/// `update_success`; and the sums of `update_failure` and `update_rejected`
+/// over all of them.
+pub async fn eds_counters(admin: u16) -> (BTreeMap<String, u64>, u64, u64) {
+    let stats = envoy::counters(admin, &["cluster.svc_"]).await;
+    let mut success = BTreeMap::new();
+    let (mut failures, mut rejected) = (0, 0);
+    for (name, value) in stats {
+        let Some(cluster) = name.strip_prefix("cluster.") else {
+            continue;
+        };
+        if let Some(cluster) = cluster.strip_suffix(".update_success") {
+            success.insert(cluster.to_owned(), value);
+        } else if cluster.ends_with(".update_failure") {
+            failures += value;
+        } else if cluster.ends_with(".update_rejected") {
+            rejected += value;
+        }
+    }
+    (success, failures, rejected)
+}
+
+/// Waits until each of the `clusters` EDS clusters of the Envoy whose admin
+/// listens on `admin` has taken its first update; how long that took since
+/// `started`. Panics after `timeout`, saying how many were warm.
+pub async fn wait_eds_warm(
+    admin: u16,
+    clusters: usize,
+    started: Instant,
+    timeout: Duration,
+) -> Duration {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (success, _, _) = eds_counters(admin).await;
+        let warm = success.len() == clusters && success.values().all(|v| *v >= 1);
+        if warm {
+            return started.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {clusters} EDS clusters warm after {timeout:?}",
+            success.values().filter(|v| **v >= 1).count(),
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// What the floor server answers: per path, the body of version "1".
+struct FloorBodies {
+    listeners: Bytes,
+    clusters: Bytes,
+    /// Per cluster name, its ClusterLoadAssignment's answer.
+    endpoints: BTreeMap<String, Bytes>,
+}
+
+/// The cold-start floor of a fleet: the same Envoy, as `Fleet::start`
+/// starts it, polling `clusters` EDS clusters with the same endpoints from
+/// a plain REST server that answers each poll from a body made in advance
+/// (a 304 to a poll presenting version "1", as a REST server does for an
+/// unchanged resource), with the sources the gateway writes (`refresh`,
+/// a 10 s `request_timeout`). How long it took to warm every cluster since
+/// Envoy started: the same machine's own cost of a cold start, against
+/// which a gateway's is judged in the same run. Envoy is killed at the end.
+pub async fn floor_warm(
+    envoy_bin: &Path,
+    dir: &Path,
+    clusters: usize,
+    refresh: Duration,
+    timeout: Duration,
+) -> Duration {
+    std::fs::create_dir_all(dir).expect("create the floor's directory");
+    let response = |type_url: &str, resources: Vec<Value>| -> Bytes {
+        json!({"version_info": "1", "resources": resources, "type_url": type_url})
+            .to_string()
+            .into()
+    };
+    let source = json!({"resource_api_version": "V3", "api_config_source": {
+        "api_type": "REST", "transport_api_version": "V3", "cluster_names": ["xds_cluster"],
+        "refresh_delay": format!("{:.3}s", refresh.as_secs_f64()), "request_timeout": "10s"}});
+    let cluster_list = (0..clusters)
+        .map(|i| {
+            json!({"@type": CDS, "name": cluster_name(i), "type": "EDS", "connect_timeout": "1s",
+                   "eds_cluster_config": {"eds_config": source.clone()}})
+        })
+        .collect();
+    let endpoints = (0..clusters)
+        .map(|i| {
+            let port = 20_000 + (i as u32 * 7) % 40_000;
+            let assignment = json!({"@type": EDS, "cluster_name": cluster_name(i), "endpoints": [
+                {"lb_endpoints": [{"endpoint": {"address": {"socket_address":
+                    {"address": "127.0.0.1", "port_value": port}}}}]}]});
+            (cluster_name(i), response(EDS, vec![assignment]))
+        })
+        .collect();
+    let bodies = Arc::new(FloorBodies {
+        listeners: response(LDS, Vec::new()),
+        clusters: response(CDS, cluster_list),
+        endpoints,
+    });
+    let port = envoy::serve(Router::new().fallback(floor_answer).with_state(bodies)).await;
+    let admin = free_port();
+    let bootstrap = envoy::rest_bootstrap_with("fleet", admin, port, envoy::XDS_CLUSTER_HTTP2);
+    let mut envoy = Envoy::start(envoy_bin, dir, &bootstrap);
+    let started = Instant::now();
+    envoy::wait_admin(admin, "/stats?filter=server.live", "the floor's Envoy").await;
+    let warm = wait_eds_warm(admin, clusters, started, timeout).await;
+    envoy.assert_running();
+    warm
+}
+
+/// One poll of the floor server: the body for its path (and, for EDS, its
+/// one name), or a 304 when it presents version "1".
+async fn floor_answer(State(bodies): State<Arc<FloorBodies>>, uri: Uri, body: Bytes) -> Response {
+    // Only the two fields read: the node (77 KB from Envoy 1.40) is skipped.
+    #[derive(serde::Deserialize)]
+    struct Poll {
+        #[serde(default)]
+        version_info: String,
+        #[serde(default)]
+        resource_names: Vec<String>,
+    }
+    let Ok(poll) = serde_json::from_slice::<Poll>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    if poll.version_info == "1" {
+        return StatusCode::NOT_MODIFIED.into_response();
+    }
+    let answer = match uri.path() {
+        "/v3/discovery:listeners" => Some(bodies.listeners.clone()),
+        "/v3/discovery:clusters" => Some(bodies.clusters.clone()),
+        "/v3/discovery:endpoints" => poll
+            .resource_names
+            .first()
+            .and_then(|name| bodies.endpoints.get(name).cloned()),
+        _ => None,
+    };
+    match answer {
+        Some(body) => ([("content-type", "application/json")], body).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
     }
 }
