@@ -96,6 +96,44 @@ pub fn assignment(codec: &Codec, i: usize, generation: u32) -> Any {
     )
 }
 
+/// How the fleet's Envoy reaches the gateway: its `xds_cluster`'s protocol,
+/// connect timeout and, if set, its circuit breaker's `max_connections`
+/// (with `max_pending_requests` 100,000, so that polls past it wait).
+#[derive(Debug, Clone, Copy)]
+pub struct XdsLink {
+    pub http2: bool,
+    pub connect_timeout: Duration,
+    pub max_connections: Option<u32>,
+}
+
+impl Default for XdsLink {
+    /// HTTP/2, a 1 s connect timeout (`examples/envoy-rest-bootstrap.yaml`),
+    /// Envoy's default circuit breaker.
+    fn default() -> XdsLink {
+        XdsLink {
+            http2: true,
+            connect_timeout: Duration::from_secs(1),
+            max_connections: None,
+        }
+    }
+}
+
+impl XdsLink {
+    /// The YAML lines it adds to the `xds_cluster` (indented for its fields).
+    fn cluster_lines(&self) -> String {
+        let mut lines = String::new();
+        if self.http2 {
+            lines.push_str(envoy::XDS_CLUSTER_HTTP2);
+        }
+        if let Some(max) = self.max_connections {
+            lines.push_str(&format!(
+                "    circuit_breakers:\n      thresholds:\n      - max_connections: {max}\n        max_pending_requests: 100000\n"
+            ));
+        }
+        lines
+    }
+}
+
 impl Fleet {
     /// Starts the upstream with `clusters` EDS clusters, the gateway (its
     /// EDS sources rewritten to poll every `refresh`), then Envoy.
@@ -106,6 +144,19 @@ impl Fleet {
         refresh: Duration,
         debug_log: bool,
     ) -> Fleet {
+        let link = XdsLink::default();
+        Fleet::start_with(envoy_bin, dir, clusters, refresh, debug_log, link).await
+    }
+
+    /// [`Fleet::start`] with Envoy reaching the gateway over `link`.
+    pub async fn start_with(
+        envoy_bin: &Path,
+        dir: &Path,
+        clusters: usize,
+        refresh: Duration,
+        debug_log: bool,
+        link: XdsLink,
+    ) -> Fleet {
         let codec = Codec::embedded();
         let ads = control_plane(&codec, clusters).await;
 
@@ -113,12 +164,11 @@ impl Fleet {
         let (gateway_port, gateway_admin) = (gateway.port, gateway.admin);
         let gateway = gateway.guard;
         let envoy_admin = free_port();
-        let bootstrap = envoy::rest_bootstrap_with(
-            "fleet",
-            envoy_admin,
-            gateway_port,
-            envoy::XDS_CLUSTER_HTTP2,
-        );
+        let lines = link.cluster_lines();
+        let bootstrap = envoy::rest_bootstrap_with("fleet", envoy_admin, gateway_port, &lines);
+        // The bootstrap's one connect timeout is its xds_cluster's.
+        let timeout = format!("connect_timeout: {}s", link.connect_timeout.as_secs_f64());
+        let bootstrap = bootstrap.replacen("connect_timeout: 1s", &timeout, 1);
         let envoy = Envoy::start(envoy_bin, dir, &bootstrap);
         let started = Instant::now();
         envoy::wait_admin(
@@ -326,7 +376,7 @@ pub async fn floor_warm(
         clusters: response(CDS, cluster_list),
         endpoints,
     });
-    let port = envoy::serve(Router::new().fallback(floor_answer).with_state(bodies)).await;
+    let port = serve_many_streams(Router::new().fallback(floor_answer).with_state(bodies)).await;
     let admin = free_port();
     let bootstrap = envoy::rest_bootstrap_with("fleet", admin, port, envoy::XDS_CLUSTER_HTTP2);
     let mut envoy = Envoy::start(envoy_bin, dir, &bootstrap);
@@ -335,6 +385,32 @@ pub async fn floor_warm(
     let warm = wait_eds_warm(admin, clusters, started, timeout).await;
     envoy.assert_running();
     warm
+}
+
+/// Serves `router` on 127.0.0.1:0 over HTTP/1.1 and HTTP/2 (prior
+/// knowledge), taking as many HTTP/2 streams at once as the gateway does
+/// (`--max-streams-per-connection`, 4,096): Envoy sends a cold start's
+/// polls before it reads the server's limit, and hyper's default of 200
+/// would refuse the rest. Returns the port.
+async fn serve_many_streams(router: Router) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().expect("local address").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            tokio::spawn(async move {
+                let mut builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                builder.http2().max_concurrent_streams(4096);
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = builder.serve_connection(io, service).await;
+            });
+        }
+    });
+    port
 }
 
 /// One poll of the floor server: the body for its path (and, for EDS, its
