@@ -9,10 +9,10 @@
 //! confirmed byte for byte) and holds a reference to it: one map of names
 //! for all of them, not one each. The order of the resources does not
 //! matter: go-control-plane sends a snapshot's resources in Go's map order,
-//! which differs from one response to the next. The confirmation looks
-//! each payload up by its hash in the set's [`PayloadIndex`] and compares
-//! the bytes: no name is parsed and no map of names walked for the
-//! sessions that share a set.
+//! which differs from one response to the next. The confirmation sorts
+//! the answer's payloads by hash and compares them, bytes too, with the
+//! set's, sorted once ([`PayloadIndex`]): no name is parsed and no map of
+//! names walked for the sessions that share a set.
 //!
 //! A set is immutable and has an id, which keys what is worked out from it
 //! once for every state holding it: the selection digest a request's names
@@ -65,8 +65,8 @@ pub(crate) struct ResourceSet {
     id: u64,
     map: ResourceMap,
     selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
-    /// The payloads by hash, worked out the first time an answer is
-    /// compared with the set.
+    /// The payloads sorted by hash, the first time an answer is compared
+    /// with the set.
     payloads: OnceLock<PayloadIndex>,
     /// Whether any resource holds an `Any` served opaque (`xds::opaque`).
     opaque: bool,
