@@ -372,7 +372,7 @@ impl Session {
     /// first polls after a subscription still wait. A request that would
     /// subscribe the type to more than `max_names` names records nothing
     /// and is refused.
-    pub(crate) fn want(
+    pub(super) fn want(
         &self,
         kind: ResourceType,
         names: &Names,
@@ -388,9 +388,27 @@ impl Session {
         Ok((self.slot(kind).state.subscribe(), settled))
     }
 
+    /// Test builds: a client subscribes to `names` of `kind`, as a poll
+    /// records it ([`Session::want`], settled after [`SETTLE`]).
+    #[cfg(test)]
+    pub(crate) fn subscribe(
+        &self,
+        kind: ResourceType,
+        names: &Names,
+        max_names: usize,
+    ) -> Result<(StateRx, bool), TooManyNames> {
+        self.want(kind, names, SETTLE, max_names)
+    }
+
+    /// Test builds: the sweep's pruning ([`Session::prune`]) at `now`.
+    #[cfg(test)]
+    pub(crate) fn sweep_names(&self, now: Instant, ttl: Duration) {
+        self.prune(now, ttl)
+    }
+
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
     /// resubscribing the types that narrowed.
-    pub(crate) fn prune(&self, now: Instant, ttl: Duration) {
+    pub(super) fn prune(&self, now: Instant, ttl: Duration) {
         for kind in ResourceType::all() {
             let narrowed = {
                 let mut sub = lock(&self.slot(kind).subscription);

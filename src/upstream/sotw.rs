@@ -679,12 +679,7 @@ mod tests {
         let kind = ResourceType::Clusters;
         let (session, _commands) = Session::new(crate::store::SessionNode::default());
         session
-            .want(
-                kind,
-                &crate::cache::Names::Wildcard,
-                crate::store::SETTLE,
-                10,
-            )
+            .subscribe(kind, &crate::cache::Names::Wildcard, 10)
             .unwrap();
         let namespace = Namespace::new(BTreeMap::new(), "test", "test");
         let mut sotw = Sotw::new(

@@ -793,7 +793,7 @@ mod tests {
         for kind in [ResourceType::Clusters, ResourceType::Runtime] {
             let names = crate::cache::Names::Wildcard;
             session
-                .want(kind, &names, crate::store::SETTLE, 10)
+                .subscribe(kind, &names, 10)
                 .unwrap_or_else(|e| panic!("{e:?}"));
         }
         session.publish(crate::cache::TypeState::new(

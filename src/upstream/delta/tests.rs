@@ -527,12 +527,7 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
 async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
     let (session, _commands) = crate::store::Session::new(crate::store::SessionNode::default());
     session
-        .want(
-            KIND,
-            &crate::cache::Names::Wildcard,
-            crate::store::SETTLE,
-            10,
-        )
+        .subscribe(KIND, &crate::cache::Names::Wildcard, 10)
         .unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
     let ctx = crate::upstream::connection::unused_context();
@@ -623,10 +618,10 @@ fn removed_resource_names_alone_remove() {
 #[tokio::test]
 async fn a_subscription_change_carries_no_nonce() {
     use crate::cache::Names;
-    use crate::store::{Session, SETTLE};
+    use crate::store::Session;
     let (session, _commands) = Session::new(crate::store::SessionNode::default());
     let names = |list: &[&str]| Names::from_request(list.iter().map(|n| n.to_string()).collect());
-    session.want(KIND, &names(&["a"]), SETTLE, 10).unwrap();
+    session.subscribe(KIND, &names(&["a"]), 10).unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
     let ctx = crate::upstream::connection::unused_context();
     let mut delta = Delta::new(ctx, session.clone(), namespace);
@@ -646,7 +641,7 @@ async fn a_subscription_change_carries_no_nonce() {
     };
     let ack = delta.response(KIND, response).await.expect("an ACK");
     assert_eq!(ack.request().response_nonce, "n1", "{ack:?}");
-    session.want(KIND, &names(&["a", "b"]), SETTLE, 10).unwrap();
+    session.subscribe(KIND, &names(&["a", "b"]), 10).unwrap();
     let change = delta.subscribe(KIND).expect("the change");
     assert_eq!(
         change.request().resource_names_subscribe,
@@ -664,13 +659,13 @@ async fn a_subscription_change_carries_no_nonce() {
 #[tokio::test]
 async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
     use crate::cache::Names;
-    use crate::store::{Session, SETTLE};
+    use crate::store::Session;
     use prost::Message as _;
     let kind = ResourceType::Clusters;
     let (session, _commands) = Session::new(crate::store::SessionNode::default());
-    session.want(kind, &Names::Wildcard, SETTLE, 10).unwrap();
+    session.subscribe(kind, &Names::Wildcard, 10).unwrap();
     session
-        .want(kind, &Names::from_request(vec!["x".into()]), SETTLE, 10)
+        .subscribe(kind, &Names::from_request(vec!["x".into()]), 10)
         .unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
     let ctx = crate::upstream::connection::unused_context();
@@ -714,11 +709,11 @@ async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
     };
     assert_eq!(held(&session), ["a", "x"]);
     // Only the wildcard is wanted now: x is unsubscribed, and still held.
-    session.prune(
+    session.sweep_names(
         tokio::time::Instant::now() + Duration::from_secs(10),
         Duration::from_secs(5),
     );
-    session.want(kind, &Names::Wildcard, SETTLE, 10).unwrap();
+    session.subscribe(kind, &Names::Wildcard, 10).unwrap();
     let change = delta.subscribe(kind).expect("the change");
     assert_eq!(
         change.request().resource_names_unsubscribe,

@@ -21,7 +21,7 @@ use super::super::connection::unused_context;
 use super::super::wire::SotwResponse;
 use super::*;
 use crate::cache::Names;
-use crate::store::{Session, SETTLE};
+use crate::store::Session;
 
 /// A SotW protocol over a fresh session, and its command queue (kept open).
 fn sotw() -> (
@@ -86,7 +86,7 @@ impl Sotw {
             names => Names::Named(names.iter().map(|n| n.to_string()).collect()),
         };
         self.session
-            .want(kind, &names, SETTLE, 100)
+            .subscribe(kind, &names, 100)
             .unwrap_or_else(|e| panic!("{e:?}"));
         self.subscribe(kind);
     }
@@ -243,7 +243,8 @@ async fn unsubscribed_names_leave_a_partial_state() {
     );
     tokio::time::advance(Duration::from_secs(60)).await;
     sotw.ask(kind, &["a"]);
-    sotw.session.prune(Instant::now(), Duration::from_secs(30));
+    sotw.session
+        .sweep_names(Instant::now(), Duration::from_secs(30));
     assert_eq!(
         sotw.session.subscription(kind).map(|c| c.names.len()),
         Some(1)
