@@ -7,7 +7,7 @@
 //! opened meanwhile is fed once the choice is made. HDS/CSDS pass-through
 //! needs no choice.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -22,7 +22,6 @@ use super::UpstreamContext;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
 use crate::store::{Command, Feeder, PassThrough, PassedThrough, Session, SourceError};
-use crate::sync::lock;
 use crate::xds::ResourceType;
 
 /// Builds the feeder for the mode the probe found (`app.rs` decides what
@@ -35,7 +34,8 @@ pub(crate) struct AutoFeeder {
     ctx: Arc<UpstreamContext>,
     chosen: watch::Sender<Option<Arc<dyn Feeder>>>,
     first_wait: Duration,
-    probe: Mutex<Option<JoinHandle<()>>>,
+    /// The probe, stopped when the feeder goes.
+    _probe: AbortOnDrop,
 }
 
 impl AutoFeeder {
@@ -57,21 +57,13 @@ impl AutoFeeder {
             ctx,
             chosen,
             first_wait,
-            probe: Mutex::new(Some(task)),
+            _probe: AbortOnDrop(task),
         }
     }
 
     /// The feeder chosen, once the probe has decided.
     fn chosen(&self) -> Option<Arc<dyn Feeder>> {
         self.chosen.borrow().clone()
-    }
-}
-
-impl Drop for AutoFeeder {
-    fn drop(&mut self) {
-        if let Some(probe) = lock(&self.probe).take() {
-            probe.abort();
-        }
     }
 }
 
@@ -94,8 +86,9 @@ async fn resolve(ctx: &UpstreamContext) -> (UpstreamMode, UpstreamStreams) {
     }
 }
 
-/// Aborts the task it holds when dropped: the chosen feeder's task for a
-/// session ends with the session's own.
+/// Aborts the task it holds when dropped: the probe ends with the feeder,
+/// and the chosen feeder's task for a session with the session's own.
+#[derive(Debug)]
 struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
@@ -112,10 +105,14 @@ impl Feeder for AutoFeeder {
     ) -> JoinHandle<()> {
         let mut chosen = self.chosen.subscribe();
         tokio::spawn(async move {
-            let Ok(feeder) = chosen.wait_for(Option::is_some).await.map(|c| c.clone()) else {
+            let Some(feeder) = chosen
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|c| c.clone())
+            else {
                 return;
             };
-            let Some(feeder) = feeder else { return };
             let mut task = AbortOnDrop(feeder.start(session, commands));
             let _ = (&mut task.0).await;
         })

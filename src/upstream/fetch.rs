@@ -243,7 +243,6 @@ impl Fetcher {
             (Some(state), true) => state.version.clone(),
             _ => String::new(),
         };
-        session.upstream.phase(Phase::Connecting);
         let answer = tokio::time::timeout(
             self.call_timeout,
             self.fetch(session, kind, asked, &presented, held.clone()),
@@ -283,6 +282,7 @@ impl Fetcher {
             Failure::Call(err) => err.to_string(),
         };
         warn!(upstream = %self.ctx.uri, node = %Escaped(&session.node.id), %kind, reason = %Escaped(&reason), "fetch failed; polls get the state held, marked stale");
+        session.upstream.phase(Phase::Connecting);
         session.stream_failed(None, reason);
         Err(failure)
     }
@@ -298,6 +298,9 @@ impl Fetcher {
         held: Option<Arc<TypeState>>,
     ) -> Result<FetchAnswer, CallError> {
         let parameters = session.node.parameters().clone();
+        // A wildcard asks for everything, the names wanted beside it too:
+        // none is sent with it (`Session::request_names` writes the stream
+        // form, `*` and the names, which a `Fetch*` need not take).
         let mut names: Vec<String> = match asked.wildcard {
             true => Vec::new(),
             false => asked.names.iter().cloned().collect(),
