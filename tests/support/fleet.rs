@@ -78,22 +78,27 @@ fn any(codec: &Codec, json: &Value) -> Any {
 }
 
 pub fn cluster(codec: &Codec, i: usize) -> Any {
-    any(
-        codec,
-        &json!({"@type": CDS, "name": cluster_name(i), "type": "EDS", "connect_timeout": "1s",
-                "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}}),
-    )
+    let ads = json!({"ads": {}, "resource_api_version": "V3"});
+    any(codec, &cluster_json(i, ads))
+}
+
+/// Cluster `i` as JSON, its endpoints from `eds_config`.
+fn cluster_json(i: usize, eds_config: Value) -> Value {
+    json!({"@type": CDS, "name": cluster_name(i), "type": "EDS", "connect_timeout": "1s",
+           "eds_cluster_config": {"eds_config": eds_config}})
 }
 
 /// Cluster `i`'s endpoints at `generation`: 127.0.0.1 on a port that
 /// changes with it (nothing listens: only the config matters).
 pub fn assignment(codec: &Codec, i: usize, generation: u32) -> Any {
+    any(codec, &assignment_json(i, generation))
+}
+
+/// [`assignment`] as JSON.
+fn assignment_json(i: usize, generation: u32) -> Value {
     let port = 20_000 + (i as u32 * 7 + generation) % 40_000;
-    any(
-        codec,
-        &json!({"@type": EDS, "cluster_name": cluster_name(i), "endpoints": [{"lb_endpoints": [
-            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]}),
-    )
+    json!({"@type": EDS, "cluster_name": cluster_name(i), "endpoints": [{"lb_endpoints": [
+        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]})
 }
 
 /// How the fleet's Envoy reaches the gateway: its `xds_cluster`'s protocol,
@@ -357,19 +362,10 @@ pub async fn floor_warm(
         "api_type": "REST", "transport_api_version": "V3", "cluster_names": ["xds_cluster"],
         "refresh_delay": format!("{:.3}s", refresh.as_secs_f64()), "request_timeout": "10s"}});
     let cluster_list = (0..clusters)
-        .map(|i| {
-            json!({"@type": CDS, "name": cluster_name(i), "type": "EDS", "connect_timeout": "1s",
-                   "eds_cluster_config": {"eds_config": source.clone()}})
-        })
+        .map(|i| cluster_json(i, source.clone()))
         .collect();
     let endpoints = (0..clusters)
-        .map(|i| {
-            let port = 20_000 + (i as u32 * 7) % 40_000;
-            let assignment = json!({"@type": EDS, "cluster_name": cluster_name(i), "endpoints": [
-                {"lb_endpoints": [{"endpoint": {"address": {"socket_address":
-                    {"address": "127.0.0.1", "port_value": port}}}}]}]});
-            (cluster_name(i), response(EDS, vec![assignment]))
-        })
+        .map(|i| (cluster_name(i), response(EDS, vec![assignment_json(i, 0)])))
         .collect();
     let bodies = Arc::new(FloorBodies {
         listeners: response(LDS, Vec::new()),
@@ -378,7 +374,8 @@ pub async fn floor_warm(
     });
     let port = serve_many_streams(Router::new().fallback(floor_answer).with_state(bodies)).await;
     let admin = free_port();
-    let bootstrap = envoy::rest_bootstrap_with("fleet", admin, port, envoy::XDS_CLUSTER_HTTP2);
+    let lines = XdsLink::default().cluster_lines();
+    let bootstrap = envoy::rest_bootstrap_with("fleet", admin, port, &lines);
     let mut envoy = Envoy::start(envoy_bin, dir, &bootstrap);
     let started = Instant::now();
     envoy::wait_admin(admin, "/stats?filter=server.live", "the floor's Envoy").await;
