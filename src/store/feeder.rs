@@ -7,13 +7,13 @@
 //! hands `Sessions` the feeder it chose).
 
 use std::fmt;
-use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::session::{Command, Session};
+use super::publisher::Publisher;
+use super::session::Command;
 use super::{PassThrough, PassedThrough, SourceError};
 use crate::xds::ResourceType;
 
@@ -23,7 +23,7 @@ pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
     /// session closed) or the task is aborted.
     fn start(
         &self,
-        session: Arc<Session>,
+        session: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()>;
 

@@ -8,21 +8,23 @@
 //! state through the cache and books the answer itself. It never learns
 //! which kind of source is behind the seam; `app.rs` alone chooses.
 //!
-//! Here live the sessions ([`Sessions`]: one [`Session`] per node identity,
+//! Here live the sessions ([`Sessions`]: one `Session` per node identity,
 //! shared by every client of that identity), what each holds (per type, the
 //! state its producer published last, its node, what the upstream refused,
 //! its upstream log), the router of several upstreams by namespace
 //! ([`Federation`]) and the typed views of all of it (`view.rs`). What fills
 //! a session is a producer, started per session through the [`Feeder`] seam
 //! and written in `crate::upstream`: the store names no producer, and
-//! producers only publish into it ([`Session::publish`]). Its submodules are
-//! private: what other modules name is re-exported here.
+//! producers hold only a narrow handle on the session they feed
+//! ([`Publisher`]). Its submodules are private: what other modules name is
+//! re-exported here.
 
 mod federation;
 mod feeder;
 mod namespace;
 mod node;
 mod polled;
+mod publisher;
 mod session;
 mod session_registry;
 mod unserved;
@@ -49,9 +51,10 @@ pub(crate) use node::NodeBytes;
 #[cfg(test)]
 pub(crate) use node::{upstream_features, NodeInterner, SessionNode};
 pub(crate) use polled::Polled;
+pub(crate) use publisher::Publisher;
 #[cfg(test)]
 pub(crate) use scripted::{idle, Script};
-pub(crate) use session::{Command, Session, SETTLE};
+pub(crate) use session::{Command, SETTLE};
 pub(crate) use session_registry::Sessions;
 pub(crate) use unserved::Refused;
 pub(crate) use upstream_log::stamp;

@@ -12,7 +12,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::feeder::Feeder;
-use super::session::{Command, Session};
+use super::publisher::Publisher;
+use super::session::Command;
 use crate::cache::{Coverage, Intake, Resource, TypeState};
 use crate::sync::lock;
 use crate::xds::ResourceType;
@@ -147,7 +148,7 @@ pub(crate) struct ScriptedFeeder(Arc<Script>);
 impl Feeder for ScriptedFeeder {
     fn start(
         &self,
-        session: Arc<Session>,
+        session: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
         self.0.started.fetch_add(1, Ordering::SeqCst);
@@ -174,7 +175,7 @@ impl Drop for Running {
 
 async fn run(
     script: Arc<Script>,
-    session: Arc<Session>,
+    session: Publisher,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     script.running.fetch_add(1, Ordering::SeqCst);
@@ -186,7 +187,7 @@ async fn run(
         if now.stale {
             session.stream_failed(None, "the script says the stream is down".into());
         } else {
-            session.upstream.fresh(None);
+            session.upstream().fresh(None);
         }
         for (kind, scripted) in &now.states {
             let generation = Some(&scripted.generation);

@@ -221,7 +221,7 @@ impl TypeSlot {
 pub(crate) struct Session {
     /// The node sent upstream: the first client's, as it sent it (its
     /// extension list shared with every session sending the same one).
-    pub(crate) node: SessionNode,
+    pub(super) node: SessionNode,
     /// Per type: the state published last and what clients subscribed to.
     slots: TypeSlots,
     commands: mpsc::UnboundedSender<Command>,
@@ -233,9 +233,9 @@ pub(crate) struct Session {
     history: Option<Recorder>,
     /// What the upstream streams did last and where they stand (for
     /// `/debug/sessions`, and the stale mark of what polls are served).
-    pub(crate) upstream: UpstreamLog,
+    pub(super) upstream: UpstreamLog,
     /// The types the upstream refused, set aside (`unserved.rs`).
-    pub(crate) unserved: Unserved,
+    pub(super) unserved: Unserved,
 }
 
 /// A session's type slots: one per built-in type, in table order, and one
@@ -288,7 +288,7 @@ struct Liveness {
 impl Session {
     /// A new session and the receiving end of its command channel (for `ads`).
     #[cfg(test)]
-    pub(crate) fn new(
+    pub(super) fn new(
         node: impl Into<SessionNode>,
     ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
         Session::recorded(node, None)
@@ -335,12 +335,12 @@ impl Session {
     /// The upstream stream `lane` (`None`: the aggregated one; a type: its
     /// own stream) broke for `reason`: the state it served is stale from
     /// now on (`UpstreamLog::failed`).
-    pub(crate) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
+    pub(super) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
         self.upstream.failed(lane, reason, self.has_state());
     }
 
     /// Whether the upstream has answered this session for any type.
-    pub(crate) fn has_state(&self) -> bool {
+    pub(super) fn has_state(&self) -> bool {
         self.slots.all().any(|slot| slot.state.borrow().is_some())
     }
 
@@ -391,7 +391,7 @@ impl Session {
     /// Test builds: a client subscribes to `names` of `kind`, as a poll
     /// records it ([`Session::want`], settled after [`SETTLE`]).
     #[cfg(test)]
-    pub(crate) fn subscribe(
+    pub(super) fn subscribe(
         &self,
         kind: ResourceType,
         names: &Names,
@@ -402,7 +402,7 @@ impl Session {
 
     /// Test builds: the sweep's pruning ([`Session::prune`]) at `now`.
     #[cfg(test)]
-    pub(crate) fn sweep_names(&self, now: Instant, ttl: Duration) {
+    pub(super) fn sweep_names(&self, now: Instant, ttl: Duration) {
         self.prune(now, ttl)
     }
 
@@ -430,7 +430,7 @@ impl Session {
     /// The subscription to send upstream for `kind`, or `None` if no client
     /// has asked for it.
     /// Names held apart (being checked, or refused alone) are left out.
-    pub(crate) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+    pub(super) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
         let now = Instant::now();
         if self.unserved.check(kind, now).is_some() {
             // Set aside: the upstream refused it; not asked again yet.
@@ -446,7 +446,7 @@ impl Session {
 
     /// The upstream took `names` of `kind`, asked alone (`name_check.rs`
     /// in `upstream`): they are subscribed again.
-    pub(crate) fn names_cleared(
+    pub(super) fn names_cleared(
         &self,
         kind: ResourceType,
         names: &std::collections::BTreeSet<String>,
@@ -458,7 +458,7 @@ impl Session {
     /// The names of `kind` subscribed and not yet answered: wanted now, and
     /// not covered by the state published (every name wanted, before the
     /// type's first answer).
-    pub(crate) fn unanswered_names(
+    pub(super) fn unanswered_names(
         &self,
         kind: ResourceType,
     ) -> std::collections::BTreeSet<String> {
@@ -476,29 +476,13 @@ impl Session {
             .collect()
     }
 
-    /// Names to put in a SotW request: `*` plus the names when a wildcard
-    /// and names are both wanted; for a plain wildcard, `*` on a stream
-    /// that `named` resources of the type before (where an empty list
-    /// unsubscribes from everything: "once the client does explicitly
-    /// subscribe to a resource name ... clearing the list of subscribed
-    /// resources is interpreted as an unsubscription"), else the empty
-    /// list of the legacy wildcard, which every server takes.
-    pub(crate) fn request_names(coverage: &Coverage, named: bool) -> Vec<String> {
-        let names: Vec<String> = coverage.names.iter().cloned().collect();
-        match (coverage.wildcard, names.is_empty()) {
-            (true, false) => std::iter::once("*".to_owned()).chain(names).collect(),
-            (true, true) if named => vec!["*".to_owned()],
-            _ => names,
-        }
-    }
-
     /// The state of `kind` served now, if the upstream answered it.
-    pub(crate) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+    pub(super) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
         self.slot(kind).state.borrow().clone()
     }
 
     /// Publishes an accepted state of `kind` to every waiting request.
-    pub(crate) fn publish(&self, state: TypeState) {
+    pub(super) fn publish(&self, state: TypeState) {
         let state = Arc::new(state);
         if let Some(history) = &self.history {
             if state.uncacheable.is_empty() {
@@ -516,7 +500,7 @@ impl Session {
     /// `nonce` of `kind` at `version` (the upstream's), saying `detail`.
     /// (`upstream.nacked` records what `/debug/sessions` shows: the
     /// version presented in the NACK.)
-    pub(crate) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
+    pub(super) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
         if let Some(history) = &self.history {
             history.nacked(kind, version, nonce, detail);
         }
@@ -768,19 +752,9 @@ mod tests {
         );
         assert!(rx.try_recv().is_err());
         let cov = s.subscription(ResourceType::Endpoints).unwrap();
-        assert_eq!(Session::request_names(&cov, false), ["a", "b"]);
-        let wildcard = Coverage {
-            wildcard: true,
-            ..Coverage::default()
-        };
-        assert!(
-            Session::request_names(&wildcard, false).is_empty(),
-            "legacy"
-        );
         assert_eq!(
-            Session::request_names(&wildcard, true),
-            ["*"],
-            "after names"
+            cov.names.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["a", "b"]
         );
         assert!(s.subscription(ResourceType::Clusters).is_none());
 

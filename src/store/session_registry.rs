@@ -38,6 +38,7 @@ use tracing::info;
 use super::feeder::Feeder;
 use super::node::{decode_node, NodeInterner};
 use super::polled::{suspicion_message, PollChannel, Polled};
+use super::publisher::Publisher;
 use super::session::{wait_for_change, wait_for_coverage, Command, InFlight, Session, SETTLE};
 use super::view::SessionView;
 use super::{
@@ -260,7 +261,7 @@ impl Sessions {
             .intern(node)
             .with_parameters(request.parameters().clone());
         let (session, commands) = Session::recorded(node, Some(history));
-        session.attach_task(self.feeder.start(session.clone(), commands));
+        session.attach_task(self.feeder.start(Publisher::of(&session), commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
         registry.sessions.insert(
             key.clone(),

@@ -21,7 +21,7 @@ use super::connection::probe;
 use super::UpstreamContext;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
-use crate::store::{Command, Feeder, PassThrough, PassedThrough, Session, SourceError};
+use crate::store::{Command, Feeder, PassThrough, PassedThrough, Publisher, SourceError};
 use crate::xds::ResourceType;
 
 /// Builds the feeder for the mode the probe found (`app.rs` decides what
@@ -100,7 +100,7 @@ impl Drop for AbortOnDrop {
 impl Feeder for AutoFeeder {
     fn start(
         &self,
-        session: Arc<Session>,
+        session: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
         let mut chosen = self.chosen.subscribe();

@@ -51,7 +51,8 @@ use crate::cache::{Coverage, TypeState};
 use crate::config::Config;
 use crate::log_escape::Escaped;
 use crate::store::{
-    CallError, Command, Feeder, Namespace, PassThrough, PassedThrough, Phase, Session, SourceError,
+    CallError, Command, Feeder, Namespace, PassThrough, PassedThrough, Phase, Publisher,
+    SourceError,
 };
 use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::{Endpoint, ResourceType};
@@ -99,7 +100,7 @@ impl FetchFeeder {
 impl Feeder for FetchFeeder {
     fn start(
         &self,
-        session: Arc<Session>,
+        session: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
         tokio::spawn(run(self.fetcher.clone(), session, commands))
@@ -182,7 +183,7 @@ enum FetchAnswer {
 /// by what stands of the type's last fetch, or by a new one.
 async fn run(
     fetcher: Arc<Fetcher>,
-    session: Arc<Session>,
+    session: Publisher,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut fetched: BTreeMap<ResourceType, Fetched> = BTreeMap::new();
@@ -231,7 +232,7 @@ impl Fetcher {
     /// a failure marks what the session serves stale.
     async fn freshen(
         &self,
-        session: &Session,
+        session: &Publisher,
         kind: ResourceType,
         asked: &Coverage,
         same_names: bool,
@@ -252,8 +253,8 @@ impl Fetcher {
             Err(_) => Failure::Timeout(self.call_timeout),
             Ok(Err(err)) => Failure::Call(err),
             Ok(Ok(answer)) => {
-                session.upstream.phase(Phase::Open);
-                session.upstream.fresh(None);
+                session.upstream().phase(Phase::Open);
+                session.upstream().fresh(None);
                 match answer {
                     FetchAnswer::State(state) => {
                         if !held.is_some_and(|held| same_content(&held, &state)) {
@@ -281,8 +282,8 @@ impl Fetcher {
             Failure::Timeout(within) => format!("no answer to the fetch within {within:?}"),
             Failure::Call(err) => err.to_string(),
         };
-        warn!(upstream = %self.ctx.uri, node = %Escaped(&session.node.id), %kind, reason = %Escaped(&reason), "fetch failed; polls get the state held, marked stale");
-        session.upstream.phase(Phase::Connecting);
+        warn!(upstream = %self.ctx.uri, node = %Escaped(&session.node().id), %kind, reason = %Escaped(&reason), "fetch failed; polls get the state held, marked stale");
+        session.upstream().phase(Phase::Connecting);
         session.stream_failed(None, reason);
         Err(failure)
     }
@@ -291,15 +292,15 @@ impl Fetcher {
     /// presenting `version`; the answer decoded against `held`.
     async fn fetch(
         &self,
-        session: &Session,
+        session: &Publisher,
         kind: ResourceType,
         asked: &Coverage,
         version: &str,
         held: Option<Arc<TypeState>>,
     ) -> Result<FetchAnswer, CallError> {
-        let parameters = session.node.parameters().clone();
+        let parameters = session.node().parameters().clone();
         // A wildcard asks for everything, the names wanted beside it too:
-        // none is sent with it (`Session::request_names` writes the stream
+        // none is sent with it (a SotW stream's `request_names` writes the stream
         // form, `*` and the names, which a `Fetch*` need not take).
         let mut names: Vec<String> = match asked.wildcard {
             true => Vec::new(),
@@ -317,7 +318,7 @@ impl Fetcher {
             type_url: kind.type_url().to_owned(),
             ..Default::default()
         };
-        let request = Outbound::new(request, Some(session.node.bytes()));
+        let request = Outbound::new(request, Some(session.node().bytes()));
         let mut response: SotwResponse =
             match self.ctx.unary(Endpoint::Discovery(kind), request).await {
                 Ok(response) => response,

@@ -28,7 +28,7 @@ use crate::log_escape::Escaped;
 use crate::reload::{self, Fingerprint, Watcher};
 use crate::store::Feeder;
 use crate::store::SourceError;
-use crate::store::{Command, Session};
+use crate::store::{Command, Publisher};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -112,7 +112,7 @@ impl FileFeeder {
 impl Feeder for FileFeeder {
     fn start(
         &self,
-        session: Arc<Session>,
+        session: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
         tokio::spawn(run(self.source.clone(), session, commands))
@@ -226,7 +226,7 @@ impl FileSource {
 /// Feeds `session` from `source` until the session closes.
 async fn run(
     source: Arc<FileSource>,
-    session: Arc<Session>,
+    session: Publisher,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut snapshots = source.snapshot.subscribe();
@@ -252,7 +252,7 @@ async fn run(
 /// Publishes, for every type the session's clients want, the node's view
 /// when its version differs from the one published last.
 fn publish_changed(
-    session: &Session,
+    session: &Publisher,
     snapshot: &Snapshot,
     published: &mut BTreeMap<ResourceType, String>,
 ) {
@@ -260,7 +260,7 @@ fn publish_changed(
         if session.subscription(kind).is_none() {
             continue;
         }
-        let view = snapshot.view(kind, &session.node.id, &session.node.cluster);
+        let view = snapshot.view(kind, &session.node().id, &session.node().cluster);
         if published.get(&kind) == Some(&view.version) {
             continue;
         }

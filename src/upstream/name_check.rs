@@ -32,8 +32,8 @@ use tracing::{info, warn};
 use super::connection::UpstreamContext;
 use super::frame_codec::{FromFrame, ToFrame};
 use crate::log_escape::Escaped;
+use crate::store::Publisher;
 use crate::store::Refused;
-use crate::store::Session;
 use crate::xds::ResourceType;
 
 /// How long a check waits for the upstream to answer or refuse.
@@ -74,7 +74,7 @@ enum Outcome {
 /// the upstream refuses the type itself), the type is what it refused.
 pub(super) async fn hold_and_check<P: AskingAlone + 'static>(
     ctx: &Arc<UpstreamContext>,
-    session: &Arc<Session>,
+    session: &Publisher,
     kind: ResourceType,
     path: String,
 ) -> bool {
@@ -84,14 +84,14 @@ pub(super) async fn hold_and_check<P: AskingAlone + 'static>(
     }
     // Held from the start: a poll naming one waits for the outcome rather
     // than taking the state without it (`Unserved::checking_any`).
-    let held = session.unserved.check_names(kind, waiting);
+    let held = session.unserved().check_names(kind, waiting);
     if held.is_empty() {
         return false;
     }
     let control = BTreeSet::from([CONTROL_NAME.to_owned()]);
     if let Outcome::Refused(status) = ask::<P>(ctx, session, kind, &path, &control).await {
         info!(%kind, status = %Escaped(&status), "the upstream refuses the type itself, not a name of it");
-        session.unserved.names_served(kind, &held);
+        session.unserved().names_served(kind, &held);
         return false;
     }
     info!(%kind, names = held.len(), first = %Escaped(held.first().map_or("", String::as_str)), "the upstream ended the stream while names of the type waited for their first answer: they are checked apart");
@@ -104,7 +104,7 @@ pub(super) async fn hold_and_check<P: AskingAlone + 'static>(
 /// (set aside); clears the rest.
 async fn check<P: AskingAlone>(
     ctx: &UpstreamContext,
-    session: &Session,
+    session: &Publisher,
     kind: ResourceType,
     path: &str,
     names: BTreeSet<String>,
@@ -118,7 +118,7 @@ async fn check<P: AskingAlone>(
                 warn!(%kind, name = %Escaped(name), status = %Escaped(&status), "the upstream refuses this name alone: set aside");
                 let refused = Refused::EndedTheStream(status);
                 session
-                    .unserved
+                    .unserved()
                     .set_name_aside(kind, name, refused, Instant::now());
             }
             Outcome::Refused(_) => {
@@ -136,7 +136,7 @@ async fn check<P: AskingAlone>(
 /// alone, with the session's node, and waits for what the upstream does.
 async fn ask<P: AskingAlone>(
     ctx: &UpstreamContext,
-    session: &Session,
+    session: &Publisher,
     kind: ResourceType,
     path: &str,
     names: &BTreeSet<String>,
@@ -144,8 +144,8 @@ async fn ask<P: AskingAlone>(
     let first = P::asking_only(
         kind,
         names.iter().cloned().collect(),
-        session.node.parameters(),
-        session.node.bytes(),
+        session.node().parameters(),
+        session.node().bytes(),
     );
     // The request side stays open: a stream half-closed by its client may
     // be ended by the server for that alone.

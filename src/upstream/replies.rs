@@ -12,20 +12,20 @@ use std::sync::Arc;
 use super::decode::Rejection;
 use super::nack_log::NackLog;
 use crate::metrics::Metrics;
-use crate::store::Session;
+use crate::store::Publisher;
 use crate::xds::ResourceType;
 
 /// The reply bookkeeping of one session's protocol ("sotw" or "delta").
 pub(super) struct Replies {
     mode: &'static str,
     metrics: Arc<Metrics>,
-    session: Arc<Session>,
+    session: Publisher,
     /// The NACKs logged, one line per run of identical ones.
     log: NackLog,
 }
 
 impl Replies {
-    pub(super) fn new(mode: &'static str, metrics: Arc<Metrics>, session: Arc<Session>) -> Replies {
+    pub(super) fn new(mode: &'static str, metrics: Arc<Metrics>, session: Publisher) -> Replies {
         Replies {
             mode,
             metrics,
@@ -38,7 +38,7 @@ impl Replies {
     pub(super) fn ack(&mut self, kind: ResourceType, version: &str) {
         self.log.accepted(kind);
         self.metrics.ack(kind);
-        self.session.upstream.acked(kind, version);
+        self.session.upstream().acked(kind, version);
     }
 
     /// The response of `kind` at `version` with `nonce` was refused on
@@ -74,7 +74,7 @@ impl Replies {
         detail: &str,
     ) {
         self.metrics.nack(kind);
-        self.session.upstream.nacked(kind, presented, detail);
+        self.session.upstream().nacked(kind, presented, detail);
         self.session.record_nack(kind, version, nonce, detail);
     }
 }

@@ -37,7 +37,7 @@ use crate::cache::{
 };
 use crate::log_escape::Escaped;
 use crate::store::Namespace;
-use crate::store::Session;
+use crate::store::Publisher;
 use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::ResourceType;
 
@@ -94,6 +94,22 @@ fn union(mut a: Coverage, b: &Coverage) -> Coverage {
     a.wildcard |= b.wildcard;
     a.names.extend(b.names.iter().cloned());
     a
+}
+
+/// Names to put in a SotW request: `*` plus the names when a wildcard
+/// and names are both wanted; for a plain wildcard, `*` on a stream
+/// that `named` resources of the type before (where an empty list
+/// unsubscribes from everything: "once the client does explicitly
+/// subscribe to a resource name ... clearing the list of subscribed
+/// resources is interpreted as an unsubscription"), else the empty
+/// list of the legacy wildcard, which every server takes.
+fn request_names(coverage: &Coverage, named: bool) -> Vec<String> {
+    let names: Vec<String> = coverage.names.iter().cloned().collect();
+    match (coverage.wildcard, names.is_empty()) {
+        (true, false) => std::iter::once("*".to_owned()).chain(names).collect(),
+        (true, true) if named => vec!["*".to_owned()],
+        _ => names,
+    }
 }
 
 /// The subscriptions sent for one type on one stream, for telling which of
@@ -223,7 +239,7 @@ struct StreamState {
 /// The SotW protocol of one session.
 pub(crate) struct Sotw {
     ctx: Arc<UpstreamContext>,
-    session: Arc<Session>,
+    session: Publisher,
     /// The names this session's upstream may send.
     namespace: Namespace,
     /// Version accepted last per type, across streams: what ACKs and a new
@@ -269,7 +285,7 @@ impl Protocol for Sotw {
         "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
     const DELTA: bool = false;
 
-    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Sotw {
+    fn new(ctx: Arc<UpstreamContext>, session: Publisher, namespace: Namespace) -> Sotw {
         Sotw {
             replies: Replies::new(Self::MODE, ctx.metrics.clone(), session.clone()),
             ctx,
@@ -510,21 +526,21 @@ impl Sotw {
         nonce: String,
         error: Option<String>,
     ) -> Outbound<DiscoveryRequest> {
-        let parameters = self.session.node.parameters();
+        let parameters = self.session.node().parameters();
         // With parameters, every name goes as a locator, the wildcard as "*".
         let named = self.stream.named.contains(&kind) || !parameters.is_empty();
         let names = self
             .stream
             .sent
             .get(&kind)
-            .map(|coverage| Session::request_names(coverage, named))
+            .map(|coverage| request_names(coverage, named))
             .unwrap_or_default();
         if names.iter().any(|name| name != "*") {
             self.stream.named.insert(kind);
         }
         let (names, resource_locators) = names_or_locators(names, parameters);
         let with_node = !self.stream.node_sent || !self.ctx.node_first_only;
-        let node = with_node.then(|| self.session.node.bytes());
+        let node = with_node.then(|| self.session.node().bytes());
         self.stream.node_sent = true;
         let request = DiscoveryRequest {
             version_info: version,
@@ -552,7 +568,7 @@ impl Sotw {
         let previous = self.session.state(kind);
         let held_errors = previous.as_ref().map(|p| p.errors.clone());
         let held_uncacheable = previous.as_ref().map(|p| p.uncacheable.clone());
-        let parameters = self.session.node.parameters().clone();
+        let parameters = self.session.node().parameters().clone();
         let decoded =
             decode_all_off_thread(&self.ctx.intake, kind, response, previous, parameters).await;
         if let Ok(d) = &decoded {
@@ -671,13 +687,36 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// A SotW request's names: the names; `*` and the names for a wildcard
+    /// with names; for a plain wildcard, the legacy empty list on a stream
+    /// that never named a resource of the type, `*` on one that did.
+    #[test]
+    fn request_names_follow_the_wildcard_rules() {
+        let names = Coverage {
+            wildcard: false,
+            names: ["a".to_owned(), "b".to_owned()].into(),
+        };
+        assert_eq!(request_names(&names, false), ["a", "b"]);
+        let both = Coverage {
+            wildcard: true,
+            ..names.clone()
+        };
+        assert_eq!(request_names(&both, false), ["*", "a", "b"]);
+        let wildcard = Coverage {
+            wildcard: true,
+            ..Coverage::default()
+        };
+        assert!(request_names(&wildcard, false).is_empty(), "legacy");
+        assert_eq!(request_names(&wildcard, true), ["*"], "after names");
+    }
+
     /// After a failover (or back), the next upstream is told of no version
     /// the last one issued: a server taking it for its own would answer
     /// nothing, and the primary's state would be served from the backup.
     #[tokio::test]
     async fn a_new_upstream_is_told_no_version_of_the_last_one() {
         let kind = ResourceType::Clusters;
-        let (session, _commands) = Session::new(crate::store::SessionNode::default());
+        let (session, _commands) = Publisher::new(crate::store::SessionNode::default());
         session
             .subscribe(kind, &crate::cache::Names::Wildcard, 10)
             .unwrap();

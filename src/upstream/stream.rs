@@ -58,7 +58,7 @@ use crate::log_escape::Escaped;
 use crate::store::Feeder;
 use crate::store::Namespace;
 use crate::store::Refused;
-use crate::store::{Command, Session};
+use crate::store::{Command, Publisher};
 use crate::store::{PassThrough, PassedThrough, SourceError};
 use crate::store::{Phase, Placement, FAILBACK_REASON, FAILOVER_REASON};
 use crate::xds::ResourceType;
@@ -88,7 +88,7 @@ pub(crate) trait Protocol: name_check::AskingAlone + Send + 'static {
 
     /// The protocol of a new session, whose upstream may send the names of
     /// `namespace`.
-    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Self;
+    fn new(ctx: Arc<UpstreamContext>, session: Publisher, namespace: Namespace) -> Self;
 
     /// A new stream begins: forget what belonged to the last one.
     fn reset_stream(&mut self);
@@ -187,7 +187,7 @@ impl<P> std::fmt::Debug for StreamFeeder<P> {
 impl<P: Protocol> Feeder for StreamFeeder<P> {
     fn start(
         &self,
-        session: Arc<Session>,
+        session: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> JoinHandle<()> {
         let (route, namespace) = (self.route.clone(), self.namespace.clone());
@@ -305,7 +305,7 @@ enum Done {
 /// primary is down (see [`Lane`]).
 async fn run<P: Protocol>(
     route: Arc<Route>,
-    session: Arc<Session>,
+    session: Publisher,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut protocol: P,
     of: LaneOf,
@@ -316,8 +316,8 @@ async fn run<P: Protocol>(
         mode = P::MODE,
         lane = lane.map(ResourceType::short_name),
         probe = of.is_probe(),
-        node = %Escaped(&session.node.id),
-        cluster = %Escaped(&session.node.cluster)
+        node = %Escaped(&session.node().id),
+        cluster = %Escaped(&session.node().cluster)
     );
     async move {
         let mut at = Lane::new(&route, &session, lane);
@@ -340,14 +340,14 @@ async fn run<P: Protocol>(
                 Ok(Done::Closed) => return,
                 Ok(Done::Proven) => {
                     info!("the upstream answered the probed type: the session's shared stream takes it");
-                    session.upstream.unplace(lane);
+                    session.upstream().unplace(lane);
                     of.proven();
                     return;
                 }
                 Err(err) => err,
             };
             let answered = heard.answered;
-            session.upstream.phase(Phase::Connecting);
+            session.upstream().phase(Phase::Connecting);
             let served_before = answered || ctx.served.any();
             if let Some(kind) = set_aside(&session, of.carrier, &err, served_before) {
                 info!(%kind, error = %Escaped(&err), "the upstream refused the type: set aside; the session's other types go on");
@@ -456,7 +456,7 @@ fn refusal(err: &StreamError) -> Option<(Refused, tonic::Code)> {
 /// stream sets nothing aside: the upstream does not say which of its types
 /// it ended it for.
 fn set_aside(
-    session: &Session,
+    session: &Publisher,
     carrier: Carrier,
     err: &StreamError,
     served_before: bool,
@@ -475,7 +475,7 @@ fn set_aside(
         }
         Carrier::Own(_) | Carrier::Probe(_) => return None,
     };
-    session.unserved.set_aside(kind, refused, Instant::now());
+    session.unserved().set_aside(kind, refused, Instant::now());
     Some(kind)
 }
 
@@ -504,11 +504,11 @@ struct Lane {
 }
 
 impl Lane {
-    fn new(route: &Route, session: &Session, lane: Option<ResourceType>) -> Lane {
+    fn new(route: &Route, session: &Publisher, lane: Option<ResourceType>) -> Lane {
         if route.fails_over() {
             let primary = &route.primary().name;
             session
-                .upstream
+                .upstream()
                 .place(lane, Placement::now(primary, "primary".into()));
         }
         Lane {
@@ -547,7 +547,7 @@ impl Lane {
         }
     }
 
-    fn move_to(&mut self, route: &Route, session: &Session, to: usize, reason: String) {
+    fn move_to(&mut self, route: &Route, session: &Publisher, to: usize, reason: String) {
         let (from, to_ctx) = (route.ctx(self.index), route.ctx(to));
         let failback = to < self.index;
         if self.index == 0 && !self.answered_here {
@@ -559,7 +559,7 @@ impl Lane {
         from.metrics
             .upstream_switched(&from.name, &to_ctx.name, failback);
         session
-            .upstream
+            .upstream()
             .place(self.lane, Placement::now(&to_ctx.name, reason));
         self.index = to;
         self.answered_here = false;
@@ -606,7 +606,7 @@ fn subscribe<P: Protocol>(
 /// arrived.
 async fn one_stream<P: Protocol>(
     ctx: &Arc<UpstreamContext>,
-    session: &Session,
+    session: &Publisher,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     protocol: &mut P,
     of: &LaneOf,
@@ -625,7 +625,7 @@ async fn one_stream<P: Protocol>(
     // answer: the session is then fresh, its state current.
     let mut up = false;
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-    session.upstream.phase(Phase::Connecting);
+    session.upstream().phase(Phase::Connecting);
     ctx.reflection_settled().await;
     protocol.reset_stream();
     for kind in ResourceType::all() {
@@ -676,7 +676,7 @@ async fn one_stream<P: Protocol>(
                 Some(response) => {
                     heard.answered = true;
                     ctx.mark_answered();
-                    session.upstream.fresh(lane);
+                    session.upstream().fresh(lane);
                     let type_url = P::type_url(&response);
                     let Some(kind) = ResourceType::from_type_url(type_url) else {
                         warn!(type_url = %Escaped(type_url), "response for a type the gateway does not serve: NACKed");
@@ -684,7 +684,7 @@ async fn one_stream<P: Protocol>(
                         send(&tx, Some(P::refuse_unasked(&response, message))).await;
                         continue;
                     };
-                    session.unserved.served(kind);
+                    session.unserved().served(kind);
                     if let Some(only) = lane.filter(|only| *only != kind) {
                         warn!(type_url = %Escaped(type_url), "response for another type on a per-type stream: NACKed");
                         let message = format!("this stream asked for {} only", only.type_url());
@@ -729,9 +729,9 @@ async fn one_stream<P: Protocol>(
 /// arrived (a health check passing while the stream's own connection fails
 /// kept resetting the time a primary had been down, and it never failed
 /// over). Returns true.
-fn stream_up(session: &Session, lane: Option<ResourceType>) -> bool {
-    session.upstream.phase(Phase::Open);
-    session.upstream.fresh(lane);
+fn stream_up(session: &Publisher, lane: Option<ResourceType>) -> bool {
+    session.upstream().phase(Phase::Open);
+    session.upstream().fresh(lane);
     true
 }
 
@@ -788,8 +788,8 @@ mod tests {
     use crate::store::SessionNode;
 
     /// A session that was served clusters and subscribes runtime too.
-    fn served_session() -> Arc<Session> {
-        let (session, _commands) = Session::new(SessionNode::default());
+    fn served_session() -> Publisher {
+        let (session, _commands) = Publisher::new(SessionNode::default());
         for kind in [ResourceType::Clusters, ResourceType::Runtime] {
             let names = crate::cache::Names::Wildcard;
             session
@@ -853,7 +853,7 @@ mod tests {
         assert_eq!(set_aside(&session, cds, &err, true), None);
         // A stream refused before anything was served sets nothing aside;
         // once the upstream served any type, the probe's end is evidence.
-        let (fresh, _commands) = Session::new(SessionNode::default());
+        let (fresh, _commands) = Publisher::new(SessionNode::default());
         assert_eq!(set_aside(&fresh, probe, &err, false), None);
         assert_eq!(set_aside(&fresh, probe, &err, true), Some(rtds));
     }

@@ -81,7 +81,7 @@ use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::Coverage;
 use crate::store::Namespace;
-use crate::store::Session;
+use crate::store::Publisher;
 use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::ResourceType;
 
@@ -97,7 +97,7 @@ const WILDCARD: &str = "*";
 /// The delta protocol of one session.
 pub(crate) struct Delta {
     ctx: Arc<UpstreamContext>,
-    session: Arc<Session>,
+    session: Publisher,
     /// The names this session's upstream may send.
     namespace: Namespace,
     /// Types whose held resources the next accepted response replaces
@@ -145,7 +145,7 @@ impl Protocol for Delta {
     const DELTA: bool = true;
     const CARRIES_DELTA_ONLY_TYPES: bool = true;
 
-    fn new(ctx: Arc<UpstreamContext>, session: Arc<Session>, namespace: Namespace) -> Delta {
+    fn new(ctx: Arc<UpstreamContext>, session: Publisher, namespace: Namespace) -> Delta {
         Delta {
             replies: Replies::new(Self::MODE, ctx.metrics.clone(), session.clone()),
             ctx,
@@ -197,7 +197,7 @@ impl Protocol for Delta {
         wire.record(&sent, &want, Instant::now());
         let mut request = Delta::request(kind, diff, String::new(), None);
         // With parameters, every name goes as a locator carrying them.
-        let parameters = self.session.node.parameters();
+        let parameters = self.session.node().parameters();
         let subscribe = std::mem::take(&mut request.resource_names_subscribe);
         let unsubscribe = std::mem::take(&mut request.resource_names_unsubscribe);
         (
@@ -335,7 +335,7 @@ impl Delta {
     /// node goes on it (every request, or with `node_first_only` the first).
     fn outbound(&mut self, request: DeltaDiscoveryRequest) -> Outbound<DeltaDiscoveryRequest> {
         let with_node = !self.node_sent || !self.ctx.node_first_only;
-        let node = with_node.then(|| self.session.node.bytes());
+        let node = with_node.then(|| self.session.node().bytes());
         self.node_sent = true;
         Outbound::new(request, node)
     }
@@ -359,7 +359,7 @@ impl Delta {
             &self.ctx.intake,
             kind,
             response,
-            self.session.node.parameters().clone(),
+            self.session.node().parameters().clone(),
         )
         .await
         .and_then(|update| {

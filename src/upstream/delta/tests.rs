@@ -525,7 +525,7 @@ fn delta_only_resources_are_named_by_their_wrapper_and_checked() {
 /// it sends all it has; its first answer then replaces what is held.
 #[tokio::test]
 async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
-    let (session, _commands) = crate::store::Session::new(crate::store::SessionNode::default());
+    let (session, _commands) = crate::store::Publisher::new(crate::store::SessionNode::default());
     session
         .subscribe(KIND, &crate::cache::Names::Wildcard, 10)
         .unwrap();
@@ -618,8 +618,8 @@ fn removed_resource_names_alone_remove() {
 #[tokio::test]
 async fn a_subscription_change_carries_no_nonce() {
     use crate::cache::Names;
-    use crate::store::Session;
-    let (session, _commands) = Session::new(crate::store::SessionNode::default());
+    use crate::store::Publisher;
+    let (session, _commands) = Publisher::new(crate::store::SessionNode::default());
     let names = |list: &[&str]| Names::from_request(list.iter().map(|n| n.to_string()).collect());
     session.subscribe(KIND, &names(&["a"]), 10).unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
@@ -659,10 +659,10 @@ async fn a_subscription_change_carries_no_nonce() {
 #[tokio::test]
 async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
     use crate::cache::Names;
-    use crate::store::Session;
+    use crate::store::Publisher;
     use prost::Message as _;
     let kind = ResourceType::Clusters;
-    let (session, _commands) = Session::new(crate::store::SessionNode::default());
+    let (session, _commands) = Publisher::new(crate::store::SessionNode::default());
     session.subscribe(kind, &Names::Wildcard, 10).unwrap();
     session
         .subscribe(kind, &Names::from_request(vec!["x".into()]), 10)
@@ -701,7 +701,7 @@ async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
         ..Default::default()
     };
     delta.response(kind, response).await.expect("an ACK");
-    let held = |session: &Session| -> Vec<String> {
+    let held = |session: &Publisher| -> Vec<String> {
         session
             .state(kind)
             .map(|s| s.resources.keys().cloned().collect())

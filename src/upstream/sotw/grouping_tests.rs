@@ -21,14 +21,14 @@ use super::super::connection::unused_context;
 use super::super::wire::SotwResponse;
 use super::*;
 use crate::cache::Names;
-use crate::store::Session;
+use crate::store::Publisher;
 
 /// A SotW protocol over a fresh session, and its command queue (kept open).
 fn sotw() -> (
     Sotw,
     tokio::sync::mpsc::UnboundedReceiver<crate::store::Command>,
 ) {
-    let (session, commands) = Session::new(crate::store::SessionNode::default());
+    let (session, commands) = Publisher::new(crate::store::SessionNode::default());
     let namespace = Namespace::new(BTreeMap::new(), "test", "test");
     (Sotw::new(unused_context(), session, namespace), commands)
 }

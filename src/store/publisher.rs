@@ -1,0 +1,122 @@
+//! What a producer holds of the session it feeds ([`Publisher`]): the node
+//! to send upstream, what clients subscribed to, the state it published
+//! last, and where it writes: the next state, the upstream log (phase,
+//! replies, down and stale marks, placements), the types and names the
+//! upstream refused, and the NACKs it sent (the config history).
+//!
+//! What polls and admin do with a session (waiting, long polls, idle
+//! tracking, subscribing, the view) is not reachable through it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::node::SessionNode;
+use super::session::Session;
+use super::unserved::Unserved;
+use super::upstream_log::UpstreamLog;
+use crate::cache::{Coverage, TypeState};
+use crate::xds::ResourceType;
+
+/// A producer's handle on one session. Cloned freely: every clone is the
+/// same session.
+#[derive(Debug, Clone)]
+pub(crate) struct Publisher(Arc<Session>);
+
+impl Publisher {
+    /// The handle on `session` a feeder is started with.
+    pub(super) fn of(session: &Arc<Session>) -> Publisher {
+        Publisher(session.clone())
+    }
+
+    /// A session of its own and the receiving end of its command channel,
+    /// for a producer's tests.
+    #[cfg(test)]
+    pub(crate) fn new(
+        node: impl Into<SessionNode>,
+    ) -> (
+        Publisher,
+        tokio::sync::mpsc::UnboundedReceiver<super::Command>,
+    ) {
+        let (session, commands) = Session::new(node);
+        (Publisher(session), commands)
+    }
+
+    /// The node sent upstream.
+    pub(crate) fn node(&self) -> &SessionNode {
+        &self.0.node
+    }
+
+    /// What the upstream streams did last and where they stand.
+    pub(crate) fn upstream(&self) -> &UpstreamLog {
+        &self.0.upstream
+    }
+
+    /// The types and names the upstream refused, set aside.
+    pub(crate) fn unserved(&self) -> &Unserved {
+        &self.0.unserved
+    }
+
+    /// The subscription to send upstream for `kind`
+    /// ([`Session::subscription`]).
+    pub(crate) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+        self.0.subscription(kind)
+    }
+
+    /// The names of `kind` subscribed and not yet answered
+    /// ([`Session::unanswered_names`]).
+    pub(crate) fn unanswered_names(&self, kind: ResourceType) -> BTreeSet<String> {
+        self.0.unanswered_names(kind)
+    }
+
+    /// The upstream took `names` of `kind`, asked alone: they are
+    /// subscribed again ([`Session::names_cleared`]).
+    pub(crate) fn names_cleared(&self, kind: ResourceType, names: &BTreeSet<String>) {
+        self.0.names_cleared(kind, names);
+    }
+
+    /// The state of `kind` published last, if any.
+    pub(crate) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+        self.0.state(kind)
+    }
+
+    /// Whether any type has a state published.
+    pub(crate) fn has_state(&self) -> bool {
+        self.0.has_state()
+    }
+
+    /// Publishes an accepted state to every waiting poll.
+    pub(crate) fn publish(&self, state: TypeState) {
+        self.0.publish(state);
+    }
+
+    /// Records in the config history that the response `nonce` of `kind`
+    /// at `version` was NACKed, saying `detail`.
+    pub(crate) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
+        self.0.record_nack(kind, version, nonce, detail);
+    }
+
+    /// The upstream stream `lane` broke for `reason`
+    /// ([`Session::stream_failed`]).
+    pub(crate) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
+        self.0.stream_failed(lane, reason);
+    }
+
+    /// A client subscribes to `names` of `kind`, as a poll records it
+    /// (settled), for a producer's tests.
+    #[cfg(test)]
+    pub(crate) fn subscribe(
+        &self,
+        kind: ResourceType,
+        names: &crate::cache::Names,
+        max_names: usize,
+    ) -> Result<(super::session::StateRx, bool), super::session::TooManyNames> {
+        self.0.subscribe(kind, names, max_names)
+    }
+
+    /// Forgets names no client asked for within `ttl`, as the registry's
+    /// sweep does, for a producer's tests.
+    #[cfg(test)]
+    pub(crate) fn sweep_names(&self, now: tokio::time::Instant, ttl: std::time::Duration) {
+        self.0.sweep_names(now, ttl);
+    }
+}
