@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Weak;
 use std::time::{Duration, SystemTime};
 
-use tokio::task::JoinHandle;
+use crate::sync::AbortOnDrop;
 
 /// How often watched files are checked.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -54,14 +54,7 @@ fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
 }
 
 /// The watching task; dropping it stops the watch.
-#[derive(Debug)]
-pub(crate) struct Watcher(JoinHandle<()>);
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+pub(crate) type Watcher = AbortOnDrop;
 
 /// Calls `reload(target)` whenever `paths` change (checked every
 /// [`CHECK_EVERY`]), until `target` or the returned [`Watcher`] is dropped.
@@ -86,7 +79,7 @@ pub(crate) fn watch_listed<T: Send + Sync + 'static>(
     target: Weak<T>,
     reload: fn(&T),
 ) -> Watcher {
-    Watcher(tokio::spawn(async move {
+    AbortOnDrop(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;

@@ -1,5 +1,5 @@
 //! Locking without poison: the one rule every `std::sync` lock in the crate
-//! is taken by.
+//! is taken by; and [`AbortOnDrop`], how a task ends with what owns it.
 //!
 //! Every critical section in the gateway is a few field updates or a map
 //! insert or removal. A panic inside one (there should be none) cannot leave
@@ -8,6 +8,8 @@
 //! later request.
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use tokio::task::JoinHandle;
 
 /// Locks `m`, poisoned or not.
 pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -22,6 +24,18 @@ pub(crate) fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 /// Write-locks `l`, poisoned or not.
 pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A spawned task that is aborted when this is dropped: held by what the
+/// task works for, so that the task ends with it (a dropped `JoinHandle`
+/// alone lets its task run on).
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop(pub(crate) JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamVie
 use super::SourceError;
 use crate::cache::{Coverage, Names, TypeState};
 use crate::observe::Recorder;
-use crate::sync::lock;
+use crate::sync::{lock, AbortOnDrop};
 use crate::xds::extra_types::MAX_EXTRA_TYPES;
 use crate::xds::ResourceType;
 
@@ -225,7 +225,7 @@ pub(crate) struct Session {
     /// Per type: the state published last and what clients subscribed to.
     slots: TypeSlots,
     commands: mpsc::UnboundedSender<Command>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    task: Mutex<Option<AbortOnDrop>>,
     /// Whether polls are using it, and when one last did.
     liveness: Liveness,
     /// Where every state published and every NACK sent is recorded (the
@@ -322,14 +322,12 @@ impl Session {
 
     /// Attaches the upstream task, aborted when the session closes.
     pub(super) fn attach_task(&self, task: JoinHandle<()>) {
-        *lock(&self.task) = Some(task);
+        *lock(&self.task) = Some(AbortOnDrop(task));
     }
 
     /// Stops the upstream task. Waiting requests see their channels close.
     pub(super) fn close(&self) {
-        if let Some(task) = lock(&self.task).take() {
-            task.abort();
-        }
+        lock(&self.task).take();
     }
 
     /// The upstream stream `lane` (`None`: the aggregated one; a type: its

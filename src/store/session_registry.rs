@@ -51,6 +51,7 @@ use crate::metrics::Metrics;
 use crate::observe::ConfigHistory;
 use crate::observe::Suspicion;
 use crate::shares::{Share, SharePlace, Tenant};
+use crate::sync::AbortOnDrop;
 use crate::xds::ResourceType;
 
 /// How often idle sessions and stale names are swept, at most.
@@ -92,7 +93,7 @@ pub(crate) struct Sessions {
     share: Share,
     /// What each principal's sessions hold of `--max-session-bytes`.
     bytes_share: Share,
-    sweeper: Mutex<Option<JoinHandle<()>>>,
+    sweeper: Mutex<Option<AbortOnDrop>>,
 }
 
 /// The live sessions and the node bytes they hold.
@@ -195,7 +196,7 @@ impl Sessions {
             sweeper: Mutex::default(),
         });
         let sweeper = spawn_sweeper(Arc::downgrade(&sessions), sessions.sweep_every());
-        *sessions.sweeper_lock() = Some(sweeper);
+        *sessions.sweeper_lock() = Some(AbortOnDrop(sweeper));
         sessions
     }
 
@@ -204,7 +205,7 @@ impl Sessions {
         crate::sync::lock(&self.sessions)
     }
 
-    fn sweeper_lock(&self) -> MutexGuard<'_, Option<JoinHandle<()>>> {
+    fn sweeper_lock(&self) -> MutexGuard<'_, Option<AbortOnDrop>> {
         crate::sync::lock(&self.sweeper)
     }
 
@@ -574,9 +575,7 @@ impl Inspect for Sessions {
 
 impl Feed for Sessions {
     fn close(&self) {
-        if let Some(sweeper) = self.sweeper_lock().take() {
-            sweeper.abort();
-        }
+        self.sweeper_lock().take();
         let mut registry = self.lock();
         for (_, entry) in registry.sessions.drain() {
             entry.session.close();

@@ -22,6 +22,7 @@ use super::UpstreamContext;
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::log_escape::Escaped;
 use crate::store::{Command, Feeder, PassThrough, PassedThrough, Publisher, SourceError};
+use crate::sync::AbortOnDrop;
 use crate::xds::ResourceType;
 
 /// Builds the feeder for the mode the probe found (`app.rs` decides what
@@ -83,17 +84,6 @@ async fn resolve(ctx: &UpstreamContext) -> (UpstreamMode, UpstreamStreams) {
                 tokio::time::sleep(delay).await;
             }
         }
-    }
-}
-
-/// Aborts the task it holds when dropped: the probe ends with the feeder,
-/// and the chosen feeder's task for a session with the session's own.
-#[derive(Debug)]
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
