@@ -27,6 +27,9 @@ use crate::gateway_process::{cpu_time, output_within, user_time, Guard};
 
 /// Set in the child that runs the baseline: `PORT STATUS ANSWER_FILE`.
 pub const RAW_SERVER_ENV: &str = "XDS_BENCH_RAW_SERVER";
+/// Set (to anything) for a baseline child that confirms each body
+/// ([`Reading::Confirmed`]).
+const RAW_SERVER_CONFIRM_ENV: &str = "XDS_BENCH_RAW_SERVER_CONFIRM";
 /// wrk's connections; its thread count is 1.
 const CONNECTIONS: usize = 16;
 
@@ -44,36 +47,77 @@ pub fn raw_server_main() -> bool {
     let port: u16 = port.parse().expect("port");
     let status = StatusCode::from_u16(status.parse().expect("status")).expect("status");
     let answer = Bytes::from(std::fs::read(file).expect("answer file"));
+    let reading = match std::env::var_os(RAW_SERVER_CONFIRM_ENV) {
+        Some(_) => Reading::Confirmed,
+        None => Reading::Whole,
+    };
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime")
-        .block_on(raw_server(port, status, answer));
+        .block_on(raw_server(port, status, answer, reading));
     true
 }
 
-async fn raw_server(port: u16, status: StatusCode, answer: Bytes) {
+async fn raw_server(port: u16, status: StatusCode, answer: Bytes, reading: Reading) {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-    serve_fixed(listener, status, answer).await;
+    serve_fixed_reading(listener, status, answer, reading).await;
+}
+
+/// What a baseline server does with a request's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Reads it whole, and looks at none of its bytes (hyper hands them
+    /// over as they were received).
+    Whole,
+    /// Reads it whole, then compares it byte for byte with the body it
+    /// was sent last (kept when they differ): the one pass over a
+    /// request's bytes that a memo hit of the gateway must make to be
+    /// safe, and nothing else of the gateway's work.
+    Confirmed,
 }
 
 /// The baseline: accepts on `listener` forever; every request's whole body
 /// is read, then answered `status` with `answer` (no body for a 304).
 /// HTTP/1.1 and HTTP/2 with prior knowledge (h2c), as the gateway serves.
+#[allow(dead_code)] // used by some benches only
 pub async fn serve_fixed(listener: TcpListener, status: StatusCode, answer: Bytes) {
+    serve_fixed_reading(listener, status, answer, Reading::Whole).await;
+}
+
+/// [`serve_fixed`], doing `reading` with each body.
+pub async fn serve_fixed_reading(
+    listener: TcpListener,
+    status: StatusCode,
+    answer: Bytes,
+    reading: Reading,
+) {
     let builder = std::sync::Arc::new(auto::Builder::new(TokioExecutor::new()));
+    let last = std::sync::Arc::new(std::sync::Mutex::new(Bytes::new()));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (answer, builder) = (answer.clone(), builder.clone());
+        let (answer, builder, last) = (answer.clone(), builder.clone(), last.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let answer = answer.clone();
+                let (answer, last) = (answer.clone(), last.clone());
                 async move {
-                    let _ = req.into_body().collect().await;
+                    match reading {
+                        Reading::Whole => {
+                            let _ = req.into_body().collect().await;
+                        }
+                        Reading::Confirmed => {
+                            let mut body = req.into_body();
+                            let mut pieces = Vec::new();
+                            while let Some(Ok(frame)) = body.frame().await {
+                                pieces.extend(frame.into_data().ok());
+                            }
+                            confirm(&last, pieces);
+                        }
+                    }
                     let mut response = Response::builder()
                         .status(status)
                         .header("content-type", "application/json");
@@ -93,13 +137,47 @@ pub async fn serve_fixed(listener: TcpListener, status: StatusCode, answer: Byte
     }
 }
 
+/// Compares `body`, in the pieces it was received in, with the body `last`
+/// holds, byte for byte; a body that differs is held in its place.
+fn confirm(last: &std::sync::Mutex<Bytes>, pieces: Vec<Bytes>) {
+    let held = last.lock().expect("last body").clone();
+    let mut same = pieces.iter().map(Bytes::len).sum::<usize>() == held.len();
+    let mut rest = &held[..];
+    for piece in &pieces {
+        if !same {
+            break;
+        }
+        same = rest.starts_with(piece);
+        rest = &rest[piece.len().min(rest.len())..];
+    }
+    if !std::hint::black_box(same) {
+        *last.lock().expect("last body") = Bytes::from(pieces.concat());
+    }
+}
+
 /// Starts the baseline child answering `status` with `answer` on `port`.
 #[allow(dead_code)] // used by some benches only
 pub fn start_raw_server(dir: &Path, port: u16, status: u16, answer: &[u8]) -> Guard {
+    start_raw_server_reading(dir, port, status, answer, Reading::Whole)
+}
+
+/// [`start_raw_server`], the child doing `reading` with each body.
+#[allow(dead_code)] // used by some benches only
+pub fn start_raw_server_reading(
+    dir: &Path,
+    port: u16,
+    status: u16,
+    answer: &[u8],
+    reading: Reading,
+) -> Guard {
     let file = dir.join(format!("answer-{port}"));
     std::fs::write(&file, answer).expect("write the answer");
     let exe = std::env::current_exe().expect("this bench's path");
-    let child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if reading == Reading::Confirmed {
+        command.env(RAW_SERVER_CONFIRM_ENV, "1");
+    }
+    let child = command
         .env(
             RAW_SERVER_ENV,
             format!("{port} {status} {}", file.display()),

@@ -8,7 +8,15 @@
 //! 16 connections) and HTTP/2 with prior knowledge (`h2load`, Debian's
 //! `nghttp2-client`: [`H2_CONNECTIONS`] connections of [`H2_STREAMS`]
 //! concurrent streams each, as an Envoy multiplexes its polls on one
-//! connection). Gateway and floor alternate, round by round; the table gives
+//! connection).
+//!
+//! A second floor, the same server comparing each body byte for byte with
+//! the one it was sent last ([`external::Reading::Confirmed`]), takes its
+//! turn in the same rounds: it makes the one pass over a request's bytes
+//! that a memo hit of the gateway must make (its confirm), so the gateway's
+//! ratio to it is what the gateway costs beyond reading the body twice.
+//!
+//! Gateway and floors alternate, round by round; the table gives
 //! medians with the min-max of the rounds, and the ratio of the medians with
 //! the min-max of the per-round ratios. Both tools must be installed: a
 //! missing one is a panic, never a skipped row.
@@ -19,7 +27,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::external::{self, Measured, Run, Target};
+use crate::external::{self, Measured, Reading, Run, Target};
 use crate::gateway_process::{self, output_within};
 use crate::Case;
 
@@ -95,6 +103,16 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
         let floor = external::start_raw_server(dir.path(), port, case.status, &case.answer);
         gateway_process::wait_listening(port);
         let floor_pid = floor.0.id();
+        let confirm_port = gateway_process::free_port();
+        let confirming = external::start_raw_server_reading(
+            dir.path(),
+            confirm_port,
+            case.status,
+            &case.answer,
+            Reading::Confirmed,
+        );
+        gateway_process::wait_listening(confirm_port);
+        let confirming_pid = confirming.0.id();
         let script = external::script(dir.path(), &format!("poll-{i}"), &case.body);
         let body = dir.path().join(format!("poll-{i}.json"));
         let target = |port: u16, pid: u32| Target {
@@ -104,22 +122,23 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
         };
         let (floor_target, gateway_target) =
             (target(port, floor_pid), target(gateway, gateway_pid));
+        let confirming_target = target(confirm_port, confirming_pid);
         let baseline_target = baseline.map(|(port, pid)| target(port, pid));
         for protocol in [Protocol::Http1, Protocol::Http2] {
             let load = |t: &Target| match protocol {
                 Protocol::Http1 => external::wrk(&t.script, &t.url, seconds),
                 Protocol::Http2 => h2load(&body, &t.url, seconds, case.status),
             };
-            let (floor_m, gw, base) = match &baseline_target {
+            let (floor_m, confirmed, gw, base) = match &baseline_target {
                 None => {
-                    let [f, g] =
-                        external::alternate_with([&floor_target, &gateway_target], rounds, load);
-                    (f, g, None)
+                    let targets = [&floor_target, &confirming_target, &gateway_target];
+                    let [f, c, g] = external::alternate_with(targets, rounds, load);
+                    (f, c, g, None)
                 }
                 Some(b) => {
-                    let targets = [&floor_target, &gateway_target, b];
-                    let [f, g, b] = external::alternate_with(targets, rounds, load);
-                    (f, g, Some(b))
+                    let targets = [&floor_target, &confirming_target, &gateway_target, b];
+                    let [f, c, g, b] = external::alternate_with(targets, rounds, load);
+                    (f, c, g, Some(b))
                 }
             };
             println!(
@@ -132,6 +151,15 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
                 min_max(&per_round(&gw, &floor_m), 2),
                 gw.rps_text(),
                 floor_m.rps_text(),
+            );
+            println!(
+                "| {} (against the floor with the confirm) | {} | (same) | {} | {:.2} ({}) | | {} |",
+                case.name,
+                protocol.label(),
+                spread_us(&confirmed),
+                gw.cpu(0) / confirmed.cpu(0),
+                min_max(&per_round(&gw, &confirmed), 2),
+                confirmed.rps_text(),
             );
             if let Some(base) = &base {
                 println!(
@@ -157,15 +185,17 @@ pub fn part(gateway: u16, gateway_pid: u32, baseline: Option<(u16, u32)>, cases:
                 .unwrap_or_default();
             user_part.push(format!(
                 "{}, {}: user-space µs/poll (medians; the rest is the kernel's): gateway {:.1}, \
-                 floor {:.1}{baseline_user}",
+                 floor {:.1}, floor with the confirm {:.1}{baseline_user}",
                 case.name,
                 protocol.label(),
                 gw.user(0),
                 floor_m.user(0),
+                confirmed.user(0),
             ));
             per_protocol.push((case.name, gw.cpu(0), floor_m.cpu(0)));
         }
         drop(floor);
+        drop(confirming);
     }
     println!();
     for line in &compared {
