@@ -16,7 +16,8 @@
 //! - [`xds`]: protocol vocabulary, no I/O: endpoint table, canonical JSON, request parsing,
 //!   rewrites. A crate of its own (`crates/xds`, `xds-gateway-xds`), re-exported under this name.
 //! - `cache`: versioned states per (node identity, type), rendered resources, assembled
-//!   bodies, parsed requests, the client key. No I/O.
+//!   bodies, parsed requests, the client key. No I/O. A crate of its own (`crates/cache`,
+//!   `xds-gateway-cache`), named under this name.
 //! - `observe`: what was served to whom and what changed: the client book (standing and
 //!   rejections per client), the answers `?changes` diffs against, the config history of
 //!   `/debug/history` and its file. Names nothing but `cache`, `xds`, `config` and leaves.
@@ -50,7 +51,9 @@
 //! - `read_ahead`: a connection's small reads served from one large read (h2 reads 8 KiB at a
 //!   time): every accepted connection and every upstream connection read through it.
 //! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
-//!   logged through (control characters escaped: one event, one line).
+//!   logged through (control characters escaped: one event, one line); and `sync`: locks
+//!   taken without poison, tasks aborted with their owner. Both are the leaf crate's
+//!   (`crates/base`, `xds-gateway-base`), named under these names.
 //!
 //! Dependencies point one way, down the layers `tests/module_graph.rs`
 //! checks (`LAYERS`; `docs/architecture.md`, "Layers"): `app` → `admin`,
@@ -82,6 +85,9 @@ pub mod app;
 pub use xds_gateway_config as config;
 /// The xDS vocabulary, a crate of its own (`crates/xds`).
 pub use xds_gateway_xds as xds;
+// The cache and the leaves, under the names the modules use.
+use xds_gateway_base::{log_escape, sync};
+use xds_gateway_cache as cache;
 
 // The entry points of the `cargo fuzz` targets in fuzz/ (which turns the
 // `fuzzing` feature on), and their corpus replay in `cargo test`.
@@ -124,13 +130,11 @@ pub mod bench_support {
 
 mod admin;
 mod auth;
-mod cache;
 mod drain;
 mod error_body;
 mod face;
 mod http;
 mod huge_pages;
-mod log_escape;
 mod metrics;
 mod observe;
 #[cfg(test)]
@@ -141,6 +145,5 @@ mod reload;
 mod serve;
 mod shares;
 mod store;
-mod sync;
 mod tls;
 mod upstream;

@@ -1,8 +1,9 @@
 //! The crates' import graphs have no circle ([`ALLOWED`] is empty), and
 //! the gateway's top-level modules import only down their layers
 //! ([`LAYERS`]). Between crates Cargo keeps the direction itself: the
-//! vocabulary and configuration crates (`crates/xds`, `crates/config`)
-//! cannot name the gateway.
+//! cache, vocabulary, configuration and leaf crates (`crates/cache`,
+//! `crates/xds`, `crates/config`, `crates/base`) cannot name the gateway,
+//! nor the leaves the crates above them.
 //!
 //! Every production file under `src/` and each crate's `crates/*/src/` (test-only modules and items left
 //! out: `#[cfg(test)]` items and the files they declare) is read for the
@@ -75,6 +76,8 @@ fn import_graph() -> (BTreeMap<Module, BTreeSet<Module>>, BTreeSet<Module>) {
 /// The library crates of the workspace besides the gateway: the label
 /// their circles are printed with, and their source directory.
 const CRATES: &[(&str, &str)] = &[
+    ("xds-gateway-base", "crates/base/src"),
+    ("xds-gateway-cache", "crates/cache/src"),
     ("xds-gateway-config", "crates/config/src"),
     ("xds-gateway-xds", "crates/xds/src"),
 ];

@@ -42,14 +42,12 @@ mod mutation;
 #[cfg(test)]
 mod replay;
 #[cfg(test)]
-mod seed;
-#[cfg(test)]
 mod vocabulary;
 
 #[cfg(test)]
 pub(crate) use mutation::{config, envoy_requests, mutated, resources};
 #[cfg(test)]
-pub(crate) use seed::seeded_rng;
+pub(crate) use xds_gateway_base::testing::seeded_rng;
 
 /// A `cargo fuzz` target: its name (of `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/corpus/<name>/`) and the function it runs on each input.

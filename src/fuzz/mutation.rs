@@ -20,8 +20,6 @@
 //! No coverage guidance here: random mutations of real inputs. The
 //! coverage-guided targets are in `fuzz/` (`cargo fuzz`).
 
-use std::path::{Path, PathBuf};
-
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::Config;
@@ -43,32 +41,11 @@ pub(crate) fn config(default_cases: u32) -> Config {
 }
 
 /// The Envoy request bodies of `tests/fuzz_corpus/discovery_request/`.
-pub(crate) fn envoy_requests() -> Vec<Vec<u8>> {
-    read_dir(&repo_path("tests/fuzz_corpus/discovery_request"))
-}
+pub(crate) use xds_gateway_base::testing::envoy_requests;
 
 /// The resources (JSON `Any`s, snake_case) of `tests/corpus/`.
 pub(crate) fn resources() -> Vec<Vec<u8>> {
-    read_dir(&repo_path("tests/corpus"))
-}
-
-fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
-/// Every `*.json` file directly in `dir`, sorted by name; panics if none.
-fn read_dir(dir: &Path) -> Vec<Vec<u8>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no corpus in {}", dir.display());
-    paths
-        .iter()
-        .map(|path| std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display())))
-        .collect()
+    xds_gateway_base::testing::corpus("tests/corpus")
 }
 
 /// Bytes that make JSON parsers take other paths.

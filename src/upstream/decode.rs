@@ -487,7 +487,7 @@ fn unchanged(previous: &TypeState, kind: ResourceType, any: Payload<'_>) -> Opti
 ///
 /// An answer of plain resources (no wrappers: no TTLs, no heartbeats) that
 /// another session took before, byte for byte in any order, is not decoded
-/// again: its set is shared (`cache/resource_set.rs`).
+/// again: its set is shared (`crates/cache/src/resource_set.rs`).
 pub(super) fn decode_all(
     intake: &Intake,
     kind: ResourceType,

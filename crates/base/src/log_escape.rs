@@ -23,7 +23,7 @@ use std::fmt::{self, Write};
 /// `Escaped(format_args!("{v:?}"))`. (A string's `Debug` form is already
 /// escaped by the standard library: `?names` needs no wrapper.)
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Escaped<T>(pub(crate) T);
+pub struct Escaped<T>(pub T);
 
 impl<T: fmt::Display> fmt::Display for Escaped<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

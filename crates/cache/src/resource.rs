@@ -18,7 +18,7 @@ use crate::xds::{JsonError, ResourceType, Violation};
 
 /// Why a resource could not be taken.
 #[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum ResourceError {
+pub enum ResourceError {
     #[error(transparent)]
     Json(#[from] JsonError),
     /// It decodes, but breaks a rule Envoy checks (so Envoy would reject it).
@@ -39,48 +39,48 @@ pub(crate) type Digest = [u8; 32];
 
 /// A decoded, rendered resource. Immutable; shared by every state holding it.
 #[derive(Debug)]
-pub(crate) struct Resource {
-    pub(crate) kind: ResourceType,
-    pub(crate) name: String,
+pub struct Resource {
+    pub kind: ResourceType,
+    pub name: String,
     /// Other names the upstream delivered it for (VHDS `<route
     /// configuration>/<domain>` aliases); empty for every other type.
-    pub(crate) aliases: Vec<String>,
-    pub(crate) digest: Digest,
+    pub aliases: Vec<String>,
+    pub digest: Digest,
     /// The `Any` payload as the upstream sent it.
-    pub(crate) payload: Bytes,
+    pub payload: Bytes,
     /// Canonical JSON of the `Any` (`{"@type": ..., ...}`), untouched; for
     /// a delta-only type, of its `envoy.service.discovery.v3.Resource`
     /// wrapper holding it.
-    pub(crate) json: Bytes,
+    pub json: Bytes,
     /// The types of the `Any`s inside it the gateway has no descriptor
     /// for, served as `xds_gateway.v1.OpaqueAny` (`xds::opaque`); almost
     /// always none.
-    pub(crate) opaque: OpaqueHeld,
+    pub opaque: OpaqueHeld,
     /// Whether it holds key material as the upstream sent it (served with
     /// `--allow-secrets`); false when it holds none, or had it taken out
     /// (`xds::keys`).
-    pub(crate) holds_keys: bool,
+    pub holds_keys: bool,
     /// The dynamic parameter constraints it came under, for a variant of
     /// its name (xDS TP2); `json` is then the `Resource` wrapper carrying
     /// them, and `digest` covers them too.
-    pub(crate) variant: Option<Box<Variant>>,
+    pub variant: Option<Box<Variant>>,
 }
 
 /// How a delta upstream named a resource of a delta-only type.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct WrapperName {
-    pub(crate) name: String,
-    pub(crate) aliases: Vec<String>,
+pub struct WrapperName {
+    pub name: String,
+    pub aliases: Vec<String>,
     /// The upstream's per-resource version.
-    pub(crate) version: String,
+    pub version: String,
 }
 
 /// Type URL of the delta wrapper the delta-only types are rendered in.
-pub(crate) const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+pub const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 /// A memo of at most `entries` entries, each dropped after `idle` without
 /// a lookup.
-pub(crate) fn idle_memo<K, V>(entries: u64, idle: std::time::Duration) -> Cache<K, V>
+pub fn idle_memo<K, V>(entries: u64, idle: std::time::Duration) -> Cache<K, V>
 where
     K: std::hash::Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,

@@ -22,18 +22,18 @@ pub(crate) const MAX_ERRORS: usize = 1024;
 /// The most of an error's message kept, in bytes.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 /// gRPC's NOT_FOUND: the resource is gone.
-pub(crate) const NOT_FOUND: i32 = 5;
+pub const NOT_FOUND: i32 = 5;
 
 /// One resource's error, a `google.rpc.Status` without its details.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct ReportedError {
-    pub(crate) code: i32,
-    pub(crate) message: String,
+pub struct ReportedError {
+    pub code: i32,
+    pub message: String,
 }
 
 impl ReportedError {
     /// `code` and `message`, the message cut to [`MAX_MESSAGE_BYTES`].
-    pub(crate) fn new(code: i32, message: &str) -> ReportedError {
+    pub fn new(code: i32, message: &str) -> ReportedError {
         let mut end = message.len().min(MAX_MESSAGE_BYTES);
         while !message.is_char_boundary(end) {
             end -= 1;
@@ -47,27 +47,27 @@ impl ReportedError {
 
 /// One resource's error, as `/debug/sessions` and `/debug/config` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct ResourceErrorView {
-    pub(crate) name: String,
-    pub(crate) code: i32,
-    pub(crate) message: String,
+pub struct ResourceErrorView {
+    pub name: String,
+    pub code: i32,
+    pub message: String,
 }
 
 /// The errors held for one type, by resource name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ResourceErrors(BTreeMap<String, ReportedError>);
+pub struct ResourceErrors(BTreeMap<String, ReportedError>);
 
 impl ResourceErrors {
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.0.len()
     }
 
     /// The first `limit` errors, by name, as the admin views show them.
-    pub(crate) fn view(&self, limit: usize) -> Vec<ResourceErrorView> {
+    pub fn view(&self, limit: usize) -> Vec<ResourceErrorView> {
         self.0
             .iter()
             .take(limit)
@@ -81,7 +81,7 @@ impl ResourceErrors {
 
     /// The errors after a response: these, less the names it `carried` (or
     /// said are `gone`), plus what it `reported` (NOT_FOUND aside), bounded.
-    pub(crate) fn after<'a>(
+    pub fn after<'a>(
         &self,
         carried: impl IntoIterator<Item = &'a str>,
         gone: impl IntoIterator<Item = &'a str>,
@@ -103,7 +103,7 @@ impl ResourceErrors {
 
     /// The errors of several parts as one (their names are disjoint: a
     /// federated type's parts), bounded.
-    pub(crate) fn union<'a>(parts: impl IntoIterator<Item = &'a ResourceErrors>) -> ResourceErrors {
+    pub fn union<'a>(parts: impl IntoIterator<Item = &'a ResourceErrors>) -> ResourceErrors {
         let mut all = BTreeMap::new();
         for part in parts {
             for (name, error) in &part.0 {
@@ -117,7 +117,7 @@ impl ResourceErrors {
 
     /// The errors of the resources a request for `names` asks about: every
     /// one for the wildcard, else those of the names it lists.
-    pub(crate) fn for_names<'a>(
+    pub fn for_names<'a>(
         &'a self,
         names: Asked<'a>,
     ) -> Box<dyn Iterator<Item = (&'a String, &'a ReportedError)> + 'a> {
@@ -129,7 +129,7 @@ impl ResourceErrors {
 
     /// `selection` (what a client asking `names` is answered, see `state`)
     /// with the errors it is told: the same selection when there are none.
-    pub(crate) fn digest(&self, names: Asked<'_>, selection: [u8; 32]) -> [u8; 32] {
+    pub fn digest(&self, names: Asked<'_>, selection: [u8; 32]) -> [u8; 32] {
         let mut errors = self.for_names(names).peekable();
         if errors.peek().is_none() {
             return selection;
@@ -151,7 +151,7 @@ impl ResourceErrors {
 
     /// `,"resourceErrors":[...]` in proto3 JSON for a client asking
     /// `names`, or nothing when it is told none.
-    pub(crate) fn json_member(&self, names: Asked<'_>) -> String {
+    pub fn json_member(&self, names: Asked<'_>) -> String {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Entry<'a> {

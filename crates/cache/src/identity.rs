@@ -20,12 +20,12 @@ use crate::xds::NodeView;
 
 /// The canonical identity of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct IdentityKey(String);
+pub struct IdentityKey(String);
 
 impl IdentityKey {
     /// The key of `node` under `mode`; a request without a node has the
     /// identity of an empty node.
-    pub(crate) fn of(node: Option<&NodeView>, mode: SessionKey) -> IdentityKey {
+    pub fn of(node: Option<&NodeView>, mode: SessionKey) -> IdentityKey {
         let empty = NodeView::default();
         let node = node.unwrap_or(&empty);
         let mut key = String::new();
@@ -52,7 +52,7 @@ impl IdentityKey {
     /// itself when they are none (so keys of clients subscribing by names
     /// are what they always were), else it followed by every key and value
     /// as a field. Still injective: the parameters are the key's tail.
-    pub(crate) fn with_parameters(mut self, parameters: &Parameters) -> IdentityKey {
+    pub fn with_parameters(mut self, parameters: &Parameters) -> IdentityKey {
         if !parameters.is_empty() {
             self.0.push_str("locators;");
             for (key, value) in parameters {
@@ -64,7 +64,7 @@ impl IdentityKey {
     }
 
     /// The canonical encoding (injective: see the module).
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 }

@@ -24,7 +24,7 @@ use super::state::Names;
 
 /// A node as a client presents it: a digest of what tells clients apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClientNode([u8; 32]);
+pub struct ClientNode([u8; 32]);
 
 /// Hashed as 8 of its 32 bytes, where the derived `Hash` fed a map's
 /// hasher a length and all 32 (the client book looks a client up twice a
@@ -42,7 +42,7 @@ impl Hash for ClientNode {
 impl ClientNode {
     /// The digest of these fields, each length-prefixed (injective before
     /// hashing: a field's bytes cannot pose as the next field).
-    pub(crate) fn of(
+    pub fn of(
         identity: &IdentityKey,
         node_id: &str,
         cluster: &str,
@@ -62,19 +62,19 @@ impl ClientNode {
 /// One REST client: its node and the address it polls from (none for a
 /// request that came over no socket, as in-process tests send).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct ClientKey {
+pub struct ClientKey {
     node: ClientNode,
     remote: Option<IpAddr>,
 }
 
 impl ClientKey {
-    pub(crate) fn new(node: ClientNode, remote: Option<IpAddr>) -> ClientKey {
+    pub fn new(node: ClientNode, remote: Option<IpAddr>) -> ClientKey {
         ClientKey { node, remote }
     }
 
     /// This client's subscription to the names hashed as `names` (by
     /// [`names_hash`]; of the one type its ledger is for).
-    pub(crate) fn subscribing(self, names: u64) -> SubscriptionKey {
+    pub fn subscribing(self, names: u64) -> SubscriptionKey {
         SubscriptionKey {
             client: self,
             names,
@@ -87,7 +87,7 @@ impl ClientKey {
 /// client's standing per. Names are hashed (64 bits): only a client's own
 /// subscriptions could collide, and a client gains nothing by that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct SubscriptionKey {
+pub struct SubscriptionKey {
     client: ClientKey,
     names: u64,
 }

@@ -58,7 +58,7 @@ pub(super) const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::fr
 /// target, assembled bodies) is the [`Assembler`](super::Assembler)'s, and
 /// the config history is handed to the sessions and the admin apart.
 #[derive(Clone)]
-pub(crate) struct Intake {
+pub struct Intake {
     codec: Codec,
     plain: Cache<(ResourceType, Digest), Arc<Resource>>,
     /// The sets upstream answers decoded to, shared by the sessions that
@@ -92,7 +92,7 @@ impl std::fmt::Debug for Intake {
 
 impl Intake {
     /// A intake that checks every resource against Envoy's field rules.
-    pub(crate) fn new(codec: Codec) -> Intake {
+    pub fn new(codec: Codec) -> Intake {
         Intake {
             codec,
             plain: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
@@ -109,26 +109,26 @@ impl Intake {
     }
 
     /// Notes that a session's stream read an answer of `bytes` (encoded).
-    pub(crate) fn note_answer(&self, bytes: usize) {
+    pub fn note_answer(&self, bytes: usize) {
         self.largest_answer.fetch_max(bytes, Ordering::Relaxed);
     }
 
     /// The largest answer a session's stream has read, in bytes (0 before
     /// the first).
-    pub(crate) fn largest_answer(&self) -> usize {
+    pub fn largest_answer(&self) -> usize {
         self.largest_answer.load(Ordering::Relaxed)
     }
 
     /// Whether key material is served as sent (`--allow-secrets`); by
     /// default it is taken out.
-    pub(crate) fn serving_keys(mut self, on: bool) -> Intake {
+    pub fn serving_keys(mut self, on: bool) -> Intake {
         self.serve_keys = on;
         self
     }
 
     /// Counts the resources rendered with key material taken out with
     /// `counter` (a metric).
-    pub(crate) fn counting_keys_taken_out(mut self, counter: Counter) -> Intake {
+    pub fn counting_keys_taken_out(mut self, counter: Counter) -> Intake {
         self.keys_taken_out = counter;
         self
     }
@@ -175,14 +175,14 @@ impl Intake {
     }
 
     /// Whether resources are checked against Envoy's field rules.
-    pub(crate) fn validating(mut self, on: bool) -> Intake {
+    pub fn validating(mut self, on: bool) -> Intake {
         self.validator = on.then(|| Arc::new(Validator::new(self.codec.pool())));
         self
     }
 
     /// Counts its renders with `rendered`, and those served with an opaque
     /// `Any` with `opaque` (metrics).
-    pub(crate) fn counting(mut self, rendered: Counter, opaque: Counter) -> Intake {
+    pub fn counting(mut self, rendered: Counter, opaque: Counter) -> Intake {
         self.rendered = rendered;
         self.rendered_opaque = opaque;
         self
@@ -190,7 +190,7 @@ impl Intake {
 
     /// Where it notes each type it had no descriptor for (a clone shares
     /// the record: what the admin face reads for `/readyz`).
-    pub(crate) fn opaque_types(&self) -> &OpaqueTypes {
+    pub fn opaque_types(&self) -> &OpaqueTypes {
         &self.opaque_types
     }
 
@@ -214,16 +214,16 @@ impl Intake {
 
     /// Resources rendered so far (decoded in full, checked, rendered).
     #[cfg(test)]
-    pub(crate) fn rendered(&self) -> u64 {
+    pub fn rendered(&self) -> u64 {
         self.rendered.get()
     }
 
-    pub(crate) fn codec(&self) -> &Codec {
+    pub fn codec(&self) -> &Codec {
         &self.codec
     }
 
     /// The sets upstream answers decoded to ([`SharedAnswers`]).
-    pub(crate) fn answers(&self) -> &SharedAnswers {
+    pub fn answers(&self) -> &SharedAnswers {
         &self.answers
     }
 
@@ -236,7 +236,7 @@ impl Intake {
     /// (a SotW push brings the same new resource to every session at once,
     /// each on a blocking thread of its own): the first renders, the others
     /// wait for its result (`try_get_with`).
-    pub(crate) fn resource(
+    pub fn resource(
         &self,
         kind: ResourceType,
         payload: Bytes,
@@ -247,7 +247,7 @@ impl Intake {
 
     /// [`resource`](Self::resource), rendered for the caller alone and
     /// kept in no memo: a resource the upstream marked `do_not_cache`.
-    pub(crate) fn resource_unshared(
+    pub fn resource_unshared(
         &self,
         kind: ResourceType,
         payload: Bytes,
@@ -260,7 +260,7 @@ impl Intake {
     /// upstream named `name` (its wrapper's name stands, whatever the
     /// type's name fields say): as [`resource`](Self::resource), its
     /// digest covering the name, so two names never share a render.
-    pub(crate) fn resource_named(
+    pub fn resource_named(
         &self,
         kind: ResourceType,
         name: String,
@@ -281,7 +281,7 @@ impl Intake {
     /// variant is never taken for the plain resource or another variant.
     /// Made per response (wrappers are always decoded); the render inside
     /// is the shared one.
-    pub(crate) fn variant(
+    pub fn variant(
         &self,
         resource: Arc<Resource>,
         constraints: DynamicParameterConstraints,
@@ -330,7 +330,7 @@ impl Intake {
     }
 
     /// Whether `resource` was served opaque for a type the pool now knows.
-    pub(crate) fn outdated(&self, resource: &Resource) -> bool {
+    pub fn outdated(&self, resource: &Resource) -> bool {
         let descriptors = self.codec.descriptors();
         resource.opaque.iter().any(|t| descriptors.knows(t))
     }
@@ -339,7 +339,7 @@ impl Intake {
     /// again; `set` itself when none is. A delta-only type's resource is
     /// kept (its wrapper's version is not held), and so is one that no
     /// longer renders.
-    pub(crate) fn refreshed(&self, set: Arc<ResourceSet>) -> Arc<ResourceSet> {
+    pub fn refreshed(&self, set: Arc<ResourceSet>) -> Arc<ResourceSet> {
         let stale = |r: &Arc<Resource>| !r.kind.delta_only() && self.outdated(r);
         if !set.has_opaque() || !set.values().any(stale) {
             return set;
@@ -457,7 +457,7 @@ impl Intake {
     /// The rendered resource for `payload` of a delta-only `kind`, named
     /// (and versioned) as its delta wrapper says: decoded and checked like
     /// any other, rendered inside an `envoy.service.discovery.v3.Resource`.
-    pub(crate) fn delta_named(
+    pub fn delta_named(
         &self,
         kind: ResourceType,
         wrapper: WrapperName,
@@ -537,7 +537,7 @@ mod tests {
     /// A intake, and the payload of a Cluster `c1` with `connect_timeout`.
     fn intake_and_cluster(connect_timeout: &str) -> (Intake, Bytes) {
         let codec = Codec::embedded();
-        let payload = crate::cache::test_states::cluster_payload(&codec, "c1", connect_timeout);
+        let payload = crate::test_states::cluster_payload(&codec, "c1", connect_timeout);
         (Intake::new(codec), payload)
     }
 

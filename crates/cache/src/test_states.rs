@@ -10,7 +10,7 @@ use super::{Coverage, Intake, ResourceMap, TypeState};
 use crate::xds::{Codec, ResourceType};
 
 /// The protobuf bytes of a Cluster `name` with `connect_timeout`.
-pub(crate) fn cluster_payload(codec: &Codec, name: &str, connect_timeout: &str) -> Bytes {
+pub fn cluster_payload(codec: &Codec, name: &str, connect_timeout: &str) -> Bytes {
     let kind = ResourceType::Clusters;
     let json = json!({"@type": kind.type_url(), "name": name, "connect_timeout": connect_timeout});
     let any = codec.parse_any(json.to_string().as_bytes()).unwrap();
@@ -19,7 +19,7 @@ pub(crate) fn cluster_payload(codec: &Codec, name: &str, connect_timeout: &str) 
 
 /// A wildcard-covered state at `version` (with `nonce`) of one Cluster per
 /// `(name, connect_timeout)`.
-pub(crate) fn clusters(
+pub fn clusters(
     intake: &Intake,
     version: &str,
     nonce: &str,

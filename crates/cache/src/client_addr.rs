@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 /// A poll's client address, and whether it is the client's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClientAddr {
+pub enum ClientAddr {
     /// No address (a request that did not come over a socket: in-process
     /// tests). Clients are told apart by node id and names alone.
     Unknown,
@@ -20,7 +20,7 @@ pub(crate) enum ClientAddr {
 
 impl ClientAddr {
     /// The address, the client's or its proxy's.
-    pub(crate) fn ip(self) -> Option<IpAddr> {
+    pub fn ip(self) -> Option<IpAddr> {
         match self {
             ClientAddr::Unknown => None,
             ClientAddr::Client(ip) | ClientAddr::Proxy(ip) => Some(ip),
@@ -29,7 +29,7 @@ impl ClientAddr {
 
     /// Whether polls from here are one client's (as far as node id and
     /// names tell): false behind a proxy that named no client.
-    pub(crate) fn is_one_client(self) -> bool {
+    pub fn is_one_client(self) -> bool {
         !matches!(self, ClientAddr::Proxy(_))
     }
 }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 /// A body's bytes, in the chunks it was read in, in order.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct BodyChunks {
+pub struct BodyChunks {
     chunks: Vec<Bytes>,
     len: usize,
 }
@@ -30,7 +30,7 @@ impl From<Bytes> for BodyChunks {
 
 impl BodyChunks {
     /// Appends `chunk` (an empty one is dropped).
-    pub(crate) fn push(&mut self, chunk: Bytes) {
+    pub fn push(&mut self, chunk: Bytes) {
         if !chunk.is_empty() {
             self.len += chunk.len();
             self.chunks.push(chunk);
@@ -44,7 +44,7 @@ impl BodyChunks {
     }
 
     /// The body in one buffer: the one chunk as it is, else joined (a copy).
-    pub(crate) fn into_bytes(mut self) -> Bytes {
+    pub fn into_bytes(mut self) -> Bytes {
         match self.chunks.len() {
             0 => Bytes::new(),
             1 => self.chunks.pop().unwrap_or_default(),
@@ -59,20 +59,20 @@ impl BodyChunks {
     }
 
     /// Its bytes, chunk by chunk, in order.
-    pub(crate) fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
         self.chunks.iter().map(|c| &c[..])
     }
 
     /// The xxh3 of what [`feed_sampled`] takes of the body, as one piece,
     /// with `shape` its edge, stride and sample.
-    pub(crate) fn sampled_key(&self, shape: [usize; 3]) -> u64 {
+    pub fn sampled_key(&self, shape: [usize; 3]) -> u64 {
         let mut taken = Vec::with_capacity(sampled_len(self.len, shape));
         feed_sampled(&mut taken, &self.chunks, self.len, shape);
         xxhash_rust::xxh3::xxh3_64(&taken)
     }
 
     /// Whether the body is, byte for byte, `pieces` one after the other.
-    pub(crate) fn equals(&self, pieces: &[&[u8]]) -> bool {
+    pub fn equals(&self, pieces: &[&[u8]]) -> bool {
         if pieces.iter().map(|p| p.len()).sum::<usize>() != self.len {
             return false;
         }

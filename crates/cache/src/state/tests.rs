@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::cache::{Assembler, Intake};
 use crate::xds::Codec;
+use crate::{Assembler, Intake};
 
 fn intake() -> Intake {
     Intake::new(Codec::embedded())
@@ -16,7 +16,7 @@ fn assembler() -> Assembler {
 }
 
 fn state(r: &Intake, version: &str, clusters: &[(&str, &str)]) -> TypeState {
-    crate::cache::test_states::clusters(r, version, "n1", clusters)
+    crate::test_states::clusters(r, version, "n1", clusters)
 }
 
 fn named(names: &[&str]) -> Names {
@@ -411,8 +411,8 @@ fn a_list_naming_the_wildcard_asks_for_everything() {
 fn a_body_is_a_function_of_what_it_serves_not_of_the_upstream_nonce() {
     let r = intake();
     let clusters = [("a", "1s"), ("b", "2s")];
-    let first = crate::cache::test_states::clusters(&r, "7", "nonce-1", &clusters);
-    let again = crate::cache::test_states::clusters(&r, "7", "nonce-2", &clusters);
+    let first = crate::test_states::clusters(&r, "7", "nonce-1", &clusters);
+    let again = crate::test_states::clusters(&r, "7", "nonce-2", &clusters);
     let body = |s: &TypeState| match s.answer(&assembler(), &Names::Wildcard, "", None).unwrap() {
         Answer::Body { json, version, .. } => (json.to_bytes(), version),
         other => panic!("expected a body, got {other:?}"),

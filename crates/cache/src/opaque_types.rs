@@ -22,7 +22,7 @@ const MAX_TYPE_URL_BYTES: usize = 512;
 /// Type URL → what is known of it, at most [`MAX_OPAQUE_TYPES`] of them,
 /// and how many more were seen. Shared by clone.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct OpaqueTypes(Arc<Mutex<Record>>);
+pub struct OpaqueTypes(Arc<Mutex<Record>>);
 
 #[derive(Debug, Default)]
 struct Record {
@@ -33,20 +33,20 @@ struct Record {
 
 /// One type the gateway has no descriptor for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Opaque {
+pub struct Opaque {
     /// Resources of a new content that held it.
-    pub(crate) resources: u64,
+    pub resources: u64,
     /// Of those, the ones alive (held by a state or a memo).
-    pub(crate) live: u64,
+    pub live: u64,
     /// Upstream name → why it gave no descriptors for it.
-    pub(crate) why: BTreeMap<String, String>,
+    pub why: BTreeMap<String, String>,
 }
 
 /// The types one rendered resource is served opaque for, held in the
 /// record while the resource lives: dropped with it, and a type no live
 /// resource holds any more leaves the record. Dereferences to the types.
 #[derive(Debug, Default)]
-pub(crate) struct OpaqueHeld {
+pub struct OpaqueHeld {
     types: Box<[String]>,
     record: Option<OpaqueTypes>,
 }
@@ -70,7 +70,7 @@ impl Drop for OpaqueHeld {
 impl OpaqueTypes {
     /// One more resource holds each of `types`, for as long as what this
     /// returns lives.
-    pub(crate) fn note(&self, types: Box<[String]>) -> OpaqueHeld {
+    pub fn note(&self, types: Box<[String]>) -> OpaqueHeld {
         if types.is_empty() {
             return OpaqueHeld::default();
         }
@@ -104,7 +104,7 @@ impl OpaqueTypes {
 
     /// `upstream` gave no descriptors for `type_url`, for `reason` (said
     /// of a type the record holds: one no live resource holds is gone).
-    pub(crate) fn explain(&self, type_url: &str, upstream: &str, reason: &str) {
+    pub fn explain(&self, type_url: &str, upstream: &str, reason: &str) {
         let mut record = crate::sync::lock(&self.0);
         if let Some(entry) = record.types.get_mut(record_key(type_url).as_ref()) {
             if entry.why.get(upstream).is_none_or(|r| r != reason) {
@@ -114,14 +114,14 @@ impl OpaqueTypes {
     }
 
     /// Drops every type `descriptors` now knows.
-    pub(crate) fn forget_known(&self, descriptors: &Descriptors) {
+    pub fn forget_known(&self, descriptors: &Descriptors) {
         crate::sync::lock(&self.0)
             .types
             .retain(|type_url, _| !descriptors.knows(type_url));
     }
 
     /// Every type held, in type URL order, and how many more were seen.
-    pub(crate) fn listed(&self) -> (Vec<(String, Opaque)>, u64) {
+    pub fn listed(&self) -> (Vec<(String, Opaque)>, u64) {
         let record = crate::sync::lock(&self.0);
         let types = record
             .types

@@ -17,7 +17,7 @@ use crate::xds::{Codec, JsonError};
 /// Rewrites for REST targets and assembled bodies, both remembered. Cheap
 /// to clone: the memos are shared.
 #[derive(Clone)]
-pub(crate) struct Assembler {
+pub struct Assembler {
     codec: Codec,
     /// By content, the number of types it was served opaque for (which
     /// only falls, as the pool learns them) and target.
@@ -34,14 +34,14 @@ impl std::fmt::Debug for Assembler {
 impl Assembler {
     /// An assembler with the default bounds of the body memo.
     #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn new(codec: Codec) -> Assembler {
+    pub fn new(codec: Codec) -> Assembler {
         Assembler::with_bodies(codec, Bodies::default())
     }
 
     /// An assembler whose body memo holds at most `bytes` (tests of
     /// eviction; none at all for the benchmarks' pipeline,
     /// `upstream/pipeline.rs`).
-    pub(crate) fn with_body_capacity(codec: Codec, bytes: u64) -> Assembler {
+    pub fn with_body_capacity(codec: Codec, bytes: u64) -> Assembler {
         Assembler::with_bodies(codec, Bodies::with_capacity(bytes))
     }
 
@@ -54,21 +54,17 @@ impl Assembler {
     }
 
     /// The codec (for what the REST face parses and renders itself).
-    pub(crate) fn codec(&self) -> &Codec {
+    pub fn codec(&self) -> &Codec {
         &self.codec
     }
 
     /// The memo of assembled bodies.
-    pub(crate) fn bodies(&self) -> &Bodies {
+    pub fn bodies(&self) -> &Bodies {
         &self.bodies
     }
 
     /// The resource's JSON with ADS/self config sources pointed at `target`.
-    pub(crate) fn rewritten(
-        &self,
-        resource: &Resource,
-        target: &RestTarget,
-    ) -> Result<Bytes, JsonError> {
+    pub fn rewritten(&self, resource: &Resource, target: &RestTarget) -> Result<Bytes, JsonError> {
         if resource.kind.delta_only() {
             return self.rewritten_unmemoised(resource, target);
         }
@@ -83,7 +79,7 @@ impl Assembler {
 
     /// [`rewritten`](Self::rewritten), worked out and kept nowhere (a
     /// `do_not_cache` resource).
-    pub(crate) fn rewritten_unmemoised(
+    pub fn rewritten_unmemoised(
         &self,
         resource: &Resource,
         target: &RestTarget,

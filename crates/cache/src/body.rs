@@ -15,7 +15,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 /// A complete `DiscoveryResponse` JSON body: `head`, `resources`, `tail`
 /// concatenated. Cheap to clone (three reference-counted buffers).
 #[derive(Clone)]
-pub(crate) struct JsonBody {
+pub struct JsonBody {
     head: Bytes,
     resources: Bytes,
     tail: Bytes,
@@ -23,7 +23,7 @@ pub(crate) struct JsonBody {
 
 impl JsonBody {
     /// The body `head` + `resources` + `tail`.
-    pub(crate) fn new(head: Bytes, resources: Bytes, tail: Bytes) -> JsonBody {
+    pub fn new(head: Bytes, resources: Bytes, tail: Bytes) -> JsonBody {
         JsonBody {
             head,
             resources,
@@ -32,23 +32,28 @@ impl JsonBody {
     }
 
     /// Bytes in all.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.head.len() + self.resources.len() + self.tail.len()
     }
 
+    /// Whether it has no bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The pieces in order (empty ones included).
-    pub(crate) fn into_pieces(self) -> [Bytes; 3] {
+    pub fn into_pieces(self) -> [Bytes; 3] {
         [self.head, self.resources, self.tail]
     }
 
     /// The resources piece (what identities holding the same resources share).
     #[cfg(test)]
-    pub(crate) fn resources(&self) -> &Bytes {
+    pub fn resources(&self) -> &Bytes {
         &self.resources
     }
 
     /// The body in one buffer (a copy).
-    pub(crate) fn to_bytes(&self) -> Bytes {
+    pub fn to_bytes(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(self.len());
         out.put_slice(&self.head);
         out.put_slice(&self.resources);

@@ -52,14 +52,14 @@ pub(crate) const DIGEST_SEPARATOR: char = '~';
 const DIGEST_HEX: usize = 12;
 /// The names a request asks for: everything, or a sorted, de-duplicated set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Names {
+pub enum Names {
     Wildcard,
     Named(BTreeSet<String>),
 }
 
 impl Names {
     /// The names listed, `None` for the wildcard.
-    pub(crate) fn asked(&self) -> Option<&BTreeSet<String>> {
+    pub fn asked(&self) -> Option<&BTreeSet<String>> {
         match self {
             Names::Wildcard => None,
             Names::Named(set) => Some(set),
@@ -70,7 +70,7 @@ impl Names {
     /// types the upstream decides what "all" is), and so does a list naming
     /// `*` (xDS's explicit wildcard), whatever else it names: everything
     /// holds those names too.
-    pub(crate) fn from_request(names: Vec<String>) -> Names {
+    pub fn from_request(names: Vec<String>) -> Names {
         if names.iter().any(|n| n == "*") {
             return Names::Wildcard;
         }
@@ -84,7 +84,7 @@ impl Names {
 
     /// About what the names hold in memory: each name's bytes, its `String`
     /// and its share of the set's nodes. What byte bounds weigh them by.
-    pub(crate) fn held_bytes(&self) -> usize {
+    pub fn held_bytes(&self) -> usize {
         /// A `String` (24) and its B-tree slot and allocation overheads.
         const PER_NAME: usize = 48;
         match self {
@@ -97,14 +97,14 @@ impl Names {
 /// What upstream subscription a state answers: a snapshot of the session's
 /// subscription when the state arrived.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Coverage {
-    pub(crate) wildcard: bool,
-    pub(crate) names: BTreeSet<String>,
+pub struct Coverage {
+    pub wildcard: bool,
+    pub names: BTreeSet<String>,
 }
 
 impl Coverage {
     /// Whether a state with this coverage can answer `names` completely.
-    pub(crate) fn covers(&self, names: &Names) -> bool {
+    pub fn covers(&self, names: &Names) -> bool {
         match names {
             Names::Wildcard => self.wildcard,
             Names::Named(set) => self.wildcard || set.is_subset(&self.names),
@@ -114,13 +114,13 @@ impl Coverage {
     /// Whether this subscription asks for the resource `name`: under the
     /// wildcard, by name, or as a member of a subscribed xdstp glob
     /// collection.
-    pub(crate) fn wants(&self, name: &str) -> bool {
+    pub fn wants(&self, name: &str) -> bool {
         self.wildcard || self.names.contains(name) || in_any_collection(name, &self.names)
     }
 
     /// Whether this subscription asks for `resource`: as [`wants`](Self::wants),
     /// or through its VHDS namespace or one of its aliases.
-    pub(crate) fn wants_resource(&self, resource: &Resource) -> bool {
+    pub fn wants_resource(&self, resource: &Resource) -> bool {
         self.wildcard
             || membership::wanted(
                 resource.kind,
@@ -149,7 +149,7 @@ pub(crate) fn selection_digest(version: &str) -> Option<&str> {
 }
 
 /// The upstream's part of a served version (all of it when it has no digest).
-pub(crate) fn upstream_version(version: &str) -> &str {
+pub fn upstream_version(version: &str) -> &str {
     match selection_digest(version) {
         Some(digest) => &version[..version.len() - digest.len() - 1],
         None => version,
@@ -157,13 +157,13 @@ pub(crate) fn upstream_version(version: &str) -> &str {
 }
 
 /// Whether two served versions hold the same selection (equal digests).
-pub(crate) fn same_selection(a: &str, b: &str) -> bool {
+pub fn same_selection(a: &str, b: &str) -> bool {
     matches!((selection_digest(a), selection_digest(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Answer {
+pub enum Answer {
     /// The client holds what it would get; `version` is what it is served at.
     NotModified { version: String },
     /// A complete `DiscoveryResponse` JSON body at `version`; `cached` if it
@@ -177,7 +177,7 @@ pub(crate) enum Answer {
 
 impl Answer {
     /// The served version (the ETag).
-    pub(crate) fn version(&self) -> &str {
+    pub fn version(&self) -> &str {
         match self {
             Answer::NotModified { version } | Answer::Body { version, .. } => version,
         }
@@ -189,21 +189,21 @@ static NEXT_STATE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The upstream's state of one type for one node identity. Immutable.
 #[derive(Debug)]
-pub(crate) struct TypeState {
-    pub(crate) kind: ResourceType,
+pub struct TypeState {
+    pub kind: ResourceType,
     /// The upstream's version.
-    pub(crate) version: String,
-    pub(crate) nonce: String,
+    pub version: String,
+    pub nonce: String,
     /// Shared by every state holding the same resources.
-    pub(crate) resources: Arc<ResourceSet>,
-    pub(crate) coverage: Coverage,
+    pub resources: Arc<ResourceSet>,
+    pub coverage: Coverage,
     /// What the upstream reported wrong with single resources, remembered
     /// across responses (`resource_errors`); told to REST clients.
-    pub(crate) errors: Arc<ResourceErrors>,
+    pub errors: Arc<ResourceErrors>,
     /// Names of the resources the upstream marked `do_not_cache`: an
     /// answer holding one is assembled for its request alone (no memo) and
     /// kept out of the config history and HTTP caches.
-    pub(crate) uncacheable: Arc<BTreeSet<String>>,
+    pub uncacheable: Arc<BTreeSet<String>>,
     id: u64,
 }
 
@@ -225,7 +225,7 @@ pub(crate) fn names_digest(names: &Names) -> [u8; 32] {
 }
 
 impl TypeState {
-    pub(crate) fn new(
+    pub fn new(
         kind: ResourceType,
         version: String,
         nonce: String,
@@ -245,7 +245,7 @@ impl TypeState {
     }
 
     /// This state, `uncacheable` naming its `do_not_cache` resources.
-    pub(crate) fn with_uncacheable(self, uncacheable: Arc<BTreeSet<String>>) -> TypeState {
+    pub fn with_uncacheable(self, uncacheable: Arc<BTreeSet<String>>) -> TypeState {
         TypeState {
             uncacheable,
             id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
@@ -255,7 +255,7 @@ impl TypeState {
 
     /// This state without its `do_not_cache` resources (what the config
     /// history records).
-    pub(crate) fn without_uncacheable(&self) -> TypeState {
+    pub fn without_uncacheable(&self) -> TypeState {
         let kept: super::ResourceMap = self
             .resources
             .iter()
@@ -266,7 +266,7 @@ impl TypeState {
     }
 
     /// Whether the answer to `names` holds a `do_not_cache` resource.
-    pub(crate) fn holds_uncacheable(&self, names: &Names) -> bool {
+    pub fn holds_uncacheable(&self, names: &Names) -> bool {
         !self.uncacheable.is_empty()
             && self
                 .select(names)
@@ -274,7 +274,7 @@ impl TypeState {
     }
 
     /// This state, holding `errors` (a new state).
-    pub(crate) fn with_errors(self, errors: Arc<ResourceErrors>) -> TypeState {
+    pub fn with_errors(self, errors: Arc<ResourceErrors>) -> TypeState {
         TypeState {
             errors,
             id: NEXT_STATE_ID.fetch_add(1, Ordering::Relaxed),
@@ -284,7 +284,7 @@ impl TypeState {
 
     /// This state at its version, nonce and coverage, holding `resources`
     /// instead (fewer, after a TTL ran out; rendered anew).
-    pub(crate) fn with_resources(&self, resources: impl IntoResourceSet) -> TypeState {
+    pub fn with_resources(&self, resources: impl IntoResourceSet) -> TypeState {
         TypeState::new(
             self.kind,
             self.version.clone(),
@@ -297,14 +297,14 @@ impl TypeState {
     }
 
     /// What tells this state from every other (states are immutable).
-    pub(crate) fn id(&self) -> u64 {
+    pub fn id(&self) -> u64 {
         self.id
     }
 
     /// Answers a request that presented `presented` for `names`: 304 when
     /// it carries the digest of what it would get (and is not empty), else
     /// the body, from `bodies` when it was assembled before.
-    pub(crate) fn answer(
+    pub fn answer(
         &self,
         assembler: &Assembler,
         names: &Names,
@@ -317,7 +317,7 @@ impl TypeState {
 
     /// [`answer`](Self::answer) with `digest`, the [`names_digest`] of
     /// `names`, made before (a parsed request's, once per parse, not per poll).
-    pub(crate) fn answer_digested(
+    pub fn answer_digested(
         &self,
         assembler: &Assembler,
         names: &Names,
@@ -392,7 +392,7 @@ impl TypeState {
     /// The types the gateway has no descriptor for inside what a client
     /// asking `names` is answered (served as `xds_gateway.v1.OpaqueAny`),
     /// sorted; none, without a walk, unless the state holds such a resource.
-    pub(crate) fn opaque_types(&self, names: &Names) -> Vec<String> {
+    pub fn opaque_types(&self, names: &Names) -> Vec<String> {
         if !self.resources.has_opaque() {
             return Vec::new();
         }
@@ -403,7 +403,7 @@ impl TypeState {
     /// `<upstream version>~<digest>` of what a client asking `names` with
     /// `target` is answered (see the module docs): what the config history
     /// and `/debug/diff` show a version as.
-    pub(crate) fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
+    pub fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
         self.version_told(names, self.selection(names, &names_digest(names), target))
     }
 
@@ -483,7 +483,7 @@ impl TypeState {
     /// The resources a request for `names` gets, in name order: the named
     /// ones that exist and the members of every set named (an xdstp glob
     /// collection, a VHDS namespace, an alias; see [`membership`]).
-    pub(crate) fn select<'a>(
+    pub fn select<'a>(
         &'a self,
         names: &'a Names,
     ) -> Box<dyn Iterator<Item = &'a Arc<Resource>> + 'a> {

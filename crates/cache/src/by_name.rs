@@ -11,7 +11,7 @@ use std::iter::Peekable;
 
 /// What the two sides hold under one name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Paired<A, B> {
+pub enum Paired<A, B> {
     /// Only the old side has it (removed).
     Old(A),
     /// Only the new side has it (added).
@@ -23,7 +23,7 @@ pub(crate) enum Paired<A, B> {
 /// The names of `old` and `new`, each given in ascending name order
 /// without repeats (a `BTreeMap`'s order, or `TypeState::select`'s), merged
 /// in that order, each with what the two sides hold under it.
-pub(crate) fn by_name<K, A, B, I, J>(old: I, new: J) -> ByName<I::IntoIter, J::IntoIter>
+pub fn by_name<K, A, B, I, J>(old: I, new: J) -> ByName<I::IntoIter, J::IntoIter>
 where
     K: Ord,
     I: IntoIterator<Item = (K, A)>,
@@ -36,7 +36,7 @@ where
 }
 
 /// The iterator of [`by_name`].
-pub(crate) struct ByName<I: Iterator, J: Iterator> {
+pub struct ByName<I: Iterator, J: Iterator> {
     old: Peekable<I>,
     new: Peekable<J>,
 }

@@ -66,7 +66,7 @@ pub(super) type SharedKey = (ResourceType, [u8; 32]);
 ///
 /// Both are byte-bounded LRUs.
 #[derive(Clone)]
-pub(crate) struct Bodies {
+pub struct Bodies {
     pub(super) answers: Cache<u64, Arc<Assembled>>,
     pub(super) shared: Cache<SharedKey, Arc<Bytes>>,
 }
@@ -147,7 +147,7 @@ impl Bodies {
 
     /// How many resources pieces are held (tests of sharing).
     #[cfg(test)]
-    pub(crate) fn shared_pieces(&self) -> u64 {
+    pub fn shared_pieces(&self) -> u64 {
         self.shared.run_pending_tasks();
         self.shared.entry_count()
     }

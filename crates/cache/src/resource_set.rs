@@ -34,7 +34,7 @@ use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 
 /// Resources by name.
-pub(crate) type ResourceMap = BTreeMap<String, Arc<Resource>>;
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
 /// Unique per set: what memos keyed by a set use.
 static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
@@ -61,7 +61,7 @@ struct SelectionKey {
 
 /// The resources of a state, shared by every state holding the same ones.
 #[derive(Debug)]
-pub(crate) struct ResourceSet {
+pub struct ResourceSet {
     id: u64,
     map: ResourceMap,
     selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
@@ -83,7 +83,7 @@ impl Deref for ResourceSet {
 }
 
 impl ResourceSet {
-    pub(crate) fn new(map: ResourceMap) -> ResourceSet {
+    pub fn new(map: ResourceMap) -> ResourceSet {
         ResourceSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
             opaque: map.values().any(|r| !r.opaque.is_empty()),
@@ -95,23 +95,23 @@ impl ResourceSet {
     }
 
     /// Whether any resource holds an `Any` served opaque.
-    pub(crate) fn has_opaque(&self) -> bool {
+    pub fn has_opaque(&self) -> bool {
         self.opaque
     }
 
     /// Whether any resource holds key material as the upstream sent it
     /// (served with `--allow-secrets`).
-    pub(crate) fn holds_keys(&self) -> bool {
+    pub fn holds_keys(&self) -> bool {
         self.keys
     }
 
     /// What tells this set from every other (sets are immutable).
-    pub(crate) fn id(&self) -> u64 {
+    pub fn id(&self) -> u64 {
         self.id
     }
 
     /// The resources by name.
-    pub(crate) fn map(&self) -> &ResourceMap {
+    pub fn map(&self) -> &ResourceMap {
         &self.map
     }
 
@@ -119,7 +119,7 @@ impl ResourceSet {
     /// are `payload` byte for byte: what an answer repeating it takes as
     /// it is, with no digest, memo lookup or render. A variant (which
     /// came in a wrapper with its constraints) is never that resource.
-    pub(crate) fn holding(&self, kind: ResourceType, payload: &[u8]) -> Option<&Arc<Resource>> {
+    pub fn holding(&self, kind: ResourceType, payload: &[u8]) -> Option<&Arc<Resource>> {
         let held = self.map.get(name_of(kind, payload)?.as_ref())?;
         (held.variant.is_none() && held.payload.as_ref() == payload).then_some(held)
     }
@@ -140,7 +140,7 @@ impl ResourceSet {
     /// The selection digest of (`kind`, `names`, `target`) on this set:
     /// remembered, or worked out by `compute` (which also says how many
     /// resources it walked) and remembered when that was many.
-    pub(crate) fn selection(
+    pub fn selection(
         &self,
         kind: ResourceType,
         names: &[u8; 32],
@@ -174,7 +174,7 @@ impl ResourceSet {
 }
 
 /// What a state can be made of: a map of its own, or a shared set.
-pub(crate) trait IntoResourceSet {
+pub trait IntoResourceSet {
     fn into_set(self) -> Arc<ResourceSet>;
 }
 
@@ -192,7 +192,7 @@ impl IntoResourceSet for Arc<ResourceSet> {
 
 /// How a session got the set of an answer.
 #[derive(Debug)]
-pub(crate) enum Taken {
+pub enum Taken {
     /// It decoded the answer (it was the first to take these bytes).
     Decoded(Arc<ResourceSet>),
     /// Another session had: the set is shared.
@@ -203,7 +203,7 @@ pub(crate) enum Taken {
 /// the first session taking an answer decodes it, every other finds the
 /// set. Entries are weak: a set lives as long as a state holds it.
 #[derive(Clone)]
-pub(crate) struct SharedAnswers {
+pub struct SharedAnswers {
     sets: Cache<SetKey, Weak<ResourceSet>>,
 }
 
@@ -248,7 +248,7 @@ impl SharedAnswers {
     /// does, but never decoding and never waiting for a decode under way.
     /// What the stream tasks try in place before handing a decode to a
     /// blocking thread.
-    pub(crate) fn find(&self, kind: ResourceType, payloads: &[&[u8]]) -> Option<Arc<ResourceSet>> {
+    pub fn find(&self, kind: ResourceType, payloads: &[&[u8]]) -> Option<Arc<ResourceSet>> {
         let (mut hashed, (count, sum)) = answer_hash(payloads);
         confirmed(&self.sets.get(&(kind, count, sum))?, &mut hashed)
     }
@@ -258,7 +258,7 @@ impl SharedAnswers {
     /// before from the same bytes, or `decode`'s. Sessions taking the same
     /// bytes at the same time wait for the first one's decode; its error
     /// is theirs too (the bytes decide it).
-    pub(crate) fn take<E>(
+    pub fn take<E>(
         &self,
         kind: ResourceType,
         payloads: &[&[u8]],
@@ -299,9 +299,9 @@ impl SharedAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::test_states::cluster_payload;
-    use crate::cache::Intake;
+    use crate::test_states::cluster_payload;
     use crate::xds::Codec;
+    use crate::Intake;
 
     const CDS: ResourceType = ResourceType::Clusters;
 
@@ -312,10 +312,7 @@ mod tests {
             .collect()
     }
 
-    fn decode(
-        r: &Intake,
-        payloads: &[Vec<u8>],
-    ) -> Result<ResourceMap, crate::cache::ResourceError> {
+    fn decode(r: &Intake, payloads: &[Vec<u8>]) -> Result<ResourceMap, crate::ResourceError> {
         let mut map = ResourceMap::new();
         for p in payloads {
             let resource = r.resource(CDS, bytes::Bytes::copy_from_slice(p))?;

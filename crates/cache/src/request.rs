@@ -82,7 +82,7 @@ fn memo_key(body: &[u8]) -> u64 {
 
 /// Whether `a` and `b` share [`memo_key`] (for the bench of bodies that
 /// do, `bench_support`).
-pub(crate) fn share_a_key(a: &[u8], b: &[u8]) -> bool {
+pub fn share_a_key(a: &[u8], b: &[u8]) -> bool {
     memo_key(a) == memo_key(b)
 }
 
@@ -235,7 +235,7 @@ impl Body {
 
 /// What the gateway reads of one `DiscoveryRequest` body. Immutable.
 #[derive(Debug, Clone)]
-pub(crate) struct ParsedRequest {
+pub struct ParsedRequest {
     body: Body,
     version_info: String,
     type_url: String,
@@ -358,13 +358,13 @@ impl ParsedRequest {
     /// Whether an Envoy may have sent it: its node says `envoy` and it was
     /// POSTed. Only an Envoy's empty version says "I rejected what you
     /// sent" (curl, scripts and every GET present none by design).
-    pub(crate) fn may_be_envoy(&self) -> bool {
+    pub fn may_be_envoy(&self) -> bool {
         !self.via_get && self.user_agent_name == "envoy"
     }
 
     /// The same request presenting `version` instead (a watch, after each
     /// body it was sent, or resuming from `Last-Event-ID`).
-    pub(crate) fn presenting(&self, version: &str) -> ParsedRequest {
+    pub fn presenting(&self, version: &str) -> ParsedRequest {
         ParsedRequest {
             version_info: version.to_owned(),
             error_detail: None,
@@ -374,7 +374,7 @@ impl ParsedRequest {
 
     /// The same request asking only for `names` (a part of a federated
     /// request, routed to the upstream that owns those names).
-    pub(crate) fn narrowed(&self, names: Names) -> ParsedRequest {
+    pub fn narrowed(&self, names: Names) -> ParsedRequest {
         ParsedRequest {
             names_hash: names_hash(&names),
             names_digest: names_digest(&names),
@@ -385,18 +385,18 @@ impl ParsedRequest {
 
     /// The request's `node` JSON as received (decoded once per session),
     /// if it has one.
-    pub(crate) fn node_json(&self) -> Option<&[u8]> {
+    pub fn node_json(&self) -> Option<&[u8]> {
         self.body.node.as_ref().map(|n| &n.bytes()[..])
     }
 
     /// [`node_json`](Self::node_json), shared (for decoding on another thread).
-    pub(crate) fn node_json_bytes(&self) -> Option<Bytes> {
+    pub fn node_json_bytes(&self) -> Option<Bytes> {
         self.body.node.as_ref().map(|n| n.bytes().clone())
     }
 
     /// The whole body (a copy: tests).
     #[cfg(test)]
-    pub(crate) fn body(&self) -> Vec<u8> {
+    pub fn body(&self) -> Vec<u8> {
         [
             &self.body.before[..],
             self.body.node(),
@@ -407,78 +407,78 @@ impl ParsedRequest {
 
     /// The client's NACK, if the request is one: it rejected what it was
     /// served and still holds [`version_info`](Self::version_info).
-    pub(crate) fn error_detail(&self) -> Option<&ErrorDetailView> {
+    pub fn error_detail(&self) -> Option<&ErrorDetailView> {
         self.error_detail.as_deref()
     }
 
     /// The version the client presents (empty on its first poll).
-    pub(crate) fn version_info(&self) -> &str {
+    pub fn version_info(&self) -> &str {
         &self.version_info
     }
 
     /// The body's `type_url` (empty when it does not say).
-    pub(crate) fn type_url(&self) -> &str {
+    pub fn type_url(&self) -> &str {
         &self.type_url
     }
 
     /// The resource names asked for.
-    pub(crate) fn names(&self) -> &Names {
+    pub fn names(&self) -> &Names {
         &self.names
     }
 
     /// The SHA-256 of [`names`](Self::names) (`state::names_digest`), made
     /// once per parse.
-    pub(crate) fn names_digest(&self) -> &[u8; 32] {
+    pub fn names_digest(&self) -> &[u8; 32] {
         &self.names_digest
     }
 
-    pub(crate) fn node_id(&self) -> &str {
+    pub fn node_id(&self) -> &str {
         &self.node_id
     }
 
-    pub(crate) fn node_cluster(&self) -> &str {
+    pub fn node_cluster(&self) -> &str {
         &self.node_cluster
     }
 
     /// The dynamic parameters its locators carry (empty: none).
-    pub(crate) fn parameters(&self) -> &Arc<Parameters> {
+    pub fn parameters(&self) -> &Arc<Parameters> {
         &self.parameters
     }
 
     /// Whether its names go with more than one set of dynamic parameters.
-    pub(crate) fn mixes_parameters(&self) -> bool {
+    pub fn mixes_parameters(&self) -> bool {
         self.mixed_parameters
     }
 
     /// Bytes of the request's `node` JSON (0 without a node).
-    pub(crate) fn node_bytes(&self) -> usize {
+    pub fn node_bytes(&self) -> usize {
         self.node_bytes
     }
 
     /// `node.user_agent_name` (`envoy` for Envoy).
-    pub(crate) fn user_agent_name(&self) -> &str {
+    pub fn user_agent_name(&self) -> &str {
         &self.user_agent_name
     }
 
     /// The client that sent it from `remote` (see [`ClientKey`]).
-    pub(crate) fn client(&self, remote: Option<IpAddr>) -> ClientKey {
+    pub fn client(&self, remote: Option<IpAddr>) -> ClientKey {
         ClientKey::new(self.client_node, remote)
     }
 
     /// That client's subscription to these names: what rejection
     /// bookkeeping counts polls under.
-    pub(crate) fn subscription(&self, remote: Option<IpAddr>) -> SubscriptionKey {
+    pub fn subscription(&self, remote: Option<IpAddr>) -> SubscriptionKey {
         self.client(remote).subscribing(self.names_hash)
     }
 
     /// Which session serves this client.
-    pub(crate) fn identity(&self) -> &IdentityKey {
+    pub fn identity(&self) -> &IdentityKey {
         &self.identity
     }
 
     /// About what this parse holds in memory: the body, the names parsed
     /// from it and its strings (what the memo weighs it by).
-    pub(crate) fn held_bytes(&self) -> usize {
+    pub fn held_bytes(&self) -> usize {
         std::mem::size_of::<ParsedRequest>()
             + self.body.own_bytes()
             + self.names.held_bytes()
@@ -494,16 +494,16 @@ impl ParsedRequest {
 }
 
 /// What a memo holds now: entries and their weight.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MemoSize {
-    pub(crate) entries: u64,
-    pub(crate) bytes: u64,
+pub struct MemoSize {
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 /// Bodies seen recently and what they parsed to.
 #[derive(Debug, Clone)]
-pub(crate) struct ParsedRequests {
+pub struct ParsedRequests {
     memo: Cache<u64, Arc<ParsedRequest>>,
     /// Parses by the frame of their body (see [`Frame`]).
     frames: Cache<u64, Framed>,
@@ -527,14 +527,14 @@ struct Framed {
 
 impl ParsedRequests {
     /// A memo with the default bounds.
-    pub(crate) fn new(session_key: SessionKey) -> ParsedRequests {
+    pub fn new(session_key: SessionKey) -> ParsedRequests {
         let shares = crate::config::MemoryShares::default();
         ParsedRequests::with_capacities(session_key, shares.parsed, shares.nodes)
     }
 
     /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
     #[cfg(test)]
-    pub(crate) fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
+    pub fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
         let nodes = crate::config::MemoryShares::default().nodes;
         ParsedRequests::with_capacities(session_key, bytes, nodes)
     }
@@ -542,11 +542,7 @@ impl ParsedRequests {
     /// A memo holding at most `bytes` of parses (weighed by
     /// [`ParsedRequest::held_bytes`]) and `nodes` bytes of the nodes it
     /// interns.
-    pub(crate) fn with_capacities(
-        session_key: SessionKey,
-        bytes: u64,
-        nodes: u64,
-    ) -> ParsedRequests {
+    pub fn with_capacities(session_key: SessionKey, bytes: u64, nodes: u64) -> ParsedRequests {
         let memo = Cache::builder()
             .max_capacity(bytes)
             .time_to_idle(MEMO_IDLE)
@@ -586,8 +582,8 @@ impl ParsedRequests {
     }
 
     /// What the memo holds now (pending evictions done first).
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> MemoSize {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn held(&self) -> MemoSize {
         self.memo.run_pending_tasks();
         MemoSize {
             entries: self.memo.entry_count(),
@@ -597,7 +593,7 @@ impl ParsedRequests {
 
     /// The parse of a POSTed `body`, from the memo when the same bytes
     /// were seen. Bad bodies are not remembered.
-    pub(crate) fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
+    pub fn parse(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         self.parse_as(body, false)
     }
 
@@ -605,10 +601,7 @@ impl ParsedRequests {
     /// and confirmed on the chunks; anything else joins them and parses.
     ///
     /// [`parse`]: ParsedRequests::parse
-    pub(crate) fn parse_chunks(
-        &self,
-        chunks: BodyChunks,
-    ) -> Result<Arc<ParsedRequest>, RequestError> {
+    pub fn parse_chunks(&self, chunks: BodyChunks) -> Result<Arc<ParsedRequest>, RequestError> {
         let (hit, key) = find(
             &self.memo,
             chunks_key(&chunks),
@@ -627,7 +620,7 @@ impl ParsedRequests {
     /// GET: see [`ParsedRequest::via_get`]).
     ///
     /// [`parse`]: ParsedRequests::parse
-    pub(crate) fn parse_get(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
+    pub fn parse_get(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         self.parse_as(body, true)
     }
 
@@ -963,8 +956,8 @@ mod frame_tests {
     /// printed; `XDS_FRAME_SEED` replays one.
     #[test]
     fn the_frame_memo_answers_as_a_fresh_parse_would() {
-        let (seed, mut rng) = crate::fuzz::seeded_rng("XDS_FRAME_SEED", "frame memo");
-        let corpus = crate::fuzz::envoy_requests();
+        let (seed, mut rng) = xds_gateway_base::testing::seeded_rng("XDS_FRAME_SEED", "frame memo");
+        let corpus = xds_gateway_base::testing::envoy_requests();
         let memo = ParsedRequests::new(SessionKey::Node);
         let values: &[&[u8]] = &[
             b"",
@@ -1107,8 +1100,8 @@ mod chunk_tests {
     /// A fresh seed each run, printed; `XDS_CHUNK_SEED` replays one.
     #[test]
     fn chunks_are_answered_as_their_joined_bytes() {
-        let (seed, mut rng) = crate::fuzz::seeded_rng("XDS_CHUNK_SEED", "chunk memo");
-        let corpus = crate::fuzz::envoy_requests();
+        let (seed, mut rng) = xds_gateway_base::testing::seeded_rng("XDS_CHUNK_SEED", "chunk memo");
+        let corpus = xds_gateway_base::testing::envoy_requests();
         let memo = ParsedRequests::new(SessionKey::Node);
         let mut hits = 0;
         for case in 0..600 {
