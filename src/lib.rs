@@ -20,7 +20,8 @@
 //!   `xds-gateway-cache`), named under this name.
 //! - `observe`: what was served to whom and what changed: the client book (standing and
 //!   rejections per client), the answers `?changes` diffs against, the config history of
-//!   `/debug/history` and its file. Names nothing but `cache`, `xds`, `config` and leaves.
+//!   `/debug/history` and its file. Names nothing but `cache`, `xds`, `config` and leaves. A
+//!   crate of its own (`crates/observe`, `xds-gateway-observe`), named under this name.
 //! - `store`: what a poll reads, behind one serving trait (`Source`, introspection apart in
 //!   `Inspect`): the sessions, one per node identity, and what each holds; the federation of
 //!   several upstreams. It names no producer, and its submodules are private.
@@ -85,9 +86,10 @@ pub mod app;
 pub use xds_gateway_config as config;
 /// The xDS vocabulary, a crate of its own (`crates/xds`).
 pub use xds_gateway_xds as xds;
-// The cache and the leaves, under the names the modules use.
+// The cache, the ledgers and the leaves, under the names the modules use.
 use xds_gateway_base::{log_escape, sync};
 use xds_gateway_cache as cache;
+use xds_gateway_observe as observe;
 
 // The entry points of the `cargo fuzz` targets in fuzz/ (which turns the
 // `fuzzing` feature on), and their corpus replay in `cargo test`.
@@ -136,7 +138,6 @@ mod face;
 mod http;
 mod huge_pages;
 mod metrics;
-mod observe;
 #[cfg(test)]
 mod openapi_paths;
 mod profiles;

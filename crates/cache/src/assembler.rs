@@ -33,7 +33,7 @@ impl std::fmt::Debug for Assembler {
 
 impl Assembler {
     /// An assembler with the default bounds of the body memo.
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
     pub fn new(codec: Codec) -> Assembler {
         Assembler::with_bodies(codec, Bodies::default())
     }

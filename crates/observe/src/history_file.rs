@@ -33,10 +33,10 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::log_escape::Escaped;
-use crate::observe::{HistoryLine, HistorySink};
+use crate::{HistoryLine, HistorySink};
 
 /// Rotated files kept besides `PATH`: `PATH.1` (newest) to `PATH.3`.
-pub(crate) const KEEP: usize = 3;
+pub const KEEP: usize = 3;
 /// Lines queued for the writer at most.
 const QUEUE: usize = 10_000;
 /// A dropped line is logged once per this many.
@@ -52,7 +52,7 @@ pub struct HistoryFileError {
 
 /// The sink writing the history's JSON lines.
 #[derive(Debug)]
-pub(crate) struct HistoryFile {
+pub struct HistoryFile {
     lines: SyncSender<Line>,
     dropped: AtomicU64,
 }
@@ -67,7 +67,7 @@ impl HistoryFile {
     /// Opens `path` for appending (creating it) and starts the writer,
     /// rotating at `max_bytes`, a principal's lines taking at most
     /// `principal_share`% of each file.
-    pub(crate) fn start(
+    pub fn start(
         path: PathBuf,
         max_bytes: u64,
         principal_share: u8,
@@ -241,7 +241,7 @@ fn append(path: &Path) -> std::io::Result<(File, u64)> {
 }
 
 /// `PATH.n`.
-pub(crate) fn rotated(path: &Path, n: usize) -> PathBuf {
+pub fn rotated(path: &Path, n: usize) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{n}"));
     PathBuf::from(name)

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::rejection::{Observation, RejectionLog, Standing, Suspicion};
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 use crate::cache::MemoSize;
 use crate::cache::{upstream_version, Names};
 use crate::cache::{ClientKey, SubscriptionKey};
@@ -40,7 +40,7 @@ use crate::xds::ResourceType;
 
 mod view;
 
-pub(crate) use view::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
+pub use view::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 
 /// Subscriptions one client keeps at most (an Envoy polling REST EDS has one
 /// per cluster).
@@ -55,59 +55,59 @@ const SUBSCRIPTION_BASE_BYTES: usize = 256;
 
 /// One poll as it was answered, for the book ([`ClientBook::book`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct AnsweredPoll<'a> {
-    pub(crate) request: &'a ParsedRequest,
-    pub(crate) kind: ResourceType,
+pub struct AnsweredPoll<'a> {
+    pub request: &'a ParsedRequest,
+    pub kind: ResourceType,
     /// Where the connection came from (none in in-process tests).
-    pub(crate) remote: Option<IpAddr>,
+    pub remote: Option<IpAddr>,
     /// The version it was answered at (a 304 or a body).
-    pub(crate) current: &'a str,
+    pub current: &'a str,
     /// Whether a body went out (else a 304).
-    pub(crate) body: bool,
+    pub body: bool,
     /// The version its standing is judged against: what the cache answered
     /// it at, before make-before-break held that back. `None`: not judged
     /// (a proxy's poll that named no client, or an answer holding a type
     /// served opaque); it is then in step after a 304, else catching up.
-    pub(crate) judged: Option<&'a str>,
+    pub judged: Option<&'a str>,
     /// Where its ADS config sources were pointed (the `Host` it sent), if
     /// they were rewritten for it.
-    pub(crate) rewritten_for: Option<&'a str>,
+    pub rewritten_for: Option<&'a str>,
     /// An event of a watch stream (`?watch`): the client follows changes,
     /// whatever version it presented.
-    pub(crate) watch: bool,
+    pub watch: bool,
     /// The resources the body was made from, when the book keeps what each
     /// client holds (`--make-before-break`; see [`ClientBook::holds`]).
-    pub(crate) served: Option<&'a Arc<ResourceSet>>,
+    pub served: Option<&'a Arc<ResourceSet>>,
 }
 
 /// One subscription of a node's clients, for CSDS.
 #[derive(Debug, Clone)]
-pub(crate) struct SubscriptionStatus {
-    pub(crate) kind: ResourceType,
+pub struct SubscriptionStatus {
+    pub kind: ResourceType,
     /// `None`: wildcard.
-    pub(crate) names: Option<Vec<String>>,
+    pub names: Option<Vec<String>>,
     /// The version it was last answered at.
-    pub(crate) current: String,
-    pub(crate) standing: Standing,
-    pub(crate) last_poll: SystemTime,
+    pub current: String,
+    pub standing: Standing,
+    pub last_poll: SystemTime,
     /// When a body last went out to it.
-    pub(crate) last_body: Option<SystemTime>,
+    pub last_body: Option<SystemTime>,
     /// The message of the NACK its latest poll was, if it was one.
-    pub(crate) nack: Option<String>,
+    pub nack: Option<String>,
 }
 
 /// The clients of one node id, for CSDS.
 #[derive(Debug, Clone)]
-pub(crate) struct NodeClients {
-    pub(crate) node_id: String,
-    pub(crate) cluster: String,
-    pub(crate) user_agent: String,
-    pub(crate) subscriptions: Vec<SubscriptionStatus>,
+pub struct NodeClients {
+    pub node_id: String,
+    pub cluster: String,
+    pub user_agent: String,
+    pub subscriptions: Vec<SubscriptionStatus>,
 }
 
 /// Every REST client seen within the time-to-idle.
 #[derive(Debug)]
-pub(crate) struct ClientBook {
+pub struct ClientBook {
     clients: moka::sync::Cache<ClientKey, Arc<Mutex<Client>>>,
     ttl: Duration,
     /// Polls presenting the same older version that make a suspicion
@@ -199,13 +199,13 @@ impl ClientBook {
     /// A book forgetting clients (and subscriptions) idle for `ttl`, which
     /// suspects a rejection after `threshold` polls presenting the same
     /// older version, holding at most its default bound of clients.
-    #[cfg(test)]
-    pub(crate) fn new(ttl: Duration, threshold: u32) -> ClientBook {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn new(ttl: Duration, threshold: u32) -> ClientBook {
         ClientBook::holding(ttl, threshold, crate::config::MemoryShares::default().book)
     }
 
     /// [`new`](Self::new), weighing at most `bytes` of clients.
-    pub(crate) fn holding(ttl: Duration, threshold: u32, bytes: u64) -> ClientBook {
+    pub fn holding(ttl: Duration, threshold: u32, bytes: u64) -> ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
                 .max_capacity(bytes)
@@ -223,7 +223,7 @@ impl ClientBook {
     /// presented the same older version the book's threshold times after
     /// being served the judged one, or when its poll is a NACK (see
     /// `rejection.rs`).
-    pub(crate) fn book(&self, poll: AnsweredPoll<'_>) -> Option<Suspicion> {
+    pub fn book(&self, poll: AnsweredPoll<'_>) -> Option<Suspicion> {
         let request = poll.request;
         let key = request.client(poll.remote);
         let now = SystemTime::now();
@@ -367,7 +367,7 @@ impl ClientBook {
     /// `remote`) for this subscription (its type and names) among its last
     /// [`SERVED_VERSIONS`](super::rejection::SERVED_VERSIONS). Never for the
     /// empty version.
-    pub(crate) fn was_served(
+    pub fn was_served(
         &self,
         request: &ParsedRequest,
         kind: ResourceType,
@@ -392,7 +392,7 @@ impl ClientBook {
     /// `request`'s client's (from `remote`) subscriptions held it, if one
     /// did: what that client was served of it, as far as the book knows
     /// (only bodies recorded with their resources count).
-    pub(crate) fn holds(
+    pub fn holds(
         &self,
         request: &ParsedRequest,
         remote: Option<IpAddr>,
@@ -410,8 +410,8 @@ impl ClientBook {
 
     /// What the clients of `node_id` hold now: their subscriptions, and the
     /// bytes those weigh.
-    #[cfg(test)]
-    pub(crate) fn held_by(&self, node_id: &str) -> MemoSize {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn held_by(&self, node_id: &str) -> MemoSize {
         let mut held = MemoSize {
             entries: 0,
             bytes: 0,
@@ -428,7 +428,7 @@ impl ClientBook {
 
     /// Where the config sources of `node_id`'s most recent client were
     /// rewritten to, if they were (what `/debug/config` shows it as).
-    pub(crate) fn rewritten_for(&self, node_id: &str) -> Option<String> {
+    pub fn rewritten_for(&self, node_id: &str) -> Option<String> {
         self.clients
             .iter()
             .filter_map(|(_, client)| {
@@ -442,7 +442,7 @@ impl ClientBook {
 
     /// The clients of each node id (clients of one node merged), sorted by
     /// node id, with the subscriptions polled within the time-to-idle.
-    pub(crate) fn nodes(&self) -> Vec<NodeClients> {
+    pub fn nodes(&self) -> Vec<NodeClients> {
         let now = SystemTime::now();
         let mut nodes: BTreeMap<String, NodeClients> = BTreeMap::new();
         for (_, client) in self.clients.iter() {
@@ -474,7 +474,7 @@ impl ClientBook {
     }
 
     /// How many clients were seen per (node id, cluster).
-    pub(crate) fn per_node(&self) -> HashMap<(String, String), usize> {
+    pub fn per_node(&self) -> HashMap<(String, String), usize> {
         let mut counts = HashMap::new();
         for (_, client) in self.clients.iter() {
             let client = crate::sync::lock(&client);

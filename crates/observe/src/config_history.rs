@@ -186,9 +186,9 @@ const CHANGES_KEPT: usize = 8;
 /// Added, modified and removed names, each sorted.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Changes {
-    pub(crate) added: Vec<String>,
-    pub(crate) modified: Vec<String>,
-    pub(crate) removed: Vec<String>,
+    pub added: Vec<String>,
+    pub modified: Vec<String>,
+    pub removed: Vec<String>,
 }
 
 /// Things several events hold at once (resources, sets of them, lists of
@@ -504,7 +504,7 @@ fn happened_bytes(happened: &Happened) -> u64 {
 
 /// The names a client asking what `state` covers is served (without a
 /// rewrite): what its gateway version digests.
-pub(crate) fn covered_names(state: &TypeState) -> Names {
+pub fn covered_names(state: &TypeState) -> Names {
     if state.coverage.wildcard {
         Names::Wildcard
     } else {
@@ -536,31 +536,31 @@ fn changes(old: Option<&TypeState>, new: &TypeState) -> Changes {
 
 /// One event, with whose it is: what a [`HistorySink`] is given.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct HistoryLine {
-    pub(crate) node_id: String,
-    pub(crate) cluster: String,
+pub struct HistoryLine {
+    pub node_id: String,
+    pub cluster: String,
     /// As [`TimelineView::identity`].
-    pub(crate) identity: String,
+    pub identity: String,
     /// The short type name.
     #[serde(rename = "type")]
-    pub(crate) kind: &'static str,
+    pub kind: &'static str,
     #[serde(flatten)]
-    pub(crate) event: EventView,
+    pub event: EventView,
     /// The principal whose share of the file it counts against (not
     /// written).
     #[serde(skip)]
-    pub(crate) owner: Option<Owner>,
+    pub owner: Option<Owner>,
 }
 
 /// Where every event goes besides the store (the JSON-lines file).
 /// `write` must not block: it is called on the upstream push path.
-pub(crate) trait HistorySink: Send + Sync + std::fmt::Debug {
+pub trait HistorySink: Send + Sync + std::fmt::Debug {
     fn write(&self, line: HistoryLine);
 }
 
 /// The config history of every node identity. Cheap to clone (shared).
 #[derive(Debug, Clone)]
-pub(crate) struct ConfigHistory {
+pub struct ConfigHistory {
     store: Arc<Mutex<Store>>,
     max_bytes: u64,
     /// `--principal-share`, in percent of `max_bytes`.
@@ -576,7 +576,7 @@ impl Default for ConfigHistory {
 
 impl ConfigHistory {
     /// A history holding at most `max_bytes` (0 holds nothing).
-    pub(crate) fn with_max_bytes(max_bytes: u64) -> ConfigHistory {
+    pub fn with_max_bytes(max_bytes: u64) -> ConfigHistory {
         ConfigHistory {
             store: Arc::default(),
             max_bytes,
@@ -587,7 +587,7 @@ impl ConfigHistory {
 
     /// The same history, a principal's events holding at most `percent`%
     /// of its bytes (`--principal-share`).
-    pub(crate) fn with_principal_share(mut self, percent: u8) -> ConfigHistory {
+    pub fn with_principal_share(mut self, percent: u8) -> ConfigHistory {
         self.principal_share = percent.min(100);
         self
     }
@@ -604,7 +604,7 @@ impl ConfigHistory {
     }
 
     /// The same history, also writing every event to `sink`.
-    pub(crate) fn with_sink(mut self, sink: Option<Arc<dyn HistorySink>>) -> ConfigHistory {
+    pub fn with_sink(mut self, sink: Option<Arc<dyn HistorySink>>) -> ConfigHistory {
         self.sink = sink;
         self
     }
@@ -615,7 +615,7 @@ impl ConfigHistory {
 
     /// What a session of `identity` (its identity key), presenting the node
     /// `node_id` of `cluster`, records through.
-    pub(crate) fn recorder(&self, identity: &str, node_id: &str, cluster: &str) -> Recorder {
+    pub fn recorder(&self, identity: &str, node_id: &str, cluster: &str) -> Recorder {
         Recorder {
             history: self.clone(),
             identity: IdentityDigest::of(identity),
@@ -626,13 +626,13 @@ impl ConfigHistory {
     }
 
     /// Bytes held now, and the bound.
-    pub(crate) fn held_bytes(&self) -> (u64, u64) {
+    pub fn held_bytes(&self) -> (u64, u64) {
         (self.lock().bytes, self.max_bytes)
     }
 
     /// The timelines of `kind` for the node `node_id` (of `cluster`, when
     /// given), sorted by cluster and identity.
-    pub(crate) fn timelines(
+    pub fn timelines(
         &self,
         node_id: &str,
         cluster: Option<&str>,
@@ -658,7 +658,7 @@ impl ConfigHistory {
     /// version is `version`; else whose upstream version is; else whose
     /// upstream version is the upstream part of `version` (a version a
     /// client was served, its digest of other names or a rewrite).
-    pub(crate) fn version(
+    pub fn version(
         &self,
         node_id: &str,
         cluster: Option<&str>,
@@ -712,7 +712,7 @@ impl ConfigHistory {
 impl ConfigHistory {
     /// The version of `kind` of the node `node_id` held just before the one
     /// that published `state`, if both are held.
-    pub(crate) fn before(
+    pub fn before(
         &self,
         node_id: &str,
         kind: ResourceType,
@@ -752,7 +752,7 @@ fn matches(timeline: &Timeline, node_id: &str, cluster: Option<&str>) -> bool {
 
 /// What a session records through: the history and whose it is.
 #[derive(Debug, Clone)]
-pub(crate) struct Recorder {
+pub struct Recorder {
     history: ConfigHistory,
     identity: IdentityDigest,
     node_id: String,
@@ -765,13 +765,13 @@ impl Recorder {
     /// The same recorder, its events counting against `owner`'s share
     /// (the principal whose request opened the session, under a policy of
     /// several).
-    pub(crate) fn owned_by(mut self, owner: Option<&str>) -> Recorder {
+    pub fn owned_by(mut self, owner: Option<&str>) -> Recorder {
         self.owner = owner.map(Owner::from);
         self
     }
 
     /// The session published `state`.
-    pub(crate) fn published(&self, state: &Arc<TypeState>) {
+    pub fn published(&self, state: &Arc<TypeState>) {
         let key = (self.identity, state.kind);
         // The comparison runs outside the store's lock (it walks every
         // resource); a session publishes one type's states one at a time.
@@ -830,13 +830,7 @@ impl Recorder {
 
     /// The gateway NACKed the response `nonce` of `kind` at
     /// `upstream_version`, saying `detail`.
-    pub(crate) fn nacked(
-        &self,
-        kind: ResourceType,
-        upstream_version: &str,
-        nonce: &str,
-        detail: &str,
-    ) {
+    pub fn nacked(&self, kind: ResourceType, upstream_version: &str, nonce: &str, detail: &str) {
         let happened = Happened::Nack {
             upstream_version: upstream_version.to_owned(),
             nonce: nonce.to_owned(),
@@ -855,29 +849,29 @@ impl Recorder {
 
 /// A held version, for `&version=` and diffs.
 #[derive(Debug, Clone)]
-pub(crate) struct HeldVersion {
-    pub(crate) cluster: String,
-    pub(crate) identity: String,
-    pub(crate) event: EventView,
-    pub(crate) state: Arc<TypeState>,
+pub struct HeldVersion {
+    pub cluster: String,
+    pub identity: String,
+    pub event: EventView,
+    pub state: Arc<TypeState>,
 }
 
 /// One timeline as `/debug/history` shows it.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct TimelineView {
-    pub(crate) cluster: String,
+pub struct TimelineView {
+    pub cluster: String,
     /// The first 12 hex digits of the SHA-256 of the session's identity
     /// (node id, cluster, metadata, locality): tells apart identities with
     /// the same node id and cluster.
-    pub(crate) identity: String,
+    pub identity: String,
     /// Oldest first.
-    pub(crate) events: Vec<EventView>,
+    pub events: Vec<EventView>,
 }
 
 /// What an event was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum EventKind {
+pub enum EventKind {
     /// A version served from then on.
     Version,
     /// A NACK the gateway sent upstream.
@@ -886,39 +880,39 @@ pub(crate) enum EventKind {
 
 /// One event of a timeline.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct EventView {
+pub struct EventView {
     /// Rises with every event of the store (gaps: other timelines, or evicted).
-    pub(crate) seq: u64,
+    pub seq: u64,
     /// When (RFC 3339, milliseconds).
-    pub(crate) at: String,
-    pub(crate) event: EventKind,
+    pub at: String,
+    pub event: EventKind,
     /// A version: what a client asking the subscription's names is served
     /// (`<upstream version>~<digest>`). Absent for a NACK.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) version: Option<String>,
+    pub version: Option<String>,
     /// The upstream's `version_info`: of the version, or of the response
     /// NACKed.
-    pub(crate) upstream_version: String,
+    pub upstream_version: String,
     /// The upstream's nonce: of the version, or of the response NACKed.
-    pub(crate) nonce: String,
+    pub nonce: String,
     /// A version: the gateway version its changes are counted from, while
     /// that one is held (absent for the first version a timeline held,
     /// whose resources are all listed as added, and once that one is
     /// evicted).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) since: Option<String>,
+    pub since: Option<String>,
     /// A version: how many resources it holds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) resources: Option<usize>,
+    pub resources: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) added: Option<Vec<String>>,
+    pub added: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) modified: Option<Vec<String>>,
+    pub modified: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) removed: Option<Vec<String>>,
+    pub removed: Option<Vec<String>>,
     /// A NACK: the `error_detail` message sent upstream.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) error_detail: Option<String>,
+    pub error_detail: Option<String>,
 }
 
 /// `event` of `timeline` as the views show it.

@@ -18,19 +18,19 @@ const LAGGING_SHOWN: usize = 20;
 /// What `/debug/clients` shows: every client seen within the book's
 /// time-to-idle.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct ClientsView {
+pub struct ClientsView {
     /// Clients that follow changes (`role` `subscriber`).
-    pub(crate) subscribers: usize,
+    pub subscribers: usize,
     /// One-shot readers (`role` `reader`).
-    pub(crate) readers: usize,
+    pub readers: usize,
     /// Sorted by node id, then address (clients without one last).
-    pub(crate) clients: Vec<ClientView>,
+    pub clients: Vec<ClientView>,
 }
 
 /// Whether a client follows changes or reads once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum ClientRole {
+pub enum ClientRole {
     /// It presented a version (a polling Envoy, a long poll), watches, or
     /// POSTed as an Envoy (one that rejected its first version presents
     /// none): its sync state matters.
@@ -43,66 +43,66 @@ pub(crate) enum ClientRole {
 
 /// One REST poller: node id, cluster, user agent, remote address.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct ClientView {
-    pub(crate) node_id: String,
-    pub(crate) cluster: String,
-    pub(crate) user_agent: String,
-    pub(crate) role: ClientRole,
+pub struct ClientView {
+    pub node_id: String,
+    pub cluster: String,
+    pub user_agent: String,
+    pub role: ClientRole,
     /// The address it polls from (none in in-process tests).
-    pub(crate) remote: Option<String>,
+    pub remote: Option<String>,
     /// Where its ADS config sources were pointed, if they were rewritten.
-    pub(crate) config_sources_rewritten_for: Option<String>,
+    pub config_sources_rewritten_for: Option<String>,
     /// RFC 3339.
-    pub(crate) first_seen: String,
+    pub first_seen: String,
     /// RFC 3339.
-    pub(crate) last_poll: String,
+    pub last_poll: String,
     /// Keyed by short type name.
-    pub(crate) types: BTreeMap<&'static str, ClientTypeView>,
+    pub types: BTreeMap<&'static str, ClientTypeView>,
 }
 
 /// One type of one client: counts over its subscriptions, and the ones not
 /// in step in detail (all of them when it has a single one, as LDS and CDS do).
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct ClientTypeView {
-    pub(crate) subscriptions: usize,
-    pub(crate) in_step: usize,
-    pub(crate) suspected_rejections: usize,
+pub struct ClientTypeView {
+    pub subscriptions: usize,
+    pub in_step: usize,
+    pub suspected_rejections: usize,
     /// Subscriptions whose latest poll NACKed what they were served.
-    pub(crate) rejections: usize,
+    pub rejections: usize,
     /// Its latest poll of the type (RFC 3339).
-    pub(crate) last_poll: Option<String>,
+    pub last_poll: Option<String>,
     /// At most [`LAGGING_SHOWN`].
-    pub(crate) detail: Vec<SubscriptionView>,
+    pub detail: Vec<SubscriptionView>,
 }
 
 /// One subscription (a type and a set of names) of a client.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct SubscriptionView {
+pub struct SubscriptionView {
     /// The first names (`name_count` counts them all).
-    pub(crate) names: Vec<String>,
-    pub(crate) name_count: usize,
-    pub(crate) wildcard: bool,
+    pub names: Vec<String>,
+    pub name_count: usize,
+    pub wildcard: bool,
     /// The version it last presented.
-    pub(crate) presented: String,
+    pub presented: String,
     /// The version it was last answered at.
-    pub(crate) current: String,
+    pub current: String,
     /// The control plane's version within `current`.
-    pub(crate) upstream_version: String,
-    pub(crate) state: SubscriptionState,
+    pub upstream_version: String,
+    pub state: SubscriptionState,
     /// Why it is behind or suspected (none in step or catching up).
-    pub(crate) why: Option<String>,
+    pub why: Option<String>,
     /// How long it has not been in step (e.g. `1m 5s`).
-    pub(crate) out_of_step_for: Option<String>,
+    pub out_of_step_for: Option<String>,
     /// 200 (a body went out) or 304.
-    pub(crate) last_answer: u16,
-    pub(crate) polls: u64,
+    pub last_answer: u16,
+    pub polls: u64,
     /// RFC 3339.
-    pub(crate) last_poll: String,
+    pub last_poll: String,
 }
 
 /// A subscription's [`Standing`], as the views name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub(crate) enum SubscriptionState {
+pub enum SubscriptionState {
     #[serde(rename = "in step")]
     InStep,
     #[serde(rename = "catching up")]
@@ -118,7 +118,7 @@ pub(crate) enum SubscriptionState {
 
 impl SubscriptionState {
     /// Its name, as the views show it.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             SubscriptionState::InStep => "in step",
             SubscriptionState::CatchingUp => "catching up",
@@ -131,7 +131,7 @@ impl SubscriptionState {
 
 impl ClientBook {
     /// Every client, sorted by node id then address.
-    pub(crate) fn view(&self) -> ClientsView {
+    pub fn view(&self) -> ClientsView {
         let now = SystemTime::now();
         let mut clients: Vec<ClientView> = self
             .clients

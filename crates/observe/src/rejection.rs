@@ -33,17 +33,17 @@ pub(crate) const SERVED_VERSIONS: usize = 4;
 /// A client kept presenting `presented` although `current` was served to
 /// it, or said it rejected `current` (`nack`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Suspicion {
-    pub(crate) presented: String,
-    pub(crate) current: String,
-    pub(crate) polls: u32,
+pub struct Suspicion {
+    pub presented: String,
+    pub current: String,
+    pub polls: u32,
     /// The client's own reason, when it NACKed: no guess.
-    pub(crate) nack: Option<String>,
+    pub nack: Option<String>,
 }
 
 /// Where one client stands for one type, as of its latest poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Standing {
+pub enum Standing {
     /// It presents the version it would be served: a 304.
     #[default]
     InStep,
@@ -61,14 +61,14 @@ pub(crate) enum Standing {
 /// One poll of the subscription, as the log sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observation<'a> {
-    pub(crate) presented: &'a str,
+    pub presented: &'a str,
     /// The version this poll is served at.
-    pub(crate) current: &'a str,
+    pub current: &'a str,
     /// Whether the client is an Envoy: only an Envoy's empty version says
     /// "I rejected what you sent" (curl and scripts always present none).
-    pub(crate) envoy: bool,
+    pub envoy: bool,
     /// The client's NACK's message, if the poll is one.
-    pub(crate) nack: Option<&'a str>,
+    pub nack: Option<&'a str>,
 }
 
 /// What one subscription was served and how it polled since.

@@ -52,18 +52,14 @@ const RESOURCE_VERSION_HEX: usize = 16;
 
 /// One answer as served: the state, the names and where config sources pointed.
 #[derive(Debug, Clone)]
-pub(crate) struct ServedAnswer {
+pub struct ServedAnswer {
     state: Arc<TypeState>,
     names: Names,
     target: Option<RestTarget>,
 }
 
 impl ServedAnswer {
-    pub(crate) fn new(
-        state: Arc<TypeState>,
-        names: &Names,
-        target: Option<&RestTarget>,
-    ) -> ServedAnswer {
+    pub fn new(state: Arc<TypeState>, names: &Names, target: Option<&RestTarget>) -> ServedAnswer {
         ServedAnswer {
             state,
             names: names.clone(),
@@ -73,7 +69,7 @@ impl ServedAnswer {
 
     /// The answer at `version` in changes form, relative to `since` (the
     /// answer the client holds; `None`: unknown, so the full state).
-    pub(crate) fn changes(
+    pub fn changes(
         &self,
         assembler: &Assembler,
         version: &str,
@@ -157,7 +153,7 @@ impl ServedAnswer {
 /// The answers served recently, by served version (who was served which
 /// is the client book's).
 #[derive(Debug, Clone)]
-pub(crate) struct AnswerLog {
+pub struct AnswerLog {
     answers: Cache<String, Arc<ServedAnswer>>,
 }
 
@@ -177,7 +173,7 @@ impl AnswerLog {
     /// served stayed until the item bound pushed it out, and it kept its
     /// whole state alive: under a change a second the soak's RSS grew for
     /// most of an hour.
-    pub(crate) fn with_idle(idle: std::time::Duration) -> AnswerLog {
+    pub fn with_idle(idle: std::time::Duration) -> AnswerLog {
         AnswerLog {
             answers: Cache::builder()
                 .max_capacity(HISTORY_ITEMS)
@@ -196,7 +192,7 @@ impl AnswerLog {
 
     /// Remembers that `version` was served as `served()` (made only when
     /// `version` is not remembered yet: a body served again costs a lookup).
-    pub(crate) fn remember(&self, version: &str, served: impl FnOnce() -> Arc<ServedAnswer>) {
+    pub fn remember(&self, version: &str, served: impl FnOnce() -> Arc<ServedAnswer>) {
         if !self.answers.contains_key(version) {
             self.answers.insert(version.to_owned(), served());
         }
@@ -204,7 +200,7 @@ impl AnswerLog {
 
     /// What `version` was served as, if still remembered (whether it was
     /// served to the client asking is the client book's to say).
-    pub(crate) fn recall(&self, version: &str) -> Option<Arc<ServedAnswer>> {
+    pub fn recall(&self, version: &str) -> Option<Arc<ServedAnswer>> {
         if version.is_empty() {
             return None;
         }
@@ -212,8 +208,8 @@ impl AnswerLog {
     }
 
     /// Answers remembered now, and the resources and names they weigh.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> crate::cache::MemoSize {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn held(&self) -> crate::cache::MemoSize {
         self.answers.run_pending_tasks();
         crate::cache::MemoSize {
             entries: self.answers.entry_count(),

@@ -18,18 +18,27 @@
 //! `IdentityKey` (a node that goes and comes back finds its history). All
 //! read states and requests from `cache`; `cache` names nothing here.
 
+#![warn(unreachable_pub)]
+
+// The crates below, under the names the modules use.
+use xds_gateway_base::{log_escape, sync};
+use xds_gateway_cache as cache;
+#[cfg(any(test, feature = "test-support"))]
+use xds_gateway_config as config;
+use xds_gateway_xds as xds;
+
 mod changes;
 mod clients;
 mod config_history;
-pub(crate) mod history_file;
+pub mod history_file;
 mod rejection;
 
-pub(crate) use changes::{AnswerLog, ServedAnswer};
-pub(crate) use clients::{
+pub use changes::{AnswerLog, ServedAnswer};
+pub use clients::{
     AnsweredPoll, ClientBook, ClientRole, ClientView, ClientsView, NodeClients, SubscriptionState,
     SubscriptionStatus, SubscriptionView,
 };
-pub(crate) use config_history::{
+pub use config_history::{
     covered_names, ConfigHistory, EventView, HistoryLine, HistorySink, Recorder, TimelineView,
 };
-pub(crate) use rejection::{Standing, Suspicion};
+pub use rejection::{Standing, Suspicion};
