@@ -24,7 +24,8 @@
 //!   crate of its own (`crates/observe`, `xds-gateway-observe`), named under this name.
 //! - `store`: what a poll reads, behind one serving trait (`Source`, introspection apart in
 //!   `Inspect`): the sessions, one per node identity, and what each holds; the federation of
-//!   several upstreams. It names no producer, and its submodules are private.
+//!   several upstreams. It names no producer, and its submodules are private. A crate of its
+//!   own (`crates/store`, `xds-gateway-store`), named under this name.
 //! - `upstream`: the producers that publish into the store's sessions: a SotW or delta ADS
 //!   stream, the unary `Fetch*` calls or the snapshot per session, and auto (probe, then one
 //!   of those), with the transport (connection, failover, backoff, framing).
@@ -37,7 +38,8 @@
 //!   nodes and types they may fetch); decisions only, no HTTP.
 //! - `profiles`: named node templates a GET presents (`?profile=NAME`), and the
 //!   node a GET's query says.
-//! - `metrics`: every metric name.
+//! - `metrics`: every metric name. A crate of its own (`crates/metrics`,
+//!   `xds-gateway-metrics`), named under this name.
 //! - `huge_pages`: transparent huge pages off for the process, for mimalloc (the binary and
 //!   the benchmarks call it through `app`).
 //! - `error_body`: the one JSON error body (`{"code", "message"}`, google.rpc.Status-shaped)
@@ -45,7 +47,8 @@
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
-//! - `shares`: per-principal shares of the global limits (sessions, watches, long polls).
+//! - `shares`: per-principal shares of the global limits (sessions, watches, long polls); the
+//!   store crate's module `shares`, named under this name.
 //! - `tls`: rustls server config for the REST and admin listeners, reloaded from disk;
 //!   client identities.
 //! - `reload`: files watched for changes (certificates, the auth policy).
@@ -86,10 +89,14 @@ pub mod app;
 pub use xds_gateway_config as config;
 /// The xDS vocabulary, a crate of its own (`crates/xds`).
 pub use xds_gateway_xds as xds;
-// The cache, the ledgers and the leaves, under the names the modules use.
+// The store, the ledgers, the cache, the metrics and the leaves, under the
+// names the modules use.
 use xds_gateway_base::{log_escape, sync};
 use xds_gateway_cache as cache;
+use xds_gateway_metrics as metrics;
 use xds_gateway_observe as observe;
+use xds_gateway_store as store;
+use xds_gateway_store::shares;
 
 // The entry points of the `cargo fuzz` targets in fuzz/ (which turns the
 // `fuzzing` feature on), and their corpus replay in `cargo test`.
@@ -137,14 +144,11 @@ mod error_body;
 mod face;
 mod http;
 mod huge_pages;
-mod metrics;
 #[cfg(test)]
 mod openapi_paths;
 mod profiles;
 mod read_ahead;
 mod reload;
 mod serve;
-mod shares;
-mod store;
 mod tls;
 mod upstream;

@@ -1,9 +1,10 @@
 //! The crates' import graphs have no circle ([`ALLOWED`] is empty), and
 //! the gateway's top-level modules import only down their layers
 //! ([`LAYERS`]). Between crates Cargo keeps the direction itself: the
-//! ledger, cache, vocabulary, configuration and leaf crates
-//! (`crates/observe`, `crates/cache`, `crates/xds`, `crates/config`,
-//! `crates/base`) cannot name the gateway, nor a crate one above it.
+//! store, ledger, cache, metrics, vocabulary, configuration and leaf crates
+//! (`crates/store`, `crates/observe`, `crates/cache`, `crates/metrics`,
+//! `crates/xds`, `crates/config`, `crates/base`) cannot name the gateway,
+//! nor a crate one above it.
 //!
 //! Every production file under `src/` and each crate's `crates/*/src/` (test-only modules and items left
 //! out: `#[cfg(test)]` items and the files they declare) is read for the
@@ -79,7 +80,9 @@ const CRATES: &[(&str, &str)] = &[
     ("xds-gateway-base", "crates/base/src"),
     ("xds-gateway-cache", "crates/cache/src"),
     ("xds-gateway-config", "crates/config/src"),
+    ("xds-gateway-metrics", "crates/metrics/src"),
     ("xds-gateway-observe", "crates/observe/src"),
+    ("xds-gateway-store", "crates/store/src"),
     ("xds-gateway-xds", "crates/xds/src"),
 ];
 

@@ -10,13 +10,11 @@
 //! Where each session stands, and why, is its [`Placement`].
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::connection::Health;
 use super::UpstreamContext;
 use crate::config::Failover;
-use crate::store::stamp;
-use crate::store::Placement;
 
 /// Doubling of `failback-after` after returns that failed, at most (a
 /// primary that answers health checks but not this session's stream).
@@ -115,16 +113,5 @@ impl Route {
     /// Whether any upstream of the chain has answered.
     pub(crate) fn has_answered(&self) -> bool {
         self.links.iter().any(|l| l.ctx.has_answered())
-    }
-}
-
-impl Placement {
-    /// On `upstream` from now, for `reason`.
-    pub(super) fn now(upstream: &str, reason: String) -> Placement {
-        Placement {
-            upstream: upstream.to_owned(),
-            since: stamp(SystemTime::now()),
-            reason,
-        }
     }
 }

@@ -73,7 +73,7 @@ impl ClientKey {
     }
 
     /// This client's subscription to the names hashed as `names` (by
-    /// [`names_hash`]; of the one type its ledger is for).
+    /// `names_hash`; of the one type its ledger is for).
     pub fn subscribing(self, names: u64) -> SubscriptionKey {
         SubscriptionKey {
             client: self,

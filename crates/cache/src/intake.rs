@@ -222,7 +222,7 @@ impl Intake {
         &self.codec
     }
 
-    /// The sets upstream answers decoded to ([`SharedAnswers`]).
+    /// The sets upstream answers decoded to (`SharedAnswers`).
     pub fn answers(&self) -> &SharedAnswers {
         &self.answers
     }

@@ -19,7 +19,7 @@ pub(crate) const MAX_OPAQUE_TYPES: usize = 256;
 /// them); a longer one is held cut, marked with `…`.
 const MAX_TYPE_URL_BYTES: usize = 512;
 
-/// Type URL → what is known of it, at most [`MAX_OPAQUE_TYPES`] of them,
+/// Type URL → what is known of it, at most `MAX_OPAQUE_TYPES` of them,
 /// and how many more were seen. Shared by clone.
 #[derive(Debug, Clone, Default)]
 pub struct OpaqueTypes(Arc<Mutex<Record>>);

@@ -80,7 +80,7 @@ fn memo_key(body: &[u8]) -> u64 {
     sampled_key(&[body])
 }
 
-/// Whether `a` and `b` share [`memo_key`] (for the bench of bodies that
+/// Whether `a` and `b` share `memo_key` (for the bench of bodies that
 /// do, `bench_support`).
 pub fn share_a_key(a: &[u8], b: &[u8]) -> bool {
     memo_key(a) == memo_key(b)
@@ -617,7 +617,7 @@ impl ParsedRequests {
     }
 
     /// The parse of the `body` a GET's query stands for ([`parse`]'s, as a
-    /// GET: see [`ParsedRequest::via_get`]).
+    /// GET: see `ParsedRequest::via_get`).
     ///
     /// [`parse`]: ParsedRequests::parse
     pub fn parse_get(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {

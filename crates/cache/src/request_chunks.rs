@@ -63,7 +63,7 @@ impl BodyChunks {
         self.chunks.iter().map(|c| &c[..])
     }
 
-    /// The xxh3 of what [`feed_sampled`] takes of the body, as one piece,
+    /// The xxh3 of what `feed_sampled` takes of the body, as one piece,
     /// with `shape` its edge, stride and sample.
     pub fn sampled_key(&self, shape: [usize; 3]) -> u64 {
         let mut taken = Vec::with_capacity(sampled_len(self.len, shape));

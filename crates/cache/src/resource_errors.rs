@@ -32,7 +32,7 @@ pub struct ReportedError {
 }
 
 impl ReportedError {
-    /// `code` and `message`, the message cut to [`MAX_MESSAGE_BYTES`].
+    /// `code` and `message`, the message cut to `MAX_MESSAGE_BYTES`.
     pub fn new(code: i32, message: &str) -> ReportedError {
         let mut end = message.len().min(MAX_MESSAGE_BYTES);
         while !message.is_char_boundary(end) {

@@ -315,7 +315,7 @@ impl TypeState {
         self.answer_digested(assembler, names, &digest, presented, target)
     }
 
-    /// [`answer`](Self::answer) with `digest`, the [`names_digest`] of
+    /// [`answer`](Self::answer) with `digest`, the `names_digest` of
     /// `names`, made before (a parsed request's, once per parse, not per poll).
     pub fn answer_digested(
         &self,

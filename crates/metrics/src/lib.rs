@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 use std::sync::OnceLock;
 
-use crate::xds::{ResourceType, MAX_TYPES};
+use xds_gateway_xds::{ResourceType, MAX_TYPES};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TypeLabel {
@@ -450,7 +450,7 @@ impl Metrics {
 
     /// A delta session's held set of `kind` after a change: built anew
     /// (`built`), or found as another session made it.
-    pub(crate) fn delta_set(&self, kind: ResourceType, built: bool) {
+    pub fn delta_set(&self, kind: ResourceType, built: bool) {
         let family = if built {
             &self.delta_sets_built
         } else {
@@ -460,19 +460,19 @@ impl Metrics {
     }
 
     /// The counter of resources rendered (for the intake to count with).
-    pub(crate) fn resources_rendered(&self) -> Counter {
+    pub fn resources_rendered(&self) -> Counter {
         self.resources_rendered.clone()
     }
 
     /// The counter of resources rendered with an opaque `Any` (for the
     /// intake to count with).
-    pub(crate) fn opaque_resources(&self) -> Counter {
+    pub fn opaque_resources(&self) -> Counter {
         self.opaque_resources.clone()
     }
 
     /// The counter of resources rendered with key material taken out (for
     /// the intake to count with).
-    pub(crate) fn redacted_resources(&self) -> Counter {
+    pub fn redacted_resources(&self) -> Counter {
         self.redacted_resources.clone()
     }
 

@@ -204,7 +204,7 @@ impl ClientBook {
         ClientBook::holding(ttl, threshold, crate::config::MemoryShares::default().book)
     }
 
-    /// [`new`](Self::new), weighing at most `bytes` of clients.
+    /// `new`, weighing at most `bytes` of clients.
     pub fn holding(ttl: Duration, threshold: u32, bytes: u64) -> ClientBook {
         ClientBook {
             clients: moka::sync::Cache::builder()
@@ -365,7 +365,7 @@ impl ClientBook {
 
     /// Whether a body at `version` went out to `request`'s client (from
     /// `remote`) for this subscription (its type and names) among its last
-    /// [`SERVED_VERSIONS`](super::rejection::SERVED_VERSIONS). Never for the
+    /// `SERVED_VERSIONS`. Never for the
     /// empty version.
     pub fn was_served(
         &self,

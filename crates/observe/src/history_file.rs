@@ -10,9 +10,9 @@
 //! never split across files. A restarted gateway appends to `PATH`.
 //!
 //! Writing happens on a thread of its own, fed by a bounded queue: the push
-//! path never waits for the disk. When the disk falls [`QUEUE`] lines
+//! path never waits for the disk. When the disk falls `QUEUE` lines
 //! behind, further lines are dropped and counted (logged once per
-//! [`DROP_LOG_EVERY`]); a failed write or rotation is logged and the writer
+//! `DROP_LOG_EVERY`); a failed write or rotation is logged and the writer
 //! goes on with the next line.
 //!
 //! Under a policy of several principals, a principal's lines take at most

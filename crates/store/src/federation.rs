@@ -48,13 +48,13 @@ const MERGES_KEPT: u64 = 4096;
 
 /// One upstream that owns names, and the source serving them.
 #[derive(Debug)]
-pub(crate) struct UpstreamSlot {
-    pub(crate) name: String,
-    pub(crate) source: Arc<dyn Feed>,
+pub struct UpstreamSlot {
+    pub name: String,
+    pub source: Arc<dyn Feed>,
 }
 
 /// Sources of several upstreams as one.
-pub(crate) struct Federation {
+pub struct Federation {
     /// The default slot first.
     slots: Vec<UpstreamSlot>,
     namespace: Namespace,
@@ -71,7 +71,7 @@ impl std::fmt::Debug for Federation {
 
 impl Federation {
     /// `slots` (the default first) routed by `namespace`.
-    pub(crate) fn new(slots: Vec<UpstreamSlot>, namespace: Namespace) -> Federation {
+    pub fn new(slots: Vec<UpstreamSlot>, namespace: Namespace) -> Federation {
         Federation {
             slots,
             namespace,

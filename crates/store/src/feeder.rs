@@ -18,7 +18,7 @@ use super::{PassThrough, PassedThrough, SourceError};
 use crate::xds::ResourceType;
 
 /// What feeds sessions: starts one task per session, and says what it is.
-pub(crate) trait Feeder: Send + Sync + fmt::Debug + 'static {
+pub trait Feeder: Send + Sync + fmt::Debug + 'static {
     /// Starts the task that feeds `session` until `commands` closes (the
     /// session closed) or the task is aborted.
     fn start(

@@ -14,10 +14,19 @@
 //! its upstream log), the router of several upstreams by namespace
 //! ([`Federation`]) and the typed views of all of it (`view.rs`). What fills
 //! a session is a producer, started per session through the [`Feeder`] seam
-//! and written in `crate::upstream`: the store names no producer, and
-//! producers hold only a narrow handle on the session they feed
-//! ([`Publisher`]). Its submodules are private: what other modules name is
-//! re-exported here.
+//! and written in the gateway's `upstream`: the store names no producer,
+//! and producers hold only a narrow handle on the session they feed
+//! ([`Publisher`]). Its submodules are private but [`shares`] (the
+//! per-principal shares of the global limits, which the faces take too):
+//! what the gateway names is re-exported here.
+
+// The crates below, under the names the modules use.
+use xds_gateway_base::{log_escape, sync};
+use xds_gateway_cache as cache;
+use xds_gateway_config as config;
+use xds_gateway_metrics as metrics;
+use xds_gateway_observe as observe;
+use xds_gateway_xds as xds;
 
 mod federation;
 mod feeder;
@@ -27,11 +36,12 @@ mod polled;
 mod publisher;
 mod session;
 mod session_registry;
+pub mod shares;
 mod unserved;
 mod upstream_log;
 mod view;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 mod scripted;
 
 use std::fmt;
@@ -44,23 +54,22 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::future::BoxFuture;
 use tonic::Code;
 
-pub(crate) use federation::{Federation, UpstreamSlot};
-pub(crate) use feeder::Feeder;
-pub(crate) use namespace::{Foreign, Namespace};
-pub(crate) use node::NodeBytes;
-#[cfg(test)]
-pub(crate) use node::{upstream_features, NodeInterner, SessionNode};
-pub(crate) use polled::Polled;
-pub(crate) use publisher::Publisher;
-#[cfg(test)]
-pub(crate) use scripted::{idle, Script};
-pub(crate) use session::{Command, SETTLE};
-pub(crate) use session_registry::Sessions;
-pub(crate) use unserved::Refused;
-pub(crate) use upstream_log::stamp;
-#[cfg(test)]
-pub(crate) use view::{LastError, ReplyView, SessionTypeView, StreamView};
-pub(crate) use view::{
+pub use federation::{Federation, UpstreamSlot};
+pub use feeder::Feeder;
+pub use namespace::{Foreign, Namespace};
+pub use node::NodeBytes;
+#[cfg(any(test, feature = "test-support"))]
+pub use node::{upstream_features, NodeInterner, SessionNode};
+pub use polled::Polled;
+pub use publisher::Publisher;
+#[cfg(any(test, feature = "test-support"))]
+pub use scripted::{idle, Script};
+pub use session::{Command, SETTLE};
+pub use session_registry::Sessions;
+pub use unserved::Refused;
+#[cfg(any(test, feature = "test-support"))]
+pub use view::{LastError, ReplyView, SessionTypeView, StreamView};
+pub use view::{
     Phase, Placement, Placements, ReplyKind, SessionView, FAILBACK_REASON, FAILOVER_REASON,
 };
 
@@ -70,7 +79,7 @@ use crate::xds::{Endpoint, ResourceType};
 
 /// The serving seam: what the REST face asks of whatever feeds the
 /// gateway, and nothing else (no introspection, no lifecycle).
-pub(crate) trait Source: Send + Sync + fmt::Debug {
+pub trait Source: Send + Sync + fmt::Debug {
     /// The state that answers `request` for `kind`, waiting (bounded by the
     /// first-response timeout) for the upstream's first answer covering the
     /// names asked for. A session this opens counts against `tenant`'s
@@ -88,7 +97,7 @@ pub(crate) trait Source: Send + Sync + fmt::Debug {
 
 /// What the admin face reads of a source: readiness and what its sessions
 /// hold. Apart from [`Source`], so that serving code cannot reach it.
-pub(crate) trait Inspect: Send + Sync + fmt::Debug {
+pub trait Inspect: Send + Sync + fmt::Debug {
     /// Readiness and what stands in its way, for `/readyz` and `/metrics`.
     fn status(&self) -> Status;
 
@@ -108,7 +117,7 @@ pub(crate) trait Inspect: Send + Sync + fmt::Debug {
 
 /// A source as `app.rs` owns it: served through [`Source`], read through
 /// [`Inspect`], closed at shutdown. Federation holds its parts as feeds too.
-pub(crate) trait Feed: Source + Inspect {
+pub trait Feed: Source + Inspect {
     /// Stops every task the source runs (at shutdown).
     fn close(&self);
 }
@@ -116,80 +125,80 @@ pub(crate) trait Feed: Source + Inspect {
 /// Which upstream a session's stream is on, for the upstream whose names
 /// it serves.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct StreamPlacement {
+pub struct StreamPlacement {
     /// The `[[upstream]]` whose names the session serves.
-    pub(crate) serves: String,
+    pub serves: String,
     /// The stream: `ads`, or a type's short name (per-type streams).
-    pub(crate) stream: &'static str,
+    pub stream: &'static str,
     #[serde(flatten)]
-    pub(crate) placement: Placement,
+    pub placement: Placement,
 }
 
 /// A question passed through to the upstream's unary RPCs.
 #[derive(Debug)]
-pub(crate) enum PassThrough {
+pub enum PassThrough {
     HealthCheck(HealthCheckRequestOrEndpointHealthResponse),
     ClientStatus(ClientStatusRequest),
 }
 
 impl PassThrough {
     /// The REST endpoint this question came in on.
-    pub(crate) fn endpoint(&self) -> Endpoint {
+    pub fn endpoint(&self) -> Endpoint {
         match self {
             PassThrough::HealthCheck(_) => Endpoint::HealthCheck,
             PassThrough::ClientStatus(_) => Endpoint::ClientStatus,
         }
     }
 
-    pub(crate) fn path(&self) -> String {
+    pub fn path(&self) -> String {
         self.endpoint().path()
     }
 }
 
 /// The upstream's answer to a [`PassThrough`].
 #[derive(Debug)]
-pub(crate) enum PassedThrough {
+pub enum PassedThrough {
     HealthCheck(HealthCheckSpecifier),
     ClientStatus(ClientStatusResponse),
 }
 
 /// What `/readyz` says of a source.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Status {
+pub struct Status {
     /// Ready once the source has answered (snapshot loaded, upstream
     /// answered); never unready again.
-    pub(crate) ready: bool,
+    pub ready: bool,
     /// What the source is, e.g. `gRPC upstream http://... (sotw)`.
-    pub(crate) description: String,
+    pub description: String,
     /// Why it is not serving what it should (a snapshot file that does not
     /// load, with path, line and reason).
-    pub(crate) problems: Vec<String>,
+    pub problems: Vec<String>,
     /// Node identities with an open session.
-    pub(crate) sessions: usize,
+    pub sessions: usize,
     /// Sessions serving their last state while the upstream stream is down.
-    pub(crate) stale_sessions: usize,
+    pub stale_sessions: usize,
     /// Sessions whose upstream has not answered yet.
-    pub(crate) waiting_sessions: usize,
+    pub waiting_sessions: usize,
     /// Sessions with a stream on a failover upstream now.
-    pub(crate) failed_over_sessions: usize,
+    pub failed_over_sessions: usize,
     /// Per session on a failover: the node, where its streams are and why
     /// (at most [`SESSION_ERRORS_SHOWN`]).
-    pub(crate) failovers: Vec<String>,
+    pub failovers: Vec<String>,
     /// Per stale or waiting session whose stream failed: the node and the
     /// upstream's last error (at most [`SESSION_ERRORS_SHOWN`]).
-    pub(crate) session_errors: Vec<String>,
+    pub session_errors: Vec<String>,
     /// Sessions whose last reply to some type was a NACK: the upstream's
     /// answers are being refused.
-    pub(crate) refusing_sessions: usize,
+    pub refusing_sessions: usize,
 }
 
 /// How many session errors `/readyz` lists at most.
-pub(crate) const SESSION_ERRORS_SHOWN: usize = 20;
+pub const SESSION_ERRORS_SHOWN: usize = 20;
 
 /// Why a poll (or a pass-through call) could not be answered. Each variant
 /// is one failure the REST face maps to one status (`face/error.rs`).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SourceError {
+pub enum SourceError {
     #[error("too many sessions ({max}); try again later")]
     TooManySessions { max: usize },
     #[error(transparent)]
@@ -257,7 +266,7 @@ pub(crate) enum SourceError {
 
 /// Why a unary call to the upstream failed.
 #[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum CallError {
+pub enum CallError {
     #[error("upstream {method} failed: {code:?}: {message}")]
     Upstream {
         method: String,

@@ -17,7 +17,7 @@ use crate::xds::xdstp;
 
 /// The authority map, and which upstream a check is made for.
 #[derive(Debug, Clone)]
-pub(crate) struct Namespace {
+pub struct Namespace {
     /// Authority → the name of the upstream claiming it.
     claims: Arc<BTreeMap<String, String>>,
     /// The default upstream's name.
@@ -29,16 +29,16 @@ pub(crate) struct Namespace {
 /// A name an upstream sent that belongs to another.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("resource {name:?} is of authority {authority:?}, which belongs to upstream {owner:?}, not to {sender:?}; refused (each authority is served by the upstream that claims it)")]
-pub(crate) struct Foreign {
-    pub(crate) name: String,
-    pub(crate) authority: String,
-    pub(crate) owner: String,
-    pub(crate) sender: String,
+pub struct Foreign {
+    pub name: String,
+    pub authority: String,
+    pub owner: String,
+    pub sender: String,
 }
 
 impl Namespace {
     /// The map of `claims` (authority → upstream), checking for `owner`.
-    pub(crate) fn new(claims: BTreeMap<String, String>, default: &str, owner: &str) -> Namespace {
+    pub fn new(claims: BTreeMap<String, String>, default: &str, owner: &str) -> Namespace {
         Namespace {
             claims: Arc::new(claims),
             default: default.into(),
@@ -47,7 +47,7 @@ impl Namespace {
     }
 
     /// The same map, checking for `owner`.
-    pub(crate) fn for_owner(&self, owner: &str) -> Namespace {
+    pub fn for_owner(&self, owner: &str) -> Namespace {
         Namespace {
             owner: owner.into(),
             ..self.clone()
@@ -55,14 +55,14 @@ impl Namespace {
     }
 
     /// The upstream `name` belongs to.
-    pub(crate) fn owner_of<'a>(&'a self, name: &str) -> &'a str {
+    pub fn owner_of<'a>(&'a self, name: &str) -> &'a str {
         xdstp::authority(name)
             .and_then(|authority| self.claims.get(authority))
             .map_or(&*self.default, String::as_str)
     }
 
     /// Why `name`, sent by this namespace's owner, is not its to send.
-    pub(crate) fn foreign(&self, name: &str) -> Option<Foreign> {
+    pub fn foreign(&self, name: &str) -> Option<Foreign> {
         let owner = self.owner_of(name);
         (owner != &*self.owner).then(|| Foreign {
             name: name.to_owned(),
@@ -73,7 +73,7 @@ impl Namespace {
     }
 
     /// The first of `names` that is not the owner's to send.
-    pub(crate) fn first_foreign<'a>(
+    pub fn first_foreign<'a>(
         &self,
         names: impl IntoIterator<Item = &'a String>,
     ) -> Option<Foreign> {

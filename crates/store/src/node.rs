@@ -51,21 +51,21 @@ use crate::xds::dynamic_parameters::Parameters;
 
 /// The transport features the gateway handles itself, declared upstream
 /// whatever the REST client sent.
-pub(crate) const GATEWAY_FEATURES: [&str; 2] = [
+pub const GATEWAY_FEATURES: [&str; 2] = [
     "xds.config.supports-resource-in-sotw",
     "xds.config.supports-resource-ttl",
 ];
 
 /// The most bytes of the node beyond the session key and the user agent
 /// sent upstream (see the module docs).
-pub(crate) const REMAINDER_BYTES: usize = 128 * 1024;
+pub const REMAINDER_BYTES: usize = 128 * 1024;
 
 /// The prefix of the client features about the transport.
 const TRANSPORT_FEATURES: &str = "xds.config.";
 
 /// The client features sent upstream for a REST client's `features`: its
 /// own about the config, and the gateway's about the transport.
-pub(crate) fn upstream_features(features: Vec<String>) -> Vec<String> {
+pub fn upstream_features(features: Vec<String>) -> Vec<String> {
     let mut features: Vec<String> = features
         .into_iter()
         .filter(|f| !f.starts_with(TRANSPORT_FEATURES))
@@ -78,9 +78,9 @@ pub(crate) fn upstream_features(features: Vec<String>) -> Vec<String> {
 
 /// A session's node: its own fields, encoded, and its shared extension list.
 #[derive(Debug, Clone)]
-pub(crate) struct SessionNode {
-    pub(crate) id: String,
-    pub(crate) cluster: String,
+pub struct SessionNode {
+    pub id: String,
+    pub cluster: String,
     /// The node as encoded, in parts.
     bytes: NodeBytes,
     /// How many extensions that list holds.
@@ -98,7 +98,7 @@ pub(crate) struct SessionNode {
 /// its `extensions` field, its own fields after it. In that order they are
 /// what prost writes for the node; cloned with two reference counts.
 #[derive(Debug, Clone)]
-pub(crate) struct NodeBytes {
+pub struct NodeBytes {
     /// The node without its extensions, encoded: its fields before
     /// `extensions`, then (from `split`) those after.
     own: Bytes,
@@ -111,38 +111,43 @@ pub(crate) struct NodeBytes {
 
 impl NodeBytes {
     /// The node's encoding, as the three slices to write in order.
-    pub(crate) fn parts(&self) -> [&[u8]; 3] {
+    pub fn parts(&self) -> [&[u8]; 3] {
         let (before, after) = self.own.split_at(self.split);
         [before, self.extensions.as_ref(), after]
     }
 
     /// The length of the node's encoding.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.own.len() + self.extensions.len()
+    }
+
+    /// Whether the node's encoding is empty (a node with no field set).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
 impl SessionNode {
     /// This node, its session's subscriptions carrying `parameters`.
-    pub(crate) fn with_parameters(self, parameters: Arc<Parameters>) -> SessionNode {
+    pub fn with_parameters(self, parameters: Arc<Parameters>) -> SessionNode {
         SessionNode { parameters, ..self }
     }
 
     /// The dynamic parameters the session's subscriptions carry (empty:
     /// subscriptions by name).
-    pub(crate) fn parameters(&self) -> &Arc<Parameters> {
+    pub fn parameters(&self) -> &Arc<Parameters> {
         &self.parameters
     }
 
     /// The node's encoding, for a request upstream to carry.
-    pub(crate) fn bytes(&self) -> NodeBytes {
+    pub fn bytes(&self) -> NodeBytes {
         self.bytes.clone()
     }
 
     /// The node as sent upstream. Decodes what was encoded from a valid
     /// node, so it cannot fail; an empty node if it ever did.
-    #[cfg(test)]
-    pub(crate) fn node(&self) -> Node {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn node(&self) -> Node {
         let mut bytes = Vec::with_capacity(self.bytes.len());
         for part in self.bytes.parts() {
             bytes.extend_from_slice(part);
@@ -153,7 +158,7 @@ impl SessionNode {
     /// What the upstream is told of the client beyond the session key: the
     /// fields of the node that opened the session. Decodes the node's own
     /// bytes, not its extension list.
-    pub(crate) fn sent_view(&self) -> SentNodeView {
+    pub fn sent_view(&self) -> SentNodeView {
         let node = Node::decode(self.bytes.own.as_ref()).unwrap_or_default();
         SentNodeView {
             user_agent_name: node.user_agent_name,
@@ -174,14 +179,14 @@ impl SessionNode {
     }
 
     /// Bytes it holds of its own (the shared list not counted).
-    #[cfg(test)]
-    pub(crate) fn own_bytes(&self) -> usize {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn own_bytes(&self) -> usize {
         self.bytes.own.len()
     }
 
     /// Whether two nodes share one extension list.
-    #[cfg(test)]
-    pub(crate) fn shares_extensions_with(&self, other: &SessionNode) -> bool {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn shares_extensions_with(&self, other: &SessionNode) -> bool {
         Arc::ptr_eq(&self.bytes.extensions, &other.bytes.extensions)
     }
 }
@@ -201,7 +206,7 @@ impl Default for SessionNode {
 
 /// The extension lists sessions hold, by SHA-256 of their encoding.
 #[derive(Debug, Default)]
-pub(crate) struct NodeInterner {
+pub struct NodeInterner {
     lists: Mutex<Lists>,
 }
 
@@ -215,7 +220,7 @@ struct Lists {
 impl NodeInterner {
     /// `node` as a session holds it: its extension list taken from a
     /// session that holds the same one, if any.
-    pub(crate) fn intern(&self, mut node: Node) -> SessionNode {
+    pub fn intern(&self, mut node: Node) -> SessionNode {
         let mut left_out = Vec::new();
         let mut room = REMAINDER_BYTES;
         // Whether a field of `len` encoded bytes still fits (then counted).
@@ -300,8 +305,8 @@ impl NodeInterner {
     }
 
     /// Lists held now (dead entries swept first).
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn held(&self) -> usize {
         let mut lists = crate::sync::lock(&self.lists);
         lists.by_digest.retain(|_, list| list.strong_count() > 0);
         lists.by_digest.len()
@@ -320,7 +325,7 @@ impl Lists {
 }
 
 /// A request's `node` JSON as a protobuf `Node` (empty if absent).
-pub(crate) fn decode_node(intake: &Intake, node: Option<&[u8]>) -> Result<Node, SourceError> {
+pub fn decode_node(intake: &Intake, node: Option<&[u8]>) -> Result<Node, SourceError> {
     let Some(raw) = node else {
         return Ok(Node::default());
     };

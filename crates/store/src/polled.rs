@@ -23,7 +23,7 @@ use crate::xds::ResourceType;
 /// The per-source part of a [`Polled`]: the channel a poll talks back to its
 /// source through (not to be confused with a [`super::feeder::Feeder`], which
 /// feeds sessions).
-pub(crate) trait PollChannel: Send + Sync {
+pub trait PollChannel: Send + Sync {
     /// Waits up to `wait` for a state newer than `seen`; `None` if none came.
     fn next_change<'a>(
         &'a mut self,
@@ -52,7 +52,7 @@ pub(crate) trait PollChannel: Send + Sync {
 }
 
 /// The state that answers one poll, and what the source does around it.
-pub(crate) struct Polled {
+pub struct Polled {
     state: Arc<TypeState>,
     feed: Box<dyn PollChannel>,
 }
@@ -67,22 +67,22 @@ impl std::fmt::Debug for Polled {
 }
 
 impl Polled {
-    pub(crate) fn new(state: Arc<TypeState>, feed: Box<dyn PollChannel>) -> Polled {
+    pub fn new(state: Arc<TypeState>, feed: Box<dyn PollChannel>) -> Polled {
         Polled { state, feed }
     }
 
     /// The state it answers with now.
-    pub(crate) fn state(&self) -> &Arc<TypeState> {
+    pub fn state(&self) -> &Arc<TypeState> {
         &self.state
     }
 
     /// The resources of the state it answers with now.
-    pub(crate) fn resources(&self) -> &Arc<ResourceSet> {
+    pub fn resources(&self) -> &Arc<ResourceSet> {
         &self.state.resources
     }
 
     /// The state it answers with now, of the resources `names` select.
-    pub(crate) fn selected<'a>(
+    pub fn selected<'a>(
         &'a self,
         names: &'a Names,
     ) -> impl Iterator<Item = &'a Arc<crate::cache::Resource>> + 'a {
@@ -90,14 +90,14 @@ impl Polled {
     }
 
     /// The same node's current state of `kind`, if the source knows it
-    /// ([`PollChannel::sibling`]).
-    pub(crate) fn sibling(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+    /// (`PollChannel::sibling`).
+    pub fn sibling(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
         self.feed.sibling(kind)
     }
 
     /// NACKs `suspicion` (of a client polling `request`) upstream, if the
     /// source forwards suspected rejections; whether it does.
-    pub(crate) fn forward(&self, request: &ParsedRequest, suspicion: &Suspicion) -> bool {
+    pub fn forward(&self, request: &ParsedRequest, suspicion: &Suspicion) -> bool {
         let forwards = self.feed.forwards();
         if forwards {
             self.feed.forward(request, suspicion);
@@ -107,7 +107,7 @@ impl Polled {
 
     /// Long poll: waits up to `wait` for the state to change; true if it did
     /// (answer again), false if the wait ran out.
-    pub(crate) async fn next_change(&mut self, wait: Duration) -> bool {
+    pub async fn next_change(&mut self, wait: Duration) -> bool {
         match self.feed.next_change(&self.state, wait).await {
             Some(next) => {
                 self.state = next;
@@ -119,29 +119,25 @@ impl Polled {
 
     /// The current state as answered to `request` with `target` (what
     /// `?changes` diffs against later).
-    pub(crate) fn served(
-        &self,
-        request: &ParsedRequest,
-        target: Option<&RestTarget>,
-    ) -> ServedAnswer {
+    pub fn served(&self, request: &ParsedRequest, target: Option<&RestTarget>) -> ServedAnswer {
         ServedAnswer::new(self.state.clone(), request.names(), target)
     }
 
     /// Since when the state served is stale (its upstream is down), if it is.
-    pub(crate) fn stale_since(&self) -> Option<SystemTime> {
+    pub fn stale_since(&self) -> Option<SystemTime> {
         self.feed.stale_since()
     }
 
     /// The types served opaque in the answer to `names` (none, almost
     /// always): what the `x-xds-gateway-opaque-types` header says.
-    pub(crate) fn opaque_types(&self, names: &Names) -> Vec<String> {
+    pub fn opaque_types(&self, names: &Names) -> Vec<String> {
         self.state.opaque_types(names)
     }
 
     /// Whether the answer to `names` holds a resource the upstream marked
     /// `do_not_cache` (then `Cache-Control: no-store`, and no memo keeps
     /// it).
-    pub(crate) fn holds_uncacheable(&self, names: &Names) -> bool {
+    pub fn holds_uncacheable(&self, names: &Names) -> bool {
         self.state.holds_uncacheable(names)
     }
 }

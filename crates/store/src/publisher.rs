@@ -20,7 +20,7 @@ use crate::xds::ResourceType;
 /// A producer's handle on one session. Cloned freely: every clone is the
 /// same session.
 #[derive(Debug, Clone)]
-pub(crate) struct Publisher(Arc<Session>);
+pub struct Publisher(Arc<Session>);
 
 impl Publisher {
     /// The handle on `session` a feeder is started with.
@@ -30,8 +30,8 @@ impl Publisher {
 
     /// A session of its own and the receiving end of its command channel,
     /// for a producer's tests.
-    #[cfg(test)]
-    pub(crate) fn new(
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn new(
         node: impl Into<SessionNode>,
     ) -> (
         Publisher,
@@ -42,69 +42,69 @@ impl Publisher {
     }
 
     /// The node sent upstream.
-    pub(crate) fn node(&self) -> &SessionNode {
+    pub fn node(&self) -> &SessionNode {
         &self.0.node
     }
 
     /// What the upstream streams did last and where they stand.
-    pub(crate) fn upstream(&self) -> &UpstreamLog {
+    pub fn upstream(&self) -> &UpstreamLog {
         &self.0.upstream
     }
 
     /// The types and names the upstream refused, set aside.
-    pub(crate) fn unserved(&self) -> &Unserved {
+    pub fn unserved(&self) -> &Unserved {
         &self.0.unserved
     }
 
     /// The subscription to send upstream for `kind`
-    /// ([`Session::subscription`]).
-    pub(crate) fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
+    /// (`Session::subscription`).
+    pub fn subscription(&self, kind: ResourceType) -> Option<Coverage> {
         self.0.subscription(kind)
     }
 
     /// The names of `kind` subscribed and not yet answered
-    /// ([`Session::unanswered_names`]).
-    pub(crate) fn unanswered_names(&self, kind: ResourceType) -> BTreeSet<String> {
+    /// (`Session::unanswered_names`).
+    pub fn unanswered_names(&self, kind: ResourceType) -> BTreeSet<String> {
         self.0.unanswered_names(kind)
     }
 
     /// The upstream took `names` of `kind`, asked alone: they are
-    /// subscribed again ([`Session::names_cleared`]).
-    pub(crate) fn names_cleared(&self, kind: ResourceType, names: &BTreeSet<String>) {
+    /// subscribed again (`Session::names_cleared`).
+    pub fn names_cleared(&self, kind: ResourceType, names: &BTreeSet<String>) {
         self.0.names_cleared(kind, names);
     }
 
     /// The state of `kind` published last, if any.
-    pub(crate) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
+    pub fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
         self.0.state(kind)
     }
 
     /// Whether any type has a state published.
-    pub(crate) fn has_state(&self) -> bool {
+    pub fn has_state(&self) -> bool {
         self.0.has_state()
     }
 
     /// Publishes an accepted state to every waiting poll.
-    pub(crate) fn publish(&self, state: TypeState) {
+    pub fn publish(&self, state: TypeState) {
         self.0.publish(state);
     }
 
     /// Records in the config history that the response `nonce` of `kind`
     /// at `version` was NACKed, saying `detail`.
-    pub(crate) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
+    pub fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
         self.0.record_nack(kind, version, nonce, detail);
     }
 
     /// The upstream stream `lane` broke for `reason`
-    /// ([`Session::stream_failed`]).
-    pub(crate) fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
+    /// (`Session::stream_failed`).
+    pub fn stream_failed(&self, lane: Option<ResourceType>, reason: String) {
         self.0.stream_failed(lane, reason);
     }
 
     /// A client subscribes to `names` of `kind`, as a poll records it
     /// (settled), for a producer's tests.
-    #[cfg(test)]
-    pub(crate) fn subscribe(
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn subscribe(
         &self,
         kind: ResourceType,
         names: &crate::cache::Names,
@@ -115,8 +115,8 @@ impl Publisher {
 
     /// Forgets names no client asked for within `ttl`, as the registry's
     /// sweep does, for a producer's tests.
-    #[cfg(test)]
-    pub(crate) fn sweep_names(&self, now: tokio::time::Instant, ttl: std::time::Duration) {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn sweep_names(&self, now: tokio::time::Instant, ttl: std::time::Duration) {
         self.0.sweep_names(now, ttl);
     }
 }

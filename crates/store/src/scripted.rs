@@ -37,7 +37,7 @@ struct Scene {
 
 /// What the test controls and reads.
 #[derive(Debug)]
-pub(crate) struct Script {
+pub struct Script {
     intake: Intake,
     scene: watch::Sender<Scene>,
     commands: Mutex<Vec<Command>>,
@@ -46,7 +46,7 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    pub(crate) fn new(intake: Intake) -> Arc<Script> {
+    pub fn new(intake: Intake) -> Arc<Script> {
         Arc::new(Script {
             intake,
             scene: watch::Sender::new(Scene::default()),
@@ -57,18 +57,13 @@ impl Script {
     }
 
     /// The feeder to build `Sessions` on.
-    pub(crate) fn feeder(self: &Arc<Self>) -> ScriptedFeeder {
+    pub fn feeder(self: &Arc<Self>) -> ScriptedFeeder {
         ScriptedFeeder(self.clone())
     }
 
     /// Sets `kind` to `resources` (JSON `Any`s with `@type`) at `version`,
     /// answering every name; returns once every feed has published it.
-    pub(crate) async fn set(
-        &self,
-        kind: ResourceType,
-        version: &str,
-        resources: &[serde_json::Value],
-    ) {
+    pub async fn set(&self, kind: ResourceType, version: &str, resources: &[serde_json::Value]) {
         let coverage = Coverage {
             wildcard: true,
             names: Default::default(),
@@ -77,7 +72,7 @@ impl Script {
     }
 
     /// [`set`](Self::set), answering only what `coverage` says.
-    pub(crate) async fn set_covering(
+    pub async fn set_covering(
         &self,
         kind: ResourceType,
         version: &str,
@@ -113,23 +108,23 @@ impl Script {
 
     /// Marks every session stale (the upstream "broke") or fresh again;
     /// returns once every feed has done so.
-    pub(crate) async fn set_stale(&self, stale: bool) {
+    pub async fn set_stale(&self, stale: bool) {
         self.scene.send_modify(|scene| scene.stale = stale);
         idle().await;
     }
 
     /// Every command the sessions sent their feeder, in order.
-    pub(crate) fn commands(&self) -> Vec<Command> {
+    pub fn commands(&self) -> Vec<Command> {
         lock(&self.commands).clone()
     }
 
     /// How many sessions were started.
-    pub(crate) fn sessions_started(&self) -> usize {
+    pub fn sessions_started(&self) -> usize {
         self.started.load(Ordering::SeqCst)
     }
 
     /// How many session feeds are running now (closed sessions stop theirs).
-    pub(crate) fn feeds_running(&self) -> usize {
+    pub fn feeds_running(&self) -> usize {
         self.running.load(Ordering::SeqCst)
     }
 }
@@ -137,13 +132,13 @@ impl Script {
 /// Returns once every other task is idle: under tokio's paused test clock
 /// (which these tests use), the clock only moves when nothing can run, so a
 /// 1 ms sleep ends after the feeds and sessions have done all they can.
-pub(crate) async fn idle() {
+pub async fn idle() {
     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
 }
 
 /// Feeds sessions from a [`Script`].
 #[derive(Debug)]
-pub(crate) struct ScriptedFeeder(Arc<Script>);
+pub struct ScriptedFeeder(Arc<Script>);
 
 impl Feeder for ScriptedFeeder {
     fn start(

@@ -31,11 +31,11 @@ use crate::xds::ResourceType;
 
 /// How long after a subscription a request stops waiting for the upstream
 /// to prove it answered, and takes the current state as the answer.
-pub(crate) const SETTLE: Duration = Duration::from_secs(2);
+pub const SETTLE: Duration = Duration::from_secs(2);
 
 /// What a session asks of its upstream stream task.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Command {
+pub enum Command {
     /// The subscription for this type changed: send it.
     Resubscribe(ResourceType),
     /// A REST client seems to have rejected `current`: NACK upstream.
@@ -56,7 +56,7 @@ pub(crate) enum Command {
 
 impl Command {
     /// The type it is about.
-    pub(crate) fn kind(&self) -> ResourceType {
+    pub fn kind(&self) -> ResourceType {
         match self {
             Command::Resubscribe(kind)
             | Command::Nack { kind, .. }
@@ -68,24 +68,24 @@ impl Command {
 /// How a feeder freshened a type for a poll: `Err` is what a poll with no
 /// state to fall back on is answered (one with a state is served it,
 /// marked stale by the feeder).
-pub(crate) type Freshened = Result<(), SourceError>;
+pub type Freshened = Result<(), SourceError>;
 
 /// The poll's end of a [`Command::Freshen`]: answered once. Shared so
 /// that a command stays cloneable; two are equal when they are the same.
 #[derive(Debug, Clone)]
-pub(crate) struct FreshenReply {
+pub struct FreshenReply {
     asked_at: Instant,
     reply: Arc<Mutex<Option<oneshot::Sender<Freshened>>>>,
 }
 
 impl FreshenReply {
     /// When the poll asked.
-    pub(crate) fn asked_at(&self) -> Instant {
+    pub fn asked_at(&self) -> Instant {
         self.asked_at
     }
 
     /// Tells the poll how freshening went (nothing when it no longer waits).
-    pub(crate) fn send(&self, outcome: Freshened) {
+    pub fn send(&self, outcome: Freshened) {
         if let Some(reply) = lock(&self.reply).take() {
             let _ = reply.send(outcome);
         }
@@ -196,7 +196,7 @@ pub(super) type StateRx = watch::Receiver<Option<Arc<TypeState>>>;
 
 /// A subscription would grow past the per-session limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TooManyNames {
+pub struct TooManyNames {
     pub(super) max: usize,
 }
 
@@ -218,7 +218,7 @@ impl TypeSlot {
 
 /// The shared upstream session of one node identity.
 #[derive(Debug)]
-pub(crate) struct Session {
+pub struct Session {
     /// The node sent upstream: the first client's, as it sent it (its
     /// extension list shared with every session sending the same one).
     pub(super) node: SessionNode,
@@ -287,7 +287,7 @@ struct Liveness {
 
 impl Session {
     /// A new session and the receiving end of its command channel (for `ads`).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub(super) fn new(
         node: impl Into<SessionNode>,
     ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
@@ -388,7 +388,7 @@ impl Session {
 
     /// Test builds: a client subscribes to `names` of `kind`, as a poll
     /// records it ([`Session::want`], settled after [`SETTLE`]).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub(super) fn subscribe(
         &self,
         kind: ResourceType,
@@ -399,7 +399,7 @@ impl Session {
     }
 
     /// Test builds: the sweep's pruning ([`Session::prune`]) at `now`.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub(super) fn sweep_names(&self, now: Instant, ttl: Duration) {
         self.prune(now, ttl)
     }

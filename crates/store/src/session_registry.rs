@@ -78,7 +78,7 @@ struct Limits {
 
 /// A [`Source`] of sessions, each fed by `feeder`.
 #[derive(Debug)]
-pub(crate) struct Sessions {
+pub struct Sessions {
     feeder: Arc<dyn Feeder>,
     sessions: Mutex<Registry>,
     decoding: Semaphore,
@@ -157,7 +157,7 @@ impl Registry {
 impl Sessions {
     /// Sessions fed by `feeder`, swept for idleness in the background until
     /// [`Feed::close`] or the last handle drops.
-    pub(crate) fn start(
+    pub fn start(
         feeder: Arc<dyn Feeder>,
         intake: Intake,
         history: ConfigHistory,
@@ -657,8 +657,8 @@ mod tests {
     use super::*;
     use crate::cache::ParsedRequests;
     use crate::config::SessionKey;
-    use crate::store::Script;
     use crate::xds::Codec;
+    use crate::Script;
 
     fn node_request(id: &str, keys: usize) -> bytes::Bytes {
         let metadata: serde_json::Map<String, serde_json::Value> = (0..keys)

@@ -19,18 +19,18 @@ use std::sync::{Arc, Mutex};
 /// Whose share a place counts against: a principal of a policy with more
 /// than one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Tenant(Arc<str>);
+pub struct Tenant(Arc<str>);
 
 impl Tenant {
     /// The tenant of a request by `principal` under a policy of `principals`
     /// principals; `None` when no share applies to it.
-    pub(crate) fn of(principal: Option<&str>, principals: usize) -> Option<Tenant> {
+    pub fn of(principal: Option<&str>, principals: usize) -> Option<Tenant> {
         principal
             .filter(|_| principals > 1)
             .map(|name| Tenant(name.into()))
     }
 
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.0
     }
 }
@@ -42,20 +42,20 @@ impl Tenant {
      (--{limit}); one principal may hold at most {percent}% of them (--principal-share), \
      so that others are still served; try again when one of its own ends"
 )]
-pub(crate) struct OverShare {
-    pub(crate) principal: String,
+pub struct OverShare {
+    pub principal: String,
     /// The flag of the limit, e.g. `max-sessions`.
-    pub(crate) limit: &'static str,
+    pub limit: &'static str,
     /// What the limit counts, e.g. `sessions`.
-    pub(crate) what: &'static str,
-    pub(crate) cap: usize,
-    pub(crate) max: usize,
-    pub(crate) percent: u8,
+    pub what: &'static str,
+    pub cap: usize,
+    pub max: usize,
+    pub percent: u8,
 }
 
 /// What each principal holds of one limit, and its cap.
 #[derive(Debug)]
-pub(crate) struct Share {
+pub struct Share {
     limit: &'static str,
     what: &'static str,
     max: usize,
@@ -67,7 +67,7 @@ pub(crate) struct Share {
 
 /// A place held by a principal: given back when dropped.
 #[derive(Debug)]
-pub(crate) struct SharePlace {
+pub struct SharePlace {
     held: Arc<Mutex<HashMap<Arc<str>, usize>>>,
     principal: Arc<str>,
     /// What it weighs: 1 place, or its bytes.
@@ -88,7 +88,7 @@ impl Drop for SharePlace {
 
 impl Share {
     /// A share of `percent`% of the limit `--{limit}` of `max` `what`.
-    pub(crate) fn new(limit: &'static str, what: &'static str, max: usize, percent: u8) -> Share {
+    pub fn new(limit: &'static str, what: &'static str, max: usize, percent: u8) -> Share {
         let cap = (max.saturating_mul(usize::from(percent)) / 100).max(1);
         Share {
             limit,
@@ -101,7 +101,7 @@ impl Share {
     }
 
     /// Whether `tenant` may take one more place now (without taking it).
-    pub(crate) fn check(&self, tenant: Option<&Tenant>) -> Result<(), OverShare> {
+    pub fn check(&self, tenant: Option<&Tenant>) -> Result<(), OverShare> {
         match tenant {
             Some(tenant) if self.held_by(tenant.name()) >= self.cap => Err(self.over(tenant)),
             _ => Ok(()),
@@ -110,16 +110,12 @@ impl Share {
 
     /// Takes one place for `tenant` (nothing to take without a tenant), or
     /// says it holds its share already.
-    pub(crate) fn take(&self, tenant: Option<&Tenant>) -> Result<Option<SharePlace>, OverShare> {
+    pub fn take(&self, tenant: Option<&Tenant>) -> Result<Option<SharePlace>, OverShare> {
         self.take_weighing(tenant, 1)
     }
 
     /// Whether `tenant` may take `amount` more (bytes) now.
-    pub(crate) fn check_weighing(
-        &self,
-        tenant: Option<&Tenant>,
-        amount: usize,
-    ) -> Result<(), OverShare> {
+    pub fn check_weighing(&self, tenant: Option<&Tenant>, amount: usize) -> Result<(), OverShare> {
         match tenant {
             Some(tenant) if self.held_by(tenant.name()).saturating_add(amount) > self.cap => {
                 Err(self.over(tenant))
@@ -130,7 +126,7 @@ impl Share {
 
     /// Takes `amount` (1 place, or bytes) for `tenant`, or says it would
     /// hold more than its share.
-    pub(crate) fn take_weighing(
+    pub fn take_weighing(
         &self,
         tenant: Option<&Tenant>,
         amount: usize,
@@ -152,7 +148,7 @@ impl Share {
     }
 
     /// Places `principal` holds now.
-    pub(crate) fn held_by(&self, principal: &str) -> usize {
+    pub fn held_by(&self, principal: &str) -> usize {
         lock(&self.held).get(principal).copied().unwrap_or(0)
     }
 

@@ -41,7 +41,7 @@ const LAST_RETRY: Duration = Duration::from_secs(600);
 
 /// What the upstream did with a type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// The type's own stream (or method) is UNIMPLEMENTED.
     Unimplemented(String),
     /// An aggregated stream asking for it alone ended with this error
@@ -62,10 +62,10 @@ struct SetAside {
 
 /// What a poll of a type set aside is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SetAsideNow {
-    pub(crate) refused: Refused,
+pub struct SetAsideNow {
+    pub refused: Refused,
     /// In how long the upstream is asked again (if a client still asks).
-    pub(crate) retry_in: Duration,
+    pub retry_in: Duration,
 }
 
 /// A name of a type held apart from the session's subscription.
@@ -91,7 +91,7 @@ const MAX_NAMES_APART: usize = 1024;
 
 /// The types and names one session set aside.
 #[derive(Debug, Default)]
-pub(crate) struct Unserved {
+pub struct Unserved {
     types: Mutex<BTreeMap<ResourceType, SetAside>>,
     names: Mutex<BTreeMap<ResourceType, BTreeMap<String, NameApart>>>,
     /// Whether any name was ever held apart: until then (almost always)
@@ -103,7 +103,7 @@ pub(crate) struct Unserved {
 
 impl Unserved {
     /// Sets `kind` aside: refused again, for twice as long as last time.
-    pub(crate) fn set_aside(&self, kind: ResourceType, refused: Refused, now: Instant) {
+    pub fn set_aside(&self, kind: ResourceType, refused: Refused, now: Instant) {
         let mut types = lock(&self.types);
         let times = types.get(&kind).map_or(0, |s| s.times) + 1;
         types.insert(
@@ -143,7 +143,7 @@ impl Unserved {
     }
 
     /// The upstream answered `kind`: it is served.
-    pub(crate) fn served(&self, kind: ResourceType) {
+    pub fn served(&self, kind: ResourceType) {
         let mut types = lock(&self.types);
         if !types.is_empty() {
             types.remove(&kind);
@@ -153,11 +153,7 @@ impl Unserved {
     /// Holds `names` of `kind` apart while they are checked; returns those
     /// it holds (not one being checked already, nor past
     /// [`MAX_NAMES_APART`]).
-    pub(crate) fn check_names(
-        &self,
-        kind: ResourceType,
-        names: BTreeSet<String>,
-    ) -> BTreeSet<String> {
+    pub fn check_names(&self, kind: ResourceType, names: BTreeSet<String>) -> BTreeSet<String> {
         let mut all = lock(&self.names);
         let apart = all.entry(kind).or_default();
         if apart.len() + names.len() > MAX_NAMES_APART {
@@ -181,7 +177,7 @@ impl Unserved {
 
     /// Whether one of `names` (of `kind`) is being checked alone now: what
     /// the upstream makes of it is not known yet.
-    pub(crate) fn checking_any(&self, kind: ResourceType, names: &Names) -> bool {
+    pub fn checking_any(&self, kind: ResourceType, names: &Names) -> bool {
         self.any_asked(kind, names, |a| a.checking)
     }
 
@@ -207,7 +203,7 @@ impl Unserved {
 
     /// The names of `kind` kept out of its subscription at `now`: being
     /// checked, or set aside.
-    pub(crate) fn names_apart(&self, kind: ResourceType, now: Instant) -> BTreeSet<String> {
+    pub fn names_apart(&self, kind: ResourceType, now: Instant) -> BTreeSet<String> {
         if !self.any_names.load(Ordering::Relaxed) {
             return BTreeSet::new();
         }
@@ -221,7 +217,7 @@ impl Unserved {
 
     /// The upstream answered `names` of `kind` (or did not refuse them):
     /// subscribed again, their record forgotten.
-    pub(crate) fn names_served(&self, kind: ResourceType, names: &BTreeSet<String>) {
+    pub fn names_served(&self, kind: ResourceType, names: &BTreeSet<String>) {
         let mut all = lock(&self.names);
         if let Some(apart) = all.get_mut(&kind) {
             apart.retain(|name, _| !names.contains(name));
@@ -230,13 +226,7 @@ impl Unserved {
 
     /// Sets `name` of `kind` aside: refused alone, for twice as long as
     /// last time.
-    pub(crate) fn set_name_aside(
-        &self,
-        kind: ResourceType,
-        name: &str,
-        refused: Refused,
-        now: Instant,
-    ) {
+    pub fn set_name_aside(&self, kind: ResourceType, name: &str, refused: Refused, now: Instant) {
         let mut all = lock(&self.names);
         self.any_names.store(true, Ordering::Relaxed);
         let entry = all
@@ -258,7 +248,7 @@ impl Unserved {
 
     /// The first of `names` (of `kind`) set aside at `now`, and what its
     /// polls are told.
-    pub(crate) fn check_asked(
+    pub fn check_asked(
         &self,
         kind: ResourceType,
         names: &Names,
@@ -284,7 +274,7 @@ impl Unserved {
 
     /// Whether one of `names` (of `kind`) was set aside and its time is
     /// up: the subscription holds it again, and the upstream may be asked.
-    pub(crate) fn names_due(&self, kind: ResourceType, names: &Names, now: Instant) -> bool {
+    pub fn names_due(&self, kind: ResourceType, names: &Names, now: Instant) -> bool {
         self.any_asked(kind, names, |a| {
             !a.checking && a.aside.as_ref().is_some_and(|s| now >= s.until)
         })

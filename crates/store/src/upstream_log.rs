@@ -47,7 +47,7 @@ struct Log {
 
 /// The upstream log of one session.
 #[derive(Debug)]
-pub(crate) struct UpstreamLog(Mutex<Log>);
+pub struct UpstreamLog(Mutex<Log>);
 
 impl Default for UpstreamLog {
     fn default() -> Self {
@@ -63,13 +63,24 @@ impl Default for UpstreamLog {
     }
 }
 
+impl Placement {
+    /// On `upstream` from now, for `reason`.
+    pub fn now(upstream: &str, reason: String) -> Placement {
+        Placement {
+            upstream: upstream.to_owned(),
+            since: stamp(SystemTime::now()),
+            reason,
+        }
+    }
+}
+
 impl UpstreamLog {
     fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
         crate::sync::lock(&self.0)
     }
 
     /// The stream entered `phase` now.
-    pub(crate) fn phase(&self, phase: Phase) {
+    pub fn phase(&self, phase: Phase) {
         let mut log = self.lock();
         if log.phase != phase {
             log.phase = phase;
@@ -78,12 +89,12 @@ impl UpstreamLog {
     }
 
     /// An ACK of `version` of `kind` was sent.
-    pub(crate) fn acked(&self, kind: ResourceType, version: &str) {
+    pub fn acked(&self, kind: ResourceType, version: &str) {
         self.reply(kind, version, None);
     }
 
     /// A NACK of `kind` presenting `version` was sent, saying `detail`.
-    pub(crate) fn nacked(&self, kind: ResourceType, version: &str, detail: &str) {
+    pub fn nacked(&self, kind: ResourceType, version: &str, detail: &str) {
         self.reply(kind, version, Some(detail.to_owned()));
     }
 
@@ -118,7 +129,7 @@ impl UpstreamLog {
     }
 
     /// The upstream answered again on `lane`: fresh once no stream is down.
-    pub(crate) fn fresh(&self, lane: Lane) {
+    pub fn fresh(&self, lane: Lane) {
         let mut log = self.lock();
         log.down.remove(&lane);
         if log.down.is_empty() {
@@ -128,13 +139,13 @@ impl UpstreamLog {
     }
 
     /// The stream `lane` is on `placement` now.
-    pub(crate) fn place(&self, lane: Lane, placement: Placement) {
+    pub fn place(&self, lane: Lane, placement: Placement) {
         self.lock().placements.insert(lane, placement);
     }
 
     /// The stream `lane` is gone (a probe whose type moved to the
     /// aggregated stream): it is nowhere.
-    pub(crate) fn unplace(&self, lane: Lane) {
+    pub fn unplace(&self, lane: Lane) {
         self.lock().placements.remove(&lane);
     }
 
@@ -202,7 +213,7 @@ impl UpstreamLog {
 
 impl Phase {
     /// Its name, as the views show it.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Phase::Idle => "idle",
             Phase::Connecting => "connecting",
@@ -211,7 +222,7 @@ impl Phase {
     }
 }
 
-pub(crate) fn stamp(t: SystemTime) -> String {
+pub fn stamp(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 

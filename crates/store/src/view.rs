@@ -19,7 +19,7 @@ use crate::cache::ResourceErrorView;
 /// Where the upstream stream is (shown as `idle`, `connecting`, `open`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Phase {
+pub enum Phase {
     /// Not yet asked to connect (a session starts here).
     Idle,
     /// Opening the stream (TCP, TLS, HTTP/2, the gRPC call).
@@ -31,52 +31,52 @@ pub(crate) enum Phase {
 /// Which upstream a session's stream is on, since when and why (set by
 /// `failover.rs`, `Placement::now`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Placement {
+pub struct Placement {
     /// The upstream's `[[upstream]]` name.
-    pub(crate) upstream: String,
+    pub upstream: String,
     /// RFC 3339, as every time in the admin views.
-    pub(crate) since: String,
+    pub since: String,
     /// `primary`, or what moved it (`failover: ...`, `failback: ...`).
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 /// How the reason of a placement on a failover begins.
-pub(crate) const FAILOVER_REASON: &str = "failover";
+pub const FAILOVER_REASON: &str = "failover";
 /// How the reason of a placement back on the primary begins.
-pub(crate) const FAILBACK_REASON: &str = "failback";
+pub const FAILBACK_REASON: &str = "failback";
 
 impl Placement {
     /// Whether the stream was moved onto a failover upstream.
-    pub(crate) fn on_failover(&self) -> bool {
+    pub fn on_failover(&self) -> bool {
         self.reason.starts_with(FAILOVER_REASON)
     }
 }
 
 /// One session (one node identity) as `/debug/sessions` shows it.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct SessionView {
-    pub(crate) node_id: String,
-    pub(crate) cluster: String,
+pub struct SessionView {
+    pub node_id: String,
+    pub cluster: String,
     /// What feeds it: the source's description, as `/readyz` gives it.
-    pub(crate) source: String,
+    pub source: String,
     /// With several upstreams, the `[[upstream]]` whose names it serves
     /// (set by the federation; absent with one upstream).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) serves: Option<String>,
+    pub serves: Option<String>,
     /// Its upstream stream; `None` when the source has no stream to show
     /// (a snapshot). Served inline: `stream`, `stream_since`,
     /// `stale_since` and `last_error` are fields of the session, absent
     /// for a snapshot.
     #[serde(flatten)]
-    pub(crate) stream: Option<StreamView>,
+    pub stream: Option<StreamView>,
     /// The node fields outside the session key, as the upstream was sent
     /// them: those of the client that opened the session, whichever client
     /// of the identity asks now.
-    pub(crate) node_sent: SentNodeView,
+    pub node_sent: SentNodeView,
     /// Requests being served now (held long polls and watches included).
-    pub(crate) requests_in_flight: usize,
+    pub requests_in_flight: usize,
     /// Every type wanted or served, keyed by short name (`clusters`, ...).
-    pub(crate) types: BTreeMap<&'static str, SessionTypeView>,
+    pub types: BTreeMap<&'static str, SessionTypeView>,
 }
 
 /// What the upstream is told of a session's clients beyond the session
@@ -85,40 +85,40 @@ pub(crate) struct SessionView {
 /// upstream must not key config on them (`docs/production.md`); this shows
 /// what it was sent.
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct SentNodeView {
-    pub(crate) user_agent_name: String,
+pub struct SentNodeView {
+    pub user_agent_name: String,
     /// `user_agent_version`, or the build version as `major.minor.patch`.
-    pub(crate) user_agent_version: String,
-    pub(crate) client_features: Vec<String>,
+    pub user_agent_version: String,
+    pub client_features: Vec<String>,
     /// How many `extensions` the node lists.
-    pub(crate) extensions: usize,
+    pub extensions: usize,
     /// The fields of the client's node left out, to keep what every request
     /// upstream carries within 128 KiB beyond the session key.
-    pub(crate) left_out: Vec<String>,
+    pub left_out: Vec<String>,
 }
 
 /// A session's upstream stream.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct StreamView {
+pub struct StreamView {
     #[serde(rename = "stream")]
-    pub(crate) phase: Phase,
+    pub phase: Phase,
     /// Since when it has been in that phase (RFC 3339).
     #[serde(rename = "stream_since")]
-    pub(crate) since: String,
+    pub since: String,
     /// Since when the state served is stale (a stream is down), if it is.
-    pub(crate) stale_since: Option<String>,
+    pub stale_since: Option<String>,
     /// Why the stream last ended; cleared when the upstream answers.
-    pub(crate) last_error: Option<LastError>,
+    pub last_error: Option<LastError>,
     /// With a failover configured, which upstream the stream is on, since
     /// when and why (served as `upstream`; absent without failover).
     #[serde(rename = "upstream", skip_serializing_if = "Option::is_none")]
-    pub(crate) placement: Option<Placements>,
+    pub placement: Option<Placements>,
 }
 
 /// Where a session's streams are.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub(crate) enum Placements {
+pub enum Placements {
     /// The aggregated stream's.
     Aggregated(Placement),
     /// Each stream's, keyed `ads` or by a type's short name
@@ -128,48 +128,48 @@ pub(crate) enum Placements {
 
 /// Why an upstream stream ended, and when (RFC 3339).
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct LastError {
-    pub(crate) at: String,
-    pub(crate) error: String,
+pub struct LastError {
+    pub at: String,
+    pub error: String,
 }
 
 /// One type of a session.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct SessionTypeView {
+pub struct SessionTypeView {
     /// The version served; `None` until the upstream answered the type.
-    pub(crate) version: Option<String>,
+    pub version: Option<String>,
     /// Resources in that version.
-    pub(crate) resources: Option<usize>,
-    pub(crate) wildcard: bool,
+    pub resources: Option<usize>,
+    pub wildcard: bool,
     /// The first names subscribed (`name_count` counts them all).
-    pub(crate) names: Vec<String>,
-    pub(crate) name_count: usize,
+    pub names: Vec<String>,
+    pub name_count: usize,
     /// The last ACK or NACK sent upstream for the type, if any.
-    pub(crate) last_reply: Option<ReplyView>,
+    pub last_reply: Option<ReplyView>,
     /// The first errors the upstream reported for single resources
     /// (`resource_errors`, remembered until a response carries the resource
     /// again); `resource_error_count` counts them all.
-    pub(crate) resource_errors: Vec<ResourceErrorView>,
-    pub(crate) resource_error_count: usize,
+    pub resource_errors: Vec<ResourceErrorView>,
+    pub resource_error_count: usize,
 }
 
 /// An ACK or NACK sent upstream.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct ReplyView {
-    pub(crate) kind: ReplyKind,
-    pub(crate) version: String,
+pub struct ReplyView {
+    pub kind: ReplyKind,
+    pub version: String,
     /// When it was sent (RFC 3339).
-    pub(crate) at: String,
+    pub at: String,
     /// A NACK's `error_detail`; `None` for an ACK.
-    pub(crate) error_detail: Option<String>,
+    pub error_detail: Option<String>,
     /// How many replies of the type in a row were this one (same kind,
     /// same `error_detail`): a NACK loop runs it up.
-    pub(crate) in_a_row: u64,
+    pub in_a_row: u64,
 }
 
 /// Which reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub(crate) enum ReplyKind {
+pub enum ReplyKind {
     #[serde(rename = "ACK")]
     Ack,
     #[serde(rename = "NACK")]
@@ -178,7 +178,7 @@ pub(crate) enum ReplyKind {
 
 impl ReplyKind {
     /// Its name, as the views show it.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             ReplyKind::Ack => "ACK",
             ReplyKind::Nack => "NACK",
