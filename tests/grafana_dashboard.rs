@@ -7,7 +7,7 @@
 //!   query is one the gateway exports, of the right kind: a counter queried
 //!   as `NAME_total`, a histogram as `NAME_bucket`, `_sum` or `_count`, a
 //!   gauge as `NAME`. What the gateway exports is read two ways, which must
-//!   agree: the registry `src/metrics.rs` builds (every `registry.register`
+//!   agree: the registry `crates/metrics/src/lib.rs` builds (every `registry.register`
 //!   call and the kind of the field it registers), and the `# TYPE` lines of
 //!   `/metrics` of a gateway run in process after a few polls. Both are
 //!   needed: `prometheus-client` writes no `# HELP`/`# TYPE` line for a
@@ -163,11 +163,11 @@ fn the_dashboard_uses_a_prometheus_datasource_variable() {
     assert_eq!(unique.len(), ids.len(), "panel ids {ids:?}");
 }
 
-/// The registry `src/metrics.rs` builds: every registered name, prefixed,
+/// The registry `crates/metrics/src/lib.rs` builds: every registered name, prefixed,
 /// with the kind of the field registered under it.
 fn registered() -> BTreeMap<String, String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/metrics.rs");
-    let source = std::fs::read_to_string(path).expect("src/metrics.rs");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/metrics/src/lib.rs");
+    let source = std::fs::read_to_string(path).expect("crates/metrics/src/lib.rs");
     let prefix = Regex::new(r#"Registry::with_prefix\("([a-z_]+)"\)"#)
         .unwrap()
         .captures(&source)
@@ -188,14 +188,14 @@ fn registered() -> BTreeMap<String, String> {
         .map(|c| {
             let kind = kinds
                 .get(&c[2])
-                .unwrap_or_else(|| panic!("src/metrics.rs: no field {} of a known kind", &c[2]));
+                .unwrap_or_else(|| panic!("crates/metrics/src/lib.rs: no field {} of a known kind", &c[2]));
             (format!("{prefix}_{}", &c[1]), kind.clone())
         })
         .collect();
     assert_eq!(
         out.len(),
         source.matches("registry.register(").count(),
-        "every registry.register call of src/metrics.rs read: {out:?}"
+        "every registry.register call of crates/metrics/src/lib.rs read: {out:?}"
     );
     out
 }
@@ -226,7 +226,7 @@ async fn every_metric_the_dashboard_queries_is_exported_by_the_gateway() {
         assert_eq!(
             types.get(name),
             Some(kind),
-            "/metrics has {name} ({kind}); src/metrics.rs as read here: {types:?}"
+            "/metrics has {name} ({kind}); crates/metrics/src/lib.rs as read here: {types:?}"
         );
     }
     for name in [
