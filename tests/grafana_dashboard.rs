@@ -186,9 +186,12 @@ fn registered() -> BTreeMap<String, String> {
     let out: BTreeMap<String, String> = register
         .captures_iter(&source)
         .map(|c| {
-            let kind = kinds
-                .get(&c[2])
-                .unwrap_or_else(|| panic!("crates/metrics/src/lib.rs: no field {} of a known kind", &c[2]));
+            let kind = kinds.get(&c[2]).unwrap_or_else(|| {
+                panic!(
+                    "crates/metrics/src/lib.rs: no field {} of a known kind",
+                    &c[2]
+                )
+            });
             (format!("{prefix}_{}", &c[1]), kind.clone())
         })
         .collect();
