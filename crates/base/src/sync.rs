@@ -1,5 +1,5 @@
-//! Locking without poison: the one rule every `std::sync` lock in the crate
-//! is taken by; and [`AbortOnDrop`], how a task ends with what owns it.
+//! Locking without poison: the one rule every `std::sync` lock in the
+//! workspace's crates is taken by; and [`AbortOnDrop`], how a task ends with what owns it.
 //!
 //! Every critical section in the gateway is a few field updates or a map
 //! insert or removal. A panic inside one (there should be none) cannot leave
