@@ -83,6 +83,9 @@ impl<T: PartialOrd + Copy + std::fmt::Display> Bounds<T> {
         }
         let upper = self.lt.map(|v| (v, false)).or(self.lte.map(|v| (v, true)));
         let lower = self.gt.map(|v| (v, false)).or(self.gte.map(|v| (v, true)));
+        // NaN is within no bound. protoc-gen-validate's own comparisons let
+        // it through, but Envoy refuses it where it reads the value (a
+        // `Percent` of NaN is "not in the range of 0..100").
         let below = |(u, inclusive): (T, bool)| value < u || (inclusive && value == u);
         let above = |(l, inclusive): (T, bool)| value > l || (inclusive && value == l);
         let name = |(_, inclusive): (T, bool), strict: &str, or_equal: &str| {

@@ -9,8 +9,9 @@
 //!
 //! [`Validator::validate`] walks a decoded message: every field's rules (see
 //! [`rules`] for which), nested messages, list items and map values, and the
-//! payload of `typed_config` `Any`s (and `typed_per_filter_config` values),
-//! which Envoy validates when it builds the extension. Other `Any`s (metadata,
+//! payload of `typed_config` `Any`s (and `typed_per_filter_config` and
+//! `typed_extension_protocol_options` values), which Envoy validates when it
+//! builds the extension. Other `Any`s (metadata,
 //! for instance) are not looked into, as Envoy does not either. A
 //! `TypedStruct` payload is not converted and checked. The plan of each
 //! message type (its fields' rules) is read from the descriptor pool once.
@@ -36,8 +37,13 @@ use prost_reflect::{
 use self::check::{any_type_url, check, holds_messages, is_message, show_key, violation};
 use self::rules::{FieldRules, Rules};
 
-/// Fields whose `Any` payload Envoy validates as an extension config.
-const EXTENSION_FIELDS: &[&str] = &["typed_config", "typed_per_filter_config"];
+/// Fields whose `Any` payload Envoy validates as an extension config (a
+/// cluster's protocol options too, when it builds them).
+const EXTENSION_FIELDS: &[&str] = &[
+    "typed_config",
+    "typed_per_filter_config",
+    "typed_extension_protocol_options",
+];
 
 /// The first rule a resource breaks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -227,7 +227,9 @@ impl WellKnown {
             WellKnown::Ipv6 => text.parse::<std::net::Ipv6Addr>().is_ok(),
             WellKnown::Hostname => is_hostname(text),
             WellKnown::Uri => is_uri(text),
-            // RFC 7230 token, with an optional leading ':' (HTTP/2 pseudo-headers).
+            // protoc-gen-validate's pattern, `^:?[0-9a-zA-Z!#$%&'*+-.^_|~\x60]+$`:
+            // an RFC 7230 token with an optional leading ':' (HTTP/2
+            // pseudo-headers), and ',' too, which the pattern's range `+-.` holds.
             WellKnown::HeaderName { strict: true } => {
                 let name = text.strip_prefix(':').unwrap_or(text);
                 !name.is_empty() && name.bytes().all(is_token_byte)
@@ -244,7 +246,7 @@ impl WellKnown {
 }
 
 fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    b.is_ascii_alphanumeric() || b"!#$%&'*+,-.^_`|~".contains(&b)
 }
 
 fn is_hostname(text: &str) -> bool {
