@@ -23,7 +23,18 @@
 //!   Each push's changed Cluster is a new one (a generation counter), built
 //!   inside the timed call (one `parse_any`, a few µs), so no render is
 //!   ever a memo hit; the push's `Vec<Any>` is cloned inside it too, in
-//!   place of the stream's own decode of the message.
+//!   place of the stream's own decode of the message;
+//! - (e) (d)'s answer served to a REST Envoy, whose config sources the
+//!   gateway points at its own xDS cluster: through the memo of rewrites
+//!   (`Assembler::rewritten`) that earlier answers filled, against an
+//!   assembler that holds none (every Cluster's sources rewritten again);
+//! - (f) (d)'s answer as `?pretty` asks for it, from the REST face's memo
+//!   of renditions (`Renditions::made`) that holds it, against rendering it
+//!   again (indented JSON written as the body is read);
+//! - beside (c), Envoy's field rules checked by one validator (its plan of
+//!   each message type made once) and by a new one per Cluster (each
+//!   reads its message types' `validate.rules` again): what the
+//!   validator's plans save.
 //!
 //! The fixtures are generated as snake_case JSON and turned into `Any` bytes
 //! with `Codec::parse_any`, outside the timed sections. The same bytes are
@@ -54,7 +65,8 @@ use envoy_types::pb::google::protobuf::Any as PbAny;
 use prost_types::Any;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use xds_gateway::bench_support::{Pipeline, Pushed, RequestBodies};
+use xds_gateway::bench_support::{Pipeline, Pushed, Renditions, RequestBodies};
+use xds_gateway::xds::rewrite::RestTarget;
 use xds_gateway::xds::{Codec, DiscoveryRequestView, ResourceType, Validator};
 
 const LISTENER_URL: &str = xds_gateway::xds::ResourceType::Listeners.type_url();
@@ -415,6 +427,50 @@ fn rust_pass(w: &mut Work<'_>, out: &mut Samples) {
             }
         }),
     );
+    // Validation as it would cost if each resource read its message
+    // types' rules again: a validator with no plans yet, per Cluster.
+    add(
+        "validate_unplanned",
+        sample(config, || {
+            for a in w.clusters {
+                let message = codec.decode_any(&a.type_url, &a.value).expect("decodes");
+                Validator::new(codec.pool())
+                    .validate(&message)
+                    .expect("valid");
+                black_box(());
+            }
+        }),
+    );
+    // The push's wildcard answer for a REST Envoy (its config sources
+    // pointed at the gateway): through the pipeline's memo of rewrites,
+    // which holds the resources earlier pushes shared, and through an
+    // assembler that holds none.
+    let target = rest_target();
+    add(
+        "rest",
+        sample(config, || pipeline_answer(&w.pipeline, &w.last, &target)),
+    );
+    add(
+        "rest_unmemoised",
+        sample(config, || {
+            pipeline_answer(&Pipeline::new(codec.clone()), &w.last, &target)
+        }),
+    );
+    // The same answer as `?pretty` asks for it: rendered by a memo that
+    // holds it (every poll after the first), and by one that does not.
+    let answer = w
+        .pipeline
+        .answer(&w.last, None)
+        .expect("the push is answered");
+    let renditions = Renditions::default();
+    add(
+        "pretty_hit",
+        sample(config, || renditions.pretty(&answer, codec)),
+    );
+    add(
+        "pretty",
+        sample(config, || Renditions::default().pretty(&answer, codec)),
+    );
     add(
         "hash",
         sample(config, || {
@@ -424,6 +480,21 @@ fn rust_pass(w: &mut Work<'_>, out: &mut Samples) {
                 .fold(0u8, u8::wrapping_add)
         }),
     );
+}
+
+/// The target of a REST Envoy's xDS cluster, as the gateway rewrites to it.
+fn rest_target() -> RestTarget {
+    RestTarget {
+        cluster_name: "xds_gateway".into(),
+        refresh_delay: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(5),
+    }
+}
+
+fn pipeline_answer(pipeline: &Pipeline, pushed: &Pushed, target: &RestTarget) -> bytes::Bytes {
+    pipeline
+        .answer(pushed, Some(target))
+        .expect("the push is answered")
 }
 
 fn python_interpreter() -> PathBuf {
@@ -746,9 +817,23 @@ fn main() {
             format!("  (c) decode + Envoy's field rules x {nc}"),
         ),
         (
+            "validate_unplanned",
+            format!("  (c) the same, each rules read again x {nc}"),
+        ),
+        (
             "hash",
             format!("  (d) SHA-256 of the {nc} Anys (what reuse skips)"),
         ),
+        (
+            "rest",
+            "(e) (d)'s answer to a REST Envoy, rewrites memoised".into(),
+        ),
+        (
+            "rest_unmemoised",
+            "(e) the same, every config source rewritten".into(),
+        ),
+        ("pretty_hit", "(f) (d)'s answer as ?pretty, memo hit".into()),
+        ("pretty", "(f) the same, rendered again".into()),
     ] {
         if let Some(r) = rust_stats(key) {
             println!("{label:<46} {:>17}", fmt_stats(&r));

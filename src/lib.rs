@@ -123,6 +123,27 @@ pub mod bench_support {
         }
     }
 
+    /// The REST face's memo of `?pretty` and YAML renditions, for the
+    /// codec benchmark.
+    #[derive(Default)]
+    pub struct Renditions(crate::http::renditions::Renditions);
+
+    impl Renditions {
+        /// `body` as `?pretty` asks for it (indented JSON), from the memo
+        /// when this body was rendered before.
+        pub fn pretty(&self, body: &bytes::Bytes, codec: &crate::xds::Codec) -> bytes::Bytes {
+            use crate::http::renditions::{Form, Rendition};
+            let pretty = Rendition {
+                form: Form::Pretty,
+                proto_names: false,
+                changes: false,
+            };
+            self.0
+                .render(&crate::cache::JsonBody::from(body.clone()), pretty, codec)
+                .expect("the gateway's own body renders")
+        }
+    }
+
     impl RequestBodies {
         /// Parses a POSTed `body` as a poll's is; whether it parsed.
         pub fn parse(&self, body: bytes::Bytes) -> bool {

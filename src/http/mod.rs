@@ -30,7 +30,7 @@ mod make_before_break;
 mod passthrough;
 mod pieces;
 mod present;
-mod renditions;
+pub(crate) mod renditions;
 mod wait;
 mod watch;
 

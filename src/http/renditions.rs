@@ -24,18 +24,18 @@ use crate::xds::Codec;
 
 /// A text rendition of a `DiscoveryResponse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct Rendition {
-    pub(super) form: Form,
+pub(crate) struct Rendition {
+    pub(crate) form: Form,
     /// Proto field names (`version_info`) instead of lowerCamelCase ones.
-    pub(super) proto_names: bool,
+    pub(crate) proto_names: bool,
     /// The body is in the `?changes` form (a `DeltaDiscoveryResponse` and
     /// its `fullState`), not a `DiscoveryResponse`.
-    pub(super) changes: bool,
+    pub(crate) changes: bool,
 }
 
 /// How a rendition is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Form {
+pub(crate) enum Form {
     /// One line, as the canonical body.
     Compact,
     /// `?pretty`: indented JSON and a newline.
@@ -52,7 +52,7 @@ const FULL_STATE: (&str, &str) = ("fullState", "full_state");
 /// Why a body could not be rendered (the gateway's fault: the body is its
 /// own canonical JSON).
 #[derive(Debug, Clone, thiserror::Error)]
-pub(super) enum RenditionError {
+pub(crate) enum RenditionError {
     #[error("response is not JSON: {0}")]
     NotJson(String),
     #[error("YAML rendering failed: {0}")]
@@ -64,7 +64,7 @@ pub(super) enum RenditionError {
 }
 
 /// Renditions made recently, shared.
-pub(super) struct Renditions {
+pub(crate) struct Renditions {
     made: Cache<Key, Made>,
 }
 
@@ -84,7 +84,7 @@ impl Default for Renditions {
 
 impl Renditions {
     /// A memo keeping at most `bytes` alive.
-    pub(super) fn with_capacity(bytes: u64) -> Renditions {
+    pub(crate) fn with_capacity(bytes: u64) -> Renditions {
         Renditions {
             made: Cache::builder()
                 .max_capacity(bytes)
@@ -97,7 +97,7 @@ impl Renditions {
 
     /// `json` rendered as `rendition`: the shared rendering when one is
     /// held, else made now (once, however many ask at the same time).
-    pub(super) fn render(
+    pub(crate) fn render(
         &self,
         json: &JsonBody,
         rendition: Rendition,

@@ -16,6 +16,7 @@ use super::decode::decode_all;
 use super::wire::Payload;
 use crate::cache::{Answer, Assembler, Coverage, Intake, Names, TypeState};
 use crate::xds::dynamic_parameters::Parameters;
+use crate::xds::rewrite::RestTarget;
 use crate::xds::{Codec, ResourceType};
 
 /// The decoding and answering of pushes, with its own render memo.
@@ -69,18 +70,26 @@ impl Pipeline {
             decoded.resources,
             Coverage::default(),
         ));
-        let body = match state
-            .answer(&self.assembler, &Names::Wildcard, "", None)
-            .map_err(|e| e.to_string())?
-        {
-            Answer::Body { json, .. } => json.to_bytes(),
-            Answer::NotModified { .. } => return Err("a 304 to a client holding nothing".into()),
-        };
         let pushed = Pushed {
             state,
             decoded: count,
             reused,
         };
+        let body = self.answer(&pushed, None)?;
         Ok((pushed, body))
+    }
+
+    /// The body a wildcard poll is served from `pushed`, with its config
+    /// sources pointed at `target` when one is given (a REST Envoy's poll).
+    /// This pipeline's rewrites of earlier answers are reused.
+    pub fn answer(&self, pushed: &Pushed, target: Option<&RestTarget>) -> Result<Bytes, String> {
+        match pushed
+            .state
+            .answer(&self.assembler, &Names::Wildcard, "", target)
+            .map_err(|e| e.to_string())?
+        {
+            Answer::Body { json, .. } => Ok(json.to_bytes()),
+            Answer::NotModified { .. } => Err("a 304 to a client holding nothing".into()),
+        }
     }
 }
