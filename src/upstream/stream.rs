@@ -724,11 +724,11 @@ async fn one_stream<P: Protocol>(
 
 /// The stream on `lane` is up (the server took it, or the upstream answers
 /// health checks), though nothing may have arrived on it: a server need not
-/// answer a resubscription at the versions held. The session is fresh. It
-/// does not count as an answer for backoff and failover, which go by what
-/// arrived (a health check passing while the stream's own connection fails
-/// kept resetting the time a primary had been down, and it never failed
-/// over). Returns true.
+/// answer a resubscription at the versions held. The session is fresh. It does
+/// not count as an answer for backoff and failover, which go by what arrived:
+/// a health check passing while the stream's own connection fails would keep
+/// resetting the time a primary has been down, and it would never fail over.
+/// Returns true.
 fn stream_up(session: &Publisher, lane: Option<ResourceType>) -> bool {
     session.upstream().phase(Phase::Open);
     session.upstream().fresh(lane);
