@@ -63,7 +63,6 @@ impl JsonBody {
 }
 
 impl From<Bytes> for JsonBody {
-    /// A body of one piece.
     fn from(bytes: Bytes) -> JsonBody {
         JsonBody::new(Bytes::new(), bytes, Bytes::new())
     }

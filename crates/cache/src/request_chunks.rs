@@ -36,7 +36,6 @@ impl BodyChunks {
         }
     }
 
-    /// Bytes in all.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
