@@ -430,7 +430,6 @@ impl Security {
     }
 }
 
-/// The REST listener's limits, from the config.
 fn rest_limits(config: &Config) -> ServeLimits {
     ServeLimits {
         max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),

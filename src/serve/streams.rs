@@ -143,7 +143,6 @@ impl<C: Future> Driven<C> {
         self.conn.as_mut()
     }
 
-    /// Streams being run.
     #[cfg(test)]
     fn streams(&self) -> usize {
         self.streams.len()
