@@ -105,11 +105,9 @@ pub struct Prepared {
 }
 
 /// The accept queue asked of the kernel for each listener (which caps it at
-/// `net.core.somaxconn`, 4096 on current Linux). Connections arrive in
-/// bursts (a fleet of Envoys restarting, a thousand clients polling at
-/// once): with tokio's default of 1,024 the queue overflowed under 1,000
-/// identities (`bench/identities.rs`: the kernel's `ListenOverflows` rose by
-/// 753 in one run and the clients saw 240 connections reset).
+/// `net.core.somaxconn`, 4096 on current Linux). Connections arrive in bursts
+/// (a fleet of Envoys restarting, a thousand clients polling at once), more
+/// than tokio's default of 1,024 holds (`bench/identities.rs`).
 pub const LISTEN_BACKLOG: u32 = 4096;
 
 /// A listener bound at `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`
@@ -150,8 +148,8 @@ fn register_extra_types(config: &Config) -> Result<(), AppError> {
 /// listener is bound (`main`): a replica restarted on its port refuses
 /// connections until it can serve them (a balancer retries a refused
 /// connection at once on another replica) instead of holding them in the
-/// kernel's accept queue for as long as this takes (a request that waited
-/// there outlived a REST Envoy's 1 s `request_timeout`: `tests/scale_out.rs`).
+/// kernel's accept queue, where a request may outlive a REST Envoy's 1 s
+/// `request_timeout` (`tests/scale_out.rs`).
 pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     for warning in &config.warnings {
         warn!("{warning}");
@@ -432,7 +430,6 @@ impl Security {
     }
 }
 
-/// The REST listener's limits, from the config.
 fn rest_limits(config: &Config) -> ServeLimits {
     ServeLimits {
         max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),

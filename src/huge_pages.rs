@@ -4,11 +4,9 @@
 
 /// Transparent huge pages off for this process, unless `MIMALLOC_ALLOW_THP`
 /// decides (mimalloc reads it itself). mimalloc asks for huge pages on its
-/// arenas, so where THP is `always` or `madvise` (most distributions) a
-/// page fault zeroes 2 MiB, and every purge of a freed 64 KiB span splits
-/// one to be faulted and zeroed again. At 1,000 identities that zeroing was
-/// 15 % of the gateway's CPU, and the pages held 25 % of its RSS
-/// (bench/RESULTS.md, "Stop 23"). A failure is said on stderr, not fatal.
+/// arenas, so where THP is `always` or `madvise` (most distributions) a page
+/// fault zeroes 2 MiB, and every purge of a freed 64 KiB span splits one to be
+/// faulted and zeroed again. A failure is said on stderr, not fatal.
 pub fn transparent_huge_pages_off() {
     #[cfg(target_os = "linux")]
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {

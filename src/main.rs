@@ -9,9 +9,8 @@ use clap::Parser;
 use xds_gateway::config::{Config, LogFormat, Settings};
 
 /// mimalloc, not glibc's malloc: a SotW update allocates and frees every
-/// resource of every session it reaches, and glibc's malloc spent about a
-/// third of the gateway's CPU on it (`malloc_consolidate`, `unlink_chunk`;
-/// bench/RESULTS.md, "the cache-hit path against a raw hyper server").
+/// resource of every session it reaches, and glibc's malloc spends much of the
+/// gateway's CPU on that (`malloc_consolidate`, `unlink_chunk`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

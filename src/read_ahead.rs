@@ -50,7 +50,6 @@ pub(crate) struct ReadAhead<I> {
     /// Bytes read from `inner` and not yet handed out; empty, without
     /// room, whenever `inner` had nothing more.
     ahead: BytesMut,
-    /// Whether small reads are read ahead.
     mode: Mode,
 }
 

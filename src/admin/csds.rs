@@ -161,7 +161,6 @@ fn placement_metadata(placements: &[StreamPlacement]) -> Struct {
 /// The node metadata key under which CSDS says where sessions stream from.
 const PLACEMENT_KEY: &str = "xds_gateway";
 
-/// One node's `ClientConfig`.
 fn client_config(node: &NodeClients, states: &[Arc<TypeState>], contents: bool) -> ClientConfig {
     // Per (type, name): the most recently polled subscription asking for it.
     let mut asked: BTreeMap<(usize, String), &SubscriptionStatus> = BTreeMap::new();

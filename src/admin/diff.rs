@@ -63,7 +63,6 @@ struct DiffView {
     identical: usize,
 }
 
-/// One side of a diff.
 #[derive(Debug, Serialize)]
 struct Side {
     node_id: String,

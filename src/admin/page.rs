@@ -132,7 +132,6 @@ text-align:left;vertical-align:top}th{background:#f4f4f4}code{font-size:90%}\
 .ok{color:#176d17}.bad{color:#b00020;font-weight:600}.warn{color:#9a5b00;font-weight:600}\
 #readiness{font-size:120%}.muted{color:#777}nav a{margin-right:1em}ul{margin:.2em 0;padding-left:1.2em}";
 
-/// The whole page.
 fn render(views: &Views) -> String {
     let mut out = String::with_capacity(8 * 1024);
     out.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");

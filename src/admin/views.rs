@@ -49,7 +49,6 @@ pub(super) struct ReadyOnly {
 /// What `/debug/sessions` shows.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct SessionsView {
-    /// The source's description.
     pub(super) source: String,
     pub(super) ready: bool,
     /// Sorted by node id (per upstream, with several).

@@ -100,7 +100,6 @@ impl AuthPolicy {
         Ok(auth)
     }
 
-    /// The policy in service now.
     pub(crate) fn current(&self) -> Arc<Policy> {
         self.current.borrow().clone()
     }

@@ -131,7 +131,8 @@ struct PrincipalFile {
     dns_san: Vec<String>,
     #[serde(default)]
     token_sha256: Vec<String>,
-    /// The old single switch, now refused with a pointer to its successors.
+    /// A switch the policy does not take: refused with a pointer to its
+    /// successors.
     pass_through: Option<bool>,
     #[serde(default)]
     hds: bool,

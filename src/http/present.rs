@@ -205,11 +205,10 @@ fn set_etag(response: &mut Response, version: &str) {
     }
 }
 
-/// The entity tag of `version`: the version quoted, without any quote of
-/// its own (an entity tag cannot hold one); none for a version a header
-/// cannot carry. Built in one buffer the header value takes over: every
-/// answered poll has one (a `format!` and a `replace` were 2 % of a poll's
-/// instructions).
+/// The entity tag of `version`: the version quoted, without any quote of its
+/// own (an entity tag cannot hold one); none for a version a header cannot
+/// carry. Built in one buffer the header value takes over: every answered poll
+/// has one.
 fn etag(version: &str) -> Option<HeaderValue> {
     let mut tag = Vec::with_capacity(version.len() + 2);
     tag.push(b'"');

@@ -131,7 +131,6 @@ impl NodeProfiles {
         Ok(())
     }
 
-    /// The profile named `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&Profile> {
         self.by_name.get(name)
     }

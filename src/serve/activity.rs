@@ -113,7 +113,6 @@ impl Activity {
         self.close_requested.store(true, Ordering::Relaxed);
     }
 
-    /// Whether [`Activity::request_close`] was called.
     pub(super) fn close_requested(&self) -> bool {
         self.close_requested.load(Ordering::Relaxed)
     }

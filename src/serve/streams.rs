@@ -1,11 +1,10 @@
 //! A connection's HTTP/2 streams, run on the connection's own task.
 //!
-//! hyper hands each HTTP/2 stream to an executor. With tokio's, every
-//! stream is a task of its own, and a poll's bytes go from the connection's
-//! task to the stream's and back: on a runtime with more than one worker,
-//! often through another core, which wakes up to take the stream. Envoy
-//! polls over one HTTP/2 connection, so each of its polls paid that trip
-//! (bench/RESULTS.md, "a connection's streams on its task").
+//! hyper hands each HTTP/2 stream to an executor. With tokio's, every stream
+//! is a task of its own, and a poll's bytes go from the connection's task to
+//! the stream's and back: on a runtime with more than one worker, often
+//! through another core, which wakes up to take the stream. Envoy polls over
+//! one HTTP/2 connection, so each of its polls would pay that trip.
 //!
 //! Here the executor only queues a stream ([`StreamQueue`]); [`Driven`]
 //! polls the connection and its streams together, as one future, on the
@@ -144,7 +143,6 @@ impl<C: Future> Driven<C> {
         self.conn.as_mut()
     }
 
-    /// Streams being run.
     #[cfg(test)]
     fn streams(&self) -> usize {
         self.streams.len()

@@ -89,7 +89,6 @@ impl ServerTls {
         self.trust.subscribe()
     }
 
-    /// Whether this listener asks its clients for certificates (mTLS).
     pub(crate) fn asks_for_client_certificates(&self) -> bool {
         self.files.client_ca.is_some()
     }

@@ -29,7 +29,6 @@ use crate::xds::ResourceType;
 /// each mode is).
 pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Feeder> + Send>;
 
-/// The probing feeder.
 #[derive(Debug)]
 pub(crate) struct AutoFeeder {
     ctx: Arc<UpstreamContext>,

@@ -35,10 +35,10 @@ impl Backoff {
     }
 }
 
-/// The delay after `failures` consecutive failures (at least 1), scaled by
-/// the jitter `factor`: jitter first, then the cap, so no delay is ever
-/// longer than [`BACKOFF_MAX`] (applied the other way round, a capped delay
-/// jittered up reached 7.5 s: a reconnect logged `retry_in=7.127s`).
+/// The delay after `failures` consecutive failures (at least 1), scaled by the
+/// jitter `factor`: jitter first, then the cap, so no delay is ever longer
+/// than [`BACKOFF_MAX`] (the other way round, a capped delay jittered up would
+/// exceed it).
 fn delay(failures: u32, factor: f64) -> Duration {
     let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
     exp.min(BACKOFF_MAX).mul_f64(factor).min(BACKOFF_MAX)

@@ -47,7 +47,6 @@ use crate::xds::Endpoint;
 pub(super) use health::Health;
 pub(super) use served::ServedTypes;
 
-/// Upstream connection establishment limit.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the channel connects: TCP (with no delay: requests are ACKs and
@@ -174,7 +173,6 @@ impl UpstreamContext {
         self.answered.store(true, Ordering::Release);
     }
 
-    /// Whether the upstream has answered anything yet.
     pub(super) fn has_answered(&self) -> bool {
         self.answered.load(Ordering::Acquire)
     }

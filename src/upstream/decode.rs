@@ -525,11 +525,9 @@ fn plain_payloads<'a>(
     (!payloads.is_empty()).then_some(payloads)
 }
 
-/// The largest answer whose set is looked for in place, on the stream's
-/// own task (see [`decode_all_off_thread`]). Hashing, looking up and
-/// comparing a 93 KB answer (1,000 clusters) took about 50 µs in the
-/// identities bench; 256 KiB is about three times that, near the most a
-/// task should run between awaits.
+/// The largest answer whose set is looked for in place, on the stream's own
+/// task (see [`decode_all_off_thread`]): hashing, looking up and comparing it
+/// stays short enough for a task to run between awaits.
 const SHARED_IN_PLACE_MAX: usize = 256 * 1024;
 
 /// The answer `response` as a set another session already took, if one
@@ -540,11 +538,11 @@ fn already_shared(intake: &Intake, kind: ResourceType, response: &SotwResponse) 
     Some(Decoded::shared(set))
 }
 
-/// [`decode_all`] of `response`'s resources. An answer another session
-/// took already (999 of 1,000 identities after a push) is found in place;
-/// anything else goes to a blocking thread (big responses take a while to
-/// render), as does a big answer. Handing each session's push to another
-/// thread cost more than finding its set.
+/// [`decode_all`] of `response`'s resources. An answer another session took
+/// already (999 of 1,000 identities after a push) is found in place, which
+/// costs less than handing it to another thread; anything else goes to a
+/// blocking thread (big responses take a while to render), as does a big
+/// answer.
 pub(super) async fn decode_all_off_thread(
     intake: &Intake,
     kind: ResourceType,

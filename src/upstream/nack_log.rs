@@ -2,12 +2,12 @@
 //! not one per NACK.
 //!
 //! A control plane that re-sends a refused version at once (java-control-
-//! plane's SotW cache does: the request's version differs from its
-//! snapshot's) makes a NACK loop of thousands of NACKs a second, and a WARN
-//! line each filled 8 MB of log in 2 s. A run of NACKs of one type with the
-//! same reason logs its first NACK, then a line each time its count doubles
-//! (2, 4, 8, ...), and one when it ends (the next answer of the type is
-//! accepted, or refused for another reason): O(log n) lines for n NACKs.
+//! plane's SotW cache does: the request's version differs from its snapshot's)
+//! makes a NACK loop of thousands of NACKs a second, which a WARN line each
+//! would flood the log with. A run of NACKs of one type with the same reason
+//! logs its first NACK, then a line each time its count doubles (2, 4, 8,
+//! ...), and one when it ends (the next answer of the type is accepted, or
+//! refused for another reason): O(log n) lines for n NACKs.
 //! Every NACK is still counted (`xds_gateway_upstream_nacks_total`) and
 //! recorded as the type's last reply (`/debug/sessions`, the status page).
 

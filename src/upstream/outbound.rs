@@ -28,7 +28,6 @@ pub(crate) struct Outbound<R> {
 
 /// A request message with a node field.
 pub(crate) trait NodeField {
-    /// The request's node field.
     fn node_field(&mut self) -> &mut Option<envoy_types::pb::envoy::config::core::v3::Node>;
 }
 

@@ -133,7 +133,6 @@ pub(super) fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>
 }
 
 impl Snapshot {
-    /// Loads every snapshot file under `dir`.
     pub(super) fn load(dir: &Path, intake: &Intake) -> Result<Snapshot, Vec<SnapshotError>> {
         Snapshot::build(read_dir(dir)?, intake)
     }

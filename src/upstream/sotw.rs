@@ -618,8 +618,8 @@ impl Sotw {
                     // Nobody wants the type any more: it answers nobody.
                     None => Coverage::default(),
                 };
-                // `do_not_cache`: as this response says for what it
-                // carries, as before for what it left held.
+                // `do_not_cache`: as this response says for what it carries,
+                // as the held state says for what it left held.
                 let kept_uncacheable = held_uncacheable
                     .iter()
                     .flat_map(|held| held.iter())

@@ -16,14 +16,13 @@
 //! waits, since a server need not answer a resubscription at the versions
 //! the session holds (java-control-plane's SotW cache answers nothing).
 //! Every response marks the upstream answered before the protocol takes it.
-//! A stream silent past a failover's `failover-after` is down only if its
-//! upstream also fails a health check. When the stream breaks, the session is marked stale (it keeps
-//! serving its last state) and the driver reconnects after a jittered,
-//! capped [`Backoff`]; it ends when the session's command channel closes,
-//! or, for a probe, once its type is answered. A stream that carries one
-//! type and is refused before answering it sets the type aside
-//! ([`set_aside`]); the shared stream, refused after answering, hands the
-//! types it still waited on to probes. A [`Protocol`] says what to send and how to take what arrives.
+//! A stream silent past a failover's `failover-after` is down only if its upstream also fails a
+//! health check. When the stream breaks, the session is marked stale (it keeps serving its last
+//! state) and the driver reconnects after a jittered, capped [`Backoff`]; it ends when the
+//! session's command channel closes, or, for a probe, once its type is answered. A stream that
+//! carries one type and is refused before answering it sets the type aside ([`set_aside`]); the
+//! shared stream, refused after answering, hands the types it still waited on to probes. A
+//! [`Protocol`] says what to send and how to take what arrives.
 //!
 //! Subscription changes are coalesced before they are sent
 //! ([`super::coalesce`]).
@@ -724,11 +723,11 @@ async fn one_stream<P: Protocol>(
 
 /// The stream on `lane` is up (the server took it, or the upstream answers
 /// health checks), though nothing may have arrived on it: a server need not
-/// answer a resubscription at the versions held. The session is fresh. It
-/// does not count as an answer for backoff and failover, which go by what
-/// arrived (a health check passing while the stream's own connection fails
-/// kept resetting the time a primary had been down, and it never failed
-/// over). Returns true.
+/// answer a resubscription at the versions held. The session is fresh. It does
+/// not count as an answer for backoff and failover, which go by what arrived:
+/// a health check passing while the stream's own connection fails would keep
+/// resetting the time a primary has been down, and it would never fail over.
+/// Returns true.
 fn stream_up(session: &Publisher, lane: Option<ResourceType>) -> bool {
     session.upstream().phase(Phase::Open);
     session.upstream().fresh(lane);

@@ -92,7 +92,6 @@ impl<'a> Payload<'a> {
         }
     }
 
-    /// Whether the type URL is `url`.
     pub(crate) fn is_of(&self, url: &str) -> bool {
         self.type_url == url.as_bytes()
     }
@@ -130,7 +129,6 @@ impl SotwResponse {
         Ok(out)
     }
 
-    /// How many bytes the frame has.
     pub(crate) fn frame_len(&self) -> usize {
         self.frame.len()
     }

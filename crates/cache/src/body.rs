@@ -2,13 +2,13 @@
 //! (its version), the rendered resources joined by commas, and the closing
 //! (type URL and nonce).
 //!
-//! The resources are what makes a body big (3.7 MB for 10,000 clusters),
-//! and they are the same for every node identity that holds the same
-//! resources: the middle piece is shared by all of them ([`super::state`]
-//! keys it by content), and only the opening and closing, a few dozen bytes,
-//! are a session's own. The pieces go out as they are (an HTTP body of three
-//! chunks); [`JsonBody::to_bytes`] copies them into one buffer for what
-//! reads the JSON (YAML, `?pretty`, watch events, `?changes`).
+//! The resources are what makes a body big, and they are the same for every
+//! node identity that holds the same resources: the middle piece is shared by
+//! all of them ([`super::state`] keys it by content), and only the opening and
+//! closing, a few dozen bytes, are a session's own. The pieces go out as they
+//! are (an HTTP body of three chunks); [`JsonBody::to_bytes`] copies them into
+//! one buffer for what reads the JSON (YAML, `?pretty`, watch events,
+//! `?changes`).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -63,7 +63,6 @@ impl JsonBody {
 }
 
 impl From<Bytes> for JsonBody {
-    /// A body of one piece.
     fn from(bytes: Bytes) -> JsonBody {
         JsonBody::new(Bytes::new(), bytes, Bytes::new())
     }

@@ -15,11 +15,10 @@ use crate::xds::{JsonError, ResourceType};
 
 /// Total bytes of answers' own parts (versions, openings, closings) kept.
 const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
-/// A body nobody asked for this long is dropped: once a state is
-/// superseded its bodies are never asked for again, and without a time
-/// bound they stayed until the byte bound pushed them out (under a change a
-/// second, the soak's RSS grew for most of an hour). A body dropped while
-/// still current is assembled again at its next poll.
+/// A body nobody asked for this long is dropped: once a state is superseded
+/// its bodies are never asked for again, and would otherwise stay until the
+/// byte bound pushed them out. A body dropped while still current is assembled
+/// again at its next poll.
 const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One answer as memoised: its version, and the body's own pieces around
@@ -28,9 +27,9 @@ const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 pub(super) struct Assembled {
     pub(super) state: u64,
     /// The SHA-256 of the names it answers (`names_digest` in `state.rs`), not
-    /// the names: an answer for 19,000 names that match nothing is a ~100-byte
-    /// body, and holding its names made it weigh ~1.2 MB. Collision-resistant,
-    /// so a hit is still confirmed.
+    /// the names: an answer for many names that match nothing is a small body,
+    /// and its names would weigh far more. Collision-resistant, so a hit is
+    /// still confirmed.
     pub(super) names: [u8; 32],
     pub(super) target: Option<RestTarget>,
     pub(super) version: String,

@@ -26,12 +26,10 @@ use super::state::Names;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientNode([u8; 32]);
 
-/// Hashed as 8 of its 32 bytes, where the derived `Hash` fed a map's
-/// hasher a length and all 32 (the client book looks a client up twice a
-/// poll). A SHA-256 digest's bytes are evenly spread and no
-/// client can choose them, and the maps that hold it key their hashers
-/// (std's SipHash, moka's), so 8 bytes spread keys as well as 32. Equal
-/// nodes hash alike; `Eq` still compares all 32.
+/// Hashed as 8 of its 32 bytes (the client book looks a client up twice a
+/// poll). A SHA-256 digest's bytes are evenly spread and no client can choose
+/// them, and the maps that hold it key their hashers (std's SipHash, moka's),
+/// so 8 bytes spread keys as well as 32. `Eq` still compares all 32.
 impl Hash for ClientNode {
     fn hash<H: Hasher>(&self, state: &mut H) {
         let [a, b, c, d, e, f, g, h, ..] = self.0;

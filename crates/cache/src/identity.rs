@@ -48,10 +48,9 @@ impl IdentityKey {
         IdentityKey(key)
     }
 
-    /// This key for a client whose locators carry `parameters`: the key
-    /// itself when they are none (so keys of clients subscribing by names
-    /// are what they always were), else it followed by every key and value
-    /// as a field. Still injective: the parameters are the key's tail.
+    /// This key for a client whose locators carry `parameters`: the key itself
+    /// when they are none, else it followed by every key and value as a field.
+    /// Still injective: the parameters are the key's tail.
     pub fn with_parameters(mut self, parameters: &Parameters) -> IdentityKey {
         if !parameters.is_empty() {
             self.0.push_str("locators;");

@@ -45,11 +45,9 @@ use crate::xds::{Codec, JsonError, ResourceType, Validator, OPAQUE_TYPE_URL};
 /// resources rewritten for REST targets).
 pub(super) const RENDER_MEMO_ENTRIES: u64 = 200_000;
 
-/// How long a render nobody looked up stays in the memo. Without it, every
-/// content an upstream ever sent stayed until the entry bound (a cluster
-/// changed every second is 3,600 dead renders an hour, RSS growing for
-/// days); what a state still holds lives on in the state, and a miss
-/// costs one render.
+/// How long a render nobody looked up stays in the memo, so that contents no
+/// state holds any more do not stay until the entry bound; what a state still
+/// holds lives on in the state, and a miss costs one render.
 pub(super) const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Decodes, checks and renders upstream resources, remembering every
@@ -91,7 +89,7 @@ impl std::fmt::Debug for Intake {
 }
 
 impl Intake {
-    /// A intake that checks every resource against Envoy's field rules.
+    /// An intake that checks every resource against Envoy's field rules.
     pub fn new(codec: Codec) -> Intake {
         Intake {
             codec,

@@ -48,7 +48,6 @@ impl Drop for NodeJson {
     }
 }
 
-/// The interner of nodes.
 #[derive(Debug)]
 pub(crate) struct NodeJsons {
     map: Mutex<Map>,

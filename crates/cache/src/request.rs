@@ -3,34 +3,28 @@
 //!
 //! A polling Envoy sends a byte-identical body (~77 KB, mostly its node's
 //! extension list) on every poll until its version changes, and parsing it is
-//! the biggest per-request cost. Bodies are looked up by a fast hash (xxh3)
-//! of their length and of samples of their bytes ([`memo_key`]), and
-//! confirmed by comparing every byte, so a key shared by two bodies never
-//! answers one request with another's parse. Nor does it cost a parse per
-//! poll: a body whose key another body holds is kept under a seeded hash of
-//! all its bytes ([`find`]), so two clients whose bodies differ only between
-//! the samples (one node id, metadata of one length) do not evict each
-//! other's parse on every poll, as they did (Envoy's 77 KB body, polled in
-//! turn: 72.8 µs a poll, a parse each, where it is now 3.7; `cargo bench
-//! --bench codec`). The memo is bounded by what its entries hold in memory
-//! ([`ParsedRequest::held_bytes`]: the body *and* its parse). A body of
-//! 19,000 names parses to about four times its own size, so weighing by the
-//! body alone let the memo hold several times its bound.
+//! the biggest per-request cost. Bodies are looked up by a fast hash (xxh3) of
+//! their length and of samples of their bytes ([`memo_key`]) and confirmed
+//! byte for byte, so a key shared by two bodies never answers one request with
+//! another's parse. A body whose key another body holds is kept under a seeded
+//! hash of all its bytes ([`find`]), so two clients whose bodies differ only
+//! between the samples do not evict each other's parse. The memo is bounded by
+//! what its entries hold ([`ParsedRequest::held_bytes`]: the body *and* its
+//! parse, which for many names weighs several times the body).
 //!
 //! A body is kept as the bytes around its node and the node, interned
-//! ([`super::node_json`]): the entries of one Envoy's many name sets share
-//! one copy of its 77 KB node, and weigh only their own bytes.
+//! ([`super::node_json`]): one Envoy's many name sets share one copy of its
+//! node.
 //!
 //! After a version change every poll is a new body, differing from the
-//! client's previous one only in its `version_info` (and nonce). A second
-//! memo keys parses by their [`Frame`], the body without those values: a
-//! body whose frame matches one parsed before, byte for byte, is that parse
-//! presenting its own version, with no parse at all.
+//! client's previous one only in its `version_info` (and nonce). A second memo
+//! keys parses by their [`Frame`], the body without those values: a body whose
+//! frame matches one parsed before is that parse presenting its own version.
 //!
 //! A POSTed body is looked up as the chunks it was read in
-//! ([`ParsedRequests::parse_chunks`], [`BodyChunks`]): a memo hit never
-//! joins them into one buffer, which cost every poll a 77 KB allocation and
-//! copy. The key and the comparison are those of the joined bytes.
+//! ([`ParsedRequests::parse_chunks`], [`BodyChunks`]): a memo hit never joins
+//! them into one buffer. The key and the comparison are those of the joined
+//! bytes.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -48,18 +42,13 @@ use crate::config::SessionKey;
 use crate::xds::dynamic_parameters::Parameters;
 use crate::xds::{DiscoveryRequestView, ErrorDetailView, LocatorView, RequestError};
 
-/// A body not seen again for this long is dropped. Every poll after a
-/// version change is a new body (its `version_info` and nonce), so without
-/// a time bound the memo filled to its bound (the parsed requests' share of
-/// the memory budget, `config::MemoryShares`) with bodies no client
-/// sends any more (twenty Envoys under a change a second: in under a
-/// minute); a client polls well within it, so its body stays.
+/// A body not seen again for this long is dropped. Every poll after a version
+/// change is a new body, so without a time bound the memo would fill to its
+/// bound with bodies no client sends any more; a client polls well within it.
 const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
-/// Bytes at each end of a body that [`memo_key`] hashes in full. An
-/// Envoy's polls differ within a few hundred bytes of an end (its version
-/// and node id first, its names, type and nonce last); 4 KB edges cost a
-/// memo hit about a tenth of the gateway's instructions per poll
-/// (`GATEWAY_BENCH=instructions`), 1 KB a third of that.
+/// Bytes at each end of a body that [`memo_key`] hashes in full. An Envoy's
+/// polls differ within a few hundred bytes of an end (its version and node id
+/// first, its names, type and nonce last).
 const KEY_EDGE: usize = 1024;
 /// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
 /// `KEY_STRIDE`.
@@ -68,12 +57,10 @@ const KEY_SAMPLE: usize = 32;
 /// [`KEY_EDGE`], [`KEY_STRIDE`] and [`KEY_SAMPLE`], as [`feed_sampled`] takes them.
 const KEY_SHAPE: [usize; 3] = [KEY_EDGE, KEY_STRIDE, KEY_SAMPLE];
 
-/// The memo key of a body: its length, its first and last [`KEY_EDGE`]
-/// bytes, and samples between them. Hashing every byte of a 77 KB body cost
-/// about a tenth of a cache-hit poll (bench/RESULTS.md, "Where a poll's time
-/// goes"), on top of the comparison that confirms a hit anyway. What tells
-/// one poll of a client from the next sits at the edges: Envoy writes
-/// `version_info` first, and `resource_names`, `type_url` and
+/// The memo key of a body: its length, its first and last [`KEY_EDGE`] bytes,
+/// and samples between them; every byte is compared when a hit is confirmed
+/// anyway. What tells one poll of a client from the next sits at the edges:
+/// Envoy writes `version_info` first, and `resource_names`, `type_url` and
 /// `response_nonce` after the node. Bodies that differ only between samples
 /// share a key (the comparison tells them apart, and [`find`] keeps each).
 fn memo_key(body: &[u8]) -> u64 {

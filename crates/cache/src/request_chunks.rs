@@ -1,7 +1,6 @@
-//! A request body as the chunks it arrived in (hyper hands a 77 KB body
-//! over in several), so that the memo of parsed requests can be asked about
-//! it without first joining the chunks into one buffer: the join cost every
-//! poll a 77 KB allocation and copy, and a memo hit needs neither.
+//! A request body as the chunks it arrived in (hyper hands a large body over
+//! in several), so that the memo of parsed requests can be asked about it
+//! without joining the chunks into one buffer, which a memo hit does not need.
 //!
 //! What is computed on chunks must be what the same bytes joined would give:
 //! the sampled key has one definition, [`feed_sampled`], which gathers what
@@ -37,7 +36,6 @@ impl BodyChunks {
         }
     }
 
-    /// Bytes in all.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -101,14 +99,12 @@ impl BodyChunks {
     }
 }
 
-/// Appends to `taken` the bytes a sampled key takes of `chunks` read as
-/// one piece of `len` bytes: the length, then the first and last `edge`
-/// bytes and `sample` bytes every `stride` between them (all of it when it
-/// is no longer than two edges). The one definition of that key: the memo
-/// of parsed requests keys joined bodies, chunked bodies and frames with
-/// the xxh3 of what it takes. Gathered and hashed at once, a 77 KB body's
-/// 3 KB cost a tenth of the instructions that feeding xxh3's streaming
-/// state forty pieces did.
+/// Appends to `taken` the bytes a sampled key takes of `chunks` read as one
+/// piece of `len` bytes: the length, then the first and last `edge` bytes and
+/// `sample` bytes every `stride` between them (all of it when it is no longer
+/// than two edges). The one definition of that key: the memo of parsed
+/// requests keys joined bodies, chunked bodies and frames with the xxh3 of
+/// what it takes, gathered into one buffer and hashed at once.
 pub(crate) fn feed_sampled<C: AsRef<[u8]>>(
     taken: &mut Vec<u8>,
     chunks: &[C],

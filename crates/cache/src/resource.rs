@@ -91,9 +91,6 @@ where
         .build()
 }
 
-/// The resource's name: field 1 (a string) in every REST-served type
-/// (`name`, or `cluster_name` for ClusterLoadAssignment), read straight from
-/// the wire format without decoding the rest.
 /// The name of a resource of `kind` read straight from its bytes: its name
 /// fields' strings joined with `/` ([`ResourceType::name_fields`]); `None`
 /// when it has none of them.

@@ -22,9 +22,8 @@
 
 use std::path::Path;
 
-/// What the process takes before any client state: its code, the
-/// descriptor pool, the runtime (about 40 MiB optimised, 56 MiB in a debug
-/// build).
+/// What the process takes before any client state: its code, the descriptor
+/// pool, the runtime.
 pub const BASE: u64 = 64 * 1024 * 1024;
 
 /// The smallest budget taken: below it the shares would not hold one

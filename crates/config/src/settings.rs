@@ -9,7 +9,6 @@ use std::path::Path;
 use super::{ConfigError, Settings};
 
 impl Settings {
-    /// The settings of the TOML file at `path`.
     pub(super) fn read_file(path: &Path) -> Result<Settings, ConfigError> {
         let fail = |reason: String| ConfigError::File {
             path: path.to_owned(),
@@ -19,7 +18,6 @@ impl Settings {
         Settings::from_toml(&text).map_err(fail)
     }
 
-    /// The settings of a `--config` file's text.
     pub(super) fn from_toml(text: &str) -> Result<Settings, String> {
         toml::from_str(text).map_err(|e| e.to_string())
     }

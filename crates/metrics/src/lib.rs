@@ -65,10 +65,9 @@ impl Drop for HeldGuard<'_> {
     }
 }
 
-/// The series every answered poll of one type moves, taken from their
-/// families once. A family's lookup is a lock and a SipHash of the label,
-/// and each poll made three; these series are written out at 0
-/// from the start anyway.
+/// The series every answered poll of one type moves, taken from their families
+/// once: a family's lookup is a lock and a SipHash of the label, and a poll
+/// moves three. They are written out at 0 from the start anyway.
 #[derive(Debug)]
 struct PollSeries {
     cache_hits: Counter,

@@ -167,12 +167,10 @@ impl Default for AnswerLog {
 const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl AnswerLog {
-    /// A log that also forgets an answer once nobody asked about it for
-    /// `idle` (the gateway passes `--idle-timeout`: a client idle that long
-    /// has lost its session too). Without a time bound, every version
-    /// served stayed until the item bound pushed it out, and it kept its
-    /// whole state alive: under a change a second the soak's RSS grew for
-    /// most of an hour.
+    /// A log that also forgets an answer once nobody asked about it for `idle`
+    /// (the gateway passes `--idle-timeout`: a client idle that long has lost
+    /// its session too), so that a served version, which keeps its whole state
+    /// alive, does not stay until the item bound pushes it out.
     pub fn with_idle(idle: std::time::Duration) -> AnswerLog {
         AnswerLog {
             answers: Cache::builder()

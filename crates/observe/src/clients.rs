@@ -365,8 +365,7 @@ impl ClientBook {
 
     /// Whether a body at `version` went out to `request`'s client (from
     /// `remote`) for this subscription (its type and names) among its last
-    /// `SERVED_VERSIONS`. Never for the
-    /// empty version.
+    /// `SERVED_VERSIONS`. Never for the empty version.
     pub fn was_served(
         &self,
         request: &ParsedRequest,

@@ -16,11 +16,9 @@
 //! goes on with the next line.
 //!
 //! Under a policy of several principals, a principal's lines take at most
-//! `--principal-share` of each file (one principal's
-//! churn filled all four files, and every other tenant's lines were gone).
-//! Its lines past that are dropped until the file rotates, logged once per
-//! file; its first line in a file always goes in. The others' lines stay in
-//! the files; one principal's churn can at most hasten the rotations.
+//! `--principal-share` of each file; its lines past that are dropped until the
+//! file rotates, logged once per file, and its first line in a file always
+//! goes in. One principal's churn can then at most hasten the rotations.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};

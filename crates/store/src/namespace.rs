@@ -20,7 +20,6 @@ use crate::xds::xdstp;
 pub struct Namespace {
     /// Authority → the name of the upstream claiming it.
     claims: Arc<BTreeMap<String, String>>,
-    /// The default upstream's name.
     default: Arc<str>,
     /// The upstream (slot) whose names are checked.
     owner: Arc<str>,

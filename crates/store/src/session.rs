@@ -200,7 +200,6 @@ pub struct TooManyNames {
     pub(super) max: usize,
 }
 
-/// Per-type slot of a session.
 #[derive(Debug)]
 struct TypeSlot {
     state: watch::Sender<Option<Arc<TypeState>>>,
@@ -580,7 +579,6 @@ impl Session {
         }
     }
 
-    /// The upstream stream of this session.
     fn stream_view(&self) -> StreamView {
         let (phase, since) = self.upstream.stream();
         StreamView {

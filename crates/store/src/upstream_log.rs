@@ -158,7 +158,6 @@ impl UpstreamLog {
             .collect()
     }
 
-    /// Whether any stream is on a failover upstream now.
     pub(super) fn failed_over(&self) -> bool {
         self.lock().placements.values().any(Placement::on_failover)
     }
@@ -196,7 +195,6 @@ impl UpstreamLog {
         self.lock().replies.get(&kind)?.nack.clone()
     }
 
-    /// The last reply sent for `kind`, if any.
     pub(super) fn last_reply(&self, kind: ResourceType) -> Option<ReplyView> {
         self.lock().replies.get(&kind).map(|reply| ReplyView {
             kind: match reply.nack {

@@ -1,16 +1,16 @@
 //! Deterministic protobuf encoding of a dynamic message: the same message
 //! gives the same bytes every time, in every process.
 //!
-//! prost-reflect keeps a map field in a `HashMap` and encodes its entries
-//! in that map's (randomly seeded) iteration order, so a message parsed
-//! from JSON encoded to other bytes on every parse; and an `Any` parsed
-//! from JSON holds such bytes. Whatever digests those bytes (the snapshot's
-//! resource digests and so its versions) then differed between replicas,
-//! restarts and reloads of the same files. Here map entries are written in
-//! key order, at any depth, and an `Any`'s payload is re-encoded the same
-//! way (when its type is known and it decodes). Fields come in field-number
-//! order, as prost-reflect keeps them. Subtrees without a map or an `Any`
-//! are encoded by prost-reflect directly. No I/O; never panics.
+//! prost-reflect keeps a map field in a `HashMap` and encodes its entries in
+//! that map's (randomly seeded) iteration order, so the same message parsed
+//! from JSON would encode to other bytes on every parse, and so would an `Any`
+//! parsed from JSON; whatever digests those bytes (the snapshot's resource
+//! digests and so its versions) would differ between replicas, restarts and
+//! reloads of the same files. Here map entries are written in key order, at
+//! any depth, and an `Any`'s payload is re-encoded the same way (when its type
+//! is known and it decodes). Fields come in field-number order, as
+//! prost-reflect keeps them. Subtrees without a map or an `Any` are encoded by
+//! prost-reflect directly. No I/O; never panics.
 
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;

@@ -91,7 +91,6 @@ impl Descriptors {
             .clone()
     }
 
-    /// The descriptor of the message a type URL names.
     pub(crate) fn for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
         let name = message_name_of(type_url)?;
         self.descriptor(name).map_err(|_| JsonError::UnknownType {

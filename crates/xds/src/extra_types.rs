@@ -26,7 +26,6 @@ pub struct ExtraType {
     pub(crate) name: &'static str,
     /// `type.googleapis.com/<message>`.
     pub(crate) type_url: &'static str,
-    /// The fully qualified message name.
     pub(crate) message: &'static str,
     /// Its own gRPC service, if it has one (the per-type transports and
     /// unary fetch use it; ADS needs none).
@@ -157,7 +156,6 @@ pub fn register(def: &Definition<'_>, message: &str) -> Result<&'static ExtraTyp
     Ok(extra)
 }
 
-/// Every extra type registered so far, in registration order.
 pub(crate) fn registered() -> Vec<&'static ExtraType> {
     REGISTERED
         .read()
@@ -165,7 +163,6 @@ pub(crate) fn registered() -> Vec<&'static ExtraType> {
         .clone()
 }
 
-/// The registered extra type whose type URL is `url`.
 pub(crate) fn by_type_url(url: &str) -> Option<&'static ExtraType> {
     REGISTERED
         .read()

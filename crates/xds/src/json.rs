@@ -1,12 +1,11 @@
 //! Canonical proto3 JSON ⇄ protobuf for every type in the descriptor pool.
 //!
-//! The pool ([`super::descriptors`]) holds Envoy's whole v3 API plus any
-//! FileDescriptorSets given with `--descriptor-set`, so an `Any` at
-//! any depth renders as `{"@type": ..., ...fields}` whatever extension it
-//! carries (one of a type the pool lacks renders whole, as the
-//! `xds_gateway.v1.OpaqueAny` holding it: [`super::opaque`]). Output is deterministic: object keys are sorted (protobuf maps come
-//! out of prost-reflect in hash order), 64-bit integers are strings, defaults
-//! are omitted, names are lowerCamelCase.
+//! The pool ([`super::descriptors`]) holds Envoy's whole v3 API plus any FileDescriptorSets given
+//! with `--descriptor-set`, so an `Any` at any depth renders as `{"@type": ..., ...fields}`
+//! whatever extension it carries (one of a type the pool lacks renders whole, as the
+//! `xds_gateway.v1.OpaqueAny` holding it: [`super::opaque`]). Output is deterministic: object keys
+//! are sorted (protobuf maps come out of prost-reflect in hash order), 64-bit integers are strings,
+//! defaults are omitted, names are lowerCamelCase.
 //!
 //! This module does no I/O but reading descriptor-set files at start-up, and
 //! it never panics on input: every failure is a [`JsonError`] naming the type.

@@ -3,16 +3,15 @@
 //!
 //! Decoding protobuf bytes stops at 100 levels of nesting, but an `Any`'s
 //! payload is only bytes until something unpacks it, and then it is decoded
-//! afresh: the JSON intake, the config-source rewrite and the validator
-//! each unpack `Any`s recursively, one stack frame (and one copy of the
-//! remaining payload) per level. An upstream resource of `Any`s nested 5000
-//! deep (225 KB) overflowed a 2 MB tokio worker stack, and aborted the
-//! process; 20000 deep (900 KB) took more than 2 GB to render. So
-//! [`check`] refuses a message nested deeper than any message that renders
-//! (a JSON document is at most 128 levels deep, and one JSON level is at
-//! most two message levels: a `Struct` and its `Value`), or with more
+//! afresh: the JSON intake, the config-source rewrite and the validator each
+//! unpack `Any`s recursively, one stack frame (and one copy of the remaining
+//! payload) per level, so a small resource of deeply nested `Any`s could
+//! overflow a tokio worker's stack, or take far more memory than its size to
+//! render. So [`check`] refuses a message nested deeper than any message that
+//! renders (a JSON document is at most 128 levels deep, and one JSON level is
+//! at most two message levels: a `Struct` and its `Value`), or with more
 //! `Any`s inside `Any`s than any real configuration has; and [`decode_any`],
-//! the one way an `Any`'s payload is decoded, held to that bound. No I/O;
+//! the one way an `Any`'s payload is decoded, is held to that bound. No I/O;
 //! the walk decodes each `Any` payload without copying it.
 
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};

@@ -137,8 +137,7 @@ enum Inner {
     Known(DynamicMessage),
     /// No descriptor for its type (or a type URL of no known form).
     Unknown,
-    /// A known type whose bytes do not decode: left for the intake to
-    /// refuse, as before.
+    /// A known type whose bytes do not decode: left for the intake to refuse.
     Undecodable,
 }
 

@@ -1,15 +1,13 @@
 //! JSON text into a `serde_json::Value`, taking every key as a key.
 //!
 //! `serde_json::Value`'s own deserializer does not: with serde_json's
-//! `raw_value` feature on (the gateway reads a node's metadata and locality
-//! as raw values), an object whose first key is
-//! `$serde_json::private::RawValue` is taken for serde_json's private
-//! encoding of a raw value. It then fails unless that key's value is a
-//! string, and when it is a string, the whole object is replaced by the JSON
-//! that string holds. A key is anybody's to choose (a `Struct` in a
-//! resource's metadata, a node's metadata), so content read from outside is
-//! parsed here instead: `cargo fuzz` (`json_to_proto`) found a `Runtime`
-//! layer with that key which parsed, and then did not render.
+//! `raw_value` feature on (the gateway reads a node's metadata and locality as
+//! raw values), an object whose first key is `$serde_json::private::RawValue`
+//! is taken for serde_json's private encoding of a raw value. It then fails
+//! unless that key's value is a string, and when it is a string, the whole
+//! object is replaced by the JSON that string holds. A key is anybody's to
+//! choose (a `Struct` in a resource's metadata, a node's metadata), so content
+//! read from outside is parsed here instead.
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};

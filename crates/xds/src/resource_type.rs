@@ -486,9 +486,9 @@ impl fmt::Display for ResourceType {
     }
 }
 
-/// Envoy's short names for its discovery services, and the endpoint each
-/// means (`lds` is four edits from every suffix, so edit distance alone
-/// suggested `routes` for all of them).
+/// Envoy's short names for its discovery services, and the endpoint each means
+/// (`lds` is four edits from every suffix, so edit distance alone would
+/// suggest `routes` for all of them).
 const SHORT_NAMES: [(&str, &str); 12] = [
     ("lds", "listeners"),
     ("rds", "routes"),

@@ -19,7 +19,6 @@ use glob::Pattern;
 /// What one certificate URI SAN captured: (name, value) pairs.
 pub(super) type Captures = Vec<(String, String)>;
 
-/// A `uri-san` template.
 #[derive(Debug)]
 pub(super) struct SanTemplate {
     raw: String,

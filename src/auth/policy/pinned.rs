@@ -1,6 +1,6 @@
-//! Whether a glob a rule grants secrets for pins what it matches (issue
-//! 38, finding 11): the rule that secrets are never granted for "any
-//! value" goes by what a pattern can match, not by how it is spelled.
+//! Whether a glob a rule grants secrets for pins what it matches: the rule
+//! that secrets are never granted for "any value" goes by what a pattern can
+//! match, not by how it is spelled.
 //! `"*"`, `"?*"`, but also `"[!~]*"`, `"*[!~]"` and `"[[:alnum:]]*"` match
 //! every value a client would send. A pattern is pinned when it begins or
 //! ends with a literal character (a one-character class such as `[*]` is

@@ -91,7 +91,6 @@ const NOT_FOUND: i32 = 5;
 // type before it is taken as answered (see the module docs).
 use crate::log_escape::Escaped;
 use crate::store::SETTLE;
-/// The wildcard subscription name.
 const WILDCARD: &str = "*";
 
 /// The delta protocol of one session.
