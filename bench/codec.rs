@@ -31,6 +31,9 @@
 //! - (f) (d)'s answer as `?pretty` asks for it, from the REST face's memo
 //!   of renditions (`Renditions::made`) that holds it, against rendering it
 //!   again (indented JSON written as the body is read);
+//! - (g) the served version of (d)'s state, as the config history shows an
+//!   event of it, worked out on every read (what the history's per-event
+//!   memo of it, `gateway_version`, saves each read after the first);
 //! - beside (c), Envoy's field rules checked by one validator (its plan of
 //!   each message type made once) and by a new one per Cluster (each
 //!   reads its message types' `validate.rules` again): what the
@@ -456,6 +459,17 @@ fn rust_pass(w: &mut Work<'_>, out: &mut Samples) {
             pipeline_answer(&Pipeline::new(codec.clone()), &w.last, &target)
         }),
     );
+    // The served version the config history shows for an event of this
+    // state, worked out on each read as it would be without the history's
+    // memo of it (a wildcard subscription's, and one naming every Cluster).
+    add(
+        "served_wildcard",
+        sample(config, || Pipeline::served_version(&w.last, false)),
+    );
+    add(
+        "served_named",
+        sample(config, || Pipeline::served_version(&w.last, true)),
+    );
     // The same answer as `?pretty` asks for it: rendered by a memo that
     // holds it (every poll after the first), and by one that does not.
     let answer = w
@@ -834,6 +848,14 @@ fn main() {
         ),
         ("pretty_hit", "(f) (d)'s answer as ?pretty, memo hit".into()),
         ("pretty", "(f) the same, rendered again".into()),
+        (
+            "served_wildcard",
+            "(g) (d)'s served version, worked out again".into(),
+        ),
+        (
+            "served_named",
+            format!("(g) the same, subscribed to {nc} names"),
+        ),
     ] {
         if let Some(r) = rust_stats(key) {
             println!("{label:<46} {:>17}", fmt_stats(&r));

@@ -79,6 +79,18 @@ impl Pipeline {
         Ok((pushed, body))
     }
 
+    /// The served version of `pushed` as the config history shows an
+    /// event of it, worked out again: for a subscription to every name it
+    /// holds when `named`, else for a wildcard one.
+    pub fn served_version(pushed: &Pushed, named: bool) -> String {
+        let names = if named {
+            Names::Named(pushed.state.resources.map().keys().cloned().collect())
+        } else {
+            Names::Wildcard
+        };
+        pushed.state.served_version(&names, None)
+    }
+
     /// The body a wildcard poll is served from `pushed`, with its config
     /// sources pointed at `target` when one is given (a REST Envoy's poll).
     /// This pipeline's rewrites of earlier answers are reused.
