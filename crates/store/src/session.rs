@@ -140,54 +140,54 @@ impl Subscription {
 
     /// Records interest in `names` at `now`. Returns whether that widened
     /// the subscription, and when the newest part of `names` was first asked
-    /// for; or, recording nothing, `Err` when that would subscribe more than
-    /// `max` names or [`NAME_BYTES`] of them.
+    /// for; or, adding no name, `Err` when that would subscribe more than
+    /// `max` names or [`NAME_BYTES`] of them (the names already subscribed
+    /// are asked for all the same). Each name is looked up once when none
+    /// is new, as in every poll after a client's first.
     fn ask(
         &mut self,
         names: &Names,
         now: Instant,
         max: usize,
     ) -> Result<(bool, Instant), TooManyNames> {
-        if let Names::Named(set) = names {
-            let (new, bytes) = set
-                .iter()
-                .filter(|n| !self.names.contains_key(*n))
-                .fold((0, 0), |(count, bytes), n| (count + 1, bytes + n.len()));
-            if new > 0 && (self.names.len() + new > max || self.bytes + bytes > NAME_BYTES) {
-                return Err(TooManyNames { max });
+        let set = match names {
+            Names::Wildcard => {
+                return Ok(match &mut self.wildcard {
+                    Some(interest) => {
+                        interest.last = now;
+                        (false, interest.first)
+                    }
+                    None => {
+                        self.wildcard = Some(Interest::new(now));
+                        (true, now)
+                    }
+                })
             }
-        }
-        Ok(match names {
-            Names::Wildcard => match &mut self.wildcard {
+            Names::Named(set) => set,
+        };
+        let (mut new, mut bytes, mut newest) = (0, 0, None::<Instant>);
+        for name in set {
+            match self.names.get_mut(name) {
                 Some(interest) => {
                     interest.last = now;
-                    (false, interest.first)
+                    newest = Some(newest.map_or(interest.first, |n| n.max(interest.first)));
                 }
-                None => {
-                    self.wildcard = Some(Interest::new(now));
-                    (true, now)
-                }
-            },
-            Names::Named(set) => {
-                let (mut widened, mut newest) = (false, None::<Instant>);
-                for name in set {
-                    let first = match self.names.get_mut(name) {
-                        Some(interest) => {
-                            interest.last = now;
-                            interest.first
-                        }
-                        None => {
-                            self.names.insert(name.clone(), Interest::new(now));
-                            self.bytes += name.len();
-                            widened = true;
-                            now
-                        }
-                    };
-                    newest = Some(newest.map_or(first, |n| n.max(first)));
-                }
-                (widened, newest.unwrap_or(now))
+                None => (new, bytes) = (new + 1, bytes + name.len()),
             }
-        })
+        }
+        if new == 0 {
+            return Ok((false, newest.unwrap_or(now)));
+        }
+        if self.names.len() + new > max || self.bytes + bytes > NAME_BYTES {
+            return Err(TooManyNames { max });
+        }
+        for name in set {
+            if !self.names.contains_key(name) {
+                self.names.insert(name.clone(), Interest::new(now));
+            }
+        }
+        self.bytes += bytes;
+        Ok((true, newest.map_or(now, |n| n.max(now))))
     }
 }
 
@@ -699,7 +699,7 @@ mod tests {
             s.want(eds, &names(&["c", "d"]), SETTLE, 3).unwrap_err(),
             TooManyNames { max: 3 }
         );
-        // Nothing of the refused request was recorded; names already held
+        // No name of the refused request was added; names already held
         // and the wildcard are always fine.
         assert_eq!(s.subscription(eds).unwrap().names.len(), 2);
         s.want(eds, &names(&["a", "b"]), SETTLE, 2).unwrap();
