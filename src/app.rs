@@ -1,6 +1,6 @@
 //! Wires a [`Config`] into the cache, the source and the two servers, and
 //! runs them until shutdown. The one place that chooses what kind of
-//! [`Source`] feeds the gateway ([`build_source`]).
+//! [`Source`] feeds the gateway (`build_source`).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -222,7 +222,7 @@ settings! {
         /// Open the admin listener's details (/metrics, the /readyz details, /debug/*, CSDS, the
         /// status page) off loopback with no admin credential, for a network that fences the admin
         /// port itself (a NetworkPolicy admitting only labelled pods). Without it they are closed
-        /// there (401) until the auth policy has an [admin] token or --admin-client-ca is set;
+        /// there (401) until the auth policy has an `[admin]` token or --admin-client-ca is set;
         /// /healthz and /readyz stay open. It does not open secrets (--allow-secrets) [default: false].
         #[arg(long, env = "XDS_GATEWAY_ALLOW_INSECURE_ADMIN", num_args = 0..=1, default_missing_value = "true",
               value_parser = clap::builder::BoolishValueParser::new())]

@@ -116,7 +116,7 @@ impl Descriptors {
     }
 
     /// Adds `files` (serialized `FileDescriptorProto`s an upstream sent)
-    /// once [`learned::admit`] has checked them against the pool; returns
+    /// once `learned::admit` has checked them against the pool; returns
     /// how many files joined it. Files the pool already has (by name) are
     /// kept as the pool has them. Nothing joins when anything is refused.
     pub fn learn(&self, files: &[Vec<u8>]) -> Result<usize, LearnError> {

@@ -1,6 +1,6 @@
 //! Dynamic parameters and the constraints that select by them (xDS TP2):
 //! a subscription's parameters ([`Parameters`]), whether a variant's
-//! constraints match them ([`matches`]), and a variant of a resource as
+//! constraints match them ([`matches()`]), and a variant of a resource as
 //! the gateway keeps and serves it ([`Variant`]: its constraints, decoded
 //! and encoded, and the `Resource` wrapper it goes out in).
 //!

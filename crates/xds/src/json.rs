@@ -63,7 +63,7 @@ impl Codec {
     }
 
     /// The codec over the pool as it is now, fixed (see
-    /// [`Descriptors::snapshot`]): what one decode-and-render uses.
+    /// `Descriptors::snapshot`): what one decode-and-render uses.
     pub fn snapshot(&self) -> Codec {
         Codec {
             descriptors: self.descriptors.snapshot(),
@@ -88,7 +88,7 @@ impl Codec {
     }
 
     /// Decodes an `Any`'s payload into a dynamic message of its type, held
-    /// to the nesting bound ([`nesting::decode_any`]).
+    /// to the nesting bound (`nesting::decode_any`).
     pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
         nesting::decode_any(&self.descriptors, type_url, value)
     }

@@ -6,7 +6,7 @@
 //! inline, and an `Any` of a type the gateway has no descriptor for (a
 //! `Secret` of another API version) carries whatever it holds. A field
 //! holds key material when Envoy's API marks it `udpa.annotations.sensitive`
-//! and it sits in one of the TLS secret types ([`HOLDERS`]:
+//! and it sits in one of the TLS secret types (`HOLDERS`:
 //! `TlsCertificate.private_key`, `.password`, `.pkcs12`,
 //! `PrivateKeyProvider.typed_config`, `TlsSessionTicketKeys.keys`,
 //! `GenericSecret.secret`, `.secrets`), or is a sensitive field named
@@ -18,11 +18,11 @@
 //! `inline_string`) holds [`REDACTED`] as its `inline_string` (one naming
 //! a file or an environment variable of the client is no key, and stays);
 //! an `Any` holding key material, or of an unknown type named as one of
-//! the types that carry it ([`CARRIERS`], any package or version), becomes
+//! the types that carry it (`CARRIERS`, any package or version), becomes
 //! an `xds_gateway.v1.OpaqueAny` with its type URL and no bytes, its
 //! `redacted` field saying why; any other string or bytes becomes
 //! [`REDACTED`]. Walks go through the `Any`s the pool knows, at any depth
-//! (the nesting bound of [`super::nesting`] has been checked by then). No
+//! (the nesting bound of `nesting` has been checked by then). No
 //! I/O; never panics.
 
 use prost::Message as _;
@@ -88,7 +88,7 @@ pub fn encoded(descriptors: &Descriptors, msg: &DynamicMessage) -> bytes::Bytes 
     canonical::encode(descriptors, msg).into()
 }
 
-/// Whether `type_url` names one of the [`CARRIERS`], in any package.
+/// Whether `type_url` names one of the `CARRIERS`, in any package.
 pub fn names_a_carrier(type_url: &str) -> bool {
     let name = type_url.rsplit('/').next().unwrap_or(type_url);
     let short = name.rsplit('.').next().unwrap_or(name);

@@ -12,7 +12,7 @@
 //! dropped. `--descriptor-set` with the type's descriptors renders it in full.
 //!
 //! No I/O; walks decode each nested `Any` payload without copying it (the
-//! nesting bound of [`super::nesting`] has been checked by then).
+//! nesting bound of `nesting` has been checked by then).
 
 use std::collections::BTreeSet;
 

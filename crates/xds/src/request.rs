@@ -56,7 +56,7 @@ pub struct LocatorView {
 }
 
 /// The parts of a NACK's `google.rpc.Status` the gateway reads (its
-/// `details` are skipped). The message is cut to [`ERROR_MESSAGE_BYTES`]:
+/// `details` are skipped). The message is cut to `ERROR_MESSAGE_BYTES`:
 /// it is logged, shown and sent upstream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
