@@ -51,12 +51,13 @@
 //!   store crate's module `shares`, named under this name.
 //! - `tls`: rustls server config for the REST and admin listeners, reloaded from disk;
 //!   client identities.
-//! - `reload`: files watched for changes (certificates, the auth policy).
+//! - `reload`: files watched for changes (certificates, the auth policy, the snapshot
+//!   directory).
 //! - `read_ahead`: a connection's small reads served from one large read (h2 reads 8 KiB at a
 //!   time): every accepted connection and every upstream connection read through it.
 //! - `log_escape`: `Escaped`, the wrapper every client- or upstream-chosen value is
 //!   logged through (control characters escaped: one event, one line); and `sync`: locks
-//!   taken without poison, tasks aborted with their owner. Both are the leaf crate's
+//!   taken without poison, tasks aborted with their owner. These four are the leaf crate's
 //!   (`crates/base`, `xds-gateway-base`), named under these names.
 //!
 //! Dependencies point one way, down the layers `tests/module_graph.rs`
@@ -91,7 +92,7 @@ pub use xds_gateway_config as config;
 pub use xds_gateway_xds as xds;
 // The store, the ledgers, the cache, the metrics and the leaves, under the
 // names the modules use.
-use xds_gateway_base::{log_escape, sync};
+use xds_gateway_base::{log_escape, read_ahead, reload, sync};
 use xds_gateway_cache as cache;
 use xds_gateway_metrics as metrics;
 use xds_gateway_observe as observe;
@@ -168,8 +169,6 @@ mod huge_pages;
 #[cfg(test)]
 mod openapi_paths;
 mod profiles;
-mod read_ahead;
-mod reload;
 mod serve;
 mod tls;
 mod upstream;

@@ -1,7 +1,7 @@
 //! Envoy's REST polls over HTTP/2, as an Envoy whose xDS cluster speaks
 //! HTTP/2 sends them: many 77 KB POSTs on one connection in the clear, their
 //! DATA frames interleaved. The gateway reads such a connection ahead
-//! (`src/read_ahead.rs`: one large read serves h2's 8 KiB ones), so what
+//! (`crates/base/src/read_ahead.rs`: one large read serves h2's 8 KiB ones), so what
 //! it reads for one stream must reach that stream and no other: every
 //! stream is answered exactly as the same poll over HTTP/1.1, 200 for an
 //! old version and 304 for the current one. Against the gateway run in

@@ -22,23 +22,10 @@
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::Config;
 
 /// The proptest configuration of a target that runs `default_cases` in the
 /// test command (`XDS_FUZZ_CASES` overrides it).
-pub(crate) fn config(default_cases: u32) -> Config {
-    let cases = std::env::var("XDS_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default_cases);
-    Config {
-        cases,
-        // A failure prints its shrunk input; fuzz inputs are large, so
-        // no regression file is written beside the source.
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
+pub(crate) use xds_gateway_base::testing::proptest_config as config;
 
 /// The Envoy request bodies of `tests/fuzz_corpus/discovery_request/`.
 pub(crate) use xds_gateway_base::testing::envoy_requests;

@@ -3,6 +3,7 @@
 //! fresh seed each run, printed so that a failure can be replayed
 //! (`<VAR>=<seed> cargo test ...`): luck is not evidence, and no randomised
 //! test uses a fixed seed. The corpus is the repository's real inputs.
+//! A proptest driver runs as many cases as [`proptest_config`] says.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,22 @@ pub fn seeded_rng(var: &str, what: &str) -> (u64, StdRng) {
         .unwrap_or_else(rand::random);
     println!("{what} seed: {seed} ({var}={seed} replays it)");
     (seed, StdRng::seed_from_u64(seed))
+}
+
+/// The proptest configuration of a target that runs `default_cases` in the
+/// test command (`XDS_FUZZ_CASES` overrides it).
+pub fn proptest_config(default_cases: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("XDS_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default_cases);
+    proptest::test_runner::Config {
+        cases,
+        // A failure prints its shrunk input; fuzz inputs are large, so
+        // no regression file is written beside the source.
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
 }
 
 /// The Envoy request bodies of `tests/fuzz_corpus/discovery_request/`.

@@ -35,17 +35,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// How much one read of the transport takes at most, when the reader
 /// asked for less: one Envoy poll (77 KB with its node) in one or two
 /// calls.
-pub(crate) const READ_AHEAD: usize = 128 * 1024;
+pub const READ_AHEAD: usize = 128 * 1024;
 
 /// A read with room for this much goes straight to the transport. h2
 /// asks for 8-16 KiB at a time (a frame or its buffer's room).
-pub(crate) const DIRECT: usize = 32 * 1024;
+pub const DIRECT: usize = 32 * 1024;
 
 /// What an HTTP/2 connection in the clear starts with (RFC 9113, 3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A transport whose small reads are served from one large read.
-pub(crate) struct ReadAhead<I> {
+pub struct ReadAhead<I> {
     inner: I,
     /// Bytes read from `inner` and not yet handed out; empty, without
     /// room, whenever `inner` had nothing more.
@@ -65,7 +65,7 @@ enum Mode {
 
 impl<I> ReadAhead<I> {
     /// Every small read read ahead.
-    pub(crate) fn new(inner: I) -> ReadAhead<I> {
+    pub fn new(inner: I) -> ReadAhead<I> {
         ReadAhead {
             inner,
             ahead: BytesMut::new(),
@@ -75,7 +75,7 @@ impl<I> ReadAhead<I> {
 
     /// Small reads read ahead if the first bytes are HTTP/2's preface;
     /// otherwise (HTTP/1.1), only the first read is.
-    pub(crate) fn http2_only(inner: I) -> ReadAhead<I> {
+    pub fn http2_only(inner: I) -> ReadAhead<I> {
         ReadAhead {
             mode: Mode::IfHttp2(0),
             ..ReadAhead::new(inner)
@@ -180,7 +180,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for ReadAhead<I> {
 /// A connector (a tower service from a URI to a connection, as tonic's
 /// `Endpoint` takes) whose connections read through [`ReadAhead`].
 #[derive(Clone, Debug)]
-pub(crate) struct ReadAheadConnector<C>(pub(crate) C);
+pub struct ReadAheadConnector<C>(pub C);
 
 /// One connection of the wrapped connector, read through [`ReadAhead`].
 type AheadIo<T> = TokioIo<ReadAhead<T>>;
@@ -397,7 +397,7 @@ mod tests {
     /// A fresh seed each run, printed; `XDS_READ_AHEAD_SEED` replays one.
     #[tokio::test]
     async fn any_arrivals_and_rooms_give_the_same_bytes() {
-        let (seed, mut rng) = crate::fuzz::seeded_rng("XDS_READ_AHEAD_SEED", "read ahead");
+        let (seed, mut rng) = crate::testing::seeded_rng("XDS_READ_AHEAD_SEED", "read ahead");
         for case in 0..200 {
             let mut sent = Vec::new();
             let mut arrivals = Vec::new();

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use crate::sync::AbortOnDrop;
 
 /// How often watched files are checked.
-pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// One file at one check; `None`: it could not be read.
 type Stamp = Option<(u64, Option<SystemTime>, (u64, i64, i64))>;
@@ -24,10 +24,10 @@ type Stamp = Option<(u64, Option<SystemTime>, (u64, i64, i64))>;
 /// What the files looked like at one check: each path, in the order
 /// given, with its stamp.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fingerprint(Vec<(PathBuf, Stamp)>);
+pub struct Fingerprint(Vec<(PathBuf, Stamp)>);
 
 impl Fingerprint {
-    pub(crate) fn of(paths: &[PathBuf]) -> Fingerprint {
+    pub fn of(paths: &[PathBuf]) -> Fingerprint {
         Fingerprint(
             paths
                 .iter()
@@ -54,11 +54,11 @@ fn unix_identity(_: &std::fs::Metadata) -> (u64, i64, i64) {
 }
 
 /// The watching task; dropping it stops the watch.
-pub(crate) type Watcher = AbortOnDrop;
+pub type Watcher = AbortOnDrop;
 
 /// Calls `reload(target)` whenever `paths` change (checked every
 /// [`CHECK_EVERY`]), until `target` or the returned [`Watcher`] is dropped.
-pub(crate) fn watch<T: Send + Sync + 'static>(
+pub fn watch<T: Send + Sync + 'static>(
     paths: Vec<PathBuf>,
     target: Weak<T>,
     reload: fn(&T),
@@ -72,7 +72,7 @@ pub(crate) fn watch<T: Send + Sync + 'static>(
 /// `seen` (taken by the caller before its first load, so that a change
 /// during that load is not missed); until `target` or the returned
 /// [`Watcher`] is dropped.
-pub(crate) fn watch_listed<T: Send + Sync + 'static>(
+pub fn watch_listed<T: Send + Sync + 'static>(
     mut seen: Fingerprint,
     list: impl Fn() -> Vec<PathBuf> + Send + 'static,
     every: Duration,
