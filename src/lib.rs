@@ -28,7 +28,8 @@
 //!   own (`crates/store`, `xds-gateway-store`), named under this name.
 //! - `upstream`: the producers that publish into the store's sessions: a SotW or delta ADS
 //!   stream, the unary `Fetch*` calls or the snapshot per session, and auto (probe, then one
-//!   of those), with the transport (connection, failover, backoff, framing).
+//!   of those), with the transport (connection, failover, backoff, framing). A crate of its
+//!   own (`crates/upstream`, `xds-gateway-upstream`), named under this name.
 //! - `http`: the REST face (`/v3/discovery:<type>`: polls, long polls, `?watch` streams).
 //! - `admin`: `/healthz`, `/readyz`, `/metrics`, the debug views, CSDS and the status page
 //!   on a separate listener.
@@ -90,14 +91,15 @@ pub mod app;
 pub use xds_gateway_config as config;
 /// The xDS vocabulary, a crate of its own (`crates/xds`).
 pub use xds_gateway_xds as xds;
-// The store, the ledgers, the cache, the metrics and the leaves, under the
-// names the modules use.
+// The producers, the store, the ledgers, the cache, the metrics and the
+// leaves, under the names the modules use.
 use xds_gateway_base::{log_escape, read_ahead, reload, sync};
 use xds_gateway_cache as cache;
 use xds_gateway_metrics as metrics;
 use xds_gateway_observe as observe;
 use xds_gateway_store as store;
 use xds_gateway_store::shares;
+use xds_gateway_upstream as upstream;
 
 // The entry points of the `cargo fuzz` targets in fuzz/ (which turns the
 // `fuzzing` feature on), and their corpus replay in `cargo test`.
@@ -171,4 +173,3 @@ mod openapi_paths;
 mod profiles;
 mod serve;
 mod tls;
-mod upstream;

@@ -2,7 +2,7 @@
 //! Markdown link names a file of the repository (and, with `#anchor`, a
 //! heading of that file, as GitHub derives anchors from headings), and every
 //! repository path written in backticks outside code blocks (`src/...`,
-//! `tests/...`, or a file such as `upstream/stream.rs` named relative to its
+//! `tests/...`, or a file such as `serve/connection.rs` named relative to its
 //! module) names a file or directory that is there. A moved section or a
 //! renamed module then fails here instead of leaving a dead pointer.
 

@@ -1,10 +1,10 @@
 //! The crates' import graphs have no circle ([`ALLOWED`] is empty), and
 //! the gateway's top-level modules import only down their layers
 //! ([`LAYERS`]). Between crates Cargo keeps the direction itself: the
-//! store, ledger, cache, metrics, vocabulary, configuration and leaf crates
-//! (`crates/store`, `crates/observe`, `crates/cache`, `crates/metrics`,
-//! `crates/xds`, `crates/config`, `crates/base`) cannot name the gateway,
-//! nor a crate one above it.
+//! producer, store, ledger, cache, metrics, vocabulary, configuration and
+//! leaf crates (`crates/upstream`, `crates/store`, `crates/observe`,
+//! `crates/cache`, `crates/metrics`, `crates/xds`, `crates/config`,
+//! `crates/base`) cannot name the gateway, nor a crate one above it.
 //!
 //! Every production file under `src/` and each crate's `crates/*/src/` (test-only modules and items left
 //! out: `#[cfg(test)]` items and the files they declare) is read for the
@@ -13,8 +13,8 @@
 //! that come graphs between modules that share a parent (a path through a
 //! parent's `pub use` is followed to where the item is): the top-level
 //! modules of the crate, and the children of every module that has
-//! children (`cache`, `store`, `upstream`, and in the vocabulary crate its
-//! top level and `validate`, ...). A path to an
+//! children (each crate's top level, the producers' `connection` and
+//! `delta`, the vocabulary crate's `validate`, ...). A path to an
 //! item of the parent itself (`super::SourceError` in `store/session_registry.rs`)
 //! is no edge: the parent is no node of its children's graph.
 //!
@@ -54,8 +54,8 @@ use std::path::{Path, PathBuf};
 /// and the readers of a rules message (`field`, `list`, ...) into
 /// `fields.rs`, which `bounds`, `rules` and `text` all use.) A
 /// path through a re-export (`super::UpstreamContext` in
-/// `upstream/failover.rs`) is an edge to the module the item is defined in
-/// (`upstream::connection`). (`source` was split into `store` and
+/// `crates/upstream/src/failover.rs`) is an edge to the module the item is
+/// defined in (the producers' `connection`). (`source` was split into `store` and
 /// `upstream` since; the history above keeps the names of its time.)
 const ALLOWED: &[&str] = &[];
 
@@ -83,6 +83,7 @@ const CRATES: &[(&str, &str)] = &[
     ("xds-gateway-metrics", "crates/metrics/src"),
     ("xds-gateway-observe", "crates/observe/src"),
     ("xds-gateway-store", "crates/store/src"),
+    ("xds-gateway-upstream", "crates/upstream/src"),
     ("xds-gateway-xds", "crates/xds/src"),
 ];
 

@@ -29,7 +29,7 @@ use gateway::{ControlPlane, Gateway};
 const CDS: &str = xds_gateway::xds::ResourceType::Clusters.type_url();
 const CLIENTS: usize = 8;
 const POLL_EVERY: Duration = Duration::from_millis(50);
-/// The gateway's reconnect backoff cap (src/upstream/backoff.rs) with its jitter.
+/// The gateway's reconnect backoff cap (crates/upstream/src/backoff.rs) with its jitter.
 const RECONNECT_CAP: Duration = Duration::from_millis(7_500);
 
 fn cluster(name: &str) -> Value {

@@ -31,7 +31,7 @@ struct Link {
 
 /// An upstream and its failover chain, primary first.
 #[derive(Debug)]
-pub(crate) struct Route {
+pub struct Route {
     links: Vec<Link>,
     /// The primary's `failback-after`.
     back_after: Duration,
@@ -39,7 +39,7 @@ pub(crate) struct Route {
 
 impl Route {
     /// One upstream, no failover.
-    pub(crate) fn single(ctx: Arc<UpstreamContext>) -> Route {
+    pub fn single(ctx: Arc<UpstreamContext>) -> Route {
         Route {
             links: vec![Link {
                 ctx,
@@ -51,7 +51,7 @@ impl Route {
 
     /// `chain`: each upstream with its failover settings, primary first,
     /// each one failing over to the next.
-    pub(crate) fn chain(chain: Vec<(Arc<UpstreamContext>, Option<Failover>)>) -> Route {
+    pub fn chain(chain: Vec<(Arc<UpstreamContext>, Option<Failover>)>) -> Route {
         let back_after = chain
             .first()
             .and_then(|(_, f)| f.as_ref().map(|f| f.back_after))
@@ -69,7 +69,7 @@ impl Route {
     }
 
     /// The primary: what pass-through calls and readiness speak of.
-    pub(crate) fn primary(&self) -> &Arc<UpstreamContext> {
+    pub fn primary(&self) -> &Arc<UpstreamContext> {
         &self.links[0].ctx
     }
 

@@ -62,7 +62,7 @@ const REFETCH_MIN: Duration = Duration::from_millis(250);
 
 /// Feeds sessions by the upstream's unary `Fetch*` calls.
 #[derive(Debug)]
-pub(crate) struct FetchFeeder {
+pub struct FetchFeeder {
     fetcher: Arc<Fetcher>,
 }
 
@@ -79,11 +79,7 @@ struct Fetcher {
 
 impl FetchFeeder {
     /// Fetches from `ctx`, which may answer with `namespace`'s names.
-    pub(crate) fn new(
-        ctx: Arc<UpstreamContext>,
-        config: &Config,
-        namespace: Namespace,
-    ) -> FetchFeeder {
+    pub fn new(ctx: Arc<UpstreamContext>, config: &Config, namespace: Namespace) -> FetchFeeder {
         let ttl = config.fetch_cache_ttl.max(Duration::from_millis(1));
         FetchFeeder {
             fetcher: Arc::new(Fetcher {

@@ -390,7 +390,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(crate::fuzz::config(512))]
+        #![proptest_config(xds_gateway_base::testing::proptest_config(512))]
 
         #[test]
         fn reads_as_prost_does(

@@ -152,7 +152,7 @@ pub(crate) trait Protocol: name_check::AskingAlone + Send + 'static {
 /// Feeds each session from its own upstream stream speaking `P`: one
 /// aggregated stream, or one per type the session subscribes to; on the
 /// route's primary, or its failover while the primary is unreachable.
-pub(crate) struct StreamFeeder<P> {
+pub struct StreamFeeder<P> {
     route: Arc<Route>,
     streams: UpstreamStreams,
     namespace: Namespace,
@@ -161,11 +161,7 @@ pub(crate) struct StreamFeeder<P> {
 
 impl<P> StreamFeeder<P> {
     /// Streams to `route`'s upstreams, which may send `namespace`'s names.
-    pub(crate) fn new(
-        route: Route,
-        streams: UpstreamStreams,
-        namespace: Namespace,
-    ) -> StreamFeeder<P> {
+    pub fn new(route: Route, streams: UpstreamStreams, namespace: Namespace) -> StreamFeeder<P> {
         StreamFeeder {
             route: Arc::new(route),
             streams,

@@ -149,7 +149,7 @@ impl UpstreamContext {
     /// Asks this upstream, in the background, for the descriptors of each
     /// of `type_urls` the pool still lacks (each at most once at a time,
     /// and not again before its backoff); notes why where it cannot.
-    pub(crate) fn learn<'a>(self: &Arc<Self>, type_urls: impl IntoIterator<Item = &'a String>) {
+    pub fn learn<'a>(self: &Arc<Self>, type_urls: impl IntoIterator<Item = &'a String>) {
         let descriptors = self.intake.codec().descriptors();
         for type_url in type_urls {
             if descriptors.knows(type_url) {

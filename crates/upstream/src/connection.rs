@@ -75,7 +75,7 @@ pub enum StartError {
 
 /// What every session's upstream task and every unary call share.
 #[derive(Debug)]
-pub(crate) struct UpstreamContext {
+pub struct UpstreamContext {
     /// The name of its `[[upstream]]` table (`default` for `--upstream`).
     pub(super) name: String,
     /// The control plane's URI, for logs and /readyz.
@@ -104,7 +104,7 @@ pub(crate) struct UpstreamContext {
 impl UpstreamContext {
     /// A lazily connecting channel to `spec`'s control plane (the first
     /// call connects); messages up to `max_message_bytes`.
-    pub(crate) fn new(
+    pub fn new(
         spec: &UpstreamSpec,
         max_message_bytes: usize,
         intake: Intake,
@@ -157,7 +157,7 @@ impl UpstreamContext {
     /// Connects once (TCP, TLS, HTTP/2) and logs the outcome, so a wrong
     /// address or certificate shows at start-up, before any client polls.
     /// The serving channel is not touched: it connects on first use.
-    pub(crate) async fn log_reachability(self: Arc<Self>) {
+    pub async fn log_reachability(self: Arc<Self>) {
         match self.endpoint.connect_with_connector(connector()).await {
             Ok(_) => tracing::info!(upstream = %self.uri, "upstream reachable"),
             Err(e) => tracing::warn!(
@@ -178,12 +178,12 @@ impl UpstreamContext {
     }
 
     /// Checks in the background, with backoff, until the upstream answers a
-    /// gRPC health check ([`probe::answers_health_check`]), then marks it
+    /// gRPC health check (`probe::answers_health_check`), then marks it
     /// answered. Without it readiness would wait for a first poll, and a
     /// balancer sends no poll to a replica that is not ready. Ends once
     /// answered (a session's stream may answer first) or when the context
     /// is dropped.
-    pub(crate) fn check_readiness(self: &Arc<Self>) {
+    pub fn check_readiness(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut backoff = Backoff::default();

@@ -1,6 +1,7 @@
-//! Embeds `examples/demo/` (the default snapshot) into the binary. Envoy's
-//! descriptors, and the project's own messages in `proto/`, are compiled by
-//! the build script of the xDS vocabulary crate (`crates/xds/build.rs`).
+//! Embeds the repository's `examples/demo/` (the default snapshot) into the
+//! producers, and so into the binary. Envoy's descriptors, and the
+//! project's own messages in `proto/`, are compiled by the build script of
+//! the xDS vocabulary crate (`crates/xds/build.rs`).
 
 use std::env;
 use std::fs;
@@ -16,12 +17,12 @@ fn main() {
 fn embed_demo_snapshot() {
     let root =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR set by cargo"))
-            .join("examples/demo");
+            .join("../../examples/demo");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     collect_files(&root, &mut files);
     files.sort();
-    let mut out = String::from("/// The demo snapshot: (path relative to examples/demo, contents).\npub static DEMO_FILES: &[(&str, &str)] = &[\n");
+    let mut out = String::from("/// The demo snapshot: (path relative to examples/demo, contents).\npub(super) static DEMO_FILES: &[(&str, &str)] = &[\n");
     for path in files {
         println!("cargo:rerun-if-changed={}", path.display());
         let rel = path

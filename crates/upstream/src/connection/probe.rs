@@ -55,7 +55,7 @@ fn node() -> Node {
 
 /// Why no mode was found (this time).
 #[derive(Debug, thiserror::Error)]
-pub(in crate::upstream) enum ProbeError {
+pub(crate) enum ProbeError {
     #[error("upstream unreachable: {0}")]
     Unreachable(String),
     #[error("the upstream implements neither ADS, the per-type streams nor the Fetch RPCs")]
@@ -69,9 +69,7 @@ pub(in crate::upstream) enum ProbeError {
 /// (UNIMPLEMENTED: it still answered). NOT_SERVING, UNAVAILABLE, a transport
 /// failure or no answer within [`PROBE_WAIT`] are errors. Any other status
 /// (an auth failure, say) is an answer too: the sessions will report it.
-pub(in crate::upstream) async fn answers_health_check(
-    ctx: &UpstreamContext,
-) -> Result<(), ProbeError> {
+pub(crate) async fn answers_health_check(ctx: &UpstreamContext) -> Result<(), ProbeError> {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
@@ -100,7 +98,7 @@ pub(in crate::upstream) async fn answers_health_check(
 /// serves only the types' own services, as Contour does), unary Fetch.
 /// Each is probed with a request for listeners by a probe node; only
 /// UNIMPLEMENTED moves on to the next.
-pub(in crate::upstream) async fn resolve(
+pub(crate) async fn resolve(
     ctx: &UpstreamContext,
 ) -> Result<(UpstreamMode, UpstreamStreams), ProbeError> {
     let lds = ResourceType::Listeners;

@@ -27,7 +27,7 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// Since when one upstream has answered health checks without a break
 /// (`None`: it does not now, or nobody has asked since the last break).
 #[derive(Debug)]
-pub(in crate::upstream) struct Health {
+pub(crate) struct Health {
     since: watch::Sender<Option<Instant>>,
     prober: Mutex<Option<JoinHandle<()>>>,
 }
@@ -43,14 +43,14 @@ impl Default for Health {
 
 impl Health {
     /// A stream to the upstream broke: whatever healthy run it had ends.
-    pub(in crate::upstream) fn broke(&self) {
+    pub(crate) fn broke(&self) {
         self.since.send_replace(None);
     }
 
     /// Resolves once the upstream of `ctx` has answered health checks for
     /// `long` without a break, probing it meanwhile (with every other
     /// waiter: one prober per upstream, stopped when nobody waits).
-    pub(in crate::upstream) async fn healthy_for(ctx: &Arc<UpstreamContext>, long: Duration) {
+    pub(crate) async fn healthy_for(ctx: &Arc<UpstreamContext>, long: Duration) {
         let mut rx = ctx.health.since.subscribe();
         ctx.health.ensure_prober(ctx);
         loop {

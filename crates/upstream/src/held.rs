@@ -240,7 +240,7 @@ type StepKey = (ResourceType, usize, u64);
 type ContentKey = (ResourceType, usize, u64);
 
 /// The held sets of one upstream's sessions (see the module docs).
-pub(in crate::upstream) struct HeldSets {
+pub(crate) struct HeldSets {
     steps: Cache<StepKey, Arc<Step>>,
     contents: Cache<ContentKey, Weak<HeldSet>>,
     /// Counts sets built and found (`upstream_delta_sets_{built,shared}`).
@@ -266,7 +266,7 @@ fn address(set: &Arc<HeldSet>) -> usize {
 }
 
 impl HeldSets {
-    pub(in crate::upstream) fn new(metrics: Arc<Metrics>) -> HeldSets {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> HeldSets {
         HeldSets {
             steps: idle_memo(KEPT, IDLE),
             contents: idle_memo(KEPT, IDLE),

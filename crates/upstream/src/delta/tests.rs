@@ -4,7 +4,7 @@ use super::state::*;
 use super::update::*;
 use super::*;
 use crate::cache::{Intake, Resource};
-use crate::upstream::held::{digest, Edit, HeldResource, HeldSets, VERSION_HEX_DIGITS};
+use crate::held::{digest, Edit, HeldResource, HeldSets, VERSION_HEX_DIGITS};
 use crate::xds::dynamic_parameters::Parameters;
 use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
 use envoy_types::pb::google::protobuf::Any;
@@ -530,7 +530,7 @@ async fn a_new_upstream_is_told_no_versions_of_the_last_one() {
         .subscribe(KIND, &crate::cache::Names::Wildcard, 10)
         .unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
-    let ctx = crate::upstream::connection::unused_context();
+    let ctx = crate::connection::unused_context();
     let mut delta = Delta::new(ctx, session, namespace);
     let (name, kept) = held("a", "7");
     let t = super::tracked(&mut delta.tracked, &delta.ctx, KIND);
@@ -623,7 +623,7 @@ async fn a_subscription_change_carries_no_nonce() {
     let names = |list: &[&str]| Names::from_request(list.iter().map(|n| n.to_string()).collect());
     session.subscribe(KIND, &names(&["a"]), 10).unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
-    let ctx = crate::upstream::connection::unused_context();
+    let ctx = crate::connection::unused_context();
     let mut delta = Delta::new(ctx, session.clone(), namespace);
     delta.reset_stream();
     let first = delta.subscribe(KIND).expect("the first request");
@@ -668,7 +668,7 @@ async fn a_name_unsubscribed_under_a_wildcard_drops_nothing_held() {
         .subscribe(kind, &Names::from_request(vec!["x".into()]), 10)
         .unwrap();
     let namespace = crate::store::Namespace::new(BTreeMap::new(), "test", "test");
-    let ctx = crate::upstream::connection::unused_context();
+    let ctx = crate::connection::unused_context();
     let mut delta = Delta::new(ctx, session.clone(), namespace);
     delta.reset_stream();
     let first = delta.subscribe(kind).expect("the first request");

@@ -1,10 +1,11 @@
-//! The `snapshot` fuzz target (`crate::fuzz` lists them all): snapshot
-//! files (YAML or JSON, in any layer) loaded as a whole, as the snapshot
-//! source loads a directory, without the directory: the input is the
-//! files' text, split by `#! <path relative to the snapshot root>` lines
-//! (text before the first is `base.yaml`; a `#!` line is a YAML comment,
-//! so each part reads as it would alone). Paths the loader would not read
-//! (deeper, or not `.yaml`/`.yml`/`.json`) are left out, as it leaves them.
+//! The `snapshot` fuzz target (the gateway's `xds_gateway::fuzz` lists
+//! them all): snapshot files (YAML or JSON, in any layer) loaded as a
+//! whole, as the snapshot source loads a directory, without the directory:
+//! the input is the files' text, split by `#! <path relative to the
+//! snapshot root>` lines (text before the first is `base.yaml`; a `#!` line
+//! is a YAML comment, so each part reads as it would alone). Paths the
+//! loader would not read (deeper, or not `.yaml`/`.yml`/`.json`) are left
+//! out, as it leaves them.
 //!
 //! Properties, each a panic when broken: nothing panics; the same files
 //! load again with the same resources and the same versions in every view
@@ -22,7 +23,7 @@ const VIEWS_PER_AXIS: usize = 4;
 
 /// Loads the files of `data`; a snapshot that loads is checked.
 /// Accepted: loaded.
-pub(crate) fn snapshot(data: &[u8]) -> bool {
+pub fn snapshot(data: &[u8]) -> bool {
     static RENDERER: OnceLock<Intake> = OnceLock::new();
     let intake = RENDERER.get_or_init(|| Intake::new(Codec::embedded()));
     let Ok(text) = std::str::from_utf8(data) else {

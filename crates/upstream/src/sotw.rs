@@ -237,7 +237,7 @@ struct StreamState {
 }
 
 /// The SotW protocol of one session.
-pub(crate) struct Sotw {
+pub struct Sotw {
     ctx: Arc<UpstreamContext>,
     session: Publisher,
     /// The names this session's upstream may send.
@@ -1060,7 +1060,7 @@ mod model {
     }
 
     proptest! {
-        #![proptest_config(crate::fuzz::config(128))]
+        #![proptest_config(xds_gateway_base::testing::proptest_config(128))]
 
         #[test]
         fn responses_never_cover_names_their_subscription_did_not_ask_for(

@@ -94,7 +94,7 @@ use crate::store::SETTLE;
 const WILDCARD: &str = "*";
 
 /// The delta protocol of one session.
-pub(crate) struct Delta {
+pub struct Delta {
     ctx: Arc<UpstreamContext>,
     session: Publisher,
     /// The names this session's upstream may send.

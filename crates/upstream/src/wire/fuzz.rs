@@ -1,10 +1,11 @@
-//! The `upstream_response` fuzz target's body (see `crate::fuzz`): a frame
-//! read by [`SotwResponse::parse`] and by prost, which must agree exactly:
-//! the same fields, or both refuse it. The reference is a prost message
-//! knowing only the fields the parse reads (protobuf's rules for a reader
-//! that takes every other field for an unknown one), with a resource's
-//! type URL as bytes, as the parse reads it: one that is not UTF-8 is left
-//! to the type check, which rejects it by name.
+//! The `upstream_response` fuzz target's body (see the gateway's
+//! `xds_gateway::fuzz`): a frame read by [`SotwResponse::parse`] and by
+//! prost, which must agree exactly: the same fields, or both refuse it.
+//! The reference is a prost message knowing only the fields the parse
+//! reads (protobuf's rules for a reader that takes every other field for
+//! an unknown one), with a resource's type URL as bytes, as the parse reads
+//! it: one that is not UTF-8 is left to the type check, which rejects it by
+//! name.
 
 use prost::Message;
 
@@ -71,6 +72,6 @@ pub(crate) fn agree(frame: &[u8]) -> Result<bool, String> {
 }
 
 /// The target: panics where the two disagree.
-pub(crate) fn upstream_response(frame: &[u8]) -> bool {
+pub fn upstream_response(frame: &[u8]) -> bool {
     agree(frame).unwrap_or_else(|why| panic!("{why}"))
 }

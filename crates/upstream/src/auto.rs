@@ -27,10 +27,10 @@ use crate::xds::ResourceType;
 
 /// Builds the feeder for the mode the probe found (`app.rs` decides what
 /// each mode is).
-pub(crate) type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Feeder> + Send>;
+pub type Choose = Box<dyn FnOnce(UpstreamMode, UpstreamStreams) -> Arc<dyn Feeder> + Send>;
 
 #[derive(Debug)]
-pub(crate) struct AutoFeeder {
+pub struct AutoFeeder {
     ctx: Arc<UpstreamContext>,
     chosen: watch::Sender<Option<Arc<dyn Feeder>>>,
     first_wait: Duration,
@@ -40,11 +40,7 @@ pub(crate) struct AutoFeeder {
 
 impl AutoFeeder {
     /// Starts probing `ctx`; `choose` builds the feeder for the mode found.
-    pub(crate) fn start(
-        ctx: Arc<UpstreamContext>,
-        first_wait: Duration,
-        choose: Choose,
-    ) -> AutoFeeder {
+    pub fn start(ctx: Arc<UpstreamContext>, first_wait: Duration, choose: Choose) -> AutoFeeder {
         let chosen = watch::Sender::new(None);
         let task = {
             let (ctx, chosen) = (ctx.clone(), chosen.clone());

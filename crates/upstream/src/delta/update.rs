@@ -10,12 +10,12 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 
 use super::{NOT_FOUND, WILDCARD};
 use crate::cache::{Coverage, Intake, ReportedError, WrapperName};
-use crate::upstream::decode::{
+use crate::decode::{
     decode_delta_named, decode_named, decode_one, decode_one_unshared, reported_errors, ttl_of,
     Rejection,
 };
-use crate::upstream::held::HeldResource;
-use crate::upstream::wire::Payload;
+use crate::held::HeldResource;
+use crate::wire::Payload;
 use crate::xds::dynamic_parameters::{matches, Parameters};
 use crate::xds::ResourceType;
 

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use super::update::Update;
 use super::SETTLE;
 use crate::cache::{Coverage, ResourceErrors, ResourceSet, TypeState};
+use crate::held::{Edit, HeldSet, HeldSets};
 use crate::log_escape::Escaped;
-use crate::upstream::held::{Edit, HeldSet, HeldSets};
 use crate::xds::{membership, ResourceType};
 
 /// What the gateway knows of one type, across streams.

@@ -37,7 +37,7 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Where the snapshot comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Origin {
+pub enum Origin {
     /// A directory, watched for changes.
     Dir(PathBuf),
     /// The demo compiled into the binary (`examples/demo/`); never changes.
@@ -55,7 +55,7 @@ impl std::fmt::Display for Origin {
 
 /// Feeds sessions from a snapshot: a watched directory or the embedded demo.
 #[derive(Debug)]
-pub(crate) struct FileFeeder {
+pub struct FileFeeder {
     source: Arc<FileSource>,
 }
 
@@ -80,7 +80,7 @@ impl FileFeeder {
     /// Loads the snapshot now (a failed first load leaves the feeder empty
     /// and not ready, with its problems recorded) and, for a directory,
     /// watches it until the feeder is dropped.
-    pub(crate) fn start(origin: Origin, intake: Intake, session_key: SessionKey) -> FileFeeder {
+    pub fn start(origin: Origin, intake: Intake, session_key: SessionKey) -> FileFeeder {
         let source = Arc::new(FileSource {
             origin,
             intake,
