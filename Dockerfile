@@ -23,8 +23,7 @@
 FROM rust:1-bookworm AS builder
 WORKDIR /src
 # The whole build context (see .dockerignore): the workspace's crates/,
-# crates/upstream/build.rs embeds examples/demo, and Cargo.toml names the
-# bench targets.
+# build.rs embeds examples/demo, and Cargo.toml names the bench targets.
 # crates/xds/build.rs runs `cargo metadata`, which fetches the locked crates
 # carrying Envoy's .proto files (no protoc), and compiles them with proto/.
 COPY . .

@@ -492,7 +492,7 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
     if upstreams.specs.is_empty() {
         let origin = match &config.snapshot {
             Some(dir) => Origin::Dir(dir.clone()),
-            None => Origin::EmbeddedDemo,
+            None => crate::demo::origin(),
         };
         let feeder = FileFeeder::start(origin, intake.clone(), config.session_key);
         return Ok(Sessions::start(

@@ -45,6 +45,8 @@
 //!   the benchmarks call it through `app`).
 //! - `error_body`: the one JSON error body (`{"code", "message"}`, google.rpc.Status-shaped)
 //!   of both listeners, and the `Retry-After` of a 503.
+//! - `demo`: the demo snapshot (`examples/demo/`) that `build.rs` compiles into the binary,
+//!   handed to the snapshot producer when no upstream and no directory is given.
 //! - `drain`: the shutdown flag handlers read (readiness, long polls and watches refused,
 //!   held long polls answered, open watches ended).
 //! - `serve`: one listener's accept loop and connection limits (both listeners use it).
@@ -63,7 +65,7 @@
 //!
 //! Dependencies point one way, down the layers `tests/module_graph.rs`
 //! checks (`LAYERS`; `docs/architecture.md`, "Layers"): `app` → `admin`,
-//! `http` → `face` → `serve`, `auth`, `profiles` → `upstream` → `store`
+//! `http` → `face` → `serve`, `auth`, `profiles`, `demo` → `upstream` → `store`
 //! (the `Source` seam) → `observe`, `tls` → `cache`, `metrics` → `xds`,
 //! `config` → the leaves. A module may use any layer below its own.
 //! Only `app`, `config` and `xds` are public (for the binary, tests and
@@ -163,6 +165,7 @@ pub mod bench_support {
 
 mod admin;
 mod auth;
+mod demo;
 mod drain;
 mod error_body;
 mod face;

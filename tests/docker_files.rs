@@ -660,7 +660,7 @@ fn dockerignore_keeps_the_build_inputs_and_drops_the_bulk() {
 
     // What `cargo build --release --locked --bin xds-gateway` reads.
     let manifest: toml::Table = read("Cargo.toml").parse().expect("Cargo.toml");
-    let mut inputs: Vec<String> = ["Cargo.toml", "Cargo.lock", "crates/upstream/build.rs"]
+    let mut inputs: Vec<String> = ["Cargo.toml", "Cargo.lock", "build.rs"]
         .map(String::from)
         .to_vec();
     if let Some(build) = manifest["package"].get("build").and_then(|b| b.as_str()) {

@@ -547,7 +547,7 @@ const LAYERS: &[&[&str]] = &[
     &["app", "fuzz"],
     &["admin", "http"],
     &["face"],
-    &["serve", "auth", "profiles"],
+    &["serve", "auth", "profiles", "demo"],
     &["upstream"],
     &["store"],
     &["observe", "tls"],

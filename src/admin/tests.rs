@@ -15,13 +15,13 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::observe::ClientBook;
 use crate::store::Sessions;
-use crate::upstream::{FileFeeder, Origin};
+use crate::upstream::FileFeeder;
 use crate::xds::Codec;
 
 fn admin() -> Arc<Admin> {
     let config = Config::default();
     let intake = Intake::new(Codec::embedded());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, intake.clone(), config.session_key);
+    let feeder = FileFeeder::start(crate::demo::origin(), intake.clone(), config.session_key);
     let metrics = Arc::new(Metrics::new());
     let history = crate::observe::ConfigHistory::default();
     let source = Sessions::start(

@@ -183,7 +183,7 @@ fn demo_gateway() -> Arc<Gateway> {
         max_wait: Duration::from_millis(5),
         ..Config::default()
     };
-    file_gateway(Origin::EmbeddedDemo, intake, &config).0
+    file_gateway(crate::demo::origin(), intake, &config).0
 }
 
 /// A gateway over sessions on the snapshot `origin`, rendered with

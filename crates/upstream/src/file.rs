@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::snapshot::{embedded_demo, snapshot_paths, Snapshot, SnapshotError};
+use super::snapshot::{embedded, snapshot_paths, Snapshot, SnapshotError};
 use crate::cache::{Coverage, Intake, TypeState};
 use crate::config::SessionKey;
 use crate::log_escape::Escaped;
@@ -40,15 +40,17 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 pub enum Origin {
     /// A directory, watched for changes.
     Dir(PathBuf),
-    /// The demo compiled into the binary (`examples/demo/`); never changes.
-    EmbeddedDemo,
+    /// Files compiled into the binary, each as its path relative to the
+    /// snapshot's root and its text (the demo, `examples/demo/`); never
+    /// change.
+    Embedded(&'static [(&'static str, &'static str)]),
 }
 
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Origin::Dir(dir) => write!(f, "snapshot directory {}", dir.display()),
-            Origin::EmbeddedDemo => f.write_str("embedded demo snapshot (examples/demo)"),
+            Origin::Embedded(_) => f.write_str("embedded demo snapshot (examples/demo)"),
         }
     }
 }
@@ -167,7 +169,7 @@ impl FileSource {
     fn reload(&self) {
         let loaded = match &self.origin {
             Origin::Dir(dir) => Snapshot::load(dir, &self.intake),
-            Origin::EmbeddedDemo => Snapshot::build(embedded_demo(), &self.intake),
+            Origin::Embedded(files) => Snapshot::build(embedded(files), &self.intake),
         };
         let loaded = loaded.and_then(|snapshot| self.check_layers(snapshot));
         match loaded {
@@ -207,7 +209,7 @@ impl FileSource {
         }
         let root = match &self.origin {
             Origin::Dir(dir) => dir.clone(),
-            Origin::EmbeddedDemo => PathBuf::new(),
+            Origin::Embedded(_) => PathBuf::new(),
         };
         Err(nodes
             .into_iter()
@@ -289,7 +291,7 @@ mod tests {
     #[tokio::test]
     async fn no_answer_names_the_snapshot() {
         let feeder = FileFeeder::start(
-            Origin::EmbeddedDemo,
+            Origin::Embedded(&[]),
             Intake::new(Codec::embedded()),
             SessionKey::Node,
         );

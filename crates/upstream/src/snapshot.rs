@@ -8,7 +8,7 @@
 //! an object with a `resources` list, or several YAML documents.
 //!
 //! The files come from a directory or, for the bundled demo, from the
-//! binary itself ([`embedded_demo`]).
+//! binary itself (`embedded`).
 //!
 //! A resource's type comes from its `@type`, its name from its name field;
 //! a type's version is a digest of its (name, content digest) pairs, so the
@@ -305,13 +305,10 @@ fn decode(
     Ok((kind, resource))
 }
 
-mod demo {
-    include!(concat!(env!("OUT_DIR"), "/demo_snapshot.rs"));
-}
-
-/// The bundled `examples/demo/` snapshot, compiled into the binary.
-pub(super) fn embedded_demo() -> Vec<SourceFile> {
-    demo::DEMO_FILES
+/// A snapshot compiled into the binary (the bundled `examples/demo/`):
+/// each file as its path relative to the snapshot's root and its text.
+pub(super) fn embedded(files: &[(&str, &str)]) -> Vec<SourceFile> {
+    files
         .iter()
         .filter_map(|(rel, text)| {
             let path = PathBuf::from("examples/demo").join(rel);
@@ -417,9 +414,20 @@ mod tests {
         assert_eq!(without_json_position("fine"), "fine");
     }
 
+    /// The demo's files, read as the binary's build script embeds them,
+    /// make a snapshot of every type.
     #[test]
-    fn embedded_demo_loads() {
-        let files = embedded_demo();
+    fn an_embedded_snapshot_loads() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo");
+        let read: Vec<(String, String)> = snapshot_paths(&root)
+            .into_iter()
+            .map(|path| {
+                let rel = path.strip_prefix(&root).unwrap().to_string_lossy();
+                (rel.into_owned(), std::fs::read_to_string(&path).unwrap())
+            })
+            .collect();
+        let pairs: Vec<(&str, &str)> = read.iter().map(|(r, t)| (&r[..], &t[..])).collect();
+        let files = embedded(&pairs);
         assert!(!files.is_empty());
         let s = Snapshot::build(files, &Intake::new(Codec::embedded())).unwrap();
         for kind in [

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::observe::{AnsweredPoll, ClientBook, Standing};
 use crate::store::{Feed, Inspect, Namespace, Sessions};
 use crate::store::{LastError, ReplyView, SessionTypeView, SessionView, StreamView};
-use crate::upstream::{FileFeeder, Origin, Route, SotwFeeder, UpstreamContext};
+use crate::upstream::{FileFeeder, Route, SotwFeeder, UpstreamContext};
 use crate::xds::{Codec, ResourceType};
 
 const HOSTILE: &str = "<script>alert('x')</script>\"&";
@@ -370,7 +370,7 @@ async fn the_page_shows_a_sessions_stream_or_its_absence_from_the_view() {
     let intake = Intake::new(Codec::embedded());
 
     let metrics = Arc::new(Metrics::new());
-    let feeder = FileFeeder::start(Origin::EmbeddedDemo, intake.clone(), config.session_key);
+    let feeder = FileFeeder::start(crate::demo::origin(), intake.clone(), config.session_key);
     let snapshot = Sessions::start(
         Arc::new(feeder),
         intake.clone(),

@@ -54,7 +54,7 @@ fn gateway(config: Config) -> Arc<Gateway> {
 
 /// A gateway on the embedded demo snapshot.
 fn demo_gateway(config: Config) -> Arc<Gateway> {
-    file_gateway(Origin::EmbeddedDemo, config)
+    file_gateway(crate::demo::origin(), config)
 }
 
 /// A gateway on the snapshot `origin`.

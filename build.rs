@@ -1,5 +1,5 @@
-//! Embeds the repository's `examples/demo/` (the default snapshot) into the
-//! producers, and so into the binary. Envoy's descriptors, and the
+//! Embeds `examples/demo/` (the default snapshot) into the binary, which
+//! hands it to the producers (`src/demo.rs`). Envoy's descriptors, and the
 //! project's own messages in `proto/`, are compiled by the build script of
 //! the xDS vocabulary crate (`crates/xds/build.rs`).
 
@@ -17,7 +17,7 @@ fn main() {
 fn embed_demo_snapshot() {
     let root =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR set by cargo"))
-            .join("../../examples/demo");
+            .join("examples/demo");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     collect_files(&root, &mut files);
