@@ -1,28 +1,27 @@
-//! What the federation's memo of merged states (`Federation::merges`)
-//! earns. A poll naming clusters of two upstreams is answered from the
-//! union of both parts' states; the memo keeps that union per pair of part
-//! states, so the next poll of the same parts gets the same state, and with
-//! it the answers memo's body and selection digest.
+//! What the store's memo of merged states (`Routes::merges`, in
+//! `federation.rs`) earns. A poll naming clusters of two upstreams is
+//! answered from the union of both parts' states; the memo keeps that union
+//! per pair of part states, so the next poll of the same parts gets the
+//! same state, and with it the answers memo's body and selection digest.
 //!
-//! Cases, each a poll through the federation (the store's poll, then the
-//! state's answer, as the REST face makes them), answered 304 (the client
-//! presents the version it holds) and 200 (it presents none):
-//! - across both upstreams, through one federation (its memo holds the
-//!   merge from the poll before);
-//! - across both upstreams, through a new federation per poll: the parts
+//! Cases, each a poll through the sessions of two upstreams (the store's
+//! poll, then the state's answer, as the REST face makes them), answered
+//! 304 (the client presents the version it holds) and 200 (it presents
+//! none):
+//! - across both upstreams, the memo holding the merge from the poll before;
+//! - across both upstreams, the memo emptied before each poll: the parts
 //!   merged into a new state and its answer worked out again, which is what
 //!   every poll would cost without the memo;
-//! - the floor: the same number of clusters of one upstream, which a
-//!   federation hands to that upstream's sessions untouched.
+//! - the floor: the same number of clusters of one upstream, which the
+//!   store hands to that upstream's sessions untouched.
 //!
-//! Both upstreams are scripted sessions in this process (the store's
+//! Both upstreams are scripted feeders in this process (the store's
 //! `Script`, as the REST face's own tests use), each holding
 //! `FEDERATION_CLUSTERS` clusters (default 1,000; every one is named by
 //! the poll). Rounds alternate the cases; medians and the spread of the
 //! rounds' medians.
 //!
-//! The new federation's own building is measured apart and taken out of
-//! the ratios.
+//! Emptying the memo is measured apart and taken out of the ratios.
 //!
 //! Run: `cargo bench --bench federation` (`FEDERATION_ROUNDS`, default 7).
 //! Without `--bench` (under `cargo test --all-targets`) a smoke run: 20
@@ -39,7 +38,7 @@ use xds_gateway::xds::{Codec, ResourceType};
 use xds_gateway_cache::{Answer, Assembler, Intake, ParsedRequest, ParsedRequests};
 use xds_gateway_metrics::Metrics;
 use xds_gateway_observe::ConfigHistory;
-use xds_gateway_store::{Federation, Namespace, Script, Sessions, Source, UpstreamSlot};
+use xds_gateway_store::{Namespace, Script, Sessions, Source, UpstreamSlot};
 
 const CDS: ResourceType = ResourceType::Clusters;
 const EDGE: &str = "edge.example";
@@ -70,25 +69,21 @@ fn request(parsed: &ParsedRequests, names: &[String]) -> Arc<ParsedRequest> {
         .expect("the poll parses")
 }
 
-/// Sessions of one scripted upstream serving `names`.
-async fn upstream(intake: &Intake, names: &[String]) -> Arc<Sessions> {
+/// The upstream `name`, scripted to serve `names`.
+async fn upstream(intake: &Intake, name: &str, names: &[String]) -> UpstreamSlot {
     let script = Script::new(intake.clone());
-    let sessions = Sessions::start(
-        Arc::new(script.feeder()),
-        intake.clone(),
-        ConfigHistory::default(),
-        Arc::new(Metrics::new()),
-        &Config::default(),
-    );
     let resources: Vec<Value> = names.iter().map(|n| cluster(n)).collect();
     script.set(CDS, "1", &resources).await;
-    sessions
+    UpstreamSlot {
+        name: name.to_owned(),
+        feeder: Arc::new(script.feeder()),
+    }
 }
 
 /// One poll through `federation` and its answer: a 304 when `presented` is
 /// the version the poll is served, else the body's length.
 async fn poll(
-    federation: &Federation,
+    federation: &Sessions,
     assembler: &Assembler,
     request: &ParsedRequest,
     presented: &str,
@@ -130,21 +125,19 @@ async fn main() {
     let assembler = Assembler::new(intake.codec().clone());
     let mesh_names: Vec<String> = (0..clusters).map(|i| format!("mesh-{i}")).collect();
     let edge_names: Vec<String> = (0..clusters).map(edge_name).collect();
-    let slots = [
-        ("mesh", upstream(&intake, &mesh_names).await),
-        ("edge", upstream(&intake, &edge_names).await),
+    let slots = vec![
+        upstream(&intake, "mesh", &mesh_names).await,
+        upstream(&intake, "edge", &edge_names).await,
     ];
     let claims = BTreeMap::from([(EDGE.to_owned(), "edge".to_owned())]);
-    let federation = || {
-        let slots = slots
-            .iter()
-            .map(|(name, sessions)| UpstreamSlot {
-                name: (*name).to_owned(),
-                source: sessions.clone(),
-            })
-            .collect();
-        Federation::new(slots, Namespace::new(claims.clone(), "mesh", "mesh"))
-    };
+    let kept = Sessions::federated(
+        slots,
+        Namespace::new(claims, "mesh", "mesh"),
+        intake.clone(),
+        ConfigHistory::default(),
+        Arc::new(Metrics::new()),
+        &Config::default(),
+    );
     let parsed = ParsedRequests::new(SessionKey::Node);
     let half = clusters / 2;
     let across: Vec<String> = mesh_names[..half]
@@ -154,14 +147,14 @@ async fn main() {
         .collect();
     let across = request(&parsed, &across);
     let one = request(&parsed, &mesh_names);
-    let kept = federation();
     let (across_version, across_len) = poll(&kept, &assembler, &across, "").await;
     let (one_version, one_len) = poll(&kept, &assembler, &one, "").await;
     assert!(across_len > 0 && one_len > 0, "both polls are answered");
+    kept.forget_merges();
     assert_eq!(
-        poll(&federation(), &assembler, &across, "").await.0,
+        poll(&kept, &assembler, &across, "").await.0,
         across_version,
-        "a new federation serves the same version"
+        "a merge made again serves the same version"
     );
     println!(
         "federation bench ({}): {clusters} clusters named per poll (half of each upstream, or all of one); \
@@ -170,23 +163,13 @@ async fn main() {
     );
 
     type Case = (&'static str, bool, bool, bool);
-    // (label, across both upstreams, a new federation per poll, answered 304)
+    // (label, across both upstreams, the memo emptied per poll, answered 304)
     let cases: [Case; 6] = [
-        ("across both, one federation, 304", true, false, true),
-        (
-            "across both, a new federation per poll, 304",
-            true,
-            true,
-            true,
-        ),
+        ("across both, memo kept, 304", true, false, true),
+        ("across both, memo emptied per poll, 304", true, true, true),
         ("one upstream (floor), 304", false, false, true),
-        ("across both, one federation, 200", true, false, false),
-        (
-            "across both, a new federation per poll, 200",
-            true,
-            true,
-            false,
-        ),
+        ("across both, memo kept, 200", true, false, false),
+        ("across both, memo emptied per poll, 200", true, true, false),
         ("one upstream (floor), 200", false, false, false),
     ];
     let mut per_round: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
@@ -202,22 +185,21 @@ async fn main() {
             let presented = if not_modified { version.as_str() } else { "" };
             let started = Instant::now();
             for _ in 0..polls {
-                let answered = if fresh {
-                    poll(&federation(), &assembler, request, presented).await
-                } else {
-                    poll(&kept, &assembler, request, presented).await
-                };
+                if fresh {
+                    kept.forget_merges();
+                }
+                let answered = poll(&kept, &assembler, request, presented).await;
                 assert_eq!(&answered.0, version, "the same version each poll");
                 assert_eq!(answered.1 == 0, not_modified, "{}", cases[index].0);
             }
             per_round[index].push(started.elapsed().as_secs_f64() / polls as f64);
         }
     }
-    // What building a federation alone costs (part of each poll of the
-    // "new federation" cases, and no part of a poll without the memo).
+    // What emptying the memo alone costs (part of each poll of the
+    // "emptied" cases, and no part of a poll without the memo).
     let started = Instant::now();
     for _ in 0..polls {
-        std::hint::black_box(federation());
+        kept.forget_merges();
     }
     let building = started.elapsed().as_secs_f64() / polls as f64;
     let show = |secs: f64| format!("{:.1} µs", secs * 1e6);
@@ -230,7 +212,7 @@ async fn main() {
         println!("| {label} | {} | {}–{} |", show(m), show(lo), show(hi));
         medians.push(m);
     }
-    println!("\nbuilding a federation alone: {}", show(building));
+    println!("\nemptying the memo alone: {}", show(building));
     println!(
         "without the memo a poll across both costs {:.1}x (304) and {:.1}x (200) what it costs with it; \
          with it, {:.2}x (304) and {:.2}x (200) the floor's",

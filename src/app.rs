@@ -22,7 +22,7 @@ use crate::observe::history_file::{HistoryFile, HistoryFileError};
 use crate::observe::{ConfigHistory, HistorySink};
 use crate::profiles::{NodeProfiles, ProfileError};
 use crate::serve::{self, ListenerSpec, ServeLimits};
-use crate::store::{Federation, Feed, Feeder, Inspect, Namespace, Sessions, Source, UpstreamSlot};
+use crate::store::{Feed, Feeder, Inspect, Namespace, Sessions, Source, UpstreamSlot};
 use crate::tls::ServerTls;
 use crate::upstream::{
     AutoFeeder, Choose, DeltaFeeder, FetchFeeder, FileFeeder, Origin, Route, SotwFeeder,
@@ -193,12 +193,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         .counting(metrics.resources_rendered(), metrics.opaque_resources())
         .serving_keys(config.allow_secrets)
         .counting_keys_taken_out(metrics.redacted_resources());
-    let parts = SourceParts {
-        intake: intake.clone(),
-        history: history.clone(),
-        metrics: metrics.clone(),
-    };
-    let source = build_source(&config, &parts)?;
+    let source = build_source(&config, &intake, &history, &metrics)?;
     Ok(Prepared {
         config,
         metrics,
@@ -468,26 +463,17 @@ fn admin_limits(config: &Config) -> ServeLimits {
     }
 }
 
-/// What every source is built with, whichever kind: the intake, the
-/// config history its sessions record into (the admin views read the
-/// same), and the metrics.
-#[derive(Clone)]
-struct SourceParts {
-    intake: Intake,
-    history: ConfigHistory,
-    metrics: Arc<Metrics>,
-}
-
 /// What feeds the gateway: the snapshot without an upstream; one upstream
 /// in its configured mode (`auto` probes, then feeds its sessions as the
-/// mode it finds would, [`grpc_feeder`]); or, for several upstreams, a
-/// [`Federation`] of one source per upstream that owns names.
-fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, StartError> {
-    let SourceParts {
-        intake,
-        history,
-        metrics,
-    } = parts;
+/// mode it finds would, [`grpc_feeder`]); or, for several upstreams,
+/// sessions in one lane per upstream that owns names, each fed so. The
+/// sessions record into `history`, which the admin views read too.
+fn build_source(
+    config: &Config,
+    intake: &Intake,
+    history: &ConfigHistory,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<dyn Feed>, StartError> {
     let upstreams = config.upstream_set();
     if upstreams.specs.is_empty() {
         let origin = match &config.snapshot {
@@ -546,34 +532,41 @@ fn build_source(config: &Config, parts: &SourceParts) -> Result<Arc<dyn Feed>, S
             .collect();
         let slot = UpstreamSlot {
             name: spec.name.clone(),
-            source: upstream_source(
+            feeder: upstream_feeder(
                 spec,
                 Route::chain(chain),
                 namespace.for_owner(&spec.name),
                 config,
-                parts,
             ),
         };
         slots.push(slot);
     }
+    let (intake, history, metrics) = (intake.clone(), history.clone(), metrics.clone());
     if upstreams.single().is_some() {
         if let Some(only) = slots.pop() {
-            return Ok(only.source);
+            return Ok(Sessions::start(
+                only.feeder,
+                intake,
+                history,
+                metrics,
+                config,
+            ));
         }
     }
-    Ok(Arc::new(Federation::new(slots, namespace)))
+    Ok(Sessions::federated(
+        slots, namespace, intake, history, metrics, config,
+    ))
 }
 
-/// The sessions of one upstream (with its failover `route`), fed in its
-/// mode or, for `auto`, in the mode a probe finds.
-fn upstream_source(
+/// What feeds the sessions of one upstream (with its failover `route`):
+/// its mode or, for `auto`, the mode a probe finds.
+fn upstream_feeder(
     spec: &UpstreamSpec,
     route: Route,
     namespace: Namespace,
     config: &Config,
-    parts: &SourceParts,
-) -> Arc<dyn Feed> {
-    let feeder = match spec.mode {
+) -> Arc<dyn Feeder> {
+    match spec.mode {
         UpstreamMode::Auto => {
             let ctx = route.primary().clone();
             let first_wait = config.first_response_timeout;
@@ -587,13 +580,7 @@ fn upstream_source(
             Arc::new(AutoFeeder::start(ctx, first_wait, choose))
         }
         mode => grpc_feeder(mode, spec.streams, route, namespace, config),
-    };
-    let SourceParts {
-        intake,
-        history,
-        metrics,
-    } = parts.clone();
-    Sessions::start(feeder, intake, history, metrics, config)
+    }
 }
 
 /// What feeds sessions from an upstream `route` spoken to in `mode` on

@@ -9,10 +9,11 @@
 //! which kind of source is behind the seam; `app.rs` alone chooses.
 //!
 //! Here live the sessions ([`Sessions`]: one `Session` per node identity,
-//! shared by every client of that identity), what each holds (per type, the
-//! state its producer published last, its node, what the upstream refused,
-//! its upstream log), the router of several upstreams by namespace
-//! ([`Federation`]) and the typed views of all of it (`view.rs`). What fills
+//! shared by every client of that identity, in one lane per upstream that
+//! owns names), what each holds (per type, the state its producer published
+//! last, its node, what the upstream refused, its upstream log), how a poll
+//! is routed among several upstreams by namespace (`federation.rs`) and
+//! the typed views of all of it (`view.rs`). What fills
 //! a session is a producer, started per session through the [`Feeder`] seam
 //! and written in the gateway's `upstream`: the store names no producer,
 //! and producers hold only a narrow handle on the session they feed
@@ -54,7 +55,7 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::future::BoxFuture;
 use tonic::Code;
 
-pub use federation::{Federation, UpstreamSlot};
+pub use federation::UpstreamSlot;
 pub use feeder::Feeder;
 pub use namespace::{Foreign, Namespace};
 pub use node::NodeBytes;
@@ -116,7 +117,7 @@ pub trait Inspect: Send + Sync + fmt::Debug {
 }
 
 /// A source as `app.rs` owns it: served through [`Source`], read through
-/// [`Inspect`], closed at shutdown. Federation holds its parts as feeds too.
+/// [`Inspect`], closed at shutdown.
 pub trait Feed: Source + Inspect {
     /// Stops every task the source runs (at shutdown).
     fn close(&self);

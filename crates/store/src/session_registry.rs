@@ -1,5 +1,6 @@
 //! Sessions as a [`Source`]: the registry of live sessions, one per node
-//! identity, and how a poll is answered from one.
+//! identity and upstream that owns names, and how a poll is answered from
+//! them.
 //!
 //! A session is created for the first client of an identity (bounded in
 //! number and in the bytes of the nodes sessions hold, and per principal by
@@ -10,7 +11,9 @@
 //! What feeds a session (an upstream stream, the upstream's unary calls,
 //! the snapshot) is the [`Feeder`]'s business; the registry only starts
 //! it, and asks a feeder that is not pushed to to freshen a type before a
-//! poll reads it.
+//! poll reads it. With several upstreams owning names, each has a lane of
+//! sessions fed by its own feeder, and a poll is routed to the lanes owning
+//! its names (`federation.rs`).
 //!
 //! The global map is locked only to look up, insert and remove: a new
 //! identity's node is decoded outside it (a few at a time, big ones on a
@@ -23,19 +26,21 @@
 //! [`SETTLE`] (servers send nothing for names that do not exist), else up to
 //! the first-response timeout.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use futures::future::BoxFuture;
+use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::info;
 
+use super::federation::{merge, Routes, UpstreamSlot};
 use super::feeder::Feeder;
+use super::namespace::Namespace;
 use super::node::{decode_node, NodeInterner};
 use super::polled::{suspicion_message, PollChannel, Polled};
 use super::publisher::Publisher;
@@ -76,10 +81,13 @@ struct Limits {
     max_answer_bytes: Option<u64>,
 }
 
-/// A [`Source`] of sessions, each fed by `feeder`.
+/// A [`Source`] of sessions, in one lane per upstream that owns names.
 #[derive(Debug)]
 pub struct Sessions {
-    feeder: Arc<dyn Feeder>,
+    /// The default upstream's first; one alone without federation.
+    lanes: Box<[Lane]>,
+    /// With several lanes: which owns each name, and merged answers.
+    routes: Option<Routes>,
     sessions: Mutex<Registry>,
     decoding: Semaphore,
     /// The extension lists of the sessions' nodes, one per distinct list.
@@ -96,10 +104,31 @@ pub struct Sessions {
     sweeper: Mutex<Option<AbortOnDrop>>,
 }
 
+/// The sessions serving one upstream's names, and what feeds them.
+#[derive(Debug)]
+struct Lane {
+    /// With several upstreams, the `[[upstream]]` whose names it serves.
+    serves: Option<String>,
+    feeder: Arc<dyn Feeder>,
+}
+
+impl Lane {
+    /// `what` said of this lane, among several.
+    fn label(&self, what: String) -> String {
+        match &self.serves {
+            Some(upstream) => format!("{upstream}: {what}"),
+            None => what,
+        }
+    }
+}
+
 /// The live sessions and the node bytes they hold.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Registry {
-    sessions: HashMap<IdentityKey, Entry>,
+    /// One map per lane, in the lanes' order.
+    lanes: Box<[HashMap<IdentityKey, Entry>]>,
+    /// Sessions in every lane.
+    open: usize,
     bytes: usize,
 }
 
@@ -116,22 +145,21 @@ struct Entry {
 }
 
 impl Registry {
-    /// Why a session of `bytes` cannot be added now, if so.
     /// Whether a new session whose node is `bytes` may open: within the
     /// count, the nodes' bytes, and (with a memory budget) the answers its
     /// stream and every other would hold if the upstream's largest answer
     /// reached them all at once (`answer`: its bytes).
     fn room_for(&self, bytes: usize, answer: usize, limits: &Limits) -> Result<(), SourceError> {
-        if self.sessions.len() >= limits.max_sessions {
+        if self.open >= limits.max_sessions {
             return Err(SourceError::TooManySessions {
                 max: limits.max_sessions,
             });
         }
         if let Some(max) = limits.max_answer_bytes {
-            let streams = self.sessions.len() as u64 + 1;
+            let streams = self.open as u64 + 1;
             if streams.saturating_mul(answer as u64) > max {
                 return Err(SourceError::AnswerBytes {
-                    sessions: self.sessions.len(),
+                    sessions: self.open,
                     answer,
                     max,
                 });
@@ -147,8 +175,8 @@ impl Registry {
         Ok(())
     }
 
-    fn existing(&self, key: &IdentityKey) -> Option<Arc<Session>> {
-        let session = &self.sessions.get(key)?.session;
+    fn existing(&self, lane: usize, key: &IdentityKey) -> Option<Arc<Session>> {
+        let session = &self.lanes[lane].get(key)?.session;
         session.touch();
         Some(session.clone())
     }
@@ -164,9 +192,53 @@ impl Sessions {
         metrics: Arc<Metrics>,
         config: &Config,
     ) -> Arc<Sessions> {
-        let sessions = Arc::new(Sessions {
+        let lanes = Box::new([Lane {
+            serves: None,
             feeder,
-            sessions: Mutex::default(),
+        }]);
+        Sessions::of_lanes(lanes, None, intake, history, metrics, config)
+    }
+
+    /// Sessions of several upstreams, one lane per slot (the default
+    /// first), each poll routed to the slots owning its names by
+    /// `namespace`.
+    pub fn federated(
+        slots: Vec<UpstreamSlot>,
+        namespace: Namespace,
+        intake: Intake,
+        history: ConfigHistory,
+        metrics: Arc<Metrics>,
+        config: &Config,
+    ) -> Arc<Sessions> {
+        let owners = slots.iter().map(|slot| slot.name.clone()).collect();
+        let lanes = slots
+            .into_iter()
+            .map(|slot| Lane {
+                serves: Some(slot.name),
+                feeder: slot.feeder,
+            })
+            .collect();
+        let routes = Some(Routes::new(namespace, owners));
+        Sessions::of_lanes(lanes, routes, intake, history, metrics, config)
+    }
+
+    fn of_lanes(
+        lanes: Box<[Lane]>,
+        routes: Option<Routes>,
+        intake: Intake,
+        history: ConfigHistory,
+        metrics: Arc<Metrics>,
+        config: &Config,
+    ) -> Arc<Sessions> {
+        let registry = Registry {
+            lanes: lanes.iter().map(|_| HashMap::new()).collect(),
+            open: 0,
+            bytes: 0,
+        };
+        let sessions = Arc::new(Sessions {
+            lanes,
+            routes,
+            sessions: Mutex::new(registry),
             decoding: Semaphore::new(DECODES_AT_ONCE),
             nodes: NodeInterner::default(),
             intake,
@@ -213,12 +285,13 @@ impl Sessions {
         (self.limits.idle_timeout / 4).clamp(Duration::from_millis(50), SWEEP_EVERY_MAX)
     }
 
-    /// The session of the request's identity, created (and its feeder
-    /// started) for the first client of that identity. The request's `node`
-    /// is decoded only then, outside the registry's lock. A new session
-    /// counts against `tenant`'s share until it closes.
+    /// The session of the request's identity in `lane`, created (and its
+    /// feeder started) for the first client of that identity. The request's
+    /// `node` is decoded only then, outside the registry's lock. A new
+    /// session counts against `tenant`'s share until it closes.
     async fn session(
         &self,
+        lane: usize,
         request: &ParsedRequest,
         tenant: Option<&Tenant>,
     ) -> Result<Arc<Session>, SourceError> {
@@ -226,7 +299,7 @@ impl Sessions {
         let bytes = request.node_bytes();
         {
             let registry = self.lock();
-            if let Some(session) = registry.existing(key) {
+            if let Some(session) = registry.existing(lane, key) {
                 return Ok(session);
             }
             self.share.check(tenant)?;
@@ -235,7 +308,7 @@ impl Sessions {
         }
         // The semaphore is never closed.
         let _decoding = self.decoding.acquire().await;
-        if let Some(session) = self.lock().existing(key) {
+        if let Some(session) = self.lock().existing(lane, key) {
             return Ok(session);
         }
         let node = if bytes > DECODE_OFF_THREAD_BYTES {
@@ -247,7 +320,7 @@ impl Sessions {
             decode_node(&self.intake, request.node_json())?
         };
         let mut registry = self.lock();
-        if let Some(session) = registry.existing(key) {
+        if let Some(session) = registry.existing(lane, key) {
             return Ok(session);
         }
         registry.room_for(bytes, self.intake.largest_answer(), &self.limits)?;
@@ -262,9 +335,10 @@ impl Sessions {
             .intern(node)
             .with_parameters(request.parameters().clone());
         let (session, commands) = Session::recorded(node, Some(history));
-        session.attach_task(self.feeder.start(Publisher::of(&session), commands));
+        let publisher = Publisher::of(&session);
+        session.attach_task(self.lanes[lane].feeder.start(publisher, commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
-        registry.sessions.insert(
+        registry.lanes[lane].insert(
             key.clone(),
             Entry {
                 session: session.clone(),
@@ -274,7 +348,8 @@ impl Sessions {
             },
         );
         registry.bytes += bytes;
-        self.metrics.set_sessions(registry.sessions.len());
+        registry.open += 1;
+        self.metrics.set_sessions(registry.open);
         Ok(session)
     }
 
@@ -283,20 +358,23 @@ impl Sessions {
         let idle_timeout = self.limits.idle_timeout;
         let mut registry = self.lock();
         let mut freed = 0;
-        registry.sessions.retain(|_, entry| {
-            let session = &entry.session;
-            if session.idle_for(now) >= idle_timeout {
-                info!(node = %Escaped(&session.node.id), "session idle: closed");
-                session.close();
-                freed += entry.bytes;
-                false
-            } else {
-                session.prune(now, idle_timeout);
-                true
-            }
-        });
+        for lane in registry.lanes.iter_mut() {
+            lane.retain(|_, entry| {
+                let session = &entry.session;
+                if session.idle_for(now) >= idle_timeout {
+                    info!(node = %Escaped(&session.node.id), "session idle: closed");
+                    session.close();
+                    freed += entry.bytes;
+                    false
+                } else {
+                    session.prune(now, idle_timeout);
+                    true
+                }
+            });
+        }
         registry.bytes -= freed;
-        self.metrics.set_sessions(registry.sessions.len());
+        registry.open = registry.lanes.iter().map(HashMap::len).sum();
+        self.metrics.set_sessions(registry.open);
     }
 
     /// Waits up to `wait` for a state covering `names` (see
@@ -329,26 +407,67 @@ impl Sessions {
         }
     }
 
-    async fn poll_session(
+    /// The poll of `request`: the answer of the lane owning its names, or
+    /// the merge of the answers of the lanes owning some.
+    async fn poll_routed(
         &self,
         kind: ResourceType,
         request: &ParsedRequest,
         tenant: Option<&Tenant>,
     ) -> Result<Polled, SourceError> {
-        if let Some(pending) = self.feeder.pending() {
+        let Some(routes) = &self.routes else {
+            return self.poll_lane(0, kind, request, tenant).await;
+        };
+        let groups = routes.route(request.names());
+        if groups.len() <= 1 {
+            let lane = groups.keys().next().copied().unwrap_or(0);
+            return self.poll_lane(lane, kind, request, tenant).await;
+        }
+        let parts: Vec<(usize, ParsedRequest)> = groups
+            .into_iter()
+            .map(|(lane, names)| (lane, request.narrowed(crate::cache::Names::Named(names))))
+            .collect();
+        let polled = join_all(
+            parts
+                .iter()
+                .map(|(lane, part)| self.poll_lane(*lane, kind, part, tenant)),
+        )
+        .await;
+        let parts = polled.into_iter().collect::<Result<Vec<Polled>, _>>()?;
+        Ok(routes.merged(kind, parts))
+    }
+
+    /// Forgets the merged answers kept for polls across upstreams (for the
+    /// bench of what keeping them earns).
+    #[doc(hidden)]
+    pub fn forget_merges(&self) {
+        if let Some(routes) = &self.routes {
+            routes.forget_merges();
+        }
+    }
+
+    async fn poll_lane(
+        &self,
+        lane: usize,
+        kind: ResourceType,
+        request: &ParsedRequest,
+        tenant: Option<&Tenant>,
+    ) -> Result<Polled, SourceError> {
+        let feeder = &self.lanes[lane].feeder;
+        if let Some(pending) = feeder.pending() {
             pending.await?;
         }
-        if !self.feeder.carries(kind) {
-            let from = self.feeder.describe();
+        if !feeder.carries(kind) {
+            let from = feeder.describe();
             return Err(SourceError::DeltaOnly { kind, from });
         }
-        if let Some(unavailable) = self.feeder.unavailable() {
+        if let Some(unavailable) = feeder.unavailable() {
             return Err(unavailable);
         }
-        if request.node_id().is_empty() && self.feeder.upstream_name().is_some() {
+        if request.node_id().is_empty() && feeder.upstream_name().is_some() {
             return Err(SourceError::NoNodeId);
         }
-        let session = self.session(request, tenant).await?;
+        let session = self.session(lane, request, tenant).await?;
         let now = tokio::time::Instant::now();
         if let Some(aside) = session.unserved.check(kind, now) {
             return Err(SourceError::Unserved {
@@ -375,7 +494,7 @@ impl Sessions {
             // Set aside, and its time is up: ask the upstream again.
             session.send(Command::Resubscribe(kind));
         }
-        let freshen_every = self.feeder.freshened_every();
+        let freshen_every = feeder.freshened_every();
         if freshen_every.is_some() {
             // Asked rather than pushed to: the state is brought up to date
             // first. A poll with no state to fall back on gets the failure.
@@ -400,7 +519,7 @@ impl Sessions {
             .ok_or_else(|| match session.upstream.refusal(kind) {
                 Some(detail) => SourceError::Refused { kind, detail },
                 None => SourceError::NoAnswer {
-                    from: self.feeder.answers_from(),
+                    from: feeder.answers_from(),
                     kind,
                     within,
                 },
@@ -437,26 +556,106 @@ impl Source for Sessions {
         request: &'a ParsedRequest,
         tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
-        self.poll_session(kind, request, tenant).boxed()
+        self.poll_routed(kind, request, tenant).boxed()
     }
 
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
-        self.feeder.pass_through(call)
+        self.lanes[0].feeder.pass_through(call)
     }
 }
 
 impl Inspect for Sessions {
     fn status(&self) -> Status {
         let mut status = Status {
-            ready: self.feeder.is_ready(),
-            description: self.feeder.describe(),
-            problems: self.feeder.problems(),
+            ready: true,
             ..Status::default()
         };
+        let mut descriptions = Vec::new();
         let registry = self.lock();
-        status.sessions = registry.sessions.len();
-        for entry in registry.sessions.values() {
+        for (lane, sessions) in self.lanes.iter().zip(registry.lanes.iter()) {
+            status.ready &= lane.feeder.is_ready();
+            descriptions.push(lane.label(lane.feeder.describe()));
+            let problems = lane.feeder.problems().into_iter();
+            status.problems.extend(problems.map(|p| lane.label(p)));
+            lane.sessions_status(sessions, &mut status);
+        }
+        status.description = descriptions.join("; ");
+        status
+    }
+
+    fn states_of(&self, node_id: &str) -> Vec<Arc<crate::cache::TypeState>> {
+        let mut by_kind: BTreeMap<ResourceType, Vec<Arc<TypeState>>> = BTreeMap::new();
+        for sessions in self.lock().lanes.iter() {
+            let session = sessions
+                .values()
+                .find(|entry| entry.session.node.id == node_id);
+            for state in session.map(|e| e.session.states()).unwrap_or_default() {
+                by_kind.entry(state.kind).or_default().push(state);
+            }
+        }
+        by_kind
+            .into_iter()
+            .map(|(kind, states)| match states.as_slice() {
+                [one] => one.clone(),
+                _ => Arc::new(merge(kind, &states)),
+            })
+            .collect()
+    }
+
+    fn placements_of(&self, node_id: &str) -> Vec<super::StreamPlacement> {
+        let mut placements = Vec::new();
+        let registry = self.lock();
+        for (lane, sessions) in self.lanes.iter().zip(registry.lanes.iter()) {
+            let serves = lane.feeder.upstream_name().unwrap_or_default();
+            let of_node = sessions
+                .values()
+                .filter(|entry| entry.session.node.id == node_id);
+            placements.extend(
+                of_node
+                    .flat_map(|entry| entry.session.upstream.placements())
+                    .map(|(stream, placement)| super::StreamPlacement {
+                        serves: serves.to_owned(),
+                        stream: stream.map_or("ads", ResourceType::short_name),
+                        placement,
+                    }),
+            );
+        }
+        placements
+    }
+
+    fn sessions(&self) -> Vec<SessionView> {
+        let mut all = Vec::new();
+        let registry = self.lock();
+        for (lane, sessions) in self.lanes.iter().zip(registry.lanes.iter()) {
+            let description = lane.feeder.describe();
+            // A snapshot has no stream to show.
+            let streamed = lane.feeder.upstream_name().is_some();
+            let mut views: Vec<SessionView> = sessions
+                .values()
+                .map(|entry| SessionView {
+                    serves: lane.serves.clone(),
+                    ..entry.session.view(description.clone(), streamed)
+                })
+                .collect();
+            views.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+            all.extend(views);
+        }
+        all
+    }
+}
+
+impl Lane {
+    /// Adds what this lane's `sessions` say to `status`: counts,
+    /// failovers, what is set aside or refused, and why stale or waiting
+    /// ones are.
+    fn sessions_status(&self, sessions: &HashMap<IdentityKey, Entry>, status: &mut Status) {
+        status.sessions += sessions.len();
+        for entry in sessions.values() {
             let session = &entry.session;
+            let node = format!(
+                "node {:?} (cluster {:?})",
+                session.node.id, session.node.cluster
+            );
             if session.upstream.failed_over() {
                 status.failed_over_sessions += 1;
                 if status.failovers.len() < SESSION_ERRORS_SHOWN {
@@ -469,12 +668,9 @@ impl Inspect for Sessions {
                             format!("{lane} on {} since {} ({})", p.upstream, p.since, p.reason)
                         })
                         .collect();
-                    status.failovers.push(format!(
-                        "node {:?} (cluster {:?}): {}",
-                        session.node.id,
-                        session.node.cluster,
-                        placements.join("; ").trim_start()
-                    ));
+                    let placements = placements.join("; ");
+                    let failover = format!("{node}: {}", placements.trim_start());
+                    status.failovers.push(self.label(failover));
                 }
             }
             let now = tokio::time::Instant::now();
@@ -487,12 +683,10 @@ impl Inspect for Sessions {
             });
             for (what, refused, since) in types.chain(names) {
                 if status.problems.len() < SESSION_ERRORS_SHOWN {
-                    status.problems.push(format!(
-                        "node {:?} (cluster {:?}): {what} set aside since {}: {refused}; its polls get an error until the upstream is asked again",
-                        session.node.id,
-                        session.node.cluster,
-                        humantime::format_rfc3339_seconds(since)
-                    ));
+                    let since = humantime::format_rfc3339_seconds(since);
+                    status.problems.push(self.label(format!(
+                        "{node}: {what} set aside since {since}: {refused}; its polls get an error until the upstream is asked again"
+                    )));
                 }
             }
             let refusals = session.upstream.refusals();
@@ -500,10 +694,10 @@ impl Inspect for Sessions {
                 status.refusing_sessions += 1;
                 if status.problems.len() < SESSION_ERRORS_SHOWN {
                     for (kind, version, detail) in refusals {
-                        status.problems.push(format!(
-                            "node {:?} (cluster {:?}): the gateway refuses the upstream's answers of {} (NACK, presenting version {version:?}): {detail}",
-                            session.node.id, session.node.cluster, kind.type_url()
-                        ));
+                        status.problems.push(self.label(format!(
+                            "{node}: the gateway refuses the upstream's answers of {} (NACK, presenting version {version:?}): {detail}",
+                            kind.type_url()
+                        )));
                     }
                 }
             }
@@ -520,56 +714,10 @@ impl Inspect for Sessions {
                 continue;
             };
             if status.session_errors.len() < SESSION_ERRORS_SHOWN {
-                status.session_errors.push(format!(
-                    "node {:?} (cluster {:?}): {state}; last upstream error: {error}",
-                    session.node.id, session.node.cluster
-                ));
+                let error = format!("{node}: {state}; last upstream error: {error}");
+                status.session_errors.push(self.label(error));
             }
         }
-        status
-    }
-
-    fn states_of(&self, node_id: &str) -> Vec<Arc<crate::cache::TypeState>> {
-        let registry = self.lock();
-        let session = registry
-            .sessions
-            .values()
-            .find(|entry| entry.session.node.id == node_id);
-        session.map(|e| e.session.states()).unwrap_or_default()
-    }
-
-    fn placements_of(&self, node_id: &str) -> Vec<super::StreamPlacement> {
-        let registry = self.lock();
-        let serves = self
-            .feeder
-            .upstream_name()
-            .map(str::to_owned)
-            .unwrap_or_default();
-        registry
-            .sessions
-            .values()
-            .filter(|entry| entry.session.node.id == node_id)
-            .flat_map(|entry| entry.session.upstream.placements())
-            .map(|(lane, placement)| super::StreamPlacement {
-                serves: serves.clone(),
-                stream: lane.map_or("ads", ResourceType::short_name),
-                placement,
-            })
-            .collect()
-    }
-
-    fn sessions(&self) -> Vec<SessionView> {
-        let description = self.feeder.describe();
-        // A snapshot has no stream to show.
-        let streamed = self.feeder.upstream_name().is_some();
-        let registry = self.lock();
-        let mut views: Vec<SessionView> = registry
-            .sessions
-            .values()
-            .map(|entry| entry.session.view(description.clone(), streamed))
-            .collect();
-        views.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        views
     }
 }
 
@@ -577,10 +725,12 @@ impl Feed for Sessions {
     fn close(&self) {
         self.sweeper_lock().take();
         let mut registry = self.lock();
-        for (_, entry) in registry.sessions.drain() {
-            entry.session.close();
+        for lane in registry.lanes.iter_mut() {
+            for (_, entry) in lane.drain() {
+                entry.session.close();
+            }
         }
-        registry.bytes = 0;
+        (registry.open, registry.bytes) = (0, 0);
         self.metrics.set_sessions(0);
     }
 }
@@ -703,7 +853,7 @@ mod tests {
         assert!(huge.node_bytes() > 2_000_000);
         let opening = {
             let sessions = sessions.clone();
-            tokio::spawn(async move { sessions.session(&huge, None).await.map(|_| ()) })
+            tokio::spawn(async move { sessions.session(0, &huge, None).await.map(|_| ()) })
         };
         let decoding = || sessions.decoding.available_permits() < DECODES_AT_ONCE;
         while !decoding() {
@@ -719,5 +869,94 @@ mod tests {
         );
         opening.await.unwrap().unwrap();
         assert_eq!(sessions.status().sessions, 2);
+    }
+
+    fn cluster(name: &str) -> serde_json::Value {
+        serde_json::json!({"@type": ResourceType::Clusters.type_url(), "name": name,
+                           "connect_timeout": "1s"})
+    }
+
+    const EDGE_A: &str = "xdstp://edge.example/envoy.config.cluster.v3.Cluster/a";
+
+    /// Sessions of two scripted upstreams: "mesh" (the default) serving
+    /// `b`, and "edge", claiming `edge.example`, serving [`EDGE_A`].
+    async fn mesh_and_edge(config: &Config) -> (Arc<Sessions>, [Arc<Script>; 2]) {
+        let intake = Intake::new(Codec::embedded());
+        let (mesh, edge) = (Script::new(intake.clone()), Script::new(intake.clone()));
+        mesh.set(ResourceType::Clusters, "m1", &[cluster("b")])
+            .await;
+        edge.set(ResourceType::Clusters, "e1", &[cluster(EDGE_A)])
+            .await;
+        let slot = |name: &str, script: &Arc<Script>| UpstreamSlot {
+            name: name.to_owned(),
+            feeder: Arc::new(script.feeder()),
+        };
+        let claims = [("edge.example".to_owned(), "edge".to_owned())].into();
+        let sessions = Sessions::federated(
+            vec![slot("mesh", &mesh), slot("edge", &edge)],
+            Namespace::new(claims, "mesh", "mesh"),
+            intake,
+            crate::observe::ConfigHistory::default(),
+            Arc::new(Metrics::new()),
+            config,
+        );
+        (sessions, [mesh, edge])
+    }
+
+    fn poll_of(parsed: &ParsedRequests, id: &str, names: &[&str]) -> Arc<ParsedRequest> {
+        let body = serde_json::json!({"node": {"id": id}, "resource_names": names});
+        parsed.parse(body.to_string().into()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_poll_across_upstreams_is_answered_from_each_owners_sessions_merged() {
+        let (sessions, [mesh, edge]) = mesh_and_edge(&Config::default()).await;
+        let parsed = ParsedRequests::new(SessionKey::Node);
+        let both = poll_of(&parsed, "n", &["b", EDGE_A]);
+        let polled = sessions.poll(ResourceType::Clusters, &both, None).await;
+        let state = polled.unwrap().state().clone();
+        let names: Vec<&str> = state.resources.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["b", EDGE_A]);
+        assert_eq!(state.version, "m1,e1");
+        assert_eq!((mesh.sessions_started(), edge.sessions_started()), (1, 1));
+        let views = sessions.sessions();
+        let serves: Vec<_> = views.iter().map(|v| v.serves.as_deref()).collect();
+        assert_eq!(serves, [Some("mesh"), Some("edge")]);
+        let status = sessions.status();
+        assert_eq!(status.sessions, 2);
+        assert!(status.description.starts_with("mesh: "), "{status:?}");
+        let merged = sessions.states_of("n");
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].resources.len(), 2);
+
+        let mesh_only = poll_of(&parsed, "n", &["b"]);
+        let polled = sessions
+            .poll(ResourceType::Clusters, &mesh_only, None)
+            .await;
+        assert_eq!(polled.unwrap().state().version, "m1");
+    }
+
+    /// `--max-sessions` bounds the sessions of every upstream together.
+    #[tokio::test]
+    async fn the_session_limit_counts_every_upstreams_sessions() {
+        let config = Config {
+            max_sessions: 1,
+            ..Config::default()
+        };
+        let (sessions, _scripts) = mesh_and_edge(&config).await;
+        let parsed = ParsedRequests::new(SessionKey::Node);
+        let mesh_poll = poll_of(&parsed, "n", &["b"]);
+        sessions
+            .poll(ResourceType::Clusters, &mesh_poll, None)
+            .await
+            .unwrap();
+        let edge_poll = poll_of(&parsed, "n", &[EDGE_A]);
+        let refused = sessions
+            .poll(ResourceType::Clusters, &edge_poll, None)
+            .await;
+        assert!(
+            matches!(refused, Err(SourceError::TooManySessions { max: 1 })),
+            "{refused:?}"
+        );
     }
 }
