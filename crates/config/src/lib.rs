@@ -167,10 +167,7 @@ impl Config {
     /// Lays `cli` (flags over environment, as clap read them) over the
     /// `--config` file it names, over the defaults; then validates.
     pub fn from_settings(cli: Settings) -> Result<Config, ConfigError> {
-        let file = match &cli.config {
-            Some(path) => Some(Settings::read_file(path)?),
-            None => None,
-        };
+        let file = cli.config.as_deref().map(Settings::read_file).transpose()?;
         Config::from_layers(file, cli)
     }
 
@@ -303,8 +300,7 @@ impl Config {
                 "--upstream-cert and --upstream-key go together",
             ));
         }
-        let tls_given = self.upstream_tls != UpstreamTls::default();
-        if tls_given
+        if self.upstream_tls != UpstreamTls::default()
             && !self
                 .upstream
                 .as_deref()
@@ -378,21 +374,8 @@ impl Config {
     /// the default's URI, which every single-upstream rule reads), or makes
     /// the one upstream of the flat flags.
     fn check_upstreams(&mut self) -> Result<(), ConfigError> {
-        let inherited = upstreams::Inherited {
-            mode: self.upstream_mode,
-            streams: self.upstream_streams,
-            headers: &self.upstream_headers,
-            keepalive: self.upstream_keepalive,
-            node_first_only: self.upstream_node_first_only,
-            reflection: self.upstream_reflection,
-        };
         if self.upstream_tables.is_empty() {
-            self.upstreams = match &self.upstream {
-                Some(uri) => {
-                    Upstreams::from_flags(uri.clone(), self.upstream_tls.clone(), &inherited)
-                }
-                None => Upstreams::default(),
-            };
+            self.upstreams = self.flag_upstreams();
             return Ok(());
         }
         if self.upstream_tls != UpstreamTls::default() {
@@ -402,7 +385,7 @@ impl Config {
             ));
         }
         let tables = std::mem::take(&mut self.upstream_tables);
-        let upstreams = Upstreams::from_tables(tables, &inherited)?;
+        let upstreams = Upstreams::from_tables(tables, &self.inherited())?;
         self.upstream = upstreams.default_spec().map(|s| s.uri.clone());
         self.upstreams = upstreams;
         Ok(())
@@ -414,20 +397,26 @@ impl Config {
         if !self.upstreams.specs.is_empty() {
             return self.upstreams.clone();
         }
-        match &self.upstream {
-            Some(uri) => Upstreams::from_flags(
-                uri.clone(),
-                self.upstream_tls.clone(),
-                &upstreams::Inherited {
-                    mode: self.upstream_mode,
-                    streams: self.upstream_streams,
-                    headers: &self.upstream_headers,
-                    keepalive: self.upstream_keepalive,
-                    node_first_only: self.upstream_node_first_only,
-                    reflection: self.upstream_reflection,
-                },
-            ),
-            None => Upstreams::default(),
+        self.flag_upstreams()
+    }
+
+    /// The one upstream the flat `--upstream*` fields describe, if any.
+    fn flag_upstreams(&self) -> Upstreams {
+        let Some(uri) = &self.upstream else {
+            return Upstreams::default();
+        };
+        Upstreams::from_flags(uri.clone(), self.upstream_tls.clone(), &self.inherited())
+    }
+
+    /// The defaults an `[[upstream]]` table falls back on.
+    fn inherited(&self) -> upstreams::Inherited<'_> {
+        upstreams::Inherited {
+            mode: self.upstream_mode,
+            streams: self.upstream_streams,
+            headers: &self.upstream_headers,
+            keepalive: self.upstream_keepalive,
+            node_first_only: self.upstream_node_first_only,
+            reflection: self.upstream_reflection,
         }
     }
 }

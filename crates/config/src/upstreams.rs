@@ -248,23 +248,18 @@ impl Upstreams {
         if tables.is_empty() {
             return Err(invalid("upstream", "[[upstream]] needs at least one table"));
         }
-        let defaults = tables.iter().filter(|t| t.default).count();
-        if defaults > 1 {
+        if tables.iter().filter(|t| t.default).count() > 1 {
             return Err(invalid(
                 "upstream",
                 "more than one [[upstream]] table says default = true; one upstream serves plain names",
             ));
         }
-        let mut specs = Vec::new();
-        let mut default_at = 0;
-        for (i, table) in tables.into_iter().enumerate() {
-            if table.default {
-                default_at = i;
-            }
-            specs.push(spec_of(table, inherited)?);
-        }
-        let default = specs.remove(default_at);
-        specs.insert(0, default);
+        let default_at = tables.iter().position(|t| t.default).unwrap_or(0);
+        let mut specs = tables
+            .into_iter()
+            .map(|table| spec_of(table, inherited))
+            .collect::<Result<Vec<_>, _>>()?;
+        specs[..=default_at].rotate_right(1);
         let upstreams = Upstreams { specs };
         upstreams.check()?;
         Ok(upstreams)
@@ -356,21 +351,12 @@ impl Upstreams {
                     ),
                 ));
             }
+            // The chain stops at a name it already holds: a failover past
+            // its end is a cycle.
             let chain = self.chain(&spec.name);
-            let back_to_start = chain
-                .last()
-                .and_then(|last| last.failover.as_ref())
-                .is_some();
-            if back_to_start {
-                let cycle: Vec<&str> = chain
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .chain(
-                        chain
-                            .last()
-                            .and_then(|l| l.failover.as_ref().map(|f| f.to.as_str())),
-                    )
-                    .collect();
+            if let Some(back) = chain.last().and_then(|last| last.failover.as_ref()) {
+                let names = chain.iter().map(|s| s.name.as_str());
+                let cycle: Vec<&str> = names.chain([back.to.as_str()]).collect();
                 return Err(invalid(
                     "upstream",
                     &format!(

@@ -7,7 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use std::sync::OnceLock;
 
@@ -75,20 +75,21 @@ struct PollSeries {
     seconds: Histogram,
 }
 
-impl PollSeries {
-    /// `kind`'s series of the hits, misses and durations families.
-    fn of(
-        kind: ResourceType,
-        (hits, misses): &(Family<TypeLabel, Counter>, Family<TypeLabel, Counter>),
-        seconds: &Family<TypeLabel, Histogram>,
-    ) -> PollSeries {
-        let label = Metrics::label(kind);
-        PollSeries {
-            cache_hits: Counter::clone(&hits.get_or_create(&label)),
-            cache_misses: Counter::clone(&misses.get_or_create(&label)),
-            seconds: Histogram::clone(&seconds.get_or_create(&label)),
-        }
-    }
+/// Registers a new `M` as `name` and returns it (a handle to what is registered).
+fn add<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// Adds `by` to `family`'s series of `kind`.
+fn count(family: &Family<TypeLabel, Counter>, kind: ResourceType, by: u64) {
+    family.get_or_create(&Metrics::label(kind)).inc_by(by);
+}
+
+/// Sets `gauge` to `n`, or to `i64::MAX` when `n` does not fit.
+fn set(gauge: &Gauge, n: impl TryInto<i64>) {
+    gauge.set(n.try_into().unwrap_or(i64::MAX));
 }
 
 /// The gateway's metrics. Cheap to share behind an `Arc`.
@@ -99,7 +100,9 @@ pub struct Metrics {
     /// By [`ResourceType::index`]; an extra type's made when first used.
     polls: Box<[OnceLock<PollSeries>]>,
     /// The families of [`PollSeries`], for an extra type's.
-    poll_families: (Family<TypeLabel, Counter>, Family<TypeLabel, Counter>),
+    cache_hits: Family<TypeLabel, Counter>,
+    cache_misses: Family<TypeLabel, Counter>,
+    request_seconds: Family<TypeLabel, Histogram>,
     upstream_streams_open: Gauge,
     upstream_switches: Family<SwitchLabel, Counter>,
     resources_decoded: Family<TypeLabel, Counter>,
@@ -122,7 +125,6 @@ pub struct Metrics {
     withheld_overdue: Family<TypeLabel, Counter>,
     invalid_resources: Family<TypeLabel, Counter>,
     ttl_expired: Family<TypeLabel, Counter>,
-    request_seconds: Family<TypeLabel, Histogram>,
     connections_open: Family<ListenerLabel, Gauge>,
     connections_refused: Family<ListenerLabel, Counter>,
     accept_errors: Family<ListenerLabel, Counter>,
@@ -140,262 +142,170 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("xds_gateway");
-        let requests = Family::<RequestLabel, Counter>::default();
-        let cache_hits = Family::<TypeLabel, Counter>::default();
-        let cache_misses = Family::<TypeLabel, Counter>::default();
-        let upstream_streams_open = Gauge::default();
-        let upstream_switches = Family::<SwitchLabel, Counter>::default();
-        let resources_decoded = Family::<TypeLabel, Counter>::default();
-        let resources_reused = Family::<TypeLabel, Counter>::default();
-        registry.register(
-            "upstream_resources_decoded",
-            "Resources of upstream answers (SotW and delta) decoded (a memo lookup, or a render), by type",
-            resources_decoded.clone(),
-        );
-        registry.register(
-            "upstream_resources_reused",
-            "Resources of upstream SotW answers taken as they were, their bytes unchanged under the same name, by type",
-            resources_reused.clone(),
-        );
-        let delta_sets_built = Family::<TypeLabel, Counter>::default();
-        let delta_sets_shared = Family::<TypeLabel, Counter>::default();
-        registry.register(
-            "upstream_delta_sets_built",
-            "What a delta session holds after a change, built by walking all of it (a first answer, or a change no other session of the upstream made to the same set first), by type",
-            delta_sets_built.clone(),
-        );
-        registry.register(
-            "upstream_delta_sets_shared",
-            "What a delta session holds after a change, found as another session of the upstream made it (the same change to the same set), in work proportional to the change, by type",
-            delta_sets_shared.clone(),
-        );
-        let resources_rendered = Counter::default();
-        registry.register(
-            "resources_rendered",
-            "Resources of a content not seen before: decoded in full, checked against Envoy's rules and rendered (once per content, whatever the number of sessions holding it)",
-            resources_rendered.clone(),
-        );
-        let opaque_resources = Counter::default();
-        registry.register(
-            "opaque_resources",
-            "Resources of a content not seen before holding an Any of a type the gateway has no descriptor for, served with that Any as an xds_gateway.v1.OpaqueAny (never NACKed; /readyz names the types; --descriptor-set renders them)",
-            opaque_resources.clone(),
-        );
-        let redacted_resources = Counter::default();
-        registry.register(
-            "redacted_resources",
-            "Resources of a content not seen before holding key material (an inline private key in a cluster's or listener's TLS context, a Secret of a type the gateway cannot read) that was taken out because --allow-secrets is off; the log names the fields",
-            redacted_resources.clone(),
-        );
-        registry.register(
-            "upstream_switches",
-            "Session streams moved between upstreams: to a failover (reason failover) or back (reason failback)",
-            upstream_switches.clone(),
-        );
-        let long_polls_held = Gauge::default();
-        let watches_open = Gauge::default();
-        let watch_events = Family::<TypeLabel, Counter>::default();
-        let sessions = Gauge::default();
-        let stale_sessions = Gauge::default();
-        let acks = Family::<TypeLabel, Counter>::default();
-        let nacks = Family::<TypeLabel, Counter>::default();
-        let suspected_rejections = Family::<TypeLabel, Counter>::default();
-        let client_nacks = Family::<TypeLabel, Counter>::default();
-        let withheld = Family::<TypeLabel, Counter>::default();
-        let withheld_overdue = Family::<TypeLabel, Counter>::default();
-        let invalid_resources = Family::<TypeLabel, Counter>::default();
-        let ttl_expired = Family::<TypeLabel, Counter>::default();
+        let r = &mut registry;
         let request_seconds = Family::<TypeLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.5, 14))
         });
-        registry.register(
-            "requests",
-            "REST discovery requests by type and HTTP status",
-            requests.clone(),
-        );
-        registry.register(
-            "cache_hits",
-            "Responses served from an already assembled body",
-            cache_hits.clone(),
-        );
-        registry.register(
-            "cache_misses",
-            "Responses that had to be assembled or waited for",
-            cache_misses.clone(),
-        );
-        registry.register(
-            "upstream_streams_open",
-            "Upstream ADS streams currently open",
-            upstream_streams_open.clone(),
-        );
-        registry.register(
-            "long_polls_held",
-            "REST requests held now, waiting for a change (long polls)",
-            long_polls_held.clone(),
-        );
-        registry.register(
-            "watches_open",
-            "Watch streams (?watch: SSE or NDJSON) open now",
-            watches_open.clone(),
-        );
-        registry.register(
-            "watch_events",
-            "Events (new versions) sent on watch streams, by type",
-            watch_events.clone(),
-        );
-        registry.register(
-            "sessions",
-            "Upstream sessions (node identities) alive",
-            sessions.clone(),
-        );
-        registry.register(
-            "stale_sessions",
-            "Sessions serving their last state while the upstream stream is down",
-            stale_sessions.clone(),
-        );
-        registry.register("upstream_acks", "ACKs sent upstream", acks.clone());
-        registry.register("upstream_nacks", "NACKs sent upstream", nacks.clone());
-        registry.register(
-            "suspected_rejections",
-            "REST clients that kept presenting an older version after a newer one was served",
-            suspected_rejections.clone(),
-        );
-        registry.register(
-            "client_nacks",
-            "REST polls that NACKed what they were served (error_detail set)",
-            client_nacks.clone(),
-        );
-        registry.register(
-            "withheld_answers",
-            "REST polls answered 304 instead of a new version naming clusters the client was not served yet (--make-before-break)",
-            withheld.clone(),
-        );
-        registry.register(
-            "withheld_overdue",
-            "New versions served though clusters they name were not served to the client yet: held back for as long as --make-before-break allows",
-            withheld_overdue.clone(),
-        );
-        registry.register(
-            "invalid_resources",
-            "Upstream updates rejected (NACKed) because a resource breaks Envoy's own field rules",
-            invalid_resources.clone(),
-        );
-        registry.register(
-            "ttl_expired_resources",
-            "Resources no longer served because their upstream TTL ran out without a refresh",
-            ttl_expired.clone(),
-        );
-        registry.register(
-            "request_duration_seconds",
-            "REST request latency",
-            request_seconds.clone(),
-        );
-        let connections_open = Family::<ListenerLabel, Gauge>::default();
-        let connections_refused = Family::<ListenerLabel, Counter>::default();
-        let accept_errors = Family::<ListenerLabel, Counter>::default();
-        registry.register(
-            "connections_open",
-            "Connections open now, by listener (rest, admin)",
-            connections_open.clone(),
-        );
-        registry.register(
-            "connections_refused",
-            "Connections refused because the listener was at --max-connections",
-            connections_refused.clone(),
-        );
-        registry.register(
-            "accept_errors",
-            "Failed accepts (e.g. out of file descriptors), by listener",
-            accept_errors.clone(),
-        );
-        let reloads = Family::<ReloadLabel, Counter>::default();
-        registry.register(
-            "reloads",
-            "Reloads of a changed file (tls, auth-policy), by result (ok, error: the previous one stays)",
-            reloads.clone(),
-        );
-        let runtime_tasks = Gauge::default();
-        registry.register(
-            "runtime_tasks",
-            "Tokio tasks alive in the gateway's runtime (read when /metrics is scraped)",
-            runtime_tasks.clone(),
-        );
-        let history_bytes = Gauge::default();
-        registry.register(
-            "history_bytes",
-            "Bytes the config history holds (bounded by --history-max-bytes; read when /metrics is scraped)",
-            history_bytes.clone(),
-        );
+        // Registered in the order the exposition lists them.
+        let metrics = Metrics {
+            resources_decoded: add(
+                r,
+                "upstream_resources_decoded",
+                "Resources of upstream answers (SotW and delta) decoded (a memo lookup, or a render), by type",
+            ),
+            resources_reused: add(
+                r,
+                "upstream_resources_reused",
+                "Resources of upstream SotW answers taken as they were, their bytes unchanged under the same name, by type",
+            ),
+            delta_sets_built: add(
+                r,
+                "upstream_delta_sets_built",
+                "What a delta session holds after a change, built by walking all of it (a first answer, or a change no other session of the upstream made to the same set first), by type",
+            ),
+            delta_sets_shared: add(
+                r,
+                "upstream_delta_sets_shared",
+                "What a delta session holds after a change, found as another session of the upstream made it (the same change to the same set), in work proportional to the change, by type",
+            ),
+            resources_rendered: add(
+                r,
+                "resources_rendered",
+                "Resources of a content not seen before: decoded in full, checked against Envoy's rules and rendered (once per content, whatever the number of sessions holding it)",
+            ),
+            opaque_resources: add(
+                r,
+                "opaque_resources",
+                "Resources of a content not seen before holding an Any of a type the gateway has no descriptor for, served with that Any as an xds_gateway.v1.OpaqueAny (never NACKed; /readyz names the types; --descriptor-set renders them)",
+            ),
+            redacted_resources: add(
+                r,
+                "redacted_resources",
+                "Resources of a content not seen before holding key material (an inline private key in a cluster's or listener's TLS context, a Secret of a type the gateway cannot read) that was taken out because --allow-secrets is off; the log names the fields",
+            ),
+            upstream_switches: add(
+                r,
+                "upstream_switches",
+                "Session streams moved between upstreams: to a failover (reason failover) or back (reason failback)",
+            ),
+            requests: add(r, "requests", "REST discovery requests by type and HTTP status"),
+            cache_hits: add(r, "cache_hits", "Responses served from an already assembled body"),
+            cache_misses: add(r, "cache_misses", "Responses that had to be assembled or waited for"),
+            upstream_streams_open: add(r, "upstream_streams_open", "Upstream ADS streams currently open"),
+            long_polls_held: add(
+                r,
+                "long_polls_held",
+                "REST requests held now, waiting for a change (long polls)",
+            ),
+            watches_open: add(r, "watches_open", "Watch streams (?watch: SSE or NDJSON) open now"),
+            watch_events: add(r, "watch_events", "Events (new versions) sent on watch streams, by type"),
+            sessions: add(r, "sessions", "Upstream sessions (node identities) alive"),
+            stale_sessions: add(
+                r,
+                "stale_sessions",
+                "Sessions serving their last state while the upstream stream is down",
+            ),
+            acks: add(r, "upstream_acks", "ACKs sent upstream"),
+            nacks: add(r, "upstream_nacks", "NACKs sent upstream"),
+            suspected_rejections: add(
+                r,
+                "suspected_rejections",
+                "REST clients that kept presenting an older version after a newer one was served",
+            ),
+            client_nacks: add(
+                r,
+                "client_nacks",
+                "REST polls that NACKed what they were served (error_detail set)",
+            ),
+            withheld: add(
+                r,
+                "withheld_answers",
+                "REST polls answered 304 instead of a new version naming clusters the client was not served yet (--make-before-break)",
+            ),
+            withheld_overdue: add(
+                r,
+                "withheld_overdue",
+                "New versions served though clusters they name were not served to the client yet: held back for as long as --make-before-break allows",
+            ),
+            invalid_resources: add(
+                r,
+                "invalid_resources",
+                "Upstream updates rejected (NACKed) because a resource breaks Envoy's own field rules",
+            ),
+            ttl_expired: add(
+                r,
+                "ttl_expired_resources",
+                "Resources no longer served because their upstream TTL ran out without a refresh",
+            ),
+            request_seconds: {
+                r.register("request_duration_seconds", "REST request latency", request_seconds.clone());
+                request_seconds
+            },
+            connections_open: add(
+                r,
+                "connections_open",
+                "Connections open now, by listener (rest, admin)",
+            ),
+            connections_refused: add(
+                r,
+                "connections_refused",
+                "Connections refused because the listener was at --max-connections",
+            ),
+            accept_errors: add(
+                r,
+                "accept_errors",
+                "Failed accepts (e.g. out of file descriptors), by listener",
+            ),
+            reloads: add(
+                r,
+                "reloads",
+                "Reloads of a changed file (tls, auth-policy), by result (ok, error: the previous one stays)",
+            ),
+            runtime_tasks: add(
+                r,
+                "runtime_tasks",
+                "Tokio tasks alive in the gateway's runtime (read when /metrics is scraped)",
+            ),
+            history_bytes: add(
+                r,
+                "history_bytes",
+                "Bytes the config history holds (bounded by --history-max-bytes; read when /metrics is scraped)",
+            ),
+            polls: (0..MAX_TYPES).map(|_| OnceLock::new()).collect(),
+            registry,
+        };
         // The label sets known in advance are written out from the start,
         // at 0: a family with no sample has no line at all, and a panel or
         // an `absent()` alert would read "no data" for "none yet". A poll's
-        // own series (hits, misses, durations) are made with `polls` below.
+        // own series (hits, misses, durations) are made with `polls`.
         for kind in ResourceType::all() {
             let label = Metrics::label(kind);
             for family in [
-                &resources_decoded,
-                &resources_reused,
-                &delta_sets_built,
-                &delta_sets_shared,
-                &watch_events,
-                &acks,
-                &nacks,
-                &suspected_rejections,
-                &client_nacks,
-                &withheld,
-                &withheld_overdue,
-                &invalid_resources,
-                &ttl_expired,
+                &metrics.resources_decoded,
+                &metrics.resources_reused,
+                &metrics.delta_sets_built,
+                &metrics.delta_sets_shared,
+                &metrics.watch_events,
+                &metrics.acks,
+                &metrics.nacks,
+                &metrics.suspected_rejections,
+                &metrics.client_nacks,
+                &metrics.withheld,
+                &metrics.withheld_overdue,
+                &metrics.invalid_resources,
+                &metrics.ttl_expired,
             ] {
                 let _ = family.get_or_create(&label);
             }
+            let _ = metrics.polls(kind);
         }
         for listener in LISTENERS {
             let label = ListenerLabel { listener };
-            let _ = connections_open.get_or_create(&label);
-            let _ = connections_refused.get_or_create(&label);
-            let _ = accept_errors.get_or_create(&label);
+            let _ = metrics.connections_open.get_or_create(&label);
+            let _ = metrics.connections_refused.get_or_create(&label);
+            let _ = metrics.accept_errors.get_or_create(&label);
         }
-        let polls: Box<[OnceLock<PollSeries>]> = (0..MAX_TYPES).map(|_| OnceLock::new()).collect();
-        let poll_families = (cache_hits, cache_misses);
-        for kind in ResourceType::all() {
-            let _ = polls[kind.index()].set(PollSeries::of(kind, &poll_families, &request_seconds));
-        }
-        Metrics {
-            registry,
-            reloads,
-            runtime_tasks,
-            history_bytes,
-            connections_open,
-            connections_refused,
-            accept_errors,
-            requests,
-            polls,
-            poll_families,
-            upstream_streams_open,
-            upstream_switches,
-            resources_decoded,
-            resources_reused,
-            resources_rendered,
-            opaque_resources,
-            redacted_resources,
-            delta_sets_built,
-            delta_sets_shared,
-            long_polls_held,
-            watches_open,
-            watch_events,
-            sessions,
-            stale_sessions,
-            acks,
-            nacks,
-            suspected_rejections,
-            client_nacks,
-            withheld,
-            withheld_overdue,
-            invalid_resources,
-            ttl_expired,
-            request_seconds,
-        }
+        metrics
     }
 
     fn label(kind: ResourceType) -> TypeLabel {
@@ -422,9 +332,16 @@ impl Metrics {
         }
     }
 
+    /// `kind`'s series of the hits, misses and durations families.
     fn polls(&self, kind: ResourceType) -> &PollSeries {
-        self.polls[kind.index()]
-            .get_or_init(|| PollSeries::of(kind, &self.poll_families, &self.request_seconds))
+        self.polls[kind.index()].get_or_init(|| {
+            let label = Metrics::label(kind);
+            PollSeries {
+                cache_hits: Counter::clone(&self.cache_hits.get_or_create(&label)),
+                cache_misses: Counter::clone(&self.cache_misses.get_or_create(&label)),
+                seconds: Histogram::clone(&self.request_seconds.get_or_create(&label)),
+            }
+        })
     }
 
     pub fn cache_hit(&self, kind: ResourceType) {
@@ -438,13 +355,8 @@ impl Metrics {
     /// An upstream answer of `kind`: `decoded` resources decoded, `reused`
     /// taken unchanged from the state it replaced.
     pub fn resources_taken(&self, kind: ResourceType, decoded: usize, reused: usize) {
-        let label = Self::label(kind);
-        self.resources_decoded
-            .get_or_create(&label)
-            .inc_by(decoded as u64);
-        self.resources_reused
-            .get_or_create(&label)
-            .inc_by(reused as u64);
+        count(&self.resources_decoded, kind, decoded as u64);
+        count(&self.resources_reused, kind, reused as u64);
     }
 
     /// A delta session's held set of `kind` after a change: built anew
@@ -455,7 +367,7 @@ impl Metrics {
         } else {
             &self.delta_sets_shared
         };
-        family.get_or_create(&Self::label(kind)).inc();
+        count(family, kind, 1);
     }
 
     /// The counter of resources rendered (for the intake to count with).
@@ -513,68 +425,58 @@ impl Metrics {
 
     /// One event (a new version) sent on a watch of `kind`.
     pub fn watch_event(&self, kind: ResourceType) {
-        self.watch_events.get_or_create(&Self::label(kind)).inc();
+        count(&self.watch_events, kind, 1);
     }
 
     pub fn set_sessions(&self, n: usize) {
-        self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+        set(&self.sessions, n);
     }
 
     pub fn set_history_bytes(&self, bytes: u64) {
-        self.history_bytes
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        set(&self.history_bytes, bytes);
     }
 
     pub fn set_stale_sessions(&self, n: usize) {
-        self.stale_sessions
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        set(&self.stale_sessions, n);
     }
 
     pub fn ack(&self, kind: ResourceType) {
-        self.acks.get_or_create(&Self::label(kind)).inc();
+        count(&self.acks, kind, 1);
     }
 
     pub fn nack(&self, kind: ResourceType) {
-        self.nacks.get_or_create(&Self::label(kind)).inc();
+        count(&self.nacks, kind, 1);
     }
 
     pub fn suspected_rejection(&self, kind: ResourceType) {
-        self.suspected_rejections
-            .get_or_create(&Self::label(kind))
-            .inc();
+        count(&self.suspected_rejections, kind, 1);
     }
 
     /// A REST poll that NACKed what it was served.
     pub fn client_nack(&self, kind: ResourceType) {
-        self.client_nacks.get_or_create(&Self::label(kind)).inc();
+        count(&self.client_nacks, kind, 1);
     }
 
     /// A REST poll answered 304 while its new version names clusters its
     /// client was not served yet (`--make-before-break`).
     pub fn withheld(&self, kind: ResourceType) {
-        self.withheld.get_or_create(&Self::label(kind)).inc();
+        count(&self.withheld, kind, 1);
     }
 
     /// A new version served although clusters it names were not served to
     /// the client yet: it was held back for as long as it may be.
     pub fn withheld_overdue(&self, kind: ResourceType) {
-        self.withheld_overdue
-            .get_or_create(&Self::label(kind))
-            .inc();
+        count(&self.withheld_overdue, kind, 1);
     }
 
     /// An upstream update rejected because a resource breaks Envoy's rules.
     pub fn invalid_resource(&self, kind: ResourceType) {
-        self.invalid_resources
-            .get_or_create(&Self::label(kind))
-            .inc();
+        count(&self.invalid_resources, kind, 1);
     }
 
-    /// `count` resources of `kind` expired (their TTL ran out).
-    pub fn ttl_expired(&self, kind: ResourceType, count: usize) {
-        self.ttl_expired
-            .get_or_create(&Self::label(kind))
-            .inc_by(count as u64);
+    /// `n` resources of `kind` expired (their TTL ran out).
+    pub fn ttl_expired(&self, kind: ResourceType, n: usize) {
+        count(&self.ttl_expired, kind, n as u64);
     }
 
     /// Counts a connection of `listener` as open until the guard drops.
@@ -611,8 +513,7 @@ impl Metrics {
     pub fn encode(&self) -> String {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let tasks = runtime.metrics().num_alive_tasks();
-            self.runtime_tasks
-                .set(i64::try_from(tasks).unwrap_or(i64::MAX));
+            set(&self.runtime_tasks, tasks);
         }
         let mut out = String::new();
         // Writing into a String cannot fail.

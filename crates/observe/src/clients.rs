@@ -296,7 +296,7 @@ impl ClientBook {
         let nack = request.error_detail().map(|e| e.message.as_str());
         // Judged before a body at `current` counts as served to it.
         let threshold = self.threshold;
-        let ((standing, suspicion), grown) = match poll.judged {
+        let ((standing, suspicion), mut grown) = match poll.judged {
             None if poll.body => ((Standing::CatchingUp, None), 0),
             None => ((Standing::InStep, None), 0),
             Some(current) => entry.with_log(|log| {
@@ -310,19 +310,12 @@ impl ClientBook {
                 (log.sync(seen, threshold), suspicion)
             }),
         };
-        // A new subscription's bytes are added whole below.
-        if entry.polls > 0 {
-            client.bytes = client.bytes.saturating_add_signed(grown);
-        }
         if entry.nack.as_deref() != nack {
             let held = entry.nack.as_ref().map_or(0, String::len);
             entry.nack = nack.map(str::to_owned);
-            let grown = nack.map_or(0, str::len) as isize - held as isize;
-            entry.bytes = entry.bytes.saturating_add_signed(grown);
-            // A new subscription's bytes are added whole below.
-            if entry.polls > 0 {
-                client.bytes = client.bytes.saturating_add_signed(grown);
-            }
+            let nack_grown = nack.map_or(0, str::len) as isize - held as isize;
+            entry.bytes = entry.bytes.saturating_add_signed(nack_grown);
+            grown += nack_grown;
         }
         entry.presented.clear();
         entry.presented.push_str(request.version_info());
@@ -332,11 +325,11 @@ impl ClientBook {
         if poll.body {
             entry.last_body = Some(now);
             entry.served = poll.served.cloned();
-            let ((), grown) = entry.with_log(|log| log.served(poll.current));
-            // A new subscription's bytes are added whole below.
-            if entry.polls > 0 {
-                client.bytes = client.bytes.saturating_add_signed(grown);
-            }
+            grown += entry.with_log(|log| log.served(poll.current)).1;
+        }
+        // A new subscription's bytes are added whole below.
+        if entry.polls > 0 {
+            client.bytes = client.bytes.saturating_add_signed(grown);
         }
         entry.polls += 1;
         entry.last_poll = now;

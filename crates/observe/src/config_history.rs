@@ -147,10 +147,10 @@ struct Timeline {
 impl Timeline {
     /// The newest version held, if any, and its event's seq.
     fn newest_version(&self) -> Option<(u64, &Arc<TypeState>)> {
-        self.events.iter().rev().find_map(|e| match &e.happened {
-            Happened::Version { state, .. } => Some((e.seq, state)),
-            Happened::Nack { .. } => None,
-        })
+        self.events
+            .iter()
+            .rev()
+            .find_map(|e| Some((e.seq, e.state()?)))
     }
 
     /// The gateway version of the event `seq`, if held and a version.
@@ -161,6 +161,14 @@ impl Timeline {
 }
 
 impl Event {
+    /// The state a version published (`None` for a NACK).
+    fn state(&self) -> Option<&Arc<TypeState>> {
+        match &self.happened {
+            Happened::Version { state, .. } => Some(state),
+            Happened::Nack { .. } => None,
+        }
+    }
+
     /// The gateway version of a version (worked out once, when first asked).
     fn gateway_version(&self) -> Option<&str> {
         match &self.happened {
@@ -516,11 +524,7 @@ pub fn covered_names(state: &TypeState) -> Names {
 fn changes(old: Option<&TypeState>, new: &TypeState) -> Changes {
     let empty = BTreeMap::new();
     let before = old.map_or(&empty, |s| s.resources.map());
-    let mut changes = Changes {
-        added: Vec::new(),
-        modified: Vec::new(),
-        removed: Vec::new(),
-    };
+    let mut changes = Changes::default();
     for (name, paired) in by_name(before, new.resources.iter()) {
         match paired {
             Paired::New(_) => changes.added.push(name.clone()),
@@ -707,9 +711,7 @@ impl ConfigHistory {
         }
         found.map(|(_, _, held)| held)
     }
-}
 
-impl ConfigHistory {
     /// The version of `kind` of the node `node_id` held just before the one
     /// that published `state`, if both are held.
     pub fn before(
@@ -726,10 +728,7 @@ impl ConfigHistory {
             let versions: Vec<(&Event, &Arc<TypeState>)> = t
                 .events
                 .iter()
-                .filter_map(|e| match &e.happened {
-                    Happened::Version { state, .. } => Some((e, state)),
-                    Happened::Nack { .. } => None,
-                })
+                .filter_map(|e| Some((e, e.state()?)))
                 .collect();
             let Some(at) = versions.iter().position(|(_, s)| Arc::ptr_eq(s, state)) else {
                 continue;
@@ -804,19 +803,20 @@ impl Recorder {
             since: previous.map(|(seq, _)| seq),
             changes,
         };
+        self.record(state.kind, happened);
+    }
+
+    /// Pushes `happened` to the timeline of `kind`, and hands it to the
+    /// history's sink, if it has one.
+    fn record(&self, kind: ResourceType, happened: Happened) {
         let view = self.history.lock().push(
-            key,
+            (self.identity, kind),
             (&self.node_id, &self.cluster),
             happened,
             (self.owner.as_ref(), self.history.bounds()),
             self.history.sink.is_some(),
         );
-        self.sink(state.kind, view);
-    }
-
-    /// Hands `event` to the history's sink, if it has one.
-    fn sink(&self, kind: ResourceType, event: Option<EventView>) {
-        if let (Some(sink), Some(event)) = (&self.history.sink, event) {
+        if let (Some(sink), Some(event)) = (&self.history.sink, view) {
             sink.write(HistoryLine {
                 node_id: self.node_id.clone(),
                 cluster: self.cluster.clone(),
@@ -836,14 +836,7 @@ impl Recorder {
             nonce: nonce.to_owned(),
             error_detail: detail.to_owned(),
         };
-        let view = self.history.lock().push(
-            (self.identity, kind),
-            (&self.node_id, &self.cluster),
-            happened,
-            (self.owner.as_ref(), self.history.bounds()),
-            self.history.sink.is_some(),
-        );
-        self.sink(kind, view);
+        self.record(kind, happened);
     }
 }
 
