@@ -164,7 +164,9 @@ fn the_dashboard_uses_a_prometheus_datasource_variable() {
 }
 
 /// The registry `crates/metrics/src/lib.rs` builds: every registered name, prefixed,
-/// with the kind of the field registered under it.
+/// with the kind of the field registered under it. A metric is registered
+/// as `field: add(r, "name", "help")`, or by `r.register("name", "help",
+/// field.clone())`.
 fn registered() -> BTreeMap<String, String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/metrics/src/lib.rs");
     let source = std::fs::read_to_string(path).expect("crates/metrics/src/lib.rs");
@@ -179,26 +181,31 @@ fn registered() -> BTreeMap<String, String> {
         .captures_iter(&source)
         .map(|c| (c.get(1).unwrap().as_str(), c[2].to_lowercase()))
         .collect();
-    let register = Regex::new(
-        r#"registry\.register\(\s*"([a-z_]+)",\s*"(?:[^"\\]|\\.)*",\s*([a-z_]+)\.clone\(\)"#,
-    )
-    .unwrap();
-    let out: BTreeMap<String, String> = register
+    let added = Regex::new(r#"([a-z_]+): add\(\s*r,\s*"([a-z_]+)""#).unwrap();
+    let register =
+        Regex::new(r#"register\(\s*"([a-z_]+)",\s*"(?:[^"\\]|\\.)*",\s*([a-z_]+)\.clone\(\)"#)
+            .unwrap();
+    let named = added
         .captures_iter(&source)
-        .map(|c| {
-            let kind = kinds.get(&c[2]).unwrap_or_else(|| {
-                panic!(
-                    "crates/metrics/src/lib.rs: no field {} of a known kind",
-                    &c[2]
-                )
+        .map(|c| (c[2].to_owned(), c[1].to_owned()));
+    let named = named.chain(
+        register
+            .captures_iter(&source)
+            .map(|c| (c[1].to_owned(), c[2].to_owned())),
+    );
+    let out: BTreeMap<String, String> = named
+        .map(|(name, field)| {
+            let kind = kinds.get(field.as_str()).unwrap_or_else(|| {
+                panic!("crates/metrics/src/lib.rs: no field {field} of a known kind")
             });
-            (format!("{prefix}_{}", &c[1]), kind.clone())
+            (format!("{prefix}_{name}"), kind.clone())
         })
         .collect();
+    let calls = source.matches(": add(").count() + source.matches("r.register(").count();
     assert_eq!(
         out.len(),
-        source.matches("registry.register(").count(),
-        "every registry.register call of crates/metrics/src/lib.rs read: {out:?}"
+        calls,
+        "every registration of crates/metrics/src/lib.rs read: {out:?}"
     );
     out
 }
