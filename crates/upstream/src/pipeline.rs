@@ -62,18 +62,16 @@ impl Pipeline {
             &Parameters::new(),
         )
         .map_err(|e| e.to_string())?;
-        let (count, reused) = (decoded.decoded, decoded.reused);
-        let state = Arc::new(TypeState::new(
-            kind,
-            version.to_owned(),
-            "n".to_owned(),
-            decoded.resources,
-            Coverage::default(),
-        ));
         let pushed = Pushed {
-            state,
-            decoded: count,
-            reused,
+            decoded: decoded.decoded,
+            reused: decoded.reused,
+            state: Arc::new(TypeState::new(
+                kind,
+                version.to_owned(),
+                "n".to_owned(),
+                decoded.resources,
+                Coverage::default(),
+            )),
         };
         let body = self.answer(&pushed, None)?;
         Ok((pushed, body))
