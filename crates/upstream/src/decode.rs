@@ -532,10 +532,9 @@ const SHARED_IN_PLACE_MAX: usize = 256 * 1024;
 
 /// [`decode_all`] of `response`'s resources. An answer another session took
 /// already (999 of 1,000 identities after a push) is found in place
-/// (`SharedAnswers::find`), which
-/// costs less than handing it to another thread; anything else goes to a
-/// blocking thread (big responses take a while to render), as does a big
-/// answer.
+/// (`SharedAnswers::find`), which costs less than handing it to another
+/// thread; anything else goes to a blocking thread (big responses take a
+/// while to render), as does a big answer.
 pub(super) async fn decode_all_off_thread(
     intake: &Intake,
     kind: ResourceType,

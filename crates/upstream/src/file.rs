@@ -117,13 +117,10 @@ impl Feeder for FileFeeder {
         if self.source.is_loaded() {
             return None;
         }
-        let problems = self.source.problems();
+        let problem = self.source.problems().into_iter().next();
         Some(SourceError::NotLoaded {
             origin: self.source.origin.to_string(),
-            problem: problems
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "no files yet".to_owned()),
+            problem: problem.unwrap_or_else(|| "no files yet".to_owned()),
         })
     }
 

@@ -93,11 +93,10 @@ impl Pipeline {
     /// sources pointed at `target` when one is given (a REST Envoy's poll).
     /// This pipeline's rewrites of earlier answers are reused.
     pub fn answer(&self, pushed: &Pushed, target: Option<&RestTarget>) -> Result<Bytes, String> {
-        match pushed
+        let answer = pushed
             .state
-            .answer(&self.assembler, &Names::Wildcard, "", target)
-            .map_err(|e| e.to_string())?
-        {
+            .answer(&self.assembler, &Names::Wildcard, "", target);
+        match answer.map_err(|e| e.to_string())? {
             Answer::Body { json, .. } => Ok(json.to_bytes()),
             Answer::NotModified { .. } => Err("a 304 to a client holding nothing".into()),
         }

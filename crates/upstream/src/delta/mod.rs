@@ -14,13 +14,10 @@
 //!
 //! # Versions
 //!
-//! A delta stream has no state-of-the-world version, so the published
-//! version is a digest of the sorted (name, per-resource version) pairs held:
-//! the first 16 hex digits of their SHA-256 (see `digest` in
-//! `upstream/held.rs`). It is the same for the same upstream resources
-//! whichever order or stream they came by, and it changes whenever a
-//! resource is added, changed or removed. A resource the upstream sent
-//! without a version is digested by its content.
+//! A delta stream has no state-of-the-world version: the published one is a
+//! digest of the (name, per-resource version) pairs held (`digest` in
+//! `upstream/held.rs`), the same whichever order or stream they came by,
+//! and another whenever a resource is added, changed or removed.
 //!
 //! # Coverage: which requests a state can answer
 //!
