@@ -33,44 +33,33 @@ pub(super) struct PendingSubscriptions {
 }
 
 impl PendingSubscriptions {
-    /// Takes a session command: a NACK's request (made by `nack`) at once;
-    /// a subscription change joins the window (opening one if none is
-    /// open).
-    fn take<R>(
-        &mut self,
-        command: Command,
-        nack: impl FnOnce(ResourceType, String, String) -> Option<R>,
-    ) -> Option<R> {
-        match command {
-            Command::Resubscribe(kind) => {
-                self.kinds.insert(kind);
-                self.deadline
-                    .get_or_insert_with(|| Instant::now() + COALESCE);
-                None
-            }
-            Command::Nack {
-                kind,
-                presented,
-                message,
-            } => nack(kind, presented, message),
-            // A stream is pushed to: the poll goes on with what it has.
-            Command::Freshen { .. } => None,
-        }
-    }
-
-    /// Handles what the session sent, `None` once it closed: [`take`](Self::take)s
-    /// it and queues a NACK's request toward the stream at once. False when
-    /// the session closed (the stream's task then ends).
+    /// Takes what the session sent (`None` once it closed: false, and the
+    /// stream's task ends): a NACK's request (made by `nack`) is queued
+    /// toward the stream at once; a subscription change joins the window
+    /// (opening one if none is open).
     pub(super) async fn command<R>(
         &mut self,
         command: Option<Command>,
         tx: &mpsc::Sender<R>,
         nack: impl FnOnce(ResourceType, String, String) -> Option<R>,
     ) -> bool {
-        let Some(command) = command else {
-            return false;
+        let request = match command {
+            None => return false,
+            Some(Command::Resubscribe(kind)) => {
+                self.kinds.insert(kind);
+                self.deadline
+                    .get_or_insert_with(|| Instant::now() + COALESCE);
+                None
+            }
+            Some(Command::Nack {
+                kind,
+                presented,
+                message,
+            }) => nack(kind, presented, message),
+            // A stream is pushed to: the poll goes on with what it has.
+            Some(Command::Freshen { .. }) => None,
         };
-        send(tx, self.take(command, nack)).await;
+        send(tx, request).await;
         true
     }
 

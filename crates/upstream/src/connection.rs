@@ -218,7 +218,7 @@ impl UpstreamContext {
 
     /// A generic gRPC client on the channel (message sizes set), ready to
     /// call, and `path` as a method path.
-    pub(super) async fn ready_client(
+    async fn ready_client(
         &self,
         path: &str,
     ) -> Result<(tonic::client::Grpc<Channel>, PathAndQuery), tonic::Status> {
@@ -252,23 +252,6 @@ impl UpstreamContext {
             .map(tonic::Response::into_inner)
     }
 
-    /// One unary call to the method at `path` with prost messages.
-    pub(super) async fn call_unary<Req, Resp>(
-        &self,
-        path: &str,
-        request: Req,
-    ) -> Result<Resp, tonic::Status>
-    where
-        Req: ToFrame,
-        Resp: FromFrame,
-    {
-        let (mut grpc, path) = self.ready_client(path).await?;
-        let codec = FrameCodec::<Req, Resp>::default();
-        grpc.unary(self.request(request), path, codec)
-            .await
-            .map(tonic::Response::into_inner)
-    }
-
     /// One unary call to `endpoint`'s Fetch method with prost messages.
     pub(super) async fn unary<Req, Resp>(
         &self,
@@ -295,8 +278,13 @@ impl UpstreamContext {
             return Err(fail(&method, Code::Unimplemented, why));
         };
         let method = format!("/{}/{fetch}", endpoint.service());
-        self.call_unary(&method, request)
-            .await
+        let call = async {
+            let (mut grpc, path) = self.ready_client(&method).await?;
+            let codec = FrameCodec::<Req, Resp>::default();
+            grpc.unary(self.request(request), path, codec).await
+        };
+        call.await
+            .map(tonic::Response::into_inner)
             .map_err(|status| fail(&method, status.code(), status.message().to_owned()))
     }
 

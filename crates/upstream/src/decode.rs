@@ -20,6 +20,9 @@ use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DynamicParameterConstraints, Resource as Wrapper,
+};
 use prost::Message;
 use tracing::{debug, warn};
 
@@ -103,7 +106,7 @@ pub(super) fn decode_one(
     kind: ResourceType,
     any: Payload<'_>,
 ) -> Result<Arc<Resource>, Rejection> {
-    match decode_entry(intake, kind, any)? {
+    match decode_entry(intake, kind, any, 0)? {
         Entry::Resource { resource, .. } => Ok(resource),
         Entry::Heartbeat { .. } => Err(Rejection::EmptyWrapper),
     }
@@ -123,7 +126,7 @@ pub(super) fn decode_one_unshared(
 
 /// One element of a SotW response's `resources`.
 #[derive(Debug)]
-pub(super) enum Entry {
+enum Entry {
     /// A resource, with the TTL its wrapper gave it, and whether the
     /// wrapper said proxies may not cache it (`cache_control.do_not_cache`).
     Resource {
@@ -135,14 +138,14 @@ pub(super) enum Entry {
     Heartbeat { name: String, ttl: Option<Duration> },
 }
 
-type Wrapper = envoy_types::pb::envoy::service::discovery::v3::Resource;
-
-/// Decodes one element of `resources`: a plain resource of `kind`, or a
-/// `Resource` wrapper holding one (named as the resource is) or none.
-pub(super) fn decode_entry(
+/// Decodes the `index`th element of `resources`: a plain resource of
+/// `kind`, or a `Resource` wrapper holding one (named as the resource is)
+/// or none.
+fn decode_entry(
     intake: &Intake,
     kind: ResourceType,
     any: Payload<'_>,
+    index: usize,
 ) -> Result<Entry, Rejection> {
     if !any.is_of(RESOURCE_WRAPPER) {
         return Ok(Entry::Resource {
@@ -152,25 +155,7 @@ pub(super) fn decode_entry(
         });
     }
     let mut wrapper = Wrapper::decode(any.value).map_err(Rejection::BadWrapper)?;
-    // `resource_name` names a variant (the name and its constraints), in
-    // place of `name`; both may be set only when they agree.
-    let constraints = match wrapper.resource_name.take() {
-        Some(named) if wrapper.name.is_empty() => {
-            wrapper.name = named.name;
-            named.dynamic_parameter_constraints
-        }
-        Some(named) if named.name.is_empty() || named.name == wrapper.name => {
-            named.dynamic_parameter_constraints
-        }
-        Some(named) => {
-            return Err(Rejection::NameMismatch {
-                index: 0,
-                wrapper: wrapper.name,
-                inner: named.name,
-            })
-        }
-        None => None,
-    };
+    let constraints = name_and_constraints(&mut wrapper, index)?;
     let ttl = ttl_of(wrapper.ttl.as_ref(), &wrapper.name)?;
     let Some(inner) = wrapper.resource else {
         if wrapper.name.is_empty() {
@@ -189,7 +174,7 @@ pub(super) fn decode_entry(
     };
     if !wrapper.name.is_empty() && wrapper.name != resource.name {
         return Err(Rejection::NameMismatch {
-            index: 0,
+            index,
             wrapper: wrapper.name,
             inner: resource.name.clone(),
         });
@@ -203,6 +188,29 @@ pub(super) fn decode_entry(
         ttl,
         do_not_cache,
     })
+}
+
+/// Leaves in `wrapper.name` the name of the `index`th resource, and returns
+/// its variant's constraints: `resource_name` names a variant (the name and
+/// its constraints) in place of `name`; both may be set only when they agree.
+pub(super) fn name_and_constraints(
+    wrapper: &mut Wrapper,
+    index: usize,
+) -> Result<Option<DynamicParameterConstraints>, Rejection> {
+    let Some(named) = wrapper.resource_name.take() else {
+        return Ok(None);
+    };
+    if wrapper.name.is_empty() {
+        wrapper.name = named.name;
+    } else if !named.name.is_empty() && named.name != wrapper.name {
+        let wrapper = std::mem::take(&mut wrapper.name);
+        return Err(Rejection::NameMismatch {
+            index,
+            wrapper,
+            inner: named.name,
+        });
+    }
+    Ok(named.dynamic_parameter_constraints)
 }
 
 /// A resource's TTL as a duration (`None`: no TTL).
@@ -227,8 +235,6 @@ fn decode_plain(
     Ok(intake.resource(kind, payload_of(kind, any)?)?)
 }
 
-/// Decodes the resource of a delta-only `kind` that a delta `Resource`
-/// wrapper delivered as `wrapper` says.
 /// A resource of an extra `kind` named `name` by its delta wrapper.
 pub(super) fn decode_named(
     intake: &Intake,
@@ -239,6 +245,8 @@ pub(super) fn decode_named(
     Ok(intake.resource_named(kind, name, payload_of(kind, any)?)?)
 }
 
+/// Decodes the resource of a delta-only `kind` that a delta `Resource`
+/// wrapper delivered as `wrapper` says.
 pub(super) fn decode_delta_named(
     intake: &Intake,
     kind: ResourceType,
@@ -403,15 +411,7 @@ impl Taking {
                 continue;
             }
             out.decoded += 1;
-            let entry = decode_entry(intake, kind, any).map_err(|e| match e {
-                Rejection::NameMismatch { wrapper, inner, .. } => Rejection::NameMismatch {
-                    index,
-                    wrapper,
-                    inner,
-                },
-                other => other,
-            })?;
-            match entry {
+            match decode_entry(intake, kind, any, index)? {
                 Entry::Resource {
                     resource,
                     ttl,
@@ -530,19 +530,11 @@ fn plain_payloads<'a>(
 /// stays short enough for a task to run between awaits.
 const SHARED_IN_PLACE_MAX: usize = 256 * 1024;
 
-/// The answer `response` as a set another session already took, if one
-/// is held (`SharedAnswers::find`).
-fn already_shared(intake: &Intake, kind: ResourceType, response: &SotwResponse) -> Option<Decoded> {
-    let payloads = plain_payloads(kind, response.resources())?;
-    let set = intake.answers().find(kind, &payloads)?;
-    Some(Decoded::shared(set))
-}
-
 /// [`decode_all`] of `response`'s resources. An answer another session took
-/// already (999 of 1,000 identities after a push) is found in place, which
-/// costs less than handing it to another thread; anything else goes to a
-/// blocking thread (big responses take a while to render), as does a big
-/// answer.
+/// already (999 of 1,000 identities after a push) is found in place
+/// (`SharedAnswers::find`), which costs less than handing it to another
+/// thread; anything else goes to a blocking thread (big responses take a
+/// while to render), as does a big answer.
 pub(super) async fn decode_all_off_thread(
     intake: &Intake,
     kind: ResourceType,
@@ -551,8 +543,9 @@ pub(super) async fn decode_all_off_thread(
     parameters: Arc<Parameters>,
 ) -> Result<Decoded, Rejection> {
     if response.frame_len() <= SHARED_IN_PLACE_MAX {
-        if let Some(shared) = already_shared(intake, kind, &response) {
-            return Ok(shared);
+        let payloads = plain_payloads(kind, response.resources());
+        if let Some(set) = payloads.and_then(|p| intake.answers().find(kind, &p)) {
+            return Ok(Decoded::shared(set));
         }
     }
     let intake = intake.clone();

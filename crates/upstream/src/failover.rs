@@ -40,13 +40,7 @@ pub struct Route {
 impl Route {
     /// One upstream, no failover.
     pub fn single(ctx: Arc<UpstreamContext>) -> Route {
-        Route {
-            links: vec![Link {
-                ctx,
-                leave_after: None,
-            }],
-            back_after: Duration::ZERO,
-        }
+        Route::chain(vec![(ctx, None)])
     }
 
     /// `chain`: each upstream with its failover settings, primary first,

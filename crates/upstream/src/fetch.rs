@@ -148,10 +148,12 @@ impl Fetched {
 }
 
 /// Why a fetch failed, kept to answer the polls that shared the call.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
 enum Failure {
     /// No answer within the first-response timeout.
+    #[error("no answer to the fetch within {0:?}")]
     Timeout(Duration),
+    #[error(transparent)]
     Call(CallError),
 }
 
@@ -236,10 +238,10 @@ impl Fetcher {
         let held = session.state(kind);
         // go-control-plane judges "up to date" by the version alone: with
         // other names, the version held says nothing of them.
-        let presented = match (&held, same_names) {
-            (Some(state), true) => state.version.clone(),
-            _ => String::new(),
-        };
+        let presented = held.as_ref().filter(|_| same_names);
+        let presented = presented
+            .map(|state| state.version.clone())
+            .unwrap_or_default();
         let answer = tokio::time::timeout(
             self.call_timeout,
             self.fetch(session, kind, asked, &presented, held.clone()),
@@ -274,10 +276,7 @@ impl Fetcher {
                 return Ok(());
             }
         };
-        let reason = match &failure {
-            Failure::Timeout(within) => format!("no answer to the fetch within {within:?}"),
-            Failure::Call(err) => err.to_string(),
-        };
+        let reason = failure.to_string();
         warn!(upstream = %self.ctx.uri, node = %Escaped(&session.node().id), %kind, reason = %Escaped(&reason), "fetch failed; polls get the state held, marked stale");
         session.upstream().phase(Phase::Connecting);
         session.stream_failed(None, reason);
@@ -298,10 +297,12 @@ impl Fetcher {
         // A wildcard asks for everything, the names wanted beside it too:
         // none is sent with it (a SotW stream's `request_names` writes the stream
         // form, `*` and the names, which a `Fetch*` need not take).
-        let mut names: Vec<String> = match asked.wildcard {
-            true => Vec::new(),
-            false => asked.names.iter().cloned().collect(),
-        };
+        let mut names: Vec<String> = asked
+            .names
+            .iter()
+            .filter(|_| !asked.wildcard)
+            .cloned()
+            .collect();
         if names.is_empty() && !parameters.is_empty() {
             // The wildcard, with parameters, is the locator "*".
             names.push("*".to_owned());

@@ -11,11 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -26,9 +23,7 @@ use crate::cache::{Coverage, Intake, TypeState};
 use crate::config::SessionKey;
 use crate::log_escape::Escaped;
 use crate::reload::{self, Fingerprint, Watcher};
-use crate::store::Feeder;
-use crate::store::SourceError;
-use crate::store::{Command, Publisher};
+use crate::store::{Command, Feeder, Publisher, SourceError};
 use crate::sync::lock;
 use crate::xds::ResourceType;
 
@@ -69,10 +64,9 @@ struct FileSource {
     /// Whether `nodes/<id>/` layers can be served: not when sessions are
     /// keyed by cluster (see [`FileSource::check_layers`]).
     per_node_layers: bool,
+    /// `None` until a snapshot loads; never `None` again.
     snapshot: watch::Sender<Option<Arc<Snapshot>>>,
     problems: Mutex<Vec<String>>,
-    /// Set once a snapshot loaded; never unset.
-    loaded_once: AtomicBool,
     /// The directory's watch (none for the embedded demo); it ends with
     /// the source.
     watcher: Mutex<Option<Watcher>>,
@@ -89,7 +83,6 @@ impl FileFeeder {
             per_node_layers: session_key == SessionKey::Node,
             snapshot: watch::Sender::new(None),
             problems: Mutex::default(),
-            loaded_once: AtomicBool::new(false),
             watcher: Mutex::default(),
         });
         let Origin::Dir(dir) = source.origin.clone() else {
@@ -124,13 +117,10 @@ impl Feeder for FileFeeder {
         if self.source.is_loaded() {
             return None;
         }
-        let problems = self.source.problems();
+        let problem = self.source.problems().into_iter().next();
         Some(SourceError::NotLoaded {
             origin: self.source.origin.to_string(),
-            problem: problems
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "no files yet".to_owned()),
+            problem: problem.unwrap_or_else(|| "no files yet".to_owned()),
         })
     }
 
@@ -139,7 +129,7 @@ impl Feeder for FileFeeder {
     }
 
     fn is_ready(&self) -> bool {
-        self.source.loaded_once.load(Ordering::Acquire)
+        self.source.is_loaded()
     }
 
     fn describe(&self) -> String {
@@ -162,10 +152,6 @@ impl FileSource {
         lock(&self.problems).clone()
     }
 
-    fn set_problems(&self, problems: Vec<String>) {
-        *lock(&self.problems) = problems;
-    }
-
     fn reload(&self) {
         let loaded = match &self.origin {
             Origin::Dir(dir) => Snapshot::load(dir, &self.intake),
@@ -175,9 +161,8 @@ impl FileSource {
         match loaded {
             Ok(snapshot) => {
                 info!(origin = %self.origin, resources = snapshot.len(), "snapshot loaded");
-                self.set_problems(Vec::new());
+                lock(&self.problems).clear();
                 self.snapshot.send_replace(Some(Arc::new(snapshot)));
-                self.loaded_once.store(true, Ordering::Release);
             }
             Err(errors) => {
                 let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -189,13 +174,11 @@ impl FileSource {
                 for problem in &problems {
                     warn!(problem = %Escaped(problem), "{outcome}");
                 }
-                self.set_problems(problems);
+                *lock(&self.problems) = problems;
             }
         }
     }
-}
 
-impl FileSource {
     /// With `--session-key cluster`, every node of a cluster shares one
     /// session, which publishes the view of the node that opened it: a
     /// per-node layer would then be served to the cluster's other nodes

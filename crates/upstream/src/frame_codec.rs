@@ -60,22 +60,20 @@ where
 {
     type Encode = Req;
     type Decode = Resp;
-    type Encoder = FrameEncoder<Req>;
-    type Decoder = FrameDecoder<Resp>;
+    type Encoder = Self;
+    type Decoder = Self;
 
-    fn encoder(&mut self) -> FrameEncoder<Req> {
-        FrameEncoder(PhantomData)
+    fn encoder(&mut self) -> Self {
+        FrameCodec(PhantomData)
     }
 
-    fn decoder(&mut self) -> FrameDecoder<Resp> {
-        FrameDecoder(PhantomData)
+    fn decoder(&mut self) -> Self {
+        FrameCodec(PhantomData)
     }
 }
 
 /// Writes each request into the frame tonic sends.
-pub(crate) struct FrameEncoder<Req>(PhantomData<fn(Req)>);
-
-impl<Req: ToFrame> Encoder for FrameEncoder<Req> {
+impl<Req: ToFrame, Resp: 'static> Encoder for FrameCodec<Req, Resp> {
     type Item = Req;
     type Error = Status;
 
@@ -86,9 +84,7 @@ impl<Req: ToFrame> Encoder for FrameEncoder<Req> {
 }
 
 /// Takes each message's frame whole and makes `Resp` of it.
-pub(crate) struct FrameDecoder<Resp>(PhantomData<fn() -> Resp>);
-
-impl<Resp: FromFrame> Decoder for FrameDecoder<Resp> {
+impl<Req: 'static, Resp: FromFrame> Decoder for FrameCodec<Req, Resp> {
     type Item = Resp;
     type Error = Status;
 

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 use sha2::{Digest as _, Sha256};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::cache::{idle_memo, IntoResourceSet, Resource, ResourceMap, ResourceSet};
 use crate::metrics::Metrics;
@@ -104,13 +105,13 @@ impl Deref for HeldSet {
 
 impl Default for HeldSet {
     fn default() -> HeldSet {
-        HeldSet::new(BTreeMap::new())
+        HeldSet::new(BTreeMap::new(), digest([]))
     }
 }
 
 impl HeldSet {
-    fn new(map: BTreeMap<String, HeldResource>) -> HeldSet {
-        let version = digest(&map);
+    /// The set of `map`, whose [`digest`] is `version`.
+    fn new(map: BTreeMap<String, HeldResource>, version: String) -> HeldSet {
         let resources: ResourceMap = map
             .iter()
             .map(|(name, h)| (name.clone(), h.resource.clone()))
@@ -175,7 +176,7 @@ impl Edit {
 
     /// A hash of the names, versions and resources (by address) changed.
     fn hash(&self) -> u64 {
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut hasher = Xxh3::new();
         for (name, held) in &self.changes {
             hasher.update(&(name.len() as u64).to_le_bytes());
             hasher.update(name.as_bytes());
@@ -232,17 +233,15 @@ impl Step {
 }
 
 /// What a step is found by: the type, the set it started from (its
-/// address; 0 for any empty set) and [`Edit::hash`].
-type StepKey = (ResourceType, usize, u64);
-
-/// What a set is found by from its content: the type, how many resources,
-/// a hash of the version digest.
-type ContentKey = (ResourceType, usize, u64);
+/// address; 0 for any empty set) and [`Edit::hash`]; and what a set is
+/// found by from its content: the type, how many resources, a hash of the
+/// version digest.
+type Key = (ResourceType, usize, u64);
 
 /// The held sets of one upstream's sessions (see the module docs).
 pub(crate) struct HeldSets {
-    steps: Cache<StepKey, Arc<Step>>,
-    contents: Cache<ContentKey, Weak<HeldSet>>,
+    steps: Cache<Key, Arc<Step>>,
+    contents: Cache<Key, Weak<HeldSet>>,
     /// Counts sets built and found (`upstream_delta_sets_{built,shared}`).
     metrics: Arc<Metrics>,
 }
@@ -318,13 +317,9 @@ impl HeldSets {
         let mut map = from.map.clone();
         for (name, held) in &edit.changes {
             match held {
-                Some(h) => {
-                    map.insert(name.clone(), h.clone());
-                }
-                None => {
-                    map.remove(name);
-                }
-            }
+                Some(h) => map.insert(name.clone(), h.clone()),
+                None => map.remove(name),
+            };
         }
         self.interned(kind, map)
     }
@@ -332,17 +327,12 @@ impl HeldSets {
     /// The set holding exactly `map`: one a session holds, or a new one.
     fn interned(&self, kind: ResourceType, map: BTreeMap<String, HeldResource>) -> Arc<HeldSet> {
         let version = digest(&map);
-        let key = (
-            kind,
-            map.len(),
-            xxhash_rust::xxh3::xxh3_64(version.as_bytes()),
-        );
-        if let Some(set) = self.contents.get(&key).and_then(|w| w.upgrade()) {
-            if set.holds(&map) {
-                return set;
-            }
+        let key = (kind, map.len(), xxh3_64(version.as_bytes()));
+        let found = self.contents.get(&key).and_then(|w| w.upgrade());
+        if let Some(set) = found.filter(|set| set.holds(&map)) {
+            return set;
         }
-        let set = Arc::new(HeldSet::new(map));
+        let set = Arc::new(HeldSet::new(map, version));
         self.contents.insert(key, Arc::downgrade(&set));
         set
     }

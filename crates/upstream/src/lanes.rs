@@ -72,16 +72,6 @@ enum Place {
 #[derive(Debug, Default)]
 pub(super) struct Placed(Mutex<BTreeMap<ResourceType, Place>>);
 
-impl Placed {
-    fn get(&self, kind: ResourceType) -> Option<Place> {
-        lock(&self.0).get(&kind).copied()
-    }
-
-    fn put(&self, kind: ResourceType, place: Place) {
-        lock(&self.0).insert(kind, place);
-    }
-}
-
 /// What a stream tells its session's dispatcher.
 #[derive(Debug)]
 enum LaneEvent {
@@ -104,7 +94,7 @@ impl LaneOf {
     /// Whether the stream asks for `kind`.
     pub(super) fn carries(&self, kind: ResourceType) -> bool {
         match self.carrier {
-            Carrier::Aggregated => self.placed.get(kind) == Some(Place::Shared),
+            Carrier::Aggregated => lock(&self.placed.0).get(&kind) == Some(&Place::Shared),
             Carrier::Probe(only) | Carrier::Own(only) => only == kind,
         }
     }
@@ -129,7 +119,7 @@ impl LaneOf {
             return;
         }
         for kind in &kinds {
-            self.placed.put(*kind, Place::Probed);
+            lock(&self.placed.0).insert(*kind, Place::Probed);
         }
         let _ = self.events.send(LaneEvent::Demoted(kinds));
     }
@@ -169,27 +159,16 @@ struct Lanes<S> {
 }
 
 impl<S: Spawn> Lanes<S> {
-    fn open(&self, carrier: Carrier) -> Running {
-        open(&self.spawn, carrier, &self.placed, &self.events)
-    }
-
     fn send_shared(&mut self, command: Command) {
-        if self.shared.is_none() {
-            self.shared = Some(self.open(Carrier::Aggregated));
-        }
-        if let Some(shared) = &self.shared {
-            shared.send(command);
-        }
+        let (spawn, placed, events) = (&self.spawn, &self.placed, &self.events);
+        let open = || open(spawn, Carrier::Aggregated, placed, events);
+        self.shared.get_or_insert_with(open).send(command);
     }
 
     fn send_probe(&mut self, kind: ResourceType, command: Command) {
-        if !self.probes.contains_key(&kind) {
-            let probe = self.open(Carrier::Probe(kind));
-            self.probes.insert(kind, probe);
-        }
-        if let Some(probe) = self.probes.get(&kind) {
-            probe.send(command);
-        }
+        let (spawn, placed, events) = (&self.spawn, &self.placed, &self.events);
+        let open = || open(spawn, Carrier::Probe(kind), placed, events);
+        self.probes.entry(kind).or_insert_with(open).send(command);
     }
 
     /// Hands `command` to the stream that asks for its type: the shared
@@ -197,18 +176,12 @@ impl<S: Spawn> Lanes<S> {
     /// type's probe.
     fn route(&mut self, command: Command, served: &impl Fn(ResourceType) -> bool) {
         let kind = command.kind();
-        let place = match self.placed.get(kind) {
-            Some(place) => place,
-            None => {
-                let place = if served(kind) {
-                    Place::Shared
-                } else {
-                    Place::Probed
-                };
-                self.placed.put(kind, place);
-                place
-            }
-        };
+        let place = *lock(&self.placed.0)
+            .entry(kind)
+            .or_insert_with(|| match served(kind) {
+                true => Place::Shared,
+                false => Place::Probed,
+            });
         match place {
             Place::Shared => self.send_shared(command),
             Place::Probed => self.send_probe(kind, command),
@@ -221,7 +194,7 @@ impl<S: Spawn> Lanes<S> {
                 if let Some(probe) = self.probes.remove(&kind) {
                     self.done.push(probe.task);
                 }
-                self.placed.put(kind, Place::Shared);
+                lock(&self.placed.0).insert(kind, Place::Shared);
                 self.send_shared(Command::Resubscribe(kind));
             }
             LaneEvent::Demoted(kinds) => {
@@ -234,8 +207,7 @@ impl<S: Spawn> Lanes<S> {
 
     /// Closes every stream's command channel and waits for their tasks.
     async fn close(self) {
-        let probes = self.probes.into_values();
-        let running = self.shared.into_iter().chain(probes);
+        let running = self.shared.into_iter().chain(self.probes.into_values());
         join(running.map(|Running { task, .. }| task).chain(self.done)).await;
     }
 }
@@ -261,8 +233,7 @@ fn open(
 
 /// Waits for `tasks` (their command channels closed) to end.
 async fn join(tasks: impl Iterator<Item = JoinHandle<()>>) {
-    let tasks: Vec<JoinHandle<()>> = tasks.collect();
-    for task in tasks {
+    for task in tasks.collect::<Vec<_>>() {
         let _ = task.await;
     }
 }

@@ -62,18 +62,16 @@ impl Pipeline {
             &Parameters::new(),
         )
         .map_err(|e| e.to_string())?;
-        let (count, reused) = (decoded.decoded, decoded.reused);
-        let state = Arc::new(TypeState::new(
-            kind,
-            version.to_owned(),
-            "n".to_owned(),
-            decoded.resources,
-            Coverage::default(),
-        ));
         let pushed = Pushed {
-            state,
-            decoded: count,
-            reused,
+            decoded: decoded.decoded,
+            reused: decoded.reused,
+            state: Arc::new(TypeState::new(
+                kind,
+                version.to_owned(),
+                "n".to_owned(),
+                decoded.resources,
+                Coverage::default(),
+            )),
         };
         let body = self.answer(&pushed, None)?;
         Ok((pushed, body))
@@ -95,11 +93,10 @@ impl Pipeline {
     /// sources pointed at `target` when one is given (a REST Envoy's poll).
     /// This pipeline's rewrites of earlier answers are reused.
     pub fn answer(&self, pushed: &Pushed, target: Option<&RestTarget>) -> Result<Bytes, String> {
-        match pushed
+        let answer = pushed
             .state
-            .answer(&self.assembler, &Names::Wildcard, "", target)
-            .map_err(|e| e.to_string())?
-        {
+            .answer(&self.assembler, &Names::Wildcard, "", target);
+        match answer.map_err(|e| e.to_string())? {
             Answer::Body { json, .. } => Ok(json.to_bytes()),
             Answer::NotModified { .. } => Err("a 304 to a client holding nothing".into()),
         }

@@ -125,11 +125,7 @@ pub(super) fn read_dir(dir: &Path) -> Result<Vec<SourceFile>, Vec<SnapshotError>
             }),
         }
     }
-    if errors.is_empty() {
-        Ok(files)
-    } else {
-        Err(errors)
-    }
+    errors.is_empty().then_some(files).ok_or(errors)
 }
 
 impl Snapshot {
@@ -154,11 +150,7 @@ impl Snapshot {
                 errors.push(err);
             }
         }
-        if errors.is_empty() {
-            Ok(snapshot)
-        } else {
-            Err(errors)
-        }
+        errors.is_empty().then_some(snapshot).ok_or(errors)
     }
 
     /// The resources of `kind` node `node_id` of `cluster` sees, and their version.
@@ -188,7 +180,6 @@ impl Snapshot {
         View { version, resources }
     }
 
-    /// How many resources the snapshot holds, all layers together.
     /// The node ids with a per-node layer (`nodes/<id>/`), sorted.
     pub(super) fn node_layers(&self) -> Vec<&str> {
         let mut ids: Vec<&str> = self.nodes.keys().map(String::as_str).collect();
@@ -196,6 +187,7 @@ impl Snapshot {
         ids
     }
 
+    /// How many resources the snapshot holds, all layers together.
     pub(super) fn len(&self) -> usize {
         self.base.len()
             + self.clusters.values().map(BTreeMap::len).sum::<usize>()

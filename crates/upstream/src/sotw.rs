@@ -281,8 +281,7 @@ impl Protocol for Sotw {
     type Request = Outbound<DiscoveryRequest>;
     type Response = SotwResponse;
     const MODE: &'static str = "sotw";
-    const AGGREGATED_PATH: &'static str =
-        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+    const AGGREGATED_PATH: &'static str = super::connection::probe::SOTW_ADS;
     const DELTA: bool = false;
 
     fn new(ctx: Arc<UpstreamContext>, session: Publisher, namespace: Namespace) -> Sotw {
@@ -312,27 +311,26 @@ impl Protocol for Sotw {
     /// Sends the session's current subscription for `kind`, if it has one
     /// that this stream was not sent yet.
     fn subscribe(&mut self, kind: ResourceType) -> Option<Outbound<DiscoveryRequest>> {
-        let Some(coverage) = self.session.subscription(kind) else {
-            self.stream.sent.remove(&kind)?;
-            if !self.stream.named.contains(&kind) {
-                // Only the legacy wildcard (the empty list) was sent: in
-                // SotW nothing withdraws it, so what still arrives is taken.
-                debug!(%kind, "interest dropped; a legacy wildcard stays subscribed");
-                return None;
+        match self.session.subscription(kind) {
+            None => {
+                self.stream.sent.remove(&kind)?;
+                if !self.stream.named.contains(&kind) {
+                    // Only the legacy wildcard (the empty list) was sent: in
+                    // SotW nothing withdraws it, so what still arrives is taken.
+                    debug!(%kind, "interest dropped; a legacy wildcard stays subscribed");
+                    return None;
+                }
+                // Nobody wants the type any more: after names, the empty list
+                // unsubscribes (a returning client subscribes again).
+                debug!(%kind, "interest dropped: unsubscribing");
             }
-            // Nobody wants the type any more: after names, the empty list
-            // unsubscribes (a returning client subscribes again).
-            debug!(%kind, "interest dropped: unsubscribing");
-            let version = self.acked.get(&kind).cloned().unwrap_or_default();
-            let nonce = self.stream.nonces.get(&kind).cloned().unwrap_or_default();
-            return Some(self.request(kind, version, nonce, None));
-        };
-        if self.stream.sent.get(&kind) == Some(&coverage) {
-            return None;
+            Some(coverage) if self.stream.sent.get(&kind) == Some(&coverage) => return None,
+            Some(coverage) => {
+                self.drop_unwanted(kind, &coverage);
+                self.stream.sent.insert(kind, coverage.clone());
+                self.stream.sent_log.entry(kind).or_default().push(coverage);
+            }
         }
-        self.drop_unwanted(kind, &coverage);
-        self.stream.sent.insert(kind, coverage.clone());
-        self.stream.sent_log.entry(kind).or_default().push(coverage);
         let version = self.acked.get(&kind).cloned().unwrap_or_default();
         let nonce = self.stream.nonces.get(&kind).cloned().unwrap_or_default();
         Some(self.request(kind, version, nonce, None))
@@ -368,12 +366,100 @@ impl Protocol for Sotw {
         Outbound::new(request, None)
     }
 
+    /// Decodes a response; publishes and ACKs it, or NACKs it whole.
     async fn response(
         &mut self,
         kind: ResourceType,
         response: SotwResponse,
     ) -> Option<Outbound<DiscoveryRequest>> {
-        Some(self.take(kind, response).await)
+        self.ctx.intake.note_answer(response.frame_len());
+        let version = response.version_info.clone();
+        let nonce = response.nonce.clone();
+        self.stream.nonces.insert(kind, nonce.clone());
+        let reported = reported_errors(&response.resource_errors);
+        let previous = self.session.state(kind);
+        let held_errors = previous.as_ref().map(|p| p.errors.clone());
+        let held_uncacheable = previous.as_ref().map(|p| p.uncacheable.clone());
+        let parameters = self.session.node().parameters().clone();
+        let decoded =
+            decode_all_off_thread(&self.ctx.intake, kind, response, previous, parameters).await;
+        if let Ok(d) = &decoded {
+            self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
+        }
+        // A TTL refresh may repeat the version without a subscription change.
+        let refresh = decoded
+            .as_ref()
+            .is_ok_and(|d| !d.heartbeats.is_empty() || !d.ttls.is_empty());
+        let owned = |d: Decoded| match self.namespace.first_foreign(d.resources.keys()) {
+            Some(foreign) => Err(Rejection::from(foreign)),
+            None => Ok(d),
+        };
+        match decoded
+            .and_then(owned)
+            .and_then(|d| self.heartbeats(kind, &version, d))
+        {
+            Ok(Decoded {
+                resources: answer,
+                ttls,
+                mut uncacheable,
+                ..
+            }) => {
+                let resources = self.state_after(kind, &answer);
+                // NOT_FOUND removes what a response grouped by resource
+                // leaves held (one holding the whole state has left it out).
+                let resources = without_not_found(resources, &answer, &reported);
+                let resources = self.ctx.rendered_now(resources);
+                if !ttls.is_empty() || self.expiries.tracks(kind) {
+                    let now = Instant::now();
+                    for name in answer.keys() {
+                        self.expiries
+                            .arrived(kind, name, ttls.get(name).copied(), now);
+                    }
+                    self.expiries
+                        .retain(kind, |name| resources.contains_key(name));
+                }
+                debug!(%kind, version = %Escaped(&version), count = answer.len(), held = resources.len(), "accepted");
+                let names = answer.keys().map(String::as_str);
+                let coverage = match self.stream.sent.get(&kind) {
+                    Some(_) => self
+                        .stream
+                        .sent_log
+                        .entry(kind)
+                        .or_default()
+                        .answer(&version, names, refresh),
+                    // Nobody wants the type any more: it answers nobody.
+                    None => Coverage::default(),
+                };
+                // `do_not_cache`: as this response says for what it carries,
+                // as the held state says for what it left held.
+                let held = held_uncacheable.iter().flat_map(|held| held.iter());
+                let kept = held.filter(|n| !answer.contains_key(*n) && resources.contains_key(*n));
+                uncacheable.extend(kept.cloned());
+                let mut state =
+                    TypeState::new(kind, version.clone(), nonce.clone(), resources, coverage);
+                if !uncacheable.is_empty() {
+                    state = state.with_uncacheable(Arc::new(uncacheable));
+                }
+                let held_errors = held_errors.unwrap_or_default();
+                self.session
+                    .publish(if held_errors.is_empty() && reported.is_empty() {
+                        state
+                    } else {
+                        let carried = answer.keys().map(String::as_str);
+                        state.with_errors(Arc::new(held_errors.after(carried, [], reported)))
+                    });
+                self.acked.insert(kind, version.clone());
+                self.replies.ack(kind, &version);
+                Some(self.request(kind, version, nonce, None))
+            }
+            Err(reason) => {
+                let previous = self.acked.get(&kind).cloned().unwrap_or_default();
+                let detail = self
+                    .replies
+                    .refuse(kind, &reason, &version, &previous, &nonce);
+                Some(self.request(kind, previous, nonce, Some(detail)))
+            }
+        }
     }
 
     fn next_expiry(&self) -> Option<Instant> {
@@ -388,27 +474,22 @@ impl Protocol for Sotw {
             };
             info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
             self.ctx.metrics.ttl_expired(kind, names.len());
-            let resources: ResourceMap = state
-                .resources
-                .iter()
-                .filter(|(name, _)| !names.contains(name))
-                .map(|(name, resource)| (name.clone(), resource.clone()))
-                .collect();
+            let resources = kept(&state.resources, |name, _| !names.contains(name));
             self.session.publish(state.with_resources(resources));
         }
     }
 
     /// Publishes again each state holding what is now rendered in full.
     fn refresh(&mut self) {
-        for kind in ResourceType::all() {
-            let Some(state) = self.session.state(kind) else {
-                continue;
-            };
+        let held = ResourceType::all()
+            .into_iter()
+            .filter_map(|k| self.session.state(k));
+        for state in held {
             let resources = self.ctx.rendered_now(Arc::clone(&state.resources));
             if Arc::ptr_eq(&resources, &state.resources) {
                 continue;
             }
-            info!(%kind, "rendered again with descriptors learned since");
+            info!(kind = %state.kind, "rendered again with descriptors learned since");
             self.session.publish(state.with_resources(resources));
         }
     }
@@ -461,12 +542,7 @@ impl Sotw {
         if state.resources.values().all(|r| wanted.wants_resource(r)) {
             return;
         }
-        let resources: ResourceMap = state
-            .resources
-            .iter()
-            .filter(|(_, resource)| wanted.wants_resource(resource))
-            .map(|(name, resource)| (name.clone(), Arc::clone(resource)))
-            .collect();
+        let resources = kept(&state.resources, |_, r| wanted.wants_resource(r));
         debug!(%kind, dropped = state.resources.len() - resources.len(), "no longer subscribed");
         self.expiries
             .retain(kind, |name| resources.contains_key(name));
@@ -502,12 +578,9 @@ impl Sotw {
         let held = self.session.state(kind);
         let mut resources: ResourceMap = decoded.resources.map().clone();
         for name in std::mem::take(&mut decoded.heartbeats) {
-            let kept: Option<Arc<Resource>> = held
-                .as_ref()
-                .and_then(|state| state.resources.get(&name).cloned());
-            match kept {
+            match held.as_ref().and_then(|state| state.resources.get(&name)) {
                 Some(resource) => {
-                    resources.insert(name, resource);
+                    resources.insert(name, Arc::clone(resource));
                 }
                 None => {
                     debug!(%kind, name = %Escaped(&name), "heartbeat for a resource not held: ignored");
@@ -553,107 +626,6 @@ impl Sotw {
         };
         Outbound::new(request, node)
     }
-
-    /// Decodes a response; publishes and ACKs it, or NACKs it whole.
-    async fn take(
-        &mut self,
-        kind: ResourceType,
-        response: SotwResponse,
-    ) -> Outbound<DiscoveryRequest> {
-        self.ctx.intake.note_answer(response.frame_len());
-        let version = response.version_info.clone();
-        let nonce = response.nonce.clone();
-        self.stream.nonces.insert(kind, nonce.clone());
-        let reported = reported_errors(&response.resource_errors);
-        let previous = self.session.state(kind);
-        let held_errors = previous.as_ref().map(|p| p.errors.clone());
-        let held_uncacheable = previous.as_ref().map(|p| p.uncacheable.clone());
-        let parameters = self.session.node().parameters().clone();
-        let decoded =
-            decode_all_off_thread(&self.ctx.intake, kind, response, previous, parameters).await;
-        if let Ok(d) = &decoded {
-            self.ctx.metrics.resources_taken(kind, d.decoded, d.reused);
-        }
-        // A TTL refresh may repeat the version without a subscription change.
-        let refresh = decoded
-            .as_ref()
-            .is_ok_and(|d| !d.heartbeats.is_empty() || !d.ttls.is_empty());
-        let owned = |d: Decoded| match self.namespace.first_foreign(d.resources.keys()) {
-            Some(foreign) => Err(Rejection::from(foreign)),
-            None => Ok(d),
-        };
-        match decoded
-            .and_then(owned)
-            .and_then(|d| self.heartbeats(kind, &version, d))
-        {
-            Ok(Decoded {
-                resources: answer,
-                ttls,
-                uncacheable,
-                ..
-            }) => {
-                let resources = self.state_after(kind, &answer);
-                // NOT_FOUND removes what a response grouped by resource
-                // leaves held (one holding the whole state has left it out).
-                let resources = without_not_found(resources, &answer, &reported);
-                let resources = self.ctx.rendered_now(resources);
-                if !ttls.is_empty() || self.expiries.tracks(kind) {
-                    let now = Instant::now();
-                    for name in answer.keys() {
-                        self.expiries
-                            .arrived(kind, name, ttls.get(name).copied(), now);
-                    }
-                    self.expiries
-                        .retain(kind, |name| resources.contains_key(name));
-                }
-                debug!(%kind, version = %Escaped(&version), count = answer.len(), held = resources.len(), "accepted");
-                let names = answer.keys().map(String::as_str);
-                let coverage = match self.stream.sent.get(&kind) {
-                    Some(_) => self
-                        .stream
-                        .sent_log
-                        .entry(kind)
-                        .or_default()
-                        .answer(&version, names, refresh),
-                    // Nobody wants the type any more: it answers nobody.
-                    None => Coverage::default(),
-                };
-                // `do_not_cache`: as this response says for what it carries,
-                // as the held state says for what it left held.
-                let kept_uncacheable = held_uncacheable
-                    .iter()
-                    .flat_map(|held| held.iter())
-                    .filter(|name| !answer.contains_key(*name) && resources.contains_key(*name));
-                let uncacheable: BTreeSet<String> = uncacheable
-                    .into_iter()
-                    .chain(kept_uncacheable.cloned())
-                    .collect();
-                let mut state =
-                    TypeState::new(kind, version.clone(), nonce.clone(), resources, coverage);
-                if !uncacheable.is_empty() {
-                    state = state.with_uncacheable(Arc::new(uncacheable));
-                }
-                let held_errors = held_errors.unwrap_or_default();
-                self.session
-                    .publish(if held_errors.is_empty() && reported.is_empty() {
-                        state
-                    } else {
-                        let carried = answer.keys().map(String::as_str);
-                        state.with_errors(Arc::new(held_errors.after(carried, [], reported)))
-                    });
-                self.acked.insert(kind, version.clone());
-                self.replies.ack(kind, &version);
-                self.request(kind, version, nonce, None)
-            }
-            Err(reason) => {
-                let previous = self.acked.get(&kind).cloned().unwrap_or_default();
-                let detail = self
-                    .replies
-                    .refuse(kind, &reason, &version, &previous, &nonce);
-                self.request(kind, previous, nonce, Some(detail))
-            }
-        }
-    }
 }
 
 /// `resources` less the names `reported` NOT_FOUND that `answer` does not
@@ -671,12 +643,14 @@ fn without_not_found(
     if !gone.iter().any(|name| resources.contains_key(*name)) {
         return resources;
     }
-    let kept: ResourceMap = resources
-        .iter()
-        .filter(|(name, _)| !gone.contains(name.as_str()))
-        .map(|(name, resource)| (name.clone(), Arc::clone(resource)))
-        .collect();
-    kept.into_set()
+    kept(&resources, |name, _| !gone.contains(name.as_str())).into_set()
+}
+
+/// The resources of `set` that `keep` keeps.
+fn kept(set: &ResourceMap, keep: impl Fn(&String, &Resource) -> bool) -> ResourceMap {
+    let kept = set.iter().filter(|(name, resource)| keep(name, resource));
+    kept.map(|(name, resource)| (name.clone(), Arc::clone(resource)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -8,58 +8,44 @@
 //! method path with a generic gRPC client, so the four variants are one
 //! code path.
 //!
-//! Per stream: send what opens it, open the call while still taking the
-//! session's commands (they may come before the response headers), then
-//! select on responses, commands and the protocol's timer. The session is
-//! fresh again once the stream is up: the server took it (its response
-//! headers), or the upstream answers gRPC health checks while the stream
-//! waits, since a server need not answer a resubscription at the versions
-//! the session holds (java-control-plane's SotW cache answers nothing).
-//! Every response marks the upstream answered before the protocol takes it.
-//! A stream silent past a failover's `failover-after` is down only if its upstream also fails a
-//! health check. When the stream breaks, the session is marked stale (it keeps serving its last
-//! state) and the driver reconnects after a jittered, capped [`Backoff`]; it ends when the
-//! session's command channel closes, or, for a probe, once its type is answered. A stream that
-//! carries one type and is refused before answering it sets the type aside ([`set_aside`]); the
-//! shared stream, refused after answering, hands the types it still waited on to probes. A
-//! [`Protocol`] says what to send and how to take what arrives.
-//!
-//! Subscription changes are coalesced before they are sent
-//! ([`super::coalesce`]).
+//! Per stream: send what opens it, then select on the call (whose response
+//! headers may come after the session's commands), responses, commands and
+//! the protocol's timer. The session is fresh again once the stream is up:
+//! the server took it, or the upstream answers gRPC health checks while the
+//! stream waits (java-control-plane's SotW cache answers nothing to a
+//! resubscription at the versions held). When the stream breaks, the
+//! session is marked stale (it keeps serving its last state) and the driver
+//! reconnects after a jittered, capped [`Backoff`]; it ends when the
+//! session's command channel closes, or, for a probe, once its type is
+//! answered. A [`Protocol`] says what to send and how to take what arrives;
+//! subscription changes are coalesced first ([`super::coalesce`]).
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::google::rpc::Status;
+use futures::future::BoxFuture;
+use futures::FutureExt as _;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn, Instrument};
 
-use std::marker::PhantomData;
-
-use futures::future::BoxFuture;
-use futures::FutureExt as _;
-use tokio::task::JoinHandle;
-
 use super::backoff::Backoff;
 use super::coalesce::{send, PendingSubscriptions};
-use super::connection::probe;
-use super::connection::Health;
+use super::connection::{probe, Health};
 use super::failover::Route;
 use super::lanes::{self, Carrier, LaneOf};
 use super::name_check;
 use super::UpstreamContext;
 use crate::config::UpstreamStreams;
 use crate::log_escape::Escaped;
-use crate::store::Feeder;
-use crate::store::Namespace;
-use crate::store::Refused;
-use crate::store::{Command, Publisher};
-use crate::store::{PassThrough, PassedThrough, SourceError};
-use crate::store::{Phase, Placement, FAILBACK_REASON, FAILOVER_REASON};
+use crate::store::{Command, Feeder, Namespace, PassThrough, PassedThrough, Publisher, Refused};
+use crate::store::{Phase, Placement, SourceError, FAILBACK_REASON, FAILOVER_REASON};
 use crate::xds::ResourceType;
 
 /// Requests queued toward one stream before the sender waits.
@@ -137,12 +123,10 @@ pub(crate) trait Protocol: name_check::AskingAlone + Send + 'static {
     /// When a held resource's TTL next runs out, if any has one. Expiry
     /// runs whether a stream is open or not: a TTL is what keeps config
     /// from outliving an unreachable control plane.
-    fn next_expiry(&self) -> Option<Instant> {
-        None
-    }
+    fn next_expiry(&self) -> Option<Instant>;
 
     /// Drops the resources whose TTL ran out by `now` from what is served.
-    fn expire(&mut self, _now: Instant) {}
+    fn expire(&mut self, now: Instant);
 
     /// The descriptor pool grew: publishes again what was served opaque
     /// for a type it now knows, rendered in full.
@@ -217,12 +201,11 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
         } else {
             self.route.primary().uri.clone()
         };
-        match self.streams {
-            UpstreamStreams::Aggregated => format!("gRPC upstream {upstream} ({})", P::MODE),
-            UpstreamStreams::PerType => {
-                format!("gRPC upstream {upstream} ({}, per-type streams)", P::MODE)
-            }
-        }
+        let per_type = match self.streams {
+            UpstreamStreams::Aggregated => "",
+            UpstreamStreams::PerType => ", per-type streams",
+        };
+        format!("gRPC upstream {upstream} ({}{per_type})", P::MODE)
     }
 
     fn carries(&self, kind: ResourceType) -> bool {
@@ -248,12 +231,12 @@ enum StreamError {
     #[error("{0} has no {1} stream of its own")]
     NoStream(ResourceType, &'static str),
     #[error("upstream did not answer within {0:?} (failover-after)")]
-    Silent(std::time::Duration),
+    Silent(Duration),
 }
 
 /// How long a stream that answered must have stayed up for its end to
 /// start the reconnect backoff over.
-const STABLE_STREAM: std::time::Duration = std::time::Duration::from_secs(30);
+const STABLE_STREAM: Duration = Duration::from_secs(30);
 
 impl StreamError {
     /// Whether the connection to the upstream failed (unreachable, reset,
@@ -262,14 +245,9 @@ impl StreamError {
     /// closing it, or staying silent on it: only the first is evidence
     /// about the upstream's health rather than about this session.
     fn is_connection_failure(&self) -> bool {
-        use tonic::Code;
-        match self {
-            StreamError::Status(status) => matches!(
-                status.code(),
-                Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded
-            ),
-            StreamError::Closed | StreamError::NoStream(..) | StreamError::Silent(_) => false,
-        }
+        use tonic::Code::{Cancelled, DeadlineExceeded, Unavailable};
+        matches!(self, StreamError::Status(status)
+            if matches!(status.code(), Unavailable | Cancelled | DeadlineExceeded))
     }
 }
 
@@ -402,11 +380,8 @@ async fn run<P: Protocol>(
             };
             let delay = backoff.next_delay();
             warn!(error = %Escaped(&err), retry_in = ?delay, "upstream stream ended");
-            let mut retry_at = Instant::now() + delay;
-            if let Some(due) = failover_at {
-                // Backoff never sleeps past the time to fail over.
-                retry_at = retry_at.min(due);
-            }
+            // Backoff never sleeps past the time to fail over.
+            let retry_at = failover_at.into_iter().fold(Instant::now() + delay, Ord::min);
             loop {
                 match protocol.next_expiry().filter(|due| *due < retry_at) {
                     Some(due) => {
@@ -423,11 +398,8 @@ async fn run<P: Protocol>(
 }
 
 /// How the upstream refused what a stream asked, if `err` is its own
-/// application error (not a transport failure, not a close or a silence):
-/// UNIMPLEMENTED, or a status java-control-plane (UNKNOWN) or Istio
-/// (UNAUTHENTICATED: "the api generator requires an authenticated
-/// control-plane identity") ends a stream with when asked for a type it
-/// will not serve.
+/// application error ([`name_check::status_refusal`]; a stream's own
+/// service missing is UNIMPLEMENTED).
 fn refusal(err: &StreamError) -> Option<(Refused, tonic::Code)> {
     match err {
         StreamError::NoStream(..) => Some((
@@ -486,6 +458,7 @@ enum AfterFailure {
 
 /// Where one lane of a session is on its route, and since when the
 /// upstream it is on has been down.
+#[derive(Default)]
 struct Lane {
     lane: Option<ResourceType>,
     /// Index into the route.
@@ -508,10 +481,7 @@ impl Lane {
         }
         Lane {
             lane,
-            index: 0,
-            answered_here: false,
-            down_since: None,
-            failed_returns: 0,
+            ..Lane::default()
         }
     }
 
@@ -570,16 +540,6 @@ struct Heard {
     awaiting: BTreeSet<ResourceType>,
 }
 
-impl Heard {
-    /// `request` (if any) asks for `kind`: it awaits an answer.
-    fn asks<R>(&mut self, kind: ResourceType, request: Option<R>) -> Option<R> {
-        if request.is_some() {
-            self.awaiting.insert(kind);
-        }
-        request
-    }
-}
-
 /// The request subscribing `kind` on a stream carrying `of`'s types (it
 /// then awaits an answer), if there is one to send: none for a type the
 /// stream does not carry (a command for it may have been queued before the
@@ -590,10 +550,9 @@ fn subscribe<P: Protocol>(
     heard: &mut Heard,
     kind: ResourceType,
 ) -> Option<P::Request> {
-    if !of.carries(kind) {
-        return None;
-    }
-    heard.asks(kind, protocol.subscribe(kind))
+    let request = of.carries(kind).then(|| protocol.subscribe(kind))??;
+    heard.awaiting.insert(kind);
+    Some(request)
 }
 
 /// Ok when the session closed (its command channel is gone), or a probe's
@@ -630,44 +589,39 @@ async fn one_stream<P: Protocol>(
     let call = ctx.streaming::<P::Request, P::Response>(&path, ReceiverStream::new(rx));
     tokio::pin!(call);
     let mut pending = PendingSubscriptions::default();
-    // Commands may arrive before the response headers do.
-    let mut inbound = loop {
-        tokio::select! {
-            response = &mut call => break response?,
-            command = commands.recv() => {
-                let nack = |kind, presented, message| protocol.nack(kind, presented, message);
-                if !pending.command(command, &tx, nack).await {
-                    return Ok(Done::Closed);
-                }
-            }
-            () = sleep_until(pending.deadline) => {
-                pending.flush(&tx, |kind| subscribe(of, protocol, heard, kind)).await
-            }
-            () = sleep_until(protocol.next_expiry()) => protocol.expire(Instant::now()),
-            () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
-                info!("upstream answers health checks; the stream has nothing new to say yet");
-                up = stream_up(session, lane);
-            }
-            () = silent_and_down(ctx, deadline) => return Err(silent()),
-        }
-    };
-    let _open = StreamGuard::open(ctx);
-    info!("upstream stream open");
     let mut grown = ctx.intake.codec().descriptors().grown();
-    grown.borrow_and_update();
-    // The server took the stream: it is up, whether or not it has anything
-    // to send.
-    if !up {
-        stream_up(session, lane);
-    }
+    // Commands may arrive before the response headers do.
+    let (mut inbound, mut _open) = (None, None);
     loop {
         let timer = protocol
             .next_timer()
             .into_iter()
             .chain(protocol.next_expiry())
             .min();
+        let open = inbound.is_some();
+        let message = async {
+            match inbound.as_mut() {
+                Some(inbound) => tonic::Streaming::message(inbound).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            message = inbound.message() => match message? {
+            response = &mut call, if !open => {
+                inbound = Some(response?);
+                _open = Some(StreamGuard::open(ctx));
+                info!("upstream stream open");
+                grown.borrow_and_update();
+                // The server took the stream: it is up, whether or not it
+                // has anything to send.
+                if !up {
+                    up = stream_up(session, lane);
+                }
+            }
+            () = Health::healthy_for(ctx, Duration::ZERO), if !up => {
+                info!("upstream answers health checks; the stream has nothing new to say yet");
+                up = stream_up(session, lane);
+            }
+            message = message => match message? {
                 Some(response) => {
                     heard.answered = true;
                     ctx.mark_answered();
@@ -711,19 +665,17 @@ async fn one_stream<P: Protocol>(
                 protocol.timer(now);
                 protocol.expire(now);
             }
-            Ok(()) = grown.changed() => protocol.refresh(),
+            Ok(()) = grown.changed(), if open => protocol.refresh(),
             () = silent_and_down(ctx, deadline.filter(|_| !heard.answered)) => return Err(silent()),
         }
     }
 }
 
-/// The stream on `lane` is up (the server took it, or the upstream answers
-/// health checks), though nothing may have arrived on it: a server need not
-/// answer a resubscription at the versions held. The session is fresh. It does
-/// not count as an answer for backoff and failover, which go by what arrived:
-/// a health check passing while the stream's own connection fails would keep
-/// resetting the time a primary has been down, and it would never fail over.
-/// Returns true.
+/// The stream on `lane` is up, though nothing may have arrived on it: the
+/// session is fresh. It is no answer for backoff and failover, which go by
+/// what arrived: a health check passing while the stream's own connection
+/// fails would keep resetting the time a primary has been down, and it would
+/// never fail over. Returns true.
 fn stream_up(session: &Publisher, lane: Option<ResourceType>) -> bool {
     session.upstream().phase(Phase::Open);
     session.upstream().fresh(lane);

@@ -82,14 +82,14 @@ impl Expiries {
     pub(super) fn expire(&mut self, now: Instant) -> BTreeMap<ResourceType, Vec<String>> {
         let mut expired = BTreeMap::new();
         for (kind, names) in &mut self.due {
-            let gone: Vec<String> = names
-                .iter()
-                .filter(|(_, deadline)| **deadline <= now)
-                .map(|(name, _)| name.clone())
-                .collect();
-            for name in &gone {
-                names.remove(name);
-            }
+            let mut gone = Vec::new();
+            names.retain(|name, deadline| {
+                let due = *deadline <= now;
+                if due {
+                    gone.push(name.clone());
+                }
+                !due
+            });
             if !gone.is_empty() {
                 expired.insert(*kind, gone);
             }

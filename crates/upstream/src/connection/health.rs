@@ -26,19 +26,10 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 
 /// Since when one upstream has answered health checks without a break
 /// (`None`: it does not now, or nobody has asked since the last break).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Health {
     since: watch::Sender<Option<Instant>>,
     prober: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl Default for Health {
-    fn default() -> Health {
-        Health {
-            since: watch::Sender::new(None),
-            prober: Mutex::new(None),
-        }
-    }
 }
 
 impl Health {

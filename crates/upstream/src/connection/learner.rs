@@ -86,20 +86,18 @@ impl Learner {
         if std::mem::take(&mut entry.in_flight) {
             self.in_flight.send_modify(|n| *n = n.saturating_sub(1));
         }
-        match outcome {
+        let delay = match outcome {
             Outcome::Learned => {
-                entry.failures = 0;
-                entry.retry_at = None;
+                *entry = Asked::default();
                 return None;
             }
-            Outcome::Unreached => {
-                entry.retry_at = Some(now + UNREACHED_RETRY);
-                return Some(UNREACHED_RETRY);
+            Outcome::Unreached => UNREACHED_RETRY,
+            Outcome::Refused => {
+                let delay = retry_delay(entry.failures);
+                entry.failures = entry.failures.saturating_add(1);
+                delay
             }
-            Outcome::Refused => {}
-        }
-        let delay = retry_delay(entry.failures);
-        entry.failures = entry.failures.saturating_add(1);
+        };
         entry.retry_at = Some(now + delay);
         Some(delay)
     }
@@ -197,9 +195,7 @@ impl UpstreamContext {
             }
         }
     }
-}
 
-impl UpstreamContext {
     /// Asks this upstream by reflection for the files that define the
     /// message `symbol` and adds them to the codec's pool: how many files
     /// joined it, or how asking ended and why.

@@ -112,49 +112,24 @@ pub(crate) async fn resolve(
         type_url: lds.type_url().to_owned(),
         ..Default::default()
     };
-    let per_type = |delta: bool| lds.stream_path(delta).unwrap_or_default();
-    let candidates = [
-        (
-            UpstreamMode::Delta,
-            UpstreamStreams::Aggregated,
-            DELTA_ADS.to_owned(),
-        ),
-        (
-            UpstreamMode::Sotw,
-            UpstreamStreams::Aggregated,
-            SOTW_ADS.to_owned(),
-        ),
-        (
-            UpstreamMode::Delta,
-            UpstreamStreams::PerType,
-            per_type(true),
-        ),
-        (
-            UpstreamMode::Sotw,
-            UpstreamStreams::PerType,
-            per_type(false),
-        ),
-    ];
-    for (mode, streams, path) in candidates {
-        let outcome = match mode {
-            UpstreamMode::Delta => {
-                bounded(open_stream::<_, DeltaDiscoveryResponse>(
-                    ctx,
-                    &path,
-                    delta.clone(),
-                ))
-                .await
-            }
-            _ => {
-                bounded(open_stream::<_, DiscoveryResponse>(
-                    ctx,
-                    &path,
-                    sotw.clone(),
-                ))
-                .await
-            }
+    use {UpstreamMode::Delta, UpstreamStreams::*};
+    let modes = [UpstreamMode::Delta, UpstreamMode::Sotw];
+    for (streams, mode) in [Aggregated, PerType]
+        .into_iter()
+        .flat_map(|s| modes.map(|m| (s, m)))
+    {
+        let path = match streams {
+            Aggregated if mode == Delta => DELTA_ADS.to_owned(),
+            Aggregated => SOTW_ADS.to_owned(),
+            PerType => lds.stream_path(mode == Delta).unwrap_or_default(),
         };
-        match classify(outcome) {
+        let outcome = bounded(async {
+            match mode {
+                Delta => open_stream::<_, DeltaDiscoveryResponse>(ctx, &path, delta.clone()).await,
+                _ => open_stream::<_, DiscoveryResponse>(ctx, &path, sotw.clone()).await,
+            }
+        });
+        match classify(outcome.await) {
             Probe::Implemented => return Ok((mode, streams)),
             Probe::Unreachable(why) => return Err(ProbeError::Unreachable(why)),
             Probe::Unimplemented => {}
@@ -177,9 +152,10 @@ pub(crate) async fn resolve(
     }
 }
 
-const SOTW_ADS: &str =
+/// The aggregated (ADS) methods, SotW and delta.
+pub(crate) const SOTW_ADS: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
-const DELTA_ADS: &str =
+pub(crate) const DELTA_ADS: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// Opens the streaming call `path` with `first` as its only request; Ok

@@ -62,14 +62,13 @@ pub(crate) async fn files_defining(
     known: impl Fn(&str) -> bool,
 ) -> Result<Vec<Vec<u8>>, ReflectionError> {
     let exchange = async {
-        let mut last = ReflectionError::NotServed;
         for method in METHODS {
             match exchange(ctx, method, symbol, &known).await {
-                Err(ReflectionError::NotServed) => last = ReflectionError::NotServed,
+                Err(ReflectionError::NotServed) => {}
                 other => return other,
             }
         }
-        Err(last)
+        Err(ReflectionError::NotServed)
     };
     tokio::time::timeout(REFLECTION_WAIT, exchange)
         .await
@@ -94,15 +93,10 @@ async fn exchange(
     let _ = tx
         .send(ask(MessageRequest::FileContainingSymbol(symbol.to_owned())))
         .await;
-    let (mut grpc, path) = ctx.ready_client(method).await.map_err(classify)?;
-    let codec =
-        tonic_prost::ProstCodec::<ServerReflectionRequest, ServerReflectionResponse>::default();
-    let mut inbound = grpc
-        .streaming(ctx.request(ReceiverStream::new(rx)), path, codec)
+    let mut inbound = ctx
+        .streaming::<_, ServerReflectionResponse>(method, ReceiverStream::new(rx))
         .await
-        .map_err(classify)?
-        .into_inner();
-
+        .map_err(classify)?;
     let mut files: Vec<Vec<u8>> = Vec::new();
     let mut bytes = 0;
     let mut have: BTreeSet<String> = BTreeSet::new();

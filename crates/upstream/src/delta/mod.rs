@@ -14,13 +14,10 @@
 //!
 //! # Versions
 //!
-//! A delta stream has no state-of-the-world version, so the published
-//! version is a digest of the sorted (name, per-resource version) pairs held:
-//! the first 16 hex digits of their SHA-256 (see `digest` in
-//! `upstream/held.rs`). It is the same for the same upstream resources
-//! whichever order or stream they came by, and it changes whenever a
-//! resource is added, changed or removed. A resource the upstream sent
-//! without a version is digested by its content.
+//! A delta stream has no state-of-the-world version: the published one is a
+//! digest of the (name, per-resource version) pairs held (`digest` in
+//! `upstream/held.rs`), the same whichever order or stream they came by,
+//! and another whenever a resource is added, changed or removed.
 //!
 //! # Coverage: which requests a state can answer
 //!
@@ -72,7 +69,7 @@ mod tests;
 mod update;
 
 use self::state::{Tracked, Wire};
-use self::update::{decode_update_off_thread, diff, Diff};
+use self::update::{decode_update_off_thread, diff};
 use super::name_check::AskingAlone;
 use super::outbound::Outbound;
 use super::replies::Replies;
@@ -80,17 +77,14 @@ use super::stream::{nack_detail, Protocol};
 use super::ttl::Expiries;
 use super::UpstreamContext;
 use crate::cache::Coverage;
-use crate::store::Namespace;
-use crate::store::Publisher;
+use crate::log_escape::Escaped;
+// How long a subscription may stay unanswered on a stream that answers the
+// type before it is taken as answered (see the module docs).
+use crate::store::SETTLE;
+use crate::store::{Namespace, Publisher};
 use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::ResourceType;
 
-/// gRPC code NOT_FOUND in a `resource_errors` entry: the resource is gone.
-const NOT_FOUND: i32 = 5;
-// How long a subscription may stay unanswered on a stream that answers the
-// type before it is taken as answered (see the module docs).
-use crate::log_escape::Escaped;
-use crate::store::SETTLE;
 const WILDCARD: &str = "*";
 
 /// The delta protocol of one session.
@@ -139,8 +133,7 @@ impl Protocol for Delta {
     type Request = Outbound<DeltaDiscoveryRequest>;
     type Response = DeltaDiscoveryResponse;
     const MODE: &'static str = "delta";
-    const AGGREGATED_PATH: &'static str =
-        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+    const AGGREGATED_PATH: &'static str = super::connection::probe::DELTA_ADS;
     const DELTA: bool = true;
     const CARRIES_DELTA_ONLY_TYPES: bool = true;
 
@@ -194,19 +187,18 @@ impl Protocol for Delta {
             return None;
         }
         wire.record(&sent, &want, Instant::now());
-        let mut request = Delta::request(kind, diff, String::new(), None);
         // With parameters, every name goes as a locator carrying them.
         let parameters = self.session.node().parameters();
-        let subscribe = std::mem::take(&mut request.resource_names_subscribe);
-        let unsubscribe = std::mem::take(&mut request.resource_names_unsubscribe);
-        (
-            request.resource_names_subscribe,
-            request.resource_locators_subscribe,
-        ) = names_or_locators(subscribe, parameters);
-        (
-            request.resource_names_unsubscribe,
-            request.resource_locators_unsubscribe,
-        ) = names_or_locators(unsubscribe, parameters);
+        let (subscribe, subscribe_locators) = names_or_locators(diff.subscribe, parameters);
+        let (unsubscribe, unsubscribe_locators) = names_or_locators(diff.unsubscribe, parameters);
+        let mut request = DeltaDiscoveryRequest {
+            type_url: kind.type_url().to_owned(),
+            resource_names_subscribe: subscribe,
+            resource_locators_subscribe: subscribe_locators,
+            resource_names_unsubscribe: unsubscribe,
+            resource_locators_unsubscribe: unsubscribe_locators,
+            ..Default::default()
+        };
         if first && !self.replacing.contains(&kind) {
             request.initial_resource_versions = self
                 .tracked
@@ -246,7 +238,7 @@ impl Protocol for Delta {
         }
         self.replies
             .nack(kind, &presented, &presented, &nonce, &message);
-        let request = Delta::request(kind, Diff::default(), nonce, Some(message));
+        let request = Delta::request(kind, nonce, Some(message));
         Some(self.outbound(request))
     }
 
@@ -267,12 +259,78 @@ impl Protocol for Delta {
         Outbound::new(request, None)
     }
 
+    /// Decodes a response; applies, publishes and ACKs it, or NACKs it whole.
     async fn response(
         &mut self,
         kind: ResourceType,
         response: DeltaDiscoveryResponse,
     ) -> Option<Outbound<DeltaDiscoveryRequest>> {
-        self.take(kind, response).await
+        if self.wires.get(&kind).is_none_or(|w| w.sent.is_none()) {
+            // Never subscribed on this stream: nothing to ACK (a first
+            // request without names would subscribe to the wildcard).
+            warn!(%kind, "unsolicited response ignored");
+            return None;
+        }
+        self.ctx.intake.note_answer(response.encoded_len());
+        let nonce = response.nonce.clone();
+        let system_version = response.system_version_info.clone();
+        let decoded = decode_update_off_thread(
+            &self.ctx.intake,
+            kind,
+            response,
+            self.session.node().parameters().clone(),
+        )
+        .await
+        .and_then(|update| {
+            let names = update.added.iter().map(|(name, _)| name);
+            let names = names.chain(update.name_only.iter().map(|(name, _)| name));
+            match self.namespace.first_foreign(names) {
+                Some(foreign) => Err(foreign.into()),
+                None => Ok(update),
+            }
+        });
+        let wire = self.wires.entry(kind).or_default();
+        wire.nonce = nonce.clone();
+        let error = match decoded {
+            Ok(mut update) => {
+                debug!(
+                    %kind,
+                    system_version = %Escaped(&system_version),
+                    added = update.added.len(),
+                    name_only = update.name_only.len(),
+                    removed = update.removed.len(),
+                    "accepted"
+                );
+                let ttls = std::mem::take(&mut update.ttls);
+                // A delta answer carries only what changed: every resource
+                // in it is decoded, none is reused.
+                self.ctx
+                    .metrics
+                    .resources_taken(kind, update.added.len(), 0);
+                let now = Instant::now();
+                let tracked = tracked(&mut self.tracked, &self.ctx, kind);
+                if self.replacing.remove(&kind) {
+                    *tracked = Tracked::new(self.ctx.held_sets.clone());
+                }
+                tracked.apply(kind, wire, update, now);
+                for (name, ttl) in ttls {
+                    self.expiries.arrived(kind, &name, ttl, now);
+                }
+                self.expiries
+                    .retain(kind, |name| tracked.held.contains_key(name));
+                self.publish(kind);
+                self.replies.ack(kind, &system_version);
+                None
+            }
+            Err(reason) => {
+                Some(
+                    self.replies
+                        .refuse(kind, &reason, &system_version, &system_version, &nonce),
+                )
+            }
+        };
+        let request = Delta::request(kind, nonce, error);
+        Some(self.outbound(request))
     }
 
     fn next_timer(&self) -> Option<Instant> {
@@ -307,23 +365,21 @@ impl Protocol for Delta {
         }
     }
 
+    /// Publishes again every type whose state was rendered with a smaller
+    /// descriptor pool.
     fn refresh(&mut self) {
-        self.republish_all();
+        let kinds: Vec<ResourceType> = self.tracked.keys().copied().collect();
+        for kind in kinds {
+            self.publish(kind);
+        }
     }
 }
 
 impl Delta {
-    /// A request of `kind`: `diff`'s names, ACKing or NACKing `nonce`.
-    fn request(
-        kind: ResourceType,
-        diff: Diff,
-        nonce: String,
-        error: Option<String>,
-    ) -> DeltaDiscoveryRequest {
+    /// A request of `kind` ACKing or NACKing `nonce`.
+    fn request(kind: ResourceType, nonce: String, error: Option<String>) -> DeltaDiscoveryRequest {
         DeltaDiscoveryRequest {
             type_url: kind.type_url().to_owned(),
-            resource_names_subscribe: diff.subscribe,
-            resource_names_unsubscribe: diff.unsubscribe,
             response_nonce: nonce,
             error_detail: error.map(nack_detail),
             ..Default::default()
@@ -337,80 +393,6 @@ impl Delta {
         let node = with_node.then(|| self.session.node().bytes());
         self.node_sent = true;
         Outbound::new(request, node)
-    }
-
-    /// Decodes a response; applies, publishes and ACKs it, or NACKs it whole.
-    async fn take(
-        &mut self,
-        kind: ResourceType,
-        response: DeltaDiscoveryResponse,
-    ) -> Option<Outbound<DeltaDiscoveryRequest>> {
-        if self.wires.get(&kind).is_none_or(|w| w.sent.is_none()) {
-            // Never subscribed on this stream: nothing to ACK (a first
-            // request without names would subscribe to the wildcard).
-            warn!(%kind, "unsolicited response ignored");
-            return None;
-        }
-        self.ctx.intake.note_answer(response.encoded_len());
-        let nonce = response.nonce.clone();
-        let system_version = response.system_version_info.clone();
-        let decoded = decode_update_off_thread(
-            &self.ctx.intake,
-            kind,
-            response,
-            self.session.node().parameters().clone(),
-        )
-        .await
-        .and_then(|update| {
-            let names = update.added.iter().map(|(name, _)| name);
-            let names = names.chain(update.name_only.iter().map(|(name, _)| name));
-            match self.namespace.first_foreign(names) {
-                Some(foreign) => Err(foreign.into()),
-                None => Ok(update),
-            }
-        });
-        let wire = self.wires.entry(kind).or_default();
-        wire.nonce = nonce.clone();
-        match decoded {
-            Ok(mut update) => {
-                debug!(
-                    %kind,
-                    system_version = %Escaped(&system_version),
-                    added = update.added.len(),
-                    name_only = update.name_only.len(),
-                    removed = update.removed.len(),
-                    "accepted"
-                );
-                let ttls = std::mem::take(&mut update.ttls);
-                // A delta answer carries only what changed: every resource
-                // in it is decoded, none is reused.
-                self.ctx
-                    .metrics
-                    .resources_taken(kind, update.added.len(), 0);
-                let now = Instant::now();
-                let tracked = tracked(&mut self.tracked, &self.ctx, kind);
-                if self.replacing.remove(&kind) {
-                    *tracked = Tracked::new(self.ctx.held_sets.clone());
-                }
-                tracked.apply(kind, wire, update, now);
-                for (name, ttl) in ttls {
-                    self.expiries.arrived(kind, &name, ttl, now);
-                }
-                self.expiries
-                    .retain(kind, |name| tracked.held.contains_key(name));
-                self.publish(kind);
-                self.replies.ack(kind, &system_version);
-                let request = Delta::request(kind, Diff::default(), nonce, None);
-                Some(self.outbound(request))
-            }
-            Err(reason) => {
-                let detail =
-                    self.replies
-                        .refuse(kind, &reason, &system_version, &system_version, &nonce);
-                let request = Delta::request(kind, Diff::default(), nonce, Some(detail));
-                Some(self.outbound(request))
-            }
-        }
     }
 
     /// Publishes the held state of `kind` if its version, its coverage or
@@ -434,15 +416,6 @@ impl Delta {
         }
         tracked.published = Some(key);
         self.session.publish(state);
-    }
-
-    /// Publishes again every type whose state was rendered with a smaller
-    /// descriptor pool.
-    fn republish_all(&mut self) {
-        let kinds: Vec<ResourceType> = self.tracked.keys().copied().collect();
-        for kind in kinds {
-            self.publish(kind);
-        }
     }
 }
 

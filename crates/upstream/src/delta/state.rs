@@ -113,9 +113,7 @@ impl Tracked {
     ) {
         let sent = wire.sent.clone().unwrap_or_default();
         let first = wire.answered_at.is_none();
-        if first {
-            wire.answered_at = Some(now);
-        }
+        wire.answered_at.get_or_insert(now);
         if sent.wildcard && !wire.wildcard_dropped {
             // Only a wildcard brings a resource nothing named on the stream holds.
             let unnamed = |name: &str, aliases: &[String]| {
@@ -200,17 +198,12 @@ impl Tracked {
             return false;
         };
         let due = |since: Instant| since.max(base) + SETTLE <= now;
-        let names: Vec<String> = wire
-            .pending
-            .iter()
-            .filter(|(_, since)| due(**since))
-            .map(|(name, _)| name.clone())
-            .collect();
         let mut changed = false;
-        for name in names {
-            wire.pending.remove(&name);
-            changed |= self.answered.insert(name);
-        }
+        wire.pending.retain(|name, since| {
+            let settled = due(*since);
+            changed |= settled && self.answered.insert(name.clone());
+            !settled
+        });
         if wire.pending_wildcard.is_some_and(due) {
             wire.pending_wildcard = None;
             changed |= !self.wildcard_answered;
@@ -233,14 +226,11 @@ impl Tracked {
             rendered(self.held.resources().clone()),
             self.coverage(),
         );
-        let state = match self.uncacheable.is_empty() {
+        let state = state.with_errors(self.errors.clone());
+        match self.uncacheable.is_empty() {
             true => state,
             false => state.with_uncacheable(Arc::new(self.uncacheable.clone())),
-        };
-        if self.errors.is_empty() {
-            return state;
         }
-        state.with_errors(self.errors.clone())
     }
 }
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 
-use super::{NOT_FOUND, WILDCARD};
-use crate::cache::{Coverage, Intake, ReportedError, WrapperName};
+use super::WILDCARD;
+use crate::cache::{Coverage, Intake, ReportedError, WrapperName, NOT_FOUND};
 use crate::decode::{
-    decode_delta_named, decode_named, decode_one, decode_one_unshared, reported_errors, ttl_of,
-    Rejection,
+    decode_delta_named, decode_named, decode_one, decode_one_unshared, name_and_constraints,
+    reported_errors, ttl_of, Rejection,
 };
 use crate::held::HeldResource;
 use crate::wire::Payload;
@@ -88,34 +88,19 @@ pub(super) fn decode_update(
     let mut seen = BTreeSet::new();
     let mut variants_seen = BTreeSet::new();
     for (index, mut resource) in response.resources.into_iter().enumerate() {
-        let named = resource.resource_name.take().unwrap_or_default();
-        if !resource.name.is_empty() && !named.name.is_empty() && named.name != resource.name {
-            return Err(Rejection::NameMismatch {
-                index,
-                wrapper: resource.name,
-                inner: named.name,
-            });
-        }
-        let wrapper_name = match resource.name.is_empty() {
-            true => named.name,
-            false => resource.name.clone(),
-        };
-        let constraints = named
-            .dynamic_parameter_constraints
-            .filter(|_| !kind.delta_only());
-        let ttl = ttl_of(resource.ttl.as_ref(), &wrapper_name).map_err(|e| Rejection::At {
+        let constraints =
+            name_and_constraints(&mut resource, index)?.filter(|_| !kind.delta_only());
+        let wrapper_name = resource.name.clone();
+        let at = |e: Rejection| Rejection::At {
             index,
             name: wrapper_name.clone(),
             reason: Box::new(e),
-        })?;
+        };
+        let ttl = ttl_of(resource.ttl.as_ref(), &wrapper_name).map_err(at)?;
         let do_not_cache = resource.cache_control.is_some_and(|c| c.do_not_cache);
         match resource.resource {
             Some(any) => {
-                let at = |e: Rejection| Rejection::At {
-                    index,
-                    name: wrapper_name.clone(),
-                    reason: Box::new(e),
-                };
+                let payload = Payload::of(&any);
                 let decoded = if kind.delta_only() {
                     if wrapper_name.is_empty() {
                         let type_name = kind.message_name();
@@ -126,17 +111,17 @@ pub(super) fn decode_update(
                         aliases: resource.aliases.clone(),
                         version: resource.version.clone(),
                     };
-                    decode_delta_named(intake, kind, named, Payload::of(&any)).map_err(at)?
+                    decode_delta_named(intake, kind, named, payload)
                 } else if kind.is_extra() && !wrapper_name.is_empty() {
                     // An added type: the wrapper names it, whatever its
                     // name fields hold (a SotW answer names none).
-                    decode_named(intake, kind, wrapper_name.clone(), Payload::of(&any))
-                        .map_err(at)?
+                    decode_named(intake, kind, wrapper_name.clone(), payload)
                 } else if do_not_cache {
-                    decode_one_unshared(intake, kind, Payload::of(&any)).map_err(at)?
+                    decode_one_unshared(intake, kind, payload)
                 } else {
-                    decode_one(intake, kind, Payload::of(&any)).map_err(at)?
+                    decode_one(intake, kind, payload)
                 };
+                let decoded = decoded.map_err(at)?;
                 if !wrapper_name.is_empty() && wrapper_name != decoded.name {
                     return Err(Rejection::NameMismatch {
                         index,
@@ -155,15 +140,12 @@ pub(super) fn decode_update(
                 if !variants_seen.insert((name.clone(), encoded)) {
                     return Err(Rejection::Duplicate(name));
                 }
-                if decoded
+                let unmatched = decoded
                     .variant
                     .as_ref()
-                    .is_some_and(|v| !v.matches(parameters))
-                {
-                    continue;
-                }
-                if !seen.insert(name.clone()) {
-                    // Another variant of the name matched first.
+                    .is_some_and(|v| !v.matches(parameters));
+                // Left out, or another variant of the name matched first.
+                if unmatched || !seen.insert(name.clone()) {
                     continue;
                 }
                 update.ttls.push((name.clone(), ttl));

@@ -109,7 +109,7 @@ impl Sotw {
         };
         let frame = Bytes::from(response.encode_to_vec());
         let response = SotwResponse::parse(frame).unwrap_or_else(|e| panic!("{e}"));
-        let ack = self.take(kind, response).await;
+        let ack = self.response(kind, response).await.unwrap();
         let ack = ack.request();
         assert!(ack.error_detail.is_none(), "NACKed: {:?}", ack.error_detail);
         assert_eq!(ack.response_nonce, nonce);
@@ -325,7 +325,7 @@ async fn a_heartbeat_of_a_new_version_is_refused() {
     };
     let frame = Bytes::from(response.encode_to_vec());
     let response = SotwResponse::parse(frame).unwrap_or_else(|e| panic!("{e}"));
-    let nack = sotw.take(kind, response).await;
+    let nack = sotw.response(kind, response).await.unwrap();
     let nack = nack.request();
     assert!(
         nack.error_detail.is_some(),
