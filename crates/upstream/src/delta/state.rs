@@ -226,11 +226,14 @@ impl Tracked {
             rendered(self.held.resources().clone()),
             self.coverage(),
         );
-        let state = state.with_errors(self.errors.clone());
-        match self.uncacheable.is_empty() {
+        let state = match self.uncacheable.is_empty() {
             true => state,
             false => state.with_uncacheable(Arc::new(self.uncacheable.clone())),
+        };
+        if self.errors.is_empty() {
+            return state;
         }
+        state.with_errors(self.errors.clone())
     }
 }
 
