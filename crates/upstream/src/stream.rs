@@ -13,12 +13,18 @@
 //! the protocol's timer. The session is fresh again once the stream is up:
 //! the server took it, or the upstream answers gRPC health checks while the
 //! stream waits (java-control-plane's SotW cache answers nothing to a
-//! resubscription at the versions held). When the stream breaks, the
-//! session is marked stale (it keeps serving its last state) and the driver
-//! reconnects after a jittered, capped [`Backoff`]; it ends when the
-//! session's command channel closes, or, for a probe, once its type is
-//! answered. A [`Protocol`] says what to send and how to take what arrives;
-//! subscription changes are coalesced first ([`super::coalesce`]).
+//! resubscription at the versions held). Every response marks the upstream
+//! answered before the protocol takes it. A stream silent past a
+//! failover's `failover-after` is down only if its upstream also fails a
+//! health check. When the stream breaks, the session is marked stale (it
+//! keeps serving its last state) and the driver reconnects after a
+//! jittered, capped [`Backoff`]; it ends when the session's command channel
+//! closes, or, for a probe, once its type is answered. A stream that
+//! carries one type and is refused before answering it sets the type aside
+//! ([`set_aside`]); the shared stream, refused after answering, hands the
+//! types it still waited on to probes. A [`Protocol`] says what to send and
+//! how to take what arrives; subscription changes are coalesced first
+//! ([`super::coalesce`]).
 
 use std::collections::BTreeSet;
 use std::future::Future;
