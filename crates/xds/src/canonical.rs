@@ -1,16 +1,12 @@
 //! Deterministic protobuf encoding of a dynamic message: the same message
 //! gives the same bytes every time, in every process.
 //!
-//! prost-reflect keeps a map field in a `HashMap` and encodes its entries in
-//! that map's (randomly seeded) iteration order, so the same message parsed
-//! from JSON would encode to other bytes on every parse, and so would an `Any`
-//! parsed from JSON; whatever digests those bytes (the snapshot's resource
-//! digests and so its versions) would differ between replicas, restarts and
-//! reloads of the same files. Here map entries are written in key order, at
-//! any depth, and an `Any`'s payload is re-encoded the same way (when its type
-//! is known and it decodes). Fields come in field-number order, as
-//! prost-reflect keeps them. Subtrees without a map or an `Any` are encoded by
-//! prost-reflect directly. No I/O; never panics.
+//! prost-reflect encodes a map field in its `HashMap`'s (randomly seeded)
+//! order, so a message parsed from JSON would encode to other bytes on every
+//! parse, and its digests (so versions) would differ between replicas and
+//! restarts. Here map entries are written in key order, at any depth, and a
+//! known `Any`'s payload is re-encoded the same way. Subtrees without a map
+//! or an `Any` are encoded by prost-reflect directly. No I/O; never panics.
 
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
@@ -80,14 +76,7 @@ fn write_message(descriptors: &Descriptors, msg: &DynamicMessage, out: &mut Vec<
 /// An `Any` with its payload re-encoded (kept as it is when its type is
 /// unknown or it does not decode).
 fn write_any(descriptors: &Descriptors, any: &DynamicMessage, out: &mut Vec<u8>) {
-    let type_url = any
-        .get_field_by_name("type_url")
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let value = any
-        .get_field_by_name("value")
-        .and_then(|v| v.as_bytes().cloned())
-        .unwrap_or_default();
+    let (type_url, value) = super::opaque::any_parts(any).unwrap_or_default();
     let payload = match nesting::decode_any(descriptors, &type_url, &value) {
         Ok(inner) => encode(descriptors, &inner),
         Err(_) => value.to_vec(),

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
     single_constraint::ConstraintType, SingleConstraint, Type,
 };
@@ -38,10 +38,7 @@ pub fn locators(names: Vec<String>, parameters: &Parameters) -> Vec<ResourceLoca
         .into_iter()
         .map(|name| ResourceLocator {
             name,
-            dynamic_parameters: parameters
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            dynamic_parameters: parameters.clone().into_iter().collect(),
         })
         .collect()
 }
@@ -138,16 +135,18 @@ impl Variant {
         };
         let name_json =
             codec.render_prost("envoy.service.discovery.v3.ResourceName", &resource_name)?;
-        let mut head = BytesMut::with_capacity(name_json.len() + 96);
-        head.put_slice(b"{\"@type\":\"");
-        head.put_slice(WRAPPER_TYPE_URL.as_bytes());
-        head.put_slice(b"\",\"resourceName\":");
-        head.put_slice(&name_json);
-        head.put_slice(b",\"resource\":");
+        let head = [
+            &b"{\"@type\":\""[..],
+            WRAPPER_TYPE_URL.as_bytes(),
+            b"\",\"resourceName\":",
+            &name_json,
+            b",\"resource\":",
+        ]
+        .concat();
         Ok(Some(Variant {
             constraints,
             encoded,
-            head: head.freeze(),
+            head: head.into(),
         }))
     }
 
@@ -169,11 +168,7 @@ impl Variant {
     /// `resource`'s JSON (an `Any`'s) inside the `Resource` wrapper that
     /// carries this variant's name and constraints.
     pub fn wrap(&self, resource: &[u8]) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.head.len() + resource.len() + 1);
-        out.put_slice(&self.head);
-        out.put_slice(resource);
-        out.put_u8(b'}');
-        out.freeze()
+        [&self.head[..], resource, b"}"].concat().into()
     }
 }
 

@@ -1,16 +1,14 @@
 //! The resource types an operator adds to Envoy's ([`ExtraType`]): a REST
 //! name, a type URL, and optionally the type's own gRPC service, for types
-//! no Envoy polls but other tools do (Kuma's monitoring assignments, which
-//! Prometheus, Grafana Alloy and vmagent read over REST) or an in-house
-//! control plane serves.
+//! no Envoy polls but other tools do (Kuma's monitoring assignments, read
+//! by Prometheus, Grafana Alloy and vmagent) or an in-house control plane
+//! serves.
 //!
-//! Each is registered once ([`register`], through
-//! `ResourceType::register`, which keeps Envoy's own names and type URLs
-//! out) and lives for the process: a `ResourceType::Extra` holds a
-//! `&'static` to it, so a resource type stays a `Copy` value that every
-//! table keys by, the built-in ten and the extras alike. Registration is
-//! idempotent and checked: a name or a type URL is never given two
-//! meanings. No I/O.
+//! Each is registered once ([`register`], through `ResourceType::register`,
+//! which keeps Envoy's own names and type URLs out) and lives for the
+//! process: `ResourceType::Extra` holds a `&'static` to it, so a resource
+//! type stays a `Copy` value. Registration is idempotent, and a name or a
+//! type URL never gets two meanings. No I/O.
 
 use std::sync::RwLock;
 

@@ -67,8 +67,7 @@ impl Codec {
     pub fn snapshot(&self) -> Codec {
         Codec {
             descriptors: self.descriptors.snapshot(),
-            serialize: Arc::clone(&self.serialize),
-            serialize_proto_names: Arc::clone(&self.serialize_proto_names),
+            ..self.clone()
         }
     }
 
@@ -106,10 +105,7 @@ impl Codec {
                 value: value.to_vec(),
             };
             any.merge(any_proto.encode_to_vec().as_slice())
-                .map_err(|e| JsonError::Decode {
-                    type_url: type_url.to_owned(),
-                    reason: e.to_string(),
-                })?;
+                .map_err(|e| JsonError::decode(type_url, e))?;
             return self.render_with(&any, type_url, None);
         }
         // One decode: render the message and add "@type" (which sorts first).
@@ -179,7 +175,7 @@ impl Codec {
         msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), options)
             .map_err(render_error)?;
         let mut value = super::plain_json::from_slice(&text).map_err(render_error)?;
-        drop_empty_any_value(&mut value);
+        empty_any_values(&mut value, false);
         if let (Some(type_url), serde_json::Value::Object(map)) = (at_type, &mut value) {
             map.insert(
                 "@type".to_owned(),
@@ -195,13 +191,8 @@ impl Codec {
     /// envelope from envoy-types) as canonical JSON.
     pub fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
         let desc = self.descriptor(name)?;
-        let dynamic =
-            DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()).map_err(|e| {
-                JsonError::Decode {
-                    type_url: name.to_owned(),
-                    reason: e.to_string(),
-                }
-            })?;
+        let dynamic = DynamicMessage::decode(desc, msg.encode_to_vec().as_slice())
+            .map_err(|e| JsonError::decode(name, e))?;
         self.render_message(&dynamic, name)
     }
 
@@ -226,15 +217,14 @@ impl Codec {
         // when the text mentions the type at all).
         if std::str::from_utf8(json).is_ok_and(|t| t.contains(EMPTY_TYPE)) {
             let mut value = super::plain_json::from_slice(json).map_err(parse_error)?;
-            add_empty_any_value(&mut value);
+            empty_any_values(&mut value, true);
             return DynamicMessage::deserialize_with_options(desc, value, &options)
                 .map_err(parse_error);
         }
         let mut de = serde_json::Deserializer::from_slice(json);
-        let msg = DynamicMessage::deserialize_with_options(desc, &mut de, &options)
+        DynamicMessage::deserialize_with_options(desc, &mut de, &options)
             .and_then(|m| de.end().map(|()| m))
-            .map_err(parse_error)?;
-        Ok(msg)
+            .map_err(parse_error)
     }
 
     /// Parses JSON into a prost message type that the pool also knows,
@@ -248,12 +238,8 @@ impl Codec {
     ) -> Result<M, JsonError> {
         let msg = self.parse_message(name, json, ignore_unknown)?;
         // Map entries in key order: the same JSON, the same bytes.
-        M::decode(canonical::encode(&self.descriptors, &msg).as_slice()).map_err(|e| {
-            JsonError::Decode {
-                type_url: name.to_owned(),
-                reason: e.to_string(),
-            }
-        })
+        M::decode(canonical::encode(&self.descriptors, &msg).as_slice())
+            .map_err(|e| JsonError::decode(name, e))
     }
 
     /// Parses a JSON `Any` (`{"@type": ..., ...}`) into its type URL and bytes.
@@ -264,46 +250,33 @@ impl Codec {
 
 const EMPTY_TYPE: &str = "/google.protobuf.Empty";
 
-fn is_empty_any(map: &serde_json::Map<String, serde_json::Value>) -> bool {
-    map.get("@type")
-        .and_then(|t| t.as_str())
-        .is_some_and(|t| t.ends_with(EMPTY_TYPE))
-}
-
-/// The inverse of [`drop_empty_any_value`], for parsing the reference form.
-fn add_empty_any_value(value: &mut serde_json::Value) {
+/// prost-reflect writes an `Any` holding `google.protobuf.Empty` as
+/// `{"@type": ".../google.protobuf.Empty", "value": {}}`; protobuf's C++ and
+/// Python mappings (and so Envoy) write and expect `{"@type": ...}` alone, and
+/// Envoy rejects the `value` field. At any depth, drops that `value` (what
+/// rendering does) or, with `add`, adds it back (to parse the reference form).
+fn empty_any_values(value: &mut serde_json::Value, add: bool) {
     match value {
         serde_json::Value::Object(map) => {
-            if is_empty_any(map) && !map.contains_key("value") {
+            let empty_any = map
+                .get("@type")
+                .and_then(|t| t.as_str())
+                .is_some_and(|t| t.ends_with(EMPTY_TYPE));
+            let held = map.get("value");
+            if empty_any && add && held.is_none() {
                 map.insert(
                     "value".into(),
                     serde_json::Value::Object(Default::default()),
                 );
-            }
-            map.values_mut().for_each(add_empty_any_value);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(add_empty_any_value),
-        _ => {}
-    }
-}
-
-/// prost-reflect writes an `Any` holding `google.protobuf.Empty` as
-/// `{"@type": ".../google.protobuf.Empty", "value": {}}`; protobuf's C++ and
-/// Python mappings (and so Envoy) write and expect `{"@type": ...}` alone, and
-/// Envoy rejects the `value` field. Rewrite to the reference form, at any depth.
-fn drop_empty_any_value(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(map) => {
-            if is_empty_any(map)
-                && map
-                    .get("value")
-                    .is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+            } else if empty_any
+                && !add
+                && held.is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
             {
                 map.remove("value");
             }
-            map.values_mut().for_each(drop_empty_any_value);
+            map.values_mut().for_each(|v| empty_any_values(v, add));
         }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_empty_any_value),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| empty_any_values(v, add)),
         _ => {}
     }
 }

@@ -1,29 +1,22 @@
 //! Key material in any resource: which fields hold it, and finding it or
 //! taking it out of a decoded message.
 //!
-//! SDS is not the only place a private key travels: a cluster's
-//! `UpstreamTlsContext` or a listener's `DownstreamTlsContext` may carry one
-//! inline, and an `Any` of a type the gateway has no descriptor for (a
-//! `Secret` of another API version) carries whatever it holds. A field
-//! holds key material when Envoy's API marks it `udpa.annotations.sensitive`
-//! and it sits in one of the TLS secret types (`HOLDERS`:
-//! `TlsCertificate.private_key`, `.password`, `.pkcs12`,
-//! `PrivateKeyProvider.typed_config`, `TlsSessionTicketKeys.keys`,
-//! `GenericSecret.secret`, `.secrets`), or is a sensitive field named
-//! `private_key` anywhere (`GrpcService`'s `SslCredentials`). Other
-//! sensitive fields (filter credentials such as basic-auth users or Redis
-//! passwords) are configuration a client needs, and are left alone.
+//! SDS is not the only place a private key travels: a cluster's or a
+//! listener's TLS context may carry one inline, and an `Any` of a type the
+//! gateway has no descriptor for (a `Secret` of another API version) carries
+//! whatever it holds. A field holds key material when Envoy's API marks it
+//! `udpa.annotations.sensitive` and it sits in one of the TLS secret types
+//! (`HOLDERS`), or is a sensitive field named `private_key` anywhere
+//! (`GrpcService`'s `SslCredentials`). Other sensitive fields (filter
+//! credentials) are configuration a client needs, and are left alone.
 //!
-//! Taken out, a `DataSource` that held its bytes inline (`inline_bytes`,
-//! `inline_string`) holds [`REDACTED`] as its `inline_string` (one naming
-//! a file or an environment variable of the client is no key, and stays);
-//! an `Any` holding key material, or of an unknown type named as one of
-//! the types that carry it (`CARRIERS`, any package or version), becomes
-//! an `xds_gateway.v1.OpaqueAny` with its type URL and no bytes, its
-//! `redacted` field saying why; any other string or bytes becomes
+//! Taken out, an inline `DataSource` holds [`REDACTED`] as its
+//! `inline_string` (one naming a file or an environment variable is no key,
+//! and stays); an `Any` holding key material, or of an unknown type named as
+//! a carrier (`CARRIERS`), becomes an `xds_gateway.v1.OpaqueAny` with its type
+//! URL, no bytes and `redacted` saying why; any other string or bytes becomes
 //! [`REDACTED`]. Walks go through the `Any`s the pool knows, at any depth
-//! (the nesting bound of `nesting` has been checked by then). No
-//! I/O; never panics.
+//! (`nesting` has bounded them). No I/O; never panics.
 
 use prost::Message as _;
 use prost_reflect::{
@@ -32,7 +25,7 @@ use prost_reflect::{
 
 use super::canonical;
 use super::descriptors::Descriptors;
-use super::opaque::OPAQUE_TYPE_URL;
+use super::opaque::{any_parts, OPAQUE_TYPE_URL};
 
 /// What key material is replaced by.
 pub const REDACTED: &str = "[redacted: --allow-secrets is off]";
@@ -205,28 +198,26 @@ impl Walk<'_> {
         on_message: fn(&mut Self, &mut DynamicMessage) -> bool,
         on_item: fn(&mut Self, &mut Value) -> bool,
     ) -> bool {
-        match value {
-            Value::Message(sub) => on_message(self, sub),
-            Value::List(items) => {
-                let mut changed = false;
-                for (i, item) in items.iter_mut().enumerate() {
-                    self.path.push(Step::Index(i));
-                    changed |= on_item(self, item);
-                    self.path.pop();
-                }
-                changed
-            }
+        let items: Box<dyn Iterator<Item = (Step, &mut Value)>> = match value {
+            Value::Message(sub) => return on_message(self, sub),
+            Value::List(items) => Box::new(
+                items
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, v)| (Step::Index(i), v)),
+            ),
             Value::Map(entries) => {
-                let mut changed = false;
-                for (key, item) in entries.iter_mut() {
-                    self.path.push(Step::Key(key.clone()));
-                    changed |= on_item(self, item);
-                    self.path.pop();
-                }
-                changed
+                Box::new(entries.iter_mut().map(|(k, v)| (Step::Key(k.clone()), v)))
             }
-            _ => false,
+            _ => return false,
+        };
+        let mut changed = false;
+        for (step, item) in items {
+            self.path.push(step);
+            changed |= on_item(self, item);
+            self.path.pop();
         }
+        changed
     }
 
     /// An `Any` outside key fields: its payload walked when the pool knows
@@ -330,13 +321,6 @@ fn replace_any(msg: &mut DynamicMessage, type_url: &str) -> bool {
     let value = Value::Bytes(taken_out_any(type_url));
     msg.try_set_field_by_name("type_url", url).is_ok()
         && msg.try_set_field_by_name("value", value).is_ok()
-}
-
-/// An `Any`'s type URL and payload (each its default when unset).
-fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
-    let type_url = msg.get_field_by_name("type_url")?;
-    let payload = msg.get_field_by_name("value")?;
-    Some((type_url.as_str()?.to_owned(), payload.as_bytes()?.clone()))
 }
 
 fn map_key(key: &MapKey) -> String {

@@ -1,18 +1,14 @@
 //! `Any`s of a type the descriptor pool does not know, kept whole.
 //!
-//! Control planes put their own extension types inside Envoy config: Istio's
-//! listeners carry `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`.
-//! Without a type's descriptor the gateway cannot render it as canonical
-//! JSON; but nothing is wrong with it that a client would reject, so the
-//! gateway must not refuse (NACK) it either. Each such `Any`, at any depth,
-//! is served as an `xds_gateway.v1.OpaqueAny` (`proto/xds_gateway/v1/
-//! opaque.proto`) holding the original type URL and bytes: canonical proto3
-//! JSON of a real message, lossless, and refused by a REST Envoy as a type
-//! it does not know, never taken with the extension's fields silently
-//! dropped. `--descriptor-set` with the type's descriptors renders it in full.
-//!
-//! No I/O; walks decode each nested `Any` payload without copying it (the
-//! nesting bound of `nesting` has been checked by then).
+//! Control planes put their own extension types inside Envoy config (Istio's
+//! `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`). Nothing is
+//! wrong with such an `Any` that a client would reject, so the gateway must
+//! not NACK it; it serves each one, at any depth, as an
+//! `xds_gateway.v1.OpaqueAny` (`proto/xds_gateway/v1/opaque.proto`) holding
+//! the original type URL and bytes: canonical JSON of a real message,
+//! lossless, and refused by a REST Envoy as a type it does not know, never
+//! taken with the extension's fields silently dropped. `--descriptor-set`
+//! renders it in full. No I/O; `nesting` has bounded the walks.
 
 use std::collections::BTreeSet;
 
@@ -123,7 +119,7 @@ pub(crate) fn opaque(type_url: String, payload: &[u8]) -> bytes::Bytes {
 /// An `Any`'s type URL and payload, if `msg` is an `Any`. Either may be
 /// unset, and then comes as its default: an `Any` of an empty message
 /// (Istio's `stats.PluginConfig` often is) has no `value` field at all.
-fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
+pub(crate) fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
     if msg.descriptor().full_name() != ANY {
         return None;
     }

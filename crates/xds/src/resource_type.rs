@@ -55,8 +55,8 @@ struct Row {
     path_suffix: &'static str,
     /// Fully qualified request message name (HDS and CSDS have their own).
     request_message: &'static str,
-    /// Fully qualified name of the message served (resource or response).
-    message: &'static str,
+    /// The type URL of the message served (resource or response).
+    type_url: &'static str,
     service: &'static str,
     /// The unary method; `None` for the delta-only types, which have only
     /// a `Delta*` method.
@@ -72,70 +72,70 @@ const TABLE: [Row; 12] = [
     row(
         ResourceType::Listeners,
         "listeners",
-        "envoy.config.listener.v3.Listener",
+        "type.googleapis.com/envoy.config.listener.v3.Listener",
         "envoy.service.listener.v3.ListenerDiscoveryService",
         (Some("FetchListeners"), "Listeners"),
     ),
     row(
         ResourceType::Routes,
         "routes",
-        "envoy.config.route.v3.RouteConfiguration",
+        "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
         "envoy.service.route.v3.RouteDiscoveryService",
         (Some("FetchRoutes"), "Routes"),
     ),
     row(
         ResourceType::ScopedRoutes,
         "scoped-routes",
-        "envoy.config.route.v3.ScopedRouteConfiguration",
+        "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
         "envoy.service.route.v3.ScopedRoutesDiscoveryService",
         (Some("FetchScopedRoutes"), "ScopedRoutes"),
     ),
     row(
         ResourceType::Clusters,
         "clusters",
-        "envoy.config.cluster.v3.Cluster",
+        "type.googleapis.com/envoy.config.cluster.v3.Cluster",
         "envoy.service.cluster.v3.ClusterDiscoveryService",
         (Some("FetchClusters"), "Clusters"),
     ),
     row(
         ResourceType::Endpoints,
         "endpoints",
-        "envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
         "envoy.service.endpoint.v3.EndpointDiscoveryService",
         (Some("FetchEndpoints"), "Endpoints"),
     ),
     row(
         ResourceType::Secrets,
         "secrets",
-        "envoy.extensions.transport_sockets.tls.v3.Secret",
+        "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
         "envoy.service.secret.v3.SecretDiscoveryService",
         (Some("FetchSecrets"), "Secrets"),
     ),
     row(
         ResourceType::Runtime,
         "runtime",
-        "envoy.service.runtime.v3.Runtime",
+        "type.googleapis.com/envoy.service.runtime.v3.Runtime",
         "envoy.service.runtime.v3.RuntimeDiscoveryService",
         (Some("FetchRuntime"), "Runtime"),
     ),
     row(
         ResourceType::ExtensionConfigs,
         "extension_configs",
-        "envoy.config.core.v3.TypedExtensionConfig",
+        "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
         (Some("FetchExtensionConfigs"), "ExtensionConfigs"),
     ),
     row(
         ResourceType::VirtualHosts,
         "virtual_hosts",
-        "envoy.config.route.v3.VirtualHost",
+        "type.googleapis.com/envoy.config.route.v3.VirtualHost",
         "envoy.service.route.v3.VirtualHostDiscoveryService",
         (None, "VirtualHosts"),
     ),
     row(
         ResourceType::LbEndpoints,
         "lb_endpoints",
-        "envoy.config.endpoint.v3.LbEndpoint",
+        "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
         "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
         (None, "LocalityEndpoints"),
     ),
@@ -143,7 +143,7 @@ const TABLE: [Row; 12] = [
         endpoint: Endpoint::HealthCheck,
         path_suffix: "health_check",
         request_message: "envoy.service.health.v3.HealthCheckRequestOrEndpointHealthResponse",
-        message: "envoy.service.health.v3.HealthCheckSpecifier",
+        type_url: "type.googleapis.com/envoy.service.health.v3.HealthCheckSpecifier",
         service: "envoy.service.health.v3.HealthDiscoveryService",
         fetch_method: Some("FetchHealthCheck"),
         stream_stem: "HealthCheck",
@@ -152,7 +152,7 @@ const TABLE: [Row; 12] = [
         endpoint: Endpoint::ClientStatus,
         path_suffix: "client_status",
         request_message: "envoy.service.status.v3.ClientStatusRequest",
-        message: "envoy.service.status.v3.ClientStatusResponse",
+        type_url: "type.googleapis.com/envoy.service.status.v3.ClientStatusResponse",
         service: "envoy.service.status.v3.ClientStatusDiscoveryService",
         fetch_method: Some("FetchClientStatus"),
         stream_stem: "ClientStatus",
@@ -162,7 +162,7 @@ const TABLE: [Row; 12] = [
 const fn row(
     kind: ResourceType,
     path_suffix: &'static str,
-    message: &'static str,
+    type_url: &'static str,
     service: &'static str,
     (fetch_method, stream_stem): (Option<&'static str>, &'static str),
 ) -> Row {
@@ -170,7 +170,7 @@ const fn row(
         endpoint: Endpoint::Discovery(kind),
         path_suffix,
         request_message: DISCOVERY_REQUEST,
-        message,
+        type_url,
         service,
         fetch_method,
         stream_stem,
@@ -257,7 +257,7 @@ impl ResourceType {
     pub const fn type_url(self) -> &'static str {
         match self {
             ResourceType::Extra(extra) => extra.type_url,
-            built_in => TYPE_URLS[built_in.index()],
+            built_in => TABLE[built_in.index()].type_url,
         }
     }
 
@@ -265,7 +265,7 @@ impl ResourceType {
     pub fn message_name(self) -> &'static str {
         match self {
             ResourceType::Extra(extra) => extra.message,
-            built_in => built_in.row().message,
+            built_in => built_in.row().message(),
         }
     }
 
@@ -306,31 +306,17 @@ impl ResourceType {
     /// resources that changed, and a client must not delete the others.
     pub fn sotw_complete_state(self) -> bool {
         match self {
-            ResourceType::Listeners | ResourceType::Clusters => true,
             ResourceType::Extra(extra) => extra.complete_state,
-            ResourceType::Routes
-            | ResourceType::ScopedRoutes
-            | ResourceType::Endpoints
-            | ResourceType::Secrets
-            | ResourceType::Runtime
-            | ResourceType::ExtensionConfigs
-            | ResourceType::VirtualHosts
-            | ResourceType::LbEndpoints => false,
+            built_in => matches!(built_in, ResourceType::Listeners | ResourceType::Clusters),
         }
     }
 
     /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
     pub fn wildcard_when_unnamed(self) -> bool {
+        use ResourceType::{Clusters, Listeners, ScopedRoutes};
         match self {
-            ResourceType::Listeners | ResourceType::Clusters | ResourceType::ScopedRoutes => true,
             ResourceType::Extra(extra) => extra.wildcard_when_unnamed,
-            ResourceType::Routes
-            | ResourceType::Endpoints
-            | ResourceType::Secrets
-            | ResourceType::Runtime
-            | ResourceType::ExtensionConfigs
-            | ResourceType::VirtualHosts
-            | ResourceType::LbEndpoints => false,
+            built_in => matches!(built_in, Listeners | Clusters | ScopedRoutes),
         }
     }
 
@@ -369,19 +355,12 @@ impl ResourceType {
     }
 }
 
-/// Type URLs in `ResourceType::BUILT_IN` order (const concatenation is not stable).
-const TYPE_URLS: [&str; 10] = [
-    "type.googleapis.com/envoy.config.listener.v3.Listener",
-    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
-    "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
-    "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
-    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
-    "type.googleapis.com/envoy.service.runtime.v3.Runtime",
-    "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-    "type.googleapis.com/envoy.config.route.v3.VirtualHost",
-    "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
-];
+impl Row {
+    /// Fully qualified name of the message served (resource or response).
+    fn message(&self) -> &'static str {
+        &self.type_url[TYPE_URL_PREFIX.len()..]
+    }
+}
 
 impl Endpoint {
     /// Every endpoint, in table order, then each extra type's.
@@ -411,20 +390,10 @@ impl Endpoint {
 
     /// The REST path, e.g. `/v3/discovery:clusters`.
     pub fn path(self) -> String {
-        match self.extra() {
-            Some(extra) => format!("{PATH_PREFIX}{}", extra.name),
-            None => format!("{PATH_PREFIX}{}", self.row().path_suffix),
-        }
-    }
-
-    /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`
-    /// (routing goes by [`Endpoint::path`]; tests check the round trip).
-    #[cfg(test)]
-    fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
-        TABLE
-            .iter()
-            .find(|row| row.path_suffix == suffix)
-            .map(|row| row.endpoint)
+        let suffix = self
+            .extra()
+            .map_or_else(|| self.row().path_suffix, |extra| extra.name);
+        format!("{PATH_PREFIX}{suffix}")
     }
 
     /// Fully qualified name of the request message.
@@ -437,27 +406,23 @@ impl Endpoint {
 
     /// Fully qualified name of the served message (resource or response).
     pub fn message(self) -> &'static str {
-        match self.extra() {
-            Some(extra) => extra.message,
-            None => self.row().message,
-        }
+        self.extra()
+            .map_or_else(|| self.row().message(), |extra| extra.message)
     }
 
     /// Fully qualified gRPC service name (empty for an extra type that
     /// has none: it travels over ADS only).
     pub fn service(self) -> &'static str {
-        match self.extra() {
-            Some(extra) => extra.service.unwrap_or_default(),
-            None => self.row().service,
-        }
+        self.extra().map_or_else(
+            || self.row().service,
+            |extra| extra.service.unwrap_or_default(),
+        )
     }
 
     /// The unary method of the service (`None`: it has none).
     pub fn fetch_method(self) -> Option<&'static str> {
-        match self.extra() {
-            Some(extra) => extra.fetch_method,
-            None => self.row().fetch_method,
-        }
+        self.extra()
+            .map_or_else(|| self.row().fetch_method, |extra| extra.fetch_method)
     }
 
     /// The valid path suffix closest to `suffix` (for "did you mean"):
@@ -522,6 +487,17 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Endpoint {
+        /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`
+        /// (routing goes by [`Endpoint::path`]; tests check the round trip).
+        fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
+            TABLE
+                .iter()
+                .find(|row| row.path_suffix == suffix)
+                .map(|row| row.endpoint)
+        }
+    }
 
     #[test]
     fn type_urls_match_message_names() {

@@ -28,10 +28,7 @@ pub(super) fn flag(message: &DynamicMessage, name: &str) -> bool {
 
 /// The `uint64` field `name`, if it is set.
 pub(super) fn uint(message: &DynamicMessage, name: &str) -> Option<u64> {
-    match field(message, name)? {
-        Value::U64(v) => Some(v),
-        _ => None,
-    }
+    field(message, name)?.as_u64()
 }
 
 /// The bytes of a string or bytes value.

@@ -1,21 +1,18 @@
 //! Envoy's own field rules, checked before a resource reaches Envoy.
 //!
-//! Envoy's protos carry protoc-gen-validate annotations (`validate.rules` on
-//! fields, `validate.required` on oneofs, `validate.disabled`/`ignored` on
-//! messages), and Envoy checks every update against them: one broken rule
-//! rejects the whole update ("Proto constraint validation failed"). Over REST
-//! nobody upstream would hear of it, so the gateway checks each resource when
-//! it arrives and NACKs what Envoy would reject.
+//! Envoy's protos carry protoc-gen-validate annotations, and Envoy checks
+//! every update against them: one broken rule rejects the whole update
+//! ("Proto constraint validation failed"). Over REST nobody upstream would
+//! hear of it, so the gateway checks each resource when it arrives and NACKs
+//! what Envoy would reject.
 //!
 //! [`Validator::validate`] walks a decoded message: every field's rules (see
-//! [`rules`] for which), nested messages, list items and map values, and the
-//! payload of `typed_config` `Any`s (and `typed_per_filter_config` and
-//! `typed_extension_protocol_options` values), which Envoy validates when it
-//! builds the extension. Other `Any`s (metadata,
-//! for instance) are not looked into, as Envoy does not either. A
-//! `TypedStruct` payload is not converted and checked. The plan of each
-//! message type (its fields' rules) is read from the descriptor pool once.
-//! No I/O.
+//! [`rules`]), nested messages, list items, map values, and the payload of
+//! `typed_config` `Any`s (and `typed_per_filter_config`,
+//! `typed_extension_protocol_options`), which Envoy validates when it builds
+//! the extension. Other `Any`s (metadata) are not looked into, as Envoy does
+//! not either; nor is a `TypedStruct` payload. Each message type's plan is
+//! read from the descriptor pool once. No I/O.
 
 mod bounds;
 mod broken;
@@ -27,7 +24,7 @@ mod tests;
 mod text;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use prost_reflect::{
     DescriptorPool, DynamicMessage, ExtensionDescriptor, FieldDescriptor, MessageDescriptor,
@@ -106,22 +103,20 @@ impl Validator {
     }
 
     fn plan(&self, desc: &MessageDescriptor) -> Arc<MessagePlan> {
-        if let Some(plan) = self.read_plans().get(desc.full_name()) {
+        // Plans are inserted whole: a poisoned lock holds nothing half-made.
+        let plans = self.plans.read();
+        if let Some(plan) = plans
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(desc.full_name())
+        {
             return plan.clone();
         }
         let plan = Arc::new(self.make_plan(desc));
         self.plans
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(desc.full_name().to_owned(), plan.clone());
         plan
-    }
-
-    fn read_plans(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<MessagePlan>>> {
-        // Plans are inserted whole: a poisoned lock holds nothing half-made.
-        self.plans
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn make_plan(&self, desc: &MessageDescriptor) -> MessagePlan {
@@ -136,16 +131,15 @@ impl Validator {
         let fields = desc
             .fields()
             .filter_map(|field| {
-                let rules = self.field_rules.as_ref().and_then(|ext| {
-                    let options = field.options();
-                    if !options.has_extension(ext) {
-                        return None;
-                    }
-                    options
-                        .get_extension(ext)
-                        .as_message()
-                        .map(FieldRules::read)
-                });
+                let options = field.options();
+                let rules = (self.field_rules.as_ref())
+                    .filter(|ext| options.has_extension(ext))
+                    .and_then(|ext| {
+                        options
+                            .get_extension(ext)
+                            .as_message()
+                            .map(FieldRules::read)
+                    });
                 let skip = rules.as_ref().is_some_and(|r| r.skip);
                 let walk = !skip && holds_messages(&field);
                 (rules.is_some() || walk).then_some(FieldPlan { field, rules, walk })
@@ -240,30 +234,27 @@ impl Validator {
             return Ok(());
         }
         let extension = EXTENSION_FIELDS.contains(&field.name());
-        match value {
-            Value::Message(inner) => self.walk_message(inner, extension, path),
-            Value::List(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    if let Value::Message(inner) = item {
-                        path.push(format!("[{i}]"));
-                        self.walk_message(inner, extension, path)?;
-                        path.pop();
-                    }
-                }
-                Ok(())
+        let items: Vec<(String, &Value)> = match value {
+            Value::Message(inner) => return self.walk_message(inner, extension, path),
+            Value::List(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("[{i}]"), v))
+                .collect(),
+            Value::Map(map) => map
+                .iter()
+                .map(|(k, v)| (format!("[{}]", show_key(k)), v))
+                .collect(),
+            _ => return Ok(()),
+        };
+        for (at, item) in items {
+            if let Value::Message(inner) = item {
+                path.push(at);
+                self.walk_message(inner, extension, path)?;
+                path.pop();
             }
-            Value::Map(map) => {
-                for (key, item) in map {
-                    if let Value::Message(inner) = item {
-                        path.push(format!("[{}]", show_key(key)));
-                        self.walk_message(inner, extension, path)?;
-                        path.pop();
-                    }
-                }
-                Ok(())
-            }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     /// A nested message: an `Any` in an extension field is unpacked (when
