@@ -1,26 +1,19 @@
 //! The render memo ([`Intake`]): every upstream resource decoded and
-//! rendered once per content version, "once" true across responses and
-//! sessions. (What a resource is, is `resource.rs`'s.)
+//! rendered once per content version, across responses and sessions.
 //!
 //! A resource is identified by (type, SHA-256 of its protobuf bytes): an
-//! update in which one of N resources changed costs one decode and render; the
-//! N-1 others come from the memo. Renders for REST clients (with config
-//! sources rewritten) are the `Assembler`'s (`assembler.rs`), memoised per
-//! (resource digest, target) the same way.
+//! update in which one of N resources changed costs one decode and render.
+//! Renders for REST clients are the `Assembler`'s (`assembler.rs`).
 //!
 //! The delta-only types (VHDS, LEDS) are named by their delta `Resource`
-//! wrapper, not by a field of their own, so they are kept and rendered in
-//! that wrapper (name, aliases, version and the resource): the digest is of
-//! the wrapper, so two resources with the same body and different names
-//! never share a memo entry, and a REST answer keeps every name.
+//! wrapper, so they are kept and rendered in it: the digest is of the
+//! wrapper, so two resources with the same body and different names never
+//! share a memo entry, and a REST answer keeps every name.
 //!
-//! Key material (`xds::keys`: an inline private key in a cluster's or a
-//! listener's TLS context, a Secret of a type the gateway cannot read) is
-//! taken out here, unless keys are served (`--allow-secrets`): what the
-//! intake keeps, the resource's payload and its render, is what every view
-//! after it serves (REST answers, their memos, the config history, the
-//! admin views and CSDS). The digest stays that of the bytes as sent, so a
-//! rotated key is a new version.
+//! Key material (`xds::keys`) is taken out here unless keys are served
+//! (`--allow-secrets`): what the intake keeps is what every view after it
+//! serves (REST answers, memos, config history, admin views, CSDS). The
+//! digest stays that of the bytes as sent, so a rotated key is a new version.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -210,12 +203,6 @@ impl Intake {
         self.opaque_types.note(unknown)
     }
 
-    /// Resources rendered so far (decoded in full, checked, rendered).
-    #[cfg(test)]
-    pub fn rendered(&self) -> u64 {
-        self.rendered.get()
-    }
-
     pub fn codec(&self) -> &Codec {
         &self.codec
     }
@@ -345,11 +332,8 @@ impl Intake {
         let fresh: ResourceMap = set
             .iter()
             .map(|(name, r)| {
-                let r = match stale(r) {
-                    true => self.rendered_again(r).unwrap_or_else(|_| Arc::clone(r)),
-                    false => Arc::clone(r),
-                };
-                (name.clone(), r)
+                let again = stale(r).then(|| self.rendered_again(r).ok()).flatten();
+                (name.clone(), again.unwrap_or_else(|| Arc::clone(r)))
             })
             .collect();
         fresh.into_set()
@@ -379,11 +363,8 @@ impl Intake {
     ) -> Result<Arc<Resource>, ResourceError> {
         let type_url = kind.type_url();
         if kind.delta_only() {
-            return Err(JsonError::Decode {
-                type_url: type_url.to_owned(),
-                reason: "a delta-only type is named by its delta Resource wrapper".into(),
-            }
-            .into());
+            let reason = "a delta-only type is named by its delta Resource wrapper";
+            return Err(JsonError::decode(type_url, reason).into());
         }
         let name = match (name, name_of(kind, &payload)) {
             (Some(name), _) => name,
@@ -392,16 +373,15 @@ impl Intake {
             // its content: no client of such a type refuses it for that.
             (None, None) if kind.is_extra() => format!("sha256:{}", hex::encode(&digest[..8])),
             (None, None) => {
-                return Err(JsonError::Decode {
-                    type_url: type_url.to_owned(),
-                    reason: format!("resource has no name (fields {:?})", kind.name_fields()),
-                }
-                .into())
+                let reason = format!("resource has no name (fields {:?})", kind.name_fields());
+                return Err(JsonError::decode(type_url, reason).into());
             }
         };
         // One pool throughout, however the shared one grows meanwhile.
         let codec = self.codec.snapshot();
-        if kind.is_extra() && !codec.descriptors().knows(type_url) {
+        let (json, payload, opaque, holds_keys) = if kind.is_extra()
+            && !codec.descriptors().knows(type_url)
+        {
             // An added type whose descriptors the gateway has not (yet):
             // served whole, as an opaque Any, until they come; one named
             // as a carrier of key material has its bytes taken out unless
@@ -412,33 +392,23 @@ impl Intake {
             };
             let holds_keys = self.noted_keys(kind, &name, &found);
             if holds_keys && !self.serve_keys {
-                return Ok(Arc::new(Resource {
-                    kind,
-                    name,
-                    aliases: Vec::new(),
-                    digest,
-                    json: codec.render_any(OPAQUE_TYPE_URL, &keys::taken_out_any(type_url))?,
-                    payload: Bytes::new(),
-                    opaque: OpaqueHeld::default(),
-                    holds_keys: false,
-                    variant: None,
-                }));
+                let json = codec.render_any(OPAQUE_TYPE_URL, &keys::taken_out_any(type_url))?;
+                (json, Bytes::new(), OpaqueHeld::default(), false)
+            } else {
+                let json = codec.render_opaque(type_url, &payload)?;
+                (json, payload, self.noted([type_url.to_owned()]), holds_keys)
             }
-            return Ok(Arc::new(Resource {
-                kind,
-                name,
-                aliases: Vec::new(),
-                digest,
-                json: codec.render_opaque(type_url, &payload)?,
+        } else {
+            let mut message = self.checked(&codec, kind, &payload, &name)?;
+            let (payload, holds_keys) = self.keys_of(&codec, kind, &name, &mut message, payload);
+            let json = codec.render_resource(type_url, &message)?;
+            (
+                json,
                 payload,
-                opaque: self.noted([type_url.to_owned()]),
+                self.note_opaque(&codec, &message),
                 holds_keys,
-                variant: None,
-            }));
-        }
-        let mut message = self.checked(&codec, kind, &payload, &name)?;
-        let (payload, holds_keys) = self.keys_of(&codec, kind, &name, &mut message, payload);
-        let json = codec.render_resource(type_url, &message)?;
+            )
+        };
         Ok(Arc::new(Resource {
             kind,
             name,
@@ -446,7 +416,7 @@ impl Intake {
             digest,
             payload,
             json,
-            opaque: self.note_opaque(&codec, &message),
+            opaque,
             holds_keys,
             variant: None,
         }))
@@ -531,6 +501,13 @@ impl Intake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Intake {
+        /// Resources rendered so far (decoded in full, checked, rendered).
+        pub fn rendered(&self) -> u64 {
+            self.rendered.get()
+        }
+    }
 
     /// A intake, and the payload of a Cluster `c1` with `connect_timeout`.
     fn intake_and_cluster(connect_timeout: &str) -> (Intake, Bytes) {

@@ -3,28 +3,19 @@
 //!
 //! A polling Envoy sends a byte-identical body (~77 KB, mostly its node's
 //! extension list) on every poll until its version changes, and parsing it is
-//! the biggest per-request cost. Bodies are looked up by a fast hash (xxh3) of
-//! their length and of samples of their bytes ([`memo_key`]) and confirmed
-//! byte for byte, so a key shared by two bodies never answers one request with
-//! another's parse. A body whose key another body holds is kept under a seeded
-//! hash of all its bytes ([`find`]), so two clients whose bodies differ only
-//! between the samples do not evict each other's parse. The memo is bounded by
-//! what its entries hold ([`ParsedRequest::held_bytes`]: the body *and* its
-//! parse, which for many names weighs several times the body).
-//!
-//! A body is kept as the bytes around its node and the node, interned
-//! ([`super::node_json`]): one Envoy's many name sets share one copy of its
-//! node.
+//! the biggest per-request cost. Bodies are looked up by a fast hash of
+//! samples of their bytes ([`memo_key`]) and confirmed byte for byte; a body
+//! whose key another holds is kept under a seeded hash of all its bytes
+//! ([`find`]), so the two do not evict each other. The memo is bounded by what
+//! its entries hold ([`ParsedRequest::held_bytes`]: body *and* parse). A body
+//! is kept around its node, interned ([`super::node_json`]): one Envoy's name
+//! sets share one copy of it.
 //!
 //! After a version change every poll is a new body, differing from the
-//! client's previous one only in its `version_info` (and nonce). A second memo
-//! keys parses by their [`Frame`], the body without those values: a body whose
-//! frame matches one parsed before is that parse presenting its own version.
-//!
-//! A POSTed body is looked up as the chunks it was read in
-//! ([`ParsedRequests::parse_chunks`], [`BodyChunks`]): a memo hit never joins
-//! them into one buffer. The key and the comparison are those of the joined
-//! bytes.
+//! client's previous one only in its `version_info` (and nonce): a second memo
+//! keys parses by their [`Frame`], the body without those values. A POSTed
+//! body is looked up as the chunks it was read in ([`BodyChunks`]), never
+//! joined on a hit.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -58,11 +49,7 @@ const KEY_SAMPLE: usize = 32;
 const KEY_SHAPE: [usize; 3] = [KEY_EDGE, KEY_STRIDE, KEY_SAMPLE];
 
 /// The memo key of a body: its length, its first and last [`KEY_EDGE`] bytes,
-/// and samples between them; every byte is compared when a hit is confirmed
-/// anyway. What tells one poll of a client from the next sits at the edges:
-/// Envoy writes `version_info` first, and `resource_names`, `type_url` and
-/// `response_nonce` after the node. Bodies that differ only between samples
-/// share a key (the comparison tells them apart, and [`find`] keeps each).
+/// and samples between them (a hit is confirmed on every byte anyway).
 fn memo_key(body: &[u8]) -> u64 {
     sampled_key(&[body])
 }
@@ -71,11 +58,6 @@ fn memo_key(body: &[u8]) -> u64 {
 /// do, `bench_support`).
 pub fn share_a_key(a: &[u8], b: &[u8]) -> bool {
     memo_key(a) == memo_key(b)
-}
-
-/// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
-fn chunks_key(chunks: &BodyChunks) -> u64 {
-    chunks.sampled_key(KEY_SHAPE)
 }
 
 /// [`memo_key`] of bytes in pieces: each piece's length, edges and samples
@@ -89,12 +71,9 @@ fn sampled_key(pieces: &[&[u8]]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&taken)
 }
 
-/// Where a memo (`u64` keys, confirmed by `same`) has what `same` looks
-/// for: under its `sampled` key, or, when another entry holds that key (the
-/// two differ between the samples), under the key of all its bytes
-/// (`whole`, asked only then). The entry found, if any, and the key an
-/// entry for it goes under: the sampled key unless another holds it, so
-/// each of two bodies sharing a sampled key keeps its own entry.
+/// What a memo holds that `same` looks for, under its `sampled` key or, when
+/// another entry holds that key, under the key of all its bytes (`whole`,
+/// asked only then); and the key an entry for it goes under.
 fn find<V>(
     memo: &Cache<u64, V>,
     sampled: u64,
@@ -104,9 +83,8 @@ fn find<V>(
 where
     V: Clone + Send + Sync + 'static,
 {
-    let held = match memo.get(&sampled) {
-        None => return (None, sampled),
-        Some(held) => held,
+    let Some(held) = memo.get(&sampled) else {
+        return (None, sampled);
     };
     if same(&held) {
         return (Some(held), sampled);
@@ -125,13 +103,18 @@ struct Body {
 }
 
 impl Body {
+    /// `body`, without a node.
+    fn whole(body: Bytes) -> Body {
+        Body {
+            before: body,
+            node: None,
+            after: Bytes::new(),
+        }
+    }
+
     fn new(body: Bytes, node: Option<(usize, usize)>, nodes: &NodeJsons) -> Body {
         let Some((at, len)) = node else {
-            return Body {
-                before: body,
-                node: None,
-                after: Bytes::new(),
-            };
+            return Body::whole(body);
         };
         Body {
             // Copies: slices would keep the whole body's buffer alive.
@@ -191,11 +174,7 @@ impl Body {
     /// that held it), sharing it.
     fn around(body: &Bytes, node: Option<(&Arc<NodeJson>, usize)>) -> Option<Body> {
         let Some((node, at)) = node else {
-            return Some(Body {
-                before: body.clone(),
-                node: None,
-                after: Bytes::new(),
-            });
+            return Some(Body::whole(body.clone()));
         };
         let end = at.checked_add(node.bytes().len())?;
         let held = Body {
@@ -212,11 +191,8 @@ impl Body {
 
     /// Bytes held of its own (an interned node is not).
     fn own_bytes(&self) -> usize {
-        let node = match &self.node {
-            Some(n) if !n.interned() => n.bytes().len(),
-            _ => 0,
-        };
-        self.before.len() + node + self.after.len()
+        let node = self.node.as_ref().filter(|n| !n.interned());
+        self.before.len() + node.map_or(0, |n| n.bytes().len()) + self.after.len()
     }
 }
 
@@ -248,9 +224,8 @@ pub struct ParsedRequest {
     /// they choose the variants it is answered, and are part of its
     /// identity. Empty for a request by names.
     parameters: Arc<Parameters>,
-    /// Whether its names go with more than one set of parameters (a name
-    /// without any beside a locator with some, or two locators with
-    /// different ones), which the gateway does not serve.
+    /// Whether its names go with more than one set of parameters, which the
+    /// gateway does not serve.
     mixed_parameters: bool,
 }
 
@@ -316,10 +291,9 @@ impl ParsedRequest {
         })
     }
 
-    /// The parse of `body`, whose frame (`frame`) is the same as this
-    /// parse's body's: this request presenting `body`'s version, holding
-    /// `body`. Nothing else can differ: the bytes around the two values are
-    /// the same. `None` only if the two do not fit together after all.
+    /// The parse of `body`, whose `frame` is this parse's body's: this request
+    /// presenting `body`'s version (nothing else can differ); `None` if the
+    /// two do not fit together after all.
     fn reframed(&self, body: &Bytes, frame: &Frame) -> Option<ParsedRequest> {
         let version = frame.version(body);
         let node = match (self.body.node.as_ref(), self.body.node_span()) {
@@ -379,17 +353,6 @@ impl ParsedRequest {
     /// [`node_json`](Self::node_json), shared (for decoding on another thread).
     pub fn node_json_bytes(&self) -> Option<Bytes> {
         self.body.node.as_ref().map(|n| n.bytes().clone())
-    }
-
-    /// The whole body (a copy: tests).
-    #[cfg(test)]
-    pub fn body(&self) -> Vec<u8> {
-        [
-            &self.body.before[..],
-            self.body.node(),
-            &self.body.after[..],
-        ]
-        .concat()
     }
 
     /// The client's NACK, if the request is one: it rejected what it was
@@ -499,8 +462,7 @@ pub struct ParsedRequests {
     whole_seed: u64,
     session_key: SessionKey,
     nodes: Arc<NodeJsons>,
-    /// Bodies parsed in full (not found, not reframed): what the tests of
-    /// the memo count.
+    /// Bodies parsed in full (not found, not reframed), for tests.
     #[cfg(test)]
     full_parses: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -519,35 +481,23 @@ impl ParsedRequests {
         ParsedRequests::with_capacities(session_key, shares.parsed, shares.nodes)
     }
 
-    /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
-    #[cfg(test)]
-    pub fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
-        let nodes = crate::config::MemoryShares::default().nodes;
-        ParsedRequests::with_capacities(session_key, bytes, nodes)
-    }
-
-    /// A memo holding at most `bytes` of parses (weighed by
-    /// [`ParsedRequest::held_bytes`]) and `nodes` bytes of the nodes it
-    /// interns.
+    /// A memo holding at most `bytes` of parses and `nodes` bytes of the
+    /// nodes it interns.
     pub fn with_capacities(session_key: SessionKey, bytes: u64, nodes: u64) -> ParsedRequests {
-        let memo = Cache::builder()
-            .max_capacity(bytes)
-            .time_to_idle(MEMO_IDLE)
-            .weigher(|_, parsed: &Arc<ParsedRequest>| {
-                u32::try_from(parsed.held_bytes()).unwrap_or(u32::MAX)
-            })
-            .build();
-        // Its entries share their parses with the memo's: weighed alike.
-        let frames = Cache::builder()
-            .max_capacity(bytes)
-            .time_to_idle(MEMO_IDLE)
-            .weigher(|_, framed: &Framed| {
-                u32::try_from(framed.parsed.held_bytes()).unwrap_or(u32::MAX)
-            })
-            .build();
+        // The frames' entries share their parses with the memo's: weighed alike.
+        fn weighed<V: Clone + Send + Sync + 'static>(
+            bytes: u64,
+            parse: fn(&V) -> &ParsedRequest,
+        ) -> Cache<u64, V> {
+            Cache::builder()
+                .max_capacity(bytes)
+                .time_to_idle(MEMO_IDLE)
+                .weigher(move |_, v: &V| u32::try_from(parse(v).held_bytes()).unwrap_or(u32::MAX))
+                .build()
+        }
         ParsedRequests {
-            memo,
-            frames,
+            memo: weighed(bytes, |parsed: &Arc<ParsedRequest>| parsed),
+            frames: weighed(bytes, |framed: &Framed| &framed.parsed),
             whole_seed: rand::random(),
             session_key,
             nodes: Arc::new(NodeJsons::with_cap(
@@ -584,14 +534,12 @@ impl ParsedRequests {
         self.parse_as(body, false)
     }
 
-    /// [`parse`] of a POSTed body read in `chunks`: a memo hit is found
+    /// [`parse`](Self::parse) of a body read in `chunks`: a memo hit is found
     /// and confirmed on the chunks; anything else joins them and parses.
-    ///
-    /// [`parse`]: ParsedRequests::parse
     pub fn parse_chunks(&self, chunks: BodyChunks) -> Result<Arc<ParsedRequest>, RequestError> {
         let (hit, key) = find(
             &self.memo,
-            chunks_key(&chunks),
+            chunks.sampled_key(KEY_SHAPE),
             || self.whole_key(chunks.pieces()),
             |hit| !hit.via_get && hit.body.is_chunks(&chunks),
         );
@@ -603,10 +551,8 @@ impl ParsedRequests {
         self.parse_missed(chunks.into_bytes(), key, false)
     }
 
-    /// The parse of the `body` a GET's query stands for ([`parse`]'s, as a
-    /// GET: see `ParsedRequest::via_get`).
-    ///
-    /// [`parse`]: ParsedRequests::parse
+    /// [`parse`](Self::parse) of the `body` a GET's query stands for, as a
+    /// GET (see `ParsedRequest::via_get`).
     pub fn parse_get(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         self.parse_as(body, true)
     }
@@ -626,9 +572,8 @@ impl ParsedRequests {
         self.parse_missed(body, key, via_get)
     }
 
-    /// [`parse_as`](Self::parse_as) once the memo has no parse of `body`:
-    /// through the memo of frames, or parsed now; remembered under `key`
-    /// either way.
+    /// [`parse_as`](Self::parse_as) on a miss: through the memo of frames, or
+    /// parsed now; remembered under `key` either way.
     fn parse_missed(
         &self,
         body: Bytes,
@@ -681,6 +626,26 @@ impl ParsedRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl ParsedRequest {
+        /// The whole body (a copy).
+        pub fn body(&self) -> Vec<u8> {
+            [
+                &self.body.before[..],
+                self.body.node(),
+                &self.body.after[..],
+            ]
+            .concat()
+        }
+    }
+
+    impl ParsedRequests {
+        /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
+        pub fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
+            let nodes = crate::config::MemoryShares::default().nodes;
+            ParsedRequests::with_capacities(session_key, bytes, nodes)
+        }
+    }
 
     #[test]
     fn same_bytes_share_a_parse_and_different_bytes_do_not() {
@@ -1058,6 +1023,11 @@ mod frame_tests {
 mod chunk_tests {
     use super::*;
     use rand::Rng;
+
+    /// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
+    fn chunks_key(chunks: &BodyChunks) -> u64 {
+        chunks.sampled_key(KEY_SHAPE)
+    }
 
     fn chunked(body: &Bytes, rng: &mut rand::rngs::StdRng) -> BodyChunks {
         let mut chunks = BodyChunks::default();

@@ -1,14 +1,9 @@
 //! A request body as the chunks it arrived in (hyper hands a large body over
 //! in several), so that the memo of parsed requests can be asked about it
-//! without joining the chunks into one buffer, which a memo hit does not need.
-//!
-//! What is computed on chunks must be what the same bytes joined would give:
-//! the sampled key has one definition, [`feed_sampled`], which gathers what
-//! it takes of the chunks, read as one piece, into one buffer that xxh3
-//! hashes at once; [`BodyChunks::pieces`] feeds a streaming hash of all the
-//! bytes (the memo's key for a body whose sampled key another holds); and
-//! [`BodyChunks::equals`] compares byte for byte. It owns no memo and
-//! parses nothing.
+//! without joining them. What is computed on chunks is what the joined bytes
+//! would give: the sampled key has one definition, [`feed_sampled`];
+//! [`BodyChunks::pieces`] feeds a streaming hash of all the bytes; and
+//! [`BodyChunks::equals`] compares byte for byte.
 
 use bytes::Bytes;
 
@@ -34,11 +29,6 @@ impl BodyChunks {
             self.len += chunk.len();
             self.chunks.push(chunk);
         }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
     }
 
     /// The body in one buffer: the one chunk as it is, else joined (a copy).
@@ -176,6 +166,12 @@ impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl BodyChunks {
+        pub(crate) fn len(&self) -> usize {
+            self.len
+        }
+    }
 
     #[test]
     fn joined_and_compared_as_one_buffer() {

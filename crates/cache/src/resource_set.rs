@@ -6,18 +6,12 @@
 //! (1,000 node identities under one snapshot get 1,000 copies of the same
 //! bytes). The first session to take it decodes it into a [`ResourceSet`];
 //! every other finds that set in [`SharedAnswers`] (by a hash of the bytes,
-//! confirmed byte for byte) and holds a reference to it: one map of names
-//! for all of them, not one each. The order of the resources does not
-//! matter: go-control-plane sends a snapshot's resources in Go's map order,
-//! which differs from one response to the next. The confirmation sorts
-//! the answer's payloads by hash and compares them, bytes too, with the
-//! set's, sorted once ([`PayloadIndex`]): no name is parsed and no map of
-//! names walked for the sessions that share a set.
+//! confirmed byte for byte, in any order: go-control-plane sends a snapshot
+//! in Go's map order, [`PayloadIndex`]) and holds a reference to it.
 //!
 //! A set is immutable and has an id, which keys what is worked out from it
-//! once for every state holding it: the selection digest a request's names
-//! give ([`ResourceSet::selection`]), and the config history's accounting
-//! of what it holds.
+//! once for every state holding it ([`ResourceSet::selection`], the config
+//! history's accounting).
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -149,25 +143,27 @@ impl ResourceSet {
     ) -> [u8; 32] {
         let is_key =
             |k: &SelectionKey| k.kind == kind && k.names == *names && k.target.as_ref() == target;
-        let remembered = |kept: &Vec<(SelectionKey, [u8; 32])>| {
-            kept.iter().find(|(k, _)| is_key(k)).map(|(_, d)| *d)
-        };
-        if let Some(digest) = self.selections.lock().ok().and_then(|k| remembered(&k)) {
-            return digest;
+        if let Some((_, digest)) = crate::sync::lock(&self.selections)
+            .iter()
+            .find(|(k, _)| is_key(k))
+        {
+            return *digest;
         }
         let (digest, walked) = compute();
         if walked >= SELECTION_MEMO_MIN {
-            if let Ok(mut kept) = self.selections.lock() {
-                if kept.len() >= SELECTIONS_KEPT {
-                    kept.remove(0);
-                }
-                let key = SelectionKey {
+            let mut kept = crate::sync::lock(&self.selections);
+            if kept.len() >= SELECTIONS_KEPT {
+                kept.remove(0);
+            }
+            let target = target.cloned();
+            kept.push((
+                SelectionKey {
                     kind,
                     names: *names,
-                    target: target.cloned(),
-                };
-                kept.push((key, digest));
-            }
+                    target,
+                },
+                digest,
+            ));
         }
         digest
     }

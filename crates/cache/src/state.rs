@@ -3,31 +3,25 @@
 //!
 //! # Served versions
 //!
-//! A client is not served the upstream's version as is, but
-//! `<upstream version>~<selection digest>`: the digest covers what that
-//! client was answered (the names it asked for, where config sources were
-//! rewritten to, and the name and content digest of every resource in the
-//! answer). So:
+//! A client is served `<upstream version>~<selection digest>`: the digest
+//! covers what that client was answered (the names it asked for, the rewrite
+//! target, and the name and content digest of every resource). So:
 //!
-//! - 304 means "what you hold is what you would get": the version presented
-//!   carries the same digest. It depends on nothing this process remembers,
-//!   so any replica answers the same way, and a memo evicted under memory
-//!   pressure costs a digest, never a 304.
+//! - 304 means "what you hold is what you would get": it depends on nothing
+//!   this process remembers, so any replica answers alike, and an evicted
+//!   memo costs a digest, never a 304.
 //! - A client whose names changed gets a body (its digest changes).
 //! - An EDS cluster whose endpoints did not change gets 304 even when another
 //!   cluster's did (the upstream's version moved, its digest did not).
 //! - An empty `version_info` never gets a 304.
-//! - A resource served with an opaque `Any` and the same resource rendered
-//!   in full (its type's descriptors learned since) are two answers.
-//! - So are two answers that tell of different `resource_errors` for the
-//!   names asked (`resource_errors.rs`).
+//! - A resource served opaque and the same resource rendered in full, or
+//!   answers telling of different `resource_errors`, are two answers.
 //!
-//! The upstream's part stays readable (logs, debugging, NACKs); the digest
-//! is what decides. Assembled bodies are memoised (with their version) in a
-//! byte-bounded LRU shared by all states, which also drops a body not asked
-//! for in a minute ([`Bodies`]), their resources piece by content, so every
-//! node identity holding the same resources shares one; nothing else here
-//! mutates, so a bad request cannot poison what others are served.
+//! The upstream's part stays readable (logs, NACKs); the digest decides.
+//! Assembled bodies are memoised in a byte-bounded LRU shared by all states
+//! ([`Bodies`]), their resources piece by content, so node identities holding
+//! the same resources share one; nothing else here mutates, so a bad request
+//! cannot poison what others are served.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,15 +65,10 @@ impl Names {
     /// `*` (xDS's explicit wildcard), whatever else it names: everything
     /// holds those names too.
     pub fn from_request(names: Vec<String>) -> Names {
-        if names.iter().any(|n| n == "*") {
+        if names.is_empty() || names.iter().any(|n| n == "*") {
             return Names::Wildcard;
         }
-        let set: BTreeSet<String> = names.into_iter().collect();
-        if set.is_empty() {
-            Names::Wildcard
-        } else {
-            Names::Named(set)
-        }
+        Names::Named(names.into_iter().collect())
     }
 
     /// About what the names hold in memory: each name's bytes, its `String`
@@ -105,10 +94,7 @@ pub struct Coverage {
 impl Coverage {
     /// Whether a state with this coverage can answer `names` completely.
     pub fn covers(&self, names: &Names) -> bool {
-        match names {
-            Names::Wildcard => self.wildcard,
-            Names::Named(set) => self.wildcard || set.is_subset(&self.names),
-        }
+        self.wildcard || matches!(names, Names::Named(set) if set.is_subset(&self.names))
     }
 
     /// Whether this subscription asks for the resource `name`: under the
@@ -150,10 +136,7 @@ pub(crate) fn selection_digest(version: &str) -> Option<&str> {
 
 /// The upstream's part of a served version (all of it when it has no digest).
 pub fn upstream_version(version: &str) -> &str {
-    match selection_digest(version) {
-        Some(digest) => &version[..version.len() - digest.len() - 1],
-        None => version,
-    }
+    selection_digest(version).map_or(version, |d| &version[..version.len() - d.len() - 1])
 }
 
 /// Whether two served versions hold the same selection (equal digests).
@@ -522,15 +505,7 @@ impl TypeState {
                 None => resource.json.clone(),
             });
         }
-        let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
-        let mut out = BytesMut::with_capacity(size);
-        for (i, piece) in pieces.iter().enumerate() {
-            if i > 0 {
-                out.put_u8(b',');
-            }
-            out.put_slice(piece);
-        }
-        Ok(out.freeze())
+        Ok(pieces.join(&b","[..]).into())
     }
 
     /// The opening and closing of a body at `version` around its resources.
