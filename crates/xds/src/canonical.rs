@@ -88,7 +88,6 @@ fn write_any(descriptors: &Descriptors, any: &DynamicMessage, out: &mut Vec<u8>)
     .encode_raw(out);
 }
 
-/// Field `number`, length-delimited.
 fn write_delimited(number: u32, bytes: &[u8], out: &mut Vec<u8>) {
     encode_key(number, WireType::LengthDelimited, out);
     encode_varint(bytes.len() as u64, out);
@@ -109,16 +108,10 @@ fn write_alone(
 
 /// Whether a map or an `Any` is set anywhere in `msg`.
 fn has_map_or_any(msg: &DynamicMessage) -> bool {
-    msg.descriptor().full_name() == ANY || msg.fields().any(|(_, value)| value_has(value))
-}
-
-fn value_has(value: &Value) -> bool {
-    match value {
-        Value::Map(_) => true,
-        Value::Message(sub) => has_map_or_any(sub),
-        Value::List(items) => items.iter().any(value_has),
-        _ => false,
-    }
+    msg.descriptor().full_name() == ANY
+        || msg.fields().any(|(_, value)| {
+            matches!(value, Value::Map(_)) || super::opaque::messages(value).any(has_map_or_any)
+        })
 }
 
 #[cfg(test)]

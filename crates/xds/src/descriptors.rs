@@ -10,7 +10,7 @@
 //! descriptor-set files at start-up.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 use tokio::sync::watch;
@@ -64,9 +64,8 @@ impl Descriptors {
         Ok(Descriptors::of(pool, 0))
     }
 
-    /// The pool as it is now, fixed: what one decode-and-render uses
-    /// throughout, so that what it decodes, what it finds unknown and
-    /// what it renders agree while the shared pool grows.
+    /// The pool as it is now, fixed: what one decode-and-render uses, so
+    /// that its decode and render agree while the shared pool grows.
     pub(crate) fn snapshot(&self) -> Descriptors {
         Descriptors::of(self.pool(), self.generation())
     }
@@ -80,7 +79,7 @@ impl Descriptors {
         self.shared
             .pool
             .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
@@ -105,15 +104,13 @@ impl Descriptors {
     }
 
     /// Adds `files` (serialized `FileDescriptorProto`s an upstream sent)
-    /// once `learned::admit` has checked them against the pool; returns
-    /// how many files joined it. Files the pool already has (by name) are
-    /// kept as the pool has them. Nothing joins when anything is refused.
+    /// that `learned::admit` admits; returns how many joined.
     pub fn learn(&self, files: &[Vec<u8>]) -> Result<usize, LearnError> {
         let mut pool = self
             .shared
             .pool
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         let grown = learned::admit(&pool, files)?;
         if grown.added == 0 {
             return Ok(0);

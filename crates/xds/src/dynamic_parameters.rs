@@ -1,15 +1,13 @@
 //! Dynamic parameters and the constraints that select by them (xDS TP2):
-//! a subscription's parameters ([`Parameters`]), whether a variant's
-//! constraints match them ([`matches()`]), and a variant of a resource as
-//! the gateway keeps and serves it ([`Variant`]: its constraints, decoded
-//! and encoded, and the `Resource` wrapper it goes out in).
+//! a subscription's [`Parameters`], whether a variant's constraints match
+//! them ([`matches()`]), and a variant of a resource as the gateway keeps
+//! and serves it ([`Variant`]).
 //!
-//! Matching follows the constraint tree: a single constraint holds when the
-//! key is present with that value (or present at all, for `exists`); an OR
-//! list when any member holds (an empty one never), an AND list when every
-//! member does (an empty one always), NOT inverts. Constraints that set
-//! nothing match every parameter set, and parameters no constraint names do
-//! not stop a match ("unconstrained parameters" in TP2).
+//! A single constraint holds when the key is present with that value (or
+//! at all, for `exists`); an OR list when any member holds (an empty one
+//! never), an AND list when every member does (an empty one always), NOT
+//! inverts. Constraints that set nothing match everything, and parameters no
+//! constraint names do not stop a match ("unconstrained parameters").
 
 use std::collections::BTreeMap;
 
@@ -65,7 +63,6 @@ pub enum ConstraintsError {
     NoConstraintType { key: String },
 }
 
-/// Whether `constraints` match `parameters`.
 pub fn matches(constraints: &DynamicParameterConstraints, parameters: &Parameters) -> bool {
     match &constraints.r#type {
         None => true,
@@ -89,13 +86,12 @@ fn single_matches(single: &SingleConstraint, parameters: &Parameters) -> bool {
 /// nor `exists`, as an error.
 fn check(constraints: &DynamicParameterConstraints) -> Result<(), ConstraintsError> {
     match &constraints.r#type {
-        None => Ok(()),
-        Some(Type::Constraint(single)) => match single.constraint_type {
-            Some(_) => Ok(()),
-            None => Err(ConstraintsError::NoConstraintType {
+        Some(Type::Constraint(single)) if single.constraint_type.is_none() => {
+            Err(ConstraintsError::NoConstraintType {
                 key: single.key.clone(),
-            }),
-        },
+            })
+        }
+        None | Some(Type::Constraint(_)) => Ok(()),
         Some(Type::OrConstraints(list) | Type::AndConstraints(list)) => {
             list.constraints.iter().try_for_each(check)
         }
@@ -160,7 +156,6 @@ impl Variant {
         &self.encoded
     }
 
-    /// The constraints.
     pub fn constraints(&self) -> &DynamicParameterConstraints {
         &self.constraints
     }

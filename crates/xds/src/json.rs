@@ -41,8 +41,7 @@ impl Codec {
         Codec::of(Descriptors::embedded())
     }
 
-    /// The embedded API plus the compiled FileDescriptorSets at `paths`
-    /// (contrib or in-house extension types), read once at start-up.
+    /// The embedded API plus the compiled FileDescriptorSets at `paths`.
     pub fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
         Descriptors::with_descriptor_sets(paths).map(Codec::of)
     }
@@ -62,8 +61,7 @@ impl Codec {
         }
     }
 
-    /// The codec over the pool as it is now, fixed (see
-    /// `Descriptors::snapshot`): what one decode-and-render uses.
+    /// The codec over the pool as it is now, fixed (`Descriptors::snapshot`).
     pub fn snapshot(&self) -> Codec {
         Codec {
             descriptors: self.descriptors.snapshot(),
@@ -81,13 +79,11 @@ impl Codec {
         self.descriptors.pool()
     }
 
-    /// The descriptor of a fully qualified message name.
     pub fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
         self.descriptors.descriptor(name)
     }
 
-    /// Decodes an `Any`'s payload into a dynamic message of its type, held
-    /// to the nesting bound (`nesting::decode_any`).
+    /// Decodes an `Any`'s payload, held to the nesting bound.
     pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
         nesting::decode_any(&self.descriptors, type_url, value)
     }
@@ -99,12 +95,8 @@ impl Codec {
         if msg.descriptor().full_name().starts_with("google.protobuf.") {
             // Well-known types have special Any forms ({"@type", "value"}):
             // let prost-reflect's Any serializer handle them.
-            let mut any = DynamicMessage::new(self.descriptor("google.protobuf.Any")?);
-            let any_proto = prost_types::Any {
-                type_url: type_url.to_owned(),
-                value: value.to_vec(),
-            };
-            any.merge(any_proto.encode_to_vec().as_slice())
+            let any = super::opaque::opaque(type_url.to_owned(), value);
+            let any = DynamicMessage::decode(self.descriptor("google.protobuf.Any")?, any)
                 .map_err(|e| JsonError::decode(type_url, e))?;
             return self.render_with(&any, type_url, None);
         }
@@ -134,10 +126,9 @@ impl Codec {
         self.render_with(msg, label, None)
     }
 
-    /// `json`, canonical JSON of a `message`, written again with proto
-    /// field names (`version_info`, `metrics_path`) instead of
-    /// lowerCamelCase ones: what a client decoding with a plain JSON
-    /// decoder reads. Map keys and `Struct` keys are data, and stay.
+    /// `json`, canonical JSON of a `message`, written again with proto field
+    /// names (`version_info`), as a plain JSON decoder reads them (map and
+    /// `Struct` keys are data, and stay).
     pub fn with_proto_names(&self, message: &str, json: &[u8]) -> Result<Bytes, JsonError> {
         let msg = self.parse_message(message, json, false)?;
         self.render_options(&msg, message, None, &self.serialize_proto_names)
@@ -196,10 +187,9 @@ impl Codec {
         self.render_message(&dynamic, name)
     }
 
-    /// Parses proto3 JSON (camelCase or snake_case names) into a message of
-    /// `name`. Unknown fields are ignored when `ignore_unknown` is set, as a
-    /// client of a newer API may send them; an `Any` whose `@type` is unknown
-    /// is always an error.
+    /// Parses proto3 JSON (either case of names) into a message of `name`;
+    /// unknown fields are ignored with `ignore_unknown` (a client of a newer
+    /// API may send them), an `Any` of an unknown `@type` never is.
     pub fn parse_message(
         &self,
         name: &str,
@@ -228,8 +218,7 @@ impl Codec {
     }
 
     /// Parses JSON into a prost message type that the pool also knows,
-    /// through deterministic bytes (`canonical`: protobuf maps in key order,
-    /// nested `Any` payloads included).
+    /// through deterministic bytes (`canonical`).
     pub fn parse_prost<M: Message + Default>(
         &self,
         name: &str,
@@ -237,7 +226,6 @@ impl Codec {
         ignore_unknown: bool,
     ) -> Result<M, JsonError> {
         let msg = self.parse_message(name, json, ignore_unknown)?;
-        // Map entries in key order: the same JSON, the same bytes.
         M::decode(canonical::encode(&self.descriptors, &msg).as_slice())
             .map_err(|e| JsonError::decode(name, e))
     }

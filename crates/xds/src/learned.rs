@@ -1,17 +1,15 @@
 //! Descriptor files an upstream sent by gRPC server reflection, checked
-//! before they join the pool (`admit`). They are untrusted input: a
-//! control plane must not be able to change how the types the pool already
-//! has render, nor make the gateway spend unbounded memory or stack on them.
-//!
-//! The rules, each a [`LearnError`]:
+//! before they join the pool (`admit`). They are untrusted input: a control
+//! plane must not change how the types the pool has render, nor make the
+//! gateway spend unbounded memory or stack on them. The rules, each a
+//! [`LearnError`]:
 //! - at most [`MAX_BYTES`] in at most [`MAX_FILES`] files, messages nested at
 //!   most `MAX_DEPTH` deep;
 //! - a file whose name the pool has is not taken: the pool's copy stands;
 //! - a new file may not define a name the pool or another new file defines;
 //! - it may extend only its own messages and `google.protobuf.*Options`
 //!   (an extension of one of Envoy's messages would render as a new field);
-//! - its dependencies resolve, in the pool or among the new files, with no
-//!   cycle.
+//! - its dependencies resolve, in the pool or the new files, with no cycle.
 //!
 //! Nothing joins unless every file is admitted. No I/O.
 

@@ -10,7 +10,7 @@
 //! `Any`s than any real configuration has; [`decode_any`], the one way a
 //! payload is decoded, is held to it. No I/O; payloads are not copied.
 
-use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+use prost_reflect::{DynamicMessage, ReflectMessage};
 
 use super::descriptors::Descriptors;
 use super::json_error::JsonError;
@@ -76,25 +76,8 @@ fn within(
         };
     }
     msg.fields()
-        .try_for_each(|(_, value)| value_within(descriptors, value, depth, anys))
-}
-
-fn value_within(
-    descriptors: &Descriptors,
-    value: &Value,
-    depth: usize,
-    anys: usize,
-) -> Result<(), String> {
-    match value {
-        Value::Message(sub) => within(descriptors, sub, depth + 1, anys),
-        Value::List(items) => items
-            .iter()
-            .try_for_each(|item| value_within(descriptors, item, depth, anys)),
-        Value::Map(entries) => entries
-            .values()
-            .try_for_each(|item| value_within(descriptors, item, depth, anys)),
-        _ => Ok(()),
-    }
+        .flat_map(|(_, value)| super::opaque::messages(value))
+        .try_for_each(|sub| within(descriptors, sub, depth + 1, anys))
 }
 
 #[cfg(test)]

@@ -42,20 +42,22 @@ fn walk(descriptors: &Descriptors, msg: &DynamicMessage, found: &mut BTreeSet<St
         }
         return;
     }
-    for (_, value) in msg.fields() {
-        walk_value(descriptors, value, found);
+    for sub in msg.fields().flat_map(|(_, value)| messages(value)) {
+        walk(descriptors, sub, found);
     }
 }
 
-fn walk_value(descriptors: &Descriptors, value: &Value, found: &mut BTreeSet<String>) {
-    match value {
-        Value::Message(sub) => walk(descriptors, sub, found),
-        Value::List(items) => items.iter().for_each(|v| walk_value(descriptors, v, found)),
-        Value::Map(entries) => entries
-            .values()
-            .for_each(|v| walk_value(descriptors, v, found)),
-        _ => {}
-    }
+/// The messages `value` holds: itself, a list's items or a map's values
+/// (protobuf nests lists and maps no deeper).
+pub(crate) fn messages(value: &Value) -> impl Iterator<Item = &DynamicMessage> {
+    let (one, list, map) = match value {
+        Value::Message(sub) => (Some(sub), None, None),
+        Value::List(items) => (None, Some(items.iter()), None),
+        Value::Map(entries) => (None, None, Some(entries.values())),
+        _ => (None, None, None),
+    };
+    let held = list.into_iter().flatten().chain(map.into_iter().flatten());
+    one.into_iter().chain(held.filter_map(Value::as_message))
 }
 
 /// `msg` with every `Any` of an unknown type replaced by an `OpaqueAny`
@@ -86,23 +88,23 @@ fn wrap(descriptors: &Descriptors, msg: &mut DynamicMessage) -> bool {
         return true;
     }
     let mut changed = false;
-    for (_, value) in msg.fields_mut() {
-        changed |= wrap_value(descriptors, value);
+    for sub in msg.fields_mut().flat_map(|(_, value)| messages_mut(value)) {
+        changed |= wrap(descriptors, sub);
     }
     changed
 }
 
-fn wrap_value(descriptors: &Descriptors, value: &mut Value) -> bool {
-    match value {
-        Value::Message(sub) => wrap(descriptors, sub),
-        Value::List(items) => items
-            .iter_mut()
-            .fold(false, |changed, v| wrap_value(descriptors, v) | changed),
-        Value::Map(entries) => entries
-            .values_mut()
-            .fold(false, |changed, v| wrap_value(descriptors, v) | changed),
-        _ => false,
-    }
+/// [`messages`], to change them.
+pub(crate) fn messages_mut(value: &mut Value) -> impl Iterator<Item = &mut DynamicMessage> {
+    let (one, list, map) = match value {
+        Value::Message(sub) => (Some(sub), None, None),
+        Value::List(items) => (None, Some(items.iter_mut()), None),
+        Value::Map(entries) => (None, None, Some(entries.values_mut())),
+        _ => (None, None, None),
+    };
+    let held = list.into_iter().flatten().chain(map.into_iter().flatten());
+    one.into_iter()
+        .chain(held.filter_map(Value::as_message_mut))
 }
 
 /// The bytes of an `OpaqueAny` holding `type_url` and `payload`: `Any`'s
@@ -142,13 +144,10 @@ fn inner(descriptors: &Descriptors, type_url: &str, payload: &bytes::Bytes) -> I
         // An empty Any renders as {} whatever its (absent) type.
         return Inner::Undecodable;
     }
-    match descriptors.for_type_url(type_url) {
-        Err(_) => Inner::Unknown,
-        Ok(desc) => match DynamicMessage::decode(desc, payload.clone()) {
-            Ok(inner) => Inner::Known(inner),
-            Err(_) => Inner::Undecodable,
-        },
-    }
+    let Ok(desc) = descriptors.for_type_url(type_url) else {
+        return Inner::Unknown;
+    };
+    DynamicMessage::decode(desc, payload.clone()).map_or(Inner::Undecodable, Inner::Known)
 }
 
 #[cfg(test)]

@@ -44,8 +44,7 @@ pub struct DiscoveryRequestView {
     pub resource_locators: Vec<LocatorView>,
 }
 
-/// A `ResourceLocator`: a name, and the dynamic parameters a variant of
-/// it is selected by.
+/// A `ResourceLocator`: a name and its dynamic parameters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct LocatorView {
@@ -55,9 +54,8 @@ pub struct LocatorView {
     pub dynamic_parameters: std::collections::BTreeMap<String, String>,
 }
 
-/// The parts of a NACK's `google.rpc.Status` the gateway reads (its
-/// `details` are skipped). The message is cut to `ERROR_MESSAGE_BYTES`:
-/// it is logged, shown and sent upstream.
+/// What the gateway reads of a NACK's `google.rpc.Status`; the message is
+/// cut to `ERROR_MESSAGE_BYTES` (it is logged, shown and sent upstream).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct ErrorDetailView {
@@ -65,8 +63,7 @@ pub struct ErrorDetailView {
     pub code: i32,
     #[serde(deserialize_with = "bounded_message")]
     pub message: String,
-    /// How many `details` it has (a list of `Any`: its shape is checked,
-    /// its items skipped).
+    /// How many `details` it has (their shape checked, items skipped).
     #[serde(deserialize_with = "list_of_objects")]
     pub details: usize,
 }

@@ -14,7 +14,6 @@ use std::fmt;
 
 use super::extra_types::{self, Definition, ExtraType, ExtraTypeError};
 
-/// Prefix of every type URL.
 pub(crate) const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
 /// Path prefix shared by every REST discovery endpoint.
@@ -58,11 +57,9 @@ struct Row {
     /// The type URL of the message served (resource or response).
     type_url: &'static str,
     service: &'static str,
-    /// The unary method; `None` for the delta-only types, which have only
-    /// a `Delta*` method.
+    /// The unary method; `None` for the delta-only types.
     fetch_method: Option<&'static str>,
-    /// What the service's streaming methods are named after: `Stream<X>`
-    /// (SotW) and `Delta<X>` (incremental).
+    /// What `Stream<X>` and `Delta<X>` are named after.
     stream_stem: &'static str,
 }
 
@@ -181,8 +178,7 @@ const fn row(
 pub const MAX_TYPES: usize = ResourceType::BUILT_IN.len() + extra_types::MAX_EXTRA_TYPES;
 
 impl ResourceType {
-    /// Envoy's ten, in table order (the eight Envoy polls over REST, then
-    /// the two delta-only ones).
+    /// Envoy's ten, in table order (the two delta-only ones last).
     pub const BUILT_IN: [ResourceType; 10] = [
         ResourceType::Listeners,
         ResourceType::Routes,
@@ -198,23 +194,17 @@ impl ResourceType {
 
     /// Every type served: Envoy's ten, then each extra type registered.
     pub fn all() -> Vec<ResourceType> {
-        let mut all = Self::BUILT_IN.to_vec();
-        all.extend(
-            extra_types::registered()
-                .into_iter()
-                .map(ResourceType::Extra),
-        );
-        all
+        let extras = extra_types::registered()
+            .into_iter()
+            .map(ResourceType::Extra);
+        Self::BUILT_IN.into_iter().chain(extras).collect()
     }
 
-    /// Registers an extra type (or finds it registered the same way): the
-    /// type that stands for it from now on. Envoy's own names and type
-    /// URLs are refused.
+    /// Registers an extra type (or finds it registered the same way);
+    /// Envoy's own names and type URLs are refused.
     pub fn register(def: &Definition<'_>) -> Result<ResourceType, ExtraTypeError> {
         let fail = |reason: String| Err(ExtraTypeError(reason));
-        let taken = Self::BUILT_IN.iter().any(|t| t.short_name() == def.name)
-            || TABLE.iter().any(|row| row.path_suffix == def.name);
-        if taken {
+        if TABLE.iter().any(|row| row.path_suffix == def.name) {
             return fail(format!(
                 "name {:?} is one of Envoy's own endpoints",
                 def.name
@@ -320,36 +310,27 @@ impl ResourceType {
         }
     }
 
-    /// The gRPC path of the type's own streaming method (the per-type
-    /// transport, as opposed to ADS): `Delta<X>` with `delta`, else
-    /// `Stream<X>`, which the delta-only types do not have.
+    /// The gRPC path of the type's own streaming method (not ADS's):
+    /// `Delta<X>` with `delta`, else `Stream<X>` (none for delta-only types).
     pub fn stream_path(self, delta: bool) -> Option<String> {
-        if let ResourceType::Extra(extra) = self {
-            let service = extra.service?;
-            let kind = if delta { "Delta" } else { "Stream" };
-            return Some(format!("/{service}/{kind}{}", extra.stem));
-        }
-        let row = self.row();
-        match delta {
-            true => Some(format!("/{}/Delta{}", row.service, row.stream_stem)),
-            false => {
-                (!self.delta_only()).then(|| format!("/{}/Stream{}", row.service, row.stream_stem))
-            }
-        }
+        let (service, stem) = match self {
+            ResourceType::Extra(extra) => (extra.service?, extra.stem),
+            _ if !delta && self.delta_only() => return None,
+            _ => (self.row().service, self.row().stream_stem),
+        };
+        let kind = if delta { "Delta" } else { "Stream" };
+        Some(format!("/{service}/{kind}{stem}"))
     }
 
     /// Whether xDS serves the type over delta streams only (VHDS, LEDS).
-    /// Such a resource is named by its delta `Resource` wrapper, not by a
-    /// field of its own (an `LbEndpoint` has no name; a virtual host's VHDS
-    /// name is `<route configuration>/<virtual host>`), so REST answers
-    /// carry each one in its wrapper.
+    /// Such a resource is named by its delta `Resource` wrapper (an
+    /// `LbEndpoint` has no name), so REST answers carry each in its wrapper.
     pub const fn delta_only(self) -> bool {
         matches!(self, ResourceType::VirtualHosts | ResourceType::LbEndpoints)
     }
 
     /// Whether a subscribed name also stands for every resource in its
-    /// namespace (VHDS: the route configuration name `rc` subscribes to
-    /// every `rc/<virtual host>`, as Envoy's VHDS subscription asks for it).
+    /// namespace (VHDS: `rc` subscribes to every `rc/<virtual host>`).
     pub const fn namespaced(self) -> bool {
         matches!(self, ResourceType::VirtualHosts)
     }
@@ -365,11 +346,9 @@ impl Row {
 impl Endpoint {
     /// Every endpoint, in table order, then each extra type's.
     pub fn all() -> impl Iterator<Item = Endpoint> {
-        TABLE.iter().map(|row| row.endpoint).chain(
-            extra_types::registered()
-                .into_iter()
-                .map(|x| Endpoint::Discovery(ResourceType::Extra(x))),
-        )
+        let extras = extra_types::registered().into_iter();
+        let extras = extras.map(|x| Endpoint::Discovery(ResourceType::Extra(x)));
+        TABLE.iter().map(|row| row.endpoint).chain(extras)
     }
 
     /// The endpoint's row; an extra type has none (its strings are its own).
@@ -425,9 +404,8 @@ impl Endpoint {
             .map_or_else(|| self.row().fetch_method, |extra| extra.fetch_method)
     }
 
-    /// The valid path suffix closest to `suffix` (for "did you mean"):
-    /// the one an Envoy short name (`cds`, `eds`, ...) stands for, else the
-    /// nearest by edit distance.
+    /// The valid path suffix closest to `suffix` (for "did you mean"): what
+    /// an Envoy short name (`cds`, ...) stands for, else the nearest.
     pub fn closest_suffix(suffix: &str) -> &'static str {
         let short = suffix.trim_start_matches("v3/").to_ascii_lowercase();
         if let Some((_, meant)) = SHORT_NAMES.iter().find(|(name, _)| *name == short) {

@@ -74,21 +74,9 @@ fn rewrite_message(
         if !walks_messages || !msg.has_field(&field) {
             continue;
         }
-        changed |= rewrite_value(codec, msg.get_field_mut(&field), target)?;
-    }
-    Ok(changed)
-}
-
-fn rewrite_value(codec: &Codec, value: &mut Value, target: &RestTarget) -> Result<bool, JsonError> {
-    let items: Box<dyn Iterator<Item = &mut Value>> = match value {
-        Value::Message(m) => return rewrite_message(codec, m, target),
-        Value::List(items) => Box::new(items.iter_mut()),
-        Value::Map(entries) => Box::new(entries.values_mut()),
-        _ => return Ok(false),
-    };
-    let mut changed = false;
-    for item in items {
-        changed |= rewrite_value(codec, item, target)?;
+        for sub in super::opaque::messages_mut(msg.get_field_mut(&field)) {
+            changed |= rewrite_message(codec, sub, target)?;
+        }
     }
     Ok(changed)
 }
@@ -154,7 +142,6 @@ fn rest_api_config_source(codec: &Codec, target: &RestTarget) -> Result<DynamicM
     Ok(api)
 }
 
-/// A `google.protobuf.Duration` of `value`.
 fn duration(codec: &Codec, value: Duration) -> Result<DynamicMessage, JsonError> {
     let proto = prost_types::Duration {
         seconds: i64::try_from(value.as_secs()).unwrap_or(i64::MAX),

@@ -2,16 +2,11 @@
 //! resource names belong to a glob collection (`xdstp://a/T/some/*`).
 //!
 //! A name is `xdstp://{authority}/{type}/{id}[?{context params}][#{directives}]`.
-//! A glob collection is a name whose id is `*` or ends in `/*`; a resource
-//! belongs to it when authority, type and context parameters are equal and
-//! the resource's id, with its last path segment replaced by `*`, is the
-//! glob's id: immediate children only, as Envoy's `WatchMap` matches them.
-//! Ids and parameters are compared %-decoded and parameters as a set, so a
-//! name and its canonical form (parameters sorted) match alike.
-//!
-//! Everything else is an opaque string: names are subscribed upstream and
-//! matched in answers unchanged. Owns no I/O, allocates only when a name is
-//! in the xdstp form.
+//! A resource belongs to a glob (id `*` or ending in `/*`) when authority,
+//! type and context parameters are equal and its id, last segment replaced by
+//! `*`, is the glob's: immediate children only, as Envoy's `WatchMap` matches
+//! them. Ids and parameters compare %-decoded, parameters as a set. Other
+//! names are opaque strings. No I/O; allocates only for xdstp names.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -20,7 +15,6 @@ use percent_encoding::percent_decode_str;
 
 pub(crate) const SCHEME: &str = "xdstp://";
 
-/// Whether `name` is in the xdstp form.
 pub fn is_xdstp(name: &str) -> bool {
     name.starts_with(SCHEME)
 }

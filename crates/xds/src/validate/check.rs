@@ -103,9 +103,8 @@ impl Validator {
     }
 }
 
-/// Checks the count `n` of a list's items or a map's pairs (`kind`) against
-/// `min`/`max`; false when the rest of the rules are skipped (`ignore_empty`
-/// and nothing there).
+/// Checks the count `n` of a list's items or a map's pairs (`kind`); false
+/// when the rest of the rules are skipped (`ignore_empty`, and none there).
 fn counted(
     kind: &str,
     n: usize,
@@ -160,10 +159,6 @@ pub(super) fn violation(path: &[String], rule: &str, message: &str) -> Violation
         rule: rule.to_owned(),
         message: message.to_owned(),
     }
-}
-
-pub(super) fn is_message(field: &FieldDescriptor) -> bool {
-    matches!(field.kind(), Kind::Message(_))
 }
 
 /// Whether a field can hold messages with rules of their own.

@@ -31,7 +31,7 @@ use prost_reflect::{
     OneofDescriptor, ReflectMessage, Value,
 };
 
-use self::check::{any_type_url, check, holds_messages, is_message, show_key, violation};
+use self::check::{check, holds_messages, show_key, violation};
 use self::rules::{FieldRules, Rules};
 
 /// Fields whose `Any` payload Envoy validates as an extension config (a
@@ -80,8 +80,8 @@ pub struct Validator {
 }
 
 impl Validator {
-    /// A validator over `pool` (which knows `validate/validate.proto` if its
-    /// messages carry rules; without it nothing is checked).
+    /// A validator over `pool` (without `validate/validate.proto` in it,
+    /// nothing is checked).
     pub fn new(pool: DescriptorPool) -> Validator {
         let ext = |name: &str| pool.get_extension_by_name(name);
         Validator {
@@ -147,11 +147,9 @@ impl Validator {
             .collect();
         let required_oneofs = desc
             .oneofs()
-            .filter(|o| !o.is_synthetic())
             .filter(|o| {
-                self.oneof_required
-                    .as_ref()
-                    .is_some_and(|ext| o.options().get_extension(ext).as_bool() == Some(true))
+                let ext = self.oneof_required.as_ref().filter(|_| !o.is_synthetic());
+                ext.is_some_and(|ext| o.options().get_extension(ext).as_bool() == Some(true))
             })
             .collect();
         MessagePlan {
@@ -199,7 +197,7 @@ impl Validator {
             if rules.required && !present {
                 return Err(violation(path, "message.required", "value is required"));
             }
-            if field.is_list() || field.is_map() || is_message(field) {
+            if field.is_list() || field.is_map() || field.kind().as_message().is_some() {
                 if present || field.is_list() || field.is_map() {
                     self.check_container(field, &value, rules, path)?;
                 }
@@ -265,22 +263,12 @@ impl Validator {
         extension: bool,
         path: &mut Vec<String>,
     ) -> Result<(), Violation> {
-        if message.descriptor().full_name() != "google.protobuf.Any" {
+        let Some((type_url, payload)) = crate::opaque::any_parts(message) else {
             return self.walk(message, path);
-        }
-        if !extension {
-            return Ok(());
-        }
-        let type_url = any_type_url(message);
+        };
         let name = type_url.rsplit('/').next().unwrap_or_default();
-        let Some(desc) = self.pool.get_message_by_name(name) else {
-            return Ok(());
-        };
-        let payload = match message.get_field_by_name("value").as_deref() {
-            Some(Value::Bytes(bytes)) => bytes.clone(),
-            _ => return Ok(()),
-        };
-        let Ok(inner) = DynamicMessage::decode(desc, payload) else {
+        let desc = self.pool.get_message_by_name(name).filter(|_| extension);
+        let Some(Ok(inner)) = desc.map(|desc| DynamicMessage::decode(desc, payload)) else {
             return Ok(());
         };
         let short = name.rsplit('.').next().unwrap_or(name);

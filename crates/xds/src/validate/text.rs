@@ -176,7 +176,8 @@ impl TextRules {
         }
         match self.well_known {
             Some(known) if !known.matches(&text, value) => {
-                broken(&rule(known.rule()), known.message())
+                let (name, message) = known.rule();
+                broken(&rule(name), message)
             }
             _ => Ok(()),
         }
@@ -184,26 +185,22 @@ impl TextRules {
 }
 
 impl WellKnown {
-    fn rule(self) -> &'static str {
+    /// Its rule, and what a value breaking it is told.
+    fn rule(self) -> (&'static str, &'static str) {
         match self {
-            WellKnown::Ip => "ip",
-            WellKnown::Ipv4 => "ipv4",
-            WellKnown::Ipv6 => "ipv6",
-            WellKnown::Hostname => "hostname",
-            WellKnown::Uri => "uri",
-            WellKnown::HeaderName { .. } | WellKnown::HeaderValue { .. } => "well_known_regex",
-        }
-    }
-
-    fn message(self) -> &'static str {
-        match self {
-            WellKnown::Ip => "value must be a valid IP address",
-            WellKnown::Ipv4 => "value must be a valid IPv4 address",
-            WellKnown::Ipv6 => "value must be a valid IPv6 address",
-            WellKnown::Hostname => "value must be a valid hostname",
-            WellKnown::Uri => "value must be a valid URI",
-            WellKnown::HeaderName { .. } => "value does not match the HTTP header name pattern",
-            WellKnown::HeaderValue { .. } => "value does not match the HTTP header value pattern",
+            WellKnown::Ip => ("ip", "value must be a valid IP address"),
+            WellKnown::Ipv4 => ("ipv4", "value must be a valid IPv4 address"),
+            WellKnown::Ipv6 => ("ipv6", "value must be a valid IPv6 address"),
+            WellKnown::Hostname => ("hostname", "value must be a valid hostname"),
+            WellKnown::Uri => ("uri", "value must be a valid URI"),
+            WellKnown::HeaderName { .. } => (
+                "well_known_regex",
+                "value does not match the HTTP header name pattern",
+            ),
+            WellKnown::HeaderValue { .. } => (
+                "well_known_regex",
+                "value does not match the HTTP header value pattern",
+            ),
         }
     }
 
