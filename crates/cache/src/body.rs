@@ -1,14 +1,10 @@
 //! An assembled `DiscoveryResponse` body, in three pieces: the opening
 //! (its version), the rendered resources joined by commas, and the closing
-//! (type URL and nonce).
-//!
-//! The resources are what makes a body big, and they are the same for every
-//! node identity that holds the same resources: the middle piece is shared by
-//! all of them ([`super::state`] keys it by content), and only the opening and
-//! closing, a few dozen bytes, are a session's own. The pieces go out as they
-//! are (an HTTP body of three chunks); [`JsonBody::to_bytes`] copies them into
-//! one buffer for what reads the JSON (YAML, `?pretty`, watch events,
-//! `?changes`).
+//! (type URL and nonce). The middle piece, what makes a body big, is shared
+//! by every node identity holding the same resources ([`super::state`] keys
+//! it by content). The pieces go out as an HTTP body of three chunks;
+//! [`JsonBody::to_bytes`] copies them into one buffer for what reads the
+//! JSON (YAML, `?pretty`, watch events, `?changes`).
 
 use bytes::Bytes;
 

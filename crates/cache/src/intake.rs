@@ -44,10 +44,8 @@ pub(super) const RENDER_MEMO_ENTRIES: u64 = 200_000;
 pub(super) const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Decodes, checks and renders upstream resources, remembering every
-/// render by digest, and the sets whole upstream answers decoded to. The
-/// decoding side only: what answering a poll needs (rewrites for a REST
-/// target, assembled bodies) is the [`Assembler`](super::Assembler)'s, and
-/// the config history is handed to the sessions and the admin apart.
+/// render by digest, and the sets whole upstream answers decoded to. What
+/// answering a poll needs is the [`Assembler`](super::Assembler)'s.
 #[derive(Clone)]
 pub struct Intake {
     codec: Codec,
@@ -104,21 +102,18 @@ impl Intake {
         self.largest_answer.fetch_max(bytes, Ordering::Relaxed);
     }
 
-    /// The largest answer a session's stream has read, in bytes (0 before
-    /// the first).
+    /// The largest answer a session's stream has read, in bytes.
     pub fn largest_answer(&self) -> usize {
         self.largest_answer.load(Ordering::Relaxed)
     }
 
-    /// Whether key material is served as sent (`--allow-secrets`); by
-    /// default it is taken out.
+    /// Whether key material is served as sent (`--allow-secrets`).
     pub fn serving_keys(mut self, on: bool) -> Intake {
         self.serve_keys = on;
         self
     }
 
-    /// Counts the resources rendered with key material taken out with
-    /// `counter` (a metric).
+    /// Counts the resources rendered with key material taken out.
     pub fn counting_keys_taken_out(mut self, counter: Counter) -> Intake {
         self.keys_taken_out = counter;
         self
@@ -144,9 +139,8 @@ impl Intake {
     }
 
     /// `message` (the resource `name`, as `payload`) with its key material
-    /// taken out unless keys are served: the payload to keep (re-encoded
-    /// when something was taken out), and whether it holds key material
-    /// as sent.
+    /// taken out unless keys are served: the payload to keep, and whether it
+    /// holds key material as sent.
     fn keys_of(
         &self,
         codec: &Codec,
@@ -156,12 +150,10 @@ impl Intake {
         payload: Bytes,
     ) -> (Bytes, bool) {
         let paths = keys::key_material(codec.descriptors(), message, !self.serve_keys);
-        if !self.noted_keys(kind, name, &paths) {
-            return (payload, false);
-        }
-        match self.serve_keys {
-            true => (payload, true),
-            false => (keys::encoded(codec.descriptors(), message), false),
+        let held = self.noted_keys(kind, name, &paths);
+        match held && !self.serve_keys {
+            true => (keys::encoded(codec.descriptors(), message), false),
+            false => (payload, held),
         }
     }
 
@@ -179,8 +171,7 @@ impl Intake {
         self
     }
 
-    /// Where it notes each type it had no descriptor for (a clone shares
-    /// the record: what the admin face reads for `/readyz`).
+    /// Where it notes each type it had no descriptor for (for `/readyz`).
     pub fn opaque_types(&self) -> &OpaqueTypes {
         &self.opaque_types
     }
@@ -213,14 +204,10 @@ impl Intake {
     }
 
     /// The rendered resource for `payload` of `kind`: from the memo, or
-    /// decoded, checked against Envoy's rules and rendered now. Fails if the
-    /// bytes do not decode, any nested `Any` names an unknown type, or a rule
-    /// is broken. Only good resources are remembered.
-    ///
-    /// Once per content, however many sessions decode it at the same time
-    /// (a SotW push brings the same new resource to every session at once,
-    /// each on a blocking thread of its own): the first renders, the others
-    /// wait for its result (`try_get_with`).
+    /// decoded, checked against Envoy's rules and rendered now (only good
+    /// ones are remembered). Once per content, however many sessions decode
+    /// it at the same time (a SotW push brings it to every session at once):
+    /// the first renders, the others wait for its result (`try_get_with`).
     pub fn resource(
         &self,
         kind: ResourceType,
@@ -241,10 +228,9 @@ impl Intake {
         self.render(kind, digest, payload, None)
     }
 
-    /// The rendered resource for `payload` of an extra `kind` that a delta
-    /// upstream named `name` (its wrapper's name stands, whatever the
-    /// type's name fields say): as [`resource`](Self::resource), its
-    /// digest covering the name, so two names never share a render.
+    /// [`resource`](Self::resource) of an extra `kind` that a delta upstream
+    /// named `name` (whatever its name fields say): its digest covers the
+    /// name, so two names never share a render.
     pub fn resource_named(
         &self,
         kind: ResourceType,
@@ -259,13 +245,10 @@ impl Intake {
         self.resource_of(kind, digest, payload, Some(name))
     }
 
-    /// `resource` as the variant of its name under `constraints` (xDS TP2,
-    /// a `Resource` wrapper's `resource_name`): `resource` itself when they
-    /// set nothing. Its JSON is the wrapper carrying the name and the
-    /// constraints around the resource's own; its digest covers both, so a
-    /// variant is never taken for the plain resource or another variant.
-    /// Made per response (wrappers are always decoded); the render inside
-    /// is the shared one.
+    /// `resource` as the variant of its name under `constraints` (xDS TP2):
+    /// `resource` itself when they set nothing. Its JSON is the wrapper
+    /// carrying name and constraints around the shared render; its digest
+    /// covers both, so a variant is never taken for another.
     pub fn variant(
         &self,
         resource: Arc<Resource>,
@@ -321,9 +304,8 @@ impl Intake {
     }
 
     /// `set` with each resource [`outdated`](Self::outdated) rendered
-    /// again; `set` itself when none is. A delta-only type's resource is
-    /// kept (its wrapper's version is not held), and so is one that no
-    /// longer renders.
+    /// again (but a delta-only type's, whose wrapper's version is not held,
+    /// and one that no longer renders); `set` itself when none is.
     pub fn refreshed(&self, set: Arc<ResourceSet>) -> Arc<ResourceSet> {
         let stale = |r: &Arc<Resource>| !r.kind.delta_only() && self.outdated(r);
         if !set.has_opaque() || !set.values().any(stale) {
@@ -422,9 +404,8 @@ impl Intake {
         }))
     }
 
-    /// The rendered resource for `payload` of a delta-only `kind`, named
-    /// (and versioned) as its delta wrapper says: decoded and checked like
-    /// any other, rendered inside an `envoy.service.discovery.v3.Resource`.
+    /// The rendered resource for `payload` of a delta-only `kind`, named as
+    /// its delta wrapper says, rendered inside that wrapper.
     pub fn delta_named(
         &self,
         kind: ResourceType,

@@ -57,13 +57,6 @@ struct Map {
     swept_at: usize,
 }
 
-impl Default for NodeJsons {
-    fn default() -> NodeJsons {
-        let cap = crate::config::MemoryShares::default().nodes;
-        NodeJsons::with_cap(usize::try_from(cap).unwrap_or(usize::MAX))
-    }
-}
-
 impl NodeJsons {
     /// An interner holding at most `cap` bytes of live nodes.
     pub(crate) fn with_cap(cap: usize) -> NodeJsons {
@@ -115,6 +108,13 @@ fn own(node: Bytes) -> Arc<NodeJson> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Default for NodeJsons {
+        fn default() -> NodeJsons {
+            let cap = crate::config::MemoryShares::default().nodes;
+            NodeJsons::with_cap(usize::try_from(cap).unwrap_or(usize::MAX))
+        }
+    }
 
     impl NodeJsons {
         /// Bytes of interned nodes alive now.

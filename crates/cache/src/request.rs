@@ -103,7 +103,6 @@ struct Body {
 }
 
 impl Body {
-    /// `body`, without a node.
     fn whole(body: Bytes) -> Body {
         Body {
             before: body,
@@ -212,17 +211,15 @@ pub struct ParsedRequest {
     client_node: ClientNode,
     /// Its names, hashed once (a [`SubscriptionKey`]'s part).
     names_hash: u64,
-    /// Its names' SHA-256, made once: what the body memo keys answers on
-    /// (`state::names_digest`).
+    /// Its names' SHA-256 (`state::names_digest`), made once.
     names_digest: [u8; 32],
     /// Made from a GET's query: never an Envoy, whatever its node says,
     /// and never the same subscriber as a POSTing client of its node.
     via_get: bool,
     /// The client's NACK of what it was served, if it sent one.
     error_detail: Option<Box<ErrorDetailView>>,
-    /// The dynamic parameters its `resource_locators` carry (xDS TP2):
-    /// they choose the variants it is answered, and are part of its
-    /// identity. Empty for a request by names.
+    /// The dynamic parameters its `resource_locators` carry (xDS TP2): they
+    /// choose its variants, and are part of its identity.
     parameters: Arc<Parameters>,
     /// Whether its names go with more than one set of parameters, which the
     /// gateway does not serve.
@@ -344,8 +341,7 @@ impl ParsedRequest {
         }
     }
 
-    /// The request's `node` JSON as received (decoded once per session),
-    /// if it has one.
+    /// The request's `node` JSON as received, if it has one.
     pub fn node_json(&self) -> Option<&[u8]> {
         self.body.node.as_ref().map(|n| &n.bytes()[..])
     }
@@ -371,13 +367,11 @@ impl ParsedRequest {
         &self.type_url
     }
 
-    /// The resource names asked for.
     pub fn names(&self) -> &Names {
         &self.names
     }
 
-    /// The SHA-256 of [`names`](Self::names) (`state::names_digest`), made
-    /// once per parse.
+    /// The SHA-256 of [`names`](Self::names), made once per parse.
     pub fn names_digest(&self) -> &[u8; 32] {
         &self.names_digest
     }
@@ -421,13 +415,11 @@ impl ParsedRequest {
         self.client(remote).subscribing(self.names_hash)
     }
 
-    /// Which session serves this client.
     pub fn identity(&self) -> &IdentityKey {
         &self.identity
     }
 
-    /// About what this parse holds in memory: the body, the names parsed
-    /// from it and its strings (what the memo weighs it by).
+    /// About what this parse holds in memory (what the memo weighs it by).
     pub fn held_bytes(&self) -> usize {
         std::mem::size_of::<ParsedRequest>()
             + self.body.own_bytes()
@@ -467,7 +459,6 @@ pub struct ParsedRequests {
     full_parses: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// A parse and the frame of its body.
 #[derive(Debug, Clone)]
 struct Framed {
     frame: Arc<Frame>,
@@ -475,7 +466,6 @@ struct Framed {
 }
 
 impl ParsedRequests {
-    /// A memo with the default bounds.
     pub fn new(session_key: SessionKey) -> ParsedRequests {
         let shares = crate::config::MemoryShares::default();
         ParsedRequests::with_capacities(session_key, shares.parsed, shares.nodes)

@@ -36,13 +36,7 @@ impl BodyChunks {
         match self.chunks.len() {
             0 => Bytes::new(),
             1 => self.chunks.pop().unwrap_or_default(),
-            _ => {
-                let mut joined = Vec::with_capacity(self.len);
-                for chunk in &self.chunks {
-                    joined.extend_from_slice(chunk);
-                }
-                Bytes::from(joined)
-            }
+            _ => self.chunks.concat().into(),
         }
     }
 
@@ -102,7 +96,11 @@ pub(crate) fn feed_sampled<C: AsRef<[u8]>>(
     [edge, stride, sample]: [usize; 3],
 ) {
     taken.extend_from_slice(&(len as u64).to_le_bytes());
-    let mut cursor = Cursor::new(chunks);
+    let mut cursor = Cursor {
+        chunks,
+        index: 0,
+        start: 0,
+    };
     if len <= 2 * edge {
         cursor.feed(0..len, taken);
         return;
@@ -134,14 +132,6 @@ struct Cursor<'a, C> {
 }
 
 impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
-    fn new(chunks: &'a [C]) -> Cursor<'a, C> {
-        Cursor {
-            chunks,
-            index: 0,
-            start: 0,
-        }
-    }
-
     /// Appends `range` of the joined bytes; ranges come in increasing order.
     fn feed(&mut self, range: std::ops::Range<usize>, taken: &mut Vec<u8>) {
         let mut at = range.start;

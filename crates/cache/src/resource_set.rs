@@ -27,7 +27,6 @@ use super::resource::{name_of, Resource};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 
-/// Resources by name.
 pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
 /// Unique per set: what memos keyed by a set use.
@@ -59,8 +58,7 @@ pub struct ResourceSet {
     id: u64,
     map: ResourceMap,
     selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
-    /// The payloads sorted by hash, the first time an answer is compared
-    /// with the set.
+    /// The payloads sorted by hash, made when an answer is first compared.
     payloads: OnceLock<PayloadIndex>,
     /// Whether any resource holds an `Any` served opaque (`xds::opaque`).
     opaque: bool,
@@ -93,26 +91,22 @@ impl ResourceSet {
         self.opaque
     }
 
-    /// Whether any resource holds key material as the upstream sent it
-    /// (served with `--allow-secrets`).
+    /// Whether any resource holds key material as sent (`--allow-secrets`).
     pub fn holds_keys(&self) -> bool {
         self.keys
     }
 
-    /// What tells this set from every other (sets are immutable).
     pub fn id(&self) -> u64 {
         self.id
     }
 
-    /// The resources by name.
     pub fn map(&self) -> &ResourceMap {
         &self.map
     }
 
-    /// The resource held under the name `payload` carries, if its bytes
-    /// are `payload` byte for byte: what an answer repeating it takes as
-    /// it is, with no digest, memo lookup or render. A variant (which
-    /// came in a wrapper with its constraints) is never that resource.
+    /// The resource held under the name `payload` carries, if its bytes are
+    /// `payload`: what an answer repeating it takes with no digest, lookup or
+    /// render. A variant (which came with its constraints) is never it.
     pub fn holding(&self, kind: ResourceType, payload: &[u8]) -> Option<&Arc<Resource>> {
         let held = self.map.get(name_of(kind, payload)?.as_ref())?;
         (held.variant.is_none() && held.payload.as_ref() == payload).then_some(held)
@@ -132,8 +126,7 @@ impl ResourceSet {
     }
 
     /// The selection digest of (`kind`, `names`, `target`) on this set:
-    /// remembered, or worked out by `compute` (which also says how many
-    /// resources it walked) and remembered when that was many.
+    /// remembered, or `compute`d and remembered when it walked many.
     pub fn selection(
         &self,
         kind: ResourceType,
@@ -195,9 +188,8 @@ pub enum Taken {
     Shared(Arc<ResourceSet>),
 }
 
-/// The sets that upstream answers were decoded to, by the answers' bytes:
-/// the first session taking an answer decodes it, every other finds the
-/// set. Entries are weak: a set lives as long as a state holds it.
+/// The sets that upstream answers were decoded to, by the answers' bytes.
+/// Entries are weak: a set lives as long as a state holds it.
 #[derive(Clone)]
 pub struct SharedAnswers {
     sets: Cache<SetKey, Weak<ResourceSet>>,
@@ -240,20 +232,18 @@ fn confirmed(found: &Weak<ResourceSet>, hashed: &mut [Hashed<'_>]) -> Option<Arc
 
 impl SharedAnswers {
     /// The set another session took the answer of `kind` with `payloads`
-    /// to, if one is held: found and confirmed like [`take`](Self::take)
-    /// does, but never decoding and never waiting for a decode under way.
-    /// What the stream tasks try in place before handing a decode to a
-    /// blocking thread.
+    /// to, if one is held, as [`take`](Self::take) finds it but never
+    /// decoding or waiting: what a stream task tries before handing a decode
+    /// to a blocking thread.
     pub fn find(&self, kind: ResourceType, payloads: &[&[u8]]) -> Option<Arc<ResourceSet>> {
         let (mut hashed, (count, sum)) = answer_hash(payloads);
         confirmed(&self.sets.get(&(kind, count, sum))?, &mut hashed)
     }
 
-    /// The set of the answer of `kind` whose resources' payloads are
-    /// `payloads` (all of them plain resources of `kind`): the set decoded
-    /// before from the same bytes, or `decode`'s. Sessions taking the same
-    /// bytes at the same time wait for the first one's decode; its error
-    /// is theirs too (the bytes decide it).
+    /// The set of the answer of `kind` with `payloads` (plain resources of
+    /// `kind`): the one decoded before from the same bytes, or `decode`'s.
+    /// Sessions taking the same bytes at once wait for the first one's
+    /// decode; its error is theirs too (the bytes decide it).
     pub fn take<E>(
         &self,
         kind: ResourceType,

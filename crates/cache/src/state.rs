@@ -236,8 +236,7 @@ impl TypeState {
         }
     }
 
-    /// This state without its `do_not_cache` resources (what the config
-    /// history records).
+    /// This state without its `do_not_cache` resources (for the history).
     pub fn without_uncacheable(&self) -> TypeState {
         let kept: super::ResourceMap = self
             .resources
@@ -285,8 +284,7 @@ impl TypeState {
     }
 
     /// Answers a request that presented `presented` for `names`: 304 when
-    /// it carries the digest of what it would get (and is not empty), else
-    /// the body, from `bodies` when it was assembled before.
+    /// it carries the digest of what it would get, else the body.
     pub fn answer(
         &self,
         assembler: &Assembler,
@@ -299,7 +297,7 @@ impl TypeState {
     }
 
     /// [`answer`](Self::answer) with `digest`, the `names_digest` of
-    /// `names`, made before (a parsed request's, once per parse, not per poll).
+    /// `names` a parsed request made once.
     pub fn answer_digested(
         &self,
         assembler: &Assembler,
@@ -310,6 +308,11 @@ impl TypeState {
     ) -> Result<Answer, JsonError> {
         debug_assert_eq!(*digest, names_digest(names), "a stale names digest");
         let digest = *digest;
+        let body = |json, version, cached| Answer::Body {
+            json,
+            version,
+            cached,
+        };
         let bodies = assembler.bodies();
         let key = Bodies::key(self.id, &digest, target);
         // An answer holding a `do_not_cache` resource is worked out and
@@ -326,11 +329,8 @@ impl TypeState {
                 });
             }
             if let Some(resources) = bodies.shared.get(&hit.piece) {
-                return Ok(Answer::Body {
-                    json: JsonBody::new(hit.head.clone(), (*resources).clone(), hit.tail.clone()),
-                    version: hit.version.clone(),
-                    cached: true,
-                });
+                let json = JsonBody::new(hit.head.clone(), (*resources).clone(), hit.tail.clone());
+                return Ok(body(json, hit.version.clone(), true));
             }
         }
         let selection = match uncacheable {
@@ -345,11 +345,7 @@ impl TypeState {
         let (head, tail) = self.ends(&version, names);
         if uncacheable {
             let resources = self.join(assembler, names, target)?;
-            return Ok(Answer::Body {
-                json: JsonBody::new(head, resources, tail),
-                version,
-                cached: false,
-            });
+            return Ok(body(JsonBody::new(head, resources, tail), version, false));
         }
         let piece = (self.kind, selection);
         let resources = bodies.shared(piece, || self.join(assembler, names, target))?;
@@ -365,16 +361,15 @@ impl TypeState {
                 piece,
             }),
         );
-        Ok(Answer::Body {
-            json: JsonBody::new(head, (*resources).clone(), tail),
+        Ok(body(
+            JsonBody::new(head, (*resources).clone(), tail),
             version,
-            cached: false,
-        })
+            false,
+        ))
     }
 
-    /// The types the gateway has no descriptor for inside what a client
-    /// asking `names` is answered (served as `xds_gateway.v1.OpaqueAny`),
-    /// sorted; none, without a walk, unless the state holds such a resource.
+    /// The types served opaque in what a client asking `names` is answered,
+    /// sorted (no walk unless the state holds such a resource).
     pub fn opaque_types(&self, names: &Names) -> Vec<String> {
         if !self.resources.has_opaque() {
             return Vec::new();
@@ -383,9 +378,8 @@ impl TypeState {
         types.into_iter().cloned().collect()
     }
 
-    /// `<upstream version>~<digest>` of what a client asking `names` with
-    /// `target` is answered (see the module docs): what the config history
-    /// and `/debug/diff` show a version as.
+    /// The served version of what a client asking `names` with `target` is
+    /// answered: what the config history and `/debug/diff` show.
     pub fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
         self.version_told(names, self.selection(names, &names_digest(names), target))
     }
@@ -404,12 +398,10 @@ impl TypeState {
     }
 
     /// The SHA-256 of what a client asking `names` with `target` is
-    /// answered: the names, the target, and the name and content digest of
-    /// every resource selected. Its first [`DIGEST_HEX`] hex digits are the
-    /// served version's digest; all of it keys the shared resources piece.
-    /// Worked out once per (set of resources, names, target) when it walks
-    /// many resources: every identity's state after a SotW push holds the
-    /// same set, and its wildcard CDS poll the same selection.
+    /// answered (names, target, each resource's name and digest): the served
+    /// version's digest, and the shared piece's key. Remembered per set of
+    /// resources when it walks many: every identity's state after a SotW push
+    /// holds the same set, and its wildcard CDS poll the same selection.
     fn selection(
         &self,
         names: &Names,
@@ -422,8 +414,7 @@ impl TypeState {
             })
     }
 
-    /// [`selection`](Self::selection), worked out; with how many resources
-    /// it walked.
+    /// [`selection`](Self::selection) and how many resources it walked.
     fn work_out_selection(&self, names: &Names, target: Option<&RestTarget>) -> ([u8; 32], usize) {
         let mut hasher = Sha256::new();
         let mut put = |bytes: &[u8]| {
@@ -509,21 +500,20 @@ impl TypeState {
     }
 
     /// The opening and closing of a body at `version` around its resources.
-    /// Its `nonce` is the version's selection digest, not the upstream's
-    /// nonce: a body is a function of what it serves, so that one version
-    /// (one strong ETag) is one body, however often the upstream sent the
-    /// same version under new nonces. A REST client only echoes it. It is
-    /// [`NONCE_PREFIX`] and the digest: hex digits alone may read as a
-    /// number (`373350e23019` is a float to a YAML reader, and the YAML
-    /// rendition writes it unquoted).
+    /// Its `nonce` is [`NONCE_PREFIX`] and the selection digest, not the
+    /// upstream's nonce: one version (one strong ETag) is one body, however
+    /// often the upstream resent it. The prefix: hex digits alone may read as
+    /// a number (`373350e23019` is a float to a YAML reader).
     fn ends(&self, version: &str, names: &Names) -> (Bytes, Bytes) {
-        let version_text = version;
-        let version = json_string(version);
-        let mut head = BytesMut::with_capacity(version.len() + 32);
-        head.put_slice(b"{\"versionInfo\":");
-        head.put_slice(version.as_bytes());
-        head.put_slice(b",\"resources\":[");
-        let nonce = selection_digest(version_text).unwrap_or_default();
+        // Serialising a &str cannot fail.
+        let quoted = serde_json::to_string(version).unwrap_or_else(|_| "\"\"".into());
+        let head = [
+            &b"{\"versionInfo\":"[..],
+            quoted.as_bytes(),
+            b",\"resources\":[",
+        ]
+        .concat();
+        let nonce = selection_digest(version).unwrap_or_default();
         let mut tail = BytesMut::with_capacity(nonce.len() + 128);
         tail.put_slice(b"],\"typeUrl\":\"");
         tail.put_slice(self.kind.type_url().as_bytes());
@@ -539,17 +529,12 @@ impl TypeState {
             tail.put_slice(self.errors.json_member(names.asked()).as_bytes());
         }
         tail.put_u8(b'}');
-        (head.freeze(), tail.freeze())
+        (head.into(), tail.freeze())
     }
 }
 
 /// What a REST answer's nonce starts with, before its selection digest.
 pub(crate) const NONCE_PREFIX: &str = "d";
-
-fn json_string(s: &str) -> String {
-    // Serialising a &str cannot fail.
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
 
 #[cfg(test)]
 mod tests;
