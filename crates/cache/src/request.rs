@@ -41,8 +41,7 @@ const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// polls differ within a few hundred bytes of an end (its version and node id
 /// first, its names, type and nonce last).
 const KEY_EDGE: usize = 1024;
-/// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
-/// `KEY_STRIDE`.
+/// Between the edges, `KEY_SAMPLE` bytes are hashed every `KEY_STRIDE`.
 const KEY_STRIDE: usize = 2048;
 const KEY_SAMPLE: usize = 32;
 /// [`KEY_EDGE`], [`KEY_STRIDE`] and [`KEY_SAMPLE`], as [`feed_sampled`] takes them.
@@ -54,14 +53,12 @@ fn memo_key(body: &[u8]) -> u64 {
     sampled_key(&[body])
 }
 
-/// Whether `a` and `b` share `memo_key` (for the bench of bodies that
-/// do, `bench_support`).
+/// Whether `a` and `b` share `memo_key` (for `bench_support`).
 pub fn share_a_key(a: &[u8], b: &[u8]) -> bool {
     memo_key(a) == memo_key(b)
 }
 
-/// [`memo_key`] of bytes in pieces: each piece's length, edges and samples
-/// ([`feed_sampled`], the one definition of the key).
+/// [`memo_key`] of bytes in pieces ([`feed_sampled`] of each).
 fn sampled_key(pieces: &[&[u8]]) -> u64 {
     let room = pieces.iter().map(|p| sampled_len(p.len(), KEY_SHAPE)).sum();
     let mut taken = Vec::with_capacity(room);
@@ -93,8 +90,7 @@ where
     (memo.get(&whole).filter(|held| same(held)), whole)
 }
 
-/// A request body as the memo keeps it: the bytes before its node, the
-/// node (interned), and the bytes after it.
+/// A request body as the memo keeps it: around its node, interned.
 #[derive(Debug, Clone)]
 struct Body {
     before: Bytes,
@@ -169,8 +165,7 @@ impl Body {
             .map(|n| (self.before.len(), n.bytes().len()))
     }
 
-    /// `body`, whose node is `node` at `at` (the bytes are those of a body
-    /// that held it), sharing it.
+    /// `body`, sharing `node`, which lies at `at` in it.
     fn around(body: &Bytes, node: Option<(&Arc<NodeJson>, usize)>) -> Option<Body> {
         let Some((node, at)) = node else {
             return Some(Body::whole(body.clone()));
@@ -226,9 +221,8 @@ pub struct ParsedRequest {
     mixed_parameters: bool,
 }
 
-/// The one set of dynamic parameters a request's names go with (a name in
-/// `resource_names`, or a locator without parameters, goes with none), and
-/// whether there is more than one.
+/// The one set of dynamic parameters a request's names go with (a plain
+/// name goes with none), and whether there is more than one.
 fn locator_parameters(names: &[String], locators: &[LocatorView]) -> (Parameters, bool) {
     let mut sets = locators.iter().map(|l| &l.dynamic_parameters);
     let Some(first) = sets.next() else {
@@ -266,12 +260,12 @@ impl ParsedRequest {
             &user_agent_name,
             via_get,
         );
-        let names_hash = names_hash(&names);
-        let names_digest = names_digest(&names);
         Ok(ParsedRequest {
             body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
             type_url: view.type_url,
+            names_hash: names_hash(&names),
+            names_digest: names_digest(&names),
             names,
             node_id,
             node_cluster,
@@ -279,8 +273,6 @@ impl ParsedRequest {
             node_bytes,
             identity,
             client_node,
-            names_hash,
-            names_digest,
             via_get,
             error_detail: view.error_detail.map(Box::new),
             parameters: Arc::new(parameters),

@@ -60,10 +60,9 @@ impl Names {
         }
     }
 
-    /// An empty list means wildcard (what LDS/CDS mean by it; for other
-    /// types the upstream decides what "all" is), and so does a list naming
-    /// `*` (xDS's explicit wildcard), whatever else it names: everything
-    /// holds those names too.
+    /// An empty list means wildcard (for types other than LDS/CDS the
+    /// upstream decides what "all" is), and so does a list naming `*`
+    /// (xDS's explicit wildcard), whatever else it names.
     pub fn from_request(names: Vec<String>) -> Names {
         if names.is_empty() || names.iter().any(|n| n == "*") {
             return Names::Wildcard;
@@ -71,8 +70,7 @@ impl Names {
         Names::Named(names.into_iter().collect())
     }
 
-    /// About what the names hold in memory: each name's bytes, its `String`
-    /// and its share of the set's nodes. What byte bounds weigh them by.
+    /// About what the names hold in memory (what byte bounds weigh them by).
     pub fn held_bytes(&self) -> usize {
         /// A `String` (24) and its B-tree slot and allocation overheads.
         const PER_NAME: usize = 48;
@@ -98,8 +96,7 @@ impl Coverage {
     }
 
     /// Whether this subscription asks for the resource `name`: under the
-    /// wildcard, by name, or as a member of a subscribed xdstp glob
-    /// collection.
+    /// wildcard, by name, or in a subscribed xdstp glob collection.
     pub fn wants(&self, name: &str) -> bool {
         self.wildcard || self.names.contains(name) || in_any_collection(name, &self.names)
     }
