@@ -35,21 +35,17 @@ impl Assembler {
     /// An assembler with the default bounds of the body memo.
     #[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
     pub fn new(codec: Codec) -> Assembler {
-        Assembler::with_bodies(codec, Bodies::default())
+        Assembler::with_body_capacity(codec, crate::config::MemoryShares::default().bodies)
     }
 
     /// An assembler whose body memo holds at most `bytes` (tests of
     /// eviction; none at all for the benchmarks' pipeline,
     /// `upstream/pipeline.rs`).
     pub fn with_body_capacity(codec: Codec, bytes: u64) -> Assembler {
-        Assembler::with_bodies(codec, Bodies::with_capacity(bytes))
-    }
-
-    fn with_bodies(codec: Codec, bodies: Bodies) -> Assembler {
         Assembler {
             codec,
             rewritten: idle_memo(RENDER_MEMO_ENTRIES, RENDER_MEMO_IDLE),
-            bodies,
+            bodies: Bodies::with_capacity(bytes),
         }
     }
 
@@ -58,7 +54,6 @@ impl Assembler {
         &self.codec
     }
 
-    /// The memo of assembled bodies.
     pub fn bodies(&self) -> &Bodies {
         &self.bodies
     }

@@ -1,16 +1,12 @@
 //! An assembled `DiscoveryResponse` body, in three pieces: the opening
 //! (its version), the rendered resources joined by commas, and the closing
-//! (type URL and nonce).
-//!
-//! The resources are what makes a body big, and they are the same for every
-//! node identity that holds the same resources: the middle piece is shared by
-//! all of them ([`super::state`] keys it by content), and only the opening and
-//! closing, a few dozen bytes, are a session's own. The pieces go out as they
-//! are (an HTTP body of three chunks); [`JsonBody::to_bytes`] copies them into
-//! one buffer for what reads the JSON (YAML, `?pretty`, watch events,
-//! `?changes`).
+//! (type URL and nonce). The middle piece, what makes a body big, is shared
+//! by every node identity holding the same resources ([`super::state`] keys
+//! it by content). The pieces go out as an HTTP body of three chunks;
+//! [`JsonBody::to_bytes`] copies them into one buffer for what reads the
+//! JSON (YAML, `?pretty`, watch events, `?changes`).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
 /// A complete `DiscoveryResponse` JSON body: `head`, `resources`, `tail`
 /// concatenated. Cheap to clone (three reference-counted buffers).
@@ -46,19 +42,18 @@ impl JsonBody {
         [self.head, self.resources, self.tail]
     }
 
-    /// The resources piece (what identities holding the same resources share).
-    #[cfg(test)]
-    pub fn resources(&self) -> &Bytes {
-        &self.resources
-    }
-
     /// The body in one buffer (a copy).
     pub fn to_bytes(&self) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.len());
-        out.put_slice(&self.head);
-        out.put_slice(&self.resources);
-        out.put_slice(&self.tail);
-        out.freeze()
+        [&self.head[..], &self.resources, &self.tail]
+            .concat()
+            .into()
+    }
+
+    fn bytes(&self) -> impl Iterator<Item = &u8> {
+        self.head
+            .iter()
+            .chain(&self.resources[..])
+            .chain(&self.tail[..])
     }
 }
 
@@ -71,17 +66,7 @@ impl From<Bytes> for JsonBody {
 /// Equal when the bytes are, however they are split.
 impl PartialEq for JsonBody {
     fn eq(&self, other: &JsonBody) -> bool {
-        self.len() == other.len()
-            && self
-                .head
-                .iter()
-                .chain(self.resources.iter())
-                .chain(self.tail.iter())
-                .eq(other
-                    .head
-                    .iter()
-                    .chain(other.resources.iter())
-                    .chain(other.tail.iter()))
+        self.len() == other.len() && self.bytes().eq(other.bytes())
     }
 }
 
@@ -102,6 +87,13 @@ impl std::fmt::Debug for JsonBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl JsonBody {
+        /// The resources piece (what identities holding the same resources share).
+        pub fn resources(&self) -> &Bytes {
+            &self.resources
+        }
+    }
 
     #[test]
     fn equal_by_bytes_whatever_the_split() {

@@ -15,10 +15,8 @@ use crate::xds::{JsonError, ResourceType};
 
 /// Total bytes of answers' own parts (versions, openings, closings) kept.
 const ANSWERS_BYTES: u64 = 32 * 1024 * 1024;
-/// A body nobody asked for this long is dropped: once a state is superseded
-/// its bodies are never asked for again, and would otherwise stay until the
-/// byte bound pushed them out. A body dropped while still current is assembled
-/// again at its next poll.
+/// A body nobody asked for this long is dropped: a superseded state's bodies
+/// would otherwise stay until the byte bound pushed them out.
 const BODIES_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One answer as memoised: its version, and the body's own pieces around
@@ -35,9 +33,8 @@ pub(super) struct Assembled {
     pub(super) version: String,
     pub(super) head: Bytes,
     pub(super) tail: Bytes,
-    /// The key of its shared resources piece, looked up on every hit (which
-    /// keeps the piece from idling out while it is served; a hit whose piece
-    /// was evicted is assembled again): answers, small to hold, never keep
+    /// The key of its shared resources piece, looked up on every hit (a hit
+    /// whose piece was evicted is assembled again): small answers never keep
     /// big pieces alive past that memo's bounds.
     pub(super) piece: SharedKey,
 }
@@ -54,16 +51,10 @@ impl Assembled {
 /// target, and the name and content digest of every resource selected).
 pub(super) type SharedKey = (ResourceType, [u8; 32]);
 
-/// The memo of assembled bodies, in two parts:
-///
-/// - answers, per (state, names, target): the version and the body's own
-///   opening and closing, keyed by a hash confirmed on every hit (a
-///   collision of the key costs an assembly, never a wrong body);
-/// - the resources pieces, by content ([`SharedKey`]): every state holding
-///   the same resources for the same names and target (every node identity
-///   after the same push) shares one piece, assembled once.
-///
-/// Both are byte-bounded LRUs.
+/// The memo of assembled bodies, two byte-bounded LRUs: answers per (state,
+/// names, target), keyed by a hash confirmed on every hit (a collision costs
+/// an assembly, never a wrong body); and the resources pieces by content
+/// ([`SharedKey`]), one for every node identity after the same push.
 #[derive(Clone)]
 pub struct Bodies {
     pub(super) answers: Cache<u64, Arc<Assembled>>,
@@ -76,12 +67,6 @@ impl std::fmt::Debug for Bodies {
             .field("answers", &self.answers.entry_count())
             .field("shared", &self.shared.entry_count())
             .finish()
-    }
-}
-
-impl Default for Bodies {
-    fn default() -> Bodies {
-        Bodies::with_capacity(crate::config::MemoryShares::default().bodies)
     }
 }
 

@@ -35,7 +35,6 @@ where
     }
 }
 
-/// The iterator of [`by_name`].
 pub struct ByName<I: Iterator, J: Iterator> {
     old: Peekable<I>,
     new: Peekable<J>,

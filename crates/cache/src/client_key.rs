@@ -1,18 +1,15 @@
 //! Who a REST client is, once: the one key every ledger of what was served
-//! to whom keeps its clients under: the client book (`observe/clients.rs`,
-//! with each subscription's rejection log and the versions served to it,
-//! which `?changes` asks) keys on [`ClientKey`]; the session a client shares with others is
+//! to whom keeps its clients under (the client book, `observe/clients.rs`,
+//! and what `?changes` asks). The session a client shares with others is
 //! another thing, its [`IdentityKey`](super::IdentityKey).
 //!
-//! A client is its node as a client presents it (the session identity,
-//! node id, cluster, user agent name, and whether a GET's query made the
-//! request: a script reading an Envoy's node is not that Envoy) and the
-//! address it polls from (clients sharing a node id, such as the pods of
-//! one Deployment, are told apart by address). The node's part is a
-//! SHA-256 of length-prefixed fields, made once per parse: no client can
-//! choose a node whose key collides with another client's, so none can
-//! reset another's run of rejecting polls, overwrite where it stands in
-//! the book or recall the versions it was served.
+//! A client is its node as it presents it (session identity, node id,
+//! cluster, user agent name, and whether a GET's query made the request: a
+//! script reading an Envoy's node is not that Envoy) and the address it polls
+//! from (pods of one Deployment share a node id). The node's part is a
+//! SHA-256 of length-prefixed fields: no client can choose a node whose key
+//! collides with another's, so none can reset another's run of rejecting
+//! polls or recall the versions it was served.
 
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
@@ -57,8 +54,7 @@ impl ClientNode {
     }
 }
 
-/// One REST client: its node and the address it polls from (none for a
-/// request that came over no socket, as in-process tests send).
+/// One REST client: its node and the address it polls from (if any).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ClientKey {
     node: ClientNode,
@@ -70,8 +66,7 @@ impl ClientKey {
         ClientKey { node, remote }
     }
 
-    /// This client's subscription to the names hashed as `names` (by
-    /// `names_hash`; of the one type its ledger is for).
+    /// This client's subscription to the names hashed (`names_hash`) as `names`.
     pub fn subscribing(self, names: u64) -> SubscriptionKey {
         SubscriptionKey {
             client: self,
@@ -80,10 +75,9 @@ impl ClientKey {
     }
 }
 
-/// One client's subscription to a set of names: what rejection
-/// bookkeeping counts polls under, and what the client book shows a
-/// client's standing per. Names are hashed (64 bits): only a client's own
-/// subscriptions could collide, and a client gains nothing by that.
+/// One client's subscription to a set of names: what rejection bookkeeping
+/// and the client book count under. Names are hashed (64 bits): only a
+/// client's own subscriptions could collide, which gains it nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SubscriptionKey {
     client: ClientKey,

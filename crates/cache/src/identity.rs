@@ -1,16 +1,13 @@
 //! Node identity: which REST clients share one upstream session.
 //!
 //! By default two clients share a session when their node id, cluster,
-//! metadata and locality are equal: those are what control planes compute
-//! config from. With `--session-key cluster`, all nodes of a cluster share
-//! one. In either mode the node's `dynamic_parameters` are part of the
-//! key, and so are the dynamic parameters a client's `resource_locators`
-//! carry (xDS TP2): they select variants of resources, so two clients
-//! differing there may be answered differently. The key is an exact canonical
-//! encoding (not a hash) in which every field is length-prefixed, so it is
-//! injective: two different identities get two different keys whatever
-//! bytes their fields hold (a field holding a separator cannot pose as the
-//! next field).
+//! metadata and locality are equal: what control planes compute config
+//! from. With `--session-key cluster`, all nodes of a cluster share one. In
+//! either mode the node's `dynamic_parameters`, and those a client's
+//! `resource_locators` carry (xDS TP2), are part of the key: they select
+//! variants of resources. The key is an exact encoding (not a hash) with
+//! every field length-prefixed, so it is injective: a field holding a
+//! separator cannot pose as the next field.
 
 use serde_json::value::RawValue;
 
@@ -70,9 +67,8 @@ impl IdentityKey {
 
 /// `<byte length>:<bytes>`: a reader always knows where a field ends.
 fn push_field(key: &mut String, field: &str) {
-    key.push_str(&field.len().to_string());
-    key.push(':');
-    key.push_str(field);
+    use std::fmt::Write as _;
+    let _ = write!(key, "{}:{field}", field.len());
 }
 
 /// JSON with object keys sorted (serde_json's map is ordered), so the same

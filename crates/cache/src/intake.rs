@@ -1,26 +1,19 @@
 //! The render memo ([`Intake`]): every upstream resource decoded and
-//! rendered once per content version, "once" true across responses and
-//! sessions. (What a resource is, is `resource.rs`'s.)
+//! rendered once per content version, across responses and sessions.
 //!
 //! A resource is identified by (type, SHA-256 of its protobuf bytes): an
-//! update in which one of N resources changed costs one decode and render; the
-//! N-1 others come from the memo. Renders for REST clients (with config
-//! sources rewritten) are the `Assembler`'s (`assembler.rs`), memoised per
-//! (resource digest, target) the same way.
+//! update in which one of N resources changed costs one decode and render.
+//! Renders for REST clients are the `Assembler`'s (`assembler.rs`).
 //!
 //! The delta-only types (VHDS, LEDS) are named by their delta `Resource`
-//! wrapper, not by a field of their own, so they are kept and rendered in
-//! that wrapper (name, aliases, version and the resource): the digest is of
-//! the wrapper, so two resources with the same body and different names
-//! never share a memo entry, and a REST answer keeps every name.
+//! wrapper, so they are kept and rendered in it: the digest is of the
+//! wrapper, so two resources with the same body and different names never
+//! share a memo entry, and a REST answer keeps every name.
 //!
-//! Key material (`xds::keys`: an inline private key in a cluster's or a
-//! listener's TLS context, a Secret of a type the gateway cannot read) is
-//! taken out here, unless keys are served (`--allow-secrets`): what the
-//! intake keeps, the resource's payload and its render, is what every view
-//! after it serves (REST answers, their memos, the config history, the
-//! admin views and CSDS). The digest stays that of the bytes as sent, so a
-//! rotated key is a new version.
+//! Key material (`xds::keys`) is taken out here unless keys are served
+//! (`--allow-secrets`): what the intake keeps is what every view after it
+//! serves (REST answers, memos, config history, admin views, CSDS). The
+//! digest stays that of the bytes as sent, so a rotated key is a new version.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -51,10 +44,8 @@ pub(super) const RENDER_MEMO_ENTRIES: u64 = 200_000;
 pub(super) const RENDER_MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Decodes, checks and renders upstream resources, remembering every
-/// render by digest, and the sets whole upstream answers decoded to. The
-/// decoding side only: what answering a poll needs (rewrites for a REST
-/// target, assembled bodies) is the [`Assembler`](super::Assembler)'s, and
-/// the config history is handed to the sessions and the admin apart.
+/// render by digest, and the sets whole upstream answers decoded to. What
+/// answering a poll needs is the [`Assembler`](super::Assembler)'s.
 #[derive(Clone)]
 pub struct Intake {
     codec: Codec,
@@ -111,21 +102,18 @@ impl Intake {
         self.largest_answer.fetch_max(bytes, Ordering::Relaxed);
     }
 
-    /// The largest answer a session's stream has read, in bytes (0 before
-    /// the first).
+    /// The largest answer a session's stream has read, in bytes.
     pub fn largest_answer(&self) -> usize {
         self.largest_answer.load(Ordering::Relaxed)
     }
 
-    /// Whether key material is served as sent (`--allow-secrets`); by
-    /// default it is taken out.
+    /// Whether key material is served as sent (`--allow-secrets`).
     pub fn serving_keys(mut self, on: bool) -> Intake {
         self.serve_keys = on;
         self
     }
 
-    /// Counts the resources rendered with key material taken out with
-    /// `counter` (a metric).
+    /// Counts the resources rendered with key material taken out.
     pub fn counting_keys_taken_out(mut self, counter: Counter) -> Intake {
         self.keys_taken_out = counter;
         self
@@ -151,9 +139,8 @@ impl Intake {
     }
 
     /// `message` (the resource `name`, as `payload`) with its key material
-    /// taken out unless keys are served: the payload to keep (re-encoded
-    /// when something was taken out), and whether it holds key material
-    /// as sent.
+    /// taken out unless keys are served: the payload to keep, and whether it
+    /// holds key material as sent.
     fn keys_of(
         &self,
         codec: &Codec,
@@ -163,12 +150,10 @@ impl Intake {
         payload: Bytes,
     ) -> (Bytes, bool) {
         let paths = keys::key_material(codec.descriptors(), message, !self.serve_keys);
-        if !self.noted_keys(kind, name, &paths) {
-            return (payload, false);
-        }
-        match self.serve_keys {
-            true => (payload, true),
-            false => (keys::encoded(codec.descriptors(), message), false),
+        let held = self.noted_keys(kind, name, &paths);
+        match held && !self.serve_keys {
+            true => (keys::encoded(codec.descriptors(), message), false),
+            false => (payload, held),
         }
     }
 
@@ -186,8 +171,7 @@ impl Intake {
         self
     }
 
-    /// Where it notes each type it had no descriptor for (a clone shares
-    /// the record: what the admin face reads for `/readyz`).
+    /// Where it notes each type it had no descriptor for (for `/readyz`).
     pub fn opaque_types(&self) -> &OpaqueTypes {
         &self.opaque_types
     }
@@ -210,12 +194,6 @@ impl Intake {
         self.opaque_types.note(unknown)
     }
 
-    /// Resources rendered so far (decoded in full, checked, rendered).
-    #[cfg(test)]
-    pub fn rendered(&self) -> u64 {
-        self.rendered.get()
-    }
-
     pub fn codec(&self) -> &Codec {
         &self.codec
     }
@@ -226,14 +204,10 @@ impl Intake {
     }
 
     /// The rendered resource for `payload` of `kind`: from the memo, or
-    /// decoded, checked against Envoy's rules and rendered now. Fails if the
-    /// bytes do not decode, any nested `Any` names an unknown type, or a rule
-    /// is broken. Only good resources are remembered.
-    ///
-    /// Once per content, however many sessions decode it at the same time
-    /// (a SotW push brings the same new resource to every session at once,
-    /// each on a blocking thread of its own): the first renders, the others
-    /// wait for its result (`try_get_with`).
+    /// decoded, checked against Envoy's rules and rendered now (only good
+    /// ones are remembered). Once per content, however many sessions decode
+    /// it at the same time (a SotW push brings it to every session at once):
+    /// the first renders, the others wait for its result (`try_get_with`).
     pub fn resource(
         &self,
         kind: ResourceType,
@@ -254,10 +228,9 @@ impl Intake {
         self.render(kind, digest, payload, None)
     }
 
-    /// The rendered resource for `payload` of an extra `kind` that a delta
-    /// upstream named `name` (its wrapper's name stands, whatever the
-    /// type's name fields say): as [`resource`](Self::resource), its
-    /// digest covering the name, so two names never share a render.
+    /// [`resource`](Self::resource) of an extra `kind` that a delta upstream
+    /// named `name` (whatever its name fields say): its digest covers the
+    /// name, so two names never share a render.
     pub fn resource_named(
         &self,
         kind: ResourceType,
@@ -272,13 +245,10 @@ impl Intake {
         self.resource_of(kind, digest, payload, Some(name))
     }
 
-    /// `resource` as the variant of its name under `constraints` (xDS TP2,
-    /// a `Resource` wrapper's `resource_name`): `resource` itself when they
-    /// set nothing. Its JSON is the wrapper carrying the name and the
-    /// constraints around the resource's own; its digest covers both, so a
-    /// variant is never taken for the plain resource or another variant.
-    /// Made per response (wrappers are always decoded); the render inside
-    /// is the shared one.
+    /// `resource` as the variant of its name under `constraints` (xDS TP2):
+    /// `resource` itself when they set nothing. Its JSON is the wrapper
+    /// carrying name and constraints around the shared render; its digest
+    /// covers both, so a variant is never taken for another.
     pub fn variant(
         &self,
         resource: Arc<Resource>,
@@ -334,9 +304,8 @@ impl Intake {
     }
 
     /// `set` with each resource [`outdated`](Self::outdated) rendered
-    /// again; `set` itself when none is. A delta-only type's resource is
-    /// kept (its wrapper's version is not held), and so is one that no
-    /// longer renders.
+    /// again (but a delta-only type's, whose wrapper's version is not held,
+    /// and one that no longer renders); `set` itself when none is.
     pub fn refreshed(&self, set: Arc<ResourceSet>) -> Arc<ResourceSet> {
         let stale = |r: &Arc<Resource>| !r.kind.delta_only() && self.outdated(r);
         if !set.has_opaque() || !set.values().any(stale) {
@@ -345,11 +314,8 @@ impl Intake {
         let fresh: ResourceMap = set
             .iter()
             .map(|(name, r)| {
-                let r = match stale(r) {
-                    true => self.rendered_again(r).unwrap_or_else(|_| Arc::clone(r)),
-                    false => Arc::clone(r),
-                };
-                (name.clone(), r)
+                let again = stale(r).then(|| self.rendered_again(r).ok()).flatten();
+                (name.clone(), again.unwrap_or_else(|| Arc::clone(r)))
             })
             .collect();
         fresh.into_set()
@@ -379,11 +345,8 @@ impl Intake {
     ) -> Result<Arc<Resource>, ResourceError> {
         let type_url = kind.type_url();
         if kind.delta_only() {
-            return Err(JsonError::Decode {
-                type_url: type_url.to_owned(),
-                reason: "a delta-only type is named by its delta Resource wrapper".into(),
-            }
-            .into());
+            let reason = "a delta-only type is named by its delta Resource wrapper";
+            return Err(JsonError::decode(type_url, reason).into());
         }
         let name = match (name, name_of(kind, &payload)) {
             (Some(name), _) => name,
@@ -392,16 +355,15 @@ impl Intake {
             // its content: no client of such a type refuses it for that.
             (None, None) if kind.is_extra() => format!("sha256:{}", hex::encode(&digest[..8])),
             (None, None) => {
-                return Err(JsonError::Decode {
-                    type_url: type_url.to_owned(),
-                    reason: format!("resource has no name (fields {:?})", kind.name_fields()),
-                }
-                .into())
+                let reason = format!("resource has no name (fields {:?})", kind.name_fields());
+                return Err(JsonError::decode(type_url, reason).into());
             }
         };
         // One pool throughout, however the shared one grows meanwhile.
         let codec = self.codec.snapshot();
-        if kind.is_extra() && !codec.descriptors().knows(type_url) {
+        let (json, payload, opaque, holds_keys) = if kind.is_extra()
+            && !codec.descriptors().knows(type_url)
+        {
             // An added type whose descriptors the gateway has not (yet):
             // served whole, as an opaque Any, until they come; one named
             // as a carrier of key material has its bytes taken out unless
@@ -412,33 +374,23 @@ impl Intake {
             };
             let holds_keys = self.noted_keys(kind, &name, &found);
             if holds_keys && !self.serve_keys {
-                return Ok(Arc::new(Resource {
-                    kind,
-                    name,
-                    aliases: Vec::new(),
-                    digest,
-                    json: codec.render_any(OPAQUE_TYPE_URL, &keys::taken_out_any(type_url))?,
-                    payload: Bytes::new(),
-                    opaque: OpaqueHeld::default(),
-                    holds_keys: false,
-                    variant: None,
-                }));
+                let json = codec.render_any(OPAQUE_TYPE_URL, &keys::taken_out_any(type_url))?;
+                (json, Bytes::new(), OpaqueHeld::default(), false)
+            } else {
+                let json = codec.render_opaque(type_url, &payload)?;
+                (json, payload, self.noted([type_url.to_owned()]), holds_keys)
             }
-            return Ok(Arc::new(Resource {
-                kind,
-                name,
-                aliases: Vec::new(),
-                digest,
-                json: codec.render_opaque(type_url, &payload)?,
+        } else {
+            let mut message = self.checked(&codec, kind, &payload, &name)?;
+            let (payload, holds_keys) = self.keys_of(&codec, kind, &name, &mut message, payload);
+            let json = codec.render_resource(type_url, &message)?;
+            (
+                json,
                 payload,
-                opaque: self.noted([type_url.to_owned()]),
+                self.note_opaque(&codec, &message),
                 holds_keys,
-                variant: None,
-            }));
-        }
-        let mut message = self.checked(&codec, kind, &payload, &name)?;
-        let (payload, holds_keys) = self.keys_of(&codec, kind, &name, &mut message, payload);
-        let json = codec.render_resource(type_url, &message)?;
+            )
+        };
         Ok(Arc::new(Resource {
             kind,
             name,
@@ -446,15 +398,14 @@ impl Intake {
             digest,
             payload,
             json,
-            opaque: self.note_opaque(&codec, &message),
+            opaque,
             holds_keys,
             variant: None,
         }))
     }
 
-    /// The rendered resource for `payload` of a delta-only `kind`, named
-    /// (and versioned) as its delta wrapper says: decoded and checked like
-    /// any other, rendered inside an `envoy.service.discovery.v3.Resource`.
+    /// The rendered resource for `payload` of a delta-only `kind`, named as
+    /// its delta wrapper says, rendered inside that wrapper.
     pub fn delta_named(
         &self,
         kind: ResourceType,
@@ -531,6 +482,13 @@ impl Intake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Intake {
+        /// Resources rendered so far (decoded in full, checked, rendered).
+        pub fn rendered(&self) -> u64 {
+            self.rendered.get()
+        }
+    }
 
     /// A intake, and the payload of a Cluster `c1` with `connect_timeout`.
     fn intake_and_cluster(connect_timeout: &str) -> (Intake, Bytes) {

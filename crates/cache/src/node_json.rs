@@ -1,18 +1,14 @@
 //! The `node` of REST request bodies, held once per distinct node.
 //!
 //! A polling Envoy repeats its whole node (77 KB for Envoy 1.40) in every
-//! request, and the memo of parsed bodies keeps each distinct body to
-//! confirm hits byte for byte: an Envoy polling 1,000 EDS clusters, one
-//! name set each, sends 1,000 distinct bodies around one node. The memo
-//! keeps a body as the bytes before its node, the node, and the bytes after
-//! it; the node is interned here (looked up by xxh3, confirmed by
-//! comparison), so those 1,000 entries hold one node and a few hundred
-//! bytes each.
+//! request; an Envoy polling 1,000 EDS clusters sends 1,000 distinct bodies
+//! around one node. The memo keeps a body as the bytes around its node and
+//! the node, interned here (looked up by xxh3, confirmed by comparison), so
+//! those 1,000 entries hold one node.
 //!
-//! Bounded: the nodes interned and alive are at most [`NodeJsons::cap`]
-//! bytes in all (past it a body keeps its node as its own, and the memo
-//! weighs it in full). Entries are held weakly: a node lives while a memo
-//! entry or a request in flight holds it; dead entries are swept as the map
+//! Bounded: interned live nodes are at most [`NodeJsons::cap`] bytes (past
+//! it a body keeps its node as its own). Entries are weak: a node lives
+//! while a memo entry or a request holds it; dead ones are swept as the map
 //! grows.
 
 use std::collections::HashMap;
@@ -61,13 +57,6 @@ struct Map {
     swept_at: usize,
 }
 
-impl Default for NodeJsons {
-    fn default() -> NodeJsons {
-        let cap = crate::config::MemoryShares::default().nodes;
-        NodeJsons::with_cap(usize::try_from(cap).unwrap_or(usize::MAX))
-    }
-}
-
 impl NodeJsons {
     /// An interner holding at most `cap` bytes of live nodes.
     pub(crate) fn with_cap(cap: usize) -> NodeJsons {
@@ -107,12 +96,6 @@ impl NodeJsons {
         }
         interned
     }
-
-    /// Bytes of interned nodes alive now.
-    #[cfg(test)]
-    pub(crate) fn live_bytes(&self) -> usize {
-        self.live.load(Ordering::Acquire)
-    }
 }
 
 fn own(node: Bytes) -> Arc<NodeJson> {
@@ -125,6 +108,20 @@ fn own(node: Bytes) -> Arc<NodeJson> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Default for NodeJsons {
+        fn default() -> NodeJsons {
+            let cap = crate::config::MemoryShares::default().nodes;
+            NodeJsons::with_cap(usize::try_from(cap).unwrap_or(usize::MAX))
+        }
+    }
+
+    impl NodeJsons {
+        /// Bytes of interned nodes alive now.
+        pub(crate) fn live_bytes(&self) -> usize {
+            self.live.load(Ordering::Acquire)
+        }
+    }
 
     #[test]
     fn same_bytes_one_node_and_the_cap_holds() {

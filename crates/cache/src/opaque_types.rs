@@ -19,8 +19,8 @@ pub(crate) const MAX_OPAQUE_TYPES: usize = 256;
 /// them); a longer one is held cut, marked with `…`.
 const MAX_TYPE_URL_BYTES: usize = 512;
 
-/// Type URL → what is known of it, at most `MAX_OPAQUE_TYPES` of them,
-/// and how many more were seen. Shared by clone.
+/// Type URL → what is known of it (at most `MAX_OPAQUE_TYPES`). Shared by
+/// clone.
 #[derive(Debug, Clone, Default)]
 pub struct OpaqueTypes(Arc<Mutex<Record>>);
 
@@ -43,8 +43,7 @@ pub struct Opaque {
 }
 
 /// The types one rendered resource is served opaque for, held in the
-/// record while the resource lives: dropped with it, and a type no live
-/// resource holds any more leaves the record. Dereferences to the types.
+/// record while the resource lives. Dereferences to the types.
 #[derive(Debug, Default)]
 pub struct OpaqueHeld {
     types: Box<[String]>,
@@ -68,8 +67,7 @@ impl Drop for OpaqueHeld {
 }
 
 impl OpaqueTypes {
-    /// One more resource holds each of `types`, for as long as what this
-    /// returns lives.
+    /// One more resource holds each of `types`, while what this returns lives.
     pub fn note(&self, types: Box<[String]>) -> OpaqueHeld {
         if types.is_empty() {
             return OpaqueHeld::default();
@@ -87,8 +85,7 @@ impl OpaqueTypes {
         }
     }
 
-    /// A resource holding `types` is gone: a type no live resource holds
-    /// leaves the record.
+    /// A resource holding `types` is gone.
     fn release(&self, types: &[String]) {
         let mut record = crate::sync::lock(&self.0);
         for type_url in types {
@@ -102,8 +99,7 @@ impl OpaqueTypes {
         }
     }
 
-    /// `upstream` gave no descriptors for `type_url`, for `reason` (said
-    /// of a type the record holds: one no live resource holds is gone).
+    /// `upstream` gave no descriptors for `type_url`, for `reason`.
     pub fn explain(&self, type_url: &str, upstream: &str, reason: &str) {
         let mut record = crate::sync::lock(&self.0);
         if let Some(entry) = record.types.get_mut(record_key(type_url).as_ref()) {
@@ -133,8 +129,8 @@ impl OpaqueTypes {
 }
 
 impl Record {
-    /// The entry of `type_url` (cut to [`MAX_TYPE_URL_BYTES`]), made if the
-    /// record has room; else counted in `more`.
+    /// The entry of `type_url`, made if the record has room; else counted
+    /// in `more`.
     fn entry(&mut self, type_url: &str) -> Option<&mut Opaque> {
         let key = record_key(type_url).into_owned();
         if !self.types.contains_key(&key) && self.types.len() >= MAX_OPAQUE_TYPES {

@@ -3,28 +3,19 @@
 //!
 //! A polling Envoy sends a byte-identical body (~77 KB, mostly its node's
 //! extension list) on every poll until its version changes, and parsing it is
-//! the biggest per-request cost. Bodies are looked up by a fast hash (xxh3) of
-//! their length and of samples of their bytes ([`memo_key`]) and confirmed
-//! byte for byte, so a key shared by two bodies never answers one request with
-//! another's parse. A body whose key another body holds is kept under a seeded
-//! hash of all its bytes ([`find`]), so two clients whose bodies differ only
-//! between the samples do not evict each other's parse. The memo is bounded by
-//! what its entries hold ([`ParsedRequest::held_bytes`]: the body *and* its
-//! parse, which for many names weighs several times the body).
-//!
-//! A body is kept as the bytes around its node and the node, interned
-//! ([`super::node_json`]): one Envoy's many name sets share one copy of its
-//! node.
+//! the biggest per-request cost. Bodies are looked up by a fast hash of
+//! samples of their bytes ([`memo_key`]) and confirmed byte for byte; a body
+//! whose key another holds is kept under a seeded hash of all its bytes
+//! ([`find`]), so the two do not evict each other. The memo is bounded by what
+//! its entries hold ([`ParsedRequest::held_bytes`]: body *and* parse). A body
+//! is kept around its node, interned ([`super::node_json`]): one Envoy's name
+//! sets share one copy of it.
 //!
 //! After a version change every poll is a new body, differing from the
-//! client's previous one only in its `version_info` (and nonce). A second memo
-//! keys parses by their [`Frame`], the body without those values: a body whose
-//! frame matches one parsed before is that parse presenting its own version.
-//!
-//! A POSTed body is looked up as the chunks it was read in
-//! ([`ParsedRequests::parse_chunks`], [`BodyChunks`]): a memo hit never joins
-//! them into one buffer. The key and the comparison are those of the joined
-//! bytes.
+//! client's previous one only in its `version_info` (and nonce): a second memo
+//! keys parses by their [`Frame`], the body without those values. A POSTed
+//! body is looked up as the chunks it was read in ([`BodyChunks`]), never
+//! joined on a hit.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -50,36 +41,24 @@ const MEMO_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// polls differ within a few hundred bytes of an end (its version and node id
 /// first, its names, type and nonce last).
 const KEY_EDGE: usize = 1024;
-/// Between the edges, [`memo_key`] hashes `KEY_SAMPLE` bytes every
-/// `KEY_STRIDE`.
+/// Between the edges, `KEY_SAMPLE` bytes are hashed every `KEY_STRIDE`.
 const KEY_STRIDE: usize = 2048;
 const KEY_SAMPLE: usize = 32;
 /// [`KEY_EDGE`], [`KEY_STRIDE`] and [`KEY_SAMPLE`], as [`feed_sampled`] takes them.
 const KEY_SHAPE: [usize; 3] = [KEY_EDGE, KEY_STRIDE, KEY_SAMPLE];
 
 /// The memo key of a body: its length, its first and last [`KEY_EDGE`] bytes,
-/// and samples between them; every byte is compared when a hit is confirmed
-/// anyway. What tells one poll of a client from the next sits at the edges:
-/// Envoy writes `version_info` first, and `resource_names`, `type_url` and
-/// `response_nonce` after the node. Bodies that differ only between samples
-/// share a key (the comparison tells them apart, and [`find`] keeps each).
+/// and samples between them (a hit is confirmed on every byte anyway).
 fn memo_key(body: &[u8]) -> u64 {
     sampled_key(&[body])
 }
 
-/// Whether `a` and `b` share `memo_key` (for the bench of bodies that
-/// do, `bench_support`).
+/// Whether `a` and `b` share `memo_key` (for `bench_support`).
 pub fn share_a_key(a: &[u8], b: &[u8]) -> bool {
     memo_key(a) == memo_key(b)
 }
 
-/// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
-fn chunks_key(chunks: &BodyChunks) -> u64 {
-    chunks.sampled_key(KEY_SHAPE)
-}
-
-/// [`memo_key`] of bytes in pieces: each piece's length, edges and samples
-/// ([`feed_sampled`], the one definition of the key).
+/// [`memo_key`] of bytes in pieces ([`feed_sampled`] of each).
 fn sampled_key(pieces: &[&[u8]]) -> u64 {
     let room = pieces.iter().map(|p| sampled_len(p.len(), KEY_SHAPE)).sum();
     let mut taken = Vec::with_capacity(room);
@@ -89,12 +68,9 @@ fn sampled_key(pieces: &[&[u8]]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&taken)
 }
 
-/// Where a memo (`u64` keys, confirmed by `same`) has what `same` looks
-/// for: under its `sampled` key, or, when another entry holds that key (the
-/// two differ between the samples), under the key of all its bytes
-/// (`whole`, asked only then). The entry found, if any, and the key an
-/// entry for it goes under: the sampled key unless another holds it, so
-/// each of two bodies sharing a sampled key keeps its own entry.
+/// What a memo holds that `same` looks for, under its `sampled` key or, when
+/// another entry holds that key, under the key of all its bytes (`whole`,
+/// asked only then); and the key an entry for it goes under.
 fn find<V>(
     memo: &Cache<u64, V>,
     sampled: u64,
@@ -104,9 +80,8 @@ fn find<V>(
 where
     V: Clone + Send + Sync + 'static,
 {
-    let held = match memo.get(&sampled) {
-        None => return (None, sampled),
-        Some(held) => held,
+    let Some(held) = memo.get(&sampled) else {
+        return (None, sampled);
     };
     if same(&held) {
         return (Some(held), sampled);
@@ -115,8 +90,7 @@ where
     (memo.get(&whole).filter(|held| same(held)), whole)
 }
 
-/// A request body as the memo keeps it: the bytes before its node, the
-/// node (interned), and the bytes after it.
+/// A request body as the memo keeps it: around its node, interned.
 #[derive(Debug, Clone)]
 struct Body {
     before: Bytes,
@@ -125,13 +99,17 @@ struct Body {
 }
 
 impl Body {
+    fn whole(body: Bytes) -> Body {
+        Body {
+            before: body,
+            node: None,
+            after: Bytes::new(),
+        }
+    }
+
     fn new(body: Bytes, node: Option<(usize, usize)>, nodes: &NodeJsons) -> Body {
         let Some((at, len)) = node else {
-            return Body {
-                before: body,
-                node: None,
-                after: Bytes::new(),
-            };
+            return Body::whole(body);
         };
         Body {
             // Copies: slices would keep the whole body's buffer alive.
@@ -187,15 +165,10 @@ impl Body {
             .map(|n| (self.before.len(), n.bytes().len()))
     }
 
-    /// `body`, whose node is `node` at `at` (the bytes are those of a body
-    /// that held it), sharing it.
+    /// `body`, sharing `node`, which lies at `at` in it.
     fn around(body: &Bytes, node: Option<(&Arc<NodeJson>, usize)>) -> Option<Body> {
         let Some((node, at)) = node else {
-            return Some(Body {
-                before: body.clone(),
-                node: None,
-                after: Bytes::new(),
-            });
+            return Some(Body::whole(body.clone()));
         };
         let end = at.checked_add(node.bytes().len())?;
         let held = Body {
@@ -212,11 +185,8 @@ impl Body {
 
     /// Bytes held of its own (an interned node is not).
     fn own_bytes(&self) -> usize {
-        let node = match &self.node {
-            Some(n) if !n.interned() => n.bytes().len(),
-            _ => 0,
-        };
-        self.before.len() + node + self.after.len()
+        let node = self.node.as_ref().filter(|n| !n.interned());
+        self.before.len() + node.map_or(0, |n| n.bytes().len()) + self.after.len()
     }
 }
 
@@ -236,27 +206,23 @@ pub struct ParsedRequest {
     client_node: ClientNode,
     /// Its names, hashed once (a [`SubscriptionKey`]'s part).
     names_hash: u64,
-    /// Its names' SHA-256, made once: what the body memo keys answers on
-    /// (`state::names_digest`).
+    /// Its names' SHA-256 (`state::names_digest`), made once.
     names_digest: [u8; 32],
     /// Made from a GET's query: never an Envoy, whatever its node says,
     /// and never the same subscriber as a POSTing client of its node.
     via_get: bool,
     /// The client's NACK of what it was served, if it sent one.
     error_detail: Option<Box<ErrorDetailView>>,
-    /// The dynamic parameters its `resource_locators` carry (xDS TP2):
-    /// they choose the variants it is answered, and are part of its
-    /// identity. Empty for a request by names.
+    /// The dynamic parameters its `resource_locators` carry (xDS TP2): they
+    /// choose its variants, and are part of its identity.
     parameters: Arc<Parameters>,
-    /// Whether its names go with more than one set of parameters (a name
-    /// without any beside a locator with some, or two locators with
-    /// different ones), which the gateway does not serve.
+    /// Whether its names go with more than one set of parameters, which the
+    /// gateway does not serve.
     mixed_parameters: bool,
 }
 
-/// The one set of dynamic parameters a request's names go with (a name in
-/// `resource_names`, or a locator without parameters, goes with none), and
-/// whether there is more than one.
+/// The one set of dynamic parameters a request's names go with (a plain
+/// name goes with none), and whether there is more than one.
 fn locator_parameters(names: &[String], locators: &[LocatorView]) -> (Parameters, bool) {
     let mut sets = locators.iter().map(|l| &l.dynamic_parameters);
     let Some(first) = sets.next() else {
@@ -294,12 +260,12 @@ impl ParsedRequest {
             &user_agent_name,
             via_get,
         );
-        let names_hash = names_hash(&names);
-        let names_digest = names_digest(&names);
         Ok(ParsedRequest {
             body: Body::new(body, node_span, nodes),
             version_info: view.version_info,
             type_url: view.type_url,
+            names_hash: names_hash(&names),
+            names_digest: names_digest(&names),
             names,
             node_id,
             node_cluster,
@@ -307,8 +273,6 @@ impl ParsedRequest {
             node_bytes,
             identity,
             client_node,
-            names_hash,
-            names_digest,
             via_get,
             error_detail: view.error_detail.map(Box::new),
             parameters: Arc::new(parameters),
@@ -316,10 +280,9 @@ impl ParsedRequest {
         })
     }
 
-    /// The parse of `body`, whose frame (`frame`) is the same as this
-    /// parse's body's: this request presenting `body`'s version, holding
-    /// `body`. Nothing else can differ: the bytes around the two values are
-    /// the same. `None` only if the two do not fit together after all.
+    /// The parse of `body`, whose `frame` is this parse's body's: this request
+    /// presenting `body`'s version (nothing else can differ); `None` if the
+    /// two do not fit together after all.
     fn reframed(&self, body: &Bytes, frame: &Frame) -> Option<ParsedRequest> {
         let version = frame.version(body);
         let node = match (self.body.node.as_ref(), self.body.node_span()) {
@@ -370,8 +333,7 @@ impl ParsedRequest {
         }
     }
 
-    /// The request's `node` JSON as received (decoded once per session),
-    /// if it has one.
+    /// The request's `node` JSON as received, if it has one.
     pub fn node_json(&self) -> Option<&[u8]> {
         self.body.node.as_ref().map(|n| &n.bytes()[..])
     }
@@ -379,17 +341,6 @@ impl ParsedRequest {
     /// [`node_json`](Self::node_json), shared (for decoding on another thread).
     pub fn node_json_bytes(&self) -> Option<Bytes> {
         self.body.node.as_ref().map(|n| n.bytes().clone())
-    }
-
-    /// The whole body (a copy: tests).
-    #[cfg(test)]
-    pub fn body(&self) -> Vec<u8> {
-        [
-            &self.body.before[..],
-            self.body.node(),
-            &self.body.after[..],
-        ]
-        .concat()
     }
 
     /// The client's NACK, if the request is one: it rejected what it was
@@ -408,13 +359,11 @@ impl ParsedRequest {
         &self.type_url
     }
 
-    /// The resource names asked for.
     pub fn names(&self) -> &Names {
         &self.names
     }
 
-    /// The SHA-256 of [`names`](Self::names) (`state::names_digest`), made
-    /// once per parse.
+    /// The SHA-256 of [`names`](Self::names), made once per parse.
     pub fn names_digest(&self) -> &[u8; 32] {
         &self.names_digest
     }
@@ -458,13 +407,11 @@ impl ParsedRequest {
         self.client(remote).subscribing(self.names_hash)
     }
 
-    /// Which session serves this client.
     pub fn identity(&self) -> &IdentityKey {
         &self.identity
     }
 
-    /// About what this parse holds in memory: the body, the names parsed
-    /// from it and its strings (what the memo weighs it by).
+    /// About what this parse holds in memory (what the memo weighs it by).
     pub fn held_bytes(&self) -> usize {
         std::mem::size_of::<ParsedRequest>()
             + self.body.own_bytes()
@@ -499,13 +446,11 @@ pub struct ParsedRequests {
     whole_seed: u64,
     session_key: SessionKey,
     nodes: Arc<NodeJsons>,
-    /// Bodies parsed in full (not found, not reframed): what the tests of
-    /// the memo count.
+    /// Bodies parsed in full (not found, not reframed), for tests.
     #[cfg(test)]
     full_parses: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// A parse and the frame of its body.
 #[derive(Debug, Clone)]
 struct Framed {
     frame: Arc<Frame>,
@@ -513,41 +458,28 @@ struct Framed {
 }
 
 impl ParsedRequests {
-    /// A memo with the default bounds.
     pub fn new(session_key: SessionKey) -> ParsedRequests {
         let shares = crate::config::MemoryShares::default();
         ParsedRequests::with_capacities(session_key, shares.parsed, shares.nodes)
     }
 
-    /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
-    #[cfg(test)]
-    pub fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
-        let nodes = crate::config::MemoryShares::default().nodes;
-        ParsedRequests::with_capacities(session_key, bytes, nodes)
-    }
-
-    /// A memo holding at most `bytes` of parses (weighed by
-    /// [`ParsedRequest::held_bytes`]) and `nodes` bytes of the nodes it
-    /// interns.
+    /// A memo holding at most `bytes` of parses and `nodes` bytes of the
+    /// nodes it interns.
     pub fn with_capacities(session_key: SessionKey, bytes: u64, nodes: u64) -> ParsedRequests {
-        let memo = Cache::builder()
-            .max_capacity(bytes)
-            .time_to_idle(MEMO_IDLE)
-            .weigher(|_, parsed: &Arc<ParsedRequest>| {
-                u32::try_from(parsed.held_bytes()).unwrap_or(u32::MAX)
-            })
-            .build();
-        // Its entries share their parses with the memo's: weighed alike.
-        let frames = Cache::builder()
-            .max_capacity(bytes)
-            .time_to_idle(MEMO_IDLE)
-            .weigher(|_, framed: &Framed| {
-                u32::try_from(framed.parsed.held_bytes()).unwrap_or(u32::MAX)
-            })
-            .build();
+        // The frames' entries share their parses with the memo's: weighed alike.
+        fn weighed<V: Clone + Send + Sync + 'static>(
+            bytes: u64,
+            parse: fn(&V) -> &ParsedRequest,
+        ) -> Cache<u64, V> {
+            Cache::builder()
+                .max_capacity(bytes)
+                .time_to_idle(MEMO_IDLE)
+                .weigher(move |_, v: &V| u32::try_from(parse(v).held_bytes()).unwrap_or(u32::MAX))
+                .build()
+        }
         ParsedRequests {
-            memo,
-            frames,
+            memo: weighed(bytes, |parsed: &Arc<ParsedRequest>| parsed),
+            frames: weighed(bytes, |framed: &Framed| &framed.parsed),
             whole_seed: rand::random(),
             session_key,
             nodes: Arc::new(NodeJsons::with_cap(
@@ -584,14 +516,12 @@ impl ParsedRequests {
         self.parse_as(body, false)
     }
 
-    /// [`parse`] of a POSTed body read in `chunks`: a memo hit is found
+    /// [`parse`](Self::parse) of a body read in `chunks`: a memo hit is found
     /// and confirmed on the chunks; anything else joins them and parses.
-    ///
-    /// [`parse`]: ParsedRequests::parse
     pub fn parse_chunks(&self, chunks: BodyChunks) -> Result<Arc<ParsedRequest>, RequestError> {
         let (hit, key) = find(
             &self.memo,
-            chunks_key(&chunks),
+            chunks.sampled_key(KEY_SHAPE),
             || self.whole_key(chunks.pieces()),
             |hit| !hit.via_get && hit.body.is_chunks(&chunks),
         );
@@ -603,10 +533,8 @@ impl ParsedRequests {
         self.parse_missed(chunks.into_bytes(), key, false)
     }
 
-    /// The parse of the `body` a GET's query stands for ([`parse`]'s, as a
-    /// GET: see `ParsedRequest::via_get`).
-    ///
-    /// [`parse`]: ParsedRequests::parse
+    /// [`parse`](Self::parse) of the `body` a GET's query stands for, as a
+    /// GET (see `ParsedRequest::via_get`).
     pub fn parse_get(&self, body: Bytes) -> Result<Arc<ParsedRequest>, RequestError> {
         self.parse_as(body, true)
     }
@@ -626,9 +554,8 @@ impl ParsedRequests {
         self.parse_missed(body, key, via_get)
     }
 
-    /// [`parse_as`](Self::parse_as) once the memo has no parse of `body`:
-    /// through the memo of frames, or parsed now; remembered under `key`
-    /// either way.
+    /// [`parse_as`](Self::parse_as) on a miss: through the memo of frames, or
+    /// parsed now; remembered under `key` either way.
     fn parse_missed(
         &self,
         body: Bytes,
@@ -681,6 +608,26 @@ impl ParsedRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl ParsedRequest {
+        /// The whole body (a copy).
+        pub fn body(&self) -> Vec<u8> {
+            [
+                &self.body.before[..],
+                self.body.node(),
+                &self.body.after[..],
+            ]
+            .concat()
+        }
+    }
+
+    impl ParsedRequests {
+        /// A memo holding at most `bytes` (weighed by [`ParsedRequest::held_bytes`]).
+        pub fn with_capacity(session_key: SessionKey, bytes: u64) -> ParsedRequests {
+            let nodes = crate::config::MemoryShares::default().nodes;
+            ParsedRequests::with_capacities(session_key, bytes, nodes)
+        }
+    }
 
     #[test]
     fn same_bytes_share_a_parse_and_different_bytes_do_not() {
@@ -1058,6 +1005,11 @@ mod frame_tests {
 mod chunk_tests {
     use super::*;
     use rand::Rng;
+
+    /// [`memo_key`] of the bytes `chunks` hold, joined (without joining them).
+    fn chunks_key(chunks: &BodyChunks) -> u64 {
+        chunks.sampled_key(KEY_SHAPE)
+    }
 
     fn chunked(body: &Bytes, rng: &mut rand::rngs::StdRng) -> BodyChunks {
         let mut chunks = BodyChunks::default();

@@ -1,14 +1,9 @@
 //! A request body as the chunks it arrived in (hyper hands a large body over
 //! in several), so that the memo of parsed requests can be asked about it
-//! without joining the chunks into one buffer, which a memo hit does not need.
-//!
-//! What is computed on chunks must be what the same bytes joined would give:
-//! the sampled key has one definition, [`feed_sampled`], which gathers what
-//! it takes of the chunks, read as one piece, into one buffer that xxh3
-//! hashes at once; [`BodyChunks::pieces`] feeds a streaming hash of all the
-//! bytes (the memo's key for a body whose sampled key another holds); and
-//! [`BodyChunks::equals`] compares byte for byte. It owns no memo and
-//! parses nothing.
+//! without joining them. What is computed on chunks is what the joined bytes
+//! would give: the sampled key has one definition, [`feed_sampled`];
+//! [`BodyChunks::pieces`] feeds a streaming hash of all the bytes; and
+//! [`BodyChunks::equals`] compares byte for byte.
 
 use bytes::Bytes;
 
@@ -36,23 +31,12 @@ impl BodyChunks {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     /// The body in one buffer: the one chunk as it is, else joined (a copy).
     pub fn into_bytes(mut self) -> Bytes {
         match self.chunks.len() {
             0 => Bytes::new(),
             1 => self.chunks.pop().unwrap_or_default(),
-            _ => {
-                let mut joined = Vec::with_capacity(self.len);
-                for chunk in &self.chunks {
-                    joined.extend_from_slice(chunk);
-                }
-                Bytes::from(joined)
-            }
+            _ => self.chunks.concat().into(),
         }
     }
 
@@ -112,7 +96,11 @@ pub(crate) fn feed_sampled<C: AsRef<[u8]>>(
     [edge, stride, sample]: [usize; 3],
 ) {
     taken.extend_from_slice(&(len as u64).to_le_bytes());
-    let mut cursor = Cursor::new(chunks);
+    let mut cursor = Cursor {
+        chunks,
+        index: 0,
+        start: 0,
+    };
     if len <= 2 * edge {
         cursor.feed(0..len, taken);
         return;
@@ -144,14 +132,6 @@ struct Cursor<'a, C> {
 }
 
 impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
-    fn new(chunks: &'a [C]) -> Cursor<'a, C> {
-        Cursor {
-            chunks,
-            index: 0,
-            start: 0,
-        }
-    }
-
     /// Appends `range` of the joined bytes; ranges come in increasing order.
     fn feed(&mut self, range: std::ops::Range<usize>, taken: &mut Vec<u8>) {
         let mut at = range.start;
@@ -176,6 +156,12 @@ impl<'a, C: AsRef<[u8]>> Cursor<'a, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl BodyChunks {
+        pub(crate) fn len(&self) -> usize {
+            self.len
+        }
+    }
 
     #[test]
     fn joined_and_compared_as_one_buffer() {

@@ -1,21 +1,16 @@
 //! A request body apart from the values of its `version_info` and
 //! `response_nonce`: the frame a poll after a version change shares with
-//! the poll before it. Envoy writes `version_info` first and, when
-//! it sends one, `response_nonce` last, so after a change every poll of every
-//! Envoy is a new body (a miss of the memo of whole bodies) that differs
-//! from its previous one only there; [`Frame::of`] finds those two values
-//! without parsing, and a body whose frame equals a parsed one's is that
-//! parse with another version.
+//! the poll before it. Envoy writes `version_info` first and `response_nonce`
+//! last, so after a change every poll is a new body that differs from its
+//! previous one only there; [`Frame::of`] finds those two values without
+//! parsing.
 //!
 //! Only what cannot change the parse elsewhere is cut out: a value is taken
 //! only as a plain JSON string (no escape, no control character, valid
-//! UTF-8: its bytes are then its text), at a place where it can only be a
-//! member of the top-level object:
-//! - `version_info`: the body starts with `{"version_info":"`, the first
-//!   member;
-//! - `response_nonce`: the body ends with `,"response_nonce":"…"}`, the last
-//!   member (an unescaped `"` cannot be inside a string, so `,"` opens a key
-//!   there, and the final `}` closes the object).
+//! UTF-8), where it can only be a member of the top-level object:
+//! - `version_info`: the body starts with `{"version_info":"`;
+//! - `response_nonce`: the body ends with `,"response_nonce":"…"}` (an
+//!   unescaped `"` cannot be inside a string, so `,"` opens a key there).
 //!
 //! Two bodies with equal frames are then the same JSON but for those two
 //! strings: one parses if and only if the other does, to the same request

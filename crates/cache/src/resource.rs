@@ -1,13 +1,9 @@
-//! One upstream resource, decoded and rendered ([`Resource`]), and the
-//! small things that go with it: its name read straight from the wire
-//! ([`name_of`]), how a delta upstream named one of a delta-only type
-//! ([`WrapperName`]), why one could not be taken ([`ResourceError`]), and
-//! the idle-bounded memo every cache memo is built as ([`idle_memo`]).
-//!
-//! A leaf of `cache`, but for the record of opaque types its resources
-//! hold their types in (`opaque_types.rs`, itself a leaf): the states, the
-//! sets and the history that hold resources, and the intake that makes
-//! them (`intake.rs`), name it without being named back.
+//! One upstream resource, decoded and rendered ([`Resource`]), and what goes
+//! with it: its name read straight from the wire ([`name_of`]), how a delta
+//! upstream named one of a delta-only type ([`WrapperName`]), why one could
+//! not be taken ([`ResourceError`]), and the idle-bounded memo every cache
+//! memo is built as ([`idle_memo`]). A leaf of `cache` but for
+//! `opaque_types.rs`: what holds or makes resources names it, never back.
 
 use bytes::Bytes;
 use moka::sync::Cache;
@@ -28,8 +24,7 @@ pub enum ResourceError {
         name: String,
         violation: Violation,
     },
-    /// Its dynamic parameter constraints break Envoy's rules, or would not
-    /// render.
+    /// Its dynamic parameter constraints break Envoy's rules or do not render.
     #[error(transparent)]
     Variant(#[from] VariantError),
 }
@@ -48,21 +43,16 @@ pub struct Resource {
     pub digest: Digest,
     /// The `Any` payload as the upstream sent it.
     pub payload: Bytes,
-    /// Canonical JSON of the `Any` (`{"@type": ..., ...}`), untouched; for
-    /// a delta-only type, of its `envoy.service.discovery.v3.Resource`
-    /// wrapper holding it.
+    /// Canonical JSON of the `Any` (`{"@type": ..., ...}`); for a delta-only
+    /// type, of the delta `Resource` wrapper holding it.
     pub json: Bytes,
-    /// The types of the `Any`s inside it the gateway has no descriptor
-    /// for, served as `xds_gateway.v1.OpaqueAny` (`xds::opaque`); almost
-    /// always none.
+    /// The types of the `Any`s inside it served opaque (`xds::opaque`).
     pub opaque: OpaqueHeld,
-    /// Whether it holds key material as the upstream sent it (served with
-    /// `--allow-secrets`); false when it holds none, or had it taken out
-    /// (`xds::keys`).
+    /// Whether it holds key material as sent (`--allow-secrets`); false when
+    /// it had it taken out (`xds::keys`).
     pub holds_keys: bool,
-    /// The dynamic parameter constraints it came under, for a variant of
-    /// its name (xDS TP2); `json` is then the `Resource` wrapper carrying
-    /// them, and `digest` covers them too.
+    /// The dynamic parameter constraints of a variant (xDS TP2); `json` is
+    /// then the `Resource` wrapper carrying them, and `digest` covers them.
     pub variant: Option<Box<Variant>>,
 }
 
@@ -78,8 +68,7 @@ pub struct WrapperName {
 /// Type URL of the delta wrapper the delta-only types are rendered in.
 pub const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
-/// A memo of at most `entries` entries, each dropped after `idle` without
-/// a lookup.
+/// A memo of at most `entries` entries, each dropped after `idle` unused.
 pub fn idle_memo<K, V>(entries: u64, idle: std::time::Duration) -> Cache<K, V>
 where
     K: std::hash::Hash + Eq + Send + Sync + 'static,
@@ -92,8 +81,7 @@ where
 }
 
 /// The name of a resource of `kind` read straight from its bytes: its name
-/// fields' strings joined with `/` ([`ResourceType::name_fields`]); `None`
-/// when it has none of them.
+/// fields' strings joined with `/` ([`ResourceType::name_fields`]).
 pub(crate) fn name_of(kind: ResourceType, buf: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
     match kind.name_fields() {
         [one] => field_string(buf, *one).map(std::borrow::Cow::Borrowed),
@@ -108,8 +96,7 @@ pub(crate) fn name_of(kind: ResourceType, buf: &[u8]) -> Option<std::borrow::Cow
     }
 }
 
-/// The last value of length-delimited field `number` as UTF-8, read
-/// straight from the wire.
+/// The last value of length-delimited field `number` as UTF-8.
 fn field_string(mut buf: &[u8], number: u32) -> Option<&str> {
     use prost::encoding::{decode_key, decode_varint, WireType};
     let mut name = None;

@@ -105,11 +105,9 @@ impl ResourceErrors {
     /// federated type's parts), bounded.
     pub fn union<'a>(parts: impl IntoIterator<Item = &'a ResourceErrors>) -> ResourceErrors {
         let mut all = BTreeMap::new();
-        for part in parts {
-            for (name, error) in &part.0 {
-                if all.len() < MAX_ERRORS {
-                    all.insert(name.clone(), error.clone());
-                }
+        for (name, error) in parts.into_iter().flat_map(|part| &part.0) {
+            if all.len() < MAX_ERRORS {
+                all.insert(name.clone(), error.clone());
             }
         }
         ResourceErrors(all)

@@ -6,18 +6,12 @@
 //! (1,000 node identities under one snapshot get 1,000 copies of the same
 //! bytes). The first session to take it decodes it into a [`ResourceSet`];
 //! every other finds that set in [`SharedAnswers`] (by a hash of the bytes,
-//! confirmed byte for byte) and holds a reference to it: one map of names
-//! for all of them, not one each. The order of the resources does not
-//! matter: go-control-plane sends a snapshot's resources in Go's map order,
-//! which differs from one response to the next. The confirmation sorts
-//! the answer's payloads by hash and compares them, bytes too, with the
-//! set's, sorted once ([`PayloadIndex`]): no name is parsed and no map of
-//! names walked for the sessions that share a set.
+//! confirmed byte for byte, in any order: go-control-plane sends a snapshot
+//! in Go's map order, [`PayloadIndex`]) and holds a reference to it.
 //!
 //! A set is immutable and has an id, which keys what is worked out from it
-//! once for every state holding it: the selection digest a request's names
-//! give ([`ResourceSet::selection`]), and the config history's accounting
-//! of what it holds.
+//! once for every state holding it ([`ResourceSet::selection`], the config
+//! history's accounting).
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -33,7 +27,6 @@ use super::resource::{name_of, Resource};
 use crate::xds::rewrite::RestTarget;
 use crate::xds::ResourceType;
 
-/// Resources by name.
 pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
 /// Unique per set: what memos keyed by a set use.
@@ -65,8 +58,7 @@ pub struct ResourceSet {
     id: u64,
     map: ResourceMap,
     selections: Mutex<Vec<(SelectionKey, [u8; 32])>>,
-    /// The payloads sorted by hash, the first time an answer is compared
-    /// with the set.
+    /// The payloads sorted by hash, made when an answer is first compared.
     payloads: OnceLock<PayloadIndex>,
     /// Whether any resource holds an `Any` served opaque (`xds::opaque`).
     opaque: bool,
@@ -99,26 +91,22 @@ impl ResourceSet {
         self.opaque
     }
 
-    /// Whether any resource holds key material as the upstream sent it
-    /// (served with `--allow-secrets`).
+    /// Whether any resource holds key material as sent (`--allow-secrets`).
     pub fn holds_keys(&self) -> bool {
         self.keys
     }
 
-    /// What tells this set from every other (sets are immutable).
     pub fn id(&self) -> u64 {
         self.id
     }
 
-    /// The resources by name.
     pub fn map(&self) -> &ResourceMap {
         &self.map
     }
 
-    /// The resource held under the name `payload` carries, if its bytes
-    /// are `payload` byte for byte: what an answer repeating it takes as
-    /// it is, with no digest, memo lookup or render. A variant (which
-    /// came in a wrapper with its constraints) is never that resource.
+    /// The resource held under the name `payload` carries, if its bytes are
+    /// `payload`: what an answer repeating it takes with no digest, lookup or
+    /// render. A variant (which came with its constraints) is never it.
     pub fn holding(&self, kind: ResourceType, payload: &[u8]) -> Option<&Arc<Resource>> {
         let held = self.map.get(name_of(kind, payload)?.as_ref())?;
         (held.variant.is_none() && held.payload.as_ref() == payload).then_some(held)
@@ -138,8 +126,7 @@ impl ResourceSet {
     }
 
     /// The selection digest of (`kind`, `names`, `target`) on this set:
-    /// remembered, or worked out by `compute` (which also says how many
-    /// resources it walked) and remembered when that was many.
+    /// remembered, or `compute`d and remembered when it walked many.
     pub fn selection(
         &self,
         kind: ResourceType,
@@ -149,25 +136,27 @@ impl ResourceSet {
     ) -> [u8; 32] {
         let is_key =
             |k: &SelectionKey| k.kind == kind && k.names == *names && k.target.as_ref() == target;
-        let remembered = |kept: &Vec<(SelectionKey, [u8; 32])>| {
-            kept.iter().find(|(k, _)| is_key(k)).map(|(_, d)| *d)
-        };
-        if let Some(digest) = self.selections.lock().ok().and_then(|k| remembered(&k)) {
-            return digest;
+        if let Some((_, digest)) = crate::sync::lock(&self.selections)
+            .iter()
+            .find(|(k, _)| is_key(k))
+        {
+            return *digest;
         }
         let (digest, walked) = compute();
         if walked >= SELECTION_MEMO_MIN {
-            if let Ok(mut kept) = self.selections.lock() {
-                if kept.len() >= SELECTIONS_KEPT {
-                    kept.remove(0);
-                }
-                let key = SelectionKey {
+            let mut kept = crate::sync::lock(&self.selections);
+            if kept.len() >= SELECTIONS_KEPT {
+                kept.remove(0);
+            }
+            let target = target.cloned();
+            kept.push((
+                SelectionKey {
                     kind,
                     names: *names,
-                    target: target.cloned(),
-                };
-                kept.push((key, digest));
-            }
+                    target,
+                },
+                digest,
+            ));
         }
         digest
     }
@@ -199,9 +188,8 @@ pub enum Taken {
     Shared(Arc<ResourceSet>),
 }
 
-/// The sets that upstream answers were decoded to, by the answers' bytes:
-/// the first session taking an answer decodes it, every other finds the
-/// set. Entries are weak: a set lives as long as a state holds it.
+/// The sets that upstream answers were decoded to, by the answers' bytes.
+/// Entries are weak: a set lives as long as a state holds it.
 #[derive(Clone)]
 pub struct SharedAnswers {
     sets: Cache<SetKey, Weak<ResourceSet>>,
@@ -244,20 +232,18 @@ fn confirmed(found: &Weak<ResourceSet>, hashed: &mut [Hashed<'_>]) -> Option<Arc
 
 impl SharedAnswers {
     /// The set another session took the answer of `kind` with `payloads`
-    /// to, if one is held: found and confirmed like [`take`](Self::take)
-    /// does, but never decoding and never waiting for a decode under way.
-    /// What the stream tasks try in place before handing a decode to a
-    /// blocking thread.
+    /// to, if one is held, as [`take`](Self::take) finds it but never
+    /// decoding or waiting: what a stream task tries before handing a decode
+    /// to a blocking thread.
     pub fn find(&self, kind: ResourceType, payloads: &[&[u8]]) -> Option<Arc<ResourceSet>> {
         let (mut hashed, (count, sum)) = answer_hash(payloads);
         confirmed(&self.sets.get(&(kind, count, sum))?, &mut hashed)
     }
 
-    /// The set of the answer of `kind` whose resources' payloads are
-    /// `payloads` (all of them plain resources of `kind`): the set decoded
-    /// before from the same bytes, or `decode`'s. Sessions taking the same
-    /// bytes at the same time wait for the first one's decode; its error
-    /// is theirs too (the bytes decide it).
+    /// The set of the answer of `kind` with `payloads` (plain resources of
+    /// `kind`): the one decoded before from the same bytes, or `decode`'s.
+    /// Sessions taking the same bytes at once wait for the first one's
+    /// decode; its error is theirs too (the bytes decide it).
     pub fn take<E>(
         &self,
         kind: ResourceType,

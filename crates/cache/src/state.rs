@@ -3,31 +3,25 @@
 //!
 //! # Served versions
 //!
-//! A client is not served the upstream's version as is, but
-//! `<upstream version>~<selection digest>`: the digest covers what that
-//! client was answered (the names it asked for, where config sources were
-//! rewritten to, and the name and content digest of every resource in the
-//! answer). So:
+//! A client is served `<upstream version>~<selection digest>`: the digest
+//! covers what that client was answered (the names it asked for, the rewrite
+//! target, and the name and content digest of every resource). So:
 //!
-//! - 304 means "what you hold is what you would get": the version presented
-//!   carries the same digest. It depends on nothing this process remembers,
-//!   so any replica answers the same way, and a memo evicted under memory
-//!   pressure costs a digest, never a 304.
+//! - 304 means "what you hold is what you would get": it depends on nothing
+//!   this process remembers, so any replica answers alike, and an evicted
+//!   memo costs a digest, never a 304.
 //! - A client whose names changed gets a body (its digest changes).
 //! - An EDS cluster whose endpoints did not change gets 304 even when another
 //!   cluster's did (the upstream's version moved, its digest did not).
 //! - An empty `version_info` never gets a 304.
-//! - A resource served with an opaque `Any` and the same resource rendered
-//!   in full (its type's descriptors learned since) are two answers.
-//! - So are two answers that tell of different `resource_errors` for the
-//!   names asked (`resource_errors.rs`).
+//! - A resource served opaque and the same resource rendered in full, or
+//!   answers telling of different `resource_errors`, are two answers.
 //!
-//! The upstream's part stays readable (logs, debugging, NACKs); the digest
-//! is what decides. Assembled bodies are memoised (with their version) in a
-//! byte-bounded LRU shared by all states, which also drops a body not asked
-//! for in a minute ([`Bodies`]), their resources piece by content, so every
-//! node identity holding the same resources shares one; nothing else here
-//! mutates, so a bad request cannot poison what others are served.
+//! The upstream's part stays readable (logs, NACKs); the digest decides.
+//! Assembled bodies are memoised in a byte-bounded LRU shared by all states
+//! ([`Bodies`]), their resources piece by content, so node identities holding
+//! the same resources share one; nothing else here mutates, so a bad request
+//! cannot poison what others are served.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,24 +60,17 @@ impl Names {
         }
     }
 
-    /// An empty list means wildcard (what LDS/CDS mean by it; for other
-    /// types the upstream decides what "all" is), and so does a list naming
-    /// `*` (xDS's explicit wildcard), whatever else it names: everything
-    /// holds those names too.
+    /// An empty list means wildcard (for types other than LDS/CDS the
+    /// upstream decides what "all" is), and so does a list naming `*`
+    /// (xDS's explicit wildcard), whatever else it names.
     pub fn from_request(names: Vec<String>) -> Names {
-        if names.iter().any(|n| n == "*") {
+        if names.is_empty() || names.iter().any(|n| n == "*") {
             return Names::Wildcard;
         }
-        let set: BTreeSet<String> = names.into_iter().collect();
-        if set.is_empty() {
-            Names::Wildcard
-        } else {
-            Names::Named(set)
-        }
+        Names::Named(names.into_iter().collect())
     }
 
-    /// About what the names hold in memory: each name's bytes, its `String`
-    /// and its share of the set's nodes. What byte bounds weigh them by.
+    /// About what the names hold in memory (what byte bounds weigh them by).
     pub fn held_bytes(&self) -> usize {
         /// A `String` (24) and its B-tree slot and allocation overheads.
         const PER_NAME: usize = 48;
@@ -105,15 +92,11 @@ pub struct Coverage {
 impl Coverage {
     /// Whether a state with this coverage can answer `names` completely.
     pub fn covers(&self, names: &Names) -> bool {
-        match names {
-            Names::Wildcard => self.wildcard,
-            Names::Named(set) => self.wildcard || set.is_subset(&self.names),
-        }
+        self.wildcard || matches!(names, Names::Named(set) if set.is_subset(&self.names))
     }
 
     /// Whether this subscription asks for the resource `name`: under the
-    /// wildcard, by name, or as a member of a subscribed xdstp glob
-    /// collection.
+    /// wildcard, by name, or in a subscribed xdstp glob collection.
     pub fn wants(&self, name: &str) -> bool {
         self.wildcard || self.names.contains(name) || in_any_collection(name, &self.names)
     }
@@ -150,10 +133,7 @@ pub(crate) fn selection_digest(version: &str) -> Option<&str> {
 
 /// The upstream's part of a served version (all of it when it has no digest).
 pub fn upstream_version(version: &str) -> &str {
-    match selection_digest(version) {
-        Some(digest) => &version[..version.len() - digest.len() - 1],
-        None => version,
-    }
+    selection_digest(version).map_or(version, |d| &version[..version.len() - d.len() - 1])
 }
 
 /// Whether two served versions hold the same selection (equal digests).
@@ -253,8 +233,7 @@ impl TypeState {
         }
     }
 
-    /// This state without its `do_not_cache` resources (what the config
-    /// history records).
+    /// This state without its `do_not_cache` resources (for the history).
     pub fn without_uncacheable(&self) -> TypeState {
         let kept: super::ResourceMap = self
             .resources
@@ -302,8 +281,7 @@ impl TypeState {
     }
 
     /// Answers a request that presented `presented` for `names`: 304 when
-    /// it carries the digest of what it would get (and is not empty), else
-    /// the body, from `bodies` when it was assembled before.
+    /// it carries the digest of what it would get, else the body.
     pub fn answer(
         &self,
         assembler: &Assembler,
@@ -316,7 +294,7 @@ impl TypeState {
     }
 
     /// [`answer`](Self::answer) with `digest`, the `names_digest` of
-    /// `names`, made before (a parsed request's, once per parse, not per poll).
+    /// `names` a parsed request made once.
     pub fn answer_digested(
         &self,
         assembler: &Assembler,
@@ -327,6 +305,11 @@ impl TypeState {
     ) -> Result<Answer, JsonError> {
         debug_assert_eq!(*digest, names_digest(names), "a stale names digest");
         let digest = *digest;
+        let body = |json, version, cached| Answer::Body {
+            json,
+            version,
+            cached,
+        };
         let bodies = assembler.bodies();
         let key = Bodies::key(self.id, &digest, target);
         // An answer holding a `do_not_cache` resource is worked out and
@@ -343,11 +326,8 @@ impl TypeState {
                 });
             }
             if let Some(resources) = bodies.shared.get(&hit.piece) {
-                return Ok(Answer::Body {
-                    json: JsonBody::new(hit.head.clone(), (*resources).clone(), hit.tail.clone()),
-                    version: hit.version.clone(),
-                    cached: true,
-                });
+                let json = JsonBody::new(hit.head.clone(), (*resources).clone(), hit.tail.clone());
+                return Ok(body(json, hit.version.clone(), true));
             }
         }
         let selection = match uncacheable {
@@ -362,11 +342,7 @@ impl TypeState {
         let (head, tail) = self.ends(&version, names);
         if uncacheable {
             let resources = self.join(assembler, names, target)?;
-            return Ok(Answer::Body {
-                json: JsonBody::new(head, resources, tail),
-                version,
-                cached: false,
-            });
+            return Ok(body(JsonBody::new(head, resources, tail), version, false));
         }
         let piece = (self.kind, selection);
         let resources = bodies.shared(piece, || self.join(assembler, names, target))?;
@@ -382,16 +358,15 @@ impl TypeState {
                 piece,
             }),
         );
-        Ok(Answer::Body {
-            json: JsonBody::new(head, (*resources).clone(), tail),
+        Ok(body(
+            JsonBody::new(head, (*resources).clone(), tail),
             version,
-            cached: false,
-        })
+            false,
+        ))
     }
 
-    /// The types the gateway has no descriptor for inside what a client
-    /// asking `names` is answered (served as `xds_gateway.v1.OpaqueAny`),
-    /// sorted; none, without a walk, unless the state holds such a resource.
+    /// The types served opaque in what a client asking `names` is answered,
+    /// sorted (no walk unless the state holds such a resource).
     pub fn opaque_types(&self, names: &Names) -> Vec<String> {
         if !self.resources.has_opaque() {
             return Vec::new();
@@ -400,9 +375,8 @@ impl TypeState {
         types.into_iter().cloned().collect()
     }
 
-    /// `<upstream version>~<digest>` of what a client asking `names` with
-    /// `target` is answered (see the module docs): what the config history
-    /// and `/debug/diff` show a version as.
+    /// The served version of what a client asking `names` with `target` is
+    /// answered: what the config history and `/debug/diff` show.
     pub fn served_version(&self, names: &Names, target: Option<&RestTarget>) -> String {
         self.version_told(names, self.selection(names, &names_digest(names), target))
     }
@@ -421,12 +395,10 @@ impl TypeState {
     }
 
     /// The SHA-256 of what a client asking `names` with `target` is
-    /// answered: the names, the target, and the name and content digest of
-    /// every resource selected. Its first [`DIGEST_HEX`] hex digits are the
-    /// served version's digest; all of it keys the shared resources piece.
-    /// Worked out once per (set of resources, names, target) when it walks
-    /// many resources: every identity's state after a SotW push holds the
-    /// same set, and its wildcard CDS poll the same selection.
+    /// answered (names, target, each resource's name and digest): the served
+    /// version's digest, and the shared piece's key. Remembered per set of
+    /// resources when it walks many: every identity's state after a SotW push
+    /// holds the same set, and its wildcard CDS poll the same selection.
     fn selection(
         &self,
         names: &Names,
@@ -439,8 +411,7 @@ impl TypeState {
             })
     }
 
-    /// [`selection`](Self::selection), worked out; with how many resources
-    /// it walked.
+    /// [`selection`](Self::selection) and how many resources it walked.
     fn work_out_selection(&self, names: &Names, target: Option<&RestTarget>) -> ([u8; 32], usize) {
         let mut hasher = Sha256::new();
         let mut put = |bytes: &[u8]| {
@@ -522,33 +493,24 @@ impl TypeState {
                 None => resource.json.clone(),
             });
         }
-        let size: usize = pieces.iter().map(|p| p.len() + 1).sum();
-        let mut out = BytesMut::with_capacity(size);
-        for (i, piece) in pieces.iter().enumerate() {
-            if i > 0 {
-                out.put_u8(b',');
-            }
-            out.put_slice(piece);
-        }
-        Ok(out.freeze())
+        Ok(pieces.join(&b","[..]).into())
     }
 
     /// The opening and closing of a body at `version` around its resources.
-    /// Its `nonce` is the version's selection digest, not the upstream's
-    /// nonce: a body is a function of what it serves, so that one version
-    /// (one strong ETag) is one body, however often the upstream sent the
-    /// same version under new nonces. A REST client only echoes it. It is
-    /// [`NONCE_PREFIX`] and the digest: hex digits alone may read as a
-    /// number (`373350e23019` is a float to a YAML reader, and the YAML
-    /// rendition writes it unquoted).
+    /// Its `nonce` is [`NONCE_PREFIX`] and the selection digest, not the
+    /// upstream's nonce: one version (one strong ETag) is one body, however
+    /// often the upstream resent it. The prefix: hex digits alone may read as
+    /// a number (`373350e23019` is a float to a YAML reader).
     fn ends(&self, version: &str, names: &Names) -> (Bytes, Bytes) {
-        let version_text = version;
-        let version = json_string(version);
-        let mut head = BytesMut::with_capacity(version.len() + 32);
-        head.put_slice(b"{\"versionInfo\":");
-        head.put_slice(version.as_bytes());
-        head.put_slice(b",\"resources\":[");
-        let nonce = selection_digest(version_text).unwrap_or_default();
+        // Serialising a &str cannot fail.
+        let quoted = serde_json::to_string(version).unwrap_or_else(|_| "\"\"".into());
+        let head = [
+            &b"{\"versionInfo\":"[..],
+            quoted.as_bytes(),
+            b",\"resources\":[",
+        ]
+        .concat();
+        let nonce = selection_digest(version).unwrap_or_default();
         let mut tail = BytesMut::with_capacity(nonce.len() + 128);
         tail.put_slice(b"],\"typeUrl\":\"");
         tail.put_slice(self.kind.type_url().as_bytes());
@@ -564,17 +526,12 @@ impl TypeState {
             tail.put_slice(self.errors.json_member(names.asked()).as_bytes());
         }
         tail.put_u8(b'}');
-        (head.freeze(), tail.freeze())
+        (head.into(), tail.freeze())
     }
 }
 
 /// What a REST answer's nonce starts with, before its selection digest.
 pub(crate) const NONCE_PREFIX: &str = "d";
-
-fn json_string(s: &str) -> String {
-    // Serialising a &str cannot fail.
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
 
 #[cfg(test)]
 mod tests;

@@ -1,16 +1,12 @@
 //! Deterministic protobuf encoding of a dynamic message: the same message
 //! gives the same bytes every time, in every process.
 //!
-//! prost-reflect keeps a map field in a `HashMap` and encodes its entries in
-//! that map's (randomly seeded) iteration order, so the same message parsed
-//! from JSON would encode to other bytes on every parse, and so would an `Any`
-//! parsed from JSON; whatever digests those bytes (the snapshot's resource
-//! digests and so its versions) would differ between replicas, restarts and
-//! reloads of the same files. Here map entries are written in key order, at
-//! any depth, and an `Any`'s payload is re-encoded the same way (when its type
-//! is known and it decodes). Fields come in field-number order, as
-//! prost-reflect keeps them. Subtrees without a map or an `Any` are encoded by
-//! prost-reflect directly. No I/O; never panics.
+//! prost-reflect encodes a map field in its `HashMap`'s (randomly seeded)
+//! order, so a message parsed from JSON would encode to other bytes on every
+//! parse, and its digests (so versions) would differ between replicas and
+//! restarts. Here map entries are written in key order, at any depth, and a
+//! known `Any`'s payload is re-encoded the same way. Subtrees without a map
+//! or an `Any` are encoded by prost-reflect directly. No I/O; never panics.
 
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
@@ -80,14 +76,7 @@ fn write_message(descriptors: &Descriptors, msg: &DynamicMessage, out: &mut Vec<
 /// An `Any` with its payload re-encoded (kept as it is when its type is
 /// unknown or it does not decode).
 fn write_any(descriptors: &Descriptors, any: &DynamicMessage, out: &mut Vec<u8>) {
-    let type_url = any
-        .get_field_by_name("type_url")
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let value = any
-        .get_field_by_name("value")
-        .and_then(|v| v.as_bytes().cloned())
-        .unwrap_or_default();
+    let (type_url, value) = super::opaque::any_parts(any).unwrap_or_default();
     let payload = match nesting::decode_any(descriptors, &type_url, &value) {
         Ok(inner) => encode(descriptors, &inner),
         Err(_) => value.to_vec(),
@@ -99,7 +88,6 @@ fn write_any(descriptors: &Descriptors, any: &DynamicMessage, out: &mut Vec<u8>)
     .encode_raw(out);
 }
 
-/// Field `number`, length-delimited.
 fn write_delimited(number: u32, bytes: &[u8], out: &mut Vec<u8>) {
     encode_key(number, WireType::LengthDelimited, out);
     encode_varint(bytes.len() as u64, out);
@@ -120,16 +108,10 @@ fn write_alone(
 
 /// Whether a map or an `Any` is set anywhere in `msg`.
 fn has_map_or_any(msg: &DynamicMessage) -> bool {
-    msg.descriptor().full_name() == ANY || msg.fields().any(|(_, value)| value_has(value))
-}
-
-fn value_has(value: &Value) -> bool {
-    match value {
-        Value::Map(_) => true,
-        Value::Message(sub) => has_map_or_any(sub),
-        Value::List(items) => items.iter().any(value_has),
-        _ => false,
-    }
+    msg.descriptor().full_name() == ANY
+        || msg.fields().any(|(_, value)| {
+            matches!(value, Value::Map(_)) || super::opaque::messages(value).any(has_map_or_any)
+        })
 }
 
 #[cfg(test)]

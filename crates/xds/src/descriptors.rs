@@ -1,19 +1,16 @@
 //! The descriptor pool: Envoy's whole v3 API (compiled by `build.rs` and
 //! embedded), any FileDescriptorSets given with `--descriptor-set`, and the
-//! files learned from upstreams at run time (gRPC server reflection, checked
-//! by [`super::learned`]); and the lookups of a message's descriptor by name
-//! or by an `Any`'s type URL.
+//! files learned from upstreams at run time (checked by [`super::learned`]);
+//! and the lookups of a message's descriptor by name or type URL.
 //!
-//! [`Descriptors`] is what the pieces under the codec (`canonical.rs`,
-//! `nesting.rs`, `opaque.rs`) are handed: they look types up, and never
-//! call back into the codec (`json.rs`), which holds one. The pool only
-//! grows: a message decoded before it grew keeps the pool it was decoded
-//! with, and each growth bumps a generation that holders of renders watch
-//! ([`Descriptors::generation`], [`Descriptors::grown`]). No I/O but reading
+//! [`Descriptors`] is what the pieces under the codec are handed: they never
+//! call back into the codec (`json.rs`). The pool only grows: a message keeps
+//! the pool it was decoded with, and each growth bumps a generation that
+//! holders of renders watch ([`Descriptors::grown`]). No I/O but reading
 //! descriptor-set files at start-up.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 use tokio::sync::watch;
@@ -43,16 +40,14 @@ struct Shared {
 impl Descriptors {
     /// The embedded Envoy API only.
     pub(crate) fn embedded() -> Descriptors {
-        let pool = DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
-            .expect("build.rs validated the embedded descriptor set");
-        Descriptors::of(pool)
+        Descriptors::of(embedded_pool(), 0)
     }
 
-    fn of(pool: DescriptorPool) -> Descriptors {
+    fn of(pool: DescriptorPool, generation: u64) -> Descriptors {
         Descriptors {
             shared: Arc::new(Shared {
                 pool: RwLock::new(pool),
-                generation: watch::Sender::new(0),
+                generation: watch::Sender::new(generation),
             }),
         }
     }
@@ -60,35 +55,31 @@ impl Descriptors {
     /// The embedded API plus the compiled FileDescriptorSets at `paths`
     /// (contrib or in-house extension types), read once at start-up.
     pub(crate) fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Descriptors, JsonError> {
-        let mut pool = DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
-            .expect("build.rs validated the embedded descriptor set");
+        let mut pool = embedded_pool();
         for path in paths {
             let bytes = std::fs::read(path).map_err(|e| descriptor_error(path, e))?;
             pool.decode_file_descriptor_set(bytes.as_slice())
                 .map_err(|e| descriptor_error(path, e))?;
         }
-        Ok(Descriptors::of(pool))
+        Ok(Descriptors::of(pool, 0))
     }
 
-    /// The pool as it is now, fixed: what one decode-and-render uses
-    /// throughout, so that what it decodes, what it finds unknown and
-    /// what it renders agree while the shared pool grows.
+    /// The pool as it is now, fixed: what one decode-and-render uses, so
+    /// that its decode and render agree while the shared pool grows.
     pub(crate) fn snapshot(&self) -> Descriptors {
-        Descriptors {
-            shared: Arc::new(Shared {
-                pool: RwLock::new(self.pool()),
-                generation: watch::Sender::new(self.generation()),
-            }),
-        }
+        Descriptors::of(self.pool(), self.generation())
     }
 
     /// The descriptor pool as it is now (for rewrites and reflection).
     pub fn pool(&self) -> DescriptorPool {
+        self.read().clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, DescriptorPool> {
         self.shared
             .pool
             .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn for_type_url(&self, type_url: &str) -> Result<MessageDescriptor, JsonError> {
@@ -100,10 +91,7 @@ impl Descriptors {
 
     /// The descriptor of a fully qualified message name.
     pub fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
-        self.shared
-            .pool
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.read()
             .get_message_by_name(name)
             .ok_or_else(|| JsonError::UnknownType {
                 type_url: format!("{TYPE_URL_PREFIX}{name}"),
@@ -116,15 +104,13 @@ impl Descriptors {
     }
 
     /// Adds `files` (serialized `FileDescriptorProto`s an upstream sent)
-    /// once `learned::admit` has checked them against the pool; returns
-    /// how many files joined it. Files the pool already has (by name) are
-    /// kept as the pool has them. Nothing joins when anything is refused.
+    /// that `learned::admit` admits; returns how many joined.
     pub fn learn(&self, files: &[Vec<u8>]) -> Result<usize, LearnError> {
         let mut pool = self
             .shared
             .pool
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(PoisonError::into_inner);
         let grown = learned::admit(&pool, files)?;
         if grown.added == 0 {
             return Ok(0);
@@ -155,6 +141,11 @@ pub fn message_name_of(type_url: &str) -> Result<&str, JsonError> {
             type_url: type_url.to_owned(),
         }),
     }
+}
+
+fn embedded_pool() -> DescriptorPool {
+    DescriptorPool::decode(EMBEDDED_DESCRIPTOR_SET)
+        .expect("build.rs validated the embedded descriptor set")
 }
 
 fn descriptor_error(path: &Path, err: impl std::fmt::Display) -> JsonError {

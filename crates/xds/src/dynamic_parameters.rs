@@ -1,19 +1,17 @@
 //! Dynamic parameters and the constraints that select by them (xDS TP2):
-//! a subscription's parameters ([`Parameters`]), whether a variant's
-//! constraints match them ([`matches()`]), and a variant of a resource as
-//! the gateway keeps and serves it ([`Variant`]: its constraints, decoded
-//! and encoded, and the `Resource` wrapper it goes out in).
+//! a subscription's [`Parameters`], whether a variant's constraints match
+//! them ([`matches()`]), and a variant of a resource as the gateway keeps
+//! and serves it ([`Variant`]).
 //!
-//! Matching follows the constraint tree: a single constraint holds when the
-//! key is present with that value (or present at all, for `exists`); an OR
-//! list when any member holds (an empty one never), an AND list when every
-//! member does (an empty one always), NOT inverts. Constraints that set
-//! nothing match every parameter set, and parameters no constraint names do
-//! not stop a match ("unconstrained parameters" in TP2).
+//! A single constraint holds when the key is present with that value (or
+//! at all, for `exists`); an OR list when any member holds (an empty one
+//! never), an AND list when every member does (an empty one always), NOT
+//! inverts. Constraints that set nothing match everything, and parameters no
+//! constraint names do not stop a match ("unconstrained parameters").
 
 use std::collections::BTreeMap;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
     single_constraint::ConstraintType, SingleConstraint, Type,
 };
@@ -38,10 +36,7 @@ pub fn locators(names: Vec<String>, parameters: &Parameters) -> Vec<ResourceLoca
         .into_iter()
         .map(|name| ResourceLocator {
             name,
-            dynamic_parameters: parameters
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            dynamic_parameters: parameters.clone().into_iter().collect(),
         })
         .collect()
 }
@@ -68,7 +63,6 @@ pub enum ConstraintsError {
     NoConstraintType { key: String },
 }
 
-/// Whether `constraints` match `parameters`.
 pub fn matches(constraints: &DynamicParameterConstraints, parameters: &Parameters) -> bool {
     match &constraints.r#type {
         None => true,
@@ -92,13 +86,12 @@ fn single_matches(single: &SingleConstraint, parameters: &Parameters) -> bool {
 /// nor `exists`, as an error.
 fn check(constraints: &DynamicParameterConstraints) -> Result<(), ConstraintsError> {
     match &constraints.r#type {
-        None => Ok(()),
-        Some(Type::Constraint(single)) => match single.constraint_type {
-            Some(_) => Ok(()),
-            None => Err(ConstraintsError::NoConstraintType {
+        Some(Type::Constraint(single)) if single.constraint_type.is_none() => {
+            Err(ConstraintsError::NoConstraintType {
                 key: single.key.clone(),
-            }),
-        },
+            })
+        }
+        None | Some(Type::Constraint(_)) => Ok(()),
         Some(Type::OrConstraints(list) | Type::AndConstraints(list)) => {
             list.constraints.iter().try_for_each(check)
         }
@@ -138,16 +131,18 @@ impl Variant {
         };
         let name_json =
             codec.render_prost("envoy.service.discovery.v3.ResourceName", &resource_name)?;
-        let mut head = BytesMut::with_capacity(name_json.len() + 96);
-        head.put_slice(b"{\"@type\":\"");
-        head.put_slice(WRAPPER_TYPE_URL.as_bytes());
-        head.put_slice(b"\",\"resourceName\":");
-        head.put_slice(&name_json);
-        head.put_slice(b",\"resource\":");
+        let head = [
+            &b"{\"@type\":\""[..],
+            WRAPPER_TYPE_URL.as_bytes(),
+            b"\",\"resourceName\":",
+            &name_json,
+            b",\"resource\":",
+        ]
+        .concat();
         Ok(Some(Variant {
             constraints,
             encoded,
-            head: head.freeze(),
+            head: head.into(),
         }))
     }
 
@@ -161,7 +156,6 @@ impl Variant {
         &self.encoded
     }
 
-    /// The constraints.
     pub fn constraints(&self) -> &DynamicParameterConstraints {
         &self.constraints
     }
@@ -169,11 +163,7 @@ impl Variant {
     /// `resource`'s JSON (an `Any`'s) inside the `Resource` wrapper that
     /// carries this variant's name and constraints.
     pub fn wrap(&self, resource: &[u8]) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.head.len() + resource.len() + 1);
-        out.put_slice(&self.head);
-        out.put_slice(resource);
-        out.put_u8(b'}');
-        out.freeze()
+        [&self.head[..], resource, b"}"].concat().into()
     }
 }
 

@@ -1,18 +1,16 @@
 //! The resource types an operator adds to Envoy's ([`ExtraType`]): a REST
 //! name, a type URL, and optionally the type's own gRPC service, for types
-//! no Envoy polls but other tools do (Kuma's monitoring assignments, which
-//! Prometheus, Grafana Alloy and vmagent read over REST) or an in-house
-//! control plane serves.
+//! no Envoy polls but other tools do (Kuma's monitoring assignments, read
+//! by Prometheus, Grafana Alloy and vmagent) or an in-house control plane
+//! serves.
 //!
-//! Each is registered once ([`register`], through
-//! `ResourceType::register`, which keeps Envoy's own names and type URLs
-//! out) and lives for the process: a `ResourceType::Extra` holds a
-//! `&'static` to it, so a resource type stays a `Copy` value that every
-//! table keys by, the built-in ten and the extras alike. Registration is
-//! idempotent and checked: a name or a type URL is never given two
-//! meanings. No I/O.
+//! Each is registered once ([`register`], through `ResourceType::register`,
+//! which keeps Envoy's own names and type URLs out) and lives for the
+//! process: `ResourceType::Extra` holds a `&'static` to it, so a resource
+//! type stays a `Copy` value. Registration is idempotent, and a name or a
+//! type URL never gets two meanings. No I/O.
 
-use std::sync::RwLock;
+use std::sync::{PoisonError, RwLock};
 
 /// How many extra types a process may register.
 pub const MAX_EXTRA_TYPES: usize = 32;
@@ -27,11 +25,9 @@ pub struct ExtraType {
     /// `type.googleapis.com/<message>`.
     pub(crate) type_url: &'static str,
     pub(crate) message: &'static str,
-    /// Its own gRPC service, if it has one (the per-type transports and
-    /// unary fetch use it; ADS needs none).
+    /// Its own gRPC service, if it has one (ADS needs none).
     pub(crate) service: Option<&'static str>,
-    /// What its service's methods are named after: `Stream<X>`,
-    /// `Delta<X>`, `Fetch<X>`.
+    /// What `Stream<X>`, `Delta<X>` and `Fetch<X>` are named after.
     pub(crate) stem: &'static str,
     /// `Fetch<stem>`, when it has a service.
     pub(crate) fetch_method: Option<&'static str>,
@@ -114,9 +110,7 @@ pub fn register(def: &Definition<'_>, message: &str) -> Result<&'static ExtraTyp
             def.name_fields
         ));
     }
-    let mut registered = REGISTERED
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut registered = REGISTERED.write().unwrap_or_else(PoisonError::into_inner);
     for known in registered.iter() {
         if known.name != name && known.type_url != def.type_url {
             continue;
@@ -159,17 +153,13 @@ pub fn register(def: &Definition<'_>, message: &str) -> Result<&'static ExtraTyp
 pub(crate) fn registered() -> Vec<&'static ExtraType> {
     REGISTERED
         .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(PoisonError::into_inner)
         .clone()
 }
 
 pub(crate) fn by_type_url(url: &str) -> Option<&'static ExtraType> {
-    REGISTERED
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .find(|x| x.type_url == url)
-        .copied()
+    let registered = REGISTERED.read().unwrap_or_else(PoisonError::into_inner);
+    registered.iter().find(|x| x.type_url == url).copied()
 }
 
 /// `a.b.C`: dot-separated identifiers.

@@ -41,8 +41,7 @@ impl Codec {
         Codec::of(Descriptors::embedded())
     }
 
-    /// The embedded API plus the compiled FileDescriptorSets at `paths`
-    /// (contrib or in-house extension types), read once at start-up.
+    /// The embedded API plus the compiled FileDescriptorSets at `paths`.
     pub fn with_descriptor_sets(paths: &[PathBuf]) -> Result<Codec, JsonError> {
         Descriptors::with_descriptor_sets(paths).map(Codec::of)
     }
@@ -62,13 +61,11 @@ impl Codec {
         }
     }
 
-    /// The codec over the pool as it is now, fixed (see
-    /// `Descriptors::snapshot`): what one decode-and-render uses.
+    /// The codec over the pool as it is now, fixed (`Descriptors::snapshot`).
     pub fn snapshot(&self) -> Codec {
         Codec {
             descriptors: self.descriptors.snapshot(),
-            serialize: Arc::clone(&self.serialize),
-            serialize_proto_names: Arc::clone(&self.serialize_proto_names),
+            ..self.clone()
         }
     }
 
@@ -82,13 +79,11 @@ impl Codec {
         self.descriptors.pool()
     }
 
-    /// The descriptor of a fully qualified message name.
     pub fn descriptor(&self, name: &str) -> Result<MessageDescriptor, JsonError> {
         self.descriptors.descriptor(name)
     }
 
-    /// Decodes an `Any`'s payload into a dynamic message of its type, held
-    /// to the nesting bound (`nesting::decode_any`).
+    /// Decodes an `Any`'s payload, held to the nesting bound.
     pub fn decode_any(&self, type_url: &str, value: &[u8]) -> Result<DynamicMessage, JsonError> {
         nesting::decode_any(&self.descriptors, type_url, value)
     }
@@ -100,16 +95,9 @@ impl Codec {
         if msg.descriptor().full_name().starts_with("google.protobuf.") {
             // Well-known types have special Any forms ({"@type", "value"}):
             // let prost-reflect's Any serializer handle them.
-            let mut any = DynamicMessage::new(self.descriptor("google.protobuf.Any")?);
-            let any_proto = prost_types::Any {
-                type_url: type_url.to_owned(),
-                value: value.to_vec(),
-            };
-            any.merge(any_proto.encode_to_vec().as_slice())
-                .map_err(|e| JsonError::Decode {
-                    type_url: type_url.to_owned(),
-                    reason: e.to_string(),
-                })?;
+            let any = super::opaque::opaque(type_url.to_owned(), value);
+            let any = DynamicMessage::decode(self.descriptor("google.protobuf.Any")?, any)
+                .map_err(|e| JsonError::decode(type_url, e))?;
             return self.render_with(&any, type_url, None);
         }
         // One decode: render the message and add "@type" (which sorts first).
@@ -138,10 +126,9 @@ impl Codec {
         self.render_with(msg, label, None)
     }
 
-    /// `json`, canonical JSON of a `message`, written again with proto
-    /// field names (`version_info`, `metrics_path`) instead of
-    /// lowerCamelCase ones: what a client decoding with a plain JSON
-    /// decoder reads. Map keys and `Struct` keys are data, and stay.
+    /// `json`, canonical JSON of a `message`, written again with proto field
+    /// names (`version_info`), as a plain JSON decoder reads them (map and
+    /// `Struct` keys are data, and stay).
     pub fn with_proto_names(&self, message: &str, json: &[u8]) -> Result<Bytes, JsonError> {
         let msg = self.parse_message(message, json, false)?;
         self.render_options(&msg, message, None, &self.serialize_proto_names)
@@ -179,7 +166,7 @@ impl Codec {
         msg.serialize_with_options(&mut serde_json::Serializer::new(&mut text), options)
             .map_err(render_error)?;
         let mut value = super::plain_json::from_slice(&text).map_err(render_error)?;
-        drop_empty_any_value(&mut value);
+        empty_any_values(&mut value, false);
         if let (Some(type_url), serde_json::Value::Object(map)) = (at_type, &mut value) {
             map.insert(
                 "@type".to_owned(),
@@ -195,20 +182,14 @@ impl Codec {
     /// envelope from envoy-types) as canonical JSON.
     pub fn render_prost<M: Message>(&self, name: &str, msg: &M) -> Result<Bytes, JsonError> {
         let desc = self.descriptor(name)?;
-        let dynamic =
-            DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()).map_err(|e| {
-                JsonError::Decode {
-                    type_url: name.to_owned(),
-                    reason: e.to_string(),
-                }
-            })?;
+        let dynamic = DynamicMessage::decode(desc, msg.encode_to_vec().as_slice())
+            .map_err(|e| JsonError::decode(name, e))?;
         self.render_message(&dynamic, name)
     }
 
-    /// Parses proto3 JSON (camelCase or snake_case names) into a message of
-    /// `name`. Unknown fields are ignored when `ignore_unknown` is set, as a
-    /// client of a newer API may send them; an `Any` whose `@type` is unknown
-    /// is always an error.
+    /// Parses proto3 JSON (either case of names) into a message of `name`;
+    /// unknown fields are ignored with `ignore_unknown` (a client of a newer
+    /// API may send them), an `Any` of an unknown `@type` never is.
     pub fn parse_message(
         &self,
         name: &str,
@@ -226,20 +207,18 @@ impl Codec {
         // when the text mentions the type at all).
         if std::str::from_utf8(json).is_ok_and(|t| t.contains(EMPTY_TYPE)) {
             let mut value = super::plain_json::from_slice(json).map_err(parse_error)?;
-            add_empty_any_value(&mut value);
+            empty_any_values(&mut value, true);
             return DynamicMessage::deserialize_with_options(desc, value, &options)
                 .map_err(parse_error);
         }
         let mut de = serde_json::Deserializer::from_slice(json);
-        let msg = DynamicMessage::deserialize_with_options(desc, &mut de, &options)
+        DynamicMessage::deserialize_with_options(desc, &mut de, &options)
             .and_then(|m| de.end().map(|()| m))
-            .map_err(parse_error)?;
-        Ok(msg)
+            .map_err(parse_error)
     }
 
     /// Parses JSON into a prost message type that the pool also knows,
-    /// through deterministic bytes (`canonical`: protobuf maps in key order,
-    /// nested `Any` payloads included).
+    /// through deterministic bytes (`canonical`).
     pub fn parse_prost<M: Message + Default>(
         &self,
         name: &str,
@@ -247,13 +226,8 @@ impl Codec {
         ignore_unknown: bool,
     ) -> Result<M, JsonError> {
         let msg = self.parse_message(name, json, ignore_unknown)?;
-        // Map entries in key order: the same JSON, the same bytes.
-        M::decode(canonical::encode(&self.descriptors, &msg).as_slice()).map_err(|e| {
-            JsonError::Decode {
-                type_url: name.to_owned(),
-                reason: e.to_string(),
-            }
-        })
+        M::decode(canonical::encode(&self.descriptors, &msg).as_slice())
+            .map_err(|e| JsonError::decode(name, e))
     }
 
     /// Parses a JSON `Any` (`{"@type": ..., ...}`) into its type URL and bytes.
@@ -264,46 +238,33 @@ impl Codec {
 
 const EMPTY_TYPE: &str = "/google.protobuf.Empty";
 
-fn is_empty_any(map: &serde_json::Map<String, serde_json::Value>) -> bool {
-    map.get("@type")
-        .and_then(|t| t.as_str())
-        .is_some_and(|t| t.ends_with(EMPTY_TYPE))
-}
-
-/// The inverse of [`drop_empty_any_value`], for parsing the reference form.
-fn add_empty_any_value(value: &mut serde_json::Value) {
+/// prost-reflect writes an `Any` holding `google.protobuf.Empty` as
+/// `{"@type": ".../google.protobuf.Empty", "value": {}}`; protobuf's C++ and
+/// Python mappings (and so Envoy) write and expect `{"@type": ...}` alone, and
+/// Envoy rejects the `value` field. At any depth, drops that `value` (what
+/// rendering does) or, with `add`, adds it back (to parse the reference form).
+fn empty_any_values(value: &mut serde_json::Value, add: bool) {
     match value {
         serde_json::Value::Object(map) => {
-            if is_empty_any(map) && !map.contains_key("value") {
+            let empty_any = map
+                .get("@type")
+                .and_then(|t| t.as_str())
+                .is_some_and(|t| t.ends_with(EMPTY_TYPE));
+            let held = map.get("value");
+            if empty_any && add && held.is_none() {
                 map.insert(
                     "value".into(),
                     serde_json::Value::Object(Default::default()),
                 );
-            }
-            map.values_mut().for_each(add_empty_any_value);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(add_empty_any_value),
-        _ => {}
-    }
-}
-
-/// prost-reflect writes an `Any` holding `google.protobuf.Empty` as
-/// `{"@type": ".../google.protobuf.Empty", "value": {}}`; protobuf's C++ and
-/// Python mappings (and so Envoy) write and expect `{"@type": ...}` alone, and
-/// Envoy rejects the `value` field. Rewrite to the reference form, at any depth.
-fn drop_empty_any_value(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(map) => {
-            if is_empty_any(map)
-                && map
-                    .get("value")
-                    .is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+            } else if empty_any
+                && !add
+                && held.is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
             {
                 map.remove("value");
             }
-            map.values_mut().for_each(drop_empty_any_value);
+            map.values_mut().for_each(|v| empty_any_values(v, add));
         }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_empty_any_value),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| empty_any_values(v, add)),
         _ => {}
     }
 }

@@ -22,3 +22,13 @@ pub enum JsonError {
     #[error("descriptor set {path}: {reason}")]
     DescriptorSet { path: PathBuf, reason: String },
 }
+
+impl JsonError {
+    /// [`JsonError::Decode`] of `type_url`, for `reason`.
+    pub fn decode(type_url: &str, reason: impl std::fmt::Display) -> JsonError {
+        JsonError::Decode {
+            type_url: type_url.to_owned(),
+            reason: reason.to_string(),
+        }
+    }
+}

@@ -1,29 +1,22 @@
 //! Key material in any resource: which fields hold it, and finding it or
 //! taking it out of a decoded message.
 //!
-//! SDS is not the only place a private key travels: a cluster's
-//! `UpstreamTlsContext` or a listener's `DownstreamTlsContext` may carry one
-//! inline, and an `Any` of a type the gateway has no descriptor for (a
-//! `Secret` of another API version) carries whatever it holds. A field
-//! holds key material when Envoy's API marks it `udpa.annotations.sensitive`
-//! and it sits in one of the TLS secret types (`HOLDERS`:
-//! `TlsCertificate.private_key`, `.password`, `.pkcs12`,
-//! `PrivateKeyProvider.typed_config`, `TlsSessionTicketKeys.keys`,
-//! `GenericSecret.secret`, `.secrets`), or is a sensitive field named
-//! `private_key` anywhere (`GrpcService`'s `SslCredentials`). Other
-//! sensitive fields (filter credentials such as basic-auth users or Redis
-//! passwords) are configuration a client needs, and are left alone.
+//! SDS is not the only place a private key travels: a cluster's or a
+//! listener's TLS context may carry one inline, and an `Any` of a type the
+//! gateway has no descriptor for (a `Secret` of another API version) carries
+//! whatever it holds. A field holds key material when Envoy's API marks it
+//! `udpa.annotations.sensitive` and it sits in one of the TLS secret types
+//! (`HOLDERS`), or is a sensitive field named `private_key` anywhere
+//! (`GrpcService`'s `SslCredentials`). Other sensitive fields (filter
+//! credentials) are configuration a client needs, and are left alone.
 //!
-//! Taken out, a `DataSource` that held its bytes inline (`inline_bytes`,
-//! `inline_string`) holds [`REDACTED`] as its `inline_string` (one naming
-//! a file or an environment variable of the client is no key, and stays);
-//! an `Any` holding key material, or of an unknown type named as one of
-//! the types that carry it (`CARRIERS`, any package or version), becomes
-//! an `xds_gateway.v1.OpaqueAny` with its type URL and no bytes, its
-//! `redacted` field saying why; any other string or bytes becomes
+//! Taken out, an inline `DataSource` holds [`REDACTED`] as its
+//! `inline_string` (one naming a file or an environment variable is no key,
+//! and stays); an `Any` holding key material, or of an unknown type named as
+//! a carrier (`CARRIERS`), becomes an `xds_gateway.v1.OpaqueAny` with its type
+//! URL, no bytes and `redacted` saying why; any other string or bytes becomes
 //! [`REDACTED`]. Walks go through the `Any`s the pool knows, at any depth
-//! (the nesting bound of `nesting` has been checked by then). No
-//! I/O; never panics.
+//! (`nesting` has bounded them). No I/O; never panics.
 
 use prost::Message as _;
 use prost_reflect::{
@@ -32,7 +25,7 @@ use prost_reflect::{
 
 use super::canonical;
 use super::descriptors::Descriptors;
-use super::opaque::OPAQUE_TYPE_URL;
+use super::opaque::{any_parts, OPAQUE_TYPE_URL};
 
 /// What key material is replaced by.
 pub const REDACTED: &str = "[redacted: --allow-secrets is off]";
@@ -64,9 +57,8 @@ const SENSITIVE: &str = "udpa.annotations.sensitive";
 const ANY: &str = "google.protobuf.Any";
 
 /// Where key material sits in `msg` (paths from the resource down, as
-/// `transport_socket.typed_config(UpstreamTlsContext).common_tls_context.
-/// tls_certificates[0].private_key`); with `take_out`, each is replaced
-/// in `msg` as the module says. Empty for almost every resource.
+/// `transport_socket.typed_config(UpstreamTlsContext).common_tls_context`);
+/// with `take_out`, each is replaced as the module says.
 pub fn key_material(
     descriptors: &Descriptors,
     msg: &mut DynamicMessage,
@@ -82,16 +74,15 @@ pub fn key_material(
     walk.found
 }
 
-/// `msg` encoded as the payload kept once key material was taken out
-/// (deterministically: the same message, the same bytes).
+/// `msg` encoded (deterministically) as the payload kept once key material
+/// was taken out.
 pub fn encoded(descriptors: &Descriptors, msg: &DynamicMessage) -> bytes::Bytes {
     canonical::encode(descriptors, msg).into()
 }
 
 /// Whether `type_url` names one of the `CARRIERS`, in any package.
 pub fn names_a_carrier(type_url: &str) -> bool {
-    let name = type_url.rsplit('/').next().unwrap_or(type_url);
-    let short = name.rsplit('.').next().unwrap_or(name);
+    let short = type_url.rsplit(['/', '.']).next().unwrap_or(type_url);
     CARRIERS.contains(&short)
 }
 
@@ -107,8 +98,7 @@ pub fn taken_out_any(type_url: &str) -> bytes::Bytes {
     .into()
 }
 
-/// Whether an `Any` of `type_url` holding `payload` is one
-/// [`taken_out_any`] made.
+/// Whether an `Any` of `type_url` holding `payload` is a [`taken_out_any`].
 fn is_taken_out(type_url: &str, payload: &[u8]) -> bool {
     type_url == OPAQUE_TYPE_URL
         && TakenOut::decode(payload).is_ok_and(|t| t.value.is_empty() && t.redacted == REDACTED)
@@ -130,15 +120,12 @@ fn is_key_field(field: &FieldDescriptor) -> bool {
     if !HOLDERS.contains(&field.parent_message().name()) && field.name() != "private_key" {
         return false;
     }
-    let Some(sensitive) = field.parent_pool().get_extension_by_name(SENSITIVE) else {
-        return false;
-    };
-    field.options().get_extension(&sensitive).as_bool() == Some(true)
+    let sensitive = field.parent_pool().get_extension_by_name(SENSITIVE);
+    sensitive.is_some_and(|s| field.options().get_extension(&s).as_bool() == Some(true))
 }
 
 /// One step of the path from the resource down to where the walk is,
-/// written out only where key material is found (most resources hold
-/// none, and their walk makes no string).
+/// written out only where key material is found.
 enum Step {
     Field(FieldDescriptor),
     Index(usize),
@@ -179,9 +166,15 @@ impl Walk<'_> {
         if msg.descriptor().full_name() == ANY {
             return self.any(msg);
         }
+        self.fields(msg, false)
+    }
+
+    /// Walks each field of `msg`: a key field (every one, with `all`) by
+    /// [`take`](Self::take), any other by [`value`](Self::value).
+    fn fields(&mut self, msg: &mut DynamicMessage, all: bool) -> bool {
         let mut changed = false;
         for (field, value) in msg.fields_mut() {
-            let key = is_key_field(&field);
+            let key = all || is_key_field(&field);
             self.path.push(Step::Field(field));
             changed |= if key {
                 self.take(value)
@@ -197,41 +190,38 @@ impl Walk<'_> {
         self.each(value, Walk::message, Walk::value)
     }
 
-    /// `value`'s messages walked by `on_message`, or each of its items or
-    /// map values by `on_item`; whether anything changed.
+    /// `value`'s message walked by `on_message`, or its items or map values
+    /// by `on_item`; whether anything changed.
     fn each(
         &mut self,
         value: &mut Value,
         on_message: fn(&mut Self, &mut DynamicMessage) -> bool,
         on_item: fn(&mut Self, &mut Value) -> bool,
     ) -> bool {
-        match value {
-            Value::Message(sub) => on_message(self, sub),
-            Value::List(items) => {
-                let mut changed = false;
-                for (i, item) in items.iter_mut().enumerate() {
-                    self.path.push(Step::Index(i));
-                    changed |= on_item(self, item);
-                    self.path.pop();
-                }
-                changed
-            }
+        let items: Box<dyn Iterator<Item = (Step, &mut Value)>> = match value {
+            Value::Message(sub) => return on_message(self, sub),
+            Value::List(items) => Box::new(
+                items
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, v)| (Step::Index(i), v)),
+            ),
             Value::Map(entries) => {
-                let mut changed = false;
-                for (key, item) in entries.iter_mut() {
-                    self.path.push(Step::Key(key.clone()));
-                    changed |= on_item(self, item);
-                    self.path.pop();
-                }
-                changed
+                Box::new(entries.iter_mut().map(|(k, v)| (Step::Key(k.clone()), v)))
             }
-            _ => false,
+            _ => return false,
+        };
+        let mut changed = false;
+        for (step, item) in items {
+            self.path.push(step);
+            changed |= on_item(self, item);
+            self.path.pop();
         }
+        changed
     }
 
     /// An `Any` outside key fields: its payload walked when the pool knows
-    /// its type; taken out whole when it does not and the type is named
-    /// as a carrier of key material.
+    /// its type, else taken out whole if the type is named as a carrier.
     fn any(&mut self, msg: &mut DynamicMessage) -> bool {
         let Some((type_url, payload)) = any_parts(msg) else {
             return false;
@@ -267,23 +257,20 @@ impl Walk<'_> {
 
     /// A value of a key field, taken out as the module says.
     fn take(&mut self, value: &mut Value) -> bool {
-        match value {
+        let redacted = match value {
             Value::String(s) if !s.is_empty() && s != REDACTED => {
-                self.note();
-                if self.take_out {
-                    *s = REDACTED.to_owned();
-                }
-                self.take_out
+                Value::String(REDACTED.to_owned())
             }
             Value::Bytes(b) if !b.is_empty() && b != REDACTED.as_bytes() => {
-                self.note();
-                if self.take_out {
-                    *b = bytes::Bytes::from_static(REDACTED.as_bytes());
-                }
-                self.take_out
+                Value::Bytes(bytes::Bytes::from_static(REDACTED.as_bytes()))
             }
-            _ => self.each(value, Walk::take_message, Walk::take),
+            _ => return self.each(value, Walk::take_message, Walk::take),
+        };
+        self.note();
+        if self.take_out {
+            *value = redacted;
         }
+        self.take_out
     }
 
     /// A message in a key field: a `DataSource` loses its inline bytes,
@@ -313,30 +300,16 @@ impl Walk<'_> {
             self.note();
             return self.take_out && replace_any(msg, &type_url);
         }
-        let mut changed = false;
-        for (field, value) in msg.fields_mut() {
-            self.path.push(Step::Field(field));
-            changed |= self.take(value);
-            self.path.pop();
-        }
-        changed
+        self.fields(msg, true)
     }
 }
 
-/// `msg`, an `Any` of `type_url`, made the `OpaqueAny` standing for it
-/// without its bytes; whether it was.
+/// `msg`, an `Any` of `type_url`, made its [`taken_out_any`]; whether it was.
 fn replace_any(msg: &mut DynamicMessage, type_url: &str) -> bool {
     let url = Value::String(OPAQUE_TYPE_URL.to_owned());
     let value = Value::Bytes(taken_out_any(type_url));
     msg.try_set_field_by_name("type_url", url).is_ok()
         && msg.try_set_field_by_name("value", value).is_ok()
-}
-
-/// An `Any`'s type URL and payload (each its default when unset).
-fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
-    let type_url = msg.get_field_by_name("type_url")?;
-    let payload = msg.get_field_by_name("value")?;
-    Some((type_url.as_str()?.to_owned(), payload.as_bytes()?.clone()))
 }
 
 fn map_key(key: &MapKey) -> String {

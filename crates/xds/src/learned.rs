@@ -1,17 +1,15 @@
 //! Descriptor files an upstream sent by gRPC server reflection, checked
-//! before they join the pool (`admit`). They are untrusted input: a
-//! control plane must not be able to change how the types the pool already
-//! has render, nor make the gateway spend unbounded memory or stack on them.
-//!
-//! The rules, each a [`LearnError`]:
+//! before they join the pool (`admit`). They are untrusted input: a control
+//! plane must not change how the types the pool has render, nor make the
+//! gateway spend unbounded memory or stack on them. The rules, each a
+//! [`LearnError`]:
 //! - at most [`MAX_BYTES`] in at most [`MAX_FILES`] files, messages nested at
 //!   most `MAX_DEPTH` deep;
 //! - a file whose name the pool has is not taken: the pool's copy stands;
 //! - a new file may not define a name the pool or another new file defines;
 //! - it may extend only its own messages and `google.protobuf.*Options`
 //!   (an extension of one of Envoy's messages would render as a new field);
-//! - its dependencies resolve, in the pool or among the new files, with no
-//!   cycle.
+//! - its dependencies resolve, in the pool or the new files, with no cycle.
 //!
 //! Nothing joins unless every file is admitted. No I/O.
 
@@ -80,13 +78,10 @@ pub(crate) fn admit(pool: &DescriptorPool, files: &[Vec<u8>]) -> Result<Grown, L
         if pool.get_file_by_name(&name).is_some() {
             continue;
         }
-        match new.get(&name) {
-            Some(seen) if *seen != file => return Err(LearnError::Conflicting { file: name }),
-            Some(_) => {}
-            None => {
-                new.insert(name, file);
-            }
+        if new.get(&name).is_some_and(|seen| *seen != file) {
+            return Err(LearnError::Conflicting { file: name });
         }
+        new.entry(name).or_insert(file);
     }
     let defined = check_names(pool, &new)?;
     check_extensions(pool, &new, &defined)?;
@@ -113,15 +108,15 @@ fn check_names(
         for message in &proto.message_type {
             message_names(file, package, message, 1, &mut names)?;
         }
-        for e in &proto.enum_type {
-            names.push(qualified(package, e.name()));
-        }
-        for s in &proto.service {
-            names.push(qualified(package, s.name()));
-        }
-        for x in &proto.extension {
-            names.push(qualified(package, x.name()));
-        }
+        let enums = proto.enum_type.iter().map(|e| e.name());
+        let services = proto.service.iter().map(|s| s.name());
+        let extensions = proto.extension.iter().map(|x| x.name());
+        names.extend(
+            enums
+                .chain(services)
+                .chain(extensions)
+                .map(|n| qualified(package, n)),
+        );
         for name in names {
             let known = pool.get_message_by_name(&name).is_some()
                 || pool.get_enum_by_name(&name).is_some()
@@ -155,12 +150,9 @@ fn message_names(
     for nested in &message.nested_type {
         message_names(file, &name, nested, depth + 1, names)?;
     }
-    for e in &message.enum_type {
-        names.push(qualified(&name, e.name()));
-    }
-    for x in &message.extension {
-        names.push(qualified(&name, x.name()));
-    }
+    let enums = message.enum_type.iter().map(|e| e.name());
+    let extensions = message.extension.iter().map(|x| x.name());
+    names.extend(enums.chain(extensions).map(|n| qualified(&name, n)));
     names.push(name);
     Ok(())
 }
@@ -237,16 +229,9 @@ fn dependency_order(
                 }
                 Some(dependency) => {
                     stack.push((file, next + 1));
+                    // A new file is visited next: marked `Visiting`, it is a cycle.
                     if let Some((name, _)) = new.get_key_value(dependency.as_str()) {
-                        match marks.get(name.as_str()) {
-                            Some(Mark::Done) => {}
-                            Some(Mark::Visiting) => {
-                                return Err(LearnError::Cycle {
-                                    file: dependency.clone(),
-                                })
-                            }
-                            None => stack.push((name.as_str(), 0)),
-                        }
+                        stack.push((name.as_str(), 0));
                     } else if pool.get_file_by_name(dependency).is_none() {
                         return Err(LearnError::MissingDependency {
                             file: file.to_owned(),

@@ -1,14 +1,10 @@
 //! Which subscribed names a resource is delivered for: its own name, and
-//! the names that stand for a set of resources it belongs to.
-//!
-//! - an xdstp glob collection (`xdstp://a/T/dir/*`) holds its immediate
-//!   children ([`xdstp::in_collection`]), for every type;
-//! - a VHDS namespace: Envoy subscribes to a route configuration's virtual
-//!   hosts by the configuration's name `rc` and gets resources named
-//!   `rc/<virtual host>` (namespace matching: the part of the name before
-//!   its last `/`);
-//! - an alias: a VHDS server resolves an on-demand name `rc/<domain>` to a
-//!   virtual host and lists that name in the resource's `aliases`.
+//! the names that stand for a set of resources it belongs to: an xdstp glob
+//! collection's immediate children ([`xdstp::in_collection`]); a VHDS
+//! namespace (Envoy subscribes to a route configuration's virtual hosts by
+//! its name `rc` and gets resources `rc/<virtual host>`); an alias (a VHDS
+//! server resolves an on-demand name `rc/<domain>` and lists it in the
+//! resource's `aliases`).
 
 use std::collections::BTreeSet;
 

@@ -1,20 +1,16 @@
 //! How deep a decoded message goes, counted through `Any` payloads, and
 //! the bound every decoded resource is held to.
 //!
-//! Decoding protobuf bytes stops at 100 levels of nesting, but an `Any`'s
-//! payload is only bytes until something unpacks it, and then it is decoded
-//! afresh: the JSON intake, the config-source rewrite and the validator each
-//! unpack `Any`s recursively, one stack frame (and one copy of the remaining
-//! payload) per level, so a small resource of deeply nested `Any`s could
-//! overflow a tokio worker's stack, or take far more memory than its size to
-//! render. So [`check`] refuses a message nested deeper than any message that
-//! renders (a JSON document is at most 128 levels deep, and one JSON level is
-//! at most two message levels: a `Struct` and its `Value`), or with more
-//! `Any`s inside `Any`s than any real configuration has; and [`decode_any`],
-//! the one way an `Any`'s payload is decoded, is held to that bound. No I/O;
-//! the walk decodes each `Any` payload without copying it.
+//! Protobuf decoding stops at 100 levels, but an `Any`'s payload is decoded
+//! afresh when something unpacks it, and the intake, the rewrite and the
+//! validator unpack recursively: a small resource of deeply nested `Any`s
+//! could overflow a worker's stack. So [`check`] refuses a message nested
+//! deeper than any message that renders (JSON is at most 128 levels, each at
+//! most two message levels: `Struct` and `Value`), or with more `Any`s inside
+//! `Any`s than any real configuration has; [`decode_any`], the one way a
+//! payload is decoded, is held to it. No I/O; payloads are not copied.
 
-use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+use prost_reflect::{DynamicMessage, ReflectMessage};
 
 use super::descriptors::Descriptors;
 use super::json_error::JsonError;
@@ -37,10 +33,7 @@ pub(crate) fn decode_any(
     value: &[u8],
 ) -> Result<DynamicMessage, JsonError> {
     let desc = descriptors.for_type_url(type_url)?;
-    let decode_error = |reason: String| JsonError::Decode {
-        type_url: type_url.to_owned(),
-        reason,
-    };
+    let decode_error = |reason| JsonError::decode(type_url, reason);
     let msg = DynamicMessage::decode(desc, value).map_err(|e| decode_error(e.to_string()))?;
     check(descriptors, &msg).map_err(decode_error)?;
     Ok(msg)
@@ -70,43 +63,21 @@ fn within(
                 "Any payloads nested more than {MAX_ANY_DEPTH} deep"
             ));
         }
-        let type_url = msg.get_field_by_name("type_url");
-        let payload = msg.get_field_by_name("value");
-        let (Some(type_url), Some(payload)) = (
-            type_url.as_deref().and_then(Value::as_str),
-            payload.as_deref().and_then(Value::as_bytes),
-        ) else {
+        let Some((type_url, payload)) = super::opaque::any_parts(msg) else {
             return Ok(());
         };
-        let Ok(desc) = descriptors.for_type_url(type_url) else {
+        let Ok(desc) = descriptors.for_type_url(&type_url) else {
             return Ok(());
         };
         // `Bytes`: the payload is sliced, not copied.
-        return match DynamicMessage::decode(desc, payload.clone()) {
+        return match DynamicMessage::decode(desc, payload) {
             Ok(inner) => within(descriptors, &inner, depth + 1, anys + 1),
             Err(_) => Ok(()),
         };
     }
     msg.fields()
-        .try_for_each(|(_, value)| value_within(descriptors, value, depth, anys))
-}
-
-fn value_within(
-    descriptors: &Descriptors,
-    value: &Value,
-    depth: usize,
-    anys: usize,
-) -> Result<(), String> {
-    match value {
-        Value::Message(sub) => within(descriptors, sub, depth + 1, anys),
-        Value::List(items) => items
-            .iter()
-            .try_for_each(|item| value_within(descriptors, item, depth, anys)),
-        Value::Map(entries) => entries
-            .values()
-            .try_for_each(|item| value_within(descriptors, item, depth, anys)),
-        _ => Ok(()),
-    }
+        .flat_map(|(_, value)| super::opaque::messages(value))
+        .try_for_each(|sub| within(descriptors, sub, depth + 1, anys))
 }
 
 #[cfg(test)]

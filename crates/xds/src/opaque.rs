@@ -1,18 +1,14 @@
 //! `Any`s of a type the descriptor pool does not know, kept whole.
 //!
-//! Control planes put their own extension types inside Envoy config: Istio's
-//! listeners carry `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`.
-//! Without a type's descriptor the gateway cannot render it as canonical
-//! JSON; but nothing is wrong with it that a client would reject, so the
-//! gateway must not refuse (NACK) it either. Each such `Any`, at any depth,
-//! is served as an `xds_gateway.v1.OpaqueAny` (`proto/xds_gateway/v1/
-//! opaque.proto`) holding the original type URL and bytes: canonical proto3
-//! JSON of a real message, lossless, and refused by a REST Envoy as a type
-//! it does not know, never taken with the extension's fields silently
-//! dropped. `--descriptor-set` with the type's descriptors renders it in full.
-//!
-//! No I/O; walks decode each nested `Any` payload without copying it (the
-//! nesting bound of `nesting` has been checked by then).
+//! Control planes put their own extension types inside Envoy config (Istio's
+//! `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`). Nothing is
+//! wrong with such an `Any` that a client would reject, so the gateway must
+//! not NACK it; it serves each one, at any depth, as an
+//! `xds_gateway.v1.OpaqueAny` (`proto/xds_gateway/v1/opaque.proto`) holding
+//! the original type URL and bytes: canonical JSON of a real message,
+//! lossless, and refused by a REST Envoy as a type it does not know, never
+//! taken with the extension's fields silently dropped. `--descriptor-set`
+//! renders it in full. No I/O; `nesting` has bounded the walks.
 
 use std::collections::BTreeSet;
 
@@ -46,20 +42,22 @@ fn walk(descriptors: &Descriptors, msg: &DynamicMessage, found: &mut BTreeSet<St
         }
         return;
     }
-    for (_, value) in msg.fields() {
-        walk_value(descriptors, value, found);
+    for sub in msg.fields().flat_map(|(_, value)| messages(value)) {
+        walk(descriptors, sub, found);
     }
 }
 
-fn walk_value(descriptors: &Descriptors, value: &Value, found: &mut BTreeSet<String>) {
-    match value {
-        Value::Message(sub) => walk(descriptors, sub, found),
-        Value::List(items) => items.iter().for_each(|v| walk_value(descriptors, v, found)),
-        Value::Map(entries) => entries
-            .values()
-            .for_each(|v| walk_value(descriptors, v, found)),
-        _ => {}
-    }
+/// The messages `value` holds: itself, a list's items or a map's values
+/// (protobuf nests lists and maps no deeper).
+pub(crate) fn messages(value: &Value) -> impl Iterator<Item = &DynamicMessage> {
+    let (one, list, map) = match value {
+        Value::Message(sub) => (Some(sub), None, None),
+        Value::List(items) => (None, Some(items.iter()), None),
+        Value::Map(entries) => (None, None, Some(entries.values())),
+        _ => (None, None, None),
+    };
+    let held = list.into_iter().flatten().chain(map.into_iter().flatten());
+    one.into_iter().chain(held.filter_map(Value::as_message))
 }
 
 /// `msg` with every `Any` of an unknown type replaced by an `OpaqueAny`
@@ -90,23 +88,23 @@ fn wrap(descriptors: &Descriptors, msg: &mut DynamicMessage) -> bool {
         return true;
     }
     let mut changed = false;
-    for (_, value) in msg.fields_mut() {
-        changed |= wrap_value(descriptors, value);
+    for sub in msg.fields_mut().flat_map(|(_, value)| messages_mut(value)) {
+        changed |= wrap(descriptors, sub);
     }
     changed
 }
 
-fn wrap_value(descriptors: &Descriptors, value: &mut Value) -> bool {
-    match value {
-        Value::Message(sub) => wrap(descriptors, sub),
-        Value::List(items) => items
-            .iter_mut()
-            .fold(false, |changed, v| wrap_value(descriptors, v) | changed),
-        Value::Map(entries) => entries
-            .values_mut()
-            .fold(false, |changed, v| wrap_value(descriptors, v) | changed),
-        _ => false,
-    }
+/// [`messages`], to change them.
+pub(crate) fn messages_mut(value: &mut Value) -> impl Iterator<Item = &mut DynamicMessage> {
+    let (one, list, map) = match value {
+        Value::Message(sub) => (Some(sub), None, None),
+        Value::List(items) => (None, Some(items.iter_mut()), None),
+        Value::Map(entries) => (None, None, Some(entries.values_mut())),
+        _ => (None, None, None),
+    };
+    let held = list.into_iter().flatten().chain(map.into_iter().flatten());
+    one.into_iter()
+        .chain(held.filter_map(Value::as_message_mut))
 }
 
 /// The bytes of an `OpaqueAny` holding `type_url` and `payload`: `Any`'s
@@ -123,7 +121,7 @@ pub(crate) fn opaque(type_url: String, payload: &[u8]) -> bytes::Bytes {
 /// An `Any`'s type URL and payload, if `msg` is an `Any`. Either may be
 /// unset, and then comes as its default: an `Any` of an empty message
 /// (Istio's `stats.PluginConfig` often is) has no `value` field at all.
-fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
+pub(crate) fn any_parts(msg: &DynamicMessage) -> Option<(String, bytes::Bytes)> {
     if msg.descriptor().full_name() != ANY {
         return None;
     }
@@ -146,13 +144,10 @@ fn inner(descriptors: &Descriptors, type_url: &str, payload: &bytes::Bytes) -> I
         // An empty Any renders as {} whatever its (absent) type.
         return Inner::Undecodable;
     }
-    match descriptors.for_type_url(type_url) {
-        Err(_) => Inner::Unknown,
-        Ok(desc) => match DynamicMessage::decode(desc, payload.clone()) {
-            Ok(inner) => Inner::Known(inner),
-            Err(_) => Inner::Undecodable,
-        },
-    }
+    let Ok(desc) = descriptors.for_type_url(type_url) else {
+        return Inner::Unknown;
+    };
+    DynamicMessage::decode(desc, payload.clone()).map_or(Inner::Undecodable, Inner::Known)
 }
 
 #[cfg(test)]

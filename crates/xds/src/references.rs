@@ -3,18 +3,13 @@
 //! sends requests to ([`clusters_named`]), and the endpoints an EDS
 //! cluster waits for ([`endpoints_name`]).
 //!
-//! Read from the upstream's protobuf bytes with Envoy's own types. Only the
-//! references a REST Envoy routes through at once are read:
-//! - a RouteConfiguration's routes, by `cluster` or `weighted_clusters`
-//!   (a `cluster_header` or a cluster specifier plugin names no cluster
-//!   until a request comes);
-//! - a Listener's filter chains (and default chain): a TCP proxy's
-//!   cluster or weighted clusters, and the routes of an HTTP connection
-//!   manager's inline route configuration.
-//!
-//! A listener's RDS route configuration is not a reference here: Envoy
-//! warms a listener until its route configuration arrives, so ordering
-//! cannot drop traffic there. Bytes that do not decode name nothing.
+//! Read with Envoy's own types. Only the references a REST Envoy routes
+//! through at once: a RouteConfiguration's routes (`cluster`,
+//! `weighted_clusters`: a `cluster_header` or a specifier plugin names none
+//! until a request comes); a Listener's filter chains: a TCP proxy's
+//! clusters, and the routes of an inline route configuration. An RDS route
+//! configuration is none: Envoy warms a listener until it arrives. Bytes that
+//! do not decode name nothing.
 
 use std::collections::BTreeSet;
 
@@ -64,15 +59,8 @@ pub fn endpoints_name(payload: &[u8]) -> Option<String> {
     if cluster.cluster_discovery_type != Some(cluster::ClusterDiscoveryType::Type(EDS)) {
         return None;
     }
-    let service = cluster
-        .eds_cluster_config
-        .map(|eds| eds.service_name)
-        .unwrap_or_default();
-    Some(if service.is_empty() {
-        cluster.name
-    } else {
-        service
-    })
+    let service = cluster.eds_cluster_config.map(|eds| eds.service_name);
+    Some(service.filter(|s| !s.is_empty()).unwrap_or(cluster.name))
 }
 
 fn route_clusters(config: &RouteConfiguration, named: &mut BTreeSet<String>) {

@@ -44,8 +44,7 @@ pub struct DiscoveryRequestView {
     pub resource_locators: Vec<LocatorView>,
 }
 
-/// A `ResourceLocator`: a name, and the dynamic parameters a variant of
-/// it is selected by.
+/// A `ResourceLocator`: a name and its dynamic parameters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct LocatorView {
@@ -55,9 +54,8 @@ pub struct LocatorView {
     pub dynamic_parameters: std::collections::BTreeMap<String, String>,
 }
 
-/// The parts of a NACK's `google.rpc.Status` the gateway reads (its
-/// `details` are skipped). The message is cut to `ERROR_MESSAGE_BYTES`:
-/// it is logged, shown and sent upstream.
+/// What the gateway reads of a NACK's `google.rpc.Status`; the message is
+/// cut to `ERROR_MESSAGE_BYTES` (it is logged, shown and sent upstream).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct ErrorDetailView {
@@ -65,8 +63,7 @@ pub struct ErrorDetailView {
     pub code: i32,
     #[serde(deserialize_with = "bounded_message")]
     pub message: String,
-    /// How many `details` it has (a list of `Any`: its shape is checked,
-    /// its items skipped).
+    /// How many `details` it has (their shape checked, items skipped).
     #[serde(deserialize_with = "list_of_objects")]
     pub details: usize,
 }
@@ -75,9 +72,12 @@ pub struct ErrorDetailView {
 pub const ERROR_MESSAGE_BYTES: usize = 1024;
 
 /// The identity-bearing fields of a `Node`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct NodeView {
+    #[serde(deserialize_with = "null_as_default")]
     pub id: String,
+    #[serde(deserialize_with = "null_as_default")]
     pub cluster: String,
     /// Raw JSON of `metadata` (a Struct), if present.
     pub metadata: Option<Box<RawValue>>,
@@ -85,27 +85,16 @@ pub struct NodeView {
     pub locality: Option<Box<RawValue>>,
     /// Raw JSON of `dynamic_parameters` (per type URL, a `ContextParams`),
     /// if present and not empty.
+    #[serde(alias = "dynamicParameters")]
     pub dynamic_parameters: Option<Box<RawValue>>,
+    #[serde(alias = "userAgentName", deserialize_with = "null_as_default")]
     pub user_agent_name: String,
     /// Bytes of the node's JSON as sent (what a session holding it costs).
+    #[serde(skip)]
     pub json_bytes: usize,
     /// Where the node's JSON starts in the body (its offset).
+    #[serde(skip)]
     pub json_at: usize,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(default)]
-struct NodeFields {
-    #[serde(deserialize_with = "null_as_default")]
-    id: String,
-    #[serde(deserialize_with = "null_as_default")]
-    cluster: String,
-    metadata: Option<Box<RawValue>>,
-    locality: Option<Box<RawValue>>,
-    #[serde(alias = "dynamicParameters")]
-    dynamic_parameters: Option<Box<RawValue>>,
-    #[serde(alias = "userAgentName", deserialize_with = "null_as_default")]
-    user_agent_name: String,
 }
 
 /// `xds.core.v3.ContextParams`, read to check its shape: `params`, a map
@@ -182,12 +171,7 @@ fn error_detail_or_null<'de, D: Deserializer<'de>>(
     let Some(raw) = Option::<&'de RawValue>::deserialize(de)? else {
         return Ok(None);
     };
-    if !raw.get().starts_with('{') {
-        return Err(serde::de::Error::custom(format!(
-            "error_detail must be a JSON object, not {}",
-            json_kind(raw.get())
-        )));
-    }
+    object("error_detail", raw.get())?;
     serde_json::from_str(raw.get())
         .map(Some)
         .map_err(serde::de::Error::custom)
@@ -201,12 +185,7 @@ fn locators_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<LocatorView>
     };
     raw.into_iter()
         .map(|item| {
-            if !item.get().starts_with('{') {
-                return Err(serde::de::Error::custom(format!(
-                    "a resource_locators entry must be a JSON object, not {}",
-                    json_kind(item.get())
-                )));
-            }
+            object("a resource_locators entry", item.get())?;
             serde_json::from_str(item.get()).map_err(serde::de::Error::custom)
         })
         .collect()
@@ -239,79 +218,71 @@ fn node_or_null<'de, D: Deserializer<'de>>(de: D) -> Result<Option<NodeView>, D:
     };
     // serde would also take a struct from a JSON array (`[id, cluster]`);
     // proto3 JSON has only the object form.
-    if !raw.get().starts_with('{') {
-        return Err(serde::de::Error::custom(format!(
-            "node must be a JSON object, not {}",
-            json_kind(raw.get())
-        )));
-    }
-    let fields = serde_json::from_str::<NodeFields>(raw.get()).map_err(serde::de::Error::custom)?;
+    object("node", raw.get())?;
+    let mut node = serde_json::from_str::<NodeView>(raw.get()).map_err(serde::de::Error::custom)?;
     for (name, value) in [
-        ("metadata", &fields.metadata),
-        ("locality", &fields.locality),
-        ("dynamic_parameters", &fields.dynamic_parameters),
+        ("metadata", &node.metadata),
+        ("locality", &node.locality),
+        ("dynamic_parameters", &node.dynamic_parameters),
     ] {
-        let text = value.as_deref().map_or("null", RawValue::get);
-        if text != "null" && !text.starts_with('{') {
-            return Err(serde::de::Error::custom(format!(
-                "node.{name} must be a JSON object, not {}",
-                json_kind(text)
-            )));
+        match value.as_deref().map_or("null", RawValue::get) {
+            "null" => {}
+            text => object(format_args!("node.{name}"), text)?,
         }
     }
-    if let Some(locality) = &fields.locality {
+    if let Some(locality) = &node.locality {
         // Its fields are part of the identity: the proto3 JSON types hold.
         serde_json::from_str::<Option<LocalityFields>>(locality.get())
             .map_err(|e| serde::de::Error::custom(format!("node.locality: {e}")))?;
     }
-    if let Some(parameters) = &fields.dynamic_parameters {
+    if let Some(parameters) = &node.dynamic_parameters {
         // Part of the identity too: a map of type URL to `ContextParams`.
         type ByType = Option<std::collections::BTreeMap<String, ContextParamsFields>>;
         serde_json::from_str::<ByType>(parameters.get())
             .map_err(|e| serde::de::Error::custom(format!("node.dynamic_parameters: {e}")))?;
     }
-    Ok(Some(NodeView {
-        json_bytes: raw.get().len(),
-        // The address for now: `DiscoveryRequestView::parse` makes it an offset.
-        json_at: raw.get().as_ptr() as usize,
-        id: fields.id,
-        cluster: fields.cluster,
-        metadata: fields.metadata.filter(|m| m.get() != "null"),
-        locality: fields.locality.filter(|l| l.get() != "null"),
-        dynamic_parameters: fields
-            .dynamic_parameters
-            .filter(|p| !matches!(p.get().trim(), "null" | "{}")),
-        user_agent_name: fields.user_agent_name,
-    }))
+    node.json_bytes = raw.get().len();
+    // The address for now: `DiscoveryRequestView::parse` makes it an offset.
+    node.json_at = raw.get().as_ptr() as usize;
+    node.metadata = node.metadata.take().filter(|m| m.get() != "null");
+    node.locality = node.locality.take().filter(|l| l.get() != "null");
+    node.dynamic_parameters =
+        (node.dynamic_parameters.take()).filter(|p| !matches!(p.get().trim(), "null" | "{}"));
+    Ok(Some(node))
 }
 
-/// What kind of JSON value `raw` (a valid value, no leading space) is.
-fn json_kind(raw: &str) -> &'static str {
-    match raw.as_bytes().first() {
+/// `Ok` if `raw` (a valid value, no leading space) is a JSON object, else
+/// an error saying what `what` is instead.
+fn object<E: serde::de::Error>(what: impl std::fmt::Display, raw: &str) -> Result<(), E> {
+    let kind = match raw.as_bytes().first() {
+        Some(b'{') => return Ok(()),
         Some(b'[') => "an array",
         Some(b'"') => "a string",
         Some(b't' | b'f') => "a boolean",
         Some(b'n') => "null",
         _ => "a number",
-    }
-}
-
-/// The request's whole `node` as raw JSON, or `None` if absent or null
-/// (what the tests check [`NodeView::json_at`] against).
-#[cfg(test)]
-pub(crate) fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestError> {
-    #[derive(Deserialize)]
-    struct OnlyNode {
-        #[serde(default)]
-        node: Option<Box<RawValue>>,
-    }
-    let only: OnlyNode = serde_json::from_slice(body).map_err(|e| RequestError(e.to_string()))?;
-    Ok(only.node.filter(|n| n.get() != "null"))
+    };
+    Err(E::custom(format!(
+        "{what} must be a JSON object, not {kind}"
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The request's whole `node` as raw JSON, or `None` if absent or null
+    /// (what the tests check [`NodeView::json_at`] against).
+    fn raw_node(body: &[u8]) -> Result<Option<Box<RawValue>>, RequestError> {
+        #[derive(Deserialize)]
+        struct OnlyNode {
+            #[serde(default)]
+            node: Option<Box<RawValue>>,
+        }
+        let only: OnlyNode =
+            serde_json::from_slice(body).map_err(|e| RequestError(e.to_string()))?;
+        Ok(only.node.filter(|n| n.get() != "null"))
+    }
 
     #[test]
     fn the_node_is_found_where_it_is_in_the_body() {

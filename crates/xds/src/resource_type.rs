@@ -14,7 +14,6 @@ use std::fmt;
 
 use super::extra_types::{self, Definition, ExtraType, ExtraTypeError};
 
-/// Prefix of every type URL.
 pub(crate) const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
 /// Path prefix shared by every REST discovery endpoint.
@@ -55,14 +54,12 @@ struct Row {
     path_suffix: &'static str,
     /// Fully qualified request message name (HDS and CSDS have their own).
     request_message: &'static str,
-    /// Fully qualified name of the message served (resource or response).
-    message: &'static str,
+    /// The type URL of the message served (resource or response).
+    type_url: &'static str,
     service: &'static str,
-    /// The unary method; `None` for the delta-only types, which have only
-    /// a `Delta*` method.
+    /// The unary method; `None` for the delta-only types.
     fetch_method: Option<&'static str>,
-    /// What the service's streaming methods are named after: `Stream<X>`
-    /// (SotW) and `Delta<X>` (incremental).
+    /// What `Stream<X>` and `Delta<X>` are named after.
     stream_stem: &'static str,
 }
 
@@ -72,70 +69,70 @@ const TABLE: [Row; 12] = [
     row(
         ResourceType::Listeners,
         "listeners",
-        "envoy.config.listener.v3.Listener",
+        "type.googleapis.com/envoy.config.listener.v3.Listener",
         "envoy.service.listener.v3.ListenerDiscoveryService",
         (Some("FetchListeners"), "Listeners"),
     ),
     row(
         ResourceType::Routes,
         "routes",
-        "envoy.config.route.v3.RouteConfiguration",
+        "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
         "envoy.service.route.v3.RouteDiscoveryService",
         (Some("FetchRoutes"), "Routes"),
     ),
     row(
         ResourceType::ScopedRoutes,
         "scoped-routes",
-        "envoy.config.route.v3.ScopedRouteConfiguration",
+        "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
         "envoy.service.route.v3.ScopedRoutesDiscoveryService",
         (Some("FetchScopedRoutes"), "ScopedRoutes"),
     ),
     row(
         ResourceType::Clusters,
         "clusters",
-        "envoy.config.cluster.v3.Cluster",
+        "type.googleapis.com/envoy.config.cluster.v3.Cluster",
         "envoy.service.cluster.v3.ClusterDiscoveryService",
         (Some("FetchClusters"), "Clusters"),
     ),
     row(
         ResourceType::Endpoints,
         "endpoints",
-        "envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
         "envoy.service.endpoint.v3.EndpointDiscoveryService",
         (Some("FetchEndpoints"), "Endpoints"),
     ),
     row(
         ResourceType::Secrets,
         "secrets",
-        "envoy.extensions.transport_sockets.tls.v3.Secret",
+        "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
         "envoy.service.secret.v3.SecretDiscoveryService",
         (Some("FetchSecrets"), "Secrets"),
     ),
     row(
         ResourceType::Runtime,
         "runtime",
-        "envoy.service.runtime.v3.Runtime",
+        "type.googleapis.com/envoy.service.runtime.v3.Runtime",
         "envoy.service.runtime.v3.RuntimeDiscoveryService",
         (Some("FetchRuntime"), "Runtime"),
     ),
     row(
         ResourceType::ExtensionConfigs,
         "extension_configs",
-        "envoy.config.core.v3.TypedExtensionConfig",
+        "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
         "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
         (Some("FetchExtensionConfigs"), "ExtensionConfigs"),
     ),
     row(
         ResourceType::VirtualHosts,
         "virtual_hosts",
-        "envoy.config.route.v3.VirtualHost",
+        "type.googleapis.com/envoy.config.route.v3.VirtualHost",
         "envoy.service.route.v3.VirtualHostDiscoveryService",
         (None, "VirtualHosts"),
     ),
     row(
         ResourceType::LbEndpoints,
         "lb_endpoints",
-        "envoy.config.endpoint.v3.LbEndpoint",
+        "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
         "envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
         (None, "LocalityEndpoints"),
     ),
@@ -143,7 +140,7 @@ const TABLE: [Row; 12] = [
         endpoint: Endpoint::HealthCheck,
         path_suffix: "health_check",
         request_message: "envoy.service.health.v3.HealthCheckRequestOrEndpointHealthResponse",
-        message: "envoy.service.health.v3.HealthCheckSpecifier",
+        type_url: "type.googleapis.com/envoy.service.health.v3.HealthCheckSpecifier",
         service: "envoy.service.health.v3.HealthDiscoveryService",
         fetch_method: Some("FetchHealthCheck"),
         stream_stem: "HealthCheck",
@@ -152,7 +149,7 @@ const TABLE: [Row; 12] = [
         endpoint: Endpoint::ClientStatus,
         path_suffix: "client_status",
         request_message: "envoy.service.status.v3.ClientStatusRequest",
-        message: "envoy.service.status.v3.ClientStatusResponse",
+        type_url: "type.googleapis.com/envoy.service.status.v3.ClientStatusResponse",
         service: "envoy.service.status.v3.ClientStatusDiscoveryService",
         fetch_method: Some("FetchClientStatus"),
         stream_stem: "ClientStatus",
@@ -162,7 +159,7 @@ const TABLE: [Row; 12] = [
 const fn row(
     kind: ResourceType,
     path_suffix: &'static str,
-    message: &'static str,
+    type_url: &'static str,
     service: &'static str,
     (fetch_method, stream_stem): (Option<&'static str>, &'static str),
 ) -> Row {
@@ -170,7 +167,7 @@ const fn row(
         endpoint: Endpoint::Discovery(kind),
         path_suffix,
         request_message: DISCOVERY_REQUEST,
-        message,
+        type_url,
         service,
         fetch_method,
         stream_stem,
@@ -181,8 +178,7 @@ const fn row(
 pub const MAX_TYPES: usize = ResourceType::BUILT_IN.len() + extra_types::MAX_EXTRA_TYPES;
 
 impl ResourceType {
-    /// Envoy's ten, in table order (the eight Envoy polls over REST, then
-    /// the two delta-only ones).
+    /// Envoy's ten, in table order (the two delta-only ones last).
     pub const BUILT_IN: [ResourceType; 10] = [
         ResourceType::Listeners,
         ResourceType::Routes,
@@ -198,23 +194,17 @@ impl ResourceType {
 
     /// Every type served: Envoy's ten, then each extra type registered.
     pub fn all() -> Vec<ResourceType> {
-        let mut all = Self::BUILT_IN.to_vec();
-        all.extend(
-            extra_types::registered()
-                .into_iter()
-                .map(ResourceType::Extra),
-        );
-        all
+        let extras = extra_types::registered()
+            .into_iter()
+            .map(ResourceType::Extra);
+        Self::BUILT_IN.into_iter().chain(extras).collect()
     }
 
-    /// Registers an extra type (or finds it registered the same way): the
-    /// type that stands for it from now on. Envoy's own names and type
-    /// URLs are refused.
+    /// Registers an extra type (or finds it registered the same way);
+    /// Envoy's own names and type URLs are refused.
     pub fn register(def: &Definition<'_>) -> Result<ResourceType, ExtraTypeError> {
         let fail = |reason: String| Err(ExtraTypeError(reason));
-        let taken = Self::BUILT_IN.iter().any(|t| t.short_name() == def.name)
-            || TABLE.iter().any(|row| row.path_suffix == def.name);
-        if taken {
+        if TABLE.iter().any(|row| row.path_suffix == def.name) {
             return fail(format!(
                 "name {:?} is one of Envoy's own endpoints",
                 def.name
@@ -257,7 +247,7 @@ impl ResourceType {
     pub const fn type_url(self) -> &'static str {
         match self {
             ResourceType::Extra(extra) => extra.type_url,
-            built_in => TYPE_URLS[built_in.index()],
+            built_in => TABLE[built_in.index()].type_url,
         }
     }
 
@@ -265,7 +255,7 @@ impl ResourceType {
     pub fn message_name(self) -> &'static str {
         match self {
             ResourceType::Extra(extra) => extra.message,
-            built_in => built_in.row().message,
+            built_in => built_in.row().message(),
         }
     }
 
@@ -306,91 +296,59 @@ impl ResourceType {
     /// resources that changed, and a client must not delete the others.
     pub fn sotw_complete_state(self) -> bool {
         match self {
-            ResourceType::Listeners | ResourceType::Clusters => true,
             ResourceType::Extra(extra) => extra.complete_state,
-            ResourceType::Routes
-            | ResourceType::ScopedRoutes
-            | ResourceType::Endpoints
-            | ResourceType::Secrets
-            | ResourceType::Runtime
-            | ResourceType::ExtensionConfigs
-            | ResourceType::VirtualHosts
-            | ResourceType::LbEndpoints => false,
+            built_in => matches!(built_in, ResourceType::Listeners | ResourceType::Clusters),
         }
     }
 
     /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
     pub fn wildcard_when_unnamed(self) -> bool {
+        use ResourceType::{Clusters, Listeners, ScopedRoutes};
         match self {
-            ResourceType::Listeners | ResourceType::Clusters | ResourceType::ScopedRoutes => true,
             ResourceType::Extra(extra) => extra.wildcard_when_unnamed,
-            ResourceType::Routes
-            | ResourceType::Endpoints
-            | ResourceType::Secrets
-            | ResourceType::Runtime
-            | ResourceType::ExtensionConfigs
-            | ResourceType::VirtualHosts
-            | ResourceType::LbEndpoints => false,
+            built_in => matches!(built_in, Listeners | Clusters | ScopedRoutes),
         }
     }
 
-    /// The gRPC path of the type's own streaming method (the per-type
-    /// transport, as opposed to ADS): `Delta<X>` with `delta`, else
-    /// `Stream<X>`, which the delta-only types do not have.
+    /// The gRPC path of the type's own streaming method (not ADS's):
+    /// `Delta<X>` with `delta`, else `Stream<X>` (none for delta-only types).
     pub fn stream_path(self, delta: bool) -> Option<String> {
-        if let ResourceType::Extra(extra) = self {
-            let service = extra.service?;
-            let kind = if delta { "Delta" } else { "Stream" };
-            return Some(format!("/{service}/{kind}{}", extra.stem));
-        }
-        let row = self.row();
-        match delta {
-            true => Some(format!("/{}/Delta{}", row.service, row.stream_stem)),
-            false => {
-                (!self.delta_only()).then(|| format!("/{}/Stream{}", row.service, row.stream_stem))
-            }
-        }
+        let (service, stem) = match self {
+            ResourceType::Extra(extra) => (extra.service?, extra.stem),
+            _ if !delta && self.delta_only() => return None,
+            _ => (self.row().service, self.row().stream_stem),
+        };
+        let kind = if delta { "Delta" } else { "Stream" };
+        Some(format!("/{service}/{kind}{stem}"))
     }
 
     /// Whether xDS serves the type over delta streams only (VHDS, LEDS).
-    /// Such a resource is named by its delta `Resource` wrapper, not by a
-    /// field of its own (an `LbEndpoint` has no name; a virtual host's VHDS
-    /// name is `<route configuration>/<virtual host>`), so REST answers
-    /// carry each one in its wrapper.
+    /// Such a resource is named by its delta `Resource` wrapper (an
+    /// `LbEndpoint` has no name), so REST answers carry each in its wrapper.
     pub const fn delta_only(self) -> bool {
         matches!(self, ResourceType::VirtualHosts | ResourceType::LbEndpoints)
     }
 
     /// Whether a subscribed name also stands for every resource in its
-    /// namespace (VHDS: the route configuration name `rc` subscribes to
-    /// every `rc/<virtual host>`, as Envoy's VHDS subscription asks for it).
+    /// namespace (VHDS: `rc` subscribes to every `rc/<virtual host>`).
     pub const fn namespaced(self) -> bool {
         matches!(self, ResourceType::VirtualHosts)
     }
 }
 
-/// Type URLs in `ResourceType::BUILT_IN` order (const concatenation is not stable).
-const TYPE_URLS: [&str; 10] = [
-    "type.googleapis.com/envoy.config.listener.v3.Listener",
-    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
-    "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration",
-    "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
-    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
-    "type.googleapis.com/envoy.service.runtime.v3.Runtime",
-    "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-    "type.googleapis.com/envoy.config.route.v3.VirtualHost",
-    "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
-];
+impl Row {
+    /// Fully qualified name of the message served (resource or response).
+    fn message(&self) -> &'static str {
+        &self.type_url[TYPE_URL_PREFIX.len()..]
+    }
+}
 
 impl Endpoint {
     /// Every endpoint, in table order, then each extra type's.
     pub fn all() -> impl Iterator<Item = Endpoint> {
-        TABLE.iter().map(|row| row.endpoint).chain(
-            extra_types::registered()
-                .into_iter()
-                .map(|x| Endpoint::Discovery(ResourceType::Extra(x))),
-        )
+        let extras = extra_types::registered().into_iter();
+        let extras = extras.map(|x| Endpoint::Discovery(ResourceType::Extra(x)));
+        TABLE.iter().map(|row| row.endpoint).chain(extras)
     }
 
     /// The endpoint's row; an extra type has none (its strings are its own).
@@ -411,20 +369,10 @@ impl Endpoint {
 
     /// The REST path, e.g. `/v3/discovery:clusters`.
     pub fn path(self) -> String {
-        match self.extra() {
-            Some(extra) => format!("{PATH_PREFIX}{}", extra.name),
-            None => format!("{PATH_PREFIX}{}", self.row().path_suffix),
-        }
-    }
-
-    /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`
-    /// (routing goes by [`Endpoint::path`]; tests check the round trip).
-    #[cfg(test)]
-    fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
-        TABLE
-            .iter()
-            .find(|row| row.path_suffix == suffix)
-            .map(|row| row.endpoint)
+        let suffix = self
+            .extra()
+            .map_or_else(|| self.row().path_suffix, |extra| extra.name);
+        format!("{PATH_PREFIX}{suffix}")
     }
 
     /// Fully qualified name of the request message.
@@ -437,32 +385,27 @@ impl Endpoint {
 
     /// Fully qualified name of the served message (resource or response).
     pub fn message(self) -> &'static str {
-        match self.extra() {
-            Some(extra) => extra.message,
-            None => self.row().message,
-        }
+        self.extra()
+            .map_or_else(|| self.row().message(), |extra| extra.message)
     }
 
     /// Fully qualified gRPC service name (empty for an extra type that
     /// has none: it travels over ADS only).
     pub fn service(self) -> &'static str {
-        match self.extra() {
-            Some(extra) => extra.service.unwrap_or_default(),
-            None => self.row().service,
-        }
+        self.extra().map_or_else(
+            || self.row().service,
+            |extra| extra.service.unwrap_or_default(),
+        )
     }
 
     /// The unary method of the service (`None`: it has none).
     pub fn fetch_method(self) -> Option<&'static str> {
-        match self.extra() {
-            Some(extra) => extra.fetch_method,
-            None => self.row().fetch_method,
-        }
+        self.extra()
+            .map_or_else(|| self.row().fetch_method, |extra| extra.fetch_method)
     }
 
-    /// The valid path suffix closest to `suffix` (for "did you mean"):
-    /// the one an Envoy short name (`cds`, `eds`, ...) stands for, else the
-    /// nearest by edit distance.
+    /// The valid path suffix closest to `suffix` (for "did you mean"): what
+    /// an Envoy short name (`cds`, ...) stands for, else the nearest.
     pub fn closest_suffix(suffix: &str) -> &'static str {
         let short = suffix.trim_start_matches("v3/").to_ascii_lowercase();
         if let Some((_, meant)) = SHORT_NAMES.iter().find(|(name, _)| *name == short) {
@@ -522,6 +465,17 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Endpoint {
+        /// The endpoint whose path suffix (after `/v3/discovery:`) is `suffix`
+        /// (routing goes by [`Endpoint::path`]; tests check the round trip).
+        fn from_path_suffix(suffix: &str) -> Option<Endpoint> {
+            TABLE
+                .iter()
+                .find(|row| row.path_suffix == suffix)
+                .map(|row| row.endpoint)
+        }
+    }
 
     #[test]
     fn type_urls_match_message_names() {

@@ -1,15 +1,12 @@
 //! Resource rewrites for REST clients: every `ads: {}` / `self: {}`
 //! `ConfigSource`, at any depth and inside nested `Any`s, becomes a REST
-//! `api_config_source` pointing back at the gateway. An `Any` of a type the
-//! descriptor pool lacks is left as it is (it is served opaque: see
-//! [`super::opaque`]); what it holds cannot be read, so it is not rewritten.
+//! `api_config_source` pointing back at the gateway (an `Any` of a type the
+//! pool lacks is served opaque, [`super::opaque`], and left as it is).
 //!
 //! A REST-only Envoy rejects ADS config sources ("ADS must be configured to
-//! support an ADS config source"), and every ADS control plane emits them, so
-//! without this a REST Envoy could not follow a Cluster's EDS config or a
-//! listener's RDS config. The rewrite is a pure function of (resource bytes,
-//! target): its output is deterministic, so rewritten responses can be cached
-//! and versioned like the originals.
+//! support an ADS config source"), and every ADS control plane emits them.
+//! The rewrite is a deterministic function of (resource bytes, target), so
+//! rewritten responses can be cached and versioned like the originals.
 
 use std::time::Duration;
 
@@ -18,6 +15,7 @@ use prost_reflect::{DynamicMessage, Kind, ReflectMessage, Value};
 
 use super::json::Codec;
 use super::json_error::JsonError;
+use super::opaque::any_parts;
 
 const ANY: &str = "google.protobuf.Any";
 const CONFIG_SOURCE: &str = "envoy.config.core.v3.ConfigSource";
@@ -76,26 +74,9 @@ fn rewrite_message(
         if !walks_messages || !msg.has_field(&field) {
             continue;
         }
-        changed |= rewrite_value(codec, msg.get_field_mut(&field), target)?;
-    }
-    Ok(changed)
-}
-
-fn rewrite_value(codec: &Codec, value: &mut Value, target: &RestTarget) -> Result<bool, JsonError> {
-    let mut changed = false;
-    match value {
-        Value::Message(m) => changed |= rewrite_message(codec, m, target)?,
-        Value::List(items) => {
-            for item in items {
-                changed |= rewrite_value(codec, item, target)?;
-            }
+        for sub in super::opaque::messages_mut(msg.get_field_mut(&field)) {
+            changed |= rewrite_message(codec, sub, target)?;
         }
-        Value::Map(entries) => {
-            for item in entries.values_mut() {
-                changed |= rewrite_value(codec, item, target)?;
-            }
-        }
-        _ => {}
     }
     Ok(changed)
 }
@@ -110,13 +91,8 @@ fn rewrite_any(
     any: &mut DynamicMessage,
     target: &RestTarget,
 ) -> Result<bool, JsonError> {
-    let type_url = match any.get_field_by_name("type_url").as_deref() {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        _ => return Ok(false),
-    };
-    let payload = match any.get_field_by_name("value").as_deref() {
-        Some(Value::Bytes(b)) => b.clone(),
-        _ => return Ok(false),
+    let Some((type_url, payload)) = any_parts(any).filter(|(url, _)| !url.is_empty()) else {
+        return Ok(false);
     };
     let rewritten = match rewrite_config_sources(codec, &type_url, &payload, target) {
         Ok(Some(rewritten)) => rewritten,
@@ -166,7 +142,6 @@ fn rest_api_config_source(codec: &Codec, target: &RestTarget) -> Result<DynamicM
     Ok(api)
 }
 
-/// A `google.protobuf.Duration` of `value`.
 fn duration(codec: &Codec, value: Duration) -> Result<DynamicMessage, JsonError> {
     let proto = prost_types::Duration {
         seconds: i64::try_from(value.as_secs()).unwrap_or(i64::MAX),
@@ -175,10 +150,7 @@ fn duration(codec: &Codec, value: Duration) -> Result<DynamicMessage, JsonError>
     let mut message = DynamicMessage::new(codec.descriptor(DURATION)?);
     message
         .transcode_from(&proto)
-        .map_err(|e| JsonError::Decode {
-            type_url: DURATION.to_owned(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| JsonError::decode(DURATION, e))?;
     Ok(message)
 }
 

@@ -2,25 +2,19 @@
 //! resource names belong to a glob collection (`xdstp://a/T/some/*`).
 //!
 //! A name is `xdstp://{authority}/{type}/{id}[?{context params}][#{directives}]`.
-//! A glob collection is a name whose id is `*` or ends in `/*`; a resource
-//! belongs to it when authority, type and context parameters are equal and
-//! the resource's id, with its last path segment replaced by `*`, is the
-//! glob's id: immediate children only, as Envoy's `WatchMap` matches them.
-//! Ids and parameters are compared %-decoded and parameters as a set, so a
-//! name and its canonical form (parameters sorted) match alike.
-//!
-//! Everything else is an opaque string: names are subscribed upstream and
-//! matched in answers unchanged. Owns no I/O, allocates only when a name is
-//! in the xdstp form.
+//! A resource belongs to a glob (id `*` or ending in `/*`) when authority,
+//! type and context parameters are equal and its id, last segment replaced by
+//! `*`, is the glob's: immediate children only, as Envoy's `WatchMap` matches
+//! them. Ids and parameters compare %-decoded, parameters as a set. Other
+//! names are opaque strings. No I/O; allocates only for xdstp names.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use percent_encoding::percent_decode_str;
 
-const SCHEME: &str = "xdstp://";
+pub(crate) const SCHEME: &str = "xdstp://";
 
-/// Whether `name` is in the xdstp form.
 pub fn is_xdstp(name: &str) -> bool {
     name.starts_with(SCHEME)
 }
@@ -62,17 +56,17 @@ pub fn in_collection(name: &str, glob: &str) -> bool {
 
 /// The parts of an xdstp name that decide collection membership.
 #[derive(Debug, PartialEq, Eq)]
-struct Parsed<'a> {
+pub(crate) struct Parsed<'a> {
     authority: &'a str,
     resource_type: &'a str,
     /// %-decoded.
-    id: Cow<'a, str>,
+    pub(crate) id: Cow<'a, str>,
     /// %-decoded key → value.
     params: BTreeMap<Cow<'a, str>, Cow<'a, str>>,
 }
 
 impl<'a> Parsed<'a> {
-    fn new(name: &'a str) -> Option<Parsed<'a>> {
+    pub(crate) fn new(name: &'a str) -> Option<Parsed<'a>> {
         let rest = name.strip_prefix(SCHEME)?;
         // Directives (`#entry=...`, `#alt=...`) do not name the resource.
         let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
@@ -94,29 +88,6 @@ impl<'a> Parsed<'a> {
             params,
         })
     }
-}
-
-/// The glob collection of the directory `name` is in (`xdstp://a/T/dir/x?p`
-/// → `xdstp://a/T/dir/*?p`), for an xdstp resource name that is not a glob
-/// itself and has no `%` escape (a decoded `/` would move the directory).
-/// For the fuzz target's property that a name belongs to that glob.
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn parent_glob(name: &str) -> Option<String> {
-    let parsed = Parsed::new(name)?;
-    if name.contains('%') || parsed.id == "*" || parsed.id.ends_with("/*") {
-        return None;
-    }
-    let rest = name.strip_prefix(SCHEME)?;
-    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
-    let (path, query) = match rest.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (rest, None),
-    };
-    let dir = &path[..=path.rfind('/')?];
-    Some(match query {
-        Some(query) => format!("{SCHEME}{dir}*?{query}"),
-        None => format!("{SCHEME}{dir}*"),
-    })
 }
 
 fn decode(s: &str) -> Option<Cow<'_, str>> {

@@ -88,41 +88,28 @@ impl<T: PartialOrd + Copy + std::fmt::Display> Bounds<T> {
         // `Percent` of NaN is "not in the range of 0..100").
         let below = |(u, inclusive): (T, bool)| value < u || (inclusive && value == u);
         let above = |(l, inclusive): (T, bool)| value > l || (inclusive && value == l);
-        let name = |(_, inclusive): (T, bool), strict: &str, or_equal: &str| {
-            if inclusive { or_equal } else { strict }.to_owned()
-        };
         match (lower, upper) {
             // A lower bound above the upper one: the range is exclusive.
             (Some(l), Some(u)) if l.0 > u.0 => {
                 if !(below(u) || above(l)) {
                     return broken(
-                        &rule(&name(l, "gt", "gte")),
+                        &rule(["gt", "gte"][usize::from(l.1)]),
                         format!("value must be outside range ({}, {})", show(u.0), show(l.0)),
                     );
                 }
             }
             _ => {
-                if let Some(l) = lower.filter(|l| !above(*l)) {
-                    let words = if l.1 {
-                        "greater than or equal to"
-                    } else {
-                        "greater than"
-                    };
-                    return broken(
-                        &rule(&name(l, "gt", "gte")),
-                        format!("value must be {words} {}", show(l.0)),
-                    );
+                if let Some((l, inclusive)) = lower.filter(|l| !above(*l)) {
+                    let (name, words) =
+                        [("gt", ""), ("gte", " or equal to")][usize::from(inclusive)];
+                    let message = format!("value must be greater than{words} {}", show(l));
+                    return broken(&rule(name), message);
                 }
-                if let Some(u) = upper.filter(|u| !below(*u)) {
-                    let words = if u.1 {
-                        "less than or equal to"
-                    } else {
-                        "less than"
-                    };
-                    return broken(
-                        &rule(&name(u, "lt", "lte")),
-                        format!("value must be {words} {}", show(u.0)),
-                    );
+                if let Some((u, inclusive)) = upper.filter(|u| !below(*u)) {
+                    let (name, words) =
+                        [("lt", ""), ("lte", " or equal to")][usize::from(inclusive)];
+                    let message = format!("value must be less than{words} {}", show(u));
+                    return broken(&rule(name), message);
                 }
             }
         }

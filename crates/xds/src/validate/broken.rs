@@ -8,7 +8,6 @@ pub(crate) struct Broken {
     pub(crate) message: String,
 }
 
-/// `rule` broken, as `message` says.
 pub(super) fn broken(rule: &str, message: impl Into<String>) -> Result<(), Broken> {
     Err(Broken {
         rule: rule.to_owned(),

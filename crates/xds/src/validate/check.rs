@@ -2,6 +2,8 @@
 //! durations through [`Rules::check`]; lists, maps, wrappers and `Any`
 //! fields here; and the [`Violation`] that names the path and the rule.
 
+use std::borrow::Cow;
+
 use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, ReflectMessage, Value};
 
 use super::rules::{FieldRules, Rules};
@@ -28,13 +30,7 @@ impl Validator {
                 },
                 Value::List(list),
             ) => {
-                let counted = Counted {
-                    kind: "repeated",
-                    least: "min_items",
-                    most: "max_items",
-                    unit: "item",
-                };
-                if !counted.check(list.len(), *min, *max, *ignore_empty, path)? {
+                if !counted("repeated", list.len(), (*min, *max), *ignore_empty, path)? {
                     return Ok(());
                 }
                 if *unique && list.iter().enumerate().any(|(i, v)| list[..i].contains(v)) {
@@ -47,7 +43,7 @@ impl Validator {
                 if let Some(items) = items {
                     for (i, item) in list.iter().enumerate() {
                         path.push(format!("[{i}]"));
-                        check_element(field, item, items, path)?;
+                        check(&items.rules, &unwrapped(item), field, path)?;
                         path.pop();
                     }
                 }
@@ -63,23 +59,21 @@ impl Validator {
                 },
                 Value::Map(map),
             ) => {
-                let counted = Counted {
-                    kind: "map",
-                    least: "min_pairs",
-                    most: "max_pairs",
-                    unit: "pair",
-                };
-                if !counted.check(map.len(), *min, *max, *ignore_empty, path)? {
+                if !counted("map", map.len(), (*min, *max), *ignore_empty, path)? {
                     return Ok(());
                 }
-                let entry = map_entry(field);
+                let Kind::Message(entry) = field.kind() else {
+                    return Ok(());
+                };
+                let (key_field, value_field) =
+                    (entry.map_entry_key_field(), entry.map_entry_value_field());
                 for (key, item) in map {
                     path.push(format!("[{}]", show_key(key)));
-                    if let (Some(keys), Some((key_field, _))) = (keys, &entry) {
-                        check(&keys.rules, &key_value(key), key_field, path)?;
+                    if let Some(keys) = keys {
+                        check(&keys.rules, &Value::from(key.clone()), &key_field, path)?;
                     }
-                    if let (Some(values), Some((_, value_field))) = (values, &entry) {
-                        check_element(value_field, item, values, path)?;
+                    if let Some(values) = values {
+                        check(&values.rules, &unwrapped(item), &value_field, path)?;
                     }
                     path.pop();
                 }
@@ -103,74 +97,38 @@ impl Validator {
                 }
                 Ok(())
             }
-            (rules, Value::Message(inner)) => match unwrap_wrapper(inner) {
-                // A wrapper (google.protobuf.UInt32Value, ...): the rules apply to its value.
-                Some(wrapped) => check(rules, &wrapped, field, path),
-                None => check(rules, value, field, path),
-            },
+            (rules, Value::Message(_)) => check(rules, &unwrapped(value), field, path),
             _ => Ok(()),
         }
     }
 }
 
-/// The count rules of a list (items) or a map (pairs).
-struct Counted {
-    kind: &'static str,
-    least: &'static str,
-    most: &'static str,
-    unit: &'static str,
-}
-
-impl Counted {
-    /// Checks `n` against `min`/`max`; false when the rest of the rules are
-    /// skipped (`ignore_empty` and nothing there).
-    fn check(
-        &self,
-        n: usize,
-        min: Option<u64>,
-        max: Option<u64>,
-        ignore_empty: bool,
-        path: &[String],
-    ) -> Result<bool, Violation> {
-        let n = n as u64;
-        if ignore_empty && n == 0 {
-            return Ok(false);
-        }
-        if let Some(min) = min.filter(|m| n < *m) {
-            let message = format!("value must contain at least {min} {}(s)", self.unit);
-            return Err(violation(
-                path,
-                &format!("{}.{}", self.kind, self.least),
-                &message,
-            ));
-        }
-        if let Some(max) = max.filter(|m| n > *m) {
-            let message = format!("value must contain no more than {max} {}(s)", self.unit);
-            return Err(violation(
-                path,
-                &format!("{}.{}", self.kind, self.most),
-                &message,
-            ));
-        }
-        Ok(true)
-    }
-}
-
-/// One list item or map value under `rules` (items of a list field, or
-/// the value field of a map entry).
-pub(super) fn check_element(
-    field: &FieldDescriptor,
-    value: &Value,
-    rules: &FieldRules,
+/// Checks the count `n` of a list's items or a map's pairs (`kind`); false
+/// when the rest of the rules are skipped (`ignore_empty`, and none there).
+fn counted(
+    kind: &str,
+    n: usize,
+    (min, max): (Option<u64>, Option<u64>),
+    ignore_empty: bool,
     path: &[String],
-) -> Result<(), Violation> {
-    match value {
-        Value::Message(inner) => match unwrap_wrapper(inner) {
-            Some(wrapped) => check(&rules.rules, &wrapped, field, path),
-            None => check(&rules.rules, value, field, path),
-        },
-        _ => check(&rules.rules, value, field, path),
+) -> Result<bool, Violation> {
+    let (least, most, unit) = match kind {
+        "map" => ("min_pairs", "max_pairs", "pair"),
+        _ => ("min_items", "max_items", "item"),
+    };
+    let n = n as u64;
+    if ignore_empty && n == 0 {
+        return Ok(false);
     }
+    if let Some(min) = min.filter(|m| n < *m) {
+        let message = format!("value must contain at least {min} {unit}(s)");
+        return Err(violation(path, &format!("{kind}.{least}"), &message));
+    }
+    if let Some(max) = max.filter(|m| n > *m) {
+        let message = format!("value must contain no more than {max} {unit}(s)");
+        return Err(violation(path, &format!("{kind}.{most}"), &message));
+    }
+    Ok(true)
 }
 
 pub(super) fn check(
@@ -203,10 +161,6 @@ pub(super) fn violation(path: &[String], rule: &str, message: &str) -> Violation
     }
 }
 
-pub(super) fn is_message(field: &FieldDescriptor) -> bool {
-    matches!(field.kind(), Kind::Message(_))
-}
-
 /// Whether a field can hold messages with rules of their own.
 pub(super) fn holds_messages(field: &FieldDescriptor) -> bool {
     match field.kind() {
@@ -220,40 +174,27 @@ pub(super) fn holds_messages(field: &FieldDescriptor) -> bool {
     }
 }
 
-pub(super) fn map_entry(field: &FieldDescriptor) -> Option<(FieldDescriptor, FieldDescriptor)> {
-    match field.kind() {
-        Kind::Message(m) if field.is_map() => {
-            Some((m.map_entry_key_field(), m.map_entry_value_field()))
-        }
-        _ => None,
-    }
-}
-
-/// The value inside a `google.protobuf.*Value` wrapper, if `message` is one.
-pub(super) fn unwrap_wrapper(message: &DynamicMessage) -> Option<Value> {
+/// `value`, or the value inside it if it is a `google.protobuf.*Value`
+/// wrapper (the rules apply to what it wraps).
+fn unwrapped(value: &Value) -> Cow<'_, Value> {
+    let Value::Message(message) = value else {
+        return Cow::Borrowed(value);
+    };
     let name = message.descriptor().full_name().to_owned();
     let wrapper = name.starts_with("google.protobuf.")
         && name.ends_with("Value")
         && name != "google.protobuf.Value";
-    wrapper.then(|| message.get_field_by_name("value").map(|v| v.into_owned()))?
+    match wrapper
+        .then(|| message.get_field_by_name("value"))
+        .flatten()
+    {
+        Some(inner) => Cow::Owned(inner.into_owned()),
+        None => Cow::Borrowed(value),
+    }
 }
 
 pub(super) fn any_type_url(any: &DynamicMessage) -> String {
-    match any.get_field_by_name("type_url").as_deref() {
-        Some(Value::String(s)) => s.clone(),
-        _ => String::new(),
-    }
-}
-
-pub(super) fn key_value(key: &MapKey) -> Value {
-    match key {
-        MapKey::Bool(v) => Value::Bool(*v),
-        MapKey::I32(v) => Value::I32(*v),
-        MapKey::I64(v) => Value::I64(*v),
-        MapKey::U32(v) => Value::U32(*v),
-        MapKey::U64(v) => Value::U64(*v),
-        MapKey::String(v) => Value::String(v.clone()),
-    }
+    crate::opaque::any_parts(any).unwrap_or_default().0
 }
 
 pub(super) fn show_key(key: &MapKey) -> String {

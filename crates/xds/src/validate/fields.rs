@@ -21,20 +21,14 @@ pub(super) fn list(message: &DynamicMessage, name: &str) -> Vec<Value> {
     }
 }
 
-/// Whether the bool field `name` is set to true.
 pub(super) fn flag(message: &DynamicMessage, name: &str) -> bool {
     matches!(field(message, name), Some(Value::Bool(true)))
 }
 
-/// The `uint64` field `name`, if it is set.
 pub(super) fn uint(message: &DynamicMessage, name: &str) -> Option<u64> {
-    match field(message, name)? {
-        Value::U64(v) => Some(v),
-        _ => None,
-    }
+    field(message, name)?.as_u64()
 }
 
-/// The bytes of a string or bytes value.
 pub(super) fn bytes_of(value: &Value) -> Option<Vec<u8>> {
     match value {
         Value::String(s) => Some(s.as_bytes().to_vec()),

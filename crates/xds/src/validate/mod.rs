@@ -1,21 +1,18 @@
 //! Envoy's own field rules, checked before a resource reaches Envoy.
 //!
-//! Envoy's protos carry protoc-gen-validate annotations (`validate.rules` on
-//! fields, `validate.required` on oneofs, `validate.disabled`/`ignored` on
-//! messages), and Envoy checks every update against them: one broken rule
-//! rejects the whole update ("Proto constraint validation failed"). Over REST
-//! nobody upstream would hear of it, so the gateway checks each resource when
-//! it arrives and NACKs what Envoy would reject.
+//! Envoy's protos carry protoc-gen-validate annotations, and Envoy checks
+//! every update against them: one broken rule rejects the whole update
+//! ("Proto constraint validation failed"). Over REST nobody upstream would
+//! hear of it, so the gateway checks each resource when it arrives and NACKs
+//! what Envoy would reject.
 //!
 //! [`Validator::validate`] walks a decoded message: every field's rules (see
-//! [`rules`] for which), nested messages, list items and map values, and the
-//! payload of `typed_config` `Any`s (and `typed_per_filter_config` and
-//! `typed_extension_protocol_options` values), which Envoy validates when it
-//! builds the extension. Other `Any`s (metadata,
-//! for instance) are not looked into, as Envoy does not either. A
-//! `TypedStruct` payload is not converted and checked. The plan of each
-//! message type (its fields' rules) is read from the descriptor pool once.
-//! No I/O.
+//! [`rules`]), nested messages, list items, map values, and the payload of
+//! `typed_config` `Any`s (and `typed_per_filter_config`,
+//! `typed_extension_protocol_options`), which Envoy validates when it builds
+//! the extension. Other `Any`s (metadata) are not looked into, as Envoy does
+//! not either; nor is a `TypedStruct` payload. Each message type's plan is
+//! read from the descriptor pool once. No I/O.
 
 mod bounds;
 mod broken;
@@ -27,14 +24,14 @@ mod tests;
 mod text;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use prost_reflect::{
     DescriptorPool, DynamicMessage, ExtensionDescriptor, FieldDescriptor, MessageDescriptor,
     OneofDescriptor, ReflectMessage, Value,
 };
 
-use self::check::{any_type_url, check, holds_messages, is_message, show_key, violation};
+use self::check::{check, holds_messages, show_key, violation};
 use self::rules::{FieldRules, Rules};
 
 /// Fields whose `Any` payload Envoy validates as an extension config (a
@@ -83,8 +80,8 @@ pub struct Validator {
 }
 
 impl Validator {
-    /// A validator over `pool` (which knows `validate/validate.proto` if its
-    /// messages carry rules; without it nothing is checked).
+    /// A validator over `pool` (without `validate/validate.proto` in it,
+    /// nothing is checked).
     pub fn new(pool: DescriptorPool) -> Validator {
         let ext = |name: &str| pool.get_extension_by_name(name);
         Validator {
@@ -106,22 +103,20 @@ impl Validator {
     }
 
     fn plan(&self, desc: &MessageDescriptor) -> Arc<MessagePlan> {
-        if let Some(plan) = self.read_plans().get(desc.full_name()) {
+        // Plans are inserted whole: a poisoned lock holds nothing half-made.
+        let plans = self.plans.read();
+        if let Some(plan) = plans
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(desc.full_name())
+        {
             return plan.clone();
         }
         let plan = Arc::new(self.make_plan(desc));
         self.plans
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(desc.full_name().to_owned(), plan.clone());
         plan
-    }
-
-    fn read_plans(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<MessagePlan>>> {
-        // Plans are inserted whole: a poisoned lock holds nothing half-made.
-        self.plans
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn make_plan(&self, desc: &MessageDescriptor) -> MessagePlan {
@@ -136,16 +131,15 @@ impl Validator {
         let fields = desc
             .fields()
             .filter_map(|field| {
-                let rules = self.field_rules.as_ref().and_then(|ext| {
-                    let options = field.options();
-                    if !options.has_extension(ext) {
-                        return None;
-                    }
-                    options
-                        .get_extension(ext)
-                        .as_message()
-                        .map(FieldRules::read)
-                });
+                let options = field.options();
+                let rules = (self.field_rules.as_ref())
+                    .filter(|ext| options.has_extension(ext))
+                    .and_then(|ext| {
+                        options
+                            .get_extension(ext)
+                            .as_message()
+                            .map(FieldRules::read)
+                    });
                 let skip = rules.as_ref().is_some_and(|r| r.skip);
                 let walk = !skip && holds_messages(&field);
                 (rules.is_some() || walk).then_some(FieldPlan { field, rules, walk })
@@ -153,11 +147,9 @@ impl Validator {
             .collect();
         let required_oneofs = desc
             .oneofs()
-            .filter(|o| !o.is_synthetic())
             .filter(|o| {
-                self.oneof_required
-                    .as_ref()
-                    .is_some_and(|ext| o.options().get_extension(ext).as_bool() == Some(true))
+                let ext = self.oneof_required.as_ref().filter(|_| !o.is_synthetic());
+                ext.is_some_and(|ext| o.options().get_extension(ext).as_bool() == Some(true))
             })
             .collect();
         MessagePlan {
@@ -205,7 +197,7 @@ impl Validator {
             if rules.required && !present {
                 return Err(violation(path, "message.required", "value is required"));
             }
-            if field.is_list() || field.is_map() || is_message(field) {
+            if field.is_list() || field.is_map() || field.kind().as_message().is_some() {
                 if present || field.is_list() || field.is_map() {
                     self.check_container(field, &value, rules, path)?;
                 }
@@ -240,30 +232,27 @@ impl Validator {
             return Ok(());
         }
         let extension = EXTENSION_FIELDS.contains(&field.name());
-        match value {
-            Value::Message(inner) => self.walk_message(inner, extension, path),
-            Value::List(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    if let Value::Message(inner) = item {
-                        path.push(format!("[{i}]"));
-                        self.walk_message(inner, extension, path)?;
-                        path.pop();
-                    }
-                }
-                Ok(())
+        let items: Vec<(String, &Value)> = match value {
+            Value::Message(inner) => return self.walk_message(inner, extension, path),
+            Value::List(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("[{i}]"), v))
+                .collect(),
+            Value::Map(map) => map
+                .iter()
+                .map(|(k, v)| (format!("[{}]", show_key(k)), v))
+                .collect(),
+            _ => return Ok(()),
+        };
+        for (at, item) in items {
+            if let Value::Message(inner) = item {
+                path.push(at);
+                self.walk_message(inner, extension, path)?;
+                path.pop();
             }
-            Value::Map(map) => {
-                for (key, item) in map {
-                    if let Value::Message(inner) = item {
-                        path.push(format!("[{}]", show_key(key)));
-                        self.walk_message(inner, extension, path)?;
-                        path.pop();
-                    }
-                }
-                Ok(())
-            }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     /// A nested message: an `Any` in an extension field is unpacked (when
@@ -274,22 +263,12 @@ impl Validator {
         extension: bool,
         path: &mut Vec<String>,
     ) -> Result<(), Violation> {
-        if message.descriptor().full_name() != "google.protobuf.Any" {
+        let Some((type_url, payload)) = crate::opaque::any_parts(message) else {
             return self.walk(message, path);
-        }
-        if !extension {
-            return Ok(());
-        }
-        let type_url = any_type_url(message);
+        };
         let name = type_url.rsplit('/').next().unwrap_or_default();
-        let Some(desc) = self.pool.get_message_by_name(name) else {
-            return Ok(());
-        };
-        let payload = match message.get_field_by_name("value").as_deref() {
-            Some(Value::Bytes(bytes)) => bytes.clone(),
-            _ => return Ok(()),
-        };
-        let Ok(inner) = DynamicMessage::decode(desc, payload) else {
+        let desc = self.pool.get_message_by_name(name).filter(|_| extension);
+        let Some(Ok(inner)) = desc.map(|desc| DynamicMessage::decode(desc, payload)) else {
             return Ok(());
         };
         let short = name.rsplit('.').next().unwrap_or(name);

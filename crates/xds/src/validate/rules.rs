@@ -67,15 +67,9 @@ pub(crate) struct FieldRules {
 /// Nanoseconds of a `google.protobuf.Duration` or `Timestamp` message.
 pub(super) fn nanos(value: &Value) -> Option<i128> {
     let message = value.as_message()?;
-    let seconds = match field(message, "seconds") {
-        Some(Value::I64(s)) => s,
-        _ => 0,
-    };
-    let nanos = match field(message, "nanos") {
-        Some(Value::I32(n)) => n,
-        _ => 0,
-    };
-    Some(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
+    let seconds = field(message, "seconds").and_then(|v| v.as_i64());
+    let nanos = field(message, "nanos").and_then(|v| v.as_i32());
+    Some(i128::from(seconds.unwrap_or(0)) * 1_000_000_000 + i128::from(nanos.unwrap_or(0)))
 }
 
 pub(super) fn show_nanos(nanos: i128) -> String {
@@ -88,32 +82,26 @@ impl FieldRules {
     pub(crate) fn read(rules: &DynamicMessage) -> FieldRules {
         let message = field(rules, "message");
         let message = message.as_ref().and_then(Value::as_message);
-        let (mut required, skip) =
+        let (required, skip) =
             message.map_or((false, false), |m| (flag(m, "required"), flag(m, "skip")));
         let kind = rules
             .descriptor()
             .oneofs()
             .find(|o| o.name() == "type")
             .and_then(|o| o.fields().find(|f| rules.has_field(f)));
-        let rules = match kind {
-            None => Rules::None,
-            Some(desc) => {
-                let value = rules.get_field(&desc);
-                let Some(inner) = value.as_message() else {
-                    return FieldRules {
-                        rules: Rules::None,
-                        required,
-                        skip,
-                    };
-                };
-                let read = Rules::read(desc.name(), inner);
-                if let Rules::Any { required: true, .. } | Rules::Time { required: true, .. } = read
-                {
-                    required = true;
-                }
-                read
-            }
-        };
+        let rules = kind
+            .and_then(|desc| {
+                Some(Rules::read(
+                    desc.name(),
+                    rules.get_field(&desc).as_message()?,
+                ))
+            })
+            .unwrap_or(Rules::None);
+        let required = required
+            || matches!(
+                rules,
+                Rules::Any { required: true, .. } | Rules::Time { required: true, .. }
+            );
         FieldRules {
             rules,
             required,
@@ -124,31 +112,36 @@ impl FieldRules {
 
 impl Rules {
     fn read(kind: &str, r: &DynamicMessage) -> Rules {
-        let numeric = |kind: &'static str| Rules::Number {
-            kind,
-            bounds: Bounds::read(r, Num::of),
-            ignore_empty: flag(r, "ignore_empty"),
+        // Rules name themselves `{kind}.{rule}`: the kind, as `'static`.
+        const KINDS: [&str; 21] = [
+            "float",
+            "double",
+            "int32",
+            "int64",
+            "uint32",
+            "uint64",
+            "sint32",
+            "sint64",
+            "fixed32",
+            "fixed64",
+            "sfixed32",
+            "sfixed64",
+            "bool",
+            "string",
+            "bytes",
+            "enum",
+            "repeated",
+            "map",
+            "any",
+            "duration",
+            "timestamp",
+        ];
+        let Some(kind) = KINDS.into_iter().find(|k| *k == kind) else {
+            return Rules::None;
         };
         match kind {
-            "float" => numeric("float"),
-            "double" => numeric("double"),
-            "int32" => numeric("int32"),
-            "int64" => numeric("int64"),
-            "uint32" => numeric("uint32"),
-            "uint64" => numeric("uint64"),
-            "sint32" => numeric("sint32"),
-            "sint64" => numeric("sint64"),
-            "fixed32" => numeric("fixed32"),
-            "fixed64" => numeric("fixed64"),
-            "sfixed32" => numeric("sfixed32"),
-            "sfixed64" => numeric("sfixed64"),
-            "bool" => Rules::Bool(field(r, "const").and_then(|v| v.as_bool())),
-            "string" => Rules::Text {
-                kind: "string",
-                rules: Box::new(TextRules::read(r)),
-            },
-            "bytes" => Rules::Text {
-                kind: "bytes",
+            "string" | "bytes" => Rules::Text {
+                kind,
                 rules: Box::new(TextRules::read(r)),
             },
             "enum" => Rules::Enum {
@@ -171,27 +164,30 @@ impl Rules {
                 values: nested(r, "values"),
                 ignore_empty: flag(r, "ignore_empty"),
             },
-            "any" => Rules::Any {
-                required: flag(r, "required"),
-                within: list(r, "in")
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect(),
-                not_in: list(r, "not_in")
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect(),
-            },
+            "any" => {
+                let urls = |name| {
+                    list(r, name)
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                };
+                Rules::Any {
+                    required: flag(r, "required"),
+                    within: urls("in"),
+                    not_in: urls("not_in"),
+                }
+            }
             "duration" | "timestamp" => Rules::Time {
-                kind: if kind == "duration" {
-                    "duration"
-                } else {
-                    "timestamp"
-                },
+                kind,
                 required: flag(r, "required"),
                 bounds: Bounds::read(r, nanos),
             },
-            _ => Rules::None,
+            "bool" => Rules::Bool(field(r, "const").and_then(|v| v.as_bool())),
+            _ => Rules::Number {
+                kind,
+                bounds: Bounds::read(r, Num::of),
+                ignore_empty: flag(r, "ignore_empty"),
+            },
         }
     }
 
@@ -204,15 +200,12 @@ impl Rules {
                 kind,
                 bounds,
                 ignore_empty,
-            } => {
-                let Some(n) = Num::of(value) else {
-                    return Ok(());
-                };
-                if *ignore_empty && n.is_zero() {
-                    return Ok(());
+            } => match Num::of(value) {
+                Some(n) if !(*ignore_empty && n.is_zero()) => {
+                    bounds.check(kind, n, |n| n.to_string())
                 }
-                bounds.check(kind, n, |n| n.to_string())
-            }
+                _ => Ok(()),
+            },
             Rules::Bool(Some(c)) if value.as_bool() != Some(*c) => {
                 broken("bool.const", format!("value must equal {c}"))
             }
@@ -250,11 +243,8 @@ impl Rules {
                 Some(n) => bounds.check(kind, n, show_nanos),
                 None => Ok(()),
             },
-            Rules::Bool(_)
-            | Rules::Repeated { .. }
-            | Rules::Map { .. }
-            | Rules::Any { .. }
-            | Rules::None => Ok(()),
+            // Lists, maps and `Any`s are the caller's.
+            _ => Ok(()),
         }
     }
 }

@@ -48,23 +48,24 @@ impl TextRules {
         let text = |name: &str| field(r, name).as_ref().and_then(bytes_of);
         let texts = |name: &str| list(r, name).iter().filter_map(bytes_of).collect();
         let strict = field(r, "strict").and_then(|v| v.as_bool()).unwrap_or(true);
-        let well_known = if flag(r, "ip") {
-            Some(WellKnown::Ip)
-        } else if flag(r, "ipv4") {
-            Some(WellKnown::Ipv4)
-        } else if flag(r, "ipv6") {
-            Some(WellKnown::Ipv6)
-        } else if flag(r, "hostname") {
-            Some(WellKnown::Hostname)
-        } else if flag(r, "uri") {
-            Some(WellKnown::Uri)
-        } else {
-            match field(r, "well_known_regex").and_then(|v| v.as_enum_number()) {
-                Some(1) => Some(WellKnown::HeaderName { strict }),
-                Some(2) => Some(WellKnown::HeaderValue { strict }),
-                _ => None,
-            }
-        };
+        let flagged = [
+            ("ip", WellKnown::Ip),
+            ("ipv4", WellKnown::Ipv4),
+            ("ipv6", WellKnown::Ipv6),
+            ("hostname", WellKnown::Hostname),
+            ("uri", WellKnown::Uri),
+        ];
+        let well_known = flagged
+            .into_iter()
+            .find(|(name, _)| flag(r, name))
+            .map_or_else(
+                || match field(r, "well_known_regex").and_then(|v| v.as_enum_number()) {
+                    Some(1) => Some(WellKnown::HeaderName { strict }),
+                    Some(2) => Some(WellKnown::HeaderValue { strict }),
+                    _ => None,
+                },
+                |(_, known)| Some(known),
+            );
         TextRules {
             constant: text("const"),
             len: uint(r, "len"),
@@ -109,38 +110,26 @@ impl TextRules {
                 format!("value must equal {:?}", String::from_utf8_lossy(c)),
             );
         }
-        if let Some(n) = self.len.filter(|n| chars != *n) {
-            return broken(&rule("len"), format!("value length must be {n} {unit}"));
-        }
-        if let Some(n) = self.min_len.filter(|n| chars < *n) {
-            return broken(
-                &rule("min_len"),
-                format!("value length must be at least {n} {unit}"),
-            );
-        }
-        if let Some(n) = self.max_len.filter(|n| chars > *n) {
-            return broken(
-                &rule("max_len"),
-                format!("value length must be at most {n} {unit}"),
-            );
-        }
-        if let Some(n) = self.len_bytes.filter(|n| bytes != *n) {
-            return broken(
-                &rule("len_bytes"),
-                format!("value length must be {n} bytes"),
-            );
-        }
-        if let Some(n) = self.min_bytes.filter(|n| bytes < *n) {
-            return broken(
-                &rule("min_bytes"),
-                format!("value length must be at least {n} bytes"),
-            );
-        }
-        if let Some(n) = self.max_bytes.filter(|n| bytes > *n) {
-            return broken(
-                &rule("max_bytes"),
-                format!("value length must be at most {n} bytes"),
-            );
+        // The words say which way a bound is broken: `at least`, `at most`, or exactly.
+        for (name, bound, n, words, unit) in [
+            ("len", self.len, chars, "", unit),
+            ("min_len", self.min_len, chars, "at least ", unit),
+            ("max_len", self.max_len, chars, "at most ", unit),
+            ("len_bytes", self.len_bytes, bytes, "", "bytes"),
+            ("min_bytes", self.min_bytes, bytes, "at least ", "bytes"),
+            ("max_bytes", self.max_bytes, bytes, "at most ", "bytes"),
+        ] {
+            let wrong = |b: &u64| match words {
+                "at least " => n < *b,
+                "at most " => n > *b,
+                _ => n != *b,
+            };
+            if let Some(b) = bound.filter(wrong) {
+                return broken(
+                    &rule(name),
+                    format!("value length must be {words}{b} {unit}"),
+                );
+            }
         }
         if let Some(p) = self.pattern.as_ref().filter(|p| !p.is_match(&text)) {
             return broken(
@@ -148,37 +137,36 @@ impl TextRules {
                 format!("value does not match regex pattern {:?}", p.as_str()),
             );
         }
-        if let Some(p) = self.prefix.as_ref().filter(|p| !value.starts_with(p)) {
-            return broken(
-                &rule("prefix"),
-                format!(
-                    "value does not have prefix {:?}",
-                    String::from_utf8_lossy(p)
-                ),
-            );
+        type Holds = fn(&[u8], &[u8]) -> bool;
+        fn has(v: &[u8], n: &[u8]) -> bool {
+            n.is_empty() || v.windows(n.len()).any(|w| w == n)
         }
-        if let Some(s) = self.suffix.as_ref().filter(|s| !value.ends_with(s)) {
-            return broken(
-                &rule("suffix"),
-                format!(
-                    "value does not have suffix {:?}",
-                    String::from_utf8_lossy(s)
-                ),
-            );
-        }
-        let has =
-            |needle: &[u8]| needle.is_empty() || value.windows(needle.len()).any(|w| w == needle);
-        if let Some(c) = self.contains.as_ref().filter(|c| !has(c)) {
-            return broken(
-                &rule("contains"),
-                format!("value does not contain {:?}", String::from_utf8_lossy(c)),
-            );
-        }
-        if let Some(c) = self.not_contains.as_ref().filter(|c| has(c)) {
-            return broken(
-                &rule("not_contains"),
-                format!("value contains {:?}", String::from_utf8_lossy(c)),
-            );
+        let affixes: [(&str, &Option<Vec<u8>>, Holds, &str); 4] = [
+            (
+                "prefix",
+                &self.prefix,
+                |v, p| v.starts_with(p),
+                "does not have prefix",
+            ),
+            (
+                "suffix",
+                &self.suffix,
+                |v, s| v.ends_with(s),
+                "does not have suffix",
+            ),
+            ("contains", &self.contains, has, "does not contain"),
+            (
+                "not_contains",
+                &self.not_contains,
+                |v, c| !has(v, c),
+                "contains",
+            ),
+        ];
+        for (name, wanted, holds, says) in affixes {
+            if let Some(w) = wanted.as_ref().filter(|w| !holds(value, w)) {
+                let w = String::from_utf8_lossy(w);
+                return broken(&rule(name), format!("value {says} {w:?}"));
+            }
         }
         if !self.within.is_empty() && !self.within.iter().any(|w| w == value) {
             return broken(&rule("in"), "value must be in the allowed list");
@@ -188,7 +176,8 @@ impl TextRules {
         }
         match self.well_known {
             Some(known) if !known.matches(&text, value) => {
-                broken(&rule(known.rule()), known.message())
+                let (name, message) = known.rule();
+                broken(&rule(name), message)
             }
             _ => Ok(()),
         }
@@ -196,26 +185,22 @@ impl TextRules {
 }
 
 impl WellKnown {
-    fn rule(self) -> &'static str {
+    /// Its rule, and what a value breaking it is told.
+    fn rule(self) -> (&'static str, &'static str) {
         match self {
-            WellKnown::Ip => "ip",
-            WellKnown::Ipv4 => "ipv4",
-            WellKnown::Ipv6 => "ipv6",
-            WellKnown::Hostname => "hostname",
-            WellKnown::Uri => "uri",
-            WellKnown::HeaderName { .. } | WellKnown::HeaderValue { .. } => "well_known_regex",
-        }
-    }
-
-    fn message(self) -> &'static str {
-        match self {
-            WellKnown::Ip => "value must be a valid IP address",
-            WellKnown::Ipv4 => "value must be a valid IPv4 address",
-            WellKnown::Ipv6 => "value must be a valid IPv6 address",
-            WellKnown::Hostname => "value must be a valid hostname",
-            WellKnown::Uri => "value must be a valid URI",
-            WellKnown::HeaderName { .. } => "value does not match the HTTP header name pattern",
-            WellKnown::HeaderValue { .. } => "value does not match the HTTP header value pattern",
+            WellKnown::Ip => ("ip", "value must be a valid IP address"),
+            WellKnown::Ipv4 => ("ipv4", "value must be a valid IPv4 address"),
+            WellKnown::Ipv6 => ("ipv6", "value must be a valid IPv6 address"),
+            WellKnown::Hostname => ("hostname", "value must be a valid hostname"),
+            WellKnown::Uri => ("uri", "value must be a valid URI"),
+            WellKnown::HeaderName { .. } => (
+                "well_known_regex",
+                "value does not match the HTTP header name pattern",
+            ),
+            WellKnown::HeaderValue { .. } => (
+                "well_known_regex",
+                "value does not match the HTTP header value pattern",
+            ),
         }
     }
 
