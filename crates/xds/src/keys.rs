@@ -198,26 +198,28 @@ impl Walk<'_> {
         on_message: fn(&mut Self, &mut DynamicMessage) -> bool,
         on_item: fn(&mut Self, &mut Value) -> bool,
     ) -> bool {
-        let items: Box<dyn Iterator<Item = (Step, &mut Value)>> = match value {
-            Value::Message(sub) => return on_message(self, sub),
-            Value::List(items) => Box::new(
-                items
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, v)| (Step::Index(i), v)),
-            ),
-            Value::Map(entries) => {
-                Box::new(entries.iter_mut().map(|(k, v)| (Step::Key(k.clone()), v)))
+        match value {
+            Value::Message(sub) => on_message(self, sub),
+            Value::List(items) => {
+                let mut changed = false;
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.path.push(Step::Index(i));
+                    changed |= on_item(self, item);
+                    self.path.pop();
+                }
+                changed
             }
-            _ => return false,
-        };
-        let mut changed = false;
-        for (step, item) in items {
-            self.path.push(step);
-            changed |= on_item(self, item);
-            self.path.pop();
+            Value::Map(entries) => {
+                let mut changed = false;
+                for (key, item) in entries.iter_mut() {
+                    self.path.push(Step::Key(key.clone()));
+                    changed |= on_item(self, item);
+                    self.path.pop();
+                }
+                changed
+            }
+            _ => false,
         }
-        changed
     }
 
     /// An `Any` outside key fields: its payload walked when the pool knows

@@ -295,18 +295,23 @@ impl ResourceType {
     /// "Grouping Resources into Responses"): a response may carry only the
     /// resources that changed, and a client must not delete the others.
     pub fn sotw_complete_state(self) -> bool {
+        use ResourceType::*;
         match self {
-            ResourceType::Extra(extra) => extra.complete_state,
-            built_in => matches!(built_in, ResourceType::Listeners | ResourceType::Clusters),
+            Listeners | Clusters => true,
+            Extra(extra) => extra.complete_state,
+            Routes | ScopedRoutes | Endpoints | Secrets | Runtime | ExtensionConfigs
+            | VirtualHosts | LbEndpoints => false,
         }
     }
 
     /// Whether an empty name list means "everything" in xDS (LDS, CDS, SRDS).
     pub fn wildcard_when_unnamed(self) -> bool {
-        use ResourceType::{Clusters, Listeners, ScopedRoutes};
+        use ResourceType::*;
         match self {
-            ResourceType::Extra(extra) => extra.wildcard_when_unnamed,
-            built_in => matches!(built_in, Listeners | Clusters | ScopedRoutes),
+            Listeners | Clusters | ScopedRoutes => true,
+            Extra(extra) => extra.wildcard_when_unnamed,
+            Routes | Endpoints | Secrets | Runtime | ExtensionConfigs | VirtualHosts
+            | LbEndpoints => false,
         }
     }
 

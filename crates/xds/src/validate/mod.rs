@@ -232,27 +232,30 @@ impl Validator {
             return Ok(());
         }
         let extension = EXTENSION_FIELDS.contains(&field.name());
-        let items: Vec<(String, &Value)> = match value {
-            Value::Message(inner) => return self.walk_message(inner, extension, path),
-            Value::List(items) => items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (format!("[{i}]"), v))
-                .collect(),
-            Value::Map(map) => map
-                .iter()
-                .map(|(k, v)| (format!("[{}]", show_key(k)), v))
-                .collect(),
-            _ => return Ok(()),
-        };
-        for (at, item) in items {
-            if let Value::Message(inner) = item {
-                path.push(at);
-                self.walk_message(inner, extension, path)?;
-                path.pop();
+        match value {
+            Value::Message(inner) => self.walk_message(inner, extension, path),
+            Value::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Value::Message(inner) = item {
+                        path.push(format!("[{i}]"));
+                        self.walk_message(inner, extension, path)?;
+                        path.pop();
+                    }
+                }
+                Ok(())
             }
+            Value::Map(map) => {
+                for (key, item) in map {
+                    if let Value::Message(inner) = item {
+                        path.push(format!("[{}]", show_key(key)));
+                        self.walk_message(inner, extension, path)?;
+                        path.pop();
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// A nested message: an `Any` in an extension field is unpacked (when

@@ -244,7 +244,11 @@ impl Rules {
                 None => Ok(()),
             },
             // Lists, maps and `Any`s are the caller's.
-            _ => Ok(()),
+            Rules::Bool(_)
+            | Rules::Repeated { .. }
+            | Rules::Map { .. }
+            | Rules::Any { .. }
+            | Rules::None => Ok(()),
         }
     }
 }
