@@ -13,17 +13,9 @@
 use tokio::sync::watch;
 
 /// Whether the gateway is shutting down. Clones share the flag.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Drain {
     flag: watch::Sender<bool>,
-}
-
-impl Default for Drain {
-    fn default() -> Drain {
-        Drain {
-            flag: watch::Sender::new(false),
-        }
-    }
 }
 
 impl Drain {

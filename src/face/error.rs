@@ -85,9 +85,7 @@ impl ApiError {
             ApiError::Internal(_) => code::INTERNAL,
         }
     }
-}
 
-impl ApiError {
     /// A 503 for a condition expected to pass, with `Retry-After`.
     pub(crate) fn unavailable(message: String) -> ApiError {
         ApiError::Unavailable {

@@ -144,24 +144,20 @@ pub(crate) async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let Some(from_source) = sources.admit(peer.ip(), &limits) else {
+        let from_source = sources.admit(peer.ip(), &limits);
+        let at_share = from_source.is_none();
+        let permit = from_source
+            .as_ref()
+            .and_then(|_| open.clone().try_acquire_owned().ok());
+        let (Some(from_source), Some(permit)) = (from_source, permit) else {
             metrics.connection_refused(spec.name);
-            debug!(listener = spec.name, %peer, "connection refused: its address is at its share");
+            let (why, max) = match limits.max_per_source {
+                Some(max) if at_share => ("its address is at its share", max),
+                _ => ("at the limit", limits.max_connections),
+            };
+            debug!(listener = spec.name, %peer, "connection refused: {why}");
             if let Ok(slot) = refusing.clone().try_acquire_owned() {
                 let tls = spec.tls.clone();
-                let max = limits.max_per_source.unwrap_or(limits.max_connections);
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, refuse(stream, tls, max)).await;
-                });
-            }
-            continue;
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            metrics.connection_refused(spec.name);
-            debug!(listener = spec.name, %peer, "connection refused: at the limit");
-            if let Ok(slot) = refusing.clone().try_acquire_owned() {
-                let (tls, max) = (spec.tls.clone(), limits.max_connections);
                 tokio::spawn(async move {
                     let _slot = slot;
                     let _ = tokio::time::timeout(REFUSAL_TIMEOUT, refuse(stream, tls, max)).await;

@@ -68,14 +68,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for TrackedService {
                     drop(in_flight);
                     return unsent(r, &activity);
                 }
-                let open = StreamOpen::new(in_flight.0.clone());
-                r.map(|body| {
-                    Body::new(Written {
-                        body,
-                        _in_flight: in_flight,
-                        _open: open,
-                    })
-                })
+                let activity = in_flight.0.clone();
+                r.map(|body| Tracked::body(body, activity, 0, Some(in_flight)))
             })
         })
     }
@@ -126,26 +120,41 @@ fn unsent(
         );
         return refused;
     }
-    let open = StreamOpen::new(activity.clone());
-    response.map(|body| {
-        Body::new(Unsent {
-            body,
-            activity: activity.clone(),
-            left: size,
-            _open: open,
-        })
-    })
+    response.map(|body| Tracked::body(body, activity.clone(), size, None))
 }
 
-/// A response body counted in its connection's unsent bytes until sent.
-struct Unsent {
+/// A response body open for the stall check, and either counted in its
+/// connection's unsent bytes until sent (`left`) or keeping its request in
+/// flight until it is dropped (a stream: written out, or the connection
+/// gone). Size and end are the body's own.
+struct Tracked {
     body: Body,
     activity: Arc<Activity>,
     left: usize,
+    _in_flight: Option<RequestInFlight>,
     _open: StreamOpen,
 }
 
-impl hyper::body::Body for Unsent {
+impl Tracked {
+    /// `body`, tracked.
+    fn body(
+        body: Body,
+        activity: Arc<Activity>,
+        left: usize,
+        in_flight: Option<RequestInFlight>,
+    ) -> Body {
+        let _open = StreamOpen::new(activity.clone());
+        Body::new(Tracked {
+            body,
+            activity,
+            left,
+            _in_flight: in_flight,
+            _open,
+        })
+    }
+}
+
+impl hyper::body::Body for Tracked {
     type Data = bytes::Bytes;
     type Error = axum::Error;
 
@@ -155,7 +164,7 @@ impl hyper::body::Body for Unsent {
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         if let std::task::Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
+            if let Some(data) = frame.data_ref().filter(|_| self.left > 0) {
                 let n = data.len().min(self.left);
                 self.left -= n;
             }
@@ -172,10 +181,12 @@ impl hyper::body::Body for Unsent {
     }
 }
 
-impl Drop for Unsent {
+impl Drop for Tracked {
     fn drop(&mut self) {
         // What was never handed to the connection will never be written.
-        self.activity.dropped(self.left);
+        if self.left > 0 {
+            self.activity.dropped(self.left);
+        }
     }
 }
 
@@ -184,31 +195,3 @@ impl Drop for Unsent {
 /// is not closed as idle meanwhile.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Streaming;
-
-/// A response body that keeps its request in flight until it is dropped
-/// (written out, or the connection gone). Size and end are the body's own.
-struct Written {
-    body: Body,
-    _in_flight: RequestInFlight,
-    _open: StreamOpen,
-}
-
-impl hyper::body::Body for Written {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
-}

@@ -49,11 +49,6 @@ impl Sources {
             ip: Some(ip),
         })
     }
-
-    #[cfg(test)]
-    fn open_from(&self, ip: IpAddr) -> usize {
-        crate::sync::lock(&self.open).get(&ip).copied().unwrap_or(0)
-    }
 }
 
 impl Drop for FromSource {
@@ -76,6 +71,13 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    fn open_from(sources: &Sources, ip: IpAddr) -> usize {
+        crate::sync::lock(&sources.open)
+            .get(&ip)
+            .copied()
+            .unwrap_or(0)
+    }
 
     fn limits(max: Option<usize>, exempt: &[&str]) -> ServeLimits {
         let raw: Vec<String> = exempt.iter().map(|s| s.to_string()).collect();
@@ -105,12 +107,12 @@ mod tests {
             "another address has its own"
         );
         drop(first);
-        assert_eq!(sources.open_from(a), 1);
+        assert_eq!(open_from(&sources, a), 1);
         assert!(sources.admit(a, &l).is_some());
         // A trusted proxy is exempt; no cap admits all.
         let proxy: IpAddr = "10.0.0.5".parse().unwrap();
         let held: Vec<_> = (0..10).map(|_| sources.admit(proxy, &l).unwrap()).collect();
-        assert_eq!(sources.open_from(proxy), 0);
+        assert_eq!(open_from(&sources, proxy), 0);
         drop(held);
         assert!((0..10).all(|_| sources.admit(a, &limits(None, &[])).is_some()));
     }

@@ -142,11 +142,6 @@ impl<C: Future> Driven<C> {
     pub(super) fn conn(&mut self) -> Pin<&mut C> {
         self.conn.as_mut()
     }
-
-    #[cfg(test)]
-    fn streams(&self) -> usize {
-        self.streams.len()
-    }
 }
 
 impl<C: Future> Future for Driven<C> {
@@ -225,7 +220,7 @@ mod tests {
         let polled = futures::poll!(&mut driven);
         assert!(polled.is_pending());
         assert_eq!(ran.load(Ordering::SeqCst), 1);
-        assert_eq!(driven.streams(), 0, "a finished stream is dropped");
+        assert_eq!(driven.streams.len(), 0, "a finished stream is dropped");
         tx.send(()).expect("the connection waits");
         assert_eq!(driven.await, "closed");
     }

@@ -149,22 +149,20 @@ fn build(files: &ServerTlsFiles) -> Result<(ServerConfig, ClientTrust), TlsError
     let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
+            let ca_error = |e: &dyn std::fmt::Display| TlsError::ClientCa {
+                path: ca.clone(),
+                reason: e.to_string(),
+            };
             let mut roots = RootCertStore::empty();
             for cert in certificates(ca)? {
-                roots.add(cert).map_err(|e| TlsError::ClientCa {
-                    path: ca.clone(),
-                    reason: e.to_string(),
-                })?;
+                roots.add(cert).map_err(|e| ca_error(&e))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
             let verifier = match files.client_auth {
                 ClientAuth::Required => verifier,
                 ClientAuth::Optional => verifier.allow_unauthenticated(),
             };
-            let verifier = verifier.build().map_err(|e| TlsError::ClientCa {
-                path: ca.clone(),
-                reason: e.to_string(),
-            })?;
+            let verifier = verifier.build().map_err(|e| ca_error(&e))?;
             trust.verifier = Some(verifier.clone());
             builder.with_client_cert_verifier(verifier)
         }
