@@ -12,6 +12,4 @@ pub(crate) mod host;
 mod query;
 
 pub(crate) use error::ApiError;
-#[cfg(test)]
-pub(crate) use query::query_of;
 pub(crate) use query::{switch, Params};

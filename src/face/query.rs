@@ -50,15 +50,6 @@ pub(crate) fn switch(query: &HashMap<String, String>, name: &str) -> Result<bool
     }
 }
 
-/// A query of `pairs` (for tests of the parameter readers).
-#[cfg(test)]
-pub(crate) fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 fn decode(raw: &str, what: &str) -> Result<String, ApiError> {
     let spaced = raw.replace('+', " ");
     percent_decode(spaced.as_bytes())

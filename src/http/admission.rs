@@ -22,42 +22,32 @@ pub(super) enum Hold {
 }
 
 impl Hold {
-    /// The flag of its limit.
-    fn limit(self) -> &'static str {
+    /// The flag of its limit, what that counts, why it is refused while
+    /// the gateway drains, and (with every place taken) what is too many
+    /// and what to do instead.
+    fn words(self) -> [&'static str; 5] {
         match self {
-            Hold::LongPoll => "max-long-polls",
-            Hold::Watch => "max-watches",
-        }
-    }
-
-    /// What its limit counts.
-    fn counted(self) -> &'static str {
-        match self {
-            Hold::LongPoll => "long polls",
-            Hold::Watch => "watches",
-        }
-    }
-
-    /// Why it is refused while the gateway drains, and what to do.
-    fn draining(self) -> &'static str {
-        match self {
-            Hold::LongPoll => "this gateway is shutting down and holds no new long polls; poll again (another replica answers)",
-            Hold::Watch => "this gateway is shutting down and opens no new watches; reconnect (another replica answers)",
-        }
-    }
-
-    /// Why it is refused with every place taken, and what to do.
-    fn full(self, max: usize) -> String {
-        match self {
-            Hold::LongPoll => format!(
-                "too many long polls held now (at most {max}, --max-long-polls); poll again later or without ?wait="
-            ),
-            Hold::Watch => format!(
-                "too many watches open now (at most {max}, --max-watches); reconnect later, or poll"
-            ),
+            Hold::LongPoll => [
+                "max-long-polls",
+                "long polls",
+                "this gateway is shutting down and holds no new long polls; poll again (another replica answers)",
+                "long polls held",
+                "poll again later or without ?wait=",
+            ],
+            Hold::Watch => [
+                "max-watches",
+                "watches",
+                "this gateway is shutting down and opens no new watches; reconnect (another replica answers)",
+                "watches open",
+                "reconnect later, or poll",
+            ],
         }
     }
 }
+
+/// A held request's place, and its place in its principal's share: both
+/// given back when it drops (the long poll answered, the watch ended).
+pub(super) type Place = (OwnedSemaphorePermit, Option<SharePlace>);
 
 /// The places of one kind of held request: the global ones and each
 /// principal's share of them.
@@ -77,24 +67,22 @@ impl Places {
             held,
             max,
             permits: Arc::new(Semaphore::new(max)),
-            share: Share::new(held.limit(), held.counted(), max, principal_share),
+            share: Share::new(held.words()[0], held.words()[1], max, principal_share),
         }
     }
-}
 
-/// A held request's place, and its place in its principal's share: both
-/// given back when it drops (the long poll answered, the watch ended).
-pub(super) type Place = (OwnedSemaphorePermit, Option<SharePlace>);
-
-impl Places {
     /// A place on behalf of `tenant`, or the 503 saying why not.
     pub(super) fn admit(&self, drain: &Drain, tenant: Option<&Tenant>) -> Result<Place, ApiError> {
+        let [limit, _, draining, too_many, instead] = self.held.words();
         if drain.is_draining() {
-            return Err(ApiError::unavailable(self.held.draining().to_owned()));
+            return Err(ApiError::unavailable(draining.to_owned()));
         }
         let share = self.share.take(tenant)?;
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            return Err(ApiError::unavailable(self.held.full(self.max)));
+            let max = self.max;
+            return Err(ApiError::unavailable(format!(
+                "too many {too_many} now (at most {max}, --{limit}); {instead}"
+            )));
         };
         Ok((permit, share))
     }

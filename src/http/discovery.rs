@@ -36,7 +36,7 @@ use super::present::{mark_opaque, mark_stale, version_from_if_none_match, Presen
 use super::wait::requested_wait;
 use super::watch;
 use super::Gateway;
-use crate::cache::{Answer, BodyChunks, ClientAddr, Names, ParsedRequest};
+use crate::cache::{Answer, ClientAddr, Names, ParsedRequest};
 use crate::config::{RestConfig, RestRewrite};
 use crate::face::body::{check_json, read_body_chunks};
 use crate::face::switch;
@@ -79,66 +79,41 @@ const GET_PARAMS: &[&str] = &[
 /// Who sent a request: the TLS client's identity, the client's address.
 pub(super) type Sender = (Option<Arc<PeerIdentity>>, ClientAddr);
 
-/// Serves one `POST` discovery request and records its metrics.
-pub(super) async fn handle_post(
+/// Serves one discovery request, a `POST` (`body`) or a `GET` (its query
+/// stands for the body), and records its metrics.
+pub(super) async fn handle(
     gateway: Arc<Gateway>,
     kind: ResourceType,
     headers: HeaderMap,
     (peer, remote): Sender,
     query: HashMap<String, String>,
-    body: Body,
+    body: Option<Body>,
 ) -> Response {
     let started = Instant::now();
     let served = async {
-        check_params(&query, POST_PARAMS)?;
+        check_params(&query, body.as_ref().map_or(GET_PARAMS, |_| POST_PARAMS))?;
         check_secrets(&gateway, kind)?;
         let caller = authenticate(&gateway, &headers, peer.as_ref())?;
-        check_json(&headers)?;
-        let body = read_body_chunks(
-            body,
-            gateway.config.max_body_bytes,
-            gateway.config.body_read_timeout,
-        )
-        .await?;
-        let body = RequestBody {
-            chunks: body,
-            via_get: false,
+        // A GET's body is never taken for an Envoy's in the rejection
+        // bookkeeping, whatever user agent its node (a profile's) says, and
+        // never the same subscriber as a client POSTing its node
+        // (`ParsedRequest::via_get`).
+        let request = match body {
+            Some(body) => {
+                check_json(&headers)?;
+                let config = &gateway.config;
+                let chunks =
+                    read_body_chunks(body, config.max_body_bytes, config.body_read_timeout).await?;
+                // Not joined: see `ParsedRequests::parse_chunks`.
+                gateway.parsed.parse_chunks(chunks)?
+            }
+            None => gateway
+                .parsed
+                .parse_get(get_body(&gateway, &query, &headers)?)?,
         };
-        serve(&gateway, kind, &caller, remote, &headers, &query, body).await
+        serve(&gateway, kind, &caller, remote, &headers, &query, request).await
     };
-    finish(&gateway, kind, started, served.await)
-}
-
-/// Serves `GET /v3/discovery:<type>?node=ID&cluster=C&names=a,b&version=V`.
-pub(super) async fn handle_get(
-    gateway: Arc<Gateway>,
-    kind: ResourceType,
-    headers: HeaderMap,
-    (peer, remote): Sender,
-    query: HashMap<String, String>,
-) -> Response {
-    let started = Instant::now();
-    let served = async {
-        check_params(&query, GET_PARAMS)?;
-        check_secrets(&gateway, kind)?;
-        let caller = authenticate(&gateway, &headers, peer.as_ref())?;
-        let body = RequestBody {
-            chunks: BodyChunks::from(get_body(&gateway, &query, &headers)?),
-            via_get: true,
-        };
-        serve(&gateway, kind, &caller, remote, &headers, &query, body).await
-    };
-    finish(&gateway, kind, started, served.await)
-}
-
-/// A DiscoveryRequest body: POSTed, or made from a GET's query.
-struct RequestBody {
-    /// As read (a POST's, not joined: see `ParsedRequests::parse_chunks`).
-    chunks: BodyChunks,
-    /// A GET's: never taken for an Envoy's in the rejection bookkeeping,
-    /// whatever user agent its node (a profile's) says, and never the same
-    /// subscriber as a client POSTing its node (`ParsedRequest::via_get`).
-    via_get: bool,
+    finish(&gateway, Some(kind), started, served.await)
 }
 
 /// One discovery request once its caller is known: parsed, checked and
@@ -150,14 +125,9 @@ async fn serve(
     remote: ClientAddr,
     headers: &HeaderMap,
     query: &HashMap<String, String>,
-    body: RequestBody,
+    request: Arc<ParsedRequest>,
 ) -> Result<Response, ApiError> {
     let config = &gateway.config;
-    let request = if body.via_get {
-        gateway.parsed.parse_get(body.chunks.into_bytes())?
-    } else {
-        gateway.parsed.parse_chunks(body.chunks)?
-    };
     check_type_url(kind, &request)?;
     check_locators(&request)?;
     check_size(config, &request)?;
@@ -423,10 +393,7 @@ fn get_body(
         .unwrap_or_default();
     // A malformed If-None-Match is a 400 even when `version` wins over it.
     let tagged = version_from_if_none_match(headers)?;
-    let version = match query.get("version") {
-        Some(version) => version.clone(),
-        None => tagged.unwrap_or_default(),
-    };
+    let version = query.get("version").cloned().or(tagged).unwrap_or_default();
     let node = presented_node(query, &gateway.profiles, gateway.assembler.codec())?;
     let body = serde_json::json!({
         "version_info": version,
@@ -445,15 +412,16 @@ fn get_body(
     Ok(Bytes::from(body))
 }
 
-fn finish(
+/// `served`'s response, counted (`kind`: `None` for a pass-through).
+pub(super) fn finish(
     gateway: &Gateway,
-    kind: ResourceType,
+    kind: Option<ResourceType>,
     started: Instant,
     served: Result<Response, ApiError>,
 ) -> Response {
     let response = served.unwrap_or_else(IntoResponse::into_response);
     gateway.metrics.request(
-        Some(kind),
+        kind,
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );

@@ -139,15 +139,19 @@ impl Gateway {
             metrics,
         }
     }
-}
 
-impl Gateway {
     /// Whose share of the global limits `caller`'s requests count against:
     /// none without a policy or with a policy of one principal (nobody to
     /// starve).
     fn tenant(&self, caller: &authorize::Caller) -> Option<Tenant> {
         let principals = self.auth.as_ref()?.current().principal_count();
         Tenant::of(caller.principal(), principals)
+    }
+
+    /// Who sent a request: its connection's TLS identity and its client.
+    fn sender(&self, peer: Peer, remote: Remote, headers: &HeaderMap) -> discovery::Sender {
+        let remote = self.client_addr(remote.map(|Extension(r)| r), headers);
+        (peer.map(|Extension(p)| p), remote)
     }
 
     /// The same gateway, presenting `profiles` for `?profile=` GETs.
@@ -204,9 +208,8 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                       headers: HeaderMap,
                       Params(query): Params,
                       body| {
-                    let peer = peer.map(|Extension(p)| p);
-                    let remote = gw.client_addr(remote.map(|Extension(r)| r), &headers);
-                    discovery::handle_post(gw, kind, headers, (peer, remote), query, body)
+                    let sender = gw.sender(peer, remote, &headers);
+                    discovery::handle(gw, kind, headers, sender, query, Some(body))
                 },
             )
             .get(
@@ -215,9 +218,8 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
                       remote: Remote,
                       headers: HeaderMap,
                       Params(query): Params| {
-                    let peer = peer.map(|Extension(p)| p);
-                    let remote = gw.client_addr(remote.map(|Extension(r)| r), &headers);
-                    discovery::handle_get(gw, kind, headers, (peer, remote), query)
+                    let sender = gw.sender(peer, remote, &headers);
+                    discovery::handle(gw, kind, headers, sender, query, None)
                 },
             )
             .fallback(|method, uri| method_not_allowed(method, uri, "POST or GET")),
@@ -272,27 +274,6 @@ async fn answer_host(
         }
         Err(err) => ApiError::Forbidden(err.to_string()).into_response(),
     }
-}
-
-/// Every (path, method) the router serves (kept in step with openapi/ by a test).
-#[cfg(test)]
-fn served_routes() -> Vec<(String, &'static str)> {
-    let mut routes = vec![("/".to_owned(), "get")];
-    // Extra types are served like these; the documents describe them once,
-    // generically (and other tests of this process register some).
-    for kind in ResourceType::BUILT_IN {
-        let path = Endpoint::Discovery(kind).path();
-        routes.push((path.clone(), "post"));
-        routes.push((path, "get"));
-    }
-    // Every extra type's `/v3/discovery:NAME`, as the document templates it.
-    let extra = "/v3/discovery:{extraType}";
-    routes.push((extra.to_owned(), "post"));
-    routes.push((extra.to_owned(), "get"));
-    for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
-        routes.push((endpoint.path(), "post"));
-    }
-    routes
 }
 
 /// `GET /`: what this server serves, with a curl line per endpoint.

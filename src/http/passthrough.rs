@@ -43,15 +43,8 @@ pub(super) async fn handle(
     body: Body,
 ) -> Response {
     let started = std::time::Instant::now();
-    let response = serve(&gateway, endpoint, &headers, peer.as_ref(), body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
-    gateway.metrics.request(
-        None,
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    response
+    let served = serve(&gateway, endpoint, &headers, peer.as_ref(), body).await;
+    super::discovery::finish(&gateway, None, started, served)
 }
 
 async fn serve(

@@ -100,29 +100,23 @@ impl Presentation {
         renditions: &Renditions,
         codec: &Codec,
     ) -> Result<Response, ApiError> {
-        let (form, content_type) = if self.yaml {
-            (Form::Yaml, "application/yaml")
-        } else if self.pretty {
-            (Form::Pretty, "application/json")
-        } else {
-            (Form::Compact, "application/json")
+        let (form, content_type) = match (self.yaml, self.pretty) {
+            (true, _) => (Form::Yaml, "application/yaml"),
+            (false, true) => (Form::Pretty, "application/json"),
+            (false, false) => (Form::Compact, "application/json"),
         };
-        let rendition = (form != Form::Compact || self.proto_names).then_some(Rendition {
-            form,
-            proto_names: self.proto_names,
-            changes: self.changes,
-        });
-        let (body, content_type) = match rendition {
-            Some(rendition) => {
-                let text = renditions
-                    .render(&json, rendition, codec)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
-                (axum::body::Body::from(text), content_type)
-            }
-            None => (
-                axum::body::Body::new(Pieces::from(json)),
-                "application/json",
-            ),
+        let body = if form == Form::Compact && !self.proto_names {
+            axum::body::Body::new(Pieces::from(json))
+        } else {
+            let rendition = Rendition {
+                form,
+                proto_names: self.proto_names,
+                changes: self.changes,
+            };
+            let text = renditions
+                .render(&json, rendition, codec)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            axum::body::Body::from(text)
         };
         let mut response = (StatusCode::OK, body).into_response();
         response
@@ -265,7 +259,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    use crate::face::query_of as q;
+    use crate::http::tests::query_of as q;
 
     /// However many types an upstream sends opaque, and however long their
     /// URLs, the header stays small and says how many it left out.

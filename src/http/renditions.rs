@@ -14,8 +14,6 @@
 //! used go first past its bound (its share of the memory budget,
 //! `config::MemoryShares`).
 
-use std::hash::{Hash, Hasher};
-
 use bytes::Bytes;
 use moka::sync::Cache;
 
@@ -118,17 +116,10 @@ impl Renditions {
             .map(|made| made.text)
             .map_err(|e| (*e).clone())
     }
-
-    /// Renditions held now (for tests).
-    #[cfg(test)]
-    fn held(&self) -> u64 {
-        self.made.run_pending_tasks();
-        self.made.entry_count()
-    }
 }
 
 /// A body as the memo knows it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     /// The resources piece's address: the entry keeps it alive.
     resources: usize,
@@ -136,28 +127,6 @@ struct Key {
     head: Bytes,
     tail: Bytes,
     rendition: Rendition,
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Key) -> bool {
-        self.resources == other.resources
-            && self.resources_len == other.resources_len
-            && self.rendition == other.rendition
-            && self.head == other.head
-            && self.tail == other.tail
-    }
-}
-
-impl Eq for Key {}
-
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.resources.hash(state);
-        self.resources_len.hash(state);
-        self.head.hash(state);
-        self.tail.hash(state);
-        self.rendition.hash(state);
-    }
 }
 
 /// A rendition, and the resources piece its key names (kept alive so that
@@ -245,6 +214,12 @@ fn render(json: &JsonBody, rendition: Rendition, codec: &Codec) -> Result<Bytes,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Renditions `renditions` holds now.
+    fn held(renditions: &Renditions) -> u64 {
+        renditions.made.run_pending_tasks();
+        renditions.made.entry_count()
+    }
 
     const YAML: Rendition = Rendition {
         form: Form::Yaml,
@@ -337,7 +312,7 @@ mod tests {
             .render(&json, PRETTY, &Codec::embedded())
             .unwrap();
         assert!(pretty.ends_with(b"}\n") && pretty.starts_with(b"{\n  \""));
-        assert_eq!(renditions.held(), 2);
+        assert_eq!(held(&renditions), 2);
     }
 
     /// The memo never answers one body with another's rendering: equal
@@ -370,7 +345,7 @@ mod tests {
         assert!(c.windows(7).any(|w| w == b"\"nonce\""));
         assert_eq!(a, d, "the same text");
         assert_ne!(a.as_ptr(), d.as_ptr(), "from a rendering of its own");
-        assert_eq!(renditions.held(), 4);
+        assert_eq!(held(&renditions), 4);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use super::discovery::{MAX_CLIENT_STRING_BYTES, MAX_NODE_ID_BYTES};
-use super::{router, served_routes, Gateway};
+use super::{router, Gateway};
 use crate::cache::{Assembler, Intake};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -25,6 +25,35 @@ use crate::store::Script;
 use crate::store::{Inspect, Sessions, Source};
 use crate::upstream::Origin;
 use crate::xds::Codec;
+use crate::xds::{Endpoint, ResourceType};
+
+/// Every (path, method) the router serves (kept in step with openapi/ by a test).
+fn served_routes() -> Vec<(String, &'static str)> {
+    let mut routes = vec![("/".to_owned(), "get")];
+    // Extra types are served like these; the documents describe them once,
+    // generically (and other tests of this process register some).
+    for kind in ResourceType::BUILT_IN {
+        let path = Endpoint::Discovery(kind).path();
+        routes.push((path.clone(), "post"));
+        routes.push((path, "get"));
+    }
+    // Every extra type's `/v3/discovery:NAME`, as the document templates it.
+    let extra = "/v3/discovery:{extraType}";
+    routes.push((extra.to_owned(), "post"));
+    routes.push((extra.to_owned(), "get"));
+    for endpoint in [Endpoint::HealthCheck, Endpoint::ClientStatus] {
+        routes.push((endpoint.path(), "post"));
+    }
+    routes
+}
+
+/// A query of `pairs` (for tests of the parameter readers).
+pub(crate) fn query_of(pairs: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
 
 /// A gateway over sessions fed by a [`Script`], and the script.
 fn scripted(config: Config) -> (Arc<Gateway>, Arc<Script>) {

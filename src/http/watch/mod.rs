@@ -23,7 +23,6 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::FutureExt;
 
 use super::asked::{Answered, Asked};
 use super::present::mark_stale;
@@ -32,7 +31,7 @@ use crate::face::switch;
 use crate::face::ApiError;
 use crate::serve::Streaming;
 pub(crate) use frame::Format;
-use stream::{Opening, Watch};
+use stream::Watch;
 
 /// Whether the query asks for a watch: `watch`, `watch=true` or `watch=1`
 /// (`watch=false` or `watch=0`: a plain poll).
@@ -73,18 +72,16 @@ pub(super) async fn open(
     }
     let first = answered.answer(gateway, &polled)?;
     let stale_since = polled.stale_since();
-    let opening = Opening {
-        kind: asked.kind,
-        revoked: asked.revoked().boxed(),
+    let body = Watch::open(
+        gateway.clone(),
+        asked,
         request,
-        target: asked.target,
-        remote: asked.remote,
         format,
         polled,
         slot,
-        changes: asked.changes,
-    };
-    let body = Watch::open(gateway.clone(), opening, &first).into_body();
+        &first,
+    )
+    .into_body();
     Ok(response(body, format, &vary, stale_since))
 }
 
@@ -133,25 +130,23 @@ fn response(body: Body, format: Format, vary: &str, stale_since: Option<SystemTi
 
 /// `?format=sse|ndjson`, else `Accept: text/event-stream` for SSE, else NDJSON.
 fn format_of(query: &HashMap<String, String>, headers: &HeaderMap) -> Result<Format, ApiError> {
-    match query.get("format").map(String::as_str) {
-        Some("sse") => return Ok(Format::Sse),
-        Some("ndjson") => return Ok(Format::Ndjson),
+    let accepts_sse = || {
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream"))
+    };
+    Ok(match query.get("format").map(String::as_str) {
+        Some("sse") => Format::Sse,
+        Some("ndjson") => Format::Ndjson,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
                 "format={other:?} does not go with ?watch: use sse or ndjson"
             )))
         }
-        None => {}
-    }
-    let accepts_sse = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("text/event-stream"));
-    Ok(if accepts_sse {
-        Format::Sse
-    } else {
-        Format::Ndjson
+        None if accepts_sse() => Format::Sse,
+        None => Format::Ndjson,
     })
 }
 
@@ -173,7 +168,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 mod tests {
     use super::*;
 
-    use crate::face::query_of as q;
+    use crate::http::tests::query_of as q;
 
     #[test]
     fn watch_is_asked_for_explicitly() {

@@ -29,7 +29,7 @@ use super::frame::Format;
 use crate::auth::AuthError;
 use crate::cache::{Answer, ClientAddr, JsonBody, ParsedRequest};
 use crate::http::admission::Place;
-use crate::http::asked::{Answered, Booking};
+use crate::http::asked::{Answered, Asked, Booking};
 use crate::http::Gateway;
 use crate::log_escape::Escaped;
 use crate::metrics::OpenConnection;
@@ -51,7 +51,7 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// A wait for the next change, owning the `Polled` until it is over.
 type Change = BoxFuture<'static, (Polled, bool)>;
 /// Resolves once a reload of the auth policy no longer allows the watch.
-pub(super) type Revoked = BoxFuture<'static, AuthError>;
+type Revoked = BoxFuture<'static, AuthError>;
 
 /// Everything one open watch holds.
 pub(super) struct Watch {
@@ -82,42 +82,37 @@ pub(super) struct Watch {
     _slot: Place,
 }
 
-/// What [`Watch::open`] needs beyond the gateway.
-pub(super) struct Opening {
-    pub(super) kind: ResourceType,
-    pub(super) revoked: Revoked,
-    pub(super) request: ParsedRequest,
-    pub(super) target: Option<RestTarget>,
-    pub(super) remote: ClientAddr,
-    pub(super) format: Format,
-    pub(super) polled: Polled,
-    pub(super) slot: Place,
-    pub(super) changes: bool,
-}
-
 impl Watch {
-    /// A watch whose first answer was `first` (a body is its first event;
-    /// a 304 sends nothing).
-    pub(super) fn open(gateway: Arc<Gateway>, opening: Opening, first: &Answer) -> Watch {
+    /// A watch on `asked`, as `request` now presents it, whose first answer
+    /// was `first` (a body is its first event; a 304 sends nothing).
+    pub(super) fn open(
+        gateway: Arc<Gateway>,
+        asked: Asked<'_>,
+        request: ParsedRequest,
+        format: Format,
+        polled: Polled,
+        slot: Place,
+        first: &Answer,
+    ) -> Watch {
         let heartbeat = gateway.config.watch_heartbeat;
         let mut watch = Watch {
-            kind: opening.kind,
-            request: opening.request,
-            target: opening.target,
-            remote: opening.remote,
-            format: opening.format,
+            kind: asked.kind,
+            revoked: asked.revoked().boxed(),
+            request,
+            target: asked.target,
+            remote: asked.remote,
+            format,
             opaque: false,
-            polled: Some(opening.polled),
+            polled: Some(polled),
             change: None,
-            revoked: opening.revoked,
-            due: opening.format.opening().into_iter().collect(),
+            due: format.opening().into_iter().collect(),
             heartbeat,
             next_heartbeat: Instant::now() + heartbeat,
             ended: false,
-            changes: opening.changes,
+            changes: asked.changes,
             last: None,
             _open: gateway.metrics.watch_opened(),
-            _slot: opening.slot,
+            _slot: slot,
             gateway,
         };
         if let Some(frame) = watch.frame_for(first) {
