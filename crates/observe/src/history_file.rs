@@ -51,14 +51,8 @@ pub struct HistoryFileError {
 /// The sink writing the history's JSON lines.
 #[derive(Debug)]
 pub struct HistoryFile {
-    lines: SyncSender<Line>,
+    lines: SyncSender<HistoryLine>,
     dropped: AtomicU64,
-}
-
-/// A line to write, and the principal whose share it counts against.
-struct Line {
-    owner: Option<Arc<str>>,
-    bytes: Vec<u8>,
 }
 
 impl HistoryFile {
@@ -70,7 +64,7 @@ impl HistoryFile {
         max_bytes: u64,
         principal_share: u8,
     ) -> Result<Arc<HistoryFile>, HistoryFileError> {
-        let writer = Writer::open(path, max_bytes)?.with_principal_share(principal_share);
+        let writer = Writer::open(path, max_bytes, principal_share)?;
         let (lines, queue) = sync_channel(QUEUE);
         std::thread::Builder::new()
             .name("history-file".into())
@@ -88,16 +82,6 @@ impl HistoryFile {
 
 impl HistorySink for HistoryFile {
     fn write(&self, line: HistoryLine) {
-        let mut bytes = match serde_json::to_vec(&line) {
-            Ok(bytes) => bytes,
-            // A struct of strings and numbers always serialises.
-            Err(_) => return,
-        };
-        bytes.push(b'\n');
-        let line = Line {
-            owner: line.owner,
-            bytes,
-        };
         if let Err(TrySendError::Full(_)) = self.lines.try_send(line) {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped % DROP_LOG_EVERY == 1 {
@@ -124,7 +108,9 @@ struct Writer {
 }
 
 impl Writer {
-    fn open(path: PathBuf, max_bytes: u64) -> Result<Writer, HistoryFileError> {
+    /// `path`, rotating at `max_bytes`, a principal's lines taking at most
+    /// `percent`% of each file.
+    fn open(path: PathBuf, max_bytes: u64, percent: u8) -> Result<Writer, HistoryFileError> {
         let (file, size) = append(&path).map_err(|source| HistoryFileError {
             path: path.clone(),
             source,
@@ -134,25 +120,22 @@ impl Writer {
             max_bytes,
             file: BufWriter::new(file),
             size,
-            share: max_bytes,
+            share: max_bytes.saturating_mul(u64::from(percent.min(100))) / 100,
             written: HashMap::new(),
         })
     }
 
-    /// The same writer, a principal's lines taking at most `percent`% of
-    /// each file.
-    fn with_principal_share(mut self, percent: u8) -> Writer {
-        self.share = self.max_bytes.saturating_mul(u64::from(percent.min(100))) / 100;
-        self
-    }
-
     /// Writes every line sent, flushing whenever the queue runs dry; ends
     /// when the sink is dropped.
-    fn run(mut self, queue: Receiver<Line>) {
-        while let Ok(line) = queue.recv() {
-            self.owned_line(line.owner, &line.bytes);
-            while let Ok(line) = queue.try_recv() {
-                self.owned_line(line.owner, &line.bytes);
+    fn run(mut self, queue: Receiver<HistoryLine>) {
+        while let Ok(first) = queue.recv() {
+            for line in std::iter::once(first).chain(queue.try_iter()) {
+                // A struct of strings and numbers always serialises.
+                let Ok(mut bytes) = serde_json::to_vec(&line) else {
+                    continue;
+                };
+                bytes.push(b'\n');
+                self.owned_line(line.owner, &bytes);
             }
             if let Err(e) = self.file.flush() {
                 warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: flush failed");
@@ -261,7 +244,7 @@ mod tests {
     fn rotates_by_size_keeping_three_and_never_splits_a_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("history.jsonl");
-        let mut writer = Writer::open(path.clone(), 100).unwrap();
+        let mut writer = Writer::open(path.clone(), 100, 100).unwrap();
         // 10 lines of 40 bytes: two fit in 100 bytes, so each file holds two.
         let line = |i: usize| format!("{{\"n\":{i:02},\"pad\":\"{}\"}}\n", "x".repeat(22));
         assert_eq!(line(0).len(), 40);
@@ -281,7 +264,7 @@ mod tests {
         }
         // A restart appends, and rotates when the next line would not fit.
         drop(writer);
-        let mut again = Writer::open(path.clone(), 100).unwrap();
+        let mut again = Writer::open(path.clone(), 100, 100).unwrap();
         assert_eq!(again.size, 80);
         again.line(line(10).as_bytes());
         again.file.flush().unwrap();
@@ -310,9 +293,7 @@ mod tests {
     fn a_principals_lines_take_at_most_its_share_of_each_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.jsonl");
-        let mut writer = Writer::open(path.clone(), 110)
-            .unwrap()
-            .with_principal_share(50);
+        let mut writer = Writer::open(path.clone(), 110, 50).unwrap();
         let (quiet, flood): (Arc<str>, Arc<str>) = ("quiet".into(), "flood".into());
         // Lines of 22 bytes: five fit a file, a principal's share is 55.
         let line = |who: &str, i: usize| format!("{{\"{who:>5}\":{i:05},\"p\":1}}\n");
@@ -342,7 +323,7 @@ mod tests {
     /// one of 8: the first rotated out, the second in the file.
     fn two_lines_past_ten_bytes(dir: &std::path::Path) -> PathBuf {
         let path = dir.join("h.jsonl");
-        let mut writer = Writer::open(path.clone(), 10).unwrap();
+        let mut writer = Writer::open(path.clone(), 10, 100).unwrap();
         writer.line(b"{\"a\":\"0123456789\"}\n");
         writer.line(b"{\"b\":1}\n");
         writer.file.flush().unwrap();
