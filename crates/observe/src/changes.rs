@@ -149,15 +149,6 @@ pub struct AnswerLog {
     answers: Cache<String, Arc<ServedAnswer>>,
 }
 
-impl Default for AnswerLog {
-    fn default() -> AnswerLog {
-        AnswerLog::with_idle(DEFAULT_IDLE)
-    }
-}
-
-/// What [`AnswerLog::default`] keeps an answer nobody recalls.
-const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
-
 impl AnswerLog {
     /// A log that also forgets an answer once nobody asked about it for `idle`
     /// (the gateway passes `--idle-timeout`: a client idle that long has lost
@@ -216,6 +207,13 @@ mod tests {
     use crate::cache::{Assembler, Intake};
     use crate::xds::{Codec, ResourceType};
     use serde_json::Value;
+
+    impl Default for AnswerLog {
+        /// Forgetting an answer nobody recalled for 5 minutes.
+        fn default() -> AnswerLog {
+            AnswerLog::with_idle(std::time::Duration::from_secs(300))
+        }
+    }
 
     fn state(intake: &Intake, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
         Arc::new(crate::cache::test_states::clusters(

@@ -143,50 +143,38 @@ impl Writer {
         }
     }
 
-    /// Writes `line` of `owner`, unless that principal's lines in this
-    /// file already take its share.
+    /// Writes `line` of `owner` (rotating first when it would take the file
+    /// past its bound), unless that principal's lines in this file already
+    /// take its share.
     fn owned_line(&mut self, owner: Option<Arc<str>>, line: &[u8]) {
-        let Some(owner) = owner else {
-            return self.line(line);
-        };
         let len = line.len() as u64;
         if self.size > 0 && self.size + len > self.max_bytes {
-            self.rotate_or_warn();
-        }
-        let share = self.share;
-        let (written, logged) = self.written.entry(owner.clone()).or_default();
-        if *written > 0 && *written + len > share {
-            if !*logged {
-                *logged = true;
-                warn!(
-                    principal = %Escaped(&owner),
-                    share_bytes = share,
-                    "history file: this principal's lines take its share of the file \
-                     (--principal-share); its further lines are dropped until the file rotates"
-                );
+            if let Err(e) = self.rotate() {
+                warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
             }
-            return;
         }
-        *written += len;
-        self.line(line);
-    }
-
-    fn line(&mut self, line: &[u8]) {
-        let len = line.len() as u64;
-        if self.size > 0 && self.size + len > self.max_bytes {
-            self.rotate_or_warn();
+        if let Some(owner) = owner {
+            let share = self.share;
+            let (written, logged) = self.written.entry(owner.clone()).or_default();
+            if *written > 0 && *written + len > share {
+                if !*logged {
+                    *logged = true;
+                    warn!(
+                        principal = %Escaped(&owner),
+                        share_bytes = share,
+                        "history file: this principal's lines take its share of the file \
+                         (--principal-share); its further lines are dropped until the file rotates"
+                    );
+                }
+                return;
+            }
+            *written += len;
         }
         match self.file.write_all(line) {
             Ok(()) => self.size += len,
             Err(e) => {
                 warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: write failed")
             }
-        }
-    }
-
-    fn rotate_or_warn(&mut self) {
-        if let Err(e) = self.rotate() {
-            warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
         }
     }
 
@@ -249,7 +237,7 @@ mod tests {
         let line = |i: usize| format!("{{\"n\":{i:02},\"pad\":\"{}\"}}\n", "x".repeat(22));
         assert_eq!(line(0).len(), 40);
         for i in 0..10 {
-            writer.line(line(i).as_bytes());
+            writer.owned_line(None, line(i).as_bytes());
         }
         writer.file.flush().unwrap();
         let n = |l: &String| l[5..7].parse::<usize>().unwrap();
@@ -266,7 +254,7 @@ mod tests {
         drop(writer);
         let mut again = Writer::open(path.clone(), 100, 100).unwrap();
         assert_eq!(again.size, 80);
-        again.line(line(10).as_bytes());
+        again.owned_line(None, line(10).as_bytes());
         again.file.flush().unwrap();
         assert_eq!(numbers(&path), [10]);
         assert_eq!(numbers(&rotated(&path, 1)), [8, 9]);
@@ -313,7 +301,7 @@ mod tests {
             "the flood did not rotate the file"
         );
         // After a rotation the share starts again.
-        writer.line(format!("{}\n", "x".repeat(29)).as_bytes());
+        writer.owned_line(None, format!("{}\n", "x".repeat(29)).as_bytes());
         writer.owned_line(Some(flood.clone()), line("flood", 99).as_bytes());
         writer.file.flush().unwrap();
         assert!(lines_of(&path).iter().any(|l| l.contains("00099")));
@@ -324,8 +312,8 @@ mod tests {
     fn two_lines_past_ten_bytes(dir: &std::path::Path) -> PathBuf {
         let path = dir.join("h.jsonl");
         let mut writer = Writer::open(path.clone(), 10, 100).unwrap();
-        writer.line(b"{\"a\":\"0123456789\"}\n");
-        writer.line(b"{\"b\":1}\n");
+        writer.owned_line(None, b"{\"a\":\"0123456789\"}\n");
+        writer.owned_line(None, b"{\"b\":1}\n");
         writer.file.flush().unwrap();
         path
     }

@@ -141,13 +141,10 @@ impl ClientBook {
                 client.view(now, self.ttl)
             })
             .collect();
-        clients.sort_by(|a, b| {
-            (&a.node_id, a.remote.is_none(), &a.remote).cmp(&(
-                &b.node_id,
-                b.remote.is_none(),
-                &b.remote,
-            ))
-        });
+        fn order(c: &ClientView) -> (&String, bool, &Option<String>) {
+            (&c.node_id, c.remote.is_none(), &c.remote)
+        }
+        clients.sort_by(|a, b| order(a).cmp(&order(b)));
         let readers = clients
             .iter()
             .filter(|c| c.role == ClientRole::Reader)
