@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::{task::JoinHandle, time::Instant};
 
-use super::upstream_log::{stamp, UpstreamLog};
-use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
+use super::upstream_log::UpstreamLog;
+use super::view::{SessionTypeView, SessionView};
 use super::{node::SessionNode, unserved::Unserved, SourceError};
 use crate::cache::{Coverage, Names, TypeState};
 use crate::observe::Recorder;
@@ -367,9 +367,7 @@ impl Session {
                 let fresh = |i: &Interest| now.saturating_duration_since(i.last) < ttl;
                 sub.names.retain(|_, interest| fresh(interest));
                 sub.bytes = sub.names.keys().map(String::len).sum();
-                if sub.wildcard.as_ref().is_some_and(|i| !fresh(i)) {
-                    sub.wildcard = None;
-                }
+                sub.wildcard = sub.wildcard.filter(fresh);
                 before != (sub.wildcard.is_some(), sub.names.len())
             };
             if narrowed {
@@ -411,18 +409,11 @@ impl Session {
         &self,
         kind: ResourceType,
     ) -> std::collections::BTreeSet<String> {
-        let Some(wanted) = self.subscription(kind) else {
-            return Default::default();
-        };
-        let Some(state) = self.state(kind) else {
-            return wanted.names;
-        };
-        let answered = &state.coverage.names;
+        let mut wanted = self.subscription(kind).unwrap_or_default().names;
+        if let Some(state) = self.state(kind) {
+            wanted.retain(|name| !state.coverage.names.contains(name));
+        }
         wanted
-            .names
-            .into_iter()
-            .filter(|name| !answered.contains(name))
-            .collect()
     }
 
     /// The state of `kind` served now, if the upstream answered it.
@@ -524,40 +515,10 @@ impl Session {
             cluster: self.node.cluster.clone(),
             source,
             serves: None,
-            stream: streamed.then(|| self.stream_view()),
+            stream: streamed.then(|| self.upstream.view()),
             node_sent: self.node.sent_view(),
             requests_in_flight: self.liveness.in_flight.load(Ordering::Acquire),
             types,
-        }
-    }
-
-    fn stream_view(&self) -> StreamView {
-        let (phase, since) = self.upstream.stream();
-        StreamView {
-            phase,
-            since,
-            stale_since: self.upstream.stale_since().map(stamp),
-            last_error: self.upstream.last_error().map(|(at, error)| LastError {
-                at: stamp(at),
-                error,
-            }),
-            placement: self.placement(),
-        }
-    }
-
-    /// Where its streams are, when a failover could move them: the
-    /// aggregated stream's placement, or each stream's by lane.
-    fn placement(&self) -> Option<Placements> {
-        let placements = self.upstream.placements();
-        match placements.as_slice() {
-            [] => None,
-            [(None, placement)] => Some(Placements::Aggregated(placement.clone())),
-            lanes => Some(Placements::PerStream(
-                lanes
-                    .iter()
-                    .map(|(lane, p)| (lane.map_or("ads", ResourceType::short_name), p.clone()))
-                    .collect(),
-            )),
         }
     }
 }

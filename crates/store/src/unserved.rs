@@ -38,12 +38,14 @@ pub(super) const FIRST_RETRY: Duration = Duration::from_secs(30);
 const LAST_RETRY: Duration = Duration::from_secs(600);
 
 /// What the upstream did with a type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     /// The type's own stream (or method) is UNIMPLEMENTED.
+    #[error("the upstream does not implement it ({0})")]
     Unimplemented(String),
     /// An aggregated stream asking for it alone ended with this error
     /// before anything of it was answered.
+    #[error("the upstream ended the aggregated stream that asked for it alone, before answering it ({0})")]
     EndedTheStream(String),
 }
 
@@ -308,20 +310,6 @@ fn backoff(times: u32) -> Duration {
     FIRST_RETRY
         .saturating_mul(1 << times.saturating_sub(1).min(8))
         .min(LAST_RETRY)
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refused::Unimplemented(status) => {
-                write!(f, "the upstream does not implement it ({status})")
-            }
-            Refused::EndedTheStream(status) => write!(
-                f,
-                "the upstream ended the aggregated stream that asked for it alone, before answering it ({status})"
-            ),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -165,12 +165,10 @@ pub struct ReplyView {
     pub in_a_row: u64,
 }
 
-/// Which reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum ReplyKind {
-    #[serde(rename = "ACK")]
     Ack,
-    #[serde(rename = "NACK")]
     Nack,
 }
 
