@@ -114,9 +114,9 @@ impl RejectionLog {
             self.behind = None;
             return None;
         }
-        if let Some(message) = poll.nack {
+        if poll.nack.is_some() {
             self.behind = None;
-            return self.report(poll, 1, Some(message));
+            return self.report(poll, 1);
         }
         let served = |v: &str| self.served.iter().position(|s| same_selection(s, v));
         // Not yet served the current version: catching up.
@@ -141,17 +141,12 @@ impl RejectionLog {
         if polls < threshold {
             return None;
         }
-        self.report(poll, polls, None)
+        self.report(poll, polls)
     }
 
-    /// A suspicion of `poll`'s pair (presented, current), unless that pair
-    /// was the last reported.
-    fn report(
-        &mut self,
-        poll: Observation<'_>,
-        polls: u32,
-        nack: Option<&str>,
-    ) -> Option<Suspicion> {
+    /// A suspicion of `poll`'s pair (presented, current), with its NACK's
+    /// message if it is one, unless that pair was the last reported.
+    fn report(&mut self, poll: Observation<'_>, polls: u32) -> Option<Suspicion> {
         let pair = (poll.presented.to_owned(), poll.current.to_owned());
         if self.reported.as_ref() == Some(&pair) {
             return None;
@@ -161,7 +156,7 @@ impl RejectionLog {
             presented: poll.presented.to_owned(),
             current: poll.current.to_owned(),
             polls,
-            nack: nack.map(str::to_owned),
+            nack: poll.nack.map(str::to_owned),
         })
     }
 
