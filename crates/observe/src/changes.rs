@@ -11,36 +11,29 @@
 //! ```
 //!
 //! What a presented version stood for is looked up in [`AnswerLog`]: the
-//! answers served recently (every body served records one), bounded by the
-//! resources they hold (an old answer keeps its state's resources alive) and
-//! the names they were served for (a client asking for thousands of names,
-//! a new set each time, must not make it hold thousands per answer without
-//! bound).
-//! A version is only ever compared against what was served to the client
-//! presenting it: the client book (`clients.rs`, the one ledger of what was
-//! served to whom, keyed by [`ClientKey`](crate::cache::ClientKey)) says
-//! whether a body at that version went out to this client for these names
-//! ([`ClientBook::was_served`](super::ClientBook::was_served)); presenting
-//! another client's version tells nothing about what that client held.
-//! The answers are kept here once per version (a served version's digest
-//! covers the names, the rewrite target and every resource's content, so
-//! two clients served one version were served the same answer).
-//! A version it no longer holds (or never served to this requester, or
-//! served to other names or another rewrite target) cannot be diffed
-//! against: the answer is then the whole state with `"fullState": true`
-//! (drop what you hold that is not listed), which is also what an empty
-//! version gets.
+//! answers served recently (every body served records one), once per
+//! version (its digest covers the names, the rewrite target and every
+//! resource's content, so two clients served one version were served the
+//! same answer), bounded by the resources they hold (an old answer keeps its
+//! state's resources alive) and the names they were served for (a client
+//! asking for a new set of thousands of names each time must not grow it
+//! without bound). A version is only compared against what was served to
+//! the client presenting it: the client book (`clients.rs`, keyed by
+//! [`ClientKey`](crate::cache::ClientKey)) says whether a body at that
+//! version went out to this client for these names
+//! ([`ClientBook::was_served`](super::ClientBook::was_served)); another
+//! client's version tells nothing about what that client held. A version not
+//! held (or never served to this requester, or to other names or another
+//! rewrite target), and the empty version, get the whole state with
+//! `"fullState": true` (drop what you hold that is not listed).
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use moka::sync::Cache;
 
-use crate::cache::Assembler;
-use crate::cache::{by_name, Paired};
-use crate::cache::{Names, TypeState};
-use crate::xds::rewrite::RestTarget;
-use crate::xds::JsonError;
+use crate::cache::{by_name, Assembler, Names, Paired, TypeState};
+use crate::xds::{rewrite::RestTarget, JsonError};
 
 /// Resources and names (summed over the answers) the remembered answers may
 /// hold: a remembered answer keeps its state, and so its resources, alive,
@@ -114,8 +107,7 @@ impl ServedAnswer {
                 Some(t) => assembler.rewritten(resource, t)?,
                 None => resource.json.clone(),
             };
-            let mut digest = hex::encode(resource.digest);
-            digest.truncate(RESOURCE_VERSION_HEX);
+            let digest = hex::encode(&resource.digest[..RESOURCE_VERSION_HEX / 2]);
             pieces.push((json_string(name), digest, json));
         }
         let size: usize = pieces
@@ -157,15 +149,6 @@ pub struct AnswerLog {
     answers: Cache<String, Arc<ServedAnswer>>,
 }
 
-impl Default for AnswerLog {
-    fn default() -> AnswerLog {
-        AnswerLog::with_idle(DEFAULT_IDLE)
-    }
-}
-
-/// What [`AnswerLog::default`] keeps an answer nobody recalls.
-const DEFAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
-
 impl AnswerLog {
     /// A log that also forgets an answer once nobody asked about it for `idle`
     /// (the gateway passes `--idle-timeout`: a client idle that long has lost
@@ -177,10 +160,7 @@ impl AnswerLog {
                 .max_capacity(HISTORY_ITEMS)
                 .time_to_idle(idle)
                 .weigher(|_, served: &Arc<ServedAnswer>| {
-                    let names = match &served.names {
-                        Names::Wildcard => 0,
-                        Names::Named(set) => set.len(),
-                    };
+                    let names = served.names.asked().map_or(0, |set| set.len());
                     let held = served.state.resources.len().saturating_add(names + 1);
                     u32::try_from(held).unwrap_or(u32::MAX)
                 })
@@ -227,6 +207,13 @@ mod tests {
     use crate::cache::{Assembler, Intake};
     use crate::xds::{Codec, ResourceType};
     use serde_json::Value;
+
+    impl Default for AnswerLog {
+        /// Forgetting an answer nobody recalled for 5 minutes.
+        fn default() -> AnswerLog {
+            AnswerLog::with_idle(std::time::Duration::from_secs(300))
+        }
+    }
 
     fn state(intake: &Intake, version: &str, clusters: &[(&str, &str)]) -> Arc<TypeState> {
         Arc::new(crate::cache::test_states::clusters(

@@ -1,29 +1,27 @@
 //! The REST clients seen recently, and where each stands: for `/debug/clients`.
 //!
-//! A client is what one REST poller looks like from here: its node id and
-//! cluster, its user agent and the address it polls from. Per client, every
-//! subscription (a type and a set of names, e.g. one EDS cluster) keeps the
-//! version it last presented, the version it was answered at, and its
-//! [`Standing`] (in step, catching up, behind, a suspected rejection) with
-//! since when it has not been in step, and its [`RejectionLog`]: the last
-//! versions a body went out at and its run of polls presenting an older
-//! one. The book is the one ledger of what was served to whom: each answer
-//! is written into it once ([`ClientBook::book`], which judges where the
-//! poll stands and spots suspected rejections), and `?changes` asks it
-//! whether a presented version went out to this client
-//! ([`ClientBook::was_served`]). A client that
-//! never presented a version, watched nor POSTed as an Envoy is a one-shot
-//! reader (curl, a script), shown apart from the subscribers whose sync
-//! state matters (an Envoy that rejected its first version presents none,
-//! and is a subscriber all the same).
+//! A client is one REST poller: its node id, cluster, user agent and
+//! address. Per client, every subscription (a type and a set of names, e.g.
+//! one EDS cluster) keeps the version it last presented, the version it was
+//! answered at, its [`Standing`] (in step, catching up, behind, a suspected
+//! rejection) and since when it has not been in step, and its
+//! [`RejectionLog`] (the last versions a body went out at, its run of polls
+//! presenting an older one). The book is the one ledger of what was served
+//! to whom: each answer is written into it once ([`ClientBook::book`], which
+//! judges where the poll stands and spots suspected rejections), and
+//! `?changes` asks it whether a presented version went out to this client
+//! ([`ClientBook::was_served`]). A client that never presented a version,
+//! watched nor POSTed as an Envoy is a one-shot reader (curl, a script),
+//! shown apart from the subscribers (an Envoy that rejected its first
+//! version presents none, and is a subscriber all the same).
 //!
-//! Bounded: clients idle for the book's time-to-idle are forgotten, and so
-//! are a client's subscriptions not polled for as long. One client keeps at
-//! most [`CLIENT_SUBSCRIPTIONS`] subscriptions and [`CLIENT_BYTES`] of them
-//! (its least recently polled go first), and the whole book at most its
-//! share of the memory budget (`config::MemoryShares`; least recently used
-//! clients go first): a client polling a new set of thousands of names each
-//! time cannot grow it without bound.
+//! Bounded: clients, and a client's subscriptions, idle for the book's
+//! time-to-idle are forgotten. One client keeps at most
+//! [`CLIENT_SUBSCRIPTIONS`] subscriptions and [`CLIENT_BYTES`] of them (least
+//! recently polled go first), and the whole book at most its share of the
+//! memory budget (`config::MemoryShares`; least recently used clients go
+//! first): a client polling a new set of thousands of names each time cannot
+//! grow it without bound.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -31,11 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::rejection::{Observation, RejectionLog, Standing, Suspicion};
-#[cfg(any(test, feature = "test-support"))]
-use crate::cache::MemoSize;
-use crate::cache::{upstream_version, Names};
-use crate::cache::{ClientKey, SubscriptionKey};
-use crate::cache::{ParsedRequest, Resource, ResourceSet};
+use crate::cache::SubscriptionKey;
+use crate::cache::{upstream_version, ClientKey, ParsedRequest, Resource, ResourceSet};
 use crate::xds::ResourceType;
 
 mod view;
@@ -227,7 +222,7 @@ impl ClientBook {
         let request = poll.request;
         let key = request.client(poll.remote);
         let now = SystemTime::now();
-        let client = self.clients.get_with(key, || {
+        let shared = self.clients.get_with(key, || {
             Arc::new(Mutex::new(Client {
                 node_id: request.node_id().to_owned(),
                 cluster: request.node_cluster().to_owned(),
@@ -241,24 +236,7 @@ impl ClientBook {
                 bytes: 0,
             }))
         });
-        let (weight, suspicion) = self.record_in(&client, poll, now);
-        if weight.0 != weight.1 {
-            // Re-weighed by the book (the client's lock is not held here).
-            self.clients.insert(key, client);
-        }
-        suspicion
-    }
-
-    /// Records `poll` in `client`: its weight before and after, and a
-    /// suspicion if the poll makes one.
-    fn record_in(
-        &self,
-        client: &Mutex<Client>,
-        poll: AnsweredPoll<'_>,
-        now: SystemTime,
-    ) -> ((u32, u32), Option<Suspicion>) {
-        let request = poll.request;
-        let mut guard = crate::sync::lock(client);
+        let mut guard = crate::sync::lock(&shared);
         // Fields borrowed apart: a subscription and the client's bytes.
         let client = &mut *guard;
         let before = client.weight();
@@ -270,17 +248,20 @@ impl ClientBook {
         if client.rewritten_for.as_deref() != poll.rewritten_for {
             client.rewritten_for = poll.rewritten_for.map(str::to_owned);
         }
-        let key = (poll.kind, request.subscription(poll.remote));
+        let subscription = (poll.kind, request.subscription(poll.remote));
         let entry = client
             .subscriptions
-            .entry(key)
+            .entry(subscription)
             .or_insert_with(|| Subscription {
                 bytes: request.names().held_bytes() + SUBSCRIPTION_BASE_BYTES,
-                names: match request.names() {
-                    Names::Wildcard => Vec::new(),
-                    Names::Named(names) => names.iter().cloned().collect(),
-                },
-                wildcard: matches!(request.names(), Names::Wildcard),
+                names: request
+                    .names()
+                    .asked()
+                    .into_iter()
+                    .flatten()
+                    .cloned()
+                    .collect(),
+                wildcard: request.names().asked().is_none(),
                 presented: String::new(),
                 current: String::new(),
                 standing: Standing::InStep,
@@ -334,11 +315,8 @@ impl ClientBook {
         entry.polls += 1;
         entry.last_poll = now;
         entry.standing = standing;
-        if standing == Standing::InStep {
-            entry.out_of_step_since = None;
-        } else {
-            entry.out_of_step_since.get_or_insert(now);
-        }
+        entry.out_of_step_since =
+            (standing != Standing::InStep).then(|| entry.out_of_step_since.unwrap_or(now));
         if entry.polls == 1 {
             client.bytes += entry.bytes;
             if client.subscriptions.len().is_multiple_of(1024) {
@@ -351,9 +329,15 @@ impl ClientBook {
                 });
                 client.bytes = client.bytes.saturating_sub(freed);
             }
-            client.shed(key);
+            client.shed(subscription);
         }
-        ((before, client.weight()), suspicion)
+        let reweigh = before != client.weight();
+        drop(guard);
+        if reweigh {
+            // Re-weighed by the book (the client's lock is not held here).
+            self.clients.insert(key, shared);
+        }
+        suspicion
     }
 
     /// Whether a body at `version` went out to `request`'s client (from
@@ -403,19 +387,16 @@ impl ClientBook {
     /// What the clients of `node_id` hold now: their subscriptions, and the
     /// bytes those weigh.
     #[cfg(any(test, feature = "test-support"))]
-    pub fn held_by(&self, node_id: &str) -> MemoSize {
-        let mut held = MemoSize {
-            entries: 0,
-            bytes: 0,
-        };
+    pub fn held_by(&self, node_id: &str) -> crate::cache::MemoSize {
+        let (mut entries, mut bytes) = (0, 0);
         for (_, client) in self.clients.iter() {
             let client = crate::sync::lock(&client);
             if client.node_id == node_id {
-                held.entries += client.subscriptions.len() as u64;
-                held.bytes += client.bytes as u64;
+                entries += client.subscriptions.len() as u64;
+                bytes += client.bytes as u64;
             }
         }
-        held
+        crate::cache::MemoSize { entries, bytes }
     }
 
     /// Where the config sources of `node_id`'s most recent client were

@@ -1,42 +1,35 @@
 //! The config history: per node identity and type, a bounded timeline of the
-//! versions the upstream pushed (when, the gateway's version and the
-//! upstream's version and nonce it came from, which resources were added,
-//! modified or removed) and of the NACKs the gateway sent upstream (with
-//! their `error_detail`). Read by `/debug/history` and `/debug/diff`.
-//!
-//! It lives beside the states, not in a session: a session that idles out
-//! and comes back finds its history here (timelines are keyed by a digest of
-//! the [`IdentityKey`](super::IdentityKey), not by the session). Sessions
-//! write to it through a [`Recorder`]; the admin views read it.
+//! versions the upstream pushed (when, the gateway's version, the upstream's
+//! version and nonce, the resources added, modified or removed) and of the
+//! NACKs the gateway sent upstream (with their `error_detail`), for
+//! `/debug/history` and `/debug/diff`. Timelines are keyed by a digest of the
+//! [`IdentityKey`](super::IdentityKey), not by the session: a session that
+//! idles out and comes back finds its history. Sessions write through a
+//! [`Recorder`].
 //!
 //! # The bound
 //!
-//! One byte bound for the whole store (`--history-max-bytes`); when an event
-//! would take it over, the oldest events of the whole store go first,
-//! whichever timeline they are in. A version's content is the published
-//! [`TypeState`] itself, held by `Arc`: its resources are the cache's own
-//! rendered resources, never copied. What is counted is what the store
-//! keeps alive: each resource once however many held versions share it
-//! (its canonical JSON, its protobuf payload, its name and bookkeeping),
-//! each version's map of names, and each event's own strings. A timeline
-//! whose every event was evicted is forgotten; its next version is listed
-//! as all added (`since` is absent; it is absent too once the version an
-//! event was compared with is evicted).
+//! One byte bound for the whole store (`--history-max-bytes`): past it, the
+//! oldest events of the whole store go first, whichever timeline. A version
+//! holds the published [`TypeState`] by `Arc` (the cache's own resources,
+//! never copied); counted is what the store keeps alive: each resource once
+//! however many versions share it (JSON, payload, name, bookkeeping), each
+//! version's map of names, each event's own strings. A timeline whose every
+//! event was evicted is forgotten; its next version is listed as all added
+//! (`since` absent, as it is once the version compared with is evicted).
 //!
 //! # Each principal's share
 //!
-//! Under a policy of several principals, the events of a session count
-//! against the principal whose request opened it, up to `--principal-share`
-//! of the bound (one principal's 80 nodes emptied
-//! every other tenant's history). An event that takes its principal past
-//! the share evicts that principal's own oldest events first, wherever they
-//! are, so one tenant's churn never pushes out another's history. An event
-//! is charged what it added to the store when it came (its own bytes, and
-//! the resources no event held before), and given back exactly that.
+//! Under a policy of several principals, a session's events count against
+//! the principal whose request opened it, up to `--principal-share` of the
+//! bound (one principal's 80 nodes emptied every other tenant's history):
+//! past it, that principal's own oldest events go first, wherever they are.
+//! An event is charged what it added to the store (its own bytes, and the
+//! resources no event held before), and given back exactly that.
 //!
 //! Every event can also go to a [`HistorySink`] as a [`HistoryLine`] (the
-//! JSON-lines file of `--history-file`), whatever the bound keeps; the
-//! sink does the I/O, off the push path.
+//! `--history-file`), whatever the bound keeps; the sink does the I/O, off
+//! the push path.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -45,9 +38,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-use crate::cache::Resource;
-use crate::cache::{by_name, Paired};
-use crate::cache::{upstream_version, Names, TypeState};
+use crate::cache::{by_name, upstream_version, Names, Paired, Resource, TypeState};
 use crate::xds::ResourceType;
 
 /// The default bound, in bytes (64 MiB).
@@ -79,9 +70,7 @@ impl IdentityDigest {
     /// The first 12 hex digits: what the views show to tell apart two
     /// identities with the same node id and cluster.
     fn short(&self) -> String {
-        let mut hex = hex::encode(self.0);
-        hex.truncate(12);
-        hex
+        hex::encode(&self.0[..6])
     }
 }
 
@@ -227,11 +216,6 @@ impl Shares {
         }
         self.0.remove(&key).map(|(_, bytes)| bytes)
     }
-
-    #[cfg(test)]
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 #[derive(Debug, Default)]
@@ -251,15 +235,6 @@ struct Store {
     owners: HashMap<Owner, Owned>,
     bytes: u64,
     next_seq: u64,
-}
-
-/// The bounds an event is pushed under.
-#[derive(Debug, Clone, Copy)]
-struct Bounds {
-    /// The whole store's.
-    max: u64,
-    /// One principal's.
-    share: u64,
 }
 
 impl Store {
@@ -306,35 +281,22 @@ impl Store {
         freed
     }
 
-    /// The changes from the set `ids.0` to the set `ids.1` if they were
-    /// worked out lately.
-    fn recent_changes(&self, ids: (u64, u64)) -> Option<Arc<Changes>> {
-        self.recent_changes
-            .iter()
-            .find(|(k, _)| *k == ids)
-            .map(|(_, c)| c.clone())
-    }
-
-    fn remember_changes(&mut self, ids: (u64, u64), changes: Arc<Changes>) {
-        if self.recent_changes.len() >= CHANGES_KEPT {
-            self.recent_changes.pop_front();
-        }
-        self.recent_changes.push_back((ids, changes));
-    }
-
     /// Adds an event to `key`'s timeline, charged to `owner` if any
-    /// (evicting the owner's oldest past its share, then the store's oldest
-    /// past the bound); returns it as the views show it when `view` (a sink
+    /// (evicting the owner's oldest past `share`, then the store's oldest
+    /// past `max`); returns it as the views show it when `view` (a sink
     /// wants it).
     fn push(
         &mut self,
-        key: TimelineKey,
-        node: (&str, &str),
+        (key, node): (TimelineKey, (&str, &str)),
         happened: Happened,
-        (owner, bounds): (Option<&Owner>, Bounds),
+        (owner, max, share): (Option<&Owner>, u64, u64),
         view: bool,
     ) -> Option<EventView> {
         let mut bytes = EVENT_OVERHEAD + happened_bytes(&happened);
+        let held = match &happened {
+            Happened::Version { state, changes, .. } => self.hold(state, changes),
+            Happened::Nack { .. } => 0,
+        };
         let timeline = self.timelines.entry(key).or_insert_with(|| {
             bytes += TIMELINE_OVERHEAD + (node.0.len() + node.1.len()) as u64;
             Timeline {
@@ -345,55 +307,28 @@ impl Store {
         });
         let seq = self.next_seq;
         self.next_seq += 1;
+        let charged = bytes + held;
         let event = Event {
             seq,
             at: SystemTime::now(),
             happened,
             bytes,
-            owner: None,
+            owner: owner.map(|owner| (owner.clone(), charged)),
         };
         let view = view.then(|| event_view(timeline, &event));
         timeline.events.push_back(event);
-        let mut charged = bytes;
-        if let Some(Event {
-            happened: Happened::Version { state, changes, .. },
-            ..
-        }) = timeline.events.back()
-        {
-            let (state, changes) = (state.clone(), changes.clone());
-            charged += self.hold(&state, &changes);
-        }
         self.order.push_back((seq, key));
         self.bytes += charged;
         if let Some(owner) = owner {
-            self.charge(key, seq, owner, charged, bounds.share);
+            let owned = self.owners.entry(owner.clone()).or_default();
+            owned.bytes += charged;
+            owned.order.push_back((seq, key));
+            while self.owners.get(owner).is_some_and(|o| o.bytes > share)
+                && self.evict_oldest_of(owner)
+            {}
         }
-        while self.bytes > bounds.max {
-            if !self.evict_oldest() {
-                break;
-            }
-        }
+        while self.bytes > max && self.evict_oldest() {}
         view
-    }
-
-    /// Charges the event `seq` of `key` to `owner`, then evicts the owner's
-    /// oldest events while it holds more than `share`.
-    fn charge(&mut self, key: TimelineKey, seq: u64, owner: &Owner, bytes: u64, share: u64) {
-        if let Some(event) = self
-            .timelines
-            .get_mut(&key)
-            .and_then(|t| t.events.back_mut())
-        {
-            event.owner = Some((owner.clone(), bytes));
-        }
-        let owned = self.owners.entry(owner.clone()).or_default();
-        owned.bytes += bytes;
-        owned.order.push_back((seq, key));
-        while self.owners.get(owner).is_some_and(|o| o.bytes > share) {
-            if !self.evict_oldest_of(owner) {
-                break;
-            }
-        }
     }
 
     /// Drops the oldest event of the store; `false` when there is none.
@@ -567,8 +502,9 @@ pub trait HistorySink: Send + Sync + std::fmt::Debug {
 pub struct ConfigHistory {
     store: Arc<Mutex<Store>>,
     max_bytes: u64,
-    /// `--principal-share`, in percent of `max_bytes`.
-    principal_share: u8,
+    /// What one principal's events may hold (`--principal-share` of
+    /// `max_bytes`).
+    share: u64,
     sink: Option<Arc<dyn HistorySink>>,
 }
 
@@ -584,7 +520,7 @@ impl ConfigHistory {
         ConfigHistory {
             store: Arc::default(),
             max_bytes,
-            principal_share: 100,
+            share: max_bytes,
             sink: None,
         }
     }
@@ -592,19 +528,8 @@ impl ConfigHistory {
     /// The same history, a principal's events holding at most `percent`%
     /// of its bytes (`--principal-share`).
     pub fn with_principal_share(mut self, percent: u8) -> ConfigHistory {
-        self.principal_share = percent.min(100);
+        self.share = self.max_bytes.saturating_mul(u64::from(percent.min(100))) / 100;
         self
-    }
-
-    /// The bounds events are pushed under.
-    fn bounds(&self) -> Bounds {
-        Bounds {
-            max: self.max_bytes,
-            share: self
-                .max_bytes
-                .saturating_mul(u64::from(self.principal_share))
-                / 100,
-        }
     }
 
     /// The same history, also writing every event to `sink`.
@@ -670,46 +595,35 @@ impl ConfigHistory {
         version: &str,
     ) -> Option<HeldVersion> {
         let store = self.lock();
-        let mut found: Option<(u8, u64, HeldVersion)> = None;
-        for ((identity, k), t) in &store.timelines {
-            if *k != kind || !matches(t, node_id, cluster) {
-                continue;
-            }
-            for event in &t.events {
-                let (Happened::Version { state, .. }, Some(gateway_version)) =
-                    (&event.happened, event.gateway_version())
-                else {
-                    continue;
+        let events = store
+            .timelines
+            .iter()
+            .filter(|((_, k), t)| *k == kind && matches(t, node_id, cluster))
+            .flat_map(|((identity, _), t)| t.events.iter().map(move |e| (identity, t, e)));
+        let (_, (identity, t, event, state)) = events
+            .filter_map(|(identity, t, event)| {
+                let Happened::Version { state, .. } = &event.happened else {
+                    return None;
                 };
                 // A gateway version matches before an upstream one.
-                let rank = if gateway_version == version {
+                let rank = if event.gateway_version()? == version {
                     3
                 } else if state.version == version {
                     2
                 } else if state.version == upstream_version(version) {
                     1
                 } else {
-                    continue;
+                    return None;
                 };
-                if found
-                    .as_ref()
-                    .is_some_and(|(r, seq, _)| (*r, *seq) > (rank, event.seq))
-                {
-                    continue;
-                }
-                found = Some((
-                    rank,
-                    event.seq,
-                    HeldVersion {
-                        cluster: t.cluster.clone(),
-                        identity: identity.short(),
-                        event: event_view(t, event),
-                        state: state.clone(),
-                    },
-                ));
-            }
-        }
-        found.map(|(_, _, held)| held)
+                Some(((rank, event.seq), (identity, t, event, state)))
+            })
+            .max_by_key(|(rank, _)| *rank)?;
+        Some(HeldVersion {
+            cluster: t.cluster.clone(),
+            identity: identity.short(),
+            event: event_view(t, event),
+            state: state.clone(),
+        })
     }
 
     /// The version of `kind` of the node `node_id` held just before the one
@@ -722,7 +636,7 @@ impl ConfigHistory {
     ) -> Option<HeldVersion> {
         let store = self.lock();
         for ((identity, k), t) in &store.timelines {
-            if *k != kind || t.node_id != node_id {
+            if *k != kind || !matches(t, node_id, None) {
                 continue;
             }
             let versions: Vec<(&Event, &Arc<TypeState>)> = t
@@ -776,7 +690,7 @@ impl Recorder {
         // resource); a session publishes one type's states one at a time.
         // Sessions taken from one shared set to the same next one share
         // the comparison (set ids start at 1: 0 is "no previous set").
-        let (previous, recent) = {
+        let (previous, ids, known) = {
             let store = self.history.lock();
             let previous = store
                 .timelines
@@ -785,18 +699,18 @@ impl Recorder {
                 .map(|(seq, s)| (seq, s.clone()));
             let from = previous.as_ref().map_or(0, |(_, s)| s.resources.id());
             let ids = (from, state.resources.id());
-            (previous, (ids, store.recent_changes(ids)))
+            let known = store.recent_changes.iter().find(|(k, _)| *k == ids);
+            (previous, ids, known.map(|(_, c)| c.clone()))
         };
-        let changes = match recent {
-            (_, Some(known)) => known,
-            (ids, None) => {
-                let worked_out = Arc::new(changes(previous.as_ref().map(|(_, s)| &**s), state));
-                self.history
-                    .lock()
-                    .remember_changes(ids, worked_out.clone());
-                worked_out
+        let changes = known.unwrap_or_else(|| {
+            let worked_out = Arc::new(changes(previous.as_ref().map(|(_, s)| &**s), state));
+            let mut store = self.history.lock();
+            if store.recent_changes.len() >= CHANGES_KEPT {
+                store.recent_changes.pop_front();
             }
-        };
+            store.recent_changes.push_back((ids, worked_out.clone()));
+            worked_out
+        });
         let happened = Happened::Version {
             gateway_version: OnceLock::new(),
             state: state.clone(),
@@ -809,12 +723,12 @@ impl Recorder {
     /// Pushes `happened` to the timeline of `kind`, and hands it to the
     /// history's sink, if it has one.
     fn record(&self, kind: ResourceType, happened: Happened) {
-        let view = self.history.lock().push(
-            (self.identity, kind),
-            (&self.node_id, &self.cluster),
+        let history = &self.history;
+        let view = history.lock().push(
+            ((self.identity, kind), (&self.node_id, &self.cluster)),
             happened,
-            (self.owner.as_ref(), self.history.bounds()),
-            self.history.sink.is_some(),
+            (self.owner.as_ref(), history.max_bytes, history.share),
+            history.sink.is_some(),
         );
         if let (Some(sink), Some(event)) = (&self.history.sink, view) {
             sink.write(HistoryLine {

@@ -51,14 +51,8 @@ pub struct HistoryFileError {
 /// The sink writing the history's JSON lines.
 #[derive(Debug)]
 pub struct HistoryFile {
-    lines: SyncSender<Line>,
+    lines: SyncSender<HistoryLine>,
     dropped: AtomicU64,
-}
-
-/// A line to write, and the principal whose share it counts against.
-struct Line {
-    owner: Option<Arc<str>>,
-    bytes: Vec<u8>,
 }
 
 impl HistoryFile {
@@ -70,7 +64,7 @@ impl HistoryFile {
         max_bytes: u64,
         principal_share: u8,
     ) -> Result<Arc<HistoryFile>, HistoryFileError> {
-        let writer = Writer::open(path, max_bytes)?.with_principal_share(principal_share);
+        let writer = Writer::open(path, max_bytes, principal_share)?;
         let (lines, queue) = sync_channel(QUEUE);
         std::thread::Builder::new()
             .name("history-file".into())
@@ -88,16 +82,6 @@ impl HistoryFile {
 
 impl HistorySink for HistoryFile {
     fn write(&self, line: HistoryLine) {
-        let mut bytes = match serde_json::to_vec(&line) {
-            Ok(bytes) => bytes,
-            // A struct of strings and numbers always serialises.
-            Err(_) => return,
-        };
-        bytes.push(b'\n');
-        let line = Line {
-            owner: line.owner,
-            bytes,
-        };
         if let Err(TrySendError::Full(_)) = self.lines.try_send(line) {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped % DROP_LOG_EVERY == 1 {
@@ -124,7 +108,9 @@ struct Writer {
 }
 
 impl Writer {
-    fn open(path: PathBuf, max_bytes: u64) -> Result<Writer, HistoryFileError> {
+    /// `path`, rotating at `max_bytes`, a principal's lines taking at most
+    /// `percent`% of each file.
+    fn open(path: PathBuf, max_bytes: u64, percent: u8) -> Result<Writer, HistoryFileError> {
         let (file, size) = append(&path).map_err(|source| HistoryFileError {
             path: path.clone(),
             source,
@@ -134,25 +120,22 @@ impl Writer {
             max_bytes,
             file: BufWriter::new(file),
             size,
-            share: max_bytes,
+            share: max_bytes.saturating_mul(u64::from(percent.min(100))) / 100,
             written: HashMap::new(),
         })
     }
 
-    /// The same writer, a principal's lines taking at most `percent`% of
-    /// each file.
-    fn with_principal_share(mut self, percent: u8) -> Writer {
-        self.share = self.max_bytes.saturating_mul(u64::from(percent.min(100))) / 100;
-        self
-    }
-
     /// Writes every line sent, flushing whenever the queue runs dry; ends
     /// when the sink is dropped.
-    fn run(mut self, queue: Receiver<Line>) {
-        while let Ok(line) = queue.recv() {
-            self.owned_line(line.owner, &line.bytes);
-            while let Ok(line) = queue.try_recv() {
-                self.owned_line(line.owner, &line.bytes);
+    fn run(mut self, queue: Receiver<HistoryLine>) {
+        while let Ok(first) = queue.recv() {
+            for line in std::iter::once(first).chain(queue.try_iter()) {
+                // A struct of strings and numbers always serialises.
+                let Ok(mut bytes) = serde_json::to_vec(&line) else {
+                    continue;
+                };
+                bytes.push(b'\n');
+                self.owned_line(line.owner, &bytes);
             }
             if let Err(e) = self.file.flush() {
                 warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: flush failed");
@@ -160,50 +143,38 @@ impl Writer {
         }
     }
 
-    /// Writes `line` of `owner`, unless that principal's lines in this
-    /// file already take its share.
+    /// Writes `line` of `owner` (rotating first when it would take the file
+    /// past its bound), unless that principal's lines in this file already
+    /// take its share.
     fn owned_line(&mut self, owner: Option<Arc<str>>, line: &[u8]) {
-        let Some(owner) = owner else {
-            return self.line(line);
-        };
         let len = line.len() as u64;
         if self.size > 0 && self.size + len > self.max_bytes {
-            self.rotate_or_warn();
-        }
-        let share = self.share;
-        let (written, logged) = self.written.entry(owner.clone()).or_default();
-        if *written > 0 && *written + len > share {
-            if !*logged {
-                *logged = true;
-                warn!(
-                    principal = %Escaped(&owner),
-                    share_bytes = share,
-                    "history file: this principal's lines take its share of the file \
-                     (--principal-share); its further lines are dropped until the file rotates"
-                );
+            if let Err(e) = self.rotate() {
+                warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
             }
-            return;
         }
-        *written += len;
-        self.line(line);
-    }
-
-    fn line(&mut self, line: &[u8]) {
-        let len = line.len() as u64;
-        if self.size > 0 && self.size + len > self.max_bytes {
-            self.rotate_or_warn();
+        if let Some(owner) = owner {
+            let share = self.share;
+            let (written, logged) = self.written.entry(owner.clone()).or_default();
+            if *written > 0 && *written + len > share {
+                if !*logged {
+                    *logged = true;
+                    warn!(
+                        principal = %Escaped(&owner),
+                        share_bytes = share,
+                        "history file: this principal's lines take its share of the file \
+                         (--principal-share); its further lines are dropped until the file rotates"
+                    );
+                }
+                return;
+            }
+            *written += len;
         }
         match self.file.write_all(line) {
             Ok(()) => self.size += len,
             Err(e) => {
                 warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: write failed")
             }
-        }
-    }
-
-    fn rotate_or_warn(&mut self) {
-        if let Err(e) = self.rotate() {
-            warn!(path = %Escaped(&self.path.display().to_string()), error = %e, "history file: rotation failed");
         }
     }
 
@@ -261,12 +232,12 @@ mod tests {
     fn rotates_by_size_keeping_three_and_never_splits_a_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("history.jsonl");
-        let mut writer = Writer::open(path.clone(), 100).unwrap();
+        let mut writer = Writer::open(path.clone(), 100, 100).unwrap();
         // 10 lines of 40 bytes: two fit in 100 bytes, so each file holds two.
         let line = |i: usize| format!("{{\"n\":{i:02},\"pad\":\"{}\"}}\n", "x".repeat(22));
         assert_eq!(line(0).len(), 40);
         for i in 0..10 {
-            writer.line(line(i).as_bytes());
+            writer.owned_line(None, line(i).as_bytes());
         }
         writer.file.flush().unwrap();
         let n = |l: &String| l[5..7].parse::<usize>().unwrap();
@@ -281,9 +252,9 @@ mod tests {
         }
         // A restart appends, and rotates when the next line would not fit.
         drop(writer);
-        let mut again = Writer::open(path.clone(), 100).unwrap();
+        let mut again = Writer::open(path.clone(), 100, 100).unwrap();
         assert_eq!(again.size, 80);
-        again.line(line(10).as_bytes());
+        again.owned_line(None, line(10).as_bytes());
         again.file.flush().unwrap();
         assert_eq!(numbers(&path), [10]);
         assert_eq!(numbers(&rotated(&path, 1)), [8, 9]);
@@ -310,9 +281,7 @@ mod tests {
     fn a_principals_lines_take_at_most_its_share_of_each_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.jsonl");
-        let mut writer = Writer::open(path.clone(), 110)
-            .unwrap()
-            .with_principal_share(50);
+        let mut writer = Writer::open(path.clone(), 110, 50).unwrap();
         let (quiet, flood): (Arc<str>, Arc<str>) = ("quiet".into(), "flood".into());
         // Lines of 22 bytes: five fit a file, a principal's share is 55.
         let line = |who: &str, i: usize| format!("{{\"{who:>5}\":{i:05},\"p\":1}}\n");
@@ -332,7 +301,7 @@ mod tests {
             "the flood did not rotate the file"
         );
         // After a rotation the share starts again.
-        writer.line(format!("{}\n", "x".repeat(29)).as_bytes());
+        writer.owned_line(None, format!("{}\n", "x".repeat(29)).as_bytes());
         writer.owned_line(Some(flood.clone()), line("flood", 99).as_bytes());
         writer.file.flush().unwrap();
         assert!(lines_of(&path).iter().any(|l| l.contains("00099")));
@@ -342,9 +311,9 @@ mod tests {
     /// one of 8: the first rotated out, the second in the file.
     fn two_lines_past_ten_bytes(dir: &std::path::Path) -> PathBuf {
         let path = dir.join("h.jsonl");
-        let mut writer = Writer::open(path.clone(), 10).unwrap();
-        writer.line(b"{\"a\":\"0123456789\"}\n");
-        writer.line(b"{\"b\":1}\n");
+        let mut writer = Writer::open(path.clone(), 10, 100).unwrap();
+        writer.owned_line(None, b"{\"a\":\"0123456789\"}\n");
+        writer.owned_line(None, b"{\"b\":1}\n");
         writer.file.flush().unwrap();
         path
     }

@@ -4,21 +4,19 @@
 //! one type and its names: `ParsedRequest::subscription`).
 //!
 //! REST has no NACK: an Envoy that rejects an update keeps polling with the
-//! version it had, which is the empty version when it rejected its very
-//! first one. To the gateway that looks like a client that has not caught up,
-//! so one such poll proves nothing. The log remembers the versions served
-//! to its subscription; a client that keeps presenting a version older than
-//! one it was already served (or, for an Envoy, an empty version after a
-//! body was served to it) `threshold` polls in a row is a suspected
-//! rejection, reported once per (old, new) pair. A subscription never
-//! served the current version is catching up. Polls the client book is told
-//! not to judge (through a trusted proxy that names no client, or answered
-//! with a type served opaque) go through no log.
-//!
-//! A client that says so itself (a poll with `error_detail`, which REST
-//! clients other than Envoy may send) has rejected the version it was
-//! served: that is reported on that poll, with no threshold, once per
-//! (old, new) pair as a suspicion is.
+//! version it had (the empty version when it rejected its very first one),
+//! which looks like a client that has not caught up, so one such poll
+//! proves nothing. The log remembers the versions served to its
+//! subscription; a client that keeps presenting a version older than one it
+//! was already served (or, for an Envoy, an empty version after a body was
+//! served to it) `threshold` polls in a row is a suspected rejection,
+//! reported once per (old, new) pair. A subscription never served the
+//! current version is catching up. Polls the client book is told not to
+//! judge (through a trusted proxy that names no client, or answered with a
+//! type served opaque) go through no log. A client that says so itself (a
+//! poll with `error_detail`, which REST clients other than Envoy may send)
+//! has rejected the version it was served: reported on that poll, with no
+//! threshold, once per (old, new) pair.
 //!
 //! Versions are compared by their selection digest (see `state`), so a
 //! client is in step exactly when it would get a 304.
@@ -116,21 +114,16 @@ impl RejectionLog {
             self.behind = None;
             return None;
         }
-        if let Some(message) = poll.nack {
+        if poll.nack.is_some() {
             self.behind = None;
-            return self.report(poll, 1, Some(message));
+            return self.report(poll, 1);
         }
         let served = |v: &str| self.served.iter().position(|s| same_selection(s, v));
-        let Some(current) = served(poll.current) else {
-            // Not yet served the current version: catching up.
-            self.behind = None;
-            return None;
-        };
-        let older = if poll.presented.is_empty() {
-            poll.envoy
-        } else {
-            served(poll.presented).is_some_and(|old| old < current)
-        };
+        // Not yet served the current version: catching up.
+        let older = served(poll.current).is_some_and(|current| match poll.presented {
+            "" => poll.envoy,
+            presented => served(presented).is_some_and(|old| old < current),
+        });
         if !older {
             self.behind = None;
             return None;
@@ -148,17 +141,12 @@ impl RejectionLog {
         if polls < threshold {
             return None;
         }
-        self.report(poll, polls, None)
+        self.report(poll, polls)
     }
 
-    /// A suspicion of `poll`'s pair (presented, current), unless that pair
-    /// was the last reported.
-    fn report(
-        &mut self,
-        poll: Observation<'_>,
-        polls: u32,
-        nack: Option<&str>,
-    ) -> Option<Suspicion> {
+    /// A suspicion of `poll`'s pair (presented, current), with its NACK's
+    /// message if it is one, unless that pair was the last reported.
+    fn report(&mut self, poll: Observation<'_>, polls: u32) -> Option<Suspicion> {
         let pair = (poll.presented.to_owned(), poll.current.to_owned());
         if self.reported.as_ref() == Some(&pair) {
             return None;
@@ -168,35 +156,28 @@ impl RejectionLog {
             presented: poll.presented.to_owned(),
             current: poll.current.to_owned(),
             polls,
-            nack: nack.map(str::to_owned),
+            nack: poll.nack.map(str::to_owned),
         })
     }
 
     /// Where `poll`'s client stands after [`RejectionLog::observe`]
     /// recorded it.
     pub(crate) fn sync(&self, poll: Observation<'_>, threshold: u32) -> Standing {
-        standing(Some(self), poll, threshold)
-    }
-}
-
-/// Where `poll`'s client stands, given its subscription's log (`None`: a
-/// subscription never served: in step or catching up).
-fn standing(log: Option<&RejectionLog>, poll: Observation<'_>, threshold: u32) -> Standing {
-    if same_selection(poll.presented, poll.current) {
-        return Standing::InStep;
-    }
-    if poll.nack.is_some() {
-        return Standing::Rejected;
-    }
-    match log.and_then(|log| log.behind.as_ref()) {
-        Some((presented, polls)) if presented == poll.presented => {
-            if *polls >= threshold {
+        if same_selection(poll.presented, poll.current) {
+            return Standing::InStep;
+        }
+        if poll.nack.is_some() {
+            return Standing::Rejected;
+        }
+        match &self.behind {
+            Some((presented, polls)) if presented == poll.presented && *polls >= threshold => {
                 Standing::Suspected { polls: *polls }
-            } else {
+            }
+            Some((presented, polls)) if presented == poll.presented => {
                 Standing::Behind { polls: *polls }
             }
+            _ => Standing::CatchingUp,
         }
-        _ => Standing::CatchingUp,
     }
 }
 
@@ -233,9 +214,9 @@ mod tests {
 
     #[test]
     fn sync_says_where_a_client_stands() {
-        assert_eq!(standing(None, poll("", V1), 2), Standing::CatchingUp);
-        assert_eq!(standing(None, poll(V1, V1), 2), Standing::InStep);
         let mut t = RejectionLog::default();
+        assert_eq!(t.sync(poll("", V1), 2), Standing::CatchingUp);
+        assert_eq!(t.sync(poll(V1, V1), 2), Standing::InStep);
         let look = |t: &mut RejectionLog, p| {
             t.observe(p, 2);
             t.sync(p, 2)

@@ -12,9 +12,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::publisher::Publisher;
-use super::session::Command;
-use super::{PassThrough, PassedThrough, SourceError};
+use super::{publisher::Publisher, session::Command, PassThrough, PassedThrough, SourceError};
 use crate::xds::ResourceType;
 
 /// What feeds sessions: starts one task per session, and says what it is.
@@ -77,7 +75,7 @@ pub trait Feeder: Send + Sync + fmt::Debug + 'static {
 
     /// One HDS or CSDS question asked of its upstream as it is.
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
-        let what = call.path();
+        let what = call.endpoint().path();
         Box::pin(std::future::ready(Err(SourceError::NoUpstream { what })))
     }
 }

@@ -1,24 +1,23 @@
 //! The store: what a poll reads, behind one serving seam, [`Source`], with
 //! introspection apart ([`Inspect`]) and both owned as a [`Feed`].
 //!
-//! The REST layer asks a source one thing per poll, [`Source::poll`]: the
-//! state that answers this client now. It gets a [`Polled`]: that state,
-//! how to wait for the next one (long poll), whether it is stale, and where
-//! a suspected rejection is NACKed upstream. The REST face answers from the
-//! state through the cache and books the answer itself. It never learns
-//! which kind of source is behind the seam; `app.rs` alone chooses.
+//! The REST layer asks a source one thing per poll, [`Source::poll`], and
+//! gets a [`Polled`]: the state that answers this client now, how to wait
+//! for the next one (long poll), whether it is stale, and where a suspected
+//! rejection is NACKed upstream. The REST face answers from the state
+//! through the cache and books the answer itself; it never learns which
+//! source is behind the seam (`app.rs` alone chooses).
 //!
 //! Here live the sessions ([`Sessions`]: one `Session` per node identity,
 //! shared by every client of that identity, in one lane per upstream that
-//! owns names), what each holds (per type, the state its producer published
-//! last, its node, what the upstream refused, its upstream log), how a poll
-//! is routed among several upstreams by namespace (`federation.rs`) and
-//! the typed views of all of it (`view.rs`). What fills
-//! a session is a producer, started per session through the [`Feeder`] seam
-//! and written in the gateway's `upstream`: the store names no producer,
-//! and producers hold only a narrow handle on the session they feed
-//! ([`Publisher`]). Its submodules are private but [`shares`] (the
-//! per-principal shares of the global limits, which the faces take too):
+//! owns names), what each holds (per type, the state published last, its
+//! node, what the upstream refused, its upstream log), how a poll is routed
+//! among upstreams by namespace (`federation.rs`) and the typed views
+//! (`view.rs`). A session is filled by a producer, started per session
+//! through the [`Feeder`] seam and written in the gateway's `upstream`: the
+//! store names no producer, and producers hold only a narrow handle on their
+//! session ([`Publisher`]). Submodules are private but [`shares`] (the
+//! per-principal shares of the global limits, which the faces take too);
 //! what the gateway names is re-exported here.
 
 // The crates below, under the names the modules use.
@@ -149,10 +148,6 @@ impl PassThrough {
             PassThrough::HealthCheck(_) => Endpoint::HealthCheck,
             PassThrough::ClientStatus(_) => Endpoint::ClientStatus,
         }
-    }
-
-    pub fn path(&self) -> String {
-        self.endpoint().path()
     }
 }
 

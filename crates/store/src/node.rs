@@ -5,34 +5,29 @@
 //! not 1,000 decoded ones. The rest of the node (id, cluster, metadata,
 //! locality, build version) is the session's own.
 //!
-//! Protobuf lets a message be encoded in parts, and prost writes a
-//! message's fields in tag order: the node's fields before `extensions`
-//! (tag 9), then the extensions, then its fields after them (tags 10-12)
-//! are the node's encoding as prost writes it. The session holds its own
-//! fields as those two parts (one buffer and where the second begins,
-//! [`NodeBytes`]), and every request upstream that carries the node (by
+//! Prost writes a message's fields in tag order, and protobuf lets a message
+//! be encoded in parts: the node's fields before `extensions` (tag 9), the
+//! extensions, then its fields after them (tags 10-12) are the node's
+//! encoding. The session holds its own fields as those two parts
+//! ([`NodeBytes`]), and every request upstream that carries the node (by
 //! default each one, as Envoy sends it) writes the three parts into its
-//! frame as they are (`crate::upstream::outbound`): nothing decoded or re-encoded
-//! per request.
+//! frame as they are (`crate::upstream::outbound`): nothing decoded or
+//! re-encoded per request. The interner holds its lists weakly: a list lives
+//! while a session holds it, and dead entries are swept as the map grows.
 //!
-//! The interner holds its lists weakly: a list lives while a session holds
-//! it, and dead entries are swept as the map grows.
+//! What is sent is bounded: the session key's fields (id, cluster, metadata,
+//! locality, dynamic parameters, within `--max-node-bytes`) and the user
+//! agent go as they came, the rest (client features, listening addresses,
+//! extensions, in that order) only while it fits in [`REMAINDER_BYTES`]: a
+//! field that does not fit is left out whole, and the view says which.
+//! Envoy's own node (~77 KB of extensions) fits; a megabyte of client
+//! features, which every request upstream would carry again, does not.
 //!
-//! What is sent is bounded: the fields the session key holds (id, cluster,
-//! metadata, locality, dynamic parameters, within `--max-node-bytes`) and
-//! the user agent go as they came, and the rest (client features, listening
-//! addresses, extensions, in that order) only while it fits in
-//! [`REMAINDER_BYTES`]: a field that does not fit is left out whole, and
-//! the view says which were. Envoy's own node (~77 KB of extensions) fits;
-//! a megabyte of client features, which every request upstream would carry
-//! again, does not.
-//!
-//! The node's `client_features` say what the gateway, the upstream's real
-//! client, handles of the transport: it takes `Resource` wrappers in SotW
-//! and TTLs whatever its REST clients do, so it declares
-//! [`GATEWAY_FEATURES`]; it strips every other `xds.config.*` (transport)
-//! feature, which it does not handle, and passes the REST client's
-//! others (what it does with the config it is sent: Envoy's
+//! The gateway, the upstream's real client, takes `Resource` wrappers in
+//! SotW and TTLs whatever its REST clients do, so the node's
+//! `client_features` declare [`GATEWAY_FEATURES`], drop every other
+//! `xds.config.*` (transport) feature, and pass the REST client's others
+//! (about the config it is sent: Envoy's
 //! `envoy.lb.does_not_support_overprovisioning`, say) as they came.
 
 use std::collections::HashMap;
@@ -177,18 +172,6 @@ impl SessionNode {
             left_out: self.left_out.iter().map(|f| (*f).to_owned()).collect(),
         }
     }
-
-    /// Bytes it holds of its own (the shared list not counted).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn own_bytes(&self) -> usize {
-        self.bytes.own.len()
-    }
-
-    /// Whether two nodes share one extension list.
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn shares_extensions_with(&self, other: &SessionNode) -> bool {
-        Arc::ptr_eq(&self.bytes.extensions, &other.bytes.extensions)
-    }
 }
 
 impl From<Node> for SessionNode {
@@ -303,14 +286,6 @@ impl NodeInterner {
             parameters: Arc::default(),
         }
     }
-
-    /// Lists held now (dead entries swept first).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn held(&self) -> usize {
-        let mut lists = crate::sync::lock(&self.lists);
-        lists.by_digest.retain(|_, list| list.strong_count() > 0);
-        lists.by_digest.len()
-    }
 }
 
 impl Lists {
@@ -338,6 +313,27 @@ pub fn decode_node(intake: &Intake, node: Option<&[u8]>) -> Result<Node, SourceE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl SessionNode {
+        /// Bytes it holds of its own (the shared list not counted).
+        fn own_bytes(&self) -> usize {
+            self.bytes.own.len()
+        }
+
+        /// Whether two nodes share one extension list.
+        fn shares_extensions_with(&self, other: &SessionNode) -> bool {
+            Arc::ptr_eq(&self.bytes.extensions, &other.bytes.extensions)
+        }
+    }
+
+    impl NodeInterner {
+        /// Lists held now (dead entries swept first).
+        fn held(&self) -> usize {
+            let mut lists = crate::sync::lock(&self.lists);
+            lists.by_digest.retain(|_, list| list.strong_count() > 0);
+            lists.by_digest.len()
+        }
+    }
 
     #[test]
     fn the_gateway_declares_its_transport_features_and_passes_the_clients_others() {

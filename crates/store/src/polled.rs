@@ -17,8 +17,7 @@ use futures::future::BoxFuture;
 
 use crate::cache::{Names, ParsedRequest, ResourceSet, TypeState};
 use crate::observe::{ServedAnswer, Suspicion};
-use crate::xds::rewrite::RestTarget;
-use crate::xds::ResourceType;
+use crate::xds::{rewrite::RestTarget, ResourceType};
 
 /// The per-source part of a [`Polled`]: the channel a poll talks back to its
 /// source through (not to be confused with a [`super::feeder::Feeder`], which
@@ -108,13 +107,11 @@ impl Polled {
     /// Long poll: waits up to `wait` for the state to change; true if it did
     /// (answer again), false if the wait ran out.
     pub async fn next_change(&mut self, wait: Duration) -> bool {
-        match self.feed.next_change(&self.state, wait).await {
-            Some(next) => {
-                self.state = next;
-                true
-            }
-            None => false,
-        }
+        let Some(next) = self.feed.next_change(&self.state, wait).await else {
+            return false;
+        };
+        self.state = next;
+        true
     }
 
     /// The current state as answered to `request` with `target` (what

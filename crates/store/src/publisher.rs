@@ -10,10 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::node::SessionNode;
-use super::session::Session;
-use super::unserved::Unserved;
-use super::upstream_log::UpstreamLog;
+use super::{node::SessionNode, session::Session, unserved::Unserved, upstream_log::UpstreamLog};
 use crate::cache::{Coverage, TypeState};
 use crate::xds::ResourceType;
 
@@ -37,7 +34,7 @@ impl Publisher {
         Publisher,
         tokio::sync::mpsc::UnboundedReceiver<super::Command>,
     ) {
-        let (session, commands) = Session::new(node);
+        let (session, commands) = Session::recorded(node, None);
         (Publisher(session), commands)
     }
 
@@ -110,13 +107,13 @@ impl Publisher {
         names: &crate::cache::Names,
         max_names: usize,
     ) -> Result<(super::session::StateRx, bool), super::session::TooManyNames> {
-        self.0.subscribe(kind, names, max_names)
+        self.0.want(kind, names, super::SETTLE, max_names)
     }
 
     /// Forgets names no client asked for within `ttl`, as the registry's
     /// sweep does, for a producer's tests.
     #[cfg(any(test, feature = "test-support"))]
     pub fn sweep_names(&self, now: tokio::time::Instant, ttl: std::time::Duration) {
-        self.0.sweep_names(now, ttl);
+        self.0.prune(now, ttl);
     }
 }

@@ -13,21 +13,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::{task::JoinHandle, time::Instant};
 
-use super::node::SessionNode;
-use super::unserved::Unserved;
-use super::upstream_log::{stamp, UpstreamLog};
-use super::view::{LastError, Placements, SessionTypeView, SessionView, StreamView};
-use super::SourceError;
+use super::upstream_log::UpstreamLog;
+use super::view::{SessionTypeView, SessionView};
+use super::{node::SessionNode, unserved::Unserved, SourceError};
 use crate::cache::{Coverage, Names, TypeState};
 use crate::observe::Recorder;
 use crate::sync::{lock, AbortOnDrop};
-use crate::xds::extra_types::MAX_EXTRA_TYPES;
-use crate::xds::ResourceType;
+use crate::xds::{extra_types::MAX_EXTRA_TYPES, ResourceType};
 
 /// How long after a subscription a request stops waiting for the upstream
 /// to prove it answered, and takes the current state as the answer.
@@ -152,16 +147,10 @@ impl Subscription {
     ) -> Result<(bool, Instant), TooManyNames> {
         let set = match names {
             Names::Wildcard => {
-                return Ok(match &mut self.wildcard {
-                    Some(interest) => {
-                        interest.last = now;
-                        (false, interest.first)
-                    }
-                    None => {
-                        self.wildcard = Some(Interest::new(now));
-                        (true, now)
-                    }
-                })
+                let widened = self.wildcard.is_none();
+                let interest = self.wildcard.get_or_insert(Interest::new(now));
+                interest.last = now;
+                return Ok((widened, interest.first));
             }
             Names::Named(set) => set,
         };
@@ -200,19 +189,10 @@ pub struct TooManyNames {
     pub(super) max: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct TypeSlot {
     state: watch::Sender<Option<Arc<TypeState>>>,
     subscription: Mutex<Subscription>,
-}
-
-impl TypeSlot {
-    fn new() -> TypeSlot {
-        TypeSlot {
-            state: watch::Sender::new(None),
-            subscription: Mutex::default(),
-        }
-    }
 }
 
 /// The shared upstream session of one node identity.
@@ -250,7 +230,7 @@ impl TypeSlots {
         TypeSlots {
             built_in: ResourceType::BUILT_IN
                 .iter()
-                .map(|_| TypeSlot::new())
+                .map(|_| TypeSlot::default())
                 .collect(),
             extra: OnceLock::new(),
         }
@@ -262,7 +242,7 @@ impl TypeSlots {
                 let slots = self
                     .extra
                     .get_or_init(|| (0..MAX_EXTRA_TYPES).map(|_| OnceLock::new()).collect());
-                slots[extra.index()].get_or_init(TypeSlot::new)
+                slots[extra.index()].get_or_init(TypeSlot::default)
             }
             // One entry per built-in type, in table order.
             built_in => &self.built_in[built_in.index()],
@@ -285,14 +265,6 @@ struct Liveness {
 }
 
 impl Session {
-    /// A new session and the receiving end of its command channel (for `ads`).
-    #[cfg(any(test, feature = "test-support"))]
-    pub(super) fn new(
-        node: impl Into<SessionNode>,
-    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
-        Session::recorded(node, None)
-    }
-
     /// A new session recording its states and NACKs through `history`.
     pub(super) fn recorded(
         node: impl Into<SessionNode>,
@@ -385,24 +357,6 @@ impl Session {
         Ok((self.slot(kind).state.subscribe(), settled))
     }
 
-    /// Test builds: a client subscribes to `names` of `kind`, as a poll
-    /// records it ([`Session::want`], settled after [`SETTLE`]).
-    #[cfg(any(test, feature = "test-support"))]
-    pub(super) fn subscribe(
-        &self,
-        kind: ResourceType,
-        names: &Names,
-        max_names: usize,
-    ) -> Result<(StateRx, bool), TooManyNames> {
-        self.want(kind, names, SETTLE, max_names)
-    }
-
-    /// Test builds: the sweep's pruning ([`Session::prune`]) at `now`.
-    #[cfg(any(test, feature = "test-support"))]
-    pub(super) fn sweep_names(&self, now: Instant, ttl: Duration) {
-        self.prune(now, ttl)
-    }
-
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
     /// resubscribing the types that narrowed.
     pub(super) fn prune(&self, now: Instant, ttl: Duration) {
@@ -413,9 +367,7 @@ impl Session {
                 let fresh = |i: &Interest| now.saturating_duration_since(i.last) < ttl;
                 sub.names.retain(|_, interest| fresh(interest));
                 sub.bytes = sub.names.keys().map(String::len).sum();
-                if sub.wildcard.as_ref().is_some_and(|i| !fresh(i)) {
-                    sub.wildcard = None;
-                }
+                sub.wildcard = sub.wildcard.filter(fresh);
                 before != (sub.wildcard.is_some(), sub.names.len())
             };
             if narrowed {
@@ -434,9 +386,7 @@ impl Session {
             return None;
         }
         let apart = self.unserved.names_apart(kind, now);
-        let sub = lock(&self.slot(kind).subscription);
-        let mut coverage = sub.coverage();
-        drop(sub);
+        let mut coverage = lock(&self.slot(kind).subscription).coverage();
         coverage.names.retain(|name| !apart.contains(name));
         (coverage.wildcard || !coverage.names.is_empty()).then_some(coverage)
     }
@@ -459,18 +409,11 @@ impl Session {
         &self,
         kind: ResourceType,
     ) -> std::collections::BTreeSet<String> {
-        let Some(wanted) = self.subscription(kind) else {
-            return Default::default();
-        };
-        let Some(state) = self.state(kind) else {
-            return wanted.names;
-        };
-        let answered = &state.coverage.names;
+        let mut wanted = self.subscription(kind).unwrap_or_default().names;
+        if let Some(state) = self.state(kind) {
+            wanted.retain(|name| !state.coverage.names.contains(name));
+        }
         wanted
-            .names
-            .into_iter()
-            .filter(|name| !answered.contains(name))
-            .collect()
     }
 
     /// The state of `kind` served now, if the upstream answered it.
@@ -572,40 +515,10 @@ impl Session {
             cluster: self.node.cluster.clone(),
             source,
             serves: None,
-            stream: streamed.then(|| self.stream_view()),
+            stream: streamed.then(|| self.upstream.view()),
             node_sent: self.node.sent_view(),
             requests_in_flight: self.liveness.in_flight.load(Ordering::Acquire),
             types,
-        }
-    }
-
-    fn stream_view(&self) -> StreamView {
-        let (phase, since) = self.upstream.stream();
-        StreamView {
-            phase,
-            since,
-            stale_since: self.upstream.stale_since().map(stamp),
-            last_error: self.upstream.last_error().map(|(at, error)| LastError {
-                at: stamp(at),
-                error,
-            }),
-            placement: self.placement(),
-        }
-    }
-
-    /// Where its streams are, when a failover could move them: the
-    /// aggregated stream's placement, or each stream's by lane.
-    fn placement(&self) -> Option<Placements> {
-        let placements = self.upstream.placements();
-        match placements.as_slice() {
-            [] => None,
-            [(None, placement)] => Some(Placements::Aggregated(placement.clone())),
-            lanes => Some(Placements::PerStream(
-                lanes
-                    .iter()
-                    .map(|(lane, p)| (lane.map_or("ads", ResourceType::short_name), p.clone()))
-                    .collect(),
-            )),
         }
     }
 }
@@ -659,6 +572,13 @@ mod tests {
     use envoy_types::pb::envoy::config::core::v3::Node;
 
     const MAX: usize = usize::MAX;
+
+    impl Session {
+        /// A new session recording nothing, and its command channel.
+        fn new(node: impl Into<SessionNode>) -> (Arc<Session>, mpsc::UnboundedReceiver<Command>) {
+            Session::recorded(node, None)
+        }
+    }
 
     fn names(n: &[&str]) -> Names {
         Names::from_request(n.iter().map(|s| s.to_string()).collect())

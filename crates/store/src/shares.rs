@@ -102,10 +102,7 @@ impl Share {
 
     /// Whether `tenant` may take one more place now (without taking it).
     pub fn check(&self, tenant: Option<&Tenant>) -> Result<(), OverShare> {
-        match tenant {
-            Some(tenant) if self.held_by(tenant.name()) >= self.cap => Err(self.over(tenant)),
-            _ => Ok(()),
-        }
+        self.check_weighing(tenant, 1)
     }
 
     /// Takes one place for `tenant` (nothing to take without a tenant), or

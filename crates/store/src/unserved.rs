@@ -3,25 +3,23 @@
 //!
 //! A control plane may not serve every type: java-control-plane has no
 //! runtime service (UNIMPLEMENTED on a per-type stream), and ends a whole
-//! ADS stream when asked for a type it does not know. Re-sent on every
+//! ADS stream when asked for a type it does not know; re-sent on every
 //! reconnect, one such subscription kept every type's stream failing and
-//! stale. So a type the upstream refused is set aside: it is not
-//! subscribed again until a backoff of its own has passed
-//! ([`FIRST_RETRY`], doubling to [`LAST_RETRY`]) and a client asks again,
-//! and its polls meanwhile get a prompt error naming what the upstream
-//! said. The first answer of the type forgets it.
+//! stale. So a type the upstream refused is not subscribed again until a
+//! backoff of its own has passed ([`FIRST_RETRY`], doubling to
+//! [`LAST_RETRY`]) and a client asks again; its polls meanwhile get a
+//! prompt error naming what the upstream said. The type's first answer
+//! forgets it. The upstream does not say which type ended an ADS stream, so
+//! a type is set aside only on evidence: a stream that carried it alone
+//! (its own service's, or an aggregated one probing it) refused before
+//! answering it.
 //!
-//! Which type ended an ADS stream is not said by the upstream, so a type
-//! is set aside only on evidence: a stream that carried it alone (its own
-//! service's, or an aggregated one probing it) refused before answering
-//! it.
-//!
-//! Names are set aside the same way. When a stream that answered a type
-//! ends with the upstream's refusal while names of it were still waiting
-//! for their first answer, those names are held apart (not subscribed) and
-//! checked on streams of their own (`upstream/name_check.rs`); a name the
-//! upstream refuses alone is set aside, with the same doubling backoff, and
-//! only polls naming it get the error. No I/O.
+//! Names likewise: when a stream that answered a type ends with the
+//! upstream's refusal while names of it still waited for their first
+//! answer, those are held apart (not subscribed) and checked on streams of
+//! their own (`upstream/name_check.rs`); a name refused alone is set aside,
+//! with the same doubling backoff, and only polls naming it get the error.
+//! No I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,12 +38,14 @@ pub(super) const FIRST_RETRY: Duration = Duration::from_secs(30);
 const LAST_RETRY: Duration = Duration::from_secs(600);
 
 /// What the upstream did with a type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     /// The type's own stream (or method) is UNIMPLEMENTED.
+    #[error("the upstream does not implement it ({0})")]
     Unimplemented(String),
     /// An aggregated stream asking for it alone ended with this error
     /// before anything of it was answered.
+    #[error("the upstream ended the aggregated stream that asked for it alone, before answering it ({0})")]
     EndedTheStream(String),
 }
 
@@ -58,6 +58,27 @@ struct SetAside {
     until: Instant,
     /// How many times in a row the upstream refused it.
     times: u32,
+}
+
+impl SetAside {
+    /// Refused again after `last`: set aside twice as long as last time.
+    fn again(last: Option<&SetAside>, refused: Refused, now: Instant) -> SetAside {
+        let times = last.map_or(0, |s| s.times) + 1;
+        SetAside {
+            refused,
+            since: SystemTime::now(),
+            until: now + backoff(times),
+            times,
+        }
+    }
+
+    /// What a poll is told at `now`, while it is set aside.
+    fn told(&self, now: Instant) -> Option<SetAsideNow> {
+        (now < self.until).then(|| SetAsideNow {
+            refused: self.refused.clone(),
+            retry_in: self.until - now,
+        })
+    }
 }
 
 /// What a poll of a type set aside is told.
@@ -105,16 +126,8 @@ impl Unserved {
     /// Sets `kind` aside: refused again, for twice as long as last time.
     pub fn set_aside(&self, kind: ResourceType, refused: Refused, now: Instant) {
         let mut types = lock(&self.types);
-        let times = types.get(&kind).map_or(0, |s| s.times) + 1;
-        types.insert(
-            kind,
-            SetAside {
-                refused,
-                since: SystemTime::now(),
-                until: now + backoff(times),
-                times,
-            },
-        );
+        let aside = SetAside::again(types.get(&kind), refused, now);
+        types.insert(kind, aside);
         drop(types);
         self.set.notify_waiters();
     }
@@ -128,12 +141,7 @@ impl Unserved {
     /// Whether `kind` is set aside at `now` (not to be subscribed), and
     /// what its polls are told.
     pub(super) fn check(&self, kind: ResourceType, now: Instant) -> Option<SetAsideNow> {
-        let types = lock(&self.types);
-        let aside = types.get(&kind).filter(|s| now < s.until)?;
-        Some(SetAsideNow {
-            refused: aside.refused.clone(),
-            retry_in: aside.until - now,
-        })
+        lock(&self.types).get(&kind)?.told(now)
     }
 
     /// Whether `kind` was set aside and its time is up: the upstream may
@@ -144,10 +152,7 @@ impl Unserved {
 
     /// The upstream answered `kind`: it is served.
     pub fn served(&self, kind: ResourceType) {
-        let mut types = lock(&self.types);
-        if !types.is_empty() {
-            types.remove(&kind);
-        }
+        lock(&self.types).remove(&kind);
     }
 
     /// Holds `names` of `kind` apart while they are checked; returns those
@@ -181,6 +186,19 @@ impl Unserved {
         self.any_asked(kind, names, |a| a.checking)
     }
 
+    /// `f` of the names of `kind` held apart, if any; no lock until a name
+    /// was ever held apart.
+    fn with_names<R>(
+        &self,
+        kind: ResourceType,
+        f: impl FnOnce(&BTreeMap<String, NameApart>) -> R,
+    ) -> Option<R> {
+        if !self.any_names.load(Ordering::Relaxed) {
+            return None;
+        }
+        lock(&self.names).get(&kind).map(f)
+    }
+
     /// Whether one of `names` (of `kind`) is held apart as `holds` says.
     fn any_asked(
         &self,
@@ -191,28 +209,18 @@ impl Unserved {
         let Names::Named(asked) = names else {
             return false;
         };
-        if !self.any_names.load(Ordering::Relaxed) {
-            return false;
-        }
-        let all = lock(&self.names);
-        let Some(apart) = all.get(&kind) else {
-            return false;
-        };
-        asked.iter().any(|name| apart.get(name).is_some_and(&holds))
+        let any = |apart: &BTreeMap<_, _>| asked.iter().any(|n| apart.get(n).is_some_and(&holds));
+        self.with_names(kind, any).unwrap_or(false)
     }
 
     /// The names of `kind` kept out of its subscription at `now`: being
     /// checked, or set aside.
     pub fn names_apart(&self, kind: ResourceType, now: Instant) -> BTreeSet<String> {
-        if !self.any_names.load(Ordering::Relaxed) {
-            return BTreeSet::new();
-        }
-        let all = lock(&self.names);
-        let Some(apart) = all.get(&kind) else {
-            return BTreeSet::new();
+        let kept = |apart: &BTreeMap<String, NameApart>| {
+            let kept = apart.iter().filter(|(_, a)| a.apart(now));
+            kept.map(|(name, _)| name.clone()).collect()
         };
-        let kept = apart.iter().filter(|(_, a)| a.apart(now));
-        kept.map(|(name, _)| name.clone()).collect()
+        self.with_names(kind, kept).unwrap_or_default()
     }
 
     /// The upstream answered `names` of `kind` (or did not refuse them):
@@ -234,14 +242,8 @@ impl Unserved {
             .or_default()
             .entry(name.to_owned())
             .or_default();
-        let times = entry.aside.as_ref().map_or(0, |s| s.times) + 1;
         entry.checking = false;
-        entry.aside = Some(SetAside {
-            refused,
-            since: SystemTime::now(),
-            until: now + backoff(times),
-            times,
-        });
+        entry.aside = Some(SetAside::again(entry.aside.as_ref(), refused, now));
         drop(all);
         self.set.notify_waiters();
     }
@@ -257,19 +259,12 @@ impl Unserved {
         let Names::Named(asked) = names else {
             return None;
         };
-        if !self.any_names.load(Ordering::Relaxed) {
-            return None;
-        }
-        let all = lock(&self.names);
-        let apart = all.get(&kind)?;
-        asked.iter().find_map(|name| {
-            let aside = apart.get(name)?.aside.as_ref().filter(|s| now < s.until)?;
-            let told = SetAsideNow {
-                refused: aside.refused.clone(),
-                retry_in: aside.until - now,
-            };
-            Some((name.clone(), told))
-        })
+        self.with_names(kind, |apart| {
+            asked.iter().find_map(|name| {
+                let told = apart.get(name)?.aside.as_ref()?.told(now)?;
+                Some((name.clone(), told))
+            })
+        })?
     }
 
     /// Whether one of `names` (of `kind`) was set aside and its time is
@@ -315,20 +310,6 @@ fn backoff(times: u32) -> Duration {
     FIRST_RETRY
         .saturating_mul(1 << times.saturating_sub(1).min(8))
         .min(LAST_RETRY)
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refused::Unimplemented(status) => {
-                write!(f, "the upstream does not implement it ({status})")
-            }
-            Refused::EndedTheStream(status) => write!(
-                f,
-                "the upstream ended the aggregated stream that asked for it alone, before answering it ({status})"
-            ),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use super::view::{Phase, Placement, ReplyKind, ReplyView};
+use super::view::{LastError, Phase, Placement, Placements, ReplyKind, ReplyView, StreamView};
 use crate::xds::ResourceType;
 
 /// One reply the gateway sent upstream for a response.
@@ -172,10 +172,33 @@ impl UpstreamLog {
         self.lock().stale_since
     }
 
-    /// The phase, and since when (RFC 3339).
-    pub(super) fn stream(&self) -> (Phase, String) {
+    /// The stream as a session's view shows it, with its placement when a
+    /// failover could move it: the aggregated stream's, or each stream's by
+    /// lane.
+    pub(super) fn view(&self) -> StreamView {
         let log = self.lock();
-        (log.phase, stamp(log.since))
+        let placement = match log.placements.first_key_value() {
+            None => None,
+            Some((None, placement)) if log.placements.len() == 1 => {
+                Some(Placements::Aggregated(placement.clone()))
+            }
+            Some(_) => Some(Placements::PerStream(
+                log.placements
+                    .iter()
+                    .map(|(lane, p)| (lane.map_or("ads", ResourceType::short_name), p.clone()))
+                    .collect(),
+            )),
+        };
+        StreamView {
+            phase: log.phase,
+            since: stamp(log.since),
+            stale_since: log.stale_since.map(stamp),
+            last_error: log.last_error.clone().map(|(at, error)| LastError {
+                at: stamp(at),
+                error,
+            }),
+            placement,
+        }
     }
 
     /// The types whose last reply was a NACK, with the version presented
@@ -234,10 +257,10 @@ mod tests {
         // As served: the views' JSON.
         let json = |view| serde_json::to_value(view).unwrap();
         let null = serde_json::Value::Null;
-        assert_eq!(log.stream().0.name(), "idle");
+        assert_eq!(log.view().phase.name(), "idle");
         log.phase(Phase::Connecting);
         log.phase(Phase::Open);
-        assert_eq!(log.stream().0.name(), "open");
+        assert_eq!(log.view().phase.name(), "open");
         assert_eq!(json(log.last_reply(ResourceType::Clusters)), null);
         log.acked(ResourceType::Clusters, "1");
         log.nacked(ResourceType::Clusters, "1", "cluster a: connect_timeout");

@@ -1,14 +1,12 @@
 //! What a source shows of its sessions, as typed views: the return type of
 //! [`Inspect::sessions`](super::Inspect::sessions), served by
 //! `/debug/sessions` and rendered by the status page from the same structs
-//! (a field renamed here breaks the page's build, not the page).
+//! (a field renamed here breaks the page's build, not the page). A view is
+//! a copy taken under the session's locks; nothing decides on it.
 //!
-//! A view is a copy taken under the session's locks; nothing decides on it.
-//! To show something more of a session, add a field here and fill it in
-//! [`Session::view`](super::session::Session::view); `openapi/admin.yaml`
-//! documents each field (its `Session` schema has `additionalProperties:
-//! false`, so the document must learn the field too). It names no other
-//! module of `store`: they fill it in.
+//! A new field is filled in [`Session::view`](super::session::Session::view)
+//! and documented in `openapi/admin.yaml` (its `Session` schema has
+//! `additionalProperties: false`). It names no other module of `store`.
 
 use std::collections::BTreeMap;
 
@@ -167,12 +165,10 @@ pub struct ReplyView {
     pub in_a_row: u64,
 }
 
-/// Which reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum ReplyKind {
-    #[serde(rename = "ACK")]
     Ack,
-    #[serde(rename = "NACK")]
     Nack,
 }
 

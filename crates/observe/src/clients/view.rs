@@ -141,13 +141,10 @@ impl ClientBook {
                 client.view(now, self.ttl)
             })
             .collect();
-        clients.sort_by(|a, b| {
-            (&a.node_id, a.remote.is_none(), &a.remote).cmp(&(
-                &b.node_id,
-                b.remote.is_none(),
-                &b.remote,
-            ))
-        });
+        fn order(c: &ClientView) -> (&String, bool, &Option<String>) {
+            (&c.node_id, c.remote.is_none(), &c.remote)
+        }
+        clients.sort_by(|a, b| order(a).cmp(&order(b)));
         let readers = clients
             .iter()
             .filter(|c| c.role == ClientRole::Reader)
@@ -242,8 +239,10 @@ fn subscription_view(sub: &Subscription, now: SystemTime) -> SubscriptionView {
             )),
         ),
     };
+    // Whole seconds: a view has no use for nanoseconds.
     let behind_for = sub.out_of_step_since.map(|since| {
-        humantime::format_duration(secs(now.duration_since(since).unwrap_or_default())).to_string()
+        let secs = now.duration_since(since).unwrap_or_default().as_secs();
+        humantime::format_duration(Duration::from_secs(secs)).to_string()
     });
     SubscriptionView {
         names: sub.names.iter().take(NAMES_SHOWN).cloned().collect(),
@@ -259,11 +258,6 @@ fn subscription_view(sub: &Subscription, now: SystemTime) -> SubscriptionView {
         polls: sub.polls,
         last_poll: stamp(sub.last_poll),
     }
-}
-
-/// Whole seconds (a view has no use for nanoseconds).
-fn secs(d: Duration) -> Duration {
-    Duration::from_secs(d.as_secs())
 }
 
 fn stamp(t: SystemTime) -> String {

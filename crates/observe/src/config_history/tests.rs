@@ -269,3 +269,9 @@ fn a_principal_past_its_share_evicts_its_own_events_first() {
     assert_eq!(store.bytes, 0);
     assert!(store.owners.is_empty() && store.timelines.is_empty());
 }
+
+impl Shares {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
