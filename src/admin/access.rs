@@ -115,9 +115,8 @@ impl Admin {
         authorization: Option<&str>,
         peer: Option<&PeerIdentity>,
     ) -> Result<Sight, String> {
-        let refusal = match self.authorize_details(what, authorization, peer) {
-            Ok(()) => return Ok(Sight::All),
-            Err(refusal) => refusal,
+        let Err(refusal) = self.authorize_details(what, authorization, peer) else {
+            return Ok(Sight::All);
         };
         let policy = self.auth.as_ref().map(|auth| auth.current());
         let token = authorization.and_then(admin_token);
@@ -174,21 +173,14 @@ pub(super) enum Sight {
 }
 
 impl Sight {
-    /// Whether it may see `kind` of the node `id` of some cluster (checked
-    /// before looking, so a refusal says nothing of what is held).
-    pub(super) fn may_see_node(&self, kind: ResourceType, id: &str) -> bool {
-        match self {
-            Sight::All => true,
-            Sight::Principal { index, policy, .. } => policy.names_node(*index, None, kind, id),
-        }
-    }
-
-    /// Whether it may see `kind` of the node `id` of `cluster`.
-    pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: &str) -> bool {
+    /// Whether it may see `kind` of the node `id` of `cluster`, or of some
+    /// cluster (checked before looking, so a refusal says nothing of what
+    /// is held).
+    pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: Option<&str>) -> bool {
         match self {
             Sight::All => true,
             Sight::Principal { index, policy, .. } => {
-                policy.allows(*index, None, kind, id, cluster)
+                policy.binds(*index, None, Some(kind), id, cluster)
             }
         }
     }

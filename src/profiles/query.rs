@@ -204,7 +204,8 @@ fn user_agent(text: &str) -> Result<(&str, Option<&str>), QueryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profiles::{check_node, test_codec};
+    use crate::profiles::check_node;
+    use crate::profiles::tests::test_codec;
 
     fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs

@@ -262,15 +262,6 @@ impl NamePattern {
             }),
         }
     }
-
-    /// The glob, for a plain pattern.
-    #[cfg(any(test, feature = "fuzzing"))]
-    pub(super) fn glob(&self) -> Option<&Pattern> {
-        match self {
-            NamePattern::Glob(p) => Some(p),
-            NamePattern::Template(_) => None,
-        }
-    }
 }
 
 #[cfg(test)]
