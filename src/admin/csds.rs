@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
-use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::{
+pub(super) use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::{
     ClientStatusDiscoveryService, ClientStatusDiscoveryServiceServer,
 };
 use envoy_types::pb::envoy::service::status::v3::{
@@ -262,16 +262,12 @@ fn timestamp(t: SystemTime) -> Timestamp {
     }
 }
 
-/// The gRPC service over the admin state.
+/// The gRPC service over the admin state, gated by the admin credentials
+/// like the other details.
 #[derive(Debug, Clone)]
 pub(crate) struct Csds(pub(crate) Arc<Admin>);
 
 impl Csds {
-    /// The service, gated by the admin tokens like the other details.
-    pub(crate) fn server(admin: Arc<Admin>) -> ClientStatusDiscoveryServiceServer<Csds> {
-        ClientStatusDiscoveryServiceServer::new(Csds(admin))
-    }
-
     /// Whether `authorization` over a connection whose client certificate
     /// is `peer` opens the admin details now.
     fn check(&self, (authorization, peer): &Credentials) -> Result<(), tonic::Status> {

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
@@ -122,12 +122,8 @@ fn answer(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiErro
     };
     let view = compare(kind, a, b);
     if text {
-        let mut response = unified(&view).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        return Ok(response);
+        // A String's response is `text/plain; charset=utf-8`.
+        return Ok(unified(&view).into_response());
     }
     Ok(respond(&view, &params))
 }

@@ -203,7 +203,8 @@ fn version_view(
     Ok(VersionView {
         node_id: node.to_owned(),
         kind: kind.short_name(),
-        response: response_json(admin, &held.state)?,
+        response: answer_json(admin, &held.state, &covered_names(&held.state), None)?
+            .ok_or_else(|| ApiError::Internal("a 304 for an empty version".into()))?,
         cluster: held.cluster,
         identity: held.identity,
         event: held.event,
@@ -233,13 +234,4 @@ pub(super) fn not_held(
         "version {version:?} of {} for node {node:?} is not held: never served, or evicted by --history-max-bytes{range}",
         kind.short_name()
     ))
-}
-
-/// The `DiscoveryResponse` a client asking what `state` covers got.
-pub(super) fn response_json(
-    admin: &Admin,
-    state: &crate::cache::TypeState,
-) -> Result<serde_json::Value, ApiError> {
-    answer_json(admin, state, &covered_names(state), None)?
-        .ok_or_else(|| ApiError::Internal("a 304 for an empty version".into()))
 }

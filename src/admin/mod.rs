@@ -153,7 +153,8 @@ fn admin_token(value: &str) -> Option<String> {
 }
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
-    let csds = tonic::service::Routes::new(csds::Csds::server(admin.clone())).into_axum_router();
+    let csds = csds::ClientStatusDiscoveryServiceServer::new(csds::Csds(admin.clone()));
+    let csds = tonic::service::Routes::new(csds).into_axum_router();
     // The routes that show details: one guard for all of them.
     let guarded = Router::new()
         .route("/metrics", get(metrics))

@@ -47,12 +47,7 @@ pub(crate) fn presented_node(
             .ok_or_else(|| refuse("profile", unknown_profile(name, profiles)))?
             .node
             .clone(),
-        None => {
-            let mut plain = Map::new();
-            plain.insert("id".into(), Value::String(String::new()));
-            plain.insert("cluster".into(), Value::String(String::new()));
-            plain
-        }
+        None => Map::from_iter(["id", "cluster"].map(|k| (k.into(), Value::String(String::new())))),
     };
     if let Some(id) = query.get("node") {
         node.insert("id".into(), Value::String(id.clone()));
