@@ -15,7 +15,6 @@
 //!   client had them rewritten (`rewrite=` overrides: a host, or `none`).
 //!   `name=` narrows every type to that one resource (types without it are
 //!   left out).
-//!
 //! - `GET /debug/client_status[?node=ID]`: CSDS for the REST clients, as
 //!   canonical JSON (see `csds.rs`).
 //!
@@ -144,19 +143,8 @@ pub(super) async fn config(
 
 /// The type a short name (`clusters`) names.
 pub(super) fn short_type(name: &str) -> Result<ResourceType, ApiError> {
-    let all = ResourceType::all();
-    all.iter()
-        .copied()
-        .find(|t| t.short_name() == name.trim())
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "type={name:?} is not one of {}",
-                all.iter()
-                    .map(|t| t.short_name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })
+    crate::auth::short_type(name.trim())
+        .map_err(|known| ApiError::BadRequest(format!("type={name:?} is not one of {known}")))
 }
 
 /// Where `/debug/config` points rewritten config sources: `?rewrite=HOST`,

@@ -32,7 +32,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Extension;
@@ -227,7 +227,8 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer)
     let body = if admin.details_allowed("", &headers, peer).is_ok() {
         views::json(&readiness, false)
     } else {
-        views::json(&views::ReadyOnly { ready }, false)
+        // Without a credential (when one is set up): only whether it is ready.
+        views::json(&serde_json::json!({ "ready": ready }), false)
     };
     let status = if ready {
         StatusCode::OK
@@ -239,13 +240,9 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer)
 
 /// The 401 of a detail asked for without an admin credential, saying why.
 fn needs_token(message: String) -> Response {
-    let mut response =
-        error_body::response(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, &message);
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"xds-gateway-admin\""),
-    );
-    response
+    let challenge = "Bearer realm=\"xds-gateway-admin\"";
+    let response = error_body::response(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, &message);
+    ([(header::WWW_AUTHENTICATE, challenge)], response).into_response()
 }
 
 /// The guard of `/metrics` and the debug views: with admin tokens in the
@@ -275,12 +272,9 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     admin
         .metrics
         .set_history_bytes(admin.history.held_bytes().0);
-    let mut response = admin.metrics.encode().into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    response
+    let text = admin.metrics.encode();
+    let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
 }
 
 #[cfg(test)]

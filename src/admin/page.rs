@@ -28,7 +28,7 @@ use super::Admin;
 use crate::observe::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 use crate::store::{Phase, Placement, Placements, ReplyKind};
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
 mod html;
@@ -56,11 +56,7 @@ pub(super) async fn status(
         Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
     };
     let page = render(&Views::of(&admin, refresh));
-    let mut response = Html(page).into_response();
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    ([(header::CACHE_CONTROL, "no-store")], Html(page)).into_response()
 }
 
 /// `?refresh=N`: seconds between reloads, `0` for none; anything but a
@@ -94,12 +90,9 @@ fn needs_login(why: &str) -> Response {
         <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>\n",
         escape(why)
     );
-    let mut response = (StatusCode::UNAUTHORIZED, Html(body)).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\""),
-    );
-    response
+    let challenge = "Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\"";
+    let headers = [(header::WWW_AUTHENTICATE, challenge)];
+    (StatusCode::UNAUTHORIZED, headers, Html(body)).into_response()
 }
 
 /// What one page shows: the views the JSON endpoints serve.

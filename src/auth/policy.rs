@@ -524,17 +524,8 @@ fn grant(g: &GrantFile, what: &str, sans: &Sans, tokens: bool) -> Result<Grant, 
         Some(names) => names
             .iter()
             .map(|name| {
-                ResourceType::all()
-                    .into_iter()
-                    .find(|t| t.short_name() == name)
-                    .ok_or_else(|| {
-                        let known: Vec<&str> =
-                            ResourceType::all().iter().map(|t| t.short_name()).collect();
-                        format!(
-                            "{what}: unknown type {name:?} (known: {})",
-                            known.join(", ")
-                        )
-                    })
+                short_type(name)
+                    .map_err(|known| format!("{what}: unknown type {name:?} (known: {known})"))
             })
             .collect::<Result<Vec<_>, _>>()?,
     };
@@ -652,6 +643,18 @@ fn digests(raw: &[String], what: &str) -> Result<Vec<[u8; 32]>, String> {
             Ok(digest)
         })
         .collect()
+}
+
+/// The type a short name (`clusters`) names; `Err` lists the names there are.
+pub(crate) fn short_type(name: &str) -> Result<ResourceType, String> {
+    let all = ResourceType::all();
+    all.iter()
+        .copied()
+        .find(|t| t.short_name() == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = all.iter().map(|t| t.short_name()).collect();
+            known.join(", ")
+        })
 }
 
 /// The SHA-256 of a bearer token, which is all that is kept of it.
