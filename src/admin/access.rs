@@ -45,23 +45,21 @@ impl Admin {
         let tokens = policy.is_some_and(Policy::admin_needs_token);
         let certificates = self.client_trust.as_ref();
         if !tokens && certificates.is_none() {
-            if self.config.needs_credential && self.config.allow_secrets {
-                // Start-up refuses this; a reloaded policy without admin
-                // tokens must not open secrets off loopback either.
-                return Err(format!(
-                    "{what} needs an admin credential: the admin listener is off loopback and serves \
-                     secrets (--allow-secrets), but the auth policy in service has no admin token"
-                ));
+            if !self.config.needs_credential {
+                return Ok(());
             }
-            if self.config.needs_credential {
-                return Err(format!(
-                    "{what} needs an admin credential: the admin listener is off loopback and none is \
-                     set up; give the auth policy an [admin] token, or the admin listener client \
-                     certificates (--admin-client-ca), or start the gateway with \
-                     --allow-insecure-admin if the network fences the admin port"
-                ));
-            }
-            return Ok(());
+            // With secrets, start-up refuses this; a reloaded policy without
+            // admin tokens must not open secrets off loopback either.
+            let why = if self.config.allow_secrets {
+                "serves secrets (--allow-secrets), but the auth policy in service has no admin token"
+            } else {
+                "none is set up; give the auth policy an [admin] token, or the admin listener client \
+                 certificates (--admin-client-ca), or start the gateway with \
+                 --allow-insecure-admin if the network fences the admin port"
+            };
+            return Err(format!(
+                "{what} needs an admin credential: the admin listener is off loopback and {why}"
+            ));
         }
         let refuse = |why: Option<String>| {
             let needed = self.needed(policy, tokens);
