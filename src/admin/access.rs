@@ -45,23 +45,21 @@ impl Admin {
         let tokens = policy.is_some_and(Policy::admin_needs_token);
         let certificates = self.client_trust.as_ref();
         if !tokens && certificates.is_none() {
-            if self.config.needs_credential && self.config.allow_secrets {
-                // Start-up refuses this; a reloaded policy without admin
-                // tokens must not open secrets off loopback either.
-                return Err(format!(
-                    "{what} needs an admin credential: the admin listener is off loopback and serves \
-                     secrets (--allow-secrets), but the auth policy in service has no admin token"
-                ));
+            if !self.config.needs_credential {
+                return Ok(());
             }
-            if self.config.needs_credential {
-                return Err(format!(
-                    "{what} needs an admin credential: the admin listener is off loopback and none is \
-                     set up; give the auth policy an [admin] token, or the admin listener client \
-                     certificates (--admin-client-ca), or start the gateway with \
-                     --allow-insecure-admin if the network fences the admin port"
-                ));
-            }
-            return Ok(());
+            // With secrets, start-up refuses this; a reloaded policy without
+            // admin tokens must not open secrets off loopback either.
+            let why = if self.config.allow_secrets {
+                "serves secrets (--allow-secrets), but the auth policy in service has no admin token"
+            } else {
+                "none is set up; give the auth policy an [admin] token, or the admin listener client \
+                 certificates (--admin-client-ca), or start the gateway with \
+                 --allow-insecure-admin if the network fences the admin port"
+            };
+            return Err(format!(
+                "{what} needs an admin credential: the admin listener is off loopback and {why}"
+            ));
         }
         let refuse = |why: Option<String>| {
             let needed = self.needed(policy, tokens);
@@ -115,9 +113,8 @@ impl Admin {
         authorization: Option<&str>,
         peer: Option<&PeerIdentity>,
     ) -> Result<Sight, String> {
-        let refusal = match self.authorize_details(what, authorization, peer) {
-            Ok(()) => return Ok(Sight::All),
-            Err(refusal) => refusal,
+        let Err(refusal) = self.authorize_details(what, authorization, peer) else {
+            return Ok(Sight::All);
         };
         let policy = self.auth.as_ref().map(|auth| auth.current());
         let token = authorization.and_then(admin_token);
@@ -174,21 +171,14 @@ pub(super) enum Sight {
 }
 
 impl Sight {
-    /// Whether it may see `kind` of the node `id` of some cluster (checked
-    /// before looking, so a refusal says nothing of what is held).
-    pub(super) fn may_see_node(&self, kind: ResourceType, id: &str) -> bool {
-        match self {
-            Sight::All => true,
-            Sight::Principal { index, policy, .. } => policy.names_node(*index, None, kind, id),
-        }
-    }
-
-    /// Whether it may see `kind` of the node `id` of `cluster`.
-    pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: &str) -> bool {
+    /// Whether it may see `kind` of the node `id` of `cluster`, or of some
+    /// cluster (checked before looking, so a refusal says nothing of what
+    /// is held).
+    pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: Option<&str>) -> bool {
         match self {
             Sight::All => true,
             Sight::Principal { index, policy, .. } => {
-                policy.allows(*index, None, kind, id, cluster)
+                policy.binds(*index, None, Some(kind), id, cluster)
             }
         }
     }

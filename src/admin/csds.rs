@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
-use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::{
+pub(super) use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::{
     ClientStatusDiscoveryService, ClientStatusDiscoveryServiceServer,
 };
 use envoy_types::pb::envoy::service::status::v3::{
@@ -41,36 +41,30 @@ use crate::observe::{NodeClients, Standing, SubscriptionStatus};
 use crate::store::StreamPlacement;
 use crate::tls::PeerIdentity;
 
-/// Why a CSDS request cannot be answered.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum CsdsError {
-    #[error(
-        "node matcher {0}: only exact, prefix, suffix and contains node_id matchers are supported"
-    )]
-    Unsupported(usize),
-}
-
-impl From<CsdsError> for tonic::Status {
-    fn from(err: CsdsError) -> tonic::Status {
-        tonic::Status::unimplemented(err.to_string())
-    }
-}
-
-/// The CSDS answer to `request` from what `admin` knows now.
+/// The CSDS answer to `request` from what `admin` knows now; UNIMPLEMENTED
+/// for a node matcher it cannot apply.
 pub(crate) fn client_status(
     admin: &Admin,
     request: &ClientStatusRequest,
-) -> Result<ClientStatusResponse, CsdsError> {
+) -> Result<ClientStatusResponse, tonic::Status> {
     let matchers = request
         .node_matchers
         .iter()
         .enumerate()
         .map(|(i, m)| match &m.node_id {
-            Some(matcher) if supported(matcher) && m.node_metadatas.is_empty() => {
+            Some(matcher)
+                if m.node_metadatas.is_empty()
+                    && !matches!(
+                        matcher.match_pattern,
+                        Some(MatchPattern::SafeRegex(_) | MatchPattern::Custom(_))
+                    ) =>
+            {
                 Ok(matcher.clone())
             }
             None if m.node_metadatas.is_empty() => Ok(StringMatcher::default()),
-            _ => Err(CsdsError::Unsupported(i)),
+            _ => Err(tonic::Status::unimplemented(format!(
+                "node matcher {i}: only exact, prefix, suffix and contains node_id matchers are supported"
+            ))),
         })
         .collect::<Result<Vec<_>, _>>()?;
     let config = admin
@@ -89,13 +83,6 @@ pub(crate) fn client_status(
         })
         .collect();
     Ok(ClientStatusResponse { config })
-}
-
-fn supported(matcher: &StringMatcher) -> bool {
-    !matches!(
-        matcher.match_pattern,
-        Some(MatchPattern::SafeRegex(_)) | Some(MatchPattern::Custom(_))
-    )
 }
 
 fn matches(matcher: &StringMatcher, id: &str) -> bool {
@@ -122,44 +109,35 @@ fn matches(matcher: &StringMatcher, id: &str) -> bool {
 /// `{"xds_gateway": {"upstreams": [{"serves", "stream", "upstream",
 /// "since", "reason"}]}}` (CSDS has no field of its own for it).
 fn placement_metadata(placements: &[StreamPlacement]) -> Struct {
-    let text = |s: &str| Value {
-        kind: Some(Kind::StringValue(s.to_owned())),
-    };
+    let text = |s: &str| value(Kind::StringValue(s.to_owned()));
     let entries = placements
         .iter()
         .map(|p| {
-            let fields = [
-                ("serves", p.serves.as_str()),
-                ("stream", p.stream),
-                ("upstream", p.placement.upstream.as_str()),
-                ("since", p.placement.since.as_str()),
-                ("reason", p.placement.reason.as_str()),
-            ];
-            Value {
-                kind: Some(Kind::StructValue(Struct {
-                    fields: fields
-                        .iter()
-                        .map(|(k, v)| ((*k).to_owned(), text(v)))
-                        .collect(),
-                })),
-            }
+            value(Kind::StructValue(fields([
+                ("serves", text(&p.serves)),
+                ("stream", text(p.stream)),
+                ("upstream", text(&p.placement.upstream)),
+                ("since", text(&p.placement.since)),
+                ("reason", text(&p.placement.reason)),
+            ])))
         })
         .collect();
-    let upstreams = Value {
-        kind: Some(Kind::ListValue(ListValue { values: entries })),
-    };
-    let gateway = Value {
-        kind: Some(Kind::StructValue(Struct {
-            fields: [("upstreams".to_owned(), upstreams)].into(),
-        })),
-    };
-    Struct {
-        fields: [(PLACEMENT_KEY.to_owned(), gateway)].into(),
-    }
+    let upstreams = value(Kind::ListValue(ListValue { values: entries }));
+    fields([(
+        "xds_gateway",
+        value(Kind::StructValue(fields([("upstreams", upstreams)]))),
+    )])
 }
 
-/// The node metadata key under which CSDS says where sessions stream from.
-const PLACEMENT_KEY: &str = "xds_gateway";
+fn value(kind: Kind) -> Value {
+    Value { kind: Some(kind) }
+}
+
+fn fields<const N: usize>(fields: [(&str, Value); N]) -> Struct {
+    Struct {
+        fields: fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+    }
+}
 
 fn client_config(node: &NodeClients, states: &[Arc<TypeState>], contents: bool) -> ClientConfig {
     // Per (type, name): the most recently polled subscription asking for it.
@@ -169,11 +147,9 @@ fn client_config(node: &NodeClients, states: &[Arc<TypeState>], contents: bool) 
         let kind = sub.kind.index();
         match &sub.names {
             None => {
-                let newer = wildcard
-                    .get(&kind)
-                    .is_none_or(|w| w.last_poll < sub.last_poll);
-                if newer {
-                    wildcard.insert(kind, sub);
+                let slot = wildcard.entry(kind).or_insert(sub);
+                if slot.last_poll < sub.last_poll {
+                    *slot = sub;
                 }
             }
             Some(names) => {
@@ -238,33 +214,32 @@ fn generic(
         type_url: r.kind.type_url().to_owned(),
         value: r.payload.to_vec(),
     });
+    let nacked = |details| {
+        let failure = UpdateFailureState {
+            failed_configuration: None,
+            last_update_attempt: sub.last_body.map(timestamp),
+            details,
+            version_info: sub.current.clone(),
+        };
+        (
+            ClientResourceStatus::Nacked,
+            ConfigStatus::Error,
+            Some(failure),
+        )
+    };
     let (client_status, config_status, error_state) = match sub.standing {
         Standing::InStep => (ClientResourceStatus::Acked, ConfigStatus::Synced, None),
         Standing::CatchingUp | Standing::Behind { .. } => {
             (ClientResourceStatus::Requested, ConfigStatus::Stale, None)
         }
-        Standing::Suspected { .. } | Standing::Rejected => {
-            let details = match sub.standing {
-                Standing::Suspected { polls } => format!(
-                    "inferred over REST: the client kept presenting an older version {polls} polls after version {} was served to it, so it probably rejected it",
-                    sub.current
-                ),
-                _ => format!(
-                    "NACKed over REST by the client: {}",
-                    sub.nack.as_deref().unwrap_or_default()
-                ),
-            };
-            (
-                ClientResourceStatus::Nacked,
-                ConfigStatus::Error,
-                Some(UpdateFailureState {
-                    failed_configuration: None,
-                    last_update_attempt: sub.last_body.map(timestamp),
-                    details,
-                    version_info: sub.current.clone(),
-                }),
-            )
-        }
+        Standing::Suspected { polls } => nacked(format!(
+            "inferred over REST: the client kept presenting an older version {polls} polls after version {} was served to it, so it probably rejected it",
+            sub.current
+        )),
+        Standing::Rejected => nacked(format!(
+            "NACKed over REST by the client: {}",
+            sub.nack.as_deref().unwrap_or_default()
+        )),
     };
     GenericXdsConfig {
         type_url: state.kind.type_url().to_owned(),
@@ -287,48 +262,33 @@ fn timestamp(t: SystemTime) -> Timestamp {
     }
 }
 
-/// The gRPC service over the admin state.
+/// The gRPC service over the admin state, gated by the admin credentials
+/// like the other details.
 #[derive(Debug, Clone)]
 pub(crate) struct Csds(pub(crate) Arc<Admin>);
 
 impl Csds {
-    /// The service, gated by the admin tokens like the other details.
-    pub(crate) fn server(admin: Arc<Admin>) -> ClientStatusDiscoveryServiceServer<Csds> {
-        ClientStatusDiscoveryServiceServer::new(Csds(admin))
-    }
-
-    fn check_token<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
-        self.check(
-            self.token_of(request).as_deref(),
-            peer_of(request).as_deref(),
-        )
-    }
-
-    /// The `authorization` metadata of a call, if any.
-    fn token_of<T>(&self, request: &tonic::Request<T>) -> Option<String> {
-        request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    }
-
     /// Whether `authorization` over a connection whose client certificate
     /// is `peer` opens the admin details now.
-    fn check(
-        &self,
-        authorization: Option<&str>,
-        peer: Option<&PeerIdentity>,
-    ) -> Result<(), tonic::Status> {
+    fn check(&self, (authorization, peer): &Credentials) -> Result<(), tonic::Status> {
         self.0
-            .authorize_details("CSDS", authorization, peer)
+            .authorize_details("CSDS", authorization.as_deref(), peer.as_deref())
             .map_err(tonic::Status::unauthenticated)
     }
 }
 
-/// The TLS client certificate of a call's connection, if it presented one.
-fn peer_of<T>(request: &tonic::Request<T>) -> Option<Arc<PeerIdentity>> {
-    request.extensions().get::<Arc<PeerIdentity>>().cloned()
+/// A call's `authorization` metadata and the TLS client certificate of its
+/// connection, each if any.
+type Credentials = (Option<String>, Option<Arc<PeerIdentity>>);
+
+fn credentials<T>(request: &tonic::Request<T>) -> Credentials {
+    let authorization = request.metadata().get("authorization");
+    (
+        authorization
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        request.extensions().get::<Arc<PeerIdentity>>().cloned(),
+    )
 }
 
 type StatusStream = Pin<Box<dyn Stream<Item = Result<ClientStatusResponse, tonic::Status>> + Send>>;
@@ -341,18 +301,17 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: tonic::Request<tonic::Streaming<ClientStatusRequest>>,
     ) -> Result<tonic::Response<StatusStream>, tonic::Status> {
-        self.check_token(&request)?;
+        let credentials = credentials(&request);
+        self.check(&credentials)?;
         // Each question is authorized again with the token the stream
         // opened with, against the policy in service then: a token removed
         // by a reload gets no answer after it (the stream ends with the
         // error).
-        let token = self.token_of(&request);
-        let peer = peer_of(&request);
         let csds = self.clone();
         let answers = request.into_inner().map(move |request| {
             let request = request?;
-            csds.check(token.as_deref(), peer.as_deref())?;
-            client_status(&csds.0, &request).map_err(tonic::Status::from)
+            csds.check(&credentials)?;
+            client_status(&csds.0, &request)
         });
         Ok(tonic::Response::new(Box::pin(answers)))
     }
@@ -361,7 +320,7 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: tonic::Request<ClientStatusRequest>,
     ) -> Result<tonic::Response<ClientStatusResponse>, tonic::Status> {
-        self.check_token(&request)?;
+        self.check(&credentials(&request))?;
         let answer = client_status(&self.0, request.get_ref())?;
         Ok(tonic::Response::new(answer))
     }

@@ -15,13 +15,13 @@
 //!   client had them rewritten (`rewrite=` overrides: a host, or `none`).
 //!   `name=` narrows every type to that one resource (types without it are
 //!   left out).
-//!
 //! - `GET /debug/client_status[?node=ID]`: CSDS for the REST clients, as
 //!   canonical JSON (see `csds.rs`).
 //!
 //! Guarded like `/metrics` by the policy's admin tokens. Views read; they
 //! never change what is served.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
@@ -75,20 +75,12 @@ struct TypeConfig {
     response: serde_json::Value,
 }
 
-/// `GET /debug/config?node=ID`.
-pub(super) async fn config(
-    State(admin): State<Arc<Admin>>,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ApiError> {
-    config_dump(&admin, query.as_deref().unwrap_or_default())
-}
-
 /// The parameters of `query`, refused if it holds one `path` does not take.
 pub(super) fn params_of(
     query: &str,
     path: &str,
     takes: &[&str],
-) -> Result<std::collections::HashMap<String, String>, ApiError> {
+) -> Result<HashMap<String, String>, ApiError> {
     let Params(params) = Params::parse(query)?;
     match params.keys().find(|k| !takes.contains(&k.as_str())) {
         Some(unknown) => Err(ApiError::BadRequest(format!(
@@ -99,9 +91,13 @@ pub(super) fn params_of(
     }
 }
 
-fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
+/// `GET /debug/config?node=ID`.
+pub(super) async fn config(
+    State(admin): State<Arc<Admin>>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let params = params_of(
-        query,
+        query.as_deref().unwrap_or_default(),
         "/debug/config",
         &["node", "type", "name", "rewrite", "pretty"],
     )?;
@@ -121,7 +117,7 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
                 .collect::<Result<Vec<_>, _>>()
         })
         .transpose()?;
-    let target = rewrite_target(admin, params.get("rewrite").map(String::as_str), node);
+    let target = rewrite_target(&admin, params.get("rewrite").map(String::as_str), node);
     let states = admin.source.states_of(node);
     if states.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -135,34 +131,20 @@ fn config_dump(admin: &Admin, query: &str) -> Result<Response, ApiError> {
         {
             continue;
         }
-        configs.extend(type_config(admin, &state, only, target.as_ref())?);
+        configs.extend(type_config(&admin, &state, only, target.as_ref())?);
     }
     let view = ConfigDump {
         node_id: node.clone(),
         config_sources_rewritten_for: target.map(|t| t.cluster_name),
         configs,
     };
-    Ok(json_response(
-        &view,
-        pretty_value(params.get("pretty").map(String::as_str)),
-    ))
+    Ok(respond(&view, &params))
 }
 
 /// The type a short name (`clusters`) names.
 pub(super) fn short_type(name: &str) -> Result<ResourceType, ApiError> {
-    let all = ResourceType::all();
-    all.iter()
-        .copied()
-        .find(|t| t.short_name() == name.trim())
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "type={name:?} is not one of {}",
-                all.iter()
-                    .map(|t| t.short_name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })
+    crate::auth::short_type(name.trim())
+        .map_err(|known| ApiError::BadRequest(format!("type={name:?} is not one of {known}")))
 }
 
 /// Where `/debug/config` points rewritten config sources: `?rewrite=HOST`,
@@ -233,10 +215,7 @@ pub(super) async fn client_status(
     State(admin): State<Arc<Admin>>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    client_status_json(&admin, query.as_deref().unwrap_or_default())
-}
-
-fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> {
+    let query = query.as_deref().unwrap_or_default();
     let params = params_of(query, "/debug/client_status", &["node", "pretty"])?;
     let mut request = ClientStatusRequest::default();
     if let Some(node) = params.get("node") {
@@ -248,8 +227,8 @@ fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> 
             ..NodeMatcher::default()
         });
     }
-    let answer =
-        csds::client_status(admin, &request).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let answer = csds::client_status(&admin, &request)
+        .map_err(|e| ApiError::BadRequest(e.message().to_owned()))?;
     let json = admin
         .assembler
         .codec()
@@ -257,10 +236,7 @@ fn client_status_json(admin: &Admin, query: &str) -> Result<Response, ApiError> 
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let value =
         crate::xds::plain_json::from_slice(&json).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(json_response(
-        &value,
-        pretty_value(params.get("pretty").map(String::as_str)),
-    ))
+    Ok(respond(&value, &params))
 }
 
 /// Whether the query has `pretty` (with any value but `false` or `0`, as
@@ -277,6 +253,11 @@ fn wants_pretty(query: Option<&str>) -> bool {
 /// Whether a `pretty` parameter (absent: `None`) asks for indented JSON.
 pub(super) fn pretty_value(value: Option<&str>) -> bool {
     value.is_some_and(|v| v != "false" && v != "0")
+}
+
+/// `view` as a JSON response, indented when `params` ask for it.
+pub(super) fn respond(view: &impl Serialize, params: &HashMap<String, String>) -> Response {
+    json_response(view, pretty_value(params.get("pretty").map(String::as_str)))
 }
 
 /// `view` as a JSON response, indented when `pretty`.

@@ -29,16 +29,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::access::Sight;
-use super::debug::{json_response, params_of, pretty_value};
-use super::history::{kind_of, not_held, not_visible, required};
+use super::debug::{params_of, respond};
+use super::history::{judged, node_and_kind, not_held, not_visible};
 use super::json_diff::{diff, FieldChange};
-use super::{authorization, needs_token, Admin, Peer};
+use super::{Admin, Peer};
 use crate::cache::{by_name, Paired, TypeState};
 use crate::face::ApiError;
 use crate::observe::covered_names;
@@ -90,15 +90,7 @@ pub(super) async fn diff_view(
     headers: HeaderMap,
     peer: Peer,
 ) -> Response {
-    let peer = peer.as_ref().map(|axum::Extension(p)| &**p);
-    let sight = match admin.sight(PATH, authorization(&headers), peer) {
-        Ok(sight) => sight,
-        Err(message) => return needs_token(message),
-    };
-    match answer(&admin, &sight, query.as_deref().unwrap_or_default()) {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    }
+    judged(&admin, PATH, &headers, peer, query, answer)
 }
 
 fn answer(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiError> {
@@ -107,11 +99,7 @@ fn answer(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiErro
         PATH,
         &["node", "with", "from", "to", "type", "format", "pretty"],
     )?;
-    let node = required(&params, "node", PATH, "the node id a client sends")?;
-    let kind = kind_of(
-        admin,
-        required(&params, "type", PATH, "a short type name: clusters, ...")?,
-    )?;
+    let (node, kind) = node_and_kind(admin, &params, PATH)?;
     let text = match params.get("format").map(String::as_str) {
         None | Some("json") => false,
         Some("text") => true,
@@ -134,17 +122,10 @@ fn answer(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiErro
     };
     let view = compare(kind, a, b);
     if text {
-        let mut response = unified(&view).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        return Ok(response);
+        // A String's response is `text/plain; charset=utf-8`.
+        return Ok(unified(&view).into_response());
     }
-    Ok(json_response(
-        &view,
-        pretty_value(params.get("pretty").map(String::as_str)),
-    ))
+    Ok(respond(&view, &params))
 }
 
 /// One side, found: whose, and the state it is served from.
@@ -155,17 +136,15 @@ struct Found {
 
 /// What `node` is served now, if `sight` may see it.
 fn now(admin: &Admin, sight: &Sight, kind: ResourceType, node: &str) -> Result<Found, ApiError> {
-    if !sight.may_see_node(kind, node) {
+    if !sight.may_see(kind, node, None) {
         return Err(not_visible(sight, kind, node, None));
     }
     let sessions = admin.source.sessions();
-    let clusters: Vec<&str> = sessions
+    let hidden = sessions
         .iter()
-        .filter(|s| s.node_id == node)
-        .map(|s| s.cluster.as_str())
-        .collect();
-    if let Some(cluster) = clusters.iter().find(|c| !sight.may_see(kind, node, c)) {
-        return Err(not_visible(sight, kind, node, Some(cluster)));
+        .find(|s| s.node_id == node && !sight.may_see(kind, node, Some(&s.cluster)));
+    if let Some(session) = hidden {
+        return Err(not_visible(sight, kind, node, Some(&session.cluster)));
     }
     let state = admin
         .source
@@ -192,7 +171,7 @@ fn held(
     node: &str,
     version: &str,
 ) -> Result<Found, ApiError> {
-    if !sight.may_see_node(kind, node) {
+    if !sight.may_see(kind, node, None) {
         return Err(not_visible(sight, kind, node, None));
     }
     refuse_past_secrets(kind)?;
@@ -200,15 +179,10 @@ fn held(
     let found = history
         .version(node, None, kind, version)
         .ok_or_else(|| not_held(node, kind, version, &history.timelines(node, None, kind)))?;
-    if !sight.may_see(kind, node, &found.cluster) {
+    if !sight.may_see(kind, node, Some(&found.cluster)) {
         return Err(not_visible(sight, kind, node, Some(&found.cluster)));
     }
-    let found = Found {
-        node: node.to_owned(),
-        state: found.state,
-    };
-    refuse_past_keys(kind, &found)?;
-    Ok(found)
+    past(kind, node, found.state)
 }
 
 /// Diffs of secrets compare only what nodes are served now: a held
@@ -224,11 +198,15 @@ fn refuse_past_secrets(kind: ResourceType) -> Result<(), ApiError> {
     ))
 }
 
-/// A held version holding key material as sent (`--allow-secrets`) is
-/// not compared either: it may be a rotated-away private key.
-fn refuse_past_keys(kind: ResourceType, found: &Found) -> Result<(), ApiError> {
-    if !found.state.resources.holds_keys() {
-        return Ok(());
+/// A held version of `node`, to compare; one holding key material as sent
+/// (`--allow-secrets`) is not compared either: it may be a rotated-away
+/// private key.
+fn past(kind: ResourceType, node: &str, state: Arc<TypeState>) -> Result<Found, ApiError> {
+    if !state.resources.holds_keys() {
+        return Ok(Found {
+            node: node.to_owned(),
+            state,
+        });
     }
     Err(ApiError::Forbidden(format!(
         "this version of {} holds private keys, and diffs of such versions compare only what two \
@@ -250,12 +228,7 @@ fn before(admin: &Admin, kind: ResourceType, node: &str, after: &Found) -> Resul
                 kind.short_name()
             ))
         })?;
-    let found = Found {
-        node: node.to_owned(),
-        state: found.state,
-    };
-    refuse_past_keys(kind, &found)?;
-    Ok(found)
+    past(kind, node, found.state)
 }
 
 /// The resources a client asking what `state` covers is served, by name,
@@ -317,16 +290,14 @@ fn compare(kind: ResourceType, a: Found, b: Found) -> DiffView {
 /// A name or version as a line of text: control characters escaped (an
 /// upstream chooses them; a terminal must not run them).
 fn printable(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c.is_control() {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// `value` on one line (serialising a `Value` cannot fail).
@@ -372,22 +343,19 @@ fn unified(view: &DiffView) -> String {
             }
         }
     }
-    let whole = |out: &mut String, name: &str, a: bool| {
-        let name = printable(name);
-        let (minus, plus) = if a {
-            (format!("a/{kind}/{name}\t{la}"), "/dev/null".to_owned())
-        } else {
-            ("/dev/null".to_owned(), format!("b/{kind}/{name}\t{lb}"))
-        };
-        let _ = writeln!(out, "--- {minus}\n+++ {plus}\n@@ $ @@");
-    };
     for name in &view.only_in_a {
-        whole(&mut out, name, true);
-        let _ = writeln!(out, "-{}", printable(name));
+        let name = printable(name);
+        let _ = writeln!(
+            out,
+            "--- a/{kind}/{name}\t{la}\n+++ /dev/null\n@@ $ @@\n-{name}"
+        );
     }
     for name in &view.only_in_b {
-        whole(&mut out, name, false);
-        let _ = writeln!(out, "+{}", printable(name));
+        let name = printable(name);
+        let _ = writeln!(
+            out,
+            "--- /dev/null\n+++ b/{kind}/{name}\t{lb}\n@@ $ @@\n+{name}"
+        );
     }
     out
 }

@@ -12,6 +12,7 @@
 //! type and for a version no longer held (evicted by the byte bound, or
 //! never served); 401/403 as [`Sight`] decides.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
@@ -20,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::access::Sight;
-use super::debug::{answer_json, json_response, params_of, pretty_value, short_type};
+use super::debug::{answer_json, params_of, respond, short_type};
 use super::{authorization, needs_token, Admin, Peer};
 use crate::face::ApiError;
 use crate::observe::{covered_names, EventView, TimelineView};
@@ -61,40 +62,54 @@ pub(super) async fn history(
     headers: HeaderMap,
     peer: Peer,
 ) -> Response {
+    judged(
+        &admin,
+        "/debug/history",
+        &headers,
+        peer,
+        query,
+        history_view,
+    )
+}
+
+/// `answer` to `query` with what the request may see ([`Sight`]), or the 401.
+pub(super) fn judged(
+    admin: &Admin,
+    path: &str,
+    headers: &HeaderMap,
+    peer: Peer,
+    query: Option<String>,
+    answer: fn(&Admin, &Sight, &str) -> Result<Response, ApiError>,
+) -> Response {
     let peer = peer.as_ref().map(|axum::Extension(p)| &**p);
-    let sight = match admin.sight("/debug/history", authorization(&headers), peer) {
-        Ok(sight) => sight,
-        Err(message) => return needs_token(message),
-    };
-    match history_view(&admin, &sight, query.as_deref().unwrap_or_default()) {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
+    match admin.sight(path, authorization(headers), peer) {
+        Ok(sight) => answer(admin, &sight, query.as_deref().unwrap_or_default())
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(message) => needs_token(message),
     }
 }
 
-/// The required `name` parameter of `params`, not empty.
-pub(super) fn required<'a>(
-    params: &'a std::collections::HashMap<String, String>,
-    name: &str,
+/// The required `node` and `type` parameters of `params`, not empty; the
+/// type refused when secrets are not served at all.
+pub(super) fn node_and_kind<'a>(
+    admin: &Admin,
+    params: &'a HashMap<String, String>,
     path: &str,
-    what: &str,
-) -> Result<&'a String, ApiError> {
-    params
-        .get(name)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| ApiError::BadRequest(format!("{path} needs ?{name}= ({what})")))
-}
-
-/// The type a short name (`clusters`) names; refused when `sight` may not
-/// see secrets served at all.
-pub(super) fn kind_of(admin: &Admin, name: &str) -> Result<ResourceType, ApiError> {
-    let kind = short_type(name)?;
+) -> Result<(&'a String, ResourceType), ApiError> {
+    let required = |name: &str, what: &str| {
+        params
+            .get(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| ApiError::BadRequest(format!("{path} needs ?{name}= ({what})")))
+    };
+    let node = required("node", "the node id a client sends")?;
+    let kind = short_type(required("type", "a short type name: clusters, ...")?)?;
     if kind == ResourceType::Secrets && !admin.config.allow_secrets {
         return Err(ApiError::Forbidden(
             "secrets are not served without --allow-secrets, so neither is their history".into(),
         ));
     }
-    Ok(kind)
+    Ok((node, kind))
 }
 
 /// The 403 for a node `sight` may not see.
@@ -121,18 +136,12 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
         PATH,
         &["node", "type", "cluster", "version", "pretty"],
     )?;
-    let node = required(&params, "node", PATH, "the node id a client sends")?;
-    let kind = kind_of(
-        admin,
-        required(&params, "type", PATH, "a short type name: clusters, ...")?,
-    )?;
+    let (node, kind) = node_and_kind(admin, &params, PATH)?;
     let cluster = params.get("cluster").map(String::as_str);
-    if !sight.may_see_node(kind, node) || cluster.is_some_and(|c| !sight.may_see(kind, node, c)) {
+    if !sight.may_see(kind, node, None) || !sight.may_see(kind, node, cluster) {
         return Err(not_visible(sight, kind, node, cluster));
     }
-    let history = &admin.history;
-    let pretty = pretty_value(params.get("pretty").map(String::as_str));
-    let timelines = history.timelines(node, cluster, kind);
+    let timelines = admin.history.timelines(node, cluster, kind);
     if timelines.is_empty() {
         return Err(ApiError::NotFound(format!(
             "no history of {} for node {node:?}{} (kept from the first version a session of the node is served; see /debug/sessions)",
@@ -142,12 +151,12 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
     }
     if let Some(t) = timelines
         .iter()
-        .find(|t| !sight.may_see(kind, node, &t.cluster))
+        .find(|t| !sight.may_see(kind, node, Some(&t.cluster)))
     {
         return Err(not_visible(sight, kind, node, Some(&t.cluster)));
     }
     let Some(version) = params.get("version") else {
-        let (held_bytes, max_bytes) = history.held_bytes();
+        let (held_bytes, max_bytes) = admin.history.held_bytes();
         let view = HistoryView {
             node_id: node.clone(),
             kind: kind.short_name(),
@@ -155,10 +164,10 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
             max_bytes,
             timelines,
         };
-        return Ok(json_response(&view, pretty));
+        return Ok(respond(&view, &params));
     };
     version_view(admin, node, cluster, kind, version, &timelines)
-        .map(|view| json_response(&view, pretty))
+        .map(|view| respond(&view, &params))
 }
 
 /// `&version=V`: the event that published it and the response served at it.
@@ -181,13 +190,7 @@ fn version_view(
         let newest = timelines
             .iter()
             .filter(|t| t.identity == held.identity)
-            .flat_map(|t| {
-                t.events
-                    .iter()
-                    .rev()
-                    .filter_map(|e| e.version.as_deref())
-                    .next()
-            })
+            .flat_map(|t| t.events.iter().rev().filter_map(|e| e.version.as_deref()))
             .next();
         if held.event.version.as_deref() != newest {
             return Err(ApiError::Forbidden(format!(
@@ -200,7 +203,8 @@ fn version_view(
     Ok(VersionView {
         node_id: node.to_owned(),
         kind: kind.short_name(),
-        response: response_json(admin, &held.state)?,
+        response: answer_json(admin, &held.state, &covered_names(&held.state), None)?
+            .ok_or_else(|| ApiError::Internal("a 304 for an empty version".into()))?,
         cluster: held.cluster,
         identity: held.identity,
         event: held.event,
@@ -230,13 +234,4 @@ pub(super) fn not_held(
         "version {version:?} of {} for node {node:?} is not held: never served, or evicted by --history-max-bytes{range}",
         kind.short_name()
     ))
-}
-
-/// The `DiscoveryResponse` a client asking what `state` covers got.
-pub(super) fn response_json(
-    admin: &Admin,
-    state: &crate::cache::TypeState,
-) -> Result<serde_json::Value, ApiError> {
-    answer_json(admin, state, &covered_names(state), None)?
-        .ok_or_else(|| ApiError::Internal("a 304 for an empty version".into()))
 }

@@ -15,7 +15,7 @@
 //! not a plain identifier (`@type`, map keys of `Struct` metadata).
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// One field that differs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -40,7 +40,8 @@ pub(crate) fn diff(a: &Value, b: &Value) -> Vec<FieldChange> {
 
 fn walk(path: String, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<FieldChange>) {
     match (a, b) {
-        (Some(Value::Object(x)), Some(Value::Object(y))) if same_type(x, y) => {
+        // Field by field unless they are `Any`s of different types.
+        (Some(Value::Object(x)), Some(Value::Object(y))) if x.get("@type") == y.get("@type") => {
             let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
             keys.sort();
             keys.dedup();
@@ -60,12 +61,6 @@ fn walk(path: String, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<FieldC
             b: b.cloned(),
         }),
     }
-}
-
-/// Whether two objects may be compared field by field: neither is an `Any`,
-/// or both are of the same type.
-fn same_type(x: &Map<String, Value>, y: &Map<String, Value>) -> bool {
-    x.get("@type") == y.get("@type")
 }
 
 /// `path.key`, or `path["key"]` when `key` is not a plain identifier.

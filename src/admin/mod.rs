@@ -17,8 +17,8 @@
 //!   `GET /debug/client_status` (`csds.rs`).
 //! - `GET /`: the same views as one HTML page for a person (`page.rs`).
 //!
-//! The JSON views are described by `openapi/admin.yaml`; [`ROUTES`] lists
-//! what this router serves, and a test holds the two in step.
+//! The JSON views are described by `openapi/admin.yaml`; a test holds it
+//! in step with what this router serves.
 //!
 //! With admin tokens in the auth policy (`[admin] token-sha256`), `/metrics`,
 //! the debug views and the page need the token, as `Authorization: Bearer
@@ -32,7 +32,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Extension;
@@ -53,6 +53,7 @@ use crate::config::AdminConfig;
 use crate::drain::Drain;
 use crate::error_body::{self, code};
 use crate::face::credential::{self, Credential};
+use crate::face::host::HostError;
 use crate::metrics::Metrics;
 use crate::observe::{ClientBook, ConfigHistory};
 use crate::serve::Peer;
@@ -123,11 +124,6 @@ impl Admin {
         self
     }
 
-    /// Whether the request may see details (metrics, readiness problems).
-    fn may_see_details(&self, headers: &HeaderMap, peer: Peer) -> bool {
-        self.details_allowed("", headers, peer).is_ok()
-    }
-
     /// Whether a request (`headers`, over a connection whose verified
     /// client certificate is `peer`) may see `what`; `Err` says what
     /// would open it.
@@ -156,24 +152,9 @@ fn admin_token(value: &str) -> Option<String> {
     }
 }
 
-#[cfg(test)]
-/// Every (path, method) the admin router answers besides the CSDS gRPC
-/// service: what `openapi/admin.yaml` documents.
-pub(crate) const ROUTES: [(&str, &str); 10] = [
-    ("/", "get"),
-    ("/healthz", "get"),
-    ("/readyz", "get"),
-    ("/metrics", "get"),
-    ("/debug/clients", "get"),
-    ("/debug/sessions", "get"),
-    ("/debug/config", "get"),
-    ("/debug/client_status", "get"),
-    ("/debug/history", "get"),
-    ("/debug/diff", "get"),
-];
-
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
-    let csds = tonic::service::Routes::new(csds::Csds::server(admin.clone())).into_axum_router();
+    let csds = csds::ClientStatusDiscoveryServiceServer::new(csds::Csds(admin.clone()));
+    let csds = tonic::service::Routes::new(csds).into_axum_router();
     // The routes that show details: one guard for all of them.
     let guarded = Router::new()
         .route("/metrics", get(metrics))
@@ -218,17 +199,15 @@ async fn answer_host(
         !admin.asks_for_credentials(),
         &admin.config.allowed_hosts,
     );
-    let (status, rpc_code) = match &checked {
+    let error = match checked {
         Ok(()) => return next.run(request).await,
-        Err(crate::face::host::HostError::Repeated(_)) => {
-            (StatusCode::BAD_REQUEST, code::INVALID_ARGUMENT)
-        }
-        Err(crate::face::host::HostError::NotAllowed(_)) => {
-            (StatusCode::FORBIDDEN, code::PERMISSION_DENIED)
-        }
+        Err(error) => error,
     };
-    let message = checked.err().map(|e| e.to_string()).unwrap_or_default();
-    error_body::response(status, rpc_code, &message)
+    let (status, rpc_code) = match error {
+        HostError::Repeated(_) => (StatusCode::BAD_REQUEST, code::INVALID_ARGUMENT),
+        HostError::NotAllowed(_) => (StatusCode::FORBIDDEN, code::PERMISSION_DENIED),
+    };
+    error_body::response(status, rpc_code, &error.to_string())
 }
 
 /// Any other path: a JSON 404 naming what the admin listener serves.
@@ -245,10 +224,11 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer) -> Response {
     let readiness = admin.readiness();
     let ready = readiness.ready;
-    let body = if admin.may_see_details(&headers, peer) {
+    let body = if admin.details_allowed("", &headers, peer).is_ok() {
         views::json(&readiness, false)
     } else {
-        views::json(&views::ReadyOnly { ready }, false)
+        // Without a credential (when one is set up): only whether it is ready.
+        views::json(&serde_json::json!({ "ready": ready }), false)
     };
     let status = if ready {
         StatusCode::OK
@@ -260,13 +240,9 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer)
 
 /// The 401 of a detail asked for without an admin credential, saying why.
 fn needs_token(message: String) -> Response {
-    let mut response =
-        error_body::response(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, &message);
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"xds-gateway-admin\""),
-    );
-    response
+    let challenge = "Bearer realm=\"xds-gateway-admin\"";
+    let response = error_body::response(StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED, &message);
+    ([(header::WWW_AUTHENTICATE, challenge)], response).into_response()
 }
 
 /// The guard of `/metrics` and the debug views: with admin tokens in the
@@ -296,12 +272,9 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     admin
         .metrics
         .set_history_bytes(admin.history.held_bytes().0);
-    let mut response = admin.metrics.encode().into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    response
+    let text = admin.metrics.encode();
+    let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use super::Admin;
 use crate::observe::{ClientRole, ClientView, ClientsView, SubscriptionState, SubscriptionView};
 use crate::store::{Phase, Placement, Placements, ReplyKind};
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
 mod html;
@@ -56,11 +56,7 @@ pub(super) async fn status(
         Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
     };
     let page = render(&Views::of(&admin, refresh));
-    let mut response = Html(page).into_response();
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    ([(header::CACHE_CONTROL, "no-store")], Html(page)).into_response()
 }
 
 /// `?refresh=N`: seconds between reloads, `0` for none; anything but a
@@ -94,12 +90,9 @@ fn needs_login(why: &str) -> Response {
         <code>Authorization: Bearer &lt;token&gt;</code>.</p></body></html>\n",
         escape(why)
     );
-    let mut response = (StatusCode::UNAUTHORIZED, Html(body)).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\""),
-    );
-    response
+    let challenge = "Basic realm=\"xds-gateway-admin\", charset=\"UTF-8\"";
+    let headers = [(header::WWW_AUTHENTICATE, challenge)];
+    (StatusCode::UNAUTHORIZED, headers, Html(body)).into_response()
 }
 
 /// What one page shows: the views the JSON endpoints serve.
@@ -185,13 +178,14 @@ fn header_section(out: &mut String, views: &Views) {
         "<p class=\"muted\">As of {} · {refresh}</p><nav>JSON: ",
         escape(&views.now)
     );
-    for (href, label) in [
-        ("/readyz", "/readyz"),
-        ("/debug/sessions?pretty", "/debug/sessions"),
-        ("/debug/clients?pretty", "/debug/clients"),
-        ("/debug/client_status?pretty", "/debug/client_status"),
-        ("/metrics", "/metrics"),
+    for href in [
+        "/readyz",
+        "/debug/sessions?pretty",
+        "/debug/clients?pretty",
+        "/debug/client_status?pretty",
+        "/metrics",
     ] {
+        let label = href.trim_end_matches("?pretty");
         let _ = write!(out, "<a href=\"{href}\">{label}</a>");
     }
     out.push_str("</nav></header>\n");
@@ -239,10 +233,11 @@ fn problems_section(out: &mut String, views: &Views) {
                     listed.join("; "),
                 ));
             }
-            let Some(reply) = view.last_reply.as_ref() else {
-                continue;
-            };
-            if reply.kind == ReplyKind::Nack {
+            let nack = view
+                .last_reply
+                .as_ref()
+                .filter(|r| r.kind == ReplyKind::Nack);
+            if let Some(reply) = nack {
                 let looping = match reply.in_a_row {
                     1 => String::new(),
                     n => format!(" ({n} NACKs in a row: a NACK loop)"),
@@ -409,82 +404,73 @@ fn clients_section(out: &mut String, clients: &ClientsView) {
              a long poll, a watch) seen recently.</p>",
         );
     } else {
-        subscribers_table(out, &subscribers);
+        clients_table(out, &subscribers, false);
     }
     if !readers.is_empty() {
-        readers_table(out, &readers);
+        clients_table(out, &readers, true);
     }
     out.push_str("</section>\n");
 }
 
-/// The clients whose sync state matters: in step, or not and why.
-fn subscribers_table(out: &mut String, list: &[&ClientView]) {
-    out.push_str(
-        "<h3 id=\"subscribers\">Subscribers</h3>\
-         <table><tr><th>Node</th><th>Client</th><th>Type</th><th>In step</th>\
-         <th>Subscriptions not in step (every one when it has one): names, state, versions, why</th></tr>",
-    );
-    for client in list {
-        let node = escape(&client.node_id);
-        for (kind, view) in &client.types {
-            let kind = escape(kind);
-            let in_step = view.in_step == view.subscriptions;
-            let _ = write!(
-                out,
-                "<tr class=\"client\" data-node=\"{node}\" data-type=\"{kind}\"><td><b>{node}</b><br>\
-                 cluster {}</td><td>{} from {}<br>last poll {}</td><td>{kind}</td>\
-                 <td class=\"{}\">{} of {}</td><td>",
-                escape(&client.cluster),
-                escape(&client.user_agent),
-                escape_opt(client.remote.as_deref()),
-                escape_opt(view.last_poll.as_deref()),
-                if in_step { "ok" } else { "bad" },
-                view.in_step,
-                view.subscriptions,
-            );
-            out.push_str("<ul>");
-            for sub in &view.detail {
-                subscription(out, sub);
-            }
-            out.push_str("</ul></td></tr>");
-        }
-    }
-    out.push_str("</table>");
-}
-
-/// Clients that never presented a version, watched nor POSTed as an
-/// Envoy (curl, scripts): what they last read, in no colour (never in step
-/// is how they work).
-fn readers_table(out: &mut String, list: &[&ClientView]) {
-    out.push_str(
-        "<h3 id=\"readers\">One-shot readers</h3><p class=\"muted\">Clients that never presented a \
-         version, watched nor POSTed as an Envoy (curl, scripts): each answer is a fresh read, \
-         so \"in step\" does not apply to them.</p>\
-         <table><tr><th>Node</th><th>Client</th><th>Type</th><th>Reads</th>\
-         <th>Last read: names, version served</th></tr>",
-    );
+/// One table of clients: the subscribers, whose sync state matters (in
+/// step, or not and why), or the `readers` that never presented a version,
+/// watched nor POSTed as an Envoy (curl, scripts): what they last read, in
+/// no colour (never in step is how they work).
+fn clients_table(out: &mut String, list: &[&ClientView], readers: bool) {
+    let (class, last) = if readers {
+        out.push_str(
+            "<h3 id=\"readers\">One-shot readers</h3><p class=\"muted\">Clients that never presented a \
+             version, watched nor POSTed as an Envoy (curl, scripts): each answer is a fresh read, \
+             so \"in step\" does not apply to them.</p>\
+             <table><tr><th>Node</th><th>Client</th><th>Type</th><th>Reads</th>\
+             <th>Last read: names, version served</th></tr>",
+        );
+        ("reader", "read")
+    } else {
+        out.push_str(
+            "<h3 id=\"subscribers\">Subscribers</h3>\
+             <table><tr><th>Node</th><th>Client</th><th>Type</th><th>In step</th>\
+             <th>Subscriptions not in step (every one when it has one): names, state, versions, why</th></tr>",
+        );
+        ("client", "poll")
+    };
     for client in list {
         let node = escape(&client.node_id);
         for (kind, view) in &client.types {
             let kind = escape(kind);
             let _ = write!(
                 out,
-                "<tr class=\"reader\" data-node=\"{node}\" data-type=\"{kind}\"><td><b>{node}</b><br>\
-                 cluster {}</td><td>{} from {}<br>last read {}</td><td>{kind}</td><td>{}</td><td><ul>",
+                "<tr class=\"{class}\" data-node=\"{node}\" data-type=\"{kind}\"><td><b>{node}</b><br>\
+                 cluster {}</td><td>{} from {}<br>last {last} {}</td><td>{kind}</td>",
                 escape(&client.cluster),
                 escape(&client.user_agent),
                 escape_opt(client.remote.as_deref()),
                 escape_opt(view.last_poll.as_deref()),
-                view.detail.iter().map(|s| s.polls).sum::<u64>(),
             );
-            for sub in &view.detail {
+            if readers {
+                let reads = view.detail.iter().map(|s| s.polls).sum::<u64>();
+                let _ = write!(out, "<td>{reads}</td><td><ul>");
+                for sub in &view.detail {
+                    let _ = write!(
+                        out,
+                        "<li>{}: served <code>{}</code> (upstream version <code>{}</code>)</li>",
+                        names_of(sub),
+                        escape(&sub.current),
+                        escape(&sub.upstream_version),
+                    );
+                }
+            } else {
+                let in_step = view.in_step == view.subscriptions;
                 let _ = write!(
                     out,
-                    "<li>{}: served <code>{}</code> (upstream version <code>{}</code>)</li>",
-                    names_of(sub),
-                    escape(&sub.current),
-                    escape(&sub.upstream_version),
+                    "<td class=\"{}\">{} of {}</td><td><ul>",
+                    if in_step { "ok" } else { "bad" },
+                    view.in_step,
+                    view.subscriptions,
                 );
+                for sub in &view.detail {
+                    subscription(out, sub);
+                }
             }
             out.push_str("</ul></td></tr>");
         }

@@ -40,12 +40,6 @@ pub(super) struct Readiness {
     pub(super) upstream_streams_open: i64,
 }
 
-/// What `/readyz` says without an admin token (when tokens are set).
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct ReadyOnly {
-    pub(super) ready: bool,
-}
-
 /// What `/debug/sessions` shows.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct SessionsView {

@@ -46,7 +46,7 @@ use tracing::{info, warn};
 use crate::metrics::Metrics;
 
 pub use policy::PolicyError;
-pub(crate) use policy::{sha256, Identity, Policy};
+pub(crate) use policy::{sha256, short_type, Identity, Policy};
 
 /// Why a request was refused: the policy's answer, which the HTTP faces
 /// turn into a status.

@@ -101,23 +101,18 @@ pub(crate) enum Identity {
 
 // --- the file ---------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 struct File {
-    #[serde(default)]
     admin: AdminFile,
-    #[serde(default)]
     principal: Vec<PrincipalFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 struct AdminFile {
-    #[serde(default)]
     token_sha256: Vec<String>,
-    #[serde(default)]
     uri_san: Vec<String>,
-    #[serde(default)]
     dns_san: Vec<String>,
 }
 
@@ -288,14 +283,10 @@ impl Policy {
             return Identity::Anonymous;
         };
         for (index, p) in self.principals.iter().enumerate() {
-            let Some(by) = p.sans.matching(peer) else {
-                continue;
-            };
-            return Identity::Principal {
-                index,
-                name: p.name.clone(),
-                by,
-            };
+            if let Some(by) = p.sans.matching(peer) {
+                let name = p.name.clone();
+                return Identity::Principal { index, name, by };
+            }
         }
         Identity::UnknownCertificate(certificate_names(peer))
     }
@@ -312,24 +303,7 @@ impl Policy {
         id: &str,
         cluster: &str,
     ) -> bool {
-        let captures = self.captures(index, peer);
-        self.grants_of(index)
-            .any(|g| g.types.contains(&kind) && g.binds(Some(id), Some(cluster), &captures))
-    }
-
-    /// Whether a rule of principal `index` names the node `id` for `kind`,
-    /// of some cluster (what a view selecting nodes by id checks before it
-    /// looks; [`Policy::allows`] then decides each cluster it shows).
-    pub(crate) fn names_node(
-        &self,
-        index: usize,
-        peer: Option<&PeerIdentity>,
-        kind: ResourceType,
-        id: &str,
-    ) -> bool {
-        let captures = self.captures(index, peer);
-        self.grants_of(index)
-            .any(|g| g.types.contains(&kind) && g.binds(Some(id), None, &captures))
+        self.binds(index, peer, Some(kind), id, Some(cluster))
     }
 
     /// Whether principal `index` may use HDS as the node `id` of `cluster`:
@@ -377,36 +351,43 @@ impl Policy {
         id: &str,
         cluster: Option<&str>,
     ) -> bool {
-        let captures = self.captures(index, peer);
         self.principals.get(index).is_some_and(allowed)
-            && self
-                .grants_of(index)
-                .any(|g| g.binds(Some(id), cluster, &captures))
+            && self.binds(index, peer, None, id, cluster)
     }
 
-    /// What `peer`'s URI SANs capture by principal `index`'s templates
-    /// (one set per SAN a template matches).
-    fn captures(&self, index: usize, peer: Option<&PeerIdentity>) -> Vec<Captures> {
-        let (Some(p), Some(peer)) = (self.principals.get(index), peer) else {
-            return Vec::new();
+    /// Whether a rule of principal `index` (for `kind`, when given) binds
+    /// the node `id` (of `cluster`, when given; else of some cluster, what a
+    /// view selecting nodes by id checks before it looks), a rule bound to
+    /// the certificate with what `peer`'s URI SANs capture by its templates.
+    pub(crate) fn binds(
+        &self,
+        index: usize,
+        peer: Option<&PeerIdentity>,
+        kind: Option<ResourceType>,
+        id: &str,
+        cluster: Option<&str>,
+    ) -> bool {
+        let Some(p) = self.principals.get(index) else {
+            return false;
         };
-        p.sans
-            .templates
+        let captures: Vec<Captures> = match peer {
+            Some(peer) => p
+                .sans
+                .templates
+                .iter()
+                .flat_map(|t| peer.uris.iter().filter_map(|u| t.capture(u)))
+                .collect(),
+            None => Vec::new(),
+        };
+        p.grants
             .iter()
-            .flat_map(|t| peer.uris.iter().filter_map(|u| t.capture(u)))
-            .collect()
+            .filter(|g| kind.is_none_or(|k| g.types.contains(&k)))
+            .any(|g| g.binds(id, cluster, &captures))
     }
 
     /// Whether principal `index` may use CSDS at all.
     pub(crate) fn csds_enabled(&self, index: usize) -> bool {
         self.principals.get(index).is_some_and(|p| p.csds)
-    }
-
-    fn grants_of(&self, index: usize) -> impl Iterator<Item = &Grant> {
-        self.principals
-            .get(index)
-            .into_iter()
-            .flat_map(|p| &p.grants)
     }
 
     /// Whether the admin listener's details need a token.
@@ -434,10 +415,10 @@ impl Policy {
         if !self.admin_names_certificates() {
             return Ok(());
         }
-        match self.admin_sans.matching(peer) {
-            Some(_) => Ok(()),
-            None => Err(certificate_names(peer)),
-        }
+        self.admin_sans
+            .matching(peer)
+            .map(drop)
+            .ok_or_else(|| certificate_names(peer))
     }
 }
 
@@ -482,11 +463,8 @@ impl Sans {
             .dns
             .iter()
             .find(|d| self.dns.iter().any(|pat| pat.matches(d)));
-        match (uri, dns) {
-            (Some(uri), _) => Some(format!("client certificate URI SAN {uri}")),
-            (None, Some(dns)) => Some(format!("client certificate DNS SAN {dns}")),
-            (None, None) => None,
-        }
+        uri.map(|uri| format!("client certificate URI SAN {uri}"))
+            .or_else(|| dns.map(|dns| format!("client certificate DNS SAN {dns}")))
     }
 }
 
@@ -508,9 +486,9 @@ fn certificate_names(peer: &PeerIdentity) -> String {
 impl Grant {
     /// Whether this rule binds the node `id` of `cluster` (both must
     /// match; `None` is not checked), a bound rule with one of `captures`.
-    fn binds(&self, id: Option<&str>, cluster: Option<&str>, captures: &[Captures]) -> bool {
+    fn binds(&self, id: &str, cluster: Option<&str>, captures: &[Captures]) -> bool {
         let with = |c: Option<&Captures>| {
-            id.is_none_or(|id| self.nodes.iter().any(|pat| pat.matches(id, c)))
+            self.nodes.iter().any(|pat| pat.matches(id, c))
                 && cluster.is_none_or(|cl| self.clusters.iter().any(|pat| pat.matches(cl, c)))
         };
         match self.bound {
@@ -546,17 +524,8 @@ fn grant(g: &GrantFile, what: &str, sans: &Sans, tokens: bool) -> Result<Grant, 
         Some(names) => names
             .iter()
             .map(|name| {
-                ResourceType::all()
-                    .into_iter()
-                    .find(|t| t.short_name() == name)
-                    .ok_or_else(|| {
-                        let known: Vec<&str> =
-                            ResourceType::all().iter().map(|t| t.short_name()).collect();
-                        format!(
-                            "{what}: unknown type {name:?} (known: {})",
-                            known.join(", ")
-                        )
-                    })
+                short_type(name)
+                    .map_err(|known| format!("{what}: unknown type {name:?} (known: {known})"))
             })
             .collect::<Result<Vec<_>, _>>()?,
     };
@@ -674,6 +643,18 @@ fn digests(raw: &[String], what: &str) -> Result<Vec<[u8; 32]>, String> {
             Ok(digest)
         })
         .collect()
+}
+
+/// The type a short name (`clusters`) names; `Err` lists the names there are.
+pub(crate) fn short_type(name: &str) -> Result<ResourceType, String> {
+    let all = ResourceType::all();
+    all.iter()
+        .copied()
+        .find(|t| t.short_name() == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = all.iter().map(|t| t.short_name()).collect();
+            known.join(", ")
+        })
 }
 
 /// The SHA-256 of a bearer token, which is all that is kept of it.

@@ -143,28 +143,6 @@ impl NodeProfiles {
     pub(crate) fn len(&self) -> usize {
         self.by_name.len()
     }
-
-    /// Profiles of the given nodes (checked as at start-up), for tests.
-    #[cfg(test)]
-    pub(crate) fn with(nodes: &[(&str, Value)]) -> NodeProfiles {
-        let codec = test_codec();
-        let mut profiles = NodeProfiles::default();
-        for (name, node) in nodes {
-            let Value::Object(node) = node.clone() else {
-                panic!("{name}: a node is an object");
-            };
-            let origin = format!("test profile {name}");
-            profiles
-                .add(
-                    name,
-                    Profile { origin, node },
-                    codec,
-                    Config::default().max_node_bytes,
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        profiles
-    }
 }
 
 /// Whether `node` parses as a Node with `codec`, strictly (no unknown field).
@@ -174,14 +152,6 @@ pub(crate) fn check_node(node: &Map<String, Value>, codec: &Codec) -> Result<(),
         .parse_message(NODE_MESSAGE, &json, false)
         .map(drop)
         .map_err(|e| e.to_string())
-}
-
-/// The embedded codec, decoded once for every test (decoding it takes a
-/// while in a debug build).
-#[cfg(test)]
-pub(crate) fn test_codec() -> &'static Codec {
-    static CODEC: std::sync::OnceLock<Codec> = std::sync::OnceLock::new();
-    CODEC.get_or_init(Codec::embedded)
 }
 
 #[cfg(test)]

@@ -47,12 +47,7 @@ pub(crate) fn presented_node(
             .ok_or_else(|| refuse("profile", unknown_profile(name, profiles)))?
             .node
             .clone(),
-        None => {
-            let mut plain = Map::new();
-            plain.insert("id".into(), Value::String(String::new()));
-            plain.insert("cluster".into(), Value::String(String::new()));
-            plain
-        }
+        None => Map::from_iter(["id", "cluster"].map(|k| (k.into(), Value::String(String::new())))),
     };
     if let Some(id) = query.get("node") {
         node.insert("id".into(), Value::String(id.clone()));
@@ -204,7 +199,8 @@ fn user_agent(text: &str) -> Result<(&str, Option<&str>), QueryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profiles::{check_node, test_codec};
+    use crate::profiles::check_node;
+    use crate::profiles::tests::test_codec;
 
     fn query_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs

@@ -5,6 +5,36 @@ use serde_json::json;
 use super::*;
 use crate::config::{ProfileTable, Settings};
 
+impl NodeProfiles {
+    /// Profiles of the given nodes (checked as at start-up), for tests.
+    pub(crate) fn with(nodes: &[(&str, Value)]) -> NodeProfiles {
+        let codec = test_codec();
+        let mut profiles = NodeProfiles::default();
+        for (name, node) in nodes {
+            let Value::Object(node) = node.clone() else {
+                panic!("{name}: a node is an object");
+            };
+            let origin = format!("test profile {name}");
+            profiles
+                .add(
+                    name,
+                    Profile { origin, node },
+                    codec,
+                    Config::default().max_node_bytes,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        profiles
+    }
+}
+
+/// The embedded codec, decoded once for every test (decoding it takes a
+/// while in a debug build).
+pub(crate) fn test_codec() -> &'static Codec {
+    static CODEC: std::sync::OnceLock<Codec> = std::sync::OnceLock::new();
+    CODEC.get_or_init(Codec::embedded)
+}
+
 fn load(config: &Config) -> Result<NodeProfiles, ProfileError> {
     NodeProfiles::load(config, test_codec())
 }

@@ -19,16 +19,11 @@ use glob::Pattern;
 /// What one certificate URI SAN captured: (name, value) pairs.
 pub(super) type Captures = Vec<(String, String)>;
 
+/// A `uri-san` template: its path segments, each written out or captured.
 #[derive(Debug)]
 pub(super) struct SanTemplate {
     raw: String,
-    segments: Vec<Segment>,
-}
-
-#[derive(Debug)]
-enum Segment {
-    Literal(String),
-    Capture(String),
+    segments: Vec<Part>,
 }
 
 /// A rule's `nodes` or `clusters` entry: a glob (an exact name when it has
@@ -41,7 +36,8 @@ pub(super) enum NamePattern {
 
 #[derive(Debug)]
 pub(super) enum Part {
-    /// Glob text, as written.
+    /// Text as written: glob text in a rule, a literal segment in a SAN
+    /// template.
     Text(String),
     /// A capture's value, matched literally.
     Capture(String),
@@ -112,9 +108,9 @@ impl SanTemplate {
                         return Err(format!("{raw:?}: {{{name}}} is captured twice"));
                     }
                     names.push(name.clone());
-                    segments.push(Segment::Capture(name));
+                    segments.push(Part::Capture(name));
                 }
-                None => segments.push(Segment::Literal(segment.to_owned())),
+                None => segments.push(Part::Text(segment.to_owned())),
             }
         }
         // The scheme and authority (`spiffe:`, ``, the trust domain) are
@@ -122,7 +118,7 @@ impl SanTemplate {
         if segments
             .iter()
             .take(3)
-            .any(|s| matches!(s, Segment::Capture(_)))
+            .any(|s| matches!(s, Part::Capture(_)))
             || !raw.contains("://")
         {
             return Err(format!(
@@ -142,10 +138,7 @@ impl SanTemplate {
 
     /// The capture names it defines.
     pub(super) fn names(&self) -> impl Iterator<Item = &str> {
-        self.segments.iter().filter_map(|s| match s {
-            Segment::Capture(name) => Some(name.as_str()),
-            Segment::Literal(_) => None,
-        })
+        capture_names(&self.segments)
     }
 
     /// What `uri` captures, if it matches.
@@ -155,16 +148,24 @@ impl SanTemplate {
         for segment in &self.segments {
             let value = got.next()?;
             match segment {
-                Segment::Literal(text) if text == value => {}
-                Segment::Literal(_) => return None,
-                Segment::Capture(name) if spiffe_segment(value) => {
+                Part::Text(text) if text == value => {}
+                Part::Text(_) => return None,
+                Part::Capture(name) if spiffe_segment(value) => {
                     captures.push((name.clone(), value.to_owned()));
                 }
-                Segment::Capture(_) => return None,
+                Part::Capture(_) => return None,
             }
         }
         got.next().is_none().then_some(captures)
     }
+}
+
+/// The names `parts` capture.
+fn capture_names(parts: &[Part]) -> impl Iterator<Item = &str> {
+    parts.iter().filter_map(|p| match p {
+        Part::Capture(name) => Some(name.as_str()),
+        Part::Text(_) => None,
+    })
 }
 
 /// Whether `segment` is one capture and nothing else (`Some(name)`), plain
@@ -215,13 +216,9 @@ impl NamePattern {
 
     /// The capture names it uses.
     pub(super) fn names(&self) -> impl Iterator<Item = &str> {
-        let parts: &[Part] = match self {
+        capture_names(match self {
             NamePattern::Glob(_) => &[],
             NamePattern::Template(parts) => parts,
-        };
-        parts.iter().filter_map(|p| match p {
-            Part::Capture(name) => Some(name.as_str()),
-            Part::Text(_) => None,
         })
     }
 
@@ -260,15 +257,6 @@ impl NamePattern {
                 Part::Text(t) => !has_wildcard(t),
                 Part::Capture(_) => true,
             }),
-        }
-    }
-
-    /// The glob, for a plain pattern.
-    #[cfg(any(test, feature = "fuzzing"))]
-    pub(super) fn glob(&self) -> Option<&Pattern> {
-        match self {
-            NamePattern::Glob(p) => Some(p),
-            NamePattern::Template(_) => None,
         }
     }
 }

@@ -9,6 +9,16 @@
 
 use super::*;
 
+impl NamePattern {
+    /// The glob, for a plain pattern.
+    pub(super) fn glob(&self) -> Option<&Pattern> {
+        match self {
+            NamePattern::Glob(p) => Some(p),
+            NamePattern::Template(_) => None,
+        }
+    }
+}
+
 /// Node ids and clusters a client could claim (all non-empty: an empty one
 /// is a value of its own, which a pattern may fairly leave out).
 const PROBES: &[&str] = &[

@@ -358,8 +358,8 @@ types = ["clusters"]
     assert!(bound.allows(0, Some(&two), secrets, "x", "a"));
     assert!(bound.allows(0, Some(&two), secrets, "y", "b"));
     assert!(!bound.allows(0, Some(&two), secrets, "x", "b"));
-    assert!(bound.names_node(0, Some(&two), secrets, "y"));
-    assert!(!bound.names_node(0, Some(&two), secrets, "z"));
+    assert!(bound.binds(0, Some(&two), Some(secrets), "y", None));
+    assert!(!bound.binds(0, Some(&two), Some(secrets), "z", None));
 
     let principal = |sans: &str, nodes: &str| {
         format!("[[principal]]\nname = \"p\"\n{sans}\n[[principal.allow]]\nnodes = [{nodes}]\nclusters = [\"edge\"]\ntypes = [\"secrets\"]\n")
