@@ -41,12 +41,26 @@ use crate::observe::{NodeClients, Standing, SubscriptionStatus};
 use crate::store::StreamPlacement;
 use crate::tls::PeerIdentity;
 
-/// The CSDS answer to `request` from what `admin` knows now; UNIMPLEMENTED
-/// for a node matcher it cannot apply.
+/// Why a CSDS request cannot be answered.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum CsdsError {
+    #[error(
+        "node matcher {0}: only exact, prefix, suffix and contains node_id matchers are supported"
+    )]
+    Unsupported(usize),
+}
+
+impl From<CsdsError> for tonic::Status {
+    fn from(err: CsdsError) -> tonic::Status {
+        tonic::Status::unimplemented(err.to_string())
+    }
+}
+
+/// The CSDS answer to `request` from what `admin` knows now.
 pub(crate) fn client_status(
     admin: &Admin,
     request: &ClientStatusRequest,
-) -> Result<ClientStatusResponse, tonic::Status> {
+) -> Result<ClientStatusResponse, CsdsError> {
     let matchers = request
         .node_matchers
         .iter()
@@ -62,9 +76,7 @@ pub(crate) fn client_status(
                 Ok(matcher.clone())
             }
             None if m.node_metadatas.is_empty() => Ok(StringMatcher::default()),
-            _ => Err(tonic::Status::unimplemented(format!(
-                "node matcher {i}: only exact, prefix, suffix and contains node_id matchers are supported"
-            ))),
+            _ => Err(CsdsError::Unsupported(i)),
         })
         .collect::<Result<Vec<_>, _>>()?;
     let config = admin
@@ -311,7 +323,7 @@ impl ClientStatusDiscoveryService for Csds {
         let answers = request.into_inner().map(move |request| {
             let request = request?;
             csds.check(&credentials)?;
-            client_status(&csds.0, &request)
+            Ok(client_status(&csds.0, &request)?)
         });
         Ok(tonic::Response::new(Box::pin(answers)))
     }

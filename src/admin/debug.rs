@@ -227,8 +227,8 @@ pub(super) async fn client_status(
             ..NodeMatcher::default()
         });
     }
-    let answer = csds::client_status(&admin, &request)
-        .map_err(|e| ApiError::BadRequest(e.message().to_owned()))?;
+    let answer =
+        csds::client_status(&admin, &request).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let json = admin
         .assembler
         .codec()

@@ -228,7 +228,7 @@ async fn readyz(State(admin): State<Arc<Admin>>, headers: HeaderMap, peer: Peer)
         views::json(&readiness, false)
     } else {
         // Without a credential (when one is set up): only whether it is ready.
-        views::json(&serde_json::json!({ "ready": ready }), false)
+        views::json(&views::ReadyOnly { ready }, false)
     };
     let status = if ready {
         StatusCode::OK

@@ -12,6 +12,12 @@ use serde::Serialize;
 use super::Admin;
 use crate::store::SessionView;
 
+/// What `/readyz` says without an admin credential (when one is set up).
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct ReadyOnly {
+    pub(super) ready: bool,
+}
+
 /// What `/readyz` says with details.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct Readiness {
