@@ -652,10 +652,11 @@ impl Lane {
         status.sessions += sessions.len();
         for entry in sessions.values() {
             let session = &entry.session;
-            let node = format!(
-                "node {:?} (cluster {:?})",
-                session.node.id, session.node.cluster
-            );
+            // Written out only for a session that has something to report.
+            let node = || {
+                let (id, cluster) = (&session.node.id, &session.node.cluster);
+                format!("node {id:?} (cluster {cluster:?})")
+            };
             if session.upstream.failed_over() {
                 status.failed_over_sessions += 1;
                 if status.failovers.len() < SESSION_ERRORS_SHOWN {
@@ -669,7 +670,7 @@ impl Lane {
                         })
                         .collect();
                     let placements = placements.join("; ");
-                    let failover = format!("{node}: {}", placements.trim_start());
+                    let failover = format!("{}: {}", node(), placements.trim_start());
                     status.failovers.push(self.label(failover));
                 }
             }
@@ -685,7 +686,8 @@ impl Lane {
                 if status.problems.len() < SESSION_ERRORS_SHOWN {
                     let since = humantime::format_rfc3339_seconds(since);
                     status.problems.push(self.label(format!(
-                        "{node}: {what} set aside since {since}: {refused}; its polls get an error until the upstream is asked again"
+                        "{}: {what} set aside since {since}: {refused}; its polls get an error until the upstream is asked again",
+                        node()
                     )));
                 }
             }
@@ -695,7 +697,8 @@ impl Lane {
                 if status.problems.len() < SESSION_ERRORS_SHOWN {
                     for (kind, version, detail) in refusals {
                         status.problems.push(self.label(format!(
-                            "{node}: the gateway refuses the upstream's answers of {} (NACK, presenting version {version:?}): {detail}",
+                            "{}: the gateway refuses the upstream's answers of {} (NACK, presenting version {version:?}): {detail}",
+                            node(),
                             kind.type_url()
                         )));
                     }
@@ -714,7 +717,7 @@ impl Lane {
                 continue;
             };
             if status.session_errors.len() < SESSION_ERRORS_SHOWN {
-                let error = format!("{node}: {state}; last upstream error: {error}");
+                let error = format!("{}: {state}; last upstream error: {error}", node());
                 status.session_errors.push(self.label(error));
             }
         }
