@@ -85,18 +85,15 @@ impl Assembler {
         }
         let type_url = resource.kind.type_url();
         let codec = self.codec.snapshot();
-        Ok(
-            match rewrite_config_sources(&codec, type_url, &resource.payload, target)? {
-                Some(bytes) => {
-                    let json = codec.render_any(type_url, &bytes)?;
-                    match &resource.variant {
-                        // Rewritten inside the wrapper carrying its constraints.
-                        Some(variant) => variant.wrap(&json),
-                        None => json,
-                    }
-                }
-                None => resource.json.clone(),
-            },
-        )
+        let Some(bytes) = rewrite_config_sources(&codec, type_url, &resource.payload, target)?
+        else {
+            return Ok(resource.json.clone());
+        };
+        let json = codec.render_any(type_url, &bytes)?;
+        Ok(match &resource.variant {
+            // Rewritten inside the wrapper carrying its constraints.
+            Some(variant) => variant.wrap(&json),
+            None => json,
+        })
     }
 }

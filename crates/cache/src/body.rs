@@ -18,7 +18,6 @@ pub struct JsonBody {
 }
 
 impl JsonBody {
-    /// The body `head` + `resources` + `tail`.
     pub fn new(head: Bytes, resources: Bytes, tail: Bytes) -> JsonBody {
         JsonBody {
             head,
@@ -27,12 +26,10 @@ impl JsonBody {
         }
     }
 
-    /// Bytes in all.
     pub fn len(&self) -> usize {
         self.head.len() + self.resources.len() + self.tail.len()
     }
 
-    /// Whether it has no bytes at all.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

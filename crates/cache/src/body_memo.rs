@@ -128,11 +128,4 @@ impl Bodies {
         self.shared.insert(key, piece.clone());
         Ok(piece)
     }
-
-    /// How many resources pieces are held (tests of sharing).
-    #[cfg(test)]
-    pub fn shared_pieces(&self) -> u64 {
-        self.shared.run_pending_tasks();
-        self.shared.entry_count()
-    }
 }

@@ -32,6 +32,7 @@ use super::resource_set::{IntoResourceSet, ResourceMap, ResourceSet, SharedAnswe
 use crate::log_escape::Escaped;
 use crate::xds::dynamic_parameters::Variant;
 use crate::xds::keys;
+use crate::xds::opaque::unknown_types;
 use crate::xds::{Codec, JsonError, ResourceType, Validator, OPAQUE_TYPE_URL};
 
 /// How many rendered resources the memo keeps (and, in the assembler,
@@ -176,14 +177,6 @@ impl Intake {
         &self.opaque_types
     }
 
-    /// The types of `message`'s `Any`s `codec` does not know, noted.
-    fn note_opaque(&self, codec: &Codec, message: &prost_reflect::DynamicMessage) -> OpaqueHeld {
-        self.noted(crate::xds::opaque::unknown_types(
-            codec.descriptors(),
-            message,
-        ))
-    }
-
     /// `unknown`, the types a resource of a new content is served opaque
     /// for, counted and noted (held in the record while the resource lives).
     fn noted(&self, unknown: impl IntoIterator<Item = String>) -> OpaqueHeld {
@@ -323,14 +316,12 @@ impl Intake {
 
     /// `resource` rendered again (a variant: its resource, wrapped again).
     fn rendered_again(&self, resource: &Resource) -> Result<Arc<Resource>, ResourceError> {
+        let (payload, name) = (resource.payload.clone(), Some(resource.name.clone()));
         let Some(variant) = &resource.variant else {
-            let (digest, payload) = (resource.digest, resource.payload.clone());
-            return self.resource_of(resource.kind, digest, payload, Some(resource.name.clone()));
+            return self.resource_of(resource.kind, resource.digest, payload, name);
         };
         let digest: Digest = Sha256::digest(&resource.payload).into();
-        let payload = resource.payload.clone();
-        let inner =
-            self.resource_of(resource.kind, digest, payload, Some(resource.name.clone()))?;
+        let inner = self.resource_of(resource.kind, digest, payload, name)?;
         self.variant(inner, variant.constraints().clone())
     }
 
@@ -387,7 +378,7 @@ impl Intake {
             (
                 json,
                 payload,
-                self.note_opaque(&codec, &message),
+                self.noted(unknown_types(codec.descriptors(), &message)),
                 holds_keys,
             )
         };
@@ -447,7 +438,7 @@ impl Intake {
                     digest,
                     payload: kept,
                     json,
-                    opaque: self.note_opaque(&codec, &message),
+                    opaque: self.noted(unknown_types(codec.descriptors(), &message)),
                     holds_keys,
                     variant: None,
                 }))

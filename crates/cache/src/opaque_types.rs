@@ -74,10 +74,14 @@ impl OpaqueTypes {
         }
         let mut record = crate::sync::lock(&self.0);
         for type_url in types.iter() {
-            if let Some(entry) = record.entry(type_url) {
-                entry.resources += 1;
-                entry.live += 1;
+            let key = record_key(type_url).into_owned();
+            if !record.types.contains_key(&key) && record.types.len() >= MAX_OPAQUE_TYPES {
+                record.more += 1;
+                continue;
             }
+            let entry = record.types.entry(key).or_default();
+            entry.resources += 1;
+            entry.live += 1;
         }
         OpaqueHeld {
             types,
@@ -125,19 +129,6 @@ impl OpaqueTypes {
             .map(|(t, o)| (t.clone(), o.clone()))
             .collect();
         (types, record.more)
-    }
-}
-
-impl Record {
-    /// The entry of `type_url`, made if the record has room; else counted
-    /// in `more`.
-    fn entry(&mut self, type_url: &str) -> Option<&mut Opaque> {
-        let key = record_key(type_url).into_owned();
-        if !self.types.contains_key(&key) && self.types.len() >= MAX_OPAQUE_TYPES {
-            self.more += 1;
-            return None;
-        }
-        Some(self.types.entry(key).or_default())
     }
 }
 

@@ -158,13 +158,6 @@ impl Body {
         Some(parts)
     }
 
-    /// Where its node lies: offset and length.
-    fn node_span(&self) -> Option<(usize, usize)> {
-        self.node
-            .as_ref()
-            .map(|n| (self.before.len(), n.bytes().len()))
-    }
-
     /// `body`, sharing `node`, which lies at `at` in it.
     fn around(body: &Bytes, node: Option<(&Arc<NodeJson>, usize)>) -> Option<Body> {
         let Some((node, at)) = node else {
@@ -285,18 +278,19 @@ impl ParsedRequest {
     /// two do not fit together after all.
     fn reframed(&self, body: &Bytes, frame: &Frame) -> Option<ParsedRequest> {
         let version = frame.version(body);
-        let node = match (self.body.node.as_ref(), self.body.node_span()) {
-            (Some(node), Some((at, _))) => {
+        let node = match &self.body.node {
+            Some(node) => {
                 // The version is the first member, before the node: the
                 // node moves by the change in the version's length (a
                 // plain string's bytes are its text).
+                let at = self.body.before.len();
                 let at = match version {
                     Some(v) => at.checked_sub(self.version_info.len())? + v.len(),
                     None => at,
                 };
                 Some((node, at))
             }
-            _ => None,
+            None => None,
         };
         Some(ParsedRequest {
             body: Body::around(body, node)?,

@@ -50,10 +50,7 @@ impl Frame {
             (Some(v), Some(n)) if n.start < v.end + 1 + NONCE_OPENING.len() => None,
             (_, nonce) => nonce,
         };
-        if version.is_none() && nonce.is_none() {
-            return None;
-        }
-        Some(Frame {
+        (version.is_some() || nonce.is_some()).then_some(Frame {
             version,
             nonce,
             len: body.len(),

@@ -304,20 +304,19 @@ impl TypeState {
         target: Option<&RestTarget>,
     ) -> Result<Answer, JsonError> {
         debug_assert_eq!(*digest, names_digest(names), "a stale names digest");
-        let digest = *digest;
         let body = |json, version, cached| Answer::Body {
             json,
             version,
             cached,
         };
         let bodies = assembler.bodies();
-        let key = Bodies::key(self.id, &digest, target);
+        let key = Bodies::key(self.id, digest, target);
         // An answer holding a `do_not_cache` resource is worked out and
         // assembled for this request alone: nothing looked up in or kept by
         // the body memo (nor the rewrite memo, see `join`).
         let uncacheable = self.holds_uncacheable(names);
         let memoised = (!uncacheable)
-            .then(|| bodies.get(key, self.id, &digest, target))
+            .then(|| bodies.get(key, self.id, digest, target))
             .flatten();
         if let Some(hit) = memoised {
             if same_selection(presented, &hit.version) {
@@ -332,7 +331,7 @@ impl TypeState {
         }
         let selection = match uncacheable {
             true => self.work_out_selection(names, target).0,
-            false => self.selection(names, &digest, target),
+            false => self.selection(names, digest, target),
         };
         let version = self.version_told(names, selection);
         if same_selection(presented, &version) {
@@ -350,7 +349,7 @@ impl TypeState {
             key,
             Arc::new(Assembled {
                 state: self.id,
-                names: digest,
+                names: *digest,
                 target: target.cloned(),
                 version: version.clone(),
                 head: head.clone(),
@@ -384,12 +383,7 @@ impl TypeState {
     /// The served version of `selection` (what a client asking `names` is
     /// answered), with the `resource_errors` it is told.
     fn version_told(&self, names: &Names, selection: [u8; 32]) -> String {
-        self.version_of(&self.errors.digest(names.asked(), selection))
-    }
-
-    /// The served version of a selection digest.
-    fn version_of(&self, selection: &[u8; 32]) -> String {
-        let mut digest = hex::encode(selection);
+        let mut digest = hex::encode(self.errors.digest(names.asked(), selection));
         digest.truncate(DIGEST_HEX);
         format!("{}{DIGEST_SEPARATOR}{digest}", self.version)
     }

@@ -7,6 +7,14 @@ use super::*;
 use crate::xds::Codec;
 use crate::{Assembler, Intake};
 
+impl Bodies {
+    /// How many resources pieces are held (tests of sharing).
+    fn shared_pieces(&self) -> u64 {
+        self.shared.run_pending_tasks();
+        self.shared.entry_count()
+    }
+}
+
 fn intake() -> Intake {
     Intake::new(Codec::embedded())
 }
