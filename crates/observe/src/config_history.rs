@@ -250,7 +250,7 @@ impl Store {
         let mut new_set = false;
         added += self.sets.hold(Arc::as_ptr(set) as usize, || {
             new_set = true;
-            map_bytes(set.map())
+            names_bytes(set.keys())
         });
         if new_set {
             for resource in set.values() {
@@ -407,19 +407,18 @@ fn resource_bytes(resource: &Resource) -> u64 {
         + RESOURCE_OVERHEAD
 }
 
-/// What a set's map of names weighs.
-fn map_bytes(map: &crate::cache::ResourceMap) -> u64 {
-    map.keys().map(|n| n.len() as u64 + NAME_OVERHEAD).sum()
+/// What names weigh, in a version's map of names or a list of changes.
+fn names_bytes<'a>(names: impl IntoIterator<Item = &'a String>) -> u64 {
+    names
+        .into_iter()
+        .map(|n| n.len() as u64 + NAME_OVERHEAD)
+        .sum()
 }
 
 /// What a list of changes weighs.
 fn changes_bytes(changes: &Changes) -> u64 {
-    [&changes.added, &changes.modified, &changes.removed]
-        .into_iter()
-        .flatten()
-        .map(|n| n.len() as u64 + NAME_OVERHEAD)
-        .sum::<u64>()
-        + 3 * 24
+    let lists = [&changes.added, &changes.modified, &changes.removed];
+    names_bytes(lists.into_iter().flatten()) + 3 * 24
 }
 
 /// What an event's own strings weigh (what it shares with other events is
@@ -427,15 +426,10 @@ fn changes_bytes(changes: &Changes) -> u64 {
 fn happened_bytes(happened: &Happened) -> u64 {
     match happened {
         Happened::Version { state, .. } => {
-            let coverage: u64 = state
-                .coverage
-                .names
-                .iter()
-                .map(|n| n.len() as u64 + NAME_OVERHEAD)
-                .sum();
             // The gateway version, once worked out, is the upstream's, `~`
             // and 12 hex digits.
-            (2 * state.version.len() + 13 + state.nonce.len()) as u64 + coverage
+            (2 * state.version.len() + 13 + state.nonce.len()) as u64
+                + names_bytes(&state.coverage.names)
         }
         Happened::Nack {
             upstream_version,
@@ -602,9 +596,7 @@ impl ConfigHistory {
             .flat_map(|((identity, _), t)| t.events.iter().map(move |e| (identity, t, e)));
         let (_, (identity, t, event, state)) = events
             .filter_map(|(identity, t, event)| {
-                let Happened::Version { state, .. } = &event.happened else {
-                    return None;
-                };
+                let state = event.state()?;
                 // A gateway version matches before an upstream one.
                 let rank = if event.gateway_version()? == version {
                     3
@@ -683,7 +675,6 @@ impl Recorder {
         self
     }
 
-    /// The session published `state`.
     pub fn published(&self, state: &Arc<TypeState>) {
         let key = (self.identity, state.kind);
         // The comparison runs outside the store's lock (it walks every

@@ -170,12 +170,10 @@ impl RejectionLog {
             return Standing::Rejected;
         }
         match &self.behind {
-            Some((presented, polls)) if presented == poll.presented && *polls >= threshold => {
-                Standing::Suspected { polls: *polls }
-            }
-            Some((presented, polls)) if presented == poll.presented => {
-                Standing::Behind { polls: *polls }
-            }
+            Some((presented, polls)) if presented == poll.presented => match *polls >= threshold {
+                true => Standing::Suspected { polls: *polls },
+                false => Standing::Behind { polls: *polls },
+            },
             _ => Standing::CatchingUp,
         }
     }

@@ -136,10 +136,7 @@ impl ClientBook {
         let mut clients: Vec<ClientView> = self
             .clients
             .iter()
-            .map(|(_, client)| {
-                let client = crate::sync::lock(&client);
-                client.view(now, self.ttl)
-            })
+            .map(|(_, client)| crate::sync::lock(&client).view(now, self.ttl))
             .collect();
         fn order(c: &ClientView) -> (&String, bool, &Option<String>) {
             (&c.node_id, c.remote.is_none(), &c.remote)
