@@ -56,7 +56,7 @@ pub(super) struct Routes {
     namespace: Namespace,
     /// The slots' names, the default first.
     owners: Vec<String>,
-    merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
+    pub(super) merges: moka::sync::Cache<(ResourceType, Vec<u64>), Arc<TypeState>>,
 }
 
 impl std::fmt::Debug for Routes {
@@ -77,27 +77,18 @@ impl Routes {
         }
     }
 
-    fn slot_of(&self, name: &str) -> usize {
-        let owner = self.namespace.owner_of(name);
-        self.owners.iter().position(|s| s == owner).unwrap_or(0)
-    }
-
     /// The names asked grouped by the slot owning them (wildcard: the
     /// default's).
     pub(super) fn route(&self, names: &Names) -> BTreeMap<usize, BTreeSet<String>> {
+        let set = match names {
+            Names::Wildcard => return BTreeMap::from([(0, BTreeSet::new())]),
+            Names::Named(set) => set,
+        };
         let mut groups: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
-        match names {
-            Names::Wildcard => {
-                groups.insert(0, BTreeSet::new());
-            }
-            Names::Named(set) => {
-                for name in set {
-                    groups
-                        .entry(self.slot_of(name))
-                        .or_default()
-                        .insert(name.clone());
-                }
-            }
+        for name in set {
+            let owner = self.namespace.owner_of(name);
+            let slot = self.owners.iter().position(|s| s == owner).unwrap_or(0);
+            groups.entry(slot).or_default().insert(name.clone());
         }
         groups
     }
@@ -110,11 +101,6 @@ impl Routes {
             merges: self.merges.clone(),
         };
         Polled::new(merged.state(), Box::new(merged))
-    }
-
-    /// Forgets every merge kept (for the bench of what the memo earns).
-    pub(super) fn forget_merges(&self) {
-        self.merges.invalidate_all();
     }
 }
 
@@ -163,14 +149,8 @@ impl PollChannel for Merged {
         wait: Duration,
     ) -> BoxFuture<'a, Option<Arc<TypeState>>> {
         async move {
-            let changed = {
-                let waits = self
-                    .parts
-                    .iter_mut()
-                    .map(|part| part.next_change(wait).boxed());
-                let (changed, _, _) = futures::future::select_all(waits).await;
-                changed
-            };
+            let waits = self.parts.iter_mut().map(|p| p.next_change(wait).boxed());
+            let (changed, _, _) = futures::future::select_all(waits).await;
             changed.then(|| self.state())
         }
         .boxed()

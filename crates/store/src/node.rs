@@ -111,7 +111,6 @@ impl NodeBytes {
         [before, self.extensions.as_ref(), after]
     }
 
-    /// The length of the node's encoding.
     pub fn len(&self) -> usize {
         self.own.len() + self.extensions.len()
     }
@@ -216,29 +215,25 @@ impl NodeInterner {
             }
             fits
         };
-        let features = Node {
+        let mut features = Node {
             client_features: upstream_features(std::mem::take(&mut node.client_features)),
             ..Node::default()
         };
-        let client_features = if fits(features.encoded_len(), "client_features") {
-            features.client_features
-        } else {
-            upstream_features(Vec::new())
-        };
+        if !fits(features.encoded_len(), "client_features") {
+            features.client_features = upstream_features(Vec::new());
+        }
         // Part of the session key: sent as it came, like the key's other
         // fields (within --max-node-bytes).
         let dynamic_parameters = std::mem::take(&mut node.dynamic_parameters);
         #[allow(deprecated)]
-        let listening_addresses = Node {
+        let mut listening = Node {
             listening_addresses: std::mem::take(&mut node.listening_addresses),
             ..Node::default()
         };
         #[allow(deprecated)]
-        let listening_addresses =
-            match fits(listening_addresses.encoded_len(), "listening_addresses") {
-                true => listening_addresses.listening_addresses,
-                false => Vec::new(),
-            };
+        if !fits(listening.encoded_len(), "listening_addresses") {
+            listening.listening_addresses.clear();
+        }
         let mut extensions = Node {
             extensions: std::mem::take(&mut node.extensions),
             ..Node::default()
@@ -256,7 +251,13 @@ impl NodeInterner {
                 None => {
                     let list = Arc::new(Bytes::from(extensions));
                     lists.by_digest.insert(digest, Arc::downgrade(&list));
-                    lists.sweep();
+                    // Dead entries go once the map has doubled since the
+                    // last sweep: it stays within twice the lists alive
+                    // (amortised O(1)).
+                    if lists.by_digest.len() >= 2 * lists.swept_at.max(8) {
+                        lists.by_digest.retain(|_, list| list.strong_count() > 0);
+                        lists.swept_at = lists.by_digest.len();
+                    }
                     list
                 }
             }
@@ -265,8 +266,8 @@ impl NodeInterner {
         // `listening_addresses` is deprecated, and still sent when set.
         #[allow(deprecated)]
         let after = Node {
-            client_features,
-            listening_addresses,
+            client_features: features.client_features,
+            listening_addresses: listening.listening_addresses,
             dynamic_parameters,
             ..Node::default()
         };
@@ -284,17 +285,6 @@ impl NodeInterner {
             extension_count,
             left_out,
             parameters: Arc::default(),
-        }
-    }
-}
-
-impl Lists {
-    /// Drops dead entries once the map has doubled since the last sweep,
-    /// so it stays within twice the lists alive (amortised O(1)).
-    fn sweep(&mut self) {
-        if self.by_digest.len() >= 2 * self.swept_at.max(8) {
-            self.by_digest.retain(|_, list| list.strong_count() > 0);
-            self.swept_at = self.by_digest.len();
         }
     }
 }

@@ -17,14 +17,9 @@ use crate::xds::ResourceType;
 /// A producer's handle on one session. Cloned freely: every clone is the
 /// same session.
 #[derive(Debug, Clone)]
-pub struct Publisher(Arc<Session>);
+pub struct Publisher(pub(super) Arc<Session>);
 
 impl Publisher {
-    /// The handle on `session` a feeder is started with.
-    pub(super) fn of(session: &Arc<Session>) -> Publisher {
-        Publisher(session.clone())
-    }
-
     /// A session of its own and the receiving end of its command channel,
     /// for a producer's tests.
     #[cfg(any(test, feature = "test-support"))]
@@ -59,24 +54,28 @@ impl Publisher {
         self.0.subscription(kind)
     }
 
-    /// The names of `kind` subscribed and not yet answered
-    /// (`Session::unanswered_names`).
+    /// The names of `kind` subscribed and not yet answered: wanted now, and
+    /// not covered by the state published (every name wanted, before the
+    /// type's first answer).
     pub fn unanswered_names(&self, kind: ResourceType) -> BTreeSet<String> {
-        self.0.unanswered_names(kind)
+        let mut wanted = self.0.subscription(kind).unwrap_or_default().names;
+        if let Some(state) = self.0.state(kind) {
+            wanted.retain(|name| !state.coverage.names.contains(name));
+        }
+        wanted
     }
 
-    /// The upstream took `names` of `kind`, asked alone: they are
-    /// subscribed again (`Session::names_cleared`).
+    /// The upstream took `names` of `kind`, asked alone (`name_check.rs`
+    /// in `upstream`): they are subscribed again.
     pub fn names_cleared(&self, kind: ResourceType, names: &BTreeSet<String>) {
-        self.0.names_cleared(kind, names);
+        self.0.unserved.names_served(kind, names);
+        self.0.send(super::Command::Resubscribe(kind));
     }
 
-    /// The state of `kind` published last, if any.
     pub fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
         self.0.state(kind)
     }
 
-    /// Whether any type has a state published.
     pub fn has_state(&self) -> bool {
         self.0.has_state()
     }
@@ -86,10 +85,14 @@ impl Publisher {
         self.0.publish(state);
     }
 
-    /// Records in the config history that the response `nonce` of `kind`
-    /// at `version` was NACKed, saying `detail`.
+    /// Records in the config history that the gateway NACKed the response
+    /// `nonce` of `kind` at `version` (the upstream's), saying `detail`.
+    /// (`upstream.nacked` records what `/debug/sessions` shows: the
+    /// version presented in the NACK.)
     pub fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
-        self.0.record_nack(kind, version, nonce, detail);
+        if let Some(history) = &self.0.history {
+            history.nacked(kind, version, nonce, detail);
+        }
     }
 
     /// The upstream stream `lane` broke for `reason`

@@ -50,7 +50,6 @@ pub enum Command {
 }
 
 impl Command {
-    /// The type it is about.
     pub fn kind(&self) -> ResourceType {
         match self {
             Command::Resubscribe(kind)
@@ -74,7 +73,6 @@ pub struct FreshenReply {
 }
 
 impl FreshenReply {
-    /// When the poll asked.
     pub fn asked_at(&self) -> Instant {
         self.asked_at
     }
@@ -205,11 +203,13 @@ pub struct Session {
     slots: TypeSlots,
     commands: mpsc::UnboundedSender<Command>,
     task: Mutex<Option<AbortOnDrop>>,
-    /// Whether polls are using it, and when one last did.
-    liveness: Liveness,
+    /// When the last poll ended, and the requests in flight now (a held
+    /// long poll keeps the session alive).
+    last_poll: Mutex<Instant>,
+    in_flight: AtomicUsize,
     /// Where every state published and every NACK sent is recorded (the
     /// config history, which outlives the session); `None` in unit tests.
-    history: Option<Recorder>,
+    pub(super) history: Option<Recorder>,
     /// What the upstream streams did last and where they stand (for
     /// `/debug/sessions`, and the stale mark of what polls are served).
     pub(super) upstream: UpstreamLog,
@@ -221,21 +221,11 @@ pub struct Session {
 /// per extra type, made when first named.
 #[derive(Debug)]
 struct TypeSlots {
-    built_in: Vec<TypeSlot>,
+    built_in: Box<[TypeSlot]>,
     extra: OnceLock<Box<[OnceLock<TypeSlot>]>>,
 }
 
 impl TypeSlots {
-    fn new() -> TypeSlots {
-        TypeSlots {
-            built_in: ResourceType::BUILT_IN
-                .iter()
-                .map(|_| TypeSlot::default())
-                .collect(),
-            extra: OnceLock::new(),
-        }
-    }
-
     fn get(&self, kind: ResourceType) -> &TypeSlot {
         match kind {
             ResourceType::Extra(extra) => {
@@ -256,14 +246,6 @@ impl TypeSlots {
     }
 }
 
-/// Whether a session is in use: requests in flight (a held long poll keeps
-/// it alive) and when the last one ended.
-#[derive(Debug)]
-struct Liveness {
-    last_poll: Mutex<Instant>,
-    in_flight: AtomicUsize,
-}
-
 impl Session {
     /// A new session recording its states and NACKs through `history`.
     pub(super) fn recorded(
@@ -273,22 +255,19 @@ impl Session {
         let (commands, rx) = mpsc::unbounded_channel();
         let session = Arc::new(Session {
             node: node.into(),
-            slots: TypeSlots::new(),
+            slots: TypeSlots {
+                built_in: ResourceType::BUILT_IN.map(|_| TypeSlot::default()).into(),
+                extra: OnceLock::new(),
+            },
             commands,
             task: Mutex::new(None),
-            liveness: Liveness {
-                last_poll: Mutex::new(Instant::now()),
-                in_flight: AtomicUsize::new(0),
-            },
+            last_poll: Mutex::new(Instant::now()),
+            in_flight: AtomicUsize::new(0),
             history,
             upstream: UpstreamLog::default(),
             unserved: Unserved::default(),
         });
         (session, rx)
-    }
-
-    fn slot(&self, kind: ResourceType) -> &TypeSlot {
-        self.slots.get(kind)
     }
 
     /// Attaches the upstream task, aborted when the session closes.
@@ -315,20 +294,20 @@ impl Session {
 
     /// Marks a poll now (keeps the session from idling out).
     pub(super) fn touch(&self) {
-        *lock(&self.liveness.last_poll) = Instant::now();
+        *lock(&self.last_poll) = Instant::now();
     }
 
     /// How long no request has been served: zero while one is in flight.
     pub(super) fn idle_for(&self, now: Instant) -> Duration {
-        if self.liveness.in_flight.load(Ordering::Acquire) > 0 {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
             return Duration::ZERO;
         }
-        now.saturating_duration_since(*lock(&self.liveness.last_poll))
+        now.saturating_duration_since(*lock(&self.last_poll))
     }
 
     /// Marks a request in flight until the guard drops (then counts as a poll).
     pub(super) fn serving(self: &Arc<Self>) -> InFlight {
-        self.liveness.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
     }
 
@@ -348,13 +327,13 @@ impl Session {
         settle: Duration,
         max_names: usize,
     ) -> Result<(StateRx, bool), TooManyNames> {
-        let now = Instant::now();
-        let (widened, newest) = lock(&self.slot(kind).subscription).ask(names, now, max_names)?;
+        let (now, slot) = (Instant::now(), self.slots.get(kind));
+        let (widened, newest) = lock(&slot.subscription).ask(names, now, max_names)?;
         if widened {
             self.send(Command::Resubscribe(kind));
         }
         let settled = now.saturating_duration_since(newest) >= settle;
-        Ok((self.slot(kind).state.subscribe(), settled))
+        Ok((slot.state.subscribe(), settled))
     }
 
     /// Drops names (and wildcard interest) no client asked for within `ttl`,
@@ -362,7 +341,7 @@ impl Session {
     pub(super) fn prune(&self, now: Instant, ttl: Duration) {
         for kind in ResourceType::all() {
             let narrowed = {
-                let mut sub = lock(&self.slot(kind).subscription);
+                let mut sub = lock(&self.slots.get(kind).subscription);
                 let before = (sub.wildcard.is_some(), sub.names.len());
                 let fresh = |i: &Interest| now.saturating_duration_since(i.last) < ttl;
                 sub.names.retain(|_, interest| fresh(interest));
@@ -386,39 +365,13 @@ impl Session {
             return None;
         }
         let apart = self.unserved.names_apart(kind, now);
-        let mut coverage = lock(&self.slot(kind).subscription).coverage();
+        let mut coverage = lock(&self.slots.get(kind).subscription).coverage();
         coverage.names.retain(|name| !apart.contains(name));
         (coverage.wildcard || !coverage.names.is_empty()).then_some(coverage)
     }
 
-    /// The upstream took `names` of `kind`, asked alone (`name_check.rs`
-    /// in `upstream`): they are subscribed again.
-    pub(super) fn names_cleared(
-        &self,
-        kind: ResourceType,
-        names: &std::collections::BTreeSet<String>,
-    ) {
-        self.unserved.names_served(kind, names);
-        self.send(Command::Resubscribe(kind));
-    }
-
-    /// The names of `kind` subscribed and not yet answered: wanted now, and
-    /// not covered by the state published (every name wanted, before the
-    /// type's first answer).
-    pub(super) fn unanswered_names(
-        &self,
-        kind: ResourceType,
-    ) -> std::collections::BTreeSet<String> {
-        let mut wanted = self.subscription(kind).unwrap_or_default().names;
-        if let Some(state) = self.state(kind) {
-            wanted.retain(|name| !state.coverage.names.contains(name));
-        }
-        wanted
-    }
-
-    /// The state of `kind` served now, if the upstream answered it.
     pub(super) fn state(&self, kind: ResourceType) -> Option<Arc<TypeState>> {
-        self.slot(kind).state.borrow().clone()
+        self.slots.get(kind).state.borrow().clone()
     }
 
     /// Publishes an accepted state of `kind` to every waiting request.
@@ -433,17 +386,7 @@ impl Session {
                 history.published(&Arc::new(state.without_uncacheable()));
             }
         }
-        self.slot(state.kind).state.send_replace(Some(state));
-    }
-
-    /// Records in the config history that the gateway NACKed the response
-    /// `nonce` of `kind` at `version` (the upstream's), saying `detail`.
-    /// (`upstream.nacked` records what `/debug/sessions` shows: the
-    /// version presented in the NACK.)
-    pub(super) fn record_nack(&self, kind: ResourceType, version: &str, nonce: &str, detail: &str) {
-        if let Some(history) = &self.history {
-            history.nacked(kind, version, nonce, detail);
-        }
+        self.slots.get(state.kind).state.send_replace(Some(state));
     }
 
     /// Queues a command for the upstream task (dropped if it has stopped).
@@ -464,7 +407,6 @@ impl Session {
         answer.await.unwrap_or(Ok(()))
     }
 
-    /// The state of every type the upstream has answered.
     pub(super) fn states(&self) -> Vec<Arc<TypeState>> {
         self.slots
             .all()
@@ -480,7 +422,7 @@ impl Session {
         let types = ResourceType::all()
             .iter()
             .filter_map(|kind| {
-                let slot = self.slot(*kind);
+                let slot = self.slots.get(*kind);
                 let state = slot.state.borrow().clone();
                 let subscription = lock(&slot.subscription);
                 if state.is_none()
@@ -517,7 +459,7 @@ impl Session {
             serves: None,
             stream: streamed.then(|| self.upstream.view()),
             node_sent: self.node.sent_view(),
-            requests_in_flight: self.liveness.in_flight.load(Ordering::Acquire),
+            requests_in_flight: self.in_flight.load(Ordering::Acquire),
             types,
         }
     }
@@ -533,7 +475,7 @@ pub(super) struct InFlight(Arc<Session>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
-        self.0.liveness.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -546,11 +488,10 @@ pub(super) async fn wait_for_coverage(
     timeout: Duration,
 ) -> Option<Arc<TypeState>> {
     let covered = |s: &Option<Arc<TypeState>>| s.as_ref().is_some_and(|s| s.coverage.covers(names));
-    let waited = match tokio::time::timeout(timeout, rx.wait_for(covered)).await {
-        Ok(Ok(state)) => Some(state.clone()),
-        _ => None,
-    };
-    waited.unwrap_or_else(|| rx.borrow().clone())
+    if let Ok(Ok(state)) = tokio::time::timeout(timeout, rx.wait_for(covered)).await {
+        return state.clone();
+    }
+    rx.borrow().clone()
 }
 
 /// Waits up to `wait` for a state other than `seen` (a long poll).

@@ -27,7 +27,7 @@
 //! the first-response timeout.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -35,7 +35,6 @@ use tokio::time::Instant;
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinHandle;
 use tracing::info;
 
 use super::federation::{merge, Routes, UpstreamSlot};
@@ -267,22 +266,25 @@ impl Sessions {
             ),
             sweeper: Mutex::default(),
         });
-        let sweeper = spawn_sweeper(Arc::downgrade(&sessions), sessions.sweep_every());
-        *sessions.sweeper_lock() = Some(AbortOnDrop(sweeper));
+        let every = (config.idle_timeout / 4).clamp(Duration::from_millis(50), SWEEP_EVERY_MAX);
+        let weak = Arc::downgrade(&sessions);
+        let sweeper = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(sessions) = weak.upgrade() else {
+                    return;
+                };
+                sessions.sweep(Instant::now());
+            }
+        });
+        *crate::sync::lock(&sessions.sweeper) = Some(AbortOnDrop(sweeper));
         sessions
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
         // Map operations are single inserts/removes: never half-done.
         crate::sync::lock(&self.sessions)
-    }
-
-    fn sweeper_lock(&self) -> MutexGuard<'_, Option<AbortOnDrop>> {
-        crate::sync::lock(&self.sweeper)
-    }
-
-    fn sweep_every(&self) -> Duration {
-        (self.limits.idle_timeout / 4).clamp(Duration::from_millis(50), SWEEP_EVERY_MAX)
     }
 
     /// The session of the request's identity in `lane`, created (and its
@@ -335,7 +337,7 @@ impl Sessions {
             .intern(node)
             .with_parameters(request.parameters().clone());
         let (session, commands) = Session::recorded(node, Some(history));
-        let publisher = Publisher::of(&session);
+        let publisher = Publisher(session.clone());
         session.attach_task(self.lanes[lane].feeder.start(publisher, commands));
         info!(node = %Escaped(&session.node.id), cluster = %Escaped(&session.node.cluster), node_bytes = bytes, "session opened");
         registry.lanes[lane].insert(
@@ -394,47 +396,9 @@ impl Sessions {
                 wait_for_coverage(rx.clone(), names, deadline - tokio::time::Instant::now());
             tokio::select! {
                 state = waiting => return Ok(state),
-                () = set_aside => {
-                    let now = tokio::time::Instant::now();
-                    if let Some(aside) = session.unserved.check(kind, now) {
-                        return Err(SourceError::Unserved { kind, refused: aside.refused, retry_in: aside.retry_in });
-                    }
-                    if let Some((name, aside)) = session.unserved.check_asked(kind, names, now) {
-                        return Err(SourceError::NameUnserved { kind, name, refused: aside.refused, retry_in: aside.retry_in });
-                    }
-                }
+                () = set_aside => session.unserved.refuse(kind, names, Instant::now())?,
             }
         }
-    }
-
-    /// The poll of `request`: the answer of the lane owning its names, or
-    /// the merge of the answers of the lanes owning some.
-    async fn poll_routed(
-        &self,
-        kind: ResourceType,
-        request: &ParsedRequest,
-        tenant: Option<&Tenant>,
-    ) -> Result<Polled, SourceError> {
-        let Some(routes) = &self.routes else {
-            return self.poll_lane(0, kind, request, tenant).await;
-        };
-        let groups = routes.route(request.names());
-        if groups.len() <= 1 {
-            let lane = groups.keys().next().copied().unwrap_or(0);
-            return self.poll_lane(lane, kind, request, tenant).await;
-        }
-        let parts: Vec<(usize, ParsedRequest)> = groups
-            .into_iter()
-            .map(|(lane, names)| (lane, request.narrowed(crate::cache::Names::Named(names))))
-            .collect();
-        let polled = join_all(
-            parts
-                .iter()
-                .map(|(lane, part)| self.poll_lane(*lane, kind, part, tenant)),
-        )
-        .await;
-        let parts = polled.into_iter().collect::<Result<Vec<Polled>, _>>()?;
-        Ok(routes.merged(kind, parts))
     }
 
     /// Forgets the merged answers kept for polls across upstreams (for the
@@ -442,7 +406,7 @@ impl Sessions {
     #[doc(hidden)]
     pub fn forget_merges(&self) {
         if let Some(routes) = &self.routes {
-            routes.forget_merges();
+            routes.merges.invalidate_all();
         }
     }
 
@@ -469,21 +433,7 @@ impl Sessions {
         }
         let session = self.session(lane, request, tenant).await?;
         let now = tokio::time::Instant::now();
-        if let Some(aside) = session.unserved.check(kind, now) {
-            return Err(SourceError::Unserved {
-                kind,
-                refused: aside.refused,
-                retry_in: aside.retry_in,
-            });
-        }
-        if let Some((name, aside)) = session.unserved.check_asked(kind, request.names(), now) {
-            return Err(SourceError::NameUnserved {
-                kind,
-                name,
-                refused: aside.refused,
-                retry_in: aside.retry_in,
-            });
-        }
+        session.unserved.refuse(kind, request.names(), now)?;
         let serving = session.serving();
         let names = request.names();
         let max = self.limits.max_names_per_session;
@@ -536,19 +486,6 @@ impl Sessions {
     }
 }
 
-fn spawn_sweeper(sessions: Weak<Sessions>, every: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            let Some(sessions) = sessions.upgrade() else {
-                return;
-            };
-            sessions.sweep(Instant::now());
-        }
-    })
-}
-
 impl Source for Sessions {
     fn poll<'a>(
         &'a self,
@@ -556,7 +493,29 @@ impl Source for Sessions {
         request: &'a ParsedRequest,
         tenant: Option<&'a Tenant>,
     ) -> BoxFuture<'a, Result<Polled, SourceError>> {
-        self.poll_routed(kind, request, tenant).boxed()
+        // The answer of the lane owning the request's names, or the merge of
+        // the answers of the lanes owning some.
+        async move {
+            let Some(routes) = &self.routes else {
+                return self.poll_lane(0, kind, request, tenant).await;
+            };
+            let groups = routes.route(request.names());
+            if groups.len() <= 1 {
+                let lane = groups.keys().next().copied().unwrap_or(0);
+                return self.poll_lane(lane, kind, request, tenant).await;
+            }
+            let parts: Vec<(usize, ParsedRequest)> = groups
+                .into_iter()
+                .map(|(lane, names)| (lane, request.narrowed(crate::cache::Names::Named(names))))
+                .collect();
+            let polls = parts
+                .iter()
+                .map(|(lane, part)| self.poll_lane(*lane, kind, part, tenant));
+            let polled = join_all(polls).await;
+            let parts = polled.into_iter().collect::<Result<Vec<Polled>, _>>()?;
+            Ok(routes.merged(kind, parts))
+        }
+        .boxed()
     }
 
     fn pass_through(&self, call: PassThrough) -> BoxFuture<'_, Result<PassedThrough, SourceError>> {
@@ -674,15 +633,7 @@ impl Lane {
                     status.failovers.push(self.label(failover));
                 }
             }
-            let now = tokio::time::Instant::now();
-            let types = session.unserved.listed(now).into_iter();
-            let types =
-                types.map(|(kind, refused, since)| (kind.type_url().to_owned(), refused, since));
-            let names = session.unserved.listed_names(now).into_iter();
-            let names = names.map(|(kind, name, refused, since)| {
-                (format!("{name:?} of {}", kind.type_url()), refused, since)
-            });
-            for (what, refused, since) in types.chain(names) {
+            for (what, refused, since) in session.unserved.listed(tokio::time::Instant::now()) {
                 if status.problems.len() < SESSION_ERRORS_SHOWN {
                     let since = humantime::format_rfc3339_seconds(since);
                     status.problems.push(self.label(format!(
@@ -726,7 +677,7 @@ impl Lane {
 
 impl Feed for Sessions {
     fn close(&self) {
-        self.sweeper_lock().take();
+        crate::sync::lock(&self.sweeper).take();
         let mut registry = self.lock();
         for lane in registry.lanes.iter_mut() {
             for (_, entry) in lane.drain() {

@@ -28,6 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::SourceError;
 use crate::cache::Names;
 use crate::sync::lock;
 use crate::xds::ResourceType;
@@ -142,6 +143,33 @@ impl Unserved {
     /// what its polls are told.
     pub(super) fn check(&self, kind: ResourceType, now: Instant) -> Option<SetAsideNow> {
         lock(&self.types).get(&kind)?.told(now)
+    }
+
+    /// The error a poll of `names` of `kind` gets at `now` while the type,
+    /// or one of the names, is set aside.
+    pub(super) fn refuse(
+        &self,
+        kind: ResourceType,
+        names: &Names,
+        now: Instant,
+    ) -> Result<(), SourceError> {
+        if let Some(SetAsideNow { refused, retry_in }) = self.check(kind, now) {
+            return Err(SourceError::Unserved {
+                kind,
+                refused,
+                retry_in,
+            });
+        }
+        let Some((name, SetAsideNow { refused, retry_in })) = self.check_asked(kind, names, now)
+        else {
+            return Ok(());
+        };
+        Err(SourceError::NameUnserved {
+            kind,
+            name,
+            refused,
+            retry_in,
+        })
     }
 
     /// Whether `kind` was set aside and its time is up: the upstream may
@@ -275,33 +303,26 @@ impl Unserved {
         })
     }
 
-    /// Every name set aside now, with its type, why and since when.
-    pub(super) fn listed_names(
-        &self,
-        now: Instant,
-    ) -> Vec<(ResourceType, String, Refused, SystemTime)> {
+    /// Every type and name set aside now: what (a type URL, or a name of
+    /// one), why and since when.
+    pub(super) fn listed(&self, now: Instant) -> Vec<(String, Refused, SystemTime)> {
+        let mut listed: Vec<_> = lock(&self.types)
+            .iter()
+            .filter(|(_, s)| now < s.until)
+            .map(|(kind, s)| (kind.type_url().to_owned(), s.refused.clone(), s.since))
+            .collect();
         if !self.any_names.load(Ordering::Relaxed) {
-            return Vec::new();
+            return listed;
         }
-        let all = lock(&self.names);
-        let mut listed = Vec::new();
-        for (kind, apart) in all.iter() {
+        for (kind, apart) in lock(&self.names).iter() {
             for (name, a) in apart {
                 if let Some(s) = a.aside.as_ref().filter(|s| now < s.until && !a.checking) {
-                    listed.push((*kind, name.clone(), s.refused.clone(), s.since));
+                    let what = format!("{name:?} of {}", kind.type_url());
+                    listed.push((what, s.refused.clone(), s.since));
                 }
             }
         }
         listed
-    }
-
-    /// Every type set aside now, with why and since when (RFC 3339).
-    pub(super) fn listed(&self, now: Instant) -> Vec<(ResourceType, Refused, SystemTime)> {
-        let types = lock(&self.types);
-        let aside = types.iter().filter(|(_, s)| now < s.until);
-        aside
-            .map(|(kind, s)| (*kind, s.refused.clone(), s.since))
-            .collect()
     }
 }
 

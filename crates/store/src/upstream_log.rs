@@ -45,7 +45,6 @@ struct Log {
     placements: BTreeMap<Lane, Placement>,
 }
 
-/// The upstream log of one session.
 #[derive(Debug)]
 pub struct UpstreamLog(Mutex<Log>);
 
@@ -167,7 +166,6 @@ impl UpstreamLog {
         self.lock().last_error.clone()
     }
 
-    /// Since when the state served is stale, if it is.
     pub(super) fn stale_since(&self) -> Option<SystemTime> {
         self.lock().stale_since
     }
