@@ -203,10 +203,8 @@ pub struct Session {
     slots: TypeSlots,
     commands: mpsc::UnboundedSender<Command>,
     task: Mutex<Option<AbortOnDrop>>,
-    /// When the last poll ended, and the requests in flight now (a held
-    /// long poll keeps the session alive).
-    last_poll: Mutex<Instant>,
-    in_flight: AtomicUsize,
+    /// Whether polls are using it, and when one last did.
+    liveness: Liveness,
     /// Where every state published and every NACK sent is recorded (the
     /// config history, which outlives the session); `None` in unit tests.
     pub(super) history: Option<Recorder>,
@@ -246,6 +244,14 @@ impl TypeSlots {
     }
 }
 
+/// Whether a session is in use: requests in flight (a held long poll keeps
+/// it alive) and when the last one ended.
+#[derive(Debug)]
+struct Liveness {
+    last_poll: Mutex<Instant>,
+    in_flight: AtomicUsize,
+}
+
 impl Session {
     /// A new session recording its states and NACKs through `history`.
     pub(super) fn recorded(
@@ -261,8 +267,10 @@ impl Session {
             },
             commands,
             task: Mutex::new(None),
-            last_poll: Mutex::new(Instant::now()),
-            in_flight: AtomicUsize::new(0),
+            liveness: Liveness {
+                last_poll: Mutex::new(Instant::now()),
+                in_flight: AtomicUsize::new(0),
+            },
             history,
             upstream: UpstreamLog::default(),
             unserved: Unserved::default(),
@@ -294,20 +302,20 @@ impl Session {
 
     /// Marks a poll now (keeps the session from idling out).
     pub(super) fn touch(&self) {
-        *lock(&self.last_poll) = Instant::now();
+        *lock(&self.liveness.last_poll) = Instant::now();
     }
 
     /// How long no request has been served: zero while one is in flight.
     pub(super) fn idle_for(&self, now: Instant) -> Duration {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
+        if self.liveness.in_flight.load(Ordering::Acquire) > 0 {
             return Duration::ZERO;
         }
-        now.saturating_duration_since(*lock(&self.last_poll))
+        now.saturating_duration_since(*lock(&self.liveness.last_poll))
     }
 
     /// Marks a request in flight until the guard drops (then counts as a poll).
     pub(super) fn serving(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.liveness.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
     }
 
@@ -459,7 +467,7 @@ impl Session {
             serves: None,
             stream: streamed.then(|| self.upstream.view()),
             node_sent: self.node.sent_view(),
-            requests_in_flight: self.in_flight.load(Ordering::Acquire),
+            requests_in_flight: self.liveness.in_flight.load(Ordering::Acquire),
             types,
         }
     }
@@ -475,7 +483,7 @@ pub(super) struct InFlight(Arc<Session>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.liveness.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
