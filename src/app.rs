@@ -161,20 +161,16 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         info!(profiles = profiles.len(), "node profiles loaded");
     }
     let metrics = Arc::new(Metrics::new());
-    let Security {
-        tls,
-        admin_tls,
-        auth,
-    } = Security::start(&config, &metrics)?;
+    let security = Security::start(&config, &metrics)?;
     let rest_spec = ListenerSpec {
         name: "rest",
         limits: rest_limits(&config),
-        tls,
+        tls: security.tls,
     };
     let admin_spec = ListenerSpec {
         name: "admin",
         limits: admin_limits(&config),
-        tls: admin_tls,
+        tls: security.admin_tls,
     };
     let history_file: Option<Arc<dyn HistorySink>> = match &config.history_file {
         Some(path) => Some(HistoryFile::start(
@@ -201,7 +197,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         assembler,
         history,
         source,
-        auth,
+        auth: security.auth,
         profiles,
         rest_spec,
         admin_spec,
@@ -221,29 +217,6 @@ impl Prepared {
         admin_listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), AppError> {
-        let drain = Drain::default();
-        let drain_timeout = self.config.drain_timeout;
-        let (handlers, listeners) = self.split(admin_listener.local_addr()?, &drain);
-        info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
-        tokio::spawn({
-            let drain = drain.clone();
-            async move {
-                shutdown.await;
-                info!(
-                    ?drain_timeout,
-                    "shutting down: not ready, draining REST requests"
-                );
-                drain.begin();
-            }
-        });
-        listeners
-            .run(handlers, listener, admin_listener, drain)
-            .await;
-        Ok(())
-    }
-
-    /// The two routers' states, and what runs the listeners.
-    fn split(self, admin_address: SocketAddr, drain: &Drain) -> (Handlers, Listeners) {
         let Prepared {
             config,
             metrics,
@@ -256,6 +229,7 @@ impl Prepared {
             rest_spec,
             admin_spec,
         } = self;
+        let drain = Drain::default();
         let gateway = Arc::new(
             Gateway::new(
                 config.rest(),
@@ -266,7 +240,7 @@ impl Prepared {
             .with_auth(auth.clone())
             .with_profiles(profiles)
             .with_client_trust(rest_spec.tls.clone())
-            .with_admin_address(admin_address)
+            .with_admin_address(admin_listener.local_addr()?)
             .with_drain(drain.clone()),
         );
         let admin = Arc::new(
@@ -283,53 +257,27 @@ impl Prepared {
             .with_client_trust(admin_spec.tls.clone())
             .with_drain(drain.clone()),
         );
-        let listeners = Listeners {
-            rest_spec,
-            admin_spec,
-            metrics,
-            source,
-        };
-        (Handlers { gateway, admin }, listeners)
-    }
-}
-
-/// The states of the REST and the admin routers.
-struct Handlers {
-    gateway: Arc<Gateway>,
-    admin: Arc<Admin>,
-}
-
-/// What the two listeners need besides their routers, and the order they
-/// stop in.
-struct Listeners {
-    rest_spec: ListenerSpec,
-    admin_spec: ListenerSpec,
-    metrics: Arc<Metrics>,
-    source: Arc<dyn Feed>,
-}
-
-impl Listeners {
-    /// Serves both until `drain` starts; REST drains first, while the admin
-    /// listener still answers (`/readyz`: 503); then the source closes, then
-    /// the admin listener stops.
-    async fn run(
-        self,
-        handlers: Handlers,
-        listener: TcpListener,
-        admin_listener: TcpListener,
-        drain: Drain,
-    ) {
-        let Listeners {
-            rest_spec,
-            admin_spec,
-            metrics,
-            source,
-        } = self;
+        info!(rest = %listener.local_addr()?, admin = %admin_listener.local_addr()?, "serving");
+        let drain_timeout = config.drain_timeout;
+        tokio::spawn({
+            let drain = drain.clone();
+            async move {
+                shutdown.await;
+                info!(
+                    ?drain_timeout,
+                    "shutting down: not ready, draining REST requests"
+                );
+                drain.begin();
+            }
+        });
+        // REST drains first, while the admin listener still answers
+        // (`/readyz`: 503); then the source closes, then the admin listener
+        // stops.
         let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         let rest = async {
             serve::serve(
                 listener,
-                http::router(handlers.gateway),
+                http::router(gateway),
                 rest_spec,
                 metrics.clone(),
                 drain.started(),
@@ -341,7 +289,7 @@ impl Listeners {
         };
         let admin = serve::serve(
             admin_listener,
-            admin::router(handlers.admin),
+            admin::router(admin),
             admin_spec,
             metrics.clone(),
             async {
@@ -349,6 +297,7 @@ impl Listeners {
             },
         );
         tokio::join!(rest, admin);
+        Ok(())
     }
 }
 
@@ -362,33 +311,24 @@ struct Security {
 
 impl Security {
     fn start(config: &Config, metrics: &Arc<Metrics>) -> Result<Security, AppError> {
-        let tls = config
-            .tls
-            .clone()
-            .map(|files| ServerTls::start("tls", files, metrics.clone()))
-            .transpose()?;
-        let admin_tls = config
-            .admin_tls
-            .clone()
-            .map(|files| ServerTls::start("admin-tls", files, metrics.clone()))
-            .transpose()?;
-        let auth = config
-            .auth_policy
-            .as_deref()
-            .map(|path| {
-                AuthPolicy::start(
-                    path,
-                    config.session_key == SessionKey::Cluster,
-                    metrics.clone(),
-                )
-            })
-            .transpose()?;
+        let by_cluster = config.session_key == SessionKey::Cluster;
         let security = Security {
-            tls,
-            admin_tls,
-            auth,
+            tls: (config.tls.clone())
+                .map(|files| ServerTls::start("tls", files, metrics.clone()))
+                .transpose()?,
+            admin_tls: (config.admin_tls.clone())
+                .map(|files| ServerTls::start("admin-tls", files, metrics.clone()))
+                .transpose()?,
+            auth: (config.auth_policy.as_deref())
+                .map(|path| AuthPolicy::start(path, by_cluster, metrics.clone()))
+                .transpose()?,
         };
-        if !config.admin.ip().is_loopback() && !security.admin_guarded() {
+        // Whether the admin listener asks for a credential: client
+        // certificates, or an admin token in the policy.
+        let admin_guarded = (security.admin_tls.as_ref())
+            .is_some_and(|t| t.asks_for_client_certificates())
+            || (security.auth.as_ref()).is_some_and(|a| a.current().admin_needs_token());
+        if !config.admin.ip().is_loopback() && !admin_guarded {
             if config.allow_secrets {
                 return Err(AppError::AdminUnguarded(config.admin));
             }
@@ -411,23 +351,12 @@ impl Security {
         }
         Ok(security)
     }
-
-    /// Whether the admin listener asks for a credential: client
-    /// certificates, or an admin token in the policy.
-    fn admin_guarded(&self) -> bool {
-        self.admin_tls
-            .as_ref()
-            .is_some_and(|t| t.asks_for_client_certificates())
-            || self
-                .auth
-                .as_ref()
-                .is_some_and(|a| a.current().admin_needs_token())
-    }
 }
 
 fn rest_limits(config: &Config) -> ServeLimits {
+    let max_connections = serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS);
     ServeLimits {
-        max_connections: serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS),
+        max_connections,
         header_read_timeout: config.header_read_timeout,
         keep_alive_timeout: config.keep_alive_timeout,
         // Held long polls are answered when draining begins; what
@@ -435,17 +364,12 @@ fn rest_limits(config: &Config) -> ServeLimits {
         drain_timeout: config.drain_timeout,
         max_streams_per_connection: config.max_streams_per_connection,
         write_stall_timeout: config.write_stall_timeout(),
-        max_per_source: rest_max_per_source(config),
+        // `--source-connection-share` of the connections (`None` at 100: no
+        // cap), at least one.
+        max_per_source: (config.source_connection_share < 100)
+            .then(|| (max_connections * usize::from(config.source_connection_share) / 100).max(1)),
         exempt_sources: config.trusted_proxies.clone(),
     }
-}
-
-/// `--source-connection-share` of the REST listener's connections (`None`
-/// at 100: no cap), at least one.
-fn rest_max_per_source(config: &Config) -> Option<usize> {
-    let max = serve::fit_fd_limit(config.max_connections, ADMIN_MAX_CONNECTIONS);
-    (config.source_connection_share < 100)
-        .then(|| (max * usize::from(config.source_connection_share) / 100).max(1))
 }
 
 /// The admin listener's limits: its own, small, apart from REST's.
@@ -474,6 +398,7 @@ fn build_source(
     history: &ConfigHistory,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<dyn Feed>, StartError> {
+    let (intake, history, metrics) = (intake.clone(), history.clone(), metrics.clone());
     let upstreams = config.upstream_set();
     if upstreams.specs.is_empty() {
         let origin = match &config.snapshot {
@@ -481,13 +406,8 @@ fn build_source(
             None => crate::demo::origin(),
         };
         let feeder = FileFeeder::start(origin, intake.clone(), config.session_key);
-        return Ok(Sessions::start(
-            Arc::new(feeder),
-            intake.clone(),
-            history.clone(),
-            metrics.clone(),
-            config,
-        ));
+        let feeder = Arc::new(feeder);
+        return Ok(Sessions::start(feeder, intake, history, metrics, config));
     }
     let contexts = upstreams
         .specs
@@ -530,7 +450,7 @@ fn build_source(
             .into_iter()
             .filter_map(|s| Some((contexts.get(&s.name)?.clone(), s.failover.clone())))
             .collect();
-        let slot = UpstreamSlot {
+        slots.push(UpstreamSlot {
             name: spec.name.clone(),
             feeder: upstream_feeder(
                 spec,
@@ -538,19 +458,11 @@ fn build_source(
                 namespace.for_owner(&spec.name),
                 config,
             ),
-        };
-        slots.push(slot);
+        });
     }
-    let (intake, history, metrics) = (intake.clone(), history.clone(), metrics.clone());
     if upstreams.single().is_some() {
-        if let Some(only) = slots.pop() {
-            return Ok(Sessions::start(
-                only.feeder,
-                intake,
-                history,
-                metrics,
-                config,
-            ));
+        if let Some(UpstreamSlot { feeder, .. }) = slots.pop() {
+            return Ok(Sessions::start(feeder, intake, history, metrics, config));
         }
     }
     Ok(Sessions::federated(

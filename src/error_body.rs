@@ -51,12 +51,8 @@ pub(crate) fn response(status: StatusCode, code: i32, message: &str) -> Response
 /// A response of `status` carrying `text` (JSON) as `application/json`:
 /// every error, and the admin listener's JSON views.
 pub(crate) fn json(status: StatusCode, text: String) -> Response {
-    let mut response = (status, text).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    let content_type = HeaderValue::from_static("application/json");
+    (status, [(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 use std::sync::Arc;
 
 use crate::auth::{Identity, Policy};
+use crate::face::ApiError;
 use crate::tls::PeerIdentity;
 use crate::xds::ResourceType;
 
@@ -173,21 +174,30 @@ pub(super) enum Sight {
 impl Sight {
     /// Whether it may see `kind` of the node `id` of `cluster`, or of some
     /// cluster (checked before looking, so a refusal says nothing of what
-    /// is held).
-    pub(super) fn may_see(&self, kind: ResourceType, id: &str, cluster: Option<&str>) -> bool {
-        match self {
-            Sight::All => true,
-            Sight::Principal { index, policy, .. } => {
-                policy.binds(*index, None, Some(kind), id, cluster)
-            }
+    /// is held); `Err` is the 403.
+    pub(super) fn check(
+        &self,
+        kind: ResourceType,
+        id: &str,
+        cluster: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let (index, name, policy) = match self {
+            Sight::All => return Ok(()),
+            Sight::Principal {
+                index,
+                name,
+                policy,
+            } => (*index, name, policy),
+        };
+        if policy.binds(index, None, Some(kind), id, cluster) {
+            return Ok(());
         }
-    }
-
-    /// Who it is, for a 403's message.
-    pub(super) fn who(&self) -> String {
-        match self {
-            Sight::All => "the admin".into(),
-            Sight::Principal { name, .. } => format!("principal {name:?}"),
-        }
+        let of_cluster = cluster.map(|c| format!(" of cluster {c:?}"));
+        Err(ApiError::Forbidden(format!(
+            "principal {name:?} may not see {} of node {id:?}{} (the auth policy's rules decide, as \
+             for a fetch)",
+            kind.short_name(),
+            of_cluster.unwrap_or_default()
+        )))
     }
 }

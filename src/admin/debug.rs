@@ -109,15 +109,21 @@ pub(super) async fn config(
         .ok_or_else(|| {
             ApiError::BadRequest("/debug/config needs ?node=ID (the node id a client sends)".into())
         })?;
-    let kinds = params
-        .get("type")
-        .map(|list| {
-            list.split(',')
-                .map(short_type)
-                .collect::<Result<Vec<_>, _>>()
-        })
+    let kinds: Option<Vec<ResourceType>> = (params.get("type"))
+        .map(|list| list.split(',').map(short_type).collect::<Result<_, _>>())
         .transpose()?;
-    let target = rewrite_target(&admin, params.get("rewrite").map(String::as_str), node);
+    // Where rewritten config sources point: `?rewrite=HOST`, none for
+    // `?rewrite=none`, or else where the node's own clients had them pointed.
+    let host = match params.get("rewrite").map(String::as_str) {
+        Some("none") => None,
+        Some(host) => Some(host.to_owned()),
+        None => admin.clients.rewritten_for(node),
+    };
+    let target = host.map(|cluster_name| RestTarget {
+        cluster_name,
+        refresh_delay: admin.config.rewrite.refresh_delay,
+        request_timeout: admin.config.rewrite.request_timeout,
+    });
     let states = admin.source.states_of(node);
     if states.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -145,22 +151,6 @@ pub(super) async fn config(
 pub(super) fn short_type(name: &str) -> Result<ResourceType, ApiError> {
     crate::auth::short_type(name.trim())
         .map_err(|known| ApiError::BadRequest(format!("type={name:?} is not one of {known}")))
-}
-
-/// Where `/debug/config` points rewritten config sources: `?rewrite=HOST`,
-/// none for `?rewrite=none`, or else where the node's own clients had them
-/// pointed.
-fn rewrite_target(admin: &Admin, rewrite: Option<&str>, node: &str) -> Option<RestTarget> {
-    let host = match rewrite {
-        Some("none") => None,
-        Some(host) => Some(host.to_owned()),
-        None => admin.clients.rewritten_for(node),
-    };
-    host.map(|cluster_name| RestTarget {
-        cluster_name,
-        refresh_delay: admin.config.rewrite.refresh_delay,
-        request_timeout: admin.config.rewrite.request_timeout,
-    })
 }
 
 /// One type's `DiscoveryResponse` as the node's clients are served it (the

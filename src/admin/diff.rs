@@ -36,7 +36,7 @@ use serde_json::Value;
 
 use super::access::Sight;
 use super::debug::{params_of, respond};
-use super::history::{judged, node_and_kind, not_held, not_visible};
+use super::history::{judged, node_and_kind, not_held};
 use super::json_diff::{diff, FieldChange};
 use super::{Admin, Peer};
 use crate::cache::{by_name, Paired, TypeState};
@@ -136,15 +136,9 @@ struct Found {
 
 /// What `node` is served now, if `sight` may see it.
 fn now(admin: &Admin, sight: &Sight, kind: ResourceType, node: &str) -> Result<Found, ApiError> {
-    if !sight.may_see(kind, node, None) {
-        return Err(not_visible(sight, kind, node, None));
-    }
-    let sessions = admin.source.sessions();
-    let hidden = sessions
-        .iter()
-        .find(|s| s.node_id == node && !sight.may_see(kind, node, Some(&s.cluster)));
-    if let Some(session) = hidden {
-        return Err(not_visible(sight, kind, node, Some(&session.cluster)));
+    sight.check(kind, node, None)?;
+    for session in admin.source.sessions().iter().filter(|s| s.node_id == node) {
+        sight.check(kind, node, Some(&session.cluster))?;
     }
     let state = admin
         .source
@@ -171,17 +165,13 @@ fn held(
     node: &str,
     version: &str,
 ) -> Result<Found, ApiError> {
-    if !sight.may_see(kind, node, None) {
-        return Err(not_visible(sight, kind, node, None));
-    }
+    sight.check(kind, node, None)?;
     refuse_past_secrets(kind)?;
     let history = &admin.history;
     let found = history
         .version(node, None, kind, version)
         .ok_or_else(|| not_held(node, kind, version, &history.timelines(node, None, kind)))?;
-    if !sight.may_see(kind, node, Some(&found.cluster)) {
-        return Err(not_visible(sight, kind, node, Some(&found.cluster)));
-    }
+    sight.check(kind, node, Some(&found.cluster))?;
     past(kind, node, found.state)
 }
 

@@ -27,6 +27,8 @@ use crate::face::ApiError;
 use crate::observe::{covered_names, EventView, TimelineView};
 use crate::xds::ResourceType;
 
+const PATH: &str = "/debug/history";
+
 /// What `/debug/history` shows.
 #[derive(Debug, Serialize)]
 struct HistoryView {
@@ -62,14 +64,7 @@ pub(super) async fn history(
     headers: HeaderMap,
     peer: Peer,
 ) -> Response {
-    judged(
-        &admin,
-        "/debug/history",
-        &headers,
-        peer,
-        query,
-        history_view,
-    )
+    judged(&admin, PATH, &headers, peer, query, history_view)
 }
 
 /// `answer` to `query` with what the request may see ([`Sight`]), or the 401.
@@ -112,25 +107,7 @@ pub(super) fn node_and_kind<'a>(
     Ok((node, kind))
 }
 
-/// The 403 for a node `sight` may not see.
-pub(super) fn not_visible(
-    sight: &Sight,
-    kind: ResourceType,
-    node: &str,
-    cluster: Option<&str>,
-) -> ApiError {
-    ApiError::Forbidden(format!(
-        "{} may not see {} of node {node:?}{} (the auth policy's rules decide, as for a fetch)",
-        sight.who(),
-        kind.short_name(),
-        cluster
-            .map(|c| format!(" of cluster {c:?}"))
-            .unwrap_or_default()
-    ))
-}
-
 fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, ApiError> {
-    const PATH: &str = "/debug/history";
     let params = params_of(
         query,
         PATH,
@@ -138,9 +115,8 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
     )?;
     let (node, kind) = node_and_kind(admin, &params, PATH)?;
     let cluster = params.get("cluster").map(String::as_str);
-    if !sight.may_see(kind, node, None) || !sight.may_see(kind, node, cluster) {
-        return Err(not_visible(sight, kind, node, cluster));
-    }
+    // Seeing a node of `cluster` implies seeing it of some cluster.
+    sight.check(kind, node, cluster)?;
     let timelines = admin.history.timelines(node, cluster, kind);
     if timelines.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -149,11 +125,8 @@ fn history_view(admin: &Admin, sight: &Sight, query: &str) -> Result<Response, A
             cluster.map(|c| format!(" of cluster {c:?}")).unwrap_or_default()
         )));
     }
-    if let Some(t) = timelines
-        .iter()
-        .find(|t| !sight.may_see(kind, node, Some(&t.cluster)))
-    {
-        return Err(not_visible(sight, kind, node, Some(&t.cluster)));
+    for timeline in &timelines {
+        sight.check(kind, node, Some(&timeline.cluster))?;
     }
     let Some(version) = params.get("version") else {
         let (held_bytes, max_bytes) = admin.history.held_bytes();

@@ -199,9 +199,8 @@ async fn answer_host(
         !admin.asks_for_credentials(),
         &admin.config.allowed_hosts,
     );
-    let error = match checked {
-        Ok(()) => return next.run(request).await,
-        Err(error) => error,
+    let Err(error) = checked else {
+        return next.run(request).await;
     };
     let (status, rpc_code) = match error {
         HostError::Repeated(_) => (StatusCode::BAD_REQUEST, code::INVALID_ARGUMENT),
@@ -266,13 +265,10 @@ async fn require_token(
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
-    admin
-        .metrics
-        .set_stale_sessions(admin.source.status().stale_sessions);
-    admin
-        .metrics
-        .set_history_bytes(admin.history.held_bytes().0);
-    let text = admin.metrics.encode();
+    let metrics = &admin.metrics;
+    metrics.set_stale_sessions(admin.source.status().stale_sessions);
+    metrics.set_history_bytes(admin.history.held_bytes().0);
+    let text = metrics.encode();
     let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, kind)], text).into_response()
 }

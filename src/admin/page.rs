@@ -129,12 +129,9 @@ fn render(views: &Views) -> String {
     let mut out = String::with_capacity(8 * 1024);
     out.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     out.push_str("<title>xds-gateway status</title>");
-    if views.refresh > 0 {
-        let _ = write!(
-            out,
-            "<meta http-equiv=\"refresh\" content=\"{}\">",
-            views.refresh
-        );
+    let refresh = views.refresh;
+    if refresh > 0 {
+        let _ = write!(out, "<meta http-equiv=\"refresh\" content=\"{refresh}\">");
     }
     let _ = writeln!(out, "<style>{STYLE}</style></head><body>");
     header_section(&mut out, views);
@@ -165,11 +162,9 @@ fn header_section(out: &mut String, views: &Views) {
         readiness.refusing_sessions,
         readiness.upstream_streams_open,
     );
-    let refresh = if views.refresh > 0 {
-        format!(
-            "reloads every {} s (<a href=\"/?refresh=0\">stop</a>)",
-            views.refresh
-        )
+    let refresh = views.refresh;
+    let refresh = if refresh > 0 {
+        format!("reloads every {refresh} s (<a href=\"/?refresh=0\">stop</a>)")
     } else {
         format!("does not reload (<a href=\"/?refresh={REFRESH}\">reload every {REFRESH} s</a>)")
     };

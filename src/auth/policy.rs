@@ -1,5 +1,5 @@
 //! The policy file's model, its loading and validation, and the decisions:
-//! who a request is ([`Policy::identify`]) and whether that principal may
+//! who a request is ([`Policy::identify_digest`]) and whether that principal may
 //! fetch a type for a node ([`Policy::allows`]), use HDS for a node
 //! ([`Policy::allows_hds`]) or ask the upstream's CSDS about one
 //! ([`Policy::allows_csds`]).
@@ -251,18 +251,12 @@ impl Policy {
         self.principals.len()
     }
 
-    /// Who presents `token` (a bearer token, if any) over a connection whose
-    /// client certificate says `peer`. A token decides when there is one
-    /// (a wrong token is refused even with a good certificate); otherwise
-    /// the first principal, in file order, one of whose SAN patterns
-    /// matches one of the certificate's SANs.
-    #[cfg(test)]
-    pub(crate) fn identify(&self, token: Option<&str>, peer: Option<&PeerIdentity>) -> Identity {
-        self.identify_digest(token.map(sha256).as_ref(), peer)
-    }
-
-    /// [`Policy::identify`] from the token's digest, which is all a request
-    /// keeps of it (to be identified again after a reload).
+    /// Who presents the bearer token whose `digest` is given (if any; the
+    /// digest is all a request keeps of it, to be identified again after a
+    /// reload) over a connection whose client certificate says `peer`. A
+    /// token decides when there is one (a wrong token is refused even with
+    /// a good certificate); otherwise the first principal, in file order,
+    /// one of whose SAN patterns matches one of the certificate's SANs.
     pub(crate) fn identify_digest(
         &self,
         digest: Option<&[u8; 32]>,
@@ -385,12 +379,10 @@ impl Policy {
             .any(|g| g.binds(id, cluster, &captures))
     }
 
-    /// Whether principal `index` may use CSDS at all.
     pub(crate) fn csds_enabled(&self, index: usize) -> bool {
         self.principals.get(index).is_some_and(|p| p.csds)
     }
 
-    /// Whether the admin listener's details need a token.
     pub(crate) fn admin_needs_token(&self) -> bool {
         !self.admin_tokens.is_empty()
     }

@@ -100,23 +100,17 @@ pub(super) fn authenticate(
             }),
             certificate,
         }),
-        other => Err(unknown(other)),
+        // The 401 for a request the policy does not know.
+        Identity::UnknownCertificate(what) => Err(AuthError::Unauthenticated(format!(
+            "{what} is not a principal of the gateway's auth policy"
+        ))),
+        Identity::UnknownToken => Err(AuthError::Unauthenticated(
+            "the bearer token is not one the gateway's auth policy knows".into(),
+        )),
+        Identity::Anonymous => Err(AuthError::Unauthenticated(
+            "this gateway needs a client certificate or an `Authorization: Bearer` token".into(),
+        )),
     }
-}
-
-/// The 401 for a request the policy does not know.
-fn unknown(identity: Identity) -> AuthError {
-    AuthError::Unauthenticated(match identity {
-        Identity::UnknownCertificate(what) => {
-            format!("{what} is not a principal of the gateway's auth policy")
-        }
-        Identity::UnknownToken => {
-            "the bearer token is not one the gateway's auth policy knows".into()
-        }
-        Identity::Anonymous | Identity::Principal { .. } => {
-            "this gateway needs a client certificate or an `Authorization: Bearer` token".into()
-        }
-    })
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if any; any
@@ -135,11 +129,6 @@ fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
 }
 
 impl Caller {
-    /// Whether a policy decides what this caller may do.
-    pub(crate) fn is_principal(&self) -> bool {
-        self.principal.is_some()
-    }
-
     /// The principal's name (`None`: no policy).
     pub(crate) fn principal(&self) -> Option<&str> {
         self.principal.as_ref().map(|p| p.name.as_str())
@@ -199,12 +188,21 @@ impl Caller {
                 ));
             }
         }
-        match &mut self.principal {
-            None => Ok(()),
-            Some(p) => {
-                let policy = p.reloads.borrow_and_update().clone();
-                p.recheck(&policy, kind, id, cluster)
+        let Some(p) = &mut self.principal else {
+            return Ok(());
+        };
+        let policy = p.reloads.borrow_and_update().clone();
+        match policy.identify_digest(p.token_digest.as_ref(), p.peer.as_deref()) {
+            Identity::Principal { index, .. } => {
+                p.may_fetch(&policy, index, kind, id, cluster).map_err(|err| {
+                    AuthError::Forbidden(format!("the auth policy was reloaded: {err}"))
+                })
             }
+            _ => Err(AuthError::Unauthenticated(format!(
+                "the auth policy was reloaded and no longer knows the credential principal {:?} was \
+                 recognised by ({})",
+                p.name, p.by
+            ))),
         }
     }
 
@@ -250,13 +248,12 @@ impl Caller {
                 "must name the nodes it asks CSDS about: one exact node_id matcher per node its rules allow".into(),
             ));
         }
-        match ids
+        let refused = ids
             .iter()
-            .find(|id| !p.policy.allows_csds(p.index, p.peer.as_deref(), id))
-        {
-            Some(id) => Err(refuse(format!("may not ask CSDS about node {id:?}"))),
-            None => Ok(()),
-        }
+            .find(|id| !p.policy.allows_csds(p.index, p.peer.as_deref(), id));
+        refused.map_or(Ok(()), |id| {
+            Err(refuse(format!("may not ask CSDS about node {id:?}")))
+        })
     }
 
     /// Whether CSDS's answer about node `id` of `cluster` may reach this
@@ -298,27 +295,5 @@ impl Principal {
             self.by,
             kind.short_name()
         )))
-    }
-
-    /// The same credential against a reloaded `policy`.
-    fn recheck(
-        &self,
-        policy: &Policy,
-        kind: ResourceType,
-        id: &str,
-        cluster: &str,
-    ) -> Result<(), AuthError> {
-        match policy.identify_digest(self.token_digest.as_ref(), self.peer.as_deref()) {
-            Identity::Principal { index, .. } => {
-                self.may_fetch(policy, index, kind, id, cluster).map_err(|err| {
-                    AuthError::Forbidden(format!("the auth policy was reloaded: {err}"))
-                })
-            }
-            _ => Err(AuthError::Unauthenticated(format!(
-                "the auth policy was reloaded and no longer knows the credential principal {:?} was \
-                 recognised by ({})",
-                self.name, self.by
-            ))),
-        }
     }
 }

@@ -149,7 +149,7 @@ async fn serve(
         long_poll: false,
         host_selects: config.rewrite.applies_to(request.user_agent_name()),
     };
-    if watch::requested(query)? {
+    if switch(query, "watch")? {
         let vary = cacheability.headers(config.cache_max_age).vary;
         return watch::open(gateway, asked, vary, headers, query).await;
     }
@@ -173,8 +173,8 @@ async fn poll(
         .proto_field_names
         .iter()
         .any(|name| name == asked.kind.short_name());
-    let presentation =
-        Presentation::from_request(query, headers, proto_names)?.in_changes_form(asked.changes);
+    let mut presentation = Presentation::from_request(query, headers, proto_names)?;
+    presentation.changes = asked.changes;
     let (kind, tenant) = (asked.kind, asked.tenant.as_ref());
     let names = asked.request.names();
     // The store: the state that answers, and how to wait for the next one.

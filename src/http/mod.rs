@@ -194,7 +194,6 @@ impl Gateway {
 /// The address the connection came from, as `serve` put it on the request.
 type Remote = Option<Extension<RemoteAddr>>;
 
-/// The REST router over `gateway`.
 pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     let mut router = Router::new();
     for kind in ResourceType::all() {

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -65,12 +65,8 @@ async fn serve(
     let call = question(gateway, endpoint, &caller, &body)?;
     let answer = gateway.source.pass_through(call).await?;
     let json = answer_json(gateway, endpoint, &caller, answer)?;
-    let mut response = (StatusCode::OK, json).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    let content_type = HeaderValue::from_static("application/json");
+    Ok(([(header::CONTENT_TYPE, content_type)], json).into_response())
 }
 
 /// The question `body` asks of `endpoint`, if `caller` may ask it.
@@ -94,7 +90,7 @@ fn question(
             let request: ClientStatusRequest = codec
                 .parse_prost(endpoint.request_message(), body, true)
                 .map_err(invalid)?;
-            if caller.is_principal() {
+            if caller.principal().is_some() {
                 caller.may_ask_csds_about(&csds_nodes(&request)?)?;
             }
             Ok(PassThrough::ClientStatus(request))

@@ -26,7 +26,7 @@ pub(super) struct Presentation {
     yaml: bool,
     proto_names: bool,
     /// The body is in the `?changes` form, not a DiscoveryResponse.
-    changes: bool,
+    pub(super) changes: bool,
 }
 
 impl Presentation {
@@ -83,12 +83,6 @@ impl Presentation {
         })
     }
 
-    /// The same for a body in the `?changes` form when `changes`.
-    pub(super) fn in_changes_form(mut self, changes: bool) -> Presentation {
-        self.changes = changes;
-        self
-    }
-
     /// A 200 with `json` (a canonical DiscoveryResponse) presented as asked.
     /// The compact JSON goes out in the pieces it was assembled from; YAML
     /// and indented JSON are rendered once per body and shared
@@ -126,7 +120,6 @@ impl Presentation {
         Ok(response)
     }
 
-    /// A 304 with an empty body.
     pub(super) fn not_modified(version: &str) -> Response {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
         set_etag(&mut response, version);
@@ -155,10 +148,10 @@ pub(super) fn mark_stale(headers: &mut HeaderMap, since: Option<SystemTime>) {
 /// `xds_gateway.v1.OpaqueAny` (`docs/protocol.md`).
 pub(super) const OPAQUE_HEADER: &str = "x-xds-gateway-opaque-types";
 
-/// Marks a response whose body holds `types` served opaque, if any.
 /// The most bytes of type URLs the opaque-types header carries.
 const OPAQUE_HEADER_BYTES: usize = 4096;
 
+/// Marks a response whose body holds `types` served opaque, if any.
 pub(super) fn mark_opaque(headers: &mut HeaderMap, types: &[String]) {
     if types.is_empty() {
         return;

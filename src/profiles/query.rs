@@ -183,10 +183,9 @@ fn locality(text: &str) -> Result<Value, QueryError> {
 
 /// `user_agent=NAME[/VERSION]`.
 fn user_agent(text: &str) -> Result<(&str, Option<&str>), QueryError> {
-    let (name, version) = match text.split_once('/') {
-        Some((name, version)) => (name, Some(version)),
-        None => (text, None),
-    };
+    let (name, version) = text
+        .split_once('/')
+        .map_or((text, None), |(name, version)| (name, Some(version)));
     if name.is_empty() || version == Some("") {
         return Err(refuse(
             "user_agent",

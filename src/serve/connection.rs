@@ -76,8 +76,19 @@ impl Connection {
             activity: activity.clone(),
         };
         let limits = self.limits.clone();
+        // HTTP/1.1 and HTTP/2 with the listener's limits, its HTTP/2
+        // streams run on its own task.
         let queue = StreamQueue::default();
-        let conn = http_builder(&limits, queue.clone())
+        let mut builder = auto::Builder::new(queue.clone());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(limits.max_streams_per_connection);
+        let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .into_owned();
         let mut conn = Driven::new(conn, queue);
@@ -137,19 +148,4 @@ impl Connection {
             }
         }
     }
-}
-
-/// hyper's settings for one connection: HTTP/1.1 and HTTP/2 with the
-/// listener's limits, its HTTP/2 streams run on its own task.
-fn http_builder(limits: &ServeLimits, streams: StreamQueue) -> auto::Builder<StreamQueue> {
-    let mut builder = auto::Builder::new(streams);
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.max_streams_per_connection);
-    builder
 }

@@ -136,7 +136,6 @@ struct Tracked {
 }
 
 impl Tracked {
-    /// `body`, tracked.
     fn body(
         body: Body,
         activity: Arc<Activity>,

@@ -32,21 +32,19 @@ impl Sources {
             .exempt_sources
             .as_ref()
             .is_some_and(|t| t.contains(ip));
-        let Some(max) = limits.max_per_source.filter(|_| !exempt) else {
-            return Some(FromSource {
-                sources: self.clone(),
-                ip: None,
-            });
-        };
-        let mut open = crate::sync::lock(&self.open);
-        let count = open.entry(ip).or_default();
-        if *count >= max {
-            return None;
+        let max = limits.max_per_source.filter(|_| !exempt);
+        if let Some(max) = max {
+            let mut open = crate::sync::lock(&self.open);
+            let count = open.entry(ip).or_default();
+            if *count >= max {
+                return None;
+            }
+            *count += 1;
         }
-        *count += 1;
         Some(FromSource {
             sources: self.clone(),
-            ip: Some(ip),
+            // Counted only under a cap.
+            ip: max.map(|_| ip),
         })
     }
 }

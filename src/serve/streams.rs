@@ -25,7 +25,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures::stream::FuturesUnordered;
@@ -62,13 +62,7 @@ impl StreamQueue {
         if !self.0.any.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
-        std::mem::take(
-            &mut *self
-                .0
-                .streams
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
+        std::mem::take(&mut *crate::sync::lock(&self.0.streams))
     }
 }
 
@@ -80,11 +74,7 @@ where
         // A stream that panics ends alone, as a task of its own would (the
         // panic hook has printed it): not its connection's other streams.
         let stream = AssertUnwindSafe(stream).catch_unwind().map(drop);
-        self.0
-            .streams
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::pin(stream));
+        crate::sync::lock(&self.0.streams).push(Box::pin(stream));
         self.0.any.store(true, Ordering::Release);
     }
 }

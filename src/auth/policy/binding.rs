@@ -136,7 +136,6 @@ impl SanTemplate {
         &self.raw
     }
 
-    /// The capture names it defines.
     pub(super) fn names(&self) -> impl Iterator<Item = &str> {
         capture_names(&self.segments)
     }
@@ -160,7 +159,6 @@ impl SanTemplate {
     }
 }
 
-/// The names `parts` capture.
 fn capture_names(parts: &[Part]) -> impl Iterator<Item = &str> {
     parts.iter().filter_map(|p| match p {
         Part::Capture(name) => Some(name.as_str()),
@@ -214,7 +212,6 @@ impl NamePattern {
         }
     }
 
-    /// The capture names it uses.
     pub(super) fn names(&self) -> impl Iterator<Item = &str> {
         capture_names(match self {
             NamePattern::Glob(_) => &[],

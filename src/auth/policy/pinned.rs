@@ -66,10 +66,8 @@ fn tokens(pattern: &str) -> Vec<Token> {
 /// empty, which matches only the empty value).
 pub(super) fn is_pinned(pattern: &str) -> bool {
     let tokens = tokens(pattern);
-    match (tokens.first(), tokens.last()) {
-        (None, _) | (_, None) => true,
-        (Some(first), Some(last)) => *first == Token::Literal || *last == Token::Literal,
-    }
+    let literal = Some(&Token::Literal);
+    tokens.is_empty() || tokens.first() == literal || tokens.last() == literal
 }
 
 #[cfg(test)]

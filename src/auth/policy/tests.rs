@@ -5,6 +5,13 @@ use super::*;
 const EDGE_TOKEN: &str = "edge-token-0123456789";
 const CI_TOKEN: &str = "ci-token-abcdef";
 
+impl Policy {
+    /// Who presents `token` over a connection whose certificate says `peer`.
+    fn identify(&self, token: Option<&str>, peer: Option<&PeerIdentity>) -> Identity {
+        self.identify_digest(token.map(sha256).as_ref(), peer)
+    }
+}
+
 fn hex_sha256(token: &str) -> String {
     hex::encode(sha256(token))
 }

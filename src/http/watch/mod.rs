@@ -27,17 +27,10 @@ use axum::response::{IntoResponse, Response};
 use super::asked::{Answered, Asked};
 use super::present::mark_stale;
 use super::Gateway;
-use crate::face::switch;
 use crate::face::ApiError;
 use crate::serve::Streaming;
 pub(crate) use frame::Format;
 use stream::Watch;
-
-/// Whether the query asks for a watch: `watch`, `watch=true` or `watch=1`
-/// (`watch=false` or `watch=0`: a plain poll).
-pub(super) fn requested(query: &HashMap<String, String>) -> Result<bool, ApiError> {
-    switch(query, "watch")
-}
 
 /// Opens a watch on `asked` (`vary`: the `Vary` of the poll it stands
 /// for, `Accept` picking the format): the stream's response (its first
@@ -168,10 +161,12 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 mod tests {
     use super::*;
 
+    use crate::face::switch;
     use crate::http::tests::query_of as q;
 
     #[test]
     fn watch_is_asked_for_explicitly() {
+        let requested = |query: &HashMap<String, String>| switch(query, "watch");
         assert!(!requested(&q(&[])).unwrap());
         assert!(!requested(&q(&[("watch", "false")])).unwrap());
         assert!(requested(&q(&[("watch", "")])).unwrap());
