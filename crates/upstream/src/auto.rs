@@ -108,15 +108,12 @@ impl Feeder for AutoFeeder {
             return None;
         }
         let mut rx = self.chosen.subscribe();
-        Some(
-            async move {
-                match tokio::time::timeout(self.first_wait, rx.wait_for(Option::is_some)).await {
-                    Ok(Ok(_)) => Ok(()),
-                    _ => Err(SourceError::Probing),
-                }
+        Some(Box::pin(async move {
+            match tokio::time::timeout(self.first_wait, rx.wait_for(Option::is_some)).await {
+                Ok(Ok(_)) => Ok(()),
+                _ => Err(SourceError::Probing),
             }
-            .boxed(),
-        )
+        }))
     }
 
     fn unavailable(&self) -> Option<SourceError> {

@@ -246,8 +246,7 @@ impl UpstreamContext {
         Resp: FromFrame,
     {
         let (mut grpc, path) = self.ready_client(path).await?;
-        let codec = FrameCodec::<Req, Resp>::default();
-        grpc.streaming(self.request(requests), path, codec)
+        grpc.streaming(self.request(requests), path, FrameCodec::default())
             .await
             .map(tonic::Response::into_inner)
     }
@@ -280,8 +279,8 @@ impl UpstreamContext {
         let method = format!("/{}/{fetch}", endpoint.service());
         let call = async {
             let (mut grpc, path) = self.ready_client(&method).await?;
-            let codec = FrameCodec::<Req, Resp>::default();
-            grpc.unary(self.request(request), path, codec).await
+            grpc.unary(self.request(request), path, FrameCodec::default())
+                .await
         };
         call.await
             .map(tonic::Response::into_inner)
@@ -338,25 +337,32 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// A context whose channel connects nowhere until used (for protocol unit
-/// tests, which never call).
 #[cfg(test)]
-pub(super) fn unused_context() -> Arc<UpstreamContext> {
-    use crate::config::{UpstreamMode, UpstreamStreams};
-    let spec = UpstreamSpec {
-        name: "test".into(),
-        uri: "http://127.0.0.1:9".into(),
-        mode: UpstreamMode::Sotw,
-        streams: UpstreamStreams::Aggregated,
-        tls: UpstreamTls::default(),
-        headers: Vec::new(),
-        keepalive: Duration::from_secs(30),
-        node_first_only: false,
-        reflection: true,
-        authorities: Vec::new(),
-        failover: None,
-    };
-    let intake = Intake::new(crate::xds::Codec::embedded());
-    UpstreamContext::new(&spec, 1 << 20, intake, Arc::new(Metrics::new()))
-        .unwrap_or_else(|e| panic!("{e}"))
+pub(super) use self::test_context::unused_context;
+
+#[cfg(test)]
+mod test_context {
+    use super::*;
+
+    /// A context whose channel connects nowhere until used (for protocol unit
+    /// tests, which never call).
+    pub(crate) fn unused_context() -> Arc<UpstreamContext> {
+        use crate::config::{UpstreamMode, UpstreamStreams};
+        let spec = UpstreamSpec {
+            name: "test".into(),
+            uri: "http://127.0.0.1:9".into(),
+            mode: UpstreamMode::Sotw,
+            streams: UpstreamStreams::Aggregated,
+            tls: UpstreamTls::default(),
+            headers: Vec::new(),
+            keepalive: Duration::from_secs(30),
+            node_first_only: false,
+            reflection: true,
+            authorities: Vec::new(),
+            failover: None,
+        };
+        let intake = Intake::new(crate::xds::Codec::embedded());
+        UpstreamContext::new(&spec, 1 << 20, intake, Arc::new(Metrics::new()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
 }

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 use super::wire::{Payload, SotwResponse};
 use crate::cache::{
     Intake, IntoResourceSet, ReportedError, Resource, ResourceError, ResourceMap, ResourceSet,
-    Taken, TypeState, WrapperName, RESOURCE_WRAPPER,
+    Taken, TypeState, RESOURCE_WRAPPER,
 };
 use crate::log_escape::Escaped;
 use crate::xds::dynamic_parameters::Parameters;
@@ -112,18 +112,6 @@ pub(super) fn decode_one(
     }
 }
 
-/// [`decode_one`] for a resource the upstream marked `do_not_cache` (a
-/// delta `Resource`'s `cache_control`): rendered for this session alone,
-/// in no memo shared with others.
-pub(super) fn decode_one_unshared(
-    intake: &Intake,
-    kind: ResourceType,
-    any: Payload<'_>,
-) -> Result<Arc<Resource>, Rejection> {
-    let payload = payload_of(kind, any)?;
-    Ok(intake.resource_unshared(kind, payload)?)
-}
-
 /// One element of a SotW response's `resources`.
 #[derive(Debug)]
 enum Entry {
@@ -149,7 +137,7 @@ fn decode_entry(
 ) -> Result<Entry, Rejection> {
     if !any.is_of(RESOURCE_WRAPPER) {
         return Ok(Entry::Resource {
-            resource: decode_plain(intake, kind, any)?,
+            resource: decode_payload(kind, any, |payload| intake.resource(kind, payload))?,
             ttl: None,
             do_not_cache: false,
         });
@@ -167,11 +155,10 @@ fn decode_entry(
         });
     };
     let do_not_cache = wrapper.cache_control.is_some_and(|c| c.do_not_cache);
-    let resource = if do_not_cache {
-        decode_one_unshared(intake, kind, Payload::of(&inner))?
-    } else {
-        decode_plain(intake, kind, Payload::of(&inner))?
-    };
+    let resource = decode_payload(kind, Payload::of(&inner), |payload| match do_not_cache {
+        true => intake.resource_unshared(kind, payload),
+        false => intake.resource(kind, payload),
+    })?;
     if !wrapper.name.is_empty() && wrapper.name != resource.name {
         return Err(Rejection::NameMismatch {
             index,
@@ -227,46 +214,21 @@ pub(super) fn ttl_of(
     Ok(Some(Duration::new(seconds, nanos.min(999_999_999))))
 }
 
-fn decode_plain(
-    intake: &Intake,
+/// What `render` makes of the payload of `any`, which must be of `kind`,
+/// given as bytes of its own, for a resource to keep (what arrives lies in
+/// the upstream's frame, which a resource kept for hours must not pin).
+pub(super) fn decode_payload(
     kind: ResourceType,
     any: Payload<'_>,
+    render: impl FnOnce(bytes::Bytes) -> Result<Arc<Resource>, ResourceError>,
 ) -> Result<Arc<Resource>, Rejection> {
-    Ok(intake.resource(kind, payload_of(kind, any)?)?)
-}
-
-/// A resource of an extra `kind` named `name` by its delta wrapper.
-pub(super) fn decode_named(
-    intake: &Intake,
-    kind: ResourceType,
-    name: String,
-    any: Payload<'_>,
-) -> Result<Arc<Resource>, Rejection> {
-    Ok(intake.resource_named(kind, name, payload_of(kind, any)?)?)
-}
-
-/// Decodes the resource of a delta-only `kind` that a delta `Resource`
-/// wrapper delivered as `wrapper` says.
-pub(super) fn decode_delta_named(
-    intake: &Intake,
-    kind: ResourceType,
-    wrapper: WrapperName,
-    any: Payload<'_>,
-) -> Result<Arc<Resource>, Rejection> {
-    Ok(intake.delta_named(kind, wrapper, payload_of(kind, any)?)?)
-}
-
-/// The payload of `any`, which must be of `kind`: bytes of its own, for a
-/// resource to keep (what arrives lies in the upstream's frame, which a
-/// resource kept for hours must not pin).
-fn payload_of(kind: ResourceType, any: Payload<'_>) -> Result<bytes::Bytes, Rejection> {
     if !any.is_of(kind.type_url()) {
         return Err(Rejection::WrongType {
             found: any.type_url_lossy(),
             expected: kind.type_url(),
         });
     }
-    Ok(bytes::Bytes::copy_from_slice(any.value))
+    Ok(render(bytes::Bytes::copy_from_slice(any.value))?)
 }
 
 /// What a SotW response holds, decoded.
@@ -393,9 +355,7 @@ impl Taking {
         Ok(())
     }
 
-    /// Every element of `anys`, taking from `previous` (the state the
-    /// answer replaces) what it repeats unchanged; the first failure fails
-    /// them all.
+    /// Takes every element of `anys`, as [`decode_all`] says.
     fn all(
         intake: &Intake,
         kind: ResourceType,
@@ -428,21 +388,9 @@ impl Taking {
         Ok(out)
     }
 
-    /// What was taken, its resources a set of their own.
+    /// What was taken, its resources a set of their own; says which
+    /// variants were left out, once per response.
     fn done(self) -> Decoded {
-        self.log_variants_left_out();
-        Decoded {
-            resources: self.resources.into_set(),
-            ttls: self.ttls,
-            heartbeats: self.heartbeats,
-            reused: self.reused,
-            decoded: self.decoded,
-            uncacheable: self.uncacheable,
-        }
-    }
-
-    /// Says which variants were left out, once per response.
-    fn log_variants_left_out(&self) {
         if let Some(first) = self.unmatched.first() {
             debug!(
                 count = self.unmatched.len(),
@@ -457,6 +405,14 @@ impl Taking {
                 "more than one variant of a name matches the session's dynamic parameters: \
                  the first in the response is served"
             );
+        }
+        Decoded {
+            resources: self.resources.into_set(),
+            ttls: self.ttls,
+            heartbeats: self.heartbeats,
+            reused: self.reused,
+            decoded: self.decoded,
+            uncacheable: self.uncacheable,
         }
     }
 }

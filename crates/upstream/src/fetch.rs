@@ -334,10 +334,8 @@ impl Fetcher {
                 .and_then(Decoded::standalone)
                 .map(|(set, uncacheable)| (self.ctx.rendered_now(set), uncacheable))
                 .and_then(|(resources, uncacheable)| {
-                    match self.namespace.first_foreign(resources.keys()) {
-                        Some(foreign) => Err(foreign.into()),
-                        None => Ok((resources, uncacheable)),
-                    }
+                    let foreign = self.namespace.first_foreign(resources.keys());
+                    foreign.map_or(Ok((resources, uncacheable)), |foreign| Err(foreign.into()))
                 })
                 .map_err(|e| {
                     if e.breaks_rules() {

@@ -16,7 +16,6 @@ use super::wire::SotwResponse;
 
 /// A request message written into its frame.
 pub(crate) trait ToFrame: Send + Sync + 'static {
-    /// Writes the message's encoding into `buf`.
     fn to_frame(self, buf: &mut impl BufMut);
 }
 
@@ -28,7 +27,6 @@ impl<T: prost::Message + Send + Sync + 'static> ToFrame for T {
 
 /// A response message made from its whole frame.
 pub(crate) trait FromFrame: Sized + Send + Sync + 'static {
-    /// The message `frame` encodes; the error says why it is none.
     fn from_frame(frame: Bytes) -> Result<Self, String>;
 }
 

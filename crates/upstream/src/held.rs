@@ -90,9 +90,9 @@ const IDLE: Duration = Duration::from_secs(600);
 pub(super) struct HeldSet {
     map: BTreeMap<String, HeldResource>,
     /// The published version: [`digest`] of `map`.
-    version: String,
+    pub(super) version: String,
     /// The resources as published (one set for every state holding them).
-    resources: Arc<ResourceSet>,
+    pub(super) resources: Arc<ResourceSet>,
 }
 
 impl Deref for HeldSet {
@@ -121,14 +121,6 @@ impl HeldSet {
             version,
             resources: resources.into_set(),
         }
-    }
-
-    pub(super) fn version(&self) -> &str {
-        &self.version
-    }
-
-    pub(super) fn resources(&self) -> &Arc<ResourceSet> {
-        &self.resources
     }
 
     /// Whether `self` holds exactly `map` (the same resources, not only
@@ -168,10 +160,6 @@ impl Edit {
         if from.contains_key(name) {
             self.changes.insert(name.to_owned(), None);
         }
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.changes.is_empty()
     }
 
     /// A hash of the names, versions and resources (by address) changed.
@@ -283,7 +271,7 @@ impl HeldSets {
         from: &Arc<HeldSet>,
         edit: Edit,
     ) -> Arc<HeldSet> {
-        if edit.is_empty() {
+        if edit.changes.is_empty() {
             return from.clone();
         }
         let key = (kind, address(from), edit.hash());
@@ -390,14 +378,14 @@ mod tests {
         let two = edited(&sets, &Arc::default(), &puts, &[]);
         assert!(Arc::ptr_eq(&one, &two));
         assert_eq!(names(&one), ["a", "b"]);
-        assert_eq!(one.version(), digest(&one.map));
-        assert_eq!(one.resources().len(), 2);
+        assert_eq!(one.version, digest(&one.map));
+        assert_eq!(one.resources.len(), 2);
 
         let change = [("a", held(&r, "a", "22"))];
         let one_next = edited(&sets, &one, &change, &[]);
         let two_next = edited(&sets, &two, &change, &[]);
         assert!(Arc::ptr_eq(&one_next, &two_next));
-        assert_ne!(one_next.version(), one.version());
+        assert_ne!(one_next.version, one.version);
         assert_eq!(one_next["a"].version, "22");
         assert!(Arc::ptr_eq(&one_next["b"].resource, &one["b"].resource));
     }
@@ -417,7 +405,7 @@ mod tests {
         };
         let changed = edited(&sets, &set, &[("a", other)], &[]);
         assert!(!Arc::ptr_eq(&set, &changed));
-        assert_ne!(changed.version(), set.version());
+        assert_ne!(changed.version, set.version);
     }
 
     #[test]
@@ -461,10 +449,10 @@ mod tests {
         let sets = HeldSets::new(Arc::default());
         let puts = [("a", held(&r, "a", "1"))];
         let first = edited(&sets, &Arc::default(), &puts, &[]);
-        let version = first.version().to_owned();
+        let version = first.version.to_owned();
         drop(first);
         let again = edited(&sets, &Arc::default(), &puts, &[]);
-        assert_eq!(again.version(), version);
+        assert_eq!(again.version, version);
         assert_eq!(names(&again), ["a"]);
     }
 
@@ -485,7 +473,7 @@ mod tests {
             resource: resource(&r, "b", 9),
         };
         let three = edited(&sets, &one, &[("b", other)], &[]);
-        assert_eq!(three.version(), one.version());
+        assert_eq!(three.version, one.version);
         assert!(!Arc::ptr_eq(&one, &three));
     }
 

@@ -118,9 +118,7 @@ impl LaneOf {
         if self.carrier != Carrier::Aggregated || kinds.is_empty() {
             return;
         }
-        for kind in &kinds {
-            lock(&self.placed.0).insert(*kind, Place::Probed);
-        }
+        lock(&self.placed.0).extend(kinds.iter().map(|kind| (*kind, Place::Probed)));
         let _ = self.events.send(LaneEvent::Demoted(kinds));
     }
 }
@@ -204,12 +202,6 @@ impl<S: Spawn> Lanes<S> {
             }
         }
     }
-
-    /// Closes every stream's command channel and waits for their tasks.
-    async fn close(self) {
-        let running = self.shared.into_iter().chain(self.probes.into_values());
-        join(running.map(|Running { task, .. }| task).chain(self.done)).await;
-    }
 }
 
 /// Starts a stream that carries `carrier` through `spawn`.
@@ -266,7 +258,8 @@ pub(super) async fn aggregated(
             Some(event) = learnt.recv() => lanes.event(event),
         }
     }
-    lanes.close().await;
+    let running = lanes.shared.into_iter().chain(lanes.probes.into_values());
+    join(running.map(|Running { task, .. }| task).chain(lanes.done)).await;
 }
 
 /// Per-type streams: one stream of its own per type the session subscribes

@@ -64,10 +64,8 @@ impl NackLog {
 
     /// An answer of `kind` was accepted: the run of NACKs ends.
     pub(super) fn accepted(&mut self, kind: ResourceType) {
-        if let Some(run) = self.runs.remove(&kind) {
-            if run.count > 1 {
-                info!(%kind, nacks = run.count, "the run of identical NACKs ended: an answer was accepted");
-            }
+        if let Some(run) = self.runs.remove(&kind).filter(|run| run.count > 1) {
+            info!(%kind, nacks = run.count, "the run of identical NACKs ended: an answer was accepted");
         }
     }
 

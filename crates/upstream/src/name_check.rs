@@ -32,8 +32,7 @@ use tracing::{info, warn};
 use super::connection::UpstreamContext;
 use super::frame_codec::{FromFrame, ToFrame};
 use crate::log_escape::Escaped;
-use crate::store::Publisher;
-use crate::store::Refused;
+use crate::store::{Publisher, Refused};
 use crate::xds::ResourceType;
 
 /// How long a check waits for the upstream to answer or refuse.

@@ -50,12 +50,6 @@ impl<R: NodeField> Outbound<R> {
         *request.node_field() = None;
         Outbound { request, node }
     }
-
-    /// The request, without its node.
-    #[cfg(test)]
-    pub(crate) fn request(&self) -> &R {
-        &self.request
-    }
 }
 
 /// Writes `node` as field `tag` of the message being written.
@@ -105,6 +99,13 @@ mod tests {
     use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
     use envoy_types::pb::google::rpc::Status;
     use envoy_types::pb::xds::core::v3::ContextParams;
+
+    impl<R> Outbound<R> {
+        /// The request, without its node.
+        pub(crate) fn request(&self) -> &R {
+            &self.request
+        }
+    }
 
     /// A node with every field set, each map of at most one entry (a map's
     /// entries are written in its own order, so two equal nodes with more

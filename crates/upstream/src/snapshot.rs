@@ -88,11 +88,8 @@ impl SourceFile {
 pub(super) fn snapshot_paths(dir: &Path) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = sorted_entries(dir);
     for sub in ["clusters", "nodes"] {
-        for d in sorted_entries(&dir.join(sub))
-            .into_iter()
-            .filter(|p| p.is_dir())
-        {
-            paths.extend(sorted_entries(&d));
+        for d in sorted_entries(&dir.join(sub)).iter().filter(|p| p.is_dir()) {
+            paths.extend(sorted_entries(d));
         }
     }
     paths.retain(|p| p.is_file() && is_snapshot_file(p));
@@ -189,9 +186,8 @@ impl Snapshot {
 
     /// How many resources the snapshot holds, all layers together.
     pub(super) fn len(&self) -> usize {
-        self.base.len()
-            + self.clusters.values().map(BTreeMap::len).sum::<usize>()
-            + self.nodes.values().map(BTreeMap::len).sum::<usize>()
+        let layers = self.clusters.values().chain(self.nodes.values());
+        self.base.len() + layers.map(BTreeMap::len).sum::<usize>()
     }
 }
 
@@ -303,11 +299,9 @@ pub(super) fn embedded(files: &[(&str, &str)]) -> Vec<SourceFile> {
     files
         .iter()
         .filter_map(|(rel, text)| {
-            let path = PathBuf::from("examples/demo").join(rel);
-            let layer = SourceFile::layer_of(Path::new(rel))?;
             Some(SourceFile {
-                layer,
-                path,
+                layer: SourceFile::layer_of(Path::new(rel))?,
+                path: PathBuf::from("examples/demo").join(rel),
                 text: (*text).to_owned(),
             })
         })

@@ -36,8 +36,7 @@ use crate::cache::{
     NOT_FOUND,
 };
 use crate::log_escape::Escaped;
-use crate::store::Namespace;
-use crate::store::Publisher;
+use crate::store::{Namespace, Publisher};
 use crate::xds::dynamic_parameters::names_or_locators;
 use crate::xds::ResourceType;
 
@@ -60,15 +59,6 @@ struct Sent {
 }
 
 impl Sent {
-    /// The entry of one subscription.
-    fn new(coverage: Coverage) -> Sent {
-        Sent {
-            every: coverage.clone(),
-            any: coverage,
-            count: 1,
-        }
-    }
-
     /// One entry standing for `self` and the `later` one sent after it.
     fn merge(self, later: Sent) -> Sent {
         Sent {
@@ -143,7 +133,11 @@ struct SentLog {
 
 impl SentLog {
     fn push(&mut self, coverage: Coverage) {
-        self.subs.push(Sent::new(coverage));
+        self.subs.push(Sent {
+            every: coverage.clone(),
+            any: coverage,
+            count: 1,
+        });
         if self.subs.len() > SENT_LOG_MAX {
             let first = usize::from(self.answered);
             let later = self.subs.remove(first + 1);
@@ -181,10 +175,7 @@ impl SentLog {
     fn proven_seen<'a>(&self, names: impl IntoIterator<Item = &'a str>, repeat: bool) -> usize {
         // The subscription after the newest proven seen: the next entry,
         // unless that one is still inside a merged entry.
-        let next = match self.subs.first() {
-            Some(sent) if self.answered && sent.count == 1 => 1,
-            _ => 0,
-        };
+        let next = usize::from(self.answered && self.subs.first().is_some_and(|s| s.count == 1));
         let by_version = if repeat && next < self.subs.len() {
             next
         } else {
@@ -195,15 +186,12 @@ impl SentLog {
         let mut names = names.into_iter();
         while seen < newest {
             let Some(name) = names.next() else { break };
-            seen = seen.max(self.first_wanting(name).unwrap_or(0));
+            // A response holding `name` answers the first entry that may have
+            // asked for it, or a later one.
+            let first = self.subs.iter().position(|sent| sent.any.wants(name));
+            seen = seen.max(first.unwrap_or(0));
         }
         seen
-    }
-
-    /// Index of the first entry that may have asked for `name`: a response
-    /// holding it answers that entry or a later one.
-    fn first_wanting(&self, name: &str) -> Option<usize> {
-        self.subs.iter().position(|sent| sent.any.wants(name))
     }
 
     /// What every entry asked for: what the server surely answered, whichever
@@ -301,15 +289,11 @@ impl Protocol for Sotw {
         self.stream = StreamState::default();
     }
 
-    /// Versions belong to the upstream that sent them: the next one starts
-    /// from none, so it sends its whole state, which replaces this one's.
     fn switch_upstream(&mut self) {
         self.acked.clear();
         self.replace_next = ResourceType::all().into_iter().collect();
     }
 
-    /// Sends the session's current subscription for `kind`, if it has one
-    /// that this stream was not sent yet.
     fn subscribe(&mut self, kind: ResourceType) -> Option<Outbound<DiscoveryRequest>> {
         match self.session.subscription(kind) {
             None => {
@@ -466,7 +450,6 @@ impl Protocol for Sotw {
         self.expiries.next()
     }
 
-    /// Serves the session without the resources whose TTL ran out.
     fn expire(&mut self, now: Instant) {
         for (kind, names) in self.expiries.expire(now) {
             let Some(state) = self.session.state(kind) else {
@@ -479,7 +462,6 @@ impl Protocol for Sotw {
         }
     }
 
-    /// Publishes again each state holding what is now rendered in full.
     fn refresh(&mut self) {
         let held = ResourceType::all()
             .into_iter()

@@ -56,8 +56,6 @@ use crate::xds::ResourceType;
 
 /// Requests queued toward one stream before the sender waits.
 const OUTBOUND_QUEUE: usize = 64;
-/// gRPC code INVALID_ARGUMENT, used in NACK `error_detail`s.
-const INVALID_ARGUMENT: i32 = 3;
 /// How often a stream silent past its failover-after checks again that
 /// its upstream still answers health checks.
 const SILENCE_RECHECK: Duration = Duration::from_secs(1);
@@ -71,11 +69,9 @@ pub(crate) trait Protocol: name_check::AskingAlone + Send + 'static {
     const MODE: &'static str;
     /// The aggregated (ADS) method that carries every type.
     const AGGREGATED_PATH: &'static str;
-    /// Whether a type's own service speaks it as `Delta<X>` (else
-    /// `Stream<X>`).
+    /// Whether it is delta: a type's own service speaks it as `Delta<X>`
+    /// (else `Stream<X>`), and it carries the delta-only types (VHDS, LEDS).
     const DELTA: bool;
-    /// Whether it carries the delta-only types (VHDS, LEDS).
-    const CARRIES_DELTA_ONLY_TYPES: bool = false;
 
     /// The protocol of a new session, whose upstream may send the names of
     /// `namespace`.
@@ -215,7 +211,7 @@ impl<P: Protocol> Feeder for StreamFeeder<P> {
     }
 
     fn carries(&self, kind: ResourceType) -> bool {
-        P::CARRIES_DELTA_ONLY_TYPES || !kind.delta_only()
+        P::DELTA || !kind.delta_only()
     }
 
     fn upstream_name(&self) -> Option<&str> {
@@ -388,15 +384,11 @@ async fn run<P: Protocol>(
             warn!(error = %Escaped(&err), retry_in = ?delay, "upstream stream ended");
             // Backoff never sleeps past the time to fail over.
             let retry_at = failover_at.into_iter().fold(Instant::now() + delay, Ord::min);
-            loop {
-                match protocol.next_expiry().filter(|due| *due < retry_at) {
-                    Some(due) => {
-                        tokio::time::sleep_until(due).await;
-                        protocol.expire(Instant::now());
-                    }
-                    None => break tokio::time::sleep_until(retry_at).await,
-                }
+            while let Some(due) = protocol.next_expiry().filter(|due| *due < retry_at) {
+                tokio::time::sleep_until(due).await;
+                protocol.expire(Instant::now());
             }
+            tokio::time::sleep_until(retry_at).await;
         }
     }
     .instrument(span)
@@ -712,7 +704,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// The `error_detail` of a NACK.
 pub(super) fn nack_detail(message: String) -> Status {
     Status {
-        code: INVALID_ARGUMENT,
+        code: tonic::Code::InvalidArgument as i32,
         message,
         details: Vec::new(),
     }

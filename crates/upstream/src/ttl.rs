@@ -39,11 +39,8 @@ impl Expiries {
     ) {
         match ttl {
             Some(ttl) => {
-                let deadline = now + ttl.min(MAX_TTL);
-                self.due
-                    .entry(kind)
-                    .or_default()
-                    .insert(name.to_owned(), deadline);
+                let due = self.due.entry(kind).or_default();
+                due.insert(name.to_owned(), now + ttl.min(MAX_TTL));
             }
             None => self.forget(kind, name),
         }

@@ -17,8 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::probe;
-use super::UpstreamContext;
+use super::{probe, UpstreamContext};
 use crate::log_escape::Escaped;
 
 /// How often a watched upstream is probed.
@@ -45,20 +44,13 @@ impl Health {
         let mut rx = ctx.health.since.subscribe();
         ctx.health.ensure_prober(ctx);
         loop {
-            let since = *rx.borrow_and_update();
-            match since {
-                Some(since) if since.elapsed() >= long => return,
-                Some(since) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(since + long) => {}
-                        changed = rx.changed() => if changed.is_err() { return std::future::pending().await },
-                    }
-                }
-                None => {
-                    if rx.changed().await.is_err() {
-                        return std::future::pending().await;
-                    }
-                }
+            let due = rx.borrow_and_update().map(|since| since + long);
+            if due.is_some_and(|due| due <= Instant::now()) {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+                changed = rx.changed() => if changed.is_err() { return std::future::pending().await },
             }
         }
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::reflection::files_defining;
+use super::reflection::{files_defining, ReflectionError};
 use super::UpstreamContext;
 use crate::cache::ResourceSet;
 use crate::log_escape::Escaped;
@@ -57,12 +57,6 @@ impl Learner {
             asked: Mutex::default(),
             in_flight: tokio::sync::watch::Sender::new(0),
         }
-    }
-
-    /// Returns once no ask is in flight, or after `within`.
-    pub(crate) async fn settled(&self, within: Duration) {
-        let mut in_flight = self.in_flight.subscribe();
-        let _ = tokio::time::timeout(within, in_flight.wait_for(|n| *n == 0)).await;
     }
 
     /// Marks `type_url` asked now, if it may be: not in flight, and past
@@ -126,9 +120,9 @@ impl UpstreamContext {
     /// opening while the added types' descriptors are asked for at start-up
     /// waits for them, so its first answers render in full.
     pub(crate) async fn reflection_settled(&self) {
-        self.learner
-            .settled(super::reflection::REFLECTION_WAIT)
-            .await;
+        let mut in_flight = self.learner.in_flight.subscribe();
+        let settled = in_flight.wait_for(|n| *n == 0);
+        let _ = tokio::time::timeout(super::reflection::REFLECTION_WAIT, settled).await;
     }
 
     /// `set` as the pool renders it now (what was served opaque for a type
@@ -204,7 +198,9 @@ impl UpstreamContext {
         let pool = descriptors.pool();
         let known = |file: &str| pool.get_file_by_name(file).is_some();
         let files = match files_defining(self, symbol, known).await {
-            Err(e) if e.is_transient() => return Err((Outcome::Unreached, e.to_string())),
+            Err(e @ (ReflectionError::Unreachable(_) | ReflectionError::TimedOut)) => {
+                return Err((Outcome::Unreached, e.to_string()))
+            }
             Err(e) => return Err((Outcome::Refused, e.to_string())),
             Ok(files) => files,
         };

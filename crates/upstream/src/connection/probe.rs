@@ -16,8 +16,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use tonic::Code;
 
-use super::CallError;
-use super::UpstreamContext;
+use super::{CallError, UpstreamContext};
 use crate::config::{UpstreamMode, UpstreamStreams};
 use crate::xds::{Endpoint, ResourceType};
 

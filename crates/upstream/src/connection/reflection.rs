@@ -102,12 +102,13 @@ async fn exchange(
     let mut have: BTreeSet<String> = BTreeSet::new();
     let mut wanted: VecDeque<String> = VecDeque::new();
     let mut asked: BTreeSet<String> = BTreeSet::new();
+    let ended = || ReflectionError::Failed("the stream ended early".into());
     loop {
         let response = inbound
             .message()
             .await
             .map_err(classify)?
-            .ok_or_else(|| ReflectionError::Failed("the stream ended early".into()))?;
+            .ok_or_else(ended)?;
         match response.message_response {
             Some(MessageResponse::FileDescriptorResponse(answer)) => {
                 for raw in answer.file_descriptor_proto {
@@ -144,24 +145,9 @@ async fn exchange(
             return Err(ReflectionError::TooMuch);
         }
         asked.insert(name.clone());
-        if tx
-            .send(ask(MessageRequest::FileByFilename(name)))
+        tx.send(ask(MessageRequest::FileByFilename(name)))
             .await
-            .is_err()
-        {
-            return Err(ReflectionError::Failed("the stream ended early".into()));
-        }
-    }
-}
-
-impl ReflectionError {
-    /// Whether asking again soon may go otherwise (the upstream was not
-    /// reached, or did not answer in time), rather than after a backoff.
-    pub(crate) fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            ReflectionError::Unreachable(_) | ReflectionError::TimedOut
-        )
+            .map_err(|_| ended())?;
     }
 }
 

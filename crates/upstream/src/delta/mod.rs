@@ -135,7 +135,6 @@ impl Protocol for Delta {
     const MODE: &'static str = "delta";
     const AGGREGATED_PATH: &'static str = super::connection::probe::DELTA_ADS;
     const DELTA: bool = true;
-    const CARRIES_DELTA_ONLY_TYPES: bool = true;
 
     fn new(ctx: Arc<UpstreamContext>, session: Publisher, namespace: Namespace) -> Delta {
         Delta {
@@ -156,16 +155,11 @@ impl Protocol for Delta {
         self.node_sent = false;
     }
 
-    /// What is held came from another upstream: the next one is told of no
-    /// versions (so it sends all it has), and its first answer per type
-    /// replaces what is held instead of updating it.
     fn switch_upstream(&mut self) {
         self.replacing = self.tracked.keys().copied().collect();
     }
 
-    /// The request that moves the stream's subscription of `kind` to the
-    /// session's, forgetting what nobody wants any more; `None` if nothing
-    /// needs saying.
+    /// Also forgets what nobody wants any more.
     fn subscribe(&mut self, kind: ResourceType) -> Option<Outbound<DeltaDiscoveryRequest>> {
         let want = self.session.subscription(kind).unwrap_or_default();
         let tracked = tracked(&mut self.tracked, &self.ctx, kind);
@@ -224,22 +218,17 @@ impl Protocol for Delta {
         presented: String,
         message: String,
     ) -> Option<Outbound<DeltaDiscoveryRequest>> {
-        let nonce = self
-            .wires
-            .get(&kind)
-            .map(|w| w.nonce.clone())
-            .unwrap_or_default();
-        if nonce.is_empty() {
+        let nonce = self.wires.get(&kind).map(|w| w.nonce.clone());
+        let Some(nonce) = nonce.filter(|nonce| !nonce.is_empty()) else {
             // Nothing of the type arrived on this stream: there is no
             // response to NACK (and a first request without names would be
             // a legacy wildcard subscription).
             debug!(%kind, "no response to NACK on this stream");
             return None;
-        }
+        };
         self.replies
             .nack(kind, &presented, &presented, &nonce, &message);
-        let request = Delta::request(kind, nonce, Some(message));
-        Some(self.outbound(request))
+        Some(self.outbound(Delta::request(kind, nonce, Some(message))))
     }
 
     fn type_url(response: &DeltaDiscoveryResponse) -> &str {
@@ -284,10 +273,8 @@ impl Protocol for Delta {
         .and_then(|update| {
             let names = update.added.iter().map(|(name, _)| name);
             let names = names.chain(update.name_only.iter().map(|(name, _)| name));
-            match self.namespace.first_foreign(names) {
-                Some(foreign) => Err(foreign.into()),
-                None => Ok(update),
-            }
+            let foreign = self.namespace.first_foreign(names);
+            foreign.map_or(Ok(update), |foreign| Err(foreign.into()))
         });
         let wire = self.wires.entry(kind).or_default();
         wire.nonce = nonce.clone();
@@ -323,14 +310,11 @@ impl Protocol for Delta {
                 None
             }
             Err(reason) => {
-                Some(
-                    self.replies
-                        .refuse(kind, &reason, &system_version, &system_version, &nonce),
-                )
+                let version = &system_version;
+                Some(self.replies.refuse(kind, &reason, version, version, &nonce))
             }
         };
-        let request = Delta::request(kind, nonce, error);
-        Some(self.outbound(request))
+        Some(self.outbound(Delta::request(kind, nonce, error)))
     }
 
     fn next_timer(&self) -> Option<Instant> {
@@ -355,7 +339,6 @@ impl Protocol for Delta {
         self.expiries.next()
     }
 
-    /// Drops the resources whose TTL ran out and publishes what is left.
     fn expire(&mut self, now: Instant) {
         for (kind, names) in self.expiries.expire(now) {
             info!(%kind, ?names, "TTL ran out without a refresh: no longer served");
@@ -365,8 +348,6 @@ impl Protocol for Delta {
         }
     }
 
-    /// Publishes again every type whose state was rendered with a smaller
-    /// descriptor pool.
     fn refresh(&mut self) {
         let kinds: Vec<ResourceType> = self.tracked.keys().copied().collect();
         for kind in kinds {

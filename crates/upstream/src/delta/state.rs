@@ -221,9 +221,9 @@ impl Tracked {
     ) -> TypeState {
         let state = TypeState::new(
             kind,
-            self.held.version().to_owned(),
+            self.held.version.clone(),
             String::new(),
-            rendered(self.held.resources().clone()),
+            rendered(self.held.resources.clone()),
             self.coverage(),
         );
         let state = match self.uncacheable.is_empty() {

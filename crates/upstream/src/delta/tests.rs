@@ -216,18 +216,18 @@ fn removals_heartbeats_and_absence() {
         update(&[("a", "1"), ("b", "1")], &[], &[]),
         now,
     );
-    let v1 = t.held.version().to_owned();
+    let v1 = t.held.version.clone();
     // A heartbeat (name, same version, no payload) keeps the resource.
     t.apply(KIND, &mut wire, update(&[], &[("a", "1")], &[]), now);
     assert!(t.held.contains_key("a"));
-    assert_eq!(t.held.version(), v1);
+    assert_eq!(t.held.version, v1);
     // Name-only at another version: it does not exist any more.
     t.apply(KIND, &mut wire, update(&[], &[("a", "2")], &[]), now);
     assert!(!t.held.contains_key("a"));
     // removed_resources.
     t.apply(KIND, &mut wire, update(&[], &[], &["b"]), now);
     assert!(t.held.is_empty());
-    assert_ne!(t.held.version(), v1);
+    assert_ne!(t.held.version, v1);
     assert_eq!(t.coverage(), cov(true, &["a"]));
 }
 

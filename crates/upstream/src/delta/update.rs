@@ -11,8 +11,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use super::WILDCARD;
 use crate::cache::{Coverage, Intake, ReportedError, WrapperName, NOT_FOUND};
 use crate::decode::{
-    decode_delta_named, decode_named, decode_one, decode_one_unshared, name_and_constraints,
-    reported_errors, ttl_of, Rejection,
+    decode_one, decode_payload, name_and_constraints, reported_errors, ttl_of, Rejection,
 };
 use crate::held::HeldResource;
 use crate::wire::Payload;
@@ -111,13 +110,14 @@ pub(super) fn decode_update(
                         aliases: resource.aliases.clone(),
                         version: resource.version.clone(),
                     };
-                    decode_delta_named(intake, kind, named, payload)
+                    decode_payload(kind, payload, |p| intake.delta_named(kind, named, p))
                 } else if kind.is_extra() && !wrapper_name.is_empty() {
                     // An added type: the wrapper names it, whatever its
                     // name fields hold (a SotW answer names none).
-                    decode_named(intake, kind, wrapper_name.clone(), payload)
+                    let name = wrapper_name.clone();
+                    decode_payload(kind, payload, |p| intake.resource_named(kind, name, p))
                 } else if do_not_cache {
-                    decode_one_unshared(intake, kind, payload)
+                    decode_payload(kind, payload, |p| intake.resource_unshared(kind, p))
                 } else {
                     decode_one(intake, kind, payload)
                 };
