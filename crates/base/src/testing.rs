@@ -46,7 +46,9 @@ pub fn envoy_requests() -> Vec<Vec<u8>> {
 /// Every `*.json` file directly in `relative` (a folder of the
 /// repository), sorted by name; panics if none.
 pub fn corpus(relative: &str) -> Vec<Vec<u8>> {
-    let dir = repository().join(relative);
+    // The repository's top: this crate sits at `crates/base`.
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = top.join(relative);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -58,9 +60,4 @@ pub fn corpus(relative: &str) -> Vec<Vec<u8>> {
         .iter()
         .map(|path| std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display())))
         .collect()
-}
-
-/// The repository's top: this crate sits at `crates/base`.
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

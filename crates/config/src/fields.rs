@@ -93,12 +93,15 @@ macro_rules! settings {
         }
 
         #[cfg(test)]
-        impl Config {
-            /// Each plain setting's flag name and value as `--help` writes
-            /// a default: what the help's `[default: ...]` is checked against.
-            pub(super) fn plain_as_help_text(&self) -> Vec<(&'static str, String)> {
-                use super::fields::HelpText;
-                vec![$((stringify!($o), self.$o.help_text()),)*]
+        mod plain_help_text {
+            use super::{help_text::HelpText, Config};
+
+            impl Config {
+                /// Each plain setting's flag name and value as `--help` writes
+                /// a default: what the help's `[default: ...]` is checked against.
+                pub(crate) fn plain_as_help_text(&self) -> Vec<(&'static str, String)> {
+                    vec![$((stringify!($o), self.$o.help_text()),)*]
+                }
             }
         }
 
@@ -410,7 +413,7 @@ settings! {
             long = "extra-type",
             env = "XDS_GATEWAY_EXTRA_TYPES",
             value_delimiter = ',',
-            value_parser = parse_extra_type
+            value_parser = ExtraTypeSpec::parse_flag
         )]
         #[serde(alias = "extra-type")]
         extra_types: Vec<ExtraTypeSpec> = Vec::new(),
@@ -464,21 +467,15 @@ settings! {
     }
 }
 
-/// `--extra-type NAME=TYPE_URL`.
-fn parse_extra_type(text: &str) -> Result<ExtraTypeSpec, String> {
-    ExtraTypeSpec::parse_flag(text)
-}
-
-/// A value as `--help` writes it in `[default: ...]`.
-#[cfg(test)]
-pub(super) trait HelpText {
-    fn help_text(&self) -> String;
-}
-
 #[cfg(test)]
 mod help_text {
     use super::*;
     use clap::ValueEnum;
+
+    /// A value as `--help` writes it in `[default: ...]`.
+    pub(super) trait HelpText {
+        fn help_text(&self) -> String;
+    }
 
     macro_rules! displayed {
         ($($t:ty),*) => {$(impl HelpText for $t {

@@ -204,12 +204,6 @@ impl Config {
             (layer.snapshot, &mut self.snapshot),
             (layer.node_profiles, &mut self.node_profiles),
             (layer.history_file, &mut self.history_file),
-        ] {
-            if value.is_some() {
-                *slot = value;
-            }
-        }
-        for (value, slot) in [
             (layer.tls_cert, &mut tls_layers.cert),
             (layer.tls_key, &mut tls_layers.key),
             (layer.client_ca, &mut tls_layers.client_ca),
@@ -218,19 +212,11 @@ impl Config {
             (layer.admin_client_ca, &mut admin_tls_layers.client_ca),
             (layer.auth_policy, &mut self.auth_policy),
         ] {
-            if value.is_some() {
-                *slot = value;
-            }
+            *slot = value.or(slot.take());
         }
-        if layer.client_auth.is_some() {
-            tls_layers.client_auth = layer.client_auth;
-        }
-        if layer.admin_client_auth.is_some() {
-            admin_tls_layers.client_auth = layer.admin_client_auth;
-        }
-        if layer.upstream_tls_server_name.is_some() {
-            tls.server_name = layer.upstream_tls_server_name;
-        }
+        tls_layers.client_auth = layer.client_auth.or(tls_layers.client_auth);
+        admin_tls_layers.client_auth = layer.admin_client_auth.or(admin_tls_layers.client_auth);
+        tls.server_name = layer.upstream_tls_server_name.or(tls.server_name.take());
         match layer.upstream {
             Some(UpstreamSetting::Address(address)) => {
                 self.upstream = Some(address);
@@ -267,12 +253,7 @@ impl Config {
         }
         if let Some(upstream) = self.upstream.take() {
             if !upstream.contains("://") {
-                let tls = &self.upstream_tls;
-                if tls.ca.is_some()
-                    || tls.cert.is_some()
-                    || tls.key.is_some()
-                    || tls.server_name.is_some()
-                {
+                if self.upstream_tls != UpstreamTls::default() {
                     return Err(invalid(
                         "upstream",
                         &format!(
@@ -589,11 +570,7 @@ fn parse_headers(raw: Vec<String>) -> Result<Vec<(String, String)>, ConfigError>
             let value = value.trim().to_owned();
             let valid_name = !name.is_empty()
                 && name.bytes().all(|b| {
-                    b.is_ascii_lowercase()
-                        || b.is_ascii_digit()
-                        || b == b'-'
-                        || b == b'_'
-                        || b == b'.'
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
                 });
             if !valid_name
                 || name.ends_with("-bin")

@@ -119,13 +119,11 @@ impl MemoryShares {
     /// The shares of `budget` when it is not 0, else of the container's
     /// limit if there is one, else none.
     pub fn from_flag(budget: u64) -> MemoryShares {
-        let limit = || {
-            CGROUP_LIMITS
+        match budget {
+            0 => CGROUP_LIMITS
                 .iter()
                 .find_map(|path| cgroup_limit(Path::new(path)))
-        };
-        match budget {
-            0 => limit().map_or_else(MemoryShares::default, MemoryShares::of),
+                .map_or_else(MemoryShares::default, MemoryShares::of),
             budget => MemoryShares::of(budget),
         }
     }

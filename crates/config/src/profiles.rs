@@ -67,17 +67,12 @@ pub fn valid_profile_name(name: &str) -> bool {
 impl ProfileTable {
     /// The Node JSON (snake_case field names) this table stands for.
     pub fn node(&self) -> Result<Map<String, Value>, String> {
-        let mut node = Map::new();
-        for (key, value) in [
+        let mut node = strings([
             ("id", &self.id),
             ("cluster", &self.cluster),
             ("user_agent_name", &self.user_agent_name),
             ("user_agent_version", &self.user_agent_version),
-        ] {
-            if let Some(value) = value {
-                node.insert(key.into(), Value::String(value.clone()));
-            }
-        }
+        ]);
         if let Some(build) = &self.user_agent_build_version {
             if self.user_agent_version.is_some() {
                 return Err(
@@ -88,27 +83,25 @@ impl ProfileTable {
             node.insert("user_agent_build_version".into(), build_version(build)?);
         }
         if let Some(locality) = &self.locality {
-            let mut fields = Map::new();
-            for (key, value) in [
+            let fields = strings([
                 ("region", &locality.region),
                 ("zone", &locality.zone),
                 ("sub_zone", &locality.sub_zone),
-            ] {
-                if let Some(value) = value {
-                    fields.insert(key.into(), Value::String(value.clone()));
-                }
-            }
+            ]);
             node.insert("locality".into(), Value::Object(fields));
         }
         if let Some(metadata) = &self.metadata {
-            let fields = metadata
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), json_of(v, &format!("metadata.{k}"))?)))
-                .collect::<Result<Map<_, _>, String>>()?;
-            node.insert("metadata".into(), Value::Object(fields));
+            node.insert("metadata".into(), object_of(metadata, "metadata")?);
         }
         Ok(node)
     }
+}
+
+/// The `fields` that are set, as JSON strings.
+fn strings<const N: usize>(fields: [(&str, &Option<String>); N]) -> Map<String, Value> {
+    let set =
+        |(key, value): (&str, &Option<String>)| Some((key.into(), Value::String(value.clone()?)));
+    fields.into_iter().filter_map(set).collect()
 }
 
 /// `{"version": {"major_number": .., "minor_number": .., "patch": ..}}` of
@@ -147,13 +140,17 @@ fn json_of(value: &toml::Value, path: &str) -> Result<Value, String> {
                 .map(|(i, v)| json_of(v, &format!("{path}[{i}]")))
                 .collect::<Result<_, _>>()?,
         ),
-        toml::Value::Table(table) => Value::Object(
-            table
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), json_of(v, &format!("{path}.{k}"))?)))
-                .collect::<Result<_, String>>()?,
-        ),
+        toml::Value::Table(table) => object_of(table, path)?,
     })
+}
+
+/// A TOML table as the JSON of a `google.protobuf.Struct`.
+fn object_of(table: &toml::Table, path: &str) -> Result<Value, String> {
+    table
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), json_of(v, &format!("{path}.{k}"))?)))
+        .collect::<Result<_, String>>()
+        .map(Value::Object)
 }
 
 /// Checks the tables: names valid and unique, each table's node well formed.

@@ -69,12 +69,9 @@ impl<'de> Deserialize<'de> for UpstreamSetting {
                 Ok(UpstreamSetting::Address(address.to_owned()))
             }
 
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<UpstreamSetting, A::Error> {
-                let mut tables = Vec::new();
-                while let Some(table) = seq.next_element::<UpstreamTable>()? {
-                    tables.push(table);
-                }
-                Ok(UpstreamSetting::Tables(tables))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<UpstreamSetting, A::Error> {
+                let tables = de::value::SeqAccessDeserializer::new(seq);
+                Vec::deserialize(tables).map(UpstreamSetting::Tables)
             }
         }
         de.deserialize_any(Either)
@@ -449,22 +446,18 @@ fn spec_of(table: UpstreamTable, inherited: &Inherited<'_>) -> Result<UpstreamSp
         }
     }
     let failover = match table.failover {
-        Some(to) if to == name => {
-            return Err(within("fails over to itself".into()));
-        }
+        Some(to) if to == name => return Err(within("fails over to itself".into())),
         Some(to) => Some(Failover {
             to,
             after: table.failover_after.unwrap_or(DEFAULT_FAILOVER_AFTER),
             back_after: table.failback_after.unwrap_or(DEFAULT_FAILBACK_AFTER),
         }),
-        None => {
-            if table.failover_after.is_some() || table.failback_after.is_some() {
-                return Err(within(
-                    "failover-after and failback-after need a failover upstream".into(),
-                ));
-            }
-            None
+        None if table.failover_after.is_some() || table.failback_after.is_some() => {
+            return Err(within(
+                "failover-after and failback-after need a failover upstream".into(),
+            ));
         }
+        None => None,
     };
     Ok(UpstreamSpec {
         name,

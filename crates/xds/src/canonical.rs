@@ -10,7 +10,7 @@
 
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
-use prost_reflect::{DynamicMessage, Kind, ReflectMessage, Value};
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, ReflectMessage, Value};
 
 use super::descriptors::Descriptors;
 use super::nesting;
@@ -95,12 +95,7 @@ fn write_delimited(number: u32, bytes: &[u8], out: &mut Vec<u8>) {
 }
 
 /// One field (no map inside) as prost-reflect encodes it alone.
-fn write_alone(
-    msg: &DynamicMessage,
-    field: &prost_reflect::FieldDescriptor,
-    value: &Value,
-    out: &mut Vec<u8>,
-) {
+fn write_alone(msg: &DynamicMessage, field: &FieldDescriptor, value: &Value, out: &mut Vec<u8>) {
     let mut alone = DynamicMessage::new(msg.descriptor());
     alone.set_field(field, value.clone());
     alone.encode_raw(out);

@@ -98,10 +98,10 @@ impl Codec {
             let any = super::opaque::opaque(type_url.to_owned(), value);
             let any = DynamicMessage::decode(self.descriptor("google.protobuf.Any")?, any)
                 .map_err(|e| JsonError::decode(type_url, e))?;
-            return self.render_with(&any, type_url, None);
+            return self.render_message(&any, type_url);
         }
         // One decode: render the message and add "@type" (which sorts first).
-        self.render_with(&msg, type_url, Some(type_url))
+        self.render_resource(type_url, &msg)
     }
 
     /// Renders `payload`, of a type the pool lacks, as the canonical JSON of
@@ -118,12 +118,12 @@ impl Codec {
         type_url: &str,
         msg: &DynamicMessage,
     ) -> Result<Bytes, JsonError> {
-        self.render_with(msg, type_url, Some(type_url))
+        self.render_options(msg, type_url, Some(type_url), &self.serialize)
     }
 
     /// Renders a dynamic message as canonical JSON bytes.
     pub fn render_message(&self, msg: &DynamicMessage, label: &str) -> Result<Bytes, JsonError> {
-        self.render_with(msg, label, None)
+        self.render_options(msg, label, None, &self.serialize)
     }
 
     /// `json`, canonical JSON of a `message`, written again with proto field
@@ -132,15 +132,6 @@ impl Codec {
     pub fn with_proto_names(&self, message: &str, json: &[u8]) -> Result<Bytes, JsonError> {
         let msg = self.parse_message(message, json, false)?;
         self.render_options(&msg, message, None, &self.serialize_proto_names)
-    }
-
-    fn render_with(
-        &self,
-        msg: &DynamicMessage,
-        label: &str,
-        at_type: Option<&str>,
-    ) -> Result<Bytes, JsonError> {
-        self.render_options(msg, label, at_type, &self.serialize)
     }
 
     fn render_options(

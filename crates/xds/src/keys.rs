@@ -225,12 +225,9 @@ impl Walk<'_> {
     /// An `Any` outside key fields: its payload walked when the pool knows
     /// its type, else taken out whole if the type is named as a carrier.
     fn any(&mut self, msg: &mut DynamicMessage) -> bool {
-        let Some((type_url, payload)) = any_parts(msg) else {
+        let Some((type_url, payload)) = any_parts(msg).filter(|(url, _)| !url.is_empty()) else {
             return false;
         };
-        if type_url.is_empty() {
-            return false;
-        }
         let Ok(desc) = self.descriptors.for_type_url(&type_url) else {
             if !names_a_carrier(&type_url) {
                 return false;

@@ -51,6 +51,9 @@ pub enum LearnError {
     Rejected { reason: String },
 }
 
+/// The files not in the pool yet, by name.
+type NewFiles = BTreeMap<String, FileDescriptorProto>;
+
 /// What admitting files makes: the grown pool, and how many files joined.
 #[derive(Debug)]
 pub(crate) struct Grown {
@@ -68,7 +71,7 @@ pub(crate) fn admit(pool: &DescriptorPool, files: &[Vec<u8>]) -> Result<Grown, L
     if files.len() > MAX_FILES {
         return Err(LearnError::TooManyFiles { files: files.len() });
     }
-    let mut new: BTreeMap<String, FileDescriptorProto> = BTreeMap::new();
+    let mut new = NewFiles::new();
     for raw in files {
         let file =
             FileDescriptorProto::decode(raw.as_slice()).map_err(|e| LearnError::Undecodable {
@@ -97,10 +100,7 @@ pub(crate) fn admit(pool: &DescriptorPool, files: &[Vec<u8>]) -> Result<Grown, L
 }
 
 /// Every name the new files define, each new and defined once.
-fn check_names(
-    pool: &DescriptorPool,
-    new: &BTreeMap<String, FileDescriptorProto>,
-) -> Result<BTreeSet<String>, LearnError> {
+fn check_names(pool: &DescriptorPool, new: &NewFiles) -> Result<BTreeSet<String>, LearnError> {
     let mut defined = BTreeSet::new();
     for (file, proto) in new {
         let mut names = Vec::new();
@@ -111,12 +111,8 @@ fn check_names(
         let enums = proto.enum_type.iter().map(|e| e.name());
         let services = proto.service.iter().map(|s| s.name());
         let extensions = proto.extension.iter().map(|x| x.name());
-        names.extend(
-            enums
-                .chain(services)
-                .chain(extensions)
-                .map(|n| qualified(package, n)),
-        );
+        let defines = enums.chain(services).chain(extensions);
+        names.extend(defines.map(|n| qualified(package, n)));
         for name in names {
             let known = pool.get_message_by_name(&name).is_some()
                 || pool.get_enum_by_name(&name).is_some()
@@ -168,7 +164,7 @@ fn qualified(scope: &str, name: &str) -> String {
 /// Extensions of a message the pool has are refused, but for options.
 fn check_extensions(
     pool: &DescriptorPool,
-    new: &BTreeMap<String, FileDescriptorProto>,
+    new: &NewFiles,
     defined: &BTreeSet<String>,
 ) -> Result<(), LearnError> {
     for (file, proto) in new {
@@ -193,10 +189,7 @@ fn check_extensions(
 }
 
 /// The new files' names, each after the new files it depends on.
-fn dependency_order(
-    pool: &DescriptorPool,
-    new: &BTreeMap<String, FileDescriptorProto>,
-) -> Result<Vec<String>, LearnError> {
+fn dependency_order(pool: &DescriptorPool, new: &NewFiles) -> Result<Vec<String>, LearnError> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         Visiting,

@@ -23,8 +23,9 @@ pub fn sets_holding<'a>(
         out.extend(subscribed.iter().filter(|g| xdstp::in_collection(name, g)));
     }
     if kind.namespaced() {
-        if let Some(namespace) = namespace_of(name).and_then(|ns| subscribed.get(ns)) {
-            out.push(namespace);
+        // The VHDS namespace: everything before the last `/`.
+        if let Some((namespace, _)) = name.rsplit_once('/') {
+            out.extend(subscribed.get(namespace));
         }
     }
     out.extend(aliases.iter().filter_map(|alias| subscribed.get(alias)));
@@ -48,11 +49,6 @@ pub fn wanted(
 /// naming it cannot be answered by looking names up one by one).
 pub fn names_a_set(kind: ResourceType, name: &str) -> bool {
     xdstp::is_glob(name) || kind.namespaced()
-}
-
-/// The VHDS namespace of `name`: everything before its last `/`.
-fn namespace_of(name: &str) -> Option<&str> {
-    name.rsplit_once('/').map(|(namespace, _)| namespace)
 }
 
 #[cfg(test)]

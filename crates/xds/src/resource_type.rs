@@ -382,10 +382,8 @@ impl Endpoint {
 
     /// Fully qualified name of the request message.
     pub fn request_message(self) -> &'static str {
-        match self.extra() {
-            Some(_) => DISCOVERY_REQUEST,
-            None => self.row().request_message,
-        }
+        self.extra()
+            .map_or_else(|| self.row().request_message, |_| DISCOVERY_REQUEST)
     }
 
     /// Fully qualified name of the served message (resource or response).

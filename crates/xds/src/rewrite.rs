@@ -108,9 +108,7 @@ fn rewrite_config_source(
     source: &mut DynamicMessage,
     target: &RestTarget,
 ) -> Result<bool, JsonError> {
-    let is_ads = source.has_field_by_name("ads");
-    let is_self = source.has_field_by_name("self");
-    if !is_ads && !is_self {
+    if !source.has_field_by_name("ads") && !source.has_field_by_name("self") {
         return Ok(false);
     }
     source.clear_field_by_name("ads");
@@ -123,22 +121,18 @@ fn rewrite_config_source(
 fn rest_api_config_source(codec: &Codec, target: &RestTarget) -> Result<DynamicMessage, JsonError> {
     let desc = codec.descriptor(API_CONFIG_SOURCE)?;
     let mut api = DynamicMessage::new(desc.clone());
-    let api_type = enum_number(&desc, "api_type", "REST");
-    let version = enum_number(&desc, "transport_api_version", "V3");
-    api.set_field_by_name("api_type", Value::EnumNumber(api_type));
-    api.set_field_by_name("transport_api_version", Value::EnumNumber(version));
-    api.set_field_by_name(
-        "cluster_names",
-        Value::List(vec![Value::String(target.cluster_name.clone())]),
-    );
-    api.set_field_by_name(
-        "refresh_delay",
-        Value::Message(duration(codec, target.refresh_delay)?),
-    );
-    api.set_field_by_name(
-        "request_timeout",
-        Value::Message(duration(codec, target.request_timeout)?),
-    );
+    for (field, value) in [("api_type", "REST"), ("transport_api_version", "V3")] {
+        let number = enum_number(&desc, field, value);
+        api.set_field_by_name(field, Value::EnumNumber(number));
+    }
+    let cluster = Value::String(target.cluster_name.clone());
+    api.set_field_by_name("cluster_names", Value::List(vec![cluster]));
+    for (field, value) in [
+        ("refresh_delay", target.refresh_delay),
+        ("request_timeout", target.request_timeout),
+    ] {
+        api.set_field_by_name(field, Value::Message(duration(codec, value)?));
+    }
     Ok(api)
 }
 

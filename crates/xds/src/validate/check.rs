@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, ReflectMessage, Value};
+use prost_reflect::{FieldDescriptor, Kind, MapKey, ReflectMessage, Value};
 
 use super::rules::{FieldRules, Rules};
 use super::{Validator, Violation};
@@ -80,7 +80,7 @@ impl Validator {
                 Ok(())
             }
             (Rules::Any { within, not_in, .. }, Value::Message(any)) => {
-                let type_url = any_type_url(any);
+                let type_url = crate::opaque::any_parts(any).unwrap_or_default().0;
                 if !within.is_empty() && !within.contains(&type_url) {
                     return Err(violation(
                         path,
@@ -180,21 +180,15 @@ fn unwrapped(value: &Value) -> Cow<'_, Value> {
     let Value::Message(message) = value else {
         return Cow::Borrowed(value);
     };
-    let name = message.descriptor().full_name().to_owned();
+    let desc = message.descriptor();
+    let name = desc.full_name();
     let wrapper = name.starts_with("google.protobuf.")
         && name.ends_with("Value")
         && name != "google.protobuf.Value";
-    match wrapper
+    let inner = wrapper
         .then(|| message.get_field_by_name("value"))
-        .flatten()
-    {
-        Some(inner) => Cow::Owned(inner.into_owned()),
-        None => Cow::Borrowed(value),
-    }
-}
-
-pub(super) fn any_type_url(any: &DynamicMessage) -> String {
-    crate::opaque::any_parts(any).unwrap_or_default().0
+        .flatten();
+    inner.map_or(Cow::Borrowed(value), |inner| Cow::Owned(inner.into_owned()))
 }
 
 pub(super) fn show_key(key: &MapKey) -> String {

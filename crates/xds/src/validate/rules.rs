@@ -72,11 +72,6 @@ pub(super) fn nanos(value: &Value) -> Option<i128> {
     Some(i128::from(seconds.unwrap_or(0)) * 1_000_000_000 + i128::from(nanos.unwrap_or(0)))
 }
 
-pub(super) fn show_nanos(nanos: i128) -> String {
-    let seconds = nanos as f64 / 1e9;
-    format!("{seconds}s")
-}
-
 impl FieldRules {
     /// The rules in a `validate.FieldRules` message.
     pub(crate) fn read(rules: &DynamicMessage) -> FieldRules {
@@ -113,30 +108,10 @@ impl FieldRules {
 impl Rules {
     fn read(kind: &str, r: &DynamicMessage) -> Rules {
         // Rules name themselves `{kind}.{rule}`: the kind, as `'static`.
-        const KINDS: [&str; 21] = [
-            "float",
-            "double",
-            "int32",
-            "int64",
-            "uint32",
-            "uint64",
-            "sint32",
-            "sint64",
-            "fixed32",
-            "fixed64",
-            "sfixed32",
-            "sfixed64",
-            "bool",
-            "string",
-            "bytes",
-            "enum",
-            "repeated",
-            "map",
-            "any",
-            "duration",
-            "timestamp",
-        ];
-        let Some(kind) = KINDS.into_iter().find(|k| *k == kind) else {
+        const KINDS: &str = "float double int32 int64 uint32 uint64 sint32 sint64 fixed32 \
+                             fixed64 sfixed32 sfixed64 bool string bytes enum repeated map any \
+                             duration timestamp";
+        let Some(kind) = KINDS.split(' ').find(|k| *k == kind) else {
             return Rules::None;
         };
         match kind {
@@ -240,7 +215,7 @@ impl Rules {
                 Ok(())
             }
             Rules::Time { kind, bounds, .. } => match nanos(value) {
-                Some(n) => bounds.check(kind, n, show_nanos),
+                Some(n) => bounds.check(kind, n, |n| format!("{}s", n as f64 / 1e9)),
                 None => Ok(()),
             },
             // Lists, maps and `Any`s are the caller's.

@@ -137,33 +137,20 @@ impl TextRules {
                 format!("value does not match regex pattern {:?}", p.as_str()),
             );
         }
-        type Holds = fn(&[u8], &[u8]) -> bool;
-        fn has(v: &[u8], n: &[u8]) -> bool {
-            n.is_empty() || v.windows(n.len()).any(|w| w == n)
-        }
-        let affixes: [(&str, &Option<Vec<u8>>, Holds, &str); 4] = [
-            (
-                "prefix",
-                &self.prefix,
-                |v, p| v.starts_with(p),
-                "does not have prefix",
-            ),
-            (
-                "suffix",
-                &self.suffix,
-                |v, s| v.ends_with(s),
-                "does not have suffix",
-            ),
-            ("contains", &self.contains, has, "does not contain"),
-            (
-                "not_contains",
-                &self.not_contains,
-                |v, c| !has(v, c),
-                "contains",
-            ),
-        ];
-        for (name, wanted, holds, says) in affixes {
-            if let Some(w) = wanted.as_ref().filter(|w| !holds(value, w)) {
+        let has = |n: &[u8]| n.is_empty() || value.windows(n.len()).any(|w| w == n);
+        for (name, wanted, says) in [
+            ("prefix", &self.prefix, "does not have prefix"),
+            ("suffix", &self.suffix, "does not have suffix"),
+            ("contains", &self.contains, "does not contain"),
+            ("not_contains", &self.not_contains, "contains"),
+        ] {
+            let holds = |w: &[u8]| match name {
+                "prefix" => value.starts_with(w),
+                "suffix" => value.ends_with(w),
+                "contains" => has(w),
+                _ => !has(w),
+            };
+            if let Some(w) = wanted.as_ref().filter(|w| !holds(w)) {
                 let w = String::from_utf8_lossy(w);
                 return broken(&rule(name), format!("value {says} {w:?}"));
             }
