@@ -122,6 +122,12 @@ fn median(samples: &mut [f64]) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// Allocates as the gateway binary does (mimalloc), so the figures are the
+/// shipped allocator's: glibc's malloc adds heap consolidation work that
+/// follows this bench's own allocation pattern, not the gateway's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
