@@ -2,8 +2,9 @@
 """Production lines per crate, as the layers redesign counts them: non-blank
 lines of `.rs` files under each crate's `src/` (and the gateway's own `src/`),
 leaving out test files (`tests.rs`, `*_tests.rs`, `scripted.rs`,
-`test_states.rs`, anything under a `tests/` folder), fuzz-gated files (`fuzz.rs`
-and `fuzz/` folders) and `#[cfg(test)] mod ... { }` blocks. Comments count.
+`test_states.rs`, anything under a `tests/` folder, and any module a
+`#[cfg(test)] mod NAME;` line declares), fuzz-gated files (`fuzz.rs` and
+`fuzz/` folders) and `#[cfg(test)] mod ... { }` blocks. Comments count.
 
 Run from the repository's top level: `python3 scripts/count_lines.py`.
 """
@@ -50,16 +51,37 @@ def count_file(path):
     return count
 
 
+TEST_MOD = re.compile(r"\s*(?:pub(?:\([\w:]+\))?\s+)?mod (\w+);")
+
+
+def test_modules(path):
+    """The files and folders of the modules `path` declares under
+    `#[cfg(test)]` as `mod NAME;`: test code wherever it lives."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    folder, name = os.path.split(path)
+    if name not in ("lib.rs", "main.rs", "mod.rs"):
+        folder = os.path.join(folder, name[: -len(".rs")])
+    found = []
+    for line, after in zip(lines, lines[1:]):
+        declared = TEST_MOD.match(after)
+        if line.strip() == "#[cfg(test)]" and declared:
+            module = os.path.join(folder, declared.group(1))
+            found += [module + ".rs", module]
+    return found
+
+
 def count_tree(root):
-    total = 0
+    paths = []
     for folder, _, files in os.walk(root):
-        for name in files:
-            if not name.endswith(".rs"):
-                continue
-            path = os.path.join(folder, name)
-            if skipped(os.path.relpath(path, root).split(os.sep)):
-                continue
-            total += count_file(path)
+        paths += [os.path.join(folder, n) for n in files if n.endswith(".rs")]
+    test_only = [m for path in paths for m in test_modules(path)]
+    total = 0
+    for path in paths:
+        if skipped(os.path.relpath(path, root).split(os.sep)):
+            continue
+        if any(path == m or path.startswith(m + os.sep) for m in test_only):
+            continue
+        total += count_file(path)
     return total
 
 
